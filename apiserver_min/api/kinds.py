@@ -1,0 +1,761 @@
+"""The kind registry: each served kind declared once.
+
+A declaration names where a kind lives (group, version, resource), how it is
+scoped, which sub-resources and verbs it has, which fields a field selector may
+use, and how a Table prints it. Discovery, routing, storage keys, field
+selectors, tables and (later) schemas, OpenAPI and protobuf all read these
+declarations; nothing else lists kinds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from typing import Any, Callable, Iterable
+
+from . import names
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+READ_VERBS = ("get", "list", "watch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One Table column: upstream's columnDefinition plus how to compute the cell."""
+
+    name: str
+    type: str  # string | integer | number | boolean | date
+    cell: Callable[[dict], Any]
+    format: str = ""
+    description: str = ""
+    priority: int = 0  # 0 = always shown, 1 = only with -o wide
+
+    def definition(self) -> dict:
+        return {"name": self.name, "type": self.type, "format": self.format,
+                "description": self.description or self.name, "priority": self.priority}
+
+
+@dataclasses.dataclass(frozen=True)
+class Subresource:
+    name: str
+    kind: str  # the kind the sub-resource reads and writes (e.g. Pod for pods/status)
+    verbs: tuple[str, ...]
+    group: str = ""  # group of ``kind`` when it differs (Binding: core; Eviction: policy)
+    version: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class KindInfo:
+    group: str
+    version: str
+    resource: str
+    kind: str
+    namespaced: bool
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ALL_VERBS
+    subresources: tuple[Subresource, ...] = ()
+    categories: tuple[str, ...] = ()
+    # Extra field-selector fields beyond metadata.name / metadata.namespace.
+    field_getters: dict[str, Callable[[dict], str]] = dataclasses.field(default_factory=dict)
+    columns: tuple[Column, ...] = ()
+    # PUT of a missing object creates it (upstream: AllowCreateOnUpdate).
+    create_on_update: bool = False
+    deprecated: bool = False
+    removed_release: str = ""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version(self) -> str:
+        return self.api_version
+
+    @property
+    def list_kind(self) -> str:
+        return self.kind + "List"
+
+    @property
+    def singular_name(self) -> str:
+        return self.singular or self.kind.lower()
+
+    @property
+    def qualified_resource(self) -> str:
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    def subresource(self, name: str) -> Subresource | None:
+        for s in self.subresources:
+            if s.name == name:
+                return s
+        return None
+
+    def selectable_fields(self, obj: dict) -> dict[str, str]:
+        md = obj.get("metadata") or {}
+        fields = {"metadata.name": md.get("name", "")}
+        if self.namespaced:
+            fields["metadata.namespace"] = md.get("namespace", "")
+        for path, getter in self.field_getters.items():
+            try:
+                value = getter(obj)
+            except (AttributeError, KeyError, TypeError, IndexError):
+                value = ""
+            fields[path] = _field_string(value)
+        return fields
+
+    @property
+    def field_names(self) -> frozenset[str]:
+        base = {"metadata.name"} | ({"metadata.namespace"} if self.namespaced else set())
+        return frozenset(base | set(self.field_getters))
+
+    def table_columns(self) -> tuple[Column, ...]:
+        return self.columns or DEFAULT_COLUMNS
+
+
+def _field_string(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# --- small accessors for field getters and table cells -----------------------------------
+
+def dig(obj: Any, *path: str | int, default: Any = None) -> Any:
+    cur = obj
+    for p in path:
+        if isinstance(p, int):
+            if not isinstance(cur, list) or p >= len(cur):
+                return default
+            cur = cur[p]
+        else:
+            if not isinstance(cur, dict) or p not in cur:
+                return default
+            cur = cur[p]
+    return cur
+
+
+def _getter(*path: str) -> Callable[[dict], Any]:
+    return lambda obj: dig(obj, *path, default="")
+
+
+def human_duration(seconds: float) -> str:
+    """Short human-readable age, the way upstream tables print AGE."""
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        rest = s % 60
+        return f"{m}m{rest}s" if rest else f"{m}m"
+    h = s // 3600
+    if h < 3:
+        return f"{m}m"
+    if h < 8:
+        rest = m % 60
+        return f"{h}h{rest}m" if rest else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    d = h // 24
+    if h < 24 * 8:
+        rest = h % 24
+        return f"{d}d{rest}h" if rest else f"{d}d"
+    if h < 24 * 365 * 2:
+        return f"{d}d"
+    y = d // 365
+    if y < 8:
+        rest = d % 365
+        return f"{y}y{rest}d" if rest else f"{y}y"
+    return f"{y}y"
+
+
+def age(timestamp: str | None, now: _dt.datetime | None = None) -> str:
+    if not timestamp:
+        return "<unknown>"
+    try:
+        t = _dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "<invalid>"
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return human_duration((now - t).total_seconds())
+
+
+def _age_cell(obj: dict) -> str:
+    return age(dig(obj, "metadata", "creationTimestamp"))
+
+
+def _name_cell(obj: dict) -> str:
+    return dig(obj, "metadata", "name", default="")
+
+
+NAME = Column("Name", "string", _name_cell, format="name",
+              description="Name must be unique within a namespace.")
+AGE = Column("Age", "string", _age_cell,
+             description="CreationTimestamp is a timestamp representing the server time when this object was created.")
+DEFAULT_COLUMNS = (
+    NAME,
+    Column("Created At", "date", lambda o: dig(o, "metadata", "creationTimestamp", default=""),
+           description="CreationTimestamp is a timestamp representing the server time when this object was created."),
+)
+
+
+def _join(values: Iterable[Any], empty: str = "<none>") -> str:
+    items = [str(v) for v in values if v not in (None, "")]
+    return ",".join(items) if items else empty
+
+
+# --- per-kind cells ------------------------------------------------------------------
+
+def pod_ready(obj: dict) -> str:
+    statuses = dig(obj, "status", "containerStatuses", default=[]) or []
+    total = len(dig(obj, "spec", "containers", default=[]) or [])
+    ready = sum(1 for s in statuses if s.get("ready"))
+    return f"{ready}/{total}"
+
+
+def pod_restarts(obj: dict) -> int:
+    return sum(int(s.get("restartCount", 0) or 0)
+               for s in dig(obj, "status", "containerStatuses", default=[]) or [])
+
+
+def pod_status_reason(obj: dict) -> str:
+    """What the STATUS column shows: the most telling reason, as upstream prints it."""
+    status = obj.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or "Pending"
+    init_statuses = status.get("initContainerStatuses") or []
+    init_total = len(dig(obj, "spec", "initContainers", default=[]) or [])
+    initializing = False
+    for i, cs in enumerate(init_statuses):
+        state = cs.get("state") or {}
+        term = state.get("terminated")
+        if term and term.get("exitCode", 0) == 0:
+            continue
+        if term:
+            r = term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal")
+                                       else f"ExitCode:{term.get('exitCode', 0)}")
+            reason = "Init:" + r
+        elif (state.get("waiting") or {}).get("reason") not in (None, "", "PodInitializing"):
+            reason = "Init:" + state["waiting"]["reason"]
+        else:
+            reason = f"Init:{i}/{init_total}"
+        initializing = True
+        break
+    if not initializing:
+        has_running = False
+        for cs in reversed(status.get("containerStatuses") or []):
+            state = cs.get("state") or {}
+            waiting, term = state.get("waiting"), state.get("terminated")
+            if waiting and waiting.get("reason"):
+                reason = waiting["reason"]
+            elif term and term.get("reason"):
+                reason = term["reason"]
+            elif term:
+                reason = (f"Signal:{term['signal']}" if term.get("signal")
+                          else f"ExitCode:{term.get('exitCode', 0)}")
+            elif state.get("running") and cs.get("ready"):
+                has_running = True
+        if reason == "Completed" and has_running:
+            reason = "Running"
+    if dig(obj, "metadata", "deletionTimestamp"):
+        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return reason
+
+
+def node_status(obj: dict) -> str:
+    conds = {c.get("type"): c.get("status") for c in dig(obj, "status", "conditions", default=[]) or []}
+    ready = conds.get("Ready")
+    parts = ["Ready" if ready == "True" else "NotReady" if ready == "False" else "Unknown"]
+    if dig(obj, "spec", "unschedulable"):
+        parts.append("SchedulingDisabled")
+    return ",".join(parts)
+
+
+def node_roles(obj: dict) -> str:
+    labels = dig(obj, "metadata", "labels", default={}) or {}
+    prefix = f"node-role.{names.DOMAIN}/"
+    roles = sorted(k[len(prefix):] for k in labels if k.startswith(prefix) and k[len(prefix):])
+    return ",".join(roles) if roles else "<none>"
+
+
+def _node_address(kind: str) -> Callable[[dict], str]:
+    def cell(obj: dict) -> str:
+        for a in dig(obj, "status", "addresses", default=[]) or []:
+            if a.get("type") == kind:
+                return a.get("address", "")
+        return "<none>"
+    return cell
+
+
+def _service_ports(obj: dict) -> str:
+    out = []
+    for p in dig(obj, "spec", "ports", default=[]) or []:
+        s = f"{p.get('port')}"
+        if p.get("nodePort"):
+            s += f":{p['nodePort']}"
+        out.append(f"{s}/{p.get('protocol', 'TCP')}")
+    return ",".join(out) if out else "<none>"
+
+
+def _service_external_ip(obj: dict) -> str:
+    spec = obj.get("spec") or {}
+    typ = spec.get("type", "ClusterIP")
+    if typ == "ExternalName":
+        return spec.get("externalName", "<none>")
+    ips = list(spec.get("externalIPs") or [])
+    if typ == "LoadBalancer":
+        ingress = dig(obj, "status", "loadBalancer", "ingress", default=[]) or []
+        ips += [i.get("ip") or i.get("hostname") for i in ingress]
+        return ",".join(ips) if ips else "<pending>"
+    return ",".join(ips) if ips else "<none>"
+
+
+def _selector_text(sel: dict | None) -> str:
+    if not sel:
+        return "<none>"
+    return ",".join(f"{k}={v}" for k, v in sorted(sel.items()))
+
+
+def _label_selector_text(sel: dict | None) -> str:
+    if not sel:
+        return "<none>"
+    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
+    for e in sel.get("matchExpressions") or []:
+        op, key, vals = e.get("operator"), e.get("key"), sorted(e.get("values") or [])
+        if op == "In":
+            parts.append(f"{key} in ({','.join(vals)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(vals)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append("!" + key)
+    return ",".join(parts) if parts else "<none>"
+
+
+def _endpoints_cell(obj: dict) -> str:
+    out = []
+    for subset in obj.get("subsets") or []:
+        ports = subset.get("ports") or [{}]
+        for a in subset.get("addresses") or []:
+            for p in ports:
+                out.append(f"{a.get('ip')}:{p['port']}" if p.get("port") else a.get("ip"))
+    if not out:
+        return "<none>"
+    if len(out) > 3:
+        return ",".join(out[:3]) + f" + {len(out) - 3} more..."
+    return ",".join(out)
+
+
+def _data_count(obj: dict) -> int:
+    return len(obj.get("data") or {}) + len(obj.get("binaryData") or {}) + len(obj.get("stringData") or {})
+
+
+def _csr_condition(obj: dict) -> str:
+    conds = [c.get("type") for c in dig(obj, "status", "conditions", default=[]) or []]
+    out = [c for c in conds if c in ("Approved", "Denied")] + [c for c in conds if c == "Failed"]
+    text = ",".join(out) if out else "Pending"
+    if dig(obj, "status", "certificate"):
+        text += ",Issued"
+    return text
+
+
+def _csr_duration(obj: dict) -> str:
+    secs = dig(obj, "spec", "expirationSeconds")
+    return human_duration(secs) if secs else "<none>"
+
+
+def _containers_cell(path: tuple[str, ...], attr: str) -> Callable[[dict], str]:
+    return lambda obj: _join((c.get(attr) for c in dig(obj, *path, default=[]) or []))
+
+
+def _replicas(obj: dict) -> Any:
+    return dig(obj, "spec", "replicas", default=1)
+
+
+def _ready_of(obj: dict) -> str:
+    return f"{dig(obj, 'status', 'readyReplicas', default=0) or 0}/{_replicas(obj)}"
+
+
+def _job_status(obj: dict) -> str:
+    for c in dig(obj, "status", "conditions", default=[]) or []:
+        if c.get("status") == "True" and c.get("type") in ("Complete", "Failed", "Suspended"):
+            return c["type"]
+    return "Running"
+
+
+def _job_completions(obj: dict) -> str:
+    succeeded = dig(obj, "status", "succeeded", default=0) or 0
+    completions = dig(obj, "spec", "completions")
+    parallelism = dig(obj, "spec", "parallelism", default=1)
+    if completions is None:
+        return f"{succeeded}/1 of {parallelism}" if parallelism and parallelism > 1 else f"{succeeded}/1"
+    return f"{succeeded}/{completions}"
+
+
+def _job_duration(obj: dict) -> str:
+    start = dig(obj, "status", "startTime")
+    if not start:
+        return ""
+    end = dig(obj, "status", "completionTime")
+    t0 = _dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
+    t1 = (_dt.datetime.fromisoformat(end.replace("Z", "+00:00")) if end
+          else _dt.datetime.now(_dt.timezone.utc))
+    return human_duration((t1 - t0).total_seconds())
+
+
+def _event_last_seen(obj: dict) -> str:
+    ts = (obj.get("lastTimestamp") or obj.get("eventTime") or dig(obj, "series", "lastObservedTime")
+          or dig(obj, "metadata", "creationTimestamp"))
+    return age(ts)
+
+
+def _event_object(obj: dict) -> str:
+    ref = obj.get("involvedObject") or obj.get("regarding") or {}
+    return f"{(ref.get('kind') or '').lower()}/{ref.get('name', '')}"
+
+
+def _event_count(obj: dict) -> int:
+    return obj.get("count") or dig(obj, "series", "count") or obj.get("deprecatedCount") or 1
+
+
+def _subjects(obj: dict, kind: str) -> str:
+    subs = [s for s in obj.get("subjects") or [] if s.get("kind") == kind]
+    if kind == "ServiceAccount":
+        return _join(f"{s.get('namespace', '')}/{s.get('name', '')}" for s in subs)
+    return _join(s.get("name") for s in subs)
+
+
+def _pod_nominated(obj: dict) -> str:
+    return dig(obj, "status", "nominatedNodeName") or "<none>"
+
+
+def _pod_gates(obj: dict) -> str:
+    gates = dig(obj, "spec", "readinessGates", default=[]) or []
+    if not gates:
+        return "<none>"
+    conds = {c.get("type"): c.get("status") for c in dig(obj, "status", "conditions", default=[]) or []}
+    ready = sum(1 for g in gates if conds.get(g.get("conditionType")) == "True")
+    return f"{ready}/{len(gates)}"
+
+
+def _or_none(fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
+    def cell(obj: dict) -> Any:
+        v = fn(obj)
+        return "<none>" if v in (None, "") else v
+    return cell
+
+
+def col(name: str, typ: str, fn: Callable[[dict], Any], priority: int = 0, description: str = "",
+        fmt: str = "") -> Column:
+    return Column(name, typ, fn, priority=priority, description=description, format=fmt)
+
+
+# --- the declarations ---------------------------------------------------------------
+
+def _sub(name: str, kind: str, verbs: tuple[str, ...] = ("get", "patch", "update"), group: str = "",
+         version: str = "") -> Subresource:
+    return Subresource(name, kind, verbs, group, version)
+
+
+def _status(kind: str) -> Subresource:
+    return _sub("status", kind)
+
+
+def _scale() -> Subresource:
+    return _sub("scale", "Scale", group="autoscaling", version="v1")
+
+
+_CORE = names.CORE_GROUP
+
+KINDS: tuple[KindInfo, ...] = (
+    # core v1 --------------------------------------------------------------------------
+    KindInfo(_CORE, "v1", "namespaces", "Namespace", False, short_names=("ns",),
+             verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+             subresources=(_status("Namespace"), _sub("finalize", "Namespace", ("update",))),
+             field_getters={"status.phase": _getter("status", "phase")},
+             columns=(NAME, col("Status", "string", _getter("status", "phase"),
+                                description="The status of the namespace"), AGE)),
+    KindInfo(_CORE, "v1", "pods", "Pod", True, short_names=("po",), categories=("all",),
+             subresources=(_status("Pod"), _sub("binding", "Binding", ("create",)),
+                           _sub("eviction", "Eviction", ("create",), group="policy", version="v1"),
+                           _sub("log", "Pod", ("get",)),
+                           _sub("ephemeralcontainers", "Pod")),
+             field_getters={
+                 "spec.nodeName": _getter("spec", "nodeName"),
+                 "spec.restartPolicy": _getter("spec", "restartPolicy"),
+                 "spec.schedulerName": _getter("spec", "schedulerName"),
+                 "spec.serviceAccountName": _getter("spec", "serviceAccountName"),
+                 "spec.hostNetwork": lambda o: bool(dig(o, "spec", "hostNetwork", default=False)),
+                 "status.phase": _getter("status", "phase"),
+                 "status.podIP": _getter("status", "podIP"),
+                 "status.nominatedNodeName": _getter("status", "nominatedNodeName"),
+             },
+             columns=(NAME,
+                      col("Ready", "string", pod_ready, description="The aggregate readiness state of this pod for accepting traffic."),
+                      col("Status", "string", pod_status_reason, description="The aggregate status of the containers in this pod."),
+                      col("Restarts", "string", lambda o: str(pod_restarts(o)), description="The number of times the containers in this pod have been restarted."),
+                      AGE,
+                      col("IP", "string", _or_none(_getter("status", "podIP")), 1, "IP address allocated to the pod."),
+                      col("Node", "string", _or_none(_getter("spec", "nodeName")), 1, "Name of the node the pod is assigned to."),
+                      col("Nominated Node", "string", _pod_nominated, 1, "Name of the node the pod was nominated to."),
+                      col("Readiness Gates", "string", _pod_gates, 1, "The pod's readiness gates."))),
+    KindInfo(_CORE, "v1", "nodes", "Node", False, short_names=("no",),
+             subresources=(_status("Node"), _sub("proxy", "NodeProxyOptions",
+                                                   ("create", "delete", "get", "patch", "update"))),
+             field_getters={"spec.unschedulable": lambda o: bool(dig(o, "spec", "unschedulable", default=False))},
+             columns=(NAME, col("Status", "string", node_status, description="The status of the node"),
+                      col("Roles", "string", node_roles, description="The roles of the node"),
+                      AGE,
+                      col("Version", "string", _getter("status", "nodeInfo", "kubeletVersion"),
+                          description="Agent version reported by the node."),
+                      col("Internal-IP", "string", _node_address("InternalIP"), 1),
+                      col("External-IP", "string", _node_address("ExternalIP"), 1),
+                      col("OS-Image", "string", _or_none(_getter("status", "nodeInfo", "osImage")), 1),
+                      col("Kernel-Version", "string", _or_none(_getter("status", "nodeInfo", "kernelVersion")), 1),
+                      col("Container-Runtime", "string",
+                          _or_none(_getter("status", "nodeInfo", "containerRuntimeVersion")), 1))),
+    KindInfo(_CORE, "v1", "services", "Service", True, short_names=("svc",), categories=("all",),
+             subresources=(_status("Service"), _sub("proxy", "ServiceProxyOptions",
+                                                      ("create", "delete", "get", "patch", "update"))),
+             field_getters={"spec.clusterIP": _getter("spec", "clusterIP"),
+                            "spec.type": _getter("spec", "type")},
+             columns=(NAME, col("Type", "string", _getter("spec", "type")),
+                      col("Cluster-IP", "string", _or_none(_getter("spec", "clusterIP"))),
+                      col("External-IP", "string", _service_external_ip),
+                      col("Port(s)", "string", _service_ports), AGE,
+                      col("Selector", "string", lambda o: _selector_text(dig(o, "spec", "selector")), 1))),
+    KindInfo(_CORE, "v1", "endpoints", "Endpoints", True, short_names=("ep",), singular="endpoints",
+             create_on_update=True,
+             columns=(NAME, col("Endpoints", "string", _endpoints_cell), AGE)),
+    KindInfo(_CORE, "v1", "configmaps", "ConfigMap", True, short_names=("cm",),
+             columns=(NAME, col("Data", "integer", _data_count), AGE)),
+    KindInfo(_CORE, "v1", "secrets", "Secret", True,
+             field_getters={"type": _getter("type")},
+             columns=(NAME, col("Type", "string", _getter("type")), col("Data", "integer", _data_count), AGE)),
+    KindInfo(_CORE, "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",),
+             subresources=(_sub("token", "TokenRequest", ("create",), group=names.AUTHENTICATION_GROUP, version="v1"),),
+             columns=(NAME, col("Secrets", "integer", lambda o: len(o.get("secrets") or [])), AGE)),
+    KindInfo(_CORE, "v1", "events", "Event", True, short_names=("ev",),
+             field_getters={
+                 "involvedObject.kind": _getter("involvedObject", "kind"),
+                 "involvedObject.namespace": _getter("involvedObject", "namespace"),
+                 "involvedObject.name": _getter("involvedObject", "name"),
+                 "involvedObject.uid": _getter("involvedObject", "uid"),
+                 "involvedObject.apiVersion": _getter("involvedObject", "apiVersion"),
+                 "involvedObject.resourceVersion": _getter("involvedObject", "resourceVersion"),
+                 "involvedObject.fieldPath": _getter("involvedObject", "fieldPath"),
+                 "reason": _getter("reason"),
+                 "reportingComponent": _getter("reportingComponent"),
+                 "source": _getter("source", "component"),
+                 "type": _getter("type"),
+             },
+             columns=(col("Last Seen", "string", _event_last_seen), col("Type", "string", _getter("type")),
+                      col("Reason", "string", _getter("reason")), col("Object", "string", _event_object),
+                      col("Message", "string", _getter("message")),
+                      col("Source", "string", _getter("source", "component"), 1),
+                      col("First Seen", "string", lambda o: age(o.get("firstTimestamp") or o.get("eventTime")), 1),
+                      col("Count", "integer", _event_count, 1), NAME)),
+    KindInfo(_CORE, "v1", "limitranges", "LimitRange", True, short_names=("limits",),
+             columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
+    KindInfo(_CORE, "v1", "resourcequotas", "ResourceQuota", True, short_names=("quota",),
+             subresources=(_status("ResourceQuota"),), columns=(NAME, AGE)),
+    KindInfo(_CORE, "v1", "persistentvolumes", "PersistentVolume", False, short_names=("pv",),
+             subresources=(_status("PersistentVolume"),),
+             columns=(NAME, col("Capacity", "string", _getter("spec", "capacity", "storage")),
+                      col("Access Modes", "string", lambda o: _join(dig(o, "spec", "accessModes", default=[]) or [], "")),
+                      col("Reclaim Policy", "string", _getter("spec", "persistentVolumeReclaimPolicy")),
+                      col("Status", "string", _getter("status", "phase")),
+                      col("Claim", "string", lambda o: (f"{dig(o, 'spec', 'claimRef', 'namespace')}/{dig(o, 'spec', 'claimRef', 'name')}"
+                                                        if dig(o, "spec", "claimRef") else "")),
+                      col("StorageClass", "string", _getter("spec", "storageClassName")), AGE)),
+    KindInfo(_CORE, "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, short_names=("pvc",),
+             subresources=(_status("PersistentVolumeClaim"),),
+             columns=(NAME, col("Status", "string", _getter("status", "phase")),
+                      col("Volume", "string", _getter("spec", "volumeName")),
+                      col("Capacity", "string", _getter("status", "capacity", "storage")),
+                      col("StorageClass", "string", _getter("spec", "storageClassName")), AGE)),
+    KindInfo(_CORE, "v1", "podtemplates", "PodTemplate", True,
+             columns=(col("Template", "string", _containers_cell(("template", "spec", "containers"), "name")),
+                      col("Containers", "string", _containers_cell(("template", "spec", "containers"), "name")),
+                      col("Images", "string", _containers_cell(("template", "spec", "containers"), "image")),
+                      col("Pod Labels", "string", lambda o: _selector_text(dig(o, "template", "metadata", "labels"))), NAME)),
+    KindInfo(_CORE, "v1", "replicationcontrollers", "ReplicationController", True, short_names=("rc",),
+             categories=("all",), subresources=(_status("ReplicationController"), _scale()),
+             field_getters={"status.replicas": _getter("status", "replicas")},
+             columns=(NAME, col("Desired", "integer", _replicas),
+                      col("Current", "integer", lambda o: dig(o, "status", "replicas", default=0)),
+                      col("Ready", "integer", lambda o: dig(o, "status", "readyReplicas", default=0)), AGE)),
+    # apps/v1 ---------------------------------------------------------------------------
+    KindInfo("apps", "v1", "deployments", "Deployment", True, short_names=("deploy",), categories=("all",),
+             subresources=(_status("Deployment"), _scale()),
+             columns=(NAME, col("Ready", "string", _ready_of),
+                      col("Up-to-date", "integer", lambda o: dig(o, "status", "updatedReplicas", default=0)),
+                      col("Available", "integer", lambda o: dig(o, "status", "availableReplicas", default=0)), AGE,
+                      col("Containers", "string", _containers_cell(("spec", "template", "spec", "containers"), "name"), 1),
+                      col("Images", "string", _containers_cell(("spec", "template", "spec", "containers"), "image"), 1),
+                      col("Selector", "string", lambda o: _label_selector_text(dig(o, "spec", "selector")), 1))),
+    KindInfo("apps", "v1", "replicasets", "ReplicaSet", True, short_names=("rs",), categories=("all",),
+             subresources=(_status("ReplicaSet"), _scale()),
+             field_getters={"status.replicas": _getter("status", "replicas")},
+             columns=(NAME, col("Desired", "integer", _replicas),
+                      col("Current", "integer", lambda o: dig(o, "status", "replicas", default=0)),
+                      col("Ready", "integer", lambda o: dig(o, "status", "readyReplicas", default=0)), AGE)),
+    KindInfo("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",), categories=("all",),
+             subresources=(_status("DaemonSet"),),
+             columns=(NAME, col("Desired", "integer", lambda o: dig(o, "status", "desiredNumberScheduled", default=0)),
+                      col("Current", "integer", lambda o: dig(o, "status", "currentNumberScheduled", default=0)),
+                      col("Ready", "integer", lambda o: dig(o, "status", "numberReady", default=0)),
+                      col("Up-to-date", "integer", lambda o: dig(o, "status", "updatedNumberScheduled", default=0)),
+                      col("Available", "integer", lambda o: dig(o, "status", "numberAvailable", default=0)),
+                      col("Node Selector", "string", lambda o: _selector_text(dig(o, "spec", "template", "spec", "nodeSelector"))),
+                      AGE)),
+    KindInfo("apps", "v1", "statefulsets", "StatefulSet", True, short_names=("sts",), categories=("all",),
+             subresources=(_status("StatefulSet"), _scale()),
+             columns=(NAME, col("Ready", "string", _ready_of), AGE)),
+    KindInfo("apps", "v1", "controllerrevisions", "ControllerRevision", True,
+             columns=(NAME, col("Controller", "string", lambda o: _join(
+                 f"{(r.get('kind') or '').lower()}.{(r.get('apiVersion') or '').split('/')[0]}/{r.get('name')}"
+                 for r in dig(o, "metadata", "ownerReferences", default=[]) or [] if r.get("controller"))),
+                      col("Revision", "integer", _getter("revision")), AGE)),
+    # batch/v1 --------------------------------------------------------------------------
+    KindInfo("batch", "v1", "jobs", "Job", True, categories=("all",), subresources=(_status("Job"),),
+             field_getters={"status.successful": _getter("status", "succeeded")},
+             columns=(NAME, col("Status", "string", _job_status), col("Completions", "string", _job_completions),
+                      col("Duration", "string", _job_duration), AGE)),
+    KindInfo("batch", "v1", "cronjobs", "CronJob", True, short_names=("cj",), categories=("all",),
+             subresources=(_status("CronJob"),),
+             columns=(NAME, col("Schedule", "string", _getter("spec", "schedule")),
+                      col("Timezone", "string", _or_none(_getter("spec", "timeZone"))),
+                      col("Suspend", "boolean", lambda o: bool(dig(o, "spec", "suspend", default=False))),
+                      col("Active", "integer", lambda o: len(dig(o, "status", "active", default=[]) or [])),
+                      col("Last Schedule", "string", lambda o: age(dig(o, "status", "lastScheduleTime"))
+                          if dig(o, "status", "lastScheduleTime") else "<none>"), AGE)),
+    # coordination / events / discovery --------------------------------------------------
+    KindInfo(names.COORDINATION_GROUP, "v1", "leases", "Lease", True,
+             columns=(NAME, col("Holder", "string", _getter("spec", "holderIdentity")), AGE)),
+    KindInfo(names.EVENTS_GROUP, "v1", "events", "Event", True, short_names=("ev",),
+             field_getters={
+                 "regarding.kind": _getter("regarding", "kind"),
+                 "regarding.namespace": _getter("regarding", "namespace"),
+                 "regarding.name": _getter("regarding", "name"),
+                 "regarding.uid": _getter("regarding", "uid"),
+                 "reason": _getter("reason"),
+                 "reportingController": _getter("reportingController"),
+                 "type": _getter("type"),
+             }),
+    KindInfo(names.DISCOVERY_GROUP, "v1", "endpointslices", "EndpointSlice", True,
+             columns=(NAME, col("AddressType", "string", _getter("addressType")),
+                      col("Ports", "string", lambda o: _join((p.get("port") for p in o.get("ports") or []), "<unset>")),
+                      col("Endpoints", "string", lambda o: _join(
+                          (a for e in o.get("endpoints") or [] for a in e.get("addresses") or []), "<unset>")), AGE)),
+    # networking ------------------------------------------------------------------------
+    KindInfo(names.NETWORKING_GROUP, "v1", "ingresses", "Ingress", True, short_names=("ing",),
+             subresources=(_status("Ingress"),),
+             columns=(NAME, col("Class", "string", _or_none(_getter("spec", "ingressClassName"))),
+                      col("Hosts", "string", lambda o: _join((r.get("host") for r in dig(o, "spec", "rules", default=[]) or []), "*")),
+                      col("Address", "string", lambda o: _join(
+                          (i.get("ip") or i.get("hostname") for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []), "")),
+                      col("Ports", "string", lambda o: "80, 443" if dig(o, "spec", "tls") else "80"), AGE)),
+    KindInfo(names.NETWORKING_GROUP, "v1", "ingressclasses", "IngressClass", False,
+             columns=(NAME, col("Controller", "string", _getter("spec", "controller")),
+                      col("Parameters", "string", lambda o: "<none>" if not dig(o, "spec", "parameters") else
+                          f"{dig(o, 'spec', 'parameters', 'kind')}/{dig(o, 'spec', 'parameters', 'name')}"), AGE)),
+    KindInfo(names.NETWORKING_GROUP, "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",),
+             columns=(NAME, col("Pod-Selector", "string", lambda o: _label_selector_text(dig(o, "spec", "podSelector"))), AGE)),
+    # certificates ----------------------------------------------------------------------
+    KindInfo(names.CERTIFICATES_GROUP, "v1", "certificatesigningrequests", "CertificateSigningRequest", False,
+             short_names=("csr",),
+             subresources=(_status("CertificateSigningRequest"),
+                           _sub("approval", "CertificateSigningRequest")),
+             field_getters={"spec.signerName": _getter("spec", "signerName")},
+             columns=(NAME, AGE, col("SignerName", "string", _getter("spec", "signerName")),
+                      col("Requestor", "string", _getter("spec", "username")),
+                      col("RequestedDuration", "string", _csr_duration),
+                      col("Condition", "string", _csr_condition))),
+    # rbac ------------------------------------------------------------------------------
+    KindInfo(names.RBAC_GROUP, "v1", "roles", "Role", True,
+             columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
+    KindInfo(names.RBAC_GROUP, "v1", "rolebindings", "RoleBinding", True,
+             columns=(NAME, col("Role", "string", lambda o: f"{dig(o, 'roleRef', 'kind')}/{dig(o, 'roleRef', 'name')}"), AGE,
+                      col("Users", "string", lambda o: _subjects(o, "User"), 1),
+                      col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
+                      col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),
+    KindInfo(names.RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False,
+             columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
+    KindInfo(names.RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", False,
+             columns=(NAME, col("Role", "string", lambda o: f"{dig(o, 'roleRef', 'kind')}/{dig(o, 'roleRef', 'name')}"), AGE,
+                      col("Users", "string", lambda o: _subjects(o, "User"), 1),
+                      col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
+                      col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),
+    # node / scheduling / policy / storage / admissionregistration ----------------------
+    KindInfo(names.NODE_GROUP, "v1", "runtimeclasses", "RuntimeClass", False,
+             columns=(NAME, col("Handler", "string", _getter("handler")), AGE)),
+    KindInfo(names.SCHEDULING_GROUP, "v1", "priorityclasses", "PriorityClass", False, short_names=("pc",),
+             columns=(NAME, col("Value", "integer", _getter("value")),
+                      col("Global-Default", "boolean", lambda o: bool(o.get("globalDefault", False))), AGE,
+                      col("PreemptionPolicy", "string", _getter("preemptionPolicy")))),
+    KindInfo("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",),
+             subresources=(_status("PodDisruptionBudget"),),
+             columns=(NAME, col("Min Available", "string", _or_none(_getter("spec", "minAvailable"))),
+                      col("Max Unavailable", "string", _or_none(_getter("spec", "maxUnavailable"))),
+                      col("Allowed Disruptions", "integer", lambda o: dig(o, "status", "disruptionsAllowed", default=0)), AGE)),
+    KindInfo(names.STORAGE_GROUP, "v1", "storageclasses", "StorageClass", False, short_names=("sc",),
+             columns=(NAME, col("Provisioner", "string", _getter("provisioner")),
+                      col("ReclaimPolicy", "string", lambda o: o.get("reclaimPolicy") or "Delete"),
+                      col("VolumeBindingMode", "string", lambda o: o.get("volumeBindingMode") or "Immediate"),
+                      col("AllowVolumeExpansion", "boolean", lambda o: bool(o.get("allowVolumeExpansion", False))), AGE)),
+    KindInfo(names.ADMISSIONREGISTRATION_GROUP, "v1", "validatingwebhookconfigurations",
+             "ValidatingWebhookConfiguration", False,
+             columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE)),
+    KindInfo(names.ADMISSIONREGISTRATION_GROUP, "v1", "mutatingwebhookconfigurations",
+             "MutatingWebhookConfiguration", False,
+             columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE)),
+)
+
+
+class Registry:
+    """Look-ups over the declarations, by resource, by kind and by group version."""
+
+    def __init__(self, kinds: Iterable[KindInfo]):
+        self.kinds = tuple(kinds)
+        self._by_resource: dict[tuple[str, str, str], KindInfo] = {}
+        self._by_kind: dict[tuple[str, str, str], KindInfo] = {}
+        for k in self.kinds:
+            key = (k.group, k.version, k.resource)
+            if key in self._by_resource:
+                raise ValueError(f"kind registry: {k.qualified_resource}/{k.version} declared twice")
+            self._by_resource[key] = k
+            self._by_kind[(k.group, k.version, k.kind)] = k
+
+    def by_resource(self, group: str, version: str, resource: str) -> KindInfo | None:
+        return self._by_resource.get((group, version, resource))
+
+    def by_kind(self, group: str, version: str, kind: str) -> KindInfo | None:
+        return self._by_kind.get((group, version, kind))
+
+    def by_api_version_kind(self, api_version: str, kind: str) -> KindInfo | None:
+        group, _, version = api_version.rpartition("/")
+        return self.by_kind(group, version, kind)
+
+    def group_versions(self) -> list[tuple[str, str]]:
+        seen: dict[tuple[str, str], None] = {}
+        for k in self.kinds:
+            seen.setdefault((k.group, k.version), None)
+        return list(seen)
+
+    def in_group_version(self, group: str, version: str) -> list[KindInfo]:
+        return [k for k in self.kinds if k.group == group and k.version == version]
+
+    def resolve(self, name: str) -> list[KindInfo]:
+        """Kinds a user-typed resource name may mean: plural, singular, short name or kind."""
+        n = name.lower()
+        return [k for k in self.kinds
+                if n in (k.resource, k.singular_name, k.kind.lower()) or n in k.short_names]
+
+
+REGISTRY = Registry(KINDS)

@@ -1,0 +1,375 @@
+"""The API server process: wiring, the request path, start-up and shutdown.
+
+Request path: authenticate → authorize → route → handler (decode, admission,
+strategy, store) → storage. Health, version, discovery, OpenAPI and metrics
+are non-resource paths answered here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import ssl
+import time
+from typing import Any
+
+from aiohttp import web
+
+from ..api import names
+from ..api import status as st
+from ..api.kinds import REGISTRY, KindInfo, Registry
+from ..options import Options
+from ..pki import Pki, write_admin_config
+from ..storage.interface import Backend
+from . import codec
+from .admission import SYSTEM_USER, Chain, NamespaceLifecycle, UserInfo
+from .controllers import Controllers
+from .discovery import Discovery, version_info
+from .handlers import ResourceHandlers
+from .health import Check, Health
+from .metrics import Metrics
+from .openapi import OpenAPI
+from .routing import RequestInfo, parse
+from .store import Store, key_prefix
+from .watchcache import WatchCache
+
+log = logging.getLogger("orch-apiserver")
+
+PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+
+
+def version_stage(version: str) -> str:
+    if "alpha" in version:
+        return "alpha"
+    if "beta" in version:
+        return "beta"
+    return "ga"
+
+
+class RuntimeConfig:
+    """Which group versions (and resources) are served, from --runtime-config."""
+
+    def __init__(self, entries: dict[str, bool]):
+        self.entries = entries
+
+    def enabled(self, group: str, version: str, resource: str = "") -> bool:
+        gv = f"{group}/{version}" if group else version
+        e = self.entries
+        if resource and f"{gv}/{resource}" in e:
+            return e[f"{gv}/{resource}"]
+        if gv in e:
+            return e[gv]
+        if not group and f"api/{version}" in e:
+            return e[f"api/{version}"]
+        stage = version_stage(version)
+        if f"api/{stage}" in e:
+            return e[f"api/{stage}"]
+        if "api/all" in e:
+            return e["api/all"]
+        return stage == "ga"
+
+
+def load_backend(opts: Options) -> Backend:
+    if opts.storage_backend == "etcd3":
+        from ..storage.etcd import EtcdBackend
+        endpoints = [u.split("//", 1)[1] for u in opts.etcd_servers]
+        return EtcdBackend(endpoints, prefix=opts.etcd_prefix)
+    from ..storage.sqlite import SqliteBackend
+    return SqliteBackend(os.path.join(opts.data_dir, "state.db"))
+
+
+class ApiServer:
+    def __init__(self, opts: Options, backend: Backend | None = None, registry: Registry = REGISTRY):
+        self.opts = opts
+        self.registry = registry
+        self.runtime = RuntimeConfig(opts.runtime_config)
+        self.backend = backend or load_backend(opts)
+        self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
+        self.store = Store(self.backend, registry, self.cache)
+        self.store.admission = Chain([NamespaceLifecycle(self.store)])
+        self.metrics = Metrics()
+        self.metrics.object_counts = self.cache.object_counts
+        self.handlers = ResourceHandlers(self)
+        host = opts.advertise_address or (opts.bind_address if opts.bind_address not in ("0.0.0.0", "::") else "127.0.0.1")
+        self.server_url = f"https://{host}:{opts.secure_port}" if ":" not in host else f"https://[{host}]:{opts.secure_port}"
+        self.discovery = Discovery(registry, self.runtime.enabled, f"{host}:{opts.secure_port}")
+        self.openapi = OpenAPI(registry, self.runtime.enabled, self.discovery.group_versions())
+        self.health = Health(opts.livez_grace_period)
+        self.shutting_down = False
+        self.post_start_done: dict[str, bool] = {}
+        self.controllers = Controllers(self)
+        self._install_checks()
+        self.pki = Pki(opts.data_dir)
+        self.client_ca = opts.client_ca_file or self.pki.ca_cert
+        self._inflight = 0
+
+    # --- health ---------------------------------------------------------------------
+    def _install_checks(self) -> None:
+        async def ok() -> None:
+            return None
+
+        async def storage() -> str | None:
+            try:
+                await asyncio.wait_for(self.backend.current_revision(), 2.0)
+            except Exception as exc:  # noqa: BLE001
+                return f"storage is unreachable: {exc}"
+            return None
+
+        async def shutdown() -> str | None:
+            return "the server is shutting down" if self.shutting_down else None
+
+        self.health.add(Check("ping", ok))
+        self.health.add(Check("log", ok))
+        self.health.add(Check("etcd" if self.opts.storage_backend == "etcd3" else "sqlite", storage))
+        for hook in ("start-watch-cache", "bootstrap-namespaces", "start-controllers"):
+            self.post_start_done[hook] = False
+
+            async def done(h=hook) -> str | None:
+                return None if self.post_start_done[h] else "not finished"
+
+            self.health.add(Check(f"poststarthook/{hook}", done, post_start=True))
+        self.health.add(Check("shutdown", shutdown), endpoints=("readyz",))
+
+    # --- start-up -------------------------------------------------------------------
+    def prepare_files(self) -> list[str]:
+        """Certificates and the admin connection config; returns what was created."""
+        os.makedirs(self.opts.data_dir, mode=0o700, exist_ok=True)
+        created = []
+        if not self.opts.tls_cert_file:
+            hosts = [self.opts.bind_address, self.opts.advertise_address] if self.opts.advertise_address else [self.opts.bind_address]
+            created += self.pki.ensure(hosts)
+        elif not os.path.exists(self.pki.ca_cert):
+            created += self.pki.ensure([self.opts.bind_address])
+        admin = os.path.join(self.opts.data_dir, "admin" + names.CONNECTION_CONFIG_SUFFIX)
+        if write_admin_config(self.pki, admin, self.server_url):
+            created.append(admin)
+        return created
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        cert = self.opts.tls_cert_file or self.pki.serving_cert
+        key = self.opts.tls_private_key_file or self.pki.serving_key
+        ctx.load_cert_chain(cert, key)
+        ctx.load_verify_locations(self.client_ca)
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
+
+    async def start_storage(self) -> None:
+        await self.backend.start()
+        await self.cache.start()
+        self.post_start_done["start-watch-cache"] = True
+        await self.bootstrap_namespaces()
+        self.post_start_done["bootstrap-namespaces"] = True
+        await self.controllers.start()
+        self.post_start_done["start-controllers"] = True
+
+    async def bootstrap_namespaces(self) -> None:
+        kind = self.registry.by_resource("", "v1", "namespaces")
+        for ns in names.INITIAL_NAMESPACES:
+            try:
+                await self.store.create(kind, "", {"metadata": {"name": ns}}, SYSTEM_USER)
+                log.info("created namespace %s", ns)
+            except st.ApiError as exc:
+                if exc.code != 409:
+                    raise
+
+    async def stop_storage(self) -> None:
+        await self.controllers.stop()
+        await self.cache.stop()
+        await self.backend.close()
+
+    # --- requests -------------------------------------------------------------------
+    def authenticate(self, request: web.Request) -> UserInfo | None:
+        transport = request.transport
+        cert = transport.get_extra_info("peercert") if transport is not None else None
+        if cert:
+            cn, orgs = "", []
+            for rdn in cert.get("subject", ()):
+                for key, value in rdn:
+                    if key == "commonName":
+                        cn = value
+                    elif key == "organizationName":
+                        orgs.append(value)
+            if cn:
+                return UserInfo(cn, groups=tuple(orgs) + (names.GROUP_AUTHENTICATED,))
+        return None
+
+    def authorize(self, user: UserInfo | None, info: RequestInfo) -> None:
+        """Until the authorization work lands: authenticated users may do everything,
+        anonymous requests only read health and version."""
+        if user is not None:
+            return
+        if not info.is_resource and any(info.path == p or info.path.startswith(p + "/") for p in PUBLIC_PATHS):
+            return
+        anon = names.USER_ANONYMOUS
+        if info.is_resource:
+            scope = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
+            raise st.forbidden(info.resource, info.name, info.group,
+                               f'User "{anon}" cannot {info.verb} resource "{info.resource}" in API group '
+                               f'"{info.group}" {scope}')
+        raise st.forbidden_plain(f'forbidden: User "{anon}" cannot {info.verb} path "{info.path}"')
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        info = parse(request.method, request.path, request.query, self.registry, self.runtime.enabled)
+        code = 500
+        self._inflight += 1
+        try:
+            user = self.authenticate(request)
+            self.authorize(user, info)
+            if info.is_resource:
+                resp = await self.handlers.handle(request, info, user or UserInfo(names.USER_ANONYMOUS))
+                self._deprecation(info, resp)
+            else:
+                resp = await self.non_resource(request, info)
+            code = resp.status
+            return resp
+        except st.ApiError as exc:
+            code = exc.code
+            return self.error_response(request, exc)
+        except asyncio.CancelledError:
+            code = 499
+            raise
+        except Exception as exc:  # noqa: BLE001 - never let a bug answer a non-Status body
+            log.exception("internal error serving %s %s", request.method, request.path)
+            code = 500
+            return self.error_response(request, st.internal(f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._inflight -= 1
+            if info.is_resource and info.kind is not None:
+                scope = "namespace" if info.namespace else ("resource" if info.name else "cluster")
+                self.metrics.observe(info.verb.upper() if info.verb == "watch" and False else info.verb.upper(),
+                                     info.group, info.version, info.resource, info.subresource, scope, code,
+                                     time.perf_counter() - t0)
+
+    def _deprecation(self, info: RequestInfo, resp: web.StreamResponse) -> None:
+        k = info.kind
+        if k is not None and k.deprecated and not resp.prepared:
+            resp.headers["Warning"] = (f'299 - "{k.api_version} {k.kind} is deprecated'
+                                       + (f"; unavailable in v{k.removed_release}+" if k.removed_release else "") + '"')
+            self.metrics.deprecated_request(k.group, k.version, k.resource, info.subresource, k.removed_release)
+
+    def error_response(self, request: web.Request, exc: st.ApiError) -> web.Response:
+        body = codec.dumps(exc.to_status())
+        resp = web.Response(body=body, status=exc.code, content_type="application/json")
+        for k, v in exc.headers.items():
+            resp.headers[k] = v
+        return resp
+
+    async def non_resource(self, request: web.Request, info: RequestInfo) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        if request.method not in ("GET", "HEAD"):
+            raise st.method_not_allowed()
+        for endpoint in ("healthz", "livez", "readyz"):
+            if path == f"/{endpoint}":
+                return await self.health.handle(request, endpoint)
+            if path.startswith(f"/{endpoint}/"):
+                return await self.health.handle(request, endpoint, path[len(endpoint) + 2:])
+        if path == "/version":
+            return self.json(request, version_info())
+        if path == "/metrics":
+            return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8",
+                                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        if path == "/api":
+            return self.json(request, self.discovery.api_versions())
+        if path == "/apis":
+            return self.json(request, self.discovery.api_group_list())
+        segs = path.strip("/").split("/")
+        if segs[0] == "api" and len(segs) == 2:
+            doc = self.discovery.resource_list("", segs[1])
+            if doc is not None:
+                return self.json(request, doc)
+        if segs[0] == "apis" and len(segs) == 2:
+            doc = self.discovery.api_group(segs[1])
+            if doc is not None:
+                return self.json(request, doc)
+        if segs[0] == "apis" and len(segs) == 3:
+            doc = self.discovery.resource_list(segs[1], segs[2])
+            if doc is not None:
+                return self.json(request, doc)
+        if path == "/openapi/v3":
+            return self.json(request, self.openapi.index())
+        if path.startswith("/openapi/v3/"):
+            body = self.openapi.docs.get(path[len("/openapi/v3/"):])
+            if body is not None:
+                return web.Response(body=body, content_type="application/json",
+                                    headers={"Cache-Control": "public, immutable"})
+        if path == "/openapi/v2":
+            raise st.not_acceptable("the OpenAPI v2 document is not served; use /openapi/v3")
+        if path == "/":
+            paths = sorted({"/api", "/apis", "/healthz", "/livez", "/readyz", "/version", "/metrics",
+                            "/openapi/v3"} | {f"/api/{v}" if not g else f"/apis/{g}/{v}"
+                                              for g, v in self.discovery.group_versions()})
+            return self.json(request, {"paths": paths})
+        raise st.ApiError(404, "NotFound", "the server could not find the requested resource",
+                          details={"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})
+
+    def json(self, request: web.Request, obj: Any) -> web.Response:
+        pretty = request.query.get("pretty")
+        body = codec.dumps_pretty(obj) if pretty is not None and pretty.lower() in ("", "1", "true") else codec.dumps(obj)
+        return web.Response(body=body, content_type="application/json")
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.opts.max_request_body_bytes + 1024)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return app
+
+    async def serve(self, stop: asyncio.Event) -> int:
+        created = self.prepare_files()
+        for path in created:
+            log.info("created %s", path)
+        await self.start_storage()
+        app = self.make_app()
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.opts.bind_address, self.opts.secure_port, ssl_context=self.ssl_context(),
+                           backlog=1024, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            log.error("cannot listen on %s:%s: %s", self.opts.bind_address, self.opts.secure_port, exc)
+            await runner.cleanup()
+            await self.stop_storage()
+            return 1
+        admin = os.path.join(self.opts.data_dir, "admin" + names.CONNECTION_CONFIG_SUFFIX)
+        log.info("%s serving on %s (storage: %s); admin connection config: %s", names.APISERVER_NAME,
+                 self.server_url, self.opts.storage_backend, admin)
+        await stop.wait()
+        log.info("shutting down: /readyz now fails; waiting %.1fs before closing the listener",
+                 self.opts.shutdown_delay_duration)
+        self.shutting_down = True
+        if self.opts.shutdown_delay_duration > 0:
+            await asyncio.sleep(self.opts.shutdown_delay_duration)
+        await site.stop()
+        if self.opts.shutdown_watch_termination_grace_period > 0:
+            await asyncio.sleep(self.opts.shutdown_watch_termination_grace_period)
+        await self.cache.stop()  # ends every watch stream
+        await runner.cleanup()  # waits for in-flight requests
+        await self.stop_storage()
+        log.info("stopped")
+        return 0
+
+
+def run(opts: Options) -> int:
+    try:
+        import uvloop  # type: ignore
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        server = ApiServer(opts)
+        return await server.serve(stop)
+
+    try:
+        return asyncio.run(main())
+    except Exception as exc:  # noqa: BLE001 - a clear last word instead of a traceback
+        log.error("fatal: %s", exc, exc_info=logging.getLogger().isEnabledFor(logging.DEBUG))
+        return 1

@@ -1,0 +1,640 @@
+"""HTTP handlers for resource requests: every verb on every registered kind."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from ..api import names
+from ..api import status as st
+from ..api.kinds import KindInfo
+from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
+from ..storage.interface import CompactedError
+from . import codec
+from .admission import UserInfo
+from .negotiation import JSON, Target, negotiate, table, validate_include_object
+from .patch import PatchApplyError, PatchError, json_patch, merge_patch
+from .routing import RequestInfo, require_kind
+from .store import DeleteOptions, ListResult, key_prefix, parse_rv
+from .strategy import timestamp
+from .watchcache import CacheEvent, Watcher, WatcherClosed
+
+if TYPE_CHECKING:
+    from .app import ApiServer
+
+log = logging.getLogger("orch-apiserver.handlers")
+
+BODY_TYPES_JSON = ("application/json", "")
+BODY_TYPES_YAML = ("application/yaml", "application/x-yaml", "text/yaml")
+PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
+
+
+def _content_type(request: web.Request) -> str:
+    return (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+
+
+def _bool_param(query, name: str) -> bool:
+    v = query.get(name)
+    if v is None:
+        return False
+    v = v.lower()
+    if v in ("", "1", "true"):
+        return True
+    if v in ("0", "false"):
+        return False
+    raise st.bad_request(f"invalid {name} {query.get(name)!r}: must be true or false")
+
+
+def _int_param(query, name: str, default: int = 0) -> int:
+    v = query.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise st.bad_request(f"invalid {name} {v!r}: must be an integer") from None
+    return n
+
+
+def _dry_run(query) -> bool:
+    values = query.getall("dryRun", [])
+    values = [v for v in values if v != ""]
+    for v in values:
+        if v != "All":
+            raise st.bad_request(f"Invalid dry run value {v!r}: the only supported value is \"All\"")
+    return bool(values)
+
+
+def _field_validation(query) -> str:
+    v = query.get("fieldValidation", "")
+    if v not in ("", "Ignore", "Warn", "Strict"):
+        raise st.bad_request(f"invalid fieldValidation {v!r}: must be Ignore, Warn or Strict")
+    return v or "Warn"
+
+
+def _field_manager(request: web.Request, required: bool = False) -> str:
+    fm = request.query.get("fieldManager", "")
+    if len(fm) > 128:
+        raise st.bad_request("fieldManager: Too long: must have at most 128 bytes")
+    if not fm and required:
+        raise st.bad_request("fieldManager is required for apply requests")
+    if not fm:
+        ua = request.headers.get("User-Agent", "")
+        fm = ua.split("/")[0][:128] or "unknown"
+    return fm
+
+
+def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelector | None]:
+    ls = fs = None
+    try:
+        raw = query.get("labelSelector", "")
+        if raw:
+            ls = parse_label_selector(raw)
+            if ls.empty:
+                ls = None
+        raw = query.get("fieldSelector", "")
+        if raw:
+            fs = parse_field_selector(raw)
+            fs.validate_fields(kind.field_names)
+            if fs.empty:
+                fs = None
+    except SelectorError as exc:
+        raise st.bad_request(f"unable to parse requirement: {exc}" if "requirement" not in str(exc) else str(exc)) from None
+    except ValueError as exc:
+        raise st.bad_request(str(exc)) from None
+    return ls, fs
+
+
+class ResourceHandlers:
+    def __init__(self, server: "ApiServer"):
+        self.server = server
+        self.store = server.store
+        self.cache = server.cache
+
+    # --- response helpers ------------------------------------------------------------
+    def _respond_raw(self, request: web.Request, raw: bytes, code: int, target: Target,
+                     kind: KindInfo | None = None, include: str = "Metadata") -> web.Response:
+        if target.form == "json" and not self._pretty(request):
+            return web.Response(body=raw, status=code, content_type="application/json")
+        obj = codec.load_json(raw)
+        return self._respond_obj(request, obj, code, target, kind, include)
+
+    def _respond_obj(self, request: web.Request, obj: Any, code: int, target: Target,
+                     kind: KindInfo | None = None, include: str = "Metadata") -> web.Response:
+        if target.form == "table" and kind is not None and isinstance(obj, dict) and obj.get("kind") == kind.kind:
+            obj = table(kind, [obj], target, include,
+                        resource_version=(obj.get("metadata") or {}).get("resourceVersion", ""))
+        if target.form == "yaml":
+            return web.Response(body=codec.dump_yaml(obj), status=code, content_type="application/yaml")
+        body = codec.dumps_pretty(obj) if self._pretty(request) else codec.dumps(obj)
+        return web.Response(body=body, status=code, content_type="application/json")
+
+    @staticmethod
+    def _pretty(request: web.Request) -> bool:
+        v = request.query.get("pretty")
+        return v is not None and v.lower() in ("", "1", "true")
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self.server.opts.max_request_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise st.request_entity_too_large(f"the request body is larger than {limit} bytes")
+        body = await request.content.read(limit + 1)
+        if len(body) > limit:
+            raise st.request_entity_too_large(f"the request body is larger than {limit} bytes")
+        return body
+
+    async def _decode_object(self, request: web.Request, kind: KindInfo, expect_kind: str | None = None,
+                             expect_api_version: str | None = None) -> dict:
+        ctype = _content_type(request)
+        if ctype in PROTOBUF_TYPES:
+            raise st.unsupported_media_type(
+                f"the body of the request was in {ctype}, which this server does not decode yet; "
+                "send application/json or application/yaml")
+        if ctype not in BODY_TYPES_JSON and ctype not in BODY_TYPES_YAML:
+            raise st.unsupported_media_type(
+                f"the body of the request was in an unknown format ({ctype}) - accepted media types "
+                "include: application/json, application/yaml")
+        body = await self._read_body(request)
+        obj = codec.decode_body(body, "application/yaml" if ctype in BODY_TYPES_YAML else "application/json")
+        if not isinstance(obj, dict):
+            raise st.bad_request("the request body must be a JSON or YAML object")
+        want_kind = expect_kind or kind.kind
+        want_av = expect_api_version or kind.api_version
+        got_kind, got_av = obj.get("kind"), obj.get("apiVersion")
+        if got_kind not in (None, "") and got_kind != want_kind:
+            raise st.bad_request(f"the kind in the data ({got_kind}) does not match the expected kind ({want_kind})")
+        if got_av not in (None, "") and got_av != want_av:
+            raise st.bad_request(f"the API version in the data ({got_av}) does not match the expected "
+                                 f"API version ({want_av})")
+        md = obj.get("metadata")
+        if md is not None and not isinstance(md, dict):
+            raise st.bad_request("metadata: must be an object")
+        return obj
+
+    def _check_namespace_in_body(self, kind: KindInfo, info: RequestInfo, obj: dict) -> None:
+        md = obj.setdefault("metadata", {})
+        if kind.namespaced:
+            body_ns = md.get("namespace")
+            if body_ns not in (None, "") and body_ns != info.namespace:
+                raise st.bad_request("the namespace of the provided object does not match the namespace "
+                                     "sent on the request")
+
+    # --- dispatch ---------------------------------------------------------------------
+    async def handle(self, request: web.Request, info: RequestInfo, user: UserInfo) -> web.StreamResponse:
+        kind = require_kind(info)
+        if kind.namespaced and info.verb in ("create", "update", "patch", "delete", "get") and not info.namespace:
+            if info.verb != "create" or info.name:
+                raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not kind.namespaced and info.namespace:
+            raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if info.subresource:
+            return await self._subresource(request, info, kind, user)
+        verb = info.verb
+        if verb not in kind.verbs:
+            raise st.method_not_allowed(f"{verb} is not supported on resources of kind {kind.qualified_resource}")
+        if verb == "get":
+            return await self.get(request, info, kind)
+        if verb == "list":
+            return await self.list(request, info, kind)
+        if verb == "watch":
+            return await self.watch(request, info, kind)
+        if verb == "create":
+            if info.name:
+                raise st.method_not_allowed()
+            return await self.create(request, info, kind, user)
+        if verb == "update":
+            return await self.update(request, info, kind, user)
+        if verb == "patch":
+            return await self.patch(request, info, kind, user)
+        if verb == "delete":
+            return await self.delete(request, info, kind, user)
+        if verb == "deletecollection":
+            return await self.delete_collection(request, info, kind, user)
+        raise st.method_not_allowed()
+
+    async def _subresource(self, request: web.Request, info: RequestInfo, kind: KindInfo,
+                           user: UserInfo) -> web.StreamResponse:
+        sub = kind.subresource(info.subresource)
+        if sub is None:
+            raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
+                                               f"({kind.resource}/{info.subresource})")
+        if sub.verbs and info.verb not in sub.verbs:
+            raise st.method_not_allowed(f"{info.verb} is not supported on {kind.resource}/{sub.name}")
+        name = sub.name
+        if name in ("status", "approval") or (name == "finalize" and kind.resource == "namespaces"):
+            if info.verb == "get":
+                return await self.get(request, info, kind)
+            if info.verb == "update":
+                return await self.update(request, info, kind, user, subresource=name)
+            if info.verb == "patch":
+                return await self.patch(request, info, kind, user, subresource=name)
+        if name == "binding" and kind.resource == "pods":
+            return await self.bind_pod(request, info, kind, user)
+        if name == "eviction" and kind.resource == "pods":
+            return await self.evict_pod(request, info, kind, user)
+        if name == "log" and kind.resource == "pods":
+            await self.store.get(kind, info.namespace, info.name)
+            raise st.service_unavailable(
+                f"logs of pod {info.namespace}/{info.name} are not available: reading container logs "
+                "through the API server needs the node agent connection, which this server does not "
+                "have yet")
+        raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
+                                           f"({kind.resource}/{info.subresource}) for verb {info.verb}")
+
+    # --- reads ------------------------------------------------------------------------
+    async def get(self, request: web.Request, info: RequestInfo, kind: KindInfo) -> web.StreamResponse:
+        target = negotiate(request.headers.get("Accept"))
+        include = validate_include_object(request.query.get("includeObject"))
+        raw, rev = await self.store.get(kind, info.namespace, info.name, request.query.get("resourceVersion"))
+        return self._respond_raw(request, codec.splice_rv(raw, rev), 200, target, kind, include)
+
+    async def list(self, request: web.Request, info: RequestInfo, kind: KindInfo) -> web.StreamResponse:
+        q = request.query
+        target = negotiate(request.headers.get("Accept"))
+        include = validate_include_object(q.get("includeObject"))
+        ls, fs = _selectors(kind, q)
+        limit = _int_param(q, "limit")
+        if limit < 0:
+            raise st.bad_request(f"invalid limit {limit}: must not be negative")
+        res = await self.store.list(kind, info.namespace or None, ls, fs, q.get("resourceVersion"),
+                                    q.get("resourceVersionMatch"), limit, q.get("continue"))
+        if target.form == "json" and not self._pretty(request):
+            return web.Response(body=self._list_bytes(kind, res), content_type="application/json")
+        if target.form == "table":
+            objs = [codec.decode_stored(raw, rev) for raw, rev in res.items]
+            body = table(kind, objs, target, include, resource_version=str(res.resource_version),
+                         continue_token=res.continue_token, remaining=res.remaining)
+            return self._respond_obj(request, body, 200, JSON)
+        return self._respond_obj(request, codec.load_json(self._list_bytes(kind, res)), 200, target)
+
+    @staticmethod
+    def _list_bytes(kind: KindInfo, res: ListResult) -> bytes:
+        md: dict[str, Any] = {"resourceVersion": str(res.resource_version)}
+        if res.continue_token:
+            md["continue"] = res.continue_token
+        if res.remaining is not None:
+            md["remainingItemCount"] = res.remaining
+        head = b'{"kind":"%s","apiVersion":"%s","metadata":%s,"items":[' % (
+            kind.list_kind.encode(), kind.api_version.encode(), codec.dumps(md))
+        return head + b",".join(codec.splice_rv(raw, rev) for raw, rev in res.items) + b"]}"
+
+    # --- watch ------------------------------------------------------------------------
+    async def watch(self, request: web.Request, info: RequestInfo, kind: KindInfo) -> web.StreamResponse:
+        q = request.query
+        target = negotiate(request.headers.get("Accept"))
+        include = validate_include_object(q.get("includeObject"))
+        ls, fs = _selectors(kind, q)
+        bookmarks = _bool_param(q, "allowWatchBookmarks")
+        send_initial = _bool_param(q, "sendInitialEvents") if "sendInitialEvents" in q else None
+        rv_match = q.get("resourceVersionMatch", "")
+        n = parse_rv(q.get("resourceVersion"))
+        if send_initial is not None:
+            if not self.server.opts.feature("WatchList") and send_initial:
+                raise st.bad_request("sendInitialEvents is only supported with the WatchList feature gate enabled")
+            if rv_match != "NotOlderThan":
+                raise st.bad_request("sendInitialEvents is forbidden for watch unless resourceVersionMatch "
+                                     "is set to NotOlderThan")
+        elif rv_match:
+            raise st.bad_request("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
+        timeout_s = _int_param(q, "timeoutSeconds", -1)
+        if timeout_s < 0:
+            base = self.server.opts.min_request_timeout
+            timeout_s = int(base * (1 + random.random()))
+        cache = self.cache.cache(key_prefix(kind))
+        namespace = info.namespace if kind.namespaced and info.namespace else None
+
+        initial: list = []
+        start_rv = 0
+        if send_initial or n is None or n == 0:
+            if n is None:
+                if await self.cache.sync() is None:
+                    raise st.service_unavailable("the watch cache is not in sync with storage", retry_after=1)
+            elif n > 0 and not await self.cache.wait_for(n, 3.0):
+                raise st.too_large_resource_version(n, self.cache.rv)
+            watcher = Watcher(cache, namespace, ls, fs)
+            cache.watchers.add(watcher)
+            start_rv = self.cache.rv
+            if send_initial is not False:
+                initial = [e for e in cache.sorted_entries(namespace) if watcher.matches(e)]
+            past: list[CacheEvent] = []
+        else:
+            if n > self.cache.rv and not await self.cache.wait_for(n, 3.0):
+                raise st.too_large_resource_version(n, self.cache.rv)
+            watcher = Watcher(cache, namespace, ls, fs)
+            try:
+                past = cache.events_after(n)
+            except CompactedError as exc:
+                return await self._watch_gone(request, target, n, exc.compacted)
+            cache.watchers.add(watcher)
+            start_rv = n
+        self.server.metrics.watchers_inc(kind, 1)
+        resp = web.StreamResponse(status=200)
+        resp.content_type = "application/json"
+        resp.enable_chunked_encoding()
+        resp.headers["Cache-Control"] = "no-cache, private"
+        try:
+            await resp.prepare(request)
+            sent_columns = False
+            last_rv = start_rv
+
+            async def send(ev_type: str, entry_raw_rv: tuple[bytes, int] | None, cev: CacheEvent | None = None):
+                nonlocal sent_columns
+                if target.form == "json" and cev is not None:
+                    await resp.write(cev.json_frame())
+                    return
+                raw, rv = entry_raw_rv
+                if target.form == "table":
+                    obj = codec.decode_stored(raw, rv)
+                    tbl = table(kind, [obj], target, include, resource_version=str(rv),
+                                with_columns=not sent_columns)
+                    sent_columns = True
+                    await resp.write(codec.dumps({"type": ev_type, "object": tbl}) + b"\n")
+                else:
+                    await resp.write(b'{"type":"%s","object":%s}\n' % (ev_type.encode(), codec.splice_rv(raw, rv)))
+
+            for e in initial:
+                await send("ADDED", (e.raw, e.rv))
+            if send_initial and bookmarks:
+                await resp.write(self._bookmark(kind, start_rv, initial_end=True))
+            for cev in past:
+                out = watcher.filter(cev)
+                if out is not None:
+                    await send(out.type, (out.entry.raw, out.entry.rv), out)
+                    last_rv = out.rv
+            deadline = time.monotonic() + timeout_s
+            interval = self.server.opts.watch_bookmark_interval
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, interval) if bookmarks else remaining
+                try:
+                    cev = await watcher.next(wait)
+                except asyncio.TimeoutError:
+                    if bookmarks and deadline - time.monotonic() > 0:
+                        await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv)))
+                    continue
+                if cev.rv <= last_rv and cev.rv <= start_rv:
+                    continue
+                last_rv = cev.rv
+                await send(cev.type, (cev.entry.raw, cev.entry.rv), cev)
+        except WatcherClosed as exc:
+            if exc.reason and "shutting down" not in exc.reason:
+                status = st.ApiError(410, "Expired", exc.reason).to_status() if "behind" in exc.reason \
+                    else st.ApiError(500, "InternalError", exc.reason).to_status()
+                try:
+                    await resp.write(codec.dumps({"type": "ERROR", "object": status}) + b"\n")
+                except (ConnectionError, RuntimeError):
+                    pass
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            watcher.close("")
+            self.server.metrics.watchers_inc(kind, -1)
+        try:
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass
+        return resp
+
+    def _bookmark(self, kind: KindInfo, rv: int, initial_end: bool = False) -> bytes:
+        md: dict[str, Any] = {"resourceVersion": str(rv)}
+        if initial_end:
+            md["annotations"] = {names.ANNOTATION_INITIAL_EVENTS_END: "true"}
+        return codec.dumps({"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
+                                                           "metadata": md}}) + b"\n"
+
+    async def _watch_gone(self, request: web.Request, target: Target, n: int, floor: int) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200)
+        resp.content_type = "application/json"
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        status = st.gone(f"too old resource version: {n} ({floor + 1})").to_status()
+        await resp.write(codec.dumps({"type": "ERROR", "object": status}) + b"\n")
+        await resp.write_eof()
+        return resp
+
+    # --- writes -----------------------------------------------------------------------
+    async def create(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+        q = request.query
+        target = negotiate(request.headers.get("Accept"))
+        dry = _dry_run(q)
+        _field_validation(q)
+        _field_manager(request)
+        obj = await self._decode_object(request, kind)
+        self._check_namespace_in_body(kind, info, obj)
+        _, raw = await self.store.create(kind, info.namespace, obj, user, dry_run=dry)
+        return self._respond_raw(request, raw, 201, target, kind)
+
+    async def update(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
+                     subresource: str = "") -> web.StreamResponse:
+        q = request.query
+        target = negotiate(request.headers.get("Accept"))
+        dry = _dry_run(q)
+        _field_validation(q)
+        _field_manager(request)
+        body = await self._decode_object(request, kind)
+        self._check_namespace_in_body(kind, info, body)
+        md = body.setdefault("metadata", {})
+        if md.get("name") not in (None, "") and md["name"] != info.name:
+            raise st.bad_request(f"the name of the object ({md['name']}) does not match the name on the URL "
+                                 f"({info.name})")
+        md["name"] = info.name
+        if subresource == "finalize":
+            return await self._finalize(request, info, kind, user, body, dry, target)
+        allow_create = kind.create_on_update and not subresource
+
+        def compute(old: dict) -> dict:
+            return codec.load_json(codec.dumps(body))
+
+        def on_missing() -> dict:
+            if md.get("resourceVersion"):
+                raise st.not_found(kind.resource, info.name, kind.group)
+            return codec.load_json(codec.dumps(body))
+
+        obj, raw, created = await self.store.update(
+            kind, info.namespace, info.name, compute, user, subresource=subresource, dry_run=dry,
+            create_on_missing=allow_create, on_missing=on_missing)
+        return self._respond_raw(request, raw, 201 if created else 200, target, kind)
+
+    async def _finalize(self, request, info, kind, user, body, dry, target) -> web.StreamResponse:
+        fins = (body.get("spec") or {}).get("finalizers") or []
+        if not isinstance(fins, list) or not all(isinstance(f, str) for f in fins):
+            raise st.bad_request("spec.finalizers must be a list of strings")
+
+        def compute(old: dict) -> dict:
+            old.setdefault("spec", {})["finalizers"] = list(fins)
+            return old
+
+        # Finalize bypasses the namespace strategy, which otherwise keeps spec.finalizers.
+        obj, raw, _ = await self.store.update(kind, "", info.name, compute, user, subresource="finalize",
+                                              dry_run=dry)
+        return self._respond_raw(request, raw, 200, target, kind)
+
+    async def patch(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
+                    subresource: str = "") -> web.StreamResponse:
+        q = request.query
+        target = negotiate(request.headers.get("Accept"))
+        dry = _dry_run(q)
+        _field_validation(q)
+        ctype = _content_type(request)
+        if ctype == names.MEDIA_APPLY_PATCH:
+            _field_manager(request, required=True)
+            raise st.unsupported_media_type(
+                "server-side apply (application/apply-patch+yaml) is not supported by this server yet; "
+                "use a merge patch (application/merge-patch+json) or JSON patch")
+        if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH:
+            raise st.unsupported_media_type(
+                "strategic merge patch (application/strategic-merge-patch+json) is not supported by this "
+                "server yet; use a merge patch (application/merge-patch+json) or JSON patch "
+                "(application/json-patch+json)")
+        if ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH):
+            raise st.unsupported_media_type(
+                f"the body of the request was in an unknown format ({ctype or 'none'}) - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json")
+        _field_manager(request)
+        body = await self._read_body(request)
+        doc = codec.decode_body(body, "application/json")
+        if ctype == names.MEDIA_MERGE_PATCH and not isinstance(doc, dict):
+            raise st.bad_request("a merge patch must be a JSON object")
+        if ctype == names.MEDIA_JSON_PATCH and not isinstance(doc, list):
+            raise st.bad_request("a json patch must be a JSON array of operations")
+
+        def compute(old: dict) -> dict:
+            try:
+                new = merge_patch(old, doc) if ctype == names.MEDIA_MERGE_PATCH else json_patch(old, doc)
+            except PatchError as exc:
+                raise st.bad_request(str(exc)) from None
+            except PatchApplyError as exc:
+                raise st.ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from None
+            if not isinstance(new, dict):
+                raise st.ApiError(422, "Invalid", "the patched document is not an object")
+            nmd = new.get("metadata")
+            if isinstance(nmd, dict):
+                # A resourceVersion is a precondition only if the patch itself set one.
+                patched_rv = nmd.get("resourceVersion")
+                old_rv = old["metadata"].get("resourceVersion")
+                if patched_rv == old_rv:
+                    nmd.pop("resourceVersion", None)
+            return new
+
+        obj, raw, _ = await self.store.update(kind, info.namespace, info.name, compute, user,
+                                              subresource=subresource, dry_run=dry, operation="UPDATE")
+        return self._respond_raw(request, raw, 200, target, kind)
+
+    async def _delete_options(self, request: web.Request) -> DeleteOptions:
+        q = request.query
+        opts = DeleteOptions(dry_run=_dry_run(q))
+        body = await self._read_body(request) if request.can_read_body else b""
+        if body.strip():
+            ctype = _content_type(request)
+            if ctype in PROTOBUF_TYPES:
+                raise st.unsupported_media_type("DeleteOptions in protobuf are not decoded yet; send JSON")
+            doc = codec.decode_body(body, "application/yaml" if ctype in BODY_TYPES_YAML else "application/json")
+            if not isinstance(doc, dict):
+                raise st.bad_request("DeleteOptions must be an object")
+            if doc.get("kind") not in (None, "", "DeleteOptions"):
+                raise st.bad_request(f"the body must be DeleteOptions, not {doc.get('kind')}")
+            if "gracePeriodSeconds" in doc and doc["gracePeriodSeconds"] is not None:
+                if not isinstance(doc["gracePeriodSeconds"], int):
+                    raise st.bad_request("gracePeriodSeconds must be an integer")
+                opts.grace_period_seconds = doc["gracePeriodSeconds"]
+            if doc.get("propagationPolicy"):
+                opts.propagation_policy = doc["propagationPolicy"]
+            if doc.get("orphanDependents") is not None and not opts.propagation_policy:
+                opts.propagation_policy = "Orphan" if doc["orphanDependents"] else "Background"
+            pre = doc.get("preconditions") or {}
+            if not isinstance(pre, dict):
+                raise st.bad_request("preconditions must be an object")
+            opts.preconditions_uid = pre.get("uid") or None
+            opts.preconditions_rv = pre.get("resourceVersion") or None
+            dr = doc.get("dryRun") or []
+            if dr:
+                if dr != ["All"]:
+                    raise st.bad_request(f"Invalid dry run value {dr!r}: the only supported value is \"All\"")
+                opts.dry_run = True
+        if "gracePeriodSeconds" in q:
+            opts.grace_period_seconds = _int_param(q, "gracePeriodSeconds")
+        if q.get("propagationPolicy"):
+            opts.propagation_policy = q["propagationPolicy"]
+        if q.get("orphanDependents") and not opts.propagation_policy:
+            opts.propagation_policy = "Orphan" if _bool_param(q, "orphanDependents") else "Background"
+        if opts.propagation_policy not in (None, "Orphan", "Background", "Foreground"):
+            raise st.bad_request(f"invalid propagationPolicy {opts.propagation_policy!r}: must be Orphan, "
+                                 "Background or Foreground")
+        return opts
+
+    async def delete(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+        target = negotiate(request.headers.get("Accept"))
+        opts = await self._delete_options(request)
+        obj, raw, deleted = await self.store.delete(kind, info.namespace, info.name, opts, user)
+        if not deleted or kind.resource == "pods":
+            return self._respond_raw(request, raw, 200, target, kind)
+        md = obj.get("metadata") or {}
+        status = st.success_status({"name": md.get("name", ""), "group": kind.group, "kind": kind.resource,
+                                    "uid": md.get("uid", "")})
+        return self._respond_obj(request, status, 200, target)
+
+    async def delete_collection(self, request: web.Request, info: RequestInfo, kind: KindInfo,
+                                user: UserInfo) -> web.StreamResponse:
+        q = request.query
+        target = negotiate(request.headers.get("Accept"))
+        opts = await self._delete_options(request)
+        ls, fs = _selectors(kind, q)
+        res = await self.store.list(kind, info.namespace or None, ls, fs, None, None, 0, None)
+        for raw, rev in res.items:
+            md = codec.decode_stored(raw, rev)["metadata"]
+            try:
+                await self.store.delete(kind, md.get("namespace", ""), md["name"], opts, user)
+            except st.ApiError as exc:
+                if exc.code != 404:
+                    raise
+        return self._respond_obj(request, st.success_status(), 200, target)
+
+    # --- pod sub-resources ------------------------------------------------------------
+    async def bind_pod(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+        body = await self._decode_object(request, kind, expect_kind="Binding", expect_api_version="v1")
+        target_ref = body.get("target") or {}
+        node = target_ref.get("name") if isinstance(target_ref, dict) else None
+        if not node:
+            raise st.invalid("Binding", info.name, [{"reason": "FieldValueRequired", "field": "target.name",
+                                                       "message": "Required value"}])
+        dry = _dry_run(request.query)
+
+        def compute(old: dict) -> dict:
+            spec = old.setdefault("spec", {})
+            if old["metadata"].get("deletionTimestamp"):
+                raise st.conflict("pods", info.name, "", f"pod {info.name} is being deleted, cannot be assigned to a host")
+            if spec.get("nodeName"):
+                raise st.conflict("pods", info.name, "",
+                                  f"pod {info.name} is already assigned to node \"{spec['nodeName']}\"")
+            spec["nodeName"] = node
+            conds = [c for c in (old.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": timestamp()})
+            old.setdefault("status", {})["conditions"] = conds
+            return old
+
+        # Binding writes spec.nodeName and a status condition in one internal write.
+        await self.store.update(kind, info.namespace, info.name, compute, user, subresource="binding",
+                                dry_run=dry)
+        return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)
+
+    async def evict_pod(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+        body = await self._decode_object(request, kind, expect_kind="Eviction", expect_api_version="policy/v1")
+        opts = DeleteOptions(dry_run=_dry_run(request.query))
+        dopts = body.get("deleteOptions") or {}
+        if isinstance(dopts, dict):
+            if isinstance(dopts.get("gracePeriodSeconds"), int):
+                opts.grace_period_seconds = dopts["gracePeriodSeconds"]
+            pre = dopts.get("preconditions") or {}
+            opts.preconditions_uid = pre.get("uid") or None
+            opts.preconditions_rv = pre.get("resourceVersion") or None
+        await self.store.delete(kind, info.namespace, info.name, opts, user)
+        return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)
+

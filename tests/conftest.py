@@ -1,0 +1,49 @@
+"""Shared fixtures: the real components (containerd, etcd) for the whole session."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.components import Containerd, Etcd, missing_binaries
+
+E2E_DIR = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if E2E_DIR in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _skip_unless_available(component: str, binaries, *, needs_root: bool) -> None:
+    if needs_root and os.geteuid() != 0:
+        pytest.skip(f"{component} tests need root (running as uid {os.geteuid()})")
+    missing = missing_binaries(binaries)
+    if missing:
+        pytest.skip(f"{component} tests need {', '.join(missing)} on PATH (see tests/run.sh)")
+
+
+@pytest.fixture(scope="session")
+def containerd():
+    """A private containerd (CRI enabled) for the session; see tests/components.py."""
+    _skip_unless_available("containerd", Containerd.binaries, needs_root=True)
+    with Containerd() as instance:
+        yield instance
+
+
+@pytest.fixture(scope="session")
+def etcd():
+    """A single-member etcd on loopback for the session; tests share it through etcd_prefix."""
+    _skip_unless_available("etcd", Etcd.binaries, needs_root=False)
+    with Etcd() as instance:
+        yield instance
+
+
+@pytest.fixture
+def etcd_prefix() -> str:
+    """A key prefix no other test uses, e.g. /orch-test/<hex>/."""
+    return f"/orch-test/{uuid.uuid4().hex}/"
