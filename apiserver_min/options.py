@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import ipaddress
 import os
+import urllib.parse
 from typing import Sequence
 
 from .api import names
@@ -118,9 +119,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _duration_seconds(flag: str, value: str) -> float:
     try:
-        return parse_duration(value).total_seconds()
+        seconds = parse_duration(value).total_seconds()
     except DurationError as exc:
         raise OptionsError(f"invalid value {value!r} for flag {flag}: {exc}") from None
+    if seconds < 0:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: must not be negative")
+    return seconds
+
+
+def _etcd_url_ok(url: str) -> bool:
+    try:
+        u = urllib.parse.urlsplit(url)
+        port = u.port
+    except ValueError:  # a port that is not a number or out of range
+        return False
+    return u.scheme in ("http", "https") and bool(u.hostname) and port is not None and u.path in ("", "/")
 
 
 def _int(flag: str, value: str, lo: int, hi: int) -> int:
@@ -207,11 +220,11 @@ def parse(argv: Sequence[str]) -> Options:
     backend = ns.storage_backend.strip()
     if backend not in ("sqlite", "etcd3"):
         raise OptionsError(f"invalid value {backend!r} for flag --storage-backend: must be sqlite or etcd3")
-    etcd_servers = tuple(s.strip() for s in ns.etcd_servers.split(",") if s.strip())
+    etcd_servers = tuple(s.strip().rstrip("/") for s in ns.etcd_servers.split(",") if s.strip())
     if backend == "etcd3" and not etcd_servers:
         raise OptionsError("--etcd-servers must be given with --storage-backend=etcd3")
     for url in etcd_servers:
-        if not (url.startswith("http://") or url.startswith("https://")) or ":" not in url.split("//", 1)[1]:
+        if not _etcd_url_ok(url):
             raise OptionsError(f"invalid value {url!r} for flag --etcd-servers: expected http://HOST:PORT")
     try:
         ipaddress.ip_address(ns.bind_address)

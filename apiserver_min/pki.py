@@ -180,9 +180,21 @@ def connection_config(server: str, ca_pem: bytes, user: str, *, cert_pem_data: b
 
 
 def write_admin_config(pki: Pki, path: str, server: str) -> bool:
-    """Write the administrator's connection config unless it exists. True if written."""
+    """Write the administrator's connection config unless it exists; when it exists
+    with another server address (the port or address changed), only the address
+    is brought up to date. True if anything was written."""
     if os.path.exists(path):
-        return False
+        with open(path, "rb") as f:
+            cfg = yaml.safe_load(f) or {}
+        changed = False
+        for entry in cfg.get("clusters") or []:
+            cluster = entry.get("cluster") or {}
+            if cluster.get("server") != server:
+                cluster["server"] = server
+                changed = True
+        if changed:
+            write_private(path, yaml.safe_dump(cfg, sort_keys=False).encode())
+        return changed
     ca_cert, ca_key = pki.load_ca()
     key = new_key()
     cert = sign_leaf(ca_cert, ca_key, key.public_key(), names.ADMIN_USER, [names.GROUP_MASTERS], client=True)

@@ -142,11 +142,11 @@ def _getter(*path: str) -> Callable[[dict], Any]:
 
 def human_duration(seconds: float) -> str:
     """Short human-readable age, the way upstream tables print AGE."""
-    if seconds < -1:
+    s = int(seconds)  # truncated toward zero, as upstream's int(d.Seconds()): -1.5s is "0s"
+    if s < -1:
         return "<invalid>"
-    if seconds < 0:
+    if s < 0:
         return "0s"
-    s = int(seconds)
     if s < 120:
         return f"{s}s"
     m = s // 60
@@ -430,6 +430,10 @@ def _subjects(obj: dict, kind: str) -> str:
     return _join(s.get("name") for s in subs)
 
 
+def _role_ref(obj: dict) -> str:
+    return f"{dig(obj, 'roleRef', 'kind', default='')}/{dig(obj, 'roleRef', 'name', default='')}"
+
+
 def _pod_nominated(obj: dict) -> str:
     return dig(obj, "status", "nominatedNodeName") or "<none>"
 
@@ -580,10 +584,10 @@ KINDS: tuple[KindInfo, ...] = (
                       col("Capacity", "string", _getter("status", "capacity", "storage")),
                       col("StorageClass", "string", _getter("spec", "storageClassName")), AGE)),
     KindInfo(_CORE, "v1", "podtemplates", "PodTemplate", True,
-             columns=(col("Template", "string", _containers_cell(("template", "spec", "containers"), "name")),
+             columns=(col("Template", "string", _name_cell, fmt="name"),
                       col("Containers", "string", _containers_cell(("template", "spec", "containers"), "name")),
                       col("Images", "string", _containers_cell(("template", "spec", "containers"), "image")),
-                      col("Pod Labels", "string", lambda o: _selector_text(dig(o, "template", "metadata", "labels"))), NAME)),
+                      col("Pod Labels", "string", lambda o: _selector_text(dig(o, "template", "metadata", "labels"))))),
     KindInfo(_CORE, "v1", "replicationcontrollers", "ReplicationController", True, short_names=("rc",),
              categories=("all",), subresources=(_status("ReplicationController"), _scale()),
              field_getters={"status.replicas": _getter("status", "replicas")},
@@ -681,14 +685,14 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo(names.RBAC_GROUP, "v1", "roles", "Role", True,
              columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
     KindInfo(names.RBAC_GROUP, "v1", "rolebindings", "RoleBinding", True,
-             columns=(NAME, col("Role", "string", lambda o: f"{dig(o, 'roleRef', 'kind')}/{dig(o, 'roleRef', 'name')}"), AGE,
+             columns=(NAME, col("Role", "string", _role_ref), AGE,
                       col("Users", "string", lambda o: _subjects(o, "User"), 1),
                       col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
                       col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),
     KindInfo(names.RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False,
              columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
     KindInfo(names.RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", False,
-             columns=(NAME, col("Role", "string", lambda o: f"{dig(o, 'roleRef', 'kind')}/{dig(o, 'roleRef', 'name')}"), AGE,
+             columns=(NAME, col("Role", "string", _role_ref), AGE,
                       col("Users", "string", lambda o: _subjects(o, "User"), 1),
                       col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
                       col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),

@@ -75,7 +75,9 @@ def load_backend(opts: Options) -> Backend:
     if opts.storage_backend == "etcd3":
         from ..storage.etcd import EtcdBackend
         endpoints = [u.split("//", 1)[1] for u in opts.etcd_servers]
-        return EtcdBackend(endpoints, prefix=opts.etcd_prefix)
+        # Compact every 5 minutes to the revision seen 5 minutes earlier, as upstream does:
+        # history and continue tokens stay valid for at least that long.
+        return EtcdBackend(endpoints, prefix=opts.etcd_prefix, compaction_interval=300.0)
     from ..storage.sqlite import SqliteBackend
     return SqliteBackend(os.path.join(opts.data_dir, "state.db"))
 
@@ -271,7 +273,7 @@ class ApiServer:
         if path == "/version":
             return self.json(request, version_info())
         if path == "/metrics":
-            return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8",
+            return web.Response(text=self.metrics.render(),
                                 headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
         if path == "/api":
             return self.json(request, self.discovery.api_versions())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -32,6 +33,7 @@ log = logging.getLogger("orch-apiserver.handlers")
 BODY_TYPES_JSON = ("application/json", "")
 BODY_TYPES_YAML = ("application/yaml", "application/x-yaml", "text/yaml")
 PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
+WATCH_LIVENESS_CHECK = 5.0  # seconds between checks that an idle watch's client is still there
 
 
 def _content_type(request: web.Request) -> str:
@@ -108,6 +110,22 @@ def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelect
     except ValueError as exc:
         raise st.bad_request(str(exc)) from None
     return ls, fs
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteParams:
+    """The query parameters every write shares, parsed and checked once."""
+
+    target: Target
+    dry_run: bool
+    field_validation: str
+    field_manager: str
+
+    @classmethod
+    def parse(cls, request: web.Request, *, apply: bool = False) -> "WriteParams":
+        q = request.query
+        return cls(negotiate(request.headers.get("Accept")), _dry_run(q), _field_validation(q),
+                   _field_manager(request, required=apply))
 
 
 class ResourceHandlers:
@@ -368,31 +386,33 @@ class ResourceHandlers:
                     last_rv = out.rv
             deadline = time.monotonic() + timeout_s
             interval = self.server.opts.watch_bookmark_interval
+            next_bookmark = time.monotonic() + interval
             while True:
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     break
-                wait = min(remaining, interval) if bookmarks else remaining
+                # Wake up at least every few seconds to notice a client that went away.
+                wait = min(remaining, WATCH_LIVENESS_CHECK, max(0.0, next_bookmark - now) if bookmarks else remaining)
                 try:
                     cev = await watcher.next(wait)
                 except asyncio.TimeoutError:
-                    if bookmarks and deadline - time.monotonic() > 0:
+                    if request.transport is None or request.transport.is_closing():
+                        break
+                    if bookmarks and time.monotonic() >= next_bookmark and deadline - time.monotonic() > 0:
                         await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv)))
+                        next_bookmark = time.monotonic() + interval
                     continue
                 if cev.rv <= last_rv and cev.rv <= start_rv:
                     continue
                 last_rv = cev.rv
                 await send(cev.type, (cev.entry.raw, cev.entry.rv), cev)
         except WatcherClosed as exc:
-            if exc.reason and "shutting down" not in exc.reason:
-                status = st.ApiError(410, "Expired", exc.reason).to_status() if "behind" in exc.reason \
-                    else st.ApiError(500, "InternalError", exc.reason).to_status()
-                try:
-                    await resp.write(codec.dumps({"type": "ERROR", "object": status}) + b"\n")
-                except (ConnectionError, RuntimeError):
-                    pass
-        except (ConnectionError, asyncio.CancelledError):
-            pass
+            # Dropped for falling behind, a cache resync or shutdown: the stream just
+            # ends, and the client watches again from the last version it saw.
+            log.debug("watch on %s ended: %s", kind.qualified_resource, exc.reason)
+        except ConnectionError:
+            pass  # the client went away
         finally:
             watcher.close("")
             self.server.metrics.watchers_inc(kind, -1)
@@ -421,23 +441,16 @@ class ResourceHandlers:
 
     # --- writes -----------------------------------------------------------------------
     async def create(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
-        q = request.query
-        target = negotiate(request.headers.get("Accept"))
-        dry = _dry_run(q)
-        _field_validation(q)
-        _field_manager(request)
+        wp = WriteParams.parse(request)
         obj = await self._decode_object(request, kind)
         self._check_namespace_in_body(kind, info, obj)
-        _, raw = await self.store.create(kind, info.namespace, obj, user, dry_run=dry)
-        return self._respond_raw(request, raw, 201, target, kind)
+        _, raw = await self.store.create(kind, info.namespace, obj, user, dry_run=wp.dry_run)
+        return self._respond_raw(request, raw, 201, wp.target, kind)
 
     async def update(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
                      subresource: str = "") -> web.StreamResponse:
-        q = request.query
-        target = negotiate(request.headers.get("Accept"))
-        dry = _dry_run(q)
-        _field_validation(q)
-        _field_manager(request)
+        wp = WriteParams.parse(request)
+        target, dry = wp.target, wp.dry_run
         body = await self._decode_object(request, kind)
         self._check_namespace_in_body(kind, info, body)
         md = body.setdefault("metadata", {})
@@ -478,13 +491,10 @@ class ResourceHandlers:
 
     async def patch(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
                     subresource: str = "") -> web.StreamResponse:
-        q = request.query
-        target = negotiate(request.headers.get("Accept"))
-        dry = _dry_run(q)
-        _field_validation(q)
         ctype = _content_type(request)
+        wp = WriteParams.parse(request, apply=ctype == names.MEDIA_APPLY_PATCH)
+        target, dry = wp.target, wp.dry_run
         if ctype == names.MEDIA_APPLY_PATCH:
-            _field_manager(request, required=True)
             raise st.unsupported_media_type(
                 "server-side apply (application/apply-patch+yaml) is not supported by this server yet; "
                 "use a merge patch (application/merge-patch+json) or JSON patch")
@@ -497,7 +507,6 @@ class ResourceHandlers:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype or 'none'}) - accepted media types "
                 "include: application/json-patch+json, application/merge-patch+json")
-        _field_manager(request)
         body = await self._read_body(request)
         doc = codec.decode_body(body, "application/json")
         if ctype == names.MEDIA_MERGE_PATCH and not isinstance(doc, dict):

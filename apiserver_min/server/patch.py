@@ -113,6 +113,19 @@ def _remove(doc: Any, tokens: list[str], path: str) -> tuple[Any, Any]:
     raise PatchApplyError(f"cannot remove {path!r}: parent is not an object or array")
 
 
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values (RFC 6902 4.6): unlike Python's ==, true is not 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, (dict, list)) or isinstance(b, (dict, list)):
+        return False
+    return a == b
+
+
 def json_patch(doc: Any, ops: Any) -> Any:
     if not isinstance(ops, list):
         raise PatchError("a json patch must be a JSON array of operations")
@@ -138,6 +151,8 @@ def json_patch(doc: Any, ops: Any) -> Any:
                 doc = _add(doc, tokens, copy.deepcopy(op["value"]), path)
         elif kind in ("move", "copy"):
             src = op.get("from")
+            if not isinstance(src, str):
+                raise PatchError(f"json patch operation {i} ({kind}) has no 'from'")
             src_tokens = _split(src, i)
             if kind == "move" and src_tokens == tokens[:len(src_tokens)] and len(tokens) > len(src_tokens):
                 raise PatchApplyError(f"cannot move {src!r} into its own child {path!r}")
@@ -147,7 +162,7 @@ def json_patch(doc: Any, ops: Any) -> Any:
                 value = copy.deepcopy(_get(doc, src_tokens, src))
             doc = _add(doc, tokens, value, path)
         elif kind == "test":
-            if _get(doc, tokens, path) != op["value"]:
+            if not _json_equal(_get(doc, tokens, path), op["value"]):
                 raise PatchApplyError(f"test operation at {path!r} failed: value differs")
         else:
             raise PatchError(f"json patch operation {i}: unknown op {kind!r}")

@@ -145,7 +145,15 @@ class Watcher:
             self.queue.put_nowait(None)
 
     async def next(self, timeout: float | None = None) -> CacheEvent:
-        ev = await asyncio.wait_for(self.queue.get(), timeout) if timeout else await self.queue.get()
+        try:
+            ev = self.queue.get_nowait()  # the common case under load: no timer, no task
+        except asyncio.QueueEmpty:
+            if timeout is None:
+                ev = await self.queue.get()
+            elif timeout <= 0:
+                raise asyncio.TimeoutError from None
+            else:
+                ev = await asyncio.wait_for(self.queue.get(), timeout)
         if ev is None:
             raise WatcherClosed(self.closed_reason or "closed")
         return ev
@@ -314,6 +322,11 @@ class WatchCache:
                     log.warning("relist failed: %s", exc2)
 
     def _dispatch(self, ev: Event) -> None:
+        if ev.type == "PROGRESS":
+            if ev.kv.mod_revision > self.rv:
+                self.rv = ev.kv.mod_revision
+                self._signal()
+            return
         now = time.monotonic()
         c = self.cache_for_key(ev.kv.key)
         if c is not None:
@@ -348,6 +361,13 @@ class WatchCache:
         Returns the cache revision, or None when the cache could not catch up in
         time (the caller then reads from storage)."""
         current = await self.backend.current_revision()
+        if self.rv >= current:
+            return self.rv
+        # Usually the events are just in flight; if not, revisions passed outside
+        # our keys (another tenant of etcd, a compaction marker): ask for progress.
+        if await self.wait_for(current, min(0.05, timeout)):
+            return self.rv
+        await self.backend.request_progress()
         if await self.wait_for(current, timeout):
             return self.rv
         return None

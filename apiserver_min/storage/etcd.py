@@ -108,6 +108,7 @@ class EtcdBackend:
         self._watch_stub: rpc_pb2_grpc.WatchStub | None = None
         self._compacted = 0
         self._compactor: asyncio.Task | None = None
+        self._watch_calls: set = set()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -327,6 +328,7 @@ class EtcdBackend:
             raise UnavailableError("etcd storage is not open")
         lo = self._key(prefix)
         call = stub.Watch()
+        self._watch_calls.add(call)
         try:
             try:
                 await call.write(rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
@@ -341,6 +343,13 @@ class EtcdBackend:
                         raise CompactedError(after, resp.compact_revision)
                     if resp.canceled:
                         raise StorageError(f"etcd canceled the watch: {resp.cancel_reason}")
+                    if not resp.events:
+                        # A progress notification (asked for or periodic): every
+                        # event up to the header's revision has been sent.
+                        if not resp.created and resp.header.revision > after:
+                            after = resp.header.revision
+                            yield Event("PROGRESS", KeyValue("", b"", after, 0), None)
+                        continue
                     for ev in resp.events:
                         event = self._event(ev)
                         after = event.kv.mod_revision
@@ -353,7 +362,15 @@ class EtcdBackend:
                 _reraise_if_task_cancelled()
                 raise UnavailableError("etcd storage closed") from None
         finally:
+            self._watch_calls.discard(call)
             call.cancel()
+
+    async def request_progress(self) -> None:
+        for call in list(self._watch_calls):
+            try:
+                await call.write(rpc_pb2.WatchRequest(progress_request=rpc_pb2.WatchProgressRequest()))
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                pass  # the stream is closing; its reader reports that
 
     # -- compaction ------------------------------------------------------------------
 

@@ -74,7 +74,8 @@ class ListResult:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Event:
-    """One change. ``type`` is ``"PUT"`` or ``"DELETE"``.
+    """One change. ``type`` is ``"PUT"`` or ``"DELETE"`` (or ``"PROGRESS"``, see
+    :meth:`Backend.request_progress`).
 
     For a PUT, ``kv`` is the new value and ``prev`` the old one (None on create);
     for a DELETE, ``kv.value`` is empty, ``kv.mod_revision`` is the deletion's
@@ -140,3 +141,10 @@ class Backend(Protocol):
         ``after_revision >= revision`` still work; older ones raise
         CompactedError. At or below the compacted revision: nothing to do.
         Beyond the current revision: FutureRevisionError."""
+
+    async def request_progress(self) -> None:
+        """Ask every open watch to report progress: each yields, after the events
+        it has already queued, an Event of type ``"PROGRESS"`` whose
+        ``kv.mod_revision`` is a revision through which all its events were
+        delivered (``kv.key`` empty). Watches may also report progress unasked.
+        This is how a watcher learns that revisions outside its prefix passed."""

@@ -455,6 +455,13 @@ class SqliteBackend:
 
     # -- watch -----------------------------------------------------------------
 
+    async def request_progress(self) -> None:
+        # Queued behind every event already fanned out, so the revision is a true bound.
+        for watcher in list(self._watchers):
+            if not watcher.overflowed:
+                watcher.queue.append(Event("PROGRESS", KeyValue("", b"", self._rev, 0), None))
+                watcher.wake()
+
     def watch(self, prefix: str, after_revision: int) -> AsyncIterator[Event]:
         return self._watch(prefix, after_revision)
 
@@ -502,6 +509,11 @@ class SqliteBackend:
                 while True:
                     if watcher.queue:
                         event = watcher.queue.popleft()
+                        if event.type == "PROGRESS":
+                            # Everything through ``after`` (or later) is delivered.
+                            after = max(after, event.kv.mod_revision)
+                            yield Event("PROGRESS", KeyValue("", b"", after, 0), None)
+                            continue
                         if event.kv.mod_revision <= after:
                             continue  # watching from a revision in the future
                         after = event.kv.mod_revision

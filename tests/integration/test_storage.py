@@ -351,6 +351,24 @@ async def test_watch_prefix_isolation(backend):
         await ns.aclose()
 
 
+async def test_watch_reports_progress_past_other_prefixes(backend):
+    """Writes outside a watch's prefix move the revision; asked for progress, the
+    watch says it has delivered everything up to at least that revision."""
+    start = await backend.current_revision()
+    w = backend.watch("/quiet/", start)
+    try:
+        await backend.create("/quiet/a", b"a")
+        outside = await backend.create("/busy/b", b"b")
+        (first,) = await take(w, 1)
+        assert (first.type, first.kv.key) == ("PUT", "/quiet/a")
+        await backend.request_progress()
+        (progress,) = await take(w, 1)
+        assert progress.type == "PROGRESS" and progress.kv.key == ""
+        assert progress.kv.mod_revision >= outside
+    finally:
+        await w.aclose()
+
+
 async def test_watch_delete_events_carry_prev(backend):
     r1 = await backend.create("/d/x", b"last")
     stream = backend.watch("/d/", r1)

@@ -1,0 +1,152 @@
+"""orch-apiserver flags: defaults, and errors that name the flag at fault."""
+
+from __future__ import annotations
+
+import pytest
+
+from apiserver_min.api import names
+from apiserver_min.options import FEATURE_GATES, OptionsError, parse, parse_runtime_config
+
+
+def test_defaults():
+    o = parse([])
+    assert o.data_dir == names.APISERVER_DATA_DIR == "/var/lib/orch-apiserver"
+    assert o.secure_port == 6443
+    assert o.bind_address == "0.0.0.0"
+    assert o.storage_backend == "sqlite"
+    assert o.etcd_servers == ()
+    assert o.etcd_prefix == "/registry"
+    assert o.runtime_config == {}
+    assert o.feature_gates == {}
+    assert o.livez_grace_period == 0.0
+    assert o.shutdown_delay_duration == 0.0
+    assert o.min_request_timeout == 1800
+    assert o.max_request_body_bytes == 3 * 1024 * 1024
+    assert o.watch_bookmark_interval == 60.0
+    assert o.verbosity == 0
+    assert o.warnings == ()
+    # Feature defaults come from the gate table when not set.
+    assert o.feature("WatchBookmark") is True
+    assert o.feature("WatchList") is False
+    assert o.feature("NoSuchGate") is False
+
+
+def test_good_values():
+    o = parse(["--data-dir", "/tmp/x", "--bind-address", "127.0.0.1", "--secure-port", "7443",
+               "--storage-backend", "etcd3", "--etcd-servers", "http://127.0.0.1:2379, https://[::1]:2379",
+               "--etcd-prefix", "/orch/", "--livez-grace-period", "1m30s",
+               "--shutdown-delay-duration", "500ms", "--feature-gates", "WatchList=true,ComponentSLIs=false",
+               "-v", "4"])
+    assert o.data_dir == "/tmp/x"
+    assert o.secure_port == 7443
+    assert o.etcd_servers == ("http://127.0.0.1:2379", "https://[::1]:2379")
+    assert o.etcd_prefix == "/orch"
+    assert o.livez_grace_period == 90.0
+    assert o.shutdown_delay_duration == 0.5
+    assert o.feature_gates == {"WatchList": True, "ComponentSLIs": False}
+    assert o.feature("WatchList") is True and o.feature("ComponentSLIs") is False
+    assert o.verbosity == 4
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--secure-port", "0"], "--secure-port"),
+    (["--secure-port", "65536"], "--secure-port"),
+    (["--secure-port", "abc"], "--secure-port"),
+    (["--secure-port", ""], "--secure-port"),
+    (["--storage-backend", "foo"], "--storage-backend"),
+    (["--storage-backend", "etcd3"], "--etcd-servers"),
+    (["--storage-backend", "etcd3", "--etcd-servers", "localhost:2379"], "--etcd-servers"),
+    (["--storage-backend", "etcd3", "--etcd-servers", "http://localhost"], "--etcd-servers"),
+    (["--storage-backend", "etcd3", "--etcd-servers", "http://localhost:abc"], "--etcd-servers"),
+    (["--storage-backend", "etcd3", "--etcd-servers", "ftp://localhost:2379"], "--etcd-servers"),
+    (["--storage-backend", "etcd3", "--etcd-servers", "http://:2379"], "--etcd-servers"),
+    (["--etcd-prefix", "registry"], "--etcd-prefix"),
+    (["--bind-address", "localhost"], "--bind-address"),
+    (["--advertise-address", "my-host"], "--advertise-address"),
+    (["--livez-grace-period", "5"], "--livez-grace-period"),
+    (["--livez-grace-period", "five seconds"], "--livez-grace-period"),
+    (["--livez-grace-period=-5s"], "--livez-grace-period"),
+    (["--shutdown-delay-duration", "1x"], "--shutdown-delay-duration"),
+    (["--shutdown-delay-duration=-1s"], "--shutdown-delay-duration"),
+    (["--shutdown-watch-termination-grace-period", "soon"], "--shutdown-watch-termination-grace-period"),
+    (["--min-request-timeout", "0"], "--min-request-timeout"),
+    (["--max-request-body-bytes", "ten"], "--max-request-body-bytes"),
+    (["-v", "11"], "-v"),
+    (["--feature-gates", "NoSuchGate=true"], "--feature-gates"),
+    (["--feature-gates", "WatchList"], "--feature-gates"),
+    (["--feature-gates", "WatchList=maybe"], "--feature-gates"),
+    (["--feature-gates", "WatchBookmark=false"], "--feature-gates"),
+    (["--runtime-config", "apps"], "--runtime-config"),
+    (["--runtime-config", "apps/v1=sometimes"], "--runtime-config"),
+    (["--runtime-config", "a/b/c/d"], "--runtime-config"),
+    (["--tls-cert-file", "/nonexistent/cert.pem"], "--tls-cert-file"),
+    (["--client-ca-file", "/nonexistent/ca.pem"], "--client-ca-file"),
+])
+def test_bad_values_name_the_flag(argv, flag):
+    with pytest.raises(OptionsError) as info:
+        parse(argv)
+    assert flag in str(info.value)
+
+
+def test_bad_value_message_quotes_the_value():
+    with pytest.raises(OptionsError, match=r"invalid value 'abc' for flag --secure-port: not an integer"):
+        parse(["--secure-port", "abc"])
+    with pytest.raises(OptionsError, match=r"'foo' for flag --storage-backend: must be sqlite or etcd3"):
+        parse(["--storage-backend", "foo"])
+    with pytest.raises(OptionsError, match="unrecognized feature gate: NoSuchGate"):
+        parse(["--feature-gates", "NoSuchGate=true"])
+    with pytest.raises(OptionsError, match="cannot set feature gate WatchBookmark to false"):
+        parse(["--feature-gates", "WatchBookmark=false"])
+
+
+def test_tls_files_go_together(tmp_path):
+    cert = tmp_path / "c.pem"
+    cert.write_text("x")
+    with pytest.raises(OptionsError, match="--tls-cert-file and --tls-private-key-file"):
+        parse(["--tls-cert-file", str(cert)])
+    o = parse(["--tls-cert-file", str(cert), "--tls-private-key-file", str(cert)])
+    assert o.tls_cert_file == str(cert)
+
+
+def test_ga_gate_true_is_a_warning():
+    o = parse(["--feature-gates", "WatchBookmark=true"])
+    assert o.feature_gates == {"WatchBookmark": True}
+    assert len(o.warnings) == 1 and "GA feature gate WatchBookmark=true" in o.warnings[0]
+
+
+def test_all_alpha_sets_every_alpha_gate_without_overriding_explicit_ones():
+    alpha = {k for k, (stage, _) in FEATURE_GATES.items() if stage == "Alpha"}
+    o = parse(["--feature-gates", "AllAlpha=true"])
+    assert o.feature_gates == {k: True for k in alpha}
+    o = parse(["--feature-gates", "WatchList=false,AllAlpha=true"])
+    assert o.feature_gates["WatchList"] is False
+
+
+@pytest.mark.parametrize("value, parsed", [
+    ("", {}),
+    ("api/all=false", {"api/all": False}),
+    ("api/all=false,api/v1=true", {"api/all": False, "v1": True}),
+    ("v1", {"v1": True}),
+    ("api/alpha=true,api/beta=false", {"api/alpha": True, "api/beta": False}),
+    ("apps/v1=false", {"apps/v1": False}),
+    ("batch/v1", {"batch/v1": True}),
+    ("apps/v1/deployments=false", {"apps/v1/deployments": False}),
+    (" apps/v1=true , ,batch/v1=0", {"apps/v1": True, "batch/v1": False}),
+])
+def test_runtime_config_shapes(value, parsed):
+    assert parse_runtime_config(value) == parsed
+    assert parse(["--runtime-config", value]).runtime_config == parsed
+
+
+def test_version_flag_prints_the_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        parse(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == "orch-apiserver v0.1.0"
+
+
+def test_unknown_flag_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        parse(["--no-such-flag"])
+    assert info.value.code == 2
+    assert "--no-such-flag" in capsys.readouterr().err
