@@ -43,11 +43,14 @@ __all__ = [
     "REPO_ROOT",
     "CONTAINERD_CONFIG_TEMPLATE",
     "CNI_CONFLIST",
+    "IMAGE_BUILDER",
+    "image_builder",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTAINERD_CONFIG_TEMPLATE = REPO_ROOT / "packaging" / "containerd" / "config.toml.in"
 CNI_CONFLIST = REPO_ROOT / "packaging" / "cni" / "10-orch-bridge.conflist"
+IMAGE_BUILDER = REPO_ROOT / "packaging" / "images" / "build.py"
 
 # Which Debian package ships each binary, for error messages.
 _APT_PACKAGE = {
@@ -86,6 +89,25 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def missing_binaries(names) -> list[str]:
     return [name for name in names if shutil.which(name) is None]
+
+
+def image_builder():
+    """packaging/images/build.py as a module (`packaging/` is no import package:
+    it would shadow PyPI's `packaging`). ensure_images(address) imports the test
+    images (orch.local/busybox:1, orch.local/pause:1) into a containerd."""
+    import importlib.util
+
+    name = "orch_image_builder"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, IMAGE_BUILDER)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up by name
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
 
 
 def render_containerd_config(**values: str) -> str:
@@ -437,12 +459,30 @@ class Containerd(_Daemon):
             self.config_path.write_text(self.render_config())
             if self.cni_conflist is not None:
                 shutil.copy(self.cni_conflist, self.cni_conf_dir / self.cni_conflist.name)
-            env = {k: v for k, v in os.environ.items() if not k.startswith("CONTAINERD_")}
-            self._spawn([shutil.which("containerd"), "--config", str(self.config_path)], env=env)
+            self._spawn_containerd()
             self._wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
+        return self
+
+    def _spawn_containerd(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CONTAINERD_")}
+        self._spawn([shutil.which("containerd"), "--config", str(self.config_path)], env=env)
+
+    def stop_daemon(self, timeout: float = 15) -> None:
+        """Stop only the containerd process, as a runtime restart does: shims,
+        containers, pod sandboxes and the directory stay. restart() brings it back."""
+        self._terminate(timeout)
+
+    def restart(self, timeout: float = 20) -> "Containerd":
+        """Restart the containerd process on the same directory and socket (after
+        stop_daemon(), or stopping it now); running containers are kept."""
+        if self._dir is None or self._dir_removed:
+            raise ComponentError("containerd: restart() before start()")
+        self._terminate(15)
+        self._spawn_containerd()
+        self._wait_ready(timeout)
         return self
 
     def _wait_ready(self, timeout: float) -> None:

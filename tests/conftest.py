@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.components import Containerd, Etcd, missing_binaries
+from tests.components import Containerd, Etcd, image_builder, missing_binaries
+from tests.apiserver_fixtures import *  # noqa: E402,F401,F403 - apiserver, apiserver_etcd, kubectl, k8s_client
 
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 
@@ -33,6 +34,16 @@ def containerd():
     _skip_unless_available("containerd", Containerd.binaries, needs_root=True)
     with Containerd() as instance:
         yield instance
+
+
+@pytest.fixture(scope="session")
+def cri_images(containerd) -> dict[str, str]:
+    """orch.local/busybox:1 and orch.local/pause:1 imported into the session
+    containerd (namespace k8s.io); image name -> CRI image ID."""
+    builder = image_builder()
+    if not Path(builder.DEFAULT_BUSYBOX).is_file():
+        pytest.skip(f"test images need {builder.DEFAULT_BUSYBOX} (Debian busybox-static)")
+    return builder.ensure_images(containerd.address)
 
 
 @pytest.fixture(scope="session")

@@ -320,7 +320,7 @@ def _selector_text(sel: dict | None) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(sel.items()))
 
 
-def _label_selector_text(sel: dict | None) -> str:
+def label_selector_text(sel: dict | None) -> str:
     if not sel:
         return "<none>"
     parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
@@ -524,6 +524,7 @@ KINDS: tuple[KindInfo, ...] = (
                       col("Container-Runtime", "string",
                           _or_none(_getter("status", "nodeInfo", "containerRuntimeVersion")), 1))),
     KindInfo(_CORE, "v1", "services", "Service", True, short_names=("svc",), categories=("all",),
+             create_on_update=True,
              subresources=(_status("Service"), _sub("proxy", "ServiceProxyOptions",
                                                       ("create", "delete", "get", "patch", "update"))),
              field_getters={"spec.clusterIP": _getter("spec", "clusterIP"),
@@ -545,6 +546,7 @@ KINDS: tuple[KindInfo, ...] = (
              subresources=(_sub("token", "TokenRequest", ("create",), group=names.AUTHENTICATION_GROUP, version="v1"),),
              columns=(NAME, col("Secrets", "integer", lambda o: len(o.get("secrets") or [])), AGE)),
     KindInfo(_CORE, "v1", "events", "Event", True, short_names=("ev",),
+             create_on_update=True,
              field_getters={
                  "involvedObject.kind": _getter("involvedObject", "kind"),
                  "involvedObject.namespace": _getter("involvedObject", "namespace"),
@@ -602,7 +604,7 @@ KINDS: tuple[KindInfo, ...] = (
                       col("Available", "integer", lambda o: dig(o, "status", "availableReplicas", default=0)), AGE,
                       col("Containers", "string", _containers_cell(("spec", "template", "spec", "containers"), "name"), 1),
                       col("Images", "string", _containers_cell(("spec", "template", "spec", "containers"), "image"), 1),
-                      col("Selector", "string", lambda o: _label_selector_text(dig(o, "spec", "selector")), 1))),
+                      col("Selector", "string", lambda o: label_selector_text(dig(o, "spec", "selector")), 1))),
     KindInfo("apps", "v1", "replicasets", "ReplicaSet", True, short_names=("rs",), categories=("all",),
              subresources=(_status("ReplicaSet"), _scale()),
              field_getters={"status.replicas": _getter("status", "replicas")},
@@ -641,8 +643,10 @@ KINDS: tuple[KindInfo, ...] = (
                           if dig(o, "status", "lastScheduleTime") else "<none>"), AGE)),
     # coordination / events / discovery --------------------------------------------------
     KindInfo(names.COORDINATION_GROUP, "v1", "leases", "Lease", True,
+             create_on_update=True,
              columns=(NAME, col("Holder", "string", _getter("spec", "holderIdentity")), AGE)),
     KindInfo(names.EVENTS_GROUP, "v1", "events", "Event", True, short_names=("ev",),
+             create_on_update=True,
              field_getters={
                  "regarding.kind": _getter("regarding", "kind"),
                  "regarding.namespace": _getter("regarding", "namespace"),
@@ -670,7 +674,7 @@ KINDS: tuple[KindInfo, ...] = (
                       col("Parameters", "string", lambda o: "<none>" if not dig(o, "spec", "parameters") else
                           f"{dig(o, 'spec', 'parameters', 'kind')}/{dig(o, 'spec', 'parameters', 'name')}"), AGE)),
     KindInfo(names.NETWORKING_GROUP, "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",),
-             columns=(NAME, col("Pod-Selector", "string", lambda o: _label_selector_text(dig(o, "spec", "podSelector"))), AGE)),
+             columns=(NAME, col("Pod-Selector", "string", lambda o: label_selector_text(dig(o, "spec", "podSelector"))), AGE)),
     # certificates ----------------------------------------------------------------------
     KindInfo(names.CERTIFICATES_GROUP, "v1", "certificatesigningrequests", "CertificateSigningRequest", False,
              short_names=("csr",),

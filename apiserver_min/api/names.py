@@ -126,3 +126,36 @@ CRI_LABEL_POD_NAMESPACE = "io.orch.pod.namespace"
 CRI_LABEL_POD_UID = "io.orch.pod.uid"
 CRI_LABEL_CONTAINER_NAME = "io.orch.container.name"
 CRI_LABEL_MANAGED = "io.orch.managed"
+
+# Node agent: labels it may set on its own Node (NodeRestriction's allowed set;
+# the prefixes are NODE_AGENT_LABEL_PREFIXES), including the legacy beta keys.
+LABEL_OS_BETA = f"beta.{DOMAIN}/os"
+LABEL_ARCH_BETA = f"beta.{DOMAIN}/arch"
+LABEL_INSTANCE_TYPE_BETA = f"beta.{DOMAIN}/instance-type"
+LABEL_ZONE_FAILURE_DOMAIN = f"failure-domain.beta.{DOMAIN}/zone"
+LABEL_REGION_FAILURE_DOMAIN = f"failure-domain.beta.{DOMAIN}/region"
+NODE_AGENT_ALLOWED_LABELS = (
+    LABEL_HOSTNAME, LABEL_OS, LABEL_ARCH, LABEL_OS_BETA, LABEL_ARCH_BETA,
+    LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA,
+    LABEL_ZONE, LABEL_REGION, LABEL_ZONE_FAILURE_DOMAIN, LABEL_REGION_FAILURE_DOMAIN,
+)
+
+# Node agent: files, defaults and the reserved-level name (upstream "kube-reserved").
+AGENT_PKI_DIR = f"{AGENT_ROOT_DIR}/pki"
+AGENT_VOLUME_PLUGIN_DIR = "/usr/libexec/orch/agent-plugins/volume/exec/"
+AGENT_PAUSE_IMAGE = "orch.local/pause:1"  # built locally by packaging/images (no registry)
+AGENT_RESERVED_LEVEL = "orch-reserved"  # --enforce-node-allocatable value
+AGENT_SERVICE_UNIT = "orch-agent.service"
+APISERVER_SERVICE_UNIT = "orch-apiserver.service"
+INSTALL_PREFIX = "/opt/orch"
+INSTALL_VENV = f"{INSTALL_PREFIX}/venv"
+CONFIG_DIR = "/etc/orch"
+AGENT_ENV_FILE = f"{CONFIG_DIR}/orch-agent.env"
+AGENT_CONFIG_FILE = f"{CONFIG_DIR}/agent/config.yaml"
+
+# Node agent test hooks (environment variables, read once at start): a fake
+# /proc/swaps for the swap probe, a file whose presence stalls the sync loop,
+# and a shorter sync-loop health threshold (a Go duration).
+ENV_AGENT_TEST_PROC_SWAPS = "ORCH_AGENT_TEST_PROC_SWAPS"
+ENV_AGENT_TEST_STALL_FILE = "ORCH_AGENT_TEST_STALL_FILE"
+ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD = "ORCH_AGENT_TEST_SYNC_LOOP_THRESHOLD"

@@ -14,6 +14,7 @@ from aiohttp import web
 from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
+from ..api.kinds import label_selector_text as kinds_label_selector_text
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
 from ..storage.interface import CompactedError
 from . import codec
@@ -161,10 +162,18 @@ class ResourceHandlers:
         limit = self.server.opts.max_request_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise st.request_entity_too_large(f"the request body is larger than {limit} bytes")
-        body = await request.content.read(limit + 1)
-        if len(body) > limit:
-            raise st.request_entity_too_large(f"the request body is larger than {limit} bytes")
-        return body
+        # One read() returns what has arrived so far; read until the end of the body.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await request.content.read(65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise st.request_entity_too_large(f"the request body is larger than {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def _decode_object(self, request: web.Request, kind: KindInfo, expect_kind: str | None = None,
                              expect_api_version: str | None = None) -> dict:
@@ -206,8 +215,10 @@ class ResourceHandlers:
     async def handle(self, request: web.Request, info: RequestInfo, user: UserInfo) -> web.StreamResponse:
         kind = require_kind(info)
         if kind.namespaced and info.verb in ("create", "update", "patch", "delete", "get") and not info.namespace:
-            if info.verb != "create" or info.name:
-                raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
+            if info.verb == "create" and not info.name:
+                # A namespaced kind's all-namespaces collection only reads.
+                raise st.method_not_allowed()
+            raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         if not kind.namespaced and info.namespace:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         if info.subresource:
@@ -251,6 +262,8 @@ class ResourceHandlers:
                 return await self.update(request, info, kind, user, subresource=name)
             if info.verb == "patch":
                 return await self.patch(request, info, kind, user, subresource=name)
+        if name == "scale":
+            return await self.scale(request, info, kind, user)
         if name == "binding" and kind.resource == "pods":
             return await self.bind_pod(request, info, kind, user)
         if name == "eviction" and kind.resource == "pods":
@@ -604,6 +617,68 @@ class ResourceHandlers:
                 if exc.code != 404:
                     raise
         return self._respond_obj(request, st.success_status(), 200, target)
+
+    # --- scale ------------------------------------------------------------------------
+    @staticmethod
+    def _to_scale(obj: dict) -> dict:
+        md = obj.get("metadata") or {}
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        sel = spec.get("selector")
+        if obj.get("kind") == "ReplicationController":
+            selector = ",".join(f"{k}={v}" for k, v in sorted((sel or {}).items()))
+        else:
+            selector = "" if not sel else kinds_label_selector_text(sel)
+        scale_md = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                    if k in md}
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_md,
+                "spec": {"replicas": spec.get("replicas", 1)},
+                "status": {"replicas": status.get("replicas", 0), "selector": selector}}
+
+    async def scale(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+        if info.verb == "get":
+            target = negotiate(request.headers.get("Accept"), table_ok=False)
+            obj = await self.store.get_object(kind, info.namespace, info.name)
+            return self._respond_obj(request, self._to_scale(obj), 200, target)
+        if info.verb == "update":
+            wp = WriteParams.parse(request)
+            body = await self._decode_object(request, kind, expect_kind="Scale", expect_api_version="autoscaling/v1")
+            to_scale = lambda current: body  # noqa: E731
+        elif info.verb == "patch":
+            ctype = _content_type(request)
+            wp = WriteParams.parse(request)
+            if ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH):
+                raise st.unsupported_media_type(
+                    f"patches of the scale sub-resource must be {names.MEDIA_MERGE_PATCH} or "
+                    f"{names.MEDIA_JSON_PATCH}, not {ctype or 'none'}")
+            doc = codec.decode_body(await self._read_body(request), "application/json")
+
+            def to_scale(current: dict) -> dict:
+                try:
+                    return merge_patch(current, doc) if ctype == names.MEDIA_MERGE_PATCH else json_patch(current, doc)
+                except PatchError as exc:
+                    raise st.bad_request(str(exc)) from None
+                except PatchApplyError as exc:
+                    raise st.ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from None
+        else:
+            raise st.method_not_allowed()
+
+        def compute(old: dict) -> dict:
+            current = self._to_scale(old)
+            wanted = to_scale(current)
+            replicas = (wanted.get("spec") or {}).get("replicas") if isinstance(wanted, dict) else None
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise st.invalid("Scale", info.name, [{"reason": "FieldValueInvalid", "field": "spec.replicas",
+                                                      "message": "must be a non-negative integer"}], "autoscaling")
+            rv = (wanted.get("metadata") or {}).get("resourceVersion")
+            if rv and rv != current["metadata"].get("resourceVersion"):
+                old["metadata"]["resourceVersion"] = rv  # a precondition: conflicts below
+            else:
+                old["metadata"].pop("resourceVersion", None)
+            old.setdefault("spec", {})["replicas"] = replicas
+            return old
+
+        obj, _, _ = await self.store.update(kind, info.namespace, info.name, compute, user, dry_run=wp.dry_run)
+        return self._respond_obj(request, self._to_scale(obj), 200, JSON if wp.target.form == "table" else wp.target)
 
     # --- pod sub-resources ------------------------------------------------------------
     async def bind_pod(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:

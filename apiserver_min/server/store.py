@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import datetime as _dt
 import logging
+import time
 from typing import Awaitable, Callable
 
 import orjson
@@ -34,7 +35,9 @@ from .watchcache import Entry, WatchCache
 
 log = logging.getLogger("orch-apiserver.store")
 
-MAX_UPDATE_RETRIES = 16
+# Writes without a precondition retry their compare-and-swap until they land, as
+# upstream does; only a pathological stream of competing writers runs out this clock.
+UPDATE_RETRY_SECONDS = 30.0
 TOO_OLD_CONTINUE = (
     "The provided continue parameter is too old to display a consistent list result. You can start a "
     "new list without the continue parameter, or use the continue token in this response to retrieve "
@@ -154,16 +157,15 @@ class Store:
         return decode_stored(raw, rev)
 
     async def namespace_state(self, name: str) -> str | None:
-        """The phase of a namespace (from the cache; None when missing)."""
+        """The phase of a namespace, read from storage (None when missing).
+
+        Not from the cache: a create right after the namespace's deletion was
+        acknowledged must see it terminating, and the cache may lag by an event."""
         ns_kind = self.registry.by_resource("", "v1", "namespaces")
-        entry = self.cache.cache(key_prefix(ns_kind)).items.get(object_key(ns_kind, "", name))
-        if entry is None:
-            kv = await self._read(object_key(ns_kind, "", name))
-            if kv is None:
-                return None
-            obj = decode_stored(kv.value, kv.mod_revision)
-        else:
-            obj = entry.object()
+        kv = await self._read(object_key(ns_kind, "", name))
+        if kv is None:
+            return None
+        obj = decode_stored(kv.value, kv.mod_revision)
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return "Terminating"
         return (obj.get("status") or {}).get("phase") or "Active"
@@ -326,7 +328,8 @@ class Store:
         Returns (object, response bytes, created)."""
         strategy = self.strategy(kind)
         key = object_key(kind, namespace, name)
-        for _attempt in range(MAX_UPDATE_RETRIES):
+        deadline = time.monotonic() + UPDATE_RETRY_SECONDS
+        while time.monotonic() < deadline:
             kv = await self._read(key)
             if kv is None:
                 if create_on_missing and on_missing is not None:
@@ -385,7 +388,7 @@ class Store:
                     raise st.not_found(kind.resource, name, kind.group) from None
                 new["metadata"]["resourceVersion"] = str(rev)
                 return new, splice_rv(raw, rev), False
-            if raw == encode_for_storage(old):
+            if self._same_object(new, old):
                 new["metadata"]["resourceVersion"] = str(kv.mod_revision)
                 return new, splice_rv(raw, kv.mod_revision), False
             if dry_run:
@@ -406,6 +409,14 @@ class Store:
         raise st.conflict(kind.resource, name, kind.group, "too many concurrent writers; try again")
 
     @staticmethod
+    def _same_object(new: dict, old: dict) -> bool:
+        """Equal apart from the resourceVersion, whatever the key order: a no-op write."""
+        a, b = dict(new), dict(old)
+        a["metadata"] = {k: v for k, v in (new.get("metadata") or {}).items() if k != "resourceVersion"}
+        b["metadata"] = {k: v for k, v in (old.get("metadata") or {}).items() if k != "resourceVersion"}
+        return a == b
+
+    @staticmethod
     def _pending_finalizers(kind: KindInfo, obj: dict) -> bool:
         if (obj.get("metadata") or {}).get("finalizers"):
             return True
@@ -424,7 +435,8 @@ class Store:
                      user: UserInfo) -> tuple[dict, bytes, bool]:
         """Delete one object. Returns (last object, response bytes, deleted_now)."""
         key = object_key(kind, namespace, name)
-        for _attempt in range(MAX_UPDATE_RETRIES):
+        deadline = time.monotonic() + UPDATE_RETRY_SECONDS
+        while time.monotonic() < deadline:
             kv = await self._read(key)
             if kv is None:
                 raise st.not_found(kind.resource, name, kind.group)

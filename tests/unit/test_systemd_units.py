@@ -25,7 +25,7 @@ SYSTEMD_DIR = Path(__file__).resolve().parents[2] / "systemd"
 VENV_BIN = Path(sys.executable).parent
 INSTALLED_BIN = Path("/opt/orch/venv/bin")
 
-UNITS = {"orch-apiserver.service": "orch-apiserver"}
+UNITS = {"orch-apiserver.service": "orch-apiserver", "orch-agent.service": "orch-agent"}
 
 
 def systemd_analyze() -> str:
@@ -110,3 +110,39 @@ def test_example_environment_file_matches_the_unit():
     args = lines[-1].split("=", 1)[1].strip().strip('"').split()
     opts = parse(args)  # every flag in the example is valid
     assert opts.storage_backend == "sqlite"
+
+
+def test_agent_unit_contents():
+    cp = read_unit(SYSTEMD_DIR / "orch-agent.service")
+    service = cp["Service"]
+    assert service["Type"] == "notify"  # READY=1 once the loops run, WATCHDOG=1, STOPPING=1
+    assert service["NotifyAccess"] == "main"
+    assert service["ExecStart"] == "/opt/orch/venv/bin/orch-agent $ORCH_AGENT_ARGS"
+    assert service["EnvironmentFile"] == "-/etc/orch/orch-agent.env"
+    assert service["Restart"] == "always"
+    assert service["RestartPreventExitStatus"] == "2"  # a bad flag or config file
+    assert service["WatchdogSec"] == "30s"
+    assert service["Delegate"] == "yes"  # the agent manages the pod cgroups below its own
+    assert service["KillMode"] == "process"  # stopping the agent leaves containers running
+    assert int(service["LimitNOFILE"]) >= 1000000
+    assert "containerd.service" in cp["Unit"]["After"].split()
+    assert "containerd.service" in cp["Unit"]["Wants"].split()
+    assert cp["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_agent_environment_file_matches_the_unit():
+    from agent.config import build_config
+    from agent.options import parse_args
+
+    env = Path(__file__).resolve().parents[2] / "configs" / "agent" / "orch-agent.env"
+    lines = [ln for ln in env.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert lines and all(ln.startswith("ORCH_AGENT_ARGS=") for ln in lines), lines
+    args = lines[-1].split("=", 1)[1].strip().strip('"').split()
+    parsed = parse_args(args)  # every flag in the example is valid ...
+    assert parsed.deprecation_warnings == ()  # ... and none is deprecated
+    assert parsed.values["config"] == "/etc/orch/agent/config.yaml"
+    # The installed config is the example next to the env file.
+    example = env.parent / "config.yaml"
+    cfg = build_config(parse_args([a if not a.startswith("--config=") else f"--config={example}" for a in args
+                                   if not a.startswith("--lock-file=") and a != "--exit-on-lock-contention"]))
+    assert cfg.container_runtime_endpoint.startswith("unix://")

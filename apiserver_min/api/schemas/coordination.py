@@ -1,0 +1,24 @@
+"""``coordination.orch.io/v1`` (upstream ``coordination.k8s.io``): message package
+``k8s.io.api.coordination.v1`` (upstream v1.27)."""
+
+from __future__ import annotations
+
+from ..schema import OBJECT_META
+from ._common import I32, MICROTIME, STR, F, ptr, struct
+
+S = struct("k8s.io.api.coordination.v1")
+
+LeaseSpec = S("LeaseSpec", [
+    ptr("holderIdentity", STR, 1),
+    ptr("leaseDurationSeconds", I32, 2),
+    ptr("acquireTime", MICROTIME, 3),
+    ptr("renewTime", MICROTIME, 4),
+    ptr("leaseTransitions", I32, 5),
+])
+
+Lease = S("Lease", [
+    F("metadata", OBJECT_META, 1),
+    F("spec", LeaseSpec, 2),
+])
+
+KINDS = {"Lease": Lease}
