@@ -355,12 +355,27 @@ class ApiServer:
         return 0
 
 
+def raise_open_file_limit() -> None:
+    """Every watch holds a connection: lift the soft descriptor limit to the hard one."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
+
+
 def run(opts: Options) -> int:
     try:
         import uvloop  # type: ignore
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass
+
+    raise_open_file_limit()
 
     async def main() -> int:
         stop = asyncio.Event()

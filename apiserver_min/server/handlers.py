@@ -348,7 +348,7 @@ class ResourceHandlers:
             elif n > 0 and not await self.cache.wait_for(n, 3.0):
                 raise st.too_large_resource_version(n, self.cache.rv)
             watcher = Watcher(cache, namespace, ls, fs)
-            cache.watchers.add(watcher)
+            cache.add_watcher(watcher)
             start_rv = self.cache.rv
             if send_initial is not False:
                 initial = [e for e in cache.sorted_entries(namespace) if watcher.matches(e)]
@@ -361,7 +361,7 @@ class ResourceHandlers:
                 past = cache.events_after(n)
             except CompactedError as exc:
                 return await self._watch_gone(request, target, n, exc.compacted)
-            cache.watchers.add(watcher)
+            cache.add_watcher(watcher)
             start_rv = n
         self.server.metrics.watchers_inc(kind, 1)
         resp = web.StreamResponse(status=200)
@@ -408,7 +408,7 @@ class ResourceHandlers:
                 # Wake up at least every few seconds to notice a client that went away.
                 wait = min(remaining, WATCH_LIVENESS_CHECK, max(0.0, next_bookmark - now) if bookmarks else remaining)
                 try:
-                    cev = await watcher.next(wait)
+                    batch = await watcher.next_batch(wait)
                 except asyncio.TimeoutError:
                     if request.transport is None or request.transport.is_closing():
                         break
@@ -416,10 +416,16 @@ class ResourceHandlers:
                         await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv)))
                         next_bookmark = time.monotonic() + interval
                     continue
-                if cev.rv <= last_rv and cev.rv <= start_rv:
+                batch = [cev for cev in batch if cev.rv > start_rv or cev.rv > last_rv]
+                if not batch:
                     continue
-                last_rv = cev.rv
-                await send(cev.type, (cev.entry.raw, cev.entry.rv), cev)
+                last_rv = batch[-1].rv
+                if target.form == "json":
+                    # One write for everything queued: one TLS record, one send.
+                    await resp.write(b"".join(cev.json_frame() for cev in batch))
+                else:
+                    for cev in batch:
+                        await send(cev.type, (cev.entry.raw, cev.entry.rv), cev)
         except WatcherClosed as exc:
             # Dropped for falling behind, a cache resync or shutdown: the stream just
             # ends, and the client watches again from the last version it saw.

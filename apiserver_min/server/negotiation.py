@@ -10,6 +10,7 @@ names the group that was asked for, as kubectl only prints a Table whose
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Iterable
 
 from ..api import names
@@ -54,7 +55,14 @@ def parse_accept(header: str) -> list[tuple[str, dict[str, str]]]:
 
 
 def negotiate(header: str | None, *, table_ok: bool = True, yaml_ok: bool = True) -> Target:
-    if not header or not header.strip():
+    if not header:
+        return JSON
+    return _negotiate(header, table_ok, yaml_ok)
+
+
+@functools.lru_cache(maxsize=256)  # clients send the same few Accept headers over and over
+def _negotiate(header: str, table_ok: bool, yaml_ok: bool) -> Target:
+    if not header.strip():
         return JSON
     entries = parse_accept(header)
     if not entries:

@@ -17,6 +17,7 @@ version.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import dataclasses
 import logging
@@ -90,7 +91,8 @@ class Watcher:
         self.namespace = namespace
         self.labels = labels if labels is not None and not labels.empty else None
         self.fields = fields if fields is not None and not fields.empty else None
-        self.queue: asyncio.Queue[CacheEvent | None] = asyncio.Queue(WATCHER_QUEUE)
+        self.events: collections.deque[CacheEvent] = collections.deque()
+        self._waiter: asyncio.Future | None = None
         self.closed_reason: str | None = None
 
     def matches(self, e: Entry | None) -> bool:
@@ -130,33 +132,54 @@ class Watcher:
         out = self.filter(ev)
         if out is None:
             return
-        try:
-            self.queue.put_nowait(out)
-        except asyncio.QueueFull:
+        if len(self.events) >= WATCHER_QUEUE:
             self.close("the watcher fell too far behind; watch again from the last resourceVersion")
+            return
+        self.events.append(out)
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
 
     def close(self, reason: str) -> None:
         if self.closed_reason is None:
             self.closed_reason = reason
-            self.cache.watchers.discard(self)
-            # Make room for the end marker so the reader wakes up.
-            while self.queue.full():
-                self.queue.get_nowait()
-            self.queue.put_nowait(None)
+            self.cache.remove_watcher(self)
+            self._wake()
 
-    async def next(self, timeout: float | None = None) -> CacheEvent:
-        try:
-            ev = self.queue.get_nowait()  # the common case under load: no timer, no task
-        except asyncio.QueueEmpty:
-            if timeout is None:
-                ev = await self.queue.get()
-            elif timeout <= 0:
-                raise asyncio.TimeoutError from None
-            else:
-                ev = await asyncio.wait_for(self.queue.get(), timeout)
-        if ev is None:
-            raise WatcherClosed(self.closed_reason or "closed")
-        return ev
+    async def next_batch(self, timeout: float | None = None) -> list[CacheEvent]:
+        """Every queued event (at least one); TimeoutError when none came in time,
+        WatcherClosed once closed and drained.
+
+        A plain future per wait, resolved by ``offer``: no task and no queue per
+        event, which is what fan-out to a thousand watchers costs most."""
+        while True:
+            if self.events:
+                batch = list(self.events)
+                self.events.clear()
+                return batch
+            if self.closed_reason is not None:
+                raise WatcherClosed(self.closed_reason or "closed")
+            if timeout is not None and timeout <= 0:
+                raise asyncio.TimeoutError
+            loop = asyncio.get_running_loop()
+            self._waiter = fut = loop.create_future()
+            timer = loop.call_later(timeout, fut.cancel) if timeout is not None else None
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.cancelled() and not self.events and self.closed_reason is None:
+                    # Our own timer, not a cancellation of the task.
+                    current = asyncio.current_task()
+                    if current is None or not current.cancelling():
+                        raise asyncio.TimeoutError from None
+                raise
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
 
 
 class ResourceCache:
@@ -166,7 +189,9 @@ class ResourceCache:
         self.items: dict[str, Entry] = {}
         self.history: collections.deque[CacheEvent] = collections.deque()
         self.history_floor = 0  # events with rv > floor are all in ``history``
-        self.watchers: set[Watcher] = set()
+        # Watchers by the namespace they watch (None: all namespaces), so an event is
+        # offered only to watchers that can see it.
+        self.watchers_by_ns: dict[str | None, set[Watcher]] = {}
         self._sorted_keys: list[str] | None = None
 
     def make_entry(self, key: str, raw: bytes, rv: int) -> Entry:
@@ -181,13 +206,33 @@ class ResourceCache:
                      md.get("labels") or {}, self.kind.selectable_fields(obj), md.get("uid", "") or "",
                      owners, tuple(md.get("finalizers") or ()), bool(md.get("deletionTimestamp")))
 
-    def sorted_entries(self, namespace: str | None = None) -> list[Entry]:
+    @property
+    def watchers(self) -> list[Watcher]:
+        return [w for ws in self.watchers_by_ns.values() for w in ws]
+
+    def add_watcher(self, w: Watcher) -> None:
+        self.watchers_by_ns.setdefault(w.namespace, set()).add(w)
+
+    def remove_watcher(self, w: Watcher) -> None:
+        ws = self.watchers_by_ns.get(w.namespace)
+        if ws is not None:
+            ws.discard(w)
+            if not ws:
+                del self.watchers_by_ns[w.namespace]
+
+    def _keys(self) -> list[str]:
         if self._sorted_keys is None:
             self._sorted_keys = sorted(self.items)
-        items = self.items
+        return self._sorted_keys
+
+    def sorted_entries(self, namespace: str | None = None) -> list[Entry]:
+        keys, items = self._keys(), self.items
         if namespace is None:
-            return [items[k] for k in self._sorted_keys]
-        return [e for k in self._sorted_keys if (e := items[k]).namespace == namespace]
+            return [items[k] for k in keys]
+        # A namespace's keys are one contiguous run: <prefix><ns>/ up to <prefix><ns>0.
+        lo = bisect.bisect_left(keys, f"{self.prefix}{namespace}/")
+        hi = bisect.bisect_left(keys, f"{self.prefix}{namespace}0", lo)
+        return [items[k] for k in keys[lo:hi]]
 
     def apply(self, ev: Event, now: float) -> CacheEvent:
         key, rev = ev.kv.key, ev.kv.mod_revision
@@ -198,19 +243,26 @@ class ResourceCache:
             if prev is None:
                 raise StorageError(f"watch cache: delete of unknown key {key}")
             del self.items[key]
-            self._sorted_keys = None
+            if self._sorted_keys is not None:
+                i = bisect.bisect_left(self._sorted_keys, key)
+                if i < len(self._sorted_keys) and self._sorted_keys[i] == key:
+                    del self._sorted_keys[i]
             gone = dataclasses.replace(prev, rv=rev)
             cev = CacheEvent("DELETED", rev, gone, prev, now)
         else:
             entry = self.make_entry(key, ev.kv.value, rev)
-            if prev is None:
-                self._sorted_keys = None
+            if prev is None and self._sorted_keys is not None:
+                bisect.insort(self._sorted_keys, key)
             self.items[key] = entry
             cev = CacheEvent("MODIFIED" if prev is not None else "ADDED", rev, entry, prev, now)
         self.history.append(cev)
         self._trim(now)
-        for w in tuple(self.watchers):
-            w.offer(cev)
+        by_ns = self.watchers_by_ns
+        if by_ns:
+            for group in (by_ns.get(None), by_ns.get(cev.entry.namespace) if cev.entry.namespace else None):
+                if group:
+                    for w in tuple(group):
+                        w.offer(cev)
         return cev
 
     def _trim(self, now: float) -> None:

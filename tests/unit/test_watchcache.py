@@ -1,0 +1,109 @@
+"""The watch cache's in-memory mechanics: namespace slices, fan-out, waits."""
+
+import asyncio
+
+import pytest
+
+from apiserver_min.api.kinds import REGISTRY
+from apiserver_min.api.selectors import parse_label_selector
+from apiserver_min.server.codec import encode_for_storage
+from apiserver_min.server.watchcache import ResourceCache, Watcher, WatcherClosed
+from apiserver_min.storage.interface import Event, KeyValue
+
+PODS = REGISTRY.by_resource("", "v1", "pods")
+PREFIX = "/pods/"
+
+
+def pod(ns: str, name: str, labels=None) -> bytes:
+    return encode_for_storage({"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": name, "namespace": ns, "labels": labels or {}}})
+
+
+def put(cache: ResourceCache, ns: str, name: str, rev: int, labels=None):
+    key = f"{PREFIX}{ns}/{name}"
+    return cache.apply(Event("PUT", KeyValue(key, pod(ns, name, labels), rev, rev), None), 0.0)
+
+
+def delete(cache: ResourceCache, ns: str, name: str, rev: int):
+    key = f"{PREFIX}{ns}/{name}"
+    return cache.apply(Event("DELETE", KeyValue(key, b"", rev, 0), None), 0.0)
+
+
+def test_namespace_slices_stay_sorted_through_adds_and_deletes():
+    c = ResourceCache(PODS, PREFIX)
+    rev = 0
+    # "a" and "a-b" share a prefix: the slice must not leak across namespaces.
+    for ns in ("b", "a", "a-b", "ab"):
+        for name in ("z", "m", "a"):
+            rev += 1
+            put(c, ns, name, rev)
+    assert [e.name for e in c.sorted_entries("a")] == ["a", "m", "z"]
+    assert [e.namespace for e in c.sorted_entries("a-b")] == ["a-b"] * 3
+    rev += 1
+    delete(c, "a", "m", rev)
+    rev += 1
+    put(c, "a", "b", rev)
+    assert [e.name for e in c.sorted_entries("a")] == ["a", "b", "z"]
+    keys = [e.key for e in c.sorted_entries()]
+    assert keys == sorted(keys) and len(keys) == 12
+
+
+async def test_events_reach_only_watchers_of_their_namespace():
+    c = ResourceCache(PODS, PREFIX)
+    all_ns, ns_a, ns_b = Watcher(c, None, None, None), Watcher(c, "a", None, None), Watcher(c, "b", None, None)
+    for w in (all_ns, ns_a, ns_b):
+        c.add_watcher(w)
+    put(c, "a", "x", 1)
+    put(c, "a", "y", 2)
+    assert [e.rv for e in await ns_a.next_batch(1)] == [1, 2]
+    assert [e.rv for e in await all_ns.next_batch(1)] == [1, 2]
+    with pytest.raises(asyncio.TimeoutError):
+        await ns_b.next_batch(0.05)
+
+
+async def test_selector_watcher_sees_objects_enter_and_leave():
+    c = ResourceCache(PODS, PREFIX)
+    w = Watcher(c, None, parse_label_selector("app=web"), None)
+    c.add_watcher(w)
+    put(c, "a", "x", 1, {"app": "db"})
+    put(c, "a", "x", 2, {"app": "web"})
+    put(c, "a", "x", 3, {"app": "db"})
+    assert [(e.type, e.rv) for e in await w.next_batch(1)] == [("ADDED", 2), ("DELETED", 3)]
+
+
+async def test_waiting_watcher_wakes_on_offer_and_on_close():
+    c = ResourceCache(PODS, PREFIX)
+    w = Watcher(c, "a", None, None)
+    c.add_watcher(w)
+    waiting = asyncio.create_task(w.next_batch(5))
+    await asyncio.sleep(0.01)
+    put(c, "a", "x", 1)
+    assert [e.rv for e in await waiting] == [1]
+    waiting = asyncio.create_task(w.next_batch(5))
+    await asyncio.sleep(0.01)
+    w.close("done")
+    with pytest.raises(WatcherClosed):
+        await waiting
+    assert c.watchers == []
+
+
+async def test_cancelling_a_waiting_reader_is_a_cancellation_not_a_timeout():
+    c = ResourceCache(PODS, PREFIX)
+    w = Watcher(c, "a", None, None)
+    task = asyncio.create_task(w.next_batch(5))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_a_watcher_that_falls_behind_is_closed(monkeypatch):
+    import apiserver_min.server.watchcache as wc
+    monkeypatch.setattr(wc, "WATCHER_QUEUE", 3)
+    c = ResourceCache(PODS, PREFIX)
+    w = Watcher(c, None, None, None)
+    c.add_watcher(w)
+    for rev in range(1, 6):
+        put(c, "a", f"p{rev}", rev)
+    assert w.closed_reason and "behind" in w.closed_reason
+    assert c.watchers == []
