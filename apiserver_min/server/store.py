@@ -38,6 +38,9 @@ log = logging.getLogger("orch-apiserver.store")
 # Writes without a precondition retry their compare-and-swap until they land, as
 # upstream does; only a pathological stream of competing writers runs out this clock.
 UPDATE_RETRY_SECONDS = 30.0
+# After accepting a namespace's deletion, admission reads that namespace from storage
+# (not the cache, which may still show it active) for this long.
+NAMESPACE_LIVE_LOOKUP_SECONDS = 30.0
 TOO_OLD_CONTINUE = (
     "The provided continue parameter is too old to display a consistent list result. You can start a "
     "new list without the continue parameter, or use the continue token in this response to retrieve "
@@ -125,6 +128,7 @@ class Store:
         self.cache = cache
         self.admission = admission or Chain([])
         self.strategies: dict[str, Strategy] = {key_prefix(k): strategy_for(k) for k in registry.kinds}
+        self._recent_namespace_deletes: dict[str, float] = {}
 
     def strategy(self, kind: KindInfo) -> Strategy:
         return self.strategies[key_prefix(kind)]
@@ -157,12 +161,22 @@ class Store:
         return decode_stored(raw, rev)
 
     async def namespace_state(self, name: str) -> str | None:
-        """The phase of a namespace, read from storage (None when missing).
+        """The phase of a namespace (None when missing).
 
-        Not from the cache: a create right after the namespace's deletion was
-        acknowledged must see it terminating, and the cache may lag by an event."""
+        The cache answers when it can. It may lag by an event, so a namespace the
+        cache does not know, or whose deletion this server accepted a moment ago,
+        is read from storage: a create right after an acknowledged namespace
+        deletion must see it terminating."""
         ns_kind = self.registry.by_resource("", "v1", "namespaces")
-        kv = await self._read(object_key(ns_kind, "", name))
+        key = object_key(ns_kind, "", name)
+        entry = self.cache.cache(key_prefix(ns_kind)).items.get(key)
+        deleted_at = self._recent_namespace_deletes.get(name)
+        if deleted_at is not None and time.monotonic() - deleted_at > NAMESPACE_LIVE_LOOKUP_SECONDS:
+            del self._recent_namespace_deletes[name]
+            deleted_at = None
+        if entry is not None and deleted_at is None:
+            return "Terminating" if entry.deleting else "Active"
+        kv = await self._read(key)
         if kv is None:
             return None
         obj = decode_stored(kv.value, kv.mod_revision)
@@ -435,6 +449,8 @@ class Store:
                      user: UserInfo) -> tuple[dict, bytes, bool]:
         """Delete one object. Returns (last object, response bytes, deleted_now)."""
         key = object_key(kind, namespace, name)
+        if kind.group == "" and kind.resource == "namespaces" and not opts.dry_run:
+            self._recent_namespace_deletes[name] = time.monotonic()
         deadline = time.monotonic() + UPDATE_RETRY_SECONDS
         while time.monotonic() < deadline:
             kv = await self._read(key)

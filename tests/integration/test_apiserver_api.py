@@ -1698,3 +1698,16 @@ def test_compacted_versions_are_410_gone(apiserver_etcd, etcd):
     assert_status(doc, 410, "Expired")
     # Fresh lists still work.
     assert len(list_names(server, cm_path(ns))) == 3
+
+
+def test_create_right_after_namespace_deletion_is_refused(server):
+    """Once a namespace's deletion is acknowledged, a create in it is refused at once,
+    even before the watch cache has seen the deletion."""
+    for i in range(10):
+        name = f"race-{uuid.uuid4().hex[:8]}"
+        server.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
+        create_cm(server, name, "keep")
+        server.json("DELETE", f"/api/v1/namespaces/{name}", expect=(200, 202))
+        status, doc = server.json("POST", cm_path(name), {"metadata": {"name": "late"}})
+        assert status == 403, (i, doc)
+        assert doc["reason"] == "Forbidden" and "being terminated" in doc["message"]
