@@ -22,6 +22,7 @@ import orjson
 
 from ..api import names
 from ..api import status as st
+from ..api.defaults import apply_defaults
 from ..api.kinds import KindInfo, Registry
 from ..api.selectors import FieldSelector, LabelSelector
 from ..api.timeutil import format_rfc3339, now
@@ -310,6 +311,7 @@ class Store:
         if md.get("resourceVersion"):
             raise st.bad_request("resourceVersion should not be set on objects to be created")
         strategy.prepare_for_create(obj)
+        apply_defaults(kind.group, kind.version, kind.kind, obj)
         errs = strategy.validate(obj)
         if errs:
             raise st.invalid(kind.kind, str(md.get("name") or md.get("generateName") or ""), causes(errs), kind.group)
@@ -385,6 +387,7 @@ class Store:
                 strategy.keep_system_metadata(new, old)
             else:
                 strategy.prepare_for_update(new, old)
+            apply_defaults(kind.group, kind.version, kind.kind, new)
             errs = strategy.validate_update(new, old)
             if errs:
                 raise st.invalid(kind.kind, name, causes(errs), kind.group)

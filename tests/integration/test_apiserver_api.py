@@ -1711,3 +1711,26 @@ def test_create_right_after_namespace_deletion_is_refused(server):
         status, doc = server.json("POST", cm_path(name), {"metadata": {"name": "late"}})
         assert status == 403, (i, doc)
         assert doc["reason"] == "Forbidden" and "being terminated" in doc["message"]
+
+
+def test_created_objects_carry_upstream_defaults(apiserver, sq_ns):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "defaults"},
+           "spec": {"containers": [{"name": "c", "image": "orch.local/busybox:1",
+                                    "ports": [{"containerPort": 80}]},
+                                   {"name": "latest", "image": "orch.local/busybox"}]}}
+    _, obj = apiserver.json("POST", f"/api/v1/namespaces/{sq_ns}/pods", pod, expect=201)
+    spec = obj["spec"]
+    assert spec["restartPolicy"] == "Always" and spec["dnsPolicy"] == "ClusterFirst"
+    assert spec["terminationGracePeriodSeconds"] == 30
+    first, second = spec["containers"]
+    assert first["imagePullPolicy"] == "IfNotPresent" and second["imagePullPolicy"] == "Always"
+    assert first["terminationMessagePath"] == "/dev/termination-log"
+    assert first["ports"][0]["protocol"] == "TCP"
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "defaults"},
+           "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}}
+    _, obj = apiserver.json("POST", f"/api/v1/namespaces/{sq_ns}/services", svc, expect=201)
+    assert obj["spec"]["type"] == "ClusterIP" and obj["spec"]["sessionAffinity"] == "None"
+    assert obj["spec"]["ports"][0]["protocol"] == "TCP" and obj["spec"]["ports"][0]["targetPort"] == 80
+    # A PUT of what was read back is a no-op: defaults are stable.
+    _, again = apiserver.json("PUT", f"/api/v1/namespaces/{sq_ns}/services/defaults", obj, expect=200)
+    assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
