@@ -10,11 +10,13 @@ import argparse
 import dataclasses
 import ipaddress
 import os
+import types
 import urllib.parse
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .api import names
 from .api.duration import DurationError, parse_duration
+from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
 from .version import __version__
 
 
@@ -22,18 +24,21 @@ class OptionsError(ValueError):
     pass
 
 
-# Feature gates the API server knows, with their stage and default. Unknown
-# gates are an error; GA gates may be set (to true) with a warning.
-FEATURE_GATES: dict[str, tuple[str, bool]] = {
-    "APIListChunking": ("GA", True),
-    "WatchList": ("Alpha", False),
-    "WatchBookmark": ("GA", True),
-    "ServerSideApply": ("GA", True),
-    "ServerSideFieldValidation": ("GA", True),
-    "APIPriorityAndFairness": ("Beta", True),
-    "ConsistentListFromCache": ("Alpha", False),
-    "ComponentSLIs": ("Beta", True),
-}
+# Feature gates the API server knows, with their stage and default (the shared
+# mechanism in api/featuregates.py applies the rules: unknown gates are an error,
+# GA gates are locked on and warn when set).
+FEATURE_GATES: Mapping[str, GateSpec] = types.MappingProxyType({
+    "AllAlpha": GateSpec(Stage.ALPHA, False),
+    "AllBeta": GateSpec(Stage.BETA, False),
+    "APIListChunking": GateSpec(Stage.GA, True, locked=True),
+    "WatchList": GateSpec(Stage.ALPHA, False),
+    "WatchBookmark": GateSpec(Stage.GA, True, locked=True),
+    "ServerSideApply": GateSpec(Stage.GA, True, locked=True),
+    "ServerSideFieldValidation": GateSpec(Stage.GA, True, locked=True),
+    "APIPriorityAndFairness": GateSpec(Stage.BETA, True),
+    "ConsistentListFromCache": GateSpec(Stage.ALPHA, False),
+    "ComponentSLIs": GateSpec(Stage.BETA, True),
+})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Options:
     livez_grace_period: float
     shutdown_delay_duration: float
     shutdown_watch_termination_grace_period: float
-    feature_gates: dict[str, bool]
+    feature_gates: FeatureGates
     advertise_address: str
     min_request_timeout: int
     watch_bookmark_interval: float
@@ -60,7 +65,7 @@ class Options:
     warnings: tuple[str, ...] = ()
 
     def feature(self, name: str) -> bool:
-        return self.feature_gates.get(name, FEATURE_GATES.get(name, ("", False))[1])
+        return name in self.feature_gates and self.feature_gates.enabled(name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Largest accepted request body in bytes (default %(default)s).")
     g.add_argument("--feature-gates", default="",
                    help="Comma-separated key=true|false pairs. Known gates: "
-                        + ", ".join(f"{k} ({v[0]}, default {str(v[1]).lower()})"
-                                    for k, v in sorted(FEATURE_GATES.items())))
+                        + ", ".join(describe_known(FEATURE_GATES)))
     g.add_argument("--runtime-config", default="",
                    help="Comma-separated <group>/<version>[=true|false] (or api/all, api/alpha, "
                         "api/beta) enabling or disabling group versions.")
@@ -155,40 +159,6 @@ def parse_bool(flag: str, value: str) -> bool:
     raise OptionsError(f"invalid value {value!r} for flag {flag}: expected true or false")
 
 
-def parse_feature_gates(value: str, known: dict[str, tuple[str, bool]],
-                        flag: str = "--feature-gates") -> tuple[dict[str, bool], list[str]]:
-    gates: dict[str, bool] = {}
-    warnings: list[str] = []
-    if not value.strip():
-        return gates, warnings
-    for part in value.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        key, sep, raw = part.partition("=")
-        key = key.strip()
-        if not sep:
-            raise OptionsError(f"invalid value {value!r} for flag {flag}: missing '=' in {part!r}")
-        enabled = parse_bool(f"{flag} ({key})", raw)
-        if key in ("AllAlpha", "AllBeta"):
-            stage = key[3:]
-            for name, (st, _) in known.items():
-                if st == stage:
-                    gates.setdefault(name, enabled)
-            continue
-        if key not in known:
-            raise OptionsError(f"invalid value {value!r} for flag {flag}: unrecognized feature gate: {key}")
-        stage, _ = known[key]
-        if stage in ("GA", "Deprecated"):
-            warnings.append(f"Setting {stage} feature gate {key}={str(enabled).lower()}. "
-                            "It will be removed in a future release.")
-            if stage == "GA" and not enabled:
-                raise OptionsError(f"invalid value {value!r} for flag {flag}: cannot set feature gate "
-                                   f"{key} to false, feature is locked to true")
-        gates[key] = enabled
-    return gates, warnings
-
-
 def parse_runtime_config(value: str) -> dict[str, bool]:
     """``group/version[=bool]`` entries; ``api/all``, ``api/alpha``, ``api/beta`` toggle many."""
     out: dict[str, bool] = {}
@@ -244,8 +214,11 @@ def parse(argv: Sequence[str]) -> Options:
             raise OptionsError(f"invalid value {path!r} for flag {flag}: no such file")
     if not ns.etcd_prefix.startswith("/"):
         raise OptionsError(f"invalid value {ns.etcd_prefix!r} for flag --etcd-prefix: must start with '/'")
-    gates, gate_warnings = parse_feature_gates(ns.feature_gates, FEATURE_GATES)
-    warnings += gate_warnings
+    try:
+        gates = FeatureGates.parse(ns.feature_gates, FEATURE_GATES)
+    except FeatureGateError as exc:
+        raise OptionsError(f"invalid value {ns.feature_gates!r} for flag --feature-gates: {exc}") from None
+    warnings += gates.warnings
     return Options(
         data_dir=ns.data_dir,
         bind_address=ns.bind_address,

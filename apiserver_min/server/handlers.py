@@ -113,6 +113,17 @@ def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelect
     return ls, fs
 
 
+def _apply_patch(ctype: str, current: dict, doc) -> object:
+    """A merge or JSON patch applied to ``current``: 400 for a malformed patch,
+    422 for one that cannot apply to this object."""
+    try:
+        return merge_patch(current, doc) if ctype == names.MEDIA_MERGE_PATCH else json_patch(current, doc)
+    except PatchError as exc:
+        raise st.bad_request(str(exc)) from None
+    except PatchApplyError as exc:
+        raise st.ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class WriteParams:
     """The query parameters every write shares, parsed and checked once."""
@@ -534,12 +545,7 @@ class ResourceHandlers:
             raise st.bad_request("a json patch must be a JSON array of operations")
 
         def compute(old: dict) -> dict:
-            try:
-                new = merge_patch(old, doc) if ctype == names.MEDIA_MERGE_PATCH else json_patch(old, doc)
-            except PatchError as exc:
-                raise st.bad_request(str(exc)) from None
-            except PatchApplyError as exc:
-                raise st.ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from None
+            new = _apply_patch(ctype, old, doc)
             if not isinstance(new, dict):
                 raise st.ApiError(422, "Invalid", "the patched document is not an object")
             nmd = new.get("metadata")
@@ -659,12 +665,7 @@ class ResourceHandlers:
             doc = codec.decode_body(await self._read_body(request), "application/json")
 
             def to_scale(current: dict) -> dict:
-                try:
-                    return merge_patch(current, doc) if ctype == names.MEDIA_MERGE_PATCH else json_patch(current, doc)
-                except PatchError as exc:
-                    raise st.bad_request(str(exc)) from None
-                except PatchApplyError as exc:
-                    raise st.ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from None
+                return _apply_patch(ctype, current, doc)
         else:
             raise st.method_not_allowed()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apiserver_min.api import names
+from apiserver_min.api.featuregates import Stage
 from apiserver_min.options import FEATURE_GATES, OptionsError, parse, parse_runtime_config
 
 
@@ -17,7 +18,7 @@ def test_defaults():
     assert o.etcd_servers == ()
     assert o.etcd_prefix == "/registry"
     assert o.runtime_config == {}
-    assert o.feature_gates == {}
+    assert o.feature_gates.explicit == {}
     assert o.livez_grace_period == 0.0
     assert o.shutdown_delay_duration == 0.0
     assert o.min_request_timeout == 1800
@@ -43,7 +44,7 @@ def test_good_values():
     assert o.etcd_prefix == "/orch"
     assert o.livez_grace_period == 90.0
     assert o.shutdown_delay_duration == 0.5
-    assert o.feature_gates == {"WatchList": True, "ComponentSLIs": False}
+    assert o.feature_gates.explicit == {"WatchList": True, "ComponentSLIs": False}
     assert o.feature("WatchList") is True and o.feature("ComponentSLIs") is False
     assert o.verbosity == 4
 
@@ -110,16 +111,16 @@ def test_tls_files_go_together(tmp_path):
 
 def test_ga_gate_true_is_a_warning():
     o = parse(["--feature-gates", "WatchBookmark=true"])
-    assert o.feature_gates == {"WatchBookmark": True}
+    assert o.feature_gates.explicit == {"WatchBookmark": True}
     assert len(o.warnings) == 1 and "GA feature gate WatchBookmark=true" in o.warnings[0]
 
 
 def test_all_alpha_sets_every_alpha_gate_without_overriding_explicit_ones():
-    alpha = {k for k, (stage, _) in FEATURE_GATES.items() if stage == "Alpha"}
+    alpha = {k for k, spec in FEATURE_GATES.items() if spec.stage is Stage.ALPHA and k != "AllAlpha"}
     o = parse(["--feature-gates", "AllAlpha=true"])
-    assert o.feature_gates == {k: True for k in alpha}
+    assert {k: o.feature(k) for k in alpha} == {k: True for k in alpha}
     o = parse(["--feature-gates", "WatchList=false,AllAlpha=true"])
-    assert o.feature_gates["WatchList"] is False
+    assert o.feature("WatchList") is False
 
 
 @pytest.mark.parametrize("value, parsed", [
