@@ -548,7 +548,7 @@ class AgentProcess:
                  notifier: Notifier | None = None,
                  swap_probe: Callable[[], list[str]] | None = None,
                  extra_tasks: Sequence[TaskSpec] = (),
-                 shutdown_timeout: float = SHUTDOWN_TIMEOUT) -> None:
+                 shutdown_timeout: float = SHUTDOWN_TIMEOUT, with_node: bool = True) -> None:
         self.cfg = cfg
         self.version = version
         self.hooks = hooks if hooks is not None else TestHooks.from_environ()
@@ -569,6 +569,8 @@ class AgentProcess:
         self._stop_reason = ""
         self._exit_code = 0
         self._last_status = ""
+        self.node = None               # agent.node.NodeAgent, built at start
+        self.with_node = with_node
 
     # Tasks, in start order. Later issues insert theirs where marked.
     def tasks(self) -> list[TaskSpec]:
@@ -576,9 +578,13 @@ class AgentProcess:
         specs = [TaskSpec("log-flush", self._flush_logs)]
         if cfg.healthz_port:
             specs.append(TaskSpec("health-server", self._serve_health))
+        if self.node is not None:
+            specs.append(TaskSpec("pod-sources", self.node.run_sources))
+            if self.node.server is not None:
+                specs.append(TaskSpec("agent-server", self.node.run_server))
+        # The sync loop is the pod pipeline (pod workers, relist, housekeeping).
         specs.append(TaskSpec("sync-loop", self._sync_loop))
-        # Pod sources (file, URL, API server), the pod workers, the runtime manager,
-        # node status and lease come here, each as a TaskSpec.
+        # The API server pod source, node status and lease come here (cluster mode).
         specs.extend(self.extra_tasks)
         if cfg.exit_on_lock_contention and self.lock is not None:
             specs.append(TaskSpec("lock-contention", self._watch_lock))
@@ -638,6 +644,8 @@ class AgentProcess:
                     log.info("Stopped while waiting for the lock file", reason=self._stop_reason)
                     return self._exit_code
                 acquire.result()
+            if self.with_node:
+                self.node = self._build_node()
         except StartError as exc:
             log.error("Failed to start the agent", err=exc)
             self._status(f"Failed to start: {exc}")
@@ -731,22 +739,36 @@ class AgentProcess:
         await serve_health(self.health, self.cfg.healthz_bind_address, self.cfg.healthz_port,
                            started=self._health_started)
 
-    async def _sync_loop(self) -> None:
-        """The placeholder main loop: one iteration per tick, reporting liveness.
-
-        The pod-worker issue replaces the body with upstream's syncLoopIteration
-        (config updates, housekeeping, PLEG events, probe results).
-        """
+    def _sync_period(self) -> float:
         period = SYNC_LOOP_PERIOD
         if self.hooks.sync_loop_threshold is not None:
             period = min(period, self.hooks.sync_loop_threshold / 4)
+        return period
+
+    def _beat(self) -> None:
         stall = self.hooks.stall_file
+        if stall and os.path.exists(stall):
+            log.v(4).info("Sync loop stalled by the test hook", file=stall)
+        else:
+            self.sync_monitor.beat()
+            log.v(6).info("Sync loop iteration", iteration=self.sync_monitor.iterations)
+
+    def _build_node(self):
+        from .node import NodeAgent, NodeStartError
+
+        try:
+            return NodeAgent(self.cfg, version=self.version, beat=self._beat, tick=self._sync_period())
+        except NodeStartError as exc:
+            raise StartError(str(exc)) from None
+
+    async def _sync_loop(self) -> None:
+        """The main loop: the pod pipeline when the node side runs, else a bare liveness tick."""
+        if self.node is not None:
+            await self.node.run_pipeline()
+            return
+        period = self._sync_period()
         while True:
-            if stall and os.path.exists(stall):
-                log.v(4).info("Sync loop stalled by the test hook", file=stall)
-            else:
-                self.sync_monitor.beat()
-                log.v(6).info("Sync loop iteration", iteration=self.sync_monitor.iterations)
+            self._beat()
             await asyncio.sleep(period)
 
     async def _watch_lock(self) -> None:

@@ -244,6 +244,11 @@ def validate(cfg: AgentConfig) -> list[str]:
         if not _SYSCTL_RE.fullmatch(sysctl):
             c.invalid("allowed_unsafe_sysctls", sysctl,
                       "must be a sysctl name or a pattern ending in '*'")
+    if cfg.allowed_unsafe_sysctls:
+        from .runtime.sandbox import sysctl_allowlist_problems
+
+        for problem in sysctl_allowlist_problems(cfg.allowed_unsafe_sysctls):
+            c.invalid("allowed_unsafe_sysctls", ",".join(cfg.allowed_unsafe_sysctls), problem)
     if cfg.node_ip:
         ips = [p.strip() for p in cfg.node_ip.split(",")]
         if len(ips) > 2 or not all(_is_ip(ip) for ip in ips):

@@ -159,3 +159,72 @@ AGENT_CONFIG_FILE = f"{CONFIG_DIR}/agent/config.yaml"
 ENV_AGENT_TEST_PROC_SWAPS = "ORCH_AGENT_TEST_PROC_SWAPS"
 ENV_AGENT_TEST_STALL_FILE = "ORCH_AGENT_TEST_STALL_FILE"
 ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD = "ORCH_AGENT_TEST_SYNC_LOOP_THRESHOLD"
+
+# Node agent runtime: CRI annotations on the containers it creates (upstream io.kubernetes.*),
+# read back after an agent restart to stop containers of pods whose spec is gone, and the
+# plugin directory names of the volumes it sets up under <root>/pods/<uid>/volumes/.
+CRI_LABEL_MANAGED_VALUE = "true"
+CRI_ANNOTATION_CONTAINER_HASH = "io.orch.container.hash"
+CRI_ANNOTATION_CONTAINER_RESTART_COUNT = "io.orch.container.restartCount"
+CRI_ANNOTATION_TERMINATION_MESSAGE_PATH = "io.orch.container.terminationMessagePath"
+CRI_ANNOTATION_TERMINATION_MESSAGE_POLICY = "io.orch.container.terminationMessagePolicy"
+CRI_ANNOTATION_POD_DELETION_GRACE_PERIOD = "io.orch.pod.deletionGracePeriod"
+CRI_ANNOTATION_POD_TERMINATION_GRACE_PERIOD = "io.orch.pod.terminationGracePeriod"
+CRI_ANNOTATION_PRESTOP_HANDLER = "io.orch.container.preStopHandler"
+CRI_ANNOTATION_CONTAINER_PORTS = "io.orch.container.ports"
+VOLUME_PLUGIN_EMPTY_DIR = f"{DOMAIN}~empty-dir"
+VOLUME_PLUGIN_CONFIGMAP = f"{DOMAIN}~configmap"
+VOLUME_PLUGIN_SECRET = f"{DOMAIN}~secret"
+VOLUME_PLUGIN_DOWNWARD_API = f"{DOMAIN}~downward-api"
+VOLUME_PLUGIN_PROJECTED = f"{DOMAIN}~projected"
+MANAGED_HOSTS_HEADER = "# orch-managed hosts file.\n"
+MANAGED_HOSTS_HEADER_HOST_NETWORK = "# orch-managed hosts file (host network).\n"
+
+# Pod validation: a resource name containing this is a native (not extended)
+# resource, as upstream's "kubernetes.io/" prefix.
+RESOURCE_NATIVE_PREFIX = f"{DOMAIN}/"
+
+# Authorization (RBAC default policy, aggregation, the Node authorizer, reviews):
+# upstream's kubernetes.io/bootstrapping label, rbac.authorization.kubernetes.io/autoupdate
+# annotation and rbac.authorization.k8s.io/aggregate-to-* labels, in our spelling.
+LABEL_RBAC_BOOTSTRAPPING = f"{DOMAIN}/bootstrapping"
+LABEL_RBAC_BOOTSTRAPPING_VALUE = "rbac-defaults"
+ANNOTATION_RBAC_AUTOUPDATE = f"rbac.{DOMAIN}/autoupdate"
+LABEL_AGGREGATE_TO_ADMIN = f"rbac.{DOMAIN}/aggregate-to-admin"
+LABEL_AGGREGATE_TO_EDIT = f"rbac.{DOMAIN}/aggregate-to-edit"
+LABEL_AGGREGATE_TO_VIEW = f"rbac.{DOMAIN}/aggregate-to-view"
+GROUP_SERVICEACCOUNTS = "system:serviceaccounts"
+GROUP_MONITORING = "system:monitoring"
+CONTROLLER_ROLE_PREFIX = "system:controller:"
+ROLE_CLUSTER_ADMIN = "cluster-admin"
+ROLE_NODE = "system:node"
+ROLE_NODE_BOOTSTRAPPER = "system:node-bootstrapper"
+ROLE_CSR_NODECLIENT = f"system:certificates.{DOMAIN}:certificatesigningrequests:nodeclient"
+ROLE_CSR_SELFNODECLIENT = f"system:certificates.{DOMAIN}:certificatesigningrequests:selfnodeclient"
+ROLE_CLUSTER_INFO_READER = "system:bootstrap-signer-clusterinfo"
+CSR_SUBRESOURCE_NODECLIENT = "nodeclient"
+CSR_SUBRESOURCE_SELFNODECLIENT = "selfnodeclient"
+SIGNERS_RESOURCE = "signers"
+
+# Authentication (bearer tokens, service accounts, TokenRequest, the ServiceAccount
+# admission plugin and the default-account / root-CA publisher): upstream's
+# kubernetes.io private JWT claim, authentication.kubernetes.io/* user extras,
+# kube-api-access-* volume, kube-root-ca.crt ConfigMap and kubernetes.io/* annotations,
+# in our spelling. The default issuer is the in-cluster service name upstream
+# installers use (https://kubernetes.default.svc.cluster.local), renamed.
+DEFAULT_SERVICE_ACCOUNT_ISSUER = "https://orch.default.svc.cluster.local"
+SERVICEACCOUNT_PRIVATE_CLAIM = DOMAIN
+USER_EXTRA_POD_NAME = f"authentication.{DOMAIN}/pod-name"
+USER_EXTRA_POD_UID = f"authentication.{DOMAIN}/pod-uid"
+GROUP_SERVICEACCOUNTS_PREFIX = "system:serviceaccounts:"
+GROUP_BOOTSTRAPPERS_PREFIX = "system:bootstrappers:"
+DEFAULT_SERVICE_ACCOUNT = "default"
+SERVICEACCOUNT_VOLUME_PREFIX = "orch-api-access-"
+SERVICEACCOUNT_TOKEN_MOUNT_PATH = f"/var/run/secrets/{DOMAIN}/serviceaccount"
+ROOT_CA_CONFIGMAP = "orch-root-ca.crt"
+ANNOTATION_DESCRIPTION = f"{DOMAIN}/description"
+
+# Node agent probes and lifecycle hooks: the User-Agent product names (upstream
+# "kube-probe" and "kube-lifecycle").
+PROBE_USER_AGENT_NAME = "orch-probe"
+LIFECYCLE_USER_AGENT_NAME = "orch-lifecycle"

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from ..api import names
+from ..api import podvalidation
 from ..api import validation as v
 from ..api.kinds import KindInfo
 from ..api.timeutil import format_rfc3339, now
@@ -210,6 +211,27 @@ class NamespaceStrategy(Strategy):
 class PodStrategy(Strategy):
     def initial_status(self, obj: dict) -> dict:
         return {"phase": "Pending", "qosClass": qos_class(obj)}
+
+    def validate(self, obj: dict) -> list[v.FieldError]:
+        """Create: generic metadata rules plus upstream's ValidatePodCreate."""
+        return super().validate(obj) + podvalidation.validate_pod(obj, include_metadata=False)
+
+    def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
+        """Update: generic metadata rules plus upstream's ValidatePodUpdate.
+
+        The base rules call ``self.validate(new)``, which carries the
+        create-only pod rules (e.g. no ephemeral containers); those are taken
+        out again. Writes that change status (the status sub-resource, and
+        binding, which also sets spec.nodeName) are internal writes that
+        upstream does not run through ValidatePodUpdate: ``prepare_for_update``
+        copies the old status into every main-resource update, so a status
+        difference marks exactly those writes.
+        """
+        create_only = podvalidation.validate_pod(new, include_metadata=False)
+        errs = [e for e in super().validate_update(new, old) if e not in create_only]
+        if new.get("status") != old.get("status"):
+            return errs
+        return errs + podvalidation.validate_pod_update(new, old, include_metadata=False)
 
 
 def qos_class(pod: dict) -> str:

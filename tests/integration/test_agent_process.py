@@ -42,7 +42,10 @@ class Agent:
         if not swaps.exists():
             swaps.write_text(SWAPS_HEADER)
         self.argv = [sys.executable, "-m", "agent.cli", f"--root-dir={workdir / 'root'}",
-                     f"--healthz-port={self.port}", "--deprecation-warnings=false", *args]
+                     f"--healthz-port={self.port}", "--deprecation-warnings=false",
+                     # The process, not the pods: no HTTPS view, no runtime, no cgroup tree.
+                     "--enable-server=false", f"--container-runtime-endpoint=unix://{workdir / 'no-runtime.sock'}",
+                     "--cgroups-per-qos=false", "--enforce-node-allocatable=", *args]
         self.env = {**os.environ, names.ENV_AGENT_TEST_PROC_SWAPS: str(swaps), **(env or {})}
         for var in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             self.env.pop(var, None)
@@ -192,7 +195,7 @@ def test_ready_then_watchdog_then_stopping(agents, sig):
     assert agent.fields()[stopping + 1] == "STATUS=Shutting down"
     out = agent.output()
     assert f'"Received signal, shutting down" signal="{sig.name}"' in out
-    assert 'stop_order=["watchdog","sync-loop","health-server","log-flush"]' in out
+    assert 'stop_order=["watchdog","sync-loop","pod-sources","health-server","log-flush"]' in out
 
 
 def test_start_line_names_version_and_mode(agents, tmp_path):
@@ -270,7 +273,7 @@ def test_healthz_port_zero_disables_the_server(agents):
     assert agent.wait() == 0
     out = agent.output()
     assert "Serving health checks" not in out
-    assert 'stop_order=["sync-loop","log-flush"]' in out
+    assert 'stop_order=["sync-loop","pod-sources","log-flush"]' in out
 
 
 def test_healthz_port_in_use_fails_start(agents):

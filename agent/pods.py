@@ -1,0 +1,146 @@
+"""What every part of the agent says about pods: updates, identity, small accessors.
+
+Pods travel through the agent as plain dicts in the API's JSON shape (the
+same objects the API server stores), defaulted and validated by the source
+that produced them. This module holds the few types that cross component
+boundaries:
+
+* :class:`PodUpdate` - what a source hands to the pod config merge, and what the
+  merge hands to the pod manager (see DESIGN.md, the agent data flow);
+* :class:`ManifestProblem` - a manifest a source could not use, for the log and
+  the agent's ``/pods`` view;
+* accessors that every component would otherwise re-spell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+from typing import Any, Iterable
+
+from apiserver_min.api import names
+
+__all__ = [
+    "Op", "PodUpdate", "ManifestProblem",
+    "SOURCE_FILE", "SOURCE_HTTP", "SOURCE_API", "ALL_SOURCES",
+    "uid", "name", "namespace", "full_name", "spec", "containers", "init_containers",
+    "source_of", "is_static", "grace_period_seconds", "restart_policy",
+]
+
+SOURCE_FILE = "file"
+SOURCE_HTTP = "http"
+SOURCE_API = "api"
+ALL_SOURCES = "*"
+
+
+class Op(str, enum.Enum):
+    """Upstream's pod operations.
+
+    Sources send ``SET`` (the whole current set of that source); the merge turns a
+    sequence of SETs into ADD (new pod), UPDATE (changed spec or metadata the
+    workers act on), DELETE (gracefully, the pod has a deletion timestamp),
+    REMOVE (the pod is gone from its source: terminate it) and RECONCILE (only the
+    status differs, nothing to run).
+    """
+
+    SET = "SET"
+    ADD = "ADD"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    REMOVE = "REMOVE"
+    RECONCILE = "RECONCILE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class PodUpdate:
+    op: Op
+    source: str
+    pods: tuple[dict, ...] = ()
+
+    @classmethod
+    def make(cls, op: Op, source: str, pods: Iterable[dict] = ()) -> "PodUpdate":
+        return cls(op, source, tuple(pods))
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestProblem:
+    """A manifest that could not be used: where it came from and why, in words."""
+
+    source: str          # SOURCE_FILE / SOURCE_HTTP
+    location: str        # the file path or the URL
+    message: str
+    since: float = dataclasses.field(default_factory=time.time)
+
+
+# --- accessors -------------------------------------------------------------------
+
+
+def uid(pod: dict) -> str:
+    return (pod.get("metadata") or {}).get("uid") or ""
+
+
+def name(pod: dict) -> str:
+    return (pod.get("metadata") or {}).get("name") or ""
+
+
+def namespace(pod: dict) -> str:
+    return (pod.get("metadata") or {}).get("namespace") or "default"
+
+
+def full_name(pod: dict) -> str:
+    """``name_namespace``, upstream's key for a pod in logs and maps."""
+    return f"{name(pod)}_{namespace(pod)}"
+
+
+def spec(pod: dict) -> dict:
+    return pod.get("spec") or {}
+
+
+def containers(pod: dict) -> list[dict]:
+    return list(spec(pod).get("containers") or [])
+
+
+def init_containers(pod: dict) -> list[dict]:
+    return list(spec(pod).get("initContainers") or [])
+
+
+def annotations(pod: dict) -> dict[str, str]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def source_of(pod: dict) -> str:
+    """The config source recorded on the pod (``file``, ``http``, ``api``)."""
+    return annotations(pod).get(names.ANNOTATION_CONFIG_SOURCE, SOURCE_API)
+
+
+def is_static(pod: dict) -> bool:
+    return source_of(pod) != SOURCE_API
+
+
+def restart_policy(pod: dict) -> str:
+    return spec(pod).get("restartPolicy") or "Always"
+
+
+def grace_period_seconds(pod: dict, override: int | None = None) -> int:
+    """The grace period to terminate with: an override, the deletion's, or the spec's (30)."""
+    if override is not None:
+        return max(0, override)
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionGracePeriodSeconds") is not None:
+        return max(0, int(meta["deletionGracePeriodSeconds"]))
+    value = spec(pod).get("terminationGracePeriodSeconds")
+    return 30 if value is None else max(0, int(value))
+
+
+def deep_get(obj: Any, *path: str, default: Any = None) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return default
+        obj = obj.get(key)
+        if obj is None:
+            return default
+    return obj

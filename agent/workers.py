@@ -1,0 +1,444 @@
+"""Pod workers and the sync loop: desired pods in, runtime actions out.
+
+:class:`PodPipeline` is the middle of the agent's data flow (DESIGN.md):
+
+* it consumes the merged pod updates of the sources (:class:`PodConfig`),
+  admits new pods on the node (resources, pod count, sysctls; a refused pod is
+  kept with phase Failed and upstream's reason), and hands each pod to its
+  worker;
+* one worker task per pod always acts on the latest desired state: it syncs
+  (runtime manager) on every change, when the runtime relist (PLEG) saw one of
+  its containers change, when a probe result changed, when a back-off ends,
+  and at least every ``--sync-frequency``; a pod removed from its source (or
+  deleted) is terminated with its grace period and its sandbox, volumes, cgroup
+  and logs are removed;
+* housekeeping every 2 s, once every source has been seen, stops and removes
+  what the agent created for pods nobody wants any more (after an agent
+  restart, for example) and removes leftover pod cgroups and directories;
+* container logs are rotated every 10 s.
+
+After an agent restart the workers find the running sandboxes and containers
+through their labels and hashes and leave them alone: pods are adopted, not
+restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import random
+import time
+from typing import Any, Callable
+
+from cri.client import CriError, UnavailableError
+
+from . import logging as agent_logging
+from . import pods as podutil
+from .events import EventRecorder
+from .pods import Op, PodUpdate
+from .prober import ContainerRef
+from .runtime.errors import PodConfigError
+from .runtime.manager import RuntimeManager, RuntimePod
+from .runtime.sandbox import check_sysctls
+from .status import generate_pod_status, rejected_status
+
+__all__ = ["PodState", "PodPipeline"]
+
+log = agent_logging.get_logger("workers")
+
+HOUSEKEEPING_PERIOD = 2.0
+RELIST_PERIOD = 1.0
+LOG_ROTATION_PERIOD = 10.0
+RUNTIME_RETRY = 2.0
+
+
+@dataclasses.dataclass
+class PodState:
+    pod: dict
+    status: dict = dataclasses.field(default_factory=dict)
+    rp: RuntimePod | None = None
+    rejected: bool = False
+    terminating: bool = False
+    grace_override: int | None = None
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    retry_at: float | None = None
+    syncs: int = 0
+    terminal_stopped: bool = False
+
+    @property
+    def uid(self) -> str:
+        return podutil.uid(self.pod)
+
+
+class PodPipeline:
+    def __init__(self, *, config, runtime: RuntimeManager, probes: Any = None, cgroups: Any = None,
+                 events: EventRecorder | None = None, sources: tuple[str, ...] = (),
+                 sync_frequency: float = 60.0, host_ip: str = "", rotator: Any = None,
+                 on_status: Callable[[dict, dict], None] | None = None,
+                 on_terminated: Callable[[dict], None] | None = None,
+                 beat: Callable[[], None] = lambda: None, tick: float = 1.0) -> None:
+        self.config = config
+        self.tick = tick
+        self.runtime = runtime
+        self.probes = probes
+        self.cgroups = cgroups
+        self.events = events or EventRecorder()
+        self.sources = sources
+        self.sync_frequency = max(1.0, sync_frequency)
+        self.host_ip = host_ip
+        self.rotator = rotator
+        self.on_status = on_status or (lambda pod, status: None)
+        self.on_terminated = on_terminated or (lambda pod: None)
+        self.beat = beat
+        self.pods: dict[str, PodState] = {}
+        self._orphans: dict[str, asyncio.Task] = {}
+        self._last_relist: dict[str, dict[str, str]] = {}
+        self.runtime_ready = False
+        self.synced_once = asyncio.Event()
+
+    # --- views -------------------------------------------------------------------
+
+    def pods_view(self) -> list[dict]:
+        """The pods the agent runs (and the ones it refused), with their status."""
+        out = []
+        for state in self.pods.values():
+            pod = dict(state.pod)
+            pod["status"] = state.status or {"phase": "Pending"}
+            out.append(pod)
+        return sorted(out, key=lambda p: (podutil.namespace(p), podutil.name(p)))
+
+    def find(self, namespace: str, name: str) -> PodState | None:
+        for state in self.pods.values():
+            if podutil.name(state.pod) == name and podutil.namespace(state.pod) == namespace:
+                return state
+        return None
+
+    def running_logs(self) -> list[tuple[str, str]]:
+        out = []
+        for state in self.pods.values():
+            if state.rp is None:
+                continue
+            for c in state.rp.containers:
+                if c.running and c.log_path:
+                    out.append((c.id, c.log_path))
+        return out
+
+    # --- the sync loop ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The agent's main loop (a supervised task): updates, relist, housekeeping, rotation."""
+        updates = asyncio.create_task(self._consume_updates(), name="pod-updates")
+        relist = asyncio.create_task(self._relist_loop(), name="pleg")
+        try:
+            next_housekeeping = 0.0
+            next_rotation = time.monotonic() + LOG_ROTATION_PERIOD
+            while True:
+                self.beat()
+                now = time.monotonic()
+                for task in (updates, relist):
+                    if task.done():
+                        task.result()   # re-raise a crash so the supervisor sees it
+                if now >= next_housekeeping:
+                    next_housekeeping = now + HOUSEKEEPING_PERIOD
+                    await self._housekeeping()
+                if self.rotator is not None and now >= next_rotation:
+                    next_rotation = now + LOG_ROTATION_PERIOD
+                    try:
+                        await self.rotator.rotate(self.running_logs())
+                    except Exception as exc:  # noqa: BLE001 - rotation must never stop the loop
+                        log.error("Log rotation failed", err=exc)
+                await asyncio.sleep(self.tick)
+        finally:
+            updates.cancel()
+            relist.cancel()
+            await asyncio.gather(updates, relist, return_exceptions=True)
+            await self.stop_workers()
+
+    async def stop_workers(self) -> None:
+        """Stop the worker tasks (not the pods: an agent restart must not restart containers)."""
+        tasks = [s.task for s in self.pods.values() if s.task is not None] + list(self._orphans.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _consume_updates(self) -> None:
+        while True:
+            update: PodUpdate = await self.config.updates.get()
+            self.handle(update)
+
+    def handle(self, update: PodUpdate) -> None:
+        if update.op == Op.ADD:
+            for pod in sorted(update.pods, key=_creation_key):
+                self._add(pod)
+        elif update.op == Op.UPDATE:
+            for pod in update.pods:
+                state = self.pods.get(podutil.uid(pod))
+                if state is None:
+                    self._add(pod)
+                elif not state.rejected:
+                    state.pod = pod
+                    state.wake.set()
+        elif update.op in (Op.DELETE, Op.REMOVE):
+            for pod in update.pods:
+                state = self.pods.get(podutil.uid(pod))
+                if state is None:
+                    continue
+                state.pod = pod if update.op == Op.DELETE else state.pod
+                self._terminate(state)
+        elif update.op == Op.RECONCILE:
+            for pod in update.pods:
+                state = self.pods.get(podutil.uid(pod))
+                if state is not None and not state.rejected:
+                    meta = pod.get("metadata") or {}
+                    if meta.get("deletionTimestamp"):
+                        state.pod = pod
+                        self._terminate(state)
+
+    def _add(self, pod: dict) -> None:
+        uid = podutil.uid(pod)
+        if uid in self.pods:
+            self.pods[uid].pod = pod
+            self.pods[uid].wake.set()
+            return
+        state = PodState(pod)
+        self.pods[uid] = state
+        reason, message = self._admit(pod)
+        if reason:
+            state.rejected = True
+            state.status = rejected_status(pod, reason, message)
+            log.warning("Rejected pod", pod=podutil.full_name(pod), reason=reason, message=message)
+            self.events(pod, "Warning", reason, message)
+            self.on_status(pod, state.status)
+            return
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            state.terminating = True
+        state.task = asyncio.create_task(self._worker(state), name=f"pod-worker {podutil.full_name(pod)}")
+        state.wake.set()
+
+    def _admit(self, pod: dict) -> tuple[str, str]:
+        try:
+            check_sysctls(pod, self.runtime.ctx)
+        except PodConfigError as exc:
+            return exc.reason, exc.message
+        if self.cgroups is not None:
+            active = [s.pod for s in self.pods.values()
+                      if not s.rejected and not s.terminating and s.uid != podutil.uid(pod)
+                      and (s.status or {}).get("phase") not in ("Succeeded", "Failed")]
+            result = self.cgroups.admit(pod, active)
+            if not result.admit:
+                return result.reason, result.message
+        return "", ""
+
+    def _terminate(self, state: PodState, grace: int | None = None) -> None:
+        if state.rejected:
+            self.pods.pop(state.uid, None)
+            self.on_terminated(state.pod)
+            return
+        state.terminating = True
+        if grace is not None:
+            state.grace_override = grace
+        state.wake.set()
+
+    # --- workers --------------------------------------------------------------------
+
+    async def _worker(self, state: PodState) -> None:
+        name = podutil.full_name(state.pod)
+        # Spread periodic resyncs so that 100 pods do not all sync in the same second.
+        resync = self.sync_frequency * (1 + random.uniform(-0.1, 0.1))
+        try:
+            while True:
+                timeout = resync
+                if state.retry_at is not None:
+                    timeout = max(0.0, min(timeout, state.retry_at - time.monotonic()))
+                try:
+                    await asyncio.wait_for(state.wake.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
+                state.wake.clear()
+                try:
+                    if state.terminating:
+                        await self._terminate_pod(state)
+                        return
+                    await self._sync(state)
+                except UnavailableError as exc:
+                    self.runtime_ready = False
+                    log.error("Container runtime unavailable", pod=name, err=exc.details)
+                    state.retry_at = time.monotonic() + RUNTIME_RETRY
+                except CriError as exc:
+                    log.error("Error syncing pod, skipping", pod=name, err=exc)
+                    state.retry_at = time.monotonic() + RUNTIME_RETRY
+                except Exception as exc:  # noqa: BLE001 - a bug in one pod must not stop the others
+                    log.error("Error syncing pod, skipping", pod=name, err=repr(exc))
+                    state.retry_at = time.monotonic() + 10.0
+        except asyncio.CancelledError:
+            raise
+
+    async def _sync(self, state: PodState) -> None:
+        pod = state.pod
+        uid = state.uid
+        rp = await self.runtime.runtime_pod(uid)
+        self.runtime_ready = True
+        phase = (state.status or {}).get("phase")
+        result = None
+        if phase in ("Succeeded", "Failed") and podutil.restart_policy(pod) != "Always":
+            # A finished pod: nothing runs again; stop its sandbox once.
+            if not state.terminal_stopped:
+                await self.runtime.kill_pod(pod, rp, reason="pod finished")
+                state.terminal_stopped = True
+                rp = await self.runtime.runtime_pod(uid)
+        else:
+            result = await self.runtime.sync_pod(pod, rp)
+            if result.changed:
+                rp = await self.runtime.runtime_pod(uid)
+        state.rp = rp
+        state.syncs += 1
+        sandbox = rp.sandboxes[0] if rp.sandboxes else None
+        pod_ip = sandbox.ip if sandbox is not None else ""
+        if self.probes is not None:
+            refs = {}
+            for c in podutil.init_containers(pod) + podutil.containers(pod):
+                latest = rp.latest(c.get("name", ""))
+                if latest is not None:
+                    refs[latest.name] = ContainerRef(latest.id, latest.running, latest.started_at / 1e9)
+            self.probes.update_pod(pod, pod_ip, refs)
+            ready = lambda name: self.probes.is_ready(uid, name)  # noqa: E731
+            started = lambda name: self.probes.is_started(uid, name)  # noqa: E731
+        else:
+            ready = started = lambda name: True  # noqa: E731
+        waiting = dict(result.waiting) if result is not None else {}
+        status = generate_pod_status(pod, rp, waiting=waiting, ready=ready, started=started,
+                                     old=state.status, host_ip=self.host_ip,
+                                     pod_error=result.pod_error if result is not None else None)
+        if status.get("phase") in ("Succeeded", "Failed") and not state.terminal_stopped \
+                and podutil.restart_policy(pod) != "Always":
+            state.wake.set()          # stop the sandbox on the next round
+        if _comparable(status) != _comparable(state.status):
+            state.status = status
+            self.on_status(pod, status)
+        else:
+            state.status = status
+        state.retry_at = None
+        if result is not None and result.retry_in is not None:
+            state.retry_at = time.monotonic() + result.retry_in
+        if not self.synced_once.is_set():
+            self.synced_once.set()
+
+    async def _terminate_pod(self, state: PodState) -> None:
+        pod = state.pod
+        uid = state.uid
+        rp = await self.runtime.runtime_pod(uid)
+        grace = podutil.grace_period_seconds(pod, state.grace_override)
+        log.info("Terminating pod", pod=podutil.full_name(pod), grace=grace)
+        await self.runtime.kill_pod(pod, rp, grace=grace, reason="pod removed")
+        if self.probes is not None:
+            self.probes.remove_pod(uid)
+        rp = await self.runtime.runtime_pod(uid)
+        await self.runtime.remove_pod(rp)
+        await self.runtime.cleanup_pod_files(uid, podutil.namespace(pod), podutil.name(pod))
+        self.pods.pop(uid, None)
+        log.info("Pod terminated", pod=podutil.full_name(pod))
+        self.on_terminated(pod)
+
+    def wake(self, uid: str) -> None:
+        state = self.pods.get(uid)
+        if state is not None:
+            state.wake.set()
+
+    # --- relist (PLEG) ------------------------------------------------------------------
+
+    async def _relist_loop(self) -> None:
+        while True:
+            try:
+                snapshot = await self.runtime.relist()
+                self.runtime_ready = True
+            except CriError as exc:
+                if self.runtime_ready:
+                    log.error("Runtime relist failed", err=exc.details or exc)
+                self.runtime_ready = False
+                await asyncio.sleep(RUNTIME_RETRY)
+                continue
+            for uid, states in snapshot.items():
+                if self._last_relist.get(uid) != states:
+                    self.wake(uid)
+            for uid in set(self._last_relist) - set(snapshot):
+                self.wake(uid)
+            self._last_relist = snapshot
+            await asyncio.sleep(RELIST_PERIOD)
+
+    # --- housekeeping -------------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        if not self.config.seen_all(self.sources):
+            return
+        known = set(self.pods)
+        try:
+            runtime_pods = await self.runtime.all_runtime_pods()
+        except CriError:
+            return
+        for uid, rp in runtime_pods.items():
+            if uid in known or uid in self._orphans:
+                continue
+            self._orphans[uid] = asyncio.create_task(self._remove_orphan(rp), name=f"orphan {uid}")
+        busy = known | set(self._orphans) | set(runtime_pods)
+        if self.cgroups is not None:
+            try:
+                for uid in await asyncio.to_thread(self.cgroups.pod_uids):
+                    if uid not in busy:
+                        log.info("Removing the cgroup of a pod that is gone", uid=uid)
+                        await asyncio.to_thread(self.cgroups.remove_pod, uid)
+                await asyncio.to_thread(self.cgroups.update_qos,
+                                        [s.pod for s in self.pods.values() if not s.rejected])
+            except Exception as exc:  # noqa: BLE001
+                log.error("cgroup housekeeping failed", err=exc)
+        try:
+            for uid in self.runtime.volumes.orphaned_pod_uids(busy):
+                log.info("Removing the directory of a pod that is gone", uid=uid)
+                await self.runtime.volumes.teardown(uid)
+                await self.runtime.volumes.remove_pod_dir(uid)
+        except Exception as exc:  # noqa: BLE001
+            log.error("Volume housekeeping failed", err=exc)
+        self.runtime.backoff.gc()
+
+    async def _remove_orphan(self, rp: RuntimePod) -> None:
+        try:
+            log.info("Stopping a pod the agent no longer has", pod=f"{rp.name}_{rp.namespace}", uid=rp.uid)
+            await self.runtime.kill_pod(None, rp, reason="orphaned")
+            rp = await self.runtime.runtime_pod(rp.uid)
+            await self.runtime.remove_pod(rp)
+        except CriError as exc:
+            log.error("Failed to remove an orphaned pod", uid=rp.uid, err=exc)
+        finally:
+            self._orphans.pop(rp.uid, None)
+
+
+def _creation_key(pod: dict) -> tuple:
+    meta = pod.get("metadata") or {}
+    return (meta.get("creationTimestamp") or "", podutil.full_name(pod))
+
+
+def _comparable(status: dict | None) -> Any:
+    """The status without heartbeat-like fields, to decide whether it changed."""
+    if not status:
+        return None
+    return {k: v for k, v in status.items() if k != "startTime"}
+
+
+def default_host_ip(node_ip: str = "") -> str:
+    """``--node-ip`` or the address of the interface holding the default route."""
+    if node_ip:
+        return node_ip.split(",")[0].strip()
+    import socket
+
+    for family, target in ((socket.AF_INET, ("192.0.2.1", 9)), (socket.AF_INET6, ("2001:db8::1", 9))):
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect(target)   # no packet is sent: this only picks the route
+                return s.getsockname()[0]
+        except OSError:
+            continue
+    return "127.0.0.1"
+
+
+_ = os
