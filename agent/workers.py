@@ -372,11 +372,17 @@ class PodPipeline:
     async def _housekeeping(self) -> None:
         if not self.config.seen_all(self.sources):
             return
-        known = set(self.pods)
         try:
             runtime_pods = await self.runtime.all_runtime_pods()
         except CriError:
             return
+        # A source is "seen" as soon as it pushed, before its updates are consumed:
+        # pods still queued (or added while listing) are not orphans. Read the known
+        # pods only now, and wait for the queue to drain, or a restarted agent would
+        # kill the very pods it is about to adopt.
+        if not self.config.updates.empty():
+            return
+        known = set(self.pods)
         for uid, rp in runtime_pods.items():
             if uid in known or uid in self._orphans:
                 continue

@@ -215,6 +215,10 @@ def _should_restart(container: dict, last: ContainerInfo | None, policy: str) ->
     return True
 
 
+def _succeeded(last: ContainerInfo | None) -> bool:
+    return last is not None and last.exited and last.exit_code == 0
+
+
 def compute_pod_actions(pod: dict, rp: RuntimePod, *,
                         liveness_failure: Callable[[str, str], str | None] = lambda name, cid: None
                         ) -> PodActions:
@@ -231,16 +235,23 @@ def compute_pod_actions(pod: dict, rp: RuntimePod, *,
             # The pod's sandbox died after its containers ran: it is done, not re-created.
             actions.kill_pod = any(c.running for c in rp.containers) or any(s.ready for s in rp.sandboxes)
             return actions
+        # As upstream: every container runs again in the new sandbox (those still
+        # reported running are stopped by kill_pod first), except the ones that
+        # already succeeded under OnFailure.
+        start = [c for c in podutil.containers(pod)
+                 if not (policy == "OnFailure" and _succeeded(rp.latest(c.get("name", ""))))]
+        inits = podutil.init_containers(pod)
+        if not start and all(_succeeded(rp.latest(i.get("name", ""))) for i in inits):
+            # Nothing left to run (a completed pod seen by a restarted agent): no new sandbox.
+            actions.kill_pod = any(c.running for c in rp.containers) or any(s.ready for s in rp.sandboxes)
+            return actions
         actions.kill_pod = not rp.empty
         actions.create_sandbox = True
         actions.attempt = attempt
-        inits = podutil.init_containers(pod)
         if inits:
             actions.next_init = inits[0]
         else:
-            actions.start = [c for c in podutil.containers(pod)
-                             if _should_restart(c, rp.latest(c.get("name", "")), policy)
-                             or rp.latest(c.get("name", "")) is None]
+            actions.start = start
         return actions
     actions.sandbox_id = sandbox.id
 
