@@ -36,10 +36,10 @@ def _version_text(kind: str) -> str:
 
 
 def join_main(argv: list[str]) -> int:
-    print(f"{names.AGENT_NAME} join: not yet implemented in v{__version__}; joining a cluster "
-          "with a bootstrap token comes with the cluster-join issue. Until then, start the agent "
-          "with --bootstrap-orchconfig and --orchconfig.", file=sys.stderr)
-    return EXIT_USAGE
+    """``orch-agent join``: token discovery, the bootstrap config, then the agent (agent.join)."""
+    from .join import main as join
+
+    return join(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

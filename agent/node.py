@@ -25,7 +25,7 @@ from . import pods as podutil
 from .cm import CgroupError, ContainerManager
 from .events import EventRecorder
 from .logs import LogRotator
-from .pods import SOURCE_FILE, SOURCE_HTTP
+from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
 from .prober import ProbeManager
 from .prober import hooks as prober_hooks
 from .runtime.backoff import Backoff
@@ -85,6 +85,10 @@ class NodeAgent:
         self.config = PodConfig(self.node_name)
         sources = []
         self.sources: list = []
+        self.cluster_mode = str(cfg.mode) == "api-server"
+        if self.cluster_mode:
+            sources.append(SOURCE_API)
+            self._check_connection_config()
         if cfg.pod_manifest_path:
             sources.append(SOURCE_FILE)
             self.sources.append(FileSource(cfg.pod_manifest_path, self.node_name,
@@ -111,6 +115,23 @@ class NodeAgent:
         log.info("Node agent assembled", node=self.node_name, runtime=endpoint,
                  sources=",".join(sources) or "none", allocatable=allocatable)
 
+    def _check_connection_config(self) -> None:
+        """A connection config that cannot work, with no bootstrap config to replace it, stops the start."""
+        import os
+
+        from .client.config import load_orchconfig
+
+        cfg = self.cfg
+        if cfg.bootstrap_orchconfig or not os.path.exists(cfg.orchconfig):
+            if not cfg.bootstrap_orchconfig and not os.path.exists(cfg.orchconfig):
+                raise NodeStartError(f"--orchconfig {cfg.orchconfig} does not exist and no "
+                                     "--bootstrap-orchconfig is given to obtain a client certificate")
+            return
+        try:
+            load_orchconfig(cfg.orchconfig)
+        except ValueError as exc:
+            raise NodeStartError(f"invalid connection config (--orchconfig): {exc}") from None
+
     def _probe_changed(self, uid: str) -> None:
         if self.pipeline is not None:
             self.pipeline.wake(uid)
@@ -132,6 +153,78 @@ class NodeAgent:
             return current is not None and any(c.id == cid and c.running for c in current.containers)
 
         return LogTarget(info.log_path, is_running)
+
+    # --- cluster mode ---------------------------------------------------------------------
+
+    async def run_cluster(self) -> None:
+        """Join the API server: client certificate, Node, lease, API pods, status, mirror pods, events."""
+        from .bootstrap import ensure_client_certificate
+        from .client import client_from_config
+        from .cluster import ApiPodSource, MirrorPodManager, ObjectCache, StatusManager
+        from .eventsink import ApiEventSink
+        from .lease import LeaseManager
+        from .nodestatus import NodeStatusManager
+
+        cfg = self.cfg
+        assert self.pipeline is not None
+        path = await ensure_client_certificate(cfg, self.node_name)
+        client = client_from_config(cfg, path, version=self.version)
+        self.client = client
+        tasks: list = []
+        sink = ApiEventSink(client, node_name=self.node_name, qps=cfg.event_qps, burst=cfg.event_burst)
+        self.events.sinks.append(sink)
+        sink_task = asyncio.ensure_future(sink.run())
+        tasks.append(sink_task)
+        try:
+            status = NodeStatusManager(
+                cfg, client, node_name=self.node_name, cgroups=self.cgroups,
+                runtime_ready=lambda: self.pipeline.runtime_ready,
+                runtime_version=self._runtime_version, list_images=self.cri.list_images,
+                events=self.events, version=self.version, host_ip=self.host_ip)
+            await status.register()
+            self.node_status = status
+            objects = ObjectCache(client)
+            self.volumes.objects = objects.get
+            self.volumes.tokens = objects.token
+            self.volumes.prefetch = objects.prefetch
+            mirrors = MirrorPodManager(client, self.node_name, lambda: status.node_uid)
+            statuses = StatusManager(client, mirrors=mirrors)
+            mirrors.on_created = statuses.resend
+            self.pipeline.on_status = statuses.set_status
+            self.pipeline.on_terminated = statuses.terminated
+            for state in list(self.pipeline.pods.values()):
+                if state.status:
+                    statuses.set_status(state.pod, state.status)
+            source = ApiPodSource(client, self.node_name, self.config, mirrors=mirrors)
+            lease = LeaseManager(client, node_name=self.node_name,
+                                 duration_seconds=cfg.node_lease_duration_seconds,
+                                 node_uid=lambda: status.node_uid)
+            runs = [status.run(), lease.run(), source.run(), statuses.run(), mirrors.run(),
+                    self._feed_mirrors(mirrors)]
+            if cfg.rotate_certificates:
+                from .certrotation import rotate_client_certificate
+
+                runs.append(rotate_client_certificate(cfg, self.node_name, client))
+            tasks += [asyncio.ensure_future(r) for r in runs]
+            log.info("Joined the cluster", node=self.node_name, server=client.conn.server
+                     if hasattr(client, "conn") else "")
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await client.close()
+
+    async def _runtime_version(self) -> str:
+        v = await self.cri.version()
+        return f"{v.runtime_name}://{v.runtime_version}"
+
+    async def _feed_mirrors(self, mirrors) -> None:
+        assert self.pipeline is not None
+        while True:
+            mirrors.static_pods([s.pod for s in self.pipeline.pods.values()
+                                 if podutil.is_static(s.pod) and not s.terminating])
+            await asyncio.sleep(1.0)
 
     # --- tasks --------------------------------------------------------------------------
 

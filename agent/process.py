@@ -582,6 +582,8 @@ class AgentProcess:
             specs.append(TaskSpec("pod-sources", self.node.run_sources))
             if self.node.server is not None:
                 specs.append(TaskSpec("agent-server", self.node.run_server))
+            if self.node.cluster_mode:
+                specs.append(TaskSpec("cluster", self.node.run_cluster))
         # The sync loop is the pod pipeline (pod workers, relist, housekeeping).
         specs.append(TaskSpec("sync-loop", self._sync_loop))
         # The API server pod source, node status and lease come here (cluster mode).
@@ -662,7 +664,8 @@ class AgentProcess:
         try:
             if self.cfg.healthz_port:
                 await self._until_stop(health_started)
-                if health_started.done() and health_started.exception() is not None:
+                if health_started.done() and not health_started.cancelled() \
+                        and health_started.exception() is not None:
                     raise health_started.exception()  # type: ignore[misc]
             await self._until_stop(self.sync_monitor.first.wait())
         except StartError as exc:

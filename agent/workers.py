@@ -372,8 +372,10 @@ class PodPipeline:
     async def _housekeeping(self) -> None:
         if not self.config.seen_all(self.sources):
             return
+        # Only orphans need their full runtime state: the pods known now are listed, not assembled.
+        skipped = set(self.pods) | set(self._orphans)
         try:
-            runtime_pods = await self.runtime.all_runtime_pods()
+            runtime_pods = await self.runtime.all_runtime_pods(skip=skipped)
         except CriError:
             return
         # A source is "seen" as soon as it pushed, before its updates are consumed:
@@ -384,7 +386,9 @@ class PodPipeline:
             return
         known = set(self.pods)
         for uid, rp in runtime_pods.items():
-            if uid in known or uid in self._orphans:
+            # A skipped uid no longer known was terminated while listing: if anything of it
+            # is really left, the next round sees it with its full state.
+            if uid in known or uid in self._orphans or uid in skipped:
                 continue
             self._orphans[uid] = asyncio.create_task(self._remove_orphan(rp), name=f"orphan {uid}")
         busy = known | set(self._orphans) | set(runtime_pods)

@@ -12,9 +12,8 @@ from .options import OptionsError, parse
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "token":
-        print(f"{names.APISERVER_NAME} token: not yet implemented (bootstrap tokens come with "
-              "the authentication work)", file=sys.stderr)
-        return 2
+        from .tokencli import main as token_main
+        return token_main(argv[1:])
     try:
         opts = parse(argv)
     except OptionsError as exc:

@@ -63,6 +63,31 @@ class Options:
     max_request_body_bytes: int
     verbosity: int
     warnings: tuple[str, ...] = ()
+    # Authorization and admission (defaults as upstream, see auth/authz.py and server/admission.py).
+    authorization_modes: tuple[str, ...] = ("Node", "RBAC")
+    admission_plugins: tuple[str, ...] = dataclasses.field(default_factory=lambda: _admission_plugins("", ""))
+    default_not_ready_toleration_seconds: int = 300
+    default_unreachable_toleration_seconds: int = 300
+    # Authentication (see auth/authn.py; defaults as upstream).
+    anonymous_auth: bool = True
+    token_auth_file: str = ""
+    enable_bootstrap_token_auth: bool = False
+    service_account_key_files: tuple[str, ...] = ()
+    service_account_signing_key_file: str = ""
+    service_account_issuers: tuple[str, ...] = (names.DEFAULT_SERVICE_ACCOUNT_ISSUER,)
+    service_account_lookup: bool = True
+    service_account_max_token_expiration: float = 0.0
+    api_audiences: tuple[str, ...] = (names.DEFAULT_SERVICE_ACCOUNT_ISSUER,)
+    # Bundled certificate controllers (see server/csrcontrollers.py): the signing lifetime,
+    # the signing CA files (empty: the cluster CA) per built-in signer, serving auto-approval.
+    cluster_signing_duration: float = 365 * 24 * 3600.0
+    cluster_signing_files: tuple[tuple[str, str, str], ...] = ()  # (signer name, cert file, key file)
+    auto_approve_node_serving_certificates: bool = False
+    # Node lifecycle controller and scheduler (see server/nodelifecycle.py, server/scheduler.py).
+    node_monitor_period: float = 5.0
+    node_monitor_grace_period: float = 40.0
+    node_startup_grace_period: float = 60.0
+    enable_scheduler: bool = True
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -105,11 +130,73 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--client-ca-file", default="",
                    help="CA bundle whose client certificates authenticate (CN = user, O = groups). "
                         "Defaults to the generated cluster CA.")
+    a.add_argument("--anonymous-auth", nargs="?", const="true", default="true",
+                   help="Requests no authenticator claims become user system:anonymous, group "
+                        "system:unauthenticated (default true); false answers them 401. A bad credential "
+                        "is always 401.")
+    a.add_argument("--token-auth-file", default="",
+                   help="Static bearer tokens: a CSV file of token,user,uid[,\"group1,group2\"] lines; "
+                        "read at start (changes need a restart).")
+    a.add_argument("--enable-bootstrap-token-auth", nargs="?", const="true", default="false",
+                   help="Accept bootstrap tokens (<id>.<secret>, from bootstrap-token-<id> secrets of type "
+                        f"{names.BOOTSTRAP_TOKEN_SECRET_TYPE} in {names.NS_SYSTEM}) as bearer tokens "
+                        "(default false).")
+    a.add_argument("--service-account-key-file", action="append", default=[],
+                   help="PEM file of RSA or ECDSA public or private keys that verify service-account "
+                        "tokens (repeatable). Default: the signing key's public key, plus "
+                        "--tls-private-key-file when given.")
+    a.add_argument("--service-account-signing-key-file", default="",
+                   help="PEM private key (RSA or ECDSA) that signs service-account tokens (TokenRequest). "
+                        "When neither this nor --service-account-key-file is given, one is generated "
+                        "on first start at DATA_DIR/pki/sa.key (mode 0600) and kept.")
+    a.add_argument("--service-account-issuer", action="append", default=[],
+                   help="Issuer (iss) of service-account tokens (repeatable): the first signs new tokens, "
+                        "all are accepted. Default " + names.DEFAULT_SERVICE_ACCOUNT_ISSUER + ".")
+    a.add_argument("--service-account-lookup", nargs="?", const="true", default="true",
+                   help="Refuse service-account tokens whose account, pod or secret is gone (default true).")
+    a.add_argument("--service-account-max-token-expiration", default="0s",
+                   help="Longest lifetime a TokenRequest may get; longer requests are cut to it "
+                        "(default 0s: no limit beyond the API's 2^32 seconds).")
+    a.add_argument("--api-audiences", action="append", default=[],
+                   help="Audiences of this API (comma list, repeatable): service-account tokens must be "
+                        "bound to one of them. Default: the first --service-account-issuer.")
+    z = p.add_argument_group("authorization and admission")
+    z.add_argument("--authorization-mode", default="Node,RBAC",
+                   help="Ordered comma list of authorizers: AlwaysAllow, AlwaysDeny, RBAC, Node "
+                        "(default %(default)s). The first to allow or deny decides; members of "
+                        "system:masters are always allowed.")
+    z.add_argument("--enable-admission-plugins", default="",
+                   help="Admission plugins to enable in addition to the default ones (comma list; "
+                        "order does not matter).")
+    z.add_argument("--disable-admission-plugins", default="",
+                   help="Admission plugins to disable, default ones included (comma list).")
+    z.add_argument("--default-not-ready-toleration-seconds", default="300",
+                   help="tolerationSeconds DefaultTolerationSeconds gives new pods for the not-ready taint.")
+    z.add_argument("--default-unreachable-toleration-seconds", default="300",
+                   help="tolerationSeconds DefaultTolerationSeconds gives new pods for the unreachable taint.")
     e = p.add_argument_group("storage")
     e.add_argument("--storage-backend", default="sqlite", help="sqlite (default) or etcd3.")
     e.add_argument("--etcd-servers", default="",
                    help="Comma-separated etcd client URLs (http://host:port), with --storage-backend=etcd3.")
     e.add_argument("--etcd-prefix", default="/registry", help="Key prefix in etcd (default %(default)s).")
+    c = p.add_argument_group("certificate controllers")
+    c.add_argument("--cluster-signing-duration", default="8760h",
+                   help="Longest lifetime of certificates the built-in signers issue; a request's "
+                        "spec.expirationSeconds may ask for less (default %(default)s).")
+    c.add_argument("--cluster-signing-cert-file", default="",
+                   help="PEM CA certificate the built-in signers sign with (default: the cluster CA, "
+                        "DATA_DIR/pki/ca.crt). Given with --cluster-signing-key-file.")
+    c.add_argument("--cluster-signing-key-file", default="",
+                   help="PEM private key of --cluster-signing-cert-file.")
+    for flag, signer in _SIGNER_FILE_FLAGS:
+        c.add_argument(f"--cluster-signing-{flag}-cert-file", default="",
+                       help=f"CA certificate for the {signer} signer only (with the matching key file; "
+                            "not together with --cluster-signing-cert-file).")
+        c.add_argument(f"--cluster-signing-{flag}-key-file", default="", help=f"Key for the {signer} signer only.")
+    c.add_argument("--auto-approve-node-serving-certificates", nargs="?", const="true", default="false",
+                   help=f"Approve {names.SIGNER_NODE_AGENT_SERVING} requests a node makes for itself when "
+                        "every subject-alt-name is one of the node's reported addresses (default false: "
+                        "serving certificates need an approver).")
     l = p.add_argument_group("lifecycle")
     l.add_argument("--livez-grace-period", default="0s",
                    help="Time after start during which /livez does not fail for post-start hooks.")
@@ -118,6 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
     l.add_argument("--shutdown-watch-termination-grace-period", default="0s",
                    help="How long in-flight watches get to drain on shutdown.")
     l.add_argument("--watch-bookmark-interval", default="60s", help=argparse.SUPPRESS)
+    n = p.add_argument_group("node lifecycle and scheduling")
+    n.add_argument("--node-monitor-period", default="5s",
+                   help="How often the node lifecycle controller checks node heartbeats (default %(default)s).")
+    n.add_argument("--node-monitor-grace-period", default="40s",
+                   help="How long a node may stay silent (no Lease renewal, no Ready heartbeat) before its "
+                        "conditions become Unknown and it is tainted unreachable (default %(default)s).")
+    n.add_argument("--node-startup-grace-period", default="1m",
+                   help="How long a new node may go without posting a Ready condition (default %(default)s).")
+    n.add_argument("--enable-scheduler", nargs="?", const="true", default="true",
+                   help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).")
     return p
 
 
@@ -241,4 +338,131 @@ def parse(argv: Sequence[str]) -> Options:
         max_request_body_bytes=_int("--max-request-body-bytes", ns.max_request_body_bytes, 1024, 1 << 30),
         verbosity=_int("-v", ns.verbosity, 0, 10),
         warnings=tuple(warnings),
+        authorization_modes=_authorization_modes(ns.authorization_mode),
+        admission_plugins=_admission_plugins(ns.enable_admission_plugins, ns.disable_admission_plugins),
+        default_not_ready_toleration_seconds=_int("--default-not-ready-toleration-seconds",
+                                                  ns.default_not_ready_toleration_seconds, 0, 1 << 31),
+        default_unreachable_toleration_seconds=_int("--default-unreachable-toleration-seconds",
+                                                    ns.default_unreachable_toleration_seconds, 0, 1 << 31),
+        **_authentication_options(ns),
+        **_certificate_options(ns),
+        **_node_lifecycle_options(ns),
     )
+
+
+def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
+    """Periods of the node lifecycle controller (positive durations) and the scheduler switch."""
+    out: dict = {}
+    for flag, attr in (("--node-monitor-period", "node_monitor_period"),
+                       ("--node-monitor-grace-period", "node_monitor_grace_period"),
+                       ("--node-startup-grace-period", "node_startup_grace_period")):
+        value = getattr(ns, attr)
+        seconds = _duration_seconds(flag, value)
+        if seconds <= 0:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: must be positive")
+        out[attr] = seconds
+    out["enable_scheduler"] = parse_bool("--enable-scheduler", ns.enable_scheduler)
+    return out
+
+
+# --cluster-signing-<flag>-{cert,key}-file: per-signer CA files (upstream's per-controller flags).
+_SIGNER_FILE_FLAGS = (("node-agent-serving", names.SIGNER_NODE_AGENT_SERVING),
+                      ("node-agent-client", names.SIGNER_NODE_AGENT_CLIENT),
+                      ("apiserver-client", names.SIGNER_APISERVER_CLIENT))
+
+
+def _certificate_options(ns: argparse.Namespace) -> dict:
+    """The certificate-controller flags: the duration parses and is positive; signing
+    files come in cert/key pairs that exist, and the generic pair excludes the
+    per-signer ones."""
+    duration = _duration_seconds("--cluster-signing-duration", ns.cluster_signing_duration)
+    if duration <= 0:
+        raise OptionsError(f"invalid value {ns.cluster_signing_duration!r} for flag --cluster-signing-duration: "
+                           "must be positive")
+
+    def pair(prefix: str, cert: str, key: str) -> bool:
+        if bool(cert) != bool(key):
+            raise OptionsError(f"{prefix}-cert-file and {prefix}-key-file must be given together")
+        for flag, path in ((f"{prefix}-cert-file", cert), (f"{prefix}-key-file", key)):
+            if path and not os.path.isfile(path):
+                raise OptionsError(f"invalid value {path!r} for flag {flag}: no such file")
+        return bool(cert)
+
+    generic = pair("--cluster-signing", ns.cluster_signing_cert_file, ns.cluster_signing_key_file)
+    files: list[tuple[str, str, str]] = []
+    for flag, signer in _SIGNER_FILE_FLAGS:
+        attr = "cluster_signing_" + flag.replace("-", "_")
+        cert, key = getattr(ns, attr + "_cert_file"), getattr(ns, attr + "_key_file")
+        if pair(f"--cluster-signing-{flag}", cert, key):
+            if generic:
+                raise OptionsError(f"--cluster-signing-{flag}-cert-file cannot be given together with "
+                                   "--cluster-signing-cert-file")
+            files.append((signer, cert, key))
+        elif generic:
+            files.append((signer, ns.cluster_signing_cert_file, ns.cluster_signing_key_file))
+    return {
+        "cluster_signing_duration": duration,
+        "cluster_signing_files": tuple(files),
+        "auto_approve_node_serving_certificates": parse_bool("--auto-approve-node-serving-certificates",
+                                                             ns.auto_approve_node_serving_certificates),
+    }
+
+
+def _authentication_options(ns: argparse.Namespace) -> dict:
+    """The authentication flags, checked: files exist, issuers are distinct URLs or
+    plain names, durations parse. File contents are read when the server starts."""
+    for flag, path in (("--token-auth-file", ns.token_auth_file),
+                       ("--service-account-signing-key-file", ns.service_account_signing_key_file),
+                       *(("--service-account-key-file", f or " ") for f in ns.service_account_key_file)):
+        if path and not os.path.isfile(path):
+            raise OptionsError(f"invalid value {path!r} for flag {flag}: no such file")
+    issuers: list[str] = []
+    for issuer in ns.service_account_issuer:
+        if not issuer.strip():
+            raise OptionsError("invalid value '' for flag --service-account-issuer: must not be empty")
+        if ":" in issuer:
+            u = urllib.parse.urlsplit(issuer)
+            if not u.scheme or not (u.netloc or u.path):
+                raise OptionsError(f"invalid value {issuer!r} for flag --service-account-issuer: "
+                                   "contains ':' but is not a valid URL")
+        if issuer in issuers:
+            raise OptionsError(f"invalid value {issuer!r} for flag --service-account-issuer: given more than once")
+        issuers.append(issuer)
+    issuers = issuers or [names.DEFAULT_SERVICE_ACCOUNT_ISSUER]
+    audiences = [a.strip() for v in ns.api_audiences for a in v.split(",") if a.strip()]
+    return {
+        "anonymous_auth": parse_bool("--anonymous-auth", ns.anonymous_auth),
+        "token_auth_file": ns.token_auth_file,
+        "enable_bootstrap_token_auth": parse_bool("--enable-bootstrap-token-auth", ns.enable_bootstrap_token_auth),
+        "service_account_key_files": tuple(ns.service_account_key_file),
+        "service_account_signing_key_file": ns.service_account_signing_key_file,
+        "service_account_issuers": tuple(issuers),
+        "service_account_lookup": parse_bool("--service-account-lookup", ns.service_account_lookup),
+        "service_account_max_token_expiration": _max_token_expiration(ns.service_account_max_token_expiration),
+        "api_audiences": tuple(dict.fromkeys(audiences)) or (issuers[0],),
+    }
+
+
+def _max_token_expiration(value: str) -> float:
+    seconds = _duration_seconds("--service-account-max-token-expiration", value)
+    if 0 < seconds < 600:
+        raise OptionsError(f"invalid value {value!r} for flag --service-account-max-token-expiration: "
+                           "must be 0 (no limit) or at least 10m, the shortest token lifetime")
+    return seconds
+
+
+def _authorization_modes(value: str) -> tuple[str, ...]:
+    from .auth.authz import parse_modes
+    try:
+        return parse_modes(value)
+    except ValueError as exc:
+        raise OptionsError(f"invalid value {value!r} for flag --authorization-mode: {exc}") from None
+
+
+def _admission_plugins(enable: str, disable: str) -> tuple[str, ...]:
+    from .server.admission import resolve_plugins
+    split = lambda v: [n.strip() for n in v.split(",") if n.strip()]  # noqa: E731
+    try:
+        return resolve_plugins(split(enable), split(disable))
+    except ValueError as exc:
+        raise OptionsError(f"invalid admission plugins: {exc}") from None

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apiserver_min.api import names as api_names
 from tests.components import REPO_ROOT, free_port
 
 __all__ = [
@@ -40,6 +41,9 @@ __all__ = [
     "ApiServerError",
     "APISERVER_BIN",
     "KUBECTL",
+    "ROOT_CA_CONFIGMAP",
+    "create_namespace",
+    "without_root_ca",
     "apiserver",
     "apiserver_etcd",
     "kubectl",
@@ -50,8 +54,36 @@ APISERVER_BIN = REPO_ROOT / ".venv" / "bin" / "orch-apiserver"
 KUBECTL = "/usr/bin/kubectl"
 
 
+# The ConfigMap the server publishes in every namespace (with the ``default``
+# ServiceAccount), as upstream's root-ca-cert-publisher does.
+ROOT_CA_CONFIGMAP = api_names.ROOT_CA_CONFIGMAP
+
+
 class ApiServerError(RuntimeError):
     pass
+
+
+def without_root_ca(names: list[str]) -> list[str]:
+    """NAMES without the root CA ConfigMap: what a test created itself in its namespace."""
+    return [n for n in names if n != ROOT_CA_CONFIGMAP]
+
+
+def create_namespace(server: "ApiServerProcess", name: str, timeout: float = 10.0) -> dict:
+    """Create namespace NAME and wait until the server's controller has added what every
+    namespace gets (the ``default`` ServiceAccount and the root CA ConfigMap). Both come
+    asynchronously; waiting keeps lists, resource versions and watches in the test's
+    namespace from changing under it. Returns the Namespace."""
+    _, obj = server.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
+    wanted = (f"/api/v1/namespaces/{name}/serviceaccounts/{api_names.DEFAULT_SERVICE_ACCOUNT}",
+              f"/api/v1/namespaces/{name}/configmaps/{ROOT_CA_CONFIGMAP}")
+    deadline = time.monotonic() + timeout
+    for path in wanted:
+        while (status := server.request("GET", path)[0]) != 200:
+            assert status == 404, f"GET {path}: {status}"
+            if time.monotonic() > deadline:
+                raise AssertionError(f"namespace {name}: {path} not created within {timeout}s")
+            time.sleep(0.02)
+    return obj
 
 
 class ApiServerProcess:

@@ -46,7 +46,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from apiserver_min.api import names
@@ -259,6 +259,10 @@ class VolumeManager:
     def __init__(self, ctx: NodeContext, *, objects: ObjectGetter | None = None) -> None:
         self.ctx = ctx
         self.objects = objects
+        # Cluster mode: fetch what a pod's volumes reference before set-up (async), and
+        # answer serviceAccountToken projections from what was fetched (sync).
+        self.prefetch: Callable[[dict], Awaitable[None]] | None = None
+        self.tokens: Callable[[dict, Mapping[str, Any]], str | None] | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._size_limits: dict[str, dict[str, tuple[str, int]]] = {}
 
@@ -288,6 +292,8 @@ class VolumeManager:
         uid = podutil.uid(pod)
         if not uid:
             raise PodConfigError(REASON_FAILED_MOUNT, "pod has no metadata.uid")
+        if self.prefetch is not None:
+            await self.prefetch(pod)
         async with self._lock(uid):
             plans: list[tuple[dict, _Payload | None]] = []
             for volume in podutil.spec(pod).get("volumes") or []:
@@ -463,8 +469,14 @@ class VolumeManager:
                 files.update(self._downward_payload(pod, projection["downwardAPI"].get("items") or [],
                                                     default_mode))
             elif projection.get("serviceAccountToken") is not None:
-                raise _MountFailed("serviceAccountToken projections need the API server's "
-                                   "TokenRequest API, which this node agent does not use")
+                projected = projection["serviceAccountToken"]
+                token = self.tokens(pod, projected) if self.tokens is not None else None
+                if token is None:
+                    raise _MountFailed("serviceAccountToken projections need a token from the API "
+                                       "server's TokenRequest API (cluster mode), none is available")
+                path = projected.get("path") or "token"
+                _check_payload_path(path)
+                files[path] = (token.encode(), default_mode)
             else:
                 kind = next((k for k, v in projection.items() if v is not None), "unknown")
                 raise _MountFailed(f"projected source {go_quote(kind)} is not supported")

@@ -41,8 +41,11 @@ __all__ = ["FileSource"]
 
 log = agent_logging.get_logger("sources")
 
-# Editors and copy tools write in several steps; wait this long after the first
-# event so one change is read once, complete.
+# Editors and copy tools write in several steps; while a file is still open for
+# writing (created or modified, not yet closed) wait this long after the first
+# event so one change is read once, complete. A write already closed, a rename
+# into place or a removal is read at once: the settle time was most of the
+# agent's own share of a static pod's start latency (tests/bench/bench_static_pods.py).
 _SETTLE_SECONDS = 0.05
 
 
@@ -60,6 +63,7 @@ class FileSource:
         self._path_state = ""          # last logged state of the path itself ("" = fine)
         self._wake: asyncio.Event | None = None
         self._watches: dict[int, str] = {}   # inotify wd -> "parent" | "dir"
+        self._writing: set[str] = set()      # names created/modified and not closed since the last read
 
     # --- reading ----------------------------------------------------------------------
 
@@ -207,12 +211,14 @@ class FileSource:
                 if notify is not None:
                     self._add_watches(notify)
                 self._wake.clear()
+                self._writing.clear()
                 await self.sync()
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=self.period)
                 except TimeoutError:
                     continue
-                await asyncio.sleep(_SETTLE_SECONDS)
+                if self._writing:
+                    await asyncio.sleep(_SETTLE_SECONDS)
         finally:
             if notify is not None:
                 loop.remove_reader(notify.fd)
@@ -242,18 +248,22 @@ class FileSource:
             log.error("Reading inotify events failed", err=exc)
             events = []
             relevant = True
+            self._writing.add("")                     # unknown: settle as for a write
         for wd, mask, name in events:
             if mask & _IN_Q_OVERFLOW:
                 relevant = True
+                self._writing.add("")
                 continue
             role = self._watches.get(wd)
             if mask & _IN_IGNORED:
                 self._watches.pop(wd, None)
                 relevant = True
-            elif role == "parent":
-                relevant |= name == base
-            elif role == "dir":
-                relevant |= not name.startswith(".")   # dot-files are never manifests
+            elif (role == "parent" and name == base) or (role == "dir" and not name.startswith(".")):
+                relevant = True                        # dot-files are never manifests
+                if mask & (_IN_CREATE | _IN_MODIFY):
+                    self._writing.add(name)
+                if mask & (_IN_CLOSE_WRITE | _IN_DELETE | _IN_MOVED_FROM):
+                    self._writing.discard(name)
         if relevant and self._wake is not None:
             self._wake.set()
 

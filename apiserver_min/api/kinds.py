@@ -700,6 +700,18 @@ KINDS: tuple[KindInfo, ...] = (
                       col("Users", "string", lambda o: _subjects(o, "User"), 1),
                       col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
                       col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),
+    # authorization: create-only reviews, answered by the authorizer and never stored --------
+    KindInfo(names.AUTHORIZATION_GROUP, "v1", "subjectaccessreviews", "SubjectAccessReview", False,
+             verbs=("create",)),
+    KindInfo(names.AUTHORIZATION_GROUP, "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
+             verbs=("create",)),
+    KindInfo(names.AUTHORIZATION_GROUP, "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", True,
+             verbs=("create",)),
+    KindInfo(names.AUTHORIZATION_GROUP, "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False,
+             verbs=("create",)),
+    # authentication: create-only reviews, answered by the authenticator and never stored ---
+    KindInfo(names.AUTHENTICATION_GROUP, "v1", "tokenreviews", "TokenReview", False, verbs=("create",)),
+    KindInfo(names.AUTHENTICATION_GROUP, "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=("create",)),
     # node / scheduling / policy / storage / admissionregistration ----------------------
     KindInfo(names.NODE_GROUP, "v1", "runtimeclasses", "RuntimeClass", False,
              columns=(NAME, col("Handler", "string", _getter("handler")), AGE)),

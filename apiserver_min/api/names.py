@@ -228,3 +228,43 @@ ANNOTATION_DESCRIPTION = f"{DOMAIN}/description"
 # "kube-probe" and "kube-lifecycle").
 PROBE_USER_AGENT_NAME = "orch-probe"
 LIFECYCLE_USER_AGENT_NAME = "orch-lifecycle"
+
+# Node agent node status, lease and events: the condition reasons upstream spells with its
+# product name (KubeletReady, KubeletHasSufficientMemory, ...), the Node schema's field names
+# that keep upstream's spelling on the wire (nodeInfo.kubeletVersion, kubeProxyVersion,
+# daemonEndpoints.kubeletEndpoint) and the attach/detach annotation of a registering node.
+NODE_REASON_READY = "AgentReady"
+NODE_REASON_NOT_READY = "AgentNotReady"
+NODE_REASON_SUFFICIENT_MEMORY = "AgentHasSufficientMemory"
+NODE_REASON_INSUFFICIENT_MEMORY = "AgentHasInsufficientMemory"
+NODE_REASON_NO_DISK_PRESSURE = "AgentHasNoDiskPressure"
+NODE_REASON_DISK_PRESSURE = "AgentHasDiskPressure"
+NODE_REASON_SUFFICIENT_PID = "AgentHasSufficientPID"
+NODE_REASON_INSUFFICIENT_PID = "AgentHasInsufficientPID"
+NODE_INFO_AGENT_VERSION_FIELD = "kubeletVersion"
+NODE_INFO_PROXY_VERSION_FIELD = "kubeProxyVersion"
+NODE_DAEMON_ENDPOINT_AGENT_FIELD = "kubeletEndpoint"
+ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH = f"volumes.{DOMAIN}/controller-managed-attach-detach"
+
+# Node lifecycle controller, scheduler and the pods/log proxy: the condition taints upstream
+# spells node.kubernetes.io/<condition>, the agent port used when a Node publishes none
+# (upstream's kubelet port), and the identity of the client certificate the API server
+# presents to node agents (upstream's apiserver-kubelet-client).
+TAINT_MEMORY_PRESSURE = f"node.{DOMAIN}/memory-pressure"
+TAINT_DISK_PRESSURE = f"node.{DOMAIN}/disk-pressure"
+TAINT_PID_PRESSURE = f"node.{DOMAIN}/pid-pressure"
+TAINT_NETWORK_UNAVAILABLE = f"node.{DOMAIN}/network-unavailable"
+AGENT_DEFAULT_PORT = 10250
+APISERVER_AGENT_CLIENT_USER = f"{APISERVER_NAME}-agent-client"
+
+# Node agent API client, TLS bootstrap, certificate rotation and join: the certificate
+# pair files in --cert-dir (upstream kubelet-client-*.pem / kubelet-server-*.pem), the
+# CSR name prefixes, the connection configs `join` writes under --root-dir, and the
+# variable of the agent's flags in AGENT_ENV_FILE (the unit's $ORCH_AGENT_ARGS).
+AGENT_CLIENT_CERT_PREFIX = f"{AGENT_NAME}-client"
+AGENT_SERVER_CERT_PREFIX = f"{AGENT_NAME}-server"
+CSR_NAME_PREFIX = "node-csr-"
+CSR_SERVING_NAME_PREFIX = "csr-"
+AGENT_ORCHCONFIG_NAME = f"agent{CONNECTION_CONFIG_SUFFIX}"
+AGENT_BOOTSTRAP_ORCHCONFIG_NAME = f"bootstrap-agent{CONNECTION_CONFIG_SUFFIX}"
+AGENT_ENV_ARGS_VAR = "ORCH_AGENT_ARGS"

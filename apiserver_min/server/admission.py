@@ -94,3 +94,138 @@ class NamespaceLifecycle:
             raise st.forbidden(k.resource, attrs.name, k.group,
                                f"unable to create new content in namespace {attrs.namespace} "
                                "because it is being terminated")
+
+
+class DefaultTolerationSeconds:
+    """New pods tolerate the not-ready and unreachable NoExecute taints for a while
+    (default 300 s each), so a short node outage does not evict them at once."""
+
+    name = "DefaultTolerationSeconds"
+
+    def __init__(self, not_ready_seconds: int = 300, unreachable_seconds: int = 300):
+        self.not_ready_seconds = not_ready_seconds
+        self.unreachable_seconds = unreachable_seconds
+
+    async def admit(self, attrs: Attributes) -> None:
+        k = attrs.kind
+        if attrs.operation != "CREATE" or attrs.subresource or k.group != "" or k.resource != "pods":
+            return
+        spec = (attrs.obj or {}).get("spec")
+        if not isinstance(spec, dict):
+            return
+        tolerations = spec.get("tolerations")
+        if tolerations is not None and not isinstance(tolerations, list):
+            return
+        tolerations = list(tolerations or [])
+
+        def tolerates(key: str) -> bool:
+            return any(isinstance(t, dict) and t.get("key", "") in (key, "")
+                       and t.get("effect", "") in ("NoExecute", "") for t in tolerations)
+
+        added = False
+        for key, seconds in ((names.TAINT_NOT_READY, self.not_ready_seconds),
+                             (names.TAINT_UNREACHABLE, self.unreachable_seconds)):
+            if not tolerates(key):
+                tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                    "tolerationSeconds": seconds})
+                added = True
+        if added:
+            spec["tolerations"] = tolerations
+
+    async def validate(self, attrs: Attributes) -> None:
+        return None
+
+
+# --- the configured chain (--enable-admission-plugins / --disable-admission-plugins) -------
+
+# Upstream's plugin order: enabled plugins run in this order whatever order the flags use.
+PLUGIN_ORDER = (
+    "AlwaysAdmit", "NamespaceAutoProvision", "NamespaceLifecycle", "NamespaceExists", "SecurityContextDeny",
+    "LimitPodHardAntiAffinityTopology", "LimitRanger", "ServiceAccount", "NodeRestriction",
+    "TaintNodesByCondition", "AlwaysPullImages", "ImagePolicyWebhook", "PodSecurity", "PodNodeSelector",
+    "Priority", "DefaultTolerationSeconds", "PodTolerationRestriction", "EventRateLimit",
+    "ExtendedResourceToleration", "PersistentVolumeLabel", "DefaultStorageClass", "StorageObjectInUseProtection",
+    "OwnerReferencesPermissionEnforcement", "PersistentVolumeClaimResize", "RuntimeClass", "CertificateApproval",
+    "CertificateSigning", "ClusterTrustBundleAttest", "CertificateSubjectRestriction", "DefaultIngressClass",
+    "DenyServiceExternalIPs", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook",
+    "ResourceQuota", "AlwaysDeny",
+)
+# The spec's default-enabled plugins.
+SPEC_DEFAULT_PLUGINS = (
+    "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction", "DefaultIngressClass",
+    "DefaultStorageClass", "DefaultTolerationSeconds", "LimitRanger", "MutatingAdmissionWebhook",
+    "NamespaceLifecycle", "PersistentVolumeClaimResize", "PodSecurity", "Priority", "ResourceQuota", "RuntimeClass",
+    "ServiceAccount", "StorageObjectInUseProtection", "TaintNodesByCondition", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionWebhook",
+)
+# Plugins this server knows; naming any other in the flags is a start-up error. The
+# admission work adds names here (and their factories in ``_plugin_factories``).
+KNOWN_PLUGINS = frozenset({
+    "NamespaceLifecycle", "NodeRestriction", "ServiceAccount", "CertificateApproval", "CertificateSigning",
+    "CertificateSubjectRestriction", "DefaultTolerationSeconds",
+})
+DEFAULT_PLUGINS = tuple(p for p in SPEC_DEFAULT_PLUGINS if p in KNOWN_PLUGINS)
+# Plugins implemented in modules of other areas: (module, class taking the server).
+_EXTERNAL_PLUGINS = {"ServiceAccount": ("apiserver_min.auth.serviceaccount", "ServiceAccountAdmission")}
+
+
+def _order(name: str) -> int:
+    return PLUGIN_ORDER.index(name) if name in PLUGIN_ORDER else len(PLUGIN_ORDER)
+
+
+def resolve_plugins(enable: list[str] | tuple[str, ...], disable: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """(defaults + enabled) - disabled, in upstream's order; ValueError naming the flag
+    for unknown names or a name in both lists."""
+    for flag, given in (("--enable-admission-plugins", enable), ("--disable-admission-plugins", disable)):
+        unknown = [n for n in given if n not in KNOWN_PLUGINS]
+        if unknown:
+            raise ValueError(f"{flag}: unknown admission plugin(s) {', '.join(unknown)}; known plugins: "
+                             f"{', '.join(sorted(KNOWN_PLUGINS, key=_order))}")
+    both = sorted(set(enable) & set(disable))
+    if both:
+        raise ValueError(f"{', '.join(both)} in both --enable-admission-plugins and --disable-admission-plugins")
+    chosen = (set(DEFAULT_PLUGINS) | set(enable)) - set(disable)
+    return tuple(sorted(chosen, key=_order))
+
+
+def _plugin_factories() -> dict:
+    from ..auth.certadmission import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
+    from ..auth.noderestriction import NodeRestriction
+
+    def toleration(server):
+        opts = server.opts
+        return DefaultTolerationSeconds(getattr(opts, "default_not_ready_toleration_seconds", 300),
+                                        getattr(opts, "default_unreachable_toleration_seconds", 300))
+
+    return {
+        "NamespaceLifecycle": lambda server: NamespaceLifecycle(server.store),
+        "NodeRestriction": lambda server: NodeRestriction(server.store, server.registry),
+        "DefaultTolerationSeconds": toleration,
+        "CertificateApproval": lambda server: CertificateApproval(lambda: server.authorizer),
+        "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
+        "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
+    }
+
+
+def build_chain(server, plugin_names: tuple[str, ...] | list[str], always: list[Plugin] = ()) -> Chain:
+    """The chain for the enabled plugin names, then the always-on checks (``always``)."""
+    import importlib
+    import logging
+
+    log = logging.getLogger("orch-apiserver.admission")
+    factories = _plugin_factories()
+    plugins: list[Plugin] = []
+    for n in sorted(plugin_names, key=_order):
+        if n in factories:
+            plugins.append(factories[n](server))
+            continue
+        module_name, attr = _EXTERNAL_PLUGINS.get(n, ("", ""))
+        try:
+            cls = getattr(importlib.import_module(module_name), attr, None) if module_name else None
+        except ImportError:
+            cls = None
+        if cls is None:
+            log.warning("admission plugin %s is enabled but not available in this build; it does not run", n)
+            continue
+        plugins.append(cls(server))
+    return Chain(plugins + list(always))

@@ -23,8 +23,13 @@ from ..api.kinds import REGISTRY, KindInfo, Registry
 from ..options import Options
 from ..pki import Pki, write_admin_config
 from ..storage.interface import Backend
+from ..auth.authz import Decision as AuthzDecision
+from ..auth.authz import build_authorizer, forbidden_error, request_attributes, user_or_anonymous
+from ..auth.rbac import RbacIndex, RbacWriteGuard
+from ..auth.reviews import Reviews
+from ..auth.authn import Authentication
 from . import codec
-from .admission import SYSTEM_USER, Chain, NamespaceLifecycle, UserInfo
+from .admission import SYSTEM_USER, UserInfo, build_chain
 from .controllers import Controllers
 from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
@@ -90,7 +95,13 @@ class ApiServer:
         self.backend = backend or load_backend(opts)
         self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
         self.store = Store(self.backend, registry, self.cache)
-        self.store.admission = Chain([NamespaceLifecycle(self.store)])
+        # Authorization reads the watch cache, so it is wired before the cache's first list;
+        # the RBAC index also serves the always-on role and binding write checks.
+        self.rbac_index = RbacIndex.attach(self.cache, registry)
+        self.authorizer = build_authorizer(opts.authorization_modes, self.cache, registry, self.rbac_index)
+        self.reviews = Reviews(self, lambda: self.authorizer)
+        self.store.admission = build_chain(self, opts.admission_plugins,
+                                           always=[RbacWriteGuard(self.authorizer, self.rbac_index)])
         self.metrics = Metrics()
         self.metrics.object_counts = self.cache.object_counts
         self.handlers = ResourceHandlers(self)
@@ -105,6 +116,9 @@ class ApiServer:
         self._install_checks()
         self.pki = Pki(opts.data_dir)
         self.client_ca = opts.client_ca_file or self.pki.ca_cert
+        # Authentication reads the token file and the service-account keys now (a bad one
+        # stops the start) and generates DATA_DIR/pki/sa.key on first start.
+        self.authn = Authentication(self)
         self._inflight = 0
 
     # --- health ---------------------------------------------------------------------
@@ -184,35 +198,19 @@ class ApiServer:
         await self.backend.close()
 
     # --- requests -------------------------------------------------------------------
-    def authenticate(self, request: web.Request) -> UserInfo | None:
-        transport = request.transport
-        cert = transport.get_extra_info("peercert") if transport is not None else None
-        if cert:
-            cn, orgs = "", []
-            for rdn in cert.get("subject", ()):
-                for key, value in rdn:
-                    if key == "commonName":
-                        cn = value
-                    elif key == "organizationName":
-                        orgs.append(value)
-            if cn:
-                return UserInfo(cn, groups=tuple(orgs) + (names.GROUP_AUTHENTICATED,))
-        return None
+    async def authenticate(self, request: web.Request) -> UserInfo | None:
+        """The request's user through the authenticator chain (auth/authn.py): None for
+        an anonymous request (when --anonymous-auth allows it), a 401 ApiError for a bad
+        credential."""
+        return await self.authn.authenticate(request)
 
-    def authorize(self, user: UserInfo | None, info: RequestInfo) -> None:
-        """Until the authorization work lands: authenticated users may do everything,
-        anonymous requests only read health and version."""
-        if user is not None:
-            return
-        if not info.is_resource and any(info.path == p or info.path.startswith(p + "/") for p in PUBLIC_PATHS):
-            return
-        anon = names.USER_ANONYMOUS
-        if info.is_resource:
-            scope = f'in the namespace "{info.namespace}"' if info.namespace else "at the cluster scope"
-            raise st.forbidden(info.resource, info.name, info.group,
-                               f'User "{anon}" cannot {info.verb} resource "{info.resource}" in API group '
-                               f'"{info.group}" {scope}')
-        raise st.forbidden_plain(f'forbidden: User "{anon}" cannot {info.verb} path "{info.path}"')
+    def authorize(self, user: UserInfo | None, info: RequestInfo, query=None) -> None:
+        """Ask the authorizer chain (--authorization-mode); anything not allowed is a 403
+        naming the user, verb and resource. ``None`` is the anonymous user."""
+        attrs = request_attributes(user, info, query)
+        decision, reason = self.authorizer.authorize(attrs)
+        if decision is not AuthzDecision.ALLOW:
+            raise forbidden_error(attrs, reason)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
@@ -220,10 +218,14 @@ class ApiServer:
         code = 500
         self._inflight += 1
         try:
-            user = self.authenticate(request)
-            self.authorize(user, info)
-            if info.is_resource:
-                resp = await self.handlers.handle(request, info, user or UserInfo(names.USER_ANONYMOUS))
+            user = await self.authenticate(request)
+            self.authorize(user, info, request.query)
+            if info.is_resource and self.reviews.handles(info):
+                resp = await self.reviews.handle(request, info, user_or_anonymous(user))
+            elif info.is_resource and self.authn.handles(info):
+                resp = await self.authn.handle(request, info, user_or_anonymous(user))
+            elif info.is_resource:
+                resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self._deprecation(info, resp)
             else:
                 resp = await self.non_resource(request, info)

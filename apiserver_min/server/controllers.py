@@ -299,6 +299,12 @@ class Controllers:
         self.namespaces = NamespaceController(server)
         self.gc = GarbageCollector(server)
         self._tasks: list[asyncio.Task] = []
+        # CSR approver/signer/cleaner; constructing it also installs the CSR strategy's
+        # admission hook, which must be in place before the first request.
+        from .csrcontrollers import CsrControllers
+        from .bootstrapcontrollers import BootstrapControllers
+        self.csr = CsrControllers(server)
+        self.bootstrap = BootstrapControllers(server)
 
     async def start(self) -> None:
         cache = self.server.cache
@@ -307,8 +313,37 @@ class Controllers:
             c.on_event(None, None)
         self._tasks = [asyncio.create_task(self.namespaces.run(), name="namespace-controller"),
                        asyncio.create_task(self.gc.run(), name="garbage-collector")]
+        # The default RBAC policy (created or completed at every start), then the
+        # ClusterRole aggregation controller that fills admin/edit/view.
+        from ..auth.policy import ClusterRoleAggregator, reconcile_default_policy
+        await reconcile_default_policy(self.server)
+        self.aggregator = ClusterRoleAggregator(self.server, self.server.rbac_index)
+        self._tasks.append(asyncio.create_task(self.aggregator.run(), name="clusterrole-aggregator"))
+        # Every active namespace's default ServiceAccount and orch-root-ca.crt ConfigMap.
+        from ..auth.serviceaccount import ServiceAccountsController
+        self.serviceaccounts = ServiceAccountsController(self.server)
+        cache.listeners.append(self.serviceaccounts.on_event)
+        self.serviceaccounts.on_event(None, None)
+        self._tasks.append(asyncio.create_task(self.serviceaccounts.run(), name="serviceaccounts-controller"))
+        # Certificate requests, then bootstrap tokens (bootstrap signer and token cleaner).
+        self._tasks += self.csr.start()
+        self._tasks += self.bootstrap.start()
+        # Node heartbeats, condition taints and NoExecute evictions; then the scheduler
+        # (--enable-scheduler), which places pods on the nodes that controller keeps honest.
+        from .nodelifecycle import NodeLifecycleController
+        self.nodelifecycle = NodeLifecycleController(self.server)
+        cache.listeners.append(self.nodelifecycle.on_event)
+        self.nodelifecycle.on_event(None, None)
+        self._tasks.append(asyncio.create_task(self.nodelifecycle.run(), name="node-lifecycle-controller"))
+        if getattr(self.server.opts, "enable_scheduler", True):
+            from .scheduler import Scheduler
+            self.scheduler = Scheduler(self.server)
+            cache.listeners.append(self.scheduler.on_event)
+            self.scheduler.on_event(None, None)
+            self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
 
     async def stop(self) -> None:
+        self.bootstrap.stop()
         for t in reversed(self._tasks):
             t.cancel()
         for t in self._tasks:

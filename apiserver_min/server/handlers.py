@@ -279,12 +279,13 @@ class ResourceHandlers:
             return await self.bind_pod(request, info, kind, user)
         if name == "eviction" and kind.resource == "pods":
             return await self.evict_pod(request, info, kind, user)
+        if name == "token" and kind.resource == "serviceaccounts":
+            # TokenRequest: issued by the authentication layer (auth/serviceaccount.py).
+            return await self.server.authn.token_request(request, info, kind, user)
         if name == "log" and kind.resource == "pods":
-            await self.store.get(kind, info.namespace, info.name)
-            raise st.service_unavailable(
-                f"logs of pod {info.namespace}/{info.name} are not available: reading container logs "
-                "through the API server needs the node agent connection, which this server does not "
-                "have yet")
+            # Proxied to the node agent's /containerLogs (server/podlogs.py).
+            from .podlogs import serve_pod_log
+            return await serve_pod_log(self.server, request, info, kind)
         raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
                                            f"({kind.resource}/{info.subresource}) for verb {info.verb}")
 
@@ -698,6 +699,9 @@ class ResourceHandlers:
         dry = _dry_run(request.query)
 
         def compute(old: dict) -> dict:
+            # No resourceVersion precondition: a concurrent write (a status update) is
+            # retried on the fresh pod, as upstream's GuaranteedUpdate does, not a 409.
+            old["metadata"].pop("resourceVersion", None)
             spec = old.setdefault("spec", {})
             if old["metadata"].get("deletionTimestamp"):
                 raise st.conflict("pods", info.name, "", f"pod {info.name} is being deleted, cannot be assigned to a host")

@@ -17,6 +17,8 @@ import uuid
 import pytest
 import yaml
 
+from tests.apiserver_fixtures import ROOT_CA_CONFIGMAP, create_namespace
+
 # --- helpers -----------------------------------------------------------------------------
 
 
@@ -68,7 +70,7 @@ def cm_manifest(name: str, ns: str, labels: dict | None = None, finalizers: list
 @pytest.fixture
 def ns(apiserver):
     name = uniq("ns")
-    apiserver.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
+    create_namespace(apiserver, name)
     return name
 
 
@@ -145,12 +147,13 @@ def test_kubectl_chunk_size(kubectl, apiserver, ns):
     for i in range(5):
         apiserver.json("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": f"cm{i}"}},
                        expect=201)
+    # Six ConfigMaps in three chunks: cm0..cm4 and the namespace's root CA ConfigMap.
     out = ok(kubectl("get", "configmaps", "-n", ns, "--chunk-size=2"))
     header, *rows = out.splitlines()
     assert header.split()[0] == "NAME"
-    assert [r.split()[0] for r in rows] == [f"cm{i}" for i in range(5)]
+    assert [r.split()[0] for r in rows] == [f"cm{i}" for i in range(5)] + [ROOT_CA_CONFIGMAP]
     out = ok(kubectl("get", "configmaps", "-n", ns, "--chunk-size=2", "-o", "name"))
-    assert out.split() == [f"configmap/cm{i}" for i in range(5)]
+    assert out.split() == [f"configmap/cm{i}" for i in range(5)] + [f"configmap/{ROOT_CA_CONFIGMAP}"]
 
 
 def test_kubectl_create_configmap_and_lease_from_files(kubectl, apiserver, ns):
@@ -323,14 +326,19 @@ def test_kubectl_label_annotate_and_get_all(kubectl, apiserver, ns):
 
 
 def test_kubectl_unsupported_paths_fail_cleanly(kubectl, ns):
-    """Protobuf bodies and pod logs are not served yet: clean Status errors, no stack traces."""
+    """Protobuf bodies are not served yet, and logs need a node agent: clean Status errors,
+    no stack traces."""
     res = kubectl("create", "configmap", "proto", "-n", ns, "--from-literal=a=b")
     assert res.returncode != 0
     assert "UnsupportedMediaType" in res.stderr or "application/vnd.kubernetes.protobuf" in res.stderr, res.stderr
+    # A pod no node runs has an empty log (upstream); one bound to an unknown node has no agent.
     ok(kubectl("create", "-f", "-", input=pod_manifest("nolog", ns)))
-    res = kubectl("logs", "nolog", "-n", ns)
+    assert ok(kubectl("logs", "nolog", "-n", ns)) == ""
+    ok(kubectl("create", "-f", "-", input=pod_manifest("ghostlog", ns, node="no-such-node")))
+    res = kubectl("logs", "ghostlog", "-n", ns)
     assert res.returncode != 0
-    assert "Error from server (ServiceUnavailable)" in res.stderr, res.stderr
+    assert "Error from server (NotFound)" in res.stderr and "no-such-node" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def test_kubectl_delete_namespace_waits_until_gone(kubectl, apiserver):
@@ -432,8 +440,8 @@ def test_python_client_paging(k8s_client, ns):
         token = page.metadata._continue
         if not token:
             break
-    assert pages == 3
-    assert names == [f"pg{i}" for i in range(7)]
+    assert pages == 3  # eight items: pg0..pg6 and the namespace's root CA ConfigMap
+    assert names == [ROOT_CA_CONFIGMAP] + [f"pg{i}" for i in range(7)]
     assert len(rvs) == 1
 
 
@@ -472,4 +480,5 @@ def test_python_client_watch_initial_list(k8s_client, ns):
     v1.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="pre")))
     w = watch.Watch()
     events = list(w.stream(v1.list_namespaced_config_map, ns, timeout_seconds=1))
-    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "pre")]
+    seen = [(e["type"], e["object"].metadata.name) for e in events]
+    assert sorted(seen) == [("ADDED", ROOT_CA_CONFIGMAP), ("ADDED", "pre")]

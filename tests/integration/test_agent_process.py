@@ -198,9 +198,28 @@ def test_ready_then_watchdog_then_stopping(agents, sig):
     assert 'stop_order=["watchdog","sync-loop","pod-sources","health-server","log-flush"]' in out
 
 
-def test_start_line_names_version_and_mode(agents, tmp_path):
+def test_bad_connection_config_fails_the_start(agents, tmp_path):
     conn = tmp_path / "agent.orchconfig"
     conn.write_text("apiVersion: v1\nkind: Config\n")
+    agent = agents(f"--orchconfig={conn}").start()
+    assert agent.wait() == 1
+    assert "invalid connection config (--orchconfig)" in agent.output()
+    assert "Traceback" not in agent.output()
+
+
+def test_start_line_names_version_and_mode(agents, tmp_path):
+    from agent.client.config import write_orchconfig
+    from apiserver_min import pki
+
+    ca, key = pki.make_ca()
+    client_cert = tmp_path / "client.pem"
+    leaf_key = pki.new_key()
+    leaf = pki.sign_leaf(ca, key, leaf_key.public_key(), "system:node:vm", ["system:nodes"])
+    client_cert.write_bytes(pki.cert_pem(leaf) + pki.key_pem(leaf_key))
+    conn = tmp_path / "agent.orchconfig"
+    # A server nobody listens on: the agent is ready (static pods) and keeps trying to register.
+    write_orchconfig(str(conn), server="https://127.0.0.1:9", ca_data=pki.cert_pem(ca),
+                     cert_file=str(client_cert), key_file=str(client_cert))
     agent = agents(f"--orchconfig={conn}").start()
     agent.wait_message("READY=1")
     assert agent.fields()[0] == "STATUS=Starting (api-server mode)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -20,7 +21,7 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from tests.apiserver_fixtures import ApiServerProcess
+from tests.apiserver_fixtures import ApiServerProcess, ROOT_CA_CONFIGMAP, create_namespace, without_root_ca
 from tests.components import free_port
 
 # --- helpers -----------------------------------------------------------------------------
@@ -90,8 +91,21 @@ def gone(server, path):
 
 
 def list_names(server, path) -> list[str]:
+    """The names listed at PATH, less the root CA ConfigMap every namespace holds (so a
+    ConfigMap list shows what the test made; tests about that object read it directly)."""
     _, doc = server.json("GET", path, expect=200)
-    return [i["metadata"]["name"] for i in doc["items"]]
+    return without_root_ca([i["metadata"]["name"] for i in doc["items"]])
+
+
+def own_items(doc) -> list[dict]:
+    """A list's items without the root CA ConfigMap."""
+    return [i for i in doc["items"] if i["metadata"]["name"] != ROOT_CA_CONFIGMAP]
+
+
+def own_events(events) -> list[tuple[str, str]]:
+    """(type, name) of watch events, without the root CA ConfigMap's."""
+    return [(e["type"], e["object"]["metadata"]["name"]) for e in events
+            if e["object"]["metadata"].get("name") != ROOT_CA_CONFIGMAP]
 
 
 # --- fixtures ----------------------------------------------------------------------------
@@ -105,7 +119,7 @@ def server(request):
 @pytest.fixture
 def ns(server):
     name = uniq("ns")
-    server.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
+    create_namespace(server, name)
     return name
 
 
@@ -113,7 +127,7 @@ def ns(server):
 def sq_ns(apiserver):
     """A fresh namespace on the SQLite server (for tests where the backend does not matter)."""
     name = uniq("ns")
-    apiserver.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
+    create_namespace(apiserver, name)
     return name
 
 
@@ -378,12 +392,15 @@ def test_field_selectors_pods_and_secrets(server, ns):
 def test_paging_is_one_consistent_snapshot(server, ns):
     for i in range(25):
         create_cm(server, ns, f"cm-{i:02d}")
+    # The snapshot also holds the namespace's root CA ConfigMap, which sorts last:
+    # 26 items, the last page 6.
+    assert ROOT_CA_CONFIGMAP > "cm-99"
     base = cm_path(ns)
     _, p1 = server.json("GET", f"{base}?limit=10", expect=200)
     rv = p1["metadata"]["resourceVersion"]
     assert len(p1["items"]) == 10
     assert p1["metadata"]["continue"]
-    assert p1["metadata"]["remainingItemCount"] == 15
+    assert p1["metadata"]["remainingItemCount"] == 16
 
     # Changes after the first page are not in later pages.
     create_cm(server, ns, "cm-99-late")
@@ -392,14 +409,14 @@ def test_paging_is_one_consistent_snapshot(server, ns):
     _, p2 = server.json("GET", f"{base}?limit=10&continue={quote(p1['metadata']['continue'])}", expect=200)
     assert p2["metadata"]["resourceVersion"] == rv
     assert len(p2["items"]) == 10
-    assert p2["metadata"]["remainingItemCount"] == 5
+    assert p2["metadata"]["remainingItemCount"] == 6
     _, p3 = server.json("GET", f"{base}?limit=10&continue={quote(p2['metadata']['continue'])}", expect=200)
     assert p3["metadata"]["resourceVersion"] == rv
-    assert len(p3["items"]) == 5
+    assert len(p3["items"]) == 6
     assert not p3["metadata"].get("continue")
     assert "remainingItemCount" not in p3["metadata"]
     names = [i["metadata"]["name"] for p in (p1, p2, p3) for i in p["items"]]
-    assert names == [f"cm-{i:02d}" for i in range(25)]
+    assert names == [f"cm-{i:02d}" for i in range(25)] + [ROOT_CA_CONFIGMAP]
 
     # A fresh list sees the changes.
     fresh = list_names(server, base)
@@ -478,14 +495,14 @@ def test_resource_version_match_rules(server, ns):
     # Exact at an old version: the old state, collection RV = the requested one.
     _, doc = server.json("GET", f"{base}?resourceVersion={old_rv}&resourceVersionMatch=Exact", expect=200)
     assert doc["metadata"]["resourceVersion"] == old_rv
-    assert [i["data"] for i in doc["items"]] == [{"v": "old"}]
+    assert [i["data"] for i in own_items(doc)] == [{"v": "old"}]
     # RV + limit without a match is Exact too.
     _, doc = server.json("GET", f"{base}?resourceVersion={old_rv}&limit=5", expect=200)
-    assert [i["data"] for i in doc["items"]] == [{"v": "old"}]
+    assert [i["data"] for i in own_items(doc)] == [{"v": "old"}]
     # NotOlderThan: the collection version is at least the requested one.
     _, doc = server.json("GET", f"{base}?resourceVersion={old_rv}&resourceVersionMatch=NotOlderThan", expect=200)
     assert int(doc["metadata"]["resourceVersion"]) >= int(new["metadata"]["resourceVersion"])
-    assert [i["data"] for i in doc["items"]] == [{"v": "new"}]
+    assert [i["data"] for i in own_items(doc)] == [{"v": "new"}]
 
     # Exact in the future: 504 "Too large resource version".
     future = int(new["metadata"]["resourceVersion"]) + 1_000_000
@@ -520,9 +537,10 @@ def test_watch_without_rv_sends_initial_added_then_changes(server, ns):
         assert w.status == 200
         assert w.headers["content-type"].startswith("application/json")
         assert w.headers.get("transfer-encoding") == "chunked"
-        initial = w.events(2)
-        assert [(e["type"], e["object"]["metadata"]["name"]) for e in initial] == [("ADDED", "w1"), ("ADDED", "w2")]
-        assert initial[0]["object"]["kind"] == "ConfigMap"
+        initial = w.events(3)  # w1, w2 and the namespace's root CA ConfigMap
+        assert own_events(initial) == [("ADDED", "w1"), ("ADDED", "w2")]
+        assert ("ADDED", ROOT_CA_CONFIGMAP) in [(e["type"], e["object"]["metadata"]["name"]) for e in initial]
+        assert all(e["object"]["kind"] == "ConfigMap" for e in initial)
         create_cm(server, ns, "w3")
         server.json("PATCH", cm_path(ns, "w1"), {"data": {"k": "changed"}}, headers=MERGE, expect=200)
         server.json("DELETE", cm_path(ns, "w2"), expect=200)
@@ -554,7 +572,8 @@ def test_watch_timeout_seconds_ends_the_stream(server, ns):
     with server.watch(cm_path(ns) + "?watch=true&timeoutSeconds=1", timeout=10) as w:
         assert w.status == 200
         events = w.read_all()
-    assert events == []
+    # Only the initial state (the namespace's root CA ConfigMap), then the end.
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", ROOT_CA_CONFIGMAP)]
     assert time.monotonic() - t0 < 5
 
 
@@ -586,21 +605,21 @@ def test_watch_field_selector_metadata_name(server, ns):
 def test_watch_send_initial_events_with_bookmark(apiserver_watchlist):
     server = apiserver_watchlist
     ns = uniq("ns")
-    server.json("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, expect=201)
+    create_namespace(server, ns)
     for i in range(3):
         create_cm(server, ns, f"i{i}")
     q = ("?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
          "&timeoutSeconds=10")
     with server.watch(cm_path(ns) + q) as w:
         assert w.status == 200
-        evs = w.events(4)
-        assert [(e["type"], e["object"]["metadata"].get("name")) for e in evs[:3]] == [
-            ("ADDED", "i0"), ("ADDED", "i1"), ("ADDED", "i2")]
-        bm = evs[3]
+        evs = w.events(5)  # i0..i2 and the namespace's root CA ConfigMap, then the bookmark
+        assert [e["type"] for e in evs[:4]] == ["ADDED"] * 4
+        assert own_events(evs[:4]) == [("ADDED", "i0"), ("ADDED", "i1"), ("ADDED", "i2")]
+        bm = evs[4]
         assert bm["type"] == "BOOKMARK"
         assert bm["object"]["metadata"]["annotations"] == {"orch.io/initial-events-end": "true"}
         assert int(bm["object"]["metadata"]["resourceVersion"]) >= max(
-            int(e["object"]["metadata"]["resourceVersion"]) for e in evs[:3])
+            int(e["object"]["metadata"]["resourceVersion"]) for e in evs[:4])
         create_cm(server, ns, "i3")
         ev = w.next()
         while ev["type"] == "BOOKMARK":
@@ -975,11 +994,12 @@ def test_default_table_columns(apiserver, sq_ns):
 def test_table_watch_events_are_one_row_tables(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "tw")
     with apiserver.watch(cm_path(sq_ns) + "?watch=true&timeoutSeconds=5", headers={"Accept": TABLE_K8S}) as w:
-        ev = w.next()
-    assert ev["type"] == "ADDED"
-    assert ev["object"]["kind"] == "Table" and ev["object"]["apiVersion"] == "meta.k8s.io/v1"
-    assert len(ev["object"]["rows"]) == 1
-    assert ev["object"]["rows"][0]["object"]["metadata"]["name"] == "tw"
+        evs = w.events(2)  # tw and the namespace's root CA ConfigMap
+    for ev in evs:
+        assert ev["type"] == "ADDED"
+        assert ev["object"]["kind"] == "Table" and ev["object"]["apiVersion"] == "meta.k8s.io/v1"
+        assert len(ev["object"]["rows"]) == 1
+    assert sorted(ev["object"]["rows"][0]["object"]["metadata"]["name"] for ev in evs) == [ROOT_CA_CONFIGMAP, "tw"]
 
 
 def test_unservable_media_type_is_406(apiserver, sq_ns):
@@ -1168,7 +1188,7 @@ def test_crash_safety_kill_9(tmp_path):
     server.start()
     try:
         ns = "crash"
-        server.json("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, expect=201)
+        create_namespace(server, ns)
         uids = {}
         for i in range(50):
             obj = create_cm(server, ns, f"c{i:02d}", data={"i": str(i)})
@@ -1178,7 +1198,7 @@ def test_crash_safety_kill_9(tmp_path):
         server.kill()
         server.start()
         _, lst = server.json("GET", cm_path(ns), expect=200)
-        got = {i["metadata"]["name"]: i for i in lst["items"]}
+        got = {i["metadata"]["name"]: i for i in own_items(lst)}
         assert {n: o["metadata"]["uid"] for n, o in got.items()} == uids
         assert got["c49"]["data"] == {"i": "patched"}
         assert got["c49"]["metadata"]["resourceVersion"] == last["metadata"]["resourceVersion"]
@@ -1189,7 +1209,7 @@ def test_crash_safety_kill_9(tmp_path):
         first_rv = got["c00"]["metadata"]["resourceVersion"]
         _, old = server.json("GET", cm_path(ns) + f"?resourceVersion={first_rv}&resourceVersionMatch=Exact",
                              expect=200)
-        assert [i["metadata"]["name"] for i in old["items"]] == ["c00"]
+        assert [i["metadata"]["name"] for i in own_items(old)] == ["c00"]
         # ...while a watch from before the restart is older than the new watch history: 410 as an ERROR event.
         with server.watch(cm_path(ns) + f"?watch=true&resourceVersion={first_rv}&timeoutSeconds=5") as w:
             assert w.status == 200
@@ -1340,8 +1360,9 @@ def test_watch_all_namespaces_and_resume(server, ns):
 def test_watch_rv_zero_sends_initial_added(server, ns):
     create_cm(server, ns, "z1")
     with server.watch(cm_path(ns) + "?watch=true&resourceVersion=0&timeoutSeconds=5") as w:
-        ev = w.next()
-    assert (ev["type"], ev["object"]["metadata"]["name"]) == ("ADDED", "z1")
+        evs = w.events(2)  # z1 and the namespace's root CA ConfigMap
+    assert [e["type"] for e in evs] == ["ADDED", "ADDED"]
+    assert own_events(evs) == [("ADDED", "z1")]
 
 
 def test_watch_label_selector_initial_events_are_filtered(server, ns):
@@ -1363,12 +1384,18 @@ def test_deletecollection_field_selector_and_dry_run(server, ns):
     assert list_names(server, cm_path(ns)) == []
 
 
-def test_pod_eviction_and_log_placeholder(apiserver, sq_ns):
+def test_pod_eviction_and_log_without_an_agent(apiserver, sq_ns):
     pods = f"/api/v1/namespaces/{sq_ns}/pods"
     apiserver.json("POST", pods, pod_body("ev"), expect=201)
+    # No node runs the pod: its log is empty, as upstream.
     status, hdrs, body = apiserver.request("GET", f"{pods}/ev/log")
-    assert status == 503
-    assert_status(json.loads(body), 503)
+    assert (status, body) == (200, b"")
+    # Bound to a node the server does not know: there is no agent to ask.
+    apiserver.json("POST", pods, pod_body("ghost", node="no-such-node"), expect=201)
+    status, doc = apiserver.json("GET", f"{pods}/ghost/log")
+    assert status == 404, doc
+    assert_status(doc, 404, "NotFound")
+    assert "no-such-node" in doc["message"]
     status, doc = apiserver.json("GET", f"{pods}/missing/log")
     assert status == 404
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "ev", "namespace": sq_ns}}
@@ -1442,11 +1469,17 @@ def test_etcd_keys_live_under_the_prefix(apiserver_etcd, etcd):
 
 
 def test_two_etcd_servers_share_state_and_watches(apiserver_etcd, etcd, tmp_path):
+    # Servers of one cluster share its CA and service-account key (as an HA pair does);
+    # each makes its own serving certificate from that CA.
+    pki = tmp_path / "second" / "pki"
+    pki.mkdir(parents=True, mode=0o700)
+    for f in ("ca.crt", "ca.key", "sa.key"):
+        shutil.copy2(apiserver_etcd.data_dir / "pki" / f, pki / f)
     other = ApiServerProcess(tmp_path / "second", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint,
                              etcd_prefix=apiserver_etcd.etcd_prefix)
     with other:
         ns = uniq("ns")
-        apiserver_etcd.json("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, expect=201)
+        create_namespace(apiserver_etcd, ns)
         obj = create_cm(apiserver_etcd, ns, "shared")
         _, got = other.json("GET", cm_path(ns, "shared"), expect=200)
         assert got["metadata"]["uid"] == obj["metadata"]["uid"]
@@ -1681,7 +1714,7 @@ def test_compacted_versions_are_410_gone(apiserver_etcd, etcd):
     """After storage compaction: Exact lists and continue tokens at older versions answer 410."""
     server = apiserver_etcd
     ns = uniq("ns")
-    server.json("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, expect=201)
+    create_namespace(server, ns)
     for i in range(3):
         create_cm(server, ns, f"k{i}")
     _, page = server.json("GET", cm_path(ns) + "?limit=1", expect=200)
@@ -1697,7 +1730,7 @@ def test_compacted_versions_are_410_gone(apiserver_etcd, etcd):
     assert status == 410, doc
     assert_status(doc, 410, "Expired")
     # Fresh lists still work.
-    assert len(list_names(server, cm_path(ns))) == 3
+    assert list_names(server, cm_path(ns)) == ["k0", "k1", "k2"]
 
 
 def test_create_right_after_namespace_deletion_is_refused(server):

@@ -151,3 +151,59 @@ def test_unknown_flag_is_a_usage_error(capsys):
         parse(["--no-such-flag"])
     assert info.value.code == 2
     assert "--no-such-flag" in capsys.readouterr().err
+
+
+# --- authentication flags ----------------------------------------------------------------------
+
+def test_authentication_defaults():
+    o = parse([])
+    assert o.anonymous_auth is True
+    assert o.token_auth_file == ""
+    assert o.enable_bootstrap_token_auth is False
+    assert o.service_account_key_files == ()
+    assert o.service_account_signing_key_file == ""
+    assert o.service_account_issuers == ("https://orch.default.svc.cluster.local",)
+    assert o.api_audiences == o.service_account_issuers[:1]
+    assert o.service_account_lookup is True
+    assert o.service_account_max_token_expiration == 0.0
+
+
+def test_authentication_values(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    o = parse(["--anonymous-auth=false", "--enable-bootstrap-token-auth", "--token-auth-file", str(f),
+               "--service-account-key-file", str(f), "--service-account-key-file", str(f),
+               "--service-account-signing-key-file", str(f),
+               "--service-account-issuer", "https://a.example", "--service-account-issuer", "b",
+               "--service-account-lookup=false", "--service-account-max-token-expiration", "24h",
+               "--api-audiences", "x, y", "--api-audiences=z,x"])
+    assert o.anonymous_auth is False and o.enable_bootstrap_token_auth is True
+    assert o.token_auth_file == o.service_account_signing_key_file == str(f)
+    assert o.service_account_key_files == (str(f), str(f))
+    assert o.service_account_issuers == ("https://a.example", "b")
+    assert o.service_account_lookup is False
+    assert o.service_account_max_token_expiration == 86400.0
+    assert o.api_audiences == ("x", "y", "z")
+    # Without --api-audiences, the first issuer is the audience.
+    assert parse(["--service-account-issuer", "https://a.example", "--service-account-issuer",
+                  "b"]).api_audiences == ("https://a.example",)
+    assert parse(["--enable-bootstrap-token-auth=false"]).enable_bootstrap_token_auth is False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--anonymous-auth=maybe"], "--anonymous-auth: expected true or false"),
+    (["--service-account-lookup", "sometimes"], "--service-account-lookup"),
+    (["--token-auth-file", "/nonexistent/tokens.csv"], "--token-auth-file: no such file"),
+    (["--service-account-key-file", "/nonexistent/sa.pub"], "--service-account-key-file: no such file"),
+    (["--service-account-key-file", ""], "--service-account-key-file: no such file"),
+    (["--service-account-signing-key-file", "/nonexistent/sa.key"], "--service-account-signing-key-file"),
+    (["--service-account-issuer", "https://a", "--service-account-issuer", "https://a"], "given more than once"),
+    (["--service-account-issuer", ""], "--service-account-issuer: must not be empty"),
+    (["--service-account-issuer", "http:"], "contains ':' but is not a valid URL"),
+    (["--service-account-max-token-expiration", "5m"], "at least 10m"),
+    (["--service-account-max-token-expiration", "forever"], "--service-account-max-token-expiration"),
+])
+def test_authentication_bad_values(argv, message):
+    with pytest.raises(OptionsError) as info:
+        parse(argv)
+    assert message in str(info.value)

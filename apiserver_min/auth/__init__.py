@@ -1,0 +1,1 @@
+"""Authentication, authorization and the security admission plugins of orch-apiserver."""

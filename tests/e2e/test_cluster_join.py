@@ -1,0 +1,196 @@
+"""A one-node cluster end to end: orch-apiserver on SQLite, the session's containerd,
+an agent started only with ``join`` and a fresh bootstrap token, and kubectl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.apiserver_fixtures import ApiServerProcess
+from tests.components import REPO_ROOT, free_port
+
+NODE = "n1"
+CGROUP_FS = Path("/sys/fs/cgroup")
+
+
+def _hierarchies() -> list[Path]:
+    if (CGROUP_FS / "cgroup.controllers").exists():
+        return [CGROUP_FS]
+    return [p for p in CGROUP_FS.iterdir() if p.is_dir() and not p.is_symlink()]
+
+
+@pytest.fixture(scope="module")
+def cluster(containerd, cri_images, tmp_path_factory):
+    work = tmp_path_factory.mktemp("cluster")
+    cg = f"/orch-join-{uuid.uuid4().hex[:8]}"
+    for root in _hierarchies():
+        (root / cg.strip("/")).mkdir(exist_ok=True)
+    (work / "manifests").mkdir()
+    (work / "manifests" / "st.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: st}\nspec:\n  terminationGracePeriodSeconds: 1\n"
+        "  containers: [{name: c, image: orch.local/busybox:1, imagePullPolicy: Never, "
+        "command: [sleep, '3600']}]\n")
+    with ApiServerProcess(str(work / "api"), free_port(), extra_args=[
+            "--enable-bootstrap-token-auth", "--node-monitor-grace-period=6s",
+            "--node-monitor-period=1s"]) as api:
+        c = Cluster(work, api, containerd, cg)
+        yield c
+        c.stop_agent()
+        c.cleanup()
+
+
+class Cluster:
+    def __init__(self, work: Path, api, containerd, cgroup_root: str) -> None:
+        self.work, self.api, self.containerd, self.cg = work, api, containerd, cgroup_root
+        self.kubeconfig = str(work / "api" / "admin.orchconfig")
+        self.agent: subprocess.Popen | None = None
+        self.join_argv: list[str] = []
+        self.log = work / "agent.log"
+
+    def token(self, *extra: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-m", "apiserver_min.cli", "token", "create", "--data-dir",
+                              str(self.work / "api"), "--print-join-command", *extra],
+                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().split()
+
+    def agent_argv(self, join: list[str]) -> list[str]:
+        return [sys.executable, "-m", "agent.cli", *join[1:], f"--root-dir={self.work}/root",
+                f"--pod-manifest-path={self.work}/manifests", f"--hostname-override={NODE}",
+                f"--container-runtime-endpoint=unix://{self.containerd.socket}",
+                f"--port={free_port()}", "--address=127.0.0.1", "--node-ip=127.0.0.1", "--healthz-port=0",
+                f"--cert-dir={self.work}/pki", f"--cgroup-root={self.cg}", "--fail-swap-on=false",
+                "--deprecation-warnings=false", "-v=2"]
+
+    def start_agent(self, argv: list[str]) -> subprocess.Popen:
+        self.agent = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=open(self.log, "a"),
+                                      stderr=subprocess.STDOUT)
+        return self.agent
+
+    def stop_agent(self) -> None:
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGTERM)
+            try:
+                self.agent.wait(20)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+                self.agent.wait(5)
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        r = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], capture_output=True,
+                           text=True, timeout=timeout, env={**os.environ, "HOME": str(self.work)})
+        if check:
+            assert r.returncode == 0, (args, r.stdout, r.stderr)
+        return r
+
+    def get(self, *args: str) -> dict | None:
+        r = self.kubectl("get", *args, "-o", "json", check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def wait(self, predicate, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(0.2)
+        log = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}\n{log}")
+
+    def node_ready(self) -> str:
+        node = self.get("node", NODE)
+        if not node:
+            return ""
+        for c in node.get("status", {}).get("conditions", []):
+            if c["type"] == "Ready":
+                return c["status"]
+        return ""
+
+    def cleanup(self) -> None:
+        for root in _hierarchies():
+            base = root / self.cg.strip("/")
+            if base.is_dir():
+                for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
+                                reverse=True) + [base]:
+                    try:
+                        d.rmdir()
+                    except OSError:
+                        pass
+
+
+def test_join_refuses_wrong_token_and_pin(cluster):
+    join = cluster.token()
+    server, token, pin = join[3], join[5], join[7]
+    wrong_token = token.split(".")[0] + "." + "0" * 16
+    r = subprocess.run(cluster.agent_argv(["orch-agent", "join", "--server", server, "--token", wrong_token,
+                                           "--discovery-token-ca-cert-hash", pin]),
+                       capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert r.returncode != 0
+    assert "signature" in (r.stdout + r.stderr)
+    r = subprocess.run(cluster.agent_argv(["orch-agent", "join", "--server", server, "--token", token,
+                                           "--discovery-token-ca-cert-hash", "sha256:" + "0" * 64]),
+                       capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert r.returncode != 0
+    assert "discovery-token-ca-cert-hash" in (r.stdout + r.stderr)
+
+
+def test_join_node_ready_runs_api_and_mirror_pods(cluster):
+    join = cluster.token()
+    t0 = time.monotonic()
+    cluster.start_agent(cluster.agent_argv(join))
+    cluster.wait(lambda: cluster.node_ready() == "True", 10, "node Ready within 10 s of join")
+    assert time.monotonic() - t0 < 10
+    csrs = cluster.get("csr")["items"]
+    assert any(c["spec"]["username"].startswith("system:bootstrap:")
+               and any(x["type"] == "Approved" for x in c["status"].get("conditions", []))
+               and c["status"].get("certificate") for c in csrs)
+    lease = cluster.get("lease", NODE, "-n", "orch-node-lease")
+    assert lease["spec"]["holderIdentity"] == NODE
+    wide = cluster.kubectl("get", "nodes", "-o", "wide").stdout
+    assert "containerd://" in wide and "Ready" in wide
+
+    cluster.kubectl("run", "web", "--image=orch.local/busybox:1", "--image-pull-policy=Never",
+                    "--restart=Never", "--", "sh", "-c", "echo hello-from-web; exec httpd -f -p 8080")
+    pod = cluster.wait(lambda: (p := cluster.get("pod", "web")) and p["status"].get("phase") == "Running"
+                       and p["status"].get("podIP") and p, 30, "web Running")
+    assert pod["spec"]["nodeName"] == NODE
+    cluster.wait(lambda: "hello-from-web" in cluster.kubectl("logs", "web", check=False).stdout, 10,
+                 "kubectl logs")
+    t1 = time.monotonic()
+    cluster.kubectl("delete", "pod", "web", "--grace-period=3", timeout=60)
+    assert time.monotonic() - t1 < 15
+    assert cluster.get("pod", "web") is None
+
+    mirror = cluster.wait(lambda: cluster.get("pod", f"st-{NODE}"), 15, "mirror pod")
+    assert "orch.io/config.mirror" in mirror["metadata"]["annotations"]
+    old_uid = mirror["metadata"]["uid"]
+    cluster.kubectl("delete", "pod", f"st-{NODE}", "--wait=false")
+    cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["metadata"]["uid"] != old_uid, 20,
+                 "mirror pod re-created")
+
+
+def test_stopped_agent_turns_node_unknown_and_back(cluster):
+    assert cluster.node_ready() == "True"
+    mirror = cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["status"].get(
+        "containerStatuses") and m, 20, "status on the re-created mirror pod")
+    cid = next(s["containerID"] for s in mirror["status"]["containerStatuses"])
+    argv = list(cluster.agent.args)
+    cluster.stop_agent()
+    cluster.wait(lambda: cluster.node_ready() == "Unknown", 50, "node Unknown")
+    taints = [t["key"] for t in cluster.get("node", NODE)["spec"].get("taints", [])]
+    assert "node.orch.io/unreachable" in taints
+    cluster.start_agent(argv)
+    cluster.wait(lambda: cluster.node_ready() == "True", 30, "node Ready again")
+    mirror = cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["status"].get(
+        "containerStatuses") and m, 20, "mirror status")
+    assert next(s["containerID"] for s in mirror["status"]["containerStatuses"]) == cid
