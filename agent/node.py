@@ -163,7 +163,7 @@ class NodeAgent:
         from .cluster import ApiPodSource, MirrorPodManager, ObjectCache, StatusManager
         from .eventsink import ApiEventSink
         from .lease import LeaseManager
-        from .nodestatus import NodeStatusManager
+        from .nodestatus import NodeStatusManager, runtime_version_from
 
         cfg = self.cfg
         assert self.pipeline is not None
@@ -179,7 +179,7 @@ class NodeAgent:
             status = NodeStatusManager(
                 cfg, client, node_name=self.node_name, cgroups=self.cgroups,
                 runtime_ready=lambda: self.pipeline.runtime_ready,
-                runtime_version=self._runtime_version, list_images=self.cri.list_images,
+                runtime_version=lambda: runtime_version_from(self.cri), list_images=self.cri.list_images,
                 events=self.events, version=self.version, host_ip=self.host_ip)
             await status.register()
             self.node_status = status
@@ -214,10 +214,6 @@ class NodeAgent:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await client.close()
-
-    async def _runtime_version(self) -> str:
-        v = await self.cri.version()
-        return f"{v.runtime_name}://{v.runtime_version}"
 
     async def _feed_mirrors(self, mirrors) -> None:
         assert self.pipeline is not None

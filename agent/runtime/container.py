@@ -40,6 +40,7 @@ from cri import api_pb2 as pb
 from agent import pods as podutil
 from agent.logging import get_logger
 
+from ..cm.qos import pod_qos_class
 from .context import NodeContext
 from .env import ObjectGetter, expand, expand_strict, make_environment, node_memory_capacity
 from .errors import REASON_CREATE_CONTAINER_CONFIG, PodConfigError
@@ -457,30 +458,6 @@ def milli_cpu_to_quota(milli_cpu: int, period: int) -> int:
     if milli_cpu == 0:
         return 0
     return max(MIN_QUOTA_PERIOD_US, milli_cpu * period // 1000)
-
-
-def pod_qos_class(pod: dict) -> str:
-    """Guaranteed, Burstable or BestEffort from the cpu and memory of all containers."""
-    requests: dict[str, Quantity] = {}
-    limits: dict[str, Quantity] = {}
-    guaranteed = True
-    for c in podutil.containers(pod) + podutil.init_containers(pod):
-        for name, q in _quantities(c, "requests").items():
-            if name in ("cpu", "memory") and q.sign() > 0:
-                requests[name] = requests.get(name, Quantity(0)) + q
-        found = set()
-        for name, q in _quantities(c, "limits").items():
-            if name in ("cpu", "memory") and q.sign() > 0:
-                found.add(name)
-                limits[name] = limits.get(name, Quantity(0)) + q
-        if found != {"cpu", "memory"}:
-            guaranteed = False
-    if not requests and not limits:
-        return "BestEffort"
-    if guaranteed and len(requests) == len(limits) \
-            and all(n in limits and limits[n] == q for n, q in requests.items()):
-        return "Guaranteed"
-    return "Burstable"
 
 
 def _is_node_critical(pod: dict) -> bool:

@@ -23,7 +23,6 @@ from .negotiation import JSON, Target, negotiate, table, validate_include_object
 from .patch import PatchApplyError, PatchError, json_patch, merge_patch
 from .routing import RequestInfo, require_kind
 from .store import DeleteOptions, ListResult, key_prefix, parse_rv
-from .strategy import timestamp
 from .watchcache import CacheEvent, Watcher, WatcherClosed
 
 if TYPE_CHECKING:
@@ -696,28 +695,11 @@ class ResourceHandlers:
         if not node:
             raise st.invalid("Binding", info.name, [{"reason": "FieldValueRequired", "field": "target.name",
                                                        "message": "Required value"}])
-        dry = _dry_run(request.query)
+        from .scheduler import bind_pod
 
-        def compute(old: dict) -> dict:
-            # No resourceVersion precondition: a concurrent write (a status update) is
-            # retried on the fresh pod, as upstream's GuaranteedUpdate does, not a 409.
-            old["metadata"].pop("resourceVersion", None)
-            spec = old.setdefault("spec", {})
-            if old["metadata"].get("deletionTimestamp"):
-                raise st.conflict("pods", info.name, "", f"pod {info.name} is being deleted, cannot be assigned to a host")
-            if spec.get("nodeName"):
-                raise st.conflict("pods", info.name, "",
-                                  f"pod {info.name} is already assigned to node \"{spec['nodeName']}\"")
-            spec["nodeName"] = node
-            conds = [c for c in (old.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-            conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                          "lastTransitionTime": timestamp()})
-            old.setdefault("status", {})["conditions"] = conds
-            return old
-
-        # Binding writes spec.nodeName and a status condition in one internal write.
-        await self.store.update(kind, info.namespace, info.name, compute, user, subresource="binding",
-                                dry_run=dry)
+        # One binding write for this sub-resource and the bundled scheduler.
+        await bind_pod(self.server, info.namespace, info.name, node, user,
+                       uid=(body.get("metadata") or {}).get("uid") or None, dry_run=_dry_run(request.query))
         return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)
 
     async def evict_pod(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
