@@ -297,20 +297,42 @@ class ObjectCache:
     authorizer lets the node read exactly those objects) and asks the
     TokenRequest API for bound tokens; :meth:`get` and :meth:`token` then
     answer from here. Tokens are renewed at 80% of their lifetime when a pod's
-    volumes are set up again.
+    volumes are refreshed (every pod sync).
+
+    Each referenced object is then watched (upstream's "Watch" change-detection
+    strategy: a list + watch pinned to the one name with
+    ``fieldSelector=metadata.name=``, which the Node authorizer treats as a
+    read of that object), for as long as a pod on the node references it. A
+    change calls :attr:`on_change` with the UIDs of the pods that reference the
+    object, so that their volumes are brought up to date at once; while an
+    object is watched, reading it costs no request.
     """
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, *, on_change: Callable[[str], None] | None = None,
+                 watch: bool = True) -> None:
         self.client = client
+        self.on_change = on_change
+        self.watch = watch
         self._objects: dict[tuple[str, str, str], dict | None] = {}
         self._tokens: dict[tuple[str, str, int], tuple[str, float, float]] = {}   # -> token, issued, exp
+        self._refs: dict[tuple[str, str, str], set[str]] = {}          # object -> pod UIDs
+        self._pod_refs: dict[str, set[tuple[str, str, str]]] = {}      # pod UID -> objects
+        self._informers: dict[tuple[str, str, str], tuple[Any, asyncio.Task]] = {}
 
     def get(self, kind: str, namespace: str, name: str) -> dict | None:
-        return self._objects.get((kind, namespace, name))
+        key = (kind, namespace, name)
+        watched = self._informers.get(key)
+        if watched is not None and watched[0].synced:
+            return watched[0].cache.get(f"{namespace}/{name}")
+        return self._objects.get(key)
 
     def token(self, pod: dict, projection: dict) -> str | None:
         entry = self._tokens.get(self._token_key(pod, projection))
         return entry[0] if entry else None
+
+    @property
+    def watched(self) -> set[tuple[str, str, str]]:
+        return set(self._informers)
 
     @staticmethod
     def _token_key(pod: dict, projection: dict) -> tuple[str, str, int]:
@@ -345,21 +367,32 @@ class ObjectCache:
                     refs.add(("Secret", env_from["secretRef"]["name"]))
         return refs
 
+    @staticmethod
+    def _collection(kind: str, namespace: str) -> str:
+        plural = "configmaps" if kind == "ConfigMap" else "secrets"
+        return f"/api/v1/namespaces/{namespace}/{plural}"
+
     async def prefetch(self, pod: dict) -> None:
         from .client.rest import ApiError
 
         if podutil.is_static(pod):
             return
         ns = podutil.namespace(pod)
-        for kind, name in self.references(pod):
-            plural = "configmaps" if kind == "ConfigMap" else "secrets"
+        uid = podutil.uid(pod)
+        keys = {(kind, ns, name) for kind, name in self.references(pod)}
+        self._track(uid, keys)
+        for key in keys:
+            watched = self._informers.get(key)
+            if watched is not None and watched[0].synced:
+                continue
+            kind, _, name = key
             try:
-                self._objects[(kind, ns, name)] = await self.client.get(
-                    f"/api/v1/namespaces/{ns}/{plural}/{name}")
+                self._objects[key] = await self.client.get(f"{self._collection(kind, ns)}/{name}")
             except ApiError as exc:
                 if exc.status != 404:
                     raise
-                self._objects[(kind, ns, name)] = None
+                self._objects[key] = None
+            self._start_watch(key)
         sa = podutil.spec(pod).get("serviceAccountName") or "default"
         for vol in podutil.spec(pod).get("volumes") or []:
             for src in (vol.get("projected") or {}).get("sources") or []:
@@ -382,6 +415,67 @@ class ObjectCache:
                 if token:
                     self._tokens[key] = (token, now, now + key[2])
 
+    # --- watches of referenced objects ----------------------------------------------------
+
+    def _track(self, uid: str, keys: set[tuple[str, str, str]]) -> None:
+        """Record which objects the pod references now; unwatch what nobody references."""
+        old = self._pod_refs.get(uid, set())
+        for key in old - keys:
+            self._drop_ref(key, uid)
+        for key in keys:
+            self._refs.setdefault(key, set()).add(uid)
+        if keys:
+            self._pod_refs[uid] = set(keys)
+        else:
+            self._pod_refs.pop(uid, None)
+
+    def _drop_ref(self, key: tuple[str, str, str], uid: str) -> None:
+        users = self._refs.get(key)
+        if users is None:
+            return
+        users.discard(uid)
+        if users:
+            return
+        del self._refs[key]
+        self._objects.pop(key, None)
+        watched = self._informers.pop(key, None)
+        if watched is not None:
+            watched[1].cancel()
+            log.v(3).info("Stopped watching a referenced object", kind=key[0], namespace=key[1], name=key[2])
+
+    def _start_watch(self, key: tuple[str, str, str]) -> None:
+        if not self.watch or key in self._informers:
+            return
+        from .client.informer import Informer
+
+        kind, ns, name = key
+        informer = Informer(self.client, self._collection(kind, ns),
+                            params={"fieldSelector": f"metadata.name={name}"},
+                            name=f"{kind.lower()} {ns}/{name}")
+
+        def changed(*_objs: dict) -> None:
+            if not informer.synced:
+                return          # the first list: what prefetch read already
+            log.v(2).info("Referenced object changed", kind=kind, namespace=ns, name=name)
+            for uid in sorted(self._refs.get(key, ())):
+                if self.on_change is not None:
+                    self.on_change(uid)
+
+        informer.add_handler(changed, changed, changed)
+        task = asyncio.ensure_future(informer.run())
+        self._informers[key] = (informer, task)
+        log.v(3).info("Watching a referenced object", kind=kind, namespace=ns, name=name)
+
+    async def close(self) -> None:
+        tasks = [t for _, t in self._informers.values()]
+        self._informers.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def forget(self, pod_uid: str) -> None:
+        """The pod is gone from the node: its tokens, and watches only it needed."""
         for key in [k for k in self._tokens if k[0] == pod_uid]:
             del self._tokens[key]
+        for key in self._pod_refs.pop(pod_uid, set()):
+            self._drop_ref(key, pod_uid)

@@ -74,6 +74,7 @@ class NodeAgent:
         self.images.on_event = lambda reason, image, message: log.v(2).info(
             "Image", reason=reason, image=image, message=message)
         self.volumes = VolumeManager(self.ctx)
+        self.objects = None       # cluster mode: the ObjectCache of referenced ConfigMaps/Secrets
         self.pipeline: PodPipeline | None = None
         self.probes = ProbeManager(self.cri, self._probe_changed,
                                    on_event=lambda pod, container, type_, reason, message:
@@ -183,7 +184,8 @@ class NodeAgent:
                 events=self.events, version=self.version, host_ip=self.host_ip)
             await status.register()
             self.node_status = status
-            objects = ObjectCache(client)
+            objects = ObjectCache(client, on_change=self.pipeline.wake)
+            self.objects = objects
             self.volumes.objects = objects.get
             self.volumes.tokens = objects.token
             self.volumes.prefetch = objects.prefetch
@@ -191,7 +193,12 @@ class NodeAgent:
             statuses = StatusManager(client, mirrors=mirrors)
             mirrors.on_created = statuses.resend
             self.pipeline.on_status = statuses.set_status
-            self.pipeline.on_terminated = statuses.terminated
+
+            def terminated(pod: dict) -> None:
+                objects.forget(podutil.uid(pod))
+                statuses.terminated(pod)
+
+            self.pipeline.on_terminated = terminated
             for state in list(self.pipeline.pods.values()):
                 if state.status:
                     statuses.set_status(state.pod, state.status)
@@ -213,6 +220,8 @@ class NodeAgent:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self.objects is not None:
+                await self.objects.close()
             await client.close()
 
     async def _feed_mirrors(self, mirrors) -> None:

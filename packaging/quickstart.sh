@@ -501,10 +501,22 @@ asyncio.run(main(sys.argv[1]))
 PY
 }
 
+unmount_pod_volumes() {  # tmpfs volumes (secrets, tokens) the agent mounted for the removed pods
+    local points point
+    # /proc/self/mounts escapes blanks as \040; orch's paths have none.
+    mapfile -t points < <(awk -v prefix="$agent_root/pods/" 'index($2, prefix) == 1 { print $2 }' \
+        /proc/self/mounts | sort -r)
+    for point in "${points[@]}"; do
+        umount "$point" 2>/dev/null || umount -l "$point" 2>/dev/null || say "could not unmount $point"
+    done
+    ((${#points[@]} == 0)) || say "unmounted ${#points[@]} pod volume(s) under $agent_root/pods"
+}
+
 cmd_stop() {
     [[ $(id -u) -eq 0 ]] || die "run this as root"
     stop_daemon orch-agent 30
     remove_pod_sandboxes
+    unmount_pod_volumes
     stop_daemon containerd 30
     stop_daemon orch-apiserver 30
     say "stopped. Data stays in $data_dir, $agent_root and $containerd_dir; logs in $log_dir."

@@ -430,6 +430,17 @@ class RuntimeManager:
 
     # -- syncing a pod -------------------------------------------------------------------
 
+    async def _refresh_volumes(self, pod: dict) -> None:
+        """Keep a running pod's configMap, secret, downward API and projected volumes
+        current (upstream's volume manager does this on every pod sync)."""
+        try:
+            await self.volumes.refresh(pod)
+        except PodConfigError as exc:
+            log.warning("Cannot update the pod's volumes", pod=podutil.full_name(pod), err=exc.message)
+            self.events(pod, "Warning", exc.reason, exc.message)
+        except Exception as exc:  # noqa: BLE001 - e.g. the API is unreachable: keep the old content
+            log.warning("Cannot update the pod's volumes", pod=podutil.full_name(pod), err=str(exc))
+
     async def sync_pod(self, pod: dict, rp: RuntimePod) -> SyncResult:
         uid = podutil.uid(pod)
         result = SyncResult()
@@ -443,6 +454,8 @@ class RuntimeManager:
             return f"Container {name} failed {failure.probe.lower()} probe, will be restarted"
 
         actions = compute_pod_actions(pod, rp, liveness_failure=liveness)
+        if rp.sandboxes and not actions.create_sandbox and not actions.kill_pod:
+            await self._refresh_volumes(pod)
         if actions.idle:
             return result
         result.changed = True

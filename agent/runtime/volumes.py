@@ -74,6 +74,11 @@ _MNT_DETACH = 2
 
 # Volume source fields this manager understands, by the plugin directory they use.
 _SUPPORTED = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected")
+# Volumes whose files the agent writes from API objects and the pod itself: kept up
+# to date while the pod runs. Volume source key -> plugin directory name.
+_DATA_VOLUME_KEYS = {"configMap": names.VOLUME_PLUGIN_CONFIGMAP, "secret": names.VOLUME_PLUGIN_SECRET,
+                     "downwardAPI": names.VOLUME_PLUGIN_DOWNWARD_API,
+                     "projected": names.VOLUME_PLUGIN_PROJECTED}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +310,56 @@ class VolumeManager:
             self._size_limits[uid] = limits
             return paths
 
+    async def refresh(self, pod: dict) -> list[str]:
+        """Bring the data volumes (configMap, secret, downwardAPI, projected) of a
+        running pod up to date: what the referenced objects, the pod's own fields
+        and its tokens say now. Only volumes set up before are touched (a volume
+        directory that does not exist belongs to a pod whose set-up has not run);
+        a file changes only when its content does, by the same atomic switch as
+        set-up. Returns the names of the volumes that changed.
+
+        Raises PodConfigError(FailedMount) naming the first volume whose content
+        cannot be made (say, a referenced ConfigMap that is gone without
+        ``optional``); the volume keeps its last content, as upstream's does.
+        """
+        uid = podutil.uid(pod)
+        volumes = [v for v in podutil.spec(pod).get("volumes") or []
+                   if any(v.get(k) is not None for k in _DATA_VOLUME_KEYS)]
+        if not uid or not volumes:
+            return []
+        if self.prefetch is not None:
+            await self.prefetch(pod)
+        async with self._lock(uid):
+            plans: list[tuple[str, dict[str, tuple[bytes, int]]]] = []
+            for volume in volumes:
+                plugin = next(p for k, p in _DATA_VOLUME_KEYS.items() if volume.get(k) is not None)
+                path = self.volume_dir(uid, plugin, volume.get("name") or "")
+                try:
+                    payload = self._payload(pod, volume)
+                except _MountFailed as exc:
+                    raise self._failed(volume, str(exc)) from None
+                assert payload is not None
+                plans.append((path, payload.files))
+
+            def write() -> list[str]:
+                changed = []
+                for (path, files), volume in zip(plans, volumes):
+                    if not os.path.isdir(path):
+                        continue
+                    try:
+                        if atomic_write(path, files):
+                            changed.append(volume.get("name") or "")
+                    except _MountFailed as exc:
+                        raise self._failed(volume, str(exc)) from None
+                    except OSError as exc:
+                        raise self._failed(volume, _os_error_text(exc)) from None
+                return changed
+
+            changed = await asyncio.to_thread(write)
+        if changed:
+            log.v(2).info("Updated the content of pod volumes", pod=podutil.full_name(pod), volumes=changed)
+        return changed
+
     def _failed(self, volume: dict, detail: str) -> PodConfigError:
         return PodConfigError(REASON_FAILED_MOUNT,
                               f"MountVolume.SetUp failed for volume \"{volume.get('name')}\" : "
@@ -345,11 +400,7 @@ class VolumeManager:
         if volume.get("hostPath") is not None:
             return _setup_host_path(volume["hostPath"])
         assert payload is not None
-        plugin = next(p for k, p in (("configMap", names.VOLUME_PLUGIN_CONFIGMAP),
-                                     ("secret", names.VOLUME_PLUGIN_SECRET),
-                                     ("downwardAPI", names.VOLUME_PLUGIN_DOWNWARD_API),
-                                     ("projected", names.VOLUME_PLUGIN_PROJECTED))
-                      if volume.get(k) is not None)
+        plugin = next(p for k, p in _DATA_VOLUME_KEYS.items() if volume.get(k) is not None)
         path = self.volume_dir(uid, plugin, name)
         if payload.tmpfs:
             self._setup_tmpfs(pod, path, 0)

@@ -64,7 +64,11 @@ class Cluster:
         return out.stdout.strip().split()
 
     def agent_argv(self, join: list[str]) -> list[str]:
-        return [sys.executable, "-m", "agent.cli", *join[1:], f"--root-dir={self.work}/root",
+        # A lease renewed every 2 s: the API server here gives up on a node after 6 s.
+        config = self.work / "agent-config.yaml"
+        config.write_text("kind: AgentConfiguration\napiVersion: agent.config.orch.io/v1beta1\n"
+                          "nodeLeaseDurationSeconds: 8\n")
+        return [sys.executable, "-m", "agent.cli", *join[1:], f"--config={config}", f"--root-dir={self.work}/root",
                 f"--pod-manifest-path={self.work}/manifests", f"--hostname-override={NODE}",
                 f"--container-runtime-endpoint=unix://{self.containerd.socket}",
                 f"--port={free_port()}", "--address=127.0.0.1", "--node-ip=127.0.0.1", "--healthz-port=0",
@@ -177,6 +181,51 @@ def test_join_node_ready_runs_api_and_mirror_pods(cluster):
     cluster.kubectl("delete", "pod", f"st-{NODE}", "--wait=false")
     cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["metadata"]["uid"] != old_uid, 20,
                  "mirror pod re-created")
+
+
+def test_configmap_and_secret_changes_reach_running_pods(cluster):
+    """Volumes of a running pod follow their ConfigMap and Secret (the agent watches what its
+    pods reference), and the pod's own labels reach its downward API volume."""
+    objects = cluster.work / "vol-objects.json"
+    objects.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "one"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec"}, "stringData": {"password": "first"}},
+    ]}))
+    cluster.kubectl("create", "--validate=false", "-f", str(objects))   # (validation: the OpenAPI tests)
+    manifest = cluster.work / "vols.yaml"
+    manifest.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vols", "labels": {"tier": "a"}},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "c", "image": "orch.local/busybox:1", "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "while true; do echo \"$(cat /cfg/greeting) $(cat /sec/password) "
+                                    "$(cat /info/labels | tr '\\n' ' ')\"; sleep 0.5; done"],
+            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}, {"name": "sec", "mountPath": "/sec"},
+                             {"name": "info", "mountPath": "/info"}]}],
+            "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}},
+                        {"name": "sec", "secret": {"secretName": "sec"}},
+                        {"name": "info", "downwardAPI": {"items": [
+                            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}))
+    cluster.kubectl("create", "--validate=false", "-f", str(manifest))
+    cluster.wait(lambda: (p := cluster.get("pod", "vols")) and p["status"].get("phase") == "Running", 30,
+                 "vols Running")
+
+    def last_line() -> str:
+        lines = cluster.kubectl("logs", "vols", "--tail=1", check=False).stdout.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    cluster.wait(lambda: last_line().startswith("one first") and 'tier="a"' in last_line(), 15,
+                 "the initial content")
+    cid = cluster.get("pod", "vols")["status"]["containerStatuses"][0]["containerID"]
+    cluster.kubectl("patch", "configmap", "cfg", "--type=merge", "-p", '{"data": {"greeting": "two"}}')
+    cluster.kubectl("patch", "secret", "sec", "--type=merge", "-p",
+                    '{"stringData": {"password": "second"}}')
+    cluster.kubectl("label", "pod", "vols", "tier=b", "--overwrite")
+    cluster.wait(lambda: last_line().startswith("two second") and 'tier="b"' in last_line(), 20,
+                 "the updated content in the running container")
+    pod = cluster.get("pod", "vols")
+    assert pod["status"]["containerStatuses"][0]["containerID"] == cid     # not restarted
+    cluster.kubectl("delete", "pod", "vols", "--grace-period=1")
+    cluster.kubectl("delete", "-f", str(objects))
 
 
 def test_stopped_agent_turns_node_unknown_and_back(cluster):

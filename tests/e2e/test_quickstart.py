@@ -151,6 +151,9 @@ def test_stop_takes_everything_down(qs):
     while _shims(qs) and time.monotonic() < deadline:
         time.sleep(0.3)
     assert not _shims(qs)
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+              if line.split()[1].startswith(str(qs.base))]
+    assert mounts == []
     status = qs.run("status", check=False)
     assert status.returncode == 3 and "orch-agent: not running" in status.stdout
 

@@ -942,6 +942,39 @@ async def test_configmap_volume_atomic_updates(ctx):
     assert read_volume(path5) == {}
 
 
+async def test_refresh_updates_only_data_volumes_that_were_set_up(ctx, tmp_path):
+    objs = copy.deepcopy(OBJECTS)
+    vm = VolumeManager(ctx, objects=Objects(objs))
+    fetched = []
+
+    async def prefetch(pod):
+        fetched.append(pod["metadata"]["uid"])
+
+    vm.prefetch = prefetch
+    pod = vm_pod({"name": "cfg", "configMap": {"name": "settings"}})
+    pod["spec"]["volumes"].append({"name": "scratch", "emptyDir": {}})
+    assert await vm.refresh(pod) == []          # never set up: nothing written
+    assert not os.path.exists(os.path.join(ctx.pod_dir("uid-1"), "volumes"))
+    paths = await vm.setup(pod)
+    tmp_file = os.path.join(paths["scratch"], "keep")
+    with open(tmp_file, "w") as f:
+        f.write("x")
+    assert await vm.refresh(pod) == []          # unchanged
+    objs[("ConfigMap", "ns1", "settings")] = {"data": {"MODE": "slow"}}
+    assert await vm.refresh(pod) == ["cfg"]
+    assert read_volume(paths["cfg"]) == {"MODE": "slow"}
+    assert open(tmp_file).read() == "x"         # emptyDir untouched
+    assert fetched == ["uid-1"] * 4
+    # The object is gone: FailedMount naming the volume, and the last content stays.
+    del objs[("ConfigMap", "ns1", "settings")]
+    with pytest.raises(PodConfigError, match='MountVolume.SetUp failed for volume "cfg"'):
+        await vm.refresh(pod)
+    assert read_volume(paths["cfg"]) == {"MODE": "slow"}
+    # Pods without data volumes cost nothing.
+    assert await vm.refresh(vm_pod({"name": "e", "emptyDir": {}}, uid="u9")) == []
+    assert fetched == ["uid-1"] * 5
+
+
 def test_atomic_write_rejects_bad_paths(tmp_path):
     for bad in ("/abs", "a/../../b", "..hidden"):
         with pytest.raises(Exception, match="invalid path"):
