@@ -88,6 +88,11 @@ class Options:
     node_monitor_grace_period: float = 40.0
     node_startup_grace_period: float = 60.0
     enable_scheduler: bool = True
+    # Leader election of the bundled controllers among API servers sharing one etcd.
+    leader_elect: bool = True
+    leader_elect_lease_duration: float = 15.0
+    leader_elect_renew_deadline: float = 10.0
+    leader_elect_retry_period: float = 2.0
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -215,6 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="How long a new node may go without posting a Ready condition (default %(default)s).")
     n.add_argument("--enable-scheduler", nargs="?", const="true", default="true",
                    help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).")
+    le = p.add_argument_group("leader election of the bundled controllers")
+    le.add_argument("--leader-elect", nargs="?", const="true", default="true",
+                    help="With the etcd3 backend, run the controllers (scheduler, node lifecycle, certificate "
+                         "signing, garbage collection, ...) only in the API server holding the Lease "
+                         f"{names.NS_SYSTEM}/{names.CONTROLLERS_LEASE_NAME}, so that several API servers on one "
+                         "etcd do not act twice. A SQLite server is the only one on its data and always runs "
+                         "them (default %(default)s).")
+    le.add_argument("--leader-elect-lease-duration", default="15s",
+                    help="How long other candidates wait after the last renewal before taking over "
+                         "(default %(default)s).")
+    le.add_argument("--leader-elect-renew-deadline", default="10s",
+                    help="How long the leader keeps trying to renew before it stops its controllers; less "
+                         "than the lease duration (default %(default)s).")
+    le.add_argument("--leader-elect-retry-period", default="2s",
+                    help="How often candidates try to acquire and the leader renews (default %(default)s).")
     return p
 
 
@@ -362,6 +382,19 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             raise OptionsError(f"invalid value {value!r} for flag {flag}: must be positive")
         out[attr] = seconds
     out["enable_scheduler"] = parse_bool("--enable-scheduler", ns.enable_scheduler)
+    out["leader_elect"] = parse_bool("--leader-elect", ns.leader_elect)
+    for flag, attr in (("--leader-elect-lease-duration", "leader_elect_lease_duration"),
+                       ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
+                       ("--leader-elect-retry-period", "leader_elect_retry_period")):
+        value = getattr(ns, attr)
+        seconds = _duration_seconds(flag, value)
+        if seconds <= 0:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: must be positive")
+        out[attr] = seconds
+    if out["leader_elect_renew_deadline"] >= out["leader_elect_lease_duration"]:
+        raise OptionsError("--leader-elect-renew-deadline must be less than --leader-elect-lease-duration")
+    if out["leader_elect_retry_period"] >= out["leader_elect_renew_deadline"]:
+        raise OptionsError("--leader-elect-retry-period must be less than --leader-elect-renew-deadline")
     return out
 
 

@@ -544,6 +544,8 @@ class RuntimeManager:
                 delay = self.backoff.delay(key)
                 message = (f"back-off {_go_duration(delay)} restarting failed container={name} "
                            f"pod={podutil.name(pod)}_{podutil.namespace(pod)}({uid})")
+                self.events(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
+                                                       f"{podutil.name(pod)}_{podutil.namespace(pod)}({uid})")
                 return ("CrashLoopBackOff", message, remaining)
             self.backoff.next(key)
         image = container.get("image", "")

@@ -268,3 +268,7 @@ CSR_SERVING_NAME_PREFIX = "csr-"
 AGENT_ORCHCONFIG_NAME = f"agent{CONNECTION_CONFIG_SUFFIX}"
 AGENT_BOOTSTRAP_ORCHCONFIG_NAME = f"bootstrap-agent{CONNECTION_CONFIG_SUFFIX}"
 AGENT_ENV_ARGS_VAR = "ORCH_AGENT_ARGS"
+
+# Leader election of the API server's bundled controllers (upstream: the Lease
+# kube-controller-manager in kube-system; one Lease here, the controllers run in one process).
+CONTROLLERS_LEASE_NAME = "orch-controllers"

@@ -305,45 +305,77 @@ class Controllers:
         from .bootstrapcontrollers import BootstrapControllers
         self.csr = CsrControllers(server)
         self.bootstrap = BootstrapControllers(server)
+        self.elector = None
+        self._elector_task: asyncio.Task | None = None
+        self._listeners: list = []
 
     async def start(self) -> None:
-        cache = self.server.cache
+        """The default RBAC policy (every server reconciles it at start, as upstream's
+        bootstrap-roles hook), then the controllers: at once with SQLite or without
+        --leader-elect, else whenever this server holds the controllers' Lease."""
+        from ..auth.policy import reconcile_default_policy
+        await reconcile_default_policy(self.server)
+        opts = self.server.opts
+        if getattr(opts, "leader_elect", False) and getattr(opts, "storage_backend", "sqlite") == "etcd3":
+            from .leaderelection import LeaderElector
+            self.elector = LeaderElector(
+                self.server, lease_duration=opts.leader_elect_lease_duration,
+                renew_deadline=opts.leader_elect_renew_deadline, retry_period=opts.leader_elect_retry_period,
+                on_started=self._start_controllers, on_stopped=self._stop_controllers)
+            self._elector_task = asyncio.create_task(self.elector.run(), name="leader-election")
+        else:
+            await self._start_controllers()
+
+    @property
+    def leading(self) -> bool:
+        """Whether this server runs the controllers now."""
+        return self.elector.leading if self.elector is not None else bool(self._tasks)
+
+    async def _start_controllers(self) -> None:
         for c in (self.namespaces, self.gc):
-            cache.listeners.append(c.on_event)
-            c.on_event(None, None)
+            self._listen(c.on_event)
         self._tasks = [asyncio.create_task(self.namespaces.run(), name="namespace-controller"),
                        asyncio.create_task(self.gc.run(), name="garbage-collector")]
-        # The default RBAC policy (created or completed at every start), then the
-        # ClusterRole aggregation controller that fills admin/edit/view.
-        from ..auth.policy import ClusterRoleAggregator, reconcile_default_policy
-        await reconcile_default_policy(self.server)
+        # The ClusterRole aggregation controller that fills admin/edit/view.
+        from ..auth.policy import ClusterRoleAggregator
         self.aggregator = ClusterRoleAggregator(self.server, self.server.rbac_index)
         self._tasks.append(asyncio.create_task(self.aggregator.run(), name="clusterrole-aggregator"))
         # Every active namespace's default ServiceAccount and orch-root-ca.crt ConfigMap.
         from ..auth.serviceaccount import ServiceAccountsController
         self.serviceaccounts = ServiceAccountsController(self.server)
-        cache.listeners.append(self.serviceaccounts.on_event)
-        self.serviceaccounts.on_event(None, None)
+        self._listen(self.serviceaccounts.on_event)
         self._tasks.append(asyncio.create_task(self.serviceaccounts.run(), name="serviceaccounts-controller"))
         # Certificate requests, then bootstrap tokens (bootstrap signer and token cleaner).
+        # (Their start() subscribes their listeners itself.)
         self._tasks += self.csr.start()
         self._tasks += self.bootstrap.start()
+        self._listeners += [self.csr.on_event, self.bootstrap.on_event]
         # Node heartbeats, condition taints and NoExecute evictions; then the scheduler
         # (--enable-scheduler), which places pods on the nodes that controller keeps honest.
         from .nodelifecycle import NodeLifecycleController
         self.nodelifecycle = NodeLifecycleController(self.server)
-        cache.listeners.append(self.nodelifecycle.on_event)
-        self.nodelifecycle.on_event(None, None)
+        self._listen(self.nodelifecycle.on_event)
         self._tasks.append(asyncio.create_task(self.nodelifecycle.run(), name="node-lifecycle-controller"))
         if getattr(self.server.opts, "enable_scheduler", True):
             from .scheduler import Scheduler
             self.scheduler = Scheduler(self.server)
-            cache.listeners.append(self.scheduler.on_event)
-            self.scheduler.on_event(None, None)
+            self._listen(self.scheduler.on_event)
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
 
-    async def stop(self) -> None:
+    def _listen(self, on_event) -> None:
+        """Subscribe a fresh controller to the watch cache, then replay what it holds."""
+        self.server.cache.listeners.append(on_event)
+        self._listeners.append(on_event)
+        on_event(None, None)
+
+    async def _stop_controllers(self) -> None:
         self.bootstrap.stop()
+        for fn in self._listeners:
+            try:
+                self.server.cache.listeners.remove(fn)
+            except ValueError:
+                pass
+        self._listeners = []
         for t in reversed(self._tasks):
             t.cancel()
         for t in self._tasks:
@@ -352,3 +384,13 @@ class Controllers:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks = []
+
+    async def stop(self) -> None:
+        if self._elector_task is not None:
+            self._elector_task.cancel()
+            try:
+                await self._elector_task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._elector_task = None
+        await self._stop_controllers()

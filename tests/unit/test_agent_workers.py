@@ -511,6 +511,9 @@ async def test_crashing_container_restarts_with_growing_backoff(fake, make_agent
     assert cs["lastState"]["terminated"]["reason"] == "Error"
     assert cs["restartCount"] >= 1 and cs["ready"] is False
     assert looping[-1]["phase"] == "Running"
+    backoffs = [e for e in agent.events.for_object(pod["metadata"]["uid"]) if e.reason == "BackOff"]
+    assert backoffs and backoffs[0].type == "Warning"
+    assert backoffs[0].message.startswith("Back-off restarting failed container app in pod crash_")
     # Old instances are pruned: at most the running/latest one and one dead one.
     await until(lambda: len(fake_containers(fake, pod, "app")) <= 2, "old instances to be pruned")
 
