@@ -264,7 +264,10 @@ class MirrorPodManager:
                 if not (mirror.get("metadata") or {}).get("deletionTimestamp"):
                     continue          # wait for the deletion to show up, then create
             try:
-                await self.client.create(f"/api/v1/namespaces/{ns}/pods", self.mirror_body(pod))
+                # Known at once (the informer reports it a little later): the pod's status can
+                # go to it now instead of after a retry.
+                self._mirrors[key] = await self.client.create(f"/api/v1/namespaces/{ns}/pods",
+                                                              self.mirror_body(pod))
                 log.info("Created mirror pod", pod=f"{name}_{ns}")
                 self.on_created(pod)
             except ApiError as exc:

@@ -33,7 +33,9 @@ from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_fr
 from .runtime.images import ImageManager
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
-from .server import AgentServer, LogTarget
+from .metrics import AgentMetrics
+from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
+from .stats import StatsProvider
 from .sources.file import FileSource
 from .sources.merge import PodConfig
 from .sources.url import UrlSource
@@ -106,13 +108,29 @@ class NodeAgent:
                                     sync_frequency=cfg.sync_frequency.total_seconds(),
                                     host_ip=self.host_ip, rotator=rotator, beat=beat,
                                     tick=tick)
+        self.client = None   # the API client, once joined (cluster mode)
         self.server: AgentServer | None = None
+        self.metrics = AgentMetrics(self.node_name, pods=lambda: list(self.pipeline.pods.values()),
+                                    serving_cert_expiry=lambda: self.server.serving_cert_expiry
+                                    if self.server is not None else None)
+        self.metrics.instrument(self.runtime)
+        self.stats = StatsProvider(node_name=self.node_name, root_dir=cfg.root_dir, cri=self.cri,
+                                   cgroups=self.cgroups,
+                                   pods=lambda: [(s.pod, s.rp) for s in self.pipeline.pods.values()])
         if cfg.enable_server:
+            authenticate, authorize, client_ca = self._server_auth()
             self.server = AgentServer(address=cfg.address, port=cfg.port, cert_dir=cfg.cert_dir,
                                       tls_cert_file=cfg.tls_cert_file,
                                       tls_private_key_file=cfg.tls_private_key_file,
                                       node_name=self.node_name, pods=self.pipeline.pods_view,
-                                      locate_log=self.locate_log, problems=self.config.problems)
+                                      locate_log=self.locate_log, problems=self.config.problems,
+                                      authenticate=authenticate, authorize=authorize, client_ca=client_ca,
+                                      enable_debugging_handlers=cfg.enable_debugging_handlers,
+                                      running_pods=self.running_pods, stats=self.stats.summary,
+                                      metrics=self.metrics.render, configz=lambda: configz_document(cfg),
+                                      streaming=RuntimeStreaming(self.cri, self.pipeline.find))
+            if cfg.rotate_server_certificates and not cfg.tls_cert_file:
+                self._use_issued_serving_certificate()
         log.info("Node agent assembled", node=self.node_name, runtime=endpoint,
                  sources=",".join(sources) or "none", allocatable=allocatable)
 
@@ -132,6 +150,82 @@ class NodeAgent:
             load_orchconfig(cfg.orchconfig)
         except ValueError as exc:
             raise NodeStartError(f"invalid connection config (--orchconfig): {exc}") from None
+
+    def _server_auth(self):
+        """(authenticate, authorize, client CA PEM) of the agent's server from the flags
+        (see :mod:`agent.serverauth`). In cluster mode the client CA defaults to the
+        cluster CA of the connection config, so the API server's client certificate
+        (``pods/log``) is recognised without a ``--client-ca-file``."""
+        from .serverauth import (Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator,
+                                 api_review)
+
+        cfg = self.cfg
+        client_ca = self._client_ca()
+        review = api_review(lambda: self.client)
+        token = None
+        if cfg.authentication_token_webhook:
+            token = TokenWebhookAuthenticator(review, cfg.authentication_token_webhook_cache_ttl.total_seconds())
+        authenticate = Authenticator(x509_auth=X509Authenticator() if client_ca else None, token_auth=token,
+                                     anonymous=bool(cfg.anonymous_auth))
+        authorize = None
+        if cfg.authorization_mode == "Webhook":
+            authorize = WebhookAuthorizer(
+                review, authorized_ttl=cfg.authorization_webhook_cache_authorized_ttl.total_seconds(),
+                unauthorized_ttl=cfg.authorization_webhook_cache_unauthorized_ttl.total_seconds())
+        return authenticate, authorize, client_ca
+
+    def _client_ca(self) -> bytes | None:
+        import os
+
+        from cryptography import x509
+
+        from .client.config import OrchconfigError, load_orchconfig
+
+        cfg = self.cfg
+        if cfg.client_ca_file:
+            try:
+                with open(cfg.client_ca_file, "rb") as f:
+                    data = f.read()
+                x509.load_pem_x509_certificates(data)
+            except (OSError, ValueError) as exc:
+                raise NodeStartError(f"--client-ca-file {cfg.client_ca_file}: not a readable PEM "
+                                     f"certificate bundle: {getattr(exc, 'strerror', None) or exc}") from None
+            return data
+        if self.cluster_mode:
+            for path in (cfg.orchconfig, cfg.bootstrap_orchconfig):
+                if path and os.path.exists(path):
+                    try:
+                        ca = load_orchconfig(path).ca_data
+                    except (OrchconfigError, ValueError, OSError):
+                        continue
+                    if ca:
+                        return ca
+        return None
+
+    def _use_issued_serving_certificate(self) -> None:
+        """Serve a still valid pair from an earlier rotation from the start."""
+        from .bootstrap import PairStore, certificate_valid
+
+        store = PairStore(self.cfg.cert_dir, names.AGENT_SERVER_CERT_PREFIX)
+        pair = store.load()
+        if pair is not None and certificate_valid(pair[0]) and self.server is not None:
+            self.server.reload_certificate(store.current_path, store.current_path)
+
+    async def running_pods(self) -> list[dict]:
+        """``/runningpods/``: the pods with a ready sandbox or running containers in the
+        runtime, as upstream shows them (name, namespace, uid; running containers' names
+        and images)."""
+        out = []
+        for uid, rp in (await self.runtime.all_runtime_pods()).items():
+            running = rp.running_containers
+            if not running and rp.ready_sandbox is None:
+                continue
+            out.append({"metadata": {"name": rp.name, "namespace": rp.namespace, "uid": uid,
+                                     "creationTimestamp": None},
+                        "spec": {"containers": [{"name": c.name, "image": c.image, "resources": {}}
+                                                for c in sorted(running, key=lambda c: c.name)]},
+                        "status": {}})
+        return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
     def _probe_changed(self, uid: str) -> None:
         if self.pipeline is not None:
@@ -212,6 +306,15 @@ class NodeAgent:
                 from .certrotation import rotate_client_certificate
 
                 runs.append(rotate_client_certificate(cfg, self.node_name, client))
+            if cfg.rotate_server_certificates and self.server is not None and not cfg.tls_cert_file:
+                from .certrotation import rotate_serving_certificate
+                from .nodestatus import node_addresses
+
+                def addresses() -> list[str]:
+                    return [a["address"] for a in node_addresses(cfg.node_ip, self.host_ip, status.hostname)]
+
+                runs.append(rotate_serving_certificate(client, self.node_name, addresses, cfg.cert_dir,
+                                                       self.server.reload_certificate))
             tasks += [asyncio.ensure_future(r) for r in runs]
             log.info("Joined the cluster", node=self.node_name, server=client.conn.server
                      if hasattr(client, "conn") else "")

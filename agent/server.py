@@ -1,4 +1,4 @@
-"""The agent's HTTPS server (``--address``:``--port``): a read-only view of the node.
+"""The agent's HTTPS server (``--address``:``--port``): the node's own API.
 
 Paths, as upstream serves them on its port 10250:
 
@@ -7,17 +7,31 @@ Paths, as upstream serves them on its port 10250:
   (only when there are some; clients ignore unknown fields) and at
   ``/manifestProblems``;
 * ``/healthz`` - ``ok``, or 500 with the failing check;
-* ``/containerLogs/<namespace>/<pod>/<container>`` - the container's log, with
-  upstream's query options (``follow``, ``tailLines``, ``timestamps``,
-  ``previous``, ``sinceSeconds``, ``sinceTime``, ``limitBytes``).
+* ``/stats/summary`` - node and pod CPU, memory and file systems (:mod:`agent.stats`);
+* ``/metrics`` and ``/metrics/resource`` - Prometheus text (:mod:`agent.metrics`);
+* with ``--enable-debugging-handlers`` (else 405 "Debug endpoints are disabled."):
+  ``/containerLogs/<namespace>/<pod>/<container>`` (the container's log, with
+  upstream's query options ``follow``, ``tailLines``, ``timestamps``, ``previous``,
+  ``sinceSeconds``, ``sinceTime``, ``limitBytes``), ``/logs/`` (files under
+  ``/var/log``, directory listings as upstream's file server writes them),
+  ``/runningpods/`` (the pods in the runtime), ``/configz`` (the effective
+  configuration), ``/run/...`` (a command through the runtime's ExecSync) and
+  ``/exec/...``, ``/attach/...``, ``/portForward/...``, answered with a redirect to
+  the runtime's streaming URL.
 
-Errors are plain text, as upstream's replies are. Every request passes an
-``authenticate(request) -> user | None`` and ``authorize(user, verb, resource,
-subresource) -> bool`` pair first: the defaults are upstream's standalone
-defaults (anonymous allowed, AlwaysAllow); the cluster setup plugs in real ones.
+Errors are plain text, as upstream's replies are. Every request is first
+authenticated (``authenticate(request) -> UserInfo | None``; None is a 401) and
+authorized (``authorize(RequestAttributes) -> bool | (bool, reason)``; no is a
+403, :class:`agent.serverauth.AuthorizationError` a 500), see
+:mod:`agent.serverauth`. The defaults are upstream's standalone defaults
+(anonymous allowed, AlwaysAllow); the agent plugs in the configured ones.
 
-Without ``--tls-cert-file``/``--tls-private-key-file`` the server makes (once)
-a self-signed certificate in ``--cert-dir``, as upstream does.
+Serving certificate: ``--tls-cert-file``/``--tls-private-key-file``; else a
+certificate issued by the cluster (``--rotate-server-certificates``, swapped in
+with :meth:`AgentServer.reload_certificate` on the live TLS context, so new
+handshakes use it at once); else (once) a self-signed certificate in
+``--cert-dir``, as upstream does. With a client CA the server asks for client
+certificates; one that does not verify against the CA fails the handshake.
 """
 
 from __future__ import annotations
@@ -25,13 +39,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as _dt
+import html
 import inspect
 import ipaddress
+import mimetypes
 import os
 import socket
 import ssl
 import time
-from typing import Any, Callable, Sequence
+import urllib.parse
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import orjson
 from aiohttp import web
@@ -45,10 +62,13 @@ from apiserver_min.api import names, timeutil
 from agent import logging as agent_logging
 from agent import pods as podutil
 from agent.logs import LogOptions, parse_bool, read_log
+from agent.serverauth import (ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo,
+                              request_attributes)
 
 __all__ = [
     "AgentServer", "LogTarget", "UserInfo", "ANONYMOUS", "allow_anonymous", "always_allow",
-    "ensure_serving_cert", "ListenError",
+    "ensure_serving_cert", "ListenError", "StreamingError", "RuntimeStreaming", "configz_document",
+    "DEFAULT_LOG_DIR",
 ]
 
 log = agent_logging.get_logger("server")
@@ -57,6 +77,11 @@ _TEXT = "text/plain; charset=utf-8"
 _JSON = "application/json"
 _CERT_VALIDITY = _dt.timedelta(days=365)
 _WILDCARDS = ("", "0.0.0.0", "::")
+DEFAULT_LOG_DIR = "/var/log"
+DEBUG_DISABLED = "Debug endpoints are disabled."
+# Upstream's paths that answer 405 when the debugging handlers are off.
+_DEBUG_PATHS = ("/run", "/exec", "/attach", "/portForward", "/containerLogs", "/runningpods",
+                "/debug/pprof", "/logs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,21 +93,12 @@ class LogTarget:
     is_running: Callable[[], bool]
 
 
-@dataclasses.dataclass(frozen=True)
-class UserInfo:
-    name: str
-    groups: tuple[str, ...] = ()
-
-
-ANONYMOUS = UserInfo(names.USER_ANONYMOUS, (names.GROUP_UNAUTHENTICATED,))
-
-
 def allow_anonymous(request: web.Request) -> UserInfo:
     """``--anonymous-auth=true`` with no other authenticator: everyone is anonymous."""
     return ANONYMOUS
 
 
-def always_allow(user: Any, verb: str, resource: str, subresource: str) -> bool:
+def always_allow(attrs: RequestAttributes) -> bool:
     """``--authorization-mode=AlwaysAllow``."""
     return True
 
@@ -96,17 +112,12 @@ class ListenError(OSError):
         self.errno = errno
 
 
-# Upstream's verbs and subresources for the node's own API (resource "nodes").
-_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
-          "DELETE": "delete"}
-_SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/spec", "spec"))
+class StreamingError(Exception):
+    """A /run, /exec, /attach or /portForward request cannot be served: ``status`` and text."""
 
-
-def _subresource(path: str) -> str:
-    for prefix, sub in _SUBRESOURCES:
-        if path == prefix or path.startswith(prefix + "/"):
-            return sub
-    return "proxy"
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -142,8 +153,16 @@ class AgentServer:
                  healthz: Callable[[], str | None] = lambda: None,
                  problems: Callable[[], list] = lambda: [],
                  authenticate: Callable[[web.Request], Any] | None = None,
-                 authorize: Callable[[Any, str, str, str], Any] | None = None,
-                 follow_poll_interval: float = 0.2) -> None:
+                 authorize: Callable[[RequestAttributes], Any] | None = None,
+                 follow_poll_interval: float = 0.2,
+                 client_ca: bytes | None = None,
+                 enable_debugging_handlers: bool = True,
+                 running_pods: Callable[[], Awaitable[list[dict]]] | None = None,
+                 stats: Callable[[bool], Awaitable[dict]] | None = None,
+                 metrics: Callable[[], str] | None = None,
+                 configz: Callable[[], dict] | None = None,
+                 streaming: "RuntimeStreaming | None" = None,
+                 log_dir: str = DEFAULT_LOG_DIR) -> None:
         self.address = address
         self._port = port
         self.cert_dir = cert_dir
@@ -158,6 +177,17 @@ class AgentServer:
         self._authorize = authorize or always_allow
         self._poll = follow_poll_interval
         self._closing = False   # shutting down: follows end as if their container stopped
+        self.client_ca = client_ca
+        self.debugging = enable_debugging_handlers
+        self._running_pods = running_pods
+        self._stats = stats
+        self._metrics = metrics
+        self._configz = configz
+        self._streaming = streaming
+        self.log_dir = log_dir
+        self._ctx: ssl.SSLContext | None = None
+        self._issued: tuple[str, str] | None = None   # a cluster-issued pair (rotation)
+        self.serving_cert_expiry: float | None = None  # not-after of the certificate served (epoch s)
 
     @property
     def port(self) -> int:
@@ -166,27 +196,57 @@ class AgentServer:
 
     # --- setup ---------------------------------------------------------------------
 
-    def _ssl_context(self) -> ssl.SSLContext:
+    def _certificate_files(self) -> tuple[str, str]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
             raise ListenError("--tls-cert-file and --tls-private-key-file must be given together "
                               f"(got --tls-cert-file={self.tls_cert_file!r}, "
                               f"--tls-private-key-file={self.tls_private_key_file!r})")
         if self.tls_cert_file:
-            cert, key = self.tls_cert_file, self.tls_private_key_file
-        else:
-            addresses = [] if self.address in _WILDCARDS else [self.address]
-            try:
-                cert, key = ensure_serving_cert(self.cert_dir, self.node_name, addresses)
-            except (OSError, ValueError) as exc:
-                raise ListenError(f"cannot create a self-signed serving certificate in "
-                                  f"--cert-dir={self.cert_dir}: {exc}") from exc
+            return self.tls_cert_file, self.tls_private_key_file
+        if self._issued is not None:
+            return self._issued
+        addresses = [] if self.address in _WILDCARDS else [self.address]
+        try:
+            return ensure_serving_cert(self.cert_dir, self.node_name, addresses)
+        except (OSError, ValueError) as exc:
+            raise ListenError(f"cannot create a self-signed serving certificate in "
+                              f"--cert-dir={self.cert_dir}: {exc}") from exc
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        cert, key = self._certificate_files()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
             ctx.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
             raise ListenError(f"cannot load the serving certificate {cert} with key {key}: {exc}") from exc
+        self.serving_cert_expiry = _not_after(cert)
+        if self.client_ca:
+            # Ask for a client certificate; the x509 authenticator names its user.
+            try:
+                ctx.load_verify_locations(cadata=self.client_ca.decode() if isinstance(self.client_ca, bytes)
+                                          else self.client_ca)
+            except (ssl.SSLError, ValueError) as exc:
+                raise ListenError(f"cannot use the client CA bundle (--client-ca-file): {exc}") from exc
+            ctx.verify_mode = ssl.CERT_OPTIONAL
         return ctx
+
+    def reload_certificate(self, cert_path: str, key_path: str) -> None:
+        """Serve ``cert_path``/``key_path`` from now on (certificate rotation): the
+        live context's chain is replaced, so every new handshake presents it while
+        open connections keep theirs. Ignored when ``--tls-cert-file`` is given."""
+        if self.tls_cert_file:
+            log.info("Serving certificate rotation ignored: --tls-cert-file is given", cert=cert_path)
+            return
+        if self._ctx is not None:
+            try:
+                self._ctx.load_cert_chain(cert_path, key_path)
+            except (OSError, ssl.SSLError) as exc:
+                log.error("Cannot load the new serving certificate; keeping the old one", cert=cert_path, err=exc)
+                return
+        self._issued = (cert_path, key_path)
+        self.serving_cert_expiry = _not_after(cert_path)
+        log.info("Serving certificate loaded", cert=cert_path, live=self._ctx is not None)
 
     def _socket(self) -> socket.socket:
         """A listening socket. 0.0.0.0 and :: mean every interface of both
@@ -220,10 +280,40 @@ class AgentServer:
 
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
-        app.router.add_get("/pods", self._handle_pods)
-        app.router.add_get("/manifestProblems", self._handle_problems)
-        app.router.add_get("/healthz", self._handle_healthz)
-        app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._handle_logs)
+        r = app.router
+        r.add_get("/pods", self._handle_pods)
+        r.add_get("/manifestProblems", self._handle_problems)
+        r.add_get("/healthz", self._handle_healthz)
+        if self._stats is not None:
+            r.add_get("/stats/summary", self._handle_summary)
+        if self._metrics is not None:
+            r.add_get("/metrics", self._handle_metrics)
+        if self._stats is not None:
+            r.add_get("/metrics/resource", self._handle_resource_metrics)
+        if not self.debugging:
+            for prefix in _DEBUG_PATHS:
+                r.add_route("*", prefix, self._handle_debug_disabled)
+                r.add_route("*", prefix + "/{rest:.*}", self._handle_debug_disabled)
+            return app
+        r.add_get("/containerLogs/{namespace}/{pod}/{container}", self._handle_logs)
+        r.add_get("/logs", self._handle_logs_root)
+        r.add_get("/logs/{path:.*}", self._handle_node_logs)
+        if self._running_pods is not None:
+            r.add_get("/runningpods/", self._handle_running_pods)
+            r.add_get("/runningpods", self._handle_running_pods)
+        if self._configz is not None:
+            r.add_get("/configz", self._handle_configz)
+        if self._streaming is not None:
+            r.add_post("/run/{namespace}/{pod}/{container}", self._handle_run)
+            r.add_post("/run/{namespace}/{pod}/{uid}/{container}", self._handle_run)
+            for kind in ("exec", "attach"):
+                for path in (f"/{kind}/{{namespace}}/{{pod}}/{{container}}",
+                             f"/{kind}/{{namespace}}/{{pod}}/{{uid}}/{{container}}"):
+                    r.add_get(path, self._handle_stream)
+                    r.add_post(path, self._handle_stream)
+            for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
+                r.add_get(path, self._handle_stream)
+                r.add_post(path, self._handle_stream)
         return app
 
     async def serve(self, started: asyncio.Future | None = None) -> None:
@@ -233,6 +323,7 @@ class AgentServer:
         try:
             ctx = self._ssl_context()
             sock = self._socket()
+            self._ctx = ctx
         except ListenError as exc:
             log.error("Failed to start the agent server", err=exc)
             if started is not None and not started.done():
@@ -254,6 +345,7 @@ class AgentServer:
             # A follow never ends by itself while its container runs: make every
             # stream drain and finish, so shutdown does not wait out its timeout.
             self._closing = True
+            self._ctx = None
             await runner.cleanup()
             sock.close()
 
@@ -266,15 +358,18 @@ class AgentServer:
         user = await _maybe_await(self._authenticate(request))
         if user is None:
             return _text(401, "Unauthorized")
-        verb = _VERBS.get(request.method, request.method.lower())
-        subresource = _subresource(request.path)
-        decision = await _maybe_await(self._authorize(user, verb, "nodes", subresource))
+        attrs = request_attributes(user, request.method, request.path, self.node_name)
+        try:
+            decision = await _maybe_await(self._authorize(attrs))
+        except AuthorizationError as exc:
+            log.error("Authorization error", err=exc, user=user.name, verb=attrs.verb,
+                      resource=attrs.resource, subresource=attrs.subresource)
+            return _text(500, f"Authorization error ({attrs.describe()})")
         allowed, reason = decision if isinstance(decision, tuple) else (bool(decision), "")
         if not allowed:
-            user_name = getattr(user, "name", str(user))
-            log.v(2).info("Forbidden", url=str(request.rel_url), user=user_name, reason=reason)
-            return _text(403, f"Forbidden (user={user_name}, verb={verb}, resource=nodes, "
-                              f"subresource={subresource})")
+            log.v(2).info("Forbidden", url=str(request.rel_url), user=user.name, verb=attrs.verb,
+                          subresource=attrs.subresource, reason=reason)
+            return _text(403, f"Forbidden ({attrs.describe()})")
         try:
             return await handler(request)
         except web.HTTPMethodNotAllowed as exc:
@@ -364,6 +459,260 @@ class AgentServer:
             return response
         await response.write_eof()
         return response
+
+
+    # --- node data ------------------------------------------------------------------
+
+    async def _handle_summary(self, request: web.Request) -> web.Response:
+        assert self._stats is not None
+        only = request.query.get("only_cpu_and_memory") == "true"
+        try:
+            summary = await self._stats(only)
+        except Exception as exc:  # noqa: BLE001 - a stats failure is the request's 500, not the server's
+            log.error("Failed to get the stats summary", err=repr(exc))
+            return _text(500, f"Internal Error: failed to get node info: {exc}")
+        return web.Response(body=orjson.dumps(summary), content_type=_JSON)
+
+    async def _handle_metrics(self, request: web.Request) -> web.Response:
+        assert self._metrics is not None
+        return web.Response(body=self._metrics().encode(), headers={"Content-Type": _METRICS_TYPE})
+
+    async def _handle_resource_metrics(self, request: web.Request) -> web.Response:
+        from agent.metrics import resource_metrics
+
+        assert self._stats is not None
+        try:
+            summary = await self._stats(True)
+        except Exception as exc:  # noqa: BLE001
+            log.error("Failed to get the stats for resource metrics", err=repr(exc))
+            summary = None
+        return web.Response(body=resource_metrics(summary).encode(), headers={"Content-Type": _METRICS_TYPE})
+
+    async def _handle_debug_disabled(self, request: web.Request) -> web.Response:
+        return _text(405, DEBUG_DISABLED)
+
+    async def _handle_running_pods(self, request: web.Request) -> web.Response:
+        assert self._running_pods is not None
+        try:
+            items = await self._running_pods()
+        except Exception as exc:  # noqa: BLE001
+            log.error("Failed to list the running pods", err=repr(exc))
+            return _text(500, f"Internal Error: {exc}")
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        return web.Response(body=orjson.dumps(body), content_type=_JSON)
+
+    async def _handle_configz(self, request: web.Request) -> web.Response:
+        assert self._configz is not None
+        return web.Response(body=orjson.dumps(self._configz()), content_type=_JSON)
+
+    # --- node log files (/logs/) --------------------------------------------------------
+
+    async def _handle_logs_root(self, request: web.Request) -> web.StreamResponse:
+        raise web.HTTPMovedPermanently("/logs/")
+
+    async def _handle_node_logs(self, request: web.Request) -> web.StreamResponse:
+        """A file under the log directory, or a directory listing. Nothing outside the
+        directory is served, through ``..`` or through a symbolic link."""
+        rel = request.match_info.get("path", "")
+        root = os.path.realpath(self.log_dir)
+        target = os.path.realpath(os.path.join(root, rel.lstrip("/")))
+        if target != root and not target.startswith(root + os.sep):
+            return _text(404, "404 page not found")
+        if os.path.isdir(target):
+            if not request.path.endswith("/"):
+                raise web.HTTPMovedPermanently(os.path.basename(request.path) + "/")
+            try:
+                entries = sorted(os.scandir(target), key=lambda e: e.name)
+            except OSError as exc:
+                return _text(500, f"Error reading directory: {exc.strerror or exc}")
+            lines = ["<pre>"]
+            for e in entries:
+                name = e.name + ("/" if e.is_dir() else "")
+                lines.append(f'<a href="{html.escape(urllib.parse.quote(name))}">{html.escape(name)}</a>')
+            lines.append("</pre>")
+            return web.Response(text="\n".join(lines) + "\n", content_type="text/html", charset="utf-8")
+        if not os.path.isfile(target):
+            return _text(404, "404 page not found")
+        if not os.access(target, os.R_OK):
+            return _text(403, "403 Forbidden")
+        ctype, encoding = mimetypes.guess_type(target)
+        headers = {"Content-Type": ctype if ctype and not encoding else _TEXT if not encoding
+                   else "application/octet-stream"}
+        return web.FileResponse(target, headers=headers)
+
+    # --- commands and streams in containers ---------------------------------------------
+
+    async def _handle_run(self, request: web.Request) -> web.Response:
+        """``POST /run/<ns>/<pod>[/<uid>]/<container>?cmd=...``: upstream splits ``cmd``
+        on spaces and answers the command's stdout then stderr."""
+        assert self._streaming is not None
+        m = request.match_info
+        cmd = request.query.get("cmd", "")
+        if not cmd and request.can_read_body:
+            form = await request.post()
+            cmd = str(form.get("cmd", ""))
+        try:
+            output = await self._streaming.run(m["namespace"], m["pod"], m.get("uid", ""), m["container"],
+                                               cmd.split(" "))
+        except StreamingError as exc:
+            return _text(exc.status, str(exc))
+        return web.Response(body=output, content_type=_JSON)
+
+    async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
+        """``/exec``, ``/attach``, ``/portForward``: ask the runtime for a streaming URL
+        and redirect the client there (the runtime's streaming server speaks the
+        upgrade protocols itself)."""
+        assert self._streaming is not None
+        m = request.match_info
+        kind = request.path.split("/", 2)[1]
+        q = request.query
+        try:
+            if kind == "portForward":
+                ports = []
+                for p in q.getall("port", []):
+                    try:
+                        ports.append(int(p))
+                    except ValueError:
+                        return _text(400, f'invalid port "{p}"')
+                url = await self._streaming.port_forward(m["namespace"], m["pod"], m.get("uid", ""), ports)
+            else:
+                tty = q.get("tty") == "1"
+                stdin, stdout = q.get("input") == "1", q.get("output") == "1"
+                stderr = q.get("error") == "1" and not tty
+                if not (stdin or stdout or stderr):
+                    return _text(400, "you must specify at least 1 of stdin, stdout, stderr")
+                if kind == "exec":
+                    command = q.getall("command", [])
+                    if not command:
+                        return _text(400, "you must specify a command")
+                    url = await self._streaming.exec(m["namespace"], m["pod"], m.get("uid", ""), m["container"],
+                                                     command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
+                else:
+                    url = await self._streaming.attach(m["namespace"], m["pod"], m.get("uid", ""),
+                                                       m["container"], tty=tty, stdin=stdin, stdout=stdout,
+                                                       stderr=stderr)
+        except StreamingError as exc:
+            return _text(exc.status, str(exc))
+        return web.Response(status=302, headers={"Location": url})
+
+
+_METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _not_after(cert_path: str) -> float | None:
+    try:
+        with open(cert_path, "rb") as f:
+            return x509.load_pem_x509_certificates(f.read())[0].not_valid_after_utc.timestamp()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RuntimeStreaming:
+    """``/run``, ``/exec``, ``/attach``, ``/portForward`` through the CRI: the pod is
+    found by namespace and name (and uid when the path names one), the container
+    by name among its running ones."""
+
+    def __init__(self, cri: Any, find: Callable[[str, str], Any]) -> None:
+        self.cri = cri
+        self._find = find   # (namespace, name) -> pipeline PodState (pod, rp) or None
+
+    def _pod(self, namespace: str, name: str, uid: str):
+        state = self._find(namespace, name)
+        if state is None or (uid and podutil.uid(state.pod) != uid):
+            raise StreamingError(404, "pod does not exist")
+        return state
+
+    def _container_id(self, namespace: str, name: str, uid: str, container: str) -> str:
+        state = self._pod(namespace, name, uid)
+        rp = state.rp
+        info = rp.latest(container) if rp is not None else None
+        if info is None:
+            raise StreamingError(404, f'container not found ("{container}")')
+        if not info.running:
+            raise StreamingError(400, f'container "{container}" in pod "{name}" is not running')
+        return info.id
+
+    async def _call(self, coro) -> Any:
+        from cri.client import CriError, NotFoundError
+
+        try:
+            return await coro
+        except NotFoundError as exc:
+            raise StreamingError(404, str(exc)) from None
+        except CriError as exc:
+            raise StreamingError(500, f"Internal Error: {exc}") from None
+
+    async def run(self, namespace: str, name: str, uid: str, container: str, cmd: list[str]) -> bytes:
+        cid = self._container_id(namespace, name, uid, container)
+        resp = await self._call(self.cri.exec_sync(cid, cmd))
+        if resp.exit_code != 0:
+            raise StreamingError(500, f"command '{' '.join(cmd)}' exited with {resp.exit_code}: "
+                                      f"{resp.stderr.decode(errors='replace')}")
+        return bytes(resp.stdout) + bytes(resp.stderr)
+
+    async def exec(self, namespace: str, name: str, uid: str, container: str, cmd: list[str], *,
+                   tty: bool, stdin: bool, stdout: bool, stderr: bool) -> str:
+        cid = self._container_id(namespace, name, uid, container)
+        return await self._call(self.cri.exec(cid, cmd, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr))
+
+    async def attach(self, namespace: str, name: str, uid: str, container: str, *,
+                     tty: bool, stdin: bool, stdout: bool, stderr: bool) -> str:
+        cid = self._container_id(namespace, name, uid, container)
+        return await self._call(self.cri.attach(cid, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr))
+
+    async def port_forward(self, namespace: str, name: str, uid: str, ports: list[int]) -> str:
+        state = self._pod(namespace, name, uid)
+        sandbox = state.rp.ready_sandbox if state.rp is not None else None
+        if sandbox is None:
+            raise StreamingError(400, f'pod "{name}" has no running sandbox')
+        return await self._call(self.cri.port_forward(sandbox.id, ports))
+
+
+# --- /configz ------------------------------------------------------------------------
+
+
+def _config_value(value: Any) -> Any:
+    from apiserver_min.api.duration import format_duration
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, _dt.timedelta):
+        return format_duration(value)
+    if hasattr(value, "explicit") and hasattr(value, "enabled"):   # feature gates
+        return {k: bool(v) for k, v in sorted(dict(value.explicit).items())}
+    if hasattr(value, "value") and isinstance(getattr(value, "value"), str):   # enums
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _config_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_config_value(v) for v in value]
+    if dataclasses.is_dataclass(value):
+        if type(value).__name__ == "Taint":
+            out = {"key": value.key, "effect": value.effect}
+            if value.value:
+                out["value"] = value.value
+            return out
+        if type(value).__name__ == "MemoryReservation":
+            return {"numaNode": value.numa_node, "limits": {k: str(v) for k, v in value.limits.items()}}
+        return {f.name: _config_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return str(value)
+
+
+def configz_document(cfg: Any) -> dict:
+    """The effective configuration as upstream's ``/configz`` shows it: the
+    ``AgentConfiguration`` fields (flags included) under one key."""
+    from agent.options import BY_FIELD
+
+    doc: dict[str, Any] = {}
+    for path, opt in sorted(BY_FIELD.items()):
+        node = doc
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = _config_value(getattr(cfg, opt.attr, None))
+    doc["kind"] = names.AGENT_CONFIG_KIND
+    doc["apiVersion"] = names.AGENT_CONFIG_API_VERSION
+    return {names.AGENT_CONFIGZ_KEY: doc}
 
 
 # --- serving certificate -----------------------------------------------------------

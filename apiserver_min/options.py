@@ -370,30 +370,31 @@ def parse(argv: Sequence[str]) -> Options:
     )
 
 
-def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
-    """Periods of the node lifecycle controller (positive durations) and the scheduler switch."""
+def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> dict:
+    """(flag, attribute) pairs parsed as durations that must be positive: attribute -> seconds."""
     out: dict = {}
-    for flag, attr in (("--node-monitor-period", "node_monitor_period"),
-                       ("--node-monitor-grace-period", "node_monitor_grace_period"),
-                       ("--node-startup-grace-period", "node_startup_grace_period")):
+    for flag, attr in flags:
         value = getattr(ns, attr)
         seconds = _duration_seconds(flag, value)
         if seconds <= 0:
             raise OptionsError(f"invalid value {value!r} for flag {flag}: must be positive")
         out[attr] = seconds
+    return out
+
+
+def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
+    """Periods of the node lifecycle controller, the scheduler switch, and the controllers'
+    leader election (positive durations, retry < renew deadline < lease duration)."""
+    out = _positive_durations(ns, (("--node-monitor-period", "node_monitor_period"),
+                                   ("--node-monitor-grace-period", "node_monitor_grace_period"),
+                                   ("--node-startup-grace-period", "node_startup_grace_period"),
+                                   ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
+                                   ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
+                                   ("--leader-elect-retry-period", "leader_elect_retry_period")))
     out["enable_scheduler"] = parse_bool("--enable-scheduler", ns.enable_scheduler)
     out["leader_elect"] = parse_bool("--leader-elect", ns.leader_elect)
-    for flag, attr in (("--leader-elect-lease-duration", "leader_elect_lease_duration"),
-                       ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
-                       ("--leader-elect-retry-period", "leader_elect_retry_period")):
-        value = getattr(ns, attr)
-        seconds = _duration_seconds(flag, value)
-        if seconds <= 0:
-            raise OptionsError(f"invalid value {value!r} for flag {flag}: must be positive")
-        out[attr] = seconds
     if out["leader_elect_renew_deadline"] >= out["leader_elect_lease_duration"]:
         raise OptionsError("--leader-elect-renew-deadline must be less than --leader-elect-lease-duration")
-    if out["leader_elect_retry_period"] >= out["leader_elect_renew_deadline"]:
         raise OptionsError("--leader-elect-retry-period must be less than --leader-elect-renew-deadline")
     return out
 

@@ -4,9 +4,12 @@ What it guarantees, and why:
 
 * TLS is always verified against the cluster CA of the connection config; a
   certificate that does not verify is reported at once (retrying cannot help).
-* Bodies are JSON. ``--orch-api-content-type`` may ask for protobuf; the API
-  server does not speak it for the agent's kinds yet, so the client falls back
-  to JSON and says so once at ``-v=2``.
+* ``--orch-api-content-type`` protobuf (the default): objects of kinds with a
+  declared schema are sent as protobuf and protobuf is asked for in replies and
+  watches (JSON accepted too: replies are decoded by their Content-Type);
+  patches are always JSON, as upstream's clients send them, and so are bodies
+  the caller sends with an explicit ``content_type``. With
+  ``application/json`` everything is JSON.
 * ``--orch-api-qps``/``--orch-api-burst`` are one token bucket for the whole
   client. Requests marked ``rate_limited=False`` skip it: events have their own
   limit and node heartbeats (node status, lease) must not queue behind pod
@@ -40,6 +43,7 @@ import aiohttp
 import orjson
 
 from apiserver_min.api import names
+from apiserver_min.api import protobuf
 
 from .. import logging as agent_logging
 from .config import Connection
@@ -60,8 +64,6 @@ PATCH_TYPES = {
 }
 RELOAD_GRACE = 5.0          # seconds connections of replaced credentials may finish
 WATCH_READ_MARGIN = 30.0    # a watch silent this long past its timeoutSeconds is dead
-
-_protobuf_fallback_logged = False
 
 
 class ApiError(Exception):
@@ -189,9 +191,15 @@ def _encode(body: Any) -> bytes | None:
     return orjson.dumps(body)
 
 
-def _decode(data: bytes) -> Any:
+def _decode(data: bytes, content_type: str = "") -> Any:
+    """A reply by its Content-Type: protobuf, else JSON (text if it is neither)."""
     if not data:
         return {}
+    if protobuf.is_protobuf(content_type):
+        try:
+            return protobuf.decode(data)
+        except protobuf.ProtobufError as exc:
+            raise ApiConnectionError(f"malformed protobuf reply: {exc}") from None
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -230,6 +238,21 @@ def _parse_event(line: bytes) -> dict:
     return ev
 
 
+async def _json_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, dict]]:
+    async for ev in iter_watch_lines(chunks):
+        yield ev["type"], ev["object"]
+
+
+async def _protobuf_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, dict]]:
+    """Watch events from length-prefixed protobuf frames; a malformed frame is a
+    broken stream (the informer watches again from its last version)."""
+    try:
+        async for ev_type, obj in protobuf.iter_frames(chunks):
+            yield ev_type, obj
+    except protobuf.ProtobufError as exc:
+        raise ApiConnectionError(f"malformed protobuf watch event: {exc}") from None
+
+
 class ApiClient:
     """One API server connection pool with the agent's rate limit and retry rules."""
 
@@ -238,7 +261,6 @@ class ApiClient:
                  content_type: str = names.MEDIA_JSON, max_retries: int = 5,
                  backoff_base: float = 0.2, backoff_cap: float = 5.0,
                  retry_after_cap: float = 60.0) -> None:
-        global _protobuf_fallback_logged
         self.user_agent = user_agent
         self.timeout = timeout
         self.max_retries = max(0, max_retries)
@@ -251,15 +273,13 @@ class ApiClient:
             burst = DEFAULT_BURST
         # A negative QPS turns the limit off (as upstream's clients).
         self.limiter: TokenBucket | None = TokenBucket(qps, burst) if qps > 0 else None
-        if content_type in (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM):
-            if not _protobuf_fallback_logged:
-                _protobuf_fallback_logged = True
-                log.v(2).info("Requests use JSON: the API server does not accept protobuf bodies yet",
-                              requested=content_type)
-        elif content_type not in (names.MEDIA_JSON, ""):
+        if content_type not in (names.MEDIA_JSON, "", *protobuf.MEDIA_TYPES):
             raise ValueError(f"unsupported content type {content_type!r} (want {names.MEDIA_JSON} or "
                              f"{names.MEDIA_PROTOBUF})")
-        self.content_type = names.MEDIA_JSON
+        self.content_type = content_type or names.MEDIA_JSON
+        self.protobuf = self.content_type in protobuf.MEDIA_TYPES
+        # Protobuf first, JSON accepted (objects without a protobuf encoding come as JSON).
+        self.accept = f"{self.content_type}, {names.MEDIA_JSON}" if self.protobuf else names.MEDIA_JSON
         self.conn = conn
         self._ssl = _ssl_context(conn)
         self._session: aiohttp.ClientSession | None = None
@@ -310,8 +330,8 @@ class ApiClient:
             raise ValueError(f"API path must start with '/', got {path!r}")
         return self.conn.server + path
 
-    def _headers(self, content_type: str | None, accept: str = names.MEDIA_JSON) -> dict[str, str]:
-        h = {"User-Agent": self.user_agent, "Accept": accept}
+    def _headers(self, content_type: str | None, accept: str | None = None) -> dict[str, str]:
+        h = {"User-Agent": self.user_agent, "Accept": accept or self.accept}
         if content_type:
             h["Content-Type"] = content_type
         if self.conn.token:
@@ -330,12 +350,25 @@ class ApiClient:
             return f"timed out after {self.timeout:g}s"
         return str(exc) or type(exc).__name__
 
+    def _body(self, body: Any, content_type: str | None) -> tuple[bytes | None, str]:
+        """The bytes and Content-Type of a request body: protobuf for an object of
+        a kind with a declared schema when the client speaks protobuf and the
+        caller named no type; JSON otherwise."""
+        if content_type is None:
+            if self.protobuf and isinstance(body, dict):
+                schema = protobuf.schema_of(str(body.get("apiVersion") or ""), str(body.get("kind") or ""))
+                if schema is not None:
+                    return protobuf.encode(body, schema), self.content_type
+            content_type = names.MEDIA_JSON
+        return _encode(body), content_type
+
     async def request(self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
-                      content_type: str = names.MEDIA_JSON, rate_limited: bool = True,
+                      content_type: str | None = None, rate_limited: bool = True,
                       retry: bool | None = None) -> dict:
-        """One API call; the decoded JSON reply. Raises ApiError or ApiConnectionError."""
+        """One API call; the decoded reply (JSON shape, whichever the wire format).
+        Raises ApiError or ApiConnectionError."""
         method = method.upper()
-        payload = _encode(body)
+        payload, content_type = self._body(body, content_type)
         idempotent = method in IDEMPOTENT if retry is None else retry
         url = self.url(path)
         attempt = 0
@@ -352,6 +385,7 @@ class ApiClient:
                         server_hostname=self.conn.server_name or None) as resp:
                     data = await resp.read()
                     status = resp.status
+                    reply_type = resp.headers.get("Content-Type", "")
                     retry_after = parse_retry_after(resp.headers.get("Retry-After"))
             except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
                 # A certificate problem does not go away by asking again.
@@ -366,7 +400,7 @@ class ApiClient:
                     await asyncio.sleep(delay)
                     continue
                 raise ApiConnectionError(f"{method} {url}: {self._describe(exc)}") from exc
-            decoded = _decode(data)
+            decoded = _decode(data, reply_type)
             if status < 300:
                 return decoded if isinstance(decoded, dict) else {"text": decoded}
             err = ApiError.from_status(status, decoded, retry_after)
@@ -431,14 +465,19 @@ class ApiClient:
                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout,
                                                                  sock_read=read_timeout),
                                    server_hostname=self.conn.server_name or None) as resp:
+                reply_type = resp.headers.get("Content-Type", "")
                 if resp.status != 200:
                     data = await resp.read()
-                    raise ApiError.from_status(resp.status, _decode(data),
+                    raise ApiError.from_status(resp.status, _decode(data, reply_type),
                                                parse_retry_after(resp.headers.get("Retry-After")))
-                async for ev in iter_watch_lines(resp.content.iter_any()):
-                    if ev["type"] == "ERROR":
-                        raise ApiError.from_status(500, ev["object"])
-                    yield ev["type"], ev["object"]
+                if protobuf.is_protobuf(reply_type):
+                    events = _protobuf_events(resp.content.iter_any())
+                else:
+                    events = _json_events(resp.content.iter_any())
+                async for ev_type, obj in events:
+                    if ev_type == "ERROR":
+                        raise ApiError.from_status(500, obj)
+                    yield ev_type, obj
         except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
             raise ApiConnectionError(f"GET {url} (watch): {self._describe(exc)}") from exc
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:

@@ -269,6 +269,12 @@ AGENT_ORCHCONFIG_NAME = f"agent{CONNECTION_CONFIG_SUFFIX}"
 AGENT_BOOTSTRAP_ORCHCONFIG_NAME = f"bootstrap-agent{CONNECTION_CONFIG_SUFFIX}"
 AGENT_ENV_ARGS_VAR = "ORCH_AGENT_ARGS"
 
+# The node agent's HTTPS server: the key of its effective configuration at /configz
+# (upstream "kubeletconfig") and the prefix of its Prometheus metrics (upstream
+# "kubelet_"), e.g. orch_agent_running_pods.
+AGENT_CONFIGZ_KEY = "orchagentconfig"
+AGENT_METRICS_PREFIX = "orch_agent"
+
 # Leader election of the API server's bundled controllers (upstream: the Lease
 # kube-controller-manager in kube-system; one Lease here, the controllers run in one process).
 CONTROLLERS_LEASE_NAME = "orch-controllers"

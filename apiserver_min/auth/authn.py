@@ -15,13 +15,24 @@ uses directly with the audiences the review asks about.
 Lookups of API objects (bootstrap-token secrets, service accounts, pods) go to
 the watch cache first; a miss is confirmed against storage so that an object
 created a moment ago is seen and one deleted a moment ago is not.
+
+Successful bearer-token results are cached briefly (upstream caches token
+successes for 10 s), keyed by the SHA-256 of the token and the audiences, so a
+client that sends the same token on every request pays for one full check. Unlike
+a plain TTL cache, every hit also runs the result's own cheap re-check (the
+watch-cache entries it rests on are unchanged, the token has not expired), so
+deleting a bootstrap-token secret, a service account or a bound pod ends its
+tokens as soon as the watch cache sees it. Failures are never cached. Client
+certificates map to users by their subject, remembered per subject.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from ..api import names
 from ..api import status as st
@@ -51,6 +62,22 @@ class AuthConfigError(ValueError):
 class TokenResult:
     user: UserInfo
     audiences: tuple[str, ...] = ()
+    # For the bearer success cache: a cheap re-check that the result still holds (the
+    # objects it rests on are unchanged in the watch cache, the token has not expired).
+    # None: the result must not be cached (e.g. it rests on a storage read).
+    still_valid: Callable[[], bool] | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+def always_valid() -> bool:
+    """still_valid of results that cannot go stale (the static token file is read once)."""
+    return True
+
+
+# Upstream's token success cache TTL; the per-hit re-check keeps revocation immediate,
+# the TTL bounds how long a result is reused at all.
+TOKEN_CACHE_TTL_SECONDS = 10.0
+TOKEN_CACHE_SIZE = 4096
+X509_CACHE_SIZE = 1024
 
 
 class Authenticator(Protocol):
@@ -76,7 +103,8 @@ def with_authenticated_group(user: UserInfo) -> UserInfo:
     already carries it or system:unauthenticated."""
     if names.GROUP_AUTHENTICATED in user.groups or names.GROUP_UNAUTHENTICATED in user.groups:
         return user
-    return dataclasses.replace(user, groups=tuple(user.groups) + (names.GROUP_AUTHENTICATED,))
+    # The constructor, not dataclasses.replace: this runs on every authenticated request.
+    return UserInfo(user.name, user.uid, tuple(user.groups) + (names.GROUP_AUTHENTICATED,), user.extra)
 
 
 def go_list(values: Iterable[str]) -> str:
@@ -96,12 +124,31 @@ class X509Authenticator:
 
     name = "x509"
 
+    def __init__(self, cache_size: int = X509_CACHE_SIZE):
+        # subject -> user (with system:authenticated): the user depends on the subject
+        # alone, and a keep-alive client presents the same one on every request.
+        self._users: dict[tuple, UserInfo | None] = {}
+        self.cache_size = cache_size
+
     async def authenticate(self, request: Any) -> UserInfo | None:
         transport = getattr(request, "transport", None)
         cert = transport.get_extra_info("peercert") if transport is not None else None
         if not cert:
             return None
-        return user_from_peercert(cert)
+        subject = cert.get("subject", ())
+        try:
+            return self._users[subject]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable subject: no caching, same answer
+            return user_from_peercert(cert)
+        user = user_from_peercert(cert)
+        if user is not None:
+            user = with_authenticated_group(user)
+        if len(self._users) >= self.cache_size:
+            del self._users[next(iter(self._users))]
+        self._users[subject] = user
+        return user
 
 
 def user_from_peercert(cert: dict) -> UserInfo | None:
@@ -160,12 +207,29 @@ class BearerTokenAuthenticator:
 
     name = "bearer"
 
-    def __init__(self, tokens: list[TokenAuthenticator], api_audiences: tuple[str, ...]):
+    def __init__(self, tokens: list[TokenAuthenticator], api_audiences: tuple[str, ...],
+                 cache_ttl: float = TOKEN_CACHE_TTL_SECONDS, cache_size: int = TOKEN_CACHE_SIZE,
+                 monotonic: Callable[[], float] = time.monotonic):
         self.tokens = tokens
         self.api_audiences = tuple(api_audiences)
+        self.cache_ttl = cache_ttl
+        self.cache_size = cache_size
+        self.monotonic = monotonic
+        # (sha256(token), audiences) -> (result, its user with system:authenticated, reuse until)
+        self._cache: dict[tuple[bytes, tuple[str, ...]], tuple[TokenResult, UserInfo, float]] = {}
+        self.full_checks = 0  # tokens that went through the authenticators (the cache's misses)
 
     async def authenticate_token(self, token: str, audiences: tuple[str, ...] = ()) -> TokenResult:
-        wanted = tuple(audiences) or self.api_audiences
+        return (await self._lookup(token, tuple(audiences) or self.api_audiences))[0]
+
+    async def _lookup(self, token: str, wanted: tuple[str, ...]) -> tuple[TokenResult, UserInfo]:
+        key = (hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest(), wanted)
+        hit = self._cache.get(key)
+        if hit is not None:
+            if self.monotonic() < hit[2] and hit[0].still_valid():
+                return hit[0], hit[1]
+            self._cache.pop(key, None)
+        self.full_checks += 1
         errors: list[str] = []
         for t in self.tokens:
             try:
@@ -174,7 +238,12 @@ class BearerTokenAuthenticator:
                 errors.append(str(exc))
                 continue
             if res is not None:
-                return res
+                user = with_authenticated_group(res.user)
+                if res.still_valid is not None and self.cache_ttl > 0:
+                    if len(self._cache) >= self.cache_size:
+                        del self._cache[next(iter(self._cache))]
+                    self._cache[key] = (res, user, self.monotonic() + self.cache_ttl)
+                return res, user
         if not errors:
             raise Unauthorized("invalid bearer token")
         raise Unauthorized(errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
@@ -183,7 +252,7 @@ class BearerTokenAuthenticator:
         token = bearer_token(request)
         if token is None:
             return None
-        return (await self.authenticate_token(token)).user
+        return (await self._lookup(token, self.api_audiences))[1]
 
 
 # --- the chain ----------------------------------------------------------------------------------
@@ -259,6 +328,14 @@ class ObjectLookup:
         from ..server.store import key_prefix, object_key
         kind = self._kind(resource)
         return self.cache.cache(key_prefix(kind)).items.get(object_key(kind, namespace, name))
+
+    def entry_getter(self, resource: str, namespace: str, name: str) -> Callable[[], "Entry | None"]:
+        """A function answering the object's current watch-cache entry (None when absent),
+        with the key worked out once: what cached authentication results re-check per hit."""
+        from ..server.store import key_prefix, object_key
+        kind = self._kind(resource)
+        prefix, key, cache = key_prefix(kind), object_key(kind, namespace, name), self.cache
+        return lambda: cache.cache(prefix).items.get(key)
 
     async def get(self, resource: str, namespace: str, name: str) -> dict | None:
         """The object, or None when it does not exist."""

@@ -285,15 +285,46 @@ class ServiceAccountTokenAuthenticator:
                                f"{go_list(audiences)}")
         if self.lookup is not None:
             await self._check_live(c)
-        return TokenResult(user_info(c.namespace, c.name, c.uid, c.pod), common)
+        return TokenResult(user_info(c.namespace, c.name, c.uid, c.pod), common, still_valid=self._still_valid(c))
 
-    async def _check_live(self, c: BoundClaims) -> None:
+    @staticmethod
+    def _live_checks(c: BoundClaims) -> list[tuple[str, str, str, str]]:
+        """(resource, what, name, uid) of every object the token rests on."""
         checks = [("serviceaccounts", "service account", c.name, c.uid)]
         if c.pod is not None:
             checks.append(("pods", "pod", c.pod[0], c.pod[1]))
         if c.secret is not None:
             checks.append(("secrets", "secret", c.secret[0], c.secret[1]))
-        for resource, what, name, uid in checks:
+        return checks
+
+    def _still_valid(self, c: BoundClaims) -> Callable[[], bool] | None:
+        """The cached result's re-check: still inside exp/nbf (with the leeway) and, with
+        --service-account-lookup, every object the token rests on is in the watch cache
+        with the same uid and not being deleted. None when the lookup cannot tell."""
+        getters: list[tuple[Callable[[], Any], str]] = []
+        if self.lookup is not None:
+            entry_getter = getattr(self.lookup, "entry_getter", None)
+            if entry_getter is None:
+                return None
+            getters = [(entry_getter(resource, c.namespace, name), uid)
+                       for resource, _, name, uid in self._live_checks(c)]
+        clock = self.clock
+        not_after = c.exp + LEEWAY_SECONDS if c.exp is not None else None
+        not_before = c.nbf - LEEWAY_SECONDS if c.nbf is not None else None
+
+        def still_valid() -> bool:
+            now = clock()
+            if (not_after is not None and now > not_after) or (not_before is not None and now < not_before):
+                return False
+            for current, uid in getters:
+                e = current()
+                if e is None or e.uid != uid or e.deleting:
+                    return False
+            return True
+        return still_valid
+
+    async def _check_live(self, c: BoundClaims) -> None:
+        for resource, what, name, uid in self._live_checks(c):
             state = await self.lookup.live_state(resource, c.namespace, name, uid)
             if state == "missing":
                 raise Unauthorized(f'{resource} "{name}" not found')

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 from ..api import names
 from ..api.timeutil import TimestampError, parse_rfc3339
 from ..server.admission import UserInfo
-from .authn import AuthConfigError, TokenResult
+from .authn import AuthConfigError, TokenResult, always_valid
 
 if TYPE_CHECKING:
     from .authn import ObjectLookup
@@ -65,7 +65,7 @@ class StaticTokens:
 
     async def authenticate_token(self, token: str, audiences: tuple[str, ...]) -> TokenResult | None:
         user = self.users.get(_digest(token))
-        return TokenResult(user) if user is not None else None
+        return TokenResult(user, still_valid=always_valid) if user is not None else None
 
 
 def parse_token_csv(text: str, source: str = "token file") -> dict[bytes, UserInfo]:
@@ -182,7 +182,34 @@ class BootstrapTokens:
         secret_name = names.BOOTSTRAP_TOKEN_SECRET_PREFIX + token_id
         secret = await self.lookup.get("secrets", names.NS_SYSTEM, secret_name)
         user = self.check(secret, token_id, token_secret)
-        return TokenResult(user) if user is not None else None
+        if user is None:
+            return None
+        return TokenResult(user, still_valid=self._still_valid(secret_name, secret))
+
+    def _still_valid(self, secret_name: str, secret: dict) -> Callable[[], bool] | None:
+        """The cached result's re-check: the secret is still the revision that was
+        checked (any change - deletion, a new secret, usages, groups - means a full
+        check again) and its expiration has not passed. None when the lookup cannot
+        tell (no watch cache) or the secret carries no usable resourceVersion."""
+        entry_getter = getattr(self.lookup, "entry_getter", None)
+        try:
+            rv = int((secret.get("metadata") or {}).get("resourceVersion", ""))
+        except (TypeError, ValueError):
+            return None
+        if entry_getter is None:
+            return None
+        expiration = secret_data(secret).get(KEY_EXPIRATION, "")
+        try:
+            expires = parse_rfc3339(expiration) if expiration else None
+        except (TimestampError, ValueError, TypeError):
+            return None
+        current, clock = entry_getter("secrets", names.NS_SYSTEM, secret_name), self.clock
+
+        def still_valid() -> bool:
+            e = current()
+            return (e is not None and e.rv == rv and not e.deleting
+                    and (expires is None or clock() < expires))
+        return still_valid
 
     def check(self, secret: dict | None, token_id: str, token_secret: str) -> UserInfo | None:
         """The user a token's secret grants, or None (with the reason logged)."""

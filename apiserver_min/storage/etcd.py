@@ -13,6 +13,17 @@ on ranges, so the backend tracks it: ``compact()`` records the revision in
 the meta key ``COMPACTED_KEY`` (outside every prefix, because it concerns all
 of them), and every ErrCompacted answer (ranges: "at least r + 1"; watches:
 the exact ``compact_revision``) raises the known value.
+
+Progress: the watch cache learns that revisions passed outside its keys by
+asking for progress. etcd before 3.4.31 / 3.5.13 answers a *requested*
+progress notification out of band: it can overtake events still queued for
+the stream and name a revision whose events have not arrived yet (upstream
+etcd issues 15220 and 17507), and a cache trusting it serves stale
+"consistent" lists. Against those versions ``request_progress`` writes a
+marker key inside each open watch's range instead; its event arrives in
+order, after every earlier event, and the watch turns it into the PROGRESS
+event. Marker keys (``PROGRESS_MARK`` appended to the watched prefix) are
+never handed out by ``list`` or ``watch``.
 """
 
 from __future__ import annotations
@@ -58,6 +69,27 @@ _TARGET_MOD = rpc_pb2.Compare.MOD
 _EV_DELETE = kv_pb2.Event.DELETE
 
 _IPV4_HOSTPORT = re.compile(r"^\d{1,3}(\.\d{1,3}){3}:\d+$")
+
+# Appended to a watched prefix: the key written to push an in-order progress
+# event through that watch (NUL cannot occur in an API object's key).
+PROGRESS_MARK = b"\x00orch-watch-progress"
+# The first releases whose requested progress notifications are ordered with
+# the watch's events (by minor version; later minors are all fixed).
+_ORDERED_PROGRESS_SINCE = {(3, 4): (3, 4, 31), (3, 5): (3, 5, 13)}
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+
+
+def progress_is_ordered(version: str) -> bool:
+    """Whether etcd ``version`` (as its Status call reports it) sends requested
+    progress notifications in order with the events of the watch stream."""
+    m = _VERSION.match(version.strip())
+    if not m:
+        return False
+    v = tuple(int(x) for x in m.groups())
+    fixed = _ORDERED_PROGRESS_SINCE.get(v[:2])
+    if fixed is not None:
+        return v >= fixed
+    return v[:2] > (3, 5)
 
 
 def _prefix_end(key: bytes) -> bytes:
@@ -108,7 +140,9 @@ class EtcdBackend:
         self._watch_stub: rpc_pb2_grpc.WatchStub | None = None
         self._compacted = 0
         self._compactor: asyncio.Task | None = None
-        self._watch_calls: set = set()
+        self._watch_calls: dict = {}  # open watch call -> its progress marker key
+        self.server_version = ""
+        self.progress_ordered = False  # decided from the server's version at start()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -132,6 +166,7 @@ class EtcdBackend:
         self._kv = rpc_pb2_grpc.KVStub(channel)
         self._watch_stub = rpc_pb2_grpc.WatchStub(channel)
         await self.compacted_revision()
+        await self._detect_progress_ordering()
         if self.compaction_interval > 0:
             self._compactor = asyncio.get_running_loop().create_task(
                 self._compaction_loop(), name="etcd-compaction")
@@ -148,6 +183,20 @@ class EtcdBackend:
         self._kv = self._watch_stub = None
         if channel is not None:
             await channel.close()
+
+    async def _detect_progress_ordering(self) -> None:
+        try:
+            status = await self._call(rpc_pb2_grpc.MaintenanceStub(self._channel).Status,
+                                      rpc_pb2.StatusRequest())
+        except StorageError as exc:  # e.g. not permitted: assume the unsafe kind
+            log.warning("etcd: cannot read the server version (%s); progress by marker writes", exc)
+            self.server_version, self.progress_ordered = "", False
+            return
+        self.server_version = status.version
+        self.progress_ordered = progress_is_ordered(status.version)
+        if not self.progress_ordered:
+            log.info("etcd %s: requested watch progress is not ordered with events; "
+                     "using marker writes instead", status.version or "(unknown version)")
 
     def _stub(self) -> rpc_pb2_grpc.KVStub:
         kv = self._kv
@@ -293,12 +342,15 @@ class EtcdBackend:
             key=start, range_end=end, limit=max(limit, 0), revision=revision), revision)
         plen = self._plen
         items = [KeyValue(kv.key[plen:].decode(), kv.value, kv.mod_revision, kv.create_revision)
-                 for kv in resp.kvs]
+                 for kv in resp.kvs if not kv.key.endswith(PROGRESS_MARK)]
         more = bool(resp.more)
         return ListResult(items, revision or resp.header.revision, more,
-                          resp.count - len(items) if more else 0)
+                          resp.count - len(resp.kvs) if more else 0)
 
     async def count(self, prefix: str) -> int:
+        """Keys under ``prefix``; a progress marker of a watch on ``prefix`` or
+        below (see the module docstring) counts too: exact for API resources,
+        whose prefixes hold no watch of their own."""
         lo = self._key(prefix)
         resp = await self._range(rpc_pb2.RangeRequest(key=lo, range_end=_prefix_end(lo),
                                                       count_only=True))
@@ -328,7 +380,7 @@ class EtcdBackend:
             raise UnavailableError("etcd storage is not open")
         lo = self._key(prefix)
         call = stub.Watch()
-        self._watch_calls.add(call)
+        self._watch_calls[call] = lo + PROGRESS_MARK
         try:
             try:
                 await call.write(rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
@@ -351,6 +403,12 @@ class EtcdBackend:
                             yield Event("PROGRESS", KeyValue("", b"", after, 0), None)
                         continue
                     for ev in resp.events:
+                        if ev.kv.key.endswith(PROGRESS_MARK):
+                            # A marker write (request_progress): every event up to
+                            # its revision has come through this stream.
+                            after = ev.kv.mod_revision
+                            yield Event("PROGRESS", KeyValue("", b"", after, 0), None)
+                            continue
                         event = self._event(ev)
                         after = event.kv.mod_revision
                         yield event
@@ -362,10 +420,17 @@ class EtcdBackend:
                 _reraise_if_task_cancelled()
                 raise UnavailableError("etcd storage closed") from None
         finally:
-            self._watch_calls.discard(call)
+            self._watch_calls.pop(call, None)
             call.cancel()
 
     async def request_progress(self) -> None:
+        if not self.progress_ordered:
+            # One marker write per open watch range; the events arrive in order.
+            markers = set(self._watch_calls.values())
+            if markers:
+                await asyncio.gather(*(self._call(self._stub().Put, rpc_pb2.PutRequest(key=m, value=b""))
+                                       for m in markers))
+            return
         for call in list(self._watch_calls):
             try:
                 await call.write(rpc_pb2.WatchRequest(progress_request=rpc_pb2.WatchProgressRequest()))

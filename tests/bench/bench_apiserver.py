@@ -37,7 +37,12 @@ smoke run: its list, RSS and watch figures are not at the target's scale.
 ``--profile DIR`` also samples the server with py-spy (``--py-spy PATH``,
 default: on PATH or /tmp/pyspy/bin/py-spy) during an extra create window and
 an extra window of back-to-back lists, writes the raw samples to DIR and
-prints the functions that dominate.
+prints the functions that dominate. ``--cprofile DIR`` does the same with the
+standard library's cProfile inside the server (it is started through this
+file, which switches the profiler on and off on SIGUSR1/SIGUSR2); cProfile
+slows Python calls down: its create and list windows are extra ones, but the
+watch figures are measured under it, so they are not comparable.
+``--only PHASES`` runs a subset of the phases (for iterating on one figure).
 
 Benchmarks are not part of the test suite. Every process started here is
 stopped by its PID before exit.
@@ -81,6 +86,7 @@ POD_BYTES = 2048  # request body size of a pod
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 NS_LIST, NS_CREATE, NS_WATCH = "bench-list", "bench-create", "bench-watch"
+BENCH_SCHEDULER = "orch-bench-no-scheduler"  # a scheduler name nobody serves
 
 FULL = dict(fill=10_000, create_s=15.0, get_s=10.0, list_runs=5, page_runs=3,
             watchers=1000, watch_procs=4, watch_events=200, watch_rate=10.0,
@@ -107,6 +113,11 @@ def _pod(namespace: str, name: str, annotations: dict) -> dict:
                      "labels": {"app": "bench", "tier": "backend", "bench.orch.io/shard": "s3"},
                      "annotations": annotations},
         "spec": {
+            # Not the default scheduler's pods: with no nodes, the in-process scheduler
+            # would answer each create with a PodScheduled=False status write and a
+            # FailedScheduling Event (three writes per create), and work through
+            # that backlog during the later phases. The figures are the API's.
+            "schedulerName": BENCH_SCHEDULER,
             "restartPolicy": "Always",
             "containers": [{
                 "name": "app", "image": "registry.local/bench/app:1.0",
@@ -222,6 +233,18 @@ def proc_cpu(pid: int) -> float:
     """utime + stime of a process, seconds."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def thread_cpu(pid: int) -> float:
+    """utime + stime of a process's main thread (its event loop), seconds: a
+    single-loop server saturates when this reaches one CPU, whatever its other
+    threads (gRPC's) use."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -511,6 +534,7 @@ async def watch_worker(spec: dict) -> None:
     await asyncio.gather(*(open_one() for _ in range(spec["conns"])))
     _say("READY")
     go = json.loads((await _stdin_line()).split(" ", 1)[1])
+    cpu0 = time.process_time()
     expected, deadline = go["expected"], go["deadline"]
     while time.time() < deadline:
         if all(p.count >= expected or p.closed for p in protos):
@@ -527,7 +551,7 @@ async def watch_worker(spec: dict) -> None:
         "complete": sum(1 for p in protos if p.count >= expected),
         "missing": sum(max(0, expected - p.count) for p in protos),
         "closed_early": sum(1 for p in protos if p.closed and p.count < expected),
-        "other_frames": dict(other), "out": spec["out"]}))
+        "other_frames": dict(other), "cpu": time.process_time() - cpu0, "out": spec["out"]}))
 
 
 def worker_main(spec: dict) -> None:
@@ -575,14 +599,72 @@ def echo_main(spec: dict) -> None:
     asyncio.run(main())
 
 
+# --- cProfile inside the server -------------------------------------------------------------
+
+class CProfileRun:
+    """One cProfile window in a server started by ``cprofile_server_main``."""
+
+    def __init__(self, pid: int, name: str, out_dir: Path):
+        self.pid, self.name, self.out_dir = pid, name, out_dir
+        self.path = out_dir / f"{name}.pstats"
+        self.stopped = False
+
+    def start(self) -> None:
+        os.kill(self.pid, signal.SIGUSR1)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        done = self.out_dir / f"{self.name}.done"
+        done.unlink(missing_ok=True)
+        (self.out_dir / "next-name").write_text(self.name)
+        os.kill(self.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + timeout
+        while not done.exists():
+            if time.monotonic() > deadline:
+                raise BenchError(f"the server did not write its profile {self.path} within {timeout:g}s")
+            time.sleep(0.05)
+
+
+def cprofile_server_main(out_dir: str, argv: list[str]) -> int:
+    """Run orch-apiserver in this process; SIGUSR1 switches cProfile on, SIGUSR2
+    switches it off and writes ``<out_dir>/<name>.pstats`` (the name is read
+    from ``<out_dir>/next-name``). Signal handlers run on the main thread, the
+    one the server's event loop runs on, which is the thread profiled."""
+    import cProfile
+
+    from apiserver_min.cli import main as server_main
+
+    state: dict = {"prof": None}
+
+    def on(signum, frame) -> None:
+        if state["prof"] is None:
+            state["prof"] = cProfile.Profile()
+            state["prof"].enable()
+
+    def off(signum, frame) -> None:
+        prof, state["prof"] = state["prof"], None
+        name = (Path(out_dir) / "next-name").read_text().strip() or "profile"
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(str(Path(out_dir) / f"{name}.pstats"))
+        (Path(out_dir) / f"{name}.done").touch()
+
+    signal.signal(signal.SIGUSR1, on)
+    signal.signal(signal.SIGUSR2, off)
+    return server_main(argv)
+
+
 # --- the server under test -----------------------------------------------------------------
 
 class Server:
     """orch-apiserver as a subprocess, with the admin client credentials extracted."""
 
-    def __init__(self, root: Path, backend: str, etcd=None):
+    def __init__(self, root: Path, backend: str, etcd=None, cprofile_dir: str | None = None):
         from tests.components import free_port
 
+        self.cprofile_dir = cprofile_dir
         self.backend = backend
         self.data_dir = root / f"apiserver-{backend}"
         self.port = free_port()
@@ -593,7 +675,12 @@ class Server:
 
     def argv(self) -> list[str]:
         exe = Path(sys.executable).parent / "orch-apiserver"
-        argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "apiserver_min.cli"]
+        if self.cprofile_dir:
+            argv = [sys.executable, __file__, "_cprofile_server", self.cprofile_dir]
+        elif exe.exists():
+            argv = [str(exe)]
+        else:
+            argv = [sys.executable, "-m", "apiserver_min.cli"]
         argv += ["--data-dir", str(self.data_dir), "--bind-address", HOST, "--secure-port", str(self.port)]
         if self.backend == "etcd":
             argv += ["--storage-backend", "etcd3", "--etcd-servers", self.etcd.url, "--etcd-prefix", "/orch-bench"]
@@ -708,15 +795,17 @@ class Bench:
             workers.go({"start_at": start_at, "duration": duration})
             time.sleep(max(0.0, start_at - time.time()))
             cpu0 = [proc_cpu(p) for p in cpu_pids]
+            main0 = thread_cpu(cpu_pids[0]) if cpu_pids else 0.0
             busy0 = machine_busy()
             spy = self._start_profile(cpu_pids[0], duration - 0.5, profile) if profile else None
             time.sleep(max(0.0, start_at + duration - time.time()))
             cpu1 = [proc_cpu(p) for p in cpu_pids]
+            main1 = thread_cpu(cpu_pids[0]) if cpu_pids else 0.0
             busy1 = machine_busy()
+            if isinstance(spy, CProfileRun):
+                self._stop_profile(spy)
             results = workers.results(duration + 120)
-            if spy is not None:
-                spy.wait(60)
-                _STARTED.remove(spy)
+            self._stop_profile(spy)
         finally:
             workers.stop()
         ok = sum(r["ok"] for r in results)
@@ -734,6 +823,7 @@ class Bench:
                 "first_error": next((r["first_error"] for r in results if r["first_error"]), ""),
                 "p50": pct(lat, 0.50), "p99": pct(lat, 0.99), "max": lat[-1] if lat else float("nan"),
                 "cpu_per_req": [(b - a) / ok if ok else float("nan") for a, b in zip(cpu0, cpu1)],
+                "main_cpu_per_req": (main1 - main0) / ok if ok else float("nan"),
                 "client_cpu_per_req": sum(r["cpu"] for r in results) / ok if ok else float("nan")}
 
     def fill(self, server: Server, count: int) -> float:
@@ -755,8 +845,14 @@ class Bench:
 
     # -- profiling ------------------------------------------------------------------------
 
-    def _start_profile(self, pid: int, seconds: float | None, name: str) -> subprocess.Popen | None:
-        """py-spy record for ``seconds`` (None: until _stop_profile)."""
+    def _start_profile(self, pid: int, seconds: float | None, name: str):
+        """Profile the server: py-spy record for ``seconds`` (None: until
+        _stop_profile), or switch the server's cProfile on (``--cprofile``)."""
+        if self.args.cprofile:
+            run = CProfileRun(pid, name, Path(self.args.cprofile))
+            run.start()
+            self.profiles.append(str(run.path))
+            return run
         spy = find_py_spy(self.args.py_spy)
         if spy is None:
             return None
@@ -768,13 +864,21 @@ class Bench:
                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         proc.out_path = out
+        proc.timed = seconds is not None
         self.profiles.append(str(out))
         return proc
 
-    def _stop_profile(self, spy: subprocess.Popen | None) -> None:
+    def _stop_profile(self, spy) -> None:
+        """End a profile from _start_profile: a timed py-spy run is waited for, an
+        open-ended one interrupted, a cProfile window switched off and written."""
         if spy is None:
             return
-        if spy.poll() is None:
+        if isinstance(spy, CProfileRun):
+            spy.stop()
+            return
+        if spy not in _STARTED:
+            return
+        if spy.poll() is None and not spy.timed:
             spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
         try:
             spy.wait(60)
@@ -787,9 +891,11 @@ class Bench:
 
     def run_backend(self, backend: str, etcd=None) -> Server:
         s = self.sizes
+        only = self.args.only
         print(f"\n[{backend}] starting orch-apiserver", flush=True)
-        server = Server(self.root, backend, etcd).start()
+        server = Server(self.root, backend, etcd, self.args.cprofile).start()
         cpu_pids = (server.pid,) + ((etcd.pid,) if etcd is not None else ())
+        r: dict = {}
         try:
             for ns in (NS_LIST, NS_CREATE, NS_WATCH):
                 status, body = server.api("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -800,52 +906,66 @@ class Bench:
             if status != 201:
                 raise BenchError(f"a 2 KB pod is refused: {status} {body[:500]!r}")
             self.stored_pod_bytes = len(body)
-            mem0 = server.mem()
+            r["mem0"] = mem0 = server.mem()
 
             n = s["fill"]
             print(f"[{backend}] filling {n:,} pods", flush=True)
-            fill_rate = self.fill(server, n)
-            mem_fill = server.mem()
+            r["fill_rate"] = fill_rate = self.fill(server, n)
+            r["mem_fill"] = mem_fill = server.mem()
             self.note(f"{backend}: filled {n:,} pods at {fill_rate:,.0f}/s; RSS {mem0['VmRSS']:.0f} MiB empty -> "
                       f"{mem_fill['VmRSS']:.0f} MiB with {n:,} pods")
 
-            print(f"[{backend}] list", flush=True)
-            lists = asyncio.run(self.measure_lists(server, n))
-            mem_list = server.mem()
-            self.note(f"{backend}: RSS after lists {mem_list['VmRSS']:.0f} MiB (peak VmHWM {mem_list['VmHWM']:.0f} MiB)")
+            if "list" in only:
+                print(f"[{backend}] list", flush=True)
+                r["lists"] = asyncio.run(self.measure_lists(server, n))
+                r["mem_list"] = mem_list = server.mem()
+                self.note(f"{backend}: RSS after lists {mem_list['VmRSS']:.0f} MiB "
+                          f"(peak VmHWM {mem_list['VmHWM']:.0f} MiB)")
 
-            print(f"[{backend}] create window {s['create_s']:g}s", flush=True)
-            create = self.load_window(server.port, server.creds, "create", NS_CREATE, s["create_s"], cpu_pids,
-                                      label=f"{backend} create")
-            self._check_errors(backend, "create", create)
-            mem_create = server.mem()
-            self.note(f"{backend}: RSS after the create window ({n + create['ok']:,} pods stored) "
-                      f"{mem_create['VmRSS']:.0f} MiB (peak {mem_create['VmHWM']:.0f})")
+            if "create" in only:
+                print(f"[{backend}] create window {s['create_s']:g}s", flush=True)
+                r["create"] = create = self.load_window(server.port, server.creds, "create", NS_CREATE,
+                                                        s["create_s"], cpu_pids, label=f"{backend} create")
+                self._check_errors(backend, "create", create)
+                # A consistent list right after the burst: waits until the watch cache
+                # has every event of the window (or reads storage), so it must count all.
+                t0 = time.perf_counter()
+                status, body = server.api("GET", f"/api/v1/namespaces/{NS_CREATE}/pods?limit=1")
+                catch_up = time.perf_counter() - t0
+                doc = orjson.loads(body) if status == 200 else {}
+                listed = len(doc.get("items", [])) + (doc.get("metadata", {}).get("remainingItemCount") or 0)
+                create["catch_up_ms"], create["listed"] = catch_up * 1000, listed
+                self.note(f"{backend}: consistent list after the create window: {catch_up * 1000:.0f} ms, "
+                          f"{listed:,} pods in {NS_CREATE} (status {status})")
+                r["mem_create"] = mem_create = server.mem()
+                self.note(f"{backend}: RSS after the create window ({n + create['ok']:,} pods stored) "
+                          f"{mem_create['VmRSS']:.0f} MiB (peak {mem_create['VmHWM']:.0f})")
 
-            print(f"[{backend}] get window {s['get_s']:g}s", flush=True)
-            get = self.load_window(server.port, server.creds, "get", NS_LIST, s["get_s"], cpu_pids, names_total=n,
-                                   label=f"{backend} get")
-            self._check_errors(backend, "get", get)
-            mem_get = server.mem()
-            self.note(f"{backend}: RSS after the get window {mem_get['VmRSS']:.0f} MiB (peak {mem_get['VmHWM']:.0f})")
+            if "get" in only:
+                print(f"[{backend}] get window {s['get_s']:g}s", flush=True)
+                r["get"] = get = self.load_window(server.port, server.creds, "get", NS_LIST, s["get_s"], cpu_pids,
+                                                  names_total=n, label=f"{backend} get")
+                self._check_errors(backend, "get", get)
+                r["mem_get"] = mem_get = server.mem()
+                self.note(f"{backend}: RSS after the get window {mem_get['VmRSS']:.0f} MiB "
+                          f"(peak {mem_get['VmHWM']:.0f})")
 
-            if self.args.profile:
-                print(f"[{backend}] profiling create and list (py-spy)", flush=True)
+            if self.args.profile or self.args.cprofile:
+                print(f"[{backend}] profiling create and list", flush=True)
                 self.load_window(server.port, server.creds, "create", NS_CREATE, s["profile_s"], cpu_pids,
                                  profile=f"{backend}-create")
                 asyncio.run(self.profile_lists(server, s["profile_s"], f"{backend}-list"))
 
-            head = orjson.loads(server.api("GET", "/api/v1/pods?limit=1")[1])
-            stored = len(head["items"]) + (head["metadata"].get("remainingItemCount") or 0)
-            print(f"[{backend}] watch: {s['watchers']:,} watchers ({stored:,} pods stored)", flush=True)
-            watch = self.measure_watch(server, cpu_pids, backend)
-            watch["stored"] = stored
-            mem_end = server.mem()
+            if "watch" in only:
+                head = orjson.loads(server.api("GET", "/api/v1/pods?limit=1")[1])
+                stored = len(head["items"]) + (head["metadata"].get("remainingItemCount") or 0)
+                print(f"[{backend}] watch: {s['watchers']:,} watchers ({stored:,} pods stored)", flush=True)
+                r["watch"] = watch = self.measure_watch(server, cpu_pids, backend)
+                watch["stored"] = stored
+            r["mem_end"] = server.mem()
         finally:
             server.stop()
-        self.results[backend] = dict(fill_rate=fill_rate, lists=lists, create=create, get=get, watch=watch,
-                                     mem0=mem0, mem_fill=mem_fill, mem_list=mem_list, mem_create=mem_create,
-                                     mem_get=mem_get, mem_end=mem_end)
+        self.results[backend] = r
         return server
 
     def _check_errors(self, backend: str, what: str, res: dict) -> None:
@@ -912,9 +1032,7 @@ class Bench:
                         break
         finally:
             conn.close()
-        if spy is not None:
-            await asyncio.get_running_loop().run_in_executor(None, spy.wait, 60)
-            _STARTED.remove(spy)
+        await asyncio.get_running_loop().run_in_executor(None, self._stop_profile, spy)
 
     def measure_watch(self, server: Server, cpu_pids: tuple[int, ...], backend: str) -> dict:
         s = self.sizes
@@ -922,7 +1040,7 @@ class Bench:
         per = [s["watchers"] // nprocs + (1 if i < s["watchers"] % nprocs else 0) for i in range(nprocs)]
         specs = [dict(kind="watch", wid=i, conns=per[i], namespace=NS_WATCH, port=server.port,
                       creds=server.creds, out=self.out_path()) for i in range(nprocs)]
-        profile = bool(self.args.profile)
+        profile = bool(self.args.profile or self.args.cprofile)
         spy = self._start_profile(server.pid, None, f"{backend}-watch-open") if profile else None
         workers = Workers(specs, self.root)
         try:
@@ -937,9 +1055,11 @@ class Bench:
             spy = self._start_profile(server.pid, None, f"{backend}-watch-deliver") if profile else None
             workers.go({"expected": events, "deadline": deadline})
             cpu0 = [proc_cpu(p) for p in cpu_pids]
+            busy0, own0, t0 = machine_busy(), time.process_time(), time.monotonic()
             writes = asyncio.run(self.watch_writer(server, events, s["watch_rate"]))
             results = workers.results(events / s["watch_rate"] + 120)
             cpu1 = [proc_cpu(p) for p in cpu_pids]
+            busy1, own1, elapsed = machine_busy(), time.process_time(), time.monotonic() - t0
             self._stop_profile(spy)
             spy = None
         finally:
@@ -947,6 +1067,11 @@ class Bench:
             workers.stop()
         lat = read_latencies([r["out"] for r in results])
         deliveries = sum(r["deliveries"] for r in results)
+        ours = sum(b - a for a, b in zip(cpu0, cpu1)) + sum(r["cpu"] for r in results) + (own1 - own0)
+        foreign = max(0.0, (busy1 - busy0) - ours) / elapsed
+        if foreign > 0.1 and not profile:
+            self.warnings.append(f"{backend} watch window: other processes used {foreign:.2f} of "
+                                 f"{os.cpu_count()} CPUs")
         other: collections.Counter = collections.Counter()
         for r in results:
             other.update(r["other_frames"])
@@ -957,6 +1082,7 @@ class Bench:
                 "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": lat[-1] if lat else float("nan"),
                 "write_p50": writes["p50"], "write_p99": writes["p99"], "write_errors": writes["errors"],
                 "cpu_per_delivery": (cpu1[0] - cpu0[0]) / deliveries if deliveries else float("nan"),
+                "client_cpu_per_delivery": sum(r["cpu"] for r in results) / deliveries if deliveries else float("nan"),
                 "rss_watchers": mem_watch["VmRSS"]}
 
     async def watch_writer(self, server: Server, events: int, rate: float) -> dict:
@@ -1135,20 +1261,24 @@ class Bench:
         backends = ["sqlite", "etcd"] if self.args.backend == "both" else [self.args.backend]
         first_server: Server | None = None
         for backend in backends:
+            with_baselines = "baselines" in self.args.only
             if backend == "sqlite":
-                print("\n[sqlite] raw baselines (SqliteBackend, sqlite3)", flush=True)
-                self.baselines["sqlite"] = asyncio.run(self.sqlite_baselines())
-                self.baselines["sqlite"]["raw1"] = self.raw_sqlite(1)
-                self.baselines["sqlite"]["raw64"] = self.raw_sqlite(CONNECTIONS)
+                if with_baselines:
+                    print("\n[sqlite] raw baselines (SqliteBackend, sqlite3)", flush=True)
+                    self.baselines["sqlite"] = asyncio.run(self.sqlite_baselines())
+                    self.baselines["sqlite"]["raw1"] = self.raw_sqlite(1)
+                    self.baselines["sqlite"]["raw64"] = self.raw_sqlite(CONNECTIONS)
                 server = self.run_backend("sqlite")
             else:
                 from tests.components import Etcd
 
                 with Etcd(base_dir=str(self.root), quota_backend_bytes=4 * 1024**3, log_level="warn") as etcd:
-                    print(f"\n[etcd] private etcd at {etcd.endpoint}; raw baselines (aetcd, EtcdBackend)", flush=True)
-                    self.baselines["etcd"] = asyncio.run(self.etcd_baselines(etcd))
+                    if with_baselines:
+                        print(f"\n[etcd] private etcd at {etcd.endpoint}; raw baselines (aetcd, EtcdBackend)",
+                              flush=True)
+                        self.baselines["etcd"] = asyncio.run(self.etcd_baselines(etcd))
                     server = self.run_backend("etcd", etcd)
-            if first_server is None:
+            if first_server is None and "echo" in self.args.only:
                 first_server = server
                 print("\n[http] baseline: bare aiohttp HTTPS echo server, same load generator", flush=True)
                 self.echo = self.echo_baseline(server.data_dir / "pki", server.creds)
@@ -1160,76 +1290,98 @@ class Bench:
         n = s["fill"]
         echo = self.echo
         for backend, r in self.results.items():
-            b = self.baselines[backend]
-            c, g, L, w = r["create"], r["get"], r["lists"], r["watch"]
-            cpu_server = c["cpu_per_req"][0] * 1e6
+            b = self.baselines.get(backend)
+            c, g, L, w = r.get("create"), r.get("get"), r.get("lists"), r.get("watch")
             base = [f"HTTP echo server (same client): {echo['post']['rate']:,.0f}/s, "
                     f"{echo['post']['cpu_per_req'][0] * 1e6:.0f} us CPU/req"] if echo else []
-            if backend == "sqlite":
-                self.row(backend, "create throughput, 64 clients, 2 KB pods", f"{c['rate']:,.0f}/s",
-                         ">= 2,000/s", c["rate"] >= 2000,
-                         [f"SqliteBackend.create x64 direct: {b['backend_create']:,.0f}/s "
-                          f"({b['backend_cpu'] * 1e6:.0f} us CPU/op)",
-                          f"sqlite3, same schema: {b['raw1']:,.0f}/s 1 per txn, {b['raw64']:,.0f}/s 64 per txn"]
-                         + base)
-                cpu_text = f"{cpu_server:.0f} us"
-            else:
-                ratio = c["rate"] / b["raw_put"]
-                self.row(backend, "create throughput, 64 clients, 2 KB pods",
-                         f"{c['rate']:,.0f}/s = {ratio:.0%} of raw", ">= 50% of raw put", ratio >= 0.5,
-                         [f"raw aetcd put x64: {b['raw_put']:,.0f}/s (etcd {b['raw_etcd_cpu'] * 1e6:.0f} + "
-                          f"client {b['raw_client_cpu'] * 1e6:.0f} us CPU/op)",
-                          f"EtcdBackend.create x64 direct: {b['backend_create']:,.0f}/s (etcd "
-                          f"{b['backend_etcd_cpu'] * 1e6:.0f} + client {b['backend_client_cpu'] * 1e6:.0f} us CPU/op)"]
-                         + base)
-                cpu_text = f"{cpu_server:.0f} us + etcd {c['cpu_per_req'][1] * 1e6:.0f} us"
-            self.row(backend, "server CPU per create", cpu_text, "", None,
-                     [f"echo server: {echo['post']['cpu_per_req'][0] * 1e6:.0f} us/req"] if echo else [])
-            self.row(backend, "create latency p50 / p99 (64 clients)",
-                     f"{c['p50'] * 1e3:.1f} / {c['p99'] * 1e3:.1f} ms", "", None, [])
-            self.row(backend, "get p50 / p99, 64 clients",
-                     f"{g['p50'] * 1e3:.1f} / {g['p99'] * 1e3:.1f} ms", "p99 <= 20 ms" if backend == "sqlite" else "",
-                     g["p99"] <= 0.020 if backend == "sqlite" else None,
-                     ([f"echo GET: {echo['get']['p50'] * 1e3:.1f} / {echo['get']['p99'] * 1e3:.1f} ms "
-                       f"at {echo['get']['rate']:,.0f}/s"] if echo else [])
-                     + [f"server: {g['rate']:,.0f} gets/s, {g['cpu_per_req'][0] * 1e6:.0f} us CPU/get"])
-            self.row(backend, f"list of {n:,} pods, whole", f"{L['full_ms']:.0f} ms", "<= 500 ms",
-                     L["full_ms"] <= 500,
-                     [f"backend list of {n:,} keys direct: {b['full_ms']:.0f} ms",
-                      f"response {L['bytes'] / 1e6:.1f} MB; min/max {L['full_min_ms']:.0f}/{L['full_max_ms']:.0f} ms"])
-            self.row(backend, f"list of {n:,} pods, pages of 500", f"{L['paged_ms']:.0f} ms ({L['pages']} pages)",
-                     "", None,
-                     [f"backend, pages of 500 direct: {b['paged_ms']:.0f} ms",
-                      f"one page p50 {L['page_p50_ms']:.1f} ms, max {L['page_max_ms']:.1f} ms"])
-            self.row(backend, f"watch delivery p50 / p99, {w['watchers']:,} watchers",
-                     f"{w['p50'] * 1e3:.1f} / {w['p99'] * 1e3:.1f} ms", "p99 <= 100 ms", w["p99"] <= 0.100,
-                     [f"writer's own request: p50 {w['write_p50'] * 1e3:.1f} / p99 {w['write_p99'] * 1e3:.1f} ms",
-                      f"{w['deliveries']:,} of {w['expected']:,} deliveries ({w['events']} events at "
-                      f"{s['watch_rate']:g}/s), max {w['max'] * 1e3:.0f} ms",
-                      f"server {w['cpu_per_delivery'] * 1e6:.0f} us CPU/delivery (incl. the writes)"])
+            if c is not None:
+                cpu_server = c["cpu_per_req"][0] * 1e6
+                if backend == "sqlite":
+                    self.row(backend, "create throughput, 64 clients, 2 KB pods", f"{c['rate']:,.0f}/s",
+                             ">= 2,000/s", c["rate"] >= 2000,
+                             ([f"SqliteBackend.create x64 direct: {b['backend_create']:,.0f}/s "
+                               f"({b['backend_cpu'] * 1e6:.0f} us CPU/op)",
+                               f"sqlite3, same schema: {b['raw1']:,.0f}/s 1 per txn, {b['raw64']:,.0f}/s 64 per txn"]
+                              if b else []) + base)
+                    cpu_text = f"{cpu_server:.0f} us (loop thread {c['main_cpu_per_req'] * 1e6:.0f})"
+                else:
+                    ratio = c["rate"] / b["raw_put"] if b else float("nan")
+                    self.row(backend, "create throughput, 64 clients, 2 KB pods",
+                             f"{c['rate']:,.0f}/s = {ratio:.0%} of raw", ">= 50% of raw put",
+                             ratio >= 0.5 if b else None,
+                             ([f"raw aetcd put x64: {b['raw_put']:,.0f}/s (etcd {b['raw_etcd_cpu'] * 1e6:.0f} + "
+                               f"client {b['raw_client_cpu'] * 1e6:.0f} us CPU/op)",
+                               f"EtcdBackend.create x64 direct: {b['backend_create']:,.0f}/s (etcd "
+                               f"{b['backend_etcd_cpu'] * 1e6:.0f} + client {b['backend_client_cpu'] * 1e6:.0f} "
+                               f"us CPU/op)"] if b else []) + base)
+                    cpu_text = (f"{cpu_server:.0f} us (loop thread {c['main_cpu_per_req'] * 1e6:.0f}) + etcd "
+                                f"{c['cpu_per_req'][1] * 1e6:.0f} us")
+                self.row(backend, "server CPU per create", cpu_text, "", None,
+                         [f"echo server: {echo['post']['cpu_per_req'][0] * 1e6:.0f} us/req"] if echo else [])
+                self.row(backend, "create latency p50 / p99 (64 clients)",
+                         f"{c['p50'] * 1e3:.1f} / {c['p99'] * 1e3:.1f} ms", "", None, [])
+            if g is not None:
+                self.row(backend, "get p50 / p99, 64 clients",
+                         f"{g['p50'] * 1e3:.1f} / {g['p99'] * 1e3:.1f} ms",
+                         "p99 <= 20 ms" if backend == "sqlite" else "",
+                         g["p99"] <= 0.020 if backend == "sqlite" else None,
+                         ([f"echo GET: {echo['get']['p50'] * 1e3:.1f} / {echo['get']['p99'] * 1e3:.1f} ms "
+                           f"at {echo['get']['rate']:,.0f}/s"] if echo else [])
+                         + [f"server: {g['rate']:,.0f} gets/s, {g['cpu_per_req'][0] * 1e6:.0f} us CPU/get"])
+            if L is not None:
+                self.row(backend, f"list of {n:,} pods, whole", f"{L['full_ms']:.0f} ms", "<= 500 ms",
+                         L["full_ms"] <= 500,
+                         ([f"backend list of {n:,} keys direct: {b['full_ms']:.0f} ms"] if b else [])
+                         + [f"response {L['bytes'] / 1e6:.1f} MB; min/max {L['full_min_ms']:.0f}/"
+                            f"{L['full_max_ms']:.0f} ms"])
+                self.row(backend, f"list of {n:,} pods, pages of 500",
+                         f"{L['paged_ms']:.0f} ms ({L['pages']} pages)", "", None,
+                         ([f"backend, pages of 500 direct: {b['paged_ms']:.0f} ms"] if b else [])
+                         + [f"one page p50 {L['page_p50_ms']:.1f} ms, max {L['page_max_ms']:.1f} ms"])
+            if w is not None:
+                self.row(backend, f"watch delivery p50 / p99, {w['watchers']:,} watchers",
+                         f"{w['p50'] * 1e3:.1f} / {w['p99'] * 1e3:.1f} ms", "p99 <= 100 ms", w["p99"] <= 0.100,
+                         [f"writer's own request: p50 {w['write_p50'] * 1e3:.1f} / p99 "
+                          f"{w['write_p99'] * 1e3:.1f} ms",
+                          f"{w['deliveries']:,} of {w['expected']:,} deliveries ({w['events']} events at "
+                          f"{s['watch_rate']:g}/s), max {w['max'] * 1e3:.0f} ms",
+                          f"server {w['cpu_per_delivery'] * 1e6:.0f} us CPU/delivery (incl. the writes), "
+                          f"watch clients {w['client_cpu_per_delivery'] * 1e6:.0f} us"])
+            later = []
+            if "mem_list" in r:
+                later.append(f"after lists {r['mem_list']['VmRSS']:.0f} MiB (peak {r['mem_list']['VmHWM']:.0f})")
+            if c is not None:
+                later.append(f"after create window (+{c['ok']:,} pods) {r['mem_create']['VmRSS']:.0f} MiB")
+            if g is not None:
+                later.append(f"after gets {r['mem_get']['VmRSS']:.0f} MiB")
+            if w is not None:
+                later.append(f"with watchers {w['rss_watchers']:.0f} MiB")
             self.row(backend, f"server RSS with {n:,} pods stored",
                      f"{r['mem_fill']['VmRSS']:.0f} MiB", "<= 300 MB", r["mem_fill"]["VmRSS"] * 1.048576 <= 300,
-                     [f"empty server {r['mem0']['VmRSS']:.0f} MiB; after lists {r['mem_list']['VmRSS']:.0f} MiB "
-                      f"(peak {r['mem_list']['VmHWM']:.0f}); pod bytes {n * self.stored_pod_bytes / 2**20:.0f} MiB",
-                      f"after create window (+{r['create']['ok']:,} pods) {r['mem_create']['VmRSS']:.0f} MiB; "
-                      f"after gets {r['mem_get']['VmRSS']:.0f} MiB; with watchers {r['watch']['rss_watchers']:.0f} MiB"]
+                     [f"empty server {r['mem0']['VmRSS']:.0f} MiB; pod bytes "
+                      f"{n * self.stored_pod_bytes / 2**20:.0f} MiB"] + ["; ".join(later)]
                      + ([f"bare aiohttp echo process: {echo['rss']:.0f} MiB"] if echo else []))
         self._print_table()
         for backend, r in self.results.items():
-            c, g, w = r["create"], r["get"], r["watch"]
-            print(f"\n{backend}: fill {n:,} pods at {r['fill_rate']:,.0f}/s; create window {c['ok']:,} in "
-                  f"{s['create_s']:g}s, load generator {c['client_cpu_per_req'] * 1e6:.0f} us CPU/req, machine "
-                  f"{c['busy']:.2f} CPUs busy; get load generator {g['client_cpu_per_req'] * 1e6:.0f} us CPU/req, "
-                  f"machine {g['busy']:.2f} CPUs busy")
+            c, g, w = r.get("create"), r.get("get"), r.get("watch")
+            parts = [f"\n{backend}: fill {n:,} pods at {r['fill_rate']:,.0f}/s"]
+            if c is not None:
+                parts.append(f"create window {c['ok']:,} in {s['create_s']:g}s, load generator "
+                             f"{c['client_cpu_per_req'] * 1e6:.0f} us CPU/req, machine {c['busy']:.2f} CPUs busy")
+            if g is not None:
+                parts.append(f"get load generator {g['client_cpu_per_req'] * 1e6:.0f} us CPU/req, "
+                             f"machine {g['busy']:.2f} CPUs busy")
+            print("; ".join(parts))
             for what, res in (("create", c), ("get", g)):
-                if res["errors"]:
+                if res is not None and res["errors"]:
                     print(f"  {what} errors: {res['errors']} first: {res['first_error']}")
-            if w["missing"] or w["closed_early"] or w["write_errors"] or w["other"]:
-                print(f"  watch: missing {w['missing']}, closed early {w['closed_early']}, "
-                      f"writer errors {w['write_errors']}, other frames {w['other']}")
-            print(f"  watch: {w['watchers']:,} streams opened in {w['setup_s']:.1f}s with {w['stored']:,} pods "
-                  f"stored; RSS at the end "
-                  f"{r['mem_end']['VmRSS']:.0f} MiB (peak {r['mem_end']['VmHWM']:.0f})")
+            if w is not None:
+                if w["missing"] or w["closed_early"] or w["write_errors"] or w["other"]:
+                    print(f"  watch: missing {w['missing']}, closed early {w['closed_early']}, "
+                          f"writer errors {w['write_errors']}, other frames {w['other']}")
+                print(f"  watch: {w['watchers']:,} streams opened in {w['setup_s']:.1f}s with {w['stored']:,} "
+                      f"pods stored")
+            print(f"  RSS at the end {r['mem_end']['VmRSS']:.0f} MiB (peak {r['mem_end']['VmHWM']:.0f})")
         if self.warnings:
             print("\nWARNING: the machine was not quiet; throughput and latency figures are low by roughly "
                   "that share (CPU per request is steadier):")
@@ -1257,7 +1409,30 @@ class Bench:
             for extra in baselines[1:]:
                 print("  ".join(" " * w for w in widths) + "  " + extra)
 
+    def _print_cprofiles(self) -> None:
+        import io
+        import pstats
+
+        print(f"\ncProfile windows of the server (files in {self.args.cprofile}; "
+              f"inspect with python -m pstats FILE)")
+        for path in self.profiles:
+            if not Path(path).exists():
+                print(f"  {path}: not written")
+                continue
+            for order, limit in (("tottime", 25), ("cumulative", 30)):
+                out = io.StringIO()
+                st = pstats.Stats(path, stream=out)
+                st.sort_stats(order).print_stats(limit)
+                text = out.getvalue()
+                body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+                print(f"\n  {Path(path).stem}, by {order}:")
+                for line in body.rstrip().splitlines():
+                    print("    " + line[:200])
+
     def _print_profiles(self) -> None:
+        if self.args.cprofile:
+            self._print_cprofiles()
+            return
         print("\npy-spy profiles of the server (samples of the server process; raw files in "
               f"{self.args.profile})")
         for path in self.profiles:
@@ -1316,6 +1491,18 @@ def _frame_name(frame: str) -> str:
     return f"{name} ({path})"
 
 
+PHASES = ("baselines", "list", "create", "get", "watch", "echo")
+
+
+def _phases(text: str) -> tuple[str, ...]:
+    chosen = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in chosen if p not in PHASES]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown phase(s) {', '.join(unknown) or '(none)'}; "
+                                         f"choose from {', '.join(PHASES)}")
+    return chosen
+
+
 def main() -> int:
     if len(sys.argv) >= 3 and sys.argv[1] == "_worker":
         worker_main(json.loads(sys.argv[2]))
@@ -1323,6 +1510,8 @@ def main() -> int:
     if len(sys.argv) >= 3 and sys.argv[1] == "_echo":
         echo_main(json.loads(sys.argv[2]))
         return 0
+    if len(sys.argv) >= 3 and sys.argv[1] == "_cprofile_server":
+        return cprofile_server_main(sys.argv[2], sys.argv[3:])
     parser = argparse.ArgumentParser(description="orch-apiserver figures (create, get, list, watch, RSS) "
                                      "beside their targets and same-run baselines; not a test.")
     parser.add_argument("--backend", choices=("sqlite", "etcd", "both"), default="both")
@@ -1330,8 +1519,17 @@ def main() -> int:
     parser.add_argument("--load-procs", type=int, default=2, help="load generator processes (64 connections in all)")
     parser.add_argument("--profile", metavar="DIR", help="also sample the server with py-spy, raw output in DIR")
     parser.add_argument("--py-spy", metavar="PATH", help="py-spy binary (default: PATH, then /tmp/pyspy/bin/py-spy)")
+    parser.add_argument("--cprofile", metavar="DIR",
+                        help="profile the server with cProfile (in-process) instead, .pstats files in DIR")
+    parser.add_argument("--only", metavar="PHASES", type=_phases, default=PHASES,
+                        help=f"comma-separated subset of {','.join(PHASES)} (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, databases)")
     args = parser.parse_args()
+    if args.profile and args.cprofile:
+        parser.error("--profile and --cprofile exclude each other")
+    if args.cprofile:
+        args.cprofile = os.path.abspath(args.cprofile)
+        os.makedirs(args.cprofile, exist_ok=True)
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         if find_py_spy(args.py_spy) is None:

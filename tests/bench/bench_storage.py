@@ -4,7 +4,10 @@ Prints, for SQLite: creates/s through the backend with 64 concurrent tasks
 (2 KB values), the raw sqlite3 insert rate in the same schema, and the time
 to list 10,000 keys; for etcd (a private instance on loopback): creates/s
 through the backend with 64 in flight against raw aetcd puts/s in the same
-run, and the time to list 10,000 keys.
+run, the same creates while a watch on the whole prefix consumes every event
+(as the API server's watch cache does), and the time to list 10,000 keys.
+Beside each rate: the CPU the calling thread (the event loop) spent per
+operation, which bounds a single-loop server whatever its other threads do.
 """
 
 from __future__ import annotations
@@ -29,16 +32,25 @@ LIST_KEYS = 10_000
 VALUE = os.urandom(1024).hex().encode()  # 2 KB
 
 
+def _thread_cpu() -> float:
+    return time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
+
+
 async def creates_per_second(create, count: int, prefix: str) -> float:
+    return (await timed_creates(create, count, prefix))[0]
+
+
+async def timed_creates(create, count: int, prefix: str) -> tuple[float, float]:
+    """(creates/s, event-loop thread CPU seconds per create)."""
     counter = iter(range(count))
 
     async def worker():
         for i in counter:
             await create(f"{prefix}{i:07d}", VALUE)
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _thread_cpu()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return count / (time.perf_counter() - start)
+    return count / (time.perf_counter() - start), (_thread_cpu() - cpu) / count
 
 
 async def list_ms(store, prefix: str, runs: int = 5) -> tuple[float, float]:
@@ -125,17 +137,52 @@ async def bench_etcd(endpoint: str) -> None:
     await client.connect()
     try:
         count = CREATES // 2
-        rate = await creates_per_second(store.create, count, "/c/")
-        raw = await creates_per_second(lambda k, v: client.put(b"/bench-raw" + k.encode(), v),
-                                       count, "/p/")
-        print(f"  backend creates/s (txn), {CONCURRENCY} in flight: {rate:,.0f}")
-        print(f"  raw aetcd puts/s, {CONCURRENCY} in flight:       {raw:,.0f}")
+        rate, cpu = await timed_creates(store.create, count, "/c/")
+        raw, raw_cpu = await timed_creates(lambda k, v: client.put(b"/bench-raw" + k.encode(), v),
+                                           count, "/p/")
+        watched, watched_cpu = await _creates_under_watch(store, count)
+        print(f"  backend creates/s (txn), {CONCURRENCY} in flight: {rate:,.0f} "
+              f"({cpu * 1e6:.0f} us loop CPU/op)")
+        print(f"  raw aetcd puts/s, {CONCURRENCY} in flight:       {raw:,.0f} "
+              f"({raw_cpu * 1e6:.0f} us loop CPU/op)")
+        print(f"  backend creates/s with a prefix watch consuming: {watched:,.0f} "
+              f"({watched_cpu * 1e6:.0f} us loop CPU/op, the event's share included)")
         await creates_per_second(store.create, LIST_KEYS, "/list/")
         full, page = await list_ms(store, "/list/")
         print(f"  list of {LIST_KEYS:,} keys: {full:.1f} ms; one 500-key page: {page:.2f} ms")
     finally:
         await client.close()
         await store.close()
+
+
+async def _creates_under_watch(store: EtcdBackend, count: int) -> tuple[float, float]:
+    """Creates while one watch on the whole prefix reads every event, counted
+    until the last event arrived: what the backend costs the server's loop."""
+    seen = 0
+    done = asyncio.Event()
+    after = await store.current_revision()
+
+    async def consume() -> None:
+        nonlocal seen
+        async for ev in store.watch("/w/", after):
+            if ev.type != "PROGRESS":
+                seen += 1
+                if seen == count:
+                    done.set()
+
+    task = asyncio.create_task(consume())
+    try:
+        await asyncio.sleep(0.2)  # the watch is registered
+        start, cpu = time.perf_counter(), _thread_cpu()
+        await timed_creates(store.create, count, "/w/")
+        await asyncio.wait_for(done.wait(), 60)
+        return count / (time.perf_counter() - start), (_thread_cpu() - cpu) / count
+    finally:
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):
+            pass
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ import os
 import socket
 import ssl
 import stat
+import time
 from pathlib import Path
 
 import aiohttp
@@ -239,9 +240,9 @@ async def test_authentication_and_authorization_seam(tmp_path):
         token = request.headers.get("Authorization", "")
         return UserInfo("alice", ("devs",)) if token == "Bearer good" else None
 
-    async def authorize(user, verb, resource, subresource):
-        decisions.append((user.name, verb, resource, subresource))
-        return (user.name == "alice" and verb == "get", "only reads")
+    async def authorize(attrs):
+        decisions.append((attrs.user.name, attrs.verb, attrs.resource, attrs.subresource, attrs.name))
+        return (attrs.user.name == "alice" and attrs.verb == "get", "only reads")
 
     server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
                          pods=lambda: node.pods, locate_log=node.locate_log,
@@ -260,7 +261,7 @@ async def test_authentication_and_authorization_seam(tmp_path):
                 assert r.status == 403
                 assert await r.text() == \
                     "Forbidden (user=alice, verb=delete, resource=nodes, subresource=proxy)\n"
-        assert decisions == [("alice", "get", "nodes", "proxy"), ("alice", "delete", "nodes", "proxy")]
+        assert decisions == [("alice", "get", "nodes", "proxy", NODE), ("alice", "delete", "nodes", "proxy", NODE)]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -337,3 +338,474 @@ def test_serving_cert_is_made_once_and_reused(tmp_path):
 
     with pytest.raises(ValueError, match="node name is empty"):
         ensure_serving_cert(str(cert_dir), "", [])
+
+
+# --- authentication and authorization over real TLS (agent.serverauth) --------------------------
+
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
+
+from agent import serverauth  # noqa: E402
+
+
+def make_ca(cn: str):
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = _dt.datetime.now(_dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - _dt.timedelta(minutes=1))
+            .not_valid_after(now + _dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert, key
+
+
+def make_client(tmp: Path, ca, cn: str, orgs: tuple[str, ...]) -> tuple[str, str]:
+    ca_cert, ca_key = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] +
+                        [x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = _dt.datetime.now(_dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - _dt.timedelta(minutes=1)).not_valid_after(now + _dt.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    cert_path, key_path = tmp / f"{cn}.crt", tmp / f"{cn}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+class FakeReviews:
+    """The API server's TokenReview and SubjectAccessReview, answered in process."""
+
+    def __init__(self) -> None:
+        self.tokens = {"good-token": {"username": "bob", "uid": "u-1", "groups": ["viewers"]}}
+        self.allowed = {("alice", "get", "stats"), ("bob", "get", "proxy"), ("alice", "get", "log")}
+        self.sent: list[tuple[str, dict]] = []
+        self.fail = False
+
+    async def __call__(self, path: str, body: dict) -> dict:
+        self.sent.append((path, body))
+        if self.fail:
+            raise ConnectionError("API server unreachable")
+        if path == serverauth.TOKEN_REVIEW_PATH:
+            user = self.tokens.get(body["spec"]["token"])
+            return {"status": {"authenticated": True, "user": user} if user else
+                    {"authenticated": False, "error": "token not found"}}
+        attrs = body["spec"]["resourceAttributes"]
+        ok = (body["spec"]["user"], attrs["verb"], attrs["subresource"]) in self.allowed
+        return {"status": {"allowed": ok, "reason": "" if ok else "no RBAC policy matched"}}
+
+
+async def test_x509_token_webhook_and_subject_access_review(tmp_path):
+    node = Node(tmp_path)
+    ca = make_ca("test-client-ca")
+    other_ca = make_ca("someone-else")
+    alice = make_client(tmp_path, ca, "alice", ("devs", "ops"))
+    mallory = make_client(tmp_path, other_ca, "mallory", ())
+    reviews = FakeReviews()
+    authn = serverauth.Authenticator(
+        x509_auth=serverauth.X509Authenticator(),
+        token_auth=serverauth.TokenWebhookAuthenticator(reviews, ttl=60), anonymous=False)
+    authz = serverauth.WebhookAuthorizer(reviews, authorized_ttl=60, unauthorized_ttl=60)
+    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
+                         pods=lambda: node.pods, locate_log=node.locate_log, authenticate=authn, authorize=authz,
+                         client_ca=ca[0].public_bytes(serialization.Encoding.PEM),
+                         stats=_stats_of({"node": {"nodeName": NODE}, "pods": []}), log_dir=str(tmp_path))
+    started = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(server.serve(started))
+    try:
+        await asyncio.wait_for(started, 10)
+        base = f"https://127.0.0.1:{server.port}"
+
+        def ctx(pair=None):
+            c = ssl.create_default_context(cafile=str(tmp_path / "pki" / "orch-agent.crt"))
+            if pair:
+                c.load_cert_chain(*pair)
+            return c
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx())) as plain:
+            # No credentials and no anonymous access.
+            assert await get(plain, f"{base}/pods") == (401, "text/plain; charset=utf-8", "Unauthorized\n")
+            # A token the server does not know is a 401 (never anonymous), a known one is bob.
+            assert (await get(plain, f"{base}/pods", headers={"Authorization": "Bearer nope"}))[0] == 401
+            assert (await get(plain, f"{base}/pods", headers={"Authorization": "Bearer good-token"}))[0] == 200
+            assert (await get(plain, f"{base}/pods", headers={"Authorization": "Bearer good-token"}))[0] == 200
+            token_reviews = [b for p, b in reviews.sent if p == serverauth.TOKEN_REVIEW_PATH]
+            assert [b["spec"]["token"] for b in token_reviews] == ["nope", "good-token"]  # cached for its TTL
+            sar = [b for p, b in reviews.sent if p == serverauth.SUBJECT_ACCESS_REVIEW_PATH]
+            assert len(sar) == 1 and sar[0] == {
+                "apiVersion": "authorization.orch.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": "bob", "groups": ["viewers"], "uid": "u-1",
+                         "resourceAttributes": {"namespace": "", "verb": "get", "group": "", "version": "v1",
+                                                "resource": "nodes", "subresource": "proxy", "name": NODE}}}
+            status, _, text = await get(plain, f"{base}/stats/summary", headers={"Authorization": "Bearer good-token"})
+            assert (status, text) == (403, "Forbidden (user=bob, verb=get, resource=nodes, subresource=stats)\n")
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx(alice))) as session:
+            # The certificate names the user (CN) and groups (O); its paths map to subresources.
+            assert (await get(session, f"{base}/stats/summary"))[0] == 200
+            assert (await get(session, f"{base}/logs/"))[0] == 200
+            status, _, text = await get(session, f"{base}/pods")
+            assert (status, text) == (403, "Forbidden (user=alice, verb=get, resource=nodes, subresource=proxy)\n")
+            async with session.post(f"{base}/stats/summary") as r:
+                assert r.status == 403 and "verb=create" in await r.text()
+            alice_sar = [b["spec"] for p, b in reviews.sent
+                         if p == serverauth.SUBJECT_ACCESS_REVIEW_PATH and b["spec"]["user"] == "alice"]
+            assert alice_sar[0]["groups"] == ["devs", "ops"]
+            assert [s["resourceAttributes"]["subresource"] for s in alice_sar] == ["stats", "log", "proxy", "stats"]
+            n = len(reviews.sent)
+            assert (await get(session, f"{base}/pods"))[0] == 403      # denials are cached too
+            assert len(reviews.sent) == n
+            # The API server cannot be asked: authorization error (500), as upstream.
+            reviews.fail = True
+            status, _, text = await get(session, f"{base}/metrics/resource")
+            assert (status, text) == (500, "Authorization error (user=alice, verb=get, resource=nodes, "
+                                           "subresource=metrics)\n")
+        # A certificate from another CA does not pass the handshake.
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx(mallory))) as session:
+            with pytest.raises(aiohttp.ClientError):
+                await get(session, f"{base}/healthz")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _stats_of(summary: dict):
+    async def stats(only_cpu_and_memory: bool) -> dict:
+        return summary
+    return stats
+
+
+# --- the node's data: /logs/, /configz, /metrics, /stats/summary, /runningpods/ --------------------
+
+from agent.config import from_argv  # noqa: E402
+from agent.metrics import AgentMetrics  # noqa: E402
+from agent.runtime.manager import ContainerInfo, RuntimePod, SandboxInfo  # noqa: E402
+from agent.server import RuntimeStreaming, configz_document  # noqa: E402
+from agent.stats import StatsProvider  # noqa: E402
+from cri.client import CriClient  # noqa: E402
+from cri.fake import ExecResult, FakeRuntime  # noqa: E402
+from cri import api_pb2 as pb  # noqa: E402
+
+
+async def serve(server: AgentServer):
+    started = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(server.serve(started))
+    await asyncio.wait_for(started, 10)
+    return task
+
+
+async def test_node_log_files_listing_serving_and_no_escape(tmp_path):
+    node = Node(tmp_path)
+    logs = tmp_path / "varlog"
+    (logs / "apt").mkdir(parents=True)
+    (logs / "syslog").write_text("boot\nready\n")
+    (logs / "apt" / "history.log").write_text("installed x\n")
+    (logs / "a b&c.log").write_text("odd name\n")
+    (tmp_path / "secret").write_text("not for you\n")
+    (logs / "escape").symlink_to(tmp_path / "secret")
+    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
+                         pods=lambda: [], locate_log=node.locate_log, log_dir=str(logs))
+    task = await serve(server)
+    base = f"https://127.0.0.1:{server.port}"
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
+            status, ctype, text = await get(s, f"{base}/logs/")
+            assert (status, ctype) == (200, "text/html; charset=utf-8")
+            assert text == ('<pre>\n<a href="a%20b%26c.log">a b&amp;c.log</a>\n<a href="apt/">apt/</a>\n'
+                            '<a href="escape">escape</a>\n<a href="syslog">syslog</a>\n</pre>\n')
+            assert await get(s, f"{base}/logs/syslog") == (200, "text/plain; charset=utf-8", "boot\nready\n")
+            assert (await get(s, f"{base}/logs/apt/history.log"))[2] == "installed x\n"
+            assert (await get(s, f"{base}/logs/a%20b%26c.log"))[2] == "odd name\n"
+            async with s.get(f"{base}/logs/apt", allow_redirects=False) as r:
+                assert r.status == 301 and r.headers["Location"] == "apt/"
+            async with s.get(f"{base}/logs", allow_redirects=False) as r:
+                assert r.status == 301 and r.headers["Location"] == "/logs/"
+            assert (await get(s, f"{base}/logs/escape"))[0] == 404          # a link out of the directory
+            assert (await get(s, f"{base}/logs/..%2Fsecret"))[0] == 404
+            assert (await get(s, f"{base}/logs/apt/..%2F..%2Fsecret"))[0] == 404
+            assert (await get(s, f"{base}/logs/missing"))[:1] == (404,)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_debugging_handlers_off(tmp_path):
+    node = Node(tmp_path)
+    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
+                         pods=lambda: node.pods, locate_log=node.locate_log, enable_debugging_handlers=False,
+                         configz=lambda: {"x": 1}, running_pods=lambda: asyncio.sleep(0, []))
+    task = await serve(server)
+    base = f"https://127.0.0.1:{server.port}"
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
+            for path in ("/containerLogs/default/web/app", "/logs/", "/runningpods/", "/run/a/b/c", "/exec/a/b/c"):
+                assert await get(s, f"{base}{path}") == (405, "text/plain; charset=utf-8",
+                                                         "Debug endpoints are disabled.\n"), path
+            assert (await get(s, f"{base}/pods"))[0] == 200
+            assert (await get(s, f"{base}/configz"))[0] == 404
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def test_configz_document_is_the_effective_configuration(tmp_path):
+    cfg = from_argv(["--root-dir", str(tmp_path), "--max-pods=42", "--sync-frequency=30s",
+                     "--feature-gates=GracefulNodeShutdown=true", "--register-with-taints=a=b:NoSchedule",
+                     "--eviction-hard=memory.available<100Mi", "--anonymous-auth=false"])
+    doc = configz_document(cfg)
+    assert list(doc) == ["orchagentconfig"]
+    c = doc["orchagentconfig"]
+    assert (c["kind"], c["apiVersion"]) == ("AgentConfiguration", "agent.config.orch.io/v1beta1")
+    assert c["maxPods"] == 42 and c["syncFrequency"] == "30s"
+    assert c["featureGates"] == {"GracefulNodeShutdown": True}
+    assert c["evictionHard"] == {"memory.available": "100Mi"}
+    assert c["authentication"]["anonymous"] == {"enabled": False}
+    assert c["authorization"]["mode"] == "AlwaysAllow"
+    assert c["authentication"]["webhook"]["cacheTTL"] == "2m0s"
+    import json
+    json.dumps(doc)   # all plain JSON
+
+
+class FakeCgroups:
+    """The container manager's view of pod cgroups, on a directory tree (cgroup v1 files)."""
+
+    per_qos = True
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dirs(self, rel: str) -> dict[str, str]:
+        return {c: str(self.root / c / rel) for c in ("cpuacct", "memory", "pids")}
+
+    def write(self, rel: str, cpu_ns: int, usage: int, inactive_file: int, rss: int, pids: int) -> None:
+        d = self._dirs(rel)
+        for path in d.values():
+            os.makedirs(path, exist_ok=True)
+        Path(d["cpuacct"], "cpuacct.usage").write_text(f"{cpu_ns}\n")
+        Path(d["memory"], "memory.usage_in_bytes").write_text(f"{usage}\n")
+        Path(d["memory"], "memory.limit_in_bytes").write_text("9223372036854771712\n")
+        Path(d["memory"], "memory.stat").write_text(f"cache 5\nrss {rss}\ntotal_rss {rss}\ntotal_inactive_file "
+                                                    f"{inactive_file}\ntotal_pgfault 7\ntotal_pgmajfault 1\n")
+        Path(d["pids"], "pids.current").write_text(f"{pids}\n")
+
+    def pod_cgroup_dirs(self, uid: str) -> dict[str, str]:
+        return self._dirs(f"orchpods/pod{uid}")
+
+    def qos_cgroup_dirs(self, qos: str) -> dict[str, str]:
+        return self._dirs("orchpods")
+
+
+async def _pod_in_fake(fake: FakeRuntime, cri: CriClient, tmp_path: Path, name: str = "web"):
+    """A sandbox and one running container in the fake runtime, as the pipeline would see them."""
+    uid = f"uid-{name}"
+    sandbox = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"),
+                                  hostname=name, log_directory=str(tmp_path / "podlogs"),
+                                  labels={"io.orch.managed": "true", "io.orch.pod.uid": uid,
+                                          "io.orch.pod.name": name, "io.orch.pod.namespace": "default"})
+    sid = await cri.run_pod_sandbox(sandbox)
+    config = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="app"), image=pb.ImageSpec(image="orch.local/busybox:1"),
+                                command=["sleep", "3600"], log_path="app/0.log",
+                                labels={"io.orch.managed": "true", "io.orch.pod.uid": uid,
+                                        "io.orch.container.name": "app"})
+    cid = await cri.create_container(sid, config, sandbox)
+    await cri.start_container(cid)
+    st = (await cri.container_status(cid)).status
+    pod = {"metadata": {"name": name, "namespace": "default", "uid": uid},
+           "spec": {"containers": [{"name": "app", "image": "orch.local/busybox:1"}]}}
+    rp = RuntimePod(uid, name, "default", [SandboxInfo(sid, True, 1_700_000_000_000_000_000, 0)],
+                    [ContainerInfo(cid, "app", sid, "running", st.created_at, st.started_at, image="orch.local/busybox:1",
+                                   log_path=st.log_path)])
+
+    class State:
+        pass
+    state = State()
+    state.pod, state.rp = pod, rp
+    return state
+
+
+async def test_stats_summary_metrics_and_resource_metrics(tmp_path):
+    node = Node(tmp_path)
+    cgroups = FakeCgroups(tmp_path / "cg")
+    async with FakeRuntime() as fake:
+        async with CriClient(fake.endpoint, request_timeout=5) as cri:
+            state = await _pod_in_fake(fake, cri, tmp_path)
+            uid = state.pod["metadata"]["uid"]
+            cgroups.write(f"orchpods/pod{uid}", cpu_ns=10_000_000_000, usage=50 << 20, inactive_file=10 << 20,
+                          rss=30 << 20, pids=3)
+            cgroups.write("orchpods", cpu_ns=20_000_000_000, usage=80 << 20, inactive_file=10 << 20,
+                          rss=60 << 20, pids=5)
+            vol = tmp_path / "root" / "pods" / uid / "volumes" / "orch.io~empty-dir" / "cache"
+            vol.mkdir(parents=True)
+            (vol / "data").write_bytes(b"x" * 10000)
+            stats = StatsProvider(node_name=NODE, root_dir=str(tmp_path / "root"), cri=cri, cgroups=cgroups,
+                                  pods=lambda: [(state.pod, state.rp)])
+            metrics = AgentMetrics(NODE, pods=lambda: [state])
+            server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
+                                 pods=lambda: node.pods, locate_log=node.locate_log, stats=stats.summary,
+                                 metrics=metrics.render)
+            metrics.pod_worker_duration.observe(0.02, operation_type="sync")
+            task = await serve(server)
+            base = f"https://127.0.0.1:{server.port}"
+            try:
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
+                    async with s.get(f"{base}/stats/summary") as r:
+                        assert r.status == 200 and r.content_type == "application/json"
+                        summary = await r.json()
+                    n = summary["node"]
+                    assert n["nodeName"] == NODE
+                    assert n["cpu"]["usageCoreNanoSeconds"] > 0 and "usageNanoCores" in n["cpu"]
+                    mem = n["memory"]
+                    assert 0 < mem["workingSetBytes"] <= mem["usageBytes"]
+                    assert mem["availableBytes"] > 0 and mem["rssBytes"] > 0
+                    assert n["fs"]["capacityBytes"] >= n["fs"]["availableBytes"] > 0
+                    image_fs = n["runtime"]["imageFs"]
+                    assert image_fs["usedBytes"] > 0 and image_fs["capacityBytes"] > 0
+                    assert {c["name"] for c in n["systemContainers"]} == {"orch-agent", "pods"}
+                    pods_sys = next(c for c in n["systemContainers"] if c["name"] == "pods")
+                    assert pods_sys["memory"]["workingSetBytes"] == 70 << 20
+                    (p,) = summary["pods"]
+                    assert p["podRef"] == {"name": "web", "namespace": "default", "uid": uid}
+                    assert p["cpu"]["usageCoreNanoSeconds"] == 10_000_000_000
+                    assert p["memory"]["workingSetBytes"] == 40 << 20 and p["memory"]["rssBytes"] == 30 << 20
+                    assert p["memory"]["usageBytes"] == 50 << 20
+                    assert p["process_stats"] == {"process_count": 3}
+                    (c,) = p["containers"]
+                    assert c["name"] == "app" and c["memory"]["workingSetBytes"] > 0
+                    assert c["cpu"]["usageNanoCores"] == 1_000_000            # the runtime's own rate
+                    assert c["rootfs"]["usedBytes"] == 4096
+                    (v,) = p["volume"]
+                    assert v["name"] == "cache" and v["usedBytes"] >= 10000
+                    assert p["ephemeral-storage"]["usedBytes"] >= 10000 + 4096
+
+                    # Rates: the pod used 0.5 s of CPU since the last sample.
+                    t0 = time.time()
+                    cgroups.write(f"orchpods/pod{uid}", cpu_ns=10_500_000_000, usage=50 << 20,
+                                  inactive_file=10 << 20, rss=30 << 20, pids=3)
+                    await asyncio.sleep(0.5)
+                    async with s.get(f"{base}/stats/summary", params={"only_cpu_and_memory": "true"}) as r:
+                        again = await r.json()
+                    elapsed = time.time() - t0
+                    (p2,) = again["pods"]
+                    assert 0.5e9 / (elapsed + 1.0) < p2["cpu"]["usageNanoCores"] <= 0.5e9 / 0.5 * 1.01
+                    assert "fs" not in again["node"] and "volume" not in p2
+
+                    status, ctype, text = await get(s, f"{base}/metrics")
+                    assert (status, ctype) == (200, "text/plain; version=0.0.4; charset=utf-8")
+                    assert "# TYPE orch_agent_pod_worker_duration_seconds histogram" in text
+                    assert 'orch_agent_pod_worker_duration_seconds_bucket{operation_type="sync",le="0.025"} 1' in text
+                    assert 'orch_agent_pod_worker_duration_seconds_count{operation_type="sync"} 1' in text
+                    assert "orch_agent_running_pods 1\n" in text
+                    assert 'orch_agent_running_containers{container_state="running"} 1\n' in text
+                    assert f'orch_agent_node_name{{node="{NODE}"}} 1\n' in text
+                    assert "process_resident_memory_bytes " in text
+
+                    status, _, text = await get(s, f"{base}/metrics/resource")
+                    assert status == 200
+                    assert 'pod_cpu_usage_seconds_total{namespace="default",pod="web"} 10.5 ' in text
+                    assert f'pod_memory_working_set_bytes{{namespace="default",pod="web"}} {40 << 20} ' in text
+                    assert 'container_memory_working_set_bytes{container="app",namespace="default",pod="web"} ' in text
+                    assert "node_cpu_usage_seconds_total " in text and "scrape_error 0" in text
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_run_exec_attach_port_forward_through_the_runtime(tmp_path):
+    node = Node(tmp_path)
+    async with FakeRuntime() as fake:
+        async with CriClient(fake.endpoint, request_timeout=5) as cri:
+            state = await _pod_in_fake(fake, cri, tmp_path)
+            fake.on_exec(["cat", "/etc/hostname"], ExecResult(stdout=b"web\n", stderr=b"warn\n"))
+            fake.on_exec(["ls", "/nope"], ExecResult(exit_code=2, stderr=b"ls: /nope: No such file\n"))
+            find = lambda ns, name: state if (ns, name) == ("default", "web") else None  # noqa: E731
+            server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
+                                 pods=lambda: node.pods, locate_log=node.locate_log,
+                                 streaming=RuntimeStreaming(cri, find))
+            task = await serve(server)
+            base = f"https://127.0.0.1:{server.port}"
+            try:
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
+                    async with s.post(f"{base}/run/default/web/app", params={"cmd": "cat /etc/hostname"}) as r:
+                        assert (r.status, await r.read()) == (200, b"web\nwarn\n")
+                    async with s.post(f"{base}/run/default/web/uid-web/app", params={"cmd": "cat /etc/hostname"}) as r:
+                        assert r.status == 200
+                    async with s.post(f"{base}/run/default/web/other-uid/app", params={"cmd": "true"}) as r:
+                        assert (r.status, await r.text()) == (404, "pod does not exist\n")
+                    async with s.post(f"{base}/run/default/web/app", params={"cmd": "ls /nope"}) as r:
+                        assert (r.status, await r.text()) == \
+                            (500, "command 'ls /nope' exited with 2: ls: /nope: No such file\n")
+                    async with s.post(f"{base}/run/default/web/db", params={"cmd": "true"}) as r:
+                        assert (r.status, await r.text()) == (404, 'container not found ("db")\n')
+                    assert (await get(s, f"{base}/run/default/web/app"))[0] == 405
+                    async with s.get(f"{base}/exec/default/web/app", params=[("command", "sh"), ("input", "1"),
+                                                                            ("output", "1"), ("tty", "1")],
+                                     allow_redirects=False) as r:
+                        assert r.status == 302
+                        assert r.headers["Location"].startswith("http://127.0.0.1:10010/exec/")
+                    async with s.get(f"{base}/exec/default/web/app", params={"command": "sh"},
+                                     allow_redirects=False) as r:
+                        assert (r.status, await r.text()) == (400, "you must specify at least 1 of stdin, "
+                                                                   "stdout, stderr\n")
+                    async with s.post(f"{base}/attach/default/web/app?output=1", allow_redirects=False) as r:
+                        assert r.status == 302 and "/attach/" in r.headers["Location"]
+                    async with s.get(f"{base}/portForward/default/web?port=8080", allow_redirects=False) as r:
+                        assert r.status == 302 and "/portforward/" in r.headers["Location"]
+                    async with s.get(f"{base}/portForward/default/nope", allow_redirects=False) as r:
+                        assert r.status == 404
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+
+# --- pure parts of stats and metrics --------------------------------------------------------------
+
+from agent.metrics import Counter, Gauge, Histogram, Registry  # noqa: E402
+from agent.stats import read_cgroup_usage  # noqa: E402
+
+
+def test_read_cgroup_usage_v2_and_missing(tmp_path):
+    d = tmp_path / "unified" / "orchpods" / "podx"
+    d.mkdir(parents=True)
+    (d / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n")
+    (d / "memory.current").write_text("104857600\n")
+    (d / "memory.stat").write_text("anon 52428800\nfile 41943040\ninactive_file 20971520\npgfault 9\npgmajfault 2\n")
+    (d / "memory.max").write_text("max\n")
+    (d / "pids.current").write_text("4\n")
+    u = read_cgroup_usage({"unified": str(d)})
+    assert (u.cpu_ns, u.usage, u.working_set, u.rss, u.limit, u.pids, u.page_faults, u.major_page_faults) == \
+        (2_500_000_000, 100 << 20, 80 << 20, 50 << 20, None, 4, 9, 2)
+    (d / "memory.max").write_text("209715200\n")
+    assert read_cgroup_usage({"unified": str(d)}).limit == 200 << 20
+    assert read_cgroup_usage({"unified": str(tmp_path / "gone")}) is None
+    assert read_cgroup_usage({"memory": str(tmp_path / "gone"), "cpuacct": str(tmp_path)}) is None
+    assert read_cgroup_usage({"systemd": str(tmp_path)}) is None
+
+
+def test_prometheus_text_format():
+    r = Registry()
+    c = r.register(Counter("orch_agent_things_total", "Things.\nDone.", ("kind",)))
+    g = r.register(Gauge("orch_agent_level", "Level", collect=lambda: {(): 2.5}))
+    h = r.register(Histogram("orch_agent_latency_seconds", "Latency", buckets=(0.1, 1.0)))
+    c.inc(kind='a "quoted"\\one')
+    c.inc(2, kind="b")
+    h.observe(0.05)
+    h.observe(0.5)
+    h.observe(3)
+    _ = g
+    assert r.render() == (
+        "# HELP orch_agent_latency_seconds Latency\n# TYPE orch_agent_latency_seconds histogram\n"
+        'orch_agent_latency_seconds_bucket{le="0.1"} 1\norch_agent_latency_seconds_bucket{le="1"} 2\n'
+        'orch_agent_latency_seconds_bucket{le="+Inf"} 3\norch_agent_latency_seconds_sum 3.55\n'
+        "orch_agent_latency_seconds_count 3\n"
+        "# HELP orch_agent_level Level\n# TYPE orch_agent_level gauge\norch_agent_level 2.5\n"
+        "# HELP orch_agent_things_total Things.\\nDone.\n# TYPE orch_agent_things_total counter\n"
+        'orch_agent_things_total{kind="a \\"quoted\\"\\\\one"} 1\norch_agent_things_total{kind="b"} 2\n')
+    with pytest.raises(ValueError, match="labels"):
+        c.inc(other="x")
+    with pytest.raises(ValueError, match="registered twice"):
+        r.register(Gauge("orch_agent_level", "again"))

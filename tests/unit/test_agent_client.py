@@ -365,11 +365,11 @@ async def test_wrong_ca_is_a_clear_error_without_retries(tls):
             await client.close()
 
 
-async def test_token_patch_types_and_protobuf_fallback(tls):
+async def test_token_patch_types_and_protobuf(tls):
     async with FakeServer(tls, scripted([])) as srv:
         client = ApiClient(srv.conn(token="abc.def"), content_type=names.MEDIA_PROTOBUF)
         try:
-            assert client.content_type == names.MEDIA_JSON
+            assert client.content_type == names.MEDIA_PROTOBUF
             for kind, media in (("merge", names.MEDIA_MERGE_PATCH), ("json", names.MEDIA_JSON_PATCH),
                                 ("strategic", names.MEDIA_STRATEGIC_MERGE_PATCH)):
                 reply = await client.patch("/api/v1/things", {"a": 1}, patch_type=kind)

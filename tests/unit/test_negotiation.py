@@ -76,8 +76,7 @@ def test_yaml_not_offered():
         negotiate("application/yaml", yaml_ok=False)
 
 
-@pytest.mark.parametrize("header", [names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM, "text/html",
-                                    "application/vnd.orch.protobuf;as=Table;v=v1;g=meta.k8s.io"])
+@pytest.mark.parametrize("header", ["text/html", "application/vnd.orch.protobuf;as=Table;v=v1;g=meta.k8s.io"])
 def test_unservable_types_are_406_with_a_status(header):
     with pytest.raises(ApiError) as info:
         negotiate(header)
@@ -87,8 +86,14 @@ def test_unservable_types_are_406_with_a_status(header):
     assert e.to_status()["kind"] == "Status"
 
 
-def test_protobuf_first_then_json():
-    assert negotiate(f"{names.MEDIA_PROTOBUF}, application/json") == JSON
+def test_protobuf_both_spellings_and_table_fallback():
+    for media in (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM):
+        target = negotiate(f"{media}, application/json")
+        assert target.form == "protobuf"
+    # No protobuf Table: the next choice, JSON.
+    assert negotiate(f"{names.MEDIA_PROTOBUF};as=Table;v=v1;g=meta.k8s.io, application/json") == JSON
+    # Callers that cannot encode protobuf (no schema) fall back the same way.
+    assert negotiate(f"{names.MEDIA_PROTOBUF}, application/json", protobuf_ok=False) == JSON
 
 
 def test_q_zero_entries_are_skipped():
