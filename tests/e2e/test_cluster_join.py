@@ -228,6 +228,34 @@ def test_configmap_and_secret_changes_reach_running_pods(cluster):
     cluster.kubectl("delete", "-f", str(objects))
 
 
+def test_kubectl_logs_follow_tail_and_previous(cluster):
+    """pods/log through the API server and the agent: -f streams, --tail cuts, --previous reads
+    the last terminated instance of a restarted container."""
+    cluster.kubectl("run", "talker", "--image=orch.local/busybox:1", "--image-pull-policy=Never",
+                    "--restart=Always", "--", "sh", "-c",
+                    'i=0; while [ $i -lt 3 ]; do i=$((i+1)); echo "line $i of $(hostname)-$(cat /proc/uptime | '
+                    "cut -d' ' -f1)\"; sleep 0.3; done; exit 3")
+    # The first instance exits 3 and is restarted: its output is the previous log.
+    pod = cluster.wait(lambda: (p := cluster.get("pod", "talker")) and (p["status"].get(
+        "containerStatuses") or [{}])[0].get("restartCount", 0) >= 1 and p, 40, "a restart")
+    previous = cluster.kubectl("logs", "talker", "--previous").stdout.splitlines()
+    assert [line.split(" of ")[0] for line in previous] == ["line 1", "line 2", "line 3"], previous
+    tail = cluster.kubectl("logs", "talker", "--previous", "--tail=1").stdout.splitlines()
+    assert tail == previous[-1:]
+    # -f keeps the stream open and delivers lines as they are written.
+    proc = subprocess.Popen(["kubectl", "--kubeconfig", cluster.kubeconfig, "logs", "-f", "talker"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HOME": str(cluster.work)})
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("line "), (first, proc.stderr.read() if proc.poll() is not None else "")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert pod["spec"]["nodeName"] == NODE
+    cluster.kubectl("delete", "pod", "talker", "--grace-period=1")
+
+
 def test_stopped_agent_turns_node_unknown_and_back(cluster):
     assert cluster.node_ready() == "True"
     mirror = cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["status"].get(
