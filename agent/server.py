@@ -16,8 +16,9 @@ Paths, as upstream serves them on its port 10250:
   ``/var/log``, directory listings as upstream's file server writes them),
   ``/runningpods/`` (the pods in the runtime), ``/configz`` (the effective
   configuration), ``/run/...`` (a command through the runtime's ExecSync) and
-  ``/exec/...``, ``/attach/...``, ``/portForward/...``, answered with a redirect to
-  the runtime's streaming URL.
+  ``/exec/...``, ``/attach/...``, ``/portForward/...`` through the runtime's
+  streaming URL (WebSocket exec/attach relayed, see :mod:`agent.streaming`; other
+  requests redirected there).
 
 Errors are plain text, as upstream's replies are. Every request is first
 authenticated (``authenticate(request) -> UserInfo | None``; None is a 401) and
@@ -61,6 +62,7 @@ from apiserver_min.api import names, timeutil
 
 from agent import logging as agent_logging
 from agent import pods as podutil
+from agent import streaming
 from agent.logs import LogOptions, parse_bool, read_log
 from agent.serverauth import (ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo,
                               request_attributes)
@@ -559,9 +561,11 @@ class AgentServer:
         return web.Response(body=output, content_type=_JSON)
 
     async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
-        """``/exec``, ``/attach``, ``/portForward``: ask the runtime for a streaming URL
-        and redirect the client there (the runtime's streaming server speaks the
-        upgrade protocols itself)."""
+        """``/exec``, ``/attach``, ``/portForward``: ask the runtime for a streaming URL.
+        A WebSocket request to ``/exec`` or ``/attach`` (what the API server sends) is
+        relayed there (:mod:`agent.streaming`), since the runtime's streaming server
+        listens on the node's loopback; any other request is redirected to it, for
+        clients on the node that speak the runtime's protocols themselves."""
         assert self._streaming is not None
         m = request.match_info
         kind = request.path.split("/", 2)[1]
@@ -575,6 +579,8 @@ class AgentServer:
                     except ValueError:
                         return _text(400, f'invalid port "{p}"')
                 url = await self._streaming.port_forward(m["namespace"], m["pod"], m.get("uid", ""), ports)
+                if streaming.is_websocket_request(request):
+                    return await streaming.serve_port_forward_tunnel(request, url)
             else:
                 tty = q.get("tty") == "1"
                 stdin, stdout = q.get("input") == "1", q.get("output") == "1"
@@ -591,6 +597,9 @@ class AgentServer:
                     url = await self._streaming.attach(m["namespace"], m["pod"], m.get("uid", ""),
                                                        m["container"], tty=tty, stdin=stdin, stdout=stdout,
                                                        stderr=stderr)
+                if streaming.is_websocket_request(request):
+                    return await streaming.serve_websocket(request, url, stdin=stdin, stdout=stdout,
+                                                           stderr=stderr, tty=tty)
         except StreamingError as exc:
             return _text(exc.status, str(exc))
         return web.Response(status=302, headers={"Location": url})

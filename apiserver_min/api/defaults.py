@@ -43,17 +43,40 @@ def apply_defaults(group: str, version: str, kind: str, obj: Any) -> None:
         pass
 
 
+# How a relevant field is descended into: a struct, a list of structs (the common
+# shapes, walked inline), or anything else (through _walk_value).
+_STRUCT_FIELD, _STRUCT_LIST_FIELD, _OTHER_FIELD = range(3)
+
+
 def _walk(schema: Struct, obj: Obj) -> None:
     plan = _PLANS.get(id(schema)) or _plan(schema)
     for fn in plan[0]:
         fn(obj)
-    for key, t in plan[1]:
+    for key, how, t in plan[1]:
         value = obj.get(key)
-        if value is not None:
+        if value is None:
+            continue
+        if how == _STRUCT_FIELD:
+            if isinstance(value, dict):
+                _walk(t, value)
+        elif how == _STRUCT_LIST_FIELD:
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, dict):
+                        _walk(t, item)
+        else:
             _walk_value(t, value)
 
 
-_PLANS: dict[int, tuple[tuple[Callable[[Obj], None], ...], tuple[tuple[str, Any], ...]]] = {}
+_PLANS: dict[int, tuple[tuple[Callable[[Obj], None], ...], tuple[tuple[str, int, Any], ...]]] = {}
+
+
+def _field_walk(t: Any) -> tuple[int, Any]:
+    if isinstance(t, Struct):
+        return _STRUCT_FIELD, t
+    if isinstance(t, List) and isinstance(t.item_type, Struct):
+        return _STRUCT_LIST_FIELD, t.item_type
+    return _OTHER_FIELD, t
 
 
 def _plan(schema: Struct):
@@ -70,7 +93,7 @@ def _plan(schema: Struct):
                 collect(f.type)
 
     collect(schema)
-    plan = (tuple(fns), tuple(_relevant_fields(schema).items()))
+    plan = (tuple(fns), tuple((key, *_field_walk(t)) for key, t in _relevant_fields(schema).items()))
     _PLANS[id(schema)] = plan
     return plan
 

@@ -488,6 +488,9 @@ KINDS: tuple[KindInfo, ...] = (
              subresources=(_status("Pod"), _sub("binding", "Binding", ("create",)),
                            _sub("eviction", "Eviction", ("create",), group="policy", version="v1"),
                            _sub("log", "Pod", ("get",)),
+                           _sub("exec", "PodExecOptions", ("create", "get")),
+                           _sub("attach", "PodAttachOptions", ("create", "get")),
+                           _sub("portforward", "PodPortForwardOptions", ("create", "get")),
                            _sub("ephemeralcontainers", "Pod")),
              field_getters={
                  "spec.nodeName": _getter("spec", "nodeName"),

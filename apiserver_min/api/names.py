@@ -278,3 +278,9 @@ AGENT_METRICS_PREFIX = "orch_agent"
 # Leader election of the API server's bundled controllers (upstream: the Lease
 # kube-controller-manager in kube-system; one Lease here, the controllers run in one process).
 CONTROLLERS_LEASE_NAME = "orch-controllers"
+
+# exec/attach/port-forward streams (pods/exec, pods/attach, pods/portforward through the API
+# server and the node agent): the wire names of the stream subprotocols stay upstream's,
+# since kubectl and the runtime's streaming server speak them.
+STREAM_PROTOCOL_V5 = "v5.channel.k8s.io"
+STREAM_PROTOCOL_V4 = "v4.channel.k8s.io"

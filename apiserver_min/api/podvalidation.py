@@ -136,6 +136,9 @@ def _list(obj: dict, key: str, path: str, errs: Errs) -> list:
 
 def _items(obj: dict, key: str, path: str, errs: Errs) -> list[tuple[str, dict]]:
     """(path, element) for the object elements of a list field."""
+    v = obj.get(key)
+    if v is None or (type(v) is list and not v):
+        return []  # the common absent or empty list: no path to build
     out = []
     for i, item in enumerate(_list(obj, key, path, errs)):
         p = f"{path}.{key}[{i}]"
@@ -219,8 +222,20 @@ def _has_chdir_prefix(value: str) -> list[str]:
     return []
 
 
+_GOOD_ENV_VAR_NAMES: set[str] = set()
+
+
 def is_env_var_name(value: str) -> list[str]:
     """Upstream IsEnvVarName (the relaxed C-identifier-like rule)."""
+    if value in _GOOD_ENV_VAR_NAMES:
+        return []
+    errs = _env_var_name_problems(value)
+    if not errs:
+        _remember(_GOOD_ENV_VAR_NAMES, value)
+    return errs
+
+
+def _env_var_name_problems(value: str) -> list[str]:
     errs: list[str] = []
     if not _ENV_VAR_NAME_RE.fullmatch(value):
         errs.append(regex_error(_ENV_VAR_NAME_ERR, _ENV_VAR_NAME_FMT, "my.env-name", "MY_ENV.NAME", "MyEnvName1"))
@@ -259,8 +274,16 @@ def _subdomain(value: str, path: str) -> Errs:
     return _invalid_all(path, value, is_dns1123_subdomain(value))
 
 
+_GOOD_LABELS: set[str] = set()
+
+
 def _label(value: str, path: str) -> Errs:
-    return _invalid_all(path, value, is_dns1123_label(value))
+    if value in _GOOD_LABELS:
+        return []
+    errs = _invalid_all(path, value, is_dns1123_label(value))
+    if not errs:
+        _remember(_GOOD_LABELS, value)
+    return errs
 
 
 def _validate_local_descending_path(target: str, path: str) -> Errs:
@@ -296,12 +319,34 @@ def _port_num_or_name(port: Any, path: str) -> Errs:
     return [FieldError.type_invalid(path, port, "must be an integer or a string")]
 
 
+# Parsed quantity strings: the same few ("100m", "64Mi") arrive in nearly every pod,
+# and Quantity is immutable, so one parse serves them all.
+_QUANTITY_CACHE: dict[str, Quantity] = {}
+_CACHE_MAX = 4096
+
+
 def _quantity(value: Any, path: str, errs: Errs) -> Quantity | None:
+    if type(value) is str:
+        q = _QUANTITY_CACHE.get(value)
+        if q is not None:
+            return q
     try:
-        return parse_quantity(value)
+        q = parse_quantity(value)
     except QuantityError as exc:
         errs.append(FieldError.invalid(path, value, str(exc)))
         return None
+    if type(value) is str:
+        if len(_QUANTITY_CACHE) >= _CACHE_MAX:
+            _QUANTITY_CACHE.clear()
+        _QUANTITY_CACHE[value] = q
+    return q
+
+
+def _remember(cache: set, value: str) -> None:
+    """Add a string that passed a pure check to its bounded cache of good ones."""
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache.add(value)
 
 
 # --- metadata -------------------------------------------------------------------------
@@ -752,7 +797,19 @@ def _is_overcommit_allowed(name: str) -> bool:
     return _is_native_resource(name) and not _is_hugepage_resource(name)
 
 
+_GOOD_CONTAINER_RESOURCE_NAMES: set[str] = set()
+
+
 def _container_resource_name(name: str, path: str) -> Errs:
+    if name in _GOOD_CONTAINER_RESOURCE_NAMES:
+        return []
+    errs = _container_resource_name_problems(name, path)
+    if not errs:
+        _remember(_GOOD_CONTAINER_RESOURCE_NAMES, name)
+    return errs
+
+
+def _container_resource_name_problems(name: str, path: str) -> Errs:
     errs = _invalid_all(path, name, is_qualified_name(name))
     if errs:
         return errs
@@ -852,7 +909,12 @@ def _env(ctr: dict, path: str) -> Errs:
         if not name:
             errs.append(FieldError.required(f"{epath}.name"))
         else:
-            errs += _invalid_all(f"{epath}.name", name, is_env_var_name(name))
+            msgs = is_env_var_name(name)
+            if msgs:
+                errs += _invalid_all(f"{epath}.name", name, msgs)
+        value_from = ev.get("valueFrom")
+        if value_from is None:
+            continue
         value_from = _dict(ev, "valueFrom", epath, errs)
         if value_from is None:
             continue

@@ -58,7 +58,7 @@ __all__ = [
     "MAGIC", "MEDIA_TYPES", "ProtobufError", "Unknown", "is_protobuf", "schema_of",
     "encode", "decode", "encode_message", "decode_message", "encode_unknown", "decode_unknown",
     "encode_list", "watch_frame", "decode_watch_event", "iter_frames", "FrameReader",
-    "uvarint",
+    "uvarint", "reference_encode_message", "reference_decode_message",
 ]
 
 MAGIC = names.PROTOBUF_MAGIC
@@ -520,7 +520,23 @@ def _encode_struct(plan: _Plan, obj: dict) -> bytes:
 
 
 def encode_message(obj: dict, schema: Struct) -> bytes:
-    """The kind's message (no magic, no envelope) for a JSON object."""
+    """The kind's message (no magic, no envelope) for a JSON object.
+
+    Runs the struct's generated encoder (:mod:`.protobuf_codegen`); anything it
+    does not take is re-encoded by the table-driven reference, which raises the
+    error naming the field."""
+    if not isinstance(obj, dict):
+        raise ProtobufError(f"expected an object, got {type(obj).__name__}")
+    plan = _plan(schema)
+    try:
+        return _codegen.encoder(plan)(obj)
+    except Exception:
+        return _encode_struct(plan, obj)
+
+
+def reference_encode_message(obj: dict, schema: Struct) -> bytes:
+    """:func:`encode_message` by the table-driven codec alone (the reference the
+    generated encoders are checked against)."""
     if not isinstance(obj, dict):
         raise ProtobufError(f"expected an object, got {type(obj).__name__}")
     return _encode_struct(_plan(schema), obj)
@@ -562,14 +578,18 @@ def encode_list(api_version: str, list_kind: str, metadata: dict, items: Iterato
     from .schema import LIST_META
 
     parts = [b"\x0a"]
-    md = _encode_struct(_plan(LIST_META), metadata)
+    md = encode_message(metadata, LIST_META)
     parts += [uvarint(len(md)), md]
     plan = _plan(item_schema)
+    fast = _codegen.encoder(plan)
     for i, item in enumerate(items):
         try:
-            b = _encode_struct(plan, item)
-        except ProtobufError as exc:
-            raise exc.within(f"[{i}]").within("items") from None
+            b = fast(item)
+        except Exception:
+            try:
+                b = _encode_struct(plan, item)
+            except ProtobufError as exc:
+                raise exc.within(f"[{i}]").within("items") from None
         parts += [b"\x12", uvarint(len(b)), b]
     return encode_unknown(api_version, list_kind, b"".join(parts))
 
@@ -886,7 +906,32 @@ def _wrapper_plan(kind: int, sub: Any) -> _Plan:
 
 
 def decode_message(data: bytes, schema: Struct, into: dict | None = None) -> dict:
-    """A kind's message (no magic, no envelope) as a JSON object (``into`` if given)."""
+    """A kind's message (no magic, no envelope) as a JSON object (``into`` if given).
+
+    Runs the struct's generated decoder (:mod:`.protobuf_codegen`); when it
+    raises, ``into`` is restored and the table-driven reference decodes the
+    bytes again, raising its error naming the field."""
+    out = {} if into is None else into
+    buf = bytes(data) if not isinstance(data, bytes) else data
+    plan = _plan(schema)
+    saved = None
+    if out:
+        if not out.keys().isdisjoint(schema.json_fields()):
+            return reference_decode_message(buf, schema, out)  # merging into given fields
+        saved = dict(out)
+    try:
+        _codegen.decoder(plan)(buf, 0, len(buf), out)
+        return out
+    except Exception:
+        out.clear()
+        if saved:
+            out.update(saved)
+    return reference_decode_message(buf, schema, out)
+
+
+def reference_decode_message(data: bytes, schema: Struct, into: dict | None = None) -> dict:
+    """:func:`decode_message` by the table-driven codec alone (the reference the
+    generated decoders are checked against)."""
     out = {} if into is None else into
     buf = bytes(data) if not isinstance(data, bytes) else data
     try:
@@ -1071,3 +1116,7 @@ async def iter_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, 
             yield decode_watch_event(frame)
     if reader.pending:
         raise ProtobufError(f"watch stream ended inside a frame ({reader.pending} bytes left)")
+
+
+# Imported last: the generated codecs are built from the plans and helpers above.
+from . import protobuf_codegen as _codegen  # noqa: E402

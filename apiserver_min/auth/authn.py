@@ -23,7 +23,8 @@ a plain TTL cache, every hit also runs the result's own cheap re-check (the
 watch-cache entries it rests on are unchanged, the token has not expired), so
 deleting a bootstrap-token secret, a service account or a bound pod ends its
 tokens as soon as the watch cache sees it. Failures are never cached. Client
-certificates map to users by their subject, remembered per subject.
+certificates are verified here, not in the TLS handshake (tlsverify.py), and map
+to users by their subject, remembered per certificate.
 """
 
 from __future__ import annotations
@@ -34,9 +35,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
 from ..api import names
 from ..api import status as st
 from ..server.admission import UserInfo
+from .tlsverify import CertificateError, ClientCertificateVerifier, peer_certificates
 
 if TYPE_CHECKING:
     from ..api.kinds import Registry
@@ -115,53 +120,57 @@ def go_list(values: Iterable[str]) -> str:
 # --- client certificates ------------------------------------------------------------------------
 
 class X509Authenticator:
-    """The verified TLS client certificate: CN is the user name, each O a group.
+    """The TLS client certificate: CN is the user name, each O a group.
 
-    The TLS layer verifies the chain against --client-ca-file (with client-auth
-    purpose) during the handshake, so a certificate seen here is trusted. Python's
-    ssl cannot request a certificate without verifying it, so a forged or expired
-    certificate is refused by the handshake itself rather than with a 401."""
+    The handshake asks for a certificate without verifying it (tlsverify.py), so the
+    certificate is verified here from its DER form against the client CA bundle, as
+    upstream's x509 authenticator does: one that does not verify (another CA,
+    expired, not yet valid, a CA certificate, no client-auth usage) is a bad
+    credential, a 401 even when anonymous requests are allowed. A verified
+    certificate without a common name is no opinion (upstream). ``getpeercert()``'s
+    dict form is never used: it would describe a certificate nobody verified."""
 
     name = "x509"
 
-    def __init__(self, cache_size: int = X509_CACHE_SIZE):
-        # subject -> user (with system:authenticated): the user depends on the subject
-        # alone, and a keep-alive client presents the same one on every request.
-        self._users: dict[tuple, UserInfo | None] = {}
+    def __init__(self, verifier: ClientCertificateVerifier, cache_size: int = X509_CACHE_SIZE,
+                 peer: Callable[[Any], tuple[bytes, tuple[bytes, ...]] | None] | None = None):
+        self.verifier = verifier
+        # SHA-256 of the verified DER -> user (with system:authenticated): the user depends
+        # on the certificate alone; the verifier decides on every request whether it still holds.
+        self._users: dict[bytes, UserInfo | None] = {}
         self.cache_size = cache_size
+        self._peer = peer or (lambda request: peer_certificates(getattr(request, "transport", None)))
 
     async def authenticate(self, request: Any) -> UserInfo | None:
-        transport = getattr(request, "transport", None)
-        cert = transport.get_extra_info("peercert") if transport is not None else None
-        if not cert:
+        presented = self._peer(request)
+        if presented is None:
             return None
-        subject = cert.get("subject", ())
         try:
-            return self._users[subject]
+            verified = self.verifier.verify(presented[0], presented[1])
+        except CertificateError as exc:
+            raise Unauthorized(str(exc)) from None
+        try:
+            return self._users[verified.digest]
         except KeyError:
             pass
-        except TypeError:  # an unhashable subject: no caching, same answer
-            return user_from_peercert(cert)
-        user = user_from_peercert(cert)
+        user = user_from_certificate(verified.certificate)
         if user is not None:
             user = with_authenticated_group(user)
         if len(self._users) >= self.cache_size:
             del self._users[next(iter(self._users))]
-        self._users[subject] = user
+        self._users[verified.digest] = user
         return user
 
 
-def user_from_peercert(cert: dict) -> UserInfo | None:
-    cn, orgs = "", []
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                cn = value
-            elif key == "organizationName":
-                orgs.append(value)
+def user_from_certificate(cert: x509.Certificate) -> UserInfo | None:
+    """Upstream's CommonNameUserConversion: CN the user, each O a group (in order);
+    no common name, no opinion."""
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    cn = str(cns[0].value) if cns else ""
     if not cn:
-        return None  # upstream: no common name, no opinion
-    return UserInfo(cn, groups=tuple(orgs))
+        return None
+    orgs = tuple(str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
+    return UserInfo(cn, groups=orgs)
 
 
 # --- bearer tokens ------------------------------------------------------------------------------
@@ -424,7 +433,9 @@ class Authentication:
             self.lookup if opts.service_account_lookup else None)
         token_authenticators.append(self.service_accounts)
         self.bearer = BearerTokenAuthenticator(token_authenticators, opts.api_audiences)
-        self.chain = AuthenticationChain([X509Authenticator(), self.bearer], self.bearer,
+        # --client-ca-file, else the cluster CA (created after this, at start: read lazily).
+        self.client_certificates = ClientCertificateVerifier(server.client_ca)
+        self.chain = AuthenticationChain([X509Authenticator(self.client_certificates), self.bearer], self.bearer,
                                          anonymous=opts.anonymous_auth)
         issuer = (serviceaccount.TokenIssuer(keys.signing_key, opts.service_account_issuers[0])
                   if keys.signing_key is not None else None)

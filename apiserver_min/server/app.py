@@ -8,6 +8,7 @@ are non-resource paths answered here.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from ..auth.authz import build_authorizer, forbidden_error, request_attributes, 
 from ..auth.rbac import RbacIndex, RbacWriteGuard
 from ..auth.reviews import Reviews
 from ..auth.authn import Authentication
+from ..auth import tlsverify
 from . import codec
 from .admission import SYSTEM_USER, UserInfo, build_chain
 from .controllers import Controllers
@@ -171,6 +173,10 @@ class ApiServer:
         ctx.load_cert_chain(cert, key)
         ctx.load_verify_locations(self.client_ca)
         ctx.verify_mode = ssl.CERT_OPTIONAL
+        # Ask for a client certificate but accept any in the handshake: the x509
+        # authenticator verifies it and answers 401 (upstream's RequestClientCert). When
+        # that cannot be set up safely, the handshake keeps verifying (logged).
+        tlsverify.request_client_certificates(ctx)
         return ctx
 
     async def start_storage(self) -> None:
@@ -336,6 +342,13 @@ class ApiServer:
             await runner.cleanup()
             await self.stop_storage()
             return 1
+        # The objects made at start live as long as the server: keep them out of the
+        # collector's generations, and let the young generation grow with the many
+        # short-lived objects of concurrent requests. At the default threshold (700)
+        # the collector cost ~125 µs per create under 64 clients; at 20,000 about 3 µs.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20_000, 10, 10)
         admin = os.path.join(self.opts.data_dir, "admin" + names.CONNECTION_CONFIG_SUFFIX)
         log.info("%s serving on %s (storage: %s); admin connection config: %s", names.APISERVER_NAME,
                  self.server_url, self.opts.storage_backend, admin)

@@ -72,7 +72,7 @@ def _construct_mapping(loader: _NoDupLoader, node: yaml.MappingNode, deep: bool 
     loader.flatten_mapping(node)
     out: dict = {}
     for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)
+        key = _yaml_key(loader.construct_object(key_node, deep=deep))  # JSON keys are strings
         if key in out:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate field {key!r}", key_node.start_mark)
@@ -81,6 +81,72 @@ def _construct_mapping(loader: _NoDupLoader, node: yaml.MappingNode, deep: bool 
 
 
 _NoDupLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# The integers JSON decoding (orjson) keeps as integers; beyond them a number is a float.
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def _construct_int(loader: _NoDupLoader, node: yaml.ScalarNode) -> int | float:
+    """A YAML integer as JSON decoding would give it: one beyond 64 bits becomes a
+    float (as upstream's YAML reader resolves it), so that every decoded body can
+    be stored (the storage encoding has no wider integers)."""
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    if _INT_MIN <= value <= _INT_MAX:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        raise yaml.constructor.ConstructorError(None, None, "integer too large for a JSON number",
+                                                node.start_mark) from None
+
+
+def _construct_float(loader: _NoDupLoader, node: yaml.ScalarNode) -> float:
+    """A YAML float; ``.inf`` and ``.nan`` have no JSON form, so they are refused
+    (upstream's YAML-to-JSON conversion fails on them too)."""
+    value = yaml.SafeLoader.construct_yaml_float(loader, node)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise yaml.constructor.ConstructorError(None, None, f"{node.value!r} is not a JSON number",
+                                                node.start_mark)
+    return value
+
+
+def _construct_binary(loader: _NoDupLoader, node: yaml.ScalarNode) -> str:
+    """``!!binary``: the decoded bytes as text (JSON has no bytes; upstream's YAML
+    reader also yields a string), refused when they are not UTF-8."""
+    data = yaml.SafeLoader.construct_yaml_binary(loader, node)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise yaml.constructor.ConstructorError(None, None, "!!binary value is not UTF-8 text",
+                                                node.start_mark) from None
+
+
+def _construct_timestamp(loader: _NoDupLoader, node: yaml.ScalarNode) -> str:
+    """An explicit ``!!timestamp`` stays the text it was, as implicit ones do."""
+    return str(loader.construct_scalar(node))
+
+
+def _construct_pairs(loader: _NoDupLoader, node: yaml.Node) -> list:
+    """``!!omap`` and ``!!pairs``: a list of ``[key, value]`` lists (JSON has no tuples)."""
+    if not isinstance(node, yaml.SequenceNode):
+        raise yaml.constructor.ConstructorError(None, None, "expected a sequence of pairs", node.start_mark)
+    out = []
+    for sub in node.value:
+        if not isinstance(sub, yaml.MappingNode) or len(sub.value) != 1:
+            raise yaml.constructor.ConstructorError(None, None, "expected single-key mappings", sub.start_mark)
+        k, v = sub.value[0]
+        out.append([_yaml_key(loader.construct_object(k, deep=True)), loader.construct_object(v, deep=True)])
+    return out
+
+
+_NoDupLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_NoDupLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+_NoDupLoader.add_constructor("tag:yaml.org,2002:binary", _construct_binary)
+_NoDupLoader.add_constructor("tag:yaml.org,2002:timestamp", _construct_timestamp)
+_NoDupLoader.add_constructor("tag:yaml.org,2002:omap", _construct_pairs)
+_NoDupLoader.add_constructor("tag:yaml.org,2002:pairs", _construct_pairs)
+# ``!!set``: a mapping to nulls, as upstream's YAML reader gives it (JSON has no sets).
+_NoDupLoader.add_constructor("tag:yaml.org,2002:set", _construct_mapping)
 # Timestamps stay strings, as they are in JSON.
 _NoDupLoader.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
@@ -130,6 +196,7 @@ def _construct_tracked_mapping(loader: _TrackingLoader, node: yaml.MappingNode, 
 
 
 _TrackingLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_tracked_mapping)
+_TrackingLoader.add_constructor("tag:yaml.org,2002:set", _construct_tracked_mapping)
 
 
 @dataclasses.dataclass
@@ -194,10 +261,16 @@ def decode_json_tracking_duplicates(body: bytes) -> DecodedBody:
         return out
 
     try:
-        obj = json.loads(body, object_pairs_hook=pairs)
+        obj = json.loads(body, object_pairs_hook=pairs, parse_int=_json_int)
     except ValueError as exc:
         raise st.bad_request(f"error decoding JSON body: {exc}") from None
     return DecodedBody(obj, "json", body, dups)
+
+
+def _json_int(text: str) -> int | float:
+    """An integer as orjson decodes it: beyond 64 bits, a float."""
+    value = int(text)
+    return value if _INT_MIN <= value <= _INT_MAX else float(value)
 
 
 def load_json(body: bytes) -> Any:

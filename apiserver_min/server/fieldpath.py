@@ -290,11 +290,29 @@ def _key_defaults(t: List) -> dict[str, Any]:
     return d
 
 
+# One-key list maps (containers, env, volumes by name): the key field and the start of
+# its path element, ``k:{"name":``, spelt once per list type.
+_ONE_KEY: dict[int, tuple[str, str] | None] = {}
+
+
+def _one_key(t: List) -> tuple[str, str] | None:
+    if id(t) not in _ONE_KEY:
+        keys = t.map_keys
+        _ONE_KEY[id(t)] = (keys[0], "k:{" + orjson.dumps(keys[0]).decode() + ":") if len(keys) == 1 else None
+    return _ONE_KEY[id(t)]
+
+
 def _item_key(item: Any, t: List, mode: int, where: tuple) -> str:
     if mode == LISTSET:
         return "v:" + _canon(item)
     if not isinstance(item, dict):
         raise FieldPathError(format_path(where), "expected an object as an item of a list of type map")
+    one = _ONE_KEY.get(id(t)) if id(t) in _ONE_KEY else _one_key(t)
+    if one is not None:
+        v = item.get(one[0])
+        if v is not None and type(v) is not dict:
+            # A scalar (or list) value: its compact JSON is what the sorted dump writes.
+            return one[1] + _canon(v) + "}"
     parts: dict[str, Any] = {}
     for k in t.map_keys:
         if k in item and item[k] is not None:
@@ -369,6 +387,31 @@ def field_set(value: Any, t: Type | None, atomic: bool = False, where: tuple = (
     return out
 
 
+# Per-struct walk tables for the hot walks (compare, every node of an added subtree):
+# json name -> (path element, child type, child atomic, child walk mode, the JSON
+# container type that mode needs; a value of another type is a leaf).
+_WALK_TABLES: dict[int, dict[str, tuple[str, Type | None, bool, int, type]]] = {}
+_NO_CONTAINER = type(None)
+
+
+def _walk_table(t: Struct) -> dict[str, tuple[str, Type | None, bool, int, type]]:
+    tab = _WALK_TABLES.get(id(t))
+    if tab is None:
+        tab = {}
+        for n, (ct, ca) in ((n, (f.type, f.atomic)) for n, f in t.json_fields().items()):
+            cm, cont = (LEAF, _NO_CONTAINER) if ca else _container_mode(ct)
+            tab[n] = ("f:" + n, ct, ca, cm, cont)
+        _WALK_TABLES[id(t)] = tab
+    return tab
+
+
+def _child_walk(t: Type | None, atomic: bool) -> tuple[int, type]:
+    """(walk mode, container type) of every child of one type (map values, list items)."""
+    if atomic:
+        return LEAF, _NO_CONTAINER
+    return _container_mode(t)
+
+
 def _all_nodes(value: Any, t: Type | None, atomic: bool, where: tuple) -> dict:
     """Every node under a value as a member (what a compare reports for an added
     or removed subtree)."""
@@ -376,10 +419,61 @@ def _all_nodes(value: Any, t: Type | None, atomic: bool, where: tuple) -> dict:
     if mode == LEAF:
         return {}
     out: dict = {}
-    for key, v, ct, ca, _named in _children(value, t, mode, where):
-        sub = _all_nodes(v, ct, ca, where)
-        out[key] = {DOT: {}, **sub} if sub else {}
+    _nodes(value, t, mode, where, out)
     return out
+
+
+def _nodes(value: Any, t: Type | None, mode: int, where: tuple, out: dict) -> None:
+    """:func:`_all_nodes` of a container already known to be walked in ``mode``, into
+    ``out``: one pass with the child's mode read from the walk table, no
+    generator per level. A container child becomes a member node built in place
+    (``{".": {}, <children>}``), or a leaf ``{}`` when it has no children."""
+    if mode == STRUCT:
+        tab = _WALK_TABLES.get(id(t)) or _walk_table(t)  # type: ignore[arg-type]
+        for k, v in value.items():
+            e = tab.get(k)
+            if e is None:
+                continue  # undeclared: owned by nobody
+            cm = e[3]
+            if cm != LEAF and v and type(v) is e[4]:
+                node = {DOT: {}}
+                _nodes(v, e[1], cm, where, node)
+                out[e[0]] = node if len(node) > 1 else {}
+            else:
+                out[e[0]] = {}
+    elif mode == USTRUCT:
+        for k, v in value.items():
+            if v and type(v) is dict:
+                node = {DOT: {}}
+                _nodes(v, None, USTRUCT, where, node)
+                out["f:" + k] = node if len(node) > 1 else {}
+            else:
+                out["f:" + k] = {}
+    elif mode == MAP:
+        vt = t.value_type  # type: ignore[union-attr]
+        cm, cont = _child_walk(vt, _type_atomic(vt))
+        if cm == LEAF:
+            for k in value:
+                out["f:" + k] = {}
+        else:
+            for k, v in value.items():
+                if v and type(v) is cont:
+                    node = {DOT: {}}
+                    _nodes(v, vt, cm, where, node)
+                    out["f:" + k] = node if len(node) > 1 else {}
+                else:
+                    out["f:" + k] = {}
+    else:
+        it = t.item_type  # type: ignore[union-attr]
+        cm, cont = _child_walk(it, _type_atomic(it) if mode == LISTMAP else True)
+        for item in value:
+            key = _item_key(item, t, mode, where)  # type: ignore[arg-type]
+            if cm != LEAF and item and type(item) is cont:
+                node = {DOT: {}}
+                _nodes(item, it, cm, where, node)
+                out[key] = node if len(node) > 1 else {}
+            else:
+                out[key] = {}
 
 
 def _eq(a: Any, b: Any) -> bool:
@@ -442,30 +536,49 @@ def compare(lhs: Any, rhs: Any, t: Type | None, atomic: bool = False, where: tup
     removed: dict = {}
     if mode == LEAF or _mode(t, atomic, rhs) != mode:
         return changed, removed
+    if not lhs and mode != LISTMAP and mode != LISTSET:
+        # Everything in rhs is new (a create against the zero object): all its nodes.
+        _nodes(rhs, t, mode, where, changed)
+        return changed, removed
+    if mode == STRUCT:
+        # The commonest case, with the children's types from the walk table.
+        tab = _WALK_TABLES.get(id(t)) or _walk_table(t)  # type: ignore[arg-type]
+        for k, lv in lhs.items():
+            e = tab.get(k)
+            if e is not None:
+                _compare_child(e[0], lv, rhs.get(k, MISSING), e[1], e[2], where, changed, removed)
+        for k, rv in rhs.items():
+            if k not in lhs:
+                e = tab.get(k)
+                if e is not None:
+                    _compare_child(e[0], MISSING, rv, e[1], e[2], where, changed, removed)
+        return changed, removed
     for key, lv, rv, ct, ca in _paired(lhs, rhs, t, mode, where):
-        if lv is rv:
-            continue  # shared by the merge: unchanged
-        if lv is MISSING:
-            sub = _all_nodes(rv, ct, ca, where)
-            if sub:
-                sub = {DOT: {}, **sub}
-            changed[key] = sub
-        elif rv is MISSING:
-            sub = _all_nodes(lv, ct, ca, where)
-            if sub:
-                sub = {DOT: {}, **sub}
-            removed[key] = sub
-        else:
-            cm = _mode(ct, ca, lv)
-            if cm != LEAF and _mode(ct, ca, rv) == cm:
-                c, r = compare(lv, rv, ct, ca, where + (key,))
-                if c:
-                    changed[key] = c
-                if r:
-                    removed[key] = r
-            elif not _eq(lv, rv):
-                changed[key] = {}
+        _compare_child(key, lv, rv, ct, ca, where, changed, removed)
     return changed, removed
+
+
+def _compare_child(key: str, lv: Any, rv: Any, ct: Type | None, ca: bool, where: tuple,
+                   changed: dict, removed: dict) -> None:
+    """One matched pair of children of a compare, recorded into ``changed``/``removed``."""
+    if lv is rv:
+        return  # shared by the merge: unchanged
+    if lv is MISSING:
+        sub = _all_nodes(rv, ct, ca, where)
+        changed[key] = {DOT: {}, **sub} if sub else sub
+    elif rv is MISSING:
+        sub = _all_nodes(lv, ct, ca, where)
+        removed[key] = {DOT: {}, **sub} if sub else sub
+    else:
+        cm = _mode(ct, ca, lv)
+        if cm != LEAF and _mode(ct, ca, rv) == cm:
+            c, r = compare(lv, rv, ct, ca, where + (key,))
+            if c:
+                changed[key] = c
+            if r:
+                removed[key] = r
+        elif not _eq(lv, rv):
+            changed[key] = {}
 
 
 # --- merge --------------------------------------------------------------------------------

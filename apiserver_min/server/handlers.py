@@ -44,6 +44,18 @@ def _content_type(request: web.Request) -> str:
     return (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
 
 
+def _header_safe(text: str) -> str:
+    """TEXT with control characters escaped (``\\x01``, ``\\u2028``), as upstream's
+    quoting of field names leaves them: a field name from the body may hold any
+    character, and a raw CR, LF or NUL cannot go into a header (aiohttp refuses
+    to send the response at all)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                    else f"\\U{ord(c):08x}") for c in text)
+
+
 def _bool_param(query, name: str) -> bool:
     v = query.get(name)
     if v is None:
@@ -184,7 +196,7 @@ class ResourceHandlers:
         warnings = request.get(FIELD_WARNINGS_KEY)
         if warnings:
             for text in warnings:
-                resp.headers.add("Warning", fieldvalidation.warning_header(text))
+                resp.headers.add("Warning", fieldvalidation.warning_header(_header_safe(text)))
         return resp
 
     @staticmethod
@@ -252,7 +264,11 @@ class ResourceHandlers:
         md = obj.get("metadata")
         if md is not None and not isinstance(md, dict):
             raise st.bad_request("metadata: must be an object")
-        return self._validate_fields(request, decoded, want_kind, want_av)
+        # Field validation may hand back a fresh decode (duplicate keys), so this comes after it.
+        obj = self._validate_fields(request, decoded, want_kind, want_av)
+        if obj.get("metadata") is None:
+            obj.pop("metadata", None)  # null is absent (later steps add an empty one)
+        return obj
 
     def _validate_fields(self, request: web.Request, decoded: codec.DecodedBody, kind_name: str,
                          api_version: str) -> dict:
@@ -359,6 +375,10 @@ class ResourceHandlers:
             # Proxied to the node agent's /containerLogs (server/podlogs.py).
             from .podlogs import serve_pod_log
             return await serve_pod_log(self.server, request, info, kind)
+        if name in ("exec", "attach", "portforward") and kind.resource == "pods":
+            # WebSocket streams relayed to the node agent (server/podexec.py).
+            from .podexec import serve_pod_stream
+            return await serve_pod_stream(self.server, request, info, kind, user)
         raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
                                            f"({kind.resource}/{info.subresource}) for verb {info.verb}")
 
@@ -793,7 +813,12 @@ class ResourceHandlers:
         def compute(old: dict) -> dict:
             current = self._to_scale(old)
             wanted = to_scale(current)
-            replicas = (wanted.get("spec") or {}).get("replicas") if isinstance(wanted, dict) else None
+            if not isinstance(wanted, dict):
+                raise st.bad_request("a Scale must be an object")
+            for part in ("metadata", "spec"):
+                if wanted.get(part) is not None and not isinstance(wanted[part], dict):
+                    raise st.bad_request(f"Scale {part}: must be an object")
+            replicas = (wanted.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
                 raise st.invalid("Scale", info.name, [{"reason": "FieldValueInvalid", "field": "spec.replicas",
                                                       "message": "must be a non-negative integer"}], "autoscaling")

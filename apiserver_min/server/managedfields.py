@@ -26,6 +26,8 @@ empty object resets ownership, the writer then owning what it changed.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
+import time
 from typing import Any, Awaitable, Callable
 
 import orjson
@@ -33,7 +35,7 @@ import orjson
 from ..api import status as st
 from ..api.kinds import KindInfo
 from ..api.schema import Struct, schema_for
-from ..api.timeutil import format_rfc3339, now
+from ..api.timeutil import format_rfc3339
 from . import codec
 from . import fieldpath as fp
 
@@ -101,9 +103,22 @@ def _go_quote(s: str) -> str:
     return orjson.dumps(s).decode()
 
 
+_MANAGERS_BY_AGENT: dict[str, str] = {}  # clients send the same few user agents on every write
+
+
 def manager_from_user_agent(user_agent: str) -> str:
     """Upstream's default manager of a non-apply write: the user agent up to the first
     '/', printable characters only, at most 128 bytes."""
+    manager = _MANAGERS_BY_AGENT.get(user_agent)
+    if manager is None:
+        manager = _manager_from_user_agent(user_agent)
+        if len(_MANAGERS_BY_AGENT) >= 1024:
+            _MANAGERS_BY_AGENT.clear()
+        _MANAGERS_BY_AGENT[user_agent] = manager
+    return manager
+
+
+def _manager_from_user_agent(user_agent: str) -> str:
     out: list[str] = []
     size = 0
     for ch in user_agent.split("/", 1)[0]:
@@ -213,8 +228,15 @@ def _without_managed(obj: dict) -> dict:
     return obj
 
 
+_STAMP: list = [0, ""]  # (whole second, its RFC 3339 text): one format per second, not per write
+
+
 def _timestamp() -> str:
-    return format_rfc3339(now())
+    second = int(time.time())
+    if second != _STAMP[0]:
+        _STAMP[1] = format_rfc3339(_dt.datetime.fromtimestamp(second, _dt.timezone.utc))
+        _STAMP[0] = second
+    return _STAMP[1]
 
 
 # --- Update operations ------------------------------------------------------------------
@@ -244,6 +266,9 @@ def record_update(kind: KindInfo, old: dict | None, new: dict, manager: str, sub
         entries = decode_entries(sent, strict=True)
     if entries is None:
         entries = decode_entries(live_raw, strict=False) or []
+    if old is None and not entries:
+        _record_create(kind, md, new, schema, manager, subresource)
+        return
     before = old if old is not None else (fp.zero_object(schema) if schema is not None else {})
     try:
         changed, removed = fp.compare(_without_managed(before), _without_managed(new), schema)
@@ -275,6 +300,24 @@ def record_update(kind: KindInfo, old: dict | None, new: dict, manager: str, sub
         mine.fields = fp.union(mine.fields, changed)
         mine.time = _timestamp()
     _store_entries(new, entries)
+
+
+def _record_create(kind: KindInfo, md: dict, new: dict, schema: Struct | None, manager: str,
+                   subresource: str) -> None:
+    """:func:`record_update` of a new object with no prior ownership: the writer's
+    Update entry is every field the object sets (its compare against the zero
+    object), and nothing else needs adjusting."""
+    try:
+        changed, _ = fp.compare(fp.zero_object(schema) if schema is not None else {}, _without_managed(new), schema)
+    except fp.FieldPathError:
+        md.pop("managedFields", None)
+        return
+    changed = _strip(changed, _ignored(kind, subresource))
+    if changed:
+        md["managedFields"] = [ManagerEntry(manager, UPDATE, kind.api_version, _timestamp(), changed,
+                                            subresource).encode()]
+    else:
+        md.pop("managedFields", None)
 
 
 # --- Apply operations ---------------------------------------------------------------------

@@ -9,7 +9,9 @@ field validation grows here as the schema work lands.
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 import secrets
+import time
 import uuid
 from typing import Any
 
@@ -17,17 +19,32 @@ from ..api import names
 from ..api import podvalidation
 from ..api import validation as v
 from ..api.kinds import KindInfo
-from ..api.timeutil import format_rfc3339, now
+from ..api.timeutil import format_rfc3339
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def generate_suffix(n: int = 5) -> str:
-    return "".join(secrets.choice(_GENERATE_ALPHABET) for _ in range(n))
+    """``n`` characters drawn uniformly from the alphabet: one random draw read as
+    base-27 digits (the same distribution as ``n`` separate draws, at one fifth of
+    the cost; every pod create with a token volume pays it)."""
+    x = secrets.randbelow(len(_GENERATE_ALPHABET) ** n)
+    out = []
+    for _ in range(n):
+        x, r = divmod(x, len(_GENERATE_ALPHABET))
+        out.append(_GENERATE_ALPHABET[r])
+    return "".join(out)
+
+
+_STAMP: list = [0, ""]  # (whole second, its RFC 3339 text): one format per second, not per write
 
 
 def timestamp() -> str:
-    return format_rfc3339(now())
+    second = int(time.time())
+    if second != _STAMP[0]:
+        _STAMP[1] = format_rfc3339(_dt.datetime.fromtimestamp(second, _dt.timezone.utc))
+        _STAMP[0] = second
+    return _STAMP[1]
 
 
 def _cause(err: v.FieldError) -> dict:
@@ -191,21 +208,36 @@ class NamespaceStrategy(Strategy):
 
     def prepare_for_create(self, obj: dict) -> None:
         super().prepare_for_create(obj)
-        spec = obj.setdefault("spec", {})
+        if obj.get("spec") is None:  # null is absent
+            obj["spec"] = {}
+        spec = obj["spec"]
         fins = list(spec.get("finalizers") or [])
         if names.FINALIZER_NAMESPACE not in fins:
             fins.append(names.FINALIZER_NAMESPACE)
         spec["finalizers"] = fins
-        labels = obj["metadata"].setdefault("labels", {})
-        labels[names.LABEL_METADATA_NAME] = obj["metadata"]["name"]
+        self._label_name(obj["metadata"])
+
+    @staticmethod
+    def _label_name(md: dict) -> None:
+        """The immutable name label. Only for a usable name and labels map: a
+        missing or ill-typed one is left for validation to report (422), not a crash."""
+        name = md.get("name")
+        if not isinstance(name, str) or not name:
+            return
+        if md.get("labels") is None:
+            md["labels"] = {}
+        if isinstance(md["labels"], dict):
+            md["labels"][names.LABEL_METADATA_NAME] = name
 
     def initial_status(self, obj: dict) -> dict:
         return {"phase": "Active"}
 
     def prepare_for_update(self, new: dict, old: dict) -> None:
         super().prepare_for_update(new, old)
-        new.setdefault("spec", {})["finalizers"] = list((old.get("spec") or {}).get("finalizers") or [])
-        new["metadata"].setdefault("labels", {})[names.LABEL_METADATA_NAME] = new["metadata"]["name"]
+        if not isinstance(new.get("spec"), dict):  # null is absent; the spec holds only finalizers
+            new["spec"] = {}
+        new["spec"]["finalizers"] = list((old.get("spec") or {}).get("finalizers") or [])
+        self._label_name(new["metadata"])
 
 
 class PodStrategy(Strategy):

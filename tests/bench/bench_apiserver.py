@@ -43,6 +43,12 @@ file, which switches the profiler on and off on SIGUSR1/SIGUSR2); cProfile
 slows Python calls down: its create and list windows are extra ones, but the
 watch figures are measured under it, so they are not comparable.
 ``--only PHASES`` runs a subset of the phases (for iterating on one figure).
+``--gc-stats`` starts the server through this file (no profiler) and notes, per
+load window, the time the cyclic garbage collector took per request: its pauses
+land on whatever code allocated last, so profiles spread them thin.
+``--gc-threshold T0,T1,T2`` (implies ``--gc-stats``) sets the server's collector
+thresholds first: an experiment for choosing the server's own setting, whose
+figures are then not the server's as shipped.
 
 Benchmarks are not part of the test suite. Every process started here is
 stopped by its PID before exit.
@@ -627,28 +633,54 @@ class CProfileRun:
             time.sleep(0.05)
 
 
-def cprofile_server_main(out_dir: str, argv: list[str]) -> int:
+GC_THRESHOLD_ENV = "ORCH_BENCH_GC_THRESHOLD"
+
+
+def cprofile_server_main(out_dir: str, argv: list[str], profile: bool = True) -> int:
     """Run orch-apiserver in this process; SIGUSR1 switches cProfile on, SIGUSR2
     switches it off and writes ``<out_dir>/<name>.pstats`` (the name is read
     from ``<out_dir>/next-name``). Signal handlers run on the main thread, the
     one the server's event loop runs on, which is the thread profiled."""
     import cProfile
+    import gc
 
     from apiserver_min.cli import main as server_main
 
-    state: dict = {"prof": None}
+    state: dict = {"prof": None, "gc": None, "gc_t0": 0.0}
+
+    def gc_probe(phase: str, info: dict) -> None:
+        # The collector's pauses land on whatever Python call allocated last, so a
+        # profile spreads them thin; the window's total is kept apart (<name>.gc.json).
+        acc = state["gc"]
+        if acc is None:
+            return
+        if phase == "start":
+            state["gc_t0"] = time.perf_counter()
+        else:
+            gen = info.get("generation", 0)
+            acc["seconds"][gen] += time.perf_counter() - state["gc_t0"]
+            acc["count"][gen] += 1
+
+    gc.callbacks.append(gc_probe)
+    if os.environ.get(GC_THRESHOLD_ENV):  # --gc-threshold: an experiment, not the server's own setting
+        gc.set_threshold(*map(int, os.environ[GC_THRESHOLD_ENV].split(",")))
 
     def on(signum, frame) -> None:
         if state["prof"] is None:
+            state["gc"] = {"seconds": [0.0, 0.0, 0.0], "count": [0, 0, 0], "tracked": len(gc.get_objects())}
             state["prof"] = cProfile.Profile()
-            state["prof"].enable()
+            if profile:  # --gc-stats: the window's garbage collection alone, nothing slowed down
+                state["prof"].enable()
 
     def off(signum, frame) -> None:
         prof, state["prof"] = state["prof"], None
+        acc, state["gc"] = state["gc"], None
         name = (Path(out_dir) / "next-name").read_text().strip() or "profile"
-        if prof is not None:
+        if prof is not None and profile:
             prof.disable()
             prof.dump_stats(str(Path(out_dir) / f"{name}.pstats"))
+        if acc is not None:
+            (Path(out_dir) / f"{name}.gc.json").write_text(json.dumps(acc))
         (Path(out_dir) / f"{name}.done").touch()
 
     signal.signal(signal.SIGUSR1, on)
@@ -661,10 +693,12 @@ def cprofile_server_main(out_dir: str, argv: list[str]) -> int:
 class Server:
     """orch-apiserver as a subprocess, with the admin client credentials extracted."""
 
-    def __init__(self, root: Path, backend: str, etcd=None, cprofile_dir: str | None = None):
+    def __init__(self, root: Path, backend: str, etcd=None, cprofile_dir: str | None = None,
+                 gc_dir: str | None = None):
         from tests.components import free_port
 
         self.cprofile_dir = cprofile_dir
+        self.gc_dir = gc_dir
         self.backend = backend
         self.data_dir = root / f"apiserver-{backend}"
         self.port = free_port()
@@ -677,6 +711,8 @@ class Server:
         exe = Path(sys.executable).parent / "orch-apiserver"
         if self.cprofile_dir:
             argv = [sys.executable, __file__, "_cprofile_server", self.cprofile_dir]
+        elif self.gc_dir:
+            argv = [sys.executable, __file__, "_gc_server", self.gc_dir]
         elif exe.exists():
             argv = [str(exe)]
         else:
@@ -760,6 +796,8 @@ class Bench:
         self.profiles: list[str] = []
         self.warnings: list[str] = []
         self._seq = 0
+        self._gc_pid: int | None = None
+        self._gc_dir: Path | None = None
 
     def out_path(self) -> str:
         self._seq += 1
@@ -798,12 +836,21 @@ class Bench:
             main0 = thread_cpu(cpu_pids[0]) if cpu_pids else 0.0
             busy0 = machine_busy()
             spy = self._start_profile(cpu_pids[0], duration - 0.5, profile) if profile else None
+            gc_run = None
+            if self._gc_dir is not None and cpu_pids and cpu_pids[0] == self._gc_pid and not profile:
+                self._seq += 1
+                gc_run = CProfileRun(self._gc_pid, f"window-{self._seq}", self._gc_dir)
+                gc_run.start()
             time.sleep(max(0.0, start_at + duration - time.time()))
             cpu1 = [proc_cpu(p) for p in cpu_pids]
             main1 = thread_cpu(cpu_pids[0]) if cpu_pids else 0.0
             busy1 = machine_busy()
             if isinstance(spy, CProfileRun):
                 self._stop_profile(spy)
+            gc_acc = None
+            if gc_run is not None:
+                gc_run.stop()
+                gc_acc = json.loads((self._gc_dir / f"{gc_run.name}.gc.json").read_text())
             results = workers.results(duration + 120)
             self._stop_profile(spy)
         finally:
@@ -815,6 +862,10 @@ class Bench:
         lat = read_latencies([r["out"] for r in results])
         ours = sum(b - a for a, b in zip(cpu0, cpu1)) + sum(r["cpu"] for r in results)
         foreign = max(0.0, (busy1 - busy0) - ours) / duration  # cores used by other processes
+        if gc_acc is not None and ok:
+            self.note(f"{label or op}: garbage collector {sum(gc_acc['seconds']) / ok * 1e6:.0f} us per request ("
+                      + ", ".join(f"gen{g} {gc_acc['count'][g]}x {gc_acc['seconds'][g] * 1e3:.0f} ms" for g in range(3))
+                      + f"; {gc_acc['tracked']:,} tracked objects at the start)")
         if foreign > 0.1 and not profile:
             self.warnings.append(f"{label or op} window: other processes used {foreign:.2f} of "
                                  f"{os.cpu_count()} CPUs")
@@ -893,7 +944,12 @@ class Bench:
         s = self.sizes
         only = self.args.only
         print(f"\n[{backend}] starting orch-apiserver", flush=True)
-        server = Server(self.root, backend, etcd, self.args.cprofile).start()
+        gc_dir = None
+        if self.args.gc_stats:
+            gc_dir = self.root / "gc"
+            gc_dir.mkdir(exist_ok=True)
+        server = Server(self.root, backend, etcd, self.args.cprofile, str(gc_dir) if gc_dir else None).start()
+        self._gc_pid, self._gc_dir = (server.pid, gc_dir) if gc_dir else (None, None)
         cpu_pids = (server.pid,) + ((etcd.pid,) if etcd is not None else ())
         r: dict = {}
         try:
@@ -1419,6 +1475,12 @@ class Bench:
             if not Path(path).exists():
                 print(f"  {path}: not written")
                 continue
+            gc_path = Path(path).with_suffix(".gc.json")
+            if gc_path.exists():
+                acc = json.loads(gc_path.read_text())
+                print(f"\n  {Path(path).stem}: garbage collector "
+                      + ", ".join(f"gen{g} {acc['count'][g]}x {acc['seconds'][g] * 1e3:.0f} ms" for g in range(3))
+                      + f" ({acc['tracked']:,} tracked objects at the start)")
             for order, limit in (("tottime", 25), ("cumulative", 30)):
                 out = io.StringIO()
                 st = pstats.Stats(path, stream=out)
@@ -1512,6 +1574,8 @@ def main() -> int:
         return 0
     if len(sys.argv) >= 3 and sys.argv[1] == "_cprofile_server":
         return cprofile_server_main(sys.argv[2], sys.argv[3:])
+    if len(sys.argv) >= 3 and sys.argv[1] == "_gc_server":
+        return cprofile_server_main(sys.argv[2], sys.argv[3:], profile=False)
     parser = argparse.ArgumentParser(description="orch-apiserver figures (create, get, list, watch, RSS) "
                                      "beside their targets and same-run baselines; not a test.")
     parser.add_argument("--backend", choices=("sqlite", "etcd", "both"), default="both")
@@ -1521,10 +1585,26 @@ def main() -> int:
     parser.add_argument("--py-spy", metavar="PATH", help="py-spy binary (default: PATH, then /tmp/pyspy/bin/py-spy)")
     parser.add_argument("--cprofile", metavar="DIR",
                         help="profile the server with cProfile (in-process) instead, .pstats files in DIR")
+    parser.add_argument("--gc-stats", action="store_true",
+                        help="start the server through this file and report the garbage collector's time "
+                             "per request of each load window (no profiler; the figures stay comparable)")
+    parser.add_argument("--gc-threshold", metavar="T0,T1,T2",
+                        help="experiment: set the server's gc thresholds (gc.set_threshold) before it starts; "
+                             "implies --gc-stats. The figures are then not the server's own")
     parser.add_argument("--only", metavar="PHASES", type=_phases, default=PHASES,
                         help=f"comma-separated subset of {','.join(PHASES)} (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, databases)")
     args = parser.parse_args()
+    if args.gc_threshold:
+        try:
+            if len([int(x) for x in args.gc_threshold.split(",")]) != 3:
+                raise ValueError
+        except ValueError:
+            parser.error("--gc-threshold: expected three integers, e.g. 20000,10,10")
+        args.gc_stats = True
+        os.environ[GC_THRESHOLD_ENV] = args.gc_threshold
+    if args.gc_stats and args.cprofile:
+        parser.error("--gc-stats excludes --cprofile (which reports the collector itself)")
     if args.profile and args.cprofile:
         parser.error("--profile and --cprofile exclude each other")
     if args.cprofile:

@@ -96,7 +96,6 @@ def test_decode_pod_list_and_list():
     (b"{not json", "error decoding JSON"),
     (b"a: [1\n", "error decoding YAML"),
     (pod_yaml("a").encode() + b"---\n" + pod_yaml("b").encode(), "as a PodList"),
-    (b"apiVersion: v1\nkind: Pod\nx: !!binary aGVsbG8=\n", "x: a YAML bytes value"),
 ])
 def test_decode_rejects_with_location(data, needle):
     with pytest.raises(ManifestError) as info:

@@ -19,11 +19,13 @@ from apiserver_min.api import names
 from apiserver_min.auth import jwt
 from apiserver_min.auth.authn import (ANONYMOUS, AudienceAgnostic, AuthConfigError, AuthenticationChain,
                                       BearerTokenAuthenticator, Unauthorized, X509Authenticator, bearer_token,
-                                      user_from_peercert, with_authenticated_group)
+                                      user_from_certificate, with_authenticated_group)
 from apiserver_min.auth.serviceaccount import (PROJECTED_TOKEN_EXPIRATION_SECONDS, ServiceAccountTokenAuthenticator,
                                                TokenIssuer, load_keys, mount_service_account_token,
                                                parse_claims, should_automount)
+from apiserver_min.auth.tlsverify import ClientCertificateVerifier
 from apiserver_min.auth.tokens import BootstrapTokens, StaticTokens, bootstrap_groups, parse_token_csv
+from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
 from apiserver_min.options import parse
 from apiserver_min.server.admission import UserInfo
 
@@ -390,23 +392,30 @@ def test_claims_shapes():
 # --- the request chain --------------------------------------------------------------------------------
 
 class FakeRequest:
-    def __init__(self, authorization: str | None = None, peercert: dict | None = None):
+    def __init__(self, authorization: str | None = None, cert_der: bytes | None = None):
         self.headers = {"Authorization": authorization} if authorization is not None else {}
-        self.transport = types.SimpleNamespace(get_extra_info=lambda k: peercert if k == "peercert" else None)
+        self.cert_der = cert_der
 
 
-def chain(anonymous=True) -> AuthenticationChain:
+def chain(anonymous=True, ca_file: str = "/nonexistent/ca.crt") -> AuthenticationChain:
     static = AudienceAgnostic(StaticTokens(parse_token_csv("good,alice,u1,devs\n")), AUD)
     bearer = BearerTokenAuthenticator([static], AUD)
-    return AuthenticationChain([X509Authenticator(), bearer], bearer, anonymous=anonymous)
+    x509_auth = X509Authenticator(ClientCertificateVerifier(ca_file),
+                                  peer=lambda r: (r.cert_der, ()) if r.cert_der else None)
+    return AuthenticationChain([x509_auth, bearer], bearer, anonymous=anonymous)
 
 
-PEERCERT = {"subject": ((("organizationName", "system:masters"),), (("organizationName", "ops"),),
-                        (("commonName", "jane"),))}
+def client_cert_der(tmp_path, cn: str, orgs) -> tuple[str, bytes]:
+    """A CA file and a client certificate (DER) it issued."""
+    ca, ca_key = make_ca("unit-ca")
+    (tmp_path / "ca.crt").write_bytes(cert_pem(ca))
+    leaf = sign_leaf(ca, ca_key, new_key().public_key(), cn, orgs, client=True)
+    return str(tmp_path / "ca.crt"), leaf.public_bytes(serialization.Encoding.DER)
 
 
-async def test_chain_outcomes():
-    c = chain()
+async def test_chain_outcomes(tmp_path):
+    ca_file, jane_der = client_cert_der(tmp_path, "jane", ["system:masters", "ops"])
+    c = chain(ca_file=ca_file)
     assert await c.authenticate(FakeRequest()) is ANONYMOUS
     assert await c.authenticate(FakeRequest("Basic dXNlcjpwdw==")) is ANONYMOUS  # not ours: no credential
     assert await c.authenticate(FakeRequest("Bearer ")) is ANONYMOUS
@@ -415,11 +424,19 @@ async def test_chain_outcomes():
     assert (await c.authenticate(FakeRequest("bearer good"))).name == "alice"
     with pytest.raises(Unauthorized, match="invalid bearer token"):
         await c.authenticate(FakeRequest("Bearer bad"))  # a bad credential is 401 even with anonymous on
-    jane = await c.authenticate(FakeRequest(peercert=PEERCERT))
+    jane = await c.authenticate(FakeRequest(cert_der=jane_der))
     assert jane == UserInfo("jane", groups=("system:masters", "ops", "system:authenticated"))
     # A good certificate decides before a bad token is looked at (upstream's order).
-    assert (await c.authenticate(FakeRequest("Bearer bad", PEERCERT))).name == "jane"
-    assert user_from_peercert({"subject": ((("organizationName", "x"),),)}) is None
+    assert (await c.authenticate(FakeRequest("Bearer bad", jane_der))).name == "jane"
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+    ca, ca_key = make_ca("x")
+    no_cn = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "x")]))
+             .issuer_name(ca.subject).public_key(ca_key.public_key()).serial_number(1)
+             .not_valid_before(_dt.datetime(2020, 1, 1)).not_valid_after(_dt.datetime(2030, 1, 1))
+             .sign(ca_key, hashes.SHA256()))
+    assert user_from_certificate(no_cn) is None
     with pytest.raises(Unauthorized, match="anonymous requests are disabled"):
         await chain(anonymous=False).authenticate(FakeRequest())
     assert bearer_token(FakeRequest("Bearer a b")) == "a"

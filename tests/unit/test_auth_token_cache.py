@@ -16,6 +16,8 @@ from apiserver_min.api import names
 from apiserver_min.auth.authn import (AudienceAgnostic, AuthenticationChain, BearerTokenAuthenticator, TokenResult,
                                       Unauthorized, X509Authenticator)
 from apiserver_min.auth.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer
+from apiserver_min.auth.tlsverify import ClientCertificateVerifier
+from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
 from apiserver_min.auth.tokens import BootstrapTokens, StaticTokens, parse_token_csv
 from apiserver_min.server.admission import UserInfo
 
@@ -86,15 +88,19 @@ class Flaky:
         return TokenResult(UserInfo("u"), audiences, still_valid=lambda: self.valid)
 
 
-def request(token=None, peercert=None):
-    return types.SimpleNamespace(headers={"Authorization": f"Bearer {token}"} if token else {},
-                                 transport=types.SimpleNamespace(get_extra_info=lambda k: peercert))
+def request(token=None, cert_der=None):
+    return types.SimpleNamespace(headers={"Authorization": f"Bearer {token}"} if token else {}, cert_der=cert_der)
+
+
+def x509_authenticator(ca_file: str = "/nonexistent/ca.crt", **kw) -> X509Authenticator:
+    return X509Authenticator(ClientCertificateVerifier(ca_file),
+                             peer=lambda r: (r.cert_der, ()) if r.cert_der else None, **kw)
 
 
 async def test_static_token_success_is_cached_and_failures_are_not():
     static = AudienceAgnostic(StaticTokens(parse_token_csv("good,alice,u1,devs\n")), AUD)
     bearer = BearerTokenAuthenticator([static], AUD)
-    chain = AuthenticationChain([X509Authenticator(), bearer], bearer)
+    chain = AuthenticationChain([x509_authenticator(), bearer], bearer)
     for _ in range(3):
         user = await chain.authenticate(request("good"))
         assert user == UserInfo("alice", uid="u1", groups=("devs", "system:authenticated"))
@@ -202,11 +208,25 @@ async def test_service_account_token_cache_follows_account_pod_and_expiry():
         await bearer.authenticate_token(token)
 
 
-async def test_client_certificate_user_is_remembered_per_subject():
-    x509 = X509Authenticator(cache_size=2)
-    subjects = [((("organizationName", f"g{i}"),), (("commonName", f"u{i}"),)) for i in range(3)]
-    for subject in subjects + subjects:
-        user = await x509.authenticate(request(peercert={"subject": subject}))
-        assert user.name == subject[1][0][1] and user.groups == (subject[0][0][1], "system:authenticated")
+async def test_client_certificate_user_is_remembered_per_certificate(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    ca, ca_key = make_ca("unit-ca")
+    (tmp_path / "ca.crt").write_bytes(cert_pem(ca))
+    x509 = x509_authenticator(str(tmp_path / "ca.crt"), cache_size=2)
+    key = new_key()
+    ders = [sign_leaf(ca, ca_key, key.public_key(), f"u{i}", [f"g{i}"], client=True).public_bytes(
+        serialization.Encoding.DER) for i in range(3)]
+    for i, der in list(enumerate(ders)) * 2:
+        user = await x509.authenticate(request(cert_der=der))
+        assert user.name == f"u{i}" and user.groups == (f"g{i}", "system:authenticated")
     assert len(x509._users) == 2
-    assert await x509.authenticate(request(peercert={"subject": ((("organizationName", "x"),),)})) is None
+    from cryptography import x509 as cx509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+    now = _dt.datetime.now(_dt.timezone.utc)
+    no_cn = (cx509.CertificateBuilder()
+             .subject_name(cx509.Name([cx509.NameAttribute(NameOID.ORGANIZATION_NAME, "x")]))
+             .issuer_name(ca.subject).public_key(key.public_key()).serial_number(1)
+             .not_valid_before(now - _dt.timedelta(days=1)).not_valid_after(now + _dt.timedelta(days=1))
+             .sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.DER))
+    assert await x509.authenticate(request(cert_der=no_cn)) is None

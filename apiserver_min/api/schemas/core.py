@@ -1409,9 +1409,17 @@ KINDS = {
 NodeProxyOptions = S("NodeProxyOptions", [F("path", STR, 1)])
 ServiceProxyOptions = S("ServiceProxyOptions", [F("path", STR, 1)])
 PodProxyOptions = S("PodProxyOptions", [F("path", STR, 1)])
+PodExecOptions = S("PodExecOptions", [F("stdin", BOOL, 1), F("stdout", BOOL, 2), F("stderr", BOOL, 3),
+                                      F("tty", BOOL, 4), F("container", STR, 5), F("command", STR_LIST, 6)])
+PodAttachOptions = S("PodAttachOptions", [F("stdin", BOOL, 1), F("stdout", BOOL, 2), F("stderr", BOOL, 3),
+                                          F("tty", BOOL, 4), F("container", STR, 5)])
+PodPortForwardOptions = S("PodPortForwardOptions", [F("ports", List(I32), 1)])
 
 KINDS.update({
     "NodeProxyOptions": NodeProxyOptions,
     "ServiceProxyOptions": ServiceProxyOptions,
     "PodProxyOptions": PodProxyOptions,
+    "PodExecOptions": PodExecOptions,
+    "PodAttachOptions": PodAttachOptions,
+    "PodPortForwardOptions": PodPortForwardOptions,
 })
