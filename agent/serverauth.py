@@ -38,6 +38,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
+from apiserver_min.auth.tlsverify import peer_certificates
 
 from . import logging as agent_logging
 
@@ -156,16 +157,9 @@ class TTLCache:
 
 
 def _peer_certificate(request) -> bytes | None:
-    transport = getattr(request, "transport", None)
-    if transport is None:
-        return None
-    sslobj = transport.get_extra_info("ssl_object")
-    if sslobj is None:
-        return None
-    try:
-        return sslobj.getpeercert(binary_form=True)
-    except ValueError:
-        return None
+    """The client's certificate (DER) of a request, as the API server reads it."""
+    peer = peer_certificates(getattr(request, "transport", None))
+    return peer[0] if peer else None
 
 
 class X509Authenticator:

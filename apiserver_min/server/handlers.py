@@ -21,6 +21,7 @@ from ..storage.interface import CompactedError
 from . import codec
 from . import fieldvalidation
 from .admission import UserInfo
+from .managedfields import apply_request, manager_from_user_agent
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .patch import PatchApplyError, PatchError, json_patch, merge_patch
 from .strategicpatch import strategic_merge_patch
@@ -102,8 +103,6 @@ def _field_manager(request: web.Request, required: bool = False) -> str:
     if not fm and required:
         raise st.bad_request("fieldManager is required for apply requests")
     if not fm:
-        from .managedfields import manager_from_user_agent
-
         fm = manager_from_user_agent(request.headers.get("User-Agent", "")) or "unknown"
     return fm
 
@@ -650,8 +649,6 @@ class ResourceHandlers:
         target, dry = wp.target, wp.dry_run
         if ctype == names.MEDIA_APPLY_PATCH:
             # Server-side apply: the merge, field ownership and conflicts live in managedfields.
-            from .managedfields import apply_request
-
             apply_body = await self._read_body(request)
             _, raw, created = await apply_request(
                 self.store, kind, info.namespace, info.name, apply_body, user, manager=wp.field_manager,
