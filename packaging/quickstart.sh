@@ -266,7 +266,7 @@ install_apt_packages() {
 
 source_hash() {  # what the installed copy was built from
     (cd "$repo_root" && find pyproject.toml README.md agent apiserver_min cri -type f \
-        -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 2>/dev/null |
+        -not -path '*/__pycache__/*' -not -name '*.pyc' -not -name '*.so' -print0 2>/dev/null |
         sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
 }
 

@@ -45,6 +45,17 @@ if ! venv_ok && ! find_python >/dev/null; then
     # Debian's python3 creates venvs only with python3-venv (ensurepip).
     wanted+=(python3 python3-venv)
 fi
+# The protobuf decoder's C extension needs a compiler and the interpreter's headers
+# (Debian's python3-dev for Debian's python3; other interpreters ship their own).
+command -v gcc >/dev/null 2>&1 || wanted+=(gcc)
+for candidate in "$venv_python" "$(find_python 2>/dev/null || true)"; do
+    [[ -n "$candidate" && -x "$candidate" ]] || continue
+    include="$("$candidate" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || true)"
+    if [[ -n "$include" && ! -f "$include/Python.h" && "$include" == /usr/include/* ]]; then
+        wanted+=(python3-dev)
+    fi
+    break
+done
 missing=()
 for pkg in "${wanted[@]}"; do
     # No `dpkg -s | grep -q`: grep's early exit makes dpkg die of SIGPIPE, which
@@ -73,7 +84,9 @@ if ! venv_ok; then
     rm -f "$stamp"
 fi
 
-want_hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+# Re-installed when pyproject.toml or the C extension's source changes (the
+# editable install compiles apiserver_min/api/_pbfast.c in place).
+want_hash="$(cat pyproject.toml apiserver_min/api/_pbfast.c | sha256sum | cut -d' ' -f1)"
 have_hash="$(cat "$stamp" 2>/dev/null || true)"
 if [[ "$want_hash" != "$have_hash" ]]; then
     say "installing the project into .venv (pip install -e '.[test]') ..."

@@ -42,6 +42,7 @@ import binascii
 import datetime as _dt
 import functools
 import struct as _struct
+import sys
 from typing import Any, AsyncIterator, Iterator, NamedTuple
 
 import orjson
@@ -775,8 +776,8 @@ def _decode_struct(buf: bytes, pos: int, end: int, plan: _Plan, out: dict) -> No
                     if m is None:
                         out[name] = m = {}
                     # Fast path for the usual entry: 0a <key> 12 <value>, short lengths.
-                    kl = buf[pos + 1]
-                    if buf[pos] == 0x0A and kl < 0x80 and pos + 2 + kl < e and buf[pos + 2 + kl] == 0x12 \
+                    kl = buf[pos + 1] if e - pos >= 4 else 0x80
+                    if kl < 0x80 and buf[pos] == 0x0A and pos + 2 + kl < e and buf[pos + 2 + kl] == 0x12 \
                             and buf[pos + 3 + kl] < 0x80 and pos + 4 + kl + buf[pos + 3 + kl] == e:
                         m[buf[pos + 2:pos + 2 + kl].decode()] = buf[pos + 4 + kl:e].decode()
                     else:
@@ -920,6 +921,8 @@ def decode_message(data: bytes, schema: Struct, into: dict | None = None) -> dic
             return reference_decode_message(buf, schema, out)  # merging into given fields
         saved = dict(out)
     try:
+        if _fast is not None:
+            return _fast.decode(_cplan(plan), buf, out)
         _codegen.decoder(plan)(buf, 0, len(buf), out)
         return out
     except Exception:
@@ -959,6 +962,11 @@ def decode_unknown(data: bytes) -> Unknown:
     if buf[:4] != MAGIC:
         raise ProtobufError(f"the body does not start with the protobuf prefix {MAGIC.hex(' ')} "
                             f"(got {buf[:4].hex(' ') or 'nothing'})")
+    if _fast is not None:
+        try:
+            return Unknown(*_fast.unknown(buf))
+        except Exception:
+            pass  # the code below reports what is wrong
     av = kind = ce = ct = ""
     raw = b""
     pos, end = 4, len(buf)
@@ -1012,6 +1020,23 @@ def decode(data: bytes, schema: Struct | None = None) -> dict:
     The schema is the envelope's kind unless given. Bytes in another content
     encoding or type inside the envelope are refused.
     """
+    if _fast is not None and type(data) is bytes:
+        # The usual case in C: envelope and message; anything unusual falls through
+        # to the code below, which decodes the same bytes again and names any error.
+        try:
+            if schema is None:
+                obj = _fast.decode_object(data, _FAST_KINDS)
+                if obj is not None:
+                    return obj
+            av, kind, raw, ce, ct = _fast.unknown(data)
+            if not ce and not ct and kind:
+                cp = _FAST_KINDS.get((av, kind)) if schema is None else _fast_plan(schema)
+                if cp is None and schema is None:
+                    cp = _fast_kind(av, kind)
+                if cp is not None:
+                    return _fast.decode(cp, raw, {"apiVersion": av, "kind": kind})
+        except Exception:
+            pass
     u = decode_unknown(data)
     if u.content_encoding:
         raise ProtobufError(f"unsupported content encoding {u.content_encoding!r} in the envelope")
@@ -1120,3 +1145,63 @@ async def iter_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, 
 
 # Imported last: the generated codecs are built from the plans and helpers above.
 from . import protobuf_codegen as _codegen  # noqa: E402
+
+
+def _load_fast() -> Any:
+    """The C decoder (``_pbfast.c``) when it was built and agrees with this module's
+    kind and op numbers; None otherwise (or with ``ORCH_PROTOBUF_PURE=1``), and the
+    generated Python decoders are used."""
+    import logging
+    import os
+
+    if os.environ.get("ORCH_PROTOBUF_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from . import _pbfast  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    if _pbfast.KINDS != tuple(range(K_WRAPPED + 1)) or _pbfast.OPS != tuple(range(OP_LIST_FIXED + 1)):
+        logging.getLogger(__name__).warning("protobuf C decoder disagrees with this module's tables; not used")
+        return None
+    _pbfast.init(_decode_ld, _decode_entry, tuple(_ZERO_JSON[k] for k in range(K_WRAPPED + 1)))
+    return _pbfast
+
+
+_fast = _load_fast()
+_CPLANS: dict[int, Any] = {}
+_SCHEMA_PLANS: dict[int, Any] = {}  # id(schema) -> compiled plan or _NO_FAST
+_FAST_KINDS: dict[tuple[str, str], Any] = {}  # (apiVersion, kind) -> compiled plan; declared kinds only
+_NO_FAST = object()
+
+
+def _fast_plan(schema: Struct) -> Any:
+    """The compiled plan of a kind's schema for :func:`decode`'s fast path, or None
+    where the envelope's apiVersion/kind would collide with the struct's own fields."""
+    cp = _SCHEMA_PLANS.get(id(schema))
+    if cp is None:
+        fields = schema.json_fields()
+        cp = _NO_FAST if "apiVersion" in fields or "kind" in fields else _cplan(_plan(schema))
+        _SCHEMA_PLANS[id(schema)] = cp
+    return None if cp is _NO_FAST else cp
+
+
+def _fast_kind(av: str, kind: str) -> Any:
+    schema = schema_of(av, kind)
+    if schema is None:
+        return None  # not remembered: the key comes from the client
+    cp = _FAST_KINDS[(av, kind)] = _fast_plan(schema)
+    return cp
+
+
+def _cplan(plan: _Plan) -> Any:
+    """The plan's decode table compiled for the C decoder (built once per plan;
+    registered before its entries so recursive structs find themselves)."""
+    cp = _CPLANS.get(id(plan))
+    if cp is None:
+        cp = _CPLANS[id(plan)] = _fast.Plan()
+        ents = []
+        for tag, (op, name, kind, sub) in plan.dec.items():
+            csub = _cplan(sub) if isinstance(sub, _Plan) else None
+            ents.append((tag, op, sys.intern(name), kind, sub, csub))
+        cp.set(ents, tuple(plan.numbers))
+    return cp

@@ -2,7 +2,9 @@
 
 JSON is the server's codec (orjson: ``codec.load_json``/``codec.dumps``); protobuf
 is ``apiserver_min.api.protobuf`` (magic + envelope + the Pod message, from the
-schema). The pod is a realistic stored one: defaults applied, a projected
+schema): decoding runs the C decoder (``_pbfast.c``) when it was built, and the
+generated Python decoder (the fallback where no compiler was available) and the
+table-driven reference are printed beside it. The pod is a realistic stored one: defaults applied, a projected
 service-account volume, a probe, status with conditions and a container status.
 
 Run: ``python -m tests.bench.bench_protobuf [--rounds N]``. Prints per-operation
@@ -19,6 +21,7 @@ import time
 import orjson
 
 from apiserver_min.api import protobuf as pb
+from apiserver_min.api import protobuf_codegen as _codegen
 from apiserver_min.server import codec
 
 
@@ -69,6 +72,13 @@ def pod() -> dict:
     }
 
 
+def decode_generated(raw: bytes, schema) -> dict:
+    """The envelope-less message by the generated Python decoder (no C)."""
+    out: dict = {"apiVersion": "v1", "kind": "Pod"}
+    _codegen.decoder(pb._plan(schema))(raw, 0, len(raw), out)
+    return out
+
+
 def per_op(fn, rounds: int) -> float:
     """Best of 5 runs, microseconds per call."""
     best = float("inf")
@@ -78,6 +88,22 @@ def per_op(fn, rounds: int) -> float:
             fn()
         best = min(best, (time.perf_counter() - t0) / rounds)
     return best * 1e6
+
+
+def paired(fa, fb, rounds: int, pairs: int = 15) -> tuple[float, float]:
+    """Best per-call microseconds of ``fa`` and ``fb``, timed in alternating blocks."""
+    best_a = best_b = float("inf")
+    for _ in range(pairs):
+        for fn, which in ((fa, 0), (fb, 1)):
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                fn()
+            us = (time.perf_counter() - t0) / rounds * 1e6
+            if which == 0:
+                best_a = min(best_a, us)
+            else:
+                best_b = min(best_b, us)
+    return best_a, best_b
 
 
 def main() -> int:
@@ -108,21 +134,26 @@ def main() -> int:
         "json decode": per_op(lambda: codec.load_json(j), args.rounds),
         "protobuf encode": per_op(lambda: pb.encode(obj), args.rounds),
         "protobuf decode": per_op(lambda: pb.decode(p), args.rounds),
+        "python decode": per_op(lambda: decode_generated(raw, schema), args.rounds),
         "reference encode": per_op(lambda: pb.reference_encode_message(obj, schema), args.rounds),
         "reference decode": per_op(lambda: pb.reference_decode_message(raw, schema), args.rounds),
         "list100 json enc": per_op(lambda: codec.dumps(lst), lst_rounds),
         "list100 pb enc": per_op(lambda: pb.encode(lst), lst_rounds),
         "list100 ref enc": per_op(lambda: pb.reference_encode_message(lst, lst_schema), lst_rounds),
     }
-    print(f"pod: {len(j)} bytes JSON, {len(p)} bytes protobuf "
-          "(protobuf: generated codec; reference: the table-driven one it falls back to)")
+    print(f"pod: {len(j)} bytes JSON, {len(p)} bytes protobuf; protobuf decode by the "
+          f"{'C decoder' if pb._fast is not None else 'generated Python decoder (C decoder not built)'}, "
+          "encode by the generated Python encoder; reference: the table-driven codec both fall back to")
     for name, us in rows.items():
         print(f"{name:<18} {us:8.1f} us")
     print(f"{'json enc+dec':<18} {rows['json encode'] + rows['json decode']:8.1f} us")
     print(f"{'protobuf enc+dec':<18} {rows['protobuf encode'] + rows['protobuf decode']:8.1f} us")
-    met = rows["protobuf decode"] <= rows["json decode"]
-    print(f"target protobuf decode <= JSON decode: {'met' if met else 'NOT met'} "
-          f"({rows['protobuf decode'] / rows['json decode']:.1f}x)")
+    # The target's two figures again, timed alternately (best of 15 pairs), so a
+    # burst of load on a shared machine cannot fall on one side only.
+    jd, pd = paired(lambda: codec.load_json(j), lambda: pb.decode(p), args.rounds)
+    met = pd <= jd
+    print(f"paired: json decode {jd:.1f} us, protobuf decode {pd:.1f} us")
+    print(f"target protobuf decode <= JSON decode: {'met' if met else 'NOT met'} ({pd / jd:.2f}x)")
     return 0
 
 
