@@ -284,3 +284,9 @@ CONTROLLERS_LEASE_NAME = "orch-controllers"
 # since kubectl and the runtime's streaming server speak them.
 STREAM_PROTOCOL_V5 = "v5.channel.k8s.io"
 STREAM_PROTOCOL_V4 = "v4.channel.k8s.io"
+
+# The field managers (metadata.managedFields) of the API server's bundled controllers'
+# writes: upstream records them under the product name of the writer's user agent,
+# "kube-controller-manager" and "kube-scheduler".
+CONTROLLER_MANAGER_FIELD_MANAGER = "orch-controller-manager"
+SCHEDULER_FIELD_MANAGER = "orch-scheduler"

@@ -217,7 +217,7 @@ class BootstrapControllers:
             try:
                 await self.store.create(self.cm_kind, names.NS_PUBLIC, {
                     "metadata": {"name": names.CLUSTER_INFO_CONFIGMAP}, "data": desired_data(None, content, sigs)},
-                    SYSTEM_USER)
+                    SYSTEM_USER, field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
                 log.info("created %s/%s with %d signature(s)", names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP, len(sigs))
                 return True
             except st.ApiError as exc:
@@ -236,7 +236,8 @@ class BootstrapControllers:
             return cur
 
         try:
-            await self.store.update(self.cm_kind, names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP, compute, SYSTEM_USER)
+            await self.store.update(self.cm_kind, names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP, compute, SYSTEM_USER,
+                                    field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False  # deleted meanwhile: create it on the retry

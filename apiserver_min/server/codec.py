@@ -28,6 +28,11 @@ class DecodeError(ValueError):
     pass
 
 
+# PyYAML composes and constructs recursively; a document nested beyond Python's stack
+# is refused as malformed (upstream's YAML reader has a depth limit of its own).
+TOO_DEEP = "the document is nested too deeply"
+
+
 def encode_for_storage(obj: dict) -> bytes:
     md = dict(obj.get("metadata") or {})
     md.pop("resourceVersion", None)
@@ -64,8 +69,123 @@ def dumps_pretty(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
 
 
+# Alias expansion ("billion laughs"): PyYAML builds an alias as a second reference to
+# the anchored value, so a few hundred bytes of nested aliases decode at once into a
+# tree that is exponentially large once anything walks or encodes it. Upstream's YAML
+# reader (go-yaml) counts every node it decodes, and those it decodes through an alias,
+# and refuses the document when alias-reached nodes dominate beyond a small allowance;
+# the same rule is applied here to the composed document, before anything is built.
+_ALIAS_RATIO_RANGE_LOW = 400_000
+_ALIAS_RATIO_RANGE_HIGH = 4_000_000
+EXCESSIVE_ALIASING = "document contains excessive aliasing"
+
+
+def _allowed_alias_ratio(decoded: int) -> float:
+    """go-yaml's allowance: 99% of the nodes may come from aliases in documents of up to
+    400,000 decoded nodes, falling smoothly to 10% at 4,000,000."""
+    if decoded <= _ALIAS_RATIO_RANGE_LOW:
+        return 0.99
+    if decoded >= _ALIAS_RATIO_RANGE_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * ((decoded - _ALIAS_RATIO_RANGE_LOW) / (_ALIAS_RATIO_RANGE_HIGH - _ALIAS_RATIO_RANGE_LOW))
+
+
+def _children(node: yaml.Node):
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            yield key_node
+            yield value_node
+    elif isinstance(node, yaml.SequenceNode):
+        yield from node.value
+
+
+def check_aliasing(root: yaml.Node) -> None:
+    """Refuse a composed document whose aliases expand too far, or into themselves.
+
+    Counts as go-yaml's decoder does, without expanding anything: every node of the
+    document in order is one decode, and an alias is one more plus every node of
+    what it refers to (each node's expanded size is computed once). The first time
+    a node is met (depth first, keys before values: the order the composer built
+    it) is its anchor; every later meeting is an alias. Raises a ``ComposerError``."""
+    sizes: dict[int, int] = {}  # node -> decodes of one expansion of it (known once walked)
+    active: set[int] = {id(root)}  # nodes being walked: an alias to one is a cycle
+    decoded = 2  # the document and its root
+    aliased = 0
+
+    def excessive() -> bool:
+        return aliased > 100 and decoded > 1000 and aliased / decoded > _allowed_alias_ratio(decoded)
+
+    stack: list[list] = [[root, _children(root), 1]]
+    while stack:
+        frame = stack[-1]
+        child = next(frame[1], None)
+        if child is None:
+            stack.pop()
+            active.discard(id(frame[0]))
+            sizes[id(frame[0])] = frame[2]
+            if stack:
+                stack[-1][2] += frame[2]
+            continue
+        cid = id(child)
+        if cid in active:
+            raise yaml.composer.ComposerError(None, None, "an alias refers to an anchor whose value contains it",
+                                              child.start_mark)
+        expanded = sizes.get(cid)
+        decoded += 1  # the node, or the alias node itself
+        if expanded is not None:  # an alias: all of its value is decoded again
+            # (within an expansion only alias-reached nodes are counted, so the
+            # ratio peaks at its end: one check there stands for one per node)
+            decoded += expanded
+            aliased += expanded
+            frame[2] += 1 + expanded
+            if excessive():
+                raise yaml.composer.ComposerError(None, None, EXCESSIVE_ALIASING, child.start_mark)
+            continue
+        if aliased > 100 and excessive():
+            raise yaml.composer.ComposerError(None, None, EXCESSIVE_ALIASING, child.start_mark)
+        active.add(cid)
+        stack.append([child, _children(child), 1])
+
+
+def _unshare(obj: Any, duplicates: dict[int, tuple[dict, list[str]]] | None) -> tuple[Any, dict | None]:
+    """A tree copy of a document that used aliases: each alias becomes its own copy of
+    the value, as upstream's YAML-to-JSON conversion makes it (a shared dict would let
+    a write to one place, such as the object's metadata, show up in another). The
+    duplicate-key records follow the copies."""
+    new_dups: dict[int, tuple[dict, list[str]]] | None = {} if duplicates is not None else None
+
+    def copy(v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {k: copy(x) for k, x in v.items()}
+            if duplicates:
+                entry = duplicates.get(id(v))
+                if entry is not None and entry[0] is v:
+                    new_dups[id(out)] = (out, entry[1])  # type: ignore[index]
+            return out
+        if isinstance(v, list):
+            return [copy(x) for x in v]
+        return v
+
+    return copy(obj), new_dups
+
+
 class _NoDupLoader(yaml.SafeLoader):
-    """A YAML loader that refuses duplicate mapping keys instead of keeping the last."""
+    """A YAML loader that refuses duplicate mapping keys instead of keeping the last,
+    and documents whose aliases expand too far (:func:`check_aliasing`)."""
+
+    limit_aliases = True  # apply check_aliasing (and un-share the decoded aliases)
+    aliased = False  # the document defined anchors and was checked: its values may be shared
+
+    def compose_document(self) -> yaml.Node:
+        self.get_event()  # DOCUMENT-START
+        node = self.compose_node(None, None)
+        self.get_event()  # DOCUMENT-END
+        anchored = bool(self.anchors)
+        self.anchors = {}
+        if anchored and self.limit_aliases:
+            self.aliased = True
+            check_aliasing(node)
+        return node
 
 
 def _construct_mapping(loader: _NoDupLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -231,9 +351,14 @@ def decode_object_body(body: bytes, content_type: str) -> DecodedBody:
             obj = loader.get_single_data()
         except yaml.YAMLError as exc:
             raise st.bad_request(f"error decoding YAML body: {exc}") from None
+        except RecursionError:
+            raise st.bad_request(f"error decoding YAML body: {TOO_DEEP}") from None
         finally:
             loader.dispose()
-        return DecodedBody(obj, "yaml", body, loader.duplicates)
+        duplicates = loader.duplicates
+        if loader.aliased:
+            obj, duplicates = _unshare(obj, duplicates)
+        return DecodedBody(obj, "yaml", body, duplicates)
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -280,13 +405,26 @@ def load_json(body: bytes) -> Any:
         raise DecodeError(f"error decoding JSON body: {exc}") from None
 
 
-def load_yaml(body: bytes) -> Any:
+def load_yaml(body: bytes, *, limit_aliases: bool = False) -> Any:
+    """YAML as JSON-shaped values, duplicate keys refused. ``limit_aliases``: refuse
+    alias expansion beyond upstream's budget (:func:`check_aliasing`) and give each
+    alias its own copy; request bodies (:func:`decode_body`) always do. Off, aliases
+    stay shared references, for a caller with an expansion budget of its own (the
+    node agent's manifest decoding)."""
     try:
-        return yaml.load(body.decode("utf-8"), Loader=_NoDupLoader)
+        loader = _NoDupLoader(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise DecodeError("error decoding YAML body: not UTF-8") from None
+    loader.limit_aliases = limit_aliases
+    try:
+        obj = loader.get_single_data()
     except yaml.YAMLError as exc:
         raise DecodeError(f"error decoding YAML body: {exc}") from None
+    except RecursionError:
+        raise DecodeError(f"error decoding YAML body: {TOO_DEEP}") from None
+    finally:
+        loader.dispose()
+    return _unshare(obj, None)[0] if loader.aliased else obj
 
 
 def dump_yaml(obj: Any) -> bytes:
@@ -299,7 +437,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
         raise st.bad_request("the request body is empty; an object was expected")
     try:
         if content_type in ("application/yaml", "application/x-yaml", "text/yaml", "application/apply-patch+yaml"):
-            return load_yaml(body)
+            return load_yaml(body, limit_aliases=True)
         return load_json(body)
     except DecodeError as exc:
         raise st.bad_request(str(exc)) from None

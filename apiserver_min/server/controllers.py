@@ -1,7 +1,8 @@
 """Bundled controllers: namespace finalization and garbage collection.
 
 Both are driven by watch-cache events in the same process and write through
-the generic store as the system user, exactly as an outside client would.
+the generic store as the system user, exactly as an outside client would, their
+updates recorded in managedFields as the controller manager's (``FIELD_MANAGER``).
 Work is queued by object key and done by one task per controller; a failed
 item is retried after a short delay.
 """
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("orch-apiserver.controllers")
 
 RETRY_DELAY = 1.0
+# Writes are recorded in managedFields under the controller manager's name (upstream:
+# the user agent's product name, kube-controller-manager); deletes record nothing.
+FIELD_MANAGER = names.CONTROLLER_MANAGER_FIELD_MANAGER
 
 
 class KeyQueue:
@@ -112,7 +116,8 @@ class NamespaceController:
             return obj
 
         try:
-            await self.store.update(self.kind, "", name, drop_finalizer, SYSTEM_USER, subresource="finalize")
+            await self.store.update(self.kind, "", name, drop_finalizer, SYSTEM_USER, subresource="finalize",
+                                    field_manager=FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code != 404:
                 raise
@@ -260,7 +265,8 @@ class GarbageCollector:
                     return obj
 
                 try:
-                    await self.store.update(dkind, de.namespace, de.name, drop_ref, SYSTEM_USER)
+                    await self.store.update(dkind, de.namespace, de.name, drop_ref, SYSTEM_USER,
+                                            field_manager=FIELD_MANAGER)
                 except st.ApiError as exc:
                     if exc.code != 404:
                         raise
@@ -287,7 +293,7 @@ class GarbageCollector:
             return obj
 
         try:
-            await self.store.update(kind, e.namespace, e.name, drop, SYSTEM_USER)
+            await self.store.update(kind, e.namespace, e.name, drop, SYSTEM_USER, field_manager=FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code != 404:
                 raise

@@ -44,7 +44,7 @@ from ..api import status as st
 from ..api.timeutil import format_rfc3339, parse_rfc3339
 from ..auth.authz import AuthzAttributes, Decision
 from .admission import SYSTEM_USER, Attributes, UserInfo
-from .controllers import RETRY_DELAY, KeyQueue
+from .controllers import FIELD_MANAGER, RETRY_DELAY, KeyQueue
 from .store import DeleteOptions, key_prefix
 from .strategy import CsrStrategy, causes
 
@@ -571,7 +571,8 @@ class CsrControllers:
                 "lastUpdateTime": format_rfc3339(_dt.datetime.now(_dt.timezone.utc))})
             return cur
 
-        await self.store.update(self.kind, "", name, compute, SYSTEM_USER, subresource="approval")
+        await self.store.update(self.kind, "", name, compute, SYSTEM_USER, subresource="approval",
+                                field_manager=FIELD_MANAGER)
         log.info("csr %s: approved (%s)", name, message)
         return True
 
@@ -619,7 +620,8 @@ class CsrControllers:
                     "lastUpdateTime": format_rfc3339(_dt.datetime.now(_dt.timezone.utc))})
             return cur
 
-        await self.store.update(self.kind, "", name, compute, SYSTEM_USER, subresource="status")
+        await self.store.update(self.kind, "", name, compute, SYSTEM_USER, subresource="status",
+                                field_manager=FIELD_MANAGER)
 
     # --- cleaner --------------------------------------------------------------------
     async def clean(self, name: str) -> bool:

@@ -39,6 +39,7 @@ from ..api.duration import DurationError, parse_duration_ns
 from ..api.quantity import QuantityError, parse_quantity
 from ..api.schema import List, Map, String, Struct, Type
 from ..api.timeutil import TimestampError, parse_rfc3339_ns
+from ..api.validation import go_quote
 from . import codec
 
 __all__ = [
@@ -50,6 +51,8 @@ __all__ = [
     "validate_object",
     "duplicate_fields",
     "warning_header",
+    "unknown_field",
+    "duplicate_field",
     "go_type_name",
 ]
 
@@ -88,6 +91,18 @@ class WalkReport:
     missing: list[str] = dataclasses.field(default_factory=list)
     keys: int = 0
     string_colons: int = 0
+
+
+def unknown_field(path: str) -> str:
+    """Upstream's strict-decoding text for a field the schema lacks: the path quoted
+    as Go's ``strconv.Quote`` quotes it (quotes, backslashes and non-printable
+    characters escaped), e.g. ``unknown field "spec.foo"``."""
+    return "unknown field " + go_quote(path)
+
+
+def duplicate_field(path: str) -> str:
+    """Upstream's strict-decoding text for a key given twice: ``duplicate field "x"``."""
+    return "duplicate field " + go_quote(path)
 
 
 # --- Go type names (for upstream-shaped messages) --------------------------------------------
@@ -359,7 +374,7 @@ class _Walker:
                 if unknown is None:
                     unknown = []
                 unknown.append(name)
-                report.problems.append(f'unknown field "{prefix}{name}"')
+                report.problems.append(unknown_field(f"{prefix}{name}"))
                 if count:
                     if isinstance(name, str) and ":" in name:
                         report.string_colons += name.count(":")
@@ -406,7 +421,7 @@ class _Walker:
         if entry is not None and entry[0] is d:
             prefix = path + "." if path else ""
             for name in entry[1]:
-                self.report.problems.append(f'duplicate field "{prefix}{name}"')
+                self.report.problems.append(duplicate_field(f"{prefix}{name}"))
 
 
 def _base64_problem(v: str) -> str:
@@ -499,7 +514,7 @@ def _duplicate_paths(slow: "codec.DecodedBody") -> list[str]:
             prefix = path + "." if path else ""
             entry = dups.get(id(x))
             if entry is not None and entry[0] is x:
-                out.extend(f'duplicate field "{prefix}{k}"' for k in entry[1])
+                out.extend(duplicate_field(f"{prefix}{k}") for k in entry[1])
             stack.extend((v, prefix + str(k)) for k, v in reversed(list(x.items())))
         elif isinstance(x, list):
             stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(x))))

@@ -17,16 +17,18 @@ from ..api.kinds import KindInfo
 from ..api.kinds import label_selector_text as kinds_label_selector_text
 from ..api.schema import Struct, schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
+from ..api.validation import FieldError
 from ..storage.interface import CompactedError
 from . import codec
 from . import fieldvalidation
 from .admission import UserInfo
-from .managedfields import apply_request, manager_from_user_agent
+from .managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, manager_from_user_agent
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .patch import PatchApplyError, PatchError, json_patch, merge_patch
 from .strategicpatch import strategic_merge_patch
 from .routing import RequestInfo, require_kind
 from .store import DeleteOptions, ListResult, key_prefix, parse_rv
+from .strategy import causes as strategy_causes
 from .watchcache import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ BODY_TYPES_JSON = ("application/json", "")
 BODY_TYPES_YAML = ("application/yaml", "application/x-yaml", "text/yaml")
 PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
 FIELD_WARNINGS_KEY = "orch.field_warnings"  # request key: field-validation warnings for the response
+# The patch types of the scale sub-resource (server-side apply of a Scale is not served).
+SCALE_PATCH_TYPES = (names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH, names.MEDIA_STRATEGIC_MERGE_PATCH)
 WATCH_LIVENESS_CHECK = 5.0  # seconds between checks that an idle watch's client is still there
 
 
@@ -46,10 +50,10 @@ def _content_type(request: web.Request) -> str:
 
 
 def _header_safe(text: str) -> str:
-    """TEXT with control characters escaped (``\\x01``, ``\\u2028``), as upstream's
-    quoting of field names leaves them: a field name from the body may hold any
-    character, and a raw CR, LF or NUL cannot go into a header (aiohttp refuses
-    to send the response at all)."""
+    """TEXT with control characters escaped (``\\x01``, ``\\u2028``). Field names in
+    warnings are already Go-quoted (``fieldvalidation.unknown_field``), so this only
+    guards against a raw CR, LF or NUL reaching a header some other way (aiohttp
+    refuses to send the response at all)."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() or c == " " else
@@ -96,15 +100,54 @@ def _field_validation(query) -> str:
     return v or "Warn"
 
 
-def _field_manager(request: web.Request, required: bool = False) -> str:
-    fm = request.query.get("fieldManager", "")
-    if len(fm) > 128:
-        raise st.bad_request("fieldManager: Too long: must have at most 128 bytes")
-    if not fm and required:
-        raise st.bad_request("fieldManager is required for apply requests")
+def _field_manager_errors(fm: str) -> list[FieldError]:
+    """Upstream's ValidateFieldManager: at most 128 bytes, printable characters only
+    (each other one named with its byte position, as Go's ``%#U`` names it)."""
+    errs: list[FieldError] = []
+    if len(fm.encode("utf-8", "surrogatepass")) > FIELD_MANAGER_MAX_LENGTH:
+        errs.append(FieldError.too_long("fieldManager", fm, FIELD_MANAGER_MAX_LENGTH))
+    if not fm.isprintable():
+        pos = 0
+        for ch in fm:
+            if not ch.isprintable():
+                errs.append(FieldError.invalid("fieldManager", fm,
+                                               f"invalid character U+{ord(ch):04X} (at position {pos})"))
+            pos += len(ch.encode("utf-8", "surrogatepass"))
+    return errs
+
+
+def _force_param(query) -> bool:
+    """``force`` as upstream's query decoding reads a boolean: absent, ``0`` or
+    ``false`` (any case) is false, anything else (even empty) true."""
+    values = query.getall("force", [])
+    return bool(values) and values[0] != "0" and values[0].lower() != "false"
+
+
+def _write_options(request: web.Request, options_kind: str, patch_type: str | None) -> tuple[str, bool]:
+    """The field manager and ``force`` of a write, checked as upstream's
+    Validate{Create,Update,Patch}Options check them: ``force`` only with an apply
+    patch, a ``fieldManager`` required for one, and at most 128 printable bytes.
+    422 Invalid naming the options kind (``PatchOptions.meta...``) and every problem.
+    An omitted manager is the user agent's product name (upstream managerOrUserAgent)."""
+    q = request.query
+    fm = q.get("fieldManager", "")
+    errs: list[FieldError] = []
+    force = False
+    if options_kind == "PatchOptions":
+        if patch_type != names.MEDIA_APPLY_PATCH:
+            if "force" in q:
+                errs.append(FieldError.forbidden("force", "may not be specified for non-apply patch"))
+        else:
+            if not fm:
+                errs.append(FieldError.required("fieldManager", "is required for apply patch"))
+            force = _force_param(q)
+    if fm:
+        errs += _field_manager_errors(fm)
+    if errs:
+        raise st.invalid(options_kind, "", strategy_causes(errs), names.META_GROUP)
     if not fm:
         fm = manager_from_user_agent(request.headers.get("User-Agent", "")) or "unknown"
-    return fm
+    return fm, force
 
 
 def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelector | None]:
@@ -150,12 +193,16 @@ class WriteParams:
     dry_run: bool
     field_validation: str
     field_manager: str
+    force: bool = False
 
     @classmethod
-    def parse(cls, request: web.Request, *, apply: bool = False) -> "WriteParams":
+    def parse(cls, request: web.Request, options_kind: str = "CreateOptions",
+              patch_type: str | None = None) -> "WriteParams":
+        """``options_kind``: CreateOptions, UpdateOptions or PatchOptions (with the
+        patch's content type), which upstream names in its 422 for bad options."""
         q = request.query
-        return cls(negotiate(request.headers.get("Accept")), _dry_run(q), _field_validation(q),
-                   _field_manager(request, required=apply))
+        manager, force = _write_options(request, options_kind, patch_type)
+        return cls(negotiate(request.headers.get("Accept")), _dry_run(q), _field_validation(q), manager, force)
 
 
 class ResourceHandlers:
@@ -194,8 +241,11 @@ class ResourceHandlers:
         entry each, as upstream sends them (kubectl prints every one)."""
         warnings = request.get(FIELD_WARNINGS_KEY)
         if warnings:
+            sent: set[str] = set()
             for text in warnings:
-                resp.headers.add("Warning", fieldvalidation.warning_header(_header_safe(text)))
+                if text not in sent:  # a repeated warning is sent once, as upstream's recorder does
+                    sent.add(text)
+                    resp.headers.add("Warning", fieldvalidation.warning_header(_header_safe(text)))
         return resp
 
     @staticmethod
@@ -602,7 +652,7 @@ class ResourceHandlers:
 
     async def update(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
                      subresource: str = "") -> web.StreamResponse:
-        wp = WriteParams.parse(request)
+        wp = WriteParams.parse(request, "UpdateOptions")
         target, dry = wp.target, wp.dry_run
         body = await self._decode_object(request, kind)
         self._check_namespace_in_body(kind, info, body)
@@ -645,17 +695,16 @@ class ResourceHandlers:
     async def patch(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
                     subresource: str = "") -> web.StreamResponse:
         ctype = _content_type(request)
-        wp = WriteParams.parse(request, apply=ctype == names.MEDIA_APPLY_PATCH)
-        target, dry = wp.target, wp.dry_run
         if ctype == names.MEDIA_APPLY_PATCH:
             # Server-side apply: the merge, field ownership and conflicts live in managedfields.
             apply_body = await self._read_body(request)
+            wp = WriteParams.parse(request, "PatchOptions", ctype)
             _, raw, created = await apply_request(
                 self.store, kind, info.namespace, info.name, apply_body, user, manager=wp.field_manager,
-                force=_bool_param(request.query, "force"), dry_run=dry, subresource=subresource,
+                force=wp.force, dry_run=wp.dry_run, subresource=subresource,
                 validate=lambda new: self._validated_patch(request, kind, new, wp.field_validation, ctype,
                                                            apply_body))
-            return self._respond_raw(request, raw, 201 if created else 200, target, kind)
+            return self._respond_raw(request, raw, 201 if created else 200, wp.target, kind)
         # Strategic merge patch reads its merge keys from the kind's schema (the same one
         # for the main resource and its status); a kind without one cannot take it.
         smp_schema = None
@@ -672,6 +721,9 @@ class ResourceHandlers:
                 "include: application/json-patch+json, application/merge-patch+json, "
                 "application/strategic-merge-patch+json")
         body = await self._read_body(request)
+        # Options after the media type and the body, as upstream's patch handler orders them.
+        wp = WriteParams.parse(request, "PatchOptions", ctype)
+        target, dry = wp.target, wp.dry_run
         doc = codec.decode_body(body, "application/json")
         if ctype == names.MEDIA_MERGE_PATCH and not isinstance(doc, dict):
             raise st.bad_request("a merge patch must be a JSON object")
@@ -790,20 +842,29 @@ class ResourceHandlers:
             obj = await self.store.get_object(kind, info.namespace, info.name)
             return self._respond_obj(request, self._to_scale(obj), 200, target)
         if info.verb == "update":
-            wp = WriteParams.parse(request)
+            wp = WriteParams.parse(request, "UpdateOptions")
             body = await self._decode_object(request, kind, expect_kind="Scale", expect_api_version="autoscaling/v1")
             to_scale = lambda current: body  # noqa: E731
         elif info.verb == "patch":
             ctype = _content_type(request)
-            wp = WriteParams.parse(request)
-            if ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH):
+            if ctype not in SCALE_PATCH_TYPES:
                 raise st.unsupported_media_type(
-                    f"patches of the scale sub-resource must be {names.MEDIA_MERGE_PATCH} or "
-                    f"{names.MEDIA_JSON_PATCH}, not {ctype or 'none'}")
-            doc = codec.decode_body(await self._read_body(request), "application/json")
+                    f"patches of the scale sub-resource must be {', '.join(SCALE_PATCH_TYPES)}, "
+                    f"not {ctype or 'none'}")
+            body_bytes = await self._read_body(request)
+            wp = WriteParams.parse(request, "PatchOptions", ctype)
+            doc = codec.decode_body(body_bytes, "application/json")
+            if ctype == names.MEDIA_JSON_PATCH:
+                if not isinstance(doc, list):
+                    raise st.bad_request("a json patch must be a JSON array of operations")
+            elif not isinstance(doc, dict):
+                raise st.bad_request(f"a {'strategic ' if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH else ''}"
+                                     "merge patch must be a JSON object")
+            # A strategic merge patch of a Scale merges by the Scale schema (autoscaling/v1).
+            scale_schema = schema_for(names.AUTOSCALING_GROUP, "v1", "Scale")
 
             def to_scale(current: dict) -> dict:
-                return _apply_patch(ctype, current, doc)
+                return _apply_patch(ctype, current, doc, scale_schema)
         else:
             raise st.method_not_allowed()
 

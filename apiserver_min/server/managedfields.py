@@ -4,7 +4,9 @@ Every write records who set which fields. Non-apply writes (create, update,
 merge/JSON/strategic patch) go through :func:`record_update`, called once by the
 generic store after defaulting: the writer's ``Update`` entry gains every field
 the write added or changed, other managers lose those fields and every removed
-one, and managers left owning nothing disappear. Server-side apply
+one, and managers left owning nothing disappear; beyond ten Update entries the
+oldest are merged into one named ``ancient-changes`` (:func:`cap_update_managers`,
+upstream's capManagersManager). Server-side apply
 (:func:`apply`, wired by :func:`apply_request`) merges the applier's partial
 object into the live one by the kind schema, removes what the applier stopped
 applying when nobody else owns it, and refuses to change fields other managers
@@ -35,7 +37,7 @@ import orjson
 from ..api import status as st
 from ..api.kinds import KindInfo
 from ..api.schema import Struct, schema_for
-from ..api.timeutil import format_rfc3339
+from ..api.timeutil import TimestampError, format_rfc3339, parse_rfc3339_ns
 from . import codec
 from . import fieldpath as fp
 
@@ -51,12 +53,20 @@ __all__ = [
     "apply_request",
     "conflict_error",
     "manager_from_user_agent",
+    "cap_update_managers",
+    "manager_identifier",
+    "MAX_UPDATE_MANAGERS",
+    "ANCIENT_CHANGES",
 ]
 
 APPLY = "Apply"
 UPDATE = "Update"
 FIELDS_TYPE = "FieldsV1"
 FIELD_MANAGER_MAX_LENGTH = 128
+# Upstream's cap on Update entries (DefaultMaxUpdateManagers) and the name of the
+# entry the oldest ones are merged into (capmanagers.go).
+MAX_UPDATE_MANAGERS = 10
+ANCIENT_CHANGES = "ancient-changes"
 
 # Never owned: upstream's stripped metadata.
 _STRIPPED_TOP = ("f:apiVersion", "f:kind")
@@ -181,6 +191,80 @@ def encode_entries(entries: list[ManagerEntry]) -> list[dict]:
     return [e.encode() for e in sorted(entries, key=_sort_key) if e.fields]
 
 
+_GO_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b",
+                    "\f": "\\f", "<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                    "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _go_json(text: str) -> str:
+    """TEXT as Go's encoding/json writes a string (HTML characters escaped)."""
+    return '"' + "".join(_GO_JSON_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if c < " " else c) for c in text) + '"'
+
+
+def manager_identifier(e: ManagerEntry) -> str:
+    """Upstream's BuildManagerIdentifier: the entry without time and fields, as Go
+    encodes it to JSON (an Apply entry without its apiVersion). Ties in the age
+    order of the Update cap are broken by it."""
+    parts = []
+    for key, value in (("manager", e.manager), ("operation", e.operation),
+                       ("apiVersion", "" if e.operation == APPLY else e.api_version),
+                       ("subresource", e.subresource)):
+        if value:  # omitempty
+            parts.append(f'"{key}":{_go_json(value)}')
+    return "{" + ",".join(parts) + "}"
+
+
+def _unix_seconds(stamp: str | None) -> int:
+    if not stamp:
+        return 0
+    try:
+        return parse_rfc3339_ns(stamp) // 1_000_000_000
+    except (TimestampError, ValueError):
+        return 0
+
+
+def cap_update_managers(entries: list[ManagerEntry], limit: int = MAX_UPDATE_MANAGERS) -> list[ManagerEntry]:
+    """Upstream's capManagersManager after every Update: while more than ``limit``
+    Update entries own something, the oldest (by the second of their time, then by
+    identifier) are merged, per apiVersion, into one Update entry named
+    ``ancient-changes`` without a subresource. The first (oldest) entry of a version
+    is kept as it is until a second one of that version is merged: then it becomes
+    the bucket, unless an ``ancient-changes`` entry of that version exists already.
+    The bucket takes the time of the last entry merged into it. Apply entries are
+    never merged or counted. Returns the entries left (the bucket is modified in place).
+
+    One deliberate difference: where upstream meets an existing bucket later in the
+    age order than another entry of its version, it merges the bucket into itself
+    and then deletes it, losing its fields; here the bucket is left as it is."""
+    updaters = [e for e in entries if e.operation == UPDATE and e.fields]
+    if len(updaters) <= limit:
+        return entries
+    updaters.sort(key=lambda e: (_unix_seconds(e.time), manager_identifier(e)))
+    buckets = {e.api_version: e for e in updaters if e.manager == ANCIENT_CHANGES and not e.subresource}
+    first_of_version: dict[str, ManagerEntry] = {}
+    merged: set[int] = set()
+    length = len(updaters)
+    for e in updaters:
+        if length <= limit:
+            break
+        version = e.api_version
+        first = first_of_version.get(version)
+        if first is None:
+            first_of_version[version] = e
+            continue
+        bucket = buckets.get(version)
+        if bucket is None:  # the version's first entry becomes its bucket
+            first.manager, first.subresource = ANCIENT_CHANGES, ""
+            bucket = buckets[version] = first
+        if e is bucket:
+            continue
+        bucket.fields = fp.union(e.fields, bucket.fields)
+        bucket.time = e.time
+        merged.add(id(e))
+        length -= 1
+    return [e for e in entries if id(e) not in merged]
+
+
 def _store_entries(obj: dict, entries: list[ManagerEntry]) -> None:
     md = obj.setdefault("metadata", {})
     encoded = encode_entries(entries)
@@ -299,7 +383,7 @@ def record_update(kind: KindInfo, old: dict | None, new: dict, manager: str, sub
     if changed:
         mine.fields = fp.union(mine.fields, changed)
         mine.time = _timestamp()
-    _store_entries(new, entries)
+    _store_entries(new, cap_update_managers(entries))
 
 
 def _record_create(kind: KindInfo, md: dict, new: dict, schema: Struct | None, manager: str,

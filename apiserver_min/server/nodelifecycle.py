@@ -43,7 +43,7 @@ from ..api import names
 from ..api import status as st
 from ..api.timeutil import format_rfc3339, now as utc_now, parse_rfc3339, parse_rfc3339_ns
 from .admission import SYSTEM_USER
-from .controllers import KeyQueue
+from .controllers import FIELD_MANAGER, KeyQueue
 from .scheduler import (EventRecorder, get_condition, is_mirror_pod, object_reference, set_pod_condition,
                         taints_of, tolerates, tolerations_of)
 from .store import DeleteOptions, key_prefix
@@ -208,8 +208,8 @@ class NodeLifecycleController:
         self.noexecute: dict[str, tuple[tuple[str, str], ...]] = {}
         self.evictions: dict[str, ScheduledEviction] = {}
         self.queue = KeyQueue()
-        self.node_events = EventRecorder(server, "node-controller")
-        self.taint_events = EventRecorder(server, "taint-controller")
+        self.node_events = EventRecorder(server, "node-controller", field_manager=FIELD_MANAGER)
+        self.taint_events = EventRecorder(server, "taint-controller", field_manager=FIELD_MANAGER)
         self._background: set[asyncio.Task] = set()
 
     # --- cache events ---------------------------------------------------------------
@@ -435,7 +435,8 @@ class NodeLifecycleController:
                 return old
 
             try:
-                await self.store.update(self.nodes_kind, "", name, compute, SYSTEM_USER, subresource="status")
+                await self.store.update(self.nodes_kind, "", name, compute, SYSTEM_USER, subresource="status",
+                                        field_manager=FIELD_MANAGER)
                 log.info("node %s: no heartbeat for %.0fs; its conditions are now Unknown", name,
                          time.monotonic() - self.health[name].probe if name in self.health else 0)
             except st.ApiError as exc:
@@ -485,7 +486,8 @@ class NodeLifecycleController:
             return old
 
         try:
-            obj, _, _ = await self.store.update(self.nodes_kind, "", name, compute, SYSTEM_USER)
+            obj, _, _ = await self.store.update(self.nodes_kind, "", name, compute, SYSTEM_USER,
+                                                field_manager=FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code == 404:
                 return
@@ -520,7 +522,7 @@ class NodeLifecycleController:
 
             try:
                 await self.store.update(self.pods_kind, pe.namespace, pe.name, compute, SYSTEM_USER,
-                                        subresource="status")
+                                        subresource="status", field_manager=FIELD_MANAGER)
             except st.ApiError as exc:
                 if exc.code in (404, 409):
                     continue
@@ -561,7 +563,7 @@ class NodeLifecycleController:
                                        f"Marking for deletion Pod {e.namespace}/{e.name}")
         try:
             await self.store.update(self.pods_kind, e.namespace, e.name, add_condition, SYSTEM_USER,
-                                    subresource="status")
+                                    subresource="status", field_manager=FIELD_MANAGER)
             await self.store.delete(self.pods_kind, e.namespace, e.name, DeleteOptions(preconditions_uid=uid),
                                     SYSTEM_USER)
         except st.ApiError as exc:

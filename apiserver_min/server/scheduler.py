@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("orch-apiserver.scheduler")
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
+# The scheduler's writes (pod status, events) in managedFields: upstream's user agent
+# product name, kube-scheduler. A binding records nothing, as upstream's binding
+# sub-resource writes storage directly.
+FIELD_MANAGER = names.SCHEDULER_FIELD_MANAGER
 RETRY_INTERVAL = 30.0
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 10.0
@@ -532,9 +536,10 @@ class EventRecorder:
     SIMILAR_WINDOW = 600.0
     MAX_REMEMBERED = 4096
 
-    def __init__(self, server: "ApiServer", component: str):
+    def __init__(self, server: "ApiServer", component: str, *, field_manager: str):
         self.server = server
         self.component = component
+        self.field_manager = field_manager  # whose writes they are in managedFields
         self.instance = f"{component}-{socket.gethostname()}"
         self.kind = server.registry.by_resource("", "v1", "events")
         self._seen: collections.OrderedDict = collections.OrderedDict()
@@ -558,7 +563,7 @@ class EventRecorder:
                    "count": 1, "reportingComponent": self.component, "reportingInstance": self.instance}
             if action:
                 obj["action"] = action
-            await self.server.store.create(self.kind, namespace, obj, SYSTEM_USER)
+            await self.server.store.create(self.kind, namespace, obj, SYSTEM_USER, field_manager=self.field_manager)
             self._seen[key] = (name, time.monotonic())
             while len(self._seen) > self.MAX_REMEMBERED:
                 self._seen.popitem(last=False)
@@ -574,7 +579,8 @@ class EventRecorder:
             return old
 
         try:
-            await self.server.store.update(self.kind, namespace, name, compute, SYSTEM_USER)
+            await self.server.store.update(self.kind, namespace, name, compute, SYSTEM_USER,
+                                           field_manager=self.field_manager)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False
@@ -653,7 +659,7 @@ class Scheduler:
         self.node_prefix = key_prefix(self.nodes_kind)
         self.retry_interval = retry_interval
         self.rng = rng or random.Random()
-        self.events = EventRecorder(server, DEFAULT_SCHEDULER_NAME)
+        self.events = EventRecorder(server, DEFAULT_SCHEDULER_NAME, field_manager=FIELD_MANAGER)
         self.nodes: dict[str, NodeState] = {}
         self._node_sig: dict[str, Any] = {}
         self.bound: dict[str, str] = {}  # pod key -> node, for pods counted on a node
@@ -891,7 +897,8 @@ class Scheduler:
             return old
 
         try:
-            await self.server.store.update(self.pods_kind, ns, name, compute, SYSTEM_USER, subresource="status")
+            await self.server.store.update(self.pods_kind, ns, name, compute, SYSTEM_USER, subresource="status",
+                                           field_manager=FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code not in (404, 409):
                 log.warning("pod %s/%s: cannot set PodScheduled: %s", ns, name, exc.message)

@@ -272,10 +272,10 @@ def test_strategic_merge_and_apply_patch(apiserver, sq_ns, ctype, query, body):
     status, doc = apiserver.json("PATCH", cm_path(sq_ns, "smp") + query, body, headers={"Content-Type": ctype})
     assert status == 200, doc
     assert doc["data"]["a"] == "1"
-    # Apply needs a field manager (400 naming it).
+    # Apply needs a field manager (422 naming it, as upstream's PatchOptions validation).
     if "apply" in ctype:
         status, doc = apiserver.json("PATCH", cm_path(sq_ns, "smp"), body, headers={"Content-Type": ctype})
-        assert status == 400 and "fieldManager" in doc["message"], doc
+        assert status == 422 and "fieldManager" in doc["message"], doc
 
 
 def test_unknown_patch_type_is_415(apiserver, sq_ns):

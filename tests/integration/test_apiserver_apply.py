@@ -200,7 +200,7 @@ def test_managed_fields_reset_by_merge_patch_and_json_patch(apiserver, ns):
 def test_create_through_apply_dry_run_and_request_checks(apiserver, ns):
     name = uniq("cm")
     status, doc = apiserver.json("PATCH", cm_path(ns, name), json.dumps(configmap(name, {"a": "1"})), APPLY)
-    assert status == 400 and "fieldManager" in doc["message"]
+    assert status == 422 and "fieldManager" in doc["message"]
     dry = apply(apiserver, cm_path(ns, name), configmap(name, {"a": "1"}), "alice", expect=201, dryRun="All")
     assert dry["data"] == {"a": "1"}
     apiserver.json("GET", cm_path(ns, name), expect=404)
