@@ -290,3 +290,6 @@ STREAM_PROTOCOL_V4 = "v4.channel.k8s.io"
 # "kube-controller-manager" and "kube-scheduler".
 CONTROLLER_MANAGER_FIELD_MANAGER = "orch-controller-manager"
 SCHEDULER_FIELD_MANAGER = "orch-scheduler"
+# The field manager of the API server's own writes (the default RBAC policy, the initial
+# namespaces): upstream records them under its user agent's product name, "kube-apiserver".
+APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from ..server.app import ApiServer
 
 log = logging.getLogger("orch-apiserver.rbac-policy")
+# managedFields managers of the writes here (upstream: the writers' user agents): the default
+# policy is reconciled by the API server itself, roles are aggregated by the controller manager.
+FIELD_MANAGER = names.APISERVER_FIELD_MANAGER
+AGGREGATOR_FIELD_MANAGER = names.CONTROLLER_MANAGER_FIELD_MANAGER
 
 READ = ("get", "list", "watch")
 WRITE = ("create", "delete", "deletecollection", "patch", "update")
@@ -417,7 +421,7 @@ async def _reconcile_one(server: "ApiServer", resource: str, expected: dict) -> 
         if exc.code != 404:
             raise
         try:
-            await store.create(kind, ns, copy.deepcopy(expected), SYSTEM_USER)
+            await store.create(kind, ns, copy.deepcopy(expected), SYSTEM_USER, field_manager=FIELD_MANAGER)
         except st.ApiError as exc2:
             if exc2.code != 409:
                 raise
@@ -432,7 +436,7 @@ async def _reconcile_one(server: "ApiServer", resource: str, expected: dict) -> 
         new["subjects"] = list(current.get("subjects") or [])
         reconcile_binding(new, expected)
         await store.delete(kind, ns, name, DeleteOptions(), SYSTEM_USER)
-        await store.create(kind, ns, new, SYSTEM_USER)
+        await store.create(kind, ns, new, SYSTEM_USER, field_manager=FIELD_MANAGER)
         return "recreated"
     probe = copy.deepcopy(current)
     if not (reconcile_binding(probe, expected) if is_binding else reconcile_role(probe, expected)):
@@ -447,7 +451,7 @@ async def _reconcile_one(server: "ApiServer", resource: str, expected: dict) -> 
             reconcile_role(old, expected)
         return old
 
-    await store.update(kind, ns, name, compute, SYSTEM_USER)
+    await store.update(kind, ns, name, compute, SYSTEM_USER, field_manager=FIELD_MANAGER)
     return "updated"
 
 
@@ -534,7 +538,8 @@ class ClusterRoleAggregator:
             return old
 
         try:
-            await self.server.store.update(self.kind, "", name, compute, SYSTEM_USER)
+            await self.server.store.update(self.kind, "", name, compute, SYSTEM_USER,
+                                           field_manager=AGGREGATOR_FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False

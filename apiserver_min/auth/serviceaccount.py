@@ -781,7 +781,8 @@ class ServiceAccountsController:
             return current
 
         try:
-            await self.store.update(self.cm_kind, ns, names.ROOT_CA_CONFIGMAP, fix, SYSTEM_USER)
+            await self.store.update(self.cm_kind, ns, names.ROOT_CA_CONFIGMAP, fix, SYSTEM_USER,
+                                    field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code not in (403, 404):
                 raise
@@ -791,7 +792,7 @@ class ServiceAccountsController:
         if cached is not None:
             return
         try:
-            await self.store.create(kind, ns, obj, SYSTEM_USER)
+            await self.store.create(kind, ns, obj, SYSTEM_USER, field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
             log.info("created %s %s/%s", kind.kind, ns, obj["metadata"]["name"])
         except st.ApiError as exc:
             # 409: already there (the cache lagged); 403/404: the namespace is going away.

@@ -192,7 +192,8 @@ class ApiServer:
         kind = self.registry.by_resource("", "v1", "namespaces")
         for ns in names.INITIAL_NAMESPACES:
             try:
-                await self.store.create(kind, "", {"metadata": {"name": ns}}, SYSTEM_USER)
+                await self.store.create(kind, "", {"metadata": {"name": ns}}, SYSTEM_USER,
+                                        field_manager=names.APISERVER_FIELD_MANAGER)
                 log.info("created namespace %s", ns)
             except st.ApiError as exc:
                 if exc.code != 409:

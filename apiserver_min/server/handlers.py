@@ -17,7 +17,7 @@ from ..api.kinds import KindInfo
 from ..api.kinds import label_selector_text as kinds_label_selector_text
 from ..api.schema import Struct, schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
-from ..api.validation import FieldError
+from ..api.validation import FieldError, go_quote
 from ..storage.interface import CompactedError
 from . import codec
 from . import fieldvalidation
@@ -84,20 +84,65 @@ def _int_param(query, name: str, default: int = 0) -> int:
     return n
 
 
-def _dry_run(query) -> bool:
+# The values upstream's ValidateDryRun and ValidateFieldValidation accept (sorted, as
+# their "supported values" lists them); an empty fieldValidation is the default, Warn.
+DRY_RUN_VALUES = ("All",)
+FIELD_VALIDATION_VALUES = ("", "Ignore", "Strict", "Warn")
+
+
+@dataclasses.dataclass(frozen=True)
+class _DryRunNotSupported(FieldError):
+    """ValidateDryRun's error: its bad value is the whole ``[]string`` (``value``: a
+    tuple), which upstream's ``field.Error`` prints as Go's ``%#v`` does
+    (``[]string{"x", ""}``)."""
+
+    def body(self) -> str:
+        shown = "[]string{" + ", ".join(go_quote(v) for v in self.value) + "}"
+        return f"Unsupported value: {shown}: {self.detail}"
+
+
+def _dry_run_errors(query) -> list[FieldError]:
+    """Upstream's ValidateDryRun: every ``dryRun`` value (an empty one too) must be
+    ``All``; one Unsupported value naming them all."""
     values = query.getall("dryRun", [])
-    values = [v for v in values if v != ""]
-    for v in values:
-        if v != "All":
-            raise st.bad_request(f"Invalid dry run value {v!r}: the only supported value is \"All\"")
-    return bool(values)
+    if all(v in DRY_RUN_VALUES for v in values):
+        return []
+    return [_DryRunNotSupported.not_supported("dryRun", tuple(values), DRY_RUN_VALUES)]
 
 
-def _field_validation(query) -> str:
+def _field_validation_errors(query) -> list[FieldError]:
+    """Upstream's ValidateFieldValidation: ``fieldValidation`` (its first value, as
+    the query decoding reads it) is empty, Ignore, Warn or Strict."""
     v = query.get("fieldValidation", "")
-    if v not in ("", "Ignore", "Warn", "Strict"):
-        raise st.bad_request(f"invalid fieldValidation {v!r}: must be Ignore, Warn or Strict")
-    return v or "Warn"
+    if v in FIELD_VALIDATION_VALUES:
+        return []
+    return [FieldError.not_supported("fieldValidation", v, FIELD_VALIDATION_VALUES)]
+
+
+def _dry_run(query, options_kind: str) -> bool:
+    """Whether ``dryRun=All`` was asked for; any other value is upstream's 422
+    Invalid naming ``options_kind`` (CreateOptions, UpdateOptions, PatchOptions or
+    DeleteOptions)."""
+    if "dryRun" not in query:
+        return False
+    errs = _dry_run_errors(query)
+    if errs:
+        raise st.invalid(options_kind, "", strategy_causes(errs), names.META_GROUP)
+    return True
+
+
+def _field_validation(query, options_kind: str = "CreateOptions") -> str:
+    """The field-validation level (Warn when unset); an unknown one is upstream's
+    422 Invalid naming ``options_kind``. Writes check it with their other options
+    first (:func:`_write_options`); the default kind is for creates that only
+    decode a body (reviews, bindings, evictions)."""
+    v = query.get("fieldValidation", "")
+    if v in ("Ignore", "Strict", "Warn"):
+        return v
+    errs = _field_validation_errors(query)
+    if errs:
+        raise st.invalid(options_kind, "", strategy_causes(errs), names.META_GROUP)
+    return "Warn"
 
 
 def _field_manager_errors(fm: str) -> list[FieldError]:
@@ -143,6 +188,7 @@ def _write_options(request: web.Request, options_kind: str, patch_type: str | No
             force = _force_param(q)
     if fm:
         errs += _field_manager_errors(fm)
+    errs += _dry_run_errors(q) + _field_validation_errors(q)
     if errs:
         raise st.invalid(options_kind, "", strategy_causes(errs), names.META_GROUP)
     if not fm:
@@ -202,7 +248,8 @@ class WriteParams:
         patch's content type), which upstream names in its 422 for bad options."""
         q = request.query
         manager, force = _write_options(request, options_kind, patch_type)
-        return cls(negotiate(request.headers.get("Accept")), _dry_run(q), _field_validation(q), manager, force)
+        return cls(negotiate(request.headers.get("Accept")), _dry_run(q, options_kind),
+                   _field_validation(q, options_kind), manager, force)
 
 
 class ResourceHandlers:
@@ -662,7 +709,7 @@ class ResourceHandlers:
                                  f"({info.name})")
         md["name"] = info.name
         if subresource == "finalize":
-            return await self._finalize(request, info, kind, user, body, dry, target)
+            return await self._finalize(request, info, kind, user, body, dry, target, wp.field_manager)
         allow_create = kind.create_on_update and not subresource
 
         def compute(old: dict) -> dict:
@@ -678,7 +725,9 @@ class ResourceHandlers:
             create_on_missing=allow_create, on_missing=on_missing, field_manager=wp.field_manager)
         return self._respond_raw(request, raw, 201 if created else 200, target, kind)
 
-    async def _finalize(self, request, info, kind, user, body, dry, target) -> web.StreamResponse:
+    async def _finalize(self, request, info, kind, user, body, dry, target, manager: str) -> web.StreamResponse:
+        """PUT namespaces/<name>/finalize: sets spec.finalizers only, recorded in
+        managedFields as ``manager``'s Update of the finalize sub-resource (as upstream)."""
         fins = (body.get("spec") or {}).get("finalizers") or []
         if not isinstance(fins, list) or not all(isinstance(f, str) for f in fins):
             raise st.bad_request("spec.finalizers must be a list of strings")
@@ -689,7 +738,7 @@ class ResourceHandlers:
 
         # Finalize bypasses the namespace strategy, which otherwise keeps spec.finalizers.
         obj, raw, _ = await self.store.update(kind, "", info.name, compute, user, subresource="finalize",
-                                              dry_run=dry)
+                                              dry_run=dry, field_manager=manager)
         return self._respond_raw(request, raw, 200, target, kind)
 
     async def patch(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
@@ -752,7 +801,7 @@ class ResourceHandlers:
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
         q = request.query
-        opts = DeleteOptions(dry_run=_dry_run(q))
+        opts = DeleteOptions(dry_run=_dry_run(q, "DeleteOptions"))
         body = await self._read_body(request) if request.can_read_body else b""
         if body.strip():
             ctype = _content_type(request)
@@ -904,12 +953,13 @@ class ResourceHandlers:
 
         # One binding write for this sub-resource and the bundled scheduler.
         await bind_pod(self.server, info.namespace, info.name, node, user,
-                       uid=(body.get("metadata") or {}).get("uid") or None, dry_run=_dry_run(request.query))
+                       uid=(body.get("metadata") or {}).get("uid") or None,
+                       dry_run=_dry_run(request.query, "CreateOptions"))
         return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)
 
     async def evict_pod(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
         body = await self._decode_object(request, kind, expect_kind="Eviction", expect_api_version="policy/v1")
-        opts = DeleteOptions(dry_run=_dry_run(request.query))
+        opts = DeleteOptions(dry_run=_dry_run(request.query, "CreateOptions"))
         dopts = body.get("deleteOptions") or {}
         if isinstance(dopts, dict):
             if isinstance(dopts.get("gracePeriodSeconds"), int):

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from .app import ApiServer
 
 log = logging.getLogger("orch-apiserver.leaderelection")
+# The Lease writes are the controller manager's (upstream: kube-controller-manager's own
+# leader election), recorded so in managedFields.
+FIELD_MANAGER = names.CONTROLLER_MANAGER_FIELD_MANAGER
 
 
 class _NotAcquirable(Exception):
@@ -169,7 +172,8 @@ class LeaderElector:
 
         try:
             obj, _, _ = await store.update(self.kind, self.namespace, self.name, compute, SYSTEM_USER,
-                                           create_on_missing=True, on_missing=create)
+                                           create_on_missing=True, on_missing=create,
+                                           field_manager=FIELD_MANAGER)
         except _NotAcquirable:
             return False
         except st.ApiError as exc:
@@ -200,7 +204,7 @@ class LeaderElector:
 
         try:
             await asyncio.wait_for(self.server.store.update(self.kind, self.namespace, self.name, compute,
-                                                            SYSTEM_USER), 5)
+                                                            SYSTEM_USER, field_manager=FIELD_MANAGER), 5)
             log.info("released the lease %s/%s", self.namespace, self.name)
         except (_NotAcquirable, asyncio.TimeoutError, st.ApiError):
             pass

@@ -662,8 +662,9 @@ def test_dry_run_stores_nothing(server, ns):
     assert got["metadata"]["resourceVersion"] == rv
 
     status, doc = server.json("POST", cm_path(ns) + "?dryRun=Some", {"metadata": {"name": "dry2"}})
-    assert status == 400
-    assert_status(doc, 400, "BadRequest")
+    assert status == 422
+    assert_status(doc, 422, "Invalid")
+    assert "dryRun: Unsupported value" in doc["message"]
 
 
 def test_dry_run_delete_of_namespace_and_pod(apiserver, sq_ns):

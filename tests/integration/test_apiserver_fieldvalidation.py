@@ -114,9 +114,10 @@ def test_ignore_drops_unknown_fields_silently(apiserver, ns):
     assert "bogus" not in get(apiserver, cm_path(ns, "ignored"))
 
 
-def test_invalid_level_is_400(apiserver, ns):
+def test_invalid_level_is_422(apiserver, ns):
     status, _, doc = send(apiserver, "POST", cm_path(ns) + "?fieldValidation=Loud", cm("lvl"))
-    assert_bad_request(status, doc, "fieldValidation")
+    assert status == 422, doc
+    assert doc["reason"] == "Invalid" and "fieldValidation: Unsupported value" in doc["message"], doc
 
 
 @pytest.mark.parametrize("level", ["Ignore", "Warn", "Strict"])
