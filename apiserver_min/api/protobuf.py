@@ -530,6 +530,8 @@ def encode_message(obj: dict, schema: Struct) -> bytes:
         raise ProtobufError(f"expected an object, got {type(obj).__name__}")
     plan = _plan(schema)
     try:
+        if _fast is not None:
+            return _fast.encode(_cplan(plan), obj)
         return _codegen.encoder(plan)(obj)
     except Exception:
         return _encode_struct(plan, obj)
@@ -582,7 +584,11 @@ def encode_list(api_version: str, list_kind: str, metadata: dict, items: Iterato
     md = encode_message(metadata, LIST_META)
     parts += [uvarint(len(md)), md]
     plan = _plan(item_schema)
-    fast = _codegen.encoder(plan)
+    if _fast is not None:
+        cp, c_encode = _cplan(plan), _fast.encode
+        fast = lambda item: c_encode(cp, item)  # noqa: E731
+    else:
+        fast = _codegen.encoder(plan)
     for i, item in enumerate(items):
         try:
             b = fast(item)
@@ -1148,7 +1154,7 @@ from . import protobuf_codegen as _codegen  # noqa: E402
 
 
 def _load_fast() -> Any:
-    """The C decoder (``_pbfast.c``) when it was built and agrees with this module's
+    """The C codec (``_pbfast.c``) when it was built and agrees with this module's
     kind and op numbers; None otherwise (or with ``ORCH_PROTOBUF_PURE=1``), and the
     generated Python decoders are used."""
     import logging
@@ -1163,7 +1169,8 @@ def _load_fast() -> Any:
     if _pbfast.KINDS != tuple(range(K_WRAPPED + 1)) or _pbfast.OPS != tuple(range(OP_LIST_FIXED + 1)):
         logging.getLogger(__name__).warning("protobuf C decoder disagrees with this module's tables; not used")
         return None
-    _pbfast.init(_decode_ld, _decode_entry, tuple(_ZERO_JSON[k] for k in range(K_WRAPPED + 1)))
+    _pbfast.init(_decode_ld, _decode_entry, tuple(_ZERO_JSON[k] for k in range(K_WRAPPED + 1)), _payload,
+                 _time_seconds_nanos)
     return _pbfast
 
 
@@ -1194,7 +1201,7 @@ def _fast_kind(av: str, kind: str) -> Any:
 
 
 def _cplan(plan: _Plan) -> Any:
-    """The plan's decode table compiled for the C decoder (built once per plan;
+    """The plan's decode table and encode list compiled for the C codec (built once per plan;
     registered before its entries so recursive structs find themselves)."""
     cp = _CPLANS.get(id(plan))
     if cp is None:
@@ -1204,4 +1211,12 @@ def _cplan(plan: _Plan) -> Any:
             csub = _cplan(sub) if isinstance(sub, _Plan) else None
             ents.append((tag, op, sys.intern(name), kind, sub, csub))
         cp.set(ents, tuple(plan.numbers))
+        encs = []
+        for name, mode, kind, sub, tag, absent in plan.enc:
+            if absent is True:
+                empty = _empty_bytes(sub)
+                absent = tag + uvarint(len(empty)) + empty
+            csub = _cplan(sub) if isinstance(sub, _Plan) else None
+            encs.append((sys.intern(name or ""), mode, kind, sub, tag, absent, csub))
+        cp.set_enc(encs)
     return cp
