@@ -1639,7 +1639,7 @@ def _container_updates(new: list, old: list, path: str) -> tuple[Errs, bool]:
 
 def _only_added_tolerations(new: list, old: list, path: str) -> Errs:
     for o in old:
-        if not isinstance(o, dict):
+        if not isinstance(o, dict) or o in new:  # kept as it was: the usual case, no normalising
             continue
         found = False
         for n in new:
@@ -1699,7 +1699,7 @@ def validate_pod_update(new: dict, old: dict, *, include_metadata: bool = True) 
     if isinstance(ntol, list) and isinstance(otol, list):
         errs += _only_added_tolerations(ntol, otol, "spec.tolerations")
 
-    if _semantic(nspec) == _semantic(ospec):
+    if nspec == ospec or _semantic(nspec) == _semantic(ospec):  # the first: a metadata-only update, cheaply
         return errs
 
     munged = copy.deepcopy(nspec)

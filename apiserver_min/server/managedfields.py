@@ -450,7 +450,7 @@ def apply(kind: KindInfo, live: dict | None, config: dict, manager: str, *, forc
         others = [e for e in entries if e is not mine]
         # Only what the applier stopped applying can go; re-applying the same fields
         # (the common case) prunes nothing.
-        dropped = fp.difference(last, applied) if last else {}
+        dropped = fp.difference(last, applied) if last and last != applied else {}
         if dropped:
             owned: dict = applied
             for e in others:

@@ -130,7 +130,11 @@ class Strategy:
         return self.validate_metadata(obj)
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
-        errs = self.validate(new)
+        return self.validate(new) + self._finalizer_update_errors(new, old)
+
+    @staticmethod
+    def _finalizer_update_errors(new: dict, old: dict) -> list[v.FieldError]:
+        errs: list[v.FieldError] = []
         omd, md = old["metadata"], new["metadata"]
         if omd.get("deletionTimestamp"):
             added = set(md.get("finalizers") or []) - set(omd.get("finalizers") or [])
@@ -251,16 +255,15 @@ class PodStrategy(Strategy):
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
         """Update: generic metadata rules plus upstream's ValidatePodUpdate.
 
-        The base rules call ``self.validate(new)``, which carries the
-        create-only pod rules (e.g. no ephemeral containers); those are taken
-        out again. Writes that change status (the status sub-resource, and
+        The base rules' ``self.validate(new)`` would carry the create-only pod
+        rules (e.g. no ephemeral containers), so only the metadata and
+        finalizer rules are taken from them. Writes that change status (the status sub-resource, and
         binding, which also sets spec.nodeName) are internal writes that
         upstream does not run through ValidatePodUpdate: ``prepare_for_update``
         copies the old status into every main-resource update, so a status
         difference marks exactly those writes.
         """
-        create_only = podvalidation.validate_pod(new, include_metadata=False)
-        errs = [e for e in super().validate_update(new, old) if e not in create_only]
+        errs = self.validate_metadata(new) + self._finalizer_update_errors(new, old)
         if new.get("status") != old.get("status"):
             return errs
         return errs + podvalidation.validate_pod_update(new, old, include_metadata=False)

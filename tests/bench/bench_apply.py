@@ -1,6 +1,6 @@
 """Server-side apply figures (not a test):
 
-    .venv/bin/python tests/bench/bench_apply.py [--seconds S] [--clients N]
+    .venv/bin/python tests/bench/bench_apply.py [--seconds S] [--clients N] [--cprofile DIR]
 
 Starts ``orch-apiserver`` (SQLite) as tests/bench/bench_apiserver.py does and, in
 the same run, measures with N (default 64) concurrent keep-alive connections:
@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))
 
 import orjson  # noqa: E402
 
-from tests.bench.bench_apiserver import (HttpConn, Server, _pod, client_ssl, stop_all,  # noqa: E402
-                                         use_uvloop)
+from tests.bench.bench_apiserver import (CProfileRun, HttpConn, Server, _pod, client_ssl,  # noqa: E402
+                                         stop_all, use_uvloop)
 
 APPLY_TYPE = b"application/apply-patch+yaml"
 NAMESPACE = "bench-apply"
@@ -76,7 +76,7 @@ def _body(name: str, seq: int) -> bytes:
 
 async def bench(args) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-apply-") as tmp:
-        server = Server(Path(tmp), "sqlite").start()
+        server = Server(Path(tmp), "sqlite", cprofile_dir=args.cprofile).start()
         try:
             status, body = server.api("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
             if status != 201:
@@ -104,7 +104,12 @@ async def bench(args) -> int:
             rows = []
             for label, fn in (("create", create), ("apply", apply)):
                 window[0] += 1
+                prof = CProfileRun(server.pid, label, Path(args.cprofile)) if args.cprofile else None
+                if prof:
+                    prof.start()
                 n, wall, cpu, errors = await _window(server, args.clients, args.seconds, fn)
+                if prof:
+                    prof.stop()
                 rows.append((label, n / wall, cpu / max(n, 1) * 1000, errors))
             print(f"{'figure':<10} {'req/s':>9} {'server ms CPU/req':>18} {'errors':>7}")
             for label, rate, cpu_ms, errors in rows:
@@ -114,6 +119,13 @@ async def bench(args) -> int:
             verdict = "PASS" if ratio >= 0.5 else "MISS"
             print(f"apply/create throughput: {ratio:.0%} (target >= 50%: {verdict}); "
                   f"by server CPU per request: {cpu_ratio:.0%}")
+            if args.cprofile:
+                import pstats
+
+                for label, *_ in rows:
+                    print(f"\n--- cProfile of the {label} window (slower than unprofiled; "
+                          f"{args.cprofile}/{label}.pstats) ---")
+                    pstats.Stats(str(Path(args.cprofile) / f"{label}.pstats")).sort_stats("tottime").print_stats(25)
             return 0 if not any(r[3] for r in rows) else 1
         finally:
             server.stop()
@@ -124,6 +136,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each measuring window")
     ap.add_argument("--clients", type=int, default=64, help="concurrent connections")
+    ap.add_argument("--cprofile", metavar="DIR", help="profile the server (cProfile) in each window, stats in DIR")
     args = ap.parse_args()
     use_uvloop()
     return asyncio.run(bench(args))
