@@ -1244,56 +1244,57 @@ PyDoc_STRVAR(unknown_doc,
              "unknown(data): (apiVersion, kind, raw, contentEncoding, contentType) of enveloped bytes "
              "(magic already checked by the caller: parsing starts at offset 4); Fallback on anything odd.");
 
+/* The envelope's spans: [0] apiVersion, [1] kind, [2] raw, [3] contentEncoding, [4] contentType
+ * (each [start, end) in ``b``; empty when absent). -1 for anything unusual. */
+enum { ENV_AV, ENV_KIND, ENV_RAW, ENV_CE, ENV_CT, ENV_SPANS };
+
+static int parse_envelope(const uint8_t *b, Py_ssize_t end, Py_ssize_t spans[ENV_SPANS][2]) {
+    Py_ssize_t pos = 4;
+    memset(spans, 0, sizeof(Py_ssize_t) * 2 * ENV_SPANS);
+    if (end < 4 || memcmp(b, "k8s\0", 4) != 0)
+        return -1;
+    while (pos < end) {
+        uint64_t tag;
+        Py_ssize_t e;
+        if (read_varint(b, &pos, end, &tag) < 0 || (tag & 7) != 2 || read_len(b, &pos, end, &e) < 0)
+            return -1;
+        int field = (int)(tag >> 3);
+        if (field == 1) {
+            Py_ssize_t p = pos;
+            while (p < e) {
+                uint64_t t;
+                Py_ssize_t se;
+                if (read_varint(b, &p, e, &t) < 0 || (t != 0x0A && t != 0x12) || read_len(b, &p, e, &se) < 0)
+                    return -1;
+                spans[t == 0x0A ? ENV_AV : ENV_KIND][0] = p;
+                spans[t == 0x0A ? ENV_AV : ENV_KIND][1] = se;
+                p = se;
+            }
+        } else if (field >= 2 && field <= 4) {
+            int i = field == 2 ? ENV_RAW : field == 3 ? ENV_CE : ENV_CT;
+            spans[i][0] = pos;
+            spans[i][1] = e;
+        } else {
+            return -1;
+        }
+        pos = e;
+    }
+    return 0;
+}
+
 static PyObject *m_unknown(PyObject *mod, PyObject *arg) {
     if (!PyBytes_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "bytes expected");
         return NULL;
     }
     const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(arg);
-    Py_ssize_t end = PyBytes_GET_SIZE(arg), pos = 4;
-    Py_ssize_t spans[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}}; /* av, kind, ce, ct */
-    Py_ssize_t raw0 = 0, raw1 = 0;
-    if (end < 4 || memcmp(b, "k8s\0", 4) != 0)
+    Py_ssize_t spans[ENV_SPANS][2];
+    if (parse_envelope(b, PyBytes_GET_SIZE(arg), spans) < 0)
         return fallback();
-    while (pos < end) {
-        uint64_t tag;
-        Py_ssize_t e;
-        if (read_varint(b, &pos, end, &tag) < 0 || (tag & 7) != 2 || read_len(b, &pos, end, &e) < 0)
-            return fallback();
-        switch (tag >> 3) {
-        case 1: {
-            Py_ssize_t p = pos;
-            while (p < e) {
-                uint64_t t;
-                Py_ssize_t se;
-                if (read_varint(b, &p, e, &t) < 0 || (t != 0x0A && t != 0x12) || read_len(b, &p, e, &se) < 0)
-                    return fallback();
-                spans[t == 0x0A ? 0 : 1][0] = p;
-                spans[t == 0x0A ? 0 : 1][1] = se;
-                p = se;
-            }
-            break;
-        }
-        case 2:
-            raw0 = pos;
-            raw1 = e;
-            break;
-        case 3:
-            spans[2][0] = pos;
-            spans[2][1] = e;
-            break;
-        case 4:
-            spans[3][0] = pos;
-            spans[3][1] = e;
-            break;
-        default:
-            return fallback();
-        }
-        pos = e;
-    }
+    static const int order[4] = {ENV_AV, ENV_KIND, ENV_CE, ENV_CT};
     PyObject *s[4] = {NULL, NULL, NULL, NULL};
     for (int i = 0; i < 4; i++) {
-        s[i] = decode_str(b, spans[i][0], spans[i][1]);
+        s[i] = decode_str(b, spans[order[i]][0], spans[order[i]][1]);
         if (s[i] == NULL) {
             for (int j = 0; j < i; j++)
                 Py_DECREF(s[j]);
@@ -1301,7 +1302,8 @@ static PyObject *m_unknown(PyObject *mod, PyObject *arg) {
             return fallback();
         }
     }
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)b + raw0, raw1 - raw0);
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)b + spans[ENV_RAW][0],
+                                              spans[ENV_RAW][1] - spans[ENV_RAW][0]);
     if (raw == NULL) {
         for (int j = 0; j < 4; j++)
             Py_DECREF(s[j]);
@@ -1337,48 +1339,12 @@ static PyObject *m_decode_object(PyObject *mod, PyObject *args) {
         return NULL;
     }
     const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(data);
-    Py_ssize_t end = PyBytes_GET_SIZE(data), pos = 4;
-    Py_ssize_t av0 = 0, av1 = 0, k0 = 0, k1 = 0, raw0 = 0, raw1 = 0;
-    if (end < 4 || memcmp(b, "k8s\0", 4) != 0)
-        return fallback();
-    while (pos < end) {
-        uint64_t tag;
-        Py_ssize_t e;
-        if (read_varint(b, &pos, end, &tag) < 0 || (tag & 7) != 2 || read_len(b, &pos, end, &e) < 0)
-            return fallback();
-        switch (tag >> 3) {
-        case 1: {
-            Py_ssize_t p = pos;
-            while (p < e) {
-                uint64_t t;
-                Py_ssize_t se;
-                if (read_varint(b, &p, e, &t) < 0 || (t != 0x0A && t != 0x12) || read_len(b, &p, e, &se) < 0)
-                    return fallback();
-                if (t == 0x0A) {
-                    av0 = p;
-                    av1 = se;
-                } else {
-                    k0 = p;
-                    k1 = se;
-                }
-                p = se;
-            }
-            break;
-        }
-        case 2:
-            raw0 = pos;
-            raw1 = e;
-            break;
-        case 3:
-        case 4:
-            if (e != pos)
-                return fallback(); /* a content encoding or type: the caller decides */
-            break;
-        default:
-            return fallback();
-        }
-        pos = e;
-    }
+    Py_ssize_t spans[ENV_SPANS][2];
+    if (parse_envelope(b, PyBytes_GET_SIZE(data), spans) < 0 || spans[ENV_CE][1] != spans[ENV_CE][0] ||
+        spans[ENV_CT][1] != spans[ENV_CT][0])
+        return fallback(); /* a content encoding or type: the caller decides */
+    Py_ssize_t av0 = spans[ENV_AV][0], av1 = spans[ENV_AV][1], k0 = spans[ENV_KIND][0], k1 = spans[ENV_KIND][1];
+    Py_ssize_t raw0 = spans[ENV_RAW][0], raw1 = spans[ENV_RAW][1];
     if (k1 == k0)
         return fallback();
     /* The typeMeta bytes of recent objects -> their strings and plan: most
