@@ -619,41 +619,65 @@ MANAGED_FIELDS_ENTRY = Struct(f"{META}.ManagedFieldsEntry", [
 ])
 
 OBJECT_META = Struct(f"{META}.ObjectMeta", [
-    F("name", STR, 1),
-    F("generateName", STR, 2),
-    F("namespace", STR, 3),
-    F("selfLink", STR, 4),
-    F("uid", STR, 5),
-    F("resourceVersion", STR, 6),
-    F("generation", I64, 7),
-    F("creationTimestamp", TIME, 8),
-    F("deletionTimestamp", TIME, 9, pointer=True),
-    F("deletionGracePeriodSeconds", I64, 10, pointer=True),
-    F("labels", STR_MAP, 11),
-    F("annotations", STR_MAP, 12),
+    F("name", STR, 1,
+      description="Name unique within a namespace (or within the cluster for cluster-scoped "
+                  "kinds). Required when creating, unless generateName is used. Cannot be updated."),
+    F("generateName", STR, 2,
+      description="A prefix the server uses to generate a unique name "
+                  "when name is empty; a random suffix is appended."),
+    F("namespace", STR, 3,
+      description="The namespace the object lives in; empty means the "
+                  "default namespace for namespaced kinds. Cannot be updated."),
+    F("selfLink", STR, 4, description="Deprecated and always empty."),
+    F("uid", STR, 5,
+      description="A value unique in time and space for this "
+                  "object, set by the server on create. Read-only."),
+    F("resourceVersion", STR, 6,
+      description="An opaque value identifying the stored version of the object, used "
+                  "for optimistic concurrency and for watches. Clients must not parse it."),
+    F("generation", I64, 7,
+      description="A sequence number for the desired state, set by the server. Read-only."),
+    F("creationTimestamp", TIME, 8,
+      description="When the server created the object (RFC 3339, UTC). Read-only."),
+    F("deletionTimestamp", TIME, 9, pointer=True,
+      description="When the object will be deleted, set by the server when deletion "
+                  "is requested and finalizers or a grace period hold it. Read-only."),
+    F("deletionGracePeriodSeconds", I64, 10, pointer=True,
+      description="Seconds the object is given to terminate gracefully before it is removed. Read-only."),
+    F("labels", STR_MAP, 11, description="String keys and values used to organise and select objects."),
+    F("annotations", STR_MAP, 12,
+      description="String keys and values for arbitrary "
+                  "non-identifying data, kept by tools and controllers."),
     # v1.27 marks these two with patch markers only; unmarked merge lists read as
     # map (keyed by the merge key) and set respectively.
-    F("ownerReferences", List(OWNER_REFERENCE, patch_strategy="merge", patch_merge_key="uid"), 13),
-    F("finalizers", List(STR, patch_strategy="merge"), 14),
-    F("managedFields", List(MANAGED_FIELDS_ENTRY), 17),
+    F("ownerReferences", List(OWNER_REFERENCE, patch_strategy="merge", patch_merge_key="uid"), 13,
+      description="Objects this object depends on; when all owners "
+                  "are gone the garbage collector deletes it."),
+    F("finalizers", List(STR, patch_strategy="merge"), 14,
+      description="Names that must each be removed before the object is deleted from storage."),
+    F("managedFields", List(MANAGED_FIELDS_ENTRY), 17,
+      description="Which manager owns which fields (server-side apply); maintained by the server."),
 ])
 
 LIST_META = Struct(f"{META}.ListMeta", [
     F("selfLink", STR, 1),
-    F("resourceVersion", STR, 2),
-    F("continue", STR, 3),
-    F("remainingItemCount", I64, 4, pointer=True),
+    F("resourceVersion", STR, 2, description="The version of the list, for a following watch."),
+    F("continue", STR, 3,
+      description="Set when more items are available: pass it as "
+                  "the continue parameter to get the next page."),
+    F("remainingItemCount", I64, 4, pointer=True, description="How many items follow this page, when known."),
 ])
 
 LABEL_SELECTOR_REQUIREMENT = Struct(f"{META}.LabelSelectorRequirement", [
-    F("key", STR, 1, required=True),
-    F("operator", STR, 2, required=True),
-    F("values", STR_LIST, 3),
+    F("key", STR, 1, required=True, description="The label key the requirement applies to."),
+    F("operator", STR, 2, required=True, description="In, NotIn, Exists or DoesNotExist."),
+    F("values", STR_LIST, 3, description="Values for In and NotIn; empty for Exists and DoesNotExist."),
 ])
 
 LABEL_SELECTOR = Struct(f"{META}.LabelSelector", [
-    F("matchLabels", STR_MAP, 1),
-    F("matchExpressions", List(LABEL_SELECTOR_REQUIREMENT), 2),
+    F("matchLabels", STR_MAP, 1, description="Labels an object must carry, ANDed with matchExpressions."),
+    F("matchExpressions", List(LABEL_SELECTOR_REQUIREMENT), 2,
+      description="Requirements on labels, ANDed together."),
 ], map_type="atomic")
 
 CONDITION = Struct(f"{META}.Condition", [

@@ -94,9 +94,10 @@ def definition_name(message: str) -> str:
 
 
 # --- descriptions ------------------------------------------------------------------------
-# Our words, shown by ``kubectl explain``. A field's own ``Field.description`` wins; these
-# fill in where the declarations carry none, keyed by "<Struct>.<json name>" or the bare
-# JSON name for fields every kind shares.
+# Our words, shown by ``kubectl explain``. A field's description is declared with the field
+# (``Field.description`` in ``apiserver_min.api.schema`` and ``schemas/*``); the generic
+# words below fill in, by bare JSON name, for the fields every kind shares and no one
+# struct owns (apiVersion and kind travel as TypeMeta, spec/status/items are per kind).
 
 _COMMON_FIELDS = {
     "apiVersion": "The versioned schema of this representation of the object. The server converts "
@@ -106,194 +107,6 @@ _COMMON_FIELDS = {
     "spec": "The desired behaviour of the object, as the user declares it.",
     "status": "The most recently observed state of the object, written by the system. Read-only.",
     "items": "The objects of the list.",
-}
-
-_FIELDS: dict[str, str] = {
-    # ObjectMeta
-    "ObjectMeta.name": "Name unique within a namespace (or within the cluster for cluster-scoped kinds). "
-                       "Required when creating, unless generateName is used. Cannot be updated.",
-    "ObjectMeta.generateName": "A prefix the server uses to generate a unique name when name is empty; "
-                               "a random suffix is appended.",
-    "ObjectMeta.namespace": "The namespace the object lives in; empty means the default namespace for "
-                            "namespaced kinds. Cannot be updated.",
-    "ObjectMeta.selfLink": "Deprecated and always empty.",
-    "ObjectMeta.uid": "A value unique in time and space for this object, set by the server on create. Read-only.",
-    "ObjectMeta.resourceVersion": "An opaque value identifying the stored version of the object, used for "
-                                  "optimistic concurrency and for watches. Clients must not parse it.",
-    "ObjectMeta.generation": "A sequence number for the desired state, set by the server. Read-only.",
-    "ObjectMeta.creationTimestamp": "When the server created the object (RFC 3339, UTC). Read-only.",
-    "ObjectMeta.deletionTimestamp": "When the object will be deleted, set by the server when deletion is "
-                                    "requested and finalizers or a grace period hold it. Read-only.",
-    "ObjectMeta.deletionGracePeriodSeconds": "Seconds the object is given to terminate gracefully before "
-                                             "it is removed. Read-only.",
-    "ObjectMeta.labels": "String keys and values used to organise and select objects.",
-    "ObjectMeta.annotations": "String keys and values for arbitrary non-identifying data, kept by "
-                              "tools and controllers.",
-    "ObjectMeta.ownerReferences": "Objects this object depends on; when all owners are gone the "
-                                  "garbage collector deletes it.",
-    "ObjectMeta.finalizers": "Names that must each be removed before the object is deleted from storage.",
-    "ObjectMeta.managedFields": "Which manager owns which fields (server-side apply); maintained by the server.",
-    "ListMeta.resourceVersion": "The version of the list, for a following watch.",
-    "ListMeta.continue": "Set when more items are available: pass it as the continue parameter to get the next page.",
-    "ListMeta.remainingItemCount": "How many items follow this page, when known.",
-    # Pod and PodSpec
-    "PodSpec.volumes": "Volumes the pod's containers may mount.",
-    "PodSpec.initContainers": "Containers run one after another, each to completion, before the main "
-                              "containers start.",
-    "PodSpec.containers": "The containers of the pod. At least one is required; the list cannot change "
-                          "after creation.",
-    "PodSpec.ephemeralContainers": "Debugging containers added to a running pod.",
-    "PodSpec.restartPolicy": "When containers of the pod are restarted. Defaults to Always.",
-    "PodSpec.terminationGracePeriodSeconds": "Seconds given to the pod to stop after a termination signal "
-                                             "before it is killed. Defaults to 30.",
-    "PodSpec.activeDeadlineSeconds": "Seconds the pod may be active, counted from its start, before the "
-                                     "system fails it.",
-    "PodSpec.dnsPolicy": "How the pod's DNS is set up. Defaults to ClusterFirst.",
-    "PodSpec.nodeSelector": "Labels a node must carry for the pod to be scheduled to it.",
-    "PodSpec.serviceAccountName": "The service account the pod runs as.",
-    "PodSpec.serviceAccount": "Deprecated alias of serviceAccountName.",
-    "PodSpec.automountServiceAccountToken": "Whether a service account token is mounted into the pod.",
-    "PodSpec.nodeName": "The node the pod is bound to; set by the scheduler, or by the user to bypass it.",
-    "PodSpec.hostNetwork": "Use the node's network namespace.",
-    "PodSpec.hostPID": "Use the node's process namespace.",
-    "PodSpec.hostIPC": "Use the node's IPC namespace.",
-    "PodSpec.securityContext": "Security attributes applied to every container of the pod.",
-    "PodSpec.imagePullSecrets": "Secrets used to pull the pod's images.",
-    "PodSpec.hostname": "The pod's host name; defaults to the pod name.",
-    "PodSpec.subdomain": "Sub-domain of the pod's fully qualified host name.",
-    "PodSpec.affinity": "Scheduling constraints relative to nodes and other pods.",
-    "PodSpec.schedulerName": "The scheduler that places the pod.",
-    "PodSpec.tolerations": "Taints of nodes the pod tolerates.",
-    "PodSpec.priorityClassName": "The priority class giving the pod its priority.",
-    "PodSpec.priority": "The pod's priority, resolved from priorityClassName by admission.",
-    "PodSpec.runtimeClassName": "The runtime class selecting the container runtime configuration.",
-    "PodSpec.overhead": "Resources consumed by the pod sandbox, on top of the containers' requests.",
-    "PodSpec.topologySpreadConstraints": "How the pods of a group spread over topology domains.",
-    "PodSpec.os": "The operating system the pod's containers need.",
-    "Pod.spec": "The desired behaviour of the pod.",
-    "Pod.status": "The most recently observed state of the pod, written by its node agent. Read-only.",
-    # Container
-    "Container.name": "Name of the container, unique within the pod (a DNS label). Cannot be updated.",
-    "Container.image": "Container image name.",
-    "Container.command": "Entrypoint array, run without a shell. Replaces the image's ENTRYPOINT; "
-                         "$(VAR) references to the container's environment are expanded.",
-    "Container.args": "Arguments to the entrypoint. Replace the image's CMD; $(VAR) references are expanded.",
-    "Container.workingDir": "The container's working directory; defaults to the image's.",
-    "Container.ports": "Ports the container exposes. Informational: any port the container listens on "
-                       "is reachable. Cannot be updated.",
-    "Container.envFrom": "Sources whose keys become environment variables.",
-    "Container.env": "Environment variables set in the container.",
-    "Container.resources": "Compute resources the container requests and is limited to.",
-    "Container.resizePolicy": "How each resource is resized in place.",
-    "Container.volumeMounts": "Pod volumes mounted into the container's filesystem.",
-    "Container.volumeDevices": "Block devices the container uses.",
-    "Container.livenessProbe": "Periodic check of container liveness; the container restarts when it fails.",
-    "Container.readinessProbe": "Periodic check of container readiness; the pod leaves service endpoints "
-                                "while it fails.",
-    "Container.startupProbe": "Check that must succeed once before the other probes start.",
-    "Container.lifecycle": "Actions the system takes on container start and stop.",
-    "Container.terminationMessagePath": "File the container writes its termination message to. "
-                                        "Defaults to /dev/termination-log.",
-    "Container.terminationMessagePolicy": "How the termination message is filled in. Defaults to File.",
-    "Container.imagePullPolicy": "When the image is pulled. Defaults to Always for the :latest tag or "
-                                 "no tag, IfNotPresent otherwise.",
-    "Container.securityContext": "Security options the container runs with.",
-    "Container.stdin": "Allocate a buffer for stdin in the container runtime.",
-    "Container.stdinOnce": "Close stdin after the first attach disconnects.",
-    "Container.tty": "Allocate a TTY for the container.",
-    # ContainerPort
-    "ContainerPort.name": "A name for the port, unique within the pod (IANA service name), that "
-                          "services can refer to.",
-    "ContainerPort.hostPort": "Port number to expose on the host; most containers do not need it.",
-    "ContainerPort.containerPort": "Port number on the pod's IP address (1-65535).",
-    "ContainerPort.protocol": "Protocol of the port. Defaults to TCP.",
-    "ContainerPort.hostIP": "Host IP to bind the host port to.",
-    # Env and mounts
-    "EnvVar.name": "Name of the environment variable.",
-    "EnvVar.value": "The value; $(VAR) references to earlier variables are expanded.",
-    "EnvVar.valueFrom": "Source of the value when value is empty.",
-    "VolumeMount.name": "Name of the pod volume to mount.",
-    "VolumeMount.mountPath": "Path inside the container to mount the volume at.",
-    "VolumeMount.readOnly": "Mount read-only.",
-    "VolumeMount.subPath": "Path inside the volume to mount instead of its root.",
-    "ResourceRequirements.limits": "The most of each resource the container may use.",
-    "ResourceRequirements.requests": "The amount of each resource the container is guaranteed; "
-                                     "defaults to the limits.",
-    "Volume.name": "Name of the volume, unique within the pod.",
-    # Deployment
-    "Deployment.spec": "The desired behaviour of the deployment.",
-    "Deployment.status": "The most recently observed state of the deployment. Read-only.",
-    "DeploymentSpec.replicas": "Number of desired pods. Defaults to 1.",
-    "DeploymentSpec.selector": "Label selector for the pods the deployment manages; must match the "
-                               "template's labels. Cannot be changed.",
-    "DeploymentSpec.template": "The pod template new pods are created from.",
-    "DeploymentSpec.strategy": "How existing pods are replaced by new ones.",
-    "DeploymentSpec.minReadySeconds": "Seconds a new pod must be ready, without crashing, to count as available.",
-    "DeploymentSpec.revisionHistoryLimit": "Number of old replica sets kept for rollback. Defaults to 10.",
-    "DeploymentSpec.paused": "Pause the deployment's rollouts.",
-    "DeploymentSpec.progressDeadlineSeconds": "Seconds a rollout may make no progress before it is "
-                                              "reported failed. Defaults to 600.",
-    "DeploymentStrategy.type": "The kind of rollout: Recreate or RollingUpdate (the default).",
-    "DeploymentStrategy.rollingUpdate": "Parameters of a rolling update.",
-    "RollingUpdateDeployment.maxUnavailable": "Pods that may be unavailable during the update, as a "
-                                              "number or a percentage of desired pods. Defaults to 25%.",
-    "RollingUpdateDeployment.maxSurge": "Pods that may be created above the desired number, as a number "
-                                        "or a percentage. Defaults to 25%.",
-    "PodTemplateSpec.metadata": "Metadata of the pods created from the template.",
-    "PodTemplateSpec.spec": "Specification of the pods created from the template.",
-    # Service
-    "ServiceSpec.ports": "The ports the service exposes.",
-    "ServiceSpec.selector": "Labels of the pods traffic is routed to.",
-    "ServiceSpec.clusterIP": "The service's virtual IP, allocated by the server unless given; None "
-                             "makes a headless service.",
-    "ServiceSpec.type": "How the service is exposed: ClusterIP (the default), NodePort, LoadBalancer "
-                        "or ExternalName.",
-    "ServiceSpec.sessionAffinity": "ClientIP keeps a client on one endpoint. Defaults to None.",
-    "ServicePort.name": "Name of the port, required when the service has several.",
-    "ServicePort.protocol": "Protocol of the port. Defaults to TCP.",
-    "ServicePort.port": "The port the service listens on.",
-    "ServicePort.targetPort": "Number or name of the port on the pods. Defaults to port.",
-    "ServicePort.nodePort": "The port on every node for NodePort and LoadBalancer services.",
-    # ConfigMap / Secret
-    "ConfigMap.data": "Configuration values by key (UTF-8 text).",
-    "ConfigMap.binaryData": "Binary configuration values by key, base64 encoded.",
-    "ConfigMap.immutable": "When true, data cannot be updated; the object can only be deleted.",
-    "Secret.data": "Secret values by key, base64 encoded.",
-    "Secret.stringData": "Write-only convenience: plain string values merged into data on write.",
-    "Secret.type": "Type of the secret, for programmatic handling.",
-    "Secret.immutable": "When true, data cannot be updated; the object can only be deleted.",
-    # RBAC
-    "Role.rules": "The permissions the role grants.",
-    "ClusterRole.rules": "The permissions the cluster role grants.",
-    "ClusterRole.aggregationRule": "Selects cluster roles whose rules are aggregated into this one.",
-    "PolicyRule.verbs": "Verbs the rule allows; '*' allows all.",
-    "PolicyRule.apiGroups": "API groups of the resources; '' is the core group, '*' all groups.",
-    "PolicyRule.resources": "Resources the rule applies to; '*' all of them.",
-    "PolicyRule.resourceNames": "Names of the objects the rule is limited to.",
-    "PolicyRule.nonResourceURLs": "Non-resource URL paths the rule allows (cluster roles only).",
-    "RoleRef.apiGroup": "API group of the referenced role.",
-    "RoleRef.kind": "Kind of the referenced role: Role or ClusterRole.",
-    "RoleRef.name": "Name of the referenced role.",
-    "Subject.kind": "Kind of subject: User, Group or ServiceAccount.",
-    "Subject.name": "Name of the subject.",
-    "Subject.namespace": "Namespace of a service account subject.",
-    "Subject.apiGroup": "API group of the subject; empty for service accounts.",
-    "RoleBinding.subjects": "The subjects the role is granted to.",
-    "RoleBinding.roleRef": "The role granted; cannot be changed.",
-    "ClusterRoleBinding.subjects": "The subjects the cluster role is granted to.",
-    "ClusterRoleBinding.roleRef": "The cluster role granted; cannot be changed.",
-    # Selectors
-    "LabelSelector.matchLabels": "Labels an object must carry, ANDed with matchExpressions.",
-    "LabelSelector.matchExpressions": "Requirements on labels, ANDed together.",
-    "LabelSelectorRequirement.key": "The label key the requirement applies to.",
-    "LabelSelectorRequirement.operator": "In, NotIn, Exists or DoesNotExist.",
-    "LabelSelectorRequirement.values": "Values for In and NotIn; empty for Exists and DoesNotExist.",
-    # Lease
-    "LeaseSpec.holderIdentity": "Identity of the current holder of the lease.",
-    "LeaseSpec.leaseDurationSeconds": "Seconds candidates wait before they may take the lease over.",
-    "LeaseSpec.acquireTime": "When the current holder acquired the lease.",
-    "LeaseSpec.renewTime": "When the current holder last renewed the lease.",
-    "LeaseSpec.leaseTransitions": "How many times the lease changed holders.",
 }
 
 _SCALAR_DESCRIPTIONS = {
@@ -310,12 +123,8 @@ _SCALAR_DESCRIPTIONS = {
 }
 
 
-def _describe(struct: S.Struct, json_name: str, field: S.Field) -> str:
-    if field.description:
-        return field.description
-    return (_FIELDS.get(f"{struct.short_name}.{json_name}")
-            or _FIELDS.get(f"{definition_name(struct.name)}.{json_name}")
-            or _COMMON_FIELDS.get(json_name, ""))
+def _describe(json_name: str, field: S.Field) -> str:
+    return field.description or _COMMON_FIELDS.get(json_name, "")
 
 
 def _gvk_index() -> dict[int, list[dict]]:
@@ -448,7 +257,7 @@ class SchemaBuilder:
     def field(self, owner: S.Struct, json_name: str, f: S.Field) -> dict:
         schema = self.value(f.type)
         extra: dict[str, Any] = {}
-        desc = _describe(owner, json_name, f)
+        desc = _describe(json_name, f)
         if desc:
             extra["description"] = desc
         if f.default is not None:

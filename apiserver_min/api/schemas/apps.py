@@ -83,24 +83,35 @@ StatefulSet = S("StatefulSet", [
 # --- Deployment ------------------------------------------------------------------------------
 
 RollingUpdateDeployment = S("RollingUpdateDeployment", [
-    ptr("maxUnavailable", IOS, 1),
-    ptr("maxSurge", IOS, 2),
+    ptr("maxUnavailable", IOS, 1,
+        description="Pods that may be unavailable during the update, as a "
+                    "number or a percentage of desired pods. Defaults to 25%."),
+    ptr("maxSurge", IOS, 2,
+        description="Pods that may be created above the desired number, "
+                    "as a number or a percentage. Defaults to 25%."),
 ])
 
 DeploymentStrategy = S("DeploymentStrategy", [
-    F("type", enum("Recreate", "RollingUpdate"), 1),
-    ptr("rollingUpdate", RollingUpdateDeployment, 2),
+    F("type", enum("Recreate", "RollingUpdate"), 1,
+      description="The kind of rollout: Recreate or RollingUpdate (the default)."),
+    ptr("rollingUpdate", RollingUpdateDeployment, 2, description="Parameters of a rolling update."),
 ])
 
 DeploymentSpec = S("DeploymentSpec", [
-    ptr("replicas", I32, 1),
-    ptr("selector", LABEL_SELECTOR, 2, required=True),
-    req("template", core.PodTemplateSpec, 3),
-    F("strategy", DeploymentStrategy, 4, patch_strategy="retainKeys"),
-    F("minReadySeconds", I32, 5),
-    ptr("revisionHistoryLimit", I32, 6),
-    F("paused", BOOL, 7),
-    ptr("progressDeadlineSeconds", I32, 9),
+    ptr("replicas", I32, 1, description="Number of desired pods. Defaults to 1."),
+    ptr("selector", LABEL_SELECTOR, 2, required=True,
+        description="Label selector for the pods the deployment manages; "
+                    "must match the template's labels. Cannot be changed."),
+    req("template", core.PodTemplateSpec, 3, description="The pod template new pods are created from."),
+    F("strategy", DeploymentStrategy, 4, patch_strategy="retainKeys",
+      description="How existing pods are replaced by new ones."),
+    F("minReadySeconds", I32, 5,
+      description="Seconds a new pod must be ready, without crashing, to count as available."),
+    ptr("revisionHistoryLimit", I32, 6,
+        description="Number of old replica sets kept for rollback. Defaults to 10."),
+    F("paused", BOOL, 7, description="Pause the deployment's rollouts."),
+    ptr("progressDeadlineSeconds", I32, 9,
+        description="Seconds a rollout may make no progress before it is reported failed. Defaults to 600."),
 ])
 
 DeploymentCondition = _condition("DeploymentCondition", with_update_time=True)
@@ -118,8 +129,9 @@ DeploymentStatus = S("DeploymentStatus", [
 
 Deployment = S("Deployment", [
     F("metadata", OBJECT_META, 1),
-    F("spec", DeploymentSpec, 2),
-    F("status", DeploymentStatus, 3),
+    F("spec", DeploymentSpec, 2, description="The desired behaviour of the deployment."),
+    F("status", DeploymentStatus, 3,
+      description="The most recently observed state of the deployment. Read-only."),
 ])
 
 # --- DaemonSet -------------------------------------------------------------------------------

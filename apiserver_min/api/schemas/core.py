@@ -388,8 +388,9 @@ ResourceClaim = S("ResourceClaim", [
 ])
 
 ResourceRequirements = S("ResourceRequirements", [
-    F("limits", RESOURCE_LIST, 1),
-    F("requests", RESOURCE_LIST, 2),
+    F("limits", RESOURCE_LIST, 1, description="The most of each resource the container may use."),
+    F("requests", RESOURCE_LIST, 2,
+      description="The amount of each resource the container is guaranteed; defaults to the limits."),
     # Upstream marks this feature-gated (DynamicResourceAllocation) list keyed by name.
     F("claims", map_list(ResourceClaim, "name"), 3),
 ])
@@ -450,25 +451,27 @@ VolumeSource = S("VolumeSource", [
 ])
 
 Volume = S("Volume", [
-    req("name", STR, 1),
+    req("name", STR, 1, description="Name of the volume, unique within the pod."),
     inline(VolumeSource, 2),
 ])
 
 # --- containers ------------------------------------------------------------------------------
 
 ContainerPort = S("ContainerPort", [
-    F("name", STR, 1),
-    F("hostPort", I32, 2),
-    req("containerPort", I32, 3),
-    F("protocol", PROTOCOL, 4, default="TCP"),
-    F("hostIP", STR, 5),
+    F("name", STR, 1,
+      description="A name for the port, unique within the pod "
+                  "(IANA service name), that services can refer to."),
+    F("hostPort", I32, 2, description="Port number to expose on the host; most containers do not need it."),
+    req("containerPort", I32, 3, description="Port number on the pod's IP address (1-65535)."),
+    F("protocol", PROTOCOL, 4, default="TCP", description="Protocol of the port. Defaults to TCP."),
+    F("hostIP", STR, 5, description="Host IP to bind the host port to."),
 ])
 
 VolumeMount = S("VolumeMount", [
-    req("name", STR, 1),
-    F("readOnly", BOOL, 2),
-    req("mountPath", STR, 3),
-    F("subPath", STR, 4),
+    req("name", STR, 1, description="Name of the pod volume to mount."),
+    F("readOnly", BOOL, 2, description="Mount read-only."),
+    req("mountPath", STR, 3, description="Path inside the container to mount the volume at."),
+    F("subPath", STR, 4, description="Path inside the volume to mount instead of its root."),
     ptr("mountPropagation", enum("Bidirectional", "HostToContainer", "None"), 5),
     F("subPathExpr", STR, 6),
 ])
@@ -498,9 +501,9 @@ EnvVarSource = S("EnvVarSource", [
 ])
 
 EnvVar = S("EnvVar", [
-    req("name", STR, 1),
-    F("value", STR, 2),
-    ptr("valueFrom", EnvVarSource, 3),
+    req("name", STR, 1, description="Name of the environment variable."),
+    F("value", STR, 2, description="The value; $(VAR) references to earlier variables are expanded."),
+    ptr("valueFrom", EnvVarSource, 3, description="Source of the value when value is empty."),
 ])
 
 ConfigMapEnvSource = S("ConfigMapEnvSource", [
@@ -623,32 +626,55 @@ TERMINATION_MESSAGE_POLICY = enum("FallbackToLogsOnError", "File")
 
 
 def _container_fields() -> list:
-    """Container and EphemeralContainerCommon share their fields and numbers."""
+    """Container and EphemeralContainerCommon share their fields, numbers and words."""
     return [
-        req("name", STR, 1),
-        F("image", STR, 2),
-        F("command", STR_LIST, 3),
-        F("args", STR_LIST, 4),
-        F("workingDir", STR, 5),
+        req("name", STR, 1,
+            description=("Name of the container, unique within the pod (a DNS label). Cannot be updated.")),
+        F("image", STR, 2, description=("Container image name.")),
+        F("command", STR_LIST, 3,
+          description=("Entrypoint array, run without a shell. Replaces the image's ENTRYPOINT; "
+                        "$(VAR) references to the container's environment are expanded.")),
+        F("args", STR_LIST, 4,
+          description=("Arguments to the entrypoint. Replace the "
+                        "image's CMD; $(VAR) references are expanded.")),
+        F("workingDir", STR, 5, description=("The container's working directory; defaults to the image's.")),
         F("ports", merge_list(ContainerPort, "containerPort", list_type="map",
-                              keys=("containerPort", "protocol")), 6),
-        F("envFrom", List(EnvFromSource), 19),
-        F("env", merge_list(EnvVar, "name"), 7),
-        F("resources", ResourceRequirements, 8),
-        F("resizePolicy", List(ContainerResizePolicy, "atomic"), 23),
-        F("volumeMounts", merge_list(VolumeMount, "mountPath"), 9),
-        F("volumeDevices", merge_list(VolumeDevice, "devicePath"), 21),
-        ptr("livenessProbe", Probe, 10),
-        ptr("readinessProbe", Probe, 11),
-        ptr("startupProbe", Probe, 22),
-        ptr("lifecycle", Lifecycle, 12),
-        F("terminationMessagePath", STR, 13),
-        F("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY, 20),
-        F("imagePullPolicy", PULL_POLICY, 14),
-        ptr("securityContext", SecurityContext, 15),
-        F("stdin", BOOL, 16),
-        F("stdinOnce", BOOL, 17),
-        F("tty", BOOL, 18),
+                              keys=("containerPort", "protocol")), 6,
+          description=("Ports the container exposes. Informational: any port the "
+                        "container listens on is reachable. Cannot be updated.")),
+        F("envFrom", List(EnvFromSource), 19,
+          description=("Sources whose keys become environment variables.")),
+        F("env", merge_list(EnvVar, "name"), 7, description=("Environment variables set in the container.")),
+        F("resources", ResourceRequirements, 8,
+          description=("Compute resources the container requests and is limited to.")),
+        F("resizePolicy", List(ContainerResizePolicy, "atomic"), 23,
+          description=("How each resource is resized in place.")),
+        F("volumeMounts", merge_list(VolumeMount, "mountPath"), 9,
+          description=("Pod volumes mounted into the container's filesystem.")),
+        F("volumeDevices", merge_list(VolumeDevice, "devicePath"), 21,
+          description=("Block devices the container uses.")),
+        ptr("livenessProbe", Probe, 10,
+            description=("Periodic check of container liveness; the container restarts when it fails.")),
+        ptr("readinessProbe", Probe, 11,
+            description=("Periodic check of container readiness; the "
+                          "pod leaves service endpoints while it fails.")),
+        ptr("startupProbe", Probe, 22,
+            description=("Check that must succeed once before the other probes start.")),
+        ptr("lifecycle", Lifecycle, 12,
+            description=("Actions the system takes on container start and stop.")),
+        F("terminationMessagePath", STR, 13,
+          description=("File the container writes its termination "
+                        "message to. Defaults to /dev/termination-log.")),
+        F("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY, 20,
+          description=("How the termination message is filled in. Defaults to File.")),
+        F("imagePullPolicy", PULL_POLICY, 14,
+          description=("When the image is pulled. Defaults to Always for "
+                        "the :latest tag or no tag, IfNotPresent otherwise.")),
+        ptr("securityContext", SecurityContext, 15,
+            description=("Security options the container runs with.")),
+        F("stdin", BOOL, 16, description=("Allocate a buffer for stdin in the container runtime.")),
+        F("stdinOnce", BOOL, 17, description=("Close stdin after the first attach disconnects.")),
+        F("tty", BOOL, 18, description=("Allocate a TTY for the container.")),
     ]
 
 
@@ -815,43 +841,60 @@ RESTART_POLICY = enum("Always", "Never", "OnFailure")
 DNS_POLICY = enum("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 
 PodSpec = S("PodSpec", [
-    F("volumes", List(Volume, patch_strategy="merge,retainKeys", patch_merge_key="name"), 1),
-    F("initContainers", merge_list(Container, "name"), 20),
-    req("containers", merge_list(Container, "name"), 2),
-    F("ephemeralContainers", merge_list(EphemeralContainer, "name"), 34),
-    F("restartPolicy", RESTART_POLICY, 3),
-    ptr("terminationGracePeriodSeconds", I64, 4),
-    ptr("activeDeadlineSeconds", I64, 5),
-    F("dnsPolicy", DNS_POLICY, 6),
-    F("nodeSelector", STR_MAP_ATOMIC, 7),
-    F("serviceAccountName", STR, 8),
-    F("serviceAccount", STR, 9),
-    ptr("automountServiceAccountToken", BOOL, 21),
-    F("nodeName", STR, 10),
-    F("hostNetwork", BOOL, 11),
-    F("hostPID", BOOL, 12),
-    F("hostIPC", BOOL, 13),
+    F("volumes", List(Volume, patch_strategy="merge,retainKeys", patch_merge_key="name"), 1,
+      description="Volumes the pod's containers may mount."),
+    F("initContainers", merge_list(Container, "name"), 20,
+      description="Containers run one after another, each to completion, before the main containers start."),
+    req("containers", merge_list(Container, "name"), 2,
+        description="The containers of the pod. At least one is "
+                    "required; the list cannot change after creation."),
+    F("ephemeralContainers", merge_list(EphemeralContainer, "name"), 34,
+      description="Debugging containers added to a running pod."),
+    F("restartPolicy", RESTART_POLICY, 3,
+      description="When containers of the pod are restarted. Defaults to Always."),
+    ptr("terminationGracePeriodSeconds", I64, 4,
+        description="Seconds given to the pod to stop after a termination "
+                    "signal before it is killed. Defaults to 30."),
+    ptr("activeDeadlineSeconds", I64, 5,
+        description="Seconds the pod may be active, counted from its start, before the system fails it."),
+    F("dnsPolicy", DNS_POLICY, 6, description="How the pod's DNS is set up. Defaults to ClusterFirst."),
+    F("nodeSelector", STR_MAP_ATOMIC, 7,
+      description="Labels a node must carry for the pod to be scheduled to it."),
+    F("serviceAccountName", STR, 8, description="The service account the pod runs as."),
+    F("serviceAccount", STR, 9, description="Deprecated alias of serviceAccountName."),
+    ptr("automountServiceAccountToken", BOOL, 21,
+        description="Whether a service account token is mounted into the pod."),
+    F("nodeName", STR, 10,
+      description="The node the pod is bound to; set by the scheduler, or by the user to bypass it."),
+    F("hostNetwork", BOOL, 11, description="Use the node's network namespace."),
+    F("hostPID", BOOL, 12, description="Use the node's process namespace."),
+    F("hostIPC", BOOL, 13, description="Use the node's IPC namespace."),
     ptr("shareProcessNamespace", BOOL, 27),
-    ptr("securityContext", PodSecurityContext, 14),
-    F("imagePullSecrets", merge_list(LocalObjectReference, "name"), 15),
-    F("hostname", STR, 16),
-    F("subdomain", STR, 17),
-    ptr("affinity", Affinity, 18),
-    F("schedulerName", STR, 19),
-    F("tolerations", List(Toleration), 22),
+    ptr("securityContext", PodSecurityContext, 14,
+        description="Security attributes applied to every container of the pod."),
+    F("imagePullSecrets", merge_list(LocalObjectReference, "name"), 15,
+      description="Secrets used to pull the pod's images."),
+    F("hostname", STR, 16, description="The pod's host name; defaults to the pod name."),
+    F("subdomain", STR, 17, description="Sub-domain of the pod's fully qualified host name."),
+    ptr("affinity", Affinity, 18, description="Scheduling constraints relative to nodes and other pods."),
+    F("schedulerName", STR, 19, description="The scheduler that places the pod."),
+    F("tolerations", List(Toleration), 22, description="Taints of nodes the pod tolerates."),
     F("hostAliases", merge_list(HostAlias, "ip"), 23),
-    F("priorityClassName", STR, 24),
-    ptr("priority", I32, 25),
+    F("priorityClassName", STR, 24, description="The priority class giving the pod its priority."),
+    ptr("priority", I32, 25, description="The pod's priority, resolved from priorityClassName by admission."),
     ptr("dnsConfig", PodDNSConfig, 26),
     F("readinessGates", List(PodReadinessGate), 28),
-    ptr("runtimeClassName", STR, 29),
+    ptr("runtimeClassName", STR, 29,
+        description="The runtime class selecting the container runtime configuration."),
     ptr("enableServiceLinks", BOOL, 30),
     ptr("preemptionPolicy", enum("Never", "PreemptLowerPriority"), 31),
-    F("overhead", RESOURCE_LIST, 32),
+    F("overhead", RESOURCE_LIST, 32,
+      description="Resources consumed by the pod sandbox, on top of the containers' requests."),
     F("topologySpreadConstraints", merge_list(TopologySpreadConstraint, "topologyKey", list_type="map",
-                                              keys=("topologyKey", "whenUnsatisfiable")), 33),
+                                              keys=("topologyKey", "whenUnsatisfiable")), 33,
+      description="How the pods of a group spread over topology domains."),
     ptr("setHostnameAsFQDN", BOOL, 35),
-    ptr("os", PodOS, 36),
+    ptr("os", PodOS, 36, description="The operating system the pod's containers need."),
     ptr("hostUsers", BOOL, 37),
     F("schedulingGates", merge_list(PodSchedulingGate, "name", list_type="map", keys=("name",)), 38),
     F("resourceClaims", List(PodResourceClaim, "map", ("name",), patch_strategy="merge,retainKeys",
@@ -931,13 +974,14 @@ PodStatus = S("PodStatus", [
 
 Pod = S("Pod", [
     F("metadata", OBJECT_META, 1),
-    F("spec", PodSpec, 2),
-    F("status", PodStatus, 3),
+    F("spec", PodSpec, 2, description="The desired behaviour of the pod."),
+    F("status", PodStatus, 3,
+      description="The most recently observed state of the pod, written by its node agent. Read-only."),
 ])
 
 PodTemplateSpec = S("PodTemplateSpec", [
-    F("metadata", OBJECT_META, 1),
-    F("spec", PodSpec, 2),
+    F("metadata", OBJECT_META, 1, description="Metadata of the pods created from the template."),
+    F("spec", PodSpec, 2, description="Specification of the pods created from the template."),
 ])
 
 PodTemplate = S("PodTemplate", [
@@ -1009,25 +1053,31 @@ LoadBalancerStatus = S("LoadBalancerStatus", [
 ])
 
 ServicePort = S("ServicePort", [
-    F("name", STR, 1),
-    F("protocol", PROTOCOL, 2, default="TCP"),
+    F("name", STR, 1, description="Name of the port, required when the service has several."),
+    F("protocol", PROTOCOL, 2, default="TCP", description="Protocol of the port. Defaults to TCP."),
     ptr("appProtocol", STR, 6),
-    req("port", I32, 3),
-    F("targetPort", IOS, 4),
-    F("nodePort", I32, 5),
+    req("port", I32, 3, description="The port the service listens on."),
+    F("targetPort", IOS, 4, description="Number or name of the port on the pods. Defaults to port."),
+    F("nodePort", I32, 5, description="The port on every node for NodePort and LoadBalancer services."),
 ])
 
 IP_FAMILY = enum("IPv4", "IPv6")
 TRAFFIC_POLICY = enum("Cluster", "Local")
 
 ServiceSpec = S("ServiceSpec", [
-    F("ports", merge_list(ServicePort, "port", list_type="map", keys=("port", "protocol")), 1),
-    F("selector", STR_MAP_ATOMIC, 2),
-    F("clusterIP", STR, 3),
+    F("ports", merge_list(ServicePort, "port", list_type="map", keys=("port", "protocol")), 1,
+      description="The ports the service exposes."),
+    F("selector", STR_MAP_ATOMIC, 2, description="Labels of the pods traffic is routed to."),
+    F("clusterIP", STR, 3,
+      description="The service's virtual IP, allocated by the server "
+                  "unless given; None makes a headless service."),
     F("clusterIPs", STR_ATOMIC, 18),
-    F("type", enum("ClusterIP", "ExternalName", "LoadBalancer", "NodePort"), 4),
+    F("type", enum("ClusterIP", "ExternalName", "LoadBalancer", "NodePort"), 4,
+      description="How the service is exposed: ClusterIP (the "
+                  "default), NodePort, LoadBalancer or ExternalName."),
     F("externalIPs", STR_LIST, 5),
-    F("sessionAffinity", enum("ClientIP", "None"), 7),
+    F("sessionAffinity", enum("ClientIP", "None"), 7,
+      description="ClientIP keeps a client on one endpoint. Defaults to None."),
     F("loadBalancerIP", STR, 8),
     F("loadBalancerSourceRanges", STR_LIST, 9),
     F("externalName", STR, 10),
@@ -1208,17 +1258,20 @@ Namespace = S("Namespace", [
 
 ConfigMap = S("ConfigMap", [
     F("metadata", OBJECT_META, 1),
-    ptr("immutable", BOOL, 4),
-    F("data", STR_MAP, 2),
-    F("binaryData", Map(BYTES), 3),
+    ptr("immutable", BOOL, 4,
+        description="When true, data cannot be updated; the object can only be deleted."),
+    F("data", STR_MAP, 2, description="Configuration values by key (UTF-8 text)."),
+    F("binaryData", Map(BYTES), 3, description="Binary configuration values by key, base64 encoded."),
 ])
 
 Secret = S("Secret", [
     F("metadata", OBJECT_META, 1),
-    ptr("immutable", BOOL, 5),
-    F("data", Map(BYTES), 2),
-    F("stringData", STR_MAP, 4),
-    F("type", STR, 3),
+    ptr("immutable", BOOL, 5,
+        description="When true, data cannot be updated; the object can only be deleted."),
+    F("data", Map(BYTES), 2, description="Secret values by key, base64 encoded."),
+    F("stringData", STR_MAP, 4,
+      description="Write-only convenience: plain string values merged into data on write."),
+    F("type", STR, 3, description="Type of the secret, for programmatic handling."),
 ])
 
 # --- events (core/v1) ------------------------------------------------------------------------
