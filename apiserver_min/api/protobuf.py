@@ -43,6 +43,7 @@ import datetime as _dt
 import functools
 import struct as _struct
 import sys
+import threading
 from typing import Any, AsyncIterator, Iterator, NamedTuple
 
 import orjson
@@ -715,7 +716,7 @@ def _decode_ld(buf: bytes, pos: int, e: int, kind: int, sub: Any) -> Any:
         if not raw:
             return None
         if raw[:4] == MAGIC:
-            return decode(raw)
+            return _decode_embedded(raw)
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -726,6 +727,26 @@ def _decode_ld(buf: bytes, pos: int, e: int, kind: int, sub: Any) -> Any:
         _decode_struct(buf, pos, e, _wrapper_plan(ik, isub), {"items": out})
         return out
     raise ProtobufError(f"unknown value kind {kind}")  # pragma: no cover
+
+
+# Objects embedded in protobuf form in a RawExtension may embed others: bounded, so
+# that a small body cannot nest deep enough to exhaust the stack (or, since every
+# failed fast decode is retried by the reference, to take exponential time).
+MAX_EMBEDDED_DEPTH = 8
+_embedded = threading.local()
+
+
+def _decode_embedded(raw: bytes) -> dict:
+    depth = getattr(_embedded, "depth", 0)
+    if depth >= MAX_EMBEDDED_DEPTH:
+        raise ProtobufError(f"raw: objects embedded in protobuf more than {MAX_EMBEDDED_DEPTH} deep")
+    _embedded.depth = depth + 1
+    try:
+        # By the reference alone: embedded objects are rare, and a fast decode that
+        # failed deep inside would otherwise be retried once per level.
+        return _decode_enveloped(raw, None, reference=True)
+    finally:
+        _embedded.depth = depth
 
 
 def _decode_struct(buf: bytes, pos: int, end: int, plan: _Plan, out: dict) -> None:
@@ -1026,9 +1047,12 @@ def decode(data: bytes, schema: Struct | None = None) -> dict:
     The schema is the envelope's kind unless given. Bytes in another content
     encoding or type inside the envelope are refused.
     """
+    fast_failed = False
     if _fast is not None and type(data) is bytes:
         # The usual case in C: envelope and message; anything unusual falls through
-        # to the code below, which decodes the same bytes again and names any error.
+        # to the code below, whose reference decoder decodes the same bytes again
+        # and names any error (not the C decoder a second time: objects embedded in
+        # objects would be retried at every level).
         try:
             if schema is None:
                 obj = _fast.decode_object(data, _FAST_KINDS)
@@ -1042,7 +1066,12 @@ def decode(data: bytes, schema: Struct | None = None) -> dict:
                 if cp is not None:
                     return _fast.decode(cp, raw, {"apiVersion": av, "kind": kind})
         except Exception:
-            pass
+            fast_failed = True
+    return _decode_enveloped(data, schema, reference=fast_failed)
+
+
+def _decode_enveloped(data: bytes, schema: Struct | None, *, reference: bool) -> dict:
+    """:func:`decode` without its C fast path; ``reference``: the table-driven codec only."""
     u = decode_unknown(data)
     if u.content_encoding:
         raise ProtobufError(f"unsupported content encoding {u.content_encoding!r} in the envelope")
@@ -1054,7 +1083,10 @@ def decode(data: bytes, schema: Struct | None = None) -> dict:
         schema = schema_of(u.api_version, u.kind)
         if schema is None:
             raise ProtobufError(f"no protobuf encoding is declared for {u.kind} in {u.api_version or 'v1'}")
-    return decode_message(u.raw, schema, {"apiVersion": u.api_version, "kind": u.kind})
+    into = {"apiVersion": u.api_version, "kind": u.kind}
+    if reference:
+        return reference_decode_message(u.raw, schema, into)
+    return decode_message(u.raw, schema, into)
 
 
 # --- watch streams ------------------------------------------------------------------------------

@@ -467,3 +467,33 @@ def test_list_encoding_of_many_items_uses_the_generated_encoder():
     # A bad item still names its index.
     with pytest.raises(pb.ProtobufError, match=r"items\[1\]\.metadata\.name: expected a string"):
         pb.encode_list("v1", "PodList", md, [pods[0], {"metadata": {"name": 1}}], schema)
+
+
+# --- objects embedded in objects ----------------------------------------------------------------
+
+def _nested_revisions(depth: int) -> bytes:
+    """A ControllerRevision whose data (a RawExtension) holds an enveloped
+    ControllerRevision, ``depth`` times over."""
+    raw = pb.encode({"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "x"},
+                     "revision": 1})
+    for _ in range(depth):
+        ext = b"\x0a" + pb.uvarint(len(raw)) + raw        # RawExtension.raw
+        msg = b"\x12" + pb.uvarint(len(ext)) + ext        # ControllerRevision.data
+        raw = pb.encode_unknown("apps/v1", "ControllerRevision", msg)
+    return raw
+
+
+def test_embedded_objects_decode_to_a_bounded_depth_quickly():
+    import time
+
+    obj = pb.decode(_nested_revisions(pb.MAX_EMBEDDED_DEPTH))
+    for _ in range(pb.MAX_EMBEDDED_DEPTH):
+        obj = obj["data"]
+    assert obj["metadata"] == {"name": "x"} and obj["revision"] == 1
+    for depth in (pb.MAX_EMBEDDED_DEPTH + 1, 3000):
+        data = _nested_revisions(depth)
+        t0 = time.perf_counter()
+        with pytest.raises(pb.ProtobufError, match="embedded in protobuf more than"):
+            pb.decode(data)
+        # Linear, not one retry per level (that was 2^depth decodes).
+        assert time.perf_counter() - t0 < 1.0

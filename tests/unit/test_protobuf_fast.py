@@ -472,3 +472,4 @@ def test_long_bodies_get_multi_byte_lengths():
         raw = c_encode(obj, schema)
         assert raw == pb.reference_encode_message(obj, schema)
         assert pb.decode_message(raw, schema) == obj
+
