@@ -293,3 +293,7 @@ SCHEDULER_FIELD_MANAGER = "orch-scheduler"
 # The field manager of the API server's own writes (the default RBAC policy, the initial
 # namespaces): upstream records them under its user agent's product name, "kube-apiserver".
 APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
+# kubectl's client-side validation (the OpenAPI v2 fallback for kinds without a PATCH
+# operation, such as the reviews) lists custom resource definitions at this fixed
+# upstream path; this server defines none, and says so with an empty list there.
+UPSTREAM_APIEXTENSIONS_GROUP = "apiextensions.k8s.io"

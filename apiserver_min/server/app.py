@@ -55,6 +55,12 @@ def version_stage(version: str) -> str:
     return "ga"
 
 
+
+def _is_crd_list(info: RequestInfo) -> bool:
+    return (info.group == names.UPSTREAM_APIEXTENSIONS_GROUP and info.version == "v1"
+            and info.resource == "customresourcedefinitions" and info.verb == "list"
+            and not info.namespace and not info.subresource)
+
 class RuntimeConfig:
     """Which group versions (and resources) are served, from --runtime-config."""
 
@@ -231,6 +237,8 @@ class ApiServer:
                 resp = await self.reviews.handle(request, info, user_or_anonymous(user))
             elif info.is_resource and self.authn.handles(info):
                 resp = await self.authn.handle(request, info, user_or_anonymous(user))
+            elif info.is_resource and info.kind is None and _is_crd_list(info):
+                resp = await self.crd_list(request)
             elif info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self._deprecation(info, resp)
@@ -255,6 +263,16 @@ class ApiServer:
                 self.metrics.observe(info.verb.upper() if info.verb == "watch" and False else info.verb.upper(),
                                      info.group, info.version, info.resource, info.subresource, scope, code,
                                      time.perf_counter() - t0)
+
+    async def crd_list(self, request: web.Request) -> web.Response:
+        """``GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions``: the
+        custom resource definitions this server serves, which are none. kubectl
+        lists them (path hard-coded) before validating a kind that has no PATCH
+        operation; the request was authorized as that list, as upstream does."""
+        rv = await self.backend.current_revision()
+        return self.json(request, {"kind": "CustomResourceDefinitionList",
+                                   "apiVersion": f"{names.UPSTREAM_APIEXTENSIONS_GROUP}/v1",
+                                   "metadata": {"resourceVersion": str(rv)}, "items": []})
 
     def _deprecation(self, info: RequestInfo, resp: web.StreamResponse) -> None:
         k = info.kind

@@ -26,16 +26,28 @@ the declarations and ``--runtime-config``) and served from memory with an
 conditional ``304`` answers, and, for URLs carrying the ``hash`` of the current
 document (as ``/openapi/v3`` hands them out), ``Cache-Control: public,
 immutable`` with a one-year ``Expires``; a stale ``hash`` is redirected (301)
-to the current one. ``/openapi/v2`` (Swagger 2.0) is served as JSON; its
-protobuf form is not produced, so a client asking only for protobuf gets
-``406`` as upstream answers an Accept it cannot satisfy.
+to the current one. ``/openapi/v2`` (Swagger 2.0) is served as JSON (the default)
+and, for an Accept naming ``application/com.github.proto-openapi.spec.v2.v1.0+protobuf``
+or the spelling client-go still sends, ``...spec.v2@v1.0+protobuf``, as gnostic's
+``openapi.v2.Document`` message, converted once at start from the JSON document
+(``openapi_pb``). As upstream: the protobuf answer's Content-Type is always the
+``...spec.v2.v1.0+protobuf`` spelling (``@`` is no token character, and Go's
+``mime.ParseMediaType`` in client-go rejects it), both forms carry the JSON
+document's ETag (``Vary: Accept`` tells them apart), both are gzipped on request,
+and an Accept neither form satisfies gets ``406``.
 
 Measured with kubectl v1.32: ``explain``, ``create -f``/``apply -f`` fetch
-``/openapi/v3`` and the kinds' group-version documents only. kubectl falls
-back to ``/openapi/v2`` (asking for protobuf alone) just for a kind without a
-``patch`` operation, i.e. the create-only review kinds; there the fallback
-would also list custom resource definitions, which this server does not serve,
-so ``kubectl create -f`` of a review needs ``--validate=false`` either way.
+``/openapi/v3`` and the kinds' group-version documents only. For a kind whose
+group-version document has no ``patch`` operation (the create-only review
+kinds) kubectl does not leave field validation to the server: its v3 check
+fails ("Path not found for GVK") and it falls back to its v2 check, which
+downloads ``/openapi/v2`` asking for protobuf alone and then lists
+``customresourcedefinitions`` in ``apiextensions.k8s.io/v1`` (hard-coded in
+kubectl) to see whether the kind is a custom resource. The server answers that
+list with the definitions it serves -- none (``app.crd_list``) -- and kubectl
+then validates the review client-side against the protobuf document: unknown
+fields fail in kubectl, ``--validate=warn`` skips the check with a warning.
+``explain --output=plaintext-openapiv2`` reads the same document.
 """
 
 from __future__ import annotations
@@ -55,16 +67,22 @@ from ..api import names
 from ..api import schema as S
 from ..api.kinds import KindInfo, Registry, Subresource
 from ..api.schemas import KIND_SCHEMAS
+from . import openapi_pb
 
 log = logging.getLogger(__name__)
 
 __all__ = ["OpenAPI", "SchemaBuilder", "group_version_document", "swagger_document", "gv_path",
-           "definition_name", "MEDIA_OPENAPI_V2_PROTOBUF", "MEDIA_OPENAPI_V3_PROTOBUF"]
+           "definition_name", "MEDIA_OPENAPI_V2_PROTOBUF", "MEDIA_OPENAPI_V2_PROTOBUF_OLD",
+           "MEDIA_OPENAPI_V3_PROTOBUF"]
 
-# Media types of upstream's OpenAPI handlers (wire facts, not product names).
+# Media types of upstream's OpenAPI handlers (wire facts, not product names). Of the two v2
+# protobuf spellings kube-openapi calls the ``@`` one deprecated, but client-go asks for it;
+# the answer always names the other (a valid Content-Type).
 MEDIA_OPENAPI_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 MEDIA_OPENAPI_V2_PROTOBUF_OLD = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 MEDIA_OPENAPI_V3_PROTOBUF = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf"
+
+_V2_MEDIA = (names.MEDIA_JSON, MEDIA_OPENAPI_V2_PROTOBUF, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
 
 V3_REF = "#/components/schemas/"
 V2_REF = "#/definitions/"
@@ -709,9 +727,11 @@ class OpenAPI:
     """The generated documents of one server, built once at start and served from memory.
 
     ``docs`` maps a group version's key (``api/v1``, ``apis/apps/v1``) to its v3 document
-    bytes; ``index()`` is ``/openapi/v3``; ``v2`` is the Swagger 2.0 document. The
-    measured generation time and the documents' size are kept in ``build_seconds`` and
-    ``total_bytes`` (logged at start).
+    bytes; ``index()`` is ``/openapi/v3``; ``v2`` is the Swagger 2.0 document and
+    ``v2_protobuf`` the same document as gnostic's ``openapi.v2.Document`` message (None
+    if it could not be converted: then only JSON is offered). The measured generation
+    time and the documents' size are kept in ``build_seconds`` and ``total_bytes``, the
+    protobuf conversion's share in ``v2_protobuf_seconds`` (logged at start).
     """
 
     def __init__(self, registry: Registry, enabled: Callable[[str, str, str], bool],
@@ -735,12 +755,25 @@ class OpenAPI:
         v2 = orjson.dumps(swagger_document(registry, group_versions, enabled, gvks), option=orjson.OPT_SORT_KEYS)
         self._v2 = _Doc(v2, _etag(v2))
         self.v2 = v2
+        t1 = time.perf_counter()
+        self.v2_protobuf: bytes | None = None
+        self._v2_pb: _Doc | None = None
+        try:
+            self.v2_protobuf = openapi_pb.document_bytes(orjson.loads(v2))
+        except ValueError:  # a declaration gnostic's schema cannot carry: JSON only, loudly
+            log.exception("OpenAPI v2: the protobuf form is not served")
+        else:
+            # upstream re-uses the JSON document's ETag for the protobuf form
+            self._v2_pb = _Doc(self.v2_protobuf, self._v2.etag, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
+        self.v2_protobuf_seconds = time.perf_counter() - t1
         self.last_modified = time.time()
         self.build_seconds = time.perf_counter() - t0
-        self.total_bytes = len(v2) + len(index) + sum(len(b) for b in self.docs.values())
-        log.info("OpenAPI documents generated in %.0f ms: %d group versions, %d KiB (v3) + %d KiB (v2)",
+        pb_size = len(self.v2_protobuf or b"")
+        self.total_bytes = len(v2) + pb_size + len(index) + sum(len(b) for b in self.docs.values())
+        log.info("OpenAPI documents generated in %.0f ms: %d group versions, %d KiB (v3) + %d KiB (v2) "
+                 "+ %d KiB (v2 protobuf, %.0f ms)",
                  self.build_seconds * 1000, len(self.docs), sum(len(b) for b in self.docs.values()) // 1024,
-                 len(v2) // 1024)
+                 len(v2) // 1024, pb_size // 1024, self.v2_protobuf_seconds * 1000)
 
     def index(self) -> dict:
         """``/openapi/v3``: each group version's document URL, pinned by its hash."""
@@ -772,10 +805,14 @@ class OpenAPI:
                          "Expires": email.utils.formatdate(time.time() + 365 * 86400, usegmt=True)}
             return self._serve(request, doc, media, extra)
         if path == "/openapi/v2":
-            media = _negotiate(request.headers.get("Accept"), (names.MEDIA_JSON,))
+            # Upstream's order: JSON first (what */* gets), then both protobuf spellings.
+            offered = (names.MEDIA_JSON,) if self._v2_pb is None else _V2_MEDIA
+            media = _negotiate(request.headers.get("Accept"), offered)
             if media is None:
-                return self._not_acceptable(request, (names.MEDIA_JSON,))
-            return self._serve(request, self._v2, media)
+                return self._not_acceptable(request, offered)
+            if media == names.MEDIA_JSON:
+                return self._serve(request, self._v2, media)
+            return self._serve(request, self._v2_pb, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
         return None
 
     def _not_acceptable(self, request: web.Request, offered: tuple[str, ...]) -> web.Response:
