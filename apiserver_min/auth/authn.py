@@ -499,8 +499,10 @@ class Authentication:
             out = {"kind": kind, "apiVersion": api_version, "metadata": md, "spec": spec, "status": status}
         accept = request.headers.get("Accept") or ""
         if "yaml" in accept and "json" not in accept:
-            return web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
-        return web.Response(body=codec.dumps(out), status=201, content_type="application/json")
+            resp = web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
+        else:
+            resp = web.Response(body=codec.dumps(out), status=201, content_type="application/json")
+        return handlers._with_warnings(request, resp)  # the body's field-validation warnings
 
     # --- serviceaccounts/token --------------------------------------------------------------------
     async def token_request(self, request: Any, info: Any, kind: Any, user: UserInfo) -> Any:

@@ -267,7 +267,13 @@ class Reviews:
                 raise st.bad_request(f"the protobuf body of the {kind} could not be decoded: {exc}") from None
             obj["apiVersion"], obj["kind"] = api_version, got_kind
         elif ctype in ("application/json", "", "application/yaml", "application/x-yaml", "text/yaml"):
-            obj = codec.decode_body(body, "application/json" if ctype in ("application/json", "") else "application/yaml")
+            decoded = codec.decode_object_body(
+                body, "application/json" if ctype in ("application/json", "") else "application/yaml")
+            if not isinstance(decoded.obj, dict):
+                raise st.bad_request(f"the request body must be a {kind} object")
+            # Field validation as for any create (the schema is the same on both group
+            # spellings); its warnings go on the response.
+            obj = self.server.handlers._validate_fields(request, decoded, kind, f"{names.AUTHORIZATION_GROUP}/v1")
         else:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype}) - accepted media types include: "
@@ -322,5 +328,7 @@ class Reviews:
         out = {"kind": kind, "apiVersion": f"{info.group}/v1", "metadata": md, "spec": spec, "status": status}
         accept = request.headers.get("Accept") or ""
         if "yaml" in accept and "json" not in accept:
-            return web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
-        return web.Response(body=codec.dumps(out), status=201, content_type="application/json")
+            resp = web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
+        else:
+            resp = web.Response(body=codec.dumps(out), status=201, content_type="application/json")
+        return self.server.handlers._with_warnings(request, resp)
