@@ -86,6 +86,19 @@ def create_namespace(server: "ApiServerProcess", name: str, timeout: float = 10.
     return obj
 
 
+def wait_for(fn, timeout: float, what: str, interval: float = 0.1):
+    """``fn()`` until it returns something truthy (returned); an AssertionError naming
+    ``what`` and the last value after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
 class ApiServerProcess:
     """One ``orch-apiserver`` process on 127.0.0.1:port with its data dir."""
 

@@ -8,13 +8,12 @@ the options kind, as upstream answers."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import create_namespace
+from tests.apiserver_fixtures import create_namespace, wait_for
 
 CM = names.CONTROLLER_MANAGER_FIELD_MANAGER
 API = names.APISERVER_FIELD_MANAGER
@@ -31,15 +30,6 @@ def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def managers(obj: dict) -> dict[tuple[str, str], dict]:

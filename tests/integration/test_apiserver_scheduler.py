@@ -18,7 +18,7 @@ import pytest
 
 from apiserver_min.api import names
 from apiserver_min.pki import Pki, cert_pem, key_pem, make_ca, new_key, sign_leaf
-from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, wait_for
 from tests.components import free_port
 
 GRACE = 2  # --node-monitor-grace-period, seconds
@@ -35,15 +35,6 @@ def now_seconds() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def wait_for(fn, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class Heartbeats:

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, create_namespace
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, create_namespace, wait_for
 from tests.components import free_port
 
 YAML = {"Content-Type": "application/yaml"}
@@ -37,15 +37,6 @@ def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")
