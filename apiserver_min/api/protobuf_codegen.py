@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from . import protobuf as _pb
 from .protobuf import (
-    K_BOOL, K_I32, K_I64, K_NUM, K_STR, K_STRUCT, M_INLINE, M_LIST, M_MAP, M_ONE, OP_FIXED,
+    K_BOOL, K_I32, K_I64, K_NUM, K_STR, K_STRUCT, M_INLINE, M_LIST, M_ONE, OP_FIXED,
     OP_FIXED_KEEP, OP_INLINE, OP_LD, OP_LD_KEEP, OP_LIST_FIXED, OP_LIST_LD, OP_LIST_STR, OP_LIST_VARINT,
     OP_MAP, OP_MAP_STR, OP_PACKED, OP_STR, OP_STR_KEEP, OP_STRUCT, OP_STRUCT_KEEP, OP_VARINT,
     OP_VARINT_KEEP, ProtobufError, _Plan,

@@ -174,33 +174,38 @@ class Window:
 
 # --- (a) raw etcd from this process -----------------------------------------------------------
 
+def _keep_quieter(best: dict | None, r: dict, attempt: int, max_other: float, retries: int,
+                  what: str) -> tuple[dict, bool]:
+    """The quieter of ``best`` and the new window ``r``, and whether ``r`` was quiet enough
+    to stop measuring."""
+    if best is None or r["other_cores"] < best["other_cores"]:
+        best = r
+    if r["other_cores"] <= max_other:
+        return best, True
+    print(f"    {what}: other work took {r['other_cores']:.2f} cores"
+          + ("; measuring again" if attempt < retries else "; keeping the quietest window"), flush=True)
+    return best, False
+
+
 def quietest(measure, max_other: float, retries: int, what: str) -> dict:
     """measure() again (up to ``retries`` more times) while other work on the machine
     took more than ``max_other`` cores; the window with the least other work is kept."""
     best = None
     for attempt in range(retries + 1):
-        r = measure()
-        r["attempts"] = attempt + 1
-        if best is None or r["other_cores"] < best["other_cores"]:
-            best = r
-        if r["other_cores"] <= max_other:
+        best, done = _keep_quieter(best, measure(), attempt, max_other, retries, what)
+        if done:
             break
-        print(f"    {what}: other work took {r['other_cores']:.2f} cores"
-              + ("; measuring again" if attempt < retries else "; keeping the quietest window"), flush=True)
     best["attempts"] = attempt + 1
     return best
 
 
 async def aquietest(measure, max_other: float, retries: int, what: str) -> dict:
+    """:func:`quietest` for a coroutine ``measure``."""
     best = None
     for attempt in range(retries + 1):
-        r = await measure()
-        if best is None or r["other_cores"] < best["other_cores"]:
-            best = r
-        if r["other_cores"] <= max_other:
+        best, done = _keep_quieter(best, await measure(), attempt, max_other, retries, what)
+        if done:
             break
-        print(f"    {what}: other work took {r['other_cores']:.2f} cores"
-              + ("; measuring again" if attempt < retries else "; keeping the quietest window"), flush=True)
     best["attempts"] = attempt + 1
     return best
 

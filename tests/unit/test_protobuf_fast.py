@@ -21,7 +21,7 @@ from apiserver_min.api.schema import (
     Boolean, Bytes, Duration, Field, Integer, List, Map, Number, Opaque, String, Struct, Time, schema_for,
 )
 from apiserver_min.api.schemas import KIND_SCHEMAS
-from tests.unit.test_protobuf import _declared, _outcome, sample
+from tests.unit.test_protobuf import _bench_pod, _declared, _outcome, agreement_on_mutations, mutations, sample
 
 fast = pb._fast
 
@@ -64,29 +64,6 @@ def test_c_decoder_matches_the_reference_on_every_kind(key):
     assert pb.decode(data) == whole
 
 
-def _mutations(raw: bytes, rnd: random.Random, count: int):
-    for i in range(count):
-        b = bytearray(raw)
-        how = i % 4
-        if how == 0:
-            for _ in range(rnd.randint(1, 3)):
-                b[rnd.randrange(len(b))] = rnd.randrange(256)
-        elif how == 1:
-            del b[rnd.randrange(len(b)):]
-        elif how == 2:
-            a, c = sorted(rnd.randrange(len(b)) for _ in range(2))
-            b[a:a] = raw[c:c + rnd.randint(1, 40)]
-        else:
-            a = rnd.randrange(len(b))
-            del b[a:a + rnd.randint(1, 8)]
-        yield bytes(b)
-
-
-def _bench_pod() -> dict:
-    from tests.bench.bench_protobuf import pod
-    return pod()
-
-
 @pytest.mark.parametrize("kind", ["Pod", "Node", "Service", "Event"])
 def test_c_decoder_on_mutated_bytes_agrees_with_the_reference(kind):
     if fast is None:
@@ -96,17 +73,7 @@ def test_c_decoder_on_mutated_bytes_agrees_with_the_reference(kind):
     obj = _bench_pod() if kind == "Pod" else sample(schema)
     obj = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
     raw = pb.reference_encode_message(obj, schema)
-    agree = 0
-    for data in _mutations(raw, rnd, 1200):
-        ref = _outcome(pb.reference_decode_message, data, schema)
-        got = _outcome(c_decode, data, schema)
-        if ref[0] == "error":
-            assert got[0] == "error", data.hex()
-        elif got[0] == "ok":
-            assert got == ref, data.hex()
-            agree += 1
-        assert _outcome(pb.decode_message, data, schema) == ref
-    assert agree > 40  # the comparison really ran on accepted input
+    assert agreement_on_mutations(c_decode, schema, raw, rnd, 1200) > 40  # the comparison really ran
 
 
 def test_enveloped_mutations_agree_with_the_reference_path():
@@ -125,7 +92,7 @@ def test_enveloped_mutations_agree_with_the_reference_path():
         return pb.reference_decode_message(u.raw, schema, {"apiVersion": u.api_version, "kind": u.kind})
 
     ok = 0
-    for data in _mutations(whole, rnd, 800):
+    for data in mutations(whole, rnd, 800):
         ref = _outcome(reference, data)
         got = _outcome(pb.decode, data)
         assert got[0] == ref[0], data.hex()
@@ -248,7 +215,7 @@ def test_synthetic_struct_round_trips_and_mutations():
     assert c_decode(raw, SYNTH) == pb.reference_decode_message(raw, SYNTH)
     assert c_decode(raw + raw, SYNTH) == pb.reference_decode_message(raw + raw, SYNTH)
     rnd = random.Random(11)
-    for data in _mutations(raw, rnd, 1500):
+    for data in mutations(raw, rnd, 1500):
         _same(data, SYNTH)
     # Recursion deeper than the C limit goes to the reference, which decodes it.
     deep = b""
