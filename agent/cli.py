@@ -39,7 +39,7 @@ def join_main(argv: list[str]) -> int:
     """``orch-agent join``: token discovery, the bootstrap config, then the agent (agent.join)."""
     from .join import main as join
 
-    return join(argv)
+    return join(argv, run_agent=main)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,7 @@ import shlex
 import ssl
 import subprocess
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -323,9 +323,9 @@ def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
     return [*args, f"--{flag}={value}"]
 
 
-def main(argv: Sequence[str]) -> int:
-    """``orch-agent join ...``; the process exit code."""
-    from .cli import main as agent_main
+def main(argv: Sequence[str], run_agent: Callable[[list[str]], int]) -> int:
+    """``orch-agent join ...``; the process exit code. ``run_agent`` runs the agent
+    with the flags join worked out (the CLI's own entry point)."""
     from .config import ConfigError, build_config
     from .options import FlagError, parse_args
     from .validation import validate
@@ -401,4 +401,4 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_OK
 
     _say("starting the agent in API-server mode")
-    return agent_main(args)
+    return run_agent(args)

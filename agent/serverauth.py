@@ -38,7 +38,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
-from apiserver_min.auth.tlsverify import peer_certificates
+from apiserver_min.api.tlsverify import peer_certificates
 
 from . import logging as agent_logging
 

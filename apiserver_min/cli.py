@@ -7,12 +7,13 @@ import sys
 
 from .api import names
 from .options import OptionsError, parse
+from .server.app import run
+from .tokencli import main as token_main
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "token":
-        from .tokencli import main as token_main
         return token_main(argv[1:])
     try:
         opts = parse(argv)
@@ -26,7 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     for w in opts.warnings:
         logging.getLogger(names.APISERVER_NAME).warning("%s", w)
-    from .server.app import run
 
     return run(opts)
 

@@ -18,6 +18,8 @@ from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
 from .version import __version__
+from .authz.authorizer import parse_modes
+from .admission.plugins import resolve_plugins
 
 
 class OptionsError(ValueError):
@@ -486,7 +488,6 @@ def _max_token_expiration(value: str) -> float:
 
 
 def _authorization_modes(value: str) -> tuple[str, ...]:
-    from .auth.authz import parse_modes
     try:
         return parse_modes(value)
     except ValueError as exc:
@@ -494,7 +495,6 @@ def _authorization_modes(value: str) -> tuple[str, ...]:
 
 
 def _admission_plugins(enable: str, disable: str) -> tuple[str, ...]:
-    from .server.admission import resolve_plugins
     split = lambda v: [n.strip() for n in v.split(",") if n.strip()]  # noqa: E731
     try:
         return resolve_plugins(split(enable), split(disable))

@@ -30,7 +30,7 @@ from apiserver_min.api import names
 from apiserver_min.api.defaults import apply_defaults
 from apiserver_min.api.podvalidation import validate_pod
 from apiserver_min.api.validation import FieldError
-from apiserver_min.server.codec import DecodeError, load_yaml
+from apiserver_min.api.codec import DecodeError, load_yaml
 
 __all__ = ["ManifestError", "decode_manifest", "decode_document", "make_static", "static_uid",
            "MAX_MANIFEST_BYTES"]

@@ -31,6 +31,9 @@ from typing import Any, Iterable, Mapping
 
 from . import names
 from .timeutil import format_rfc3339, parse_rfc3339
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+import yaml
 
 TOKEN_ID_LENGTH = 6
 TOKEN_SECRET_LENGTH = 16
@@ -301,8 +304,6 @@ def verify_detached(signature: str, content: str | bytes, token: Token | str) ->
 def ca_cert_hash(cert: Any) -> str:
     """``sha256:<hex>`` of the certificate's DER SubjectPublicKeyInfo (a
     ``cryptography`` certificate, or PEM/DER bytes)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
 
     if isinstance(cert, (bytes, bytearray)):
         data = bytes(cert)
@@ -330,7 +331,6 @@ def ca_matches(cert: Any, pins: Iterable[str]) -> bool:
 def cluster_info_kubeconfig(server: str, ca_pem: bytes) -> str:
     """The ``kubeconfig`` value of ``cluster-info``: one cluster, no users (the shape
     upstream publishes), serialised deterministically so signatures are stable."""
-    import yaml
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -347,7 +347,6 @@ def cluster_info_kubeconfig(server: str, ca_pem: bytes) -> str:
 
 def kubeconfig_cluster(content: str) -> tuple[str, bytes]:
     """(server, CA PEM) of the first cluster of a connection config; TokenError if absent."""
-    import yaml
     try:
         doc = yaml.safe_load(content)
         cluster = doc["clusters"][0]["cluster"]

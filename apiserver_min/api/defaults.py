@@ -25,7 +25,8 @@ import re
 from typing import Any, Callable
 
 from . import names
-from .schema import List, Map, Struct, schema_for
+from .schema import List, Map, Struct
+from .schemas import core, schema_for
 
 __all__ = ["apply_defaults", "default_pull_policy", "image_tag"]
 
@@ -660,7 +661,6 @@ _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
 
 def _init_volume_sources() -> None:
     global _VOLUME_SOURCES
-    from .schemas import core
 
     _VOLUME_SOURCES = tuple(core.VolumeSource.json_fields())
 

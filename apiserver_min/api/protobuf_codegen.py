@@ -4,7 +4,7 @@ Used where the C codec (``_pbfast.c``, built with the package when a compiler
 is there) is not: it is about five times slower than the C codec and five
 times faster than the table-driven reference.
 
-Why: the table-driven codec in :mod:`apiserver_min.api.protobuf` pays a generic
+Why: the table-driven codec in :mod:`apiserver_min.api.protobuf_wire` pays a generic
 dispatch per wire field (a tag look-up, an op switch, tuple unpacking), about
 0.3 us a field; a 2 KB pod has ~200 fields. Here each struct's plan (the same
 ``_Plan`` the table-driven codec uses, so the wire facts come from one place) is
@@ -34,8 +34,8 @@ from __future__ import annotations
 import struct as _struct
 from typing import Any, Callable
 
-from . import protobuf as _pb
-from .protobuf import (
+from . import protobuf_wire as _wire
+from .protobuf_wire import (
     K_BOOL, K_I32, K_I64, K_NUM, K_STR, K_STRUCT, M_INLINE, M_LIST, M_ONE, OP_FIXED,
     OP_FIXED_KEEP, OP_INLINE, OP_LD, OP_LD_KEEP, OP_LIST_FIXED, OP_LIST_LD, OP_LIST_STR, OP_LIST_VARINT,
     OP_MAP, OP_MAP_STR, OP_PACKED, OP_STR, OP_STR_KEEP, OP_STRUCT, OP_STRUCT_KEEP, OP_VARINT,
@@ -57,8 +57,8 @@ def _packed(buf: bytes, pos: int, e: int, out: dict, name: str, kind: int) -> No
         out[name] = lst = []
     p = pos
     while p < e:
-        v, p = _pb._read_varint(buf, p)
-        lst.append(_pb._fix_int(v, kind))
+        v, p = _wire._read_varint(buf, p)
+        lst.append(_wire._fix_int(v, kind))
     if p != e:
         raise ProtobufError("truncated packed list")
 
@@ -73,9 +73,9 @@ def _fixed(buf: bytes, pos: int) -> Any:
 # One namespace for every generated function: they find each other as globals
 # (``_d12``/``_e12``), which CPython resolves with a cached dictionary look-up.
 _NS: dict[str, Any] = {
-    "vr": _pb._varint_rest, "skip": _pb._skip, "ld": _pb._decode_ld, "entry": _pb._decode_entry,
-    "fix": _pb._fix_int, "packed": _packed, "fixed": _fixed, "PE": ProtobufError, "Reject": _Reject,
-    "SM": _pb._SMALL, "uv": _pb.uvarint, "payload": _pb._payload, "dict": dict, "list": list,
+    "vr": _wire._varint_rest, "skip": _wire._skip, "ld": _wire._decode_ld, "entry": _wire._decode_entry,
+    "fix": _wire._fix_int, "packed": _packed, "fixed": _fixed, "PE": ProtobufError, "Reject": _Reject,
+    "SM": _wire._SMALL, "uv": _wire.uvarint, "payload": _wire._payload, "dict": dict, "list": list,
     "str": str, "int": int, "sorted": sorted, "type": type,
 }
 _IDS: dict[int, int] = {}          # id(plan) -> index in the function names
@@ -226,7 +226,7 @@ m[k] = v
 pos = e
 """
     if op in (OP_LD, OP_LD_KEEP):
-        cond = "v is not None" if op == OP_LD_KEEP else f"v is not None and v != {_const(_pb._ZERO_JSON[kind])}"
+        cond = "v is not None" if op == OP_LD_KEEP else f"v is not None and v != {_const(_wire._ZERO_JSON[kind])}"
         return _LEN + f"v = ld(buf, pos, e, {kind}, {_const(sub)})\nif {cond}:\n    out[{nm}] = v\npos = e\n"
     if op == OP_PACKED:
         return _LEN + f"packed(buf, pos, e, out, {nm}, {kind})\npos = e\n"
@@ -256,12 +256,12 @@ def _seq_len(off: int) -> str:
 # across objects -- a list's items share a few timestamps and resource amounts --
 # so their JSON is remembered by their bytes; so are map entries with immutable
 # values (labels, resource lists).
-_CACHEABLE = frozenset({_pb.K_TIME, _pb.K_MICRO, _pb.K_QTY, _pb.K_IOS, _pb.K_DUR})
+_CACHEABLE = frozenset({_wire.K_TIME, _wire.K_MICRO, _wire.K_QTY, _wire.K_IOS, _wire.K_DUR})
 _CACHE_MAX = 4096
 
 
 def _cached_ld(buf: bytes, p: int, e: int, kind: int, cache: dict) -> Any:
-    v = _pb._decode_ld(buf, p, e, kind, None)
+    v = _wire._decode_ld(buf, p, e, kind, None)
     if v is not None:
         if len(cache) >= _CACHE_MAX:
             cache.clear()
@@ -270,7 +270,7 @@ def _cached_ld(buf: bytes, p: int, e: int, kind: int, cache: dict) -> Any:
 
 
 def _cached_entry(buf: bytes, p: int, e: int, kind: int, cache: dict) -> tuple[str, Any]:
-    kv = _pb._decode_entry(buf, p, e, kind, None)
+    kv = _wire._decode_entry(buf, p, e, kind, None)
     if len(cache) >= _CACHE_MAX:
         cache.clear()
     cache[buf[p:e]] = kv
@@ -279,7 +279,7 @@ def _cached_entry(buf: bytes, p: int, e: int, kind: int, cache: dict) -> tuple[s
 
 _LD_CACHES = {kind: {} for kind in _CACHEABLE}
 _ENTRY_CACHES = {kind: {} for kind in _CACHEABLE | {K_STR, K_I32, K_I64, K_BOOL, K_NUM}}
-_NS.update(ldc=_cached_ld, entryc=_cached_entry, refs=_pb._decode_struct)
+_NS.update(ldc=_cached_ld, entryc=_cached_entry, refs=_wire._decode_struct)
 
 
 def _ld_value(kind: int, sub: Any) -> str:
@@ -318,7 +318,7 @@ def _seq_handler(tb: bytes, ent: tuple) -> str:
     if op == OP_INLINE:
         return _seq_len(off) + f"_d{_index(sub)}(buf, p, e, out)\npos = e\n" + _END
     if op in (OP_LD, OP_LD_KEEP):
-        zero = _pb._ZERO_JSON[kind]
+        zero = _wire._ZERO_JSON[kind]
         cond = "v is not None" if op == OP_LD_KEEP or zero is None else f"v is not None and v != {_const(zero)}"
         return _seq_len(off) + _ld_value(kind, sub) + f"if {cond}:\n    out[{nm}] = v\npos = e\n" + _END
     if op in (OP_VARINT, OP_VARINT_KEEP):
@@ -365,7 +365,7 @@ def _compile_decoder(plan: _Plan, i: int) -> Callable:
     for tag, ent in ents:
         if ent[0] == OP_PACKED:
             continue  # upstream writes lists unpacked: packed input goes to the loop below
-        tb = _pb.uvarint(tag)
+        tb = _wire.uvarint(tag)
         cond = " and ".join(f"buf[pos + {j}] == {b}" if j else f"buf[pos] == {b}" for j, b in enumerate(tb))
         lines.append(f"    if {cond}:")
         lines.append(_indent(_seq_handler(tb, ent), 2).rstrip("\n"))
@@ -407,8 +407,8 @@ def _compile_encoder(plan: _Plan, i: int) -> Callable:
         if absent is None:
             src += "    pass\n"
         elif absent is True:
-            empty = _pb._empty_bytes(sub)
-            src += f"    ap({_const(tag + _pb.uvarint(len(empty)) + empty)})\n"
+            empty = _wire._empty_bytes(sub)
+            src += f"    ap({_const(tag + _wire.uvarint(len(empty)) + empty)})\n"
         else:
             src += f"    ap({_const(absent)})\n"
         src += "else:\n"
@@ -441,8 +441,8 @@ def _compile_encoder(plan: _Plan, i: int) -> Callable:
                         + _len_prefix("b"))
             body = "if type(v) is not list:\n    raise Reject\nfor x in v:\n" + _indent(item, 1)
         else:  # M_MAP
-            wt = _pb._wire_type(kind)
-            vtag = _pb._SMALL[(2 << 3) | wt]
+            wt = _wire._wire_type(kind)
+            vtag = _wire._SMALL[(2 << 3) | wt]
             if kind == K_STR:
                 val = "if type(x) is not str:\n    raise Reject\nb = x.encode()\nm = len(b)\n" \
                       "eb = b''.join((b'\\x0a', SM[kl] if kl < 128 else uv(kl), kb, b'\\x12', " \

@@ -79,8 +79,6 @@ __all__ = [
     "resolve_path",
     "resolve_field",
     "split_path",
-    "schema_for",
-    "list_schema",
     "proto_package",
     "TYPE_META",
     "OBJECT_META",
@@ -731,7 +729,8 @@ DELETE_OPTIONS = Struct(f"{META}.DeleteOptions", [
 TYPE_META_JSON_FIELDS = ("apiVersion", "kind")
 
 
-# --- kind look-up ----------------------------------------------------------------------------
+# --- proto packages ---------------------------------------------------------------------------
+# (the look-up of a kind's schema, ``schema_for``, is in ``apiserver_min.api.schemas``)
 
 def proto_package(group: str, version: str) -> str:
     """The upstream proto package of a group version (``coordination.orch.io``, v1
@@ -740,32 +739,3 @@ def proto_package(group: str, version: str) -> str:
         return f"k8s.io.api.core.{version}"
     first = group.split(".", 1)[0]
     return f"k8s.io.api.{first}.{version}"
-
-
-def schema_for(group: str, version: str, kind: str) -> Struct | None:
-    """The schema of a kind (or of a ``<Kind>List``), or None if none is declared."""
-    from .schemas import KIND_SCHEMAS  # late: the declarations import this module
-
-    s = KIND_SCHEMAS.get((group, version, kind))
-    if s is None and kind.endswith("List"):
-        return list_schema(group, version, kind[:-4])
-    return s
-
-
-_LISTS: dict[tuple[str, str, str], Struct] = {}
-
-
-def list_schema(group: str, version: str, kind: str) -> Struct | None:
-    """The ``<Kind>List`` schema: ``metadata`` (ListMeta, 1) and ``items`` (2)."""
-    key = (group, version, kind)
-    if key not in _LISTS:
-        from .schemas import KIND_SCHEMAS
-
-        item = KIND_SCHEMAS.get(key)
-        if item is None:
-            return None
-        _LISTS[key] = Struct(item.name + "List", [
-            F("metadata", LIST_META, 1),
-            F("items", List(item), 2, required=True),
-        ])
-    return _LISTS[key]

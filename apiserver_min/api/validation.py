@@ -467,3 +467,16 @@ def validate_annotations(
     if total > TOTAL_ANNOTATION_SIZE_LIMIT_B:
         errs.append(FieldError.too_long(path, "", TOTAL_ANNOTATION_SIZE_LIMIT_B))
     return errs
+
+
+def _cause(err: FieldError) -> dict:
+    return {"reason": err.type, "message": err.body(), "field": err.field}
+
+
+def causes(errors: list[FieldError]) -> list[dict]:
+    return [_cause(e) for e in errors]
+
+
+def go_list(values: Iterable[str]) -> str:
+    """A string list as upstream's errors print it: ["a" "b"]."""
+    return "[" + " ".join(f'"{v}"' for v in values) + "]"

@@ -11,6 +11,7 @@ import asyncio
 import gc
 import logging
 import os
+import resource
 import signal
 import ssl
 import time
@@ -24,23 +25,31 @@ from ..api.kinds import REGISTRY, KindInfo, Registry
 from ..options import Options
 from ..pki import Pki, write_admin_config
 from ..storage.interface import Backend
-from ..auth.authz import Decision as AuthzDecision
-from ..auth.authz import build_authorizer, forbidden_error, request_attributes, user_or_anonymous
-from ..auth.rbac import RbacIndex, RbacWriteGuard
-from ..auth.reviews import Reviews
-from ..auth.authn import Authentication
-from ..auth import tlsverify
-from . import codec
-from .admission import SYSTEM_USER, UserInfo, build_chain
-from .controllers import Controllers
+from ..authz.authorizer import Decision as AuthzDecision
+from ..authz.modes import build_authorizer
+from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
+from ..authz.rbac import RbacIndex, RbacWriteGuard
+from .reviews import AuthnReviews, Reviews
+from .tokenrequest import TokenRequests
+from ..registry.lookup import ObjectLookup
+from ..authn.union import Authentication
+from ..api import tlsverify
+from ..api import codec
+from ..api.user import SYSTEM_USER, UserInfo
+from ..admission.plugins import build_chain
+from ..controllers.manager import Controllers
 from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
 from .health import Check, Health
 from .metrics import Metrics
 from .openapi import OpenAPI
 from .routing import RequestInfo, parse
-from .store import Store, key_prefix
-from .watchcache import WatchCache
+from ..registry.store import Store
+from ..storage.keys import key_prefix
+from ..storage.cacher import WatchCache
+from ..storage.sqlite import SqliteBackend
+from ..storage.etcd import EtcdBackend
+from .negotiation import error_body
 
 log = logging.getLogger("orch-apiserver")
 
@@ -86,12 +95,10 @@ class RuntimeConfig:
 
 def load_backend(opts: Options) -> Backend:
     if opts.storage_backend == "etcd3":
-        from ..storage.etcd import EtcdBackend
         endpoints = [u.split("//", 1)[1] for u in opts.etcd_servers]
         # Compact every 5 minutes to the revision seen 5 minutes earlier, as upstream does:
         # history and continue tokens stay valid for at least that long.
         return EtcdBackend(endpoints, prefix=opts.etcd_prefix, compaction_interval=300.0)
-    from ..storage.sqlite import SqliteBackend
     return SqliteBackend(os.path.join(opts.data_dir, "state.db"))
 
 
@@ -126,7 +133,10 @@ class ApiServer:
         self.client_ca = opts.client_ca_file or self.pki.ca_cert
         # Authentication reads the token file and the service-account keys now (a bad one
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
-        self.authn = Authentication(self)
+        self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
+        self.authn_reviews = AuthnReviews(self)
+        self.token_requests = TokenRequests(self, self.authn.issuer, opts.api_audiences,
+                                            opts.service_account_max_token_expiration)
         self._inflight = 0
 
     # --- health ---------------------------------------------------------------------
@@ -235,8 +245,8 @@ class ApiServer:
             self.authorize(user, info, request.query)
             if info.is_resource and self.reviews.handles(info):
                 resp = await self.reviews.handle(request, info, user_or_anonymous(user))
-            elif info.is_resource and self.authn.handles(info):
-                resp = await self.authn.handle(request, info, user_or_anonymous(user))
+            elif info.is_resource and self.authn_reviews.handles(info):
+                resp = await self.authn_reviews.handle(request, info, user_or_anonymous(user))
             elif info.is_resource and info.kind is None and _is_crd_list(info):
                 resp = await self.crd_list(request)
             elif info.is_resource:
@@ -283,7 +293,6 @@ class ApiServer:
 
     def error_response(self, request: web.Request, exc: st.ApiError) -> web.Response:
         # Protobuf when the client asked for it (clients decode errors by Content-Type).
-        from .negotiation import error_body
 
         body, ctype = error_body(request.headers.get("Accept"), exc.to_status())
         resp = web.Response(body=body, status=exc.code, content_type=ctype)
@@ -389,7 +398,6 @@ class ApiServer:
 
 def raise_open_file_limit() -> None:
     """Every watch holds a connection: lift the soft descriptor limit to the hard one."""
-    import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         hard = 1 << 20

@@ -15,24 +15,30 @@ from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
 from ..api.kinds import label_selector_text as kinds_label_selector_text
-from ..api.schema import Struct, schema_for
+from ..api.schema import Struct
+from ..api.schemas import schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
 from ..api.validation import FieldError, go_quote
 from ..storage.interface import CompactedError
-from . import codec
-from . import fieldvalidation
-from .admission import UserInfo
-from .managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, manager_from_user_agent
+from ..api import codec
+from ..registry import fieldvalidation
+from ..api.user import UserInfo
+from ..registry.managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, manager_from_user_agent
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
-from .patch import PatchApplyError, PatchError, json_patch, merge_patch
-from .strategicpatch import strategic_merge_patch
+from ..registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
+from ..registry.strategicpatch import strategic_merge_patch
 from .routing import RequestInfo, require_kind
-from .store import DeleteOptions, ListResult, key_prefix, parse_rv
-from .strategy import causes as strategy_causes
-from .watchcache import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
+from ..registry.store import DeleteOptions, ListResult, parse_rv
+from ..storage.keys import key_prefix
+from ..api.validation import causes as strategy_causes
+from ..storage.cacher import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
+from ..api import protobuf
+from ..registry.binding import bind_pod
+from .podlogs import serve_pod_log
+from .podexec import serve_pod_stream
 
 if TYPE_CHECKING:
-    from .app import ApiServer
+    from .context import ServerContext
 
 log = logging.getLogger("orch-apiserver.handlers")
 
@@ -253,7 +259,7 @@ class WriteParams:
 
 
 class ResourceHandlers:
-    def __init__(self, server: "ApiServer"):
+    def __init__(self, server: "ServerContext"):
         self.server = server
         self.store = server.store
         self.cache = server.cache
@@ -323,7 +329,6 @@ class ResourceHandlers:
         envelope names: 400 for a wrong prefix or a malformed message. Protobuf
         has no duplicate keys, and unknown field numbers are skipped as upstream
         skips them."""
-        from ..api import protobuf
 
         if not body:
             raise st.bad_request("the request body is empty; an object was expected")
@@ -466,14 +471,12 @@ class ResourceHandlers:
             return await self.evict_pod(request, info, kind, user)
         if name == "token" and kind.resource == "serviceaccounts":
             # TokenRequest: issued by the authentication layer (auth/serviceaccount.py).
-            return await self.server.authn.token_request(request, info, kind, user)
+            return await self.server.token_requests.create(request, info, kind, user)
         if name == "log" and kind.resource == "pods":
             # Proxied to the node agent's /containerLogs (server/podlogs.py).
-            from .podlogs import serve_pod_log
             return await serve_pod_log(self.server, request, info, kind)
         if name in ("exec", "attach", "portforward") and kind.resource == "pods":
             # WebSocket streams relayed to the node agent (server/podexec.py).
-            from .podexec import serve_pod_stream
             return await serve_pod_stream(self.server, request, info, kind, user)
         raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
                                            f"({kind.resource}/{info.subresource}) for verb {info.verb}")
@@ -670,7 +673,6 @@ class ResourceHandlers:
         length-prefixed WatchEvent whose object is enveloped protobuf (JSON
         bytes inside the event for an object without a protobuf encoding)."""
         if target.form == "protobuf":
-            from ..api import protobuf
 
             inner = protobuf_body(obj)
             return protobuf.watch_frame(ev_type, inner if inner is not None else codec.dumps(obj))
@@ -949,10 +951,9 @@ class ResourceHandlers:
         if not node:
             raise st.invalid("Binding", info.name, [{"reason": "FieldValueRequired", "field": "target.name",
                                                        "message": "Required value"}])
-        from .scheduler import bind_pod
 
         # One binding write for this sub-resource and the bundled scheduler.
-        await bind_pod(self.server, info.namespace, info.name, node, user,
+        await bind_pod(self.server.store, info.namespace, info.name, node, user,
                        uid=(body.get("metadata") or {}).get("uid") or None,
                        dry_run=_dry_run(request.query, "CreateOptions"))
         return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)

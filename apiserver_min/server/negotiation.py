@@ -20,6 +20,8 @@ from typing import Any, Iterable
 from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
+from ..api import protobuf
+from ..api import codec
 
 TABLE_GROUPS = (names.META_GROUP, names.UPSTREAM_META_GROUP)
 TABLE_VERSIONS = ("v1", "v1beta1")
@@ -163,7 +165,6 @@ def protobuf_body(obj: Any) -> bytes | None:
     """``obj`` in enveloped protobuf, or None when it has no protobuf encoding
     (no schema is declared for its kind): the caller answers in JSON instead,
     which every client reads."""
-    from ..api import protobuf
 
     if not isinstance(obj, dict):
         return None
@@ -180,7 +181,6 @@ def error_body(accept: str | None, status: dict) -> tuple[bytes, str]:
     """An error Status in the representation the request asked for: protobuf
     when negotiated, else JSON (also when the Accept header itself is what
     failed)."""
-    from . import codec
 
     try:
         target = negotiate(accept, table_ok=False, yaml_ok=False)

@@ -66,8 +66,9 @@ from aiohttp import web
 from ..api import names
 from ..api import schema as S
 from ..api.kinds import KindInfo, Registry, Subresource
-from ..api.schemas import KIND_SCHEMAS
+from ..api.schemas import KIND_SCHEMAS, list_schema, schema_for
 from . import openapi_pb
+from .discovery import version_info
 
 log = logging.getLogger(__name__)
 
@@ -427,12 +428,12 @@ class _PathBuilder:
         return op
 
     def add_kind(self, k: KindInfo) -> None:
-        struct = S.schema_for(k.group, k.version, k.kind)
+        struct = schema_for(k.group, k.version, k.kind)
         if struct is None:
             raise ValueError(f"OpenAPI: kind {k.api_version} {k.kind} has no schema declaration")
         name = self.schemas.name(struct)
         gvk = {"group": k.group, "version": k.version, "kind": k.kind}
-        lst = S.list_schema(k.group, k.version, k.kind)
+        lst = list_schema(k.group, k.version, k.kind)
         list_name = None
         if lst is not None and ("list" in k.verbs or "watch" in k.verbs):
             self.schemas.add_gvk(lst, {"group": k.group, "kind": k.list_kind, "version": k.version})
@@ -517,7 +518,7 @@ class _PathBuilder:
                      opg: str, scope: str) -> None:
         # A sub-resource names its kind's group version when it differs (scale, eviction, token).
         group, version = (sub.group, sub.version) if sub.version else (k.group, k.version)
-        struct = S.schema_for(group, version, sub.kind)
+        struct = schema_for(group, version, sub.kind)
         gvk = {"group": group, "version": version, "kind": sub.kind}
         title = sub.name.title().replace("containers", "Containers")
         path = f"{item}/{sub.name}"
@@ -561,7 +562,6 @@ class _PathBuilder:
 
 
 def _info(title_suffix: str = "") -> dict:
-    from .discovery import version_info  # late: discovery is a sibling with its own imports
 
     return {"title": f"orch{title_suffix}", "version": version_info()["gitVersion"]}
 

@@ -42,8 +42,8 @@ from .podlogs import (_CHAINED_BUT_INVALID, CONNECT_TIMEOUT, MAX_ERROR_BODY, _go
 from .routing import RequestInfo
 
 if TYPE_CHECKING:
-    from ..auth.authz import UserInfo
-    from .app import ApiServer
+    from ..authz.authorizer import UserInfo
+    from .context import ServerContext
 
 log = logging.getLogger("orch-apiserver.podexec")
 
@@ -122,7 +122,7 @@ def _is_upgrade(request: web.Request, protocol: str) -> bool:
             and protocol in request.headers.get("Upgrade", "").lower())
 
 
-async def serve_pod_stream(server: "ApiServer", request: web.Request, info: RequestInfo, kind: KindInfo,
+async def serve_pod_stream(server: "ServerContext", request: web.Request, info: RequestInfo, kind: KindInfo,
                            user: "UserInfo") -> web.StreamResponse:
     """``pods/exec``, ``pods/attach``, ``pods/portforward``: check, then relay to the agent."""
     sub = info.subresource
@@ -168,7 +168,7 @@ async def serve_pod_stream(server: "ApiServer", request: web.Request, info: Requ
             return client_ws
 
 
-async def _connect_agent(server: "ApiServer", session: aiohttp.ClientSession, url: str, protocols: list[str],
+async def _connect_agent(server: "ServerContext", session: aiohttp.ClientSession, url: str, protocols: list[str],
                          pod_name: str, sub: str) -> aiohttp.ClientWebSocketResponse:
     """A WebSocket to the agent: verified when its certificate chains to a CA we trust,
     unverified otherwise (as for pods/log). A refusal becomes a Status with the agent's text."""
@@ -189,7 +189,7 @@ async def _connect_agent(server: "ApiServer", session: aiohttp.ClientSession, ur
         raise st.ApiError(500, "InternalError", f'error dialing backend: {url}: {exc or type(exc).__name__}') from None
 
 
-async def _refusal_text(server: "ApiServer", session: aiohttp.ClientSession, url: str) -> str:
+async def _refusal_text(server: "ServerContext", session: aiohttp.ClientSession, url: str) -> str:
     """The agent's reason for refusing the upgrade: the handshake drops the body, so the
     same request is asked again without the upgrade (the agent answers it the same way)."""
     try:

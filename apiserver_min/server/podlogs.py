@@ -53,7 +53,7 @@ from ..pki import cert_pem, key_pem, new_key, sign_leaf, write_private, write_pu
 from .routing import RequestInfo
 
 if TYPE_CHECKING:
-    from .app import ApiServer
+    from .context import ServerContext
 
 log = logging.getLogger("orch-apiserver.podlogs")
 
@@ -226,7 +226,7 @@ def agent_error(code: int, body: bytes, pod_name: str) -> st.ApiError:
 class AgentClient:
     """The API server's TLS identity towards node agents, and what it trusts of theirs."""
 
-    def __init__(self, server: "ApiServer"):
+    def __init__(self, server: "ServerContext"):
         self.server = server
         self.cert_path = os.path.join(server.pki.dir, CLIENT_CERT_FILE)
         self.key_path = os.path.join(server.pki.dir, CLIENT_KEY_FILE)
@@ -295,10 +295,10 @@ class AgentClient:
         return await session.get(url, ssl=insecure)
 
 
-_clients: "weakref.WeakKeyDictionary[ApiServer, AgentClient]" = weakref.WeakKeyDictionary()
+_clients: "weakref.WeakKeyDictionary[ServerContext, AgentClient]" = weakref.WeakKeyDictionary()
 
 
-def agent_client(server: "ApiServer") -> AgentClient:
+def agent_client(server: "ServerContext") -> AgentClient:
     client = _clients.get(server)
     if client is None:
         client = _clients[server] = AgentClient(server)
@@ -314,7 +314,7 @@ def _host_for_url(address: str) -> str:
     return address
 
 
-async def serve_pod_log(server: "ApiServer", request: web.Request, info: RequestInfo,
+async def serve_pod_log(server: "ServerContext", request: web.Request, info: RequestInfo,
                         kind: KindInfo) -> web.StreamResponse:
     """The ``pods/log`` sub-resource: validate, find the agent, stream its answer."""
     pod = await server.store.get_object(kind, info.namespace, info.name)

@@ -105,8 +105,9 @@ def window(server: ba.Server, level: str, seconds: float, procs: int, tag: str) 
 def in_process_costs() -> dict[str, float]:
     """Microseconds per decode + field validation of the bench pod body, per level."""
     sys.path.insert(0, str(ba.REPO))
-    from apiserver_min.api.schema import schema_for
-    from apiserver_min.server import codec, fieldvalidation
+    from apiserver_min.api.schemas import schema_for
+    from apiserver_min.api import codec
+    from apiserver_min.registry import fieldvalidation
 
     body = ba.pod_body(NAMESPACE, "pod-0000001")
     schema = schema_for("", "v1", "Pod")

@@ -22,7 +22,7 @@ import orjson
 
 from apiserver_min.api import protobuf as pb
 from apiserver_min.api import protobuf_codegen as _codegen
-from apiserver_min.server import codec
+from apiserver_min.api import codec
 
 
 def pod() -> dict:

@@ -375,7 +375,8 @@ def test_join_install_writes_configs_then_bootstrap_works(server, tmp_path, monk
     root = tmp_path / "root"
     node = uniq("joined")
     code = join.main(["--server", server.url, "--token", str(token), "--discovery-token-ca-cert-hash", pin,
-                      "--install", "--env-file", str(env), "--root-dir", str(root), "--hostname-override", node])
+                      "--install", "--env-file", str(env), "--root-dir", str(root), "--hostname-override", node],
+                     run_agent=lambda argv: 0)
     assert code == 0
     boot = root / names.AGENT_BOOTSTRAP_ORCHCONFIG_NAME
     conn = load_orchconfig(str(boot))
@@ -413,13 +414,11 @@ def test_join_runs_the_agent_with_both_configs(server, tmp_path, monkeypatch):
     token = asyncio.run(signed_token(server))
     pin = bt.ca_cert_hash(server.ca_cert.read_bytes())
     seen: list[list[str]] = []
-    import agent.cli
-
-    monkeypatch.setattr(agent.cli, "main", lambda argv: seen.append(list(argv)) or 0)
     root = tmp_path / "r"
     own = tmp_path / "mine.orchconfig"
     code = join.main(["--server", server.url, f"--token={token}", f"--discovery-token-ca-cert-hash={pin}",
-                      "--root-dir", str(root), "--orchconfig", str(own), "--v=2"])
+                      "--root-dir", str(root), "--orchconfig", str(own), "--v=2"],
+                     run_agent=lambda argv: seen.append(list(argv)) or 0)
     assert code == 0 and len(seen) == 1
     argv = seen[0]
     assert argv == ["--root-dir", str(root), "--orchconfig", str(own), "--v=2",

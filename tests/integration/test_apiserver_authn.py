@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
-from apiserver_min.auth import jwt
+from apiserver_min.authn import jwt
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, make_ca, new_key, sign_leaf
 from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerError, ApiServerProcess
 from tests.components import free_port

@@ -29,7 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from apiserver_min.api import bootstraptoken as bt
 from apiserver_min.api import names
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, make_ca, sign_leaf
-from apiserver_min.server import csrcontrollers as cc
+from apiserver_min.controllers import certificates as cc
 from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerProcess
 from tests.components import free_port
 

@@ -39,8 +39,9 @@ from apiserver_min.api import names
 from apiserver_min.api import protobuf
 from apiserver_min.api.schema import (
     Boolean, Bytes, Duration, IntOrString, Integer, List, Map, MicroTime, Number, Opaque, Quantity, String,
-    Struct, Time, Type, resolve_path, schema_for,
+    Struct, Time, Type, resolve_path,
 )
+from apiserver_min.api.schemas import schema_for
 from tests.apiserver_fixtures import create_namespace
 
 NS = "fuzz"

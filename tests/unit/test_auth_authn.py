@@ -16,18 +16,19 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from apiserver_min.api import names
-from apiserver_min.auth import jwt
-from apiserver_min.auth.authn import (ANONYMOUS, AudienceAgnostic, AuthConfigError, AuthenticationChain,
-                                      BearerTokenAuthenticator, Unauthorized, X509Authenticator, bearer_token,
-                                      user_from_certificate, with_authenticated_group)
-from apiserver_min.auth.serviceaccount import (PROJECTED_TOKEN_EXPIRATION_SECONDS, ServiceAccountTokenAuthenticator,
-                                               TokenIssuer, load_keys, mount_service_account_token,
-                                               parse_claims, should_automount)
-from apiserver_min.auth.tlsverify import ClientCertificateVerifier
-from apiserver_min.auth.tokens import BootstrapTokens, StaticTokens, bootstrap_groups, parse_token_csv
+from apiserver_min.authn import jwt
+from apiserver_min.authn.authenticator import ANONYMOUS, AuthConfigError, Unauthorized, with_authenticated_group
+from apiserver_min.authn.bearer import AudienceAgnostic, BearerTokenAuthenticator, bearer_token
+from apiserver_min.authn.union import AuthenticationChain
+from apiserver_min.authn.x509 import X509Authenticator, user_from_certificate
+from apiserver_min.admission.plugins.serviceaccount import PROJECTED_TOKEN_EXPIRATION_SECONDS
+from apiserver_min.authn.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer, load_keys, parse_claims
+from apiserver_min.admission.plugins.serviceaccount import mount_service_account_token, should_automount
+from apiserver_min.api.tlsverify import ClientCertificateVerifier
+from apiserver_min.authn.tokens import BootstrapTokens, StaticTokens, bootstrap_groups, parse_token_csv
 from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
 from apiserver_min.options import parse
-from apiserver_min.server.admission import UserInfo
+from apiserver_min.api.user import UserInfo
 
 AUD = ("https://orch.default.svc.cluster.local",)
 ISS = "https://issuer.example"

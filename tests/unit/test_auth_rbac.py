@@ -16,19 +16,25 @@ from cryptography.x509.oid import NameOID
 from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.auth import authz, policy, reviews
-from apiserver_min.auth.authz import AuthzAttributes, Decision, Union
-from apiserver_min.auth.certadmission import (CertificateApproval, CertificateSigning,
-                                              CertificateSubjectRestriction, parse_csr_request)
-from apiserver_min.auth.node import NodeAuthorizer, NodeGraph, pod_references
-from apiserver_min.auth.noderestriction import NodeRestriction, forbidden_labels
-from apiserver_min.auth.rbac import (PolicyRule, RbacAuthorizer, RbacIndex, RbacWriteGuard, rule_allows,
-                                     uncovered)
-from apiserver_min.server.admission import Attributes, DefaultTolerationSeconds, UserInfo, resolve_plugins
-from apiserver_min.server.codec import encode_for_storage
+from apiserver_min.authz import authorizer as authz, policy
+from apiserver_min.controllers.clusterroleaggregation import aggregate_rules
+from apiserver_min.server import reviews
+from apiserver_min.authz.authorizer import AuthzAttributes, Decision, Union
+from apiserver_min.admission.plugins.certificates import (CertificateApproval, CertificateSigning,
+    CertificateSubjectRestriction, parse_csr_request)
+from apiserver_min.authz.node import NodeAuthorizer, NodeGraph
+from apiserver_min.api.podrefs import pod_references
+from apiserver_min.admission.plugins.noderestriction import NodeRestriction, forbidden_labels
+from apiserver_min.authz.authorizer import PolicyRule
+from apiserver_min.authz.rbac import RbacAuthorizer, RbacIndex, RbacWriteGuard, rule_allows, uncovered
+from apiserver_min.admission.chain import Attributes
+from apiserver_min.admission.plugins.defaulttolerationseconds import DefaultTolerationSeconds
+from apiserver_min.api.user import UserInfo
+from apiserver_min.admission.plugins import resolve_plugins
+from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.server.routing import RequestInfo
-from apiserver_min.server.store import key_prefix
-from apiserver_min.server.watchcache import WatchCache
+from apiserver_min.storage.keys import key_prefix
+from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.interface import Event, KeyValue
 
 RBAC = names.RBAC_GROUP
@@ -470,7 +476,7 @@ def test_reconcile_adds_what_is_missing_and_keeps_the_rest():
     assert [s["name"] for s in cur_b["subjects"]] == ["x", "g1"]
     assert policy.protected({"metadata": {"annotations": {names.ANNOTATION_RBAC_AUTOUPDATE: "false"}}})
     # Every default object passes the write checks' shape validation.
-    from apiserver_min.auth.rbac import validate_binding, validate_cluster_role, validate_rules
+    from apiserver_min.authz.rbac import validate_binding, validate_cluster_role, validate_rules
     for obj in policy.default_cluster_roles():
         assert validate_cluster_role(obj) == [], obj["metadata"]["name"]
     for obj in policy.default_roles():
@@ -485,18 +491,18 @@ def test_aggregation_unions_selected_roles(cluster):
     index = RbacIndex.attach(cluster.cache, REGISTRY)
     for obj in policy.default_cluster_roles():
         cluster.put(KIND["clusterroles"], obj)
-    view = policy.aggregate_rules(index, "view")
+    view = aggregate_rules(index, "view")
     assert view == policy._aggregate_to_view()
     # edit and admin pick up view's rules once those are stored on view (chained aggregation).
     cluster.put(KIND["clusterroles"], {**policy.aggregated_role("view", names.LABEL_AGGREGATE_TO_VIEW,
                                                                 {names.LABEL_AGGREGATE_TO_EDIT: "true"}),
                                        "rules": view})
-    edit = policy.aggregate_rules(index, "edit")
+    edit = aggregate_rules(index, "edit")
     assert all(r in edit for r in view) and all(r in edit for r in policy._aggregate_to_edit())
     cluster.put(KIND["clusterroles"], role("extra", [policy.rule(("get",), ("x.io",), ("widgets",))],
                                            labels={names.LABEL_AGGREGATE_TO_VIEW: "true"}))
-    assert policy.rule(("get",), ("x.io",), ("widgets",)) in policy.aggregate_rules(index, "view")
-    assert policy.aggregate_rules(index, names.ROLE_CLUSTER_ADMIN) is None
+    assert policy.rule(("get",), ("x.io",), ("widgets",)) in aggregate_rules(index, "view")
+    assert aggregate_rules(index, names.ROLE_CLUSTER_ADMIN) is None
     # The node rules granted through system:node match the Node authorizer's fixed rules.
     node_role = next(r for r in policy.default_cluster_roles() if r["metadata"]["name"] == names.ROLE_NODE)
     assert tuple(PolicyRule.from_dict(r) for r in node_role["rules"]) == policy.node_rules()

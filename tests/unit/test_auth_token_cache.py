@@ -13,13 +13,15 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from apiserver_min.api import names
-from apiserver_min.auth.authn import (AudienceAgnostic, AuthenticationChain, BearerTokenAuthenticator, TokenResult,
-                                      Unauthorized, X509Authenticator)
-from apiserver_min.auth.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer
-from apiserver_min.auth.tlsverify import ClientCertificateVerifier
+from apiserver_min.authn.bearer import AudienceAgnostic, BearerTokenAuthenticator
+from apiserver_min.authn.union import AuthenticationChain
+from apiserver_min.authn.authenticator import TokenResult, Unauthorized
+from apiserver_min.authn.x509 import X509Authenticator
+from apiserver_min.authn.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer
+from apiserver_min.api.tlsverify import ClientCertificateVerifier
 from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
-from apiserver_min.auth.tokens import BootstrapTokens, StaticTokens, parse_token_csv
-from apiserver_min.server.admission import UserInfo
+from apiserver_min.authn.tokens import BootstrapTokens, StaticTokens, parse_token_csv
+from apiserver_min.api.user import UserInfo
 
 AUD = ("https://orch.default.svc.cluster.local",)
 ISS = AUD[0]

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from apiserver_min.api.status import ApiError
-from apiserver_min.server import codec
+from apiserver_min.api import codec
 
 
 def test_splice_rv_into_empty_metadata():

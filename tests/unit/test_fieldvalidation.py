@@ -22,11 +22,11 @@ from apiserver_min.api.schema import (
     String,
     Struct,
     Time,
-    schema_for,
 )
+from apiserver_min.api.schemas import schema_for
 from apiserver_min.api.status import ApiError
-from apiserver_min.server import codec
-from apiserver_min.server import fieldvalidation as fv
+from apiserver_min.api import codec
+from apiserver_min.registry import fieldvalidation as fv
 
 POD = schema_for("", "v1", "Pod")
 CM = schema_for("", "v1", "ConfigMap")

@@ -17,13 +17,15 @@ from aiohttp.test_utils import make_mocked_request
 from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.auth import policy
-from apiserver_min.auth.rbac import RbacIndex, parse_cluster_role
-from apiserver_min.auth.serviceaccount import ServiceAccountsController
+from apiserver_min.authz import policy
+from apiserver_min.controllers import bootstrappolicy
+from apiserver_min.controllers.clusterroleaggregation import ClusterRoleAggregator
+from apiserver_min.authz.rbac import RbacIndex, parse_cluster_role
+from apiserver_min.controllers.serviceaccounts import ServiceAccountsController
 from apiserver_min.server import handlers
-from apiserver_min.server import managedfields as mf
+from apiserver_min.registry import managedfields as mf
 from apiserver_min.server.app import ApiServer
-from apiserver_min.server.leaderelection import LeaderElector
+from apiserver_min.controllers.leaderelection import LeaderElector
 from apiserver_min.server.negotiation import JSON
 
 CM = names.CONTROLLER_MANAGER_FIELD_MANAGER
@@ -89,6 +91,7 @@ def kind(group: str, resource: str):
 
 
 def server_with(store: MemoryStore):
+    store.registry = REGISTRY  # what the store-level writers look kinds up in
     return SimpleNamespace(registry=REGISTRY, store=store)
 
 
@@ -167,7 +170,7 @@ async def test_clusterrole_aggregation_is_the_controller_managers():
     store.put(cr, "", agg)
     index = RbacIndex({})
     index.cluster_roles = {"agg": parse_cluster_role(agg), "part": parse_cluster_role(part)}
-    aggregator = policy.ClusterRoleAggregator(server_with(store), index)
+    aggregator = ClusterRoleAggregator(server_with(store).store, index)
     assert await aggregator.sync("agg") is True
     assert store.calls == [("update", "clusterroles", "agg", CM, "")]
     entry = only_entry(store.entries("clusterroles", "", "agg"))
@@ -212,19 +215,19 @@ def cluster_binding(name: str, role: str, user: str) -> dict:
 async def test_default_policy_reconciliation_is_the_api_servers():
     store = MemoryStore()
     server = server_with(store)
-    assert await policy._reconcile_one(server, "clusterroles", cluster_role("viewer", ["get"])) == "created"
+    assert await bootstrappolicy._reconcile_one(server.store, "clusterroles", cluster_role("viewer", ["get"])) == "created"
     entry = only_entry(store.entries("clusterroles", "", "viewer"))
     assert (entry["manager"], entry["operation"]) == (API, "Update")
 
     # A default role missing a rule is completed: an Update by the API server again.
     store.put(kind(names.RBAC_GROUP, "clusterroles"), "", cluster_role("editor", ["get"]))
-    assert await policy._reconcile_one(server, "clusterroles", cluster_role("editor", ["get", "list"])) == "updated"
+    assert await bootstrappolicy._reconcile_one(server.store, "clusterroles", cluster_role("editor", ["get", "list"])) == "updated"
     entry = only_entry(store.entries("clusterroles", "", "editor"))
     assert (entry["manager"], entry["operation"]) == (API, "Update")
 
     # A binding whose roleRef changed is recreated, by the API server.
     store.put(kind(names.RBAC_GROUP, "clusterrolebindings"), "", cluster_binding("b", "old-role", "alice"))
-    assert await policy._reconcile_one(server, "clusterrolebindings", cluster_binding("b", "new-role", "bob")) \
+    assert await bootstrappolicy._reconcile_one(server.store, "clusterrolebindings", cluster_binding("b", "new-role", "bob")) \
         == "recreated"
     entry = only_entry(store.entries("clusterrolebindings", "", "b"))
     assert (entry["manager"], entry["operation"]) == (API, "Update")

@@ -9,9 +9,9 @@ import pytest
 
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.api.schema import schema_for
-from apiserver_min.server import fieldpath as fp
-from apiserver_min.server import managedfields as mf
+from apiserver_min.api.schemas import schema_for
+from apiserver_min.registry import fieldpath as fp
+from apiserver_min.registry import managedfields as mf
 
 DEPLOY = REGISTRY.by_resource("apps", "v1", "deployments")
 PODS = REGISTRY.by_resource("", "v1", "pods")

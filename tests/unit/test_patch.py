@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from apiserver_min.server.patch import PatchApplyError, PatchError, json_patch, merge_patch
+from apiserver_min.registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
 
 # RFC 7386, Appendix A: original, patch, result.
 RFC7386_EXAMPLES = [

@@ -774,7 +774,7 @@ def test_update_allows_existing_ephemeral_containers():
 
 def _pod_strategy():
     from apiserver_min.api.kinds import REGISTRY
-    from apiserver_min.server.strategy import PodStrategy, strategy_for
+    from apiserver_min.registry.strategy import PodStrategy, strategy_for
 
     strategy = strategy_for(REGISTRY.by_resource("", "v1", "pods"))
     assert isinstance(strategy, PodStrategy)

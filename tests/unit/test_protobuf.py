@@ -19,9 +19,9 @@ from apiserver_min.api import status as st
 from apiserver_min.api.kinds import KINDS
 from apiserver_min.api.schema import (
     Boolean, Bytes, Duration, IntOrString, Integer, List, Map, MicroTime, Number, Opaque, Quantity, String,
-    Struct, Time, schema_for,
+    Struct, Time,
 )
-from apiserver_min.api.schemas import KIND_SCHEMAS
+from apiserver_min.api.schemas import KIND_SCHEMAS, schema_for
 from apiserver_min.server import negotiation
 
 H = bytes.fromhex

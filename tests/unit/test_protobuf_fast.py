@@ -18,9 +18,9 @@ import pytest
 from apiserver_min.api import names
 from apiserver_min.api import protobuf as pb
 from apiserver_min.api.schema import (
-    Boolean, Bytes, Duration, Field, Integer, List, Map, Number, Opaque, String, Struct, Time, schema_for,
+    Boolean, Bytes, Duration, Field, Integer, List, Map, Number, Opaque, String, Struct, Time,
 )
-from apiserver_min.api.schemas import KIND_SCHEMAS
+from apiserver_min.api.schemas import KIND_SCHEMAS, schema_for
 from tests.unit.test_protobuf import _bench_pod, _declared, _outcome, agreement_on_mutations, mutations, sample
 
 fast = pb._fast

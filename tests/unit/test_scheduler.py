@@ -8,9 +8,9 @@ import random
 import pytest
 
 from apiserver_min.api import names
-from apiserver_min.server import nodelifecycle as nl
+from apiserver_min.controllers import nodelifecycle as nl
 from apiserver_min.server import podlogs
-from apiserver_min.server import scheduler as sch
+from apiserver_min.scheduler import scheduler as sch
 from apiserver_min.api import status as st
 
 

@@ -25,14 +25,12 @@ from apiserver_min.api.schema import (
     is_scalar,
     iter_fields,
     iter_structs,
-    list_schema,
     proto_package,
     resolve_field,
     resolve_path,
-    schema_for,
     split_path,
 )
-from apiserver_min.api.schemas import KIND_SCHEMAS, core
+from apiserver_min.api.schemas import KIND_SCHEMAS, core, list_schema, schema_for
 
 ALL_STRUCTS = list(iter_structs(sorted(set(KIND_SCHEMAS.values()), key=lambda s: s.name)))
 STRUCT_IDS = [s.name.replace("k8s.io.api.", "").replace("k8s.io.apimachinery.pkg.apis.", "")

@@ -7,8 +7,9 @@ import copy
 
 import pytest
 
-from apiserver_min.api.schema import Boolean, Field, Integer, List, Map, Opaque, String, Struct, schema_for
-from apiserver_min.server.strategicpatch import PatchApplyError, PatchError, strategic_merge_patch
+from apiserver_min.api.schema import Boolean, Field, Integer, List, Map, Opaque, String, Struct
+from apiserver_min.api.schemas import schema_for
+from apiserver_min.registry.strategicpatch import PatchApplyError, PatchError, strategic_merge_patch
 
 STR = String()
 

@@ -17,13 +17,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from apiserver_min.auth import tlsverify
-from apiserver_min.auth.authn import (ANONYMOUS, AudienceAgnostic, AuthenticationChain, BearerTokenAuthenticator,
-                                      Unauthorized, X509Authenticator, user_from_certificate)
-from apiserver_min.auth.tlsverify import (CaBundle, CertificateError, ClientCertificateVerifier, peer_certificates,
-                                          request_client_certificates, verify_chain)
-from apiserver_min.auth.tokens import StaticTokens, parse_token_csv
-from apiserver_min.server.admission import UserInfo
+from apiserver_min.api import tlsverify
+from apiserver_min.authn.authenticator import ANONYMOUS, Unauthorized
+from apiserver_min.authn.bearer import AudienceAgnostic, BearerTokenAuthenticator
+from apiserver_min.authn.union import AuthenticationChain
+from apiserver_min.authn.x509 import X509Authenticator, user_from_certificate
+from apiserver_min.api.tlsverify import (CaBundle, CertificateError, ClientCertificateVerifier, peer_certificates,
+    request_client_certificates, verify_chain)
+from apiserver_min.authn.tokens import StaticTokens, parse_token_csv
+from apiserver_min.api.user import UserInfo
 
 NOW = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
 DAY = _dt.timedelta(days=1)

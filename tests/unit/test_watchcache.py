@@ -6,8 +6,8 @@ import pytest
 
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.selectors import parse_label_selector
-from apiserver_min.server.codec import encode_for_storage
-from apiserver_min.server.watchcache import ResourceCache, Watcher, WatcherClosed
+from apiserver_min.api.codec import encode_for_storage
+from apiserver_min.storage.cacher import ResourceCache, Watcher, WatcherClosed
 from apiserver_min.storage.interface import Event, KeyValue
 
 PODS = REGISTRY.by_resource("", "v1", "pods")
@@ -98,7 +98,7 @@ async def test_cancelling_a_waiting_reader_is_a_cancellation_not_a_timeout():
 
 
 def test_a_watcher_that_falls_behind_is_closed(monkeypatch):
-    import apiserver_min.server.watchcache as wc
+    import apiserver_min.storage.cacher as wc
     monkeypatch.setattr(wc, "WATCHER_QUEUE", 3)
     c = ResourceCache(PODS, PREFIX)
     w = Watcher(c, None, None, None)

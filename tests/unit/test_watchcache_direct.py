@@ -8,9 +8,8 @@ import pytest
 
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.selectors import parse_label_selector
-from apiserver_min.server.codec import encode_for_storage
-from apiserver_min.server.watchcache import (FELL_BEHIND, ResourceCache, Watcher, WatcherClosed,
-                                             chunked_transport_sink)
+from apiserver_min.api.codec import encode_for_storage
+from apiserver_min.storage.cacher import FELL_BEHIND, ResourceCache, Watcher, WatcherClosed, chunked_transport_sink
 from apiserver_min.storage.interface import Event, KeyValue
 
 PODS = REGISTRY.by_resource("", "v1", "pods")

@@ -14,11 +14,14 @@ from aiohttp.test_utils import make_mocked_request
 from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.api.schema import schema_for
-from apiserver_min.server import codec, fieldvalidation, handlers
-from apiserver_min.server import managedfields as mf
-from apiserver_min.server.controllers import GarbageCollector, NamespaceController
-from apiserver_min.server.watchcache import Entry
+from apiserver_min.api.schemas import schema_for
+from apiserver_min.api import codec
+from apiserver_min.registry import fieldvalidation
+from apiserver_min.server import handlers
+from apiserver_min.registry import managedfields as mf
+from apiserver_min.controllers.garbagecollector import GarbageCollector
+from apiserver_min.controllers.namespace import NamespaceController
+from apiserver_min.storage.cacher import Entry
 
 # --- 1. YAML alias expansion -------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Schema declarations of every served kind, by group.
 
 ``KIND_SCHEMAS`` maps ``(group, version, kind)`` to the kind's top-level
-:class:`~apiserver_min.api.schema.Struct`; ``schema_for``/``list_schema`` in
-``apiserver_min.api.schema`` are the look-ups to use. Group names are ours
+:class:`~apiserver_min.api.schema.Struct`; ``schema_for``/``list_schema`` (at
+the end of this module) are the look-ups to use. Group names are ours
 (``rbac.orch.io``); the review kinds are also registered under the upstream
 spellings kubectl hard-codes (``authorization.k8s.io``), and Status and
 DeleteOptions under the core group and both meta group spellings.
@@ -15,7 +15,7 @@ ControllerRevision.data, FieldsV1 in managedFields).
 from __future__ import annotations
 
 from .. import names
-from ..schema import DELETE_OPTIONS, STATUS, Struct
+from ..schema import DELETE_OPTIONS, LIST_META, STATUS, Field, List, Struct
 from . import (
     admissionregistration,
     apps,
@@ -36,7 +36,7 @@ from . import (
     storage,
 )
 
-__all__ = ["KIND_SCHEMAS", "GROUP_MODULES"]
+__all__ = ["KIND_SCHEMAS", "GROUP_MODULES", "schema_for", "list_schema"]
 
 # (group, version) -> module declaring that group version's kinds in ``KINDS``.
 GROUP_MODULES = {
@@ -132,3 +132,30 @@ _DESCRIPTIONS = {
 for (_g, _v, _kind), _schema in KIND_SCHEMAS.items():
     if _kind in _DESCRIPTIONS and not _schema.description:
         _schema.description = _DESCRIPTIONS[_kind]
+
+
+# --- look-ups ---------------------------------------------------------------------------------
+
+def schema_for(group: str, version: str, kind: str) -> Struct | None:
+    """The schema of a kind (or of a ``<Kind>List``), or None if none is declared."""
+    s = KIND_SCHEMAS.get((group, version, kind))
+    if s is None and kind.endswith("List"):
+        return list_schema(group, version, kind[:-4])
+    return s
+
+
+_LISTS: dict[tuple[str, str, str], Struct] = {}
+
+
+def list_schema(group: str, version: str, kind: str) -> Struct | None:
+    """The ``<Kind>List`` schema: ``metadata`` (ListMeta, 1) and ``items`` (2)."""
+    key = (group, version, kind)
+    if key not in _LISTS:
+        item = KIND_SCHEMAS.get(key)
+        if item is None:
+            return None
+        _LISTS[key] = Struct(item.name + "List", [
+            Field("metadata", LIST_META, 1),
+            Field("items", List(item), 2, required=True),
+        ])
+    return _LISTS[key]

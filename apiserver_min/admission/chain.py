@@ -1,0 +1,91 @@
+"""The admission chain: mutating plugins, then validating plugins.
+
+A plugin sees the request's attributes (operation, kind, namespace, name, the
+new and old objects, the user, dry-run) and either passes, changes the object
+(mutating phase only) or raises an ApiError. The security and admission work
+adds plugins here; this module fixes the shape they plug into.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..api.kinds import KindInfo
+from ..api.user import UserInfo
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclasses.dataclass
+class Attributes:
+    operation: str  # CREATE | UPDATE | DELETE | CONNECT
+    kind: KindInfo
+    namespace: str
+    name: str
+    subresource: str
+    obj: dict | None
+    old: dict | None
+    user: UserInfo
+    dry_run: bool
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Plugin(Protocol):
+    """An admission plugin. It may also declare ``resources``: the (group, resource)
+    pairs it acts on (absent or None: every resource), so the chain does not call
+    it for others."""
+
+    name: str
+
+    async def admit(self, attrs: Attributes) -> None:
+        """Mutating phase: may change ``attrs.obj``."""
+
+    async def validate(self, attrs: Attributes) -> None:
+        """Validating phase: may only reject."""
+
+
+async def _noop_phase(self: Any, attrs: Attributes) -> None:
+    return None
+
+
+def _is_noop(method: Any) -> bool:
+    """Whether a plugin phase is the empty ``return None`` most plugins give the phase
+    they do not use: calling it would still create and run a coroutine per write."""
+    code = getattr(getattr(method, "__func__", method), "__code__", None)
+    ref = _noop_phase.__code__
+    return (code is not None and code.co_code == ref.co_code and not code.co_names
+            and all(c is None or isinstance(c, str) for c in code.co_consts))
+
+
+class Chain:
+    """Runs every plugin's mutating phase, then every validating phase. Which plugins
+    can act on a kind is worked out once per (group, resource) and plugin list
+    (``plugins`` may be changed after construction; the next run sees it)."""
+
+    def __init__(self, plugins: list[Plugin]):
+        self.plugins = plugins
+        self._plans: dict[tuple[str, str], tuple[tuple, list, list]] = {}
+
+    def _plan(self, kind: KindInfo) -> tuple[list, list]:
+        key = (kind.group, kind.resource)
+        current = tuple(self.plugins)
+        plan = self._plans.get(key)
+        if plan is None or plan[0] != current:
+            relevant = [p for p in current
+                        if getattr(p, "resources", None) is None or key in p.resources]  # type: ignore[attr-defined]
+            plan = (current, [p.admit for p in relevant if not _is_noop(p.admit)],
+                    [p.validate for p in relevant if not _is_noop(p.validate)])
+            self._plans[key] = plan
+        return plan[1], plan[2]
+
+    async def run(self, attrs: Attributes) -> None:
+        admitters, validators = self._plan(attrs.kind)
+        for admit in admitters:
+            await admit(attrs)
+        for validate in validators:
+            await validate(attrs)
+
+
+# --- the configured chain (--enable-admission-plugins / --disable-admission-plugins) -------

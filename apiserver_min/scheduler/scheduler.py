@@ -1,0 +1,732 @@
+"""The bundled scheduler: binds pending pods to nodes that fit.
+
+Upstream's default profile, cut down to the plugins that decide anything in a
+cluster without volumes or inter-pod affinity: NodeUnschedulable,
+TaintToleration, NodeAffinity (``nodeSelector`` and required node affinity),
+NodePorts and NodeResourcesFit filter the nodes, in that order, a node failing
+at its first filter as upstream; the least-allocated score (the mean free
+fraction of cpu and memory, with upstream's non-zero defaults for pods that
+request nothing) ranks the rest and a tie is broken at random.
+
+A pod that fits nowhere gets ``PodScheduled=False`` (reason ``Unschedulable``)
+with upstream's summary ("0/3 nodes are available: 1 Insufficient cpu, ...
+preemption: ..."), and a ``FailedScheduling`` event. Preemption itself is not
+done: the "preemption:" part reports what upstream's dry run would find when it
+finds nothing (no lower-priority victims, or a filter preemption cannot help).
+
+Unschedulable pods are tried again when a node's scheduling properties change,
+when a bound pod goes away, and every 30 s, with upstream's per-pod back-off
+(1 s doubling to 10 s). Binding goes through the store as the ``binding``
+sub-resource does (:func:`bind_pod`).
+
+Leader election is not done: one API server runs one scheduler. Several API
+servers sharing etcd would each schedule; a pod is still bound once (a second
+binding is refused with a conflict), but resource accounting can overshoot.
+
+The fit and score logic is plain functions on dicts (:func:`find_node_for_pod`)
+so it is tested without a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import random
+import socket
+import time
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from ..api import names
+from ..api import status as st
+from ..api.quantity import Quantity, QuantityError
+from ..api.selectors import (DOES_NOT_EXIST, EXISTS, GREATER_THAN, IN, LESS_THAN, NOT_IN, SelectorError,
+    new_requirement)
+from ..api.timeutil import format_rfc3339, now as utc_now
+from ..api.user import SYSTEM_USER, UserInfo
+from ..storage.keys import key_prefix
+from ..api.helpers import _dig, _list, get_condition, is_mirror_pod, object_reference, set_pod_condition, taints_of, timestamp, tolerates, tolerations_of
+from ..client.events import EventRecorder
+from ..registry.binding import bind_pod
+from ..storage.cacher import CacheEvent, ResourceCache
+
+if TYPE_CHECKING:
+    from ..client.host import ControllerHost
+
+log = logging.getLogger("orch-apiserver.scheduler")
+
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+# The scheduler's writes (pod status, events) in managedFields: upstream's user agent
+# product name, kube-scheduler. A binding records nothing, as upstream's binding
+# sub-resource writes storage directly.
+FIELD_MANAGER = names.SCHEDULER_FIELD_MANAGER
+RETRY_INTERVAL = 30.0
+BACKOFF_INITIAL = 1.0
+BACKOFF_MAX = 10.0
+# Upstream's defaults for containers that request nothing, used only for scoring.
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+MAX_NODE_SCORE = 100
+
+# Filter failure reasons, in upstream's words.
+REASON_NODE_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+REASON_NODE_PORTS = "node(s) didn't have free ports for the requested pod ports"
+REASON_TOO_MANY_PODS = "Too many pods"
+PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+PREEMPTION_NO_VICTIMS = "No preemption victims found for incoming pod"
+PREEMPTION_NOT_DONE = "Preemption of lower-priority pods is not done by this scheduler"
+PREEMPTION_NEVER = "not eligible due to preemptionPolicy=Never."
+NO_NODES_AVAILABLE = "no nodes available to schedule pods"
+SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+
+NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
+
+_OPERATORS = {"In": IN, "NotIn": NOT_IN, "Exists": EXISTS, "DoesNotExist": DOES_NOT_EXIST,
+              "Gt": GREATER_THAN, "Lt": LESS_THAN}
+
+
+# --- small accessors -------------------------------------------------------------------
+
+def is_terminal(pod: Mapping) -> bool:
+    return _dig(pod, "status", "phase") in ("Succeeded", "Failed")
+
+
+def pod_priority(pod: Mapping) -> int:
+    p = _dig(pod, "spec", "priority")
+    return p if isinstance(p, int) and not isinstance(p, bool) else 0
+
+
+def responsible_for(pod: Mapping) -> bool:
+    """Pods this scheduler places: unbound, alive, and naming it (or no scheduler)."""
+    spec = pod.get("spec") or {}
+    return (not spec.get("nodeName") and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER_NAME)
+            and not _dig(pod, "metadata", "deletionTimestamp") and not is_terminal(pod))
+
+
+# --- resources -------------------------------------------------------------------------
+
+def resource_amount(name: str, value: Any) -> int:
+    """A quantity in the scheduler's units: millicores for cpu, plain units otherwise.
+    A value that does not parse counts as 0 (validation keeps those out)."""
+    try:
+        q = Quantity.parse(str(value))
+    except (QuantityError, ValueError):
+        return 0
+    return q.milli_value() if name == "cpu" else q.value()
+
+
+def _container_requests(c: Mapping) -> dict[str, int]:
+    res = c.get("resources") or {}
+    # API defaulting copies limits into missing requests; apply it here too so a
+    # stored object defaulted elsewhere (or not at all) is counted the same way.
+    merged = dict(res.get("limits") or {})
+    merged.update(res.get("requests") or {})
+    return {n: resource_amount(n, v) for n, v in merged.items()}
+
+
+def pod_requests(pod: Mapping) -> dict[str, int]:
+    """Upstream's pod request: the sum over containers, at least the largest init
+    container's request, plus the pod overhead."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in _list(spec.get("containers")):
+        if isinstance(c, dict):
+            for n, v in _container_requests(c).items():
+                total[n] = total.get(n, 0) + v
+    for c in _list(spec.get("initContainers")):
+        if isinstance(c, dict):
+            for n, v in _container_requests(c).items():
+                total[n] = max(total.get(n, 0), v)
+    for n, v in (spec.get("overhead") or {}).items():
+        total[n] = total.get(n, 0) + resource_amount(n, v)
+    return total
+
+
+def nonzero_requests(pod: Mapping) -> tuple[int, int]:
+    """(millicores, bytes) for scoring: a container without a cpu or memory request
+    counts upstream's defaults (100m, 200Mi); an explicit zero stays zero."""
+    spec = pod.get("spec") or {}
+
+    def one(c: Mapping) -> tuple[int, int]:
+        res = c.get("resources") or {}
+        req = dict(res.get("limits") or {})
+        req.update(res.get("requests") or {})
+        cpu = resource_amount("cpu", req["cpu"]) if "cpu" in req else DEFAULT_MILLI_CPU_REQUEST
+        mem = resource_amount("memory", req["memory"]) if "memory" in req else DEFAULT_MEMORY_REQUEST
+        return cpu, mem
+
+    cpu = mem = 0
+    for c in _list(spec.get("containers")):
+        if isinstance(c, dict):
+            a, b = one(c)
+            cpu, mem = cpu + a, mem + b
+    for c in _list(spec.get("initContainers")):
+        if isinstance(c, dict):
+            a, b = one(c)
+            cpu, mem = max(cpu, a), max(mem, b)
+    overhead = spec.get("overhead") or {}
+    if "cpu" in overhead:
+        cpu += resource_amount("cpu", overhead["cpu"])
+    if "memory" in overhead:
+        mem += resource_amount("memory", overhead["memory"])
+    return cpu, mem
+
+
+def host_ports(pod: Mapping) -> tuple[tuple[str, str, int], ...]:
+    """(hostIP, protocol, hostPort) the pod's containers claim on their node."""
+    out = []
+    for c in _list(_dig(pod, "spec", "containers")):
+        for p in _list(c.get("ports") if isinstance(c, dict) else None):
+            if isinstance(p, dict) and isinstance(p.get("hostPort"), int) and p["hostPort"] > 0:
+                out.append((p.get("hostIP") or "0.0.0.0", p.get("protocol") or "TCP", p["hostPort"]))
+    return tuple(out)
+
+
+def ports_conflict(wanted: Iterable[tuple[str, str, int]], used: Iterable[tuple[str, str, int]]) -> bool:
+    """Upstream's HostPortInfo check: the same protocol and port conflict when either
+    side binds 0.0.0.0 or both bind the same address."""
+    used_set = set(used)
+    for ip, proto, port in wanted:
+        for uip, uproto, uport in used_set:
+            if uproto == proto and uport == port and (ip == uip or "0.0.0.0" in (ip, uip)):
+                return True
+    return False
+
+
+def node_allocatable(node: Mapping) -> dict[str, int]:
+    return {n: resource_amount(n, v) for n, v in (_dig(node, "status", "allocatable") or {}).items()}
+
+
+# --- taints and tolerations --------------------------------------------------------------
+
+def first_untolerated_taint(taints: Iterable[Mapping], tolerations: list[Mapping],
+                            effects: tuple[str, ...] = NO_SCHEDULE_EFFECTS) -> Mapping | None:
+    for taint in taints:
+        if taint.get("effect") in effects and not any(tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+def implied_condition_taints(node: Mapping) -> list[dict]:
+    """The NoSchedule taint a node's Ready condition implies when the node does not
+    carry it yet: upstream's TaintNodesByCondition admission gives every new node
+    ``not-ready:NoSchedule`` and the node lifecycle controller keeps it current;
+    until that controller's write lands, the scheduler must not treat a node that
+    is not ready as free."""
+    ready = get_condition(node, "Ready")
+    status = ready.get("status") if ready else None
+    if status == "True":
+        return []
+    key = names.TAINT_UNREACHABLE if status == "Unknown" else names.TAINT_NOT_READY
+    if any(t.get("key") == key and t.get("effect") == "NoSchedule" for t in taints_of(node)):
+        return []
+    return [{"key": key, "effect": "NoSchedule"}]
+
+
+# --- node affinity --------------------------------------------------------------------
+
+def _term_matches(term: Any, labels: Mapping[str, str], node_name: str) -> bool:
+    """One nodeSelectorTerm: all its expressions and fields hold. An empty or
+    malformed term matches nothing, as upstream."""
+    if not isinstance(term, dict):
+        return False
+    exprs, fields = _list(term.get("matchExpressions")), _list(term.get("matchFields"))
+    if not exprs and not fields:
+        return False
+    try:
+        for e in exprs:
+            op = _OPERATORS.get(e.get("operator")) if isinstance(e, dict) else None
+            if op is None:
+                return False
+            if not new_requirement(e.get("key") or "", op, [str(v) for v in _list(e.get("values"))]).matches(labels):
+                return False
+        for f in fields:
+            if not isinstance(f, dict) or f.get("key") != "metadata.name" or f.get("operator") not in ("In", "NotIn"):
+                return False
+            if not new_requirement(names.LABEL_METADATA_NAME, _OPERATORS[f["operator"]],
+                                   [str(v) for v in _list(f.get("values"))]).matches(
+                    {names.LABEL_METADATA_NAME: node_name}):
+                return False
+    except SelectorError:
+        return False
+    return True
+
+
+def node_matches_pod(pod: Mapping, node: Mapping) -> bool:
+    """``spec.nodeSelector`` (every pair) and the required node affinity (any term)."""
+    labels = _dig(node, "metadata", "labels") or {}
+    for k, v in (_dig(pod, "spec", "nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    required = _dig(pod, "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    if required is not None:
+        name = _dig(node, "metadata", "name") or ""
+        return any(_term_matches(t, labels, name) for t in _list(required.get("nodeSelectorTerms")))
+    return True
+
+
+# --- the scheduler's view of pods and nodes -------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PodSummary:
+    """What a bound pod takes from its node."""
+
+    key: str
+    requests: Mapping[str, int]
+    nonzero_cpu: int
+    nonzero_memory: int
+    host_ports: tuple[tuple[str, str, int], ...]
+    priority: int
+
+    @classmethod
+    def of(cls, pod: Mapping, key: str = "") -> "PodSummary":
+        cpu, mem = nonzero_requests(pod)
+        return cls(key or f"{_dig(pod, 'metadata', 'namespace', default='')}/{_dig(pod, 'metadata', 'name', default='')}",
+                   pod_requests(pod), cpu, mem, host_ports(pod), pod_priority(pod))
+
+
+class NodeState:
+    """One node and the pods bound to it, with their sums kept until they change."""
+
+    def __init__(self, node: dict, pods: Iterable[PodSummary] = ()):
+        self.node = node
+        self.name = _dig(node, "metadata", "name", default="")
+        self.allocatable = node_allocatable(node)
+        self.pods: dict[str, PodSummary] = {p.key: p for p in pods}
+        self._sums: tuple[dict[str, int], int, int, tuple] | None = None
+
+    def set_node(self, node: dict) -> None:
+        self.node = node
+        self.allocatable = node_allocatable(node)
+
+    def add(self, p: PodSummary) -> None:
+        self.pods[p.key] = p
+        self._sums = None
+
+    def remove(self, key: str) -> None:
+        if self.pods.pop(key, None) is not None:
+            self._sums = None
+
+    def _sum(self) -> tuple[dict[str, int], int, int, tuple]:
+        if self._sums is None:
+            req: dict[str, int] = {}
+            cpu = mem = 0
+            ports: list = []
+            for p in self.pods.values():
+                for n, v in p.requests.items():
+                    req[n] = req.get(n, 0) + v
+                cpu += p.nonzero_cpu
+                mem += p.nonzero_memory
+                ports.extend(p.host_ports)
+            self._sums = (req, cpu, mem, tuple(ports))
+        return self._sums
+
+    @property
+    def requested(self) -> dict[str, int]:
+        return self._sum()[0]
+
+    @property
+    def nonzero_requested(self) -> tuple[int, int]:
+        s = self._sum()
+        return s[1], s[2]
+
+    @property
+    def used_ports(self) -> tuple:
+        return self._sum()[3]
+
+    def without(self, keys: Iterable[str]) -> "NodeState":
+        drop = set(keys)
+        return NodeState(self.node, [p for k, p in self.pods.items() if k not in drop])
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterFailure:
+    reasons: tuple[str, ...]
+    unresolvable: bool  # preemption cannot help (upstream's UnschedulableAndUnresolvable)
+
+
+def insufficient_resources(pod: PodSummary, state: NodeState) -> list[str]:
+    """Upstream's NodeResourcesFit reasons ("Too many pods", "Insufficient cpu", ...)."""
+    alloc, used = state.allocatable, state.requested
+    reasons = []
+    if len(state.pods) + 1 > alloc.get("pods", 0):
+        reasons.append(REASON_TOO_MANY_PODS)
+    wants = {n: v for n, v in pod.requests.items() if n != "pods" and v > 0}
+    if not wants:
+        return reasons
+    for n in NATIVE_RESOURCES:
+        r = wants.get(n, 0)
+        if r > 0 and r > alloc.get(n, 0) - used.get(n, 0):
+            reasons.append(f"Insufficient {n}")
+    for n in sorted(wants):
+        if n not in NATIVE_RESOURCES and wants[n] > alloc.get(n, 0) - used.get(n, 0):
+            reasons.append(f"Insufficient {n}")
+    return reasons
+
+
+def filter_node(pod: Mapping, summary: PodSummary, state: NodeState) -> FilterFailure | None:
+    """None when the pod fits the node; else the first failing filter's reasons."""
+    node = state.node
+    tolerations = tolerations_of(pod)
+    if _dig(node, "spec", "unschedulable") and not any(
+            tolerates(t, {"key": names.TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}) for t in tolerations):
+        return FilterFailure((REASON_NODE_UNSCHEDULABLE,), True)
+    taint = first_untolerated_taint(taints_of(node) + implied_condition_taints(node), tolerations)
+    if taint is not None:
+        return FilterFailure((f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value') or ''}}}",),
+                             True)
+    if not node_matches_pod(pod, node):
+        return FilterFailure((REASON_NODE_AFFINITY,), True)
+    if summary.host_ports and ports_conflict(summary.host_ports, state.used_ports):
+        return FilterFailure((REASON_NODE_PORTS,), False)
+    reasons = insufficient_resources(summary, state)
+    if reasons:
+        return FilterFailure(tuple(reasons), False)
+    return None
+
+
+def _least_requested(requested: int, capacity: int) -> int:
+    if capacity <= 0 or requested > capacity:
+        return 0
+    return (capacity - requested) * MAX_NODE_SCORE // capacity
+
+
+def score_node(summary: PodSummary, state: NodeState) -> int:
+    """Least allocated: the mean of cpu's and memory's free share after placing the pod (0-100)."""
+    cpu, mem = state.nonzero_requested
+    alloc = state.allocatable
+    return (_least_requested(cpu + summary.nonzero_cpu, alloc.get("cpu", 0))
+            + _least_requested(mem + summary.nonzero_memory, alloc.get("memory", 0))) // 2
+
+
+def fit_error_message(num_nodes: int, failures: Mapping[str, FilterFailure], post: str = "") -> str:
+    """Upstream's FitError text: "0/N nodes are available: <count reason>, ... ." with
+    the counts sorted as strings, then the post-filter (preemption) message."""
+    counts: collections.Counter = collections.Counter(r for f in failures.values() for r in f.reasons)
+    msg = f"0/{num_nodes} nodes are available:"
+    histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
+    if histogram:
+        msg += f" {', '.join(histogram)}."
+    if post:
+        msg += f" {post}."
+    return msg
+
+
+def preemption_message(pod: Mapping, summary: PodSummary, states: Mapping[str, NodeState],
+                       failures: Mapping[str, FilterFailure]) -> str:
+    """What upstream's DefaultPreemption dry run reports when it finds no candidate."""
+    if _dig(pod, "spec", "preemptionPolicy") == "Never":
+        return f"preemption: {PREEMPTION_NEVER}"
+    per_node: dict[str, FilterFailure] = {}
+    for name, failure in failures.items():
+        if failure.unresolvable:
+            per_node[name] = FilterFailure((PREEMPTION_NOT_HELPFUL,), True)
+            continue
+        state = states[name]
+        victims = [k for k, p in state.pods.items() if p.priority < summary.priority]
+        if not victims:
+            per_node[name] = FilterFailure((PREEMPTION_NO_VICTIMS,), True)
+            continue
+        still = filter_node(pod, summary, state.without(victims))
+        per_node[name] = still if still is not None else FilterFailure((PREEMPTION_NOT_DONE,), False)
+    return "preemption: " + fit_error_message(len(states), per_node)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleResult:
+    node: str | None
+    message: str = ""  # why no node fits
+    scores: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+def find_node_for_pod(pod: Mapping, states: Mapping[str, NodeState], rng: random.Random | None = None,
+                      summary: PodSummary | None = None) -> ScheduleResult:
+    """Filter, score and pick; the message of a pod that fits nowhere."""
+    if not states:
+        return ScheduleResult(None, NO_NODES_AVAILABLE)
+    summary = summary or PodSummary.of(pod)
+    failures: dict[str, FilterFailure] = {}
+    scores: dict[str, int] = {}
+    for name, state in states.items():
+        failure = filter_node(pod, summary, state)
+        if failure is None:
+            scores[name] = score_node(summary, state)
+        else:
+            failures[name] = failure
+    if not scores:
+        post = preemption_message(pod, summary, states, failures)
+        return ScheduleResult(None, fit_error_message(len(states), failures, post))
+    best = max(scores.values())
+    top = sorted(n for n, s in scores.items() if s == best)
+    return ScheduleResult((rng or random).choice(top), "", scores)
+
+
+# --- writes shared with the node lifecycle controller ------------------------------------
+
+# --- the running scheduler ---------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Backoff:
+    attempts: int = 0
+    not_before: float = 0.0
+
+
+class Scheduler:
+    """Watch-cache driven: pending pods queue up, nodes and bound pods are kept as
+    :class:`NodeState`, one task places pods one at a time."""
+
+    def __init__(self, server: "ControllerHost", *, retry_interval: float = RETRY_INTERVAL,
+                 rng: random.Random | None = None):
+        self.server = server
+        self.pods_kind = server.registry.by_resource("", "v1", "pods")
+        self.nodes_kind = server.registry.by_resource("", "v1", "nodes")
+        self.pod_prefix = key_prefix(self.pods_kind)
+        self.node_prefix = key_prefix(self.nodes_kind)
+        self.retry_interval = retry_interval
+        self.rng = rng or random.Random()
+        self.events = EventRecorder(server.store, DEFAULT_SCHEDULER_NAME, field_manager=FIELD_MANAGER)
+        self.nodes: dict[str, NodeState] = {}
+        self._node_sig: dict[str, Any] = {}
+        self.bound: dict[str, str] = {}  # pod key -> node, for pods counted on a node
+        self.active: dict[str, None] = {}
+        self.unschedulable: dict[str, _Backoff] = {}
+        self._pod_sig: dict[str, Any] = {}
+        self._wake = asyncio.Event()
+        self.attempts = 0  # scheduling attempts made (for tests and metrics)
+
+    # --- cache events ---------------------------------------------------------------
+    def on_event(self, cache: ResourceCache | None, ev: CacheEvent | None) -> None:
+        if cache is None:
+            self._rebuild()
+            return
+        if cache.prefix == self.node_prefix:
+            self._node_event(ev)
+        elif cache.prefix == self.pod_prefix:
+            self._pod_event(ev)
+
+    def _rebuild(self) -> None:
+        self.nodes.clear()
+        self._node_sig.clear()
+        self.bound.clear()
+        for e in self.server.cache.cache(self.node_prefix).items.values():
+            node = e.object()
+            self.nodes[e.name] = NodeState(node)
+            self._node_sig[e.name] = self._node_signature(node)
+        for e in self.server.cache.cache(self.pod_prefix).items.values():
+            self._pod_event(CacheEvent("ADDED", e.rv, e, None, 0.0))
+        self._retry_unschedulable()
+
+    @staticmethod
+    def _node_signature(node: Mapping) -> Any:
+        """What scheduling reads of a node; heartbeats alone change nothing."""
+        conds = tuple(sorted((c.get("type"), c.get("status")) for c in _list(_dig(node, "status", "conditions"))
+                             if isinstance(c, dict)))
+        return (repr(_dig(node, "metadata", "labels")), repr(_dig(node, "spec", "taints")),
+                bool(_dig(node, "spec", "unschedulable")), repr(_dig(node, "status", "allocatable")), conds)
+
+    def _node_event(self, ev: CacheEvent) -> None:
+        name = ev.entry.name
+        if ev.type == "DELETED":
+            self.nodes.pop(name, None)
+            self._node_sig.pop(name, None)
+            return
+        node = ev.entry.object()
+        state = self.nodes.get(name)
+        if state is None:
+            state = self.nodes[name] = NodeState(node)
+            for key, n in self.bound.items():
+                if n == name:
+                    self._count_pod(key)
+        else:
+            state.set_node(node)
+        sig = self._node_signature(node)
+        if self._node_sig.get(name) != sig:
+            self._node_sig[name] = sig
+            self._retry_unschedulable()
+
+    def _count_pod(self, key: str) -> None:
+        e = self.server.cache.cache(self.pod_prefix).items.get(key)
+        node = self.bound.get(key)
+        if e is not None and node in self.nodes:
+            self.nodes[node].add(PodSummary.of(e.object(), key))
+
+    def _uncount(self, key: str) -> bool:
+        node = self.bound.pop(key, None)
+        if node is None:
+            return False
+        state = self.nodes.get(node)
+        if state is not None:
+            state.remove(key)
+        return True
+
+    def _pod_event(self, ev: CacheEvent) -> None:
+        e = ev.entry
+        key = e.key
+        if ev.type == "DELETED":
+            self._forget(key)
+            if self._uncount(key):
+                self._retry_unschedulable()
+            return
+        node = e.fields.get("spec.nodeName") or ""
+        phase = e.fields.get("status.phase") or ""
+        if node:
+            self._forget(key)
+            if phase in ("Succeeded", "Failed"):
+                if self._uncount(key):
+                    self._retry_unschedulable()
+                return
+            if self.bound.get(key) != node:
+                self._uncount(key)
+            self.bound[key] = node
+            state = self.nodes.get(node)
+            if state is not None:
+                state.add(PodSummary.of(e.object(), key))
+            return
+        if self._uncount(key):
+            self._retry_unschedulable()
+        pod = e.object()
+        if not responsible_for(pod):
+            self._forget(key)
+            return
+        # Our own status writes (the PodScheduled condition) must not requeue the pod.
+        sig = (repr(pod.get("spec")), repr(_dig(pod, "metadata", "labels")))
+        if self._pod_sig.get(key) == sig and (key in self.unschedulable or key in self.active):
+            return
+        self._pod_sig[key] = sig
+        self.unschedulable.pop(key, None)
+        self._activate(key)
+
+    def _forget(self, key: str) -> None:
+        self.active.pop(key, None)
+        self.unschedulable.pop(key, None)
+        self._pod_sig.pop(key, None)
+
+    def _activate(self, key: str) -> None:
+        self.active[key] = None
+        self._wake.set()
+
+    def _retry_unschedulable(self) -> None:
+        """Nodes or bound pods changed: every unschedulable pod is tried again, once its
+        back-off has passed."""
+        now = time.monotonic()
+        loop = asyncio.get_running_loop()
+        for key, b in list(self.unschedulable.items()):
+            if b.not_before == float("inf"):
+                continue  # gated: only a change of the pod releases it
+            if b.not_before <= now:
+                self._activate(key)
+            else:
+                loop.call_later(b.not_before - now, self._retry_one, key)
+
+    def _retry_one(self, key: str) -> None:
+        if key in self.unschedulable:
+            self._activate(key)
+
+    # --- the loop -------------------------------------------------------------------
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._flush_loop(), name="scheduler-flush")
+            tg.create_task(self._schedule_loop(), name="scheduler-loop")
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retry_interval)
+            self._retry_unschedulable()
+
+    async def _schedule_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.active:
+                batch = self._ordered(list(self.active))
+                self.active.clear()
+                for key in batch:
+                    try:
+                        await self.schedule_one(key)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:  # noqa: BLE001
+                        log.exception("scheduling %s failed", key)
+                        self._mark_unschedulable(key)
+                    await asyncio.sleep(0)
+
+    def _ordered(self, keys: list[str]) -> list[str]:
+        """Upstream's PrioritySort: higher priority first, then older pods."""
+        pods = self.server.cache.cache(self.pod_prefix).items
+
+        def rank(key: str) -> tuple:
+            e = pods.get(key)
+            if e is None:
+                return (0, "", key)
+            pod = e.object()
+            return (-pod_priority(pod), _dig(pod, "metadata", "creationTimestamp", default=""), key)
+
+        return sorted(keys, key=rank)
+
+    def _mark_unschedulable(self, key: str) -> None:
+        b = self.unschedulable.get(key) or _Backoff()
+        b.attempts += 1
+        b.not_before = time.monotonic() + min(BACKOFF_MAX, BACKOFF_INITIAL * 2 ** (b.attempts - 1))
+        self.unschedulable[key] = b
+
+    async def schedule_one(self, key: str) -> str | None:
+        """One attempt for one pod: the node it was bound to, or None."""
+        e = self.server.cache.cache(self.pod_prefix).items.get(key)
+        pod = e.object() if e is not None else None
+        if pod is None or not responsible_for(pod):
+            self._forget(key)
+            return None
+        self.attempts += 1
+        md = pod["metadata"]
+        ns, name = md.get("namespace", ""), md.get("name", "")
+        if _list(_dig(pod, "spec", "schedulingGates")):
+            await self._set_unschedulable_condition(ns, name, md.get("uid"), "SchedulingGated",
+                                                    SCHEDULING_GATED_MESSAGE)
+            self.unschedulable[key] = _Backoff(0, float("inf"))  # released by a spec change only
+            return None
+        result = find_node_for_pod(pod, self.nodes, self.rng)
+        ref = object_reference(pod, "Pod")
+        if result.node is None:
+            log.info("pod %s/%s is unschedulable: %s", ns, name, result.message)
+            self._mark_unschedulable(key)
+            await self._set_unschedulable_condition(ns, name, md.get("uid"), "Unschedulable", result.message)
+            await self.events.record(ref, "Warning", "FailedScheduling", result.message, "Scheduling")
+            return None
+        try:
+            await bind_pod(self.server.store, ns, name, result.node, SYSTEM_USER, uid=md.get("uid"))
+        except st.ApiError as exc:
+            if exc.code in (404, 409):
+                log.info("pod %s/%s not bound: %s", ns, name, exc.message)
+                return None
+            raise
+        # Count the pod on its node now: the cache event that confirms it comes later,
+        # and the next pod must not see the node emptier than it is.
+        self._forget(key)
+        self.bound[key] = result.node
+        state = self.nodes.get(result.node)
+        if state is not None:
+            state.add(PodSummary.of(pod, key))
+        self.unschedulable.pop(key, None)
+        log.info("pod %s/%s bound to %s", ns, name, result.node)
+        await self.events.record(ref, "Normal", "Scheduled",
+                                 f"Successfully assigned {ns}/{name} to {result.node}", "Binding")
+        return result.node
+
+    async def _set_unschedulable_condition(self, ns: str, name: str, uid: str | None, reason: str,
+                                           message: str) -> None:
+        def compute(old: dict) -> dict:
+            if (uid and old["metadata"].get("uid") != uid) or _dig(old, "spec", "nodeName"):
+                return old  # another pod now, or bound meanwhile: nothing to say
+            set_pod_condition(old, {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                                    "reason": reason, "message": message})
+            return old
+
+        try:
+            await self.server.store.update(self.pods_kind, ns, name, compute, SYSTEM_USER, subresource="status",
+                                           field_manager=FIELD_MANAGER)
+        except st.ApiError as exc:
+            if exc.code not in (404, 409):
+                log.warning("pod %s/%s: cannot set PodScheduled: %s", ns, name, exc.message)

@@ -1,0 +1,193 @@
+"""The rules of the house, executable: the import graph of the product packages.
+
+- no import circle anywhere (every import statement counts, also those inside
+  functions and under ``TYPE_CHECKING``);
+- no import inside a function, except of an optional dependency;
+- data flows one way: the contract (``api``), ``storage`` and ``registry`` never
+  import the HTTP layer or anything above them; authentication, authorization and
+  admission import neither the server nor each other's internals; only the
+  server's ``app`` (and the CLI) wires everything together;
+- the node agent shares only the contract code with the API server.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("apiserver_min", "agent", "cri")
+# Imports that may stay inside a function: optional dependencies, tried and
+# done without when missing.
+OPTIONAL_IMPORTS = {
+    "uvloop",  # a faster event loop where installed
+    "_ssl",  # CPython's TLS internals, used when the build exposes them
+    "apiserver_min.api._pbfast",  # the C protobuf codec, built where a compiler exists
+    "grpc_tools",  # CRI stub generation (a test-time dependency)
+    "grpc_tools.protoc",
+}
+
+
+@dataclasses.dataclass
+class Imp:
+    source: str  # importing module
+    target: str  # imported module (resolved)
+    line: int
+    inline: bool
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for top in PACKAGES:
+        for path in (REPO / top).rglob("*.py"):
+            rel = path.relative_to(REPO).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, is_pkg: bool, level: int, name: str | None) -> str:
+    if level == 0:
+        return name or ""
+    parts = module.split(".")
+    if not is_pkg:
+        parts = parts[:-1]
+    if level > 1:
+        parts = parts[: len(parts) - (level - 1)]
+    return ".".join(parts + ([name] if name else []))
+
+
+def _imports() -> list[Imp]:
+    out = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        is_pkg = path.name == "__init__.py"
+        inline_lines: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(node):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        inline_lines.add(sub.lineno)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _resolve(module, is_pkg, node.level, node.module)
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    out.append(Imp(module, full if full in MODULES else base, node.lineno,
+                                   node.lineno in inline_lines))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    out.append(Imp(module, alias.name, node.lineno, node.lineno in inline_lines))
+    return out
+
+
+IMPORTS = _imports()
+INTERNAL = [i for i in IMPORTS if i.target in MODULES and i.target != i.source]
+
+
+def _within(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _cycles() -> list[list[str]]:
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for i in INTERNAL:
+        edges[i.source].add(i.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for m in sorted(MODULES):
+        if m not in index:
+            visit(m)
+    return found
+
+
+def _violations(sources: tuple[str, ...], forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()) -> list[str]:
+    return sorted(f"{i.source}:{i.line} imports {i.target}" for i in INTERNAL
+                  if _within(i.source, *sources) and _within(i.target, *forbidden)
+                  and not _within(i.target, *allowed))
+
+
+def test_no_import_circle():
+    cycles = _cycles()
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_import_inside_a_function_but_optional_dependencies():
+    bad = sorted(f"{i.source}:{i.line} imports {i.target}" for i in IMPORTS
+                 if i.inline and i.target not in OPTIONAL_IMPORTS)
+    assert not bad, "imports inside functions:\n" + "\n".join(bad)
+
+
+P = "apiserver_min"
+ABOVE_REGISTRY = (f"{P}.server", f"{P}.controllers", f"{P}.scheduler", f"{P}.authn", f"{P}.authz",
+                  f"{P}.admission.plugins", f"{P}.options", f"{P}.cli", f"{P}.tokencli", f"{P}.client")
+
+
+@pytest.mark.parametrize("layer, forbidden", [
+    (f"{P}.api", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
+    (f"{P}.storage", (f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
+    (f"{P}.admission.chain", (f"{P}.registry",) + ABOVE_REGISTRY),
+    (f"{P}.registry", ABOVE_REGISTRY),
+])
+def test_lower_layers_do_not_import_upper_ones(layer, forbidden):
+    bad = _violations((layer,), forbidden)
+    assert not bad, f"{layer} imports from above it:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("room, others", [
+    (f"{P}.authn", (f"{P}.authz", f"{P}.admission.plugins")),
+    (f"{P}.authz", (f"{P}.authn", f"{P}.admission.plugins")),
+    (f"{P}.admission", (f"{P}.authn",)),
+])
+def test_security_rooms_stay_apart(room, others):
+    bad = _violations((room,), (f"{P}.server", f"{P}.controllers", f"{P}.scheduler") + others)
+    assert not bad, f"{room} imports the server or another room's internals:\n" + "\n".join(bad)
+
+
+def test_admission_plugins_use_only_the_authorizer_interface():
+    bad = _violations((f"{P}.admission",), (f"{P}.authz",), allowed=(f"{P}.authz.authorizer",))
+    assert not bad, "admission reaches into authorization's internals:\n" + "\n".join(bad)
+
+
+def test_only_app_and_the_cli_import_the_app():
+    bad = sorted(f"{i.source}:{i.line}" for i in INTERNAL
+                 if i.target == f"{P}.server.app" and i.source not in (f"{P}.cli",))
+    assert not bad, "modules importing server.app:\n" + "\n".join(bad)
+
+
+def test_agent_shares_only_the_contract():
+    bad = _violations(("agent", "cri"), (P,), allowed=(f"{P}.api", f"{P}.version"))
+    assert not bad, "the agent imports API-server code beyond the contract:\n" + "\n".join(bad)
