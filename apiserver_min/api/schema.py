@@ -53,6 +53,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Iterator, Sequence, Union
 
+from . import names
+
 __all__ = [
     "Type",
     "String",
@@ -747,8 +749,12 @@ def schema_for(group: str, version: str, kind: str) -> Struct | None:
     from .schemas import KIND_SCHEMAS  # late: the declarations import this module
 
     s = KIND_SCHEMAS.get((group, version, kind))
-    if s is None and kind.endswith("List"):
-        return list_schema(group, version, kind[:-4])
+    if s is None:
+        served = names.GROUP_ALIASES.get(group)
+        if served is not None:  # an upstream spelling of an orch group (bodies on alias paths)
+            return schema_for(served, version, kind)
+        if kind.endswith("List"):
+            return list_schema(group, version, kind[:-4])
     return s
 
 

@@ -379,7 +379,8 @@ class ObjectLookup:
 # --- the reviews: TokenReview and SelfSubjectReview ----------------------------------------------
 
 REVIEW_RESOURCES = {"tokenreviews": "TokenReview", "selfsubjectreviews": "SelfSubjectReview"}
-# kubectl auth whoami posts to the upstream group (v1 from 1.28, v1beta1 / v1alpha1 before).
+# kubectl auth whoami posts to the upstream group, an alias of ours (v1 from 1.28,
+# v1beta1 / v1alpha1 before; only v1 is served on our spelling).
 UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS = ("v1", "v1beta1", "v1alpha1")
 
 
@@ -449,13 +450,14 @@ class Authentication:
     # --- reviews --------------------------------------------------------------------------------
     @staticmethod
     def handles(info: Any) -> bool:
-        """True for the review endpoints: ours, plus the upstream SelfSubjectReview
-        path kubectl hard-codes (served, but not listed in discovery)."""
-        if not info.is_resource or info.resource not in REVIEW_RESOURCES:
+        """True for the review endpoints: ours (also on the group's upstream alias), plus
+        the older SelfSubjectReview versions kubectl hard-codes on the alias (served,
+        but not listed in discovery)."""
+        if not info.is_resource or info.resource not in REVIEW_RESOURCES or info.group != names.AUTHENTICATION_GROUP:
             return False
-        if info.group == names.AUTHENTICATION_GROUP:
-            return info.version == "v1" and info.kind is not None  # registered and enabled
-        return (info.group == names.UPSTREAM_AUTHENTICATION_GROUP and info.resource == "selfsubjectreviews"
+        if info.version == "v1" and info.kind is not None:  # registered and enabled
+            return True
+        return (info.alias is not None and info.resource == "selfsubjectreviews"
                 and info.version in UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS)
 
     async def handle(self, request: Any, info: Any, user: UserInfo) -> Any:
@@ -469,7 +471,7 @@ class Authentication:
         if info.namespace:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         handlers = self.server.handlers
-        api_version = f"{info.group}/{info.version}"
+        api_version = f"{info.requested_group}/{info.version}"  # the spelling the client used
         if kind == "SelfSubjectReview":
             # The review needs no input; kubectl sends protobuf, which is read and ignored.
             await handlers._read_body(request)
@@ -478,7 +480,7 @@ class Authentication:
                                    "status": {"userInfo": user_info_json(user)}}
         else:
             kind_info = info.kind
-            obj = await handlers._decode_object(request, kind_info, expect_kind=kind, expect_api_version=api_version)
+            obj = await handlers._decode_object(request, kind_info, expect_kind=kind)
             spec = obj.get("spec")
             if not isinstance(spec, dict):
                 raise st.bad_request("spec: must be an object")
