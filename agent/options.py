@@ -849,8 +849,10 @@ OPTIONS: tuple[Option, ...] = (
        "endpoint when empty.", G_RUNTIME, field="imageServiceEndpoint"),
     _o("runtime-request-timeout", DURATION, _D("2m"), "Timeout of runtime requests except "
        "long-running ones (pull, logs, exec, attach).", G_RUNTIME, field="runtimeRequestTimeout"),
-    _o("pod-infra-container-image", STRING, names.AGENT_PAUSE_IMAGE, "Sandbox image; exempt from "
-       "image garbage collection.", G_RUNTIME,
+    _o("pod-infra-container-image", STRING, names.AGENT_PAUSE_IMAGE, "Image the image garbage "
+       "collector never removes. The container runtime chooses and pulls the sandbox image itself "
+       "(containerd's sandbox_image); the agent never pulls this one, and also keeps the runtime's "
+       "own sandbox image from garbage collection.", G_RUNTIME,
        deprecated="Will be removed in a future release; the image garbage collector will get "
                   "the sandbox image from the runtime."),
     _o("serialize-image-pulls", BOOL, True, "Pull images one at a time.", G_RUNTIME,

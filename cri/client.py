@@ -35,6 +35,7 @@ an absent image returns None here (an empty response on the wire).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -324,6 +325,21 @@ class CriClient:
                      ) -> pb.StatusResponse:
         return await self._call("runtime", "Status", pb.StatusRequest(verbose=verbose),
                                 self._timeout(timeout))
+
+    async def sandbox_image(self, *, timeout: float | None = None) -> str:
+        """The image the runtime runs pod sandboxes from, or "" when it does not say.
+
+        The runtime chooses and pulls that image itself (containerd's CRI
+        ``sandbox_image``); verbose Status reports it as ``sandboxImage`` in the
+        JSON ``config`` of its ``info`` (what ``crictl info`` prints).
+        """
+        response = await self.status(verbose=True, timeout=timeout)
+        try:
+            config = json.loads(response.info.get("config") or "{}")
+        except ValueError:
+            return ""
+        image = config.get("sandboxImage") if isinstance(config, dict) else None
+        return image if isinstance(image, str) else ""
 
     async def update_runtime_config(self, pod_cidr: str, *, timeout: float | None = None) -> None:
         request = pb.UpdateRuntimeConfigRequest(

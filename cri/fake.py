@@ -16,6 +16,12 @@ real behaviour; keep the two in step):
     reference") for every image not registered with `allow_pull()`, even an
     image that is present. Images are made present with `preload_image()`
     (what `ctr images import` does); the two test images are preloaded.
+  * The sandbox image is the runtime's own (`sandbox_image`, containerd's CRI
+    `sandbox_image`), reported by verbose Status as `sandboxImage` in the JSON
+    `config` of `info`. RunPodSandbox uses it when present and otherwise pulls
+    it itself (from the images registered with `allow_pull()`), failing with
+    containerd's "failed to get sandbox image" when that pull fails; the
+    client never pulls it.
   * StopPodSandbox of an unknown sandbox: NOT_FOUND; RemovePodSandbox of an
     unknown sandbox: OK. RemovePodSandbox of a ready sandbox stops it first,
     then removes its containers. A stopped sandbox reports no IP.
@@ -599,6 +605,10 @@ class FakeRuntime:
             raise _Abort(grpc.StatusCode.UNKNOWN,
                          f"failed to get sandbox runtime: no runtime for "
                          f"\"{request.runtime_handler}\" is configured")
+        if self._find_image(self.sandbox_image) is None and \
+                normalize_image_ref(self.sandbox_image) in self.registry:
+            # As containerd does: the runtime pulls its own sandbox image.
+            self._rpc_PullImage(pb.PullImageRequest(image=pb.ImageSpec(image=self.sandbox_image)))
         if self._find_image(self.sandbox_image) is None:
             full = normalize_image_ref(self.sandbox_image)
             raise _Abort(grpc.StatusCode.UNKNOWN,

@@ -11,7 +11,8 @@ SIGTERM, then SIGKILL.
 
 Fixtures: ``apiserver`` (module-scoped, SQLite), ``apiserver_etcd`` (module-scoped,
 on the session etcd under a unique prefix), ``kubectl`` (runs /usr/bin/kubectl
-against ``apiserver`` with a private HOME), ``k8s_client`` (a
+against ``apiserver`` with a private HOME; ``Kubectl(..., binary=kubectl_binary("1.27"))``
+runs one installed version directly), ``k8s_client`` (a
 ``kubernetes.client.ApiClient`` for ``apiserver``).
 """
 
@@ -41,6 +42,8 @@ __all__ = [
     "ApiServerError",
     "APISERVER_BIN",
     "KUBECTL",
+    "Kubectl",
+    "kubectl_binary",
     "ROOT_CA_CONFIGMAP",
     "create_namespace",
     "without_root_ca",
@@ -52,6 +55,14 @@ __all__ = [
 
 APISERVER_BIN = REPO_ROOT / ".venv" / "bin" / "orch-apiserver"
 KUBECTL = "/usr/bin/kubectl"
+# The versioned binaries behind the /usr/bin/kubectl dispatcher (which picks one by the
+# server's /version minor).
+KUBECTL_VERSIONS_DIR = Path("/usr/lib/google-cloud-sdk/bin")
+
+
+def kubectl_binary(version: str) -> str:
+    """The installed kubectl of VERSION (``"1.27"``), to call directly."""
+    return str(KUBECTL_VERSIONS_DIR / f"kubectl.{version}")
 
 
 # The ConfigMap the server publishes in every namespace (with the ``default``
@@ -360,14 +371,15 @@ def apiserver_etcd(etcd, tmp_path_factory):
 class Kubectl:
     """``kubectl --kubeconfig ADMIN ARGS`` with a private HOME (own discovery cache)."""
 
-    def __init__(self, server: ApiServerProcess, home: Path):
+    def __init__(self, server: ApiServerProcess, home: Path, binary: str = KUBECTL):
         self.server = server
         self.home = home
+        self.binary = binary
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
         self.env["HOME"] = str(home)
 
     def argv(self, *args: str) -> list[str]:
-        return [KUBECTL, "--kubeconfig", str(self.server.kubeconfig), *args]
+        return [self.binary, "--kubeconfig", str(self.server.kubeconfig), *args]
 
     def __call__(self, *args: str, input: str | None = None, timeout: float = 30,
                  check: bool = False) -> subprocess.CompletedProcess:

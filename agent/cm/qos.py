@@ -12,8 +12,9 @@ all depend on the same answer, so they are computed here once:
 * a container's requests default to its limits where a request is absent
   (upstream's API defaulting; repeating it here is harmless for defaulted
   pods and keeps static pods from files classified the same way);
-* the QoS class follows upstream's algorithm over cpu and memory of all
-  containers, init containers included.
+* the QoS class is the shared contract's (:mod:`apiserver_min.api.qos`), so
+  the cgroup tier a pod lands in is the class the API server stores for it;
+  it is re-exported here for the agent's modules.
 
 Units everywhere in this package: cpu in millicores, every other resource in
 its plain unit (bytes for memory, ephemeral-storage and hugepages, a count
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from apiserver_min.api import names
+from apiserver_min.api.qos import BEST_EFFORT, BURSTABLE, GUARANTEED, pod_qos_class
 from apiserver_min.api.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -35,18 +37,11 @@ __all__ = [
     "is_extended_resource", "is_hugepages",
 ]
 
-GUARANTEED = "Guaranteed"
-BURSTABLE = "Burstable"
-BEST_EFFORT = "BestEffort"
-
 CPU = "cpu"
 MEMORY = "memory"
 EPHEMERAL_STORAGE = "ephemeral-storage"
 PODS = "pods"
 HUGEPAGES_PREFIX = "hugepages-"
-
-# Upstream counts only these two towards the QoS class.
-_QOS_RESOURCES = (CPU, MEMORY)
 
 
 def resource_value(resource: str, quantity: object, *, where: str = "") -> int:
@@ -169,42 +164,6 @@ def pod_limits(pod: Mapping) -> PodLimits:
         if k in total:
             total[k] += v
     return PodLimits(total, cpu_declared, memory_declared)
-
-
-def pod_qos_class(pod: Mapping) -> str:
-    """Guaranteed, Burstable or BestEffort, by upstream's algorithm.
-
-    Over all containers (app and init) and only cpu and memory: BestEffort when
-    no container has a positive request or limit; Guaranteed when every
-    container limits both cpu and memory and, summed over containers, requests
-    equal limits for each of them; Burstable otherwise.
-    """
-    app, init = _containers(pod)
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
-    guaranteed = True
-    for where, c in [*app, *init]:
-        req, lim = _container_requests_limits(pod, where, c)
-        for r in _QOS_RESOURCES:
-            if req.get(r, 0) > 0:
-                requests[r] = requests.get(r, 0) + req[r]
-        found = set()
-        for r in _QOS_RESOURCES:
-            if lim.get(r, 0) > 0:
-                found.add(r)
-                limits[r] = limits.get(r, 0) + lim[r]
-        if found != set(_QOS_RESOURCES):
-            guaranteed = False
-    if not requests and not limits:
-        return BEST_EFFORT
-    if guaranteed:
-        for r, v in requests.items():
-            if limits.get(r) != v:
-                guaranteed = False
-                break
-    if guaranteed and len(requests) == len(limits):
-        return GUARANTEED
-    return BURSTABLE
 
 
 def sum_requests(pods: Iterable[Mapping]) -> dict[str, int]:

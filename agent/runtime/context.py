@@ -28,7 +28,7 @@ class NodeContext:
     resolv_conf: str = "/etc/resolv.conf"
     allowed_unsafe_sysctls: tuple[str, ...] = ()
     host_ip: str = ""                                    # status.hostIP and the downward API
-    pod_infra_image: str = names.AGENT_PAUSE_IMAGE
+    pod_infra_image: str = names.AGENT_PAUSE_IMAGE       # kept from image GC; the runtime picks the sandbox image
     seccomp_default: bool = False                        # RuntimeDefault when the pod says nothing
     cpu_cfs_quota: bool = True
     cpu_cfs_quota_period_us: int = 100_000

@@ -329,6 +329,34 @@ class RuntimeManager:
         self.backoff = backoff or Backoff()
         self.hooks = hooks           # the prober's hooks module (run_handler), injectable
         self._status_cache: dict[str, ContainerInfo] = {}    # exited containers never change
+        # The image the runtime itself runs sandboxes from (containerd's sandbox_image), as its
+        # verbose Status reports it; "" until it answered or when it does not say.
+        self.runtime_sandbox_image = ""
+        self._sandbox_image_known = False
+
+    # -- the sandbox image ---------------------------------------------------------------
+    #
+    # The runtime chooses, pulls and runs the sandbox ("pause") image on RunPodSandbox; the
+    # agent never pulls one (upstream neither). It only keeps two names from the image
+    # garbage collector: --pod-infra-container-image and the runtime's own.
+
+    async def learn_sandbox_image(self) -> str:
+        """Ask the runtime once (until it answers) which image it runs sandboxes from."""
+        if not self._sandbox_image_known:
+            try:
+                image = await self.cri.sandbox_image()
+            except CriError as exc:
+                log.v(2).info("Could not read the runtime's sandbox image", err=exc.details or exc)
+                return self.runtime_sandbox_image
+            self.runtime_sandbox_image, self._sandbox_image_known = image, True
+            log.info("Runtime sandbox image", image=image or "(not reported)",
+                     kept_from_gc=",".join(sorted(self.images_kept_from_gc())))
+        return self.runtime_sandbox_image
+
+    def images_kept_from_gc(self) -> frozenset[str]:
+        """Images an image garbage collector must never remove, as upstream's sandbox image:
+        ``--pod-infra-container-image`` and the sandbox image the runtime reported."""
+        return frozenset(i for i in (self.ctx.pod_infra_image, self.runtime_sandbox_image) if i)
 
     # -- reading the runtime -------------------------------------------------------------
 
@@ -494,10 +522,10 @@ class RuntimeManager:
             result.retry_in = 10.0
             return result
         if actions.create_sandbox:
+            await self.learn_sandbox_image()
             try:
-                await self._ensure_pause_image()
                 sandbox_id = await self.cri.run_pod_sandbox(sandbox_config)
-            except (CriError, ImageError) as exc:
+            except CriError as exc:
                 message = f"Failed to create pod sandbox: {getattr(exc, 'details', '') or exc}"
                 log.error("Failed to create the pod sandbox", pod=podutil.full_name(pod), err=message)
                 self.events(pod, "Warning", "FailedCreatePodSandBox", message)
@@ -523,11 +551,6 @@ class RuntimeManager:
                 if wait[2] is not None:
                     result.retry_in = wait[2] if result.retry_in is None else min(result.retry_in, wait[2])
         return result
-
-    async def _ensure_pause_image(self) -> None:
-        image = self.ctx.pod_infra_image
-        if await self.cri.image_status(image) is None:
-            await self.images.ensure(image, "IfNotPresent", pod_uid="", container="pause")
 
     async def _start_container(self, pod: dict, container: dict, rp: RuntimePod, sandbox_id: str,
                                sandbox_config: pb.PodSandboxConfig, volume_paths: dict[str, str],

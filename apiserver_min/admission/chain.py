@@ -35,7 +35,13 @@ class Attributes:
 class Plugin(Protocol):
     """An admission plugin. It may also declare ``resources``: the (group, resource)
     pairs it acts on (absent or None: every resource), so the chain does not call
-    it for others."""
+    it for others; ``operations``: the operations its mutating phase acts on
+    (absent or None: every operation; upstream's ``Handles``); and ``complete``:
+    True when what its mutating phase writes is complete, already defaulted and
+    nothing the strategy's preparation derives anything from (as upstream's
+    built-in plugins write it). After any other mutating plugin (a webhook, say) the
+    store prepares and defaults the object again, as upstream defaults what
+    webhooks return; validation always follows the mutating phase."""
 
     name: str
 
@@ -60,13 +66,16 @@ def _is_noop(method: Any) -> bool:
 
 
 class Chain:
-    """Runs every plugin's mutating phase, then every validating phase. Which plugins
+    """Runs every plugin's mutating phase, then every validating phase. The generic
+    store runs them as two steps around the strategy (mutate, then prepare, default
+    and validate, then the validating phase), as upstream does. Which plugins
     can act on a kind is worked out once per (group, resource) and plugin list
     (``plugins`` may be changed after construction; the next run sees it)."""
 
     def __init__(self, plugins: list[Plugin]):
         self.plugins = plugins
         self._plans: dict[tuple[str, str], tuple[tuple, list, list]] = {}
+        self._admitters: dict[tuple[str, str, str], tuple[list, bool]] = {}
 
     def _plan(self, kind: KindInfo) -> tuple[list, list]:
         key = (kind.group, kind.resource)
@@ -75,17 +84,38 @@ class Chain:
         if plan is None or plan[0] != current:
             relevant = [p for p in current
                         if getattr(p, "resources", None) is None or key in p.resources]  # type: ignore[attr-defined]
-            plan = (current, [p.admit for p in relevant if not _is_noop(p.admit)],
+            plan = (current, [(p.admit, getattr(p, "operations", None), getattr(p, "complete", None) is True)
+                              for p in relevant if not _is_noop(p.admit)],
                     [p.validate for p in relevant if not _is_noop(p.validate)])
             self._plans[key] = plan
+            self._admitters = {k: v for k, v in self._admitters.items() if k[:2] != key}
         return plan[1], plan[2]
 
-    async def run(self, attrs: Attributes) -> None:
-        admitters, validators = self._plan(attrs.kind)
-        for admit in admitters:
+    async def admit(self, attrs: Attributes) -> bool:
+        """The mutating phase: the ``admit`` of every plugin that handles this kind and
+        operation. True when one that is not ``complete`` ran: the caller prepares
+        and defaults the object again."""
+        kind = attrs.kind
+        admitters, _ = self._plan(kind)
+        key = (kind.group, kind.resource, attrs.operation)
+        chosen = self._admitters.get(key)
+        if chosen is None:
+            handling = [(a, complete) for a, ops, complete in admitters if ops is None or attrs.operation in ops]
+            chosen = self._admitters[key] = ([a for a, _ in handling], not all(c for _, c in handling))
+        for admit in chosen[0]:
             await admit(attrs)
-        for validate in validators:
+        return chosen[1]
+
+    async def validate(self, attrs: Attributes) -> None:
+        """The validating phase: every plugin's ``validate``, on the final object."""
+        for validate in self._plan(attrs.kind)[1]:
             await validate(attrs)
+
+    async def run(self, attrs: Attributes) -> None:
+        """Both phases back to back, for requests no strategy validates between them
+        (DELETE, CONNECT, sub-resource reviews such as TokenRequest)."""
+        await self.admit(attrs)
+        await self.validate(attrs)
 
 
 # --- the configured chain (--enable-admission-plugins / --disable-admission-plugins) -------

@@ -54,12 +54,16 @@ class KindInfo:
     singular: str = ""
     short_names: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
+    # Served sub-resources only: discovery lists each one, so a declared one must answer
+    # (nodes/services/pods proxy and pods/ephemeralcontainers wait for their handlers).
     subresources: tuple[Subresource, ...] = ()
     categories: tuple[str, ...] = ()
     # Extra field-selector fields beyond metadata.name / metadata.namespace.
     field_getters: dict[str, Callable[[dict], str]] = dataclasses.field(default_factory=dict)
     columns: tuple[Column, ...] = ()
-    # PUT of a missing object creates it (upstream: AllowCreateOnUpdate).
+    # PUT of a missing object creates it (upstream: AllowCreateOnUpdate), authorized as create.
+    # Upstream (1.27) allows it for services, endpoints, events, limit ranges, leases, RBAC
+    # roles and bindings, and runtime classes; every other kind answers 404.
     create_on_update: bool = False
     deprecated: bool = False
     removed_release: str = ""
@@ -490,8 +494,7 @@ KINDS: tuple[KindInfo, ...] = (
                            _sub("log", "Pod", ("get",)),
                            _sub("exec", "PodExecOptions", ("create", "get")),
                            _sub("attach", "PodAttachOptions", ("create", "get")),
-                           _sub("portforward", "PodPortForwardOptions", ("create", "get")),
-                           _sub("ephemeralcontainers", "Pod")),
+                           _sub("portforward", "PodPortForwardOptions", ("create", "get"))),
              field_getters={
                  "spec.nodeName": _getter("spec", "nodeName"),
                  "spec.restartPolicy": _getter("spec", "restartPolicy"),
@@ -512,8 +515,7 @@ KINDS: tuple[KindInfo, ...] = (
                       col("Nominated Node", "string", _pod_nominated, 1, "Name of the node the pod was nominated to."),
                       col("Readiness Gates", "string", _pod_gates, 1, "The pod's readiness gates."))),
     KindInfo(_CORE, "v1", "nodes", "Node", False, short_names=("no",),
-             subresources=(_status("Node"), _sub("proxy", "NodeProxyOptions",
-                                                   ("create", "delete", "get", "patch", "update"))),
+             subresources=(_status("Node"),),
              field_getters={"spec.unschedulable": lambda o: bool(dig(o, "spec", "unschedulable", default=False))},
              columns=(NAME, col("Status", "string", node_status, description="The status of the node"),
                       col("Roles", "string", node_roles, description="The roles of the node"),
@@ -528,8 +530,7 @@ KINDS: tuple[KindInfo, ...] = (
                           _or_none(_getter("status", "nodeInfo", "containerRuntimeVersion")), 1))),
     KindInfo(_CORE, "v1", "services", "Service", True, short_names=("svc",), categories=("all",),
              create_on_update=True,
-             subresources=(_status("Service"), _sub("proxy", "ServiceProxyOptions",
-                                                      ("create", "delete", "get", "patch", "update"))),
+             subresources=(_status("Service"),),
              field_getters={"spec.clusterIP": _getter("spec", "clusterIP"),
                             "spec.type": _getter("spec", "type")},
              columns=(NAME, col("Type", "string", _getter("spec", "type")),
@@ -569,7 +570,7 @@ KINDS: tuple[KindInfo, ...] = (
                       col("Source", "string", _getter("source", "component"), 1),
                       col("First Seen", "string", lambda o: age(o.get("firstTimestamp") or o.get("eventTime")), 1),
                       col("Count", "integer", _event_count, 1), NAME)),
-    KindInfo(_CORE, "v1", "limitranges", "LimitRange", True, short_names=("limits",),
+    KindInfo(_CORE, "v1", "limitranges", "LimitRange", True, short_names=("limits",), create_on_update=True,
              columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
     KindInfo(_CORE, "v1", "resourcequotas", "ResourceQuota", True, short_names=("quota",),
              subresources=(_status("ResourceQuota"),), columns=(NAME, AGE)),
@@ -689,16 +690,16 @@ KINDS: tuple[KindInfo, ...] = (
                       col("RequestedDuration", "string", _csr_duration),
                       col("Condition", "string", _csr_condition))),
     # rbac ------------------------------------------------------------------------------
-    KindInfo(names.RBAC_GROUP, "v1", "roles", "Role", True,
+    KindInfo(names.RBAC_GROUP, "v1", "roles", "Role", True, create_on_update=True,
              columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
-    KindInfo(names.RBAC_GROUP, "v1", "rolebindings", "RoleBinding", True,
+    KindInfo(names.RBAC_GROUP, "v1", "rolebindings", "RoleBinding", True, create_on_update=True,
              columns=(NAME, col("Role", "string", _role_ref), AGE,
                       col("Users", "string", lambda o: _subjects(o, "User"), 1),
                       col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
                       col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),
-    KindInfo(names.RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False,
+    KindInfo(names.RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False, create_on_update=True,
              columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
-    KindInfo(names.RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", False,
+    KindInfo(names.RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", False, create_on_update=True,
              columns=(NAME, col("Role", "string", _role_ref), AGE,
                       col("Users", "string", lambda o: _subjects(o, "User"), 1),
                       col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
@@ -716,7 +717,7 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "tokenreviews", "TokenReview", False, verbs=("create",)),
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=("create",)),
     # node / scheduling / policy / storage / admissionregistration ----------------------
-    KindInfo(names.NODE_GROUP, "v1", "runtimeclasses", "RuntimeClass", False,
+    KindInfo(names.NODE_GROUP, "v1", "runtimeclasses", "RuntimeClass", False, create_on_update=True,
              columns=(NAME, col("Handler", "string", _getter("handler")), AGE)),
     KindInfo(names.SCHEDULING_GROUP, "v1", "priorityclasses", "PriorityClass", False, short_names=("pc",),
              columns=(NAME, col("Value", "integer", _getter("value")),

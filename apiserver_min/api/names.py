@@ -27,14 +27,50 @@ AUTHENTICATION_GROUP = f"authentication.{DOMAIN}"
 AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
+METRICS_GROUP = f"metrics.{DOMAIN}"
 META_GROUP = f"meta.{DOMAIN}"
 
-# Spellings upstream clients hard-code; accepted in negotiation and on the
-# two review paths kubectl fixes, never written into our own objects.
+# Spellings upstream clients hard-code; accepted in negotiation and as group
+# aliases (below), never written into our own objects.
 UPSTREAM_META_GROUP = "meta.k8s.io"
 UPSTREAM_AUTHORIZATION_GROUP = "authorization.k8s.io"
 UPSTREAM_AUTHENTICATION_GROUP = "authentication.k8s.io"
 UPSTREAM_DISCOVERY_GROUP = "apidiscovery.k8s.io"
+UPSTREAM_RBAC_GROUP = "rbac.authorization.k8s.io"
+UPSTREAM_CERTIFICATES_GROUP = "certificates.k8s.io"
+UPSTREAM_COORDINATION_GROUP = "coordination.k8s.io"
+UPSTREAM_METRICS_GROUP = "metrics.k8s.io"
+# kubectl's client-side validation (the OpenAPI v2 fallback for kinds without a PATCH
+# operation, such as the reviews) lists custom resource definitions at this fixed
+# upstream path; this server defines none, and says so with an empty list there.
+UPSTREAM_APIEXTENSIONS_GROUP = "apiextensions.k8s.io"
+
+# Group aliases: kubectl compiles these upstream group names into some commands
+# (create role|rolebinding, certificate approve, describe node's lease, top, its CRD
+# lookup, auth can-i|whoami). The router serves each as the orch group it names here:
+# the same objects, authorized as the orch group, with ``apiVersion`` following the
+# group the client asked for. Discovery lists only the orch groups. An alias whose
+# orch group serves no kinds answers 404 like any unknown group.
+GROUP_ALIASES = {
+    UPSTREAM_RBAC_GROUP: RBAC_GROUP,
+    UPSTREAM_CERTIFICATES_GROUP: CERTIFICATES_GROUP,
+    UPSTREAM_COORDINATION_GROUP: COORDINATION_GROUP,
+    UPSTREAM_AUTHORIZATION_GROUP: AUTHORIZATION_GROUP,
+    UPSTREAM_AUTHENTICATION_GROUP: AUTHENTICATION_GROUP,
+    UPSTREAM_APIEXTENSIONS_GROUP: APIEXTENSIONS_GROUP,
+    UPSTREAM_METRICS_GROUP: METRICS_GROUP,
+}
+
+# kubectl commands that check, client-side, the group of an object they read through
+# discovery (which maps to the orch group): ``certificate approve|deny`` refuses any
+# CertificateSigningRequest whose apiVersion is not ``certificates.k8s.io/v1``. kubectl
+# names its command in the ``Kubectl-Command`` request header; for these commands the
+# orch groups listed are answered in the upstream spelling, as on an alias path.
+KUBECTL_COMMAND_HEADER = "Kubectl-Command"
+KUBECTL_COMMAND_ALIASES = {
+    "kubectl certificate approve": {CERTIFICATES_GROUP: UPSTREAM_CERTIFICATES_GROUP},
+    "kubectl certificate deny": {CERTIFICATES_GROUP: UPSTREAM_CERTIFICATES_GROUP},
+}
 
 # Namespaces.
 NS_DEFAULT = "default"
@@ -43,6 +79,10 @@ NS_PUBLIC = "orch-public"
 NS_NODE_LEASE = "orch-node-lease"
 INITIAL_NAMESPACES = (NS_DEFAULT, NS_SYSTEM, NS_PUBLIC, NS_NODE_LEASE)
 UNDELETABLE_NAMESPACES = (NS_DEFAULT, NS_SYSTEM, NS_PUBLIC)
+# On an alias group's paths (GROUP_ALIASES) the upstream spellings of these namespaces
+# name ours: kubectl's describe node reads its lease at coordination.k8s.io/v1,
+# namespace kube-node-lease.
+NAMESPACE_ALIASES = {"kube-system": NS_SYSTEM, "kube-public": NS_PUBLIC, "kube-node-lease": NS_NODE_LEASE}
 
 # Media types.
 MEDIA_JSON = "application/json"
@@ -293,7 +333,3 @@ SCHEDULER_FIELD_MANAGER = "orch-scheduler"
 # The field manager of the API server's own writes (the default RBAC policy, the initial
 # namespaces): upstream records them under its user agent's product name, "kube-apiserver".
 APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
-# kubectl's client-side validation (the OpenAPI v2 fallback for kinds without a PATCH
-# operation, such as the reviews) lists custom resource definitions at this fixed
-# upstream path; this server defines none, and says so with an empty list there.
-UPSTREAM_APIEXTENSIONS_GROUP = "apiextensions.k8s.io"

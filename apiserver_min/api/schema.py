@@ -53,6 +53,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Iterator, Sequence, Union
 
+from . import names
+
 __all__ = [
     "Type",
     "String",

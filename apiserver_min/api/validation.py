@@ -37,6 +37,7 @@ __all__ = [
     "LABEL_VALUE_MAX_LENGTH",
     "TOTAL_ANNOTATION_SIZE_LIMIT_B",
     "FieldError",
+    "GoValue",
     "go_quote",
     "max_len_error",
     "regex_error",
@@ -121,10 +122,18 @@ def go_quote(s: str) -> str:
     return "".join(out)
 
 
+class GoValue(str):
+    """A bad value upstream reports as a Go struct or slice (``%#v``, e.g.
+    ``apps.DeploymentStrategy{Type:"X", ...}``), already rendered that way: shown as
+    is, not quoted like a string value."""
+
+
 def _format_value(value: Any) -> str:
     # Mirrors field.Error.ErrorBody: strings quoted, scalars bare, nil as null.
     if value is None:
         return "null"
+    if isinstance(value, GoValue):
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

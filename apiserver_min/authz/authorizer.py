@@ -41,14 +41,6 @@ class RequestFacts(Protocol):
 AUTHORIZATION_MODES = ("AlwaysAllow", "AlwaysDeny", "RBAC", "Node")
 DEFAULT_AUTHORIZATION_MODES = ("Node", "RBAC")
 
-# Groups upstream clients hard-code in paths (kubectl auth can-i, auth whoami): rules
-# are written with our spellings, so requests on the upstream paths are authorized
-# as if they named ours.
-_UPSTREAM_GROUPS = {
-    names.UPSTREAM_AUTHORIZATION_GROUP: names.AUTHORIZATION_GROUP,
-    names.UPSTREAM_AUTHENTICATION_GROUP: names.AUTHENTICATION_GROUP,
-}
-
 ANONYMOUS = UserInfo(names.USER_ANONYMOUS, groups=(names.GROUP_UNAUTHENTICATED,))
 
 
@@ -194,7 +186,7 @@ def request_attributes(user: UserInfo | None, info: RequestFacts,
     u = user_or_anonymous(user)
     if not info.is_resource:
         return AuthzAttributes(u, info.verb, False, path=info.path)
-    group = _UPSTREAM_GROUPS.get(info.group, info.group)
+    group = info.group  # the orch group also for a path on its alias (routing resolved it)
     namespace, name = info.namespace, info.name
     if info.resource == "namespaces" and group == "" and name:
         namespace = name

@@ -1,6 +1,5 @@
 """Bundled certificate controllers: approver, signer and cleaner of
-CertificateSigningRequests, plus the admission hook that carries the parts of the
-CSR strategy the generic store cannot route yet.
+CertificateSigningRequests.
 
 - Approver (upstream csrapproving): a request for ``orch.io/apiserver-client-node-agent``
   whose subject is ``system:node:<name>`` / ``system:nodes`` with exactly the node client
@@ -44,12 +43,10 @@ from ..api import status as st
 from ..api.timeutil import format_rfc3339, parse_rfc3339
 from ..authz.authorizer import AuthzAttributes, Decision
 from ..api.user import SYSTEM_USER, UserInfo
-from ..admission.chain import Attributes
 from .queue import FIELD_MANAGER, RETRY_DELAY, KeyQueue
 from ..registry.store import DeleteOptions
 from ..storage.keys import key_prefix
 from ..registry.strategy import CsrStrategy
-from ..api.validation import causes
 
 if TYPE_CHECKING:
     from ..client.host import ControllerHost
@@ -374,44 +371,6 @@ def serving_sans_match(csr: x509.CertificateSigningRequest, node: dict) -> bool:
             and bool(sans.dns or sans.ips))
 
 
-# --- the strategy hook ------------------------------------------------------------------------------
-
-class CsrStrategyHook:
-    """Runs first in the admission chain for CSRs: fills the requester from the
-    authenticated user on create, and applies the approval/status sub-resource rules
-    of :class:`CsrStrategy` (then validates again), because the store passes neither
-    the user nor the sub-resource to a strategy."""
-
-    name = "CertificateSigningRequestStrategy"
-
-    def __init__(self, strategy: Callable[[], CsrStrategy]):
-        self._strategy = strategy
-
-    async def admit(self, attrs: Attributes) -> None:
-        k = attrs.kind
-        if k.group != names.CERTIFICATES_GROUP or k.resource != CSR_RESOURCE or attrs.obj is None:
-            return
-        strategy = self._strategy()
-        if attrs.operation == "CREATE" and not attrs.subresource:
-            strategy.set_requester(attrs.obj, attrs.user)
-        elif attrs.operation == "UPDATE" and attrs.subresource in ("approval", "status") and attrs.old is not None:
-            strategy.prepare_for_subresource(attrs.subresource, attrs.obj, attrs.old)
-            errs = strategy.validate_update(attrs.obj, attrs.old)
-            if errs:
-                raise st.invalid(k.kind, attrs.name, causes(errs), k.group)
-
-    async def validate(self, attrs: Attributes) -> None:
-        return None
-
-
-def install_strategy_hook(server: "ControllerHost") -> None:
-    chain = server.store.admission
-    if any(isinstance(p, CsrStrategyHook) for p in chain.plugins):
-        return
-    kind = server.registry.by_resource(names.CERTIFICATES_GROUP, "v1", CSR_RESOURCE)
-    chain.plugins.insert(0, CsrStrategyHook(lambda: server.store.strategy(kind)))
-
-
 # --- the controllers --------------------------------------------------------------------------------
 
 class CsrControllers:
@@ -431,7 +390,6 @@ class CsrControllers:
         self._signing_files = {s: (c, k) for s, c, k in getattr(opts, "cluster_signing_files", ())}
         self.approve_queue, self.sign_queue, self.clean_queue = KeyQueue(), KeyQueue(), KeyQueue()
         self._serving_by_node: dict[str, set[str]] = {}  # node -> pending serving CSR names
-        install_strategy_hook(server)
 
     def authority(self, signer: str) -> CertificateAuthority:
         files = self._signing_files.get(signer) or (self.server.pki.ca_cert, self.server.pki.ca_key)

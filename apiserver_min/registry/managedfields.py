@@ -527,10 +527,14 @@ def parse_config(kind: KindInfo, body: bytes, namespace: str, name: str) -> dict
 
 async def apply_request(store: Any, kind: KindInfo, namespace: str, name: str, body: bytes, user: Any, *,
                         manager: str, force: bool, dry_run: bool, subresource: str = "",
-                        validate: Callable[[dict], dict] | None = None) -> tuple[dict, bytes, bool]:
+                        validate: Callable[[dict], dict] | None = None,
+                        authorize_create: Callable[[], None] | None = None) -> tuple[dict, bytes, bool]:
     """Serve one apply PATCH through the generic store (create when absent).
     ``validate`` is the request's field validation of the merged object (it may
-    drop unknown fields or raise). Returns (object, response bytes, created)."""
+    drop unknown fields or raise). ``authorize_create`` runs before an absent
+    object is created (it raises when the requester may not create one: upstream
+    authorizes a create-through-apply as ``create``). Returns (object, response
+    bytes, created)."""
     config = parse_config(kind, body, namespace, name)
     raw_config = orjson.dumps(config)
 
@@ -550,6 +554,8 @@ async def apply_request(store: Any, kind: KindInfo, namespace: str, name: str, b
         return validate(new) if validate is not None else new
 
     def on_missing() -> dict:
+        if authorize_create is not None:
+            authorize_create()
         cfg = fresh_config()
         cmd = cfg.setdefault("metadata", {})
         cmd["name"] = name

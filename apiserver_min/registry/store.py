@@ -304,11 +304,23 @@ class Store:
         strategy.prepare_for_create(obj)
         apply_defaults(kind.group, kind.version, kind.kind, obj)
         if field_manager is not None:
+            # Before mutating admission, as upstream: what plugins add is not the writer's.
             record_update(kind, None, obj, field_manager)
+        strategy.prepare_for_request(obj, None, user, subresource)
+        # Upstream's order: mutating admission, then the strategy's preparation, defaults
+        # and validation, then validating admission. So what a mutating plugin adds is
+        # prepared, defaulted and validated like the client's own fields: the object is
+        # prepared and defaulted again once mutating plugins ran.
+        name = md.get("name")
+        attrs = Attributes("CREATE", kind, namespace, name if isinstance(name, str) else "", subresource, obj, None,
+                           user, dry_run)
+        if await self.admission.admit(attrs):
+            self._prepare_create_again(kind, strategy, obj, user, subresource)
+            md = obj["metadata"]
         errs = strategy.validate(obj)
         if errs:
             raise st.invalid(kind.kind, str(md.get("name") or md.get("generateName") or ""), causes(errs), kind.group)
-        await self.admission.run(Attributes("CREATE", kind, namespace, md["name"], subresource, obj, None, user, dry_run))
+        await self.admission.validate(attrs)
         raw = encode_for_storage(obj)
         key = object_key(kind, namespace, md["name"])
         if dry_run:
@@ -380,20 +392,25 @@ class Store:
                                   f"Precondition failed: UID in precondition: {nmd.get('uid')}, "
                                   f"UID in object meta: {omd.get('uid')}")
             new["apiVersion"], new["kind"] = kind.api_version, kind.kind
-            if subresource in ("status", "approval"):
-                strategy.prepare_for_status_update(new, old)
-            elif subresource in ("finalize", "binding"):
-                # Internal writes that set exactly what they computed.
-                strategy.keep_system_metadata(new, old)
-            else:
-                strategy.prepare_for_update(new, old)
+            self._prepare_update(strategy, subresource, new, old)
             apply_defaults(kind.group, kind.version, kind.kind, new)
             if field_manager is not None:
                 record_update(kind, old, new, field_manager, subresource)
+            strategy.prepare_for_request(new, old, user, subresource)
+            # The strategy's preparation says what this write may change (a status write
+            # keeps all but the status), so managedFields are recorded after it; when a
+            # mutating plugin handles the update, its result is prepared and defaulted
+            # again, as upstream (mutating admission, then PrepareForUpdate) would. Then
+            # validation, then validating admission.
+            attrs = Attributes(operation, kind, namespace, name, subresource, new, old, user, dry_run)
+            if await self.admission.admit(attrs):
+                self._prepare_update(strategy, subresource, new, old)
+                apply_defaults(kind.group, kind.version, kind.kind, new)
+                strategy.prepare_for_request(new, old, user, subresource)
             errs = strategy.validate_update(new, old)
             if errs:
                 raise st.invalid(kind.kind, name, causes(errs), kind.group)
-            await self.admission.run(Attributes(operation, kind, namespace, name, subresource, new, old, user, dry_run))
+            await self.admission.validate(attrs)
             remove = self._should_delete_on_update(kind, new, old)
             raw = encode_for_storage(new)
             if remove:
@@ -426,6 +443,35 @@ class Store:
             new["metadata"]["resourceVersion"] = str(rev)
             return new, splice_rv(raw, rev), False
         raise st.conflict(kind.resource, name, kind.group, "too many concurrent writers; try again")
+
+    @staticmethod
+    def _prepare_create_again(kind: KindInfo, strategy: Strategy, obj: dict, user: UserInfo,
+                              subresource: str) -> None:
+        """After mutating plugins ran: prepare and default the object again, as upstream
+        (mutating admission before PrepareForCreate; defaults applied to what webhooks
+        return) would have, so a plugin's additions get their defaults and derived
+        fields (a pod's QoS class) and a status it set is reset. The object keeps the
+        identity the first pass gave it; managedFields stay as recorded before."""
+        md = obj.get("metadata")
+        if not isinstance(md, dict):
+            raise st.bad_request("metadata must be an object")
+        identity = {f: md[f] for f in ("uid", "creationTimestamp") if f in md}
+        strategy.prepare_for_create(obj)
+        obj["metadata"].update(identity)
+        apply_defaults(kind.group, kind.version, kind.kind, obj)
+        strategy.prepare_for_request(obj, None, user, subresource)
+
+    @staticmethod
+    def _prepare_update(strategy: Strategy, subresource: str, new: dict, old: dict) -> None:
+        """The strategy's preparation for this kind of write (idempotent: it runs again
+        after mutating admission)."""
+        if subresource in ("status", "approval"):
+            strategy.prepare_for_status_update(new, old)
+        elif subresource in ("finalize", "binding"):
+            # Internal writes that set exactly what they computed.
+            strategy.keep_system_metadata(new, old)
+        else:
+            strategy.prepare_for_update(new, old)
 
     @staticmethod
     def _same_object(new: dict, old: dict) -> bool:

@@ -15,11 +15,13 @@ import time
 import uuid
 from typing import Any
 
-from ..api import names
+from ..api import enumvalidation, names
 from ..api import podvalidation
+from ..api.qos import pod_qos_class
 from ..api import validation as v
 from ..api.helpers import timestamp
 from ..api.kinds import KindInfo
+from ..api.schemas import schema_for
 from ..api.timeutil import format_rfc3339
 import base64
 import binascii
@@ -50,10 +52,13 @@ class Strategy:
     has_status = False
     # Whether create keeps a client-given status (nodes) or resets it.
     keep_status_on_create = False
+    # The enumerated fields this kind's validation enforces (api/enumvalidation.py).
+    enum_rules: enumvalidation.Rules = enumvalidation.RULES
 
     def __init__(self, kind: KindInfo):
         self.kind = kind
         self.has_status = kind.subresource("status") is not None
+        self.schema = schema_for(kind.group, kind.version, kind.kind)
 
     # --- create -------------------------------------------------------------------
     def prepare_for_create(self, obj: dict) -> None:
@@ -71,6 +76,12 @@ class Strategy:
 
     def initial_status(self, obj: dict) -> dict | None:
         return None
+
+    def prepare_for_request(self, obj: dict, old: dict | None, user: Any, subresource: str) -> None:
+        """The part of preparing a create (``old`` None) or an update that needs the
+        request: who writes (``user``) and through which sub-resource. The store calls
+        it after recording managedFields (so what it fills is not the writer's) and
+        again whenever it prepares the object again."""
 
     # --- update -------------------------------------------------------------------
     def prepare_for_update(self, new: dict, old: dict) -> None:
@@ -113,10 +124,21 @@ class Strategy:
         return v.validate_object_name(name, path, self.name_rule)
 
     def validate(self, obj: dict) -> list[v.FieldError]:
-        return self.validate_metadata(obj)
+        return self.validate_metadata(obj) + self.validate_enums(obj)
+
+    def validate_enums(self, obj: dict) -> list[v.FieldError]:
+        return enumvalidation.validate(self.schema, obj, self.enum_rules)
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
-        return self.validate(new) + self._finalizer_update_errors(new, old)
+        errs = self.validate(new) + self._finalizer_update_errors(new, old)
+        if errs:
+            # An enumerated value the stored object already had (stored before these
+            # checks existed) does not block updates that leave it alone, such as
+            # status writes.
+            before = {(e.type, e.field, repr(e.value)) for e in self.validate_enums(old)}
+            if before:
+                errs = [e for e in errs if (e.type, e.field, repr(e.value)) not in before]
+        return errs
 
     @staticmethod
     def _finalizer_update_errors(new: dict, old: dict) -> list[v.FieldError]:
@@ -231,8 +253,10 @@ class NamespaceStrategy(Strategy):
 
 
 class PodStrategy(Strategy):
+    enum_rules = enumvalidation.POD_RULES  # podvalidation checks the rest itself
+
     def initial_status(self, obj: dict) -> dict:
-        return {"phase": "Pending", "qosClass": qos_class(obj)}
+        return {"phase": "Pending", "qosClass": pod_qos_class(obj)}
 
     def validate(self, obj: dict) -> list[v.FieldError]:
         """Create: generic metadata rules plus upstream's ValidatePodCreate."""
@@ -255,34 +279,6 @@ class PodStrategy(Strategy):
         return errs + podvalidation.validate_pod_update(new, old, include_metadata=False)
 
 
-def qos_class(pod: dict) -> str:
-    """Guaranteed, Burstable or BestEffort, from the containers' requests and limits."""
-    containers = list((pod.get("spec") or {}).get("containers") or []) + \
-        list((pod.get("spec") or {}).get("initContainers") or [])
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
-    guaranteed = True
-    any_set = False
-    for c in containers:
-        if not isinstance(c, dict):
-            continue
-        res = c.get("resources") or {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        for r in ("cpu", "memory"):
-            if req.get(r) not in (None, "", "0", 0):
-                any_set = True
-                requests[r] = req[r]
-            if lim.get(r) not in (None, "", "0", 0):
-                any_set = True
-                limits[r] = lim[r]
-            lim_v, req_v = lim.get(r), req.get(r, lim.get(r))
-            if lim_v in (None, "") or str(req_v) != str(lim_v):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
 class NodeStrategy(Strategy):
     keep_status_on_create = True
 
@@ -298,6 +294,22 @@ class PathNameStrategy(Strategy):
     name_rule = "path_segment"
 
 
+class WebhookConfigurationStrategy(Strategy):
+    """Validating and mutating webhook configurations. A new webhook must declare no
+    side effects (``None`` or ``NoneOnDryRun``); a configuration stored with a
+    webhook that has side effects may keep them on update, as upstream allows."""
+
+    SIDE_EFFECTS = ("None", "NoneOnDryRun", "Some", "Unknown")
+
+    def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
+        errs = super().validate_update(new, old)
+        hooks = old.get("webhooks") if isinstance(old.get("webhooks"), list) else []
+        if any(isinstance(h, dict) and h.get("sideEffects") not in (None, "None", "NoneOnDryRun") for h in hooks):
+            errs = [e for e in errs if not (e.type == v.FIELD_VALUE_NOT_SUPPORTED and e.field.endswith(".sideEffects")
+                                            and e.value in self.SIDE_EFFECTS)]
+        return errs
+
+
 class CsrStrategy(PathNameStrategy):
     """CertificateSigningRequest (upstream's csr, approval and status strategies).
 
@@ -308,9 +320,9 @@ class CsrStrategy(PathNameStrategy):
     adds or removes Approved/Denied conditions. No update may remove an Approved,
     Denied or Failed condition or change a certificate once set.
 
-    The generic store does not yet tell a strategy the user or which status-like
-    sub-resource is written; ``set_requester`` and ``prepare_for_subresource`` are
-    called for it by the CSR admission hook (server/csrcontrollers.py).
+    The request's part (the requester on create, the rules of the ``approval`` and
+    ``status`` sub-resources) is :meth:`prepare_for_request`, which the generic store
+    calls with the user and the sub-resource.
     """
 
     KEY_USAGES = ("any", "cert sign", "client auth", "code signing", "content commitment", "crl sign",
@@ -332,6 +344,13 @@ class CsrStrategy(PathNameStrategy):
         if isinstance(spec, dict):
             for f in self.REQUESTER_FIELDS:
                 spec.pop(f, None)
+
+    def prepare_for_request(self, obj: dict, old: dict | None, user: Any, subresource: str) -> None:
+        if old is None:
+            if not subresource and user is not None:
+                self.set_requester(obj, user)
+        elif subresource in ("approval", "status"):
+            self.prepare_for_subresource(subresource, obj, old)
 
     @classmethod
     def set_requester(cls, obj: dict, user: Any) -> None:
@@ -636,6 +655,8 @@ _STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }
 
 

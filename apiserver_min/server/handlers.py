@@ -27,7 +27,7 @@ from ..registry.managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, ma
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from ..registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
 from ..registry.strategicpatch import strategic_merge_patch
-from .routing import RequestInfo, require_kind
+from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, require_kind
 from ..registry.store import DeleteOptions, ListResult, parse_rv
 from ..storage.keys import key_prefix
 from ..api.validation import causes as strategy_causes
@@ -267,13 +267,16 @@ class ResourceHandlers:
     # --- response helpers ------------------------------------------------------------
     def _respond_raw(self, request: web.Request, raw: bytes, code: int, target: Target,
                      kind: KindInfo | None = None, include: str = "Metadata") -> web.Response:
-        if target.form == "json" and not self._pretty(request):
+        if target.form == "json" and not self._pretty(request) and request.get(GROUP_ALIAS_KEY) is None:
             return self._with_warnings(request, web.Response(body=raw, status=code, content_type="application/json"))
         obj = codec.load_json(raw)
         return self._respond_obj(request, obj, code, target, kind, include)
 
     def _respond_obj(self, request: web.Request, obj: Any, code: int, target: Target,
                      kind: KindInfo | None = None, include: str = "Metadata") -> web.Response:
+        alias = request.get(GROUP_ALIAS_KEY)
+        if alias is not None:  # a request on an alias group: answered in the client's spelling
+            obj = alias.to_requested(obj)
         if target.form == "table" and kind is not None and isinstance(obj, dict) and obj.get("kind") == kind.kind:
             obj = table(kind, [obj], target, include,
                         resource_version=(obj.get("metadata") or {}).get("resourceVersion", ""))
@@ -356,10 +359,12 @@ class ResourceHandlers:
             raise st.bad_request("the request body must be a JSON or YAML object")
         want_kind = expect_kind or kind.kind
         want_av = expect_api_version or kind.api_version
+        # On an alias group's path the body may name the group either way (kind's own API only).
+        alias = request.get(GROUP_ALIAS_KEY) if expect_api_version is None else None
         got_kind, got_av = obj.get("kind"), obj.get("apiVersion")
         if got_kind not in (None, "") and got_kind != want_kind:
             raise st.bad_request(f"the kind in the data ({got_kind}) does not match the expected kind ({want_kind})")
-        if got_av not in (None, "") and got_av != want_av:
+        if got_av not in (None, "") and got_av != want_av and (alias is None or got_av != alias.requested_api_version):
             raise st.bad_request(f"the API version in the data ({got_av}) does not match the expected "
                                  f"API version ({want_av})")
         md = obj.get("metadata")
@@ -367,6 +372,8 @@ class ResourceHandlers:
             raise st.bad_request("metadata: must be an object")
         # Field validation may hand back a fresh decode (duplicate keys), so this comes after it.
         obj = self._validate_fields(request, decoded, want_kind, want_av)
+        if alias is not None:
+            alias.to_served(obj)
         if obj.get("metadata") is None:
             obj.pop("metadata", None)  # null is absent (later steps add an empty one)
         return obj
@@ -403,6 +410,17 @@ class ResourceHandlers:
                                                    group=kind.group, extra_problems=dups)
         request[FIELD_WARNINGS_KEY] = warnings
         return new
+
+    @staticmethod
+    def _served_apply_body(request: web.Request, body: bytes) -> bytes:
+        """An apply body sent on an alias group's path in the client's spelling of the
+        group, re-encoded in ours (the apply code checks the kind's own apiVersion);
+        any other body as it is. Field validation still reads the original bytes."""
+        alias = request.get(GROUP_ALIAS_KEY)
+        if alias is None or alias.requested.encode() not in body:
+            return body
+        doc = codec.decode_object_body(body, "application/yaml").obj
+        return codec.dumps(alias.to_served(doc)) if isinstance(doc, dict) else body
 
     def _check_namespace_in_body(self, kind: KindInfo, info: RequestInfo, obj: dict) -> None:
         md = obj.setdefault("metadata", {})
@@ -499,7 +517,9 @@ class ResourceHandlers:
         res = await self.store.list(kind, info.namespace or None, ls, fs, q.get("resourceVersion"),
                                     q.get("resourceVersionMatch"), limit, q.get("continue"))
         if target.form == "json" and not self._pretty(request):
-            return web.Response(body=self._list_bytes(kind, res), content_type="application/json")
+            body = self._list_bytes(kind, res)
+            alias = request.get(GROUP_ALIAS_KEY)
+            return web.Response(body=body if alias is None else alias.json_bytes(body), content_type="application/json")
         if target.form == "table":
             objs = [codec.decode_stored(raw, rev) for raw, rev in res.items]
             body = table(kind, objs, target, include, resource_version=str(res.resource_version),
@@ -568,6 +588,10 @@ class ResourceHandlers:
             cache.add_watcher(watcher)
             start_rv = n
         self.server.metrics.watchers_inc(kind, 1)
+        # A watch on an alias group re-encodes each event in the client's spelling instead of
+        # writing the cache's shared JSON frames.
+        alias = request.get(GROUP_ALIAS_KEY)
+        fast_json = target.form == "json" and alias is None
         resp = web.StreamResponse(status=200)
         resp.content_type = "application/json"
         if target.form == "protobuf":  # length-prefixed WatchEvent frames, as upstream
@@ -581,31 +605,36 @@ class ResourceHandlers:
 
             async def send(ev_type: str, entry_raw_rv: tuple[bytes, int] | None, cev: CacheEvent | None = None):
                 nonlocal sent_columns
-                if target.form == "json" and cev is not None:
+                if fast_json and cev is not None:
                     await resp.write(cev.json_frame())
                     return
                 raw, rv = entry_raw_rv
                 if target.form == "table":
                     obj = codec.decode_stored(raw, rv)
+                    if alias is not None:
+                        alias.to_requested(obj)
                     tbl = table(kind, [obj], target, include, resource_version=str(rv),
                                 with_columns=not sent_columns)
                     sent_columns = True
                     await resp.write(codec.dumps({"type": ev_type, "object": tbl}) + b"\n")
                 elif target.form == "protobuf":
-                    await resp.write(self._watch_frame(target, ev_type, codec.decode_stored(raw, rv)))
+                    obj = codec.decode_stored(raw, rv)
+                    await resp.write(self._watch_frame(target, ev_type, obj if alias is None
+                                                       else alias.to_requested(obj)))
                 else:
-                    await resp.write(b'{"type":"%s","object":%s}\n' % (ev_type.encode(), codec.splice_rv(raw, rv)))
+                    frame = b'{"type":"%s","object":%s}\n' % (ev_type.encode(), codec.splice_rv(raw, rv))
+                    await resp.write(frame if alias is None else alias.watch_frame(frame))
 
             for e in initial:
                 await send("ADDED", (e.raw, e.rv))
             if send_initial and bookmarks:
-                await resp.write(self._bookmark(kind, start_rv, initial_end=True, target=target))
+                await resp.write(self._bookmark(kind, start_rv, initial_end=True, target=target, alias=alias))
             for cev in past:
                 out = watcher.filter(cev)
                 if out is not None:
                     await send(out.type, (out.entry.raw, out.entry.rv), out)
                     last_rv = out.rv
-            if target.form == "json" and request.transport is not None:
+            if fast_json and request.transport is not None:
                 # From here on the cache's fan-out writes each event straight to the
                 # connection (no task wake-up per watcher); what queued meanwhile goes first.
                 sink = chunked_transport_sink(request.transport)
@@ -630,14 +659,15 @@ class ResourceHandlers:
                     if request.transport is None or request.transport.is_closing():
                         break
                     if bookmarks and time.monotonic() >= next_bookmark and deadline - time.monotonic() > 0:
-                        await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv), target=target))
+                        await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv), target=target,
+                                                        alias=alias))
                         next_bookmark = time.monotonic() + interval
                     continue
                 batch = [cev for cev in batch if cev.rv > start_rv or cev.rv > last_rv]
                 if not batch:
                     continue
                 last_rv = batch[-1].rv
-                if target.form == "json":
+                if fast_json:
                     # One write for everything queued: one TLS record, one send.
                     await resp.write(b"".join(cev.json_frame() for cev in batch))
                 else:
@@ -658,11 +688,13 @@ class ResourceHandlers:
             pass
         return resp
 
-    def _bookmark(self, kind: KindInfo, rv: int, initial_end: bool = False, target: Target = JSON) -> bytes:
+    def _bookmark(self, kind: KindInfo, rv: int, initial_end: bool = False, target: Target = JSON,
+                  alias: GroupAlias | None = None) -> bytes:
         md: dict[str, Any] = {"resourceVersion": str(rv)}
         if initial_end:
             md["annotations"] = {names.ANNOTATION_INITIAL_EVENTS_END: "true"}
-        obj = {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": md}
+        obj = {"kind": kind.kind, "apiVersion": kind.api_version if alias is None else alias.requested_api_version,
+               "metadata": md}
         if target.form == "protobuf":
             return self._watch_frame(target, "BOOKMARK", obj)
         return codec.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
@@ -691,6 +723,12 @@ class ResourceHandlers:
         return resp
 
     # --- writes -----------------------------------------------------------------------
+    def _authorize_create(self, info: RequestInfo, user: UserInfo) -> None:
+        """An update or apply about to create a missing object is authorized again as
+        ``create`` of that name (upstream's create-on-update check): patch or update
+        alone never creates. A denial is the usual 403."""
+        self.server.authorize(user, dataclasses.replace(info, verb="create"))
+
     async def create(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
         wp = WriteParams.parse(request)
         obj = await self._decode_object(request, kind)
@@ -720,6 +758,7 @@ class ResourceHandlers:
         def on_missing() -> dict:
             if md.get("resourceVersion"):
                 raise st.not_found(kind.resource, info.name, kind.group)
+            self._authorize_create(info, user)
             return codec.load_json(codec.dumps(body))
 
         obj, raw, created = await self.store.update(
@@ -751,10 +790,12 @@ class ResourceHandlers:
             apply_body = await self._read_body(request)
             wp = WriteParams.parse(request, "PatchOptions", ctype)
             _, raw, created = await apply_request(
-                self.store, kind, info.namespace, info.name, apply_body, user, manager=wp.field_manager,
+                self.store, kind, info.namespace, info.name, self._served_apply_body(request, apply_body), user,
+                manager=wp.field_manager,
                 force=wp.force, dry_run=wp.dry_run, subresource=subresource,
                 validate=lambda new: self._validated_patch(request, kind, new, wp.field_validation, ctype,
-                                                           apply_body))
+                                                           apply_body),
+                authorize_create=lambda: self._authorize_create(info, user))
             return self._respond_raw(request, raw, 201 if created else 200, wp.target, kind)
         # Strategic merge patch reads its merge keys from the kind's schema (the same one
         # for the main resource and its status); a kind without one cannot take it.

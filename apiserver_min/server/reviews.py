@@ -6,10 +6,11 @@ same, within one namespace), ``SelfSubjectAccessReview`` (may I do X?) and
 create-only and never stored: the answer is the created object's status.
 
 ``kubectl auth can-i`` hard-codes ``POST`` to ``selfsubjectaccessreviews`` in the
-upstream spelling of the group (``names.UPSTREAM_AUTHORIZATION_GROUP``) with a
-protobuf body and no JSON fallback, so that path is answered too (it is not in discovery), with a small decoder for the
-protobuf envelope (magic ``6b 38 73 00`` + runtime.Unknown) and the review
-messages. Field numbers are upstream's generated.proto (v1.27).
+upstream spelling of the group (``names.UPSTREAM_AUTHORIZATION_GROUP``, a group
+alias the router resolves to ours) with a protobuf body and no JSON fallback, so
+the reviews have a small decoder for the protobuf envelope (magic ``6b 38 73 00``,
+then runtime.Unknown) and the review messages, and answer in the group spelling
+the client used. Field numbers are upstream's generated.proto (v1.27).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ REVIEW_KINDS = {
     "localsubjectaccessreviews": "LocalSubjectAccessReview",
     "selfsubjectrulesreviews": "SelfSubjectRulesReview",
 }
-REVIEW_GROUPS = (names.AUTHORIZATION_GROUP, names.UPSTREAM_AUTHORIZATION_GROUP)
 PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
 
 
@@ -246,7 +246,7 @@ def _subject_user(spec: dict) -> UserInfo:
 
 
 class Reviews:
-    """Answers the four review resources, on our group and on the upstream spelling."""
+    """Answers the four review resources, on our group and on its aliases."""
 
     def __init__(self, server: "ServerContext", authorizer: Callable[[], Union]):
         self.server = server
@@ -254,10 +254,12 @@ class Reviews:
 
     @staticmethod
     def handles(info: "RequestInfo") -> bool:
-        return (info.is_resource and info.group in REVIEW_GROUPS and info.version == "v1"
+        return (info.is_resource and info.group == names.AUTHORIZATION_GROUP and info.version == "v1"
                 and info.resource in REVIEW_KINDS)
 
     async def _body(self, request: web.Request, kind: str, group: str) -> dict:
+        """The review in the body; its apiVersion may name our group or ``group``, the
+        spelling the request's path used."""
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         body = await self.server.handlers._read_body(request)
         if ctype in PROTOBUF_TYPES:
@@ -284,7 +286,7 @@ class Reviews:
         got_kind, got_av = obj.get("kind"), obj.get("apiVersion")
         if got_kind not in (None, "") and got_kind != kind:
             raise st.bad_request(f"the kind in the data ({got_kind}) does not match the expected kind ({kind})")
-        if got_av not in (None, "") and got_av not in (f"{g}/v1" for g in REVIEW_GROUPS):
+        if got_av not in (None, "", f"{names.AUTHORIZATION_GROUP}/v1", f"{group}/v1"):
             raise st.bad_request(f"the API version in the data ({got_av}) does not match the expected API version "
                                  f"({group}/v1)")
         md = obj.get("metadata")
@@ -301,7 +303,7 @@ class Reviews:
                 raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         elif info.namespace:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
-        obj = await self._body(request, kind, info.group)
+        obj = await self._body(request, kind, info.requested_group)
         spec = obj.get("spec")
         authorizer = self._authorizer()
         if kind == "SelfSubjectRulesReview":
@@ -326,7 +328,8 @@ class Reviews:
         md.setdefault("creationTimestamp", None)
         if kind == "LocalSubjectAccessReview":
             md["namespace"] = info.namespace
-        out = {"kind": kind, "apiVersion": f"{info.group}/v1", "metadata": md, "spec": spec, "status": status}
+        out = {"kind": kind, "apiVersion": f"{info.requested_group}/v1", "metadata": md, "spec": spec,
+               "status": status}
         accept = request.headers.get("Accept") or ""
         if "yaml" in accept and "json" not in accept:
             resp = web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
@@ -338,7 +341,8 @@ class Reviews:
 REVIEW_RESOURCES = {"tokenreviews": "TokenReview", "selfsubjectreviews": "SelfSubjectReview"}
 
 
-# kubectl auth whoami posts to the upstream group (v1 from 1.28, v1beta1 / v1alpha1 before).
+# kubectl auth whoami posts to the upstream group, an alias of ours (v1 from 1.28,
+# v1beta1 / v1alpha1 before; only v1 is served on our spelling).
 UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS = ("v1", "v1beta1", "v1alpha1")
 
 
@@ -371,13 +375,14 @@ class AuthnReviews:
 
     @staticmethod
     def handles(info: Any) -> bool:
-        """True for the review endpoints: ours, plus the upstream SelfSubjectReview
-        path kubectl hard-codes (served, but not listed in discovery)."""
-        if not info.is_resource or info.resource not in REVIEW_RESOURCES:
+        """True for the review endpoints: ours (also on the group's upstream alias), plus
+        the older SelfSubjectReview versions kubectl hard-codes on the alias (served,
+        but not listed in discovery)."""
+        if not info.is_resource or info.resource not in REVIEW_RESOURCES or info.group != names.AUTHENTICATION_GROUP:
             return False
-        if info.group == names.AUTHENTICATION_GROUP:
-            return info.version == "v1" and info.kind is not None  # registered and enabled
-        return (info.group == names.UPSTREAM_AUTHENTICATION_GROUP and info.resource == "selfsubjectreviews"
+        if info.version == "v1" and info.kind is not None:  # registered and enabled
+            return True
+        return (info.alias is not None and info.resource == "selfsubjectreviews"
                 and info.version in UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS)
 
     async def handle(self, request: Any, info: Any, user: UserInfo) -> Any:
@@ -387,7 +392,7 @@ class AuthnReviews:
         if info.namespace:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         handlers = self.server.handlers
-        api_version = f"{info.group}/{info.version}"
+        api_version = f"{info.requested_group}/{info.version}"  # the spelling the client used
         if kind == "SelfSubjectReview":
             # The review needs no input; kubectl sends protobuf, which is read and ignored.
             await handlers._read_body(request)
@@ -396,7 +401,7 @@ class AuthnReviews:
                                    "status": {"userInfo": user_info_json(user)}}
         else:
             kind_info = info.kind
-            obj = await handlers._decode_object(request, kind_info, expect_kind=kind, expect_api_version=api_version)
+            obj = await handlers._decode_object(request, kind_info, expect_kind=kind)
             spec = obj.get("spec")
             if not isinstance(spec, dict):
                 raise st.bad_request("spec: must be an object")

@@ -2,15 +2,96 @@
 
 The same parse serves routing, authorization attributes and metrics labels,
 so they can never disagree about what a request was.
+
+Group aliases (``names.GROUP_ALIASES``): a path naming an upstream group that
+kubectl hard-codes (``/apis/rbac.authorization.k8s.io/v1/...``) parses as the orch
+group's kind, so authorization, admission and storage see only the orch group; the
+request keeps a :class:`GroupAlias`, which only the edges consult (the body decoder
+accepts the upstream ``apiVersion``, the response writers answer in it). On such a
+path the upstream namespace spellings (``kube-node-lease``) name ours.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 from urllib.parse import unquote
 
+from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo, Registry
+from ..api import codec
+
+# Request key (aiohttp request mapping) under which the server puts the GroupAlias of a
+# request on an alias group (None for any other), for the body decoder and the response writers.
+GROUP_ALIAS_KEY = "orch.group_alias"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupAlias:
+    """A request on an alias group (``names.GROUP_ALIASES``): the group the client
+    named and the orch group that serves it, in one version. Everything between
+    the edges sees only the orch group; the body decoder and the response writers
+    use this to accept and answer in the client's spelling."""
+
+    requested: str  # e.g. rbac.authorization.k8s.io
+    served: str  # e.g. rbac.orch.io
+    version: str
+
+    @property
+    def requested_api_version(self) -> str:
+        return f"{self.requested}/{self.version}"
+
+    @property
+    def served_api_version(self) -> str:
+        return f"{self.served}/{self.version}"
+
+    def to_served(self, obj: Any) -> Any:
+        """A request body in the requested spelling, in ours (in place): its
+        ``apiVersion``, and the group references that name the group itself (an RBAC
+        binding's ``roleRef`` and ``subjects``, which kubectl's create rolebinding fills in)."""
+        if not isinstance(obj, dict):
+            return obj
+        if obj.get("apiVersion") == self.requested_api_version:
+            obj["apiVersion"] = self.served_api_version
+        subjects = obj.get("subjects")
+        for ref in [obj.get("roleRef"), *(subjects if isinstance(subjects, list) else ())]:
+            if isinstance(ref, dict) and ref.get("apiGroup") == self.requested:
+                ref["apiGroup"] = self.served
+        return obj
+
+    def to_requested(self, obj: Any) -> Any:
+        """A response object in the client's spelling (in place): the object's
+        ``apiVersion``, a list's items', a Table's embedded objects' and a Status's
+        ``details.group``. Nested references (owner references, managed fields)
+        keep what is stored."""
+        if not isinstance(obj, dict):
+            return obj
+        served, requested = self.served_api_version, self.requested_api_version
+        if obj.get("apiVersion") == served:
+            obj["apiVersion"] = requested
+        kind = obj.get("kind")
+        nested = obj.get("items") if kind != "Table" else [r.get("object") for r in obj.get("rows") or ()
+                                                             if isinstance(r, dict)]
+        if isinstance(nested, list):
+            for item in nested:
+                if isinstance(item, dict) and item.get("apiVersion") == served:
+                    item["apiVersion"] = requested
+        if kind == "Status":
+            details = obj.get("details")
+            if isinstance(details, dict) and details.get("group") == self.served:
+                details["group"] = self.requested
+        return obj
+
+    def json_bytes(self, raw: bytes) -> bytes:
+        """JSON bytes of an object or list, re-encoded in the client's spelling."""
+        return codec.dumps(self.to_requested(codec.load_json(raw)))
+
+    def watch_frame(self, frame: bytes) -> bytes:
+        """One JSON watch event line (``{"type":..,"object":..}``) in the client's spelling."""
+        event = codec.load_json(frame)
+        self.to_requested(event.get("object"))
+        return codec.dumps(event) + b"\n"
 
 
 @dataclasses.dataclass
@@ -18,7 +99,7 @@ class RequestInfo:
     is_resource: bool
     path: str
     verb: str  # get list watch create update patch delete deletecollection (or http verb lowercased)
-    group: str = ""
+    group: str = ""  # the orch group, also when the client named an alias of it
     version: str = ""
     resource: str = ""
     subresource: str = ""
@@ -26,6 +107,17 @@ class RequestInfo:
     name: str = ""
     kind: KindInfo | None = None
     parts: tuple[str, ...] = ()
+    alias: GroupAlias | None = None  # set when the path named an alias group
+
+    @property
+    def alias_group(self) -> str:
+        """The alias group the client named, or ""."""
+        return self.alias.requested if self.alias is not None else ""
+
+    @property
+    def requested_group(self) -> str:
+        """The group as the client spelled it."""
+        return self.alias.requested if self.alias is not None else self.group
 
 
 _HTTP_TO_VERB = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
@@ -33,6 +125,18 @@ _HTTP_TO_VERB = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": 
 
 def _truthy(value: str | None) -> bool:
     return value is not None and value.lower() in ("1", "true", "")
+
+
+def command_alias(info: RequestInfo, command: str | None) -> None:
+    """Answer in the upstream spelling for a kubectl command that checks the group of
+    what it reads (``names.KUBECTL_COMMAND_ALIASES``, from the ``Kubectl-Command``
+    header): the request on the orch group gets the alias it would have had on the
+    upstream path. Nothing else about the request changes."""
+    if command is None or info.alias is not None or info.kind is None:
+        return
+    upstream = names.KUBECTL_COMMAND_ALIASES.get(command, {}).get(info.group)
+    if upstream is not None:
+        info.alias = GroupAlias(upstream, info.group, info.version)
 
 
 def parse(method: str, path: str, query, registry: Registry, enabled) -> RequestInfo:
@@ -48,6 +152,11 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
         if len(segs) < 4:
             return info
         group, version, rest = segs[1], segs[2], segs[3:]
+        served = names.GROUP_ALIASES.get(group)
+        if served is not None:
+            # An upstream spelling kubectl hard-codes: served as the orch group from here on.
+            info.alias = GroupAlias(group, served, version)
+            group = served
     info.group, info.version = group, version
     watch_path = False
     if rest and rest[0] == "watch":  # the deprecated /watch/ path form
@@ -61,6 +170,8 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
     elif rest[0] == "namespaces" and len(rest) >= 2:
         # /namespaces/<name>[/status|/finalize]: the namespace object itself.
         namespace = ""
+    if info.alias is not None and namespace in names.NAMESPACE_ALIASES:
+        namespace = names.NAMESPACE_ALIASES[namespace]
     resource = rest[0]
     name = rest[1] if len(rest) >= 2 else ""
     sub = "/".join(rest[2:]) if len(rest) >= 3 else ""
@@ -93,7 +204,8 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
 
 def require_kind(info: RequestInfo) -> KindInfo:
     if info.kind is None:
-        gv = f"{info.group}/{info.version}" if info.group else info.version
+        group = info.requested_group
+        gv = f"{group}/{info.version}" if group else info.version
         raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
                                            f"({info.resource} in {gv})",
                           details={"causes": [{"reason": "UnexpectedServerResponse",

@@ -316,3 +316,87 @@ def test_aggregation_and_reconcile_across_restart(server):
                for r in admin(server, "GET", f"{RBAC}/clusterroles/system:discovery")["rules"])
     subjects = admin(server, "GET", f"{RBAC}/clusterrolebindings/system:basic-user")["subjects"]
     assert subjects == [{"kind": "Group", "apiGroup": names.RBAC_GROUP, "name": names.GROUP_AUTHENTICATED}]
+
+
+# --- create through update: apply or PUT to a missing name -----------------------------------------
+
+APPLY = "application/apply-patch+yaml"
+
+
+@pytest.fixture(scope="module")
+def writers(server):
+    """dave may read, patch and update config maps and services in NS, never create them;
+    erin may also create them."""
+    rw = ["get", "list", "watch", "patch", "update"]
+    make_role(server, "cm-svc-writer", [{"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": rw}])
+    make_role(server, "cm-svc-creator", [{"apiGroups": [""], "resources": ["configmaps", "services"],
+                                          "verbs": rw + ["create"]}])
+    make_binding(server, "dave-writer", "Role", "cm-svc-writer", [user_subject("dave")])
+    make_binding(server, "erin-creator", "Role", "cm-svc-creator", [user_subject("erin")])
+    users = {"dave": User(server, "dave"), "erin": User(server, "erin")}
+    for u in users.values():
+        wait_status(lambda: u.json("GET", f"/api/v1/namespaces/{NS}/configmaps"), 200)
+    return users
+
+
+def _configmap(name):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}}
+
+
+def _service(name):
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"ports": [{"port": 80}], "selector": {"app": name}}}
+
+
+# (who, how, kind, object exists beforehand, expected status). "apply" is server-side apply
+# (PATCH application/apply-patch+yaml), "put" a PUT of the whole object; both create a
+# missing object only with the create verb (upstream authorizes create-on-update as create).
+CREATE_ON_UPDATE_MATRIX = [
+    ("dave", "apply", "configmaps", False, 403),   # apply-create without create
+    ("dave", "apply", "configmaps", True, 200),    # apply-update with patch
+    ("erin", "apply", "configmaps", False, 201),   # apply-create with create
+    ("dave", "apply-dry-run", "configmaps", False, 403),
+    ("dave", "put", "services", False, 403),       # PUT-create without create
+    ("dave", "put", "services", True, 200),        # PUT-update with update
+    ("erin", "put", "services", False, 201),       # PUT-create with create
+    ("erin", "put", "configmaps", False, 404),     # config maps are never created by PUT
+    ("admin", "put", "roles", False, 201),         # roles are (upstream AllowCreateOnUpdate)
+]
+
+
+@pytest.mark.parametrize("who,how,resource,exists,expect", CREATE_ON_UPDATE_MATRIX,
+                         ids=[f"{r[0]}-{r[1]}-{r[2]}-{'existing' if r[3] else 'missing'}"
+                              for r in CREATE_ON_UPDATE_MATRIX])
+def test_create_through_update_needs_create(server, writers, who, how, resource, exists, expect):
+    name = f"cu-{uuid.uuid4().hex[:8]}"
+    if resource == "roles":
+        base = f"{RBAC}/namespaces/{NS}/roles"
+        obj = {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "Role", "metadata": {"name": name},
+               "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    else:
+        base = f"/api/v1/namespaces/{NS}/{resource}"
+        obj = _configmap(name) if resource == "configmaps" else _service(name)
+    if exists:
+        admin(server, "POST", base, obj, expect=201)
+
+    def send():
+        if who == "admin":
+            status, doc = server.json("PUT", f"{base}/{name}", obj)
+            return status, doc
+        user = writers[who]
+        if how.startswith("apply"):
+            query = "?fieldManager=matrix" + ("&dryRun=All" if how == "apply-dry-run" else "")
+            return user.json("PATCH", f"{base}/{name}{query}", obj, ctype=APPLY)
+        return user.json("PUT", f"{base}/{name}", obj)
+
+    status, doc = send()
+    assert status == expect, doc
+    if expect == 403:
+        assert doc["reason"] == "Forbidden"
+        assert doc["message"] == (f'{resource} "{name}" is forbidden: User "{who}" cannot create resource '
+                                  f'"{resource}" in API group "" in the namespace "{NS}"')
+    if expect in (403, 404) or how == "apply-dry-run":
+        assert server.json("GET", f"{base}/{name}")[0] == 404, "nothing may be created"
+    else:
+        got = admin(server, "GET", f"{base}/{name}")
+        assert got["metadata"]["name"] == name

@@ -32,7 +32,7 @@ from apiserver_min.admission.plugins.defaulttolerationseconds import DefaultTole
 from apiserver_min.api.user import UserInfo
 from apiserver_min.admission.plugins import resolve_plugins
 from apiserver_min.api.codec import encode_for_storage
-from apiserver_min.server.routing import RequestInfo
+from apiserver_min.server.routing import RequestInfo, parse
 from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.interface import Event, KeyValue
@@ -206,9 +206,16 @@ def test_request_attributes_and_forbidden_message():
     assert names.GROUP_UNAUTHENTICATED in a.user.groups
     ns_info = RequestInfo(True, "/api/v1/namespaces/d", "get", "", "v1", "namespaces", name="d")
     assert authz.request_attributes(BOB, ns_info).namespace == "d"
-    up = RequestInfo(True, f"/apis/{names.UPSTREAM_AUTHORIZATION_GROUP}/v1/selfsubjectaccessreviews", "create",
-                     names.UPSTREAM_AUTHORIZATION_GROUP, "v1", "selfsubjectaccessreviews")
+    # A path on an upstream alias of an orch group is authorized as the orch group (the
+    # router resolves the alias).
+    up = parse("POST", f"/apis/{names.UPSTREAM_AUTHORIZATION_GROUP}/v1/selfsubjectaccessreviews", {}, REGISTRY,
+               lambda *_: True)
     assert authz.request_attributes(BOB, up).api_group == names.AUTHORIZATION_GROUP
+    lease = parse("GET", f"/apis/{names.UPSTREAM_COORDINATION_GROUP}/v1/namespaces/kube-node-lease/leases/n1", {},
+                  REGISTRY, lambda *_: True)
+    a = authz.request_attributes(BOB, lease)
+    assert (a.api_group, a.namespace, a.resource, a.name) == (names.COORDINATION_GROUP, names.NS_NODE_LEASE,
+                                                              "leases", "n1")
     err = authz.forbidden_error(res(BOB, "get", "pods", "default", "x"))
     assert err.code == 403 and err.message == ('pods "x" is forbidden: User "bob" cannot get resource "pods" in API '
                                                'group "" in the namespace "default"')

@@ -272,7 +272,10 @@ def test_subresources(core, docs):
     binding = p["/api/v1/namespaces/{namespace}/pods/{name}/binding"]["post"]
     assert binding["x-kubernetes-group-version-kind"]["kind"] == "Binding"
     assert p["/api/v1/namespaces/{name}/finalize"].keys() == {"put", "parameters"}
-    assert p["/api/v1/nodes/{name}/proxy"]["get"]["x-kubernetes-action"] == "connect"
+    # Sub-resources not served yet are neither in discovery nor here.
+    assert not {"/api/v1/nodes/{name}/proxy", "/api/v1/namespaces/{namespace}/services/{name}/proxy",
+                "/api/v1/namespaces/{namespace}/pods/{name}/proxy",
+                "/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers"} & set(p)
     scale = docs["apis/apps/v1"]["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"]
     assert scale["patch"]["x-kubernetes-group-version-kind"] == {"group": "autoscaling", "version": "v1",
                                                                 "kind": "Scale"}

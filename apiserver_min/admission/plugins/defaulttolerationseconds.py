@@ -12,6 +12,8 @@ class DefaultTolerationSeconds:
 
     name = "DefaultTolerationSeconds"
     resources = frozenset({("", "pods")})
+    operations = frozenset({"CREATE"})
+    complete = True  # whole tolerations; nothing the pod strategy derives from
 
     def __init__(self, not_ready_seconds: int = 300, unreachable_seconds: int = 300):
         self.not_ready_seconds = not_ready_seconds

@@ -107,6 +107,9 @@ class ServiceAccountAdmission:
     are never changed."""
 
     name = "ServiceAccount"
+    resources = frozenset({("", "pods")})
+    operations = frozenset({"CREATE"})
+    complete = True  # the token volume it adds carries its defaults
 
     def __init__(self, server: Any):
         self.server = server

@@ -139,8 +139,12 @@ for (_g, _v, _kind), _schema in KIND_SCHEMAS.items():
 def schema_for(group: str, version: str, kind: str) -> Struct | None:
     """The schema of a kind (or of a ``<Kind>List``), or None if none is declared."""
     s = KIND_SCHEMAS.get((group, version, kind))
-    if s is None and kind.endswith("List"):
-        return list_schema(group, version, kind[:-4])
+    if s is None:
+        served = names.GROUP_ALIASES.get(group)
+        if served is not None:  # an upstream spelling of an orch group (bodies on alias paths)
+            return schema_for(served, version, kind)
+        if kind.endswith("List"):
+            return list_schema(group, version, kind[:-4])
     return s
 
 

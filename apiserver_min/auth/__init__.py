@@ -1,1 +1,0 @@
-"""Authentication, authorization and the security admission plugins of orch-apiserver."""

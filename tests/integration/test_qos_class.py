@@ -1,0 +1,31 @@
+"""The qosClass a real orch-apiserver stores equals the class the node agent computes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from agent.cm import pod_qos_class as agent_qos
+from tests.apiserver_fixtures import create_namespace
+from tests.unit.test_qos import CASES
+
+NAMESPACE = "qos-classes"
+
+
+@pytest.fixture(scope="module")
+def namespace(apiserver):
+    create_namespace(apiserver, NAMESPACE)
+    return NAMESPACE
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_stored_qos_class_matches_the_agent(apiserver, namespace, name):
+    manifest, want = CASES[name]
+    body = copy.deepcopy(manifest)
+    body["metadata"] = {"name": name, "namespace": namespace}
+    _, created = apiserver.json("POST", f"/api/v1/namespaces/{namespace}/pods", body, expect=201)
+    assert created["status"]["qosClass"] == want
+    _, stored = apiserver.json("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", expect=200)
+    assert stored["status"]["qosClass"] == want
+    assert agent_qos(stored) == want   # the agent, given the pod it receives from the server
