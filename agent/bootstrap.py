@@ -69,7 +69,7 @@ log = agent_logging.get_logger("bootstrap")
 CLIENT_USAGES = ("digital signature", "key encipherment", "client auth")
 SERVING_USAGES = ("digital signature", "key encipherment", "server auth")
 CSR_PATH = f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests"
-BOOTSTRAP_TIMEOUT = 3600.0   # upstream waits up to an hour for an administrator to approve
+BOOTSTRAP_TIMEOUT = 3600.0  # upstream waits up to an hour for an administrator to approve
 
 
 class BootstrapError(RuntimeError):
@@ -84,16 +84,19 @@ def new_private_key() -> ec.EllipticCurvePrivateKey:
 
 
 def private_key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
 
 
 def make_csr(key, node_name: str, *, dns: Iterable[str] = (), ips: Iterable[str] = ()) -> bytes:
     """A PEM PKCS#10 request for ``system:node:<node_name>`` in ``system:nodes``."""
-    subject = x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, names.GROUP_NODES),
-        x509.NameAttribute(NameOID.COMMON_NAME, names.NODE_USER_PREFIX + node_name),
-    ])
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, names.GROUP_NODES),
+            x509.NameAttribute(NameOID.COMMON_NAME, names.NODE_USER_PREFIX + node_name),
+        ]
+    )
     builder = x509.CertificateSigningRequestBuilder().subject_name(subject)
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns)]
     sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ips)]
@@ -107,8 +110,9 @@ def _random_suffix(n: int = 5) -> str:
     return "".join(secrets.choice(alphabet) for _ in range(n))
 
 
-def csr_object(name: str, csr_pem: bytes, signer: str, usages: Sequence[str],
-               expiration_seconds: int | None = None) -> dict:
+def csr_object(
+    name: str, csr_pem: bytes, signer: str, usages: Sequence[str], expiration_seconds: int | None = None
+) -> dict:
     spec: dict = {
         "request": base64.b64encode(csr_pem).decode(),
         "signerName": signer,
@@ -116,8 +120,12 @@ def csr_object(name: str, csr_pem: bytes, signer: str, usages: Sequence[str],
     }
     if expiration_seconds is not None:
         spec["expirationSeconds"] = int(expiration_seconds)
-    return {"apiVersion": f"{names.CERTIFICATES_GROUP}/v1", "kind": "CertificateSigningRequest",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": f"{names.CERTIFICATES_GROUP}/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def _condition(obj: dict, ctype: str) -> dict | None:
@@ -133,8 +141,10 @@ def _issued(obj: dict) -> bytes | None:
     for ctype, verb in (("Denied", "denied"), ("Failed", "failed")):
         c = _condition(obj, ctype)
         if c is not None:
-            raise BootstrapError(f"certificate signing request {name} was {verb}: reason {c.get('reason') or '-'}: "
-                                 f"{c.get('message') or '(no message)'}")
+            raise BootstrapError(
+                f"certificate signing request {name} was {verb}: reason {c.get('reason') or '-'}: "
+                f"{c.get('message') or '(no message)'}"
+            )
     if _condition(obj, "Approved") is None:
         return None
     data = (obj.get("status") or {}).get("certificate")
@@ -146,9 +156,16 @@ def _issued(obj: dict) -> bytes | None:
         raise BootstrapError(f"certificate signing request {name}: status.certificate is not base64") from None
 
 
-async def request_certificate(client: ApiClient, csr_pem: bytes, *, signer: str, usages: Sequence[str],
-                              name_prefix: str = names.CSR_NAME_PREFIX, timeout: float = BOOTSTRAP_TIMEOUT,
-                              expiration_seconds: int | None = None) -> bytes:
+async def request_certificate(
+    client: ApiClient,
+    csr_pem: bytes,
+    *,
+    signer: str,
+    usages: Sequence[str],
+    name_prefix: str = names.CSR_NAME_PREFIX,
+    timeout: float = BOOTSTRAP_TIMEOUT,
+    expiration_seconds: int | None = None,
+) -> bytes:
     """Create a CertificateSigningRequest and wait for its certificate (PEM).
 
     Waiting is a watch on the one object (``fieldSelector=metadata.name=...``),
@@ -156,12 +173,13 @@ async def request_certificate(client: ApiClient, csr_pem: bytes, *, signer: str,
     approval or signing is missing; a Denied or Failed condition is reported
     with its reason and message at once.
     """
-    created = await client.create(CSR_PATH, csr_object(f"{name_prefix}{_random_suffix()}", csr_pem, signer,
-                                                       usages, expiration_seconds))
+    created = await client.create(
+        CSR_PATH, csr_object(f"{name_prefix}{_random_suffix()}", csr_pem, signer, usages, expiration_seconds)
+    )
     name = created["metadata"]["name"]
     log.info("Requested a certificate", csr=name, signer=signer)
     last = created
-    trouble = ""   # the last failure while waiting, for the timeout message
+    trouble = ""  # the last failure while waiting, for the timeout message
     try:
         async with asyncio.timeout(timeout):
             while True:
@@ -171,13 +189,17 @@ async def request_certificate(client: ApiClient, csr_pem: bytes, *, signer: str,
                     return cert
                 rv = (last.get("metadata") or {}).get("resourceVersion", "")
                 try:
-                    params = {"fieldSelector": f"metadata.name={name}", "resourceVersion": rv,
-                              "timeoutSeconds": str(max(1, min(300, int(timeout))))}
+                    params = {
+                        "fieldSelector": f"metadata.name={name}",
+                        "resourceVersion": rv,
+                        "timeoutSeconds": str(max(1, min(300, int(timeout)))),
+                    }
                     async with contextlib.aclosing(client.watch(CSR_PATH, params=params)) as events:
                         async for ev_type, obj in events:
                             if ev_type == "DELETED":
-                                raise BootstrapError(f"certificate signing request {name} was deleted "
-                                                     "before it was issued")
+                                raise BootstrapError(
+                                    f"certificate signing request {name} was deleted before it was issued"
+                                )
                             if ev_type in ("ADDED", "MODIFIED"):
                                 last = obj
                                 if _issued(last) is not None:
@@ -192,19 +214,25 @@ async def request_certificate(client: ApiClient, csr_pem: bytes, *, signer: str,
                     last = await client.get(f"{CSR_PATH}/{name}")
                 except ApiError as exc:
                     if exc.status == 404:
-                        raise BootstrapError(f"certificate signing request {name} was deleted before it "
-                                             "was issued") from None
+                        raise BootstrapError(
+                            f"certificate signing request {name} was deleted before it was issued"
+                        ) from None
                     trouble = str(exc)
                 except ApiConnectionError as exc:
                     trouble = str(exc)
     except TimeoutError:
-        missing = ("signing (it is approved but status.certificate is empty: is the signer for "
-                   f"{signer} running?)") if _condition(last, "Approved") else (
-            "approval (no Approved condition: approve it, e.g. kubectl certificate approve, or check "
-            "that the auto-approver may approve requests of this user)")
+        missing = (
+            (f"signing (it is approved but status.certificate is empty: is the signer for {signer} running?)")
+            if _condition(last, "Approved")
+            else (
+                "approval (no Approved condition: approve it, e.g. kubectl certificate approve, or check "
+                "that the auto-approver may approve requests of this user)"
+            )
+        )
         also = f"; last error: {trouble}" if trouble else ""
-        raise BootstrapError(f"timed out after {timeout:g}s waiting for certificate signing request {name}: "
-                             f"missing {missing}{also}") from None
+        raise BootstrapError(
+            f"timed out after {timeout:g}s waiting for certificate signing request {name}: missing {missing}{also}"
+        ) from None
 
 
 def certificate_valid(cert: x509.Certificate, now: _dt.datetime | None = None) -> bool:
@@ -219,7 +247,7 @@ def _load_pair(data: bytes) -> tuple[x509.Certificate, bytes]:
     key_start = -1
     while start >= 0:
         line_end = data.find(b"\n", start)
-        if b"PRIVATE KEY" in data[start:line_end if line_end >= 0 else None]:
+        if b"PRIVATE KEY" in data[start : line_end if line_end >= 0 else None]:
             key_start = start
             break
         start = data.find(b"-----BEGIN", start + 1)
@@ -227,9 +255,9 @@ def _load_pair(data: bytes) -> tuple[x509.Certificate, bytes]:
         raise ValueError("no private key in the file")
     key_pem = data[key_start:]
     key = serialization.load_pem_private_key(key_pem, password=None)
-    if key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo) \
-            != cert.public_key().public_bytes(serialization.Encoding.DER,
-                                              serialization.PublicFormat.SubjectPublicKeyInfo):
+    if key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) != cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo):
         raise ValueError("the private key does not belong to the certificate")
     return cert, key_pem
 
@@ -312,14 +340,24 @@ def _write_private(path: str, data: bytes) -> None:
         raise
 
 
-async def obtain_pair(client: ApiClient, store: PairStore, node_name: str, *, signer: str,
-                      usages: Sequence[str], dns: Iterable[str] = (), ips: Iterable[str] = (),
-                      name_prefix: str = names.CSR_NAME_PREFIX, timeout: float = BOOTSTRAP_TIMEOUT) -> str:
+async def obtain_pair(
+    client: ApiClient,
+    store: PairStore,
+    node_name: str,
+    *,
+    signer: str,
+    usages: Sequence[str],
+    dns: Iterable[str] = (),
+    ips: Iterable[str] = (),
+    name_prefix: str = names.CSR_NAME_PREFIX,
+    timeout: float = BOOTSTRAP_TIMEOUT,
+) -> str:
     """Request a certificate for a (reused pending or new) key and store the pair; the current link."""
     key = store.pending_key()
     csr = make_csr(key, node_name, dns=dns, ips=ips)
-    cert_pem = await request_certificate(client, csr, signer=signer, usages=usages, name_prefix=name_prefix,
-                                         timeout=timeout)
+    cert_pem = await request_certificate(
+        client, csr, signer=signer, usages=usages, name_prefix=name_prefix, timeout=timeout
+    )
     try:
         cert = x509.load_pem_x509_certificates(cert_pem)[0]
     except (ValueError, IndexError) as exc:
@@ -328,8 +366,12 @@ async def obtain_pair(client: ApiClient, store: PairStore, node_name: str, *, si
         raise BootstrapError("the issued certificate is not for the key the request was made with")
     path = store.update(cert_pem, private_key_pem(key))
     store.drop_pending_key()
-    log.info("Stored a new certificate", path=path, subject=cert.subject.rfc4514_string(),
-             expires=cert.not_valid_after_utc.isoformat())
+    log.info(
+        "Stored a new certificate",
+        path=path,
+        subject=cert.subject.rfc4514_string(),
+        expires=cert.not_valid_after_utc.isoformat(),
+    )
     return path
 
 
@@ -352,8 +394,10 @@ def _usable(path: str) -> tuple[Connection | None, str]:
         except ValueError as exc:
             return None, f"{path}: the client certificate cannot be read: {exc}"
         if not certificate_valid(cert):
-            return None, (f"{path}: the client certificate is not valid now (valid "
-                          f"{cert.not_valid_before_utc.isoformat()} to {cert.not_valid_after_utc.isoformat()})")
+            return None, (
+                f"{path}: the client certificate is not valid now (valid "
+                f"{cert.not_valid_before_utc.isoformat()} to {cert.not_valid_after_utc.isoformat()})"
+            )
         return conn, ""
     if conn.token:
         return conn, ""
@@ -384,20 +428,29 @@ async def ensure_client_certificate(cfg, node_name: str, *, timeout: float = BOO
     if pair is not None and certificate_valid(pair[0]):
         log.info("Using the client certificate already in the certificate directory", path=store.current_path)
     else:
-        client = ApiClient(bootstrap, qps=cfg.orch_api_qps, burst=cfg.orch_api_burst,
-                           user_agent=f"{names.AGENT_NAME}/bootstrap")
+        client = ApiClient(
+            bootstrap, qps=cfg.orch_api_qps, burst=cfg.orch_api_burst, user_agent=f"{names.AGENT_NAME}/bootstrap"
+        )
         try:
-            await obtain_pair(client, store, node_name, signer=names.SIGNER_NODE_AGENT_CLIENT,
-                              usages=CLIENT_USAGES, timeout=timeout)
+            await obtain_pair(
+                client, store, node_name, signer=names.SIGNER_NODE_AGENT_CLIENT, usages=CLIENT_USAGES, timeout=timeout
+            )
         except ApiError as exc:
-            raise BootstrapError(f"the API server refused the certificate signing request "
-                                 f"({bootstrap.server}, credentials of {cfg.bootstrap_orchconfig}): {exc}") from None
+            raise BootstrapError(
+                f"the API server refused the certificate signing request "
+                f"({bootstrap.server}, credentials of {cfg.bootstrap_orchconfig}): {exc}"
+            ) from None
         except ApiConnectionError as exc:
             raise BootstrapError(f"cannot reach the API server for the TLS bootstrap: {exc}") from None
         finally:
             await client.close()
-    write_orchconfig(path, server=bootstrap.server, ca_data=bootstrap.ca_data, cert_file=store.current_path,
-                     key_file=store.current_path)
+    write_orchconfig(
+        path,
+        server=bootstrap.server,
+        ca_data=bootstrap.ca_data,
+        cert_file=store.current_path,
+        key_file=store.current_path,
+    )
     log.info("Wrote the agent's connection config", path=path, certificate=store.current_path)
     return path
 
@@ -419,8 +472,9 @@ def _split_addresses(addresses: Iterable[str]) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(dns)), list(dict.fromkeys(ips))
 
 
-async def request_serving_certificate(client: ApiClient, node_name: str, addresses: Iterable[str], cert_dir: str,
-                                      *, timeout: float = BOOTSTRAP_TIMEOUT) -> tuple[str, str]:
+async def request_serving_certificate(
+    client: ApiClient, node_name: str, addresses: Iterable[str], cert_dir: str, *, timeout: float = BOOTSTRAP_TIMEOUT
+) -> tuple[str, str]:
     """A serving certificate from ``orch.io/node-agent-serving`` for the node's
     hostnames and IP addresses; (certificate path, key path), both the current
     link of ``orch-agent-server-*.pem`` in ``cert_dir``.
@@ -433,7 +487,15 @@ async def request_serving_certificate(client: ApiClient, node_name: str, address
     if not dns and not ips:
         raise BootstrapError("a serving certificate needs at least one host name or IP address")
     store = PairStore(cert_dir, names.AGENT_SERVER_CERT_PREFIX)
-    path = await obtain_pair(client, store, node_name, signer=names.SIGNER_NODE_AGENT_SERVING,
-                             usages=SERVING_USAGES, dns=dns, ips=ips, name_prefix=names.CSR_SERVING_NAME_PREFIX,
-                             timeout=timeout)
+    path = await obtain_pair(
+        client,
+        store,
+        node_name,
+        signer=names.SIGNER_NODE_AGENT_SERVING,
+        usages=SERVING_USAGES,
+        dns=dns,
+        ips=ips,
+        name_prefix=names.CSR_SERVING_NAME_PREFIX,
+        timeout=timeout,
+    )
     return path, path

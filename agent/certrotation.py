@@ -26,8 +26,16 @@ from cryptography import x509
 from apiserver_min.api import names
 
 from . import logging as agent_logging
-from .bootstrap import (BOOTSTRAP_TIMEOUT, CLIENT_USAGES, BootstrapError, PairStore, _split_addresses,
-                        client_store, obtain_pair, request_serving_certificate)
+from .bootstrap import (
+    BOOTSTRAP_TIMEOUT,
+    CLIENT_USAGES,
+    BootstrapError,
+    PairStore,
+    _split_addresses,
+    client_store,
+    obtain_pair,
+    request_serving_certificate,
+)
 from .client.config import load_orchconfig, write_orchconfig
 from .client.rest import ApiClient, ApiConnectionError, ApiError
 
@@ -62,32 +70,45 @@ async def _sleep_until(when: _dt.datetime, now: Clock, sleep: Callable[[float], 
         await sleep(min(left, 3600.0))
 
 
-async def rotate_client_once(cfg, node_name: str, client: ApiClient, *,
-                             timeout: float = BOOTSTRAP_TIMEOUT) -> str:
+async def rotate_client_once(cfg, node_name: str, client: ApiClient, *, timeout: float = BOOTSTRAP_TIMEOUT) -> str:
     """Renew the client certificate now with the client's credentials, store the
     pair, make sure ``--orchconfig`` points at the current link and reload the
     client; the path of the new pair's link."""
     store = client_store(cfg)
-    path = await obtain_pair(client, store, node_name, signer=names.SIGNER_NODE_AGENT_CLIENT,
-                             usages=CLIENT_USAGES, timeout=timeout)
+    path = await obtain_pair(
+        client, store, node_name, signer=names.SIGNER_NODE_AGENT_CLIENT, usages=CLIENT_USAGES, timeout=timeout
+    )
     conn = load_orchconfig(cfg.orchconfig)
     if (conn.cert_file, conn.key_file) != (store.current_path, store.current_path):
         # The config carried the certificate itself (or other files): from now on it
         # names the link, which later rotations move.
-        write_orchconfig(cfg.orchconfig, server=conn.server, ca_data=conn.ca_data, cert_file=store.current_path,
-                         key_file=store.current_path)
+        write_orchconfig(
+            cfg.orchconfig,
+            server=conn.server,
+            ca_data=conn.ca_data,
+            cert_file=store.current_path,
+            key_file=store.current_path,
+        )
         conn = load_orchconfig(cfg.orchconfig)
     client.reload(conn)
     return path
 
 
-async def rotate_client_certificate(cfg, node_name: str, client: ApiClient, *, now: Clock = _utcnow,
-                                    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-                                    rng: random.Random | None = None) -> None:
+async def rotate_client_certificate(
+    cfg,
+    node_name: str,
+    client: ApiClient,
+    *,
+    now: Clock = _utcnow,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    rng: random.Random | None = None,
+) -> None:
     """Renew the client certificate at each rotation deadline, forever."""
     if not client.conn.has_client_certificate:
-        log.info("Client certificate rotation is on, but the connection uses no client certificate; "
-                 "nothing to rotate", orchconfig=cfg.orchconfig)
+        log.info(
+            "Client certificate rotation is on, but the connection uses no client certificate; nothing to rotate",
+            orchconfig=cfg.orchconfig,
+        )
         await asyncio.Event().wait()
     failures = 0
     rotated = False
@@ -97,12 +118,17 @@ async def rotate_client_certificate(cfg, node_name: str, client: ApiClient, *, n
         if rotated and deadline <= now():
             # A certificate that is due the moment it arrives (very short-lived, or
             # the clocks disagree): pause, or the loop would flood the signer.
-            log.warning("The new client certificate is already due for rotation; check the clocks and "
-                        "the signing duration", not_before=cert.not_valid_before_utc.isoformat(),
-                        expires=cert.not_valid_after_utc.isoformat())
+            log.warning(
+                "The new client certificate is already due for rotation; check the clocks and the signing duration",
+                not_before=cert.not_valid_before_utc.isoformat(),
+                expires=cert.not_valid_after_utc.isoformat(),
+            )
             await sleep(MIN_ROTATION_INTERVAL)
-        log.info("Client certificate rotation scheduled", expires=cert.not_valid_after_utc.isoformat(),
-                 deadline=deadline.isoformat())
+        log.info(
+            "Client certificate rotation scheduled",
+            expires=cert.not_valid_after_utc.isoformat(),
+            deadline=deadline.isoformat(),
+        )
         await _sleep_until(deadline, now, sleep)
         while True:
             try:
@@ -115,15 +141,22 @@ async def rotate_client_certificate(cfg, node_name: str, client: ApiClient, *, n
                 failures += 1
                 expired = now() >= cert.not_valid_after_utc
                 (log.error if expired else log.warning)(
-                    "Client certificate rotation failed", err=exc, expired=expired, attempt=failures)
+                    "Client certificate rotation failed", err=exc, expired=expired, attempt=failures
+                )
                 await sleep(min(RETRY_MAX, RETRY_MIN * 2 ** (failures - 1)) * (0.5 + random.random() / 2))
 
 
-async def rotate_serving_certificate(client: ApiClient, node_name: str, addresses: Callable[[], Iterable[str]],
-                                     cert_dir: str, on_rotated: Callable[[str, str], Any], *,
-                                     now: Clock = _utcnow,
-                                     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-                                     rng: random.Random | None = None) -> None:
+async def rotate_serving_certificate(
+    client: ApiClient,
+    node_name: str,
+    addresses: Callable[[], Iterable[str]],
+    cert_dir: str,
+    on_rotated: Callable[[str, str], Any],
+    *,
+    now: Clock = _utcnow,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    rng: random.Random | None = None,
+) -> None:
     """Keep a serving certificate from ``orch.io/node-agent-serving`` current: request
     one when there is no valid pair in ``cert_dir``, then renew at each deadline.
     ``on_rotated(cert_path, key_path)`` is called after every new pair (the agent's
@@ -169,4 +202,3 @@ def _covers(cert: x509.Certificate, dns: list[str], ips: list[str]) -> bool:
     have_dns = set(san.get_values_for_type(x509.DNSName))
     have_ips = {str(i) for i in san.get_values_for_type(x509.IPAddress)}
     return set(dns) <= have_dns and set(ips) <= have_ips
-

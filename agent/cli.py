@@ -29,9 +29,11 @@ def _err(message: str) -> None:
 
 def _version_text(kind: str) -> str:
     if kind == "raw":
-        return (f"version.Info{{Component:{names.AGENT_NAME!r}, Version:'v{__version__}', "
-                f"Python:{platform.python_version()!r}, Implementation:"
-                f"{platform.python_implementation()!r}, Platform:'{sys.platform}/{platform.machine()}'}}")
+        return (
+            f"version.Info{{Component:{names.AGENT_NAME!r}, Version:'v{__version__}', "
+            f"Python:{platform.python_version()!r}, Implementation:"
+            f"{platform.python_implementation()!r}, Platform:'{sys.platform}/{platform.machine()}'}}"
+        )
     return f"{names.AGENT_NAME} v{__version__}"
 
 
@@ -91,9 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     log = agent_logging.get_logger("cli")
     for warning in cfg.warnings:
         log.warning(warning)
-    log.info(f"Starting {names.AGENT_NAME}", version=f"v{__version__}", mode=str(cfg.mode),
-             pid=os.getpid(), config=cfg.config_file or None,
-             python=platform.python_version())
+    log.info(
+        f"Starting {names.AGENT_NAME}",
+        version=f"v{__version__}",
+        mode=str(cfg.mode),
+        pid=os.getpid(),
+        config=cfg.config_file or None,
+        python=platform.python_version(),
+    )
 
     from .process import StartError, run_agent
 

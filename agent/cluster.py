@@ -48,8 +48,15 @@ def _pod_path(namespace: str, name: str, sub: str = "") -> str:
 class ApiPodSource:
     """Pods bound to this node, from a watch, as SET snapshots of the ``api`` source."""
 
-    def __init__(self, client, node_name: str, config, *, mirrors: "MirrorPodManager | None" = None,
-                 informer_factory: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        client,
+        node_name: str,
+        config,
+        *,
+        mirrors: "MirrorPodManager | None" = None,
+        informer_factory: Callable[..., Any] | None = None,
+    ) -> None:
         from .client.informer import Informer
 
         self.client = client
@@ -57,8 +64,9 @@ class ApiPodSource:
         self.config = config
         self.mirrors = mirrors
         factory = informer_factory or Informer
-        self.informer = factory(client, "/api/v1/pods",
-                                params={"fieldSelector": f"spec.nodeName={node_name}"}, name="pods")
+        self.informer = factory(
+            client, "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node_name}"}, name="pods"
+        )
         self.informer.add_handler(on_add=self._changed, on_update=self._changed, on_delete=self._changed)
         self._pending = asyncio.Event()
 
@@ -83,7 +91,7 @@ class ApiPodSource:
                 if self.mirrors is not None:
                     self.mirrors.observe(self.mirror_pods())
                 await self._pending.wait()
-                await asyncio.sleep(0.01)   # coalesce a burst of events into one SET
+                await asyncio.sleep(0.01)  # coalesce a burst of events into one SET
         finally:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
@@ -95,11 +103,11 @@ class StatusManager:
     def __init__(self, client, *, mirrors: "MirrorPodManager | None" = None) -> None:
         self.client = client
         self.mirrors = mirrors
-        self._latest: dict[str, tuple[int, dict, dict]] = {}   # uid -> (version, pod, status)
+        self._latest: dict[str, tuple[int, dict, dict]] = {}  # uid -> (version, pod, status)
         self._sent: dict[str, int] = {}
         self._version = 0
         self._wake = asyncio.Event()
-        self._delete: dict[str, dict] = {}                     # uid -> pod to delete with grace 0
+        self._delete: dict[str, dict] = {}  # uid -> pod to delete with grace 0
         self.sent_count = 0
 
     def set_status(self, pod: dict, status: dict) -> None:
@@ -154,7 +162,7 @@ class StatusManager:
                 return True
             target = self.mirrors.mirror_of(pod)
             if target is None:
-                return False          # the mirror pod is not there yet; retry
+                return False  # the mirror pod is not there yet; retry
         ns, name = podutil.namespace(target), podutil.name(target)
         body = {"metadata": {"uid": podutil.uid(target)}, "status": status}
         try:
@@ -176,8 +184,12 @@ class StatusManager:
         from .client.rest import ApiError
 
         ns, name = podutil.namespace(pod), podutil.name(pod)
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
-                "preconditions": {"uid": podutil.uid(pod)}}
+        body = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": podutil.uid(pod)},
+        }
         try:
             await self.client.delete(_pod_path(ns, name), body=body)
             log.info("Deleted the pod object after termination", pod=f"{name}_{ns}")
@@ -199,8 +211,8 @@ class MirrorPodManager:
         self.client = client
         self.node_name = node_name
         self.node_uid = node_uid
-        self._static: dict[str, dict] = {}       # full name -> static pod
-        self._mirrors: dict[str, dict] = {}      # full name -> mirror pod seen in the API
+        self._static: dict[str, dict] = {}  # full name -> static pod
+        self._mirrors: dict[str, dict] = {}  # full name -> mirror pod seen in the API
         self._wake = asyncio.Event()
         self.on_created: Callable[[dict], None] = lambda static_pod: None
 
@@ -220,8 +232,9 @@ class MirrorPodManager:
         mirror = self._mirrors.get(podutil.full_name(pod))
         if mirror is None or (mirror.get("metadata") or {}).get("deletionTimestamp"):
             return None
-        if podutil.annotations(mirror).get(names.ANNOTATION_CONFIG_MIRROR) != \
-                podutil.annotations(pod).get(names.ANNOTATION_CONFIG_HASH):
+        if podutil.annotations(mirror).get(names.ANNOTATION_CONFIG_MIRROR) != podutil.annotations(pod).get(
+            names.ANNOTATION_CONFIG_HASH
+        ):
             return None
         return mirror
 
@@ -229,12 +242,17 @@ class MirrorPodManager:
         meta = pod.get("metadata") or {}
         annotations = dict(meta.get("annotations") or {})
         annotations[names.ANNOTATION_CONFIG_MIRROR] = annotations.get(names.ANNOTATION_CONFIG_HASH, "")
-        body_meta = {"name": meta.get("name"), "namespace": podutil.namespace(pod),
-                     "labels": dict(meta.get("labels") or {}), "annotations": annotations}
+        body_meta = {
+            "name": meta.get("name"),
+            "namespace": podutil.namespace(pod),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": annotations,
+        }
         uid = self.node_uid()
         if uid:
-            body_meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node_name,
-                                             "uid": uid, "controller": True}]
+            body_meta["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": uid, "controller": True}
+            ]
         spec = copy.deepcopy(pod.get("spec") or {})
         spec["nodeName"] = self.node_name
         return {"apiVersion": "v1", "kind": "Pod", "metadata": body_meta, "spec": spec}
@@ -256,18 +274,20 @@ class MirrorPodManager:
             mirror = self._mirrors.get(key)
             ns, name = podutil.namespace(pod), podutil.name(pod)
             want = podutil.annotations(pod).get(names.ANNOTATION_CONFIG_HASH)
-            if mirror is not None and podutil.annotations(mirror).get(names.ANNOTATION_CONFIG_MIRROR) == want \
-                    and not (mirror.get("metadata") or {}).get("deletionTimestamp"):
+            if (
+                mirror is not None
+                and podutil.annotations(mirror).get(names.ANNOTATION_CONFIG_MIRROR) == want
+                and not (mirror.get("metadata") or {}).get("deletionTimestamp")
+            ):
                 continue
             if mirror is not None:
                 await self._delete(mirror)
                 if not (mirror.get("metadata") or {}).get("deletionTimestamp"):
-                    continue          # wait for the deletion to show up, then create
+                    continue  # wait for the deletion to show up, then create
             try:
                 # Known at once (the informer reports it a little later): the pod's status can
                 # go to it now instead of after a retry.
-                self._mirrors[key] = await self.client.create(f"/api/v1/namespaces/{ns}/pods",
-                                                              self.mirror_body(pod))
+                self._mirrors[key] = await self.client.create(f"/api/v1/namespaces/{ns}/pods", self.mirror_body(pod))
                 log.info("Created mirror pod", pod=f"{name}_{ns}")
                 self.on_created(pod)
             except ApiError as exc:
@@ -283,9 +303,15 @@ class MirrorPodManager:
 
         ns, name = podutil.namespace(mirror), podutil.name(mirror)
         try:
-            await self.client.delete(_pod_path(ns, name), body={
-                "kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
-                "preconditions": {"uid": podutil.uid(mirror)}})
+            await self.client.delete(
+                _pod_path(ns, name),
+                body={
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": podutil.uid(mirror)},
+                },
+            )
             log.info("Deleted mirror pod", pod=f"{name}_{ns}")
         except ApiError as exc:
             if exc.status not in (404, 409):
@@ -311,15 +337,14 @@ class ObjectCache:
     object is watched, reading it costs no request.
     """
 
-    def __init__(self, client, *, on_change: Callable[[str], None] | None = None,
-                 watch: bool = True) -> None:
+    def __init__(self, client, *, on_change: Callable[[str], None] | None = None, watch: bool = True) -> None:
         self.client = client
         self.on_change = on_change
         self.watch = watch
         self._objects: dict[tuple[str, str, str], dict | None] = {}
-        self._tokens: dict[tuple[str, str, int], tuple[str, float, float]] = {}   # -> token, issued, exp
-        self._refs: dict[tuple[str, str, str], set[str]] = {}          # object -> pod UIDs
-        self._pod_refs: dict[str, set[tuple[str, str, str]]] = {}      # pod UID -> objects
+        self._tokens: dict[tuple[str, str, int], tuple[str, float, float]] = {}  # -> token, issued, exp
+        self._refs: dict[tuple[str, str, str], set[str]] = {}  # object -> pod UIDs
+        self._pod_refs: dict[str, set[tuple[str, str, str]]] = {}  # pod UID -> objects
         self._informers: dict[tuple[str, str, str], tuple[Any, asyncio.Task]] = {}
 
     def get(self, kind: str, namespace: str, name: str) -> dict | None:
@@ -407,13 +432,21 @@ class ObjectCache:
                 now = time.time()
                 if entry and now < entry[1] + 0.8 * (entry[2] - entry[1]):
                     continue
-                body = {"apiVersion": f"{names.AUTHENTICATION_GROUP}/v1", "kind": "TokenRequest",
-                        "spec": {"audiences": [projection["audience"]] if projection.get("audience") else [],
-                                 "expirationSeconds": key[2],
-                                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
-                                                    "name": podutil.name(pod), "uid": podutil.uid(pod)}}}
-                reply = await self.client.create(
-                    f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", body)
+                body = {
+                    "apiVersion": f"{names.AUTHENTICATION_GROUP}/v1",
+                    "kind": "TokenRequest",
+                    "spec": {
+                        "audiences": [projection["audience"]] if projection.get("audience") else [],
+                        "expirationSeconds": key[2],
+                        "boundObjectRef": {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "name": podutil.name(pod),
+                            "uid": podutil.uid(pod),
+                        },
+                    },
+                }
+                reply = await self.client.create(f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", body)
                 token = (reply.get("status") or {}).get("token", "")
                 if token:
                     self._tokens[key] = (token, now, now + key[2])
@@ -452,13 +485,16 @@ class ObjectCache:
         from .client.informer import Informer
 
         kind, ns, name = key
-        informer = Informer(self.client, self._collection(kind, ns),
-                            params={"fieldSelector": f"metadata.name={name}"},
-                            name=f"{kind.lower()} {ns}/{name}")
+        informer = Informer(
+            self.client,
+            self._collection(kind, ns),
+            params={"fieldSelector": f"metadata.name={name}"},
+            name=f"{kind.lower()} {ns}/{name}",
+        )
 
         def changed(*_objs: dict) -> None:
             if not informer.synced:
-                return          # the first list: what prefetch read already
+                return  # the first list: what prefetch read already
             log.v(2).info("Referenced object changed", kind=kind, namespace=ns, name=name)
             for uid in sorted(self._refs.get(key, ())):
                 if self.on_change is not None:

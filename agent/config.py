@@ -132,11 +132,10 @@ def _json_object(pairs):
 class _Decoded:
     """A decoded document: plain values plus where each mapping key sits (YAML only)."""
 
-    def __init__(self, data: Any, duplicates: list[tuple[str, int | None]],
-                 lines: dict[str, int]) -> None:
+    def __init__(self, data: Any, duplicates: list[tuple[str, int | None]], lines: dict[str, int]) -> None:
         self.data = data
         self.duplicates = duplicates  # (field path, line)
-        self.lines = lines            # field path -> line (1-based), when known
+        self.lines = lines  # field path -> line (1-based), when known
 
 
 def _decode_json(text: str) -> _Decoded:
@@ -202,8 +201,7 @@ def load_config_file(path: str) -> dict[str, Any]:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the config file (--config): "
-                           f"{exc.strerror or exc}"]) from None
+        raise ConfigError([f"{path}: cannot read the config file (--config): {exc.strerror or exc}"]) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -234,8 +232,9 @@ def load_config_file(path: str) -> dict[str, Any]:
     if kind != names.AGENT_CONFIG_KIND:
         errors.append(f'{path}: field kind: must be "{names.AGENT_CONFIG_KIND}", got {json.dumps(kind)}')
     if api_version != names.AGENT_CONFIG_API_VERSION:
-        errors.append(f'{path}: field apiVersion: must be "{names.AGENT_CONFIG_API_VERSION}", '
-                      f"got {json.dumps(api_version)}")
+        errors.append(
+            f'{path}: field apiVersion: must be "{names.AGENT_CONFIG_API_VERSION}", got {json.dumps(api_version)}'
+        )
 
     base = os.path.dirname(os.path.abspath(path))
     values: dict[str, Any] = {}

@@ -23,9 +23,9 @@ KEEP_PER_OBJECT = 50
 
 @dataclasses.dataclass
 class Event:
-    involved: str          # name_namespace of the pod, or the node name
+    involved: str  # name_namespace of the pod, or the node name
     uid: str
-    type: str              # Normal | Warning
+    type: str  # Normal | Warning
     reason: str
     message: str
     count: int = 1
@@ -37,7 +37,7 @@ class EventRecorder:
     def __init__(self, node_name: str = "") -> None:
         self.node_name = node_name
         self._events: dict[str, collections.deque[Event]] = {}
-        self.sinks: list = []          # callables(Event, pod | None), added by the cluster mode
+        self.sinks: list = []  # callables(Event, pod | None), added by the cluster mode
 
     def __call__(self, pod: dict | None, type_: str, reason: str, message: str) -> None:
         self.record(pod, type_, reason, message)

@@ -44,10 +44,10 @@ log = agent_logging.get_logger("eventsink")
 
 DEFAULT_QPS = 5.0
 DEFAULT_BURST = 10
-QUEUE_SIZE = 1000                 # upstream's maxQueuedEvents
-MAX_TRIES = 12                    # upstream's maxTriesPerEvent
-RETRY_DELAY = 10.0                # upstream's sleep between tries
-CACHE_SIZE = 4096                 # upstream's LRU size for the correlator
+QUEUE_SIZE = 1000  # upstream's maxQueuedEvents
+MAX_TRIES = 12  # upstream's maxTriesPerEvent
+RETRY_DELAY = 10.0  # upstream's sleep between tries
+CACHE_SIZE = 4096  # upstream's LRU size for the correlator
 AGGREGATE_MAX_EVENTS = 10
 AGGREGATE_INTERVAL = 600.0
 COMBINED_PREFIX = "(combined from similar events): "
@@ -98,10 +98,18 @@ class _Similar:
 
 
 class ApiEventSink:
-    def __init__(self, client, *, node_name: str, qps: float, burst: int,
-                 queue_size: int = QUEUE_SIZE, max_tries: int = MAX_TRIES,
-                 retry_delay: float = RETRY_DELAY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client,
+        *,
+        node_name: str,
+        qps: float,
+        burst: int,
+        queue_size: int = QUEUE_SIZE,
+        max_tries: int = MAX_TRIES,
+        retry_delay: float = RETRY_DELAY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.node_name = node_name
         self.bucket = TokenBucket(qps, burst, clock)
@@ -112,10 +120,10 @@ class ApiEventSink:
         self._similar: collections.OrderedDict[tuple, _Similar] = collections.OrderedDict()
         self._last_ns = 0
         # Counters (upstream exposes the drops only in its logs).
-        self.dropped = 0        # over the rate or the queue
+        self.dropped = 0  # over the rate or the queue
         self.created = 0
         self.patched = 0
-        self.failed = 0         # refused by the server or out of tries
+        self.failed = 0  # refused by the server or out of tries
 
     @property
     def source(self) -> dict:
@@ -127,12 +135,21 @@ class ApiEventSink:
         """Queue one recorded event (an :class:`agent.events.Event`); never blocks."""
         if not self.bucket.try_take():
             self.dropped += 1
-            log.v(2).info("Event dropped: over --event-qps/--event-burst", reason=event.reason,
-                          object=event.involved, dropped=self.dropped)
+            log.v(2).info(
+                "Event dropped: over --event-qps/--event-burst",
+                reason=event.reason,
+                object=event.involved,
+                dropped=self.dropped,
+            )
             return
         if pod is not None:
-            ref = {"kind": "Pod", "namespace": podutil.namespace(pod), "name": podutil.name(pod),
-                   "uid": podutil.uid(pod), "apiVersion": "v1"}
+            ref = {
+                "kind": "Pod",
+                "namespace": podutil.namespace(pod),
+                "name": podutil.name(pod),
+                "uid": podutil.uid(pod),
+                "apiVersion": "v1",
+            }
             rv = (pod.get("metadata") or {}).get("resourceVersion")
             if rv:
                 ref["resourceVersion"] = str(rv)
@@ -141,14 +158,19 @@ class ApiEventSink:
             # Upstream's node reference: the node name stands in for the uid.
             ref = {"kind": "Node", "name": self.node_name, "uid": self.node_name}
             namespace = names.NS_DEFAULT
-        pending = _Pending(namespace, ref, event.type, event.reason, event.message,
-                           float(getattr(event, "last", 0.0) or time.time()))
+        pending = _Pending(
+            namespace, ref, event.type, event.reason, event.message, float(getattr(event, "last", 0.0) or time.time())
+        )
         try:
             self._queue.put_nowait(pending)
         except asyncio.QueueFull:
             self.dropped += 1
-            log.warning("Event dropped: the event queue is full", reason=event.reason,
-                        object=event.involved, dropped=self.dropped)
+            log.warning(
+                "Event dropped: the event queue is full",
+                reason=event.reason,
+                object=event.involved,
+                dropped=self.dropped,
+            )
 
     # --- the sending task ---------------------------------------------------------------
 
@@ -170,8 +192,17 @@ class ApiEventSink:
     def _correlate(self, p: _Pending) -> tuple[tuple, str]:
         """Upstream's aggregator: the cache key and the message to post."""
         r = p.ref
-        agg_key = (names.AGENT_NAME, self.node_name, r.get("kind", ""), r.get("namespace", ""),
-                   r.get("name", ""), r.get("uid", ""), r.get("apiVersion", ""), p.type, p.reason)
+        agg_key = (
+            names.AGENT_NAME,
+            self.node_name,
+            r.get("kind", ""),
+            r.get("namespace", ""),
+            r.get("name", ""),
+            r.get("uid", ""),
+            r.get("apiVersion", ""),
+            p.type,
+            p.reason,
+        )
         similar = self._similar.get(agg_key)
         if similar is None or p.timestamp - similar.last > AGGREGATE_INTERVAL:
             similar = _Similar(set(), p.timestamp)
@@ -192,7 +223,7 @@ class ApiEventSink:
             cache.popitem(last=False)
 
     def _name_for(self, ref: dict, ts: float) -> str:
-        ns = max(int(ts * 1e9), self._last_ns + 1)   # names stay unique within one agent
+        ns = max(int(ts * 1e9), self._last_ns + 1)  # names stay unique within one agent
         self._last_ns = ns
         return f"{ref.get('name', '')}.{ns:x}"
 
@@ -207,8 +238,7 @@ class ApiEventSink:
                 delay = self.retry_delay * (random.random() if attempt == 0 else 1.0)
                 await asyncio.sleep(delay)
         self.failed += 1
-        log.error("Unable to write event (retry limit exceeded!)", reason=p.reason,
-                  object=p.ref.get("name", ""))
+        log.error("Unable to write event (retry limit exceeded!)", reason=p.reason, object=p.ref.get("name", ""))
 
     async def _send(self, key: tuple, p: _Pending, message: str, stamp: str) -> bool:
         """One try; True when done (sent, or refused for good), False to try again."""
@@ -220,7 +250,9 @@ class ApiEventSink:
                     result = await self.client.patch(
                         f"/api/v1/namespaces/{seen.namespace}/events/{seen.name}",
                         {"count": count, "lastTimestamp": stamp, "message": message},
-                        patch_type="merge", rate_limited=False)
+                        patch_type="merge",
+                        rate_limited=False,
+                    )
                     self.patched += 1
                 except Exception as exc:
                     if _http_status(exc) != 404:
@@ -235,18 +267,27 @@ class ApiEventSink:
                 log.warning("Unable to write event, may retry", reason=p.reason, err=exc)
                 return False
             self.failed += 1
-            log.v(2 if status == 409 else 0).info("Server rejected event (will not retry!)",
-                                                  reason=p.reason, status=status, err=exc)
+            log.v(2 if status == 409 else 0).info(
+                "Server rejected event (will not retry!)", reason=p.reason, status=status, err=exc
+            )
             return True
         md = result.get("metadata") or {}
-        self._remember(self._observed, key, _Observed(
-            md.get("name", ""), md.get("namespace", p.namespace), int(result.get("count") or 1),
-            result.get("firstTimestamp") or stamp))
+        self._remember(
+            self._observed,
+            key,
+            _Observed(
+                md.get("name", ""),
+                md.get("namespace", p.namespace),
+                int(result.get("count") or 1),
+                result.get("firstTimestamp") or stamp,
+            ),
+        )
         return True
 
     async def _create(self, p: _Pending, message: str, count: int, first: str, last: str) -> dict:
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": self._name_for(p.ref, p.timestamp), "namespace": p.namespace},
             "involvedObject": dict(p.ref),
             "reason": p.reason,
@@ -259,8 +300,7 @@ class ApiEventSink:
             "reportingComponent": names.AGENT_NAME,
             "reportingInstance": self.node_name,
         }
-        result = await self.client.create(f"/api/v1/namespaces/{p.namespace}/events", body,
-                                          rate_limited=False)
+        result = await self.client.create(f"/api/v1/namespaces/{p.namespace}/events", body, rate_limited=False)
         self.created += 1
         return result
 

@@ -99,8 +99,7 @@ class FeatureGates(_shared.FeatureGates):
 
     __slots__ = ()
 
-    def __init__(self, explicit: Mapping[str, bool] | None = None,
-                 known: Mapping[str, GateSpec] = KNOWN_GATES) -> None:
+    def __init__(self, explicit: Mapping[str, bool] | None = None, known: Mapping[str, GateSpec] = KNOWN_GATES) -> None:
         super().__init__(explicit, known)
 
     @classmethod

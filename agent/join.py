@@ -49,8 +49,18 @@ from apiserver_min.api.duration import DurationError, parse_duration
 
 from .client.config import write_orchconfig
 
-__all__ = ["JoinError", "JoinOptions", "DiscoveryError", "parse_join_args", "discover", "cluster_info_path",
-           "verify_cluster_info", "update_env_file", "main", "JOIN_HELP"]
+__all__ = [
+    "JoinError",
+    "JoinOptions",
+    "DiscoveryError",
+    "parse_join_args",
+    "discover",
+    "cluster_info_path",
+    "verify_cluster_info",
+    "update_env_file",
+    "main",
+    "JOIN_HELP",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DISCOVERY_RETRY = 5.0
@@ -160,8 +170,15 @@ def parse_join_args(argv: Sequence[str]) -> JoinOptions:
             opts.env_file = value
     if opts.help:
         return opts
-    missing = [f for f, v in (("--server", opts.server), ("--token", opts.token),
-                              ("--discovery-token-ca-cert-hash", opts.ca_hashes)) if not v]
+    missing = [
+        f
+        for f, v in (
+            ("--server", opts.server),
+            ("--token", opts.token),
+            ("--discovery-token-ca-cert-hash", opts.ca_hashes),
+        )
+        if not v
+    ]
     if missing:
         raise JoinError(f"missing required flag{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
     return opts
@@ -185,14 +202,18 @@ async def _fetch_cluster_info(server: str, ca_pem: bytes | None, timeout: float 
     url = server + cluster_info_path()
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
-            async with session.get(url, headers={"Accept": names.MEDIA_JSON,
-                                                 "User-Agent": f"{names.AGENT_NAME}/join"},
-                                   timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            async with session.get(
+                url,
+                headers={"Accept": names.MEDIA_JSON, "User-Agent": f"{names.AGENT_NAME}/join"},
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
                 body = await resp.read()
                 status = resp.status
     except aiohttp.ClientConnectorCertificateError as exc:
-        raise DiscoveryError(f"the API server at {server} does not present a certificate signed by the "
-                             f"cluster CA: {exc.certificate_error}") from None
+        raise DiscoveryError(
+            f"the API server at {server} does not present a certificate signed by the "
+            f"cluster CA: {exc.certificate_error}"
+        ) from None
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         raise _NotYet(f"cannot reach {url}: {exc or type(exc).__name__}") from None
     try:
@@ -202,8 +223,10 @@ async def _fetch_cluster_info(server: str, ca_pem: bytes | None, timeout: float 
     if status == 404:
         raise _NotYet(f"{url}: not found (the bootstrap signer has not published cluster-info yet)")
     if status in (401, 403):
-        raise JoinError(f"{url}: {status} {doc.get('message', '')}: the API server does not let anonymous "
-                        "clients read cluster-info (anonymous authentication must be on)")
+        raise JoinError(
+            f"{url}: {status} {doc.get('message', '')}: the API server does not let anonymous "
+            "clients read cluster-info (anonymous authentication must be on)"
+        )
     if status != 200:
         raise _NotYet(f"{url}: {status} {doc.get('message', '') if isinstance(doc, dict) else ''}")
     if not isinstance(doc, dict):
@@ -219,8 +242,10 @@ def verify_cluster_info(cm: dict, token: bt.Token, ca_hashes: Sequence[str]) -> 
         raise _NotYet(f"cluster-info has no {bt.CLUSTER_INFO_KUBECONFIG_KEY} entry yet")
     signature = data.get(bt.JWS_KEY_PREFIX + token.id)
     if not signature:
-        raise _NotYet(f"cluster-info has no signature {bt.JWS_KEY_PREFIX}{token.id}: the token id is unknown to "
-                      "this cluster, expired, not allowed to sign (usage-bootstrap-signing), or not signed yet")
+        raise _NotYet(
+            f"cluster-info has no signature {bt.JWS_KEY_PREFIX}{token.id}: the token id is unknown to "
+            "this cluster, expired, not allowed to sign (usage-bootstrap-signing), or not signed yet"
+        )
     try:
         bt.verify_detached(signature, content, token)
     except bt.JwsError as exc:
@@ -248,8 +273,10 @@ async def discover(opts: JoinOptions, *, say=lambda msg: None) -> bytes:
             say(f"cluster-info is signed with the token and its CA matches the pin ({bt.ca_cert_hash(ca_pem)})")
             secure = await _fetch_cluster_info(opts.server, ca_pem)
             if (secure.get("data") or {}).get(bt.CLUSTER_INFO_KUBECONFIG_KEY) != content:
-                raise DiscoveryError("cluster-info read with TLS verified by the cluster CA differs from the "
-                                     "signed copy: refusing to trust it")
+                raise DiscoveryError(
+                    "cluster-info read with TLS verified by the cluster CA differs from the "
+                    "signed copy: refusing to trust it"
+                )
             say(f"cluster-info verified over TLS with the cluster CA at {opts.server}")
             return ca_pem
         except _NotYet as exc:
@@ -278,7 +305,7 @@ def update_env_file(path: str, flags: Sequence[str]) -> None:
         if line.startswith(prefix):
             index = i
             try:
-                current = shlex.split(line[len(prefix):])
+                current = shlex.split(line[len(prefix) :])
                 current = shlex.split(current[0]) if len(current) == 1 else current
             except ValueError as exc:
                 raise JoinError(f"{path}: line {i + 1}: cannot parse {names.AGENT_ENV_ARGS_VAR}: {exc}") from None
@@ -291,9 +318,11 @@ def update_env_file(path: str, flags: Sequence[str]) -> None:
     # The unit expands $ORCH_AGENT_ARGS unquoted: systemd splits it on white space
     # and nothing else, so an argument cannot contain any.
     for a in [*kept, *flags]:
-        if not a or any(c.isspace() or c in "\"\\" for c in a):
-            raise JoinError(f"the agent argument {a!r} cannot be written to {path}: "
-                            "arguments there cannot be empty or contain white space, quotes or backslashes")
+        if not a or any(c.isspace() or c in '"\\' for c in a):
+            raise JoinError(
+                f"the agent argument {a!r} cannot be written to {path}: "
+                "arguments there cannot be empty or contain white space, quotes or backslashes"
+            )
     new_line = f'{prefix}"{" ".join([*kept, *flags])}"'
     if index is None:
         lines.append(new_line)
@@ -333,8 +362,9 @@ def main(argv: Sequence[str], run_agent: Callable[[list[str]], int]) -> int:
     try:
         opts = parse_join_args(argv)
     except JoinError as exc:
-        print(f"{names.AGENT_NAME} join: error: {exc}\nRun '{names.AGENT_NAME} join --help' for usage.",
-              file=sys.stderr)
+        print(
+            f"{names.AGENT_NAME} join: error: {exc}\nRun '{names.AGENT_NAME} join --help' for usage.", file=sys.stderr
+        )
         return EXIT_USAGE
     if opts.help:
         sys.stdout.write(JOIN_HELP)
@@ -372,12 +402,19 @@ def main(argv: Sequence[str], run_agent: Callable[[list[str]], int]) -> int:
     except JoinError as exc:
         print(f"{names.AGENT_NAME} join: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    write_orchconfig(bootstrap_path, server=opts.server, ca_data=ca_pem, token=str(opts.token),
-                     user=f"{names.BOOTSTRAP_USER_PREFIX}{opts.token.id}" if opts.token else "default-auth")
+    write_orchconfig(
+        bootstrap_path,
+        server=opts.server,
+        ca_data=ca_pem,
+        token=str(opts.token),
+        user=f"{names.BOOTSTRAP_USER_PREFIX}{opts.token.id}" if opts.token else "default-auth",
+    )
     _say(f"wrote the bootstrap connection config {bootstrap_path}")
     if os.path.exists(orchconfig_path):
-        _say(f"{orchconfig_path} exists: the agent uses it while its credentials are valid, and the "
-             "bootstrap config only when they are not")
+        _say(
+            f"{orchconfig_path} exists: the agent uses it while its credentials are valid, and the "
+            "bootstrap config only when they are not"
+        )
 
     if opts.install:
         try:
@@ -387,17 +424,28 @@ def main(argv: Sequence[str], run_agent: Callable[[list[str]], int]) -> int:
             return EXIT_FAILED
         _say(f"wrote the agent's flags to {opts.env_file}")
         if not systemd_running():
-            _say(f"systemd is not running as PID 1 here: not starting {names.AGENT_SERVICE_UNIT}; start the "
-                 f"agent with: {names.AGENT_NAME} {shlex.join(args)}")
+            _say(
+                f"systemd is not running as PID 1 here: not starting {names.AGENT_SERVICE_UNIT}; start the "
+                f"agent with: {names.AGENT_NAME} {shlex.join(args)}"
+            )
             return EXIT_OK
-        result = subprocess.run(["systemctl", "enable", "--now", names.AGENT_SERVICE_UNIT],
-                                stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        result = subprocess.run(
+            ["systemctl", "enable", "--now", names.AGENT_SERVICE_UNIT],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
-            print(f"{names.AGENT_NAME} join: error: systemctl enable --now {names.AGENT_SERVICE_UNIT} exited "
-                  f"{result.returncode}: {result.stderr.strip()}", file=sys.stderr)
+            print(
+                f"{names.AGENT_NAME} join: error: systemctl enable --now {names.AGENT_SERVICE_UNIT} exited "
+                f"{result.returncode}: {result.stderr.strip()}",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
-        _say(f"enabled and started {names.AGENT_SERVICE_UNIT}; the node appears once its certificate "
-             "request is approved and signed")
+        _say(
+            f"enabled and started {names.AGENT_SERVICE_UNIT}; the node appears once its certificate "
+            "request is approved and signed"
+        )
         return EXIT_OK
 
     _say("starting the agent in API-server mode")

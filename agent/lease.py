@@ -20,7 +20,8 @@ import copy
 from typing import Callable
 
 from apiserver_min.api import names
-from apiserver_min.api.timeutil import format_rfc3339_micro, now as utc_now
+from apiserver_min.api.timeutil import format_rfc3339_micro
+from apiserver_min.api.timeutil import now as utc_now
 
 from . import logging as agent_logging
 
@@ -28,7 +29,7 @@ __all__ = ["LeaseManager", "lease_path", "RENEW_FRACTION", "MAX_UPDATE_RETRIES"]
 
 log = agent_logging.get_logger("lease")
 
-RENEW_FRACTION = 0.25       # upstream renews every duration/4
+RENEW_FRACTION = 0.25  # upstream renews every duration/4
 MAX_UPDATE_RETRIES = 5
 BACKOFF_START = 0.2
 BACKOFF_MAX = 7.0
@@ -46,8 +47,15 @@ def _http_status(exc: BaseException) -> int | None:
 
 
 class LeaseManager:
-    def __init__(self, client, *, node_name: str, duration_seconds: int = 40,
-                 node_uid: Callable[[], str], renew_interval: float | None = None) -> None:
+    def __init__(
+        self,
+        client,
+        *,
+        node_name: str,
+        duration_seconds: int = 40,
+        node_uid: Callable[[], str],
+        renew_interval: float | None = None,
+    ) -> None:
         """``node_uid`` answers the registered Node's uid ("" while there is none)."""
         if duration_seconds < 1:
             raise ValueError(f"nodeLeaseDurationSeconds: must be at least 1, got {duration_seconds}")
@@ -55,9 +63,8 @@ class LeaseManager:
         self.node_name = node_name
         self.duration_seconds = int(duration_seconds)
         self.node_uid = node_uid
-        self.renew_interval = renew_interval if renew_interval is not None \
-            else self.duration_seconds * RENEW_FRACTION
-        self.lease: dict | None = None     # the last Lease the server accepted
+        self.renew_interval = renew_interval if renew_interval is not None else self.duration_seconds * RENEW_FRACTION
+        self.lease: dict | None = None  # the last Lease the server accepted
         self.renewals = 0
 
     async def run(self) -> None:
@@ -72,16 +79,16 @@ class LeaseManager:
                 await self._retry_update(self.lease)
                 return
             except Exception as exc:
-                log.info("Failed to update lease using latest lease, fallback to ensure lease",
-                         node=self.node_name, err=exc)
+                log.info(
+                    "Failed to update lease using latest lease, fallback to ensure lease", node=self.node_name, err=exc
+                )
         lease, created = await self._backoff_ensure()
         self.lease = lease
         if not created:
             try:
                 await self._retry_update(lease)
             except Exception as exc:
-                log.error("Will retry updating lease", node=self.node_name, err=exc,
-                          interval=self.renew_interval)
+                log.error("Will retry updating lease", node=self.node_name, err=exc, interval=self.renew_interval)
 
     async def _backoff_ensure(self) -> tuple[dict, bool]:
         delay = BACKOFF_START
@@ -89,8 +96,7 @@ class LeaseManager:
             try:
                 return await self._ensure()
             except Exception as exc:
-                log.error("Failed to ensure lease exists, will retry", node=self.node_name,
-                          interval=delay, err=exc)
+                log.error("Failed to ensure lease exists, will retry", node=self.node_name, interval=delay, err=exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 
@@ -108,15 +114,16 @@ class LeaseManager:
         last: Exception | None = None
         for attempt in range(MAX_UPDATE_RETRIES):
             try:
-                self.lease = await self.client.update(lease_path(self.node_name), self.new_lease(base),
-                                                      rate_limited=False)
+                self.lease = await self.client.update(
+                    lease_path(self.node_name), self.new_lease(base), rate_limited=False
+                )
                 self.renewals += 1
                 return
             except Exception as exc:
                 last = exc
                 log.error("Failed to update lease", node=self.node_name, attempt=attempt + 1, err=exc)
                 if _http_status(exc) in (404, 409):
-                    break   # gone or changed underneath: read it again
+                    break  # gone or changed underneath: read it again
         self.lease = None
         assert last is not None
         if _http_status(last) in (404, 409):
@@ -126,8 +133,12 @@ class LeaseManager:
     def new_lease(self, base: dict | None) -> dict:
         """``base`` (or a new Lease) renewed now, owned by the current Node when it has one."""
         if base is None:
-            lease = {"apiVersion": LEASE_API_VERSION, "kind": "Lease",
-                     "metadata": {"name": self.node_name, "namespace": names.NS_NODE_LEASE}, "spec": {}}
+            lease = {
+                "apiVersion": LEASE_API_VERSION,
+                "kind": "Lease",
+                "metadata": {"name": self.node_name, "namespace": names.NS_NODE_LEASE},
+                "spec": {},
+            }
         else:
             lease = copy.deepcopy(base)
             lease.setdefault("apiVersion", LEASE_API_VERSION)
@@ -144,7 +155,10 @@ class LeaseManager:
         if uid:
             md = lease.setdefault("metadata", {})
             owner = {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": uid}
-            refs = [r for r in md.get("ownerReferences") or []
-                    if not (r.get("kind") == "Node" and r.get("apiVersion") == "v1")]
+            refs = [
+                r
+                for r in md.get("ownerReferences") or []
+                if not (r.get("kind") == "Node" and r.get("apiVersion") == "v1")
+            ]
             md["ownerReferences"] = refs + [owner]
         return lease

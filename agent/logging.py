@@ -112,8 +112,7 @@ _SEVERITY = {_std.DEBUG: "I", _std.INFO: "I", _std.WARNING: "W", _std.ERROR: "E"
 def _format_text(record: _std.LogRecord) -> str:
     t = _dt.datetime.fromtimestamp(record.created)
     sev = _SEVERITY.get(record.levelno, "I")
-    head = f"{sev}{t:%m%d %H:%M:%S}.{t.microsecond:06d} {record.process:7d} " \
-           f"{record.filename}:{record.lineno}]"
+    head = f"{sev}{t:%m%d %H:%M:%S}.{t.microsecond:06d} {record.process:7d} {record.filename}:{record.lineno}]"
     parts = [head, json.dumps(record.getMessage(), ensure_ascii=False)]
     kv = getattr(record, "orch_kv", None)
     if kv:
@@ -165,9 +164,16 @@ class _Handler(_std.Handler):
                 pass
 
 
-def configure(*, fmt: str = "text", verbosity: int = 0, vmodule: Iterable[tuple[str, int]] = (),
-              split_stream: bool = False, info_buffer_size: int = 0,
-              stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
+def configure(
+    *,
+    fmt: str = "text",
+    verbosity: int = 0,
+    vmodule: Iterable[tuple[str, int]] = (),
+    split_stream: bool = False,
+    info_buffer_size: int = 0,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> None:
     """Install the agent's handler (replacing any earlier one)."""
     reset()
     out = stdout if stdout is not None else sys.stdout

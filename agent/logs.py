@@ -38,13 +38,18 @@ import shutil
 import time
 from typing import Awaitable, Callable, Iterable, Iterator, Mapping
 
+from agent import logging as agent_logging
 from apiserver_min.api import timeutil
 
-from agent import logging as agent_logging
-
 __all__ = [
-    "LogOptions", "LogLine", "parse_line", "read_log", "tail_offset", "format_timestamp",
-    "LogRotator", "parse_bool",
+    "LogOptions",
+    "LogLine",
+    "parse_line",
+    "read_log",
+    "tail_offset",
+    "format_timestamp",
+    "LogRotator",
+    "parse_bool",
 ]
 
 log = agent_logging.get_logger("logs")
@@ -55,8 +60,8 @@ _STREAMS = {b"stdout": STDOUT, b"stderr": STDERR}
 _TAG_PARTIAL = b"P"
 _TAG_FULL = b"F"
 
-_BLOCK = 64 * 1024          # read size, forwards and backwards
-_MAX_JOIN = 1 << 20         # a joined line longer than this is written out in pieces
+_BLOCK = 64 * 1024  # read size, forwards and backwards
+_MAX_JOIN = 1 << 20  # a joined line longer than this is written out in pieces
 _INT64_MAX = (1 << 63) - 1
 _NANO = 10**9
 
@@ -166,10 +171,10 @@ class LogOptions:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LogLine:
-    ts_ns: int          # nanoseconds since the Unix epoch
-    stream: str         # "stdout" or "stderr"
-    partial: bool       # a "P" chunk: the line continues in the next chunk of the stream
-    text: bytes         # without the line's newline
+    ts_ns: int  # nanoseconds since the Unix epoch
+    stream: str  # "stdout" or "stderr"
+    partial: bool  # a "P" chunk: the line continues in the next chunk of the stream
+    text: bytes  # without the line's newline
 
 
 _TS_RE = re.compile(rb"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]+))?(Z|[+-][0-9]{2}:[0-9]{2})")
@@ -252,7 +257,7 @@ def _reverse_lines(fd: int, end: int, block: int = _BLOCK) -> Iterator[tuple[int
     first, reading ``block`` bytes at a time from the end. A trailing line
     without its newline is not yielded (the runtime is still writing it)."""
     pos = end
-    carry = b""          # bytes [pos, pos + len(carry)): not yet yielded
+    carry = b""  # bytes [pos, pos + len(carry)): not yet yielded
     seen_newline = False
     while True:
         if pos > 0:
@@ -284,8 +289,9 @@ def _reverse_lines(fd: int, end: int, block: int = _BLOCK) -> Iterator[tuple[int
             return
 
 
-def tail_offset(fd: int, tail_lines: int, stream: str | None = None, *, end: int | None = None,
-                block: int = _BLOCK) -> int:
+def tail_offset(
+    fd: int, tail_lines: int, stream: str | None = None, *, end: int | None = None, block: int = _BLOCK
+) -> int:
     """Where to start reading so that the last ``tail_lines`` complete lines (of
     ``stream``, or of both) are read, scanning backwards in blocks.
 
@@ -301,9 +307,9 @@ def tail_offset(fd: int, tail_lines: int, stream: str | None = None, *, end: int
         end = os.fstat(fd).st_size
     start = None
     counted = 0
-    open_streams: set[str] = set()     # counted lines whose first chunk is not found yet
+    open_streams: set[str] = set()  # counted lines whose first chunk is not found yet
     full_seen: set[str] = set()
-    trailing: set[str] = set()         # partial chunks after a stream's last F (line being written)
+    trailing: set[str] = set()  # partial chunks after a stream's last F (line being written)
     for offset, line in _reverse_lines(fd, end, block):
         if start is None:
             start = offset + len(line)  # the end of the last complete line
@@ -344,8 +350,8 @@ class _Pending:
         self.ts = ts
         self.chunks: list[bytes] = []
         self.size = 0
-        self.started = False   # its beginning (and timestamp) is already written
-        self.skip = skip       # before sinceTime: the whole line is dropped
+        self.started = False  # its beginning (and timestamp) is already written
+        self.skip = skip  # before sinceTime: the whole line is dropped
 
 
 class _Emitter:
@@ -359,7 +365,8 @@ class _Emitter:
         self.written = 0
         self.done = False
         self.held: collections.deque[bytes] | None = (
-            collections.deque(maxlen=opts.tail_lines) if opts.tail_lines is not None else None)
+            collections.deque(maxlen=opts.tail_lines) if opts.tail_lines is not None else None
+        )
         self.pending: dict[str, _Pending] = {}
         self.malformed = 0
 
@@ -466,8 +473,14 @@ def _check_reopened(path: str, f) -> object:
 _TRUNCATED = object()
 
 
-async def read_log(path: str, opts: LogOptions, write: Callable[[bytes], Awaitable[None]], *,
-                   is_running: Callable[[], bool] = lambda: False, poll_interval: float = 0.2) -> None:
+async def read_log(
+    path: str,
+    opts: LogOptions,
+    write: Callable[[bytes], Awaitable[None]],
+    *,
+    is_running: Callable[[], bool] = lambda: False,
+    poll_interval: float = 0.2,
+) -> None:
     """Write the container log at ``path`` through ``write`` as ``opts`` asks.
 
     Opening errors (a missing file) propagate as OSError before anything is
@@ -552,8 +565,7 @@ class LogRotator:
     reader that was following can still drain it.
     """
 
-    def __init__(self, cri, *, max_size: int, max_files: int,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cri, *, max_size: int, max_files: int, clock: Callable[[], float] = time.time) -> None:
         if max_files < 2:
             raise ValueError(f"invalid --container-log-max-files {max_files}: must be at least 2")
         if max_size <= 0:
@@ -590,8 +602,7 @@ class LogRotator:
     def _tidy(self, path: str, rotating: bool) -> list[str]:
         """Remove leftovers and excess rotations, compress, return what is left
         (oldest first). Runs in a thread: gzip of 10Mi takes a while."""
-        logs = sorted(p for p in glob.glob(glob.escape(path) + ".*")
-                      if _ROTATED_SUFFIX.fullmatch(p[len(path):]))
+        logs = sorted(p for p in glob.glob(glob.escape(path) + ".*") if _ROTATED_SUFFIX.fullmatch(p[len(path) :]))
         kept = []
         for p in logs:
             # A .tmp is an interrupted compression; a plain file next to its .gz
@@ -603,9 +614,9 @@ class LogRotator:
         # The live file plus the one a rotation is about to add count too.
         keep = self.max_files - (2 if rotating else 1)
         excess = len(kept) - keep
-        for p in kept[:max(0, excess)]:  # oldest first, so a reader of newer ones is not cut short
+        for p in kept[: max(0, excess)]:  # oldest first, so a reader of newer ones is not cut short
             _remove(p)
-        kept = kept[max(0, excess):]
+        kept = kept[max(0, excess) :]
         for i, p in enumerate(kept):
             newest = i == len(kept) - 1
             if p.endswith(_GZ) or (newest and not rotating):
@@ -618,7 +629,7 @@ class LogRotator:
         if rotated:
             # Names must sort in rotation order: never stamp at or before the
             # newest rotation (two rotations within a second, a clock set back).
-            newest = rotated[-1].removesuffix(_GZ)[len(path) + 1:]
+            newest = rotated[-1].removesuffix(_GZ)[len(path) + 1 :]
             try:
                 stamp = max(stamp, int(time.mktime(time.strptime(newest, _STAMP))) + 1)
             except (ValueError, OverflowError):
@@ -650,8 +661,11 @@ def _compress(path: str) -> str:
     """gzip ``path`` to ``path.gz`` through ``path.tmp``, then remove ``path``."""
     tmp = path + _TMP
     try:
-        with open(path, "rb") as src, open(tmp, "wb") as raw, \
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6) as dst:
+        with (
+            open(path, "rb") as src,
+            open(tmp, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6) as dst,
+        ):
             shutil.copyfileobj(src, dst, _BLOCK)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path + _GZ)

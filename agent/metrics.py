@@ -25,8 +25,16 @@ import psutil
 
 from apiserver_min.api import names, timeutil
 
-__all__ = ["Registry", "Counter", "Gauge", "Histogram", "AgentMetrics", "resource_metrics", "CONTENT_TYPE",
-           "DEFAULT_BUCKETS"]
+__all__ = [
+    "Registry",
+    "Counter",
+    "Gauge",
+    "Histogram",
+    "AgentMetrics",
+    "resource_metrics",
+    "CONTENT_TYPE",
+    "DEFAULT_BUCKETS",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -72,8 +80,7 @@ class _Metric:
 
     def _key(self, labels: Mapping[str, str]) -> tuple[str, ...]:
         if set(labels) != set(self.label_names):
-            raise ValueError(f"metric {self.name}: labels {sorted(labels)} given, "
-                             f"{sorted(self.label_names)} expected")
+            raise ValueError(f"metric {self.name}: labels {sorted(labels)} given, {sorted(self.label_names)} expected")
         return tuple(str(labels[n]) for n in self.label_names)
 
     def samples(self) -> list[str]:
@@ -111,8 +118,13 @@ class Gauge(_Metric):
 
     kind = "gauge"
 
-    def __init__(self, name: str, help_: str, labels: Sequence[str] = (),
-                 collect: Callable[[], Mapping[tuple[str, ...], float]] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        help_: str,
+        labels: Sequence[str] = (),
+        collect: Callable[[], Mapping[tuple[str, ...], float]] | None = None,
+    ) -> None:
         super().__init__(name, help_, labels)
         self._values: dict[tuple[str, ...], float] = {}
         self._collect = collect
@@ -130,11 +142,12 @@ class Gauge(_Metric):
 class Histogram(_Metric):
     kind = "histogram"
 
-    def __init__(self, name: str, help_: str, labels: Sequence[str] = (),
-                 buckets: Sequence[float] = DEFAULT_BUCKETS) -> None:
+    def __init__(
+        self, name: str, help_: str, labels: Sequence[str] = (), buckets: Sequence[float] = DEFAULT_BUCKETS
+    ) -> None:
         super().__init__(name, help_, labels)
         self.buckets = tuple(sorted(buckets))
-        self._series: dict[tuple[str, ...], list] = {}   # key -> [counts per bucket..., sum, count]
+        self._series: dict[tuple[str, ...], list] = {}  # key -> [counts per bucket..., sum, count]
 
     def observe(self, value: float, **labels: str) -> None:
         key = self._key(labels)
@@ -157,8 +170,9 @@ class Histogram(_Metric):
             cumulative = 0
             for bound, n in zip(self.buckets, series):
                 cumulative += n
-                out.append(f"{self.name}_bucket{_labels(self.label_names, key, [('le', _num(float(bound)))])} "
-                           f"{cumulative}")
+                out.append(
+                    f"{self.name}_bucket{_labels(self.label_names, key, [('le', _num(float(bound)))])} {cumulative}"
+                )
             out.append(f"{self.name}_bucket{_labels(self.label_names, key, [('le', '+Inf')])} {series[-1]}")
             out.append(f"{self.name}_sum{_labels(self.label_names, key)} {_num(series[-2])}")
             out.append(f"{self.name}_count{_labels(self.label_names, key)} {series[-1]}")
@@ -188,48 +202,100 @@ def _process_metrics(registry: Registry) -> None:
                 return {(): fn()}
             except (psutil.Error, OSError):
                 return {}
+
         return collect
 
-    registry.register(Gauge("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-                            collect=one(lambda: sum(proc.cpu_times()[:2]))))
-    registry.register(Gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
-                            collect=one(lambda: proc.memory_info().rss)))
-    registry.register(Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.",
-                            collect=one(lambda: proc.memory_info().vms)))
-    registry.register(Gauge("process_start_time_seconds",
-                            "Start time of the process since unix epoch in seconds.",
-                            collect=one(proc.create_time)))
-    registry.register(Gauge("process_open_fds", "Number of open file descriptors.",
-                            collect=one(lambda: len(os.listdir(f"/proc/{proc.pid}/fd")))))
+    registry.register(
+        Gauge(
+            "process_cpu_seconds_total",
+            "Total user and system CPU time spent in seconds.",
+            collect=one(lambda: sum(proc.cpu_times()[:2])),
+        )
+    )
+    registry.register(
+        Gauge(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            collect=one(lambda: proc.memory_info().rss),
+        )
+    )
+    registry.register(
+        Gauge(
+            "process_virtual_memory_bytes", "Virtual memory size in bytes.", collect=one(lambda: proc.memory_info().vms)
+        )
+    )
+    registry.register(
+        Gauge(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            collect=one(proc.create_time),
+        )
+    )
+    registry.register(
+        Gauge(
+            "process_open_fds",
+            "Number of open file descriptors.",
+            collect=one(lambda: len(os.listdir(f"/proc/{proc.pid}/fd"))),
+        )
+    )
 
 
 class AgentMetrics:
     """The agent's own metrics. ``pods`` gives the pipeline's pod states (objects
     with ``rp``, a RuntimePod or None) for the running pods/containers gauges."""
 
-    def __init__(self, node_name: str, *, pods: Callable[[], Iterable[Any]] = lambda: (),
-                 serving_cert_expiry: Callable[[], float | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        pods: Callable[[], Iterable[Any]] = lambda: (),
+        serving_cert_expiry: Callable[[], float | None] = lambda: None,
+    ) -> None:
         self.registry = Registry()
         self._pods = pods
         r = self.registry
-        self.pod_worker_duration = r.register(Histogram(
-            f"{PREFIX}_pod_worker_duration_seconds",
-            "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
-            ("operation_type",)))
-        self.pleg_relist_duration = r.register(Histogram(
-            f"{PREFIX}_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG."))
-        self.pleg_last_seen = r.register(Gauge(
-            f"{PREFIX}_pleg_last_seen_seconds", "Timestamp in seconds when PLEG was last seen active."))
-        r.register(Gauge(f"{PREFIX}_running_pods", "Number of pods that have a running pod sandbox",
-                         collect=self._running_pods))
-        r.register(Gauge(f"{PREFIX}_running_containers", "Number of containers currently running",
-                         ("container_state",), collect=self._containers))
-        r.register(Gauge(f"{PREFIX}_node_name", "The node's name. The count is always 1.", ("node",),
-                         collect=lambda: {(node_name,): 1}))
-        r.register(Gauge(f"{PREFIX}_certificate_manager_server_ttl_seconds",
-                         "Gauge of the shortest TTL (time-to-live) of the agent's serving certificate. "
-                         "The value is in seconds until certificate expiry (negative if already expired).",
-                         collect=lambda: {(): round(e - time.time(), 3)} if (e := serving_cert_expiry()) else {}))
+        self.pod_worker_duration = r.register(
+            Histogram(
+                f"{PREFIX}_pod_worker_duration_seconds",
+                "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+                ("operation_type",),
+            )
+        )
+        self.pleg_relist_duration = r.register(
+            Histogram(f"{PREFIX}_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG.")
+        )
+        self.pleg_last_seen = r.register(
+            Gauge(f"{PREFIX}_pleg_last_seen_seconds", "Timestamp in seconds when PLEG was last seen active.")
+        )
+        r.register(
+            Gauge(
+                f"{PREFIX}_running_pods", "Number of pods that have a running pod sandbox", collect=self._running_pods
+            )
+        )
+        r.register(
+            Gauge(
+                f"{PREFIX}_running_containers",
+                "Number of containers currently running",
+                ("container_state",),
+                collect=self._containers,
+            )
+        )
+        r.register(
+            Gauge(
+                f"{PREFIX}_node_name",
+                "The node's name. The count is always 1.",
+                ("node",),
+                collect=lambda: {(node_name,): 1},
+            )
+        )
+        r.register(
+            Gauge(
+                f"{PREFIX}_certificate_manager_server_ttl_seconds",
+                "Gauge of the shortest TTL (time-to-live) of the agent's serving certificate. "
+                "The value is in seconds until certificate expiry (negative if already expired).",
+                collect=lambda: {(): round(e - time.time(), 3)} if (e := serving_cert_expiry()) else {},
+            )
+        )
         _process_metrics(r)
         self._seen_pods: set[str] = set()
 
@@ -245,7 +311,7 @@ class AgentMetrics:
         counts = {"running": 0, "exited": 0, "created": 0, "unknown": 0}
         for state in self._pods():
             rp = getattr(state, "rp", None)
-            for c in (rp.containers if rp is not None else []):
+            for c in rp.containers if rp is not None else []:
                 counts[c.state if c.state in counts else "unknown"] += 1
         return {(k,): v for k, v in counts.items()}
 
@@ -305,8 +371,12 @@ def resource_metrics(summary: Mapping[str, Any] | None) -> str:
         out.append(f"# HELP {name} {help_}\n# TYPE {name} {kind}\n" + "".join(r + "\n" for r in rows))
 
     if summary is None:
-        family("scrape_error", "1 if there was an error while getting container metrics, 0 otherwise",
-               "gauge", ["scrape_error 1"])
+        family(
+            "scrape_error",
+            "1 if there was an error while getting container metrics, 0 otherwise",
+            "gauge",
+            ["scrape_error 1"],
+        )
         return "".join(out)
     node = summary.get("node") or {}
     pods = summary.get("pods") or []
@@ -319,8 +389,10 @@ def resource_metrics(summary: Mapping[str, Any] | None) -> str:
             cl = _labels((), (), [("container", c.get("name", "")), *pl])
             cc, cm = c.get("cpu") or {}, c.get("memory") or {}
             if "usageCoreNanoSeconds" in cc:
-                ctr_cpu.append(f"container_cpu_usage_seconds_total{cl} "
-                               f"{_num(cc['usageCoreNanoSeconds'] / 1e9)}{_ms(cc.get('time'))}")
+                ctr_cpu.append(
+                    f"container_cpu_usage_seconds_total{cl} "
+                    f"{_num(cc['usageCoreNanoSeconds'] / 1e9)}{_ms(cc.get('time'))}"
+                )
             if "workingSetBytes" in cm:
                 ctr_mem.append(f"container_memory_working_set_bytes{cl} {cm['workingSetBytes']}{_ms(cm.get('time'))}")
             if c.get("startTime"):
@@ -332,26 +404,51 @@ def resource_metrics(summary: Mapping[str, Any] | None) -> str:
         pc, pm = p.get("cpu") or {}, p.get("memory") or {}
         plabels = _labels((), (), pl)
         if "usageCoreNanoSeconds" in pc:
-            pod_cpu.append(f"pod_cpu_usage_seconds_total{plabels} {_num(pc['usageCoreNanoSeconds'] / 1e9)}"
-                           f"{_ms(pc.get('time'))}")
+            pod_cpu.append(
+                f"pod_cpu_usage_seconds_total{plabels} {_num(pc['usageCoreNanoSeconds'] / 1e9)}{_ms(pc.get('time'))}"
+            )
         if "workingSetBytes" in pm:
             pod_mem.append(f"pod_memory_working_set_bytes{plabels} {pm['workingSetBytes']}{_ms(pm.get('time'))}")
-    family("container_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the container in "
-           "core-seconds", "counter", ctr_cpu)
-    family("container_memory_working_set_bytes", "[STABLE] Current working set of the container in bytes",
-           "gauge", ctr_mem)
-    family("container_start_time_seconds", "[STABLE] Start time of the container since unix epoch in seconds",
-           "gauge", ctr_start)
+    family(
+        "container_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        "counter",
+        ctr_cpu,
+    )
+    family(
+        "container_memory_working_set_bytes", "[STABLE] Current working set of the container in bytes", "gauge", ctr_mem
+    )
+    family(
+        "container_start_time_seconds",
+        "[STABLE] Start time of the container since unix epoch in seconds",
+        "gauge",
+        ctr_start,
+    )
     if "usageCoreNanoSeconds" in cpu:
-        family("node_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
-               "counter", [f"node_cpu_usage_seconds_total {_num(cpu['usageCoreNanoSeconds'] / 1e9)}"
-                           f"{_ms(cpu.get('time'))}"])
+        family(
+            "node_cpu_usage_seconds_total",
+            "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
+            "counter",
+            [f"node_cpu_usage_seconds_total {_num(cpu['usageCoreNanoSeconds'] / 1e9)}{_ms(cpu.get('time'))}"],
+        )
     if "workingSetBytes" in mem:
-        family("node_memory_working_set_bytes", "[STABLE] Current working set of the node in bytes", "gauge",
-               [f"node_memory_working_set_bytes {mem['workingSetBytes']}{_ms(mem.get('time'))}"])
-    family("pod_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
-           "counter", pod_cpu)
+        family(
+            "node_memory_working_set_bytes",
+            "[STABLE] Current working set of the node in bytes",
+            "gauge",
+            [f"node_memory_working_set_bytes {mem['workingSetBytes']}{_ms(mem.get('time'))}"],
+        )
+    family(
+        "pod_cpu_usage_seconds_total",
+        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+        "counter",
+        pod_cpu,
+    )
     family("pod_memory_working_set_bytes", "[STABLE] Current working set of the pod in bytes", "gauge", pod_mem)
-    family("scrape_error", "[ALPHA] 1 if there was an error while getting container metrics, 0 otherwise",
-           "gauge", ["scrape_error 0"])
+    family(
+        "scrape_error",
+        "[ALPHA] 1 if there was an error while getting container metrics, 0 otherwise",
+        "gauge",
+        ["scrape_error 0"],
+    )
     return "".join(out)

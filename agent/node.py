@@ -25,6 +25,7 @@ from . import pods as podutil
 from .cm import CgroupError, ContainerManager
 from .events import EventRecorder
 from .logs import LogRotator
+from .metrics import AgentMetrics
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
 from .prober import ProbeManager
 from .prober import hooks as prober_hooks
@@ -33,12 +34,11 @@ from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_fr
 from .runtime.images import ImageManager
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
-from .metrics import AgentMetrics
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
-from .stats import StatsProvider
 from .sources.file import FileSource
 from .sources.merge import PodConfig
 from .sources.url import UrlSource
+from .stats import StatsProvider
 from .workers import PodPipeline, default_host_ip
 
 __all__ = ["NodeAgent", "NodeStartError"]
@@ -51,8 +51,15 @@ class NodeStartError(RuntimeError):
 
 
 class NodeAgent:
-    def __init__(self, cfg, *, version: str = "", beat: Callable[[], None] = lambda: None,
-                 tick: float = 1.0, container_manager: ContainerManager | None = None) -> None:
+    def __init__(
+        self,
+        cfg,
+        *,
+        version: str = "",
+        beat: Callable[[], None] = lambda: None,
+        tick: float = 1.0,
+        container_manager: ContainerManager | None = None,
+    ) -> None:
         self.cfg = cfg
         self.version = version
         self.node_name = node_name_from(cfg)
@@ -63,28 +70,49 @@ class NodeAgent:
         except CgroupError as exc:
             raise NodeStartError(f"failed to start the container manager: {exc}") from None
         allocatable = self.cgroups.allocatable()
-        self.ctx = NodeContext.from_config(cfg, node_name=self.node_name, host_ip=self.host_ip,
-                                           allocatable_cpu_millis=allocatable.get("cpu", 0),
-                                           allocatable_memory=allocatable.get("memory", 0))
+        self.ctx = NodeContext.from_config(
+            cfg,
+            node_name=self.node_name,
+            host_ip=self.host_ip,
+            allocatable_cpu_millis=allocatable.get("cpu", 0),
+            allocatable_memory=allocatable.get("memory", 0),
+        )
         endpoint = cfg.container_runtime_endpoint or DEFAULT_RUNTIME_ENDPOINT
-        self.cri = CriClient(endpoint, cfg.image_service_endpoint or None,
-                             request_timeout=cfg.runtime_request_timeout.total_seconds() or 120.0)
+        self.cri = CriClient(
+            endpoint,
+            cfg.image_service_endpoint or None,
+            request_timeout=cfg.runtime_request_timeout.total_seconds() or 120.0,
+        )
         self.events = EventRecorder(self.node_name)
-        self.images = ImageManager(self.cri, serialize=cfg.serialize_image_pulls,
-                                   qps=cfg.registry_qps, burst=cfg.registry_burst,
-                                   backoff=Backoff())
+        self.images = ImageManager(
+            self.cri,
+            serialize=cfg.serialize_image_pulls,
+            qps=cfg.registry_qps,
+            burst=cfg.registry_burst,
+            backoff=Backoff(),
+        )
         self.images.on_event = lambda reason, image, message: log.v(2).info(
-            "Image", reason=reason, image=image, message=message)
+            "Image", reason=reason, image=image, message=message
+        )
         self.volumes = VolumeManager(self.ctx)
-        self.objects = None       # cluster mode: the ObjectCache of referenced ConfigMaps/Secrets
+        self.objects = None  # cluster mode: the ObjectCache of referenced ConfigMaps/Secrets
         self.pipeline: PodPipeline | None = None
-        self.probes = ProbeManager(self.cri, self._probe_changed,
-                                   on_event=lambda pod, container, type_, reason, message:
-                                   self.events(pod, type_, reason, message),
-                                   user_agent_version=_major_minor(version))
-        self.runtime = RuntimeManager(self.cri, self.ctx, images=self.images, volumes=self.volumes,
-                                      cgroups=self.cgroups, probes=self.probes, events=self.events,
-                                      hooks=prober_hooks)
+        self.probes = ProbeManager(
+            self.cri,
+            self._probe_changed,
+            on_event=lambda pod, container, type_, reason, message: self.events(pod, type_, reason, message),
+            user_agent_version=_major_minor(version),
+        )
+        self.runtime = RuntimeManager(
+            self.cri,
+            self.ctx,
+            images=self.images,
+            volumes=self.volumes,
+            cgroups=self.cgroups,
+            probes=self.probes,
+            events=self.events,
+            hooks=prober_hooks,
+        )
         self.config = PodConfig(self.node_name)
         sources = []
         self.sources: list = []
@@ -94,45 +122,85 @@ class NodeAgent:
             self._check_connection_config()
         if cfg.pod_manifest_path:
             sources.append(SOURCE_FILE)
-            self.sources.append(FileSource(cfg.pod_manifest_path, self.node_name,
-                                           cfg.file_check_frequency.total_seconds(), self.config))
+            self.sources.append(
+                FileSource(cfg.pod_manifest_path, self.node_name, cfg.file_check_frequency.total_seconds(), self.config)
+            )
         if cfg.manifest_url:
             sources.append(SOURCE_HTTP)
-            self.sources.append(UrlSource(cfg.manifest_url, cfg.manifest_url_header, self.node_name,
-                                          cfg.http_check_frequency.total_seconds(), self.config))
-        max_size = int(cfg.container_log_max_size.value()) if hasattr(cfg.container_log_max_size, "value") \
+            self.sources.append(
+                UrlSource(
+                    cfg.manifest_url,
+                    cfg.manifest_url_header,
+                    self.node_name,
+                    cfg.http_check_frequency.total_seconds(),
+                    self.config,
+                )
+            )
+        max_size = (
+            int(cfg.container_log_max_size.value())
+            if hasattr(cfg.container_log_max_size, "value")
             else int(cfg.container_log_max_size)
+        )
         rotator = LogRotator(self.cri, max_size=max_size, max_files=max(2, cfg.container_log_max_files))
-        self.pipeline = PodPipeline(config=self.config, runtime=self.runtime, probes=self.probes,
-                                    cgroups=self.cgroups, events=self.events, sources=tuple(sources),
-                                    sync_frequency=cfg.sync_frequency.total_seconds(),
-                                    host_ip=self.host_ip, rotator=rotator, beat=beat,
-                                    tick=tick)
-        self.client = None   # the API client, once joined (cluster mode)
+        self.pipeline = PodPipeline(
+            config=self.config,
+            runtime=self.runtime,
+            probes=self.probes,
+            cgroups=self.cgroups,
+            events=self.events,
+            sources=tuple(sources),
+            sync_frequency=cfg.sync_frequency.total_seconds(),
+            host_ip=self.host_ip,
+            rotator=rotator,
+            beat=beat,
+            tick=tick,
+        )
+        self.client = None  # the API client, once joined (cluster mode)
         self.server: AgentServer | None = None
-        self.metrics = AgentMetrics(self.node_name, pods=lambda: list(self.pipeline.pods.values()),
-                                    serving_cert_expiry=lambda: self.server.serving_cert_expiry
-                                    if self.server is not None else None)
+        self.metrics = AgentMetrics(
+            self.node_name,
+            pods=lambda: list(self.pipeline.pods.values()),
+            serving_cert_expiry=lambda: self.server.serving_cert_expiry if self.server is not None else None,
+        )
         self.metrics.instrument(self.runtime)
-        self.stats = StatsProvider(node_name=self.node_name, root_dir=cfg.root_dir, cri=self.cri,
-                                   cgroups=self.cgroups,
-                                   pods=lambda: [(s.pod, s.rp) for s in self.pipeline.pods.values()])
+        self.stats = StatsProvider(
+            node_name=self.node_name,
+            root_dir=cfg.root_dir,
+            cri=self.cri,
+            cgroups=self.cgroups,
+            pods=lambda: [(s.pod, s.rp) for s in self.pipeline.pods.values()],
+        )
         if cfg.enable_server:
             authenticate, authorize, client_ca = self._server_auth()
-            self.server = AgentServer(address=cfg.address, port=cfg.port, cert_dir=cfg.cert_dir,
-                                      tls_cert_file=cfg.tls_cert_file,
-                                      tls_private_key_file=cfg.tls_private_key_file,
-                                      node_name=self.node_name, pods=self.pipeline.pods_view,
-                                      locate_log=self.locate_log, problems=self.config.problems,
-                                      authenticate=authenticate, authorize=authorize, client_ca=client_ca,
-                                      enable_debugging_handlers=cfg.enable_debugging_handlers,
-                                      running_pods=self.running_pods, stats=self.stats.summary,
-                                      metrics=self.metrics.render, configz=lambda: configz_document(cfg),
-                                      streaming=RuntimeStreaming(self.cri, self.pipeline.find))
+            self.server = AgentServer(
+                address=cfg.address,
+                port=cfg.port,
+                cert_dir=cfg.cert_dir,
+                tls_cert_file=cfg.tls_cert_file,
+                tls_private_key_file=cfg.tls_private_key_file,
+                node_name=self.node_name,
+                pods=self.pipeline.pods_view,
+                locate_log=self.locate_log,
+                problems=self.config.problems,
+                authenticate=authenticate,
+                authorize=authorize,
+                client_ca=client_ca,
+                enable_debugging_handlers=cfg.enable_debugging_handlers,
+                running_pods=self.running_pods,
+                stats=self.stats.summary,
+                metrics=self.metrics.render,
+                configz=lambda: configz_document(cfg),
+                streaming=RuntimeStreaming(self.cri, self.pipeline.find),
+            )
             if cfg.rotate_server_certificates and not cfg.tls_cert_file:
                 self._use_issued_serving_certificate()
-        log.info("Node agent assembled", node=self.node_name, runtime=endpoint,
-                 sources=",".join(sources) or "none", allocatable=allocatable)
+        log.info(
+            "Node agent assembled",
+            node=self.node_name,
+            runtime=endpoint,
+            sources=",".join(sources) or "none",
+            allocatable=allocatable,
+        )
 
     def _check_connection_config(self) -> None:
         """A connection config that cannot work, with no bootstrap config to replace it, stops the start."""
@@ -143,8 +211,10 @@ class NodeAgent:
         cfg = self.cfg
         if cfg.bootstrap_orchconfig or not os.path.exists(cfg.orchconfig):
             if not cfg.bootstrap_orchconfig and not os.path.exists(cfg.orchconfig):
-                raise NodeStartError(f"--orchconfig {cfg.orchconfig} does not exist and no "
-                                     "--bootstrap-orchconfig is given to obtain a client certificate")
+                raise NodeStartError(
+                    f"--orchconfig {cfg.orchconfig} does not exist and no "
+                    "--bootstrap-orchconfig is given to obtain a client certificate"
+                )
             return
         try:
             load_orchconfig(cfg.orchconfig)
@@ -156,8 +226,13 @@ class NodeAgent:
         (see :mod:`agent.serverauth`). In cluster mode the client CA defaults to the
         cluster CA of the connection config, so the API server's client certificate
         (``pods/log``) is recognised without a ``--client-ca-file``."""
-        from .serverauth import (Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator,
-                                 api_review)
+        from .serverauth import (
+            Authenticator,
+            TokenWebhookAuthenticator,
+            WebhookAuthorizer,
+            X509Authenticator,
+            api_review,
+        )
 
         cfg = self.cfg
         client_ca = self._client_ca()
@@ -165,13 +240,16 @@ class NodeAgent:
         token = None
         if cfg.authentication_token_webhook:
             token = TokenWebhookAuthenticator(review, cfg.authentication_token_webhook_cache_ttl.total_seconds())
-        authenticate = Authenticator(x509_auth=X509Authenticator() if client_ca else None, token_auth=token,
-                                     anonymous=bool(cfg.anonymous_auth))
+        authenticate = Authenticator(
+            x509_auth=X509Authenticator() if client_ca else None, token_auth=token, anonymous=bool(cfg.anonymous_auth)
+        )
         authorize = None
         if cfg.authorization_mode == "Webhook":
             authorize = WebhookAuthorizer(
-                review, authorized_ttl=cfg.authorization_webhook_cache_authorized_ttl.total_seconds(),
-                unauthorized_ttl=cfg.authorization_webhook_cache_unauthorized_ttl.total_seconds())
+                review,
+                authorized_ttl=cfg.authorization_webhook_cache_authorized_ttl.total_seconds(),
+                unauthorized_ttl=cfg.authorization_webhook_cache_unauthorized_ttl.total_seconds(),
+            )
         return authenticate, authorize, client_ca
 
     def _client_ca(self) -> bytes | None:
@@ -188,8 +266,10 @@ class NodeAgent:
                     data = f.read()
                 x509.load_pem_x509_certificates(data)
             except (OSError, ValueError) as exc:
-                raise NodeStartError(f"--client-ca-file {cfg.client_ca_file}: not a readable PEM "
-                                     f"certificate bundle: {getattr(exc, 'strerror', None) or exc}") from None
+                raise NodeStartError(
+                    f"--client-ca-file {cfg.client_ca_file}: not a readable PEM "
+                    f"certificate bundle: {getattr(exc, 'strerror', None) or exc}"
+                ) from None
             return data
         if self.cluster_mode:
             for path in (cfg.orchconfig, cfg.bootstrap_orchconfig):
@@ -220,11 +300,18 @@ class NodeAgent:
             running = rp.running_containers
             if not running and rp.ready_sandbox is None:
                 continue
-            out.append({"metadata": {"name": rp.name, "namespace": rp.namespace, "uid": uid,
-                                     "creationTimestamp": None},
-                        "spec": {"containers": [{"name": c.name, "image": c.image, "resources": {}}
-                                                for c in sorted(running, key=lambda c: c.name)]},
-                        "status": {}})
+            out.append(
+                {
+                    "metadata": {"name": rp.name, "namespace": rp.namespace, "uid": uid, "creationTimestamp": None},
+                    "spec": {
+                        "containers": [
+                            {"name": c.name, "image": c.image, "resources": {}}
+                            for c in sorted(running, key=lambda c: c.name)
+                        ]
+                    },
+                    "status": {},
+                }
+            )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
     def _probe_changed(self, uid: str) -> None:
@@ -272,10 +359,17 @@ class NodeAgent:
         tasks.append(sink_task)
         try:
             status = NodeStatusManager(
-                cfg, client, node_name=self.node_name, cgroups=self.cgroups,
+                cfg,
+                client,
+                node_name=self.node_name,
+                cgroups=self.cgroups,
                 runtime_ready=lambda: self.pipeline.runtime_ready,
-                runtime_version=lambda: runtime_version_from(self.cri), list_images=self.cri.list_images,
-                events=self.events, version=self.version, host_ip=self.host_ip)
+                runtime_version=lambda: runtime_version_from(self.cri),
+                list_images=self.cri.list_images,
+                events=self.events,
+                version=self.version,
+                host_ip=self.host_ip,
+            )
             await status.register()
             self.node_status = status
             objects = ObjectCache(client, on_change=self.pipeline.wake)
@@ -297,11 +391,13 @@ class NodeAgent:
                 if state.status:
                     statuses.set_status(state.pod, state.status)
             source = ApiPodSource(client, self.node_name, self.config, mirrors=mirrors)
-            lease = LeaseManager(client, node_name=self.node_name,
-                                 duration_seconds=cfg.node_lease_duration_seconds,
-                                 node_uid=lambda: status.node_uid)
-            runs = [status.run(), lease.run(), source.run(), statuses.run(), mirrors.run(),
-                    self._feed_mirrors(mirrors)]
+            lease = LeaseManager(
+                client,
+                node_name=self.node_name,
+                duration_seconds=cfg.node_lease_duration_seconds,
+                node_uid=lambda: status.node_uid,
+            )
+            runs = [status.run(), lease.run(), source.run(), statuses.run(), mirrors.run(), self._feed_mirrors(mirrors)]
             if cfg.rotate_certificates:
                 from .certrotation import rotate_client_certificate
 
@@ -313,11 +409,15 @@ class NodeAgent:
                 def addresses() -> list[str]:
                     return [a["address"] for a in node_addresses(cfg.node_ip, self.host_ip, status.hostname)]
 
-                runs.append(rotate_serving_certificate(client, self.node_name, addresses, cfg.cert_dir,
-                                                       self.server.reload_certificate))
+                runs.append(
+                    rotate_serving_certificate(
+                        client, self.node_name, addresses, cfg.cert_dir, self.server.reload_certificate
+                    )
+                )
             tasks += [asyncio.ensure_future(r) for r in runs]
-            log.info("Joined the cluster", node=self.node_name, server=client.conn.server
-                     if hasattr(client, "conn") else "")
+            log.info(
+                "Joined the cluster", node=self.node_name, server=client.conn.server if hasattr(client, "conn") else ""
+            )
             await asyncio.gather(*tasks)
         finally:
             for t in tasks:
@@ -330,8 +430,9 @@ class NodeAgent:
     async def _feed_mirrors(self, mirrors) -> None:
         assert self.pipeline is not None
         while True:
-            mirrors.static_pods([s.pod for s in self.pipeline.pods.values()
-                                 if podutil.is_static(s.pod) and not s.terminating])
+            mirrors.static_pods(
+                [s.pod for s in self.pipeline.pods.values() if podutil.is_static(s.pod) and not s.terminating]
+            )
             await asyncio.sleep(1.0)
 
     # --- tasks --------------------------------------------------------------------------

@@ -38,15 +38,26 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from apiserver_min.api import names
 from apiserver_min.api.quantity import Format, Quantity
-from apiserver_min.api.timeutil import format_rfc3339, now as utc_now
+from apiserver_min.api.timeutil import format_rfc3339
+from apiserver_min.api.timeutil import now as utc_now
 
 from . import logging as agent_logging
 from .events import EventRecorder
 
 __all__ = [
-    "NodeStatusManager", "HostFiles", "go_arch", "os_image", "detect_node_ip", "node_addresses",
-    "resource_quantity", "resource_list", "node_images", "status_changed", "merge_patch",
-    "runtime_version_from", "MAX_NAMES_PER_IMAGE",
+    "NodeStatusManager",
+    "HostFiles",
+    "go_arch",
+    "os_image",
+    "detect_node_ip",
+    "node_addresses",
+    "resource_quantity",
+    "resource_list",
+    "node_images",
+    "status_changed",
+    "merge_patch",
+    "runtime_version_from",
+    "MAX_NAMES_PER_IMAGE",
 ]
 
 log = agent_logging.get_logger("nodestatus")
@@ -63,35 +74,49 @@ EVENT_STARTING = "Starting"
 # (type, reason and message under pressure, reason and message without, events) per
 # pressure condition, in upstream's setter order (Ready comes last).
 _PRESSURE = (
-    (MEMORY_PRESSURE,
-     (names.NODE_REASON_INSUFFICIENT_MEMORY, f"{names.AGENT_NAME} has insufficient memory available"),
-     (names.NODE_REASON_SUFFICIENT_MEMORY, f"{names.AGENT_NAME} has sufficient memory available"),
-     ("NodeHasInsufficientMemory", "NodeHasSufficientMemory")),
-    (DISK_PRESSURE,
-     (names.NODE_REASON_DISK_PRESSURE, f"{names.AGENT_NAME} has disk pressure"),
-     (names.NODE_REASON_NO_DISK_PRESSURE, f"{names.AGENT_NAME} has no disk pressure"),
-     ("NodeHasDiskPressure", "NodeHasNoDiskPressure")),
-    (PID_PRESSURE,
-     (names.NODE_REASON_INSUFFICIENT_PID, f"{names.AGENT_NAME} has insufficient PID available"),
-     (names.NODE_REASON_SUFFICIENT_PID, f"{names.AGENT_NAME} has sufficient PID available"),
-     ("NodeHasInsufficientPID", "NodeHasSufficientPID")),
+    (
+        MEMORY_PRESSURE,
+        (names.NODE_REASON_INSUFFICIENT_MEMORY, f"{names.AGENT_NAME} has insufficient memory available"),
+        (names.NODE_REASON_SUFFICIENT_MEMORY, f"{names.AGENT_NAME} has sufficient memory available"),
+        ("NodeHasInsufficientMemory", "NodeHasSufficientMemory"),
+    ),
+    (
+        DISK_PRESSURE,
+        (names.NODE_REASON_DISK_PRESSURE, f"{names.AGENT_NAME} has disk pressure"),
+        (names.NODE_REASON_NO_DISK_PRESSURE, f"{names.AGENT_NAME} has no disk pressure"),
+        ("NodeHasDiskPressure", "NodeHasNoDiskPressure"),
+    ),
+    (
+        PID_PRESSURE,
+        (names.NODE_REASON_INSUFFICIENT_PID, f"{names.AGENT_NAME} has insufficient PID available"),
+        (names.NODE_REASON_SUFFICIENT_PID, f"{names.AGENT_NAME} has sufficient PID available"),
+        ("NodeHasInsufficientPID", "NodeHasSufficientPID"),
+    ),
 )
 READY_MESSAGE = f"{names.AGENT_NAME} is posting ready status"
 RUNTIME_DOWN_MESSAGE = "container runtime is down"
 
-NODE_STATUS_UPDATE_RETRY = 5          # attempts per tick, as upstream
-REGISTER_BACKOFF_START = 0.1          # upstream: 100 ms doubling ...
-REGISTER_BACKOFF_MAX = 7.0            # ... to 7 s
-STATUS_JITTER = 0.04                  # upstream's JitterUntil factor
-STARTUP_READY_POLL = 0.5              # local readiness check until the node is first Ready
-MAX_NAMES_PER_IMAGE = 5               # upstream's MaxNamesPerImageInNodeStatus
+NODE_STATUS_UPDATE_RETRY = 5  # attempts per tick, as upstream
+REGISTER_BACKOFF_START = 0.1  # upstream: 100 ms doubling ...
+REGISTER_BACKOFF_MAX = 7.0  # ... to 7 s
+STATUS_JITTER = 0.04  # upstream's JitterUntil factor
+STARTUP_READY_POLL = 0.5  # local readiness check until the node is first Ready
+MAX_NAMES_PER_IMAGE = 5  # upstream's MaxNamesPerImageInNodeStatus
 
 # The labels reconciled on an existing Node when the agent has a value for them
 # (upstream's updateDefaultLabels list, renamed).
 DEFAULT_LABEL_KEYS = (
-    names.LABEL_HOSTNAME, names.LABEL_ZONE, names.LABEL_REGION, names.LABEL_ZONE_FAILURE_DOMAIN,
-    names.LABEL_REGION_FAILURE_DOMAIN, names.LABEL_INSTANCE_TYPE, names.LABEL_INSTANCE_TYPE_BETA,
-    names.LABEL_OS, names.LABEL_ARCH, names.LABEL_OS_BETA, names.LABEL_ARCH_BETA,
+    names.LABEL_HOSTNAME,
+    names.LABEL_ZONE,
+    names.LABEL_REGION,
+    names.LABEL_ZONE_FAILURE_DOMAIN,
+    names.LABEL_REGION_FAILURE_DOMAIN,
+    names.LABEL_INSTANCE_TYPE,
+    names.LABEL_INSTANCE_TYPE_BETA,
+    names.LABEL_OS,
+    names.LABEL_ARCH,
+    names.LABEL_OS_BETA,
+    names.LABEL_ARCH_BETA,
 )
 
 CPU, MEMORY, PODS, EPHEMERAL_STORAGE = "cpu", "memory", "pods", "ephemeral-storage"
@@ -99,9 +124,19 @@ HUGEPAGES_PREFIX = "hugepages-"
 _BINARY_RESOURCES = (MEMORY, EPHEMERAL_STORAGE)
 
 _GO_ARCH = {
-    "x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
-    "armv7l": "arm", "armv6l": "arm", "i386": "386", "i686": "386", "ppc64le": "ppc64le",
-    "s390x": "s390x", "riscv64": "riscv64", "mips64": "mips64", "loongarch64": "loong64",
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "i386": "386",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+    "mips64": "mips64",
+    "loongarch64": "loong64",
 }
 
 
@@ -179,7 +214,7 @@ def _route_source(dst: str) -> str:
 def _connect_source(family: int, target: tuple[str, int]) -> str:
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect(target)   # no packet is sent: this only picks the route
+            s.connect(target)  # no packet is sent: this only picks the route
             return s.getsockname()[0]
     except OSError:
         return ""
@@ -191,8 +226,10 @@ def detect_node_ip(prefer_ipv6: bool = False) -> str:
     Asks the kernel through netlink (pyroute2) for the preferred source towards a
     public address; falls back to the connected-UDP-socket trick, then loopback.
     """
-    order = [("1.1.1.1", socket.AF_INET, ("192.0.2.1", 9)),
-             ("2606:4700:4700::1111", socket.AF_INET6, ("2001:db8::1", 9))]
+    order = [
+        ("1.1.1.1", socket.AF_INET, ("192.0.2.1", 9)),
+        ("2606:4700:4700::1111", socket.AF_INET6, ("2001:db8::1", 9)),
+    ]
     if prefer_ipv6:
         order.reverse()
     for dst, _, _ in order:
@@ -204,8 +241,9 @@ def detect_node_ip(prefer_ipv6: bool = False) -> str:
     return "::1" if prefer_ipv6 else "127.0.0.1"
 
 
-def node_addresses(node_ip: str, host_ip: str, hostname: str,
-                   detect: Callable[[bool], str] = detect_node_ip) -> list[dict]:
+def node_addresses(
+    node_ip: str, host_ip: str, hostname: str, detect: Callable[[bool], str] = detect_node_ip
+) -> list[dict]:
     """InternalIP(s) and Hostname, as upstream's NodeAddress setter without a cloud provider.
 
     ``--node-ip`` wins (one address or a dual-stack pair); ``0.0.0.0``/``::`` or
@@ -294,7 +332,8 @@ def _without_heartbeats(status: Mapping | None) -> dict:
     if isinstance(conds, list):
         out["conditions"] = sorted(
             ({k: v for k, v in c.items() if k != "lastHeartbeatTime"} for c in conds if isinstance(c, dict)),
-            key=lambda c: str(c.get("type", "")))
+            key=lambda c: str(c.get("type", "")),
+        )
     return out
 
 
@@ -344,14 +383,23 @@ class NodeGone(Exception):
 class NodeStatusManager:
     """Registers the node and keeps its status current; see the module docstring."""
 
-    def __init__(self, cfg, client, *, node_name: str, cgroups,
-                 runtime_ready: Callable[[], bool | tuple[bool, str]],
-                 runtime_version: Callable[[], Awaitable[str]],
-                 list_images: Callable[[], Awaitable[list]],
-                 events: EventRecorder, version: str, host_ip: str,
-                 pressure: Callable[[], Mapping[str, bool]] | None = None,
-                 host_files: HostFiles | None = None,
-                 detect_ip: Callable[[bool], str] = detect_node_ip) -> None:
+    def __init__(
+        self,
+        cfg,
+        client,
+        *,
+        node_name: str,
+        cgroups,
+        runtime_ready: Callable[[], bool | tuple[bool, str]],
+        runtime_version: Callable[[], Awaitable[str]],
+        list_images: Callable[[], Awaitable[list]],
+        events: EventRecorder,
+        version: str,
+        host_ip: str,
+        pressure: Callable[[], Mapping[str, bool]] | None = None,
+        host_files: HostFiles | None = None,
+        detect_ip: Callable[[bool], str] = detect_node_ip,
+    ) -> None:
         """``runtime_ready`` answers True, False ("container runtime is down") or
         ``(False, reason)``; ``runtime_version`` answers ``containerd://1.6.20``;
         ``list_images`` answers CRI images. ``pressure`` (the eviction manager's, when
@@ -374,16 +422,18 @@ class NodeStatusManager:
         self.register_node = bool(getattr(cfg, "register_node", True))
         self.update_frequency = _seconds(getattr(cfg, "node_status_update_frequency", 10.0), 10.0)
         self.report_frequency = _seconds(getattr(cfg, "node_status_report_frequency", 300.0), 300.0)
-        if _source(cfg, "node_status_report_frequency") == "default" and \
-                _source(cfg, "node_status_update_frequency") != "default":
+        if (
+            _source(cfg, "node_status_report_frequency") == "default"
+            and _source(cfg, "node_status_update_frequency") != "default"
+        ):
             # Upstream's documented compatibility rule: an explicit update frequency
             # also sets the report frequency unless that is given too.
             self.report_frequency = self.update_frequency
         self.max_images = int(getattr(cfg, "node_status_max_images", 50))
         self.node: dict | None = None
         self.registered = False
-        self.registrations = 0               # successful registrations (a re-registration counts)
-        self.last_report = 0.0               # monotonic time of the last accepted status patch
+        self.registrations = 0  # successful registrations (a re-registration counts)
+        self.last_report = 0.0  # monotonic time of the last accepted status patch
         self._system_info: dict[str, str] | None = None
         self._posted_ready: bool | None = None
         self._wake = asyncio.Event()
@@ -414,7 +464,7 @@ class NodeStatusManager:
             names.LABEL_ARCH_BETA: arch,
         }
         for key, value in (getattr(self.cfg, "node_labels", None) or {}).items():
-            labels[str(key)] = str(value)   # --node-labels override the defaults, as upstream
+            labels[str(key)] = str(value)  # --node-labels override the defaults, as upstream
         return labels
 
     def _annotations(self) -> dict[str, str]:
@@ -425,8 +475,11 @@ class NodeStatusManager:
     def _taints(self) -> list[dict]:
         out = []
         for t in getattr(self.cfg, "register_with_taints", ()) or ():
-            key, value, effect = (t.key, t.value, t.effect) if not isinstance(t, Mapping) else \
-                (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+            key, value, effect = (
+                (t.key, t.value, t.effect)
+                if not isinstance(t, Mapping)
+                else (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+            )
             taint = {"key": key, "effect": effect}
             if value:
                 taint["value"] = value
@@ -479,8 +532,7 @@ class NodeStatusManager:
         except Exception as exc:
             if _http_status(exc) != 404:
                 raise
-            log.warning("Node not found and --register-node=false: waiting for it to be created",
-                        node=self.node_name)
+            log.warning("Node not found and --register-node=false: waiting for it to be created", node=self.node_name)
             return {}
         self.node = node
         self.registered = True
@@ -507,8 +559,7 @@ class NodeStatusManager:
         imd, emd = initial["metadata"], existing.get("metadata") or {}
         want_labels, have_labels = imd.get("labels") or {}, emd.get("labels") or {}
         owned = set(DEFAULT_LABEL_KEYS) | set((getattr(self.cfg, "node_labels", None) or {}))
-        labels_patch = {k: v for k, v in want_labels.items()
-                        if k in owned and have_labels.get(k) != v}
+        labels_patch = {k: v for k, v in want_labels.items() if k in owned and have_labels.get(k) != v}
         md_patch: dict[str, Any] = {}
         if labels_patch:
             md_patch["labels"] = labels_patch
@@ -532,13 +583,15 @@ class NodeStatusManager:
         # Huge page sizes the machine no longer offers leave capacity and allocatable.
         status = node.get("status") or {}
         ours = set((initial.get("status") or {}).get("capacity") or {})
-        stale = {section: {k: None for k in (status.get(section) or {})
-                           if k.startswith(HUGEPAGES_PREFIX) and k not in ours}
-                 for section in ("capacity", "allocatable")}
+        stale = {
+            section: {k: None for k in (status.get(section) or {}) if k.startswith(HUGEPAGES_PREFIX) and k not in ours}
+            for section in ("capacity", "allocatable")
+        }
         stale = {s: v for s, v in stale.items() if v}
         if stale:
-            node = await self.client.patch(f"{self._path}/status", {"status": stale},
-                                           patch_type="merge", rate_limited=False)
+            node = await self.client.patch(
+                f"{self._path}/status", {"status": stale}, patch_type="merge", rate_limited=False
+            )
         return node
 
     # --- the status setters ---------------------------------------------------------------
@@ -567,8 +620,9 @@ class NodeStatusManager:
         info[names.NODE_INFO_AGENT_VERSION_FIELD] = self.version
         info[names.NODE_INFO_PROXY_VERSION_FIELD] = self.version
         status["nodeInfo"] = info
-        status["daemonEndpoints"] = {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD:
-                                     {"Port": int(getattr(self.cfg, "port", 10250))}}
+        status["daemonEndpoints"] = {
+            names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": int(getattr(self.cfg, "port", 10250))}
+        }
         try:
             status["images"] = node_images(await self.list_images(), self.max_images)
         except Exception as exc:
@@ -576,20 +630,19 @@ class NodeStatusManager:
         conditions = [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
         pressure = dict(self.pressure() or {})
         for ctype, under, ok, (ev_under, ev_ok) in _PRESSURE:
-            self._set_pressure(conditions, ctype, bool(pressure.get(ctype)), under, ok,
-                               ev_under, ev_ok, now, pending)
+            self._set_pressure(conditions, ctype, bool(pressure.get(ctype)), under, ok, ev_under, ev_ok, now, pending)
         self._set_ready(conditions, status, now, pending)
         status["conditions"] = conditions
         return new, pending
 
     async def _addresses(self) -> list[dict]:
         node_ip = getattr(self.cfg, "node_ip", "") or ""
-        if self.host_ip or any(p.strip() and not ipaddress.ip_address(p.strip()).is_unspecified
-                               for p in node_ip.split(",")):
+        if self.host_ip or any(
+            p.strip() and not ipaddress.ip_address(p.strip()).is_unspecified for p in node_ip.split(",")
+        ):
             return node_addresses(node_ip, self.host_ip, self.hostname, self._detect_ip)
         # Only the default-route lookup talks to the kernel; keep it off the event loop.
-        return await asyncio.to_thread(node_addresses, node_ip, self.host_ip, self.hostname,
-                                       self._detect_ip)
+        return await asyncio.to_thread(node_addresses, node_ip, self.host_ip, self.hostname, self._detect_ip)
 
     def _set_resources(self, status: dict) -> None:
         try:
@@ -608,8 +661,18 @@ class NodeStatusManager:
                 allocatable[name] = value
         status["capacity"], status["allocatable"] = capacity, allocatable
 
-    def _set_pressure(self, conditions: list[dict], ctype: str, under: bool, reason_under, reason_ok,
-                      event_under: str, event_ok: str, now: str, pending: list) -> None:
+    def _set_pressure(
+        self,
+        conditions: list[dict],
+        ctype: str,
+        under: bool,
+        reason_under,
+        reason_ok,
+        event_under: str,
+        event_ok: str,
+        now: str,
+        pending: list,
+    ) -> None:
         """Upstream's pressure setter: a missing condition starts Unknown, so the first
         status records the "has sufficient" event."""
         cond = next((c for c in conditions if c.get("type") == ctype), None)
@@ -621,8 +684,9 @@ class NodeStatusManager:
         reason, message = reason_under if under else reason_ok
         if cond.get("status") != want:
             cond["lastTransitionTime"] = now
-            pending.append(("Normal", event_under if under else event_ok, self._event_message(
-                event_under if under else event_ok)))
+            pending.append(
+                ("Normal", event_under if under else event_ok, self._event_message(event_under if under else event_ok))
+            )
         cond.update(status=want, reason=reason, message=message)
 
     def _not_ready_reasons(self, status: dict) -> list[str]:
@@ -646,11 +710,9 @@ class NodeStatusManager:
     def _set_ready(self, conditions: list[dict], status: dict, now: str, pending: list) -> None:
         errs = self._not_ready_reasons(status)
         if errs:
-            new = {"type": READY, "status": "False", "reason": names.NODE_REASON_NOT_READY,
-                   "message": ",".join(errs)}
+            new = {"type": READY, "status": "False", "reason": names.NODE_REASON_NOT_READY, "message": ",".join(errs)}
         else:
-            new = {"type": READY, "status": "True", "reason": names.NODE_REASON_READY,
-                   "message": READY_MESSAGE}
+            new = {"type": READY, "status": "True", "reason": names.NODE_REASON_READY, "message": READY_MESSAGE}
         new["lastHeartbeatTime"] = now
         for i, cond in enumerate(conditions):
             if cond.get("type") == READY:
@@ -675,8 +737,14 @@ class NodeStatusManager:
     def _note_posted(self, node: dict) -> None:
         self.node = node
         self.last_report = time.monotonic()
-        ready = next((c for c in (node.get("status") or {}).get("conditions") or []
-                      if isinstance(c, dict) and c.get("type") == READY), None)
+        ready = next(
+            (
+                c
+                for c in (node.get("status") or {}).get("conditions") or []
+                if isinstance(c, dict) and c.get("type") == READY
+            ),
+            None,
+        )
         self._posted_ready = ready is not None and ready.get("status") == "True"
 
     # --- the loop -------------------------------------------------------------------------
@@ -696,13 +764,11 @@ class NodeStatusManager:
                 self.registered = False
                 self.node = None
                 if not self.register_node:
-                    log.error("Node not found and --register-node=false: cannot post its status",
-                              node=self.node_name)
+                    log.error("Node not found and --register-node=false: cannot post its status", node=self.node_name)
                     return False
                 log.warning("The node object is gone; registering it again", node=self.node_name)
             except Exception as exc:
-                log.warning("Error updating node status, will retry", node=self.node_name,
-                            attempt=attempt + 1, err=exc)
+                log.warning("Error updating node status, will retry", node=self.node_name, attempt=attempt + 1, err=exc)
         log.error("Update node status exceeds retry count", node=self.node_name)
         return False
 
@@ -721,11 +787,12 @@ class NodeStatusManager:
         if not status_changed(node.get("status"), new["status"]) and not due:
             self.node = node
             return False
-        patch = {"metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", "")},
-                 "status": merge_patch(node.get("status") or {}, new["status"])}
+        patch = {
+            "metadata": {"resourceVersion": (node.get("metadata") or {}).get("resourceVersion", "")},
+            "status": merge_patch(node.get("status") or {}, new["status"]),
+        }
         try:
-            updated = await self.client.patch(f"{self._path}/status", patch, patch_type="merge",
-                                              rate_limited=False)
+            updated = await self.client.patch(f"{self._path}/status", patch, patch_type="merge", rate_limited=False)
         except Exception as exc:
             if _http_status(exc) == 404:
                 raise NodeGone() from None
@@ -782,4 +849,3 @@ def _seconds(value: Any, default: float) -> float:
     if hasattr(value, "total_seconds"):
         return float(value.total_seconds())
     return float(value)
-

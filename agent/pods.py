@@ -22,10 +22,24 @@ from typing import Any, Iterable
 from apiserver_min.api import names
 
 __all__ = [
-    "Op", "PodUpdate", "ManifestProblem",
-    "SOURCE_FILE", "SOURCE_HTTP", "SOURCE_API", "ALL_SOURCES",
-    "uid", "name", "namespace", "full_name", "spec", "containers", "init_containers",
-    "source_of", "is_static", "grace_period_seconds", "restart_policy",
+    "Op",
+    "PodUpdate",
+    "ManifestProblem",
+    "SOURCE_FILE",
+    "SOURCE_HTTP",
+    "SOURCE_API",
+    "ALL_SOURCES",
+    "uid",
+    "name",
+    "namespace",
+    "full_name",
+    "spec",
+    "containers",
+    "init_containers",
+    "source_of",
+    "is_static",
+    "grace_period_seconds",
+    "restart_policy",
 ]
 
 SOURCE_FILE = "file"
@@ -70,8 +84,8 @@ class PodUpdate:
 class ManifestProblem:
     """A manifest that could not be used: where it came from and why, in words."""
 
-    source: str          # SOURCE_FILE / SOURCE_HTTP
-    location: str        # the file path or the URL
+    source: str  # SOURCE_FILE / SOURCE_HTTP
+    location: str  # the file path or the URL
     message: str
     since: float = dataclasses.field(default_factory=time.time)
 

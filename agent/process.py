@@ -27,19 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import fcntl
 import os
 import signal
 import socket
 import time
-from typing import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Awaitable, Callable, Mapping, Sequence
 
 from apiserver_min.api import names
 from apiserver_min.api.duration import DurationError, parse_duration
 
 from . import logging as agent_logging
-from .config import AgentConfig, Mode
+from .config import AgentConfig
 
 __all__ = [
     "SHUTDOWN_TIMEOUT",
@@ -57,8 +56,8 @@ __all__ = [
 
 log = agent_logging.get_logger("process")
 
-SHUTDOWN_TIMEOUT = 10.0       # seconds for all tasks to stop after SIGTERM
-SYNC_LOOP_PERIOD = 1.0        # upstream's sync loop ticks every second
+SHUTDOWN_TIMEOUT = 10.0  # seconds for all tasks to stop after SIGTERM
+SYNC_LOOP_PERIOD = 1.0  # upstream's sync loop ticks every second
 SYNC_LOOP_MIN_THRESHOLD = 300.0  # /healthz fails after max(2 * --sync-frequency, 5m) without a tick
 LOCK_POLL_INTERVAL = 0.1
 
@@ -162,7 +161,8 @@ def check_swap(cfg: AgentConfig, probe: Callable[[], list[str]]) -> None:
         raise StartError(
             "running with swap on is not supported, please disable swap (swapoff -a) or set "
             "--fail-swap-on=false (failSwapOn: false in the config file); active swap: "
-            + "; ".join(" ".join(d.split()) for d in devices))
+            + "; ".join(" ".join(d.split()) for d in devices)
+        )
 
 
 def apply_oom_score_adj(value: int, path: str = "/proc/self/oom_score_adj") -> None:
@@ -234,8 +234,7 @@ def move_to_cgroup(name: str, pid: int | None = None) -> list[str]:
         except OSError as exc:
             errors.append(f"{target}: {exc.strerror or exc}")
     if errors:
-        raise StartError(f"cannot move the agent into cgroup {name} (--agent-cgroups): "
-                         + "; ".join(errors))
+        raise StartError(f"cannot move the agent into cgroup {name} (--agent-cgroups): " + "; ".join(errors))
     return written
 
 
@@ -271,8 +270,7 @@ class LockFile:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise StartError(f"cannot open the lock file {self.path} (--lock-file): "
-                             f"{exc.strerror or exc}") from None
+            raise StartError(f"cannot open the lock file {self.path} (--lock-file): {exc.strerror or exc}") from None
         waited = False
         try:
             while True:
@@ -307,8 +305,7 @@ class LockFile:
             raise StartError(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
         try:
             if libc.inotify_add_watch(fd, os.fsencode(self.path), in_open | in_delete_self) < 0:
-                raise StartError(f"cannot watch the lock file {self.path}: "
-                                 f"{os.strerror(ctypes.get_errno())}")
+                raise StartError(f"cannot watch the lock file {self.path}: {os.strerror(ctypes.get_errno())}")
             loop = asyncio.get_running_loop()
             event = asyncio.Event()
             loop.add_reader(fd, event.set)
@@ -356,8 +353,7 @@ class SyncLoopMonitor:
             return None  # not started yet: upstream reports healthy until the first iteration
         age = time.monotonic() - self.last
         if age > self.threshold:
-            return f"sync loop took longer than expected: last iteration {age:.1f}s ago " \
-                   f"(threshold {self.threshold:g}s)"
+            return f"sync loop took longer than expected: last iteration {age:.1f}s ago (threshold {self.threshold:g}s)"
         return None
 
 
@@ -394,8 +390,7 @@ class HealthChecks:
         return None
 
 
-async def serve_health(checks: HealthChecks, host: str, port: int,
-                       started: asyncio.Future | None = None) -> None:
+async def serve_health(checks: HealthChecks, host: str, port: int, started: asyncio.Future | None = None) -> None:
     """``/healthz`` (and ``/healthz/<check>``) on ``host:port`` until cancelled."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -409,10 +404,17 @@ async def serve_health(checks: HealthChecks, host: str, port: int,
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
                 f"X-Content-Type-Options: nosniff\r\nContent-Length: {len(payload)}\r\n"
-                f"Connection: close\r\n\r\n".encode() + (payload if method != "HEAD" else b""))
+                f"Connection: close\r\n\r\n".encode()
+                + (payload if method != "HEAD" else b"")
+            )
             await writer.drain()
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ConnectionError, UnicodeDecodeError):
+        except (
+            asyncio.TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            UnicodeDecodeError,
+        ):
             pass
         finally:
             writer.close()
@@ -420,8 +422,10 @@ async def serve_health(checks: HealthChecks, host: str, port: int,
     try:
         server = await asyncio.start_server(handle, host, port, reuse_address=True)
     except OSError as exc:
-        err = StartError(f"cannot serve health checks on {host}:{port} (--healthz-bind-address, "
-                         f"--healthz-port): {exc.strerror or exc}")
+        err = StartError(
+            f"cannot serve health checks on {host}:{port} (--healthz-bind-address, "
+            f"--healthz-port): {exc.strerror or exc}"
+        )
         if started is not None and not started.done():
             started.set_exception(err)
             return
@@ -440,11 +444,10 @@ def _health_response(checks: HealthChecks, method: str, path: str, query: str) -
     verbose = "verbose" in query.split("&") or any(q.startswith("verbose=") for q in query.split("&"))
     if path == "/healthz":
         results = checks.run()
-    elif path.startswith("/healthz/") and path[len("/healthz/"):] in checks.names:
-        results = checks.run(path[len("/healthz/"):])
+    elif path.startswith("/healthz/") and path[len("/healthz/") :] in checks.names:
+        results = checks.run(path[len("/healthz/") :])
         name, err = results[0]
-        return ("200 OK", "ok") if err is None else ("500 Internal Server Error",
-                                                      f"internal server error: {err}\n")
+        return ("200 OK", "ok") if err is None else ("500 Internal Server Error", f"internal server error: {err}\n")
     else:
         return "404 Not Found", "404 page not found\n"
     failed = any(err is not None for _, err in results)
@@ -484,7 +487,7 @@ class Supervisor:
         self.stop_timeout = stop_timeout
         self._specs: list[TaskSpec] = []
         self._tasks: list[tuple[TaskSpec, asyncio.Task]] = []
-        self.ended = asyncio.Event()   # a critical task ended (see .failure)
+        self.ended = asyncio.Event()  # a critical task ended (see .failure)
         self.failure: str | None = None
         self.stop_order: list[str] = []
 
@@ -528,8 +531,7 @@ class Supervisor:
                 remaining = max(0.0, deadline - time.monotonic())
                 done, _ = await asyncio.wait({task}, timeout=remaining)
                 if not done:
-                    log.error("Task did not stop in time", task=spec.name,
-                              timeout=f"{self.stop_timeout:g}s")
+                    log.error("Task did not stop in time", task=spec.name, timeout=f"{self.stop_timeout:g}s")
                     clean = False
                     continue
             self.stop_order.append(spec.name)
@@ -544,11 +546,18 @@ class Supervisor:
 class AgentProcess:
     """The composition root of a running agent (see the module docstring)."""
 
-    def __init__(self, cfg: AgentConfig, *, version: str = "", hooks: TestHooks | None = None,
-                 notifier: Notifier | None = None,
-                 swap_probe: Callable[[], list[str]] | None = None,
-                 extra_tasks: Sequence[TaskSpec] = (),
-                 shutdown_timeout: float = SHUTDOWN_TIMEOUT, with_node: bool = True) -> None:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        *,
+        version: str = "",
+        hooks: TestHooks | None = None,
+        notifier: Notifier | None = None,
+        swap_probe: Callable[[], list[str]] | None = None,
+        extra_tasks: Sequence[TaskSpec] = (),
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+        with_node: bool = True,
+    ) -> None:
         self.cfg = cfg
         self.version = version
         self.hooks = hooks if hooks is not None else TestHooks.from_environ()
@@ -569,7 +578,7 @@ class AgentProcess:
         self._stop_reason = ""
         self._exit_code = 0
         self._last_status = ""
-        self.node = None               # agent.node.NodeAgent, built at start
+        self.node = None  # agent.node.NodeAgent, built at start
         self.with_node = with_node
 
     # Tasks, in start order. Later issues insert theirs where marked.
@@ -664,8 +673,7 @@ class AgentProcess:
         try:
             if self.cfg.healthz_port:
                 await self._until_stop(health_started)
-                if health_started.done() and not health_started.cancelled() \
-                        and health_started.exception() is not None:
+                if health_started.done() and not health_started.cancelled() and health_started.exception() is not None:
                     raise health_started.exception()  # type: ignore[misc]
             await self._until_stop(self.sync_monitor.first.wait())
         except StartError as exc:
@@ -739,8 +747,9 @@ class AgentProcess:
         return None
 
     async def _serve_health(self) -> None:
-        await serve_health(self.health, self.cfg.healthz_bind_address, self.cfg.healthz_port,
-                           started=self._health_started)
+        await serve_health(
+            self.health, self.cfg.healthz_bind_address, self.cfg.healthz_port, started=self._health_started
+        )
 
     def _sync_period(self) -> float:
         period = SYNC_LOOP_PERIOD
@@ -777,8 +786,7 @@ class AgentProcess:
     async def _watch_lock(self) -> None:
         assert self.lock is not None
         await self.lock.watch_contention()
-        log.info("Another process opened the lock file; exiting (--exit-on-lock-contention)",
-                 path=self.lock.path)
+        log.info("Another process opened the lock file; exiting (--exit-on-lock-contention)", path=self.lock.path)
         self.request_stop("lock file contention")
         await asyncio.Event().wait()  # stay until stopped, so it is not reported as ended
 

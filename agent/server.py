@@ -58,18 +58,25 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from apiserver_min.api import names, timeutil
-
 from agent import logging as agent_logging
 from agent import pods as podutil
 from agent import streaming
 from agent.logs import LogOptions, parse_bool, read_log
-from agent.serverauth import (ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo,
-                              request_attributes)
+from agent.serverauth import ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo, request_attributes
+from apiserver_min.api import names, timeutil
 
 __all__ = [
-    "AgentServer", "LogTarget", "UserInfo", "ANONYMOUS", "allow_anonymous", "always_allow",
-    "ensure_serving_cert", "ListenError", "StreamingError", "RuntimeStreaming", "configz_document",
+    "AgentServer",
+    "LogTarget",
+    "UserInfo",
+    "ANONYMOUS",
+    "allow_anonymous",
+    "always_allow",
+    "ensure_serving_cert",
+    "ListenError",
+    "StreamingError",
+    "RuntimeStreaming",
+    "configz_document",
     "DEFAULT_LOG_DIR",
 ]
 
@@ -82,8 +89,7 @@ _WILDCARDS = ("", "0.0.0.0", "::")
 DEFAULT_LOG_DIR = "/var/log"
 DEBUG_DISABLED = "Debug endpoints are disabled."
 # Upstream's paths that answer 405 when the debugging handlers are off.
-_DEBUG_PATHS = ("/run", "/exec", "/attach", "/portForward", "/containerLogs", "/runningpods",
-                "/debug/pprof", "/logs")
+_DEBUG_PATHS = ("/run", "/exec", "/attach", "/portForward", "/containerLogs", "/runningpods", "/debug/pprof", "/logs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +135,9 @@ async def _maybe_await(value: Any) -> Any:
 def _text(status: int, body: str, **headers: str) -> web.Response:
     if not body.endswith("\n"):
         body += "\n"
-    return web.Response(status=status, body=body.encode(), content_type="text/plain",
-                        charset="utf-8", headers=headers or None)
+    return web.Response(
+        status=status, body=body.encode(), content_type="text/plain", charset="utf-8", headers=headers or None
+    )
 
 
 def _problem_json(problem: Any) -> dict:
@@ -148,23 +155,31 @@ def _problem_json(problem: Any) -> dict:
 class AgentServer:
     """The agent's read-only HTTPS server; see the module docstring."""
 
-    def __init__(self, *, address: str, port: int, cert_dir: str, tls_cert_file: str = "",
-                 tls_private_key_file: str = "", node_name: str,
-                 pods: Callable[[], list[dict]],
-                 locate_log: Callable[[str, str, str, bool], LogTarget | None],
-                 healthz: Callable[[], str | None] = lambda: None,
-                 problems: Callable[[], list] = lambda: [],
-                 authenticate: Callable[[web.Request], Any] | None = None,
-                 authorize: Callable[[RequestAttributes], Any] | None = None,
-                 follow_poll_interval: float = 0.2,
-                 client_ca: bytes | None = None,
-                 enable_debugging_handlers: bool = True,
-                 running_pods: Callable[[], Awaitable[list[dict]]] | None = None,
-                 stats: Callable[[bool], Awaitable[dict]] | None = None,
-                 metrics: Callable[[], str] | None = None,
-                 configz: Callable[[], dict] | None = None,
-                 streaming: "RuntimeStreaming | None" = None,
-                 log_dir: str = DEFAULT_LOG_DIR) -> None:
+    def __init__(
+        self,
+        *,
+        address: str,
+        port: int,
+        cert_dir: str,
+        tls_cert_file: str = "",
+        tls_private_key_file: str = "",
+        node_name: str,
+        pods: Callable[[], list[dict]],
+        locate_log: Callable[[str, str, str, bool], LogTarget | None],
+        healthz: Callable[[], str | None] = lambda: None,
+        problems: Callable[[], list] = lambda: [],
+        authenticate: Callable[[web.Request], Any] | None = None,
+        authorize: Callable[[RequestAttributes], Any] | None = None,
+        follow_poll_interval: float = 0.2,
+        client_ca: bytes | None = None,
+        enable_debugging_handlers: bool = True,
+        running_pods: Callable[[], Awaitable[list[dict]]] | None = None,
+        stats: Callable[[bool], Awaitable[dict]] | None = None,
+        metrics: Callable[[], str] | None = None,
+        configz: Callable[[], dict] | None = None,
+        streaming: "RuntimeStreaming | None" = None,
+        log_dir: str = DEFAULT_LOG_DIR,
+    ) -> None:
         self.address = address
         self._port = port
         self.cert_dir = cert_dir
@@ -178,7 +193,7 @@ class AgentServer:
         self._authenticate = authenticate or allow_anonymous
         self._authorize = authorize or always_allow
         self._poll = follow_poll_interval
-        self._closing = False   # shutting down: follows end as if their container stopped
+        self._closing = False  # shutting down: follows end as if their container stopped
         self.client_ca = client_ca
         self.debugging = enable_debugging_handlers
         self._running_pods = running_pods
@@ -188,7 +203,7 @@ class AgentServer:
         self._streaming = streaming
         self.log_dir = log_dir
         self._ctx: ssl.SSLContext | None = None
-        self._issued: tuple[str, str] | None = None   # a cluster-issued pair (rotation)
+        self._issued: tuple[str, str] | None = None  # a cluster-issued pair (rotation)
         self.serving_cert_expiry: float | None = None  # not-after of the certificate served (epoch s)
 
     @property
@@ -200,9 +215,11 @@ class AgentServer:
 
     def _certificate_files(self) -> tuple[str, str]:
         if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
-            raise ListenError("--tls-cert-file and --tls-private-key-file must be given together "
-                              f"(got --tls-cert-file={self.tls_cert_file!r}, "
-                              f"--tls-private-key-file={self.tls_private_key_file!r})")
+            raise ListenError(
+                "--tls-cert-file and --tls-private-key-file must be given together "
+                f"(got --tls-cert-file={self.tls_cert_file!r}, "
+                f"--tls-private-key-file={self.tls_private_key_file!r})"
+            )
         if self.tls_cert_file:
             return self.tls_cert_file, self.tls_private_key_file
         if self._issued is not None:
@@ -211,8 +228,9 @@ class AgentServer:
         try:
             return ensure_serving_cert(self.cert_dir, self.node_name, addresses)
         except (OSError, ValueError) as exc:
-            raise ListenError(f"cannot create a self-signed serving certificate in "
-                              f"--cert-dir={self.cert_dir}: {exc}") from exc
+            raise ListenError(
+                f"cannot create a self-signed serving certificate in --cert-dir={self.cert_dir}: {exc}"
+            ) from exc
 
     def _ssl_context(self) -> ssl.SSLContext:
         cert, key = self._certificate_files()
@@ -226,8 +244,9 @@ class AgentServer:
         if self.client_ca:
             # Ask for a client certificate; the x509 authenticator names its user.
             try:
-                ctx.load_verify_locations(cadata=self.client_ca.decode() if isinstance(self.client_ca, bytes)
-                                          else self.client_ca)
+                ctx.load_verify_locations(
+                    cadata=self.client_ca.decode() if isinstance(self.client_ca, bytes) else self.client_ca
+                )
             except (ssl.SSLError, ValueError) as exc:
                 raise ListenError(f"cannot use the client CA bundle (--client-ca-file): {exc}") from exc
             ctx.verify_mode = ssl.CERT_OPTIONAL
@@ -258,8 +277,7 @@ class AgentServer:
             candidates = [(socket.AF_INET6, ("::", self._port)), (socket.AF_INET, ("0.0.0.0", self._port))]
         else:
             try:
-                infos = socket.getaddrinfo(self.address, self._port, type=socket.SOCK_STREAM,
-                                           flags=socket.AI_PASSIVE)
+                infos = socket.getaddrinfo(self.address, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
             except socket.gaierror as exc:
                 raise ListenError(f"cannot listen on {where}: {exc.strerror}") from exc
             candidates = [(family, addr) for family, _, _, _, addr in infos]
@@ -309,8 +327,10 @@ class AgentServer:
             r.add_post("/run/{namespace}/{pod}/{container}", self._handle_run)
             r.add_post("/run/{namespace}/{pod}/{uid}/{container}", self._handle_run)
             for kind in ("exec", "attach"):
-                for path in (f"/{kind}/{{namespace}}/{{pod}}/{{container}}",
-                             f"/{kind}/{{namespace}}/{{pod}}/{{uid}}/{{container}}"):
+                for path in (
+                    f"/{kind}/{{namespace}}/{{pod}}/{{container}}",
+                    f"/{kind}/{{namespace}}/{{pod}}/{{uid}}/{{container}}",
+                ):
                     r.add_get(path, self._handle_stream)
                     r.add_post(path, self._handle_stream)
             for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
@@ -332,8 +352,7 @@ class AgentServer:
                 started.set_exception(exc)
             raise
         # handler_cancellation: a follow whose client went away stops at once.
-        runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=None,
-                               shutdown_timeout=1.0)
+        runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
         try:
             await runner.setup()
             site = web.SockSite(runner, sock, ssl_context=ctx)
@@ -364,13 +383,25 @@ class AgentServer:
         try:
             decision = await _maybe_await(self._authorize(attrs))
         except AuthorizationError as exc:
-            log.error("Authorization error", err=exc, user=user.name, verb=attrs.verb,
-                      resource=attrs.resource, subresource=attrs.subresource)
+            log.error(
+                "Authorization error",
+                err=exc,
+                user=user.name,
+                verb=attrs.verb,
+                resource=attrs.resource,
+                subresource=attrs.subresource,
+            )
             return _text(500, f"Authorization error ({attrs.describe()})")
         allowed, reason = decision if isinstance(decision, tuple) else (bool(decision), "")
         if not allowed:
-            log.v(2).info("Forbidden", url=str(request.rel_url), user=user.name, verb=attrs.verb,
-                          subresource=attrs.subresource, reason=reason)
+            log.v(2).info(
+                "Forbidden",
+                url=str(request.rel_url),
+                user=user.name,
+                verb=attrs.verb,
+                subresource=attrs.subresource,
+                reason=reason,
+            )
             return _text(403, f"Forbidden ({attrs.describe()})")
         try:
             return await handler(request)
@@ -380,8 +411,7 @@ class AgentServer:
             return _text(404, "404 page not found")
 
     async def _handle_pods(self, request: web.Request) -> web.Response:
-        body: dict[str, Any] = {"kind": "PodList", "apiVersion": "v1", "metadata": {},
-                                "items": list(self._pods())}
+        body: dict[str, Any] = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(self._pods())}
         problems = [_problem_json(p) for p in self._problems()]
         if problems:
             body["problems"] = problems
@@ -400,17 +430,18 @@ class AgentServer:
         log.v(2).info("Health check failed", reason=failure)
         return _text(500, f"{failure}\nhealthz check failed")
 
-    def _explain_missing(self, namespace: str, pod_name: str, container: str,
-                         previous: bool) -> web.Response:
+    def _explain_missing(self, namespace: str, pod_name: str, container: str, previous: bool) -> web.Response:
         """Why there is no log to serve, in upstream's words: an unknown pod or
         container is 404, a known container without that log is 400."""
-        pod = next((p for p in self._pods()
-                    if podutil.namespace(p) == namespace and podutil.name(p) == pod_name), None)
+        pod = next((p for p in self._pods() if podutil.namespace(p) == namespace and podutil.name(p) == pod_name), None)
         if pod is None:
             return _text(404, f'pod "{pod_name}" does not exist in namespace "{namespace}"')
         spec = podutil.spec(pod)
-        declared = {c.get("name") for key in ("containers", "initContainers", "ephemeralContainers")
-                    for c in spec.get(key) or []}
+        declared = {
+            c.get("name")
+            for key in ("containers", "initContainers", "ephemeralContainers")
+            for c in spec.get(key) or []
+        }
         if container not in declared:
             return _text(404, f'container "{container}" not found in pod "{pod_name}"')
         if previous:
@@ -420,8 +451,11 @@ class AgentServer:
             for cs in status.get(key) or []:
                 waiting = (cs.get("state") or {}).get("waiting")
                 if cs.get("name") == container and waiting is not None:
-                    return _text(400, f'container "{container}" in pod "{pod_name}" is waiting to '
-                                      f'start: {waiting.get("reason") or "unknown reason"}')
+                    return _text(
+                        400,
+                        f'container "{container}" in pod "{pod_name}" is waiting to '
+                        f"start: {waiting.get('reason') or 'unknown reason'}",
+                    )
         return _text(400, f'container "{container}" in pod "{pod_name}" is not available')
 
     async def _handle_logs(self, request: web.Request) -> web.StreamResponse:
@@ -454,14 +488,12 @@ class AgentServer:
             return bool(target.is_running())
 
         try:
-            await read_log(target.path, opts, response.write, is_running=is_running,
-                           poll_interval=self._poll)
+            await read_log(target.path, opts, response.write, is_running=is_running, poll_interval=self._poll)
         except (ConnectionError, OSError) as exc:
             log.v(2).info("Container log stream ended early", path=target.path, err=exc)
             return response
         await response.write_eof()
         return response
-
 
     # --- node data ------------------------------------------------------------------
 
@@ -538,8 +570,9 @@ class AgentServer:
         if not os.access(target, os.R_OK):
             return _text(403, "403 Forbidden")
         ctype, encoding = mimetypes.guess_type(target)
-        headers = {"Content-Type": ctype if ctype and not encoding else _TEXT if not encoding
-                   else "application/octet-stream"}
+        headers = {
+            "Content-Type": ctype if ctype and not encoding else _TEXT if not encoding else "application/octet-stream"
+        }
         return web.FileResponse(target, headers=headers)
 
     # --- commands and streams in containers ---------------------------------------------
@@ -554,8 +587,9 @@ class AgentServer:
             form = await request.post()
             cmd = str(form.get("cmd", ""))
         try:
-            output = await self._streaming.run(m["namespace"], m["pod"], m.get("uid", ""), m["container"],
-                                               cmd.split(" "))
+            output = await self._streaming.run(
+                m["namespace"], m["pod"], m.get("uid", ""), m["container"], cmd.split(" ")
+            )
         except StreamingError as exc:
             return _text(exc.status, str(exc))
         return web.Response(body=output, content_type=_JSON)
@@ -591,15 +625,32 @@ class AgentServer:
                     command = q.getall("command", [])
                     if not command:
                         return _text(400, "you must specify a command")
-                    url = await self._streaming.exec(m["namespace"], m["pod"], m.get("uid", ""), m["container"],
-                                                     command, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr)
+                    url = await self._streaming.exec(
+                        m["namespace"],
+                        m["pod"],
+                        m.get("uid", ""),
+                        m["container"],
+                        command,
+                        tty=tty,
+                        stdin=stdin,
+                        stdout=stdout,
+                        stderr=stderr,
+                    )
                 else:
-                    url = await self._streaming.attach(m["namespace"], m["pod"], m.get("uid", ""),
-                                                       m["container"], tty=tty, stdin=stdin, stdout=stdout,
-                                                       stderr=stderr)
+                    url = await self._streaming.attach(
+                        m["namespace"],
+                        m["pod"],
+                        m.get("uid", ""),
+                        m["container"],
+                        tty=tty,
+                        stdin=stdin,
+                        stdout=stdout,
+                        stderr=stderr,
+                    )
                 if streaming.is_websocket_request(request):
-                    return await streaming.serve_websocket(request, url, stdin=stdin, stdout=stdout,
-                                                           stderr=stderr, tty=tty)
+                    return await streaming.serve_websocket(
+                        request, url, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty
+                    )
         except StreamingError as exc:
             return _text(exc.status, str(exc))
         return web.Response(status=302, headers={"Location": url})
@@ -623,7 +674,7 @@ class RuntimeStreaming:
 
     def __init__(self, cri: Any, find: Callable[[str, str], Any]) -> None:
         self.cri = cri
-        self._find = find   # (namespace, name) -> pipeline PodState (pod, rp) or None
+        self._find = find  # (namespace, name) -> pipeline PodState (pod, rp) or None
 
     def _pod(self, namespace: str, name: str, uid: str):
         state = self._find(namespace, name)
@@ -655,17 +706,30 @@ class RuntimeStreaming:
         cid = self._container_id(namespace, name, uid, container)
         resp = await self._call(self.cri.exec_sync(cid, cmd))
         if resp.exit_code != 0:
-            raise StreamingError(500, f"command '{' '.join(cmd)}' exited with {resp.exit_code}: "
-                                      f"{resp.stderr.decode(errors='replace')}")
+            raise StreamingError(
+                500, f"command '{' '.join(cmd)}' exited with {resp.exit_code}: {resp.stderr.decode(errors='replace')}"
+            )
         return bytes(resp.stdout) + bytes(resp.stderr)
 
-    async def exec(self, namespace: str, name: str, uid: str, container: str, cmd: list[str], *,
-                   tty: bool, stdin: bool, stdout: bool, stderr: bool) -> str:
+    async def exec(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        container: str,
+        cmd: list[str],
+        *,
+        tty: bool,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+    ) -> str:
         cid = self._container_id(namespace, name, uid, container)
         return await self._call(self.cri.exec(cid, cmd, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr))
 
-    async def attach(self, namespace: str, name: str, uid: str, container: str, *,
-                     tty: bool, stdin: bool, stdout: bool, stderr: bool) -> str:
+    async def attach(
+        self, namespace: str, name: str, uid: str, container: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
+    ) -> str:
         cid = self._container_id(namespace, name, uid, container)
         return await self._call(self.cri.attach(cid, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr))
 
@@ -687,9 +751,9 @@ def _config_value(value: Any) -> Any:
         return value
     if isinstance(value, _dt.timedelta):
         return format_duration(value)
-    if hasattr(value, "explicit") and hasattr(value, "enabled"):   # feature gates
+    if hasattr(value, "explicit") and hasattr(value, "enabled"):  # feature gates
         return {k: bool(v) for k, v in sorted(dict(value.explicit).items())}
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), str):   # enums
+    if hasattr(value, "value") and isinstance(value.value, str):  # enums
         return value.value
     if isinstance(value, Mapping):
         return {str(k): _config_value(v) for k, v in value.items()}
@@ -751,8 +815,9 @@ def _reusable(cert_path: str, key_path: str, dns: set[str], ips: set[str]) -> bo
         return False
     leaf = chain[0]
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    if leaf.public_key().public_bytes(serialization.Encoding.DER, spki) != \
-            key.public_key().public_bytes(serialization.Encoding.DER, spki):
+    if leaf.public_key().public_bytes(serialization.Encoding.DER, spki) != key.public_key().public_bytes(
+        serialization.Encoding.DER, spki
+    ):
         return False
     now = _dt.datetime.now(_dt.timezone.utc)
     if not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc - _dt.timedelta(days=1):
@@ -805,7 +870,7 @@ def ensure_serving_cert(cert_dir: str, node_name: str, addresses: Sequence[str])
 
     os.makedirs(cert_dir, mode=0o755, exist_ok=True)
     now = _dt.datetime.now(_dt.timezone.utc)
-    not_before = now - _dt.timedelta(minutes=5)   # clock skew between node and clients
+    not_before = now - _dt.timedelta(minutes=5)  # clock skew between node and clients
     not_after = now + _CERT_VALIDITY
     stamp = int(now.timestamp())
 
@@ -814,45 +879,66 @@ def ensure_serving_cert(cert_dir: str, node_name: str, addresses: Sequence[str])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
     ca_cert = (
         x509.CertificateBuilder()
-        .subject_name(ca_name).issuer_name(ca_name)
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before).not_valid_after(not_after)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(ca_ski, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
 
     key = ec.generate_private_key(ec.SECP256R1())
-    san = [x509.DNSName(d) for d in sorted(dns)] + \
-          [x509.IPAddress(ipaddress.ip_address(i)) for i in sorted(ips)]
+    san = [x509.DNSName(d) for d in sorted(dns)] + [x509.IPAddress(ipaddress.ip_address(i)) for i in sorted(ips)]
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}@{stamp}")]))
         .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before).not_valid_after(not_after)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True,
-                                     content_commitment=False, data_encipherment=False,
-                                     key_agreement=False, key_cert_sign=False, crl_sign=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=True,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(san), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-                       critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    _write_atomic(key_path, key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                              serialization.NoEncryption()), 0o600)
+    _write_atomic(
+        key_path, key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600
+    )
     _write_atomic(cert_path, cert.public_bytes(pem) + ca_cert.public_bytes(pem), 0o644)
-    log.info("Created a self-signed serving certificate", cert=cert_path, key=key_path,
-             names=sorted(dns) + sorted(ips))
+    log.info("Created a self-signed serving certificate", cert=cert_path, key=key_path, names=sorted(dns) + sorted(ips))
     return cert_path, key_path

@@ -43,10 +43,24 @@ from apiserver_min.api.tlsverify import peer_certificates
 from . import logging as agent_logging
 
 __all__ = [
-    "UserInfo", "ANONYMOUS", "RequestAttributes", "request_attributes", "http_verb",
-    "subresource_for_path", "AuthenticationError", "AuthorizationError", "TTLCache",
-    "X509Authenticator", "TokenWebhookAuthenticator", "Authenticator", "WebhookAuthorizer",
-    "always_allow", "Review", "api_review", "TOKEN_REVIEW_PATH", "SUBJECT_ACCESS_REVIEW_PATH",
+    "UserInfo",
+    "ANONYMOUS",
+    "RequestAttributes",
+    "request_attributes",
+    "http_verb",
+    "subresource_for_path",
+    "AuthenticationError",
+    "AuthorizationError",
+    "TTLCache",
+    "X509Authenticator",
+    "TokenWebhookAuthenticator",
+    "Authenticator",
+    "WebhookAuthorizer",
+    "always_allow",
+    "Review",
+    "api_review",
+    "TOKEN_REVIEW_PATH",
+    "SUBJECT_ACCESS_REVIEW_PATH",
 ]
 
 log = agent_logging.get_logger("serverauth")
@@ -108,13 +122,13 @@ class RequestAttributes:
     namespace: str = ""
 
     def describe(self) -> str:
-        return (f"user={self.user.name}, verb={self.verb}, resource={self.resource}, "
-                f"subresource={self.subresource}")
+        return f"user={self.user.name}, verb={self.verb}, resource={self.resource}, subresource={self.subresource}"
 
 
 def request_attributes(user: UserInfo, method: str, path: str, node_name: str) -> RequestAttributes:
-    return RequestAttributes(user=user, verb=http_verb(method), subresource=subresource_for_path(path),
-                             name=node_name, path=path)
+    return RequestAttributes(
+        user=user, verb=http_verb(method), subresource=subresource_for_path(path), name=node_name, path=path
+    )
 
 
 # --- a small expiring cache -----------------------------------------------------------------
@@ -203,13 +217,14 @@ class TokenWebhookAuthenticator:
     be valid a moment later (a new service account token), and upstream caches
     failures only briefly too."""
 
-    def __init__(self, review: Review | None, ttl: float, *, audiences: tuple[str, ...] = (),
-                 cache: TTLCache | None = None) -> None:
+    def __init__(
+        self, review: Review | None, ttl: float, *, audiences: tuple[str, ...] = (), cache: TTLCache | None = None
+    ) -> None:
         self.review = review
         self.ttl = ttl
         self.audiences = audiences
         self.cache = cache if cache is not None else TTLCache()
-        self.reviews = 0   # reviews sent (tests)
+        self.reviews = 0  # reviews sent (tests)
 
     async def __call__(self, request) -> UserInfo | None:
         token = _bearer_token(request)
@@ -235,8 +250,7 @@ class TokenWebhookAuthenticator:
             raise AuthenticationError(status.get("error") or "invalid bearer token")
         info = status.get("user") or {}
         extra = {k: tuple(v) for k, v in (info.get("extra") or {}).items() if isinstance(v, list)}
-        user = UserInfo(str(info.get("username", "")), tuple(info.get("groups") or ()),
-                        str(info.get("uid", "")), extra)
+        user = UserInfo(str(info.get("username", "")), tuple(info.get("groups") or ()), str(info.get("uid", "")), extra)
         if not user.name:
             raise AuthenticationError("token review answered without a user name")
         self.cache.put(key, user, self.ttl)
@@ -246,8 +260,13 @@ class TokenWebhookAuthenticator:
 class Authenticator:
     """The union: x509, then bearer token, then anonymous. ``None`` means 401."""
 
-    def __init__(self, *, x509_auth: X509Authenticator | None = None,
-                 token_auth: TokenWebhookAuthenticator | None = None, anonymous: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        x509_auth: X509Authenticator | None = None,
+        token_auth: TokenWebhookAuthenticator | None = None,
+        anonymous: bool = False,
+    ) -> None:
         self.x509 = x509_auth
         self.token = token_auth
         self.anonymous = anonymous
@@ -278,8 +297,9 @@ def always_allow(attrs: RequestAttributes) -> tuple[bool, str]:
 class WebhookAuthorizer:
     """``SubjectAccessReview`` at the API server, with upstream's two caches."""
 
-    def __init__(self, review: Review | None, *, authorized_ttl: float, unauthorized_ttl: float,
-                 cache: TTLCache | None = None) -> None:
+    def __init__(
+        self, review: Review | None, *, authorized_ttl: float, unauthorized_ttl: float, cache: TTLCache | None = None
+    ) -> None:
         self.review = review
         self.authorized_ttl = authorized_ttl
         self.unauthorized_ttl = unauthorized_ttl
@@ -294,9 +314,13 @@ class WebhookAuthorizer:
             "user": u.name,
             "groups": list(u.groups),
             "resourceAttributes": {
-                "namespace": attrs.namespace, "verb": attrs.verb, "group": attrs.api_group,
-                "version": attrs.api_version, "resource": attrs.resource,
-                "subresource": attrs.subresource, "name": attrs.name,
+                "namespace": attrs.namespace,
+                "verb": attrs.verb,
+                "group": attrs.api_group,
+                "version": attrs.api_version,
+                "resource": attrs.resource,
+                "subresource": attrs.subresource,
+                "name": attrs.name,
             },
         }
         if u.uid:
@@ -308,9 +332,19 @@ class WebhookAuthorizer:
     @staticmethod
     def _key(attrs: RequestAttributes) -> tuple:
         u = attrs.user
-        return (u.name, u.groups, u.uid, tuple(sorted((k, tuple(v)) for k, v in u.extra.items())),
-                attrs.verb, attrs.resource, attrs.subresource, attrs.name, attrs.namespace,
-                attrs.api_group, attrs.api_version)
+        return (
+            u.name,
+            u.groups,
+            u.uid,
+            tuple(sorted((k, tuple(v)) for k, v in u.extra.items())),
+            attrs.verb,
+            attrs.resource,
+            attrs.subresource,
+            attrs.name,
+            attrs.namespace,
+            attrs.api_group,
+            attrs.api_version,
+        )
 
     async def __call__(self, attrs: RequestAttributes) -> tuple[bool, str]:
         key = self._key(attrs)

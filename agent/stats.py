@@ -43,9 +43,9 @@ __all__ = ["StatsProvider", "read_cgroup_usage", "CgroupUsage", "fs_stats"]
 
 log = agent_logging.get_logger("stats")
 
-WARMUP_INTERVAL = 0.1      # seconds between the two samples of the first request
-RATE_WINDOW_MAX = 600.0    # older samples do not make a meaningful rate
-_UNLIMITED = 1 << 62       # cgroup v1 "no limit" is 2^63 rounded to pages
+WARMUP_INTERVAL = 0.1  # seconds between the two samples of the first request
+RATE_WINDOW_MAX = 600.0  # older samples do not make a meaningful rate
+_UNLIMITED = 1 << 62  # cgroup v1 "no limit" is 2^63 rounded to pages
 
 
 def _now_rfc3339(ns: int | None = None) -> str:
@@ -88,8 +88,17 @@ def _kv(text: str | None) -> dict[str, int]:
 class CgroupUsage:
     """One reading of a cgroup: cumulative CPU (ns), memory figures (bytes), processes."""
 
-    __slots__ = ("timestamp", "cpu_ns", "usage", "working_set", "rss", "page_faults", "major_page_faults",
-                 "limit", "pids")
+    __slots__ = (
+        "timestamp",
+        "cpu_ns",
+        "usage",
+        "working_set",
+        "rss",
+        "page_faults",
+        "major_page_faults",
+        "limit",
+        "pids",
+    )
 
     def __init__(self) -> None:
         self.timestamp = time.time_ns()
@@ -147,8 +156,9 @@ def read_cgroup_usage(dirs: Mapping[str, str]) -> CgroupUsage | None:
     return u
 
 
-def fs_stats(path: str, used_bytes: int | None = None, inodes_used: int | None = None,
-             timestamp_ns: int | None = None) -> dict | None:
+def fs_stats(
+    path: str, used_bytes: int | None = None, inodes_used: int | None = None, timestamp_ns: int | None = None
+) -> dict | None:
     """FsStats of the file system holding ``path`` (capacity and free from statvfs;
     ``used*`` from the caller when it knows what belongs to whom)."""
     # A mount point the runtime names but has not created yet lives on its parent's file system.
@@ -209,16 +219,24 @@ def _log_files(log_path: str) -> list[str]:
 class StatsProvider:
     """Builds the summary; keeps the previous CPU samples for rates."""
 
-    def __init__(self, *, node_name: str, root_dir: str, cri: Any = None, cgroups: Any = None,
-                 pods: Callable[[], Iterable[tuple[dict, Any]]] = lambda: (),
-                 pods_dir: str | None = None, started_at: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        root_dir: str,
+        cri: Any = None,
+        cgroups: Any = None,
+        pods: Callable[[], Iterable[tuple[dict, Any]]] = lambda: (),
+        pods_dir: str | None = None,
+        started_at: float | None = None,
+    ) -> None:
         self.node_name = node_name
         self.root_dir = root_dir
         self.cri = cri
         self.cgroups = cgroups
         self._pods = pods
         self.pods_dir = pods_dir or os.path.join(root_dir, "pods")
-        self._last: dict[str, tuple[int, int]] = {}   # key -> (timestamp ns, cumulative cpu ns)
+        self._last: dict[str, tuple[int, int]] = {}  # key -> (timestamp ns, cumulative cpu ns)
         self._boot = psutil.boot_time()
         self._process = psutil.Process()
         self._started = started_at if started_at is not None else self._process.create_time()
@@ -292,8 +310,15 @@ class StatsProvider:
         for name, c in sorted(counters.items()):
             if name == "lo":
                 continue
-            interfaces.append({"name": name, "rxBytes": c.bytes_recv, "rxErrors": c.errin,
-                               "txBytes": c.bytes_sent, "txErrors": c.errout})
+            interfaces.append(
+                {
+                    "name": name,
+                    "rxBytes": c.bytes_recv,
+                    "rxErrors": c.errin,
+                    "txBytes": c.bytes_sent,
+                    "txErrors": c.errout,
+                }
+            )
         if not interfaces:
             return None
         out: dict[str, Any] = {"time": _now_rfc3339(timestamp_ns), **interfaces[0], "interfaces": interfaces}
@@ -311,24 +336,36 @@ class StatsProvider:
             return None
         fs = info.image_filesystems[0]
         mount = fs.fs_id.mountpoint or self.root_dir
-        return await asyncio.to_thread(fs_stats, mount, fs.used_bytes.value,
-                                       fs.inodes_used.value if fs.HasField("inodes_used") else None,
-                                       fs.timestamp or None)
+        return await asyncio.to_thread(
+            fs_stats,
+            mount,
+            fs.used_bytes.value,
+            fs.inodes_used.value if fs.HasField("inodes_used") else None,
+            fs.timestamp or None,
+        )
 
     def _system_containers(self, capacity: int) -> list[dict]:
         out = []
         now = time.time_ns()
         try:
             times = self._process.cpu_times()
-            mem = self._process.memory_full_info() if hasattr(self._process, "memory_full_info") \
+            mem = (
+                self._process.memory_full_info()
+                if hasattr(self._process, "memory_full_info")
                 else self._process.memory_info()
+            )
             u = CgroupUsage()
             u.usage = mem.rss
             u.working_set = getattr(mem, "uss", mem.rss)
             u.rss = mem.rss
-            out.append({"name": names.AGENT_NAME, "startTime": _now_rfc3339(int(self._started * 1e9)),
-                        "cpu": self._cpu("sys:agent", now, int((times.user + times.system) * 1e9)),
-                        "memory": self._memory(u, capacity, now)})
+            out.append(
+                {
+                    "name": names.AGENT_NAME,
+                    "startTime": _now_rfc3339(int(self._started * 1e9)),
+                    "cpu": self._cpu("sys:agent", now, int((times.user + times.system) * 1e9)),
+                    "memory": self._memory(u, capacity, now),
+                }
+            )
         except (psutil.Error, OSError):
             pass
         if self.cgroups is not None and getattr(self.cgroups, "per_qos", False):
@@ -338,9 +375,14 @@ class StatsProvider:
                 dirs = {}
             u = read_cgroup_usage(dirs) if dirs else None
             if u is not None:
-                out.append({"name": "pods", "startTime": _now_rfc3339(int(self._started * 1e9)),
-                            "cpu": self._cpu("sys:pods", u.timestamp, u.cpu_ns),
-                            "memory": self._memory(u, capacity, u.timestamp)})
+                out.append(
+                    {
+                        "name": "pods",
+                        "startTime": _now_rfc3339(int(self._started * 1e9)),
+                        "cpu": self._cpu("sys:pods", u.timestamp, u.cpu_ns),
+                        "memory": self._memory(u, capacity, u.timestamp),
+                    }
+                )
         return out
 
     # --- pods -------------------------------------------------------------------------
@@ -376,13 +418,17 @@ class StatsProvider:
                 u.page_faults = m.page_faults.value
             if m.HasField("major_page_faults"):
                 u.major_page_faults = m.major_page_faults.value
-            if m.available_bytes.value and u.working_set is not None:   # 0: the container has no limit
+            if m.available_bytes.value and u.working_set is not None:  # 0: the container has no limit
                 u.limit = m.available_bytes.value + u.working_set
             out["memory"] = self._memory(u, None, u.timestamp)
             wl = stats.writable_layer
             if wl.fs_id.mountpoint or wl.HasField("used_bytes"):
-                rootfs = fs_stats(wl.fs_id.mountpoint or self.root_dir, wl.used_bytes.value,
-                                  wl.inodes_used.value if wl.HasField("inodes_used") else None, wl.timestamp or now)
+                rootfs = fs_stats(
+                    wl.fs_id.mountpoint or self.root_dir,
+                    wl.used_bytes.value,
+                    wl.inodes_used.value if wl.HasField("inodes_used") else None,
+                    wl.timestamp or now,
+                )
                 if rootfs is not None:
                     out["rootfs"] = rootfs
         if info.log_path:
@@ -420,17 +466,15 @@ class StatsProvider:
                     out.append(st)
         return out
 
-    def _pod(self, pod: dict, rp: Any, ctr_stats: Mapping[str, Any], capacity: int,
-             only_cpu_and_memory: bool) -> dict:
+    def _pod(self, pod: dict, rp: Any, ctr_stats: Mapping[str, Any], capacity: int, only_cpu_and_memory: bool) -> dict:
         uid = podutil.uid(pod)
-        out: dict[str, Any] = {"podRef": {"name": podutil.name(pod), "namespace": podutil.namespace(pod),
-                                          "uid": uid}}
+        out: dict[str, Any] = {"podRef": {"name": podutil.name(pod), "namespace": podutil.namespace(pod), "uid": uid}}
         sandbox = rp.sandboxes[0] if rp is not None and rp.sandboxes else None
         if sandbox is not None and sandbox.created_at:
             out["startTime"] = _now_rfc3339(sandbox.created_at)
         containers = []
         seen: set[str] = set()
-        for info in (rp.containers if rp is not None else []):
+        for info in rp.containers if rp is not None else []:
             if info.name in seen or not info.running:
                 continue
             seen.add(info.name)
@@ -448,12 +492,14 @@ class StatsProvider:
         u = read_cgroup_usage(dirs) if dirs else None
         if u is not None:
             out["cpu"] = self._cpu(f"pod:{uid}", u.timestamp, u.cpu_ns)
-            out["memory"] = self._memory(u, None, u.timestamp)   # availableBytes only under a limit
+            out["memory"] = self._memory(u, None, u.timestamp)  # availableBytes only under a limit
         elif containers:
             now = time.time_ns()
-            cpu = {"time": _now_rfc3339(now),
-                   "usageCoreNanoSeconds": sum(c.get("cpu", {}).get("usageCoreNanoSeconds", 0) for c in containers),
-                   "usageNanoCores": sum(c.get("cpu", {}).get("usageNanoCores", 0) for c in containers)}
+            cpu = {
+                "time": _now_rfc3339(now),
+                "usageCoreNanoSeconds": sum(c.get("cpu", {}).get("usageCoreNanoSeconds", 0) for c in containers),
+                "usageNanoCores": sum(c.get("cpu", {}).get("usageNanoCores", 0) for c in containers),
+            }
             mem: dict[str, Any] = {"time": _now_rfc3339(now)}
             for key in ("usageBytes", "workingSetBytes", "rssBytes", "pageFaults", "majorPageFaults"):
                 mem[key] = sum(c.get("memory", {}).get(key, 0) for c in containers)
@@ -463,8 +509,9 @@ class StatsProvider:
         volumes = self._volumes(uid)
         if volumes:
             out["volume"] = volumes
-        ephemeral = sum(c.get("rootfs", {}).get("usedBytes", 0) + c.get("logs", {}).get("usedBytes", 0)
-                        for c in containers) + sum(v.get("usedBytes", 0) for v in volumes)
+        ephemeral = sum(
+            c.get("rootfs", {}).get("usedBytes", 0) + c.get("logs", {}).get("usedBytes", 0) for c in containers
+        ) + sum(v.get("usedBytes", 0) for v in volumes)
         eph = fs_stats(self.root_dir, ephemeral)
         if eph is not None:
             eph.pop("inodesUsed", None)
@@ -493,8 +540,11 @@ class StatsProvider:
             "cpu": self._cpu("node", now, self._node_cpu_ns()),
             "memory": self._memory(self._node_memory(), capacity, now),
         }
-        ctr_stats, image_fs = await asyncio.gather(self._container_stats(), self._image_fs()) \
-            if not only_cpu_and_memory else (await self._container_stats(), None)
+        ctr_stats, image_fs = (
+            await asyncio.gather(self._container_stats(), self._image_fs())
+            if not only_cpu_and_memory
+            else (await self._container_stats(), None)
+        )
         if not only_cpu_and_memory:
             network = self._network(now)
             if network is not None:
@@ -510,10 +560,13 @@ class StatsProvider:
             node["rlimit"] = {"time": _now_rfc3339(now), "maxpid": pid_max, "curproc": len(psutil.pids())}
         pods = list(self._pods())
         built = await asyncio.to_thread(
-            lambda: [self._pod(pod, rp, ctr_stats, capacity, only_cpu_and_memory) for pod, rp in pods])
-        live = {"node", "sys:agent", "sys:pods"} | {f"pod:{podutil.uid(p)}" for p, _ in pods} | \
-            {f"ctr:{cid}" for cid in ctr_stats}
+            lambda: [self._pod(pod, rp, ctr_stats, capacity, only_cpu_and_memory) for pod, rp in pods]
+        )
+        live = (
+            {"node", "sys:agent", "sys:pods"}
+            | {f"pod:{podutil.uid(p)}" for p, _ in pods}
+            | {f"ctr:{cid}" for cid in ctr_stats}
+        )
         for key in [k for k in self._last if k not in live]:
             del self._last[key]
         return {"node": node, "pods": sorted(built, key=lambda p: (p["podRef"]["namespace"], p["podRef"]["name"]))}
-

@@ -11,11 +11,11 @@ IP, QoS class and start time.
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Callable, Mapping
 
-import datetime as _dt
-
-from apiserver_min.api.timeutil import format_rfc3339, now as _utcnow
+from apiserver_min.api.timeutil import format_rfc3339
+from apiserver_min.api.timeutil import now as _utcnow
 
 from . import pods as podutil
 from .cm import pod_qos_class
@@ -52,12 +52,25 @@ def _terminated(info: ContainerInfo) -> dict:
     return out
 
 
-def _container_status(spec: dict, rp: RuntimePod, waiting: Mapping[str, tuple[str, str]],
-                      ready: Callable[[str], bool], started: Callable[[str], bool],
-                      default_waiting: str) -> dict:
+def _container_status(
+    spec: dict,
+    rp: RuntimePod,
+    waiting: Mapping[str, tuple[str, str]],
+    ready: Callable[[str], bool],
+    started: Callable[[str], bool],
+    default_waiting: str,
+) -> dict:
     name = spec.get("name", "")
-    out: dict = {"name": name, "image": spec.get("image", ""), "imageID": "",
-                 "ready": False, "restartCount": 0, "started": False, "state": {}, "lastState": {}}
+    out: dict = {
+        "name": name,
+        "image": spec.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {},
+        "lastState": {},
+    }
     latest = rp.latest(name)
     wait = waiting.get(name)
     if latest is None:
@@ -145,13 +158,11 @@ def pod_phase(pod: dict, init_statuses: list[dict], statuses: list[dict]) -> str
     return "Pending"
 
 
-def _condition(type_: str, ok: bool, old: Mapping[str, dict], now: str, reason: str = "",
-               message: str = "") -> dict:
+def _condition(type_: str, ok: bool, old: Mapping[str, dict], now: str, reason: str = "", message: str = "") -> dict:
     status = "True" if ok else "False"
     prev = old.get(type_)
     transition = prev.get("lastTransitionTime") if prev and prev.get("status") == status else None
-    out = {"type": type_, "status": status, "lastProbeTime": None,
-           "lastTransitionTime": transition or now}
+    out = {"type": type_, "status": status, "lastProbeTime": None, "lastTransitionTime": transition or now}
     if reason:
         out["reason"] = reason
     if message:
@@ -159,21 +170,25 @@ def _condition(type_: str, ok: bool, old: Mapping[str, dict], now: str, reason: 
     return out
 
 
-def generate_pod_status(pod: dict, rp: RuntimePod, *, waiting: Mapping[str, tuple[str, str]] = {},
-                        ready: Callable[[str], bool] = lambda name: True,
-                        started: Callable[[str], bool] = lambda name: True,
-                        old: dict | None = None, host_ip: str = "", now: str | None = None,
-                        pod_error: tuple[str, str] | None = None) -> dict:
+def generate_pod_status(
+    pod: dict,
+    rp: RuntimePod,
+    *,
+    waiting: Mapping[str, tuple[str, str]] = {},
+    ready: Callable[[str], bool] = lambda name: True,
+    started: Callable[[str], bool] = lambda name: True,
+    old: dict | None = None,
+    host_ip: str = "",
+    now: str | None = None,
+    pod_error: tuple[str, str] | None = None,
+) -> dict:
     old = old or {}
     now = now or format_rfc3339(_utcnow())
     inits = podutil.init_containers(pod)
-    init_statuses = [_container_status(c, rp, waiting, ready, started, "PodInitializing")
-                     for c in inits]
-    init_done = all("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0
-                    for s in init_statuses)
+    init_statuses = [_container_status(c, rp, waiting, ready, started, "PodInitializing") for c in inits]
+    init_done = all("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0 for s in init_statuses)
     app_default = "ContainerCreating" if init_done else "PodInitializing"
-    statuses = [_container_status(c, rp, waiting, ready, started, app_default)
-                for c in podutil.containers(pod)]
+    statuses = [_container_status(c, rp, waiting, ready, started, app_default) for c in podutil.containers(pod)]
     phase = pod_phase(pod, init_statuses, statuses)
     # Init containers never count as ready once completed; upstream reports ready=true then.
     for s in init_statuses:
@@ -182,15 +197,25 @@ def generate_pod_status(pod: dict, rp: RuntimePod, *, waiting: Mapping[str, tupl
 
     old_conditions = {c.get("type"): c for c in old.get("conditions") or [] if isinstance(c, dict)}
     unready = [s["name"] for s in statuses if not s["ready"]]
-    incomplete = [s["name"] for s in init_statuses
-                  if not ("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0)]
+    incomplete = [
+        s["name"]
+        for s in init_statuses
+        if not ("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0)
+    ]
     conditions = []
     if init_done:
         conditions.append(_condition("Initialized", True, old_conditions, now))
     else:
-        conditions.append(_condition("Initialized", False, old_conditions, now,
-                                     "ContainersNotInitialized",
-                                     f"containers with incomplete status: [{' '.join(incomplete)}]"))
+        conditions.append(
+            _condition(
+                "Initialized",
+                False,
+                old_conditions,
+                now,
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{' '.join(incomplete)}]",
+            )
+        )
     if phase == "Succeeded" or phase == "Failed":
         containers_ready = False
         reason, message = "PodCompleted", ""
@@ -201,8 +226,7 @@ def generate_pod_status(pod: dict, rp: RuntimePod, *, waiting: Mapping[str, tupl
         containers_ready = True
         reason, message = "", ""
     conditions.append(_condition("Ready", containers_ready, old_conditions, now, reason, message))
-    conditions.append(_condition("ContainersReady", containers_ready, old_conditions, now,
-                                 reason, message))
+    conditions.append(_condition("ContainersReady", containers_ready, old_conditions, now, reason, message))
     conditions.append(_condition("PodScheduled", True, old_conditions, now))
 
     status: dict = {"phase": phase, "conditions": conditions, "qosClass": pod_qos_class(pod)}
@@ -230,5 +254,10 @@ def generate_pod_status(pod: dict, rp: RuntimePod, *, waiting: Mapping[str, tupl
 
 def rejected_status(pod: dict, reason: str, message: str, *, now: str | None = None) -> dict:
     """A pod refused by the node's admission: Failed with upstream's reason and message."""
-    return {"phase": "Failed", "reason": reason, "message": message,
-            "qosClass": pod_qos_class(pod), "startTime": now or format_rfc3339(_utcnow())}
+    return {
+        "phase": "Failed",
+        "reason": reason,
+        "message": message,
+        "qosClass": pod_qos_class(pod),
+        "startTime": now or format_rfc3339(_utcnow()),
+    }

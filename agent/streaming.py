@@ -49,16 +49,32 @@ from typing import Iterable, Sequence
 import orjson
 from aiohttp import WSMsgType, web
 
+from agent import logging as agent_logging
 from apiserver_min.api import names
 
-from agent import logging as agent_logging
-
 __all__ = [
-    "CHANNEL_STDIN", "CHANNEL_STDOUT", "CHANNEL_STDERR", "CHANNEL_ERROR", "CHANNEL_RESIZE",
-    "CHANNEL_CLOSE", "WEBSOCKET_PROTOCOLS", "SpdyError", "SpdyClient", "SpdyFrame", "negotiate",
-    "offered_protocols", "is_websocket_request", "failure_status", "serve_websocket",
-    "relay_websocket_to_spdy", "encode_syn_stream", "encode_data", "read_frame",
-    "decode_header_block", "PORT_FORWARD_TUNNEL_PROTOCOL", "serve_port_forward_tunnel",
+    "CHANNEL_STDIN",
+    "CHANNEL_STDOUT",
+    "CHANNEL_STDERR",
+    "CHANNEL_ERROR",
+    "CHANNEL_RESIZE",
+    "CHANNEL_CLOSE",
+    "WEBSOCKET_PROTOCOLS",
+    "SpdyError",
+    "SpdyClient",
+    "SpdyFrame",
+    "negotiate",
+    "offered_protocols",
+    "is_websocket_request",
+    "failure_status",
+    "serve_websocket",
+    "relay_websocket_to_spdy",
+    "encode_syn_stream",
+    "encode_data",
+    "read_frame",
+    "decode_header_block",
+    "PORT_FORWARD_TUNNEL_PROTOCOL",
+    "serve_port_forward_tunnel",
 ]
 
 log = agent_logging.get_logger("streaming")
@@ -82,8 +98,13 @@ _SPDY_VERSION = 3
 SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDATE = 1, 2, 3, 4, 6, 7, 8, 9
 FLAG_FIN = 0x01
 
-_STREAM_TYPES = {CHANNEL_STDIN: "stdin", CHANNEL_STDOUT: "stdout", CHANNEL_STDERR: "stderr",
-                 CHANNEL_ERROR: "error", CHANNEL_RESIZE: "resize"}
+_STREAM_TYPES = {
+    CHANNEL_STDIN: "stdin",
+    CHANNEL_STDOUT: "stdout",
+    CHANNEL_STDERR: "stderr",
+    CHANNEL_ERROR: "error",
+    CHANNEL_RESIZE: "resize",
+}
 
 
 class SpdyError(Exception):
@@ -96,6 +117,7 @@ class SpdyError(Exception):
 
 
 # --- negotiation -------------------------------------------------------------------------
+
 
 def offered_protocols(header: str | None) -> list[str]:
     """The protocols of a ``Sec-WebSocket-Protocol`` header, in the client's order."""
@@ -113,17 +135,19 @@ def negotiate(offered: Iterable[str], supported: Sequence[str] = WEBSOCKET_PROTO
 
 def is_websocket_request(request: web.Request) -> bool:
     """Whether the request asks to upgrade to WebSocket (upstream's IsWebSocketRequest)."""
-    return ("upgrade" in request.headers.get("Connection", "").lower()
-            and request.headers.get("Upgrade", "").lower() == "websocket")
+    return (
+        "upgrade" in request.headers.get("Connection", "").lower()
+        and request.headers.get("Upgrade", "").lower() == "websocket"
+    )
 
 
 def failure_status(message: str, reason: str = "InternalError", code: int = 500) -> bytes:
     """A failed ``Status`` as the error channel carries it."""
-    return orjson.dumps({"metadata": {}, "status": "Failure", "message": message, "reason": reason,
-                         "code": code})
+    return orjson.dumps({"metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
 
 
 # --- SPDY/3 framing ----------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class SpdyFrame:
@@ -157,10 +181,10 @@ def decode_header_block(block: bytes) -> dict[str, str]:
     (count,), pos, out = struct.unpack_from(">I", block), 4, {}
     for _ in range(count):
         (n,) = struct.unpack_from(">I", block, pos)
-        name = block[pos + 4:pos + 4 + n].decode()
+        name = block[pos + 4 : pos + 4 + n].decode()
         pos += 4 + n
         (v,) = struct.unpack_from(">I", block, pos)
-        out[name] = block[pos + 4:pos + 4 + v].decode()
+        out[name] = block[pos + 4 : pos + 4 + v].decode()
         pos += 4 + v
     return out
 
@@ -193,13 +217,17 @@ async def read_frame(reader: asyncio.StreamReader) -> SpdyFrame | None:
         raise SpdyError(500, "the runtime's stream connection ended inside a frame") from None
     if first & 0x80000000:
         ftype = first & 0xFFFF
-        sid = struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF if ftype in (
-            SYN_STREAM, SYN_REPLY, RST_STREAM, HEADERS, WINDOW_UPDATE) and len(payload) >= 4 else 0
+        sid = (
+            struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF
+            if ftype in (SYN_STREAM, SYN_REPLY, RST_STREAM, HEADERS, WINDOW_UPDATE) and len(payload) >= 4
+            else 0
+        )
         return SpdyFrame(True, ftype, flags, sid, payload)
     return SpdyFrame(False, 0, flags, first & 0x7FFFFFFF, payload)
 
 
 # --- the SPDY client ---------------------------------------------------------------------
+
 
 class SpdyClient:
     """A client connection to a streaming server after the SPDY upgrade."""
@@ -207,12 +235,13 @@ class SpdyClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, protocol: str) -> None:
         self.reader, self.writer, self.protocol = reader, writer, protocol
         self._compressor = zlib.compressobj()
-        self._next_id = 1     # a client's streams are odd
+        self._next_id = 1  # a client's streams are odd
         self._closed_out: set[int] = set()
 
     @classmethod
-    async def connect(cls, url: str, protocols: Sequence[str] = SPDY_PROTOCOLS, *,
-                      timeout: float = CONNECT_TIMEOUT) -> "SpdyClient":
+    async def connect(
+        cls, url: str, protocols: Sequence[str] = SPDY_PROTOCOLS, *, timeout: float = CONNECT_TIMEOUT
+    ) -> "SpdyClient":
         """Upgrade ``url`` (``http://``, as the runtime serves on loopback) to SPDY/3.1."""
         u = urllib.parse.urlsplit(url)
         if u.scheme != "http" or not u.hostname:
@@ -222,18 +251,29 @@ class SpdyClient:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(u.hostname, port), timeout)
         except (OSError, asyncio.TimeoutError) as exc:
-            raise SpdyError(500, f"cannot reach the runtime's streaming server at {u.netloc}: "
-                                 f"{exc or type(exc).__name__}") from None
+            raise SpdyError(
+                500, f"cannot reach the runtime's streaming server at {u.netloc}: {exc or type(exc).__name__}"
+            ) from None
         host = u.netloc
-        lines = [f"POST {target} HTTP/1.1", f"Host: {host}", "Connection: Upgrade", "Upgrade: SPDY/3.1",
-                 *(f"X-Stream-Protocol-Version: {p}" for p in protocols), "Content-Length: 0", "", ""]
+        lines = [
+            f"POST {target} HTTP/1.1",
+            f"Host: {host}",
+            "Connection: Upgrade",
+            "Upgrade: SPDY/3.1",
+            *(f"X-Stream-Protocol-Version: {p}" for p in protocols),
+            "Content-Length: 0",
+            "",
+            "",
+        ]
         try:
             writer.write("\r\n".join(lines).encode())
             status, headers, body = await asyncio.wait_for(_read_http_head(reader), timeout)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             writer.close()
-            raise SpdyError(500, f"the runtime's streaming server at {u.netloc} did not answer the upgrade: "
-                                 f"{exc or type(exc).__name__}") from None
+            raise SpdyError(
+                500,
+                f"the runtime's streaming server at {u.netloc} did not answer the upgrade: {exc or type(exc).__name__}",
+            ) from None
         if status != 101:
             writer.close()
             text = body.decode("utf-8", "replace").strip() or f"status {status}"
@@ -256,7 +296,7 @@ class SpdyClient:
         if stream_id in self._closed_out:
             return
         for i in range(0, max(len(data), 1), MAX_DATA_FRAME):
-            chunk = data[i:i + MAX_DATA_FRAME]
+            chunk = data[i : i + MAX_DATA_FRAME]
             last = i + MAX_DATA_FRAME >= len(data)
             self.writer.write(encode_data(stream_id, chunk, fin=fin and last))
         if fin:
@@ -310,13 +350,23 @@ async def _read_http_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, 
 
 # --- the relay ---------------------------------------------------------------------------
 
-async def relay_websocket_to_spdy(ws: web.WebSocketResponse, spdy: SpdyClient, protocol: str, *,
-                                  stdin: bool, stdout: bool, stderr: bool, tty: bool) -> None:
+
+async def relay_websocket_to_spdy(
+    ws: web.WebSocketResponse, spdy: SpdyClient, protocol: str, *, stdin: bool, stdout: bool, stderr: bool, tty: bool
+) -> None:
     """Open the streams the runtime expects (error, then stdin/stdout/stderr as asked,
     resize with a TTY), then copy both ways until the runtime ends the session or the
     client goes away. ``protocol`` is the WebSocket protocol negotiated with the client."""
-    wanted = [CHANNEL_ERROR] + [ch for ch, on in ((CHANNEL_STDIN, stdin), (CHANNEL_STDOUT, stdout),
-                                                  (CHANNEL_STDERR, stderr), (CHANNEL_RESIZE, tty)) if on]
+    wanted = [CHANNEL_ERROR] + [
+        ch
+        for ch, on in (
+            (CHANNEL_STDIN, stdin),
+            (CHANNEL_STDOUT, stdout),
+            (CHANNEL_STDERR, stderr),
+            (CHANNEL_RESIZE, tty),
+        )
+        if on
+    ]
     by_channel: dict[int, int] = {}
     for ch in wanted:
         by_channel[ch] = await spdy.open_stream({"streamType": _STREAM_TYPES[ch]})
@@ -337,13 +387,13 @@ async def relay_websocket_to_spdy(ws: web.WebSocketResponse, spdy: SpdyClient, p
                 continue
             if not frame.control and frame.payload and ch != CHANNEL_STDIN and ch != CHANNEL_RESIZE:
                 await ws.send_bytes(bytes([ch]) + frame.payload)
-            if frame.control or frame.fin:     # RST_STREAM or the stream's last frame
+            if frame.control or frame.fin:  # RST_STREAM or the stream's last frame
                 open_outputs.discard(frame.stream_id)
 
     async def from_client() -> None:
         async for msg in ws:
             if msg.type != WSMsgType.BINARY or not msg.data:
-                continue   # text frames are the base64 protocols, not offered
+                continue  # text frames are the base64 protocols, not offered
             data: bytes = msg.data
             ch = data[0]
             if ch == CHANNEL_CLOSE and v5:
@@ -369,16 +419,21 @@ async def relay_websocket_to_spdy(ws: web.WebSocketResponse, spdy: SpdyClient, p
         spdy.close()
 
 
-async def serve_websocket(request: web.Request, url: str, *, stdin: bool, stdout: bool, stderr: bool,
-                          tty: bool) -> web.StreamResponse:
+async def serve_websocket(
+    request: web.Request, url: str, *, stdin: bool, stdout: bool, stderr: bool, tty: bool
+) -> web.StreamResponse:
     """Answer an ``exec``/``attach`` WebSocket request with a relay to the runtime's
     streaming ``url``. Before the upgrade, failures are plain-text HTTP errors (as
     upstream's); after it, a failed Status on the error channel."""
     protocol = negotiate(offered_protocols(request.headers.get("Sec-WebSocket-Protocol")))
     if protocol is None:
-        return web.Response(status=400, content_type="text/plain", charset="utf-8",
-                            text="none of the offered WebSocket subprotocols is supported "
-                                 f"(supported: {', '.join(WEBSOCKET_PROTOCOLS)})\n")
+        return web.Response(
+            status=400,
+            content_type="text/plain",
+            charset="utf-8",
+            text="none of the offered WebSocket subprotocols is supported "
+            f"(supported: {', '.join(WEBSOCKET_PROTOCOLS)})\n",
+        )
     try:
         spdy = await SpdyClient.connect(url)
     except SpdyError as exc:
@@ -412,9 +467,12 @@ async def serve_port_forward_tunnel(request: web.Request, url: str) -> web.Strea
     as upstream's tunnelling handler does. The client and the runtime speak the port
     forwarding protocol (data and error streams per port) end to end."""
     if PORT_FORWARD_TUNNEL_PROTOCOL not in offered_protocols(request.headers.get("Sec-WebSocket-Protocol")):
-        return web.Response(status=400, content_type="text/plain", charset="utf-8",
-                            text=f"port forwarding over WebSocket needs the {PORT_FORWARD_TUNNEL_PROTOCOL} "
-                                 "subprotocol\n")
+        return web.Response(
+            status=400,
+            content_type="text/plain",
+            charset="utf-8",
+            text=f"port forwarding over WebSocket needs the {PORT_FORWARD_TUNNEL_PROTOCOL} subprotocol\n",
+        )
     try:
         spdy = await SpdyClient.connect(url, (PORT_FORWARD_SPDY_PROTOCOL,))
     except SpdyError as exc:
@@ -433,8 +491,10 @@ async def serve_port_forward_tunnel(request: web.Request, url: str) -> web.Strea
                     spdy.writer.write(msg.data)
                     await spdy.writer.drain()
 
-        tasks = [asyncio.create_task(to_client(), name="portforward-to-client"),
-                 asyncio.create_task(from_client(), name="portforward-from-client")]
+        tasks = [
+            asyncio.create_task(to_client(), name="portforward-to-client"),
+            asyncio.create_task(from_client(), name="portforward-from-client"),
+        ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -28,7 +28,8 @@ from .options import BY_ATTR, OPTIONS, Option, Taint
 __all__ = ["validate", "ValidationError", "TLS_CIPHER_SUITES"]
 
 # Go's crypto/tls names, the secure ones and those upstream still accepts as insecure.
-TLS_CIPHER_SUITES = frozenset("""
+TLS_CIPHER_SUITES = frozenset(
+    """
 TLS_AES_128_GCM_SHA256 TLS_AES_256_GCM_SHA384 TLS_CHACHA20_POLY1305_SHA256
 TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
 TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
@@ -42,7 +43,8 @@ TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256 TLS_ECDHE_ECDSA_WITH_RC4_128_SHA
 TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256
 TLS_ECDHE_RSA_WITH_RC4_128_SHA TLS_RSA_WITH_3DES_EDE_CBC_SHA TLS_RSA_WITH_AES_128_CBC_SHA256
 TLS_RSA_WITH_RC4_128_SHA
-""".split())
+""".split()
+)
 
 _SYSCTL_RE = re.compile(r"[a-z0-9_]+(?:[./][a-z0-9_-]+)*(?:[./]?\*)?|[a-z0-9_]+\*")
 _CPUSET_RE = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
@@ -133,40 +135,61 @@ def validate(cfg: AgentConfig) -> list[str]:
                 c.invalid(opt.attr, value, detail)
 
     # Durations that must be positive, and those that must not be negative.
-    for attr in ("sync_frequency", "file_check_frequency", "http_check_frequency",
-                 "node_status_update_frequency", "node_status_report_frequency",
-                 "runtime_request_timeout", "log_flush_frequency", "cpu_manager_reconcile_period"):
+    for attr in (
+        "sync_frequency",
+        "file_check_frequency",
+        "http_check_frequency",
+        "node_status_update_frequency",
+        "node_status_report_frequency",
+        "runtime_request_timeout",
+        "log_flush_frequency",
+        "cpu_manager_reconcile_period",
+    ):
         if _seconds(getattr(cfg, attr)) <= 0:
             c.invalid(attr, getattr(cfg, attr), "must be greater than 0")
-    for attr in ("minimum_image_ttl_duration", "eviction_pressure_transition_period",
-                 "streaming_connection_idle_timeout", "authentication_token_webhook_cache_ttl",
-                 "authorization_webhook_cache_authorized_ttl",
-                 "authorization_webhook_cache_unauthorized_ttl", "minimum_container_ttl_duration",
-                 "shutdown_grace_period", "shutdown_grace_period_critical_pods"):
+    for attr in (
+        "minimum_image_ttl_duration",
+        "eviction_pressure_transition_period",
+        "streaming_connection_idle_timeout",
+        "authentication_token_webhook_cache_ttl",
+        "authorization_webhook_cache_authorized_ttl",
+        "authorization_webhook_cache_unauthorized_ttl",
+        "minimum_container_ttl_duration",
+        "shutdown_grace_period",
+        "shutdown_grace_period_critical_pods",
+    ):
         if _seconds(getattr(cfg, attr)) < 0:
             c.invalid(attr, getattr(cfg, attr), "must not be negative")
     if cfg.shutdown_grace_period_critical_pods > cfg.shutdown_grace_period:
-        c.invalid("shutdown_grace_period_critical_pods", cfg.shutdown_grace_period_critical_pods,
-                  "must not exceed shutdownGracePeriod")
+        c.invalid(
+            "shutdown_grace_period_critical_pods",
+            cfg.shutdown_grace_period_critical_pods,
+            "must not exceed shutdownGracePeriod",
+        )
 
     # Image garbage collection: low never above high.
     if cfg.image_gc_low_threshold > cfg.image_gc_high_threshold:
-        c.invalid("image_gc_low_threshold", cfg.image_gc_low_threshold,
-                  f"must not be greater than imageGCHighThresholdPercent (--image-gc-high-threshold) "
-                  f"{cfg.image_gc_high_threshold}")
+        c.invalid(
+            "image_gc_low_threshold",
+            cfg.image_gc_low_threshold,
+            f"must not be greater than imageGCHighThresholdPercent (--image-gc-high-threshold) "
+            f"{cfg.image_gc_high_threshold}",
+        )
 
     # iptables marks: distinct bits.
     if cfg.iptables_drop_bit == cfg.iptables_masquerade_bit:
-        c.invalid("iptables_drop_bit", cfg.iptables_drop_bit,
-                  "must differ from iptablesMasqueradeBit (--iptables-masquerade-bit)")
+        c.invalid(
+            "iptables_drop_bit",
+            cfg.iptables_drop_bit,
+            "must differ from iptablesMasqueradeBit (--iptables-masquerade-bit)",
+        )
 
     # CPU CFS quota period: 1ms to 1s, and other than 100ms only with the gate.
     period = _seconds(cfg.cpu_cfs_quota_period)
     if not 0.001 <= period <= 1.0:
         c.invalid("cpu_cfs_quota_period", cfg.cpu_cfs_quota_period, "must be between 1ms and 1s, inclusive")
     elif period != 0.1 and not gates.enabled("CustomCPUCFSQuotaPeriod"):
-        c.invalid("cpu_cfs_quota_period", cfg.cpu_cfs_quota_period,
-                  "requires feature gate CustomCPUCFSQuotaPeriod")
+        c.invalid("cpu_cfs_quota_period", cfg.cpu_cfs_quota_period, "requires feature gate CustomCPUCFSQuotaPeriod")
 
     # Node allocatable enforcement.
     levels = list(cfg.enforce_node_allocatable)
@@ -177,18 +200,26 @@ def validate(cfg: AgentConfig) -> list[str]:
     if "none" in levels and len(levels) > 1:
         c.invalid("enforce_node_allocatable", levels, "'none' cannot be combined with other levels")
     if "system-reserved" in levels and not cfg.system_reserved_cgroup:
-        c.required("system_reserved_cgroup",
-                   "must be set when enforceNodeAllocatable (--enforce-node-allocatable) "
-                   "contains 'system-reserved'")
+        c.required(
+            "system_reserved_cgroup",
+            "must be set when enforceNodeAllocatable (--enforce-node-allocatable) contains 'system-reserved'",
+        )
     if names.AGENT_RESERVED_LEVEL in levels and not cfg.orch_reserved_cgroup:
-        c.required("orch_reserved_cgroup",
-                   "must be set when enforceNodeAllocatable (--enforce-node-allocatable) "
-                   f"contains '{names.AGENT_RESERVED_LEVEL}'")
+        c.required(
+            "orch_reserved_cgroup",
+            "must be set when enforceNodeAllocatable (--enforce-node-allocatable) "
+            f"contains '{names.AGENT_RESERVED_LEVEL}'",
+        )
     if "pods" in levels and not cfg.cgroups_per_qos:
-        c.invalid("enforce_node_allocatable", levels,
-                  "'pods' needs cgroupsPerQOS (--cgroups-per-qos) to be true")
-    for attr in ("cgroup_root", "system_reserved_cgroup", "orch_reserved_cgroup", "agent_cgroups",
-                 "runtime_cgroups", "system_cgroups"):
+        c.invalid("enforce_node_allocatable", levels, "'pods' needs cgroupsPerQOS (--cgroups-per-qos) to be true")
+    for attr in (
+        "cgroup_root",
+        "system_reserved_cgroup",
+        "orch_reserved_cgroup",
+        "agent_cgroups",
+        "runtime_cgroups",
+        "system_cgroups",
+    ):
         value = getattr(cfg, attr)
         if value and not value.startswith("/"):
             c.invalid(attr, value, "must be an absolute cgroup name (starting with '/')")
@@ -202,8 +233,11 @@ def validate(cfg: AgentConfig) -> list[str]:
         if not _CPUSET_RE.fullmatch(cfg.reserved_cpus):
             c.invalid("reserved_cpus", cfg.reserved_cpus, "must be a cpuset such as 0-3,8")
         if cfg.system_reserved_cgroup or cfg.orch_reserved_cgroup:
-            c.forbidden("reserved_cpus", "cannot be used with systemReservedCgroup "
-                        "(--system-reserved-cgroup) or orchReservedCgroup (--orch-reserved-cgroup)")
+            c.forbidden(
+                "reserved_cpus",
+                "cannot be used with systemReservedCgroup "
+                "(--system-reserved-cgroup) or orchReservedCgroup (--orch-reserved-cgroup)",
+            )
     if cfg.qos_reserved:
         if not gates.enabled("QOSReserved"):
             c.forbidden("qos_reserved", "requires feature gate QOSReserved")
@@ -218,12 +252,12 @@ def validate(cfg: AgentConfig) -> list[str]:
     # Eviction: every soft threshold needs a grace period, and no grace period without one.
     for signal in cfg.eviction_soft:
         if signal not in cfg.eviction_soft_grace_period:
-            c.required("eviction_soft_grace_period",
-                       f"a grace period must be given for the soft eviction threshold {signal}")
+            c.required(
+                "eviction_soft_grace_period", f"a grace period must be given for the soft eviction threshold {signal}"
+            )
     for signal in cfg.eviction_soft_grace_period:
         if signal not in cfg.eviction_soft:
-            c.invalid("eviction_soft_grace_period", signal,
-                      "has no matching evictionSoft (--eviction-soft) threshold")
+            c.invalid("eviction_soft_grace_period", signal, "has no matching evictionSoft (--eviction-soft) threshold")
 
     # Runtime (--container-runtime other than remote: the generic choices check above).
     for attr in ("container_runtime_endpoint", "image_service_endpoint"):
@@ -242,8 +276,7 @@ def validate(cfg: AgentConfig) -> list[str]:
         c.invalid("cluster_domain", cfg.cluster_domain, "must be a DNS subdomain")
     for sysctl in cfg.allowed_unsafe_sysctls:
         if not _SYSCTL_RE.fullmatch(sysctl):
-            c.invalid("allowed_unsafe_sysctls", sysctl,
-                      "must be a sysctl name or a pattern ending in '*'")
+            c.invalid("allowed_unsafe_sysctls", sysctl, "must be a sysctl name or a pattern ending in '*'")
     if cfg.allowed_unsafe_sysctls:
         from .runtime.sandbox import sysctl_allowlist_problems
 
@@ -261,8 +294,11 @@ def validate(cfg: AgentConfig) -> list[str]:
         except ValueError:
             c.invalid("pod_cidr", cfg.pod_cidr, "must be a CIDR such as 10.88.0.0/16")
         if cfg.mode is Mode.API_SERVER:
-            c.forbidden("pod_cidr", "is only used in standalone mode; in API-server mode the control "
-                        "plane assigns the pod CIDR (remove it or --orchconfig)")
+            c.forbidden(
+                "pod_cidr",
+                "is only used in standalone mode; in API-server mode the control "
+                "plane assigns the pod CIDR (remove it or --orchconfig)",
+            )
     if cfg.manifest_url and not re.match(r"https?://", cfg.manifest_url):
         c.invalid("manifest_url", cfg.manifest_url, "must be an http:// or https:// URL")
     if cfg.manifest_url_header and not cfg.manifest_url:
@@ -281,11 +317,13 @@ def validate(cfg: AgentConfig) -> list[str]:
             reserved_bad.append(key)
     if reserved_bad:
         prefixes = ", ".join(p.rstrip("/") for p in names.NODE_AGENT_LABEL_PREFIXES)
-        c.forbidden("node_labels",
-                    f"unknown '{names.DOMAIN}' labels specified: {', '.join(sorted(reserved_bad))}; "
-                    f"labels in the '{names.DOMAIN}' namespace must begin with an allowed prefix "
-                    f"({prefixes}) or be in the allowed set "
-                    f"({', '.join(sorted(names.NODE_AGENT_ALLOWED_LABELS))})")
+        c.forbidden(
+            "node_labels",
+            f"unknown '{names.DOMAIN}' labels specified: {', '.join(sorted(reserved_bad))}; "
+            f"labels in the '{names.DOMAIN}' namespace must begin with an allowed prefix "
+            f"({prefixes}) or be in the allowed set "
+            f"({', '.join(sorted(names.NODE_AGENT_ALLOWED_LABELS))})",
+        )
     for taint in cfg.register_with_taints:
         for msg in is_qualified_name(taint.key):
             c.invalid("register_with_taints", taint.key, msg)
@@ -297,22 +335,25 @@ def validate(cfg: AgentConfig) -> list[str]:
     for attr in ("root_dir", "cert_dir"):
         if not getattr(cfg, attr):
             c.required(attr, "must not be empty")
-    for attr in ("tls_cert_file", "tls_private_key_file", "client_ca_file", "cloud_config",
-                 "image_credential_provider_config", "azure_container_registry_config"):
+    for attr in (
+        "tls_cert_file",
+        "tls_private_key_file",
+        "client_ca_file",
+        "cloud_config",
+        "image_credential_provider_config",
+        "azure_container_registry_config",
+    ):
         path = getattr(cfg, attr)
         if path and not os.path.isfile(path):
             c.invalid(attr, path, "no such file")
     if cfg.lock_file and not os.path.isdir(os.path.dirname(os.path.abspath(cfg.lock_file))):
         c.invalid("lock_file", cfg.lock_file, "its directory does not exist")
     if cfg.image_credential_provider_config and not cfg.image_credential_provider_bin_dir:
-        c.required("image_credential_provider_bin_dir",
-                   "must be set with --image-credential-provider-config")
+        c.required("image_credential_provider_bin_dir", "must be set with --image-credential-provider-config")
     if cfg.image_credential_provider_bin_dir and not cfg.image_credential_provider_config:
-        c.forbidden("image_credential_provider_bin_dir",
-                    "needs --image-credential-provider-config")
+        c.forbidden("image_credential_provider_bin_dir", "needs --image-credential-provider-config")
     if cfg.master_service_namespace and is_dns1123_label(cfg.master_service_namespace):
-        c.invalid("master_service_namespace", cfg.master_service_namespace,
-                  "must be a namespace name (a DNS label)")
+        c.invalid("master_service_namespace", cfg.master_service_namespace, "must be a namespace name (a DNS label)")
 
     # TLS and authentication.
     if cfg.tls_cert_file and not cfg.tls_private_key_file:
@@ -323,12 +364,15 @@ def validate(cfg: AgentConfig) -> list[str]:
         if suite not in TLS_CIPHER_SUITES:
             c.invalid("tls_cipher_suites", suite, "unknown cipher suite")
     if cfg.tls_min_version == "VersionTLS13" and cfg.tls_cipher_suites:
-        c.forbidden("tls_cipher_suites", "cannot be set with tlsMinVersion (--tls-min-version) "
-                    "VersionTLS13 (TLS 1.3 suites are not configurable)")
+        c.forbidden(
+            "tls_cipher_suites",
+            "cannot be set with tlsMinVersion (--tls-min-version) VersionTLS13 (TLS 1.3 suites are not configurable)",
+        )
     if cfg.mode is Mode.STANDALONE:
         if cfg.authorization_mode == "Webhook":
-            c.forbidden("authorization_mode", "Webhook needs the API server (--orchconfig); use "
-                        "AlwaysAllow in standalone mode")
+            c.forbidden(
+                "authorization_mode", "Webhook needs the API server (--orchconfig); use AlwaysAllow in standalone mode"
+            )
         if cfg.authentication_token_webhook:
             c.forbidden("authentication_token_webhook", "needs the API server (--orchconfig)")
         if cfg.rotate_server_certificates:
@@ -336,8 +380,7 @@ def validate(cfg: AgentConfig) -> list[str]:
         if cfg.bootstrap_orchconfig:
             c.forbidden("bootstrap_orchconfig", "needs --orchconfig (the file the bootstrap writes)")
     elif not os.path.exists(cfg.orchconfig) and not cfg.bootstrap_orchconfig:
-        c.invalid("orchconfig", cfg.orchconfig, "no such file, and no --bootstrap-orchconfig to "
-                  "create it")
+        c.invalid("orchconfig", cfg.orchconfig, "no such file, and no --bootstrap-orchconfig to create it")
 
     # Process.
     if cfg.exit_on_lock_contention and not cfg.lock_file:

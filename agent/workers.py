@@ -73,12 +73,23 @@ class PodState:
 
 
 class PodPipeline:
-    def __init__(self, *, config, runtime: RuntimeManager, probes: Any = None, cgroups: Any = None,
-                 events: EventRecorder | None = None, sources: tuple[str, ...] = (),
-                 sync_frequency: float = 60.0, host_ip: str = "", rotator: Any = None,
-                 on_status: Callable[[dict, dict], None] | None = None,
-                 on_terminated: Callable[[dict], None] | None = None,
-                 beat: Callable[[], None] = lambda: None, tick: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        config,
+        runtime: RuntimeManager,
+        probes: Any = None,
+        cgroups: Any = None,
+        events: EventRecorder | None = None,
+        sources: tuple[str, ...] = (),
+        sync_frequency: float = 60.0,
+        host_ip: str = "",
+        rotator: Any = None,
+        on_status: Callable[[dict, dict], None] | None = None,
+        on_terminated: Callable[[dict], None] | None = None,
+        beat: Callable[[], None] = lambda: None,
+        tick: float = 1.0,
+    ) -> None:
         self.config = config
         self.tick = tick
         self.runtime = runtime
@@ -139,7 +150,7 @@ class PodPipeline:
                 now = time.monotonic()
                 for task in (updates, relist):
                     if task.done():
-                        task.result()   # re-raise a crash so the supervisor sees it
+                        task.result()  # re-raise a crash so the supervisor sees it
                 if now >= next_housekeeping:
                     next_housekeeping = now + HOUSEKEEPING_PERIOD
                     await self._housekeeping()
@@ -223,9 +234,14 @@ class PodPipeline:
         except PodConfigError as exc:
             return exc.reason, exc.message
         if self.cgroups is not None:
-            active = [s.pod for s in self.pods.values()
-                      if not s.rejected and not s.terminating and s.uid != podutil.uid(pod)
-                      and (s.status or {}).get("phase") not in ("Succeeded", "Failed")]
+            active = [
+                s.pod
+                for s in self.pods.values()
+                if not s.rejected
+                and not s.terminating
+                and s.uid != podutil.uid(pod)
+                and (s.status or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
             result = self.cgroups.admit(pod, active)
             if not result.admit:
                 return result.reason, result.message
@@ -308,12 +324,22 @@ class PodPipeline:
         else:
             ready = started = lambda name: True  # noqa: E731
         waiting = dict(result.waiting) if result is not None else {}
-        status = generate_pod_status(pod, rp, waiting=waiting, ready=ready, started=started,
-                                     old=state.status, host_ip=self.host_ip,
-                                     pod_error=result.pod_error if result is not None else None)
-        if status.get("phase") in ("Succeeded", "Failed") and not state.terminal_stopped \
-                and podutil.restart_policy(pod) != "Always":
-            state.wake.set()          # stop the sandbox on the next round
+        status = generate_pod_status(
+            pod,
+            rp,
+            waiting=waiting,
+            ready=ready,
+            started=started,
+            old=state.status,
+            host_ip=self.host_ip,
+            pod_error=result.pod_error if result is not None else None,
+        )
+        if (
+            status.get("phase") in ("Succeeded", "Failed")
+            and not state.terminal_stopped
+            and podutil.restart_policy(pod) != "Always"
+        ):
+            state.wake.set()  # stop the sandbox on the next round
         if _comparable(status) != _comparable(state.status):
             state.status = status
             self.on_status(pod, status)
@@ -398,8 +424,7 @@ class PodPipeline:
                     if uid not in busy:
                         log.info("Removing the cgroup of a pod that is gone", uid=uid)
                         await asyncio.to_thread(self.cgroups.remove_pod, uid)
-                await asyncio.to_thread(self.cgroups.update_qos,
-                                        [s.pod for s in self.pods.values() if not s.rejected])
+                await asyncio.to_thread(self.cgroups.update_qos, [s.pod for s in self.pods.values() if not s.rejected])
             except Exception as exc:  # noqa: BLE001
                 log.error("cgroup housekeeping failed", err=exc)
         try:
@@ -444,7 +469,7 @@ def default_host_ip(node_ip: str = "") -> str:
     for family, target in ((socket.AF_INET, ("192.0.2.1", 9)), (socket.AF_INET6, ("2001:db8::1", 9))):
         try:
             with socket.socket(family, socket.SOCK_DGRAM) as s:
-                s.connect(target)   # no packet is sent: this only picks the route
+                s.connect(target)  # no packet is sent: this only picks the route
                 return s.getsockname()[0]
         except OSError:
             continue

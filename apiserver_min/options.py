@@ -14,12 +14,12 @@ import types
 import urllib.parse
 from typing import Mapping, Sequence
 
+from .admission.plugins import resolve_plugins
 from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
-from .version import __version__
 from .authz.authorizer import parse_modes
-from .admission.plugins import resolve_plugins
+from .version import __version__
 
 
 class OptionsError(ValueError):
@@ -29,18 +29,20 @@ class OptionsError(ValueError):
 # Feature gates the API server knows, with their stage and default (the shared
 # mechanism in api/featuregates.py applies the rules: unknown gates are an error,
 # GA gates are locked on and warn when set).
-FEATURE_GATES: Mapping[str, GateSpec] = types.MappingProxyType({
-    "AllAlpha": GateSpec(Stage.ALPHA, False),
-    "AllBeta": GateSpec(Stage.BETA, False),
-    "APIListChunking": GateSpec(Stage.GA, True, locked=True),
-    "WatchList": GateSpec(Stage.ALPHA, False),
-    "WatchBookmark": GateSpec(Stage.GA, True, locked=True),
-    "ServerSideApply": GateSpec(Stage.GA, True, locked=True),
-    "ServerSideFieldValidation": GateSpec(Stage.GA, True, locked=True),
-    "APIPriorityAndFairness": GateSpec(Stage.BETA, True),
-    "ConsistentListFromCache": GateSpec(Stage.ALPHA, False),
-    "ComponentSLIs": GateSpec(Stage.BETA, True),
-})
+FEATURE_GATES: Mapping[str, GateSpec] = types.MappingProxyType(
+    {
+        "AllAlpha": GateSpec(Stage.ALPHA, False),
+        "AllBeta": GateSpec(Stage.BETA, False),
+        "APIListChunking": GateSpec(Stage.GA, True, locked=True),
+        "WatchList": GateSpec(Stage.ALPHA, False),
+        "WatchBookmark": GateSpec(Stage.GA, True, locked=True),
+        "ServerSideApply": GateSpec(Stage.GA, True, locked=True),
+        "ServerSideFieldValidation": GateSpec(Stage.GA, True, locked=True),
+        "APIPriorityAndFairness": GateSpec(Stage.BETA, True),
+        "ConsistentListFromCache": GateSpec(Stage.ALPHA, False),
+        "ComponentSLIs": GateSpec(Stage.BETA, True),
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,135 +110,259 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"{names.APISERVER_NAME} v{__version__}")
     g = p.add_argument_group("generic")
-    g.add_argument("--data-dir", default=names.APISERVER_DATA_DIR,
-                   help="Directory for the SQLite database, generated certificates and the admin "
-                        "connection config (default %(default)s).")
-    g.add_argument("--advertise-address", default="",
-                   help="Address advertised to members of the cluster (default: the bind address, "
-                        "or 127.0.0.1 when binding all addresses).")
-    g.add_argument("--min-request-timeout", default="1800",
-                   help="Minimum watch timeout in seconds; watches last between this and twice it "
-                        "unless timeoutSeconds is given (default %(default)s).")
-    g.add_argument("--max-request-body-bytes", default=str(3 * 1024 * 1024),
-                   help="Largest accepted request body in bytes (default %(default)s).")
-    g.add_argument("--feature-gates", default="",
-                   help="Comma-separated key=true|false pairs. Known gates: "
-                        + ", ".join(describe_known(FEATURE_GATES)))
-    g.add_argument("--runtime-config", default="",
-                   help="Comma-separated <group>/<version>[=true|false] (or api/all, api/alpha, "
-                        "api/beta) enabling or disabling group versions.")
+    g.add_argument(
+        "--data-dir",
+        default=names.APISERVER_DATA_DIR,
+        help="Directory for the SQLite database, generated certificates and the admin "
+        "connection config (default %(default)s).",
+    )
+    g.add_argument(
+        "--advertise-address",
+        default="",
+        help="Address advertised to members of the cluster (default: the bind address, "
+        "or 127.0.0.1 when binding all addresses).",
+    )
+    g.add_argument(
+        "--min-request-timeout",
+        default="1800",
+        help="Minimum watch timeout in seconds; watches last between this and twice it "
+        "unless timeoutSeconds is given (default %(default)s).",
+    )
+    g.add_argument(
+        "--max-request-body-bytes",
+        default=str(3 * 1024 * 1024),
+        help="Largest accepted request body in bytes (default %(default)s).",
+    )
+    g.add_argument(
+        "--feature-gates",
+        default="",
+        help="Comma-separated key=true|false pairs. Known gates: " + ", ".join(describe_known(FEATURE_GATES)),
+    )
+    g.add_argument(
+        "--runtime-config",
+        default="",
+        help="Comma-separated <group>/<version>[=true|false] (or api/all, api/alpha, "
+        "api/beta) enabling or disabling group versions.",
+    )
     g.add_argument("-v", "--v", dest="verbosity", default="0", help="Log verbosity (0-10).")
     s = p.add_argument_group("secure serving")
-    s.add_argument("--bind-address", default="0.0.0.0",
-                   help="Address to listen on for the secure port (default %(default)s).")
+    s.add_argument(
+        "--bind-address", default="0.0.0.0", help="Address to listen on for the secure port (default %(default)s)."
+    )
     s.add_argument("--secure-port", default="6443", help="HTTPS port (default %(default)s).")
-    s.add_argument("--tls-cert-file", default="",
-                   help="Serving certificate (PEM). Generated under DATA_DIR/pki when omitted.")
+    s.add_argument(
+        "--tls-cert-file", default="", help="Serving certificate (PEM). Generated under DATA_DIR/pki when omitted."
+    )
     s.add_argument("--tls-private-key-file", default="", help="Key of --tls-cert-file (PEM).")
     a = p.add_argument_group("authentication")
-    a.add_argument("--client-ca-file", default="",
-                   help="CA bundle whose client certificates authenticate (CN = user, O = groups). "
-                        "Defaults to the generated cluster CA.")
-    a.add_argument("--anonymous-auth", nargs="?", const="true", default="true",
-                   help="Requests no authenticator claims become user system:anonymous, group "
-                        "system:unauthenticated (default true); false answers them 401. A bad credential "
-                        "is always 401.")
-    a.add_argument("--token-auth-file", default="",
-                   help="Static bearer tokens: a CSV file of token,user,uid[,\"group1,group2\"] lines; "
-                        "read at start (changes need a restart).")
-    a.add_argument("--enable-bootstrap-token-auth", nargs="?", const="true", default="false",
-                   help="Accept bootstrap tokens (<id>.<secret>, from bootstrap-token-<id> secrets of type "
-                        f"{names.BOOTSTRAP_TOKEN_SECRET_TYPE} in {names.NS_SYSTEM}) as bearer tokens "
-                        "(default false).")
-    a.add_argument("--service-account-key-file", action="append", default=[],
-                   help="PEM file of RSA or ECDSA public or private keys that verify service-account "
-                        "tokens (repeatable). Default: the signing key's public key, plus "
-                        "--tls-private-key-file when given.")
-    a.add_argument("--service-account-signing-key-file", default="",
-                   help="PEM private key (RSA or ECDSA) that signs service-account tokens (TokenRequest). "
-                        "When neither this nor --service-account-key-file is given, one is generated "
-                        "on first start at DATA_DIR/pki/sa.key (mode 0600) and kept.")
-    a.add_argument("--service-account-issuer", action="append", default=[],
-                   help="Issuer (iss) of service-account tokens (repeatable): the first signs new tokens, "
-                        "all are accepted. Default " + names.DEFAULT_SERVICE_ACCOUNT_ISSUER + ".")
-    a.add_argument("--service-account-lookup", nargs="?", const="true", default="true",
-                   help="Refuse service-account tokens whose account, pod or secret is gone (default true).")
-    a.add_argument("--service-account-max-token-expiration", default="0s",
-                   help="Longest lifetime a TokenRequest may get; longer requests are cut to it "
-                        "(default 0s: no limit beyond the API's 2^32 seconds).")
-    a.add_argument("--api-audiences", action="append", default=[],
-                   help="Audiences of this API (comma list, repeatable): service-account tokens must be "
-                        "bound to one of them. Default: the first --service-account-issuer.")
+    a.add_argument(
+        "--client-ca-file",
+        default="",
+        help="CA bundle whose client certificates authenticate (CN = user, O = groups). "
+        "Defaults to the generated cluster CA.",
+    )
+    a.add_argument(
+        "--anonymous-auth",
+        nargs="?",
+        const="true",
+        default="true",
+        help="Requests no authenticator claims become user system:anonymous, group "
+        "system:unauthenticated (default true); false answers them 401. A bad credential "
+        "is always 401.",
+    )
+    a.add_argument(
+        "--token-auth-file",
+        default="",
+        help='Static bearer tokens: a CSV file of token,user,uid[,"group1,group2"] lines; '
+        "read at start (changes need a restart).",
+    )
+    a.add_argument(
+        "--enable-bootstrap-token-auth",
+        nargs="?",
+        const="true",
+        default="false",
+        help="Accept bootstrap tokens (<id>.<secret>, from bootstrap-token-<id> secrets of type "
+        f"{names.BOOTSTRAP_TOKEN_SECRET_TYPE} in {names.NS_SYSTEM}) as bearer tokens "
+        "(default false).",
+    )
+    a.add_argument(
+        "--service-account-key-file",
+        action="append",
+        default=[],
+        help="PEM file of RSA or ECDSA public or private keys that verify service-account "
+        "tokens (repeatable). Default: the signing key's public key, plus "
+        "--tls-private-key-file when given.",
+    )
+    a.add_argument(
+        "--service-account-signing-key-file",
+        default="",
+        help="PEM private key (RSA or ECDSA) that signs service-account tokens (TokenRequest). "
+        "When neither this nor --service-account-key-file is given, one is generated "
+        "on first start at DATA_DIR/pki/sa.key (mode 0600) and kept.",
+    )
+    a.add_argument(
+        "--service-account-issuer",
+        action="append",
+        default=[],
+        help="Issuer (iss) of service-account tokens (repeatable): the first signs new tokens, "
+        "all are accepted. Default " + names.DEFAULT_SERVICE_ACCOUNT_ISSUER + ".",
+    )
+    a.add_argument(
+        "--service-account-lookup",
+        nargs="?",
+        const="true",
+        default="true",
+        help="Refuse service-account tokens whose account, pod or secret is gone (default true).",
+    )
+    a.add_argument(
+        "--service-account-max-token-expiration",
+        default="0s",
+        help="Longest lifetime a TokenRequest may get; longer requests are cut to it "
+        "(default 0s: no limit beyond the API's 2^32 seconds).",
+    )
+    a.add_argument(
+        "--api-audiences",
+        action="append",
+        default=[],
+        help="Audiences of this API (comma list, repeatable): service-account tokens must be "
+        "bound to one of them. Default: the first --service-account-issuer.",
+    )
     z = p.add_argument_group("authorization and admission")
-    z.add_argument("--authorization-mode", default="Node,RBAC",
-                   help="Ordered comma list of authorizers: AlwaysAllow, AlwaysDeny, RBAC, Node "
-                        "(default %(default)s). The first to allow or deny decides; members of "
-                        "system:masters are always allowed.")
-    z.add_argument("--enable-admission-plugins", default="",
-                   help="Admission plugins to enable in addition to the default ones (comma list; "
-                        "order does not matter).")
-    z.add_argument("--disable-admission-plugins", default="",
-                   help="Admission plugins to disable, default ones included (comma list).")
-    z.add_argument("--default-not-ready-toleration-seconds", default="300",
-                   help="tolerationSeconds DefaultTolerationSeconds gives new pods for the not-ready taint.")
-    z.add_argument("--default-unreachable-toleration-seconds", default="300",
-                   help="tolerationSeconds DefaultTolerationSeconds gives new pods for the unreachable taint.")
+    z.add_argument(
+        "--authorization-mode",
+        default="Node,RBAC",
+        help="Ordered comma list of authorizers: AlwaysAllow, AlwaysDeny, RBAC, Node "
+        "(default %(default)s). The first to allow or deny decides; members of "
+        "system:masters are always allowed.",
+    )
+    z.add_argument(
+        "--enable-admission-plugins",
+        default="",
+        help="Admission plugins to enable in addition to the default ones (comma list; order does not matter).",
+    )
+    z.add_argument(
+        "--disable-admission-plugins",
+        default="",
+        help="Admission plugins to disable, default ones included (comma list).",
+    )
+    z.add_argument(
+        "--default-not-ready-toleration-seconds",
+        default="300",
+        help="tolerationSeconds DefaultTolerationSeconds gives new pods for the not-ready taint.",
+    )
+    z.add_argument(
+        "--default-unreachable-toleration-seconds",
+        default="300",
+        help="tolerationSeconds DefaultTolerationSeconds gives new pods for the unreachable taint.",
+    )
     e = p.add_argument_group("storage")
     e.add_argument("--storage-backend", default="sqlite", help="sqlite (default) or etcd3.")
-    e.add_argument("--etcd-servers", default="",
-                   help="Comma-separated etcd client URLs (http://host:port), with --storage-backend=etcd3.")
+    e.add_argument(
+        "--etcd-servers",
+        default="",
+        help="Comma-separated etcd client URLs (http://host:port), with --storage-backend=etcd3.",
+    )
     e.add_argument("--etcd-prefix", default="/registry", help="Key prefix in etcd (default %(default)s).")
     c = p.add_argument_group("certificate controllers")
-    c.add_argument("--cluster-signing-duration", default="8760h",
-                   help="Longest lifetime of certificates the built-in signers issue; a request's "
-                        "spec.expirationSeconds may ask for less (default %(default)s).")
-    c.add_argument("--cluster-signing-cert-file", default="",
-                   help="PEM CA certificate the built-in signers sign with (default: the cluster CA, "
-                        "DATA_DIR/pki/ca.crt). Given with --cluster-signing-key-file.")
-    c.add_argument("--cluster-signing-key-file", default="",
-                   help="PEM private key of --cluster-signing-cert-file.")
+    c.add_argument(
+        "--cluster-signing-duration",
+        default="8760h",
+        help="Longest lifetime of certificates the built-in signers issue; a request's "
+        "spec.expirationSeconds may ask for less (default %(default)s).",
+    )
+    c.add_argument(
+        "--cluster-signing-cert-file",
+        default="",
+        help="PEM CA certificate the built-in signers sign with (default: the cluster CA, "
+        "DATA_DIR/pki/ca.crt). Given with --cluster-signing-key-file.",
+    )
+    c.add_argument("--cluster-signing-key-file", default="", help="PEM private key of --cluster-signing-cert-file.")
     for flag, signer in _SIGNER_FILE_FLAGS:
-        c.add_argument(f"--cluster-signing-{flag}-cert-file", default="",
-                       help=f"CA certificate for the {signer} signer only (with the matching key file; "
-                            "not together with --cluster-signing-cert-file).")
+        c.add_argument(
+            f"--cluster-signing-{flag}-cert-file",
+            default="",
+            help=f"CA certificate for the {signer} signer only (with the matching key file; "
+            "not together with --cluster-signing-cert-file).",
+        )
         c.add_argument(f"--cluster-signing-{flag}-key-file", default="", help=f"Key for the {signer} signer only.")
-    c.add_argument("--auto-approve-node-serving-certificates", nargs="?", const="true", default="false",
-                   help=f"Approve {names.SIGNER_NODE_AGENT_SERVING} requests a node makes for itself when "
-                        "every subject-alt-name is one of the node's reported addresses (default false: "
-                        "serving certificates need an approver).")
+    c.add_argument(
+        "--auto-approve-node-serving-certificates",
+        nargs="?",
+        const="true",
+        default="false",
+        help=f"Approve {names.SIGNER_NODE_AGENT_SERVING} requests a node makes for itself when "
+        "every subject-alt-name is one of the node's reported addresses (default false: "
+        "serving certificates need an approver).",
+    )
     l = p.add_argument_group("lifecycle")
-    l.add_argument("--livez-grace-period", default="0s",
-                   help="Time after start during which /livez does not fail for post-start hooks.")
-    l.add_argument("--shutdown-delay-duration", default="0s",
-                   help="On SIGTERM, /readyz fails for this long before the server stops accepting.")
-    l.add_argument("--shutdown-watch-termination-grace-period", default="0s",
-                   help="How long in-flight watches get to drain on shutdown.")
+    l.add_argument(
+        "--livez-grace-period",
+        default="0s",
+        help="Time after start during which /livez does not fail for post-start hooks.",
+    )
+    l.add_argument(
+        "--shutdown-delay-duration",
+        default="0s",
+        help="On SIGTERM, /readyz fails for this long before the server stops accepting.",
+    )
+    l.add_argument(
+        "--shutdown-watch-termination-grace-period",
+        default="0s",
+        help="How long in-flight watches get to drain on shutdown.",
+    )
     l.add_argument("--watch-bookmark-interval", default="60s", help=argparse.SUPPRESS)
     n = p.add_argument_group("node lifecycle and scheduling")
-    n.add_argument("--node-monitor-period", default="5s",
-                   help="How often the node lifecycle controller checks node heartbeats (default %(default)s).")
-    n.add_argument("--node-monitor-grace-period", default="40s",
-                   help="How long a node may stay silent (no Lease renewal, no Ready heartbeat) before its "
-                        "conditions become Unknown and it is tainted unreachable (default %(default)s).")
-    n.add_argument("--node-startup-grace-period", default="1m",
-                   help="How long a new node may go without posting a Ready condition (default %(default)s).")
-    n.add_argument("--enable-scheduler", nargs="?", const="true", default="true",
-                   help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).")
+    n.add_argument(
+        "--node-monitor-period",
+        default="5s",
+        help="How often the node lifecycle controller checks node heartbeats (default %(default)s).",
+    )
+    n.add_argument(
+        "--node-monitor-grace-period",
+        default="40s",
+        help="How long a node may stay silent (no Lease renewal, no Ready heartbeat) before its "
+        "conditions become Unknown and it is tainted unreachable (default %(default)s).",
+    )
+    n.add_argument(
+        "--node-startup-grace-period",
+        default="1m",
+        help="How long a new node may go without posting a Ready condition (default %(default)s).",
+    )
+    n.add_argument(
+        "--enable-scheduler",
+        nargs="?",
+        const="true",
+        default="true",
+        help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).",
+    )
     le = p.add_argument_group("leader election of the bundled controllers")
-    le.add_argument("--leader-elect", nargs="?", const="true", default="true",
-                    help="With the etcd3 backend, run the controllers (scheduler, node lifecycle, certificate "
-                         "signing, garbage collection, ...) only in the API server holding the Lease "
-                         f"{names.NS_SYSTEM}/{names.CONTROLLERS_LEASE_NAME}, so that several API servers on one "
-                         "etcd do not act twice. A SQLite server is the only one on its data and always runs "
-                         "them (default %(default)s).")
-    le.add_argument("--leader-elect-lease-duration", default="15s",
-                    help="How long other candidates wait after the last renewal before taking over "
-                         "(default %(default)s).")
-    le.add_argument("--leader-elect-renew-deadline", default="10s",
-                    help="How long the leader keeps trying to renew before it stops its controllers; less "
-                         "than the lease duration (default %(default)s).")
-    le.add_argument("--leader-elect-retry-period", default="2s",
-                    help="How often candidates try to acquire and the leader renews (default %(default)s).")
+    le.add_argument(
+        "--leader-elect",
+        nargs="?",
+        const="true",
+        default="true",
+        help="With the etcd3 backend, run the controllers (scheduler, node lifecycle, certificate "
+        "signing, garbage collection, ...) only in the API server holding the Lease "
+        f"{names.NS_SYSTEM}/{names.CONTROLLERS_LEASE_NAME}, so that several API servers on one "
+        "etcd do not act twice. A SQLite server is the only one on its data and always runs "
+        "them (default %(default)s).",
+    )
+    le.add_argument(
+        "--leader-elect-lease-duration",
+        default="15s",
+        help="How long other candidates wait after the last renewal before taking over (default %(default)s).",
+    )
+    le.add_argument(
+        "--leader-elect-renew-deadline",
+        default="10s",
+        help="How long the leader keeps trying to renew before it stops its controllers; less "
+        "than the lease duration (default %(default)s).",
+    )
+    le.add_argument(
+        "--leader-elect-retry-period",
+        default="2s",
+        help="How often candidates try to acquire and the leader renews (default %(default)s).",
+    )
     return p
 
 
@@ -297,8 +423,10 @@ def parse_runtime_config(value: str) -> dict[str, bool]:
         elif len(segments) in (2, 3) and all(segments):
             out[key] = enabled
         else:
-            raise OptionsError(f"invalid value {value!r} for flag --runtime-config: {key!r} is not "
-                               "<group>/<version>[/<resource>], api/all, api/alpha or api/beta")
+            raise OptionsError(
+                f"invalid value {value!r} for flag --runtime-config: {key!r} is not "
+                "<group>/<version>[/<resource>], api/all, api/alpha or api/beta"
+            )
     return out
 
 
@@ -323,12 +451,16 @@ def parse(argv: Sequence[str]) -> Options:
         try:
             ipaddress.ip_address(ns.advertise_address)
         except ValueError:
-            raise OptionsError(f"invalid value {ns.advertise_address!r} for flag --advertise-address: "
-                               "not an IP address") from None
+            raise OptionsError(
+                f"invalid value {ns.advertise_address!r} for flag --advertise-address: not an IP address"
+            ) from None
     if bool(ns.tls_cert_file) != bool(ns.tls_private_key_file):
         raise OptionsError("--tls-cert-file and --tls-private-key-file must be given together")
-    for flag, path in (("--tls-cert-file", ns.tls_cert_file), ("--tls-private-key-file", ns.tls_private_key_file),
-                       ("--client-ca-file", ns.client_ca_file)):
+    for flag, path in (
+        ("--tls-cert-file", ns.tls_cert_file),
+        ("--tls-private-key-file", ns.tls_private_key_file),
+        ("--client-ca-file", ns.client_ca_file),
+    ):
         if path and not os.path.isfile(path):
             raise OptionsError(f"invalid value {path!r} for flag {flag}: no such file")
     if not ns.etcd_prefix.startswith("/"):
@@ -352,7 +484,8 @@ def parse(argv: Sequence[str]) -> Options:
         livez_grace_period=_duration_seconds("--livez-grace-period", ns.livez_grace_period),
         shutdown_delay_duration=_duration_seconds("--shutdown-delay-duration", ns.shutdown_delay_duration),
         shutdown_watch_termination_grace_period=_duration_seconds(
-            "--shutdown-watch-termination-grace-period", ns.shutdown_watch_termination_grace_period),
+            "--shutdown-watch-termination-grace-period", ns.shutdown_watch_termination_grace_period
+        ),
         feature_gates=gates,
         advertise_address=ns.advertise_address,
         min_request_timeout=_int("--min-request-timeout", ns.min_request_timeout, 1, 86400),
@@ -362,10 +495,12 @@ def parse(argv: Sequence[str]) -> Options:
         warnings=tuple(warnings),
         authorization_modes=_authorization_modes(ns.authorization_mode),
         admission_plugins=_admission_plugins(ns.enable_admission_plugins, ns.disable_admission_plugins),
-        default_not_ready_toleration_seconds=_int("--default-not-ready-toleration-seconds",
-                                                  ns.default_not_ready_toleration_seconds, 0, 1 << 31),
-        default_unreachable_toleration_seconds=_int("--default-unreachable-toleration-seconds",
-                                                    ns.default_unreachable_toleration_seconds, 0, 1 << 31),
+        default_not_ready_toleration_seconds=_int(
+            "--default-not-ready-toleration-seconds", ns.default_not_ready_toleration_seconds, 0, 1 << 31
+        ),
+        default_unreachable_toleration_seconds=_int(
+            "--default-unreachable-toleration-seconds", ns.default_unreachable_toleration_seconds, 0, 1 << 31
+        ),
         **_authentication_options(ns),
         **_certificate_options(ns),
         **_node_lifecycle_options(ns),
@@ -387,12 +522,17 @@ def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ..
 def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
     """Periods of the node lifecycle controller, the scheduler switch, and the controllers'
     leader election (positive durations, retry < renew deadline < lease duration)."""
-    out = _positive_durations(ns, (("--node-monitor-period", "node_monitor_period"),
-                                   ("--node-monitor-grace-period", "node_monitor_grace_period"),
-                                   ("--node-startup-grace-period", "node_startup_grace_period"),
-                                   ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
-                                   ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
-                                   ("--leader-elect-retry-period", "leader_elect_retry_period")))
+    out = _positive_durations(
+        ns,
+        (
+            ("--node-monitor-period", "node_monitor_period"),
+            ("--node-monitor-grace-period", "node_monitor_grace_period"),
+            ("--node-startup-grace-period", "node_startup_grace_period"),
+            ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
+            ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
+            ("--leader-elect-retry-period", "leader_elect_retry_period"),
+        ),
+    )
     out["enable_scheduler"] = parse_bool("--enable-scheduler", ns.enable_scheduler)
     out["leader_elect"] = parse_bool("--leader-elect", ns.leader_elect)
     if out["leader_elect_renew_deadline"] >= out["leader_elect_lease_duration"]:
@@ -402,9 +542,11 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
 
 
 # --cluster-signing-<flag>-{cert,key}-file: per-signer CA files (upstream's per-controller flags).
-_SIGNER_FILE_FLAGS = (("node-agent-serving", names.SIGNER_NODE_AGENT_SERVING),
-                      ("node-agent-client", names.SIGNER_NODE_AGENT_CLIENT),
-                      ("apiserver-client", names.SIGNER_APISERVER_CLIENT))
+_SIGNER_FILE_FLAGS = (
+    ("node-agent-serving", names.SIGNER_NODE_AGENT_SERVING),
+    ("node-agent-client", names.SIGNER_NODE_AGENT_CLIENT),
+    ("apiserver-client", names.SIGNER_APISERVER_CLIENT),
+)
 
 
 def _certificate_options(ns: argparse.Namespace) -> dict:
@@ -413,8 +555,9 @@ def _certificate_options(ns: argparse.Namespace) -> dict:
     per-signer ones."""
     duration = _duration_seconds("--cluster-signing-duration", ns.cluster_signing_duration)
     if duration <= 0:
-        raise OptionsError(f"invalid value {ns.cluster_signing_duration!r} for flag --cluster-signing-duration: "
-                           "must be positive")
+        raise OptionsError(
+            f"invalid value {ns.cluster_signing_duration!r} for flag --cluster-signing-duration: must be positive"
+        )
 
     def pair(prefix: str, cert: str, key: str) -> bool:
         if bool(cert) != bool(key):
@@ -431,25 +574,29 @@ def _certificate_options(ns: argparse.Namespace) -> dict:
         cert, key = getattr(ns, attr + "_cert_file"), getattr(ns, attr + "_key_file")
         if pair(f"--cluster-signing-{flag}", cert, key):
             if generic:
-                raise OptionsError(f"--cluster-signing-{flag}-cert-file cannot be given together with "
-                                   "--cluster-signing-cert-file")
+                raise OptionsError(
+                    f"--cluster-signing-{flag}-cert-file cannot be given together with --cluster-signing-cert-file"
+                )
             files.append((signer, cert, key))
         elif generic:
             files.append((signer, ns.cluster_signing_cert_file, ns.cluster_signing_key_file))
     return {
         "cluster_signing_duration": duration,
         "cluster_signing_files": tuple(files),
-        "auto_approve_node_serving_certificates": parse_bool("--auto-approve-node-serving-certificates",
-                                                             ns.auto_approve_node_serving_certificates),
+        "auto_approve_node_serving_certificates": parse_bool(
+            "--auto-approve-node-serving-certificates", ns.auto_approve_node_serving_certificates
+        ),
     }
 
 
 def _authentication_options(ns: argparse.Namespace) -> dict:
     """The authentication flags, checked: files exist, issuers are distinct URLs or
     plain names, durations parse. File contents are read when the server starts."""
-    for flag, path in (("--token-auth-file", ns.token_auth_file),
-                       ("--service-account-signing-key-file", ns.service_account_signing_key_file),
-                       *(("--service-account-key-file", f or " ") for f in ns.service_account_key_file)):
+    for flag, path in (
+        ("--token-auth-file", ns.token_auth_file),
+        ("--service-account-signing-key-file", ns.service_account_signing_key_file),
+        *(("--service-account-key-file", f or " ") for f in ns.service_account_key_file),
+    ):
         if path and not os.path.isfile(path):
             raise OptionsError(f"invalid value {path!r} for flag {flag}: no such file")
     issuers: list[str] = []
@@ -459,8 +606,9 @@ def _authentication_options(ns: argparse.Namespace) -> dict:
         if ":" in issuer:
             u = urllib.parse.urlsplit(issuer)
             if not u.scheme or not (u.netloc or u.path):
-                raise OptionsError(f"invalid value {issuer!r} for flag --service-account-issuer: "
-                                   "contains ':' but is not a valid URL")
+                raise OptionsError(
+                    f"invalid value {issuer!r} for flag --service-account-issuer: contains ':' but is not a valid URL"
+                )
         if issuer in issuers:
             raise OptionsError(f"invalid value {issuer!r} for flag --service-account-issuer: given more than once")
         issuers.append(issuer)
@@ -482,8 +630,10 @@ def _authentication_options(ns: argparse.Namespace) -> dict:
 def _max_token_expiration(value: str) -> float:
     seconds = _duration_seconds("--service-account-max-token-expiration", value)
     if 0 < seconds < 600:
-        raise OptionsError(f"invalid value {value!r} for flag --service-account-max-token-expiration: "
-                           "must be 0 (no limit) or at least 10m, the shortest token lifetime")
+        raise OptionsError(
+            f"invalid value {value!r} for flag --service-account-max-token-expiration: "
+            "must be 0 (no limit) or at least 10m, the shortest token lifetime"
+        )
     return seconds
 
 

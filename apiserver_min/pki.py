@@ -33,8 +33,9 @@ def new_key() -> ec.EllipticCurvePrivateKey:
 
 
 def key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def cert_pem(cert: x509.Certificate) -> bytes:
@@ -64,42 +65,80 @@ def make_ca(cn: str = "orch-ca") -> tuple[x509.Certificate, ec.EllipticCurvePriv
     key = new_key()
     now = _dt.datetime.now(_dt.timezone.utc)
     subject = _name(cn)
-    cert = (x509.CertificateBuilder()
-            .subject_name(subject).issuer_name(subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(minutes=5))
-            .not_valid_after(now + CA_LIFETIME)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(now + CA_LIFETIME)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     return cert, key
 
 
-def sign_leaf(ca_cert: x509.Certificate, ca_key, public_key, cn: str, orgs: Iterable[str] = (), *,
-              server: bool = False, client: bool = False, dns: Iterable[str] = (), ips: Iterable[str] = (),
-              lifetime: _dt.timedelta = LEAF_LIFETIME) -> x509.Certificate:
+def sign_leaf(
+    ca_cert: x509.Certificate,
+    ca_key,
+    public_key,
+    cn: str,
+    orgs: Iterable[str] = (),
+    *,
+    server: bool = False,
+    client: bool = False,
+    dns: Iterable[str] = (),
+    ips: Iterable[str] = (),
+    lifetime: _dt.timedelta = LEAF_LIFETIME,
+) -> x509.Certificate:
     now = _dt.datetime.now(_dt.timezone.utc)
     usages = []
     if server:
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
     if client:
         usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-    b = (x509.CertificateBuilder()
-         .subject_name(_name(cn, orgs)).issuer_name(ca_cert.subject)
-         .public_key(public_key)
-         .serial_number(x509.random_serial_number())
-         .not_valid_before(now - _dt.timedelta(minutes=5))
-         .not_valid_after(min(now + lifetime, ca_cert.not_valid_after_utc))
-         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-         .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=True,
-                                      data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                                      crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
-         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn, orgs))
+        .issuer_name(ca_cert.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(min(now + lifetime, ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()), critical=False)
+    )
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dict.fromkeys(dns)]
     sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ips)]
     if sans:
@@ -140,8 +179,7 @@ class Pki:
                         ips.append(h)
                 except ValueError:
                     dns.append(h)
-            cert = sign_leaf(ca_cert, ca_key, key.public_key(), names.APISERVER_NAME, server=True,
-                             dns=dns, ips=ips)
+            cert = sign_leaf(ca_cert, ca_key, key.public_key(), names.APISERVER_NAME, server=True, dns=dns, ips=ips)
             write_private(self.serving_key, key_pem(key))
             write_public(self.serving_cert, cert_pem(cert))
             created.append(self.serving_cert)
@@ -155,9 +193,17 @@ class Pki:
         return cert, key
 
 
-def connection_config(server: str, ca_pem: bytes, user: str, *, cert_pem_data: bytes | None = None,
-                      key_pem_data: bytes | None = None, token: str | None = None,
-                      cluster: str = "orch", context: str | None = None) -> dict:
+def connection_config(
+    server: str,
+    ca_pem: bytes,
+    user: str,
+    *,
+    cert_pem_data: bytes | None = None,
+    key_pem_data: bytes | None = None,
+    token: str | None = None,
+    cluster: str = "orch",
+    context: str | None = None,
+) -> dict:
     """A connection config in the kubeconfig shape, which kubectl reads as it is."""
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     u: dict = {}
@@ -198,7 +244,8 @@ def write_admin_config(pki: Pki, path: str, server: str) -> bool:
     ca_cert, ca_key = pki.load_ca()
     key = new_key()
     cert = sign_leaf(ca_cert, ca_key, key.public_key(), names.ADMIN_USER, [names.GROUP_MASTERS], client=True)
-    cfg = connection_config(server, cert_pem(ca_cert), names.ADMIN_USER, cert_pem_data=cert_pem(cert),
-                            key_pem_data=key_pem(key))
+    cfg = connection_config(
+        server, cert_pem(ca_cert), names.ADMIN_USER, cert_pem_data=cert_pem(cert), key_pem_data=key_pem(key)
+    )
     write_private(path, yaml.safe_dump(cfg, sort_keys=False).encode())
     return True

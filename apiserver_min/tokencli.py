@@ -46,6 +46,7 @@ class CliError(Exception):
 
 # --- a small client for the connection config --------------------------------------------------
 
+
 class ApiClient:
     """HTTPS requests with the credentials of a connection config (kubeconfig shape)."""
 
@@ -114,7 +115,9 @@ class ApiClient:
                 try:
                     ctx.load_cert_chain(cp, kp)
                 except ssl.SSLError as exc:
-                    raise CliError(f"the connection config {self.path}: bad client certificate or key: {exc}", 1) from None
+                    raise CliError(
+                        f"the connection config {self.path}: bad client certificate or key: {exc}", 1
+                    ) from None
         self._ctx = ctx
         return ctx
 
@@ -153,26 +156,40 @@ class ApiClient:
 
 # --- the commands ------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"{names.APISERVER_NAME} token",
-                                description="Manage bootstrap tokens (secrets of type "
-                                            f"{names.BOOTSTRAP_TOKEN_SECRET_TYPE} in {names.NS_SYSTEM}).")
+    p = argparse.ArgumentParser(
+        prog=f"{names.APISERVER_NAME} token",
+        description="Manage bootstrap tokens (secrets of type "
+        f"{names.BOOTSTRAP_TOKEN_SECRET_TYPE} in {names.NS_SYSTEM}).",
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", default=names.APISERVER_DATA_DIR,
-                        help="The API server's data directory (default %(default)s); its admin"
-                             f"{names.CONNECTION_CONFIG_SUFFIX} is used unless --orchconfig is given.")
+    common.add_argument(
+        "--data-dir",
+        default=names.APISERVER_DATA_DIR,
+        help="The API server's data directory (default %(default)s); its admin"
+        f"{names.CONNECTION_CONFIG_SUFFIX} is used unless --orchconfig is given.",
+    )
     common.add_argument("--orchconfig", default="", help="Connection config with administrator credentials.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create", parents=[common], help="Create a bootstrap token and print it.")
     c.add_argument("token", nargs="?", default="", help="The token to create (default: a random one).")
     c.add_argument("--ttl", default="24h", help="Lifetime, e.g. 1h30m; 0 never expires (default %(default)s).")
     c.add_argument("--description", default="", help="Human-readable description.")
-    c.add_argument("--groups", action="append", default=[],
-                   help=f"Extra groups (comma list, repeatable), each starting with {names.GROUP_BOOTSTRAPPERS_PREFIX}.")
-    c.add_argument("--usages", action="append", default=[],
-                   help="signing and/or authentication (comma list; default both).")
-    c.add_argument("--print-join-command", action="store_true",
-                   help=f"Print the '{names.AGENT_NAME} join' command instead of the token.")
+    c.add_argument(
+        "--groups",
+        action="append",
+        default=[],
+        help=f"Extra groups (comma list, repeatable), each starting with {names.GROUP_BOOTSTRAPPERS_PREFIX}.",
+    )
+    c.add_argument(
+        "--usages", action="append", default=[], help="signing and/or authentication (comma list; default both)."
+    )
+    c.add_argument(
+        "--print-join-command",
+        action="store_true",
+        help=f"Print the '{names.AGENT_NAME} join' command instead of the token.",
+    )
     sub.add_parser("list", parents=[common], help="List bootstrap tokens.")
     d = sub.add_parser("delete", parents=[common], help="Delete bootstrap tokens by id or full token.")
     d.add_argument("tokens", nargs="+", metavar="ID|TOKEN")
@@ -198,8 +215,9 @@ def cmd_create(ns: argparse.Namespace, out) -> int:
     ttl = _ttl(ns.ttl)
     try:
         token = bt.parse_token(ns.token) if ns.token else bt.generate_token()
-        secret = bt.secret_for_token(token, ttl=ttl, usages=ns.usages or bt.DEFAULT_USAGES, groups=ns.groups,
-                                     description=ns.description)
+        secret = bt.secret_for_token(
+            token, ttl=ttl, usages=ns.usages or bt.DEFAULT_USAGES, groups=ns.groups, description=ns.description
+        )
     except bt.TokenError as exc:
         raise CliError(str(exc), 2) from None
     client = _client(ns)
@@ -252,8 +270,16 @@ def cmd_list(ns: argparse.Namespace, out) -> int:
         else:
             left = (ts.expiration - now).total_seconds()
             ttl, expires = (_human(left) if left > 0 else "<invalid>"), ts.expiration_text
-        rows.append((str(ts.token), ttl, expires, ",".join(ts.usages) or "<none>", ts.description or "<none>",
-                     ",".join(ts.groups) or "<none>"))
+        rows.append(
+            (
+                str(ts.token),
+                ttl,
+                expires,
+                ",".join(ts.usages) or "<none>",
+                ts.description or "<none>",
+                ",".join(ts.groups) or "<none>",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)

@@ -78,6 +78,7 @@ CRI_API_VERSION = "v1"
 
 # -- errors ------------------------------------------------------------------
 
+
 class CriError(Exception):
     """A CRI call failed. `code` is the gRPC status code (None for failures
     that never reached the wire, e.g. an unusable endpoint)."""
@@ -99,12 +100,14 @@ class NotFoundError(CriError):
 
 class UnavailableError(CriError):
     """The runtime is not reachable (not running, restarting, socket missing)."""
+
     code = grpc.StatusCode.UNAVAILABLE
 
 
 class DeadlineExceededError(CriError):
     """The call's deadline passed (ours, or one the runtime enforces such as
     ExecSync's timeout)."""
+
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
@@ -131,6 +134,7 @@ class PermissionDeniedError(CriError):
 class UnimplementedError(CriError):
     """The runtime does not implement this call (e.g. containerd 1.6 and the
     Stream*/RuntimeConfig RPCs)."""
+
     code = grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -140,11 +144,13 @@ class InternalError(CriError):
 
 class UnknownError(CriError):
     """containerd's answer for most runtime failures (runc errors, wrong state)."""
+
     code = grpc.StatusCode.UNKNOWN
 
 
 class CancelledError(CriError):
     """The runtime cancelled the call (not asyncio cancellation, which propagates)."""
+
     code = grpc.StatusCode.CANCELLED
 
 
@@ -155,10 +161,20 @@ class ImagePullError(CriError):
 
 _ERROR_BY_CODE: dict[grpc.StatusCode, type[CriError]] = {
     cls.code: cls
-    for cls in (NotFoundError, UnavailableError, DeadlineExceededError, AlreadyExistsError,
-                InvalidArgumentError, FailedPreconditionError, ResourceExhaustedError,
-                PermissionDeniedError, UnimplementedError, InternalError, UnknownError,
-                CancelledError)
+    for cls in (
+        NotFoundError,
+        UnavailableError,
+        DeadlineExceededError,
+        AlreadyExistsError,
+        InvalidArgumentError,
+        FailedPreconditionError,
+        ResourceExhaustedError,
+        PermissionDeniedError,
+        UnimplementedError,
+        InternalError,
+        UnknownError,
+        CancelledError,
+    )
 }
 
 
@@ -170,20 +186,20 @@ def _error_from_rpc(method: str, exc: grpc.aio.AioRpcError) -> CriError:
 
 # -- endpoints ---------------------------------------------------------------
 
+
 def normalize_endpoint(endpoint: str) -> str:
     """A CRI endpoint as gRPC dials it. Accepts `unix:///abs/path`, `unix:/abs/path`
     and a bare absolute path; CRI on Linux is served on unix sockets only."""
     if not endpoint:
         raise ValueError("empty CRI endpoint")
     if endpoint.startswith("unix://"):
-        path = endpoint[len("unix://"):]
+        path = endpoint[len("unix://") :]
     elif endpoint.startswith("unix:"):
-        path = endpoint[len("unix:"):]
+        path = endpoint[len("unix:") :]
     elif endpoint.startswith("/"):
         path = endpoint
     else:
-        raise ValueError(f"CRI endpoint {endpoint!r}: only unix sockets are supported "
-                         f"(unix:///path/to/socket)")
+        raise ValueError(f"CRI endpoint {endpoint!r}: only unix sockets are supported (unix:///path/to/socket)")
     if not path.startswith("/"):
         raise ValueError(f"CRI endpoint {endpoint!r}: the socket path must be absolute")
     return "unix://" + path
@@ -211,6 +227,7 @@ def _image_spec(image: str | pb.ImageSpec) -> pb.ImageSpec:
 
 
 # -- the client --------------------------------------------------------------
+
 
 class CriClient:
     """Thin async methods over RuntimeService and ImageService.
@@ -318,13 +335,12 @@ class CriClient:
     # -- RuntimeService: runtime -------------------------------------------
 
     async def version(self, *, timeout: float | None = None) -> pb.VersionResponse:
-        return await self._call("runtime", "Version",
-                                pb.VersionRequest(version=CRI_API_VERSION), self._timeout(timeout))
+        return await self._call(
+            "runtime", "Version", pb.VersionRequest(version=CRI_API_VERSION), self._timeout(timeout)
+        )
 
-    async def status(self, verbose: bool = False, *, timeout: float | None = None
-                     ) -> pb.StatusResponse:
-        return await self._call("runtime", "Status", pb.StatusRequest(verbose=verbose),
-                                self._timeout(timeout))
+    async def status(self, verbose: bool = False, *, timeout: float | None = None) -> pb.StatusResponse:
+        return await self._call("runtime", "Status", pb.StatusRequest(verbose=verbose), self._timeout(timeout))
 
     async def sandbox_image(self, *, timeout: float | None = None) -> str:
         """The image the runtime runs pod sandboxes from, or "" when it does not say.
@@ -343,148 +359,185 @@ class CriClient:
 
     async def update_runtime_config(self, pod_cidr: str, *, timeout: float | None = None) -> None:
         request = pb.UpdateRuntimeConfigRequest(
-            runtime_config=pb.RuntimeConfig(network_config=pb.NetworkConfig(pod_cidr=pod_cidr)))
+            runtime_config=pb.RuntimeConfig(network_config=pb.NetworkConfig(pod_cidr=pod_cidr))
+        )
         await self._call("runtime", "UpdateRuntimeConfig", request, self._timeout(timeout))
 
     # -- RuntimeService: sandboxes -----------------------------------------
 
-    async def run_pod_sandbox(self, config: pb.PodSandboxConfig, runtime_handler: str = "",
-                              *, timeout: float | None = None) -> str:
+    async def run_pod_sandbox(
+        self, config: pb.PodSandboxConfig, runtime_handler: str = "", *, timeout: float | None = None
+    ) -> str:
         """Returns the sandbox ID. Default deadline: twice request_timeout (it
         includes network set-up)."""
         request = pb.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler)
-        response = await self._call("runtime", "RunPodSandbox", request,
-                                    self._timeout(timeout, 2 * self.request_timeout))
+        response = await self._call(
+            "runtime", "RunPodSandbox", request, self._timeout(timeout, 2 * self.request_timeout)
+        )
         return response.pod_sandbox_id
 
     async def stop_pod_sandbox(self, pod_sandbox_id: str, *, timeout: float | None = None) -> None:
         """Stops the sandbox's containers and tears down its network. A sandbox
         that is already gone counts as stopped."""
         try:
-            await self._call("runtime", "StopPodSandbox",
-                             pb.StopPodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
-                             self._timeout(timeout))
+            await self._call(
+                "runtime",
+                "StopPodSandbox",
+                pb.StopPodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
+                self._timeout(timeout),
+            )
         except NotFoundError:
             pass
 
-    async def remove_pod_sandbox(self, pod_sandbox_id: str, *, timeout: float | None = None
-                                 ) -> None:
+    async def remove_pod_sandbox(self, pod_sandbox_id: str, *, timeout: float | None = None) -> None:
         """Removes the sandbox and its containers. A sandbox that is already gone
         counts as removed."""
         try:
-            await self._call("runtime", "RemovePodSandbox",
-                             pb.RemovePodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
-                             self._timeout(timeout))
+            await self._call(
+                "runtime",
+                "RemovePodSandbox",
+                pb.RemovePodSandboxRequest(pod_sandbox_id=pod_sandbox_id),
+                self._timeout(timeout),
+            )
         except NotFoundError:
             pass
 
-    async def pod_sandbox_status(self, pod_sandbox_id: str, verbose: bool = False, *,
-                                 timeout: float | None = None) -> pb.PodSandboxStatusResponse:
+    async def pod_sandbox_status(
+        self, pod_sandbox_id: str, verbose: bool = False, *, timeout: float | None = None
+    ) -> pb.PodSandboxStatusResponse:
         """NotFoundError when the sandbox is unknown."""
-        return await self._call("runtime", "PodSandboxStatus",
-                                pb.PodSandboxStatusRequest(pod_sandbox_id=pod_sandbox_id,
-                                                           verbose=verbose),
-                                self._timeout(timeout))
+        return await self._call(
+            "runtime",
+            "PodSandboxStatus",
+            pb.PodSandboxStatusRequest(pod_sandbox_id=pod_sandbox_id, verbose=verbose),
+            self._timeout(timeout),
+        )
 
-    async def list_pod_sandbox(self, filter: pb.PodSandboxFilter | None = None, *,
-                               id: str = "", state: int | None = None,
-                               label_selector: Mapping[str, str] | None = None,
-                               timeout: float | None = None) -> list[pb.PodSandbox]:
+    async def list_pod_sandbox(
+        self,
+        filter: pb.PodSandboxFilter | None = None,
+        *,
+        id: str = "",
+        state: int | None = None,
+        label_selector: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> list[pb.PodSandbox]:
         """Sandboxes matching `filter`, or one built from id/state/label_selector."""
         if filter is None and (id or state is not None or label_selector):
             filter = pb.PodSandboxFilter(id=id, label_selector=dict(label_selector or {}))
             if state is not None:
                 filter.state.state = state
-        request = pb.ListPodSandboxRequest(filter=filter) if filter is not None \
-            else pb.ListPodSandboxRequest()
+        request = pb.ListPodSandboxRequest(filter=filter) if filter is not None else pb.ListPodSandboxRequest()
         response = await self._call("runtime", "ListPodSandbox", request, self._timeout(timeout))
         return list(response.items)
 
-    async def port_forward(self, pod_sandbox_id: str, ports: Iterable[int] = (), *,
-                           timeout: float | None = None) -> str:
+    async def port_forward(
+        self, pod_sandbox_id: str, ports: Iterable[int] = (), *, timeout: float | None = None
+    ) -> str:
         """The URL of the runtime's port-forward streaming endpoint."""
-        response = await self._call("runtime", "PortForward",
-                                    pb.PortForwardRequest(pod_sandbox_id=pod_sandbox_id,
-                                                          port=list(ports)),
-                                    self._timeout(timeout))
+        response = await self._call(
+            "runtime",
+            "PortForward",
+            pb.PortForwardRequest(pod_sandbox_id=pod_sandbox_id, port=list(ports)),
+            self._timeout(timeout),
+        )
         return response.url
 
     # -- RuntimeService: containers ----------------------------------------
 
-    async def create_container(self, pod_sandbox_id: str, config: pb.ContainerConfig,
-                               sandbox_config: pb.PodSandboxConfig, *,
-                               timeout: float | None = None) -> str:
+    async def create_container(
+        self,
+        pod_sandbox_id: str,
+        config: pb.ContainerConfig,
+        sandbox_config: pb.PodSandboxConfig,
+        *,
+        timeout: float | None = None,
+    ) -> str:
         """Returns the container ID."""
-        request = pb.CreateContainerRequest(pod_sandbox_id=pod_sandbox_id, config=config,
-                                            sandbox_config=sandbox_config)
+        request = pb.CreateContainerRequest(pod_sandbox_id=pod_sandbox_id, config=config, sandbox_config=sandbox_config)
         response = await self._call("runtime", "CreateContainer", request, self._timeout(timeout))
         return response.container_id
 
     async def start_container(self, container_id: str, *, timeout: float | None = None) -> None:
-        await self._call("runtime", "StartContainer",
-                         pb.StartContainerRequest(container_id=container_id),
-                         self._timeout(timeout))
+        await self._call(
+            "runtime", "StartContainer", pb.StartContainerRequest(container_id=container_id), self._timeout(timeout)
+        )
 
-    async def stop_container(self, container_id: str, grace_period: int = 0, *,
-                             timeout: float | None = None) -> None:
+    async def stop_container(self, container_id: str, grace_period: int = 0, *, timeout: float | None = None) -> None:
         """Signal the container, then SIGKILL after grace_period seconds (0 kills at
         once). Default deadline: request_timeout + grace_period."""
         grace_period = max(0, int(grace_period))
-        await self._call("runtime", "StopContainer",
-                         pb.StopContainerRequest(container_id=container_id, timeout=grace_period),
-                         self._timeout(timeout, self.request_timeout + grace_period))
+        await self._call(
+            "runtime",
+            "StopContainer",
+            pb.StopContainerRequest(container_id=container_id, timeout=grace_period),
+            self._timeout(timeout, self.request_timeout + grace_period),
+        )
 
     async def remove_container(self, container_id: str, *, timeout: float | None = None) -> None:
         """Removes the container (killing it if running); unknown IDs succeed."""
-        await self._call("runtime", "RemoveContainer",
-                         pb.RemoveContainerRequest(container_id=container_id),
-                         self._timeout(timeout))
+        await self._call(
+            "runtime", "RemoveContainer", pb.RemoveContainerRequest(container_id=container_id), self._timeout(timeout)
+        )
 
-    async def list_containers(self, filter: pb.ContainerFilter | None = None, *,
-                              id: str = "", pod_sandbox_id: str = "", state: int | None = None,
-                              label_selector: Mapping[str, str] | None = None,
-                              timeout: float | None = None) -> list[pb.Container]:
+    async def list_containers(
+        self,
+        filter: pb.ContainerFilter | None = None,
+        *,
+        id: str = "",
+        pod_sandbox_id: str = "",
+        state: int | None = None,
+        label_selector: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> list[pb.Container]:
         if filter is None and (id or pod_sandbox_id or state is not None or label_selector):
-            filter = pb.ContainerFilter(id=id, pod_sandbox_id=pod_sandbox_id,
-                                        label_selector=dict(label_selector or {}))
+            filter = pb.ContainerFilter(id=id, pod_sandbox_id=pod_sandbox_id, label_selector=dict(label_selector or {}))
             if state is not None:
                 filter.state.state = state
-        request = pb.ListContainersRequest(filter=filter) if filter is not None \
-            else pb.ListContainersRequest()
+        request = pb.ListContainersRequest(filter=filter) if filter is not None else pb.ListContainersRequest()
         response = await self._call("runtime", "ListContainers", request, self._timeout(timeout))
         return list(response.containers)
 
-    async def container_status(self, container_id: str, verbose: bool = False, *,
-                               timeout: float | None = None) -> pb.ContainerStatusResponse:
+    async def container_status(
+        self, container_id: str, verbose: bool = False, *, timeout: float | None = None
+    ) -> pb.ContainerStatusResponse:
         """NotFoundError when the container is unknown."""
-        return await self._call("runtime", "ContainerStatus",
-                                pb.ContainerStatusRequest(container_id=container_id,
-                                                          verbose=verbose),
-                                self._timeout(timeout))
+        return await self._call(
+            "runtime",
+            "ContainerStatus",
+            pb.ContainerStatusRequest(container_id=container_id, verbose=verbose),
+            self._timeout(timeout),
+        )
 
     async def update_container_resources(
-        self, container_id: str, linux: pb.LinuxContainerResources | None = None, *,
+        self,
+        container_id: str,
+        linux: pb.LinuxContainerResources | None = None,
+        *,
         windows: pb.WindowsContainerResources | None = None,
-        annotations: Mapping[str, str] | None = None, timeout: float | None = None,
+        annotations: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> None:
-        request = pb.UpdateContainerResourcesRequest(container_id=container_id,
-                                                     annotations=dict(annotations or {}))
+        request = pb.UpdateContainerResourcesRequest(container_id=container_id, annotations=dict(annotations or {}))
         if linux is not None:
             request.linux.CopyFrom(linux)
         if windows is not None:
             request.windows.CopyFrom(windows)
         await self._call("runtime", "UpdateContainerResources", request, self._timeout(timeout))
 
-    async def reopen_container_log(self, container_id: str, *, timeout: float | None = None
-                                   ) -> None:
+    async def reopen_container_log(self, container_id: str, *, timeout: float | None = None) -> None:
         """After log rotation. containerd refuses (UnknownError) when the
         container is not running."""
-        await self._call("runtime", "ReopenContainerLog",
-                         pb.ReopenContainerLogRequest(container_id=container_id),
-                         self._timeout(timeout))
+        await self._call(
+            "runtime",
+            "ReopenContainerLog",
+            pb.ReopenContainerLogRequest(container_id=container_id),
+            self._timeout(timeout),
+        )
 
-    async def exec_sync(self, container_id: str, cmd: Iterable[str], exec_timeout: int = 0, *,
-                        timeout: float | None = None) -> pb.ExecSyncResponse:
+    async def exec_sync(
+        self, container_id: str, cmd: Iterable[str], exec_timeout: int = 0, *, timeout: float | None = None
+    ) -> pb.ExecSyncResponse:
         """Run cmd in the container and collect its output and exit code.
         exec_timeout (whole seconds, 0 = none) is enforced by the runtime, which
         answers DeadlineExceededError past it. Default deadline: request_timeout
@@ -492,92 +545,124 @@ class CriClient:
         exec_timeout = max(0, int(exec_timeout))
         if timeout is None:
             timeout = self.request_timeout + exec_timeout if exec_timeout else None
-        return await self._call("runtime", "ExecSync",
-                                pb.ExecSyncRequest(container_id=container_id, cmd=list(cmd),
-                                                   timeout=exec_timeout),
-                                timeout)
+        return await self._call(
+            "runtime",
+            "ExecSync",
+            pb.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=exec_timeout),
+            timeout,
+        )
 
-    async def exec(self, container_id: str, cmd: Iterable[str], *, tty: bool = False,
-                   stdin: bool = False, stdout: bool = True, stderr: bool = True,
-                   timeout: float | None = None) -> str:
+    async def exec(
+        self,
+        container_id: str,
+        cmd: Iterable[str],
+        *,
+        tty: bool = False,
+        stdin: bool = False,
+        stdout: bool = True,
+        stderr: bool = True,
+        timeout: float | None = None,
+    ) -> str:
         """The URL of the runtime's exec streaming endpoint."""
-        request = pb.ExecRequest(container_id=container_id, cmd=list(cmd), tty=tty, stdin=stdin,
-                                 stdout=stdout, stderr=stderr and not tty)
+        request = pb.ExecRequest(
+            container_id=container_id, cmd=list(cmd), tty=tty, stdin=stdin, stdout=stdout, stderr=stderr and not tty
+        )
         response = await self._call("runtime", "Exec", request, self._timeout(timeout))
         return response.url
 
-    async def attach(self, container_id: str, *, tty: bool = False, stdin: bool = False,
-                     stdout: bool = True, stderr: bool = True,
-                     timeout: float | None = None) -> str:
+    async def attach(
+        self,
+        container_id: str,
+        *,
+        tty: bool = False,
+        stdin: bool = False,
+        stdout: bool = True,
+        stderr: bool = True,
+        timeout: float | None = None,
+    ) -> str:
         """The URL of the runtime's attach streaming endpoint."""
-        request = pb.AttachRequest(container_id=container_id, tty=tty, stdin=stdin,
-                                   stdout=stdout, stderr=stderr and not tty)
+        request = pb.AttachRequest(
+            container_id=container_id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr and not tty
+        )
         response = await self._call("runtime", "Attach", request, self._timeout(timeout))
         return response.url
 
     # -- RuntimeService: statistics ----------------------------------------
 
-    async def container_stats(self, container_id: str, *, timeout: float | None = None
-                              ) -> pb.ContainerStats:
-        response = await self._call("runtime", "ContainerStats",
-                                    pb.ContainerStatsRequest(container_id=container_id),
-                                    self._timeout(timeout))
+    async def container_stats(self, container_id: str, *, timeout: float | None = None) -> pb.ContainerStats:
+        response = await self._call(
+            "runtime", "ContainerStats", pb.ContainerStatsRequest(container_id=container_id), self._timeout(timeout)
+        )
         return response.stats
 
-    async def list_container_stats(self, filter: pb.ContainerStatsFilter | None = None, *,
-                                   timeout: float | None = None) -> list[pb.ContainerStats]:
-        request = pb.ListContainerStatsRequest(filter=filter) if filter is not None \
-            else pb.ListContainerStatsRequest()
-        response = await self._call("runtime", "ListContainerStats", request,
-                                    self._timeout(timeout))
+    async def list_container_stats(
+        self, filter: pb.ContainerStatsFilter | None = None, *, timeout: float | None = None
+    ) -> list[pb.ContainerStats]:
+        request = pb.ListContainerStatsRequest(filter=filter) if filter is not None else pb.ListContainerStatsRequest()
+        response = await self._call("runtime", "ListContainerStats", request, self._timeout(timeout))
         return list(response.stats)
 
-    async def pod_sandbox_stats(self, pod_sandbox_id: str, *, timeout: float | None = None
-                                ) -> pb.PodSandboxStats:
+    async def pod_sandbox_stats(self, pod_sandbox_id: str, *, timeout: float | None = None) -> pb.PodSandboxStats:
         """Served by containerd 1.6 (CPU, memory, network, containers)."""
-        response = await self._call("runtime", "PodSandboxStats",
-                                    pb.PodSandboxStatsRequest(pod_sandbox_id=pod_sandbox_id),
-                                    self._timeout(timeout))
+        response = await self._call(
+            "runtime",
+            "PodSandboxStats",
+            pb.PodSandboxStatsRequest(pod_sandbox_id=pod_sandbox_id),
+            self._timeout(timeout),
+        )
         return response.stats
 
-    async def list_pod_sandbox_stats(self, filter: pb.PodSandboxStatsFilter | None = None, *,
-                                     timeout: float | None = None) -> list[pb.PodSandboxStats]:
-        request = pb.ListPodSandboxStatsRequest(filter=filter) if filter is not None \
-            else pb.ListPodSandboxStatsRequest()
-        response = await self._call("runtime", "ListPodSandboxStats", request,
-                                    self._timeout(timeout))
+    async def list_pod_sandbox_stats(
+        self, filter: pb.PodSandboxStatsFilter | None = None, *, timeout: float | None = None
+    ) -> list[pb.PodSandboxStats]:
+        request = (
+            pb.ListPodSandboxStatsRequest(filter=filter) if filter is not None else pb.ListPodSandboxStatsRequest()
+        )
+        response = await self._call("runtime", "ListPodSandboxStats", request, self._timeout(timeout))
         return list(response.stats)
 
     # -- ImageService --------------------------------------------------------
 
-    async def list_images(self, filter: pb.ImageFilter | str | None = None, *,
-                          timeout: float | None = None) -> list[pb.Image]:
+    async def list_images(
+        self, filter: pb.ImageFilter | str | None = None, *, timeout: float | None = None
+    ) -> list[pb.Image]:
         if isinstance(filter, str):
             filter = pb.ImageFilter(image=pb.ImageSpec(image=filter))
-        request = pb.ListImagesRequest(filter=filter) if filter is not None \
-            else pb.ListImagesRequest()
+        request = pb.ListImagesRequest(filter=filter) if filter is not None else pb.ListImagesRequest()
         response = await self._call("image", "ListImages", request, self._timeout(timeout))
         return list(response.images)
 
-    async def image_status(self, image: str | pb.ImageSpec, verbose: bool = False, *,
-                           timeout: float | None = None) -> pb.Image | None:
+    async def image_status(
+        self, image: str | pb.ImageSpec, verbose: bool = False, *, timeout: float | None = None
+    ) -> pb.Image | None:
         """The image, or None when the runtime does not have it."""
-        response = await self._call("image", "ImageStatus",
-                                    pb.ImageStatusRequest(image=_image_spec(image),
-                                                          verbose=verbose),
-                                    self._timeout(timeout))
+        response = await self._call(
+            "image",
+            "ImageStatus",
+            pb.ImageStatusRequest(image=_image_spec(image), verbose=verbose),
+            self._timeout(timeout),
+        )
         return response.image if response.HasField("image") else None
 
-    async def image_status_verbose(self, image: str | pb.ImageSpec, *,
-                                   timeout: float | None = None) -> pb.ImageStatusResponse:
+    async def image_status_verbose(
+        self, image: str | pb.ImageSpec, *, timeout: float | None = None
+    ) -> pb.ImageStatusResponse:
         """The whole response, including `info` (image config as JSON)."""
-        return await self._call("image", "ImageStatus",
-                                pb.ImageStatusRequest(image=_image_spec(image), verbose=True),
-                                self._timeout(timeout))
+        return await self._call(
+            "image",
+            "ImageStatus",
+            pb.ImageStatusRequest(image=_image_spec(image), verbose=True),
+            self._timeout(timeout),
+        )
 
-    async def pull_image(self, image: str | pb.ImageSpec, auth: pb.AuthConfig | None = None,
-                         sandbox_config: pb.PodSandboxConfig | None = None, *,
-                         timeout: float | None = None) -> str:
+    async def pull_image(
+        self,
+        image: str | pb.ImageSpec,
+        auth: pb.AuthConfig | None = None,
+        sandbox_config: pb.PodSandboxConfig | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> str:
         """Pull and return the image reference (ID). containerd 1.6 contacts the
         registry even for a present image: check image_status first. Failures
         other than Unavailable/DeadlineExceeded raise ImagePullError."""
@@ -595,12 +680,11 @@ class CriClient:
             raise ImagePullError("PullImage", exc.details, exc.code) from None
         return response.image_ref
 
-    async def remove_image(self, image: str | pb.ImageSpec, *, timeout: float | None = None
-                           ) -> None:
+    async def remove_image(self, image: str | pb.ImageSpec, *, timeout: float | None = None) -> None:
         """Absent images succeed."""
-        await self._call("image", "RemoveImage", pb.RemoveImageRequest(image=_image_spec(image)),
-                         self._timeout(timeout))
+        await self._call(
+            "image", "RemoveImage", pb.RemoveImageRequest(image=_image_spec(image)), self._timeout(timeout)
+        )
 
     async def image_fs_info(self, *, timeout: float | None = None) -> pb.ImageFsInfoResponse:
-        return await self._call("image", "ImageFsInfo", pb.ImageFsInfoRequest(),
-                                self._timeout(timeout))
+        return await self._call("image", "ImageFsInfo", pb.ImageFsInfoRequest(), self._timeout(timeout))

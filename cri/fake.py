@@ -104,8 +104,12 @@ _RUNTIME_METHODS = tuple(pb.DESCRIPTOR.services_by_name["RuntimeService"].method
 _IMAGE_METHODS = tuple(pb.DESCRIPTOR.services_by_name["ImageService"].methods_by_name)
 _ALL_METHODS = frozenset(_RUNTIME_METHODS + _IMAGE_METHODS)
 
-_STATE_NAME = {pb.CONTAINER_CREATED: "CONTAINER_CREATED", pb.CONTAINER_RUNNING: "CONTAINER_RUNNING",
-               pb.CONTAINER_EXITED: "CONTAINER_EXITED", pb.CONTAINER_UNKNOWN: "CONTAINER_UNKNOWN"}
+_STATE_NAME = {
+    pb.CONTAINER_CREATED: "CONTAINER_CREATED",
+    pb.CONTAINER_RUNNING: "CONTAINER_RUNNING",
+    pb.CONTAINER_EXITED: "CONTAINER_EXITED",
+    pb.CONTAINER_UNKNOWN: "CONTAINER_UNKNOWN",
+}
 
 # Sysctls runc accepts inside a pod's own namespaces (IPC and network).
 _NAMESPACED_SYSCTL_PREFIXES = ("kernel.msg", "kernel.sem", "kernel.shm", "fs.mqueue.", "net.")
@@ -113,6 +117,7 @@ _NAMESPACED_SYSCTLS = ("kernel.domainname", "kernel.hostname")
 
 
 # -- helpers shared with tests -------------------------------------------------
+
 
 def rfc3339nano(ns: int) -> str:
     """Go's time.RFC3339Nano in UTC: trailing zeros of the fraction dropped."""
@@ -123,8 +128,7 @@ def rfc3339nano(ns: int) -> str:
     return text + "Z"
 
 
-def format_log_line(stream: str, text: str, *, partial: bool = False,
-                    ns: int | None = None) -> str:
+def format_log_line(stream: str, text: str, *, partial: bool = False, ns: int | None = None) -> str:
     """One CRI log line: `<RFC3339Nano> <stdout|stderr> <P|F> <text>\\n`."""
     stamp = rfc3339nano(time.time_ns() if ns is None else ns)
     return f"{stamp} {stream} {'P' if partial else 'F'} {text}\n"
@@ -152,16 +156,18 @@ def normalize_image_ref(ref: str) -> str:
 
 # -- state ---------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class ContainerBehavior:
     """What a fake container "does" once started."""
-    exit_after: float | None = None      # seconds after start; None: until stopped
+
+    exit_after: float | None = None  # seconds after start; None: until stopped
     exit_code: int = 0
-    oom: bool = False                    # exit reason OOMKilled (exit code 137 unless set)
-    ignore_sigterm: bool = False         # StopContainer waits the whole grace period
-    term_exit_code: int = 143            # exit code when SIGTERM ends it
-    logs: tuple[tuple[str, str], ...] = ()   # (stream, text) lines written at start
-    start_error: str | None = None       # StartContainer fails with this message
+    oom: bool = False  # exit reason OOMKilled (exit code 137 unless set)
+    ignore_sigterm: bool = False  # StopContainer waits the whole grace period
+    term_exit_code: int = 143  # exit code when SIGTERM ends it
+    logs: tuple[tuple[str, str], ...] = ()  # (stream, text) lines written at start
+    start_error: str | None = None  # StartContainer fails with this message
     memory_bytes: int = 4 * 1024 * 1024  # reported by the stats calls
     cpu_nano_cores: int = 1_000_000
 
@@ -171,7 +177,7 @@ class ExecResult:
     exit_code: int = 0
     stdout: bytes | str = b""
     stderr: bytes | str = b""
-    duration: float = 0.0                # simulated run time (ExecSync timeouts)
+    duration: float = 0.0  # simulated run time (ExecSync timeouts)
 
 
 ExecHandler = Callable[["FakeContainer", list[str]], "ExecResult | Awaitable[ExecResult]"]
@@ -188,8 +194,14 @@ class FakeImage:
     pinned: bool = False
 
     def to_proto(self) -> pb.Image:
-        image = pb.Image(id=self.id, repo_tags=self.repo_tags, repo_digests=self.repo_digests,
-                         size=self.size, username=self.username, pinned=self.pinned)
+        image = pb.Image(
+            id=self.id,
+            repo_tags=self.repo_tags,
+            repo_digests=self.repo_digests,
+            size=self.size,
+            username=self.username,
+            pinned=self.pinned,
+        )
         if self.uid is not None:
             image.uid.value = self.uid
         return image
@@ -237,8 +249,7 @@ class FakeContainer:
     message: str = ""
     log_path: str = ""
     reserved_name: str = ""
-    resources: pb.LinuxContainerResources = dataclasses.field(
-        default_factory=pb.LinuxContainerResources)
+    resources: pb.LinuxContainerResources = dataclasses.field(default_factory=pb.LinuxContainerResources)
     exit_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -267,6 +278,7 @@ def _as_bytes(value: bytes | str) -> bytes:
 
 # -- the runtime -------------------------------------------------------------
 
+
 class FakeRuntime:
     """A CRI runtime in this process. Start and stop it on one event loop."""
 
@@ -283,8 +295,7 @@ class FakeRuntime:
         record_calls: int = 10_000,
     ):
         self._own_dir = socket_dir is None
-        self.dir = Path(socket_dir) if socket_dir is not None else \
-            Path(tempfile.mkdtemp(prefix="orch-fake-cri-"))
+        self.dir = Path(socket_dir) if socket_dir is not None else Path(tempfile.mkdtemp(prefix="orch-fake-cri-"))
         self.socket_path = self.dir / "cri.sock"
         self.sandbox_image = sandbox_image
         self.runtime_name = runtime_name
@@ -296,8 +307,8 @@ class FakeRuntime:
 
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.containers: dict[str, FakeContainer] = {}
-        self.images: dict[str, FakeImage] = {}          # by ID
-        self.registry: dict[str, FakeImage] = {}        # pullable, by normalized name
+        self.images: dict[str, FakeImage] = {}  # by ID
+        self.registry: dict[str, FakeImage] = {}  # pullable, by normalized name
         self.conditions: dict[str, pb.RuntimeCondition] = {
             "RuntimeReady": pb.RuntimeCondition(type="RuntimeReady", status=True),
             "NetworkReady": pb.RuntimeCondition(type="NetworkReady", status=True),
@@ -332,8 +343,9 @@ class FakeRuntime:
         self._loop = asyncio.get_running_loop()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 << 20),
-                                          ("grpc.max_send_message_length", 16 << 20)])
+        server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", 16 << 20), ("grpc.max_send_message_length", 16 << 20)]
+        )
         pb_grpc.add_RuntimeServiceServicer_to_server(_RuntimeServicer(self), server)
         pb_grpc.add_ImageServiceServicer_to_server(_ImageServicer(self), server)
         if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
@@ -376,8 +388,14 @@ class FakeRuntime:
 
     # -- knobs -----------------------------------------------------------------
 
-    def fail_next(self, method: str, code: grpc.StatusCode = grpc.StatusCode.UNKNOWN,
-                  details: str = "injected failure", *, times: int = 1) -> None:
+    def fail_next(
+        self,
+        method: str,
+        code: grpc.StatusCode = grpc.StatusCode.UNKNOWN,
+        details: str = "injected failure",
+        *,
+        times: int = 1,
+    ) -> None:
         """The next `times` calls of method fail with code/details (before any effect)."""
         self._check_method(method)
         for _ in range(times):
@@ -395,32 +413,39 @@ class FakeRuntime:
         self._failures.clear()
         self._delays.clear()
 
-    def set_behavior(self, behavior: ContainerBehavior, *, container: str | None = None,
-                     pod: str | None = None, namespace: str | None = None) -> None:
+    def set_behavior(
+        self,
+        behavior: ContainerBehavior,
+        *,
+        container: str | None = None,
+        pod: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
         """Containers created from now on whose container name / pod name / pod
         namespace match (None = any) behave so; later rules win."""
-        match = {key: value for key, value in
-                 (("container", container), ("pod", pod), ("namespace", namespace))
-                 if value is not None}
+        match = {
+            key: value
+            for key, value in (("container", container), ("pod", pod), ("namespace", namespace))
+            if value is not None
+        }
         self._behaviors.insert(0, (match, behavior))
 
-    def on_exec(self, cmd: Iterable[str], result: ExecResult | ExecHandler, *,
-                container: str | None = None) -> None:
+    def on_exec(self, cmd: Iterable[str], result: ExecResult | ExecHandler, *, container: str | None = None) -> None:
         """ExecSync of a command starting with `cmd` (in containers named
         `container`, or any) answers `result`, or whatever result(container, cmd)
         returns (it may be a coroutine). Later rules win."""
         self._exec_rules.insert(0, (tuple(cmd), container, result))
 
-    def preload_image(self, name: str, *, size: int = 1_037_061, image_id: str | None = None,
-                      uid: int | None = 0, username: str = "") -> str:
+    def preload_image(
+        self, name: str, *, size: int = 1_037_061, image_id: str | None = None, uid: int | None = 0, username: str = ""
+    ) -> str:
         """Make the image present (like `ctr images import`); returns its ID."""
         full = normalize_image_ref(name)
         if image_id is None:
             image_id = "sha256:" + hashlib.sha256(full.encode()).hexdigest()
         image = self.images.get(image_id)
         if image is None:
-            image = self.images[image_id] = FakeImage(image_id, [], size=size, uid=uid,
-                                                      username=username)
+            image = self.images[image_id] = FakeImage(image_id, [], size=size, uid=uid, username=username)
         for other in self.images.values():  # a tag names one image
             if other is not image and name in other.repo_tags:
                 other.repo_tags.remove(name)
@@ -442,17 +467,16 @@ class FakeRuntime:
         if image is not None:
             del self.images[image.id]
 
-    def schedule_exit(self, container_id: str, after: float, exit_code: int = 0, *,
-                      reason: str | None = None) -> None:
+    def schedule_exit(self, container_id: str, after: float, exit_code: int = 0, *, reason: str | None = None) -> None:
         """A running container exits `after` seconds from now."""
         container = self.containers[container_id]
         if container.exit_timer is not None:
             container.exit_timer.cancel()
-        container.exit_timer = self._require_loop().call_later(
-            after, self._exit, container, exit_code, reason)
+        container.exit_timer = self._require_loop().call_later(after, self._exit, container, exit_code, reason)
 
-    def exit_container(self, container_id: str, exit_code: int = 1, *,
-                       reason: str | None = None, message: str = "") -> None:
+    def exit_container(
+        self, container_id: str, exit_code: int = 1, *, reason: str | None = None, message: str = ""
+    ) -> None:
         """The container's process ends now (a crash, an OOM kill, ...)."""
         self._exit(self.containers[container_id], exit_code, reason, message)
 
@@ -461,22 +485,18 @@ class FakeRuntime:
         self.sandboxes[sandbox_id].state = pb.SANDBOX_NOTREADY
 
     def set_condition(self, type: str, status: bool, reason: str = "", message: str = "") -> None:
-        self.conditions[type] = pb.RuntimeCondition(type=type, status=status, reason=reason,
-                                                    message=message)
+        self.conditions[type] = pb.RuntimeCondition(type=type, status=status, reason=reason, message=message)
 
-    def write_log(self, container_id: str, stream: str, text: str, *,
-                  partial: bool = False) -> None:
+    def write_log(self, container_id: str, stream: str, text: str, *, partial: bool = False) -> None:
         """Append one line to the container's log as the runtime would."""
         self._write_log(self.containers[container_id], [(stream, text)], partial=partial)
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0,
-                       interval: float = 0.01) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> None:
         """Poll predicate on this loop until true; TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
-                raise TimeoutError("fake CRI: condition not reached within "
-                                   f"{timeout:g}s")
+                raise TimeoutError(f"fake CRI: condition not reached within {timeout:g}s")
             await asyncio.sleep(interval)
 
     def containers_in(self, sandbox_id: str) -> list[FakeContainer]:
@@ -507,8 +527,7 @@ class FakeRuntime:
             handler = getattr(self, f"_rpc_{method}", None)
             if handler is None:
                 service = "RuntimeService" if method in _RUNTIME_METHODS else "ImageService"
-                raise _Abort(grpc.StatusCode.UNIMPLEMENTED,
-                             f"unknown method {method} for service runtime.v1.{service}")
+                raise _Abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {method} for service runtime.v1.{service}")
             result = handler(request)
             if inspect.isawaitable(result):
                 result = await result
@@ -526,8 +545,7 @@ class FakeRuntime:
             if ref in image.repo_digests:
                 return image
         if len(ref) >= 12 and re.fullmatch(r"[0-9a-f]+", ref):
-            matches = [image for image in self.images.values()
-                       if image.id.removeprefix("sha256:").startswith(ref)]
+            matches = [image for image in self.images.values() if image.id.removeprefix("sha256:").startswith(ref)]
             if len(matches) == 1:
                 return matches[0]
         return None
@@ -535,15 +553,18 @@ class FakeRuntime:
     def _get_container(self, container_id: str, prefix: str = "") -> FakeContainer:
         container = self.containers.get(container_id)
         if container is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"{prefix}an error occurred when try to find container "
-                         f"\"{container_id}\": not found")
+            raise _Abort(
+                grpc.StatusCode.NOT_FOUND,
+                f'{prefix}an error occurred when try to find container "{container_id}": not found',
+            )
         return container
 
-    def _behavior_for(self, config: pb.ContainerConfig,
-                      sandbox: FakeSandbox) -> ContainerBehavior:
-        facts = {"container": config.metadata.name, "pod": sandbox.metadata.name,
-                 "namespace": sandbox.metadata.namespace}
+    def _behavior_for(self, config: pb.ContainerConfig, sandbox: FakeSandbox) -> ContainerBehavior:
+        facts = {
+            "container": config.metadata.name,
+            "pod": sandbox.metadata.name,
+            "namespace": sandbox.metadata.namespace,
+        }
         for match, behavior in self._behaviors:
             if all(facts[key] == value for key, value in match.items()):
                 return behavior
@@ -558,8 +579,7 @@ class FakeRuntime:
             for stream, text in lines:
                 fh.write(format_log_line(stream, text, partial=partial))
 
-    def _exit(self, container: FakeContainer, exit_code: int, reason: str | None = None,
-              message: str = "") -> None:
+    def _exit(self, container: FakeContainer, exit_code: int, reason: str | None = None, message: str = "") -> None:
         if container.exit_timer is not None:
             container.exit_timer.cancel()
             container.exit_timer = None
@@ -577,17 +597,19 @@ class FakeRuntime:
     # -- RuntimeService ------------------------------------------------------
 
     def _rpc_Version(self, request: pb.VersionRequest) -> pb.VersionResponse:
-        return pb.VersionResponse(version="0.1.0", runtime_name=self.runtime_name,
-                                  runtime_version=self.runtime_version, runtime_api_version="v1")
+        return pb.VersionResponse(
+            version="0.1.0",
+            runtime_name=self.runtime_name,
+            runtime_version=self.runtime_version,
+            runtime_api_version="v1",
+        )
 
     def _rpc_Status(self, request: pb.StatusRequest) -> pb.StatusResponse:
-        response = pb.StatusResponse(status=pb.RuntimeStatus(
-            conditions=list(self.conditions.values())))
+        response = pb.StatusResponse(status=pb.RuntimeStatus(conditions=list(self.conditions.values())))
         for name in sorted(self.runtime_handlers):
             response.runtime_handlers.add(name=name)
         if request.verbose:
-            response.info["config"] = json.dumps({"sandboxImage": self.sandbox_image,
-                                                  "podCIDR": self.pod_cidr})
+            response.info["config"] = json.dumps({"sandboxImage": self.sandbox_image, "podCIDR": self.pod_cidr})
         return response
 
     def _rpc_UpdateRuntimeConfig(self, request):
@@ -598,50 +620,62 @@ class FakeRuntime:
         config = request.config
         meta = config.metadata
         if not meta.name or not meta.namespace or not meta.uid:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         "failed to reserve sandbox name: sandbox metadata (name, namespace, "
-                         "uid) must be set")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                "failed to reserve sandbox name: sandbox metadata (name, namespace, uid) must be set",
+            )
         if request.runtime_handler not in self.runtime_handlers:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to get sandbox runtime: no runtime for "
-                         f"\"{request.runtime_handler}\" is configured")
-        if self._find_image(self.sandbox_image) is None and \
-                normalize_image_ref(self.sandbox_image) in self.registry:
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f'failed to get sandbox runtime: no runtime for "{request.runtime_handler}" is configured',
+            )
+        if self._find_image(self.sandbox_image) is None and normalize_image_ref(self.sandbox_image) in self.registry:
             # As containerd does: the runtime pulls its own sandbox image.
             self._rpc_PullImage(pb.PullImageRequest(image=pb.ImageSpec(image=self.sandbox_image)))
         if self._find_image(self.sandbox_image) is None:
             full = normalize_image_ref(self.sandbox_image)
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to get sandbox image \"{self.sandbox_image}\": failed to pull "
-                         f"image \"{self.sandbox_image}\": failed to pull and unpack image "
-                         f"\"{full}\": failed to resolve reference \"{full}\": "
-                         f"failed to do request: dial tcp: lookup: no such host")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f'failed to get sandbox image "{self.sandbox_image}": failed to pull '
+                f'image "{self.sandbox_image}": failed to pull and unpack image '
+                f'"{full}": failed to resolve reference "{full}": '
+                f"failed to do request: dial tcp: lookup: no such host",
+            )
         name = f"{meta.name}_{meta.namespace}_{meta.uid}_{meta.attempt}"
         if name in self._reserved_names:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to reserve sandbox name \"{name}\": name \"{name}\" is "
-                         f"reserved for \"{self._reserved_names[name]}\"")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f'failed to reserve sandbox name "{name}": name "{name}" is '
+                f'reserved for "{self._reserved_names[name]}"',
+            )
         host_network = config.linux.security_context.namespace_options.network == pb.NODE
         if host_network and config.hostname:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         "failed to create containerd task: failed to create shim task: OCI "
-                         "runtime create failed: runc create failed: unable to set hostname "
-                         "without a private UTS namespace: unknown")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                "failed to create containerd task: failed to create shim task: OCI "
+                "runtime create failed: runc create failed: unable to set hostname "
+                "without a private UTS namespace: unknown",
+            )
         for key in sorted(config.linux.sysctls):
             namespaced = key in _NAMESPACED_SYSCTLS or key.startswith(_NAMESPACED_SYSCTL_PREFIXES)
             if not namespaced:
-                raise _Abort(grpc.StatusCode.UNKNOWN,
-                             f"failed to create containerd task: failed to create shim task: OCI "
-                             f"runtime create failed: runc create failed: sysctl \"{key}\" is not "
-                             f"in a separate kernel namespace: unknown")
+                raise _Abort(
+                    grpc.StatusCode.UNKNOWN,
+                    f"failed to create containerd task: failed to create shim task: OCI "
+                    f'runtime create failed: runc create failed: sysctl "{key}" is not '
+                    f"in a separate kernel namespace: unknown",
+                )
             if host_network and key.startswith("net."):
-                raise _Abort(grpc.StatusCode.UNKNOWN,
-                             f"failed to create containerd task: failed to create shim task: OCI "
-                             f"runtime create failed: runc create failed: sysctl \"{key}\" not "
-                             f"allowed in host network namespace: unknown")
+                raise _Abort(
+                    grpc.StatusCode.UNKNOWN,
+                    f"failed to create containerd task: failed to create shim task: OCI "
+                    f'runtime create failed: runc create failed: sysctl "{key}" not '
+                    f"allowed in host network namespace: unknown",
+                )
         sandbox_id = _new_id()
-        sandbox = FakeSandbox(sandbox_id, pb.PodSandboxConfig(), request.runtime_handler,
-                              created_at=time.time_ns(), reserved_name=name)
+        sandbox = FakeSandbox(
+            sandbox_id, pb.PodSandboxConfig(), request.runtime_handler, created_at=time.time_ns(), reserved_name=name
+        )
         sandbox.config.CopyFrom(config)
         if not host_network:
             sandbox.ip = self._allocate_ip()
@@ -659,9 +693,10 @@ class FakeRuntime:
     def _rpc_StopPodSandbox(self, request):
         sandbox = self.sandboxes.get(request.pod_sandbox_id)
         if sandbox is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"an error occurred when try to find sandbox "
-                         f"\"{request.pod_sandbox_id}\": not found")
+            raise _Abort(
+                grpc.StatusCode.NOT_FOUND,
+                f'an error occurred when try to find sandbox "{request.pod_sandbox_id}": not found',
+            )
         self._stop_sandbox(sandbox)
         return pb.StopPodSandboxResponse()
 
@@ -679,26 +714,32 @@ class FakeRuntime:
 
     def _sandbox_status(self, sandbox: FakeSandbox) -> pb.PodSandboxStatus:
         status = pb.PodSandboxStatus(
-            id=sandbox.id, metadata=sandbox.metadata, state=sandbox.state,
-            created_at=sandbox.created_at, labels=dict(sandbox.config.labels),
-            annotations=dict(sandbox.config.annotations), runtime_handler=sandbox.runtime_handler)
+            id=sandbox.id,
+            metadata=sandbox.metadata,
+            state=sandbox.state,
+            created_at=sandbox.created_at,
+            labels=dict(sandbox.config.labels),
+            annotations=dict(sandbox.config.annotations),
+            runtime_handler=sandbox.runtime_handler,
+        )
         status.network.ip = sandbox.ip
-        status.linux.namespaces.options.CopyFrom(
-            sandbox.config.linux.security_context.namespace_options)
+        status.linux.namespaces.options.CopyFrom(sandbox.config.linux.security_context.namespace_options)
         return status
 
     def _rpc_PodSandboxStatus(self, request):
         sandbox = self.sandboxes.get(request.pod_sandbox_id)
         if sandbox is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         "an error occurred when try to find sandbox: not found")
+            raise _Abort(grpc.StatusCode.NOT_FOUND, "an error occurred when try to find sandbox: not found")
         response = pb.PodSandboxStatusResponse(status=self._sandbox_status(sandbox))
         if request.verbose:
-            response.info["info"] = json.dumps({
-                "pid": 0, "processStatus": "running" if sandbox.state == pb.SANDBOX_READY
-                else "stopped", "runtimeHandler": sandbox.runtime_handler,
-                "config": {"hostname": sandbox.config.hostname,
-                           "log_directory": sandbox.config.log_directory}})
+            response.info["info"] = json.dumps(
+                {
+                    "pid": 0,
+                    "processStatus": "running" if sandbox.state == pb.SANDBOX_READY else "stopped",
+                    "runtimeHandler": sandbox.runtime_handler,
+                    "config": {"hostname": sandbox.config.hostname, "log_directory": sandbox.config.log_directory},
+                }
+            )
         return response
 
     def _rpc_ListPodSandbox(self, request):
@@ -712,42 +753,55 @@ class FakeRuntime:
                     continue
                 if not _labels_match(sandbox.config.labels, flt.label_selector):
                     continue
-            items.append(pb.PodSandbox(
-                id=sandbox.id, metadata=sandbox.metadata, state=sandbox.state,
-                created_at=sandbox.created_at, labels=dict(sandbox.config.labels),
-                annotations=dict(sandbox.config.annotations),
-                runtime_handler=sandbox.runtime_handler))
+            items.append(
+                pb.PodSandbox(
+                    id=sandbox.id,
+                    metadata=sandbox.metadata,
+                    state=sandbox.state,
+                    created_at=sandbox.created_at,
+                    labels=dict(sandbox.config.labels),
+                    annotations=dict(sandbox.config.annotations),
+                    runtime_handler=sandbox.runtime_handler,
+                )
+            )
         return pb.ListPodSandboxResponse(items=items)
 
     def _rpc_CreateContainer(self, request):
         sandbox = self.sandboxes.get(request.pod_sandbox_id)
         if sandbox is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"failed to find sandbox id \"{request.pod_sandbox_id}\": not found")
+            raise _Abort(grpc.StatusCode.NOT_FOUND, f'failed to find sandbox id "{request.pod_sandbox_id}": not found')
         config = request.config
         meta = config.metadata
-        name = (f"{meta.name}_{sandbox.metadata.name}_{sandbox.metadata.namespace}_"
-                f"{sandbox.metadata.uid}_{meta.attempt}")
+        name = f"{meta.name}_{sandbox.metadata.name}_{sandbox.metadata.namespace}_{sandbox.metadata.uid}_{meta.attempt}"
         if name in self._reserved_names:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to reserve container name \"{name}\": name \"{name}\" is "
-                         f"reserved for \"{self._reserved_names[name]}\"")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f'failed to reserve container name "{name}": name "{name}" is '
+                f'reserved for "{self._reserved_names[name]}"',
+            )
         image = self._find_image(config.image.image)
         if image is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"failed to resolve image \"{config.image.image}\": not found")
+            raise _Abort(grpc.StatusCode.NOT_FOUND, f'failed to resolve image "{config.image.image}": not found')
         if sandbox.state != pb.SANDBOX_READY:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"failed to get sandbox container task: no running task found: task "
-                         f"{sandbox.id} not found: not found")
+            raise _Abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"failed to get sandbox container task: no running task found: task {sandbox.id} not found: not found",
+            )
         container_id = _new_id()
         log_path = ""
         if sandbox.config.log_directory and config.log_path:
             log_path = os.path.join(sandbox.config.log_directory, config.log_path)
         container = FakeContainer(
-            container_id, sandbox.id, pb.ContainerConfig(), pb.PodSandboxConfig(), image,
-            self._behavior_for(config, sandbox), created_at=time.time_ns(), log_path=log_path,
-            reserved_name=name)
+            container_id,
+            sandbox.id,
+            pb.ContainerConfig(),
+            pb.PodSandboxConfig(),
+            image,
+            self._behavior_for(config, sandbox),
+            created_at=time.time_ns(),
+            log_path=log_path,
+            reserved_name=name,
+        )
         container.config.CopyFrom(config)
         container.sandbox_config.CopyFrom(request.sandbox_config)
         container.resources.CopyFrom(config.linux.resources)
@@ -758,13 +812,14 @@ class FakeRuntime:
     def _rpc_StartContainer(self, request):
         container = self._get_container(request.container_id)
         if container.state != pb.CONTAINER_CREATED:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to set starting state for container \"{container.id}\": "
-                         f"container is in {_STATE_NAME[container.state]} state")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f'failed to set starting state for container "{container.id}": '
+                f"container is in {_STATE_NAME[container.state]} state",
+            )
         sandbox = self.sandboxes.get(container.sandbox_id)
         if sandbox is None or sandbox.state != pb.SANDBOX_READY:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"sandbox container \"{container.sandbox_id}\" is not running")
+            raise _Abort(grpc.StatusCode.UNKNOWN, f'sandbox container "{container.sandbox_id}" is not running')
         behavior = container.behavior
         now = time.time_ns()
         if behavior.start_error is not None:
@@ -774,9 +829,11 @@ class FakeRuntime:
             container.exit_code = 128
             container.reason = "StartError"
             container.message = behavior.start_error
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to create containerd task: failed to create shim task: "
-                         f"OCI runtime create failed: {behavior.start_error}: unknown")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f"failed to create containerd task: failed to create shim task: "
+                f"OCI runtime create failed: {behavior.start_error}: unknown",
+            )
         container.state = pb.CONTAINER_RUNNING
         container.started_at = now
         if container.log_path:
@@ -788,7 +845,8 @@ class FakeRuntime:
             code = behavior.exit_code if (behavior.exit_code or not behavior.oom) else 137
             reason = "OOMKilled" if behavior.oom else None
             container.exit_timer = self._require_loop().call_later(
-                behavior.exit_after or 0.0, self._exit, container, code, reason)
+                behavior.exit_after or 0.0, self._exit, container, code, reason
+            )
         return pb.StartContainerResponse()
 
     async def _rpc_StopContainer(self, request):
@@ -820,11 +878,17 @@ class FakeRuntime:
 
     def _container_proto(self, container: FakeContainer) -> pb.Container:
         return pb.Container(
-            id=container.id, pod_sandbox_id=container.sandbox_id,
-            metadata=container.config.metadata, image=container.config.image,
-            image_ref=container.image.ref, state=container.state,
-            created_at=container.created_at, labels=dict(container.config.labels),
-            annotations=dict(container.config.annotations), image_id=container.image.id)
+            id=container.id,
+            pod_sandbox_id=container.sandbox_id,
+            metadata=container.config.metadata,
+            image=container.config.image,
+            image_ref=container.image.ref,
+            state=container.state,
+            created_at=container.created_at,
+            labels=dict(container.config.labels),
+            annotations=dict(container.config.annotations),
+            image_id=container.image.id,
+        )
 
     def _rpc_ListContainers(self, request):
         flt = request.filter if request.HasField("filter") else None
@@ -844,17 +908,25 @@ class FakeRuntime:
 
     def _rpc_ContainerStatus(self, request):
         container = self._get_container(request.container_id)
-        image_name = container.image.repo_tags[0] if container.image.repo_tags \
-            else container.config.image.image
+        image_name = container.image.repo_tags[0] if container.image.repo_tags else container.config.image.image
         status = pb.ContainerStatus(
-            id=container.id, metadata=container.config.metadata, state=container.state,
-            created_at=container.created_at, started_at=container.started_at,
-            finished_at=container.finished_at, exit_code=container.exit_code,
-            image=pb.ImageSpec(image=image_name), image_ref=container.image.ref,
-            reason=container.reason, message=container.message,
-            labels=dict(container.config.labels), annotations=dict(container.config.annotations),
-            mounts=list(container.config.mounts), log_path=container.log_path,
-            image_id=container.image.id)
+            id=container.id,
+            metadata=container.config.metadata,
+            state=container.state,
+            created_at=container.created_at,
+            started_at=container.started_at,
+            finished_at=container.finished_at,
+            exit_code=container.exit_code,
+            image=pb.ImageSpec(image=image_name),
+            image_ref=container.image.ref,
+            reason=container.reason,
+            message=container.message,
+            labels=dict(container.config.labels),
+            annotations=dict(container.config.annotations),
+            mounts=list(container.config.mounts),
+            log_path=container.log_path,
+            image_id=container.image.id,
+        )
         status.resources.linux.CopyFrom(container.resources)
         response = pb.ContainerStatusResponse(status=status)
         if request.verbose:
@@ -864,9 +936,9 @@ class FakeRuntime:
     def _rpc_UpdateContainerResources(self, request):
         container = self._get_container(request.container_id)
         if container.state not in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING):
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"container \"{container.id}\" is in {_STATE_NAME[container.state]} "
-                         f"state")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN, f'container "{container.id}" is in {_STATE_NAME[container.state]} state'
+            )
         if request.HasField("linux"):
             container.resources.CopyFrom(request.linux)
         return pb.UpdateContainerResourcesResponse()
@@ -883,13 +955,15 @@ class FakeRuntime:
     def _exec_target(self, container_id: str) -> FakeContainer:
         container = self.containers.get(container_id)
         if container is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"failed to exec in container: failed to find container "
-                         f"\"{container_id}\" in store: not found")
+            raise _Abort(
+                grpc.StatusCode.NOT_FOUND,
+                f'failed to exec in container: failed to find container "{container_id}" in store: not found',
+            )
         if container.state != pb.CONTAINER_RUNNING:
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to exec in container: container is in "
-                         f"{_STATE_NAME[container.state]} state")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f"failed to exec in container: container is in {_STATE_NAME[container.state]} state",
+            )
         return container
 
     async def _rpc_ExecSync(self, request):
@@ -898,20 +972,23 @@ class FakeRuntime:
         result = await self._run_exec(container, cmd)
         if request.timeout > 0 and result.duration > request.timeout:
             await asyncio.sleep(request.timeout)
-            raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED,
-                         f"failed to exec in container: timeout {request.timeout}s exceeded: "
-                         f"context deadline exceeded")
+            raise _Abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"failed to exec in container: timeout {request.timeout}s exceeded: context deadline exceeded",
+            )
         if result.duration > 0:
             await asyncio.sleep(result.duration)
-        return pb.ExecSyncResponse(stdout=_as_bytes(result.stdout)[:16 << 20],
-                                   stderr=_as_bytes(result.stderr)[:16 << 20],
-                                   exit_code=result.exit_code)
+        return pb.ExecSyncResponse(
+            stdout=_as_bytes(result.stdout)[: 16 << 20],
+            stderr=_as_bytes(result.stderr)[: 16 << 20],
+            exit_code=result.exit_code,
+        )
 
     async def _run_exec(self, container: FakeContainer, cmd: list[str]) -> ExecResult:
         for prefix, only_in, result in self._exec_rules:
             if only_in is not None and only_in != container.name:
                 continue
-            if tuple(cmd[:len(prefix)]) != prefix:
+            if tuple(cmd[: len(prefix)]) != prefix:
                 continue
             if callable(result):
                 result = result(container, cmd)
@@ -933,8 +1010,7 @@ class FakeRuntime:
 
     def _rpc_PortForward(self, request):
         if request.pod_sandbox_id not in self.sandboxes:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"failed to find sandbox \"{request.pod_sandbox_id}\": not found")
+            raise _Abort(grpc.StatusCode.NOT_FOUND, f'failed to find sandbox "{request.pod_sandbox_id}": not found')
         return pb.PortForwardResponse(url=self._stream_url("portforward"))
 
     def _container_stats(self, container: FakeContainer, now: int) -> pb.ContainerStats:
@@ -945,10 +1021,10 @@ class FakeRuntime:
         stats.attributes.annotations.update(container.config.annotations)
         running_ns = max(0, now - container.started_at) if container.started_at else 0
         stats.cpu.timestamp = now
-        stats.cpu.usage_core_nano_seconds.value = running_ns * container.behavior.cpu_nano_cores \
-            // 1_000_000_000
-        stats.cpu.usage_nano_cores.value = container.behavior.cpu_nano_cores \
-            if container.state == pb.CONTAINER_RUNNING else 0
+        stats.cpu.usage_core_nano_seconds.value = running_ns * container.behavior.cpu_nano_cores // 1_000_000_000
+        stats.cpu.usage_nano_cores.value = (
+            container.behavior.cpu_nano_cores if container.state == pb.CONTAINER_RUNNING else 0
+        )
         memory = container.behavior.memory_bytes if container.state == pb.CONTAINER_RUNNING else 0
         stats.memory.timestamp = now
         stats.memory.working_set_bytes.value = memory
@@ -990,16 +1066,14 @@ class FakeRuntime:
         stats.attributes.metadata.CopyFrom(sandbox.metadata)
         stats.attributes.labels.update(sandbox.config.labels)
         stats.attributes.annotations.update(sandbox.config.annotations)
-        containers = [self._container_stats(c, now) for c in self.containers_in(sandbox.id)
-                      if c.state == pb.CONTAINER_RUNNING]
+        containers = [
+            self._container_stats(c, now) for c in self.containers_in(sandbox.id) if c.state == pb.CONTAINER_RUNNING
+        ]
         stats.linux.cpu.timestamp = now
-        stats.linux.cpu.usage_core_nano_seconds.value = sum(
-            c.cpu.usage_core_nano_seconds.value for c in containers)
-        stats.linux.cpu.usage_nano_cores.value = sum(c.cpu.usage_nano_cores.value
-                                                     for c in containers)
+        stats.linux.cpu.usage_core_nano_seconds.value = sum(c.cpu.usage_core_nano_seconds.value for c in containers)
+        stats.linux.cpu.usage_nano_cores.value = sum(c.cpu.usage_nano_cores.value for c in containers)
         stats.linux.memory.timestamp = now
-        stats.linux.memory.working_set_bytes.value = sum(
-            c.memory.working_set_bytes.value for c in containers)
+        stats.linux.memory.working_set_bytes.value = sum(c.memory.working_set_bytes.value for c in containers)
         stats.linux.memory.usage_bytes.value = stats.linux.memory.working_set_bytes.value
         stats.linux.network.timestamp = now
         if not sandbox.host_network:
@@ -1014,9 +1088,10 @@ class FakeRuntime:
     def _rpc_PodSandboxStats(self, request):
         sandbox = self.sandboxes.get(request.pod_sandbox_id)
         if sandbox is None:
-            raise _Abort(grpc.StatusCode.NOT_FOUND,
-                         f"an error occurred when trying to find sandbox "
-                         f"\"{request.pod_sandbox_id}\": not found")
+            raise _Abort(
+                grpc.StatusCode.NOT_FOUND,
+                f'an error occurred when trying to find sandbox "{request.pod_sandbox_id}": not found',
+            )
         return pb.PodSandboxStatsResponse(stats=self._sandbox_stats(sandbox, time.time_ns()))
 
     def _rpc_ListPodSandboxStats(self, request):
@@ -1059,15 +1134,18 @@ class FakeRuntime:
         if template is None:
             repo, _, tag = full.rpartition(":")
             domain, _, path = repo.partition("/")
-            raise _Abort(grpc.StatusCode.UNKNOWN,
-                         f"failed to pull and unpack image \"{full}\": failed to resolve "
-                         f"reference \"{full}\": failed to do request: Head "
-                         f"\"https://{domain}/v2/{path}/manifests/{tag}\": dial tcp: lookup "
-                         f"{domain}: no such host")
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f'failed to pull and unpack image "{full}": failed to resolve '
+                f'reference "{full}": failed to do request: Head '
+                f'"https://{domain}/v2/{path}/manifests/{tag}": dial tcp: lookup '
+                f"{domain}: no such host",
+            )
         image = self.images.get(template.id)
         if image is None:
             image = self.images[template.id] = dataclasses.replace(
-                template, repo_tags=[], repo_digests=list(template.repo_digests))
+                template, repo_tags=[], repo_digests=list(template.repo_digests)
+            )
         for tag in template.repo_tags:
             if tag not in image.repo_tags:
                 image.repo_tags.append(tag)
@@ -1113,6 +1191,7 @@ def _default_exec(cmd: list[str]) -> ExecResult:
 
 # -- servicers -----------------------------------------------------------------
 
+
 def _make_servicer(base: type, methods: tuple[str, ...]) -> type:
     namespace: dict[str, Any] = {}
 
@@ -1124,6 +1203,7 @@ def _make_servicer(base: type, methods: tuple[str, ...]) -> type:
         # Coroutine functions: grpc.aio runs plain functions in a thread pool.
         async def handler(self, request, context, _method=method):
             return await self._fake._dispatch(_method, request, context)
+
         handler.__name__ = method
         namespace[method] = handler
 
@@ -1132,10 +1212,12 @@ def _make_servicer(base: type, methods: tuple[str, ...]) -> type:
     service = pb.DESCRIPTOR.services_by_name[base.__name__.removesuffix("Servicer")]
     for method in methods:
         if service.methods_by_name[method].server_streaming:
+
             async def stream(self, request, context, _method=method):
                 await self._fake._dispatch(_method, request, context)
                 return
                 yield  # noqa: unreachable - makes this an async generator
+
             stream.__name__ = method
             namespace[method] = stream
     return type(f"Fake{base.__name__}", (base,), namespace)

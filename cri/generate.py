@@ -33,8 +33,8 @@ def generate(out_dir: str | Path) -> list[Path]:
     """Run protoc into out_dir (which gets a `cri/` subdirectory); return the
     generated files."""
     try:
-        from grpc_tools import protoc
         import grpc_tools
+        from grpc_tools import protoc
     except ImportError as exc:  # pragma: no cover - grpcio-tools is a test extra
         raise GenerateError("grpcio-tools is not installed (pip install -e '.[test]')") from exc
     out_dir = Path(out_dir)
@@ -72,8 +72,11 @@ def stale_files(target_dir: str | Path = PACKAGE_DIR) -> dict[str, str]:
             have = committed.read_text() if committed.is_file() else ""
             if want != have:
                 diff = difflib.unified_diff(
-                    have.splitlines(keepends=True), want.splitlines(keepends=True),
-                    fromfile=f"committed/{fresh.name}", tofile=f"generated/{fresh.name}", n=1,
+                    have.splitlines(keepends=True),
+                    want.splitlines(keepends=True),
+                    fromfile=f"committed/{fresh.name}",
+                    tofile=f"generated/{fresh.name}",
+                    n=1,
                 )
                 stale[fresh.name] = "".join(list(diff)[:60])
     return stale
@@ -93,8 +96,9 @@ def write(target_dir: str | Path = PACKAGE_DIR) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cri.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when stale")
-    parser.add_argument("--out", type=Path, default=PACKAGE_DIR,
-                        help="directory for the stubs (default: the cri package)")
+    parser.add_argument(
+        "--out", type=Path, default=PACKAGE_DIR, help="directory for the stubs (default: the cri package)"
+    )
     args = parser.parse_args(argv)
     if args.check:
         stale = stale_files(args.out)

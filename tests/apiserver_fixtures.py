@@ -85,8 +85,10 @@ def create_namespace(server: "ApiServerProcess", name: str, timeout: float = 10.
     asynchronously; waiting keeps lists, resource versions and watches in the test's
     namespace from changing under it. Returns the Namespace."""
     _, obj = server.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
-    wanted = (f"/api/v1/namespaces/{name}/serviceaccounts/{api_names.DEFAULT_SERVICE_ACCOUNT}",
-              f"/api/v1/namespaces/{name}/configmaps/{ROOT_CA_CONFIGMAP}")
+    wanted = (
+        f"/api/v1/namespaces/{name}/serviceaccounts/{api_names.DEFAULT_SERVICE_ACCOUNT}",
+        f"/api/v1/namespaces/{name}/configmaps/{ROOT_CA_CONFIGMAP}",
+    )
     deadline = time.monotonic() + timeout
     for path in wanted:
         while (status := server.request("GET", path)[0]) != 200:
@@ -113,9 +115,15 @@ def wait_for(fn, timeout: float, what: str, interval: float = 0.1):
 class ApiServerProcess:
     """One ``orch-apiserver`` process on 127.0.0.1:port with its data dir."""
 
-    def __init__(self, data_dir: str | os.PathLike, port: int | None = None, backend: str = "sqlite",
-                 etcd_endpoint: str | None = None, etcd_prefix: str | None = None,
-                 extra_args: tuple[str, ...] | list[str] = ()):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        port: int | None = None,
+        backend: str = "sqlite",
+        etcd_endpoint: str | None = None,
+        etcd_prefix: str | None = None,
+        extra_args: tuple[str, ...] | list[str] = (),
+    ):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.backend = backend
@@ -150,8 +158,15 @@ class ApiServerProcess:
         return self.proc.pid if self.proc else None
 
     def argv(self) -> list[str]:
-        argv = [str(APISERVER_BIN), "--data-dir", str(self.data_dir), "--bind-address", self.host,
-                "--secure-port", str(self.port)]
+        argv = [
+            str(APISERVER_BIN),
+            "--data-dir",
+            str(self.data_dir),
+            "--bind-address",
+            self.host,
+            "--secure-port",
+            str(self.port),
+        ]
         if self.backend in ("etcd", "etcd3"):
             argv += ["--storage-backend", "etcd3", "--etcd-servers", f"http://{self.etcd_endpoint}"]
             if self.etcd_prefix:
@@ -170,16 +185,24 @@ class ApiServerProcess:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log_fh = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=self._log_fh,
-                                     stderr=subprocess.STDOUT, cwd=self.data_dir, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_fh,
+            stderr=subprocess.STDOUT,
+            cwd=self.data_dir,
+            start_new_session=True,
+        )
         self.starts += 1
         self._ssl = None
         deadline = time.monotonic() + timeout
         last = ""
         while True:
             if self.proc.poll() is not None:
-                raise ApiServerError(f"orch-apiserver exited with {self.proc.returncode} during start\n"
-                                     f"--- {self.log_path} ---\n{self.log_tail()}")
+                raise ApiServerError(
+                    f"orch-apiserver exited with {self.proc.returncode} during start\n"
+                    f"--- {self.log_path} ---\n{self.log_tail()}"
+                )
             if self.kubeconfig.exists() and self.ca_cert.exists():
                 try:
                     status, _, body = self.request("GET", "/readyz", timeout=2)
@@ -191,8 +214,9 @@ class ApiServerProcess:
                     self._ssl = None
             if time.monotonic() > deadline:
                 self.stop()
-                raise ApiServerError(f"orch-apiserver not ready after {timeout}s ({last})\n"
-                                     f"--- {self.log_path} ---\n{self.log_tail()}")
+                raise ApiServerError(
+                    f"orch-apiserver not ready after {timeout}s ({last})\n--- {self.log_path} ---\n{self.log_tail()}"
+                )
             time.sleep(0.05)
 
     @property
@@ -257,11 +281,18 @@ class ApiServerProcess:
         return ctx
 
     def connection(self, timeout: float = 10, client_cert: bool = True) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                           context=self.ssl_context(client_cert))
+        return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.ssl_context(client_cert))
 
-    def request(self, method: str, path: str, body: Any = None, headers: dict | None = None, *,
-                timeout: float = 10, client_cert: bool = True) -> tuple[int, dict, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict | None = None,
+        *,
+        timeout: float = 10,
+        client_cert: bool = True,
+    ) -> tuple[int, dict, bytes]:
         """One request; a dict/list body is sent as JSON. Returns (status, headers, body)."""
         headers = dict(headers or {})
         if body is not None and not isinstance(body, (bytes, str)):
@@ -278,8 +309,15 @@ class ApiServerProcess:
         finally:
             conn.close()
 
-    def json(self, method: str, path: str, body: Any = None, headers: dict | None = None,
-             expect: int | tuple[int, ...] | None = None, **kw) -> tuple[int, Any]:
+    def json(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict | None = None,
+        expect: int | tuple[int, ...] | None = None,
+        **kw,
+    ) -> tuple[int, Any]:
         """request() and decode the JSON reply; with expect, assert the status."""
         status, hdrs, data = self.request(method, path, body, headers, **kw)
         try:
@@ -362,8 +400,13 @@ def apiserver_etcd(etcd, tmp_path_factory):
     """An etcd-backed orch-apiserver for the module, under a prefix no one else uses."""
     _require_binary()
     prefix = f"/orch-test/{uuid.uuid4().hex}"
-    server = ApiServerProcess(tmp_path_factory.mktemp("apiserver-etcd"), free_port(), backend="etcd",
-                              etcd_endpoint=etcd.endpoint, etcd_prefix=prefix)
+    server = ApiServerProcess(
+        tmp_path_factory.mktemp("apiserver-etcd"),
+        free_port(),
+        backend="etcd",
+        etcd_endpoint=etcd.endpoint,
+        etcd_prefix=prefix,
+    )
     with server:
         yield server
 
@@ -381,19 +424,33 @@ class Kubectl:
     def argv(self, *args: str) -> list[str]:
         return [self.binary, "--kubeconfig", str(self.server.kubeconfig), *args]
 
-    def __call__(self, *args: str, input: str | None = None, timeout: float = 30,
-                 check: bool = False) -> subprocess.CompletedProcess:
-        result = subprocess.run(self.argv(*args), input=input, capture_output=True, text=True,
-                                timeout=timeout, env=self.env,
-                                stdin=None if input is not None else subprocess.DEVNULL)
+    def __call__(
+        self, *args: str, input: str | None = None, timeout: float = 30, check: bool = False
+    ) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            self.argv(*args),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
         if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}:\n"
-                                 f"{result.stdout}\n{result.stderr}")
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+            )
         return result
 
     def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(*args), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=self.env)
+        return subprocess.Popen(
+            self.argv(*args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -179,6 +179,7 @@ def _kill_tree(proc: psutil.Process) -> None:
 # ListPodSandboxResponse{repeated PodSandbox items = 1}, PodSandbox{string id = 1},
 # Stop/RemovePodSandboxRequest{string pod_sandbox_id = 1}.
 
+
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
@@ -205,7 +206,7 @@ def _length_delimited_fields(data: bytes, wanted: int) -> list[bytes]:
         elif wire_type == 2:
             length, pos = _varint(data, pos)
             if number == wanted:
-                found.append(data[pos:pos + length])
+                found.append(data[pos : pos + length])
             pos += length
         else:
             raise ValueError(f"unsupported protobuf wire type {wire_type}")
@@ -318,10 +319,7 @@ class _Daemon:
         atexit.register(self.stop)
 
     def _fail(self, message: str) -> ComponentError:
-        return ComponentError(
-            f"{self.component} {message}\n"
-            f"--- last lines of {self.log_path} ---\n{self.log_tail()}"
-        )
+        return ComponentError(f"{self.component} {message}\n--- last lines of {self.log_path} ---\n{self.log_tail()}")
 
     def _terminate(self, timeout: float) -> None:
         proc, self._proc = self._proc, None
@@ -344,9 +342,7 @@ class _Daemon:
         if still_mounted:
             # Never recurse into a mount we could not detach: it may be a bind
             # mount of something outside the temporary directory.
-            raise ComponentError(
-                f"{self.component}: left {self._dir} in place, still mounted: {still_mounted}"
-            )
+            raise ComponentError(f"{self.component}: left {self._dir} in place, still mounted: {still_mounted}")
         shutil.rmtree(self._dir, ignore_errors=True)
         self._dir_removed = True
 
@@ -433,19 +429,17 @@ class Containerd(_Daemon):
             cni_conf_dir=str(self.cni_conf_dir),
         )
 
-    def ctr(self, *args: str, namespace: str | None = None, check: bool = True,
-            timeout: float = 60) -> subprocess.CompletedProcess:
+    def ctr(
+        self, *args: str, namespace: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
         """Run `ctr --address SOCK [-n NS] ARGS...`; text output captured."""
         argv = ["ctr", "--address", self.address]
         if namespace is not None:
             argv += ["--namespace", namespace]
         argv += list(args)
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                stdin=subprocess.DEVNULL)
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         if check and result.returncode != 0:
-            raise ComponentError(
-                f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()}"
-            )
+            raise ComponentError(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()}")
         return result
 
     def start(self, timeout: float = 20) -> "Containerd":
@@ -534,23 +528,22 @@ class Containerd(_Daemon):
         try:
             leftovers = _cri_remove_all_pod_sandboxes(self.endpoint)
         except Exception as exc:  # noqa: BLE001 - teardown must go on
-            print(f"orch tests: {self.component}: removing pod sandboxes failed: {exc}",
-                  file=sys.stderr)
+            print(f"orch tests: {self.component}: removing pod sandboxes failed: {exc}", file=sys.stderr)
             return
         if leftovers:
-            print(f"orch tests: {self.component}: removed {len(leftovers)} leftover pod "
-                  f"sandbox(es) at stop", file=sys.stderr)
+            print(
+                f"orch tests: {self.component}: removed {len(leftovers)} leftover pod sandbox(es) at stop",
+                file=sys.stderr,
+            )
 
     def _delete_tasks(self) -> None:
         """Best effort: kill and delete every task so the shims exit and unmount."""
         try:
             namespaces = self.ctr("namespaces", "ls", "-q", check=False, timeout=10).stdout.split()
             for namespace in namespaces:
-                tasks = self.ctr("tasks", "ls", "-q", namespace=namespace,
-                                 check=False, timeout=10).stdout.split()
+                tasks = self.ctr("tasks", "ls", "-q", namespace=namespace, check=False, timeout=10).stdout.split()
                 for task in tasks:
-                    self.ctr("tasks", "delete", "--force", task, namespace=namespace,
-                             check=False, timeout=20)
+                    self.ctr("tasks", "delete", "--force", task, namespace=namespace, check=False, timeout=20)
         except (subprocess.TimeoutExpired, OSError):
             pass
 
@@ -578,8 +571,7 @@ class Containerd(_Daemon):
             # runc state under the default root; stale state blocks the same ID.
             namespace, container_id = args.get("-namespace"), args.get("-id")
             if namespace and container_id and "/" not in namespace + container_id:
-                shutil.rmtree(Path("/run/containerd/runc", namespace, container_id),
-                              ignore_errors=True)
+                shutil.rmtree(Path("/run/containerd/runc", namespace, container_id), ignore_errors=True)
         if shims:
             # A killed shim leaves its socket in /run/containerd/s (a path fixed
             # in containerd 1.6); the bundle's `address` file names it.
@@ -638,37 +630,55 @@ class Etcd(_Daemon):
     def argv(self) -> list[str]:
         return [
             shutil.which("etcd") or "etcd",
-            "--name", self.name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.url,
-            "--advertise-client-urls", self.url,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", f"{self.name}={self.peer_url}",
-            "--initial-cluster-state", "new",
-            "--initial-cluster-token", f"orch-test-{os.getpid()}-{self.port}",
-            "--quota-backend-bytes", str(self.quota_backend_bytes),
-            "--logger", "zap",
-            "--log-outputs", "stderr",
-            "--log-level", self.log_level,
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.url,
+            "--advertise-client-urls",
+            self.url,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            f"{self.name}={self.peer_url}",
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            f"orch-test-{os.getpid()}-{self.port}",
+            "--quota-backend-bytes",
+            str(self.quota_backend_bytes),
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+            "--log-level",
+            self.log_level,
             *self.extra_args,
         ]
 
-    def etcdctl(self, *args: str, check: bool = True, timeout: float = 30,
-                input: str | None = None) -> subprocess.CompletedProcess:
+    def etcdctl(
+        self, *args: str, check: bool = True, timeout: float = 30, input: str | None = None
+    ) -> subprocess.CompletedProcess:
         """Run `etcdctl --endpoints URL ARGS...` (API v3); text output captured."""
         if shutil.which("etcdctl") is None:
             raise BinaryNotFound("etcdctl", ["etcdctl"])
         argv = ["etcdctl", "--endpoints", self.url, *args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCDCTL_")}
         env["ETCDCTL_API"] = "3"
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                                env=env, input=input,
-                                stdin=None if input is not None else subprocess.DEVNULL)
+        result = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
         if check and result.returncode != 0:
-            raise ComponentError(
-                f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()}"
-            )
+            raise ComponentError(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()}")
         return result
 
     def healthy(self) -> bool:

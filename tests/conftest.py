@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.components import Containerd, Etcd, image_builder, missing_binaries
 from tests.apiserver_fixtures import *  # noqa: E402,F401,F403 - apiserver, apiserver_etcd, kubectl, k8s_client
+from tests.components import Containerd, Etcd, image_builder, missing_binaries
 
 E2E_DIR = Path(__file__).resolve().parent / "e2e"
 

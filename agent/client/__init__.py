@@ -33,6 +33,10 @@ def client_from_config(cfg, path: str | None = None, *, version: str = "") -> Ap
     from apiserver_min.api import names
 
     conn = load_orchconfig(path or cfg.orchconfig)
-    return ApiClient(conn, qps=cfg.orch_api_qps, burst=cfg.orch_api_burst,
-                     user_agent=f"{names.AGENT_NAME}/{version or 'dev'}",
-                     content_type=cfg.orch_api_content_type)
+    return ApiClient(
+        conn,
+        qps=cfg.orch_api_qps,
+        burst=cfg.orch_api_burst,
+        user_agent=f"{names.AGENT_NAME}/{version or 'dev'}",
+        content_type=cfg.orch_api_content_type,
+    )

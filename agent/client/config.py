@@ -49,8 +49,8 @@ class Connection:
     token: str | None
     cert_file: str = ""
     key_file: str = ""
-    server_name: str = ""   # tls-server-name: the name to verify instead of the URL's host
-    source: str = ""        # the file it was read from, for messages
+    server_name: str = ""  # tls-server-name: the name to verify instead of the URL's host
+    source: str = ""  # the file it was read from, for messages
 
     @property
     def has_client_certificate(self) -> bool:
@@ -120,8 +120,9 @@ def load_orchconfig(path: str) -> Connection:
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise OrchconfigError(f"{path}: {where}invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(doc, dict):
-        raise OrchconfigError(f"{path}: not a connection config (expected a YAML object with "
-                              "clusters, users and contexts)")
+        raise OrchconfigError(
+            f"{path}: not a connection config (expected a YAML object with clusters, users and contexts)"
+        )
     kind = doc.get("kind")
     if kind not in (None, "Config"):
         raise _err(path, "kind", f'must be "Config", got {kind!r}')
@@ -150,8 +151,12 @@ def load_orchconfig(path: str) -> Connection:
     if parts.scheme != "https" or not parts.hostname:
         raise _err(path, f"{cpath}.server", f"must be an https:// URL with a host, got {server!r}")
     if cluster.get("insecure-skip-tls-verify"):
-        raise _err(path, f"{cpath}.insecure-skip-tls-verify", "is not supported: the agent always "
-                   "verifies the API server's certificate; give certificate-authority-data instead")
+        raise _err(
+            path,
+            f"{cpath}.insecure-skip-tls-verify",
+            "is not supported: the agent always "
+            "verifies the API server's certificate; give certificate-authority-data instead",
+        )
     if cluster.get("certificate-authority-data"):
         ca = _b64(path, f"{cpath}.certificate-authority-data", cluster["certificate-authority-data"])
         ca_field = f"{cpath}.certificate-authority-data"
@@ -159,8 +164,12 @@ def load_orchconfig(path: str) -> Connection:
         ca, _ = _read(path, f"{cpath}.certificate-authority", cluster["certificate-authority"], base)
         ca_field = f"{cpath}.certificate-authority"
     else:
-        raise _err(path, cpath, "has no certificate-authority or certificate-authority-data: the "
-                   "cluster CA is needed to verify the API server (TLS verification is always on)")
+        raise _err(
+            path,
+            cpath,
+            "has no certificate-authority or certificate-authority-data: the "
+            "cluster CA is needed to verify the API server (TLS verification is always on)",
+        )
     _check_pem(path, ca_field, ca, "certificate")
     server_name = cluster.get("tls-server-name") or ""
     if not isinstance(server_name, str):
@@ -185,8 +194,7 @@ def load_orchconfig(path: str) -> Connection:
         key, key_file = _read(path, f"{upath}.client-key", user["client-key"], base)
     if (cert is None) != (key is None):
         missing = "client-key(-data)" if key is None else "client-certificate(-data)"
-        raise _err(path, upath, f"a client certificate needs its key and the other way round: "
-                   f"{missing} is missing")
+        raise _err(path, upath, f"a client certificate needs its key and the other way round: {missing} is missing")
     if cert is not None and key is not None:
         _check_pem(path, f"{upath}.client-certificate" + ("" if cert_file else "-data"), cert, "certificate")
         _check_pem(path, f"{upath}.client-key" + ("" if key_file else "-data"), key, "private key")
@@ -199,14 +207,30 @@ def load_orchconfig(path: str) -> Connection:
         token = data.decode("utf-8", "replace").strip() or None
         if token is None:
             raise _err(path, f"{upath}.tokenFile", "the token file is empty")
-    return Connection(server=server.rstrip("/"), ca_data=ca, cert_data=cert, key_data=key, token=token,
-                      cert_file=cert_file, key_file=key_file, server_name=server_name,
-                      source=os.path.abspath(path))
+    return Connection(
+        server=server.rstrip("/"),
+        ca_data=ca,
+        cert_data=cert,
+        key_data=key,
+        token=token,
+        cert_file=cert_file,
+        key_file=key_file,
+        server_name=server_name,
+        source=os.path.abspath(path),
+    )
 
 
-def dump_orchconfig(*, server: str, ca_data: bytes, cert_file: str = "", key_file: str = "",
-                    token: str = "", user: str = "default-auth", cluster: str = "default-cluster",
-                    context: str = "default-context") -> dict:
+def dump_orchconfig(
+    *,
+    server: str,
+    ca_data: bytes,
+    cert_file: str = "",
+    key_file: str = "",
+    token: str = "",
+    user: str = "default-auth",
+    cluster: str = "default-cluster",
+    context: str = "default-context",
+) -> dict:
     """The document :func:`write_orchconfig` writes (names as upstream's node configs)."""
     u: dict[str, str] = {}
     if cert_file:
@@ -218,8 +242,12 @@ def dump_orchconfig(*, server: str, ca_data: bytes, cert_file: str = "", key_fil
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca_data).decode()}}],
+        "clusters": [
+            {
+                "name": cluster,
+                "cluster": {"server": server, "certificate-authority-data": base64.b64encode(ca_data).decode()},
+            }
+        ],
         "users": [{"name": user, "user": u}],
         "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
         "current-context": context,
@@ -227,11 +255,20 @@ def dump_orchconfig(*, server: str, ca_data: bytes, cert_file: str = "", key_fil
     }
 
 
-def write_orchconfig(path: str, *, server: str, ca_data: bytes, cert_file: str = "", key_file: str = "",
-                     token: str = "", user: str = "default-auth") -> None:
+def write_orchconfig(
+    path: str,
+    *,
+    server: str,
+    ca_data: bytes,
+    cert_file: str = "",
+    key_file: str = "",
+    token: str = "",
+    user: str = "default-auth",
+) -> None:
     """Write a connection config, mode 0600, atomically (a reader never sees half a file)."""
-    doc = dump_orchconfig(server=server, ca_data=ca_data, cert_file=cert_file, key_file=key_file,
-                          token=token, user=user)
+    doc = dump_orchconfig(
+        server=server, ca_data=ca_data, cert_file=cert_file, key_file=key_file, token=token, user=user
+    )
     data = yaml.safe_dump(doc, sort_keys=False).encode()
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, mode=0o755, exist_ok=True)

@@ -51,12 +51,13 @@ class Informer:
     """List + watch of ``path`` (a collection such as ``/api/v1/pods``) into :attr:`cache`."""
 
     page_size = 500
-    min_watch_timeout = 300        # seconds; each watch asks for 1-2x this (upstream: 5 minutes)
+    min_watch_timeout = 300  # seconds; each watch asks for 1-2x this (upstream: 5 minutes)
     backoff_base = 0.5
     backoff_cap = 30.0
 
-    def __init__(self, client: ApiClient, path: str, *, params: Mapping[str, str] | None = None,
-                 name: str = "") -> None:
+    def __init__(
+        self, client: ApiClient, path: str, *, params: Mapping[str, str] | None = None, name: str = ""
+    ) -> None:
         self.client = client
         self.path = path.rstrip("/")
         self.params = {k: str(v) for k, v in (params or {}).items()}
@@ -65,12 +66,13 @@ class Informer:
         self.resource_version = ""
         self._handlers: list[tuple[Handler | None, Handler | None, Handler | None]] = []
         self._synced = asyncio.Event()
-        self.lists = 0          # how many times the collection was listed (tests, metrics)
-        self.watches = 0        # how many watches were opened
+        self.lists = 0  # how many times the collection was listed (tests, metrics)
+        self.watches = 0  # how many watches were opened
 
     # --- readers ----------------------------------------------------------------------
-    def add_handler(self, on_add: Handler | None = None, on_update: Handler | None = None,
-                    on_delete: Handler | None = None) -> None:
+    def add_handler(
+        self, on_add: Handler | None = None, on_update: Handler | None = None, on_delete: Handler | None = None
+    ) -> None:
         """``on_add(obj)``, ``on_update(old, new)``, ``on_delete(obj)``. A handler added
         after the first list is not replayed the current cache: read it directly."""
         self._handlers.append((on_add, on_update, on_delete))
@@ -111,8 +113,12 @@ class Informer:
                 delay = self._backoff(failures)
             except ApiError as exc:
                 if exc.status == 410:
-                    log.v(2).info("Watch history expired; listing again", informer=self.name,
-                                  resourceVersion=self.resource_version, err=exc.message)
+                    log.v(2).info(
+                        "Watch history expired; listing again",
+                        informer=self.name,
+                        resourceVersion=self.resource_version,
+                        err=exc.message,
+                    )
                     need_list = True
                     continue
                 # 429 and 5xx: the server is busy or failing; keep the version and
@@ -129,7 +135,7 @@ class Informer:
             await asyncio.sleep(delay)
 
     def _backoff(self, failures: int) -> float:
-        return min(self.backoff_cap, self.backoff_base * (2 ** failures)) * random.uniform(0.5, 1.0)
+        return min(self.backoff_cap, self.backoff_base * (2**failures)) * random.uniform(0.5, 1.0)
 
     async def _list(self) -> None:
         items: dict[str, dict] = {}
@@ -185,11 +191,13 @@ class Informer:
     async def _watch(self) -> int:
         """One watch until the server ends it; the number of events seen."""
         params = dict(self.params)
-        params.update({
-            "resourceVersion": self.resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(int(self.min_watch_timeout * (1 + random.random()))),
-        })
+        params.update(
+            {
+                "resourceVersion": self.resource_version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(int(self.min_watch_timeout * (1 + random.random()))),
+            }
+        )
         self.watches += 1
         seen = 0
         async with contextlib.aclosing(self.client.watch(self.path, params=params)) as events:
@@ -229,5 +237,6 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a handler's bug must not stop the cache
-                log.error("Informer handler failed", err=exc, informer=self.name,
-                          event=("add", "update", "delete")[which])
+                log.error(
+                    "Informer handler failed", err=exc, informer=self.name, event=("add", "update", "delete")[which]
+                )

@@ -42,14 +42,20 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import aiohttp
 import orjson
 
-from apiserver_min.api import names
-from apiserver_min.api import protobuf
+from apiserver_min.api import names, protobuf
 
 from .. import logging as agent_logging
 from .config import Connection
 
-__all__ = ["ApiError", "ApiConnectionError", "TokenBucket", "ApiClient", "PATCH_TYPES", "parse_retry_after",
-           "iter_watch_lines"]
+__all__ = [
+    "ApiError",
+    "ApiConnectionError",
+    "TokenBucket",
+    "ApiClient",
+    "PATCH_TYPES",
+    "parse_retry_after",
+    "iter_watch_lines",
+]
 
 log = agent_logging.get_logger("client")
 
@@ -62,15 +68,16 @@ PATCH_TYPES = {
     "strategic": names.MEDIA_STRATEGIC_MERGE_PATCH,
     "apply": names.MEDIA_APPLY_PATCH,
 }
-RELOAD_GRACE = 5.0          # seconds connections of replaced credentials may finish
-WATCH_READ_MARGIN = 30.0    # a watch silent this long past its timeoutSeconds is dead
+RELOAD_GRACE = 5.0  # seconds connections of replaced credentials may finish
+WATCH_READ_MARGIN = 30.0  # a watch silent this long past its timeoutSeconds is dead
 
 
 class ApiError(Exception):
     """The API server answered with an error status (``body`` is its Status, if any)."""
 
-    def __init__(self, status: int, reason: str, message: str, body: dict | None = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, body: dict | None = None, retry_after: float | None = None
+    ) -> None:
         self.status = status
         self.reason = reason
         self.message = message
@@ -83,17 +90,39 @@ class ApiError(Exception):
         """From a decoded reply (a Status object, or anything else the server sent)."""
         if isinstance(body, dict) and body.get("kind") == "Status":
             code = body.get("code")
-            return cls(code if isinstance(code, int) and code else status, str(body.get("reason") or ""),
-                       str(body.get("message") or ""), body, retry_after)
+            return cls(
+                code if isinstance(code, int) and code else status,
+                str(body.get("reason") or ""),
+                str(body.get("message") or ""),
+                body,
+                retry_after,
+            )
         text = body if isinstance(body, str) else ""
-        return cls(status, _REASONS.get(status, ""), text.strip()[:500] or f"HTTP {status}",
-                   body if isinstance(body, dict) else {}, retry_after)
+        return cls(
+            status,
+            _REASONS.get(status, ""),
+            text.strip()[:500] or f"HTTP {status}",
+            body if isinstance(body, dict) else {},
+            retry_after,
+        )
 
 
-_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-            406: "NotAcceptable", 409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType",
-            422: "Invalid", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
-            504: "Timeout"}
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
 
 
 class ApiConnectionError(OSError):
@@ -156,8 +185,9 @@ def _ssl_context(conn: Connection) -> ssl.SSLContext:
     try:
         ctx = ssl.create_default_context(cadata=conn.ca_data.decode("ascii", "replace"))
     except (ssl.SSLError, ValueError) as exc:
-        raise ValueError(f"{where}: the cluster CA (certificate-authority) is not a usable PEM "
-                         f"certificate: {exc}") from None
+        raise ValueError(
+            f"{where}: the cluster CA (certificate-authority) is not a usable PEM certificate: {exc}"
+        ) from None
     if not conn.has_client_certificate:
         return ctx
     try:
@@ -220,7 +250,7 @@ async def iter_watch_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict]:
             if nl < 0:
                 break
             line = bytes(buf[:nl]).strip()
-            del buf[:nl + 1]
+            del buf[: nl + 1]
             if line:
                 yield _parse_event(line)
     rest = bytes(buf).strip()
@@ -256,11 +286,20 @@ async def _protobuf_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[
 class ApiClient:
     """One API server connection pool with the agent's rate limit and retry rules."""
 
-    def __init__(self, conn: Connection, *, qps: float = DEFAULT_QPS, burst: int = DEFAULT_BURST,
-                 user_agent: str = names.AGENT_NAME, timeout: float = 30,
-                 content_type: str = names.MEDIA_JSON, max_retries: int = 5,
-                 backoff_base: float = 0.2, backoff_cap: float = 5.0,
-                 retry_after_cap: float = 60.0) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+        user_agent: str = names.AGENT_NAME,
+        timeout: float = 30,
+        content_type: str = names.MEDIA_JSON,
+        max_retries: int = 5,
+        backoff_base: float = 0.2,
+        backoff_cap: float = 5.0,
+        retry_after_cap: float = 60.0,
+    ) -> None:
         self.user_agent = user_agent
         self.timeout = timeout
         self.max_retries = max(0, max_retries)
@@ -274,8 +313,9 @@ class ApiClient:
         # A negative QPS turns the limit off (as upstream's clients).
         self.limiter: TokenBucket | None = TokenBucket(qps, burst) if qps > 0 else None
         if content_type not in (names.MEDIA_JSON, "", *protobuf.MEDIA_TYPES):
-            raise ValueError(f"unsupported content type {content_type!r} (want {names.MEDIA_JSON} or "
-                             f"{names.MEDIA_PROTOBUF})")
+            raise ValueError(
+                f"unsupported content type {content_type!r} (want {names.MEDIA_JSON} or {names.MEDIA_PROTOBUF})"
+            )
         self.content_type = content_type or names.MEDIA_JSON
         self.protobuf = self.content_type in protobuf.MEDIA_TYPES
         # Protobuf first, JSON accepted (objects without a protobuf encoding come as JSON).
@@ -285,7 +325,7 @@ class ApiClient:
         self._session: aiohttp.ClientSession | None = None
         self._retired: list[aiohttp.ClientSession] = []
         self._closers: set[asyncio.Task] = set()
-        self.requests = 0   # requests sent, retries included (tests, metrics)
+        self.requests = 0  # requests sent, retries included (tests, metrics)
 
     # --- credentials ------------------------------------------------------------------
     def reload(self, conn: Connection) -> None:
@@ -300,8 +340,11 @@ class ApiClient:
             except RuntimeError:
                 return
             loop.call_later(RELOAD_GRACE, self._close_retired, old)
-        log.info("Reloaded the API client credentials", server=conn.server,
-                 certificate=conn.cert_file or ("inline" if conn.cert_data else "none"))
+        log.info(
+            "Reloaded the API client credentials",
+            server=conn.server,
+            certificate=conn.cert_file or ("inline" if conn.cert_data else "none"),
+        )
 
     def _close_retired(self, session: aiohttp.ClientSession) -> None:
         if session in self._retired:
@@ -339,13 +382,15 @@ class ApiClient:
         return h
 
     def _backoff(self, attempt: int) -> float:
-        delay = min(self.backoff_cap, self.backoff_base * (2 ** attempt))
+        delay = min(self.backoff_cap, self.backoff_base * (2**attempt))
         return delay * random.uniform(0.5, 1.0)
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-            return (f"the API server's certificate does not verify with the cluster CA of "
-                    f"{self.conn.source or 'the connection config'}: {exc.certificate_error}")
+            return (
+                f"the API server's certificate does not verify with the cluster CA of "
+                f"{self.conn.source or 'the connection config'}: {exc.certificate_error}"
+            )
         if isinstance(exc, asyncio.TimeoutError):
             return f"timed out after {self.timeout:g}s"
         return str(exc) or type(exc).__name__
@@ -362,9 +407,17 @@ class ApiClient:
             content_type = names.MEDIA_JSON
         return _encode(body), content_type
 
-    async def request(self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
-                      content_type: str | None = None, rate_limited: bool = True,
-                      retry: bool | None = None) -> dict:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+        rate_limited: bool = True,
+        retry: bool | None = None,
+    ) -> dict:
         """One API call; the decoded reply (JSON shape, whichever the wire format).
         Raises ApiError or ApiConnectionError."""
         method = method.upper()
@@ -379,10 +432,14 @@ class ApiClient:
             self.requests += 1
             try:
                 async with session.request(
-                        method, url, data=payload, params=dict(params) if params else None,
-                        headers=self._headers(content_type if payload is not None else None),
-                        timeout=aiohttp.ClientTimeout(total=self.timeout),
-                        server_hostname=self.conn.server_name or None) as resp:
+                    method,
+                    url,
+                    data=payload,
+                    params=dict(params) if params else None,
+                    headers=self._headers(content_type if payload is not None else None),
+                    timeout=aiohttp.ClientTimeout(total=self.timeout),
+                    server_hostname=self.conn.server_name or None,
+                ) as resp:
                     data = await resp.read()
                     status = resp.status
                     reply_type = resp.headers.get("Content-Type", "")
@@ -394,8 +451,9 @@ class ApiClient:
                 unsent = isinstance(exc, aiohttp.ClientConnectorError)
                 if (unsent and retry is not False or idempotent) and attempt < self.max_retries:
                     delay = self._backoff(attempt)
-                    log.v(4).info("Retrying request", method=method, path=path, err=self._describe(exc),
-                                  delay=round(delay, 3))
+                    log.v(4).info(
+                        "Retrying request", method=method, path=path, err=self._describe(exc), delay=round(delay, 3)
+                    )
                     attempt += 1
                     await asyncio.sleep(delay)
                     continue
@@ -409,8 +467,7 @@ class ApiClient:
                 retryable = False
             if retryable and attempt < self.max_retries:
                 delay = self._backoff(attempt) if retry_after is None else min(retry_after, self.retry_after_cap)
-                log.v(4).info("Retrying request", method=method, path=path, status=status,
-                              delay=round(delay, 3))
+                log.v(4).info("Retrying request", method=method, path=path, status=status, delay=round(delay, 3))
                 attempt += 1
                 await asyncio.sleep(delay)
                 continue
@@ -420,23 +477,33 @@ class ApiClient:
     async def get(self, path: str, *, params: Mapping[str, str] | None = None, rate_limited: bool = True) -> dict:
         return await self.request("GET", path, params=params, rate_limited=rate_limited)
 
-    async def create(self, path: str, body: Any, *, params: Mapping[str, str] | None = None,
-                     rate_limited: bool = True) -> dict:
+    async def create(
+        self, path: str, body: Any, *, params: Mapping[str, str] | None = None, rate_limited: bool = True
+    ) -> dict:
         return await self.request("POST", path, body=body, params=params, rate_limited=rate_limited)
 
     async def update(self, path: str, body: Any, *, rate_limited: bool = True) -> dict:
         return await self.request("PUT", path, body=body, rate_limited=rate_limited)
 
-    async def patch(self, path: str, body: Any, *, patch_type: str = "merge", rate_limited: bool = True,
-                    params: Mapping[str, str] | None = None) -> dict:
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        patch_type: str = "merge",
+        rate_limited: bool = True,
+        params: Mapping[str, str] | None = None,
+    ) -> dict:
         media = PATCH_TYPES.get(patch_type)
         if media is None:
             raise ValueError(f"unknown patch type {patch_type!r} (want one of {', '.join(PATCH_TYPES)})")
-        return await self.request("PATCH", path, body=body, params=params, content_type=media,
-                                  rate_limited=rate_limited)
+        return await self.request(
+            "PATCH", path, body=body, params=params, content_type=media, rate_limited=rate_limited
+        )
 
-    async def delete(self, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
-                     rate_limited: bool = True) -> dict:
+    async def delete(
+        self, path: str, *, body: Any = None, params: Mapping[str, str] | None = None, rate_limited: bool = True
+    ) -> dict:
         return await self.request("DELETE", path, body=body, params=params, rate_limited=rate_limited)
 
     async def watch(self, path: str, *, params: Mapping[str, str]) -> AsyncIterator[tuple[str, dict]]:
@@ -461,15 +528,19 @@ class ApiClient:
         url = self.url(path)
         self.requests += 1
         try:
-            async with session.get(url, params=q, headers=self._headers(None),
-                                   timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout,
-                                                                 sock_read=read_timeout),
-                                   server_hostname=self.conn.server_name or None) as resp:
+            async with session.get(
+                url,
+                params=q,
+                headers=self._headers(None),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=read_timeout),
+                server_hostname=self.conn.server_name or None,
+            ) as resp:
                 reply_type = resp.headers.get("Content-Type", "")
                 if resp.status != 200:
                     data = await resp.read()
-                    raise ApiError.from_status(resp.status, _decode(data, reply_type),
-                                               parse_retry_after(resp.headers.get("Retry-After")))
+                    raise ApiError.from_status(
+                        resp.status, _decode(data, reply_type), parse_retry_after(resp.headers.get("Retry-After"))
+                    )
                 if protobuf.is_protobuf(reply_type):
                     events = _protobuf_events(resp.content.iter_any())
                 else:

@@ -10,6 +10,15 @@ from .manager import ContainerManager, resource_config_for_pod
 from .qos import BEST_EFFORT, BURSTABLE, GUARANTEED, pod_limits, pod_qos_class, pod_requests
 
 __all__ = [
-    "CgroupError", "AdmitResult", "ContainerManager", "ResourceConfig", "resource_config_for_pod",
-    "pod_qos_class", "pod_requests", "pod_limits", "GUARANTEED", "BURSTABLE", "BEST_EFFORT",
+    "CgroupError",
+    "AdmitResult",
+    "ContainerManager",
+    "ResourceConfig",
+    "resource_config_for_pod",
+    "pod_qos_class",
+    "pod_requests",
+    "pod_limits",
+    "GUARANTEED",
+    "BURSTABLE",
+    "BEST_EFFORT",
 ]

@@ -33,8 +33,7 @@ class AdmitResult:
 
 def insufficient_message(resource: str, requested: int, used: int, capacity: int) -> str:
     """Upstream's InsufficientResourceError text."""
-    return (f"Node didn't have enough resource: {resource}, requested: {requested}, "
-            f"used: {used}, capacity: {capacity}")
+    return f"Node didn't have enough resource: {resource}, requested: {requested}, used: {used}, capacity: {capacity}"
 
 
 def _uid(pod: Mapping) -> str:
@@ -56,8 +55,7 @@ def admit(pod: Mapping, active_pods: Iterable[Mapping], allocatable: Mapping[str
     if len(others) + 1 > allowed_pods:
         failures.append((PODS, 1, len(others), allowed_pods))
 
-    req = {k: v for k, v in pod_requests(pod).items()
-           if not (is_extended_resource(k) and k not in allocatable)}
+    req = {k: v for k, v in pod_requests(pod).items() if not (is_extended_resource(k) and k not in allocatable)}
     scalar = {k: v for k, v in req.items() if k not in (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)}
     if req.get(CPU, 0) or req.get(MEMORY, 0) or req.get(EPHEMERAL_STORAGE, 0) or scalar:
         for name in (CPU, MEMORY):
@@ -66,8 +64,9 @@ def admit(pod: Mapping, active_pods: Iterable[Mapping], allocatable: Mapping[str
                 failures.append((name, r, used.get(name, 0), allocatable.get(name, 0)))
         r = req.get(EPHEMERAL_STORAGE, 0)
         if r > 0 and r > allocatable.get(EPHEMERAL_STORAGE, 0) - used.get(EPHEMERAL_STORAGE, 0):
-            failures.append((EPHEMERAL_STORAGE, r, used.get(EPHEMERAL_STORAGE, 0),
-                             allocatable.get(EPHEMERAL_STORAGE, 0)))
+            failures.append(
+                (EPHEMERAL_STORAGE, r, used.get(EPHEMERAL_STORAGE, 0), allocatable.get(EPHEMERAL_STORAGE, 0))
+            )
         for name in sorted(scalar):
             r = scalar[name]
             if r == 0:

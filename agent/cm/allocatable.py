@@ -27,9 +27,19 @@ from .cgroupfs import CgroupError, hugepage_sizes
 from .qos import CPU, EPHEMERAL_STORAGE, HUGEPAGES_PREFIX, MEMORY, PODS, is_hugepages, resource_value
 
 __all__ = [
-    "PID", "machine_capacity", "hugepage_capacity", "hugepage_resource_name", "hugepage_size_of",
-    "parse_reserved", "cpuset_size", "hard_eviction_reservation", "node_reservation",
-    "node_allocatable", "allocatable_absolute", "pid_max", "pods_capacity",
+    "PID",
+    "machine_capacity",
+    "hugepage_capacity",
+    "hugepage_resource_name",
+    "hugepage_size_of",
+    "parse_reserved",
+    "cpuset_size",
+    "hard_eviction_reservation",
+    "node_reservation",
+    "node_allocatable",
+    "allocatable_absolute",
+    "pid_max",
+    "pods_capacity",
 ]
 
 # The reserved resource name for process ids (``--system-reserved=pid=1000``).
@@ -44,15 +54,14 @@ def hugepage_resource_name(size_bytes: int) -> str:
 def hugepage_size_of(resource: str) -> int:
     """Page size in bytes of a ``hugepages-<size>`` resource name."""
     try:
-        return parse_quantity(resource[len(HUGEPAGES_PREFIX):]).value()
+        return parse_quantity(resource[len(HUGEPAGES_PREFIX) :]).value()
     except Exception:
         raise ValueError(f"invalid huge page resource name {resource!r}") from None
 
 
 def hugepage_capacity(hugepages_dir: str = "/sys/kernel/mm/hugepages") -> dict[str, int]:
     """``hugepages-<size>`` -> bytes of pre-allocated pages, for every size the kernel offers."""
-    return {hugepage_resource_name(size): size * count
-            for size, count in sorted(hugepage_sizes(hugepages_dir).items())}
+    return {hugepage_resource_name(size): size * count for size, count in sorted(hugepage_sizes(hugepages_dir).items())}
 
 
 def pods_capacity(max_pods: int, pods_per_core: int, cores: int) -> int:
@@ -152,8 +161,7 @@ def _threshold_amount(text: str, capacity: int, signal: str) -> int | None:
         raise CgroupError(f"--eviction-hard {signal}: {exc}") from None
 
 
-def hard_eviction_reservation(eviction_hard: Mapping[str, str] | None,
-                              capacity: Mapping[str, int]) -> dict[str, int]:
+def hard_eviction_reservation(eviction_hard: Mapping[str, str] | None, capacity: Mapping[str, int]) -> dict[str, int]:
     """What the hard thresholds hold back: memory.available -> memory, nodefs.available -> storage."""
     out: dict[str, int] = {}
     for signal, resource in (("memory.available", MEMORY), ("nodefs.available", EPHEMERAL_STORAGE)):
@@ -186,8 +194,11 @@ def reserved_levels(cfg: Any) -> tuple[dict[str, int], dict[str, int]]:
 def node_reservation(cfg: Any, capacity: Mapping[str, int]) -> dict[str, int]:
     """Reserved + hard eviction thresholds, per capacity resource (zero entries dropped)."""
     system, orch = reserved_levels(cfg)
-    eviction = {} if getattr(cfg, "experimental_allocatable_ignore_eviction", False) else \
-        hard_eviction_reservation(cfg.eviction_hard, capacity)
+    eviction = (
+        {}
+        if getattr(cfg, "experimental_allocatable_ignore_eviction", False)
+        else hard_eviction_reservation(cfg.eviction_hard, capacity)
+    )
     out: dict[str, int] = {}
     for k in capacity:
         v = system.get(k, 0) + orch.get(k, 0) + eviction.get(k, 0)
@@ -212,8 +223,9 @@ def node_allocatable(capacity: Mapping[str, int], reservation: Mapping[str, int]
     return out
 
 
-def allocatable_absolute(capacity: Mapping[str, int], system: Mapping[str, int],
-                         orch: Mapping[str, int]) -> dict[str, int]:
+def allocatable_absolute(
+    capacity: Mapping[str, int], system: Mapping[str, int], orch: Mapping[str, int]
+) -> dict[str, int]:
     """capacity - system-reserved - orch-reserved (no eviction thresholds): what orchpods may use."""
     return {k: max(0, v - system.get(k, 0) - orch.get(k, 0)) for k, v in capacity.items()}
 

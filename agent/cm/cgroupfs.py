@@ -33,11 +33,28 @@ from typing import Mapping
 
 __all__ = [
     "CgroupError",
-    "MIN_SHARES", "MAX_SHARES", "SHARES_PER_CPU", "QUOTA_PERIOD_US", "MIN_QUOTA_PERIOD_US",
-    "HUGEPAGE_UNBOUNDED", "CgroupName",
-    "milli_cpu_to_shares", "milli_cpu_to_quota", "shares_to_weight", "cpu_max_value",
-    "hugepage_cgroup_size", "hugepage_sizes", "ResourceConfig", "Hierarchy", "CgroupLayout",
-    "detect_layout", "CgroupFs", "CgroupV1Fs", "CgroupV2Fs", "CgroupfsDriver", "fs_for_layout",
+    "MIN_SHARES",
+    "MAX_SHARES",
+    "SHARES_PER_CPU",
+    "QUOTA_PERIOD_US",
+    "MIN_QUOTA_PERIOD_US",
+    "HUGEPAGE_UNBOUNDED",
+    "CgroupName",
+    "milli_cpu_to_shares",
+    "milli_cpu_to_quota",
+    "shares_to_weight",
+    "cpu_max_value",
+    "hugepage_cgroup_size",
+    "hugepage_sizes",
+    "ResourceConfig",
+    "Hierarchy",
+    "CgroupLayout",
+    "detect_layout",
+    "CgroupFs",
+    "CgroupV1Fs",
+    "CgroupV2Fs",
+    "CgroupfsDriver",
+    "fs_for_layout",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,10 +80,24 @@ UINT64_MAX = (1 << 64) - 1
 # ("orchpods", "burstable", "pod<uid>").
 CgroupName = tuple[str, ...]
 
-_V1_CONTROLLERS = frozenset({
-    "cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "net_cls", "net_prio",
-    "perf_event", "blkio", "pids", "hugetlb", "rdma", "misc",
-})
+_V1_CONTROLLERS = frozenset(
+    {
+        "cpu",
+        "cpuacct",
+        "cpuset",
+        "memory",
+        "devices",
+        "freezer",
+        "net_cls",
+        "net_prio",
+        "perf_event",
+        "blkio",
+        "pids",
+        "hugetlb",
+        "rdma",
+        "misc",
+    }
+)
 # Controllers whose hierarchy must hold a cgroup before the agent calls it
 # present (upstream's list for Validate/Exists); hugetlb only when mounted.
 _NEEDED_V1 = ("cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb")
@@ -131,7 +162,7 @@ def hugepage_sizes(hugepages_dir: str = "/sys/kernel/mm/hugepages") -> dict[int,
         if not (entry.startswith("hugepages-") and entry.endswith("kB")):
             continue
         try:
-            size = int(entry[len("hugepages-"):-2]) * 1024
+            size = int(entry[len("hugepages-") : -2]) * 1024
         except ValueError:
             continue
         count = 0
@@ -172,7 +203,7 @@ class ResourceConfig:
 class Hierarchy:
     """One mounted hierarchy: its directory and the controllers bound to it."""
 
-    key: str                      # "cpu", "cpu,cpuacct", "systemd", "unified"
+    key: str  # "cpu", "cpu,cpuacct", "systemd", "unified"
     mountpoint: str
     controllers: frozenset[str] = field(default_factory=frozenset)
     v2: bool = False
@@ -181,7 +212,7 @@ class Hierarchy:
 @dataclass(frozen=True)
 class CgroupLayout:
     sysfs: str
-    version: int                  # 1 (legacy or hybrid) or 2 (unified)
+    version: int  # 1 (legacy or hybrid) or 2 (unified)
     hierarchies: tuple[Hierarchy, ...]
     # True when found from a plain directory tree's shape rather than the mount
     # table: files then behave like ordinary files, and the few places where
@@ -214,8 +245,8 @@ def _unescape_mount(s: str) -> str:
     # /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo.
     out, i = [], 0
     while i < len(s):
-        if s[i] == "\\" and i + 4 <= len(s) and s[i + 1:i + 4].isdigit():
-            out.append(chr(int(s[i + 1:i + 4], 8)))
+        if s[i] == "\\" and i + 4 <= len(s) and s[i + 1 : i + 4].isdigit():
+            out.append(chr(int(s[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(s[i])
@@ -239,8 +270,11 @@ def _parse_mountinfo(text: str) -> list[tuple[str, str, str]]:
 
 def _layout_from_mounts(sysfs: str, mounts: list[tuple[str, str, str]]) -> CgroupLayout | None:
     root = os.path.normpath(sysfs)
-    under = [(mp, fs, opts) for mp, fs, opts in mounts
-             if os.path.normpath(mp) == root or os.path.normpath(mp).startswith(root + os.sep)]
+    under = [
+        (mp, fs, opts)
+        for mp, fs, opts in mounts
+        if os.path.normpath(mp) == root or os.path.normpath(mp).startswith(root + os.sep)
+    ]
     # The last mount on a path wins (a later mount hides an earlier one).
     by_mp: dict[str, tuple[str, str]] = {}
     for mp, fs, opts in under:
@@ -255,7 +289,7 @@ def _layout_from_mounts(sysfs: str, mounts: list[tuple[str, str, str]]) -> Cgrou
                 if o in _V1_CONTROLLERS:
                     ctrls.add(o)
                 elif o.startswith("name="):
-                    ctrls.add(o[len("name="):])
+                    ctrls.add(o[len("name=") :])
             if ctrls:
                 hierarchies.append(Hierarchy(",".join(sorted(ctrls)), mp, frozenset(ctrls)))
         elif fs == "cgroup2" and mp != root:
@@ -282,8 +316,7 @@ def _layout_from_tree(sysfs: str) -> CgroupLayout | None:
     """
     root = os.path.normpath(sysfs)
     if os.path.isfile(os.path.join(root, "cgroup.controllers")):
-        return CgroupLayout(sysfs, 2, (Hierarchy("unified", root, _v2_controllers(root), True),),
-                            emulated=True)
+        return CgroupLayout(sysfs, 2, (Hierarchy("unified", root, _v2_controllers(root), True),), emulated=True)
     hierarchies = []
     try:
         entries = sorted(os.listdir(root))
@@ -296,8 +329,7 @@ def _layout_from_tree(sysfs: str) -> CgroupLayout | None:
         if os.path.isfile(os.path.join(mp, "cgroup.controllers")):
             hierarchies.append(Hierarchy("unified", mp, frozenset(), True))
         elif os.path.isfile(os.path.join(mp, "cgroup.procs")):
-            ctrls = frozenset(c[len("name="):] if c.startswith("name=") else c
-                              for c in entry.split(","))
+            ctrls = frozenset(c[len("name=") :] if c.startswith("name=") else c for c in entry.split(","))
             hierarchies.append(Hierarchy(",".join(sorted(ctrls)), mp, ctrls))
     if not any(not h.v2 for h in hierarchies):
         return None
@@ -317,8 +349,10 @@ def detect_layout(sysfs: str = "/sys/fs/cgroup", *, mountinfo: str = "/proc/self
         mounts = []
     layout = _layout_from_mounts(sysfs, mounts) or _layout_from_tree(sysfs)
     if layout is None:
-        raise CgroupError(f"no cgroup filesystem found at {sysfs}: it is neither a cgroup2 mount "
-                          "nor a directory holding cgroup v1 controller mounts (check `mount`)")
+        raise CgroupError(
+            f"no cgroup filesystem found at {sysfs}: it is neither a cgroup2 mount "
+            "nor a directory holding cgroup v1 controller mounts (check `mount`)"
+        )
     return layout
 
 
@@ -364,8 +398,7 @@ class CgroupFs:
     def dirs(self, rel: str) -> dict[str, str]:
         """Controller (or ``unified``/``systemd``) -> absolute directory of ``rel``."""
         rel = rel.strip("/")
-        return {k: os.path.join(mp, rel) if rel else mp
-                for k, mp in self.layout.controller_mounts().items()}
+        return {k: os.path.join(mp, rel) if rel else mp for k, mp in self.layout.controller_mounts().items()}
 
     def _unique_dirs(self, rel: str) -> list[str]:
         seen: list[str] = []
@@ -467,8 +500,7 @@ class CgroupFs:
                     except FileNotFoundError:
                         removed = True
                     except OSError as exc:
-                        if (self.layout.emulated and exc.errno == errno.ENOTEMPTY
-                                and _only_files(dirpath)):
+                        if self.layout.emulated and exc.errno == errno.ENOTEMPTY and _only_files(dirpath):
                             # A plain directory tree (tests) keeps the files a kernel would drop.
                             _remove_plain_tree(dirpath)
                             removed = True
@@ -478,8 +510,10 @@ class CgroupFs:
                 return removed
             if time.monotonic() >= deadline:
                 what = "; ".join(f"{p}: {why}" for p, why in left[:5])
-                raise CgroupError(f"cannot remove cgroup {rel}: {len(left)} directories left "
-                                  f"({what}); processes still inside: {sorted(self.pids(rel)) or 'none'}")
+                raise CgroupError(
+                    f"cannot remove cgroup {rel}: {len(left)} directories left "
+                    f"({what}); processes still inside: {sorted(self.pids(rel)) or 'none'}"
+                )
             self.kill(rel)
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
@@ -573,8 +607,11 @@ class CgroupV1Fs(CgroupFs):
             names = os.listdir(mp)
         except OSError:
             return []
-        return sorted(n[len("hugetlb."):-len(".limit_in_bytes")] for n in names
-                      if n.startswith("hugetlb.") and n.endswith(".limit_in_bytes"))
+        return sorted(
+            n[len("hugetlb.") : -len(".limit_in_bytes")]
+            for n in names
+            if n.startswith("hugetlb.") and n.endswith(".limit_in_bytes")
+        )
 
     def update(self, rel: str, res: ResourceConfig) -> None:
         dirs = self.dirs(rel)
@@ -654,8 +691,7 @@ class CgroupV2Fs(CgroupFs):
                         f.write(f"+{c}")
             except OSError as exc:
                 if c in _V2_REQUIRED:
-                    raise CgroupError(f"cannot enable the {c} controller in {path}: "
-                                      f"{exc.strerror or exc}") from None
+                    raise CgroupError(f"cannot enable the {c} controller in {path}: {exc.strerror or exc}") from None
                 log.info("cgroup v2: controller %s not enabled in %s: %s", c, path, exc)
 
     def create(self, rel: str) -> None:
@@ -678,8 +714,10 @@ class CgroupV2Fs(CgroupFs):
         def need(c: str, what: str) -> bool:
             if c in ctrls:
                 return True
-            raise CgroupError(f"cannot set {what} on {d}: the {c} controller is not enabled "
-                              f"there (see {os.path.dirname(d)}/cgroup.subtree_control)")
+            raise CgroupError(
+                f"cannot set {what} on {d}: the {c} controller is not enabled "
+                f"there (see {os.path.dirname(d)}/cgroup.subtree_control)"
+            )
 
         if res.cpu_shares is not None and need("cpu", "cpu.weight"):
             _write(os.path.join(d, "cpu.weight"), shares_to_weight(res.cpu_shares))
@@ -694,8 +732,7 @@ class CgroupV2Fs(CgroupFs):
             wanted = {hugepage_cgroup_size(size): limit for size, limit in res.hugepages.items()}
             for size in sorted(set(self.hugepage_page_sizes()) | set(wanted)):
                 limit = wanted.get(size, 0)
-                _write(os.path.join(d, f"hugetlb.{size}.max"),
-                       "max" if limit >= HUGEPAGE_UNBOUNDED else limit)
+                _write(os.path.join(d, f"hugetlb.{size}.max"), "max" if limit >= HUGEPAGE_UNBOUNDED else limit)
 
     def kill(self, rel: str) -> None:
         # cgroup.kill (Linux 5.14+) kills the whole subtree atomically.
@@ -774,4 +811,3 @@ class CgroupfsDriver:
 
     def check(self) -> None:
         """Nothing to check: cgroupfs needs only the mounted filesystem."""
-

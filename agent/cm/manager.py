@@ -25,16 +25,38 @@ from apiserver_min.api import names
 
 from .admission import AdmitResult, admit
 from .allocatable import (
-    PID, allocatable_absolute, hugepage_size_of, machine_capacity, node_allocatable,
-    node_reservation, pid_max, reserved_levels,
+    PID,
+    allocatable_absolute,
+    hugepage_size_of,
+    machine_capacity,
+    node_allocatable,
+    node_reservation,
+    pid_max,
+    reserved_levels,
 )
 from .cgroupfs import (
-    HUGEPAGE_UNBOUNDED, MIN_SHARES, QUOTA_PERIOD_US, CgroupError, CgroupfsDriver, CgroupName,
-    ResourceConfig, detect_layout, fs_for_layout, hugepage_sizes, milli_cpu_to_quota,
+    HUGEPAGE_UNBOUNDED,
+    MIN_SHARES,
+    QUOTA_PERIOD_US,
+    CgroupError,
+    CgroupfsDriver,
+    CgroupName,
+    ResourceConfig,
+    detect_layout,
+    fs_for_layout,
+    hugepage_sizes,
+    milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
 from .qos import (
-    BEST_EFFORT, BURSTABLE, CPU, GUARANTEED, MEMORY, is_hugepages, pod_limits, pod_qos_class,
+    BEST_EFFORT,
+    BURSTABLE,
+    CPU,
+    GUARANTEED,
+    MEMORY,
+    is_hugepages,
+    pod_limits,
+    pod_qos_class,
     pod_requests,
 )
 from .systemd import SYSTEMD_RUN_DIR, SystemdBus, SystemdDriver
@@ -72,8 +94,14 @@ def _hugepage_limits(resources: Mapping[str, int]) -> dict[int, int]:
     return {hugepage_size_of(k): v for k, v in resources.items() if is_hugepages(k)}
 
 
-def resource_config_for_pod(pod: Mapping, *, cfs_quota: bool = True, period_us: int = QUOTA_PERIOD_US,
-                            custom_period: bool = False, pod_pids_limit: int = -1) -> ResourceConfig:
+def resource_config_for_pod(
+    pod: Mapping,
+    *,
+    cfs_quota: bool = True,
+    period_us: int = QUOTA_PERIOD_US,
+    custom_period: bool = False,
+    pod_pids_limit: int = -1,
+) -> ResourceConfig:
     """The pod cgroup's limits, as upstream's ResourceConfigForPod.
 
     Shares follow the requests for every class but BestEffort (2). The CFS
@@ -94,28 +122,36 @@ def resource_config_for_pod(pod: Mapping, *, cfs_quota: bool = True, period_us: 
     hugepages = _hugepage_limits(reqs)
     pids = pod_pids_limit if pod_pids_limit > 0 else None
     if qos == GUARANTEED:
-        return ResourceConfig(cpu_shares=shares, cpu_quota=quota, cpu_period=period_us,
-                              memory=memory, pids=pids, hugepages=hugepages)
+        return ResourceConfig(
+            cpu_shares=shares, cpu_quota=quota, cpu_period=period_us, memory=memory, pids=pids, hugepages=hugepages
+        )
     if qos == BURSTABLE:
         return ResourceConfig(
             cpu_shares=shares,
             cpu_quota=quota if lim.cpu_declared else None,
             cpu_period=period_us if lim.cpu_declared else None,
             memory=memory if lim.memory_declared else None,
-            pids=pids, hugepages=hugepages)
+            pids=pids,
+            hugepages=hugepages,
+        )
     return ResourceConfig(cpu_shares=MIN_SHARES, pids=pids, hugepages=hugepages)
 
 
 class ContainerManager:
     """cgroups, QoS tiers, node allocatable and admission for one node."""
 
-    def __init__(self, cfg: Any, *, sysfs: str = "/sys/fs/cgroup",
-                 capacity: Mapping[str, int] | None = None,
-                 hugepages_dir: str = "/sys/kernel/mm/hugepages",
-                 mountinfo: str = "/proc/self/mountinfo",
-                 systemd_run_dir: str = SYSTEMD_RUN_DIR,
-                 bus: SystemdBus | None = None,
-                 pid_max_path: str = "/proc/sys/kernel/pid_max") -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        *,
+        sysfs: str = "/sys/fs/cgroup",
+        capacity: Mapping[str, int] | None = None,
+        hugepages_dir: str = "/sys/kernel/mm/hugepages",
+        mountinfo: str = "/proc/self/mountinfo",
+        systemd_run_dir: str = SYSTEMD_RUN_DIR,
+        bus: SystemdBus | None = None,
+        pid_max_path: str = "/proc/sys/kernel/pid_max",
+    ) -> None:
         """``capacity`` replaces the machine's figures (tests); the other keywords point
         at stand-ins for the host's files and the systemd bus."""
         self.cfg = cfg
@@ -134,8 +170,9 @@ class ContainerManager:
 
         driver_name = getattr(cfg, "cgroup_driver", "cgroupfs") or "cgroupfs"
         if driver_name not in ("cgroupfs", "systemd"):
-            raise CgroupError(f'unknown cgroup driver "{driver_name}" (--cgroup-driver): '
-                              'expected "cgroupfs" or "systemd"')
+            raise CgroupError(
+                f'unknown cgroup driver "{driver_name}" (--cgroup-driver): expected "cgroupfs" or "systemd"'
+            )
         self._naming: type[CgroupfsDriver] = SystemdDriver if driver_name == "systemd" else CgroupfsDriver
         self.per_qos = bool(getattr(cfg, "cgroups_per_qos", True))
         self.root: CgroupName = self._naming.parse(getattr(cfg, "cgroup_root", "") or "/")
@@ -165,8 +202,11 @@ class ContainerManager:
     def capacity(self) -> dict[str, int]:
         with self._lock:
             if self._capacity is None:
-                self._capacity = dict(self._capacity_override) if self._capacity_override is not None \
+                self._capacity = (
+                    dict(self._capacity_override)
+                    if self._capacity_override is not None
                     else machine_capacity(self.cfg, hugepages_dir=self._hugepages_dir)
+                )
             return dict(self._capacity)
 
     def allocatable(self) -> dict[str, int]:
@@ -202,16 +242,20 @@ class ContainerManager:
             fs = fs_for_layout(layout, hugepages_dir=self._hugepages_dir)
             if self._naming is SystemdDriver:
                 driver: CgroupfsDriver = SystemdDriver(
-                    fs, self._bus or SystemdBus(cgroup_version=layout.version),
-                    run_dir=self._systemd_run_dir)
+                    fs, self._bus or SystemdBus(cgroup_version=layout.version), run_dir=self._systemd_run_dir
+                )
             else:
                 driver = CgroupfsDriver(fs)
             driver.check()
             self._check_controllers(layout)
             self._driver = driver
-            log.info("cgroups: v%d%s, driver %s, pods under %s", layout.version,
-                     " (hybrid)" if layout.hybrid else "", driver.name,
-                     driver.fs_name(self.pods_cgroup))
+            log.info(
+                "cgroups: v%d%s, driver %s, pods under %s",
+                layout.version,
+                " (hybrid)" if layout.hybrid else "",
+                driver.name,
+                driver.fs_name(self.pods_cgroup),
+            )
 
             system, orch = reserved_levels(self.cfg)
             if self.per_qos:
@@ -220,7 +264,8 @@ class ContainerManager:
                     where = ", ".join(f"{k} ({d})" for k, d in sorted(missing.items()))
                     raise CgroupError(
                         f'the cgroup root "{getattr(self.cfg, "cgroup_root", "") or "/"}" '
-                        f"(--cgroup-root) does not exist in: {where}; create it first")
+                        f"(--cgroup-root) does not exist in: {where}; create it first"
+                    )
                 if not driver.exists(self.pods_cgroup):
                     driver.create(self.pods_cgroup, self._resource_config(self._internal_capacity()))
                 self._enforce_pods_cgroup(system, orch)
@@ -243,8 +288,10 @@ class ContainerManager:
         missing = [c for c in expected if c not in have]
         if missing:
             where = f"{layout.sysfs}/cgroup.controllers" if layout.version == 2 else f"mounts under {layout.sysfs}"
-            raise CgroupError(f"system validation failed - Following Cgroup subsystem not mounted: "
-                              f"[{' '.join(missing)}] (checked {where})")
+            raise CgroupError(
+                f"system validation failed - Following Cgroup subsystem not mounted: "
+                f"[{' '.join(missing)}] (checked {where})"
+            )
 
     def _resource_config(self, rl: Mapping[str, int]) -> ResourceConfig:
         """Upstream's getCgroupConfig: cpu -> shares, memory, pid -> pids.max, huge pages."""
@@ -253,7 +300,8 @@ class ContainerManager:
             cpu_shares=milli_cpu_to_shares(rl[CPU]) if CPU in rl else None,
             memory=rl.get(MEMORY),
             pids=rl.get(PID),
-            hugepages=huge or None)
+            hugepages=huge or None,
+        )
 
     def _enforce_pods_cgroup(self, system: Mapping[str, int], orch: Mapping[str, int]) -> None:
         """orchpods gets allocatable (with 'pods' enforced) or capacity; failures are retried later.
@@ -271,8 +319,9 @@ class ContainerManager:
             self.driver.update(self.pods_cgroup, self._resource_config(limits))
             self.enforcement_error = ""
         except CgroupError as exc:
-            self.enforcement_error = f"cannot enforce node allocatable on " \
-                                     f"{self.driver.fs_name(self.pods_cgroup)}: {exc}"
+            self.enforcement_error = (
+                f"cannot enforce node allocatable on {self.driver.fs_name(self.pods_cgroup)}: {exc}"
+            )
             log.warning("%s (will retry)", self.enforcement_error)
 
     def _enforce_existing(self, level: str, cgroup: str, limits: Mapping[str, int]) -> None:
@@ -283,12 +332,12 @@ class ContainerManager:
         missing = self.driver.missing(cg)
         if missing:
             where = ", ".join(f"{k} ({d})" for k, d in sorted(missing.items()))
-            raise CgroupError(f'cannot enforce {level}: the cgroup "{cgroup}" ({flag}) does not '
-                              f"exist in: {where}")
+            raise CgroupError(f'cannot enforce {level}: the cgroup "{cgroup}" ({flag}) does not exist in: {where}')
         res = self._resource_config(limits)
         try:
-            self.driver.fs.update(self.driver.rel(cg), ResourceConfig(
-                cpu_shares=res.cpu_shares, memory=res.memory, pids=res.pids))
+            self.driver.fs.update(
+                self.driver.rel(cg), ResourceConfig(cpu_shares=res.cpu_shares, memory=res.memory, pids=res.pids)
+            )
         except CgroupError as exc:
             raise CgroupError(f'cannot enforce {level} on "{cgroup}" ({flag}): {exc}') from None
 
@@ -315,10 +364,10 @@ class ContainerManager:
                 burstable_mem = alloc - mem_requests[GUARANTEED] * int(pct) // 100
                 best_effort_mem = burstable_mem - mem_requests[BURSTABLE] * int(pct) // 100
         tiers = {
-            BURSTABLE: ResourceConfig(cpu_shares=milli_cpu_to_shares(burst_cpu),
-                                      memory=burstable_mem, hugepages=unbounded),
-            BEST_EFFORT: ResourceConfig(cpu_shares=MIN_SHARES, memory=best_effort_mem,
-                                        hugepages=unbounded),
+            BURSTABLE: ResourceConfig(
+                cpu_shares=milli_cpu_to_shares(burst_cpu), memory=burstable_mem, hugepages=unbounded
+            ),
+            BEST_EFFORT: ResourceConfig(cpu_shares=MIN_SHARES, memory=best_effort_mem, hugepages=unbounded),
         }
         for qos, res in tiers.items():
             cg = self._qos_parents[qos]
@@ -349,9 +398,12 @@ class ContainerManager:
                 return parent
             cg = self.pod_cgroup_name(pod)
             res = resource_config_for_pod(
-                pod, cfs_quota=bool(getattr(self.cfg, "cpu_cfs_quota", True)),
-                period_us=_period_us(self.cfg), custom_period=_feature(self.cfg, _CUSTOM_PERIOD_GATE),
-                pod_pids_limit=int(getattr(self.cfg, "pod_max_pids", -1) or -1))
+                pod,
+                cfs_quota=bool(getattr(self.cfg, "cpu_cfs_quota", True)),
+                period_us=_period_us(self.cfg),
+                custom_period=_feature(self.cfg, _CUSTOM_PERIOD_GATE),
+                pod_pids_limit=int(getattr(self.cfg, "pod_max_pids", -1) or -1),
+            )
             driver = self.driver
             # The tier is resized first, with this pod counted, as upstream does
             # before it creates a new pod cgroup.
@@ -381,8 +433,7 @@ class ContainerManager:
             try:
                 self._write_qos_tiers()
             except CgroupError as exc:
-                log.warning("cgroups: cannot resize the QoS tiers after removing pod %s: %s",
-                            pod_uid, exc)
+                log.warning("cgroups: cannot resize the QoS tiers after removing pod %s: %s", pod_uid, exc)
             return removed
 
     def pod_uids(self) -> set[str]:
@@ -394,7 +445,7 @@ class ContainerManager:
             for parent in self._qos_parents.values():
                 for child in self.driver.children(parent):
                     if child.startswith(POD_CGROUP_PREFIX) and len(child) > len(POD_CGROUP_PREFIX):
-                        out.add(child[len(POD_CGROUP_PREFIX):])
+                        out.add(child[len(POD_CGROUP_PREFIX) :])
             return out
 
     def pod_cgroup_dirs(self, pod_uid: str) -> dict[str, str]:

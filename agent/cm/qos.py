@@ -31,10 +31,21 @@ from apiserver_min.api.qos import BEST_EFFORT, BURSTABLE, GUARANTEED, pod_qos_cl
 from apiserver_min.api.quantity import QuantityError, parse_quantity
 
 __all__ = [
-    "GUARANTEED", "BURSTABLE", "BEST_EFFORT",
-    "CPU", "MEMORY", "EPHEMERAL_STORAGE", "PODS", "HUGEPAGES_PREFIX",
-    "PodLimits", "pod_qos_class", "pod_requests", "pod_limits", "resource_value",
-    "is_extended_resource", "is_hugepages",
+    "GUARANTEED",
+    "BURSTABLE",
+    "BEST_EFFORT",
+    "CPU",
+    "MEMORY",
+    "EPHEMERAL_STORAGE",
+    "PODS",
+    "HUGEPAGES_PREFIX",
+    "PodLimits",
+    "pod_qos_class",
+    "pod_requests",
+    "pod_limits",
+    "resource_value",
+    "is_extended_resource",
+    "is_hugepages",
 ]
 
 CPU = "cpu"
@@ -80,10 +91,12 @@ def _pod_label(pod: Mapping) -> str:
 
 def _containers(pod: Mapping) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
     spec = pod.get("spec") or {}
-    app = [(f"spec.containers[{i}]", c) for i, c in enumerate(spec.get("containers") or [])
-           if isinstance(c, Mapping)]
-    init = [(f"spec.initContainers[{i}]", c) for i, c in enumerate(spec.get("initContainers") or [])
-            if isinstance(c, Mapping)]
+    app = [(f"spec.containers[{i}]", c) for i, c in enumerate(spec.get("containers") or []) if isinstance(c, Mapping)]
+    init = [
+        (f"spec.initContainers[{i}]", c)
+        for i, c in enumerate(spec.get("initContainers") or [])
+        if isinstance(c, Mapping)
+    ]
     return app, init
 
 
@@ -92,8 +105,7 @@ def _resource_map(pod: Mapping, where: str, raw: object) -> dict[str, int]:
         return {}
     if not isinstance(raw, Mapping):
         raise ValueError(f"{_pod_label(pod)}: {where}: expected a map of resource names to quantities")
-    return {str(k): resource_value(str(k), v, where=f"{_pod_label(pod)}: {where}.{k}")
-            for k, v in raw.items()}
+    return {str(k): resource_value(str(k), v, where=f"{_pod_label(pod)}: {where}.{k}") for k, v in raw.items()}
 
 
 def _container_requests_limits(pod: Mapping, where: str, c: Mapping) -> tuple[dict[str, int], dict[str, int]]:

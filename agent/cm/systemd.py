@@ -31,13 +31,30 @@ from typing import Callable, Sequence
 from apiserver_min.api import names
 
 from .cgroupfs import (
-    UINT64_MAX, CgroupError, CgroupFs, CgroupfsDriver, CgroupName, ResourceConfig, shares_to_weight,
+    UINT64_MAX,
+    CgroupError,
+    CgroupFs,
+    CgroupfsDriver,
+    CgroupName,
+    ResourceConfig,
+    shares_to_weight,
 )
 
 __all__ = [
-    "SYSTEMD_RUN_DIR", "escape", "unescape", "slice_name", "expand_slice", "parse_slice",
-    "to_systemd", "resource_properties", "slice_properties", "encode_properties",
-    "BusResult", "SystemdBus", "SystemdDriver", "check_systemd",
+    "SYSTEMD_RUN_DIR",
+    "escape",
+    "unescape",
+    "slice_name",
+    "expand_slice",
+    "parse_slice",
+    "to_systemd",
+    "resource_properties",
+    "slice_properties",
+    "encode_properties",
+    "BusResult",
+    "SystemdBus",
+    "SystemdDriver",
+    "check_systemd",
 ]
 
 # sd_booted(3): systemd is PID 1 exactly when this directory exists.
@@ -75,7 +92,7 @@ def expand_slice(unit: str) -> str:
         raise CgroupError(f"invalid slice name {unit!r}: expected <name>.slice without '/'")
     if unit == ROOT_SLICE:
         return "/"
-    stem = unit[:-len(SLICE_SUFFIX)]
+    stem = unit[: -len(SLICE_SUFFIX)]
     if not stem or stem.startswith("-") or stem.endswith("-") or "--" in stem:
         raise CgroupError(f"invalid slice name {unit!r}: empty component between '-'")
     out, prefix = [], ""
@@ -91,7 +108,7 @@ def parse_slice(text: str) -> CgroupName:
     if not base or base == ROOT_SLICE:
         return ()
     if base.endswith(SLICE_SUFFIX):
-        base = base[:-len(SLICE_SUFFIX)]
+        base = base[: -len(SLICE_SUFFIX)]
     return tuple(unescape(p) for p in base.split("-"))
 
 
@@ -192,8 +209,7 @@ def _run(argv: list[str], timeout: float) -> BusResult:
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
-        raise CgroupError(f"{argv[0]} not found: the systemd cgroup driver needs busctl "
-                          "(part of systemd)") from None
+        raise CgroupError(f"{argv[0]} not found: the systemd cgroup driver needs busctl (part of systemd)") from None
     except subprocess.TimeoutExpired:
         raise CgroupError(f"{' '.join(argv[:6])} ...: no answer from systemd within {timeout:g}s") from None
     return BusResult(p.returncode, p.stdout, p.stderr)
@@ -202,21 +218,20 @@ def _run(argv: list[str], timeout: float) -> BusResult:
 class SystemdBus:
     """systemd's manager API through ``busctl call`` (argv builders are public for tests)."""
 
-    def __init__(self, *, cgroup_version: int, runner: Runner | None = None,
-                 busctl: str = "busctl", timeout: float = 30.0) -> None:
+    def __init__(
+        self, *, cgroup_version: int, runner: Runner | None = None, busctl: str = "busctl", timeout: float = 30.0
+    ) -> None:
         self.cgroup_version = cgroup_version
         self.busctl = busctl
         self.timeout = timeout
         self._runner = runner or (lambda argv: _run(argv, timeout + 5))
 
     def _call(self, method: str, signature: str, *args: str) -> list[str]:
-        return [self.busctl, "call", f"--timeout={self.timeout:g}", _DEST, _PATH, _IFACE,
-                method, signature, *args]
+        return [self.busctl, "call", f"--timeout={self.timeout:g}", _DEST, _PATH, _IFACE, method, signature, *args]
 
     def start_transient_unit_argv(self, unit: str, props: Sequence[Property]) -> list[str]:
         # "replace": a queued job for the same unit is replaced; no aux units ("0").
-        return self._call("StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "replace",
-                          *encode_properties(props), "0")
+        return self._call("StartTransientUnit", "ssa(sv)a(sa(sv))", unit, "replace", *encode_properties(props), "0")
 
     def set_unit_properties_argv(self, unit: str, props: Sequence[Property]) -> list[str]:
         # runtime=true: the change lasts until reboot, like the transient unit itself.
@@ -264,10 +279,13 @@ def check_systemd(run_dir: str = SYSTEMD_RUN_DIR, busctl: str = "busctl") -> Non
         raise CgroupError(
             f'cgroup driver "systemd" (--cgroup-driver, cgroupDriver) needs systemd as the init '
             f"system, but {run_dir} does not exist on this host (systemd is not PID 1); use "
-            f"--cgroup-driver=cgroupfs and configure the container runtime to match")
+            f"--cgroup-driver=cgroupfs and configure the container runtime to match"
+        )
     if shutil.which(busctl) is None:
-        raise CgroupError(f'cgroup driver "systemd" needs {busctl} (from systemd) on PATH to '
-                          "create slices over D-Bus; it was not found")
+        raise CgroupError(
+            f'cgroup driver "systemd" needs {busctl} (from systemd) on PATH to '
+            "create slices over D-Bus; it was not found"
+        )
 
 
 class SystemdDriver(CgroupfsDriver):
@@ -275,8 +293,7 @@ class SystemdDriver(CgroupfsDriver):
 
     name = "systemd"
 
-    def __init__(self, fs: CgroupFs, bus: SystemdBus | None = None, *,
-                 run_dir: str = SYSTEMD_RUN_DIR) -> None:
+    def __init__(self, fs: CgroupFs, bus: SystemdBus | None = None, *, run_dir: str = SYSTEMD_RUN_DIR) -> None:
         super().__init__(fs)
         self.bus = bus or SystemdBus(cgroup_version=fs.layout.version)
         self.run_dir = run_dir

@@ -50,8 +50,9 @@ def _go_list(items: list[str]) -> str:
     return "[" + " ".join(items) + "]"
 
 
-async def _run_exec(cri: CriClient, action: dict, pod: dict, container: dict,
-                    container_id: str, timeout: float) -> str | None:
+async def _run_exec(
+    cri: CriClient, action: dict, pod: dict, container: dict, container_id: str, timeout: float
+) -> str | None:
     command = [str(part) for part in action.get("command") or []]
     joined = " ".join(command)
     output = b""
@@ -70,23 +71,41 @@ async def _run_exec(cri: CriClient, action: dict, pod: dict, container: dict,
             if response.exit_code == 0:
                 return None
             output = bytes(response.stdout) + bytes(response.stderr)
-            error = (f"command '{joined}' exited with {response.exit_code}: "
-                     f"{bytes(response.stderr).decode('utf-8', errors='replace')}")
+            error = (
+                f"command '{joined}' exited with {response.exit_code}: "
+                f"{bytes(response.stderr).decode('utf-8', errors='replace')}"
+            )
     text = output.decode("utf-8", errors="replace")
-    log.v(1).info("Exec lifecycle hook for Container in Pod failed", execCommand=command,
-                  containerName=container.get("name"), pod=format_pod(pod), err=error,
-                  message=text)
-    return (f"Exec lifecycle hook ({_go_list(command)}) for Container "
-            f"{json.dumps(container.get('name') or '')} in Pod {json.dumps(format_pod(pod))} "
-            f"failed - error: {error}, message: {json.dumps(text, ensure_ascii=False)}")
+    log.v(1).info(
+        "Exec lifecycle hook for Container in Pod failed",
+        execCommand=command,
+        containerName=container.get("name"),
+        pod=format_pod(pod),
+        err=error,
+        message=text,
+    )
+    return (
+        f"Exec lifecycle hook ({_go_list(command)}) for Container "
+        f"{json.dumps(container.get('name') or '')} in Pod {json.dumps(format_pod(pod))} "
+        f"failed - error: {error}, message: {json.dumps(text, ensure_ascii=False)}"
+    )
 
 
-async def _run_http(session: aiohttp.ClientSession | None, action: dict, pod: dict,
-                    container: dict, pod_ip: str, timeout: float, user_agent: str) -> str | None:
+async def _run_http(
+    session: aiohttp.ClientSession | None,
+    action: dict,
+    pod: dict,
+    container: dict,
+    pod_ip: str,
+    timeout: float,
+    user_agent: str,
+) -> str | None:
     path = action.get("path") or ""
-    prefix = (f"HTTP lifecycle hook ({path}) for Container "
-              f"{json.dumps(container.get('name') or '')} in Pod {json.dumps(format_pod(pod))} "
-              f"failed - error: ")
+    prefix = (
+        f"HTTP lifecycle hook ({path}) for Container "
+        f"{json.dumps(container.get('name') or '')} in Pod {json.dumps(format_pod(pod))} "
+        f"failed - error: "
+    )
     try:
         url = http_target(action, container, pod_ip)
     except ValueError as exc:
@@ -110,24 +129,40 @@ async def _run_http(session: aiohttp.ClientSession | None, action: dict, pod: di
                     await http_get(session, fallback, plain_headers, skip)
                 except (aiohttp.ClientError, OSError, HttpRequestError):
                     raise exc from None
-                log.warning("HTTPS lifecycle hook got an HTTP response, retry with HTTP "
-                            "succeeded", pod=format_pod(pod), containerName=container.get("name"),
-                            host=f"{url.host}:{url.port}")
+                log.warning(
+                    "HTTPS lifecycle hook got an HTTP response, retry with HTTP succeeded",
+                    pod=format_pod(pod),
+                    containerName=container.get("name"),
+                    host=f"{url.host}:{url.port}",
+                )
                 return None
     except (aiohttp.ClientError, OSError, TimeoutError, HttpRequestError, ValueError) as exc:
         error = http_error_message(url, exc)
-        log.v(1).info("HTTP lifecycle hook for Container in Pod failed", path=path,
-                      containerName=container.get("name"), pod=format_pod(pod), err=error)
+        log.v(1).info(
+            "HTTP lifecycle hook for Container in Pod failed",
+            path=path,
+            containerName=container.get("name"),
+            pod=format_pod(pod),
+            err=error,
+        )
         return prefix + error
     finally:
         if own:
             await session.close()
 
 
-async def run_handler(cri: CriClient, handler: dict, pod: dict, container: dict,
-                      container_id: str, pod_ip: str, *, timeout: float,
-                      user_agent: str | None = None,
-                      session: aiohttp.ClientSession | None = None) -> str | None:
+async def run_handler(
+    cri: CriClient,
+    handler: dict,
+    pod: dict,
+    container: dict,
+    container_id: str,
+    pod_ip: str,
+    *,
+    timeout: float,
+    user_agent: str | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> str | None:
     """Run a LifecycleHandler (API JSON shape) in/against the container within
     `timeout` seconds. None on success, else the message for the event.
 
@@ -139,9 +174,7 @@ async def run_handler(cri: CriClient, handler: dict, pod: dict, container: dict,
         return await _run_exec(cri, handler["exec"], pod, container, container_id, timeout)
     if handler.get("httpGet") is not None:
         agent = user_agent or probe_user_agent(name=LIFECYCLE_USER_AGENT_NAME)
-        return await _run_http(session, handler["httpGet"], pod, container, pod_ip, timeout,
-                               agent)
+        return await _run_http(session, handler["httpGet"], pod, container, pod_ip, timeout, agent)
     error = f"invalid handler: {json.dumps(handler, sort_keys=True)}"
-    log.error("Cannot run handler", err=error, pod=format_pod(pod),
-              containerName=container.get("name"))
+    log.error("Cannot run handler", err=error, pod=format_pod(pod), containerName=container.get("name"))
     return f"Cannot run handler: {error}"

@@ -114,23 +114,33 @@ def _probe_timing(spec: dict, where: str) -> _Timing:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            log.error("Invalid probe field, using the default", field=f"{where}.{name}",
-                      value=value, default=default, reason=f"must be an integer >= {minimum}")
+            log.error(
+                "Invalid probe field, using the default",
+                field=f"{where}.{name}",
+                value=value,
+                default=default,
+                reason=f"must be an integer >= {minimum}",
+            )
             return default
         return value
 
     grace = spec.get("terminationGracePeriodSeconds")
     if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
-        log.error("Invalid probe field, ignoring it",
-                  field=f"{where}.terminationGracePeriodSeconds", value=grace,
-                  reason="must be a non-negative integer")
+        log.error(
+            "Invalid probe field, ignoring it",
+            field=f"{where}.terminationGracePeriodSeconds",
+            value=grace,
+            reason="must be a non-negative integer",
+        )
         grace = None
-    return _Timing(initial_delay=field("initialDelaySeconds", 0, 0),
-                   period=field("periodSeconds", 10, 1),
-                   timeout=field("timeoutSeconds", 1, 1),
-                   success_threshold=field("successThreshold", 1, 1),
-                   failure_threshold=field("failureThreshold", 3, 1),
-                   termination_grace=grace)
+    return _Timing(
+        initial_delay=field("initialDelaySeconds", 0, 0),
+        period=field("periodSeconds", 10, 1),
+        timeout=field("timeoutSeconds", 1, 1),
+        success_threshold=field("successThreshold", 1, 1),
+        failure_threshold=field("failureThreshold", 3, 1),
+        termination_grace=grace,
+    )
 
 
 class _PodEntry:
@@ -153,20 +163,18 @@ class _PodEntry:
 class _Worker:
     """Probes one container of one pod for one probe type (see the module doc)."""
 
-    def __init__(self, manager: "ProbeManager", entry: _PodEntry, container_name: str,
-                 probe_type: str, spec: dict):
+    def __init__(self, manager: "ProbeManager", entry: _PodEntry, container_name: str, probe_type: str, spec: dict):
         self.manager = manager
         self.entry = entry
         self.container_name = container_name
         self.probe_type = probe_type
         self.spec = spec
-        self.timing = _probe_timing(
-            spec, f"spec.containers[{container_name}].{_SPEC_FIELD[probe_type]}")
+        self.timing = _probe_timing(spec, f"spec.containers[{container_name}].{_SPEC_FIELD[probe_type]}")
         self.ref: ContainerRef | None = None
         self.container_id = ""
         self.result: Result = _INITIAL[probe_type]
-        self.message = ""            # of the latest probe run
-        self.failure_message = ""    # of the probe that set Failure
+        self.message = ""  # of the latest probe run
+        self.failure_message = ""  # of the probe that set Failure
         self.on_hold = False
         self.last_result: Result | None = None
         self.run_length = 0
@@ -198,8 +206,8 @@ class _Worker:
     def start(self) -> None:
         pod = self.entry.pod
         self.task = asyncio.get_running_loop().create_task(
-            self._run(),
-            name=f"probe-{self.probe_type}-{podutil.full_name(pod)}-{self.container_name}")
+            self._run(), name=f"probe-{self.probe_type}-{podutil.full_name(pod)}-{self.container_name}"
+        )
 
     def stop(self) -> None:
         self.done = True
@@ -237,8 +245,13 @@ class _Worker:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # keep probing, as upstream recovers from panics
-                    log.error("Probe worker step failed", err=exc, probeType=self.probe_type,
-                              pod=format_pod(self.entry.pod), containerName=self.container_name)
+                    log.error(
+                        "Probe worker step failed",
+                        err=exc,
+                        probeType=self.probe_type,
+                        pod=format_pod(self.entry.pod),
+                        containerName=self.container_name,
+                    )
                     delay = self._scaled(self.timing.period)
                 if delay is None:
                     break
@@ -254,16 +267,22 @@ class _Worker:
             return period  # no container yet, or waiting for a new one after a failure
         pod = self.entry.pod
         if not ref.running:
-            log.v(3).info("Non-running container probed", pod=format_pod(pod),
-                          containerName=self.container_name, probeType=self.probe_type)
+            log.v(3).info(
+                "Non-running container probed",
+                pod=format_pod(pod),
+                containerName=self.container_name,
+                probeType=self.probe_type,
+            )
             if podutil.restart_policy(pod) == "Never":
                 return None  # it will not be restarted
             return period
-        if (pod.get("metadata") or {}).get("deletionTimestamp") and \
-                self.probe_type in (LIVENESS, STARTUP):
-            log.v(3).info("Pod deletion requested, setting probe result to success",
-                          probeType=self.probe_type, pod=format_pod(pod),
-                          containerName=self.container_name)
+        if (pod.get("metadata") or {}).get("deletionTimestamp") and self.probe_type in (LIVENESS, STARTUP):
+            log.v(3).info(
+                "Pod deletion requested, setting probe result to success",
+                probeType=self.probe_type,
+                pod=format_pod(pod),
+                containerName=self.container_name,
+            )
             self.result = Result.SUCCESS
             return None
         started_at = ref.started_at or self.seen_at
@@ -290,10 +309,16 @@ class _Worker:
         result, message = Result.UNKNOWN, ""
         for _ in range(MAX_PROBE_RETRIES):
             result, message = await run_probe(
-                manager.cri, self.spec, self.entry.pod,
-                self.entry.container_spec(self.container_name), ref.container_id,
-                self.entry.pod_ip, user_agent=manager.user_agent,
-                timeout=self._scaled(self.timing.timeout), session=session)
+                manager.cri,
+                self.spec,
+                self.entry.pod,
+                self.entry.container_spec(self.container_name),
+                ref.container_id,
+                self.entry.pod_ip,
+                user_agent=manager.user_agent,
+                timeout=self._scaled(self.timing.timeout),
+                session=session,
+            )
             if result is not Result.UNKNOWN:
                 break
         return result, message
@@ -302,21 +327,17 @@ class _Worker:
         display = _DISPLAY[self.probe_type]
         pod = self.entry.pod
         self.message = message
-        fields = dict(probeType=display, pod=format_pod(pod), podUID=self.entry.uid,
-                      containerName=self.container_name)
+        fields = dict(probeType=display, pod=format_pod(pod), podUID=self.entry.uid, containerName=self.container_name)
         if result is Result.UNKNOWN:
             log.v(1).info("Probe errored", err=message, **fields)
-            self.manager._event(pod, self.container_name, REASON_UNHEALTHY,
-                                f"{display} probe errored: {message}")
+            self.manager._event(pod, self.container_name, REASON_UNHEALTHY, f"{display} probe errored: {message}")
             return  # upstream throws the result away
         if result is Result.FAILURE:
             log.v(1).info("Probe failed", probeResult=result.value, output=message, **fields)
-            self.manager._event(pod, self.container_name, REASON_UNHEALTHY,
-                                f"{display} probe failed: {message}")
+            self.manager._event(pod, self.container_name, REASON_UNHEALTHY, f"{display} probe failed: {message}")
         elif message.startswith(REDIRECT_WARNING):
             log.v(3).info("Probe succeeded with a warning", output=message, **fields)
-            self.manager._event(pod, self.container_name, REASON_PROBE_WARNING,
-                                f"{display} probe warning: {message}")
+            self.manager._event(pod, self.container_name, REASON_PROBE_WARNING, f"{display} probe warning: {message}")
         else:
             log.v(3).info("Probe succeeded", **fields)
 
@@ -325,8 +346,9 @@ class _Worker:
         else:
             self.last_result = result
             self.run_length = 1
-        if (result is Result.FAILURE and self.run_length < self.timing.failure_threshold) or \
-                (result is Result.SUCCESS and self.run_length < self.timing.success_threshold):
+        if (result is Result.FAILURE and self.run_length < self.timing.failure_threshold) or (
+            result is Result.SUCCESS and self.run_length < self.timing.success_threshold
+        ):
             return  # below the threshold: the result stands
 
         changed = result is not self.result
@@ -358,9 +380,15 @@ class ProbeManager:
     tests can run probes every few milliseconds; leave it at 1 otherwise.
     """
 
-    def __init__(self, cri: CriClient, on_change: Callable[[str], None], *,
-                 user_agent_version: str = "1.27", on_event: EventSink | None = None,
-                 time_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        cri: CriClient,
+        on_change: Callable[[str], None],
+        *,
+        user_agent_version: str = "1.27",
+        on_event: EventSink | None = None,
+        time_scale: float = 1.0,
+    ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
         self.cri = cri
@@ -411,8 +439,7 @@ class ProbeManager:
             if worker is None:
                 if ref is None or not ref.container_id or not ref.running:
                     continue
-                worker = entry.workers[(name, probe_type)] = _Worker(self, entry, name,
-                                                                      probe_type, spec)
+                worker = entry.workers[(name, probe_type)] = _Worker(self, entry, name, probe_type, spec)
                 worker.observe(ref)
                 worker.start()
             else:
@@ -424,8 +451,7 @@ class ProbeManager:
             if probe_type != READINESS or worker.done:
                 continue
             ref = containers.get(name)
-            if ref is not None and ref.running and worker.result is not Result.SUCCESS and \
-                    self.is_started(uid, name):
+            if ref is not None and ref.running and worker.result is not Result.SUCCESS and self.is_started(uid, name):
                 worker.trigger()
 
     def remove_pod(self, pod_uid: str) -> None:
@@ -455,17 +481,14 @@ class ProbeManager:
             return True
         return worker.container_id == ref.container_id and worker.result is Result.SUCCESS
 
-    def liveness_failure(self, pod_uid: str, container_name: str, container_id: str
-                         ) -> ProbeFailure | None:
+    def liveness_failure(self, pod_uid: str, container_name: str, container_id: str) -> ProbeFailure | None:
         entry = self._pods.get(pod_uid)
         if entry is None or not container_id:
             return None
         for probe_type in (STARTUP, LIVENESS):
             worker = entry.workers.get((container_name, probe_type))
-            if worker is not None and worker.container_id == container_id and \
-                    worker.result is Result.FAILURE:
-                return ProbeFailure(_DISPLAY[probe_type], worker.failure_message,
-                                    worker.timing.termination_grace)
+            if worker is not None and worker.container_id == container_id and worker.result is Result.FAILURE:
+                return ProbeFailure(_DISPLAY[probe_type], worker.failure_message, worker.timing.termination_grace)
         return None
 
     def last_message(self, pod_uid: str, container_name: str, probe: str) -> str:

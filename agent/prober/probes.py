@@ -37,8 +37,8 @@ import yarl
 
 from agent import logging as agent_logging
 from agent import pods as podutil
-from apiserver_min.api.duration import format_duration
 from apiserver_min.api import names
+from apiserver_min.api.duration import format_duration
 from cri.client import CriClient, CriError, DeadlineExceededError
 
 __all__ = [
@@ -103,12 +103,17 @@ def new_http_session() -> aiohttp.ClientSession:
     Accept-Encoding (upstream sets DisableCompression). Create it on the loop
     that uses it; close it when done."""
     connector = aiohttp.TCPConnector(force_close=True, limit=0, ssl=False)
-    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
-                                 trust_env=False, auto_decompress=False,
-                                 timeout=aiohttp.ClientTimeout(total=None))
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        auto_decompress=False,
+        timeout=aiohttp.ClientTimeout(total=None),
+    )
 
 
 # -- ports ---------------------------------------------------------------------------
+
 
 def resolve_port(port: object, container: dict) -> int:
     """A probe/hook port: a number, or the name of one of the container's ports
@@ -141,6 +146,7 @@ def _host_port(host: str, port: int) -> str:
 
 # -- HTTP -----------------------------------------------------------------------------
 
+
 class HttpOutcome:
     """What an HTTP GET produced: the final status and (limited) body, and
     whether a redirect to another host was left unfollowed."""
@@ -169,8 +175,7 @@ def build_url(scheme: str, host: str, port: int, path: str) -> yarl.URL:
     return yarl.URL(f"{scheme}://{_host_port(host, port)}{path}")
 
 
-def build_headers(http_headers: Iterable[dict] | None, user_agent: str
-                  ) -> tuple[multidict.CIMultiDict, set[str]]:
+def build_headers(http_headers: Iterable[dict] | None, user_agent: str) -> tuple[multidict.CIMultiDict, set[str]]:
     """Headers for a probe/hook request, and the automatic headers to leave out.
 
     httpHeaders come first; User-Agent and Accept (``*/*``) are added unless
@@ -204,14 +209,11 @@ def http_error_message(url: yarl.URL, exc: BaseException, *, headers_received: b
         return str(exc)
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         if headers_received:
-            reason = "context deadline exceeded (Client.Timeout or context cancellation " \
-                     "while reading body)"
+            reason = "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
         else:
             reason = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-    elif isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(
-            exc, aiohttp.ClientSSLError):
-        reason = f"dial tcp {_host_port(exc.host, exc.port)}: connect: " \
-                 f"{_os_error_text(exc.os_error)}"
+    elif isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc, aiohttp.ClientSSLError):
+        reason = f"dial tcp {_host_port(exc.host, exc.port)}: connect: {_os_error_text(exc.os_error)}"
     elif isinstance(exc, aiohttp.ServerDisconnectedError):
         reason = "EOF"
     else:
@@ -229,8 +231,9 @@ async def _read_limited(response: aiohttp.ClientResponse, limit: int = MAX_BODY_
     return bytes(body)
 
 
-async def http_get(session: aiohttp.ClientSession, url: yarl.URL,
-                   headers: multidict.CIMultiDict, skip_auto_headers: set[str]) -> HttpOutcome:
+async def http_get(
+    session: aiohttp.ClientSession, url: yarl.URL, headers: multidict.CIMultiDict, skip_auto_headers: set[str]
+) -> HttpOutcome:
     """GET url following redirects only to the same host (upstream's
     RedirectChecker without non-local redirects): a redirect elsewhere returns
     the redirect response itself. Raises HttpRequestError after 10 redirects,
@@ -239,17 +242,16 @@ async def http_get(session: aiohttp.ClientSession, url: yarl.URL,
     current = url
     request_headers = multidict.CIMultiDict(headers)
     for hop in range(MAX_REDIRECTS + 1):
-        async with session.get(current, headers=request_headers, allow_redirects=False,
-                               skip_auto_headers=skip_auto_headers) as response:
+        async with session.get(
+            current, headers=request_headers, allow_redirects=False, skip_auto_headers=skip_auto_headers
+        ) as response:
             location = response.headers.get("Location")
             if response.status in _REDIRECT_CODES and location:
                 target = current.join(yarl.URL(location))
                 if target.host != first_host:
-                    return HttpOutcome(response.status, await _read_limited(response), True,
-                                       current)
+                    return HttpOutcome(response.status, await _read_limited(response), True, current)
                 if hop >= MAX_REDIRECTS:
-                    raise HttpRequestError(f'Get "{target}": stopped after {MAX_REDIRECTS} '
-                                           f'redirects')
+                    raise HttpRequestError(f'Get "{target}": stopped after {MAX_REDIRECTS} redirects')
                 if yarl.URL(location).is_absolute() and "Host" in request_headers:
                     # Upstream keeps a custom Host only through relative redirects.
                     request_headers = multidict.CIMultiDict(request_headers)
@@ -274,8 +276,9 @@ def _text(data: bytes) -> str:
     return data[:MAX_BODY_BYTES].decode("utf-8", errors="replace")
 
 
-async def _probe_http(session: aiohttp.ClientSession | None, action: dict, container: dict,
-                      pod_ip: str, timeout: float, user_agent: str) -> tuple[Result, str]:
+async def _probe_http(
+    session: aiohttp.ClientSession | None, action: dict, container: dict, pod_ip: str, timeout: float, user_agent: str
+) -> tuple[Result, str]:
     try:
         url = http_target(action, container, pod_ip)
     except ValueError as exc:
@@ -297,8 +300,7 @@ async def _probe_http(session: aiohttp.ClientSession | None, action: dict, conta
     body = _text(outcome.body)
     if 200 <= outcome.status < 400:
         if outcome.status >= 300:
-            log.v(4).info("Probe terminated redirects", url=str(outcome.url),
-                          status=outcome.status)
+            log.v(4).info("Probe terminated redirects", url=str(outcome.url), status=outcome.status)
             return Result.SUCCESS, f"{REDIRECT_WARNING}, Response body: {body}"
         return Result.SUCCESS, body
     # Upstream keeps the body out of the failure message (it may hold secrets).
@@ -307,8 +309,8 @@ async def _probe_http(session: aiohttp.ClientSession | None, action: dict, conta
 
 # -- TCP ------------------------------------------------------------------------------
 
-async def _probe_tcp(action: dict, container: dict, pod_ip: str, timeout: float
-                     ) -> tuple[Result, str]:
+
+async def _probe_tcp(action: dict, container: dict, pod_ip: str, timeout: float) -> tuple[Result, str]:
     host = action.get("host") or pod_ip
     try:
         port = resolve_port(action.get("port"), container)
@@ -333,6 +335,7 @@ async def _probe_tcp(action: dict, container: dict, pod_ip: str, timeout: float
 
 
 # -- gRPC health ----------------------------------------------------------------------
+
 
 def _varint(value: int) -> bytes:
     out = bytearray()
@@ -400,8 +403,7 @@ def _go_code_name(code: grpc.StatusCode) -> str:
     return "".join(part.capitalize() for part in code.name.split("_"))
 
 
-async def _probe_grpc(action: dict, pod_ip: str, timeout: float, user_agent: str
-                      ) -> tuple[Result, str]:
+async def _probe_grpc(action: dict, pod_ip: str, timeout: float, user_agent: str) -> tuple[Result, str]:
     if not pod_ip:
         return Result.UNKNOWN, "the pod has no IP"
     try:
@@ -411,8 +413,7 @@ async def _probe_grpc(action: dict, pod_ip: str, timeout: float, user_agent: str
     service = action.get("service") or ""
     addr = _host_port(pod_ip, port)
     shown_timeout = format_duration(_dt.timedelta(seconds=timeout))
-    options = [("grpc.primary_user_agent", user_agent), ("grpc.enable_http_proxy", 0),
-               ("grpc.enable_retries", 0)]
+    options = [("grpc.primary_user_agent", user_agent), ("grpc.enable_http_proxy", 0), ("grpc.enable_retries", 0)]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     async with grpc.aio.insecure_channel(addr, options=options) as channel:
@@ -420,23 +421,28 @@ async def _probe_grpc(action: dict, pod_ip: str, timeout: float, user_agent: str
             async with asyncio.timeout(timeout):
                 await channel.channel_ready()
         except TimeoutError:
-            return Result.FAILURE, (f'timeout: failed to connect service "{addr}" within '
-                                    f'{shown_timeout}: context deadline exceeded')
-        check = channel.unary_unary(HEALTH_CHECK_METHOD,
-                                    request_serializer=encode_health_check_request,
-                                    response_deserializer=decode_health_check_response)
+            return Result.FAILURE, (
+                f'timeout: failed to connect service "{addr}" within {shown_timeout}: context deadline exceeded'
+            )
+        check = channel.unary_unary(
+            HEALTH_CHECK_METHOD,
+            request_serializer=encode_health_check_request,
+            response_deserializer=decode_health_check_response,
+        )
         try:
             status = await check(service, timeout=max(0.001, deadline - loop.time()))
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.UNIMPLEMENTED:
-                return Result.FAILURE, ("error: this server does not implement the grpc health "
-                                        f"protocol (grpc.health.v1.Health): {exc.details()}")
+                return Result.FAILURE, (
+                    "error: this server does not implement the grpc health "
+                    f"protocol (grpc.health.v1.Health): {exc.details()}"
+                )
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                return Result.FAILURE, \
-                    f"timeout: health rpc did not complete within {shown_timeout}"
-            return Result.FAILURE, (f"error: health rpc probe failed: rpc error: code = "
-                                    f"{_go_code_name(code)} desc = {exc.details()}")
+                return Result.FAILURE, f"timeout: health rpc did not complete within {shown_timeout}"
+            return Result.FAILURE, (
+                f"error: health rpc probe failed: rpc error: code = {_go_code_name(code)} desc = {exc.details()}"
+            )
     if status != SERVING:
         name = SERVING_STATUS_NAMES.get(status, str(status))
         return Result.FAILURE, f'service unhealthy (responded with "{name}")'
@@ -445,8 +451,8 @@ async def _probe_grpc(action: dict, pod_ip: str, timeout: float, user_agent: str
 
 # -- exec -----------------------------------------------------------------------------
 
-async def _probe_exec(cri: CriClient, action: dict, container_id: str, timeout: float
-                      ) -> tuple[Result, str]:
+
+async def _probe_exec(cri: CriClient, action: dict, container_id: str, timeout: float) -> tuple[Result, str]:
     command = [str(part) for part in action.get("command") or []]
     if not command:
         return Result.UNKNOWN, "exec probe has no command"
@@ -469,9 +475,19 @@ async def _probe_exec(cri: CriClient, action: dict, container_id: str, timeout: 
 
 # -- entry point ------------------------------------------------------------------------
 
-async def run_probe(cri: CriClient, probe: dict, pod: dict, container: dict, container_id: str,
-                    pod_ip: str, *, user_agent: str, timeout: float | None = None,
-                    session: aiohttp.ClientSession | None = None) -> tuple[Result, str]:
+
+async def run_probe(
+    cri: CriClient,
+    probe: dict,
+    pod: dict,
+    container: dict,
+    container_id: str,
+    pod_ip: str,
+    *,
+    user_agent: str,
+    timeout: float | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> tuple[Result, str]:
     """Run `probe` (a Probe object in the API's JSON shape) once against the container.
 
     timeout: seconds; defaults to the probe's timeoutSeconds (1). session: the
@@ -482,8 +498,7 @@ async def run_probe(cri: CriClient, probe: dict, pod: dict, container: dict, con
     if probe.get("exec") is not None:
         return await _probe_exec(cri, probe["exec"], container_id, timeout)
     if probe.get("httpGet") is not None:
-        return await _probe_http(session, probe["httpGet"], container, pod_ip, timeout,
-                                 user_agent)
+        return await _probe_http(session, probe["httpGet"], container, pod_ip, timeout, user_agent)
     if probe.get("tcpSocket") is not None:
         return await _probe_tcp(probe["tcpSocket"], container, pod_ip, timeout)
     if probe.get("grpc") is not None:
@@ -501,8 +516,7 @@ def is_ssl_to_plain_http(exc: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, ssl.SSLError):
             reason = (getattr(current, "reason", "") or "").upper()
-            if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE",
-                          "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"):
+            if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"):
                 return True
         inner = getattr(current, "os_error", None)
         if isinstance(inner, BaseException) and id(inner) not in seen:
@@ -510,4 +524,3 @@ def is_ssl_to_plain_http(exc: BaseException) -> bool:
             continue
         current = current.__cause__ or current.__context__
     return False
-

@@ -24,8 +24,12 @@ class _Entry:
 
 
 class Backoff:
-    def __init__(self, initial: float = CRASH_BACKOFF_INITIAL, maximum: float = CRASH_BACKOFF_MAX,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        initial: float = CRASH_BACKOFF_INITIAL,
+        maximum: float = CRASH_BACKOFF_MAX,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.initial = initial
         self.maximum = maximum
         self.clock = clock

@@ -33,12 +33,11 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agent import pods as podutil
+from agent.logging import get_logger
 from apiserver_min.api import names
 from apiserver_min.api.quantity import Quantity, QuantityError, parse_quantity
 from cri import api_pb2 as pb
-
-from agent import pods as podutil
-from agent.logging import get_logger
 
 from ..cm.qos import pod_qos_class
 from .context import NodeContext
@@ -82,11 +81,23 @@ _NODE_CRITICAL_CLASS = "system-node-critical"
 
 # What every container gets masked / read-only in /proc and /sys unless procMount is Unmasked.
 DEFAULT_MASKED_PATHS = (
-    "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
-    "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
 )
 DEFAULT_READONLY_PATHS = (
-    "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+    "/proc/asound",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
 )
 
 # Volumes the container may never write to (upstream mounts them read-only whatever the mount says).
@@ -120,12 +131,19 @@ def _format_pod(pod: dict) -> str:
 # --- the config -------------------------------------------------------------------------------
 
 
-def build_container_config(pod: dict, container: dict, ctx: NodeContext, *, restart_count: int,
-                           pod_ip: str, pod_ips: Sequence[str] = (),
-                           volume_paths: Mapping[str, str],
-                           objects: ObjectGetter | None = None,
-                           image_uid: int | None = None,
-                           image_username: str = "") -> ContainerSetup:
+def build_container_config(
+    pod: dict,
+    container: dict,
+    ctx: NodeContext,
+    *,
+    restart_count: int,
+    pod_ip: str,
+    pod_ips: Sequence[str] = (),
+    volume_paths: Mapping[str, str],
+    objects: ObjectGetter | None = None,
+    image_uid: int | None = None,
+    image_username: str = "",
+) -> ContainerSetup:
     """The config for (re)creating ``container`` of ``pod`` for the ``restart_count``-th time.
 
     ``volume_paths`` maps the pod's volume names to their host paths (from
@@ -138,13 +156,11 @@ def build_container_config(pod: dict, container: dict, ctx: NodeContext, *, rest
     env_map = dict(env)
     verify_run_as_non_root(pod, container, image_uid, image_username)
 
-    log_dir = os.path.join(ctx.pod_log_dir(podutil.namespace(pod), podutil.name(pod),
-                                           podutil.uid(pod)), name)
+    log_dir = os.path.join(ctx.pod_log_dir(podutil.namespace(pod), podutil.name(pod), podutil.uid(pod)), name)
     try:
         os.makedirs(log_dir, mode=0o755, exist_ok=True)
     except OSError as exc:
-        raise _config_error(f"create container log directory for container {name} failed: "
-                            f"{exc}") from None
+        raise _config_error(f"create container log directory for container {name} failed: {exc}") from None
 
     image = container.get("image") or ""
     config = pb.ContainerConfig(
@@ -161,18 +177,17 @@ def build_container_config(pod: dict, container: dict, ctx: NodeContext, *, rest
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),
     )
-    config.mounts.extend(_volume_mounts(pod, container, ctx, volume_paths, env_map,
-                                        pod_ip=pod_ip, pod_ips=pod_ips))
+    config.mounts.extend(_volume_mounts(pod, container, ctx, volume_paths, env_map, pod_ip=pod_ip, pod_ips=pod_ips))
     termination_path = ""
     message_path = container.get("terminationMessagePath") or ""
     if message_path:
         termination_path = _make_termination_message_file(pod, container, ctx)
         if termination_path:
-            config.mounts.append(pb.Mount(host_path=termination_path,
-                                          container_path=_absolute(message_path)))
+            config.mounts.append(pb.Mount(host_path=termination_path, container_path=_absolute(message_path)))
     config.linux.resources.CopyFrom(linux_resources(pod, container, ctx))
     config.linux.security_context.CopyFrom(
-        security_context(pod, container, ctx, image_uid=image_uid, image_username=image_username))
+        security_context(pod, container, ctx, image_uid=image_uid, image_username=image_username)
+    )
     return ContainerSetup(config=config, termination_message_host_path=termination_path)
 
 
@@ -200,13 +215,11 @@ def container_annotations(pod: dict, container: dict, restart_count: int) -> dic
         names.CRI_ANNOTATION_CONTAINER_HASH: container_hash(container),
         names.CRI_ANNOTATION_CONTAINER_RESTART_COUNT: str(restart_count),
         names.CRI_ANNOTATION_TERMINATION_MESSAGE_PATH: container.get("terminationMessagePath") or "",
-        names.CRI_ANNOTATION_TERMINATION_MESSAGE_POLICY:
-            container.get("terminationMessagePolicy") or "File",
+        names.CRI_ANNOTATION_TERMINATION_MESSAGE_POLICY: container.get("terminationMessagePolicy") or "File",
     }
     meta = pod.get("metadata") or {}
     if meta.get("deletionGracePeriodSeconds") is not None:
-        annotations[names.CRI_ANNOTATION_POD_DELETION_GRACE_PERIOD] = \
-            str(int(meta["deletionGracePeriodSeconds"]))
+        annotations[names.CRI_ANNOTATION_POD_DELETION_GRACE_PERIOD] = str(int(meta["deletionGracePeriodSeconds"]))
     grace = podutil.spec(pod).get("terminationGracePeriodSeconds")
     if grace is not None:
         annotations[names.CRI_ANNOTATION_POD_TERMINATION_GRACE_PERIOD] = str(int(grace))
@@ -249,8 +262,7 @@ def container_hash(container: dict) -> str:
     and for static pods anything) needs a restart to take effect, so the whole
     spec is hashed; key order and omitted-vs-empty fields do not matter.
     """
-    data = json.dumps(_normalize(container), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode()
+    data = json.dumps(_normalize(container), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     h = 0x811C9DC5
     for byte in data:
         h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
@@ -281,8 +293,9 @@ def _make_termination_message_file(pod: dict, container: dict, ctx: NodeContext)
             os.chmod(path, 0o666)  # whatever the umask
             return path
     except OSError as exc:
-        log.error("Error on creating termination-log file", err=exc, pod=_format_pod(pod),
-                  container=container.get("name"))
+        log.error(
+            "Error on creating termination-log file", err=exc, pod=_format_pod(pod), container=container.get("name")
+        )
         return ""
 
 
@@ -337,16 +350,24 @@ def _prepare_sub_path(volume_path: str, sub_path: str, mount_name: str, containe
                     os.mkdir(current, mode)
                     os.chmod(current, mode)
     except OSError as exc:
-        log.error("Failed to create subPath directory for volumeMount of the container",
-                  err=exc, container=container_name, volume_mount=mount_name)
-        raise _config_error(f"failed to create subPath directory for volumeMount "
-                            f"\"{mount_name}\" of container \"{container_name}\"") from None
+        log.error(
+            "Failed to create subPath directory for volumeMount of the container",
+            err=exc,
+            container=container_name,
+            volume_mount=mount_name,
+        )
+        raise _config_error(
+            f'failed to create subPath directory for volumeMount "{mount_name}" of container "{container_name}"'
+        ) from None
     resolved = os.path.realpath(target)
     if not _inside(resolved, root):
-        log.error("Failed to prepare subPath for volumeMount of the container: it leaves the volume",
-                  container=container_name, volume_mount=mount_name, path=resolved)
-        raise _config_error(f"failed to prepare subPath for volumeMount \"{mount_name}\" of "
-                            f"container \"{container_name}\"")
+        log.error(
+            "Failed to prepare subPath for volumeMount of the container: it leaves the volume",
+            container=container_name,
+            volume_mount=mount_name,
+            path=resolved,
+        )
+        raise _config_error(f'failed to prepare subPath for volumeMount "{mount_name}" of container "{container_name}"')
     return resolved
 
 
@@ -354,8 +375,16 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _volume_mounts(pod: dict, container: dict, ctx: NodeContext, volume_paths: Mapping[str, str],
-                   env: Mapping[str, str], *, pod_ip: str, pod_ips: Sequence[str]) -> list[pb.Mount]:
+def _volume_mounts(
+    pod: dict,
+    container: dict,
+    ctx: NodeContext,
+    volume_paths: Mapping[str, str],
+    env: Mapping[str, str],
+    *,
+    pod_ip: str,
+    pod_ips: Sequence[str],
+) -> list[pb.Mount]:
     container_name = container.get("name") or ""
     mounts: list[pb.Mount] = []
     ips = [ip for ip in pod_ips if ip] or ([pod_ip] if pod_ip else [])
@@ -366,8 +395,7 @@ def _volume_mounts(pod: dict, container: dict, ctx: NodeContext, volume_paths: M
         mount_hosts = mount_hosts and container_path != _ETC_HOSTS
         host_path = volume_paths.get(volume_name)
         if not host_path:
-            raise _config_error(f"cannot find volume \"{volume_name}\" to mount into container "
-                                f"\"{container_name}\"")
+            raise _config_error(f'cannot find volume "{volume_name}" to mount into container "{container_name}"')
         sub_path = mount.get("subPath") or ""
         if mount.get("subPathExpr"):
             sub_path, missing = expand_strict(mount["subPathExpr"], env)
@@ -381,15 +409,19 @@ def _volume_mounts(pod: dict, container: dict, ctx: NodeContext, volume_paths: M
             host_path = _prepare_sub_path(host_path, sub_path, volume_name, container_name)
         propagation_mode = mount.get("mountPropagation")
         if propagation_mode not in _PROPAGATION:
-            raise _config_error(f"invalid MountPropagation mode: \"{propagation_mode}\"")
+            raise _config_error(f'invalid MountPropagation mode: "{propagation_mode}"')
         volume = _pod_volume(pod, volume_name) or {}
         forced_ro = any(volume.get(kind) is not None for kind in _READ_ONLY_VOLUME_TYPES)
-        mounts.append(pb.Mount(container_path=container_path, host_path=host_path,
-                               readonly=bool(mount.get("readOnly")) or forced_ro,
-                               propagation=_PROPAGATION[propagation_mode]))
+        mounts.append(
+            pb.Mount(
+                container_path=container_path,
+                host_path=host_path,
+                readonly=bool(mount.get("readOnly")) or forced_ro,
+                propagation=_PROPAGATION[propagation_mode],
+            )
+        )
     if mount_hosts:
-        mounts.append(pb.Mount(container_path=_ETC_HOSTS,
-                               host_path=_write_hosts_file(pod, ctx, ips)))
+        mounts.append(pb.Mount(container_path=_ETC_HOSTS, host_path=_write_hosts_file(pod, ctx, ips)))
     return mounts
 
 
@@ -406,17 +438,23 @@ def _write_hosts_file(pod: dict, ctx: NodeContext, ips: Sequence[str]) -> str:
         content = names.MANAGED_HOSTS_HEADER_HOST_NETWORK + node_hosts
     else:
         hostname, domain = pod_hostname_and_domain(pod, ctx)
-        lines = [names.MANAGED_HOSTS_HEADER, "127.0.0.1\tlocalhost\n",
-                 "::1\tlocalhost ip6-localhost ip6-loopback\n",
-                 "fe00::0\tip6-localnet\n", "fe00::0\tip6-mcastprefix\n",
-                 "fe00::1\tip6-allnodes\n", "fe00::2\tip6-allrouters\n"]
+        lines = [
+            names.MANAGED_HOSTS_HEADER,
+            "127.0.0.1\tlocalhost\n",
+            "::1\tlocalhost ip6-localhost ip6-loopback\n",
+            "fe00::0\tip6-localnet\n",
+            "fe00::0\tip6-mcastprefix\n",
+            "fe00::1\tip6-allnodes\n",
+            "fe00::2\tip6-allrouters\n",
+        ]
         for ip in ips:
             lines.append(f"{ip}\t{hostname}.{domain}\t{hostname}\n" if domain else f"{ip}\t{hostname}\n")
         content = "".join(lines)
     aliases = spec.get("hostAliases") or []
     if aliases:
         content += "\n# Entries added by HostAliases.\n" + "".join(
-            f"{a.get('ip') or ''}\t{chr(9).join(a.get('hostnames') or [])}\n" for a in aliases)
+            f"{a.get('ip') or ''}\t{chr(9).join(a.get('hostnames') or [])}\n" for a in aliases
+        )
     pod_dir = ctx.pod_dir(podutil.uid(pod))
     path = os.path.join(pod_dir, "etc-hosts")
     try:
@@ -441,8 +479,7 @@ def _quantities(container: dict, field: str) -> dict[str, Quantity]:
         try:
             result[name] = parse_quantity(value)
         except QuantityError as exc:
-            raise _config_error(f"container {container.get('name')}: resources.{field}.{name}: "
-                                f"{exc}") from None
+            raise _config_error(f"container {container.get('name')}: resources.{field}.{name}: {exc}") from None
     return result
 
 
@@ -466,8 +503,7 @@ def _is_node_critical(pod: dict) -> bool:
         return False
     mirror = names.ANNOTATION_CONFIG_MIRROR in podutil.annotations(pod)
     priority = spec.get("priority")
-    return podutil.is_static(pod) or mirror or (priority is not None
-                                                and int(priority) >= _CRITICAL_PRIORITY)
+    return podutil.is_static(pod) or mirror or (priority is not None and int(priority) >= _CRITICAL_PRIORITY)
 
 
 def oom_score_adj(pod: dict, container: dict, memory_capacity: int) -> int:
@@ -573,8 +609,7 @@ def linux_resources(pod: dict, container: dict, ctx: NodeContext) -> pb.LinuxCon
             if size > 0:
                 wanted[_page_size_name(size)] = q.value()
     for size in _huge_page_sizes():
-        resources.hugepage_limits.append(pb.HugepageLimit(page_size=size,
-                                                          limit=wanted.get(size, 0)))
+        resources.hugepage_limits.append(pb.HugepageLimit(page_size=size, limit=wanted.get(size, 0)))
     if _cgroup2_unified():
         # Kill the whole container on OOM, not one process of it.
         resources.unified["memory.oom.group"] = "1"
@@ -587,16 +622,16 @@ def linux_resources(pod: dict, container: dict, ctx: NodeContext) -> pb.LinuxCon
 def _effective_security_context(pod: dict, container: dict) -> dict:
     pod_sc = podutil.spec(pod).get("securityContext") or {}
     # The pod-level fields a container inherits (seccomp has its own precedence, see _seccomp).
-    effective = {k: pod_sc[k] for k in ("seLinuxOptions", "runAsUser", "runAsGroup", "runAsNonRoot")
-                 if pod_sc.get(k) is not None}
+    effective = {
+        k: pod_sc[k] for k in ("seLinuxOptions", "runAsUser", "runAsGroup", "runAsNonRoot") if pod_sc.get(k) is not None
+    }
     for key, value in (container.get("securityContext") or {}).items():
         if value is not None:
             effective[key] = value
     return effective
 
 
-def verify_run_as_non_root(pod: dict, container: dict, image_uid: int | None,
-                           image_username: str) -> None:
+def verify_run_as_non_root(pod: dict, container: dict, image_uid: int | None, image_username: str) -> None:
     """Refuse a container with runAsNonRoot that would run as root (upstream's checks)."""
     sc = _effective_security_context(pod, container)
     if not sc.get("runAsNonRoot"):
@@ -604,26 +639,32 @@ def verify_run_as_non_root(pod: dict, container: dict, image_uid: int | None,
     name = container.get("name") or ""
     if sc.get("runAsUser") is not None:
         if int(sc["runAsUser"]) == 0:
-            raise _config_error(f"container's runAsUser breaks non-root policy "
-                                f"(pod: \"{_format_pod(pod)}\", container: {name})")
+            raise _config_error(
+                f'container\'s runAsUser breaks non-root policy (pod: "{_format_pod(pod)}", container: {name})'
+            )
         return
     if image_uid is not None and image_uid == 0:
-        raise _config_error(f"container has runAsNonRoot and image will run as root "
-                            f"(pod: \"{_format_pod(pod)}\", container: {name})")
+        raise _config_error(
+            f'container has runAsNonRoot and image will run as root (pod: "{_format_pod(pod)}", container: {name})'
+        )
     if image_uid is None and image_username:
-        raise _config_error(f"container has runAsNonRoot and image has non-numeric user "
-                            f"({image_username}), cannot verify user is non-root "
-                            f"(pod: \"{_format_pod(pod)}\", container: {name})")
+        raise _config_error(
+            f"container has runAsNonRoot and image has non-numeric user "
+            f"({image_username}), cannot verify user is non-root "
+            f'(pod: "{_format_pod(pod)}", container: {name})'
+        )
 
 
 def _seccomp(pod: dict, container: dict, ctx: NodeContext) -> pb.SecurityProfile:
     """Container profile, else the pod's, else RuntimeDefault with --seccomp-default,
     else Unconfined. Localhost profiles are files under ``<root dir>/seccomp``."""
-    profile = (container.get("securityContext") or {}).get("seccompProfile") \
-        or (podutil.spec(pod).get("securityContext") or {}).get("seccompProfile")
+    profile = (container.get("securityContext") or {}).get("seccompProfile") or (
+        podutil.spec(pod).get("securityContext") or {}
+    ).get("seccompProfile")
     if profile is None:
-        return pb.SecurityProfile(profile_type=pb.SecurityProfile.RuntimeDefault
-                                  if ctx.seccomp_default else pb.SecurityProfile.Unconfined)
+        return pb.SecurityProfile(
+            profile_type=pb.SecurityProfile.RuntimeDefault if ctx.seccomp_default else pb.SecurityProfile.Unconfined
+        )
     kind = profile.get("type")
     if kind == "RuntimeDefault":
         return pb.SecurityProfile(profile_type=pb.SecurityProfile.RuntimeDefault)
@@ -631,13 +672,15 @@ def _seccomp(pod: dict, container: dict, ctx: NodeContext) -> pb.SecurityProfile
         ref = profile.get("localhostProfile") or ""
         if not ref:
             raise _config_error("localhostProfile must be set if seccompProfile type is Localhost.")
-        return pb.SecurityProfile(profile_type=pb.SecurityProfile.Localhost,
-                                  localhost_ref=os.path.join(ctx.root_dir, "seccomp", ref))
+        return pb.SecurityProfile(
+            profile_type=pb.SecurityProfile.Localhost, localhost_ref=os.path.join(ctx.root_dir, "seccomp", ref)
+        )
     return pb.SecurityProfile(profile_type=pb.SecurityProfile.Unconfined)
 
 
-def security_context(pod: dict, container: dict, ctx: NodeContext, *, image_uid: int | None = None,
-                     image_username: str = "") -> pb.LinuxContainerSecurityContext:
+def security_context(
+    pod: dict, container: dict, ctx: NodeContext, *, image_uid: int | None = None, image_username: str = ""
+) -> pb.LinuxContainerSecurityContext:
     """The container's effective security context (pod settings, container overrides)."""
     sc = _effective_security_context(pod, container)
     out = pb.LinuxContainerSecurityContext()
@@ -647,10 +690,14 @@ def security_context(pod: dict, container: dict, ctx: NodeContext, *, image_uid:
         out.capabilities.drop_capabilities.extend(str(c) for c in caps.get("drop") or [])
     se = sc.get("seLinuxOptions")
     if se:
-        out.selinux_options.CopyFrom(pb.SELinuxOption(user=se.get("user") or "",
-                                                      role=se.get("role") or "",
-                                                      type=se.get("type") or "",
-                                                      level=se.get("level") or ""))
+        out.selinux_options.CopyFrom(
+            pb.SELinuxOption(
+                user=se.get("user") or "",
+                role=se.get("role") or "",
+                type=se.get("type") or "",
+                level=se.get("level") or "",
+            )
+        )
     if sc.get("runAsUser") is not None:
         out.run_as_user.value = int(sc["runAsUser"])
     else:

@@ -21,18 +21,18 @@ DEFAULT_RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
 @dataclasses.dataclass(frozen=True)
 class NodeContext:
     node_name: str
-    root_dir: str = names.AGENT_ROOT_DIR                 # pods' volumes live under <root>/pods/<uid>/
-    pod_logs_dir: str = "/var/log/pods"                  # /var/log/pods/<ns>_<name>_<uid>/<container>/<n>.log
+    root_dir: str = names.AGENT_ROOT_DIR  # pods' volumes live under <root>/pods/<uid>/
+    pod_logs_dir: str = "/var/log/pods"  # /var/log/pods/<ns>_<name>_<uid>/<container>/<n>.log
     cluster_dns: tuple[str, ...] = ()
     cluster_domain: str = ""
     resolv_conf: str = "/etc/resolv.conf"
     allowed_unsafe_sysctls: tuple[str, ...] = ()
-    host_ip: str = ""                                    # status.hostIP and the downward API
-    pod_infra_image: str = names.AGENT_PAUSE_IMAGE       # kept from image GC; the runtime picks the sandbox image
-    seccomp_default: bool = False                        # RuntimeDefault when the pod says nothing
+    host_ip: str = ""  # status.hostIP and the downward API
+    pod_infra_image: str = names.AGENT_PAUSE_IMAGE  # kept from image GC; the runtime picks the sandbox image
+    seccomp_default: bool = False  # RuntimeDefault when the pod says nothing
     cpu_cfs_quota: bool = True
     cpu_cfs_quota_period_us: int = 100_000
-    node_allocatable_cpu_millis: int = 0                 # resourceFieldRef limits default to allocatable
+    node_allocatable_cpu_millis: int = 0  # resourceFieldRef limits default to allocatable
     node_allocatable_memory: int = 0
 
     def pod_dir(self, pod_uid: str) -> str:
@@ -42,8 +42,15 @@ class NodeContext:
         return os.path.join(self.pod_logs_dir, f"{namespace}_{name}_{pod_uid}")
 
     @classmethod
-    def from_config(cls, cfg, *, node_name: str | None = None, host_ip: str = "",
-                    allocatable_cpu_millis: int = 0, allocatable_memory: int = 0) -> "NodeContext":
+    def from_config(
+        cls,
+        cfg,
+        *,
+        node_name: str | None = None,
+        host_ip: str = "",
+        allocatable_cpu_millis: int = 0,
+        allocatable_memory: int = 0,
+    ) -> "NodeContext":
         return cls(
             node_name=node_name or node_name_from(cfg),
             root_dir=cfg.root_dir,

@@ -91,7 +91,7 @@ def _expand_with(text: str, mapping: Callable[[str], str]) -> str:
                     out.append(_OPERATOR + _OPENER)
                     advance = 1
                 else:
-                    out.append(mapping(text[cursor + 2:close]))
+                    out.append(mapping(text[cursor + 2 : close]))
                     advance = close - cursor
             else:
                 out.append(_OPERATOR + nxt)
@@ -106,8 +106,7 @@ def _expand_with(text: str, mapping: Callable[[str], str]) -> str:
 def expand(text: str, env: Mapping[str, str]) -> str:
     """Expand ``$(VAR)`` references in ``text`` against ``env``; an undefined
     reference is left verbatim (``$(VAR)``), as upstream does."""
-    return _expand_with(text, lambda name: env[name] if name in env
-                        else _OPERATOR + _OPENER + name + _CLOSER)
+    return _expand_with(text, lambda name: env[name] if name in env else _OPERATOR + _OPENER + name + _CLOSER)
 
 
 def expand_strict(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
@@ -221,8 +220,9 @@ def ordered_pod_ips(pod_ip: str, pod_ips: Sequence[str], host_ip: str) -> list[s
     return first + [ip for ip in ips if ip not in first]
 
 
-def pod_field_value(pod: dict, field_ref: Mapping[str, Any], ctx: NodeContext, *,
-                    pod_ip: str = "", pod_ips: Sequence[str] = ()) -> str:
+def pod_field_value(
+    pod: dict, field_ref: Mapping[str, Any], ctx: NodeContext, *, pod_ip: str = "", pod_ips: Sequence[str] = ()
+) -> str:
     """The value of an env var's ``valueFrom.fieldRef``. ValueError when unsupported."""
     version = field_ref.get("apiVersion") or "v1"
     if version != "v1":
@@ -274,8 +274,7 @@ def _ceil_div(numerator: int, denominator: int) -> int:
     return -((-numerator) // denominator)
 
 
-def container_resource_value(resource_ref: Mapping[str, Any], container: dict,
-                             ctx: NodeContext) -> str:
+def container_resource_value(resource_ref: Mapping[str, Any], container: dict, ctx: NodeContext) -> str:
     """The value of a ``resourceFieldRef`` for ``container``: the amount divided by
     the divisor (default 1), rounded up; CPU is compared in millicores."""
     resource = resource_ref.get("resource") or ""
@@ -285,14 +284,14 @@ def container_resource_value(resource_ref: Mapping[str, Any], container: dict,
         divisor = Quantity(1)
     kind, _, name = resource.partition(".")
     if kind not in ("limits", "requests") or not (
-            name in ("cpu", "memory", "ephemeral-storage") or name.startswith("hugepages-")):
+        name in ("cpu", "memory", "ephemeral-storage") or name.startswith("hugepages-")
+    ):
         raise ValueError(f"unsupported container resource : {resource}")
     if kind == "limits":
         amounts = defaulted_limits(container, ctx)
     else:
         raw = ((container.get("resources") or {}).get("requests")) or {}
-        amounts = {key: _quantity(value, f"resources.requests.{key}")
-                   for key, value in raw.items()}
+        amounts = {key: _quantity(value, f"resources.requests.{key}") for key, value in raw.items()}
     amount = amounts.get(name, Quantity(0))
     if name == "cpu":
         div = divisor.milli_value()
@@ -318,8 +317,9 @@ def get_object(objects: ObjectGetter | None, kind: str, namespace: str, name: st
     except PodConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the getter is the caller's; report, don't crash
-        raise PodConfigError(REASON_CREATE_CONTAINER_CONFIG,
-                             f"couldn't get {kind.lower()} {namespace}/{name}: {exc}") from exc
+        raise PodConfigError(
+            REASON_CREATE_CONTAINER_CONFIG, f"couldn't get {kind.lower()} {namespace}/{name}: {exc}"
+        ) from exc
 
 
 def configmap_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
@@ -348,8 +348,7 @@ def _b64(value: Any, where: str) -> bytes:
     try:
         return base64.b64decode(str(value), validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise PodConfigError(REASON_CREATE_CONTAINER_CONFIG,
-                             f"{where} is not valid base64: {exc}") from None
+        raise PodConfigError(REASON_CREATE_CONTAINER_CONFIG, f"{where} is not valid base64: {exc}") from None
 
 
 def _config_error(message: str) -> PodConfigError:
@@ -383,9 +382,15 @@ def _not_found(kind: str, name: str) -> PodConfigError:
     return _config_error(f"{kind.lower()} {go_quote(name)} not found")
 
 
-def make_environment(pod: dict, container: dict, ctx: NodeContext, *, pod_ip: str = "",
-                     pod_ips: Sequence[str] = (), objects: ObjectGetter | None = None
-                     ) -> list[tuple[str, str]]:
+def make_environment(
+    pod: dict,
+    container: dict,
+    ctx: NodeContext,
+    *,
+    pod_ip: str = "",
+    pod_ips: Sequence[str] = (),
+    objects: ObjectGetter | None = None,
+) -> list[tuple[str, str]]:
     """The container's environment as ordered (name, value) pairs.
 
     ``envFrom`` entries come first (keys of each source in sorted order, a later
@@ -424,8 +429,7 @@ def make_environment(pod: dict, container: dict, ctx: NodeContext, *, pod_ip: st
             value = expand(value, env)
         elif source:
             try:
-                resolved = _value_from(pod, container, ctx, source, sources,
-                                       pod_ip=pod_ip, pod_ips=pod_ips)
+                resolved = _value_from(pod, container, ctx, source, sources, pod_ip=pod_ip, pod_ips=pod_ips)
             except ValueError as exc:
                 raise _config_error(f"env {name}: {exc}") from None
             if resolved is None:
@@ -435,14 +439,21 @@ def make_environment(pod: dict, container: dict, ctx: NodeContext, *, pod_ip: st
     return list(env.items())
 
 
-def _value_from(pod: dict, container: dict, ctx: NodeContext, source: Mapping[str, Any],
-                sources: _Sources, *, pod_ip: str, pod_ips: Sequence[str]) -> str | None:
+def _value_from(
+    pod: dict,
+    container: dict,
+    ctx: NodeContext,
+    source: Mapping[str, Any],
+    sources: _Sources,
+    *,
+    pod_ip: str,
+    pod_ips: Sequence[str],
+) -> str | None:
     if source.get("fieldRef") is not None:
         return pod_field_value(pod, source["fieldRef"], ctx, pod_ip=pod_ip, pod_ips=pod_ips)
     if source.get("resourceFieldRef") is not None:
         return container_resource_value(source["resourceFieldRef"], container, ctx)
-    for kind, field, what in (("ConfigMap", "configMapKeyRef", "ConfigMap"),
-                              ("Secret", "secretKeyRef", "Secret")):
+    for kind, field, what in (("ConfigMap", "configMapKeyRef", "ConfigMap"), ("Secret", "secretKeyRef", "Secret")):
         ref = source.get(field)
         if ref is None:
             continue

@@ -24,8 +24,10 @@ __all__ = ["ImageError", "ImageManager", "default_pull_policy"]
 
 log = agent_logging.get_logger("images")
 
-_REFERENCE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*)*"
-                        r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+_REFERENCE = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*)*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
 
 
 class ImageError(Exception):
@@ -67,27 +69,37 @@ class _TokenBucket:
 
 
 class ImageManager:
-    def __init__(self, cri: CriClient, *, serialize: bool = True, qps: float = 5, burst: int = 10,
-                 backoff: Backoff | None = None) -> None:
+    def __init__(
+        self, cri: CriClient, *, serialize: bool = True, qps: float = 5, burst: int = 10, backoff: Backoff | None = None
+    ) -> None:
         self.cri = cri
         self._lock = asyncio.Lock() if serialize else None
         self._bucket = _TokenBucket(qps, burst)
         self.backoff = backoff or Backoff()
-        self.backoff_since: dict[tuple, float] = {}   # when the last failed pull of a key happened
+        self.backoff_since: dict[tuple, float] = {}  # when the last failed pull of a key happened
         self.on_event: Callable[[str, str, str], None] = lambda reason, image, message: None
 
-    async def ensure(self, image: str, policy: str, *, pod_uid: str, container: str,
-                     sandbox_config: pb.PodSandboxConfig | None = None) -> str:
+    async def ensure(
+        self,
+        image: str,
+        policy: str,
+        *,
+        pod_uid: str,
+        container: str,
+        sandbox_config: pb.PodSandboxConfig | None = None,
+    ) -> str:
         """Make the image present per the policy; returns the image reference (ID)."""
         if not image or not _REFERENCE.match(image.lower()):
-            raise ImageError("InvalidImageName", f'Failed to apply default image tag "{image}": '
-                                                 "couldn't parse image reference")
+            raise ImageError(
+                "InvalidImageName", f'Failed to apply default image tag "{image}": couldn\'t parse image reference'
+            )
         policy = policy or default_pull_policy(image)
         present = await self.cri.image_status(image)
         if policy == "Never":
             if present is None:
-                raise ImageError("ErrImageNeverPull",
-                                 f'Container image "{image}" is not present with pull policy of Never')
+                raise ImageError(
+                    "ErrImageNeverPull", f'Container image "{image}" is not present with pull policy of Never'
+                )
             return present.id
         if policy == "IfNotPresent" and present is not None:
             return present.id
@@ -111,7 +123,5 @@ class ImageManager:
             raise ImageError("ErrImagePull", f'failed to pull image "{image}": {exc.details or exc}') from None
         self.backoff.reset(key)
         self.backoff_since.pop(key, None)
-        self.on_event("Pulled", image, f'Successfully pulled image "{image}" in '
-                                       f"{time.monotonic() - t0:.3f}s")
+        self.on_event("Pulled", image, f'Successfully pulled image "{image}" in {time.monotonic() - t0:.3f}s')
         return ref
-

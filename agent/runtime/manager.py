@@ -50,8 +50,14 @@ from .sandbox import build_sandbox_config
 from .volumes import VolumeManager
 
 __all__ = [
-    "ContainerInfo", "SandboxInfo", "RuntimePod", "PodActions", "SyncResult",
-    "RuntimeManager", "compute_pod_actions", "EventSink",
+    "ContainerInfo",
+    "SandboxInfo",
+    "RuntimePod",
+    "PodActions",
+    "SyncResult",
+    "RuntimeManager",
+    "compute_pod_actions",
+    "EventSink",
 ]
 
 log = agent_logging.get_logger("runtime")
@@ -59,11 +65,15 @@ log = agent_logging.get_logger("runtime")
 # (pod or None, event type, reason, message)
 EventSink = Callable[[dict | None, str, str, str], None]
 
-_STATE_NAMES = {pb.CONTAINER_CREATED: "created", pb.CONTAINER_RUNNING: "running",
-                pb.CONTAINER_EXITED: "exited", pb.CONTAINER_UNKNOWN: "unknown"}
+_STATE_NAMES = {
+    pb.CONTAINER_CREATED: "created",
+    pb.CONTAINER_RUNNING: "running",
+    pb.CONTAINER_EXITED: "exited",
+    pb.CONTAINER_UNKNOWN: "unknown",
+}
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
-MIN_STOP_GRACE = 2        # upstream's minimum grace for StopContainer
+MIN_STOP_GRACE = 2  # upstream's minimum grace for StopContainer
 
 
 # --- runtime state ----------------------------------------------------------------
@@ -74,8 +84,8 @@ class ContainerInfo:
     id: str
     name: str
     sandbox_id: str
-    state: str                       # created | running | exited | unknown
-    created_at: int                  # ns
+    state: str  # created | running | exited | unknown
+    created_at: int  # ns
     started_at: int = 0
     finished_at: int = 0
     exit_code: int = 0
@@ -87,7 +97,7 @@ class ContainerInfo:
     restart_count: int = 0
     log_path: str = ""
     annotations: dict[str, str] = dataclasses.field(default_factory=dict)
-    mounts: tuple[tuple[str, str], ...] = ()    # (container path, host path)
+    mounts: tuple[tuple[str, str], ...] = ()  # (container path, host path)
 
     @property
     def running(self) -> bool:
@@ -127,8 +137,8 @@ class RuntimePod:
     uid: str
     name: str = ""
     namespace: str = ""
-    sandboxes: list[SandboxInfo] = dataclasses.field(default_factory=list)       # newest first
-    containers: list[ContainerInfo] = dataclasses.field(default_factory=list)    # newest first
+    sandboxes: list[SandboxInfo] = dataclasses.field(default_factory=list)  # newest first
+    containers: list[ContainerInfo] = dataclasses.field(default_factory=list)  # newest first
 
     def latest(self, name: str) -> ContainerInfo | None:
         for c in self.containers:
@@ -188,15 +198,15 @@ def _log_tail(path: str) -> str:
 
 @dataclasses.dataclass
 class PodActions:
-    kill_pod: bool = False                       # stop every container and the sandbox
+    kill_pod: bool = False  # stop every container and the sandbox
     create_sandbox: bool = False
     attempt: int = 0
     sandbox_id: str = ""
-    next_init: dict | None = None                # the init container to start now
-    init_failed: bool = False                    # restartPolicy Never and an init container failed
+    next_init: dict | None = None  # the init container to start now
+    init_failed: bool = False  # restartPolicy Never and an init container failed
     start: list[dict] = dataclasses.field(default_factory=list)
     kill: dict[str, tuple[ContainerInfo, str]] = dataclasses.field(default_factory=dict)  # id -> (c, why)
-    restart_reasons: dict[str, str] = dataclasses.field(default_factory=dict)   # name -> why it restarts
+    restart_reasons: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> why it restarts
 
     @property
     def idle(self) -> bool:
@@ -219,9 +229,9 @@ def _succeeded(last: ContainerInfo | None) -> bool:
     return last is not None and last.exited and last.exit_code == 0
 
 
-def compute_pod_actions(pod: dict, rp: RuntimePod, *,
-                        liveness_failure: Callable[[str, str], str | None] = lambda name, cid: None
-                        ) -> PodActions:
+def compute_pod_actions(
+    pod: dict, rp: RuntimePod, *, liveness_failure: Callable[[str, str], str | None] = lambda name, cid: None
+) -> PodActions:
     """What to do to bring the runtime to the pod's spec (upstream's computePodActions)."""
     policy = podutil.restart_policy(pod)
     actions = PodActions()
@@ -238,8 +248,11 @@ def compute_pod_actions(pod: dict, rp: RuntimePod, *,
         # As upstream: every container runs again in the new sandbox (those still
         # reported running are stopped by kill_pod first), except the ones that
         # already succeeded under OnFailure.
-        start = [c for c in podutil.containers(pod)
-                 if not (policy == "OnFailure" and _succeeded(rp.latest(c.get("name", ""))))]
+        start = [
+            c
+            for c in podutil.containers(pod)
+            if not (policy == "OnFailure" and _succeeded(rp.latest(c.get("name", ""))))
+        ]
         inits = podutil.init_containers(pod)
         if not start and all(_succeeded(rp.latest(i.get("name", ""))) for i in inits):
             # Nothing left to run (a completed pod seen by a restarted agent): no new sandbox.
@@ -267,7 +280,7 @@ def compute_pod_actions(pod: dict, rp: RuntimePod, *,
         if last is None:
             actions.next_init = init
         elif last.running or last.state == "created":
-            pass                                  # wait for it
+            pass  # wait for it
         elif policy == "Never":
             actions.init_failed = True
             actions.kill_pod = any(c.running for c in rp.containers)
@@ -306,19 +319,28 @@ def compute_pod_actions(pod: dict, rp: RuntimePod, *,
 @dataclasses.dataclass
 class SyncResult:
     waiting: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)  # name -> (reason, message)
-    retry_in: float | None = None      # wake the worker again after this many seconds
-    pod_error: tuple[str, str] | None = None   # (reason, message) for the pod as a whole
-    changed: bool = False              # the runtime state changed (re-read it for the status)
+    retry_in: float | None = None  # wake the worker again after this many seconds
+    pod_error: tuple[str, str] | None = None  # (reason, message) for the pod as a whole
+    changed: bool = False  # the runtime state changed (re-read it for the status)
 
 
 # --- the manager ------------------------------------------------------------------------
 
 
 class RuntimeManager:
-    def __init__(self, cri: CriClient, ctx: NodeContext, *, images: ImageManager,
-                 volumes: VolumeManager, cgroups: Any = None, probes: Any = None,
-                 events: EventSink | None = None, backoff: Backoff | None = None,
-                 hooks: Any = None) -> None:
+    def __init__(
+        self,
+        cri: CriClient,
+        ctx: NodeContext,
+        *,
+        images: ImageManager,
+        volumes: VolumeManager,
+        cgroups: Any = None,
+        probes: Any = None,
+        events: EventSink | None = None,
+        backoff: Backoff | None = None,
+        hooks: Any = None,
+    ) -> None:
         self.cri = cri
         self.ctx = ctx
         self.images = images
@@ -327,8 +349,8 @@ class RuntimeManager:
         self.probes = probes
         self.events: EventSink = events or (lambda pod, type_, reason, message: None)
         self.backoff = backoff or Backoff()
-        self.hooks = hooks           # the prober's hooks module (run_handler), injectable
-        self._status_cache: dict[str, ContainerInfo] = {}    # exited containers never change
+        self.hooks = hooks  # the prober's hooks module (run_handler), injectable
+        self._status_cache: dict[str, ContainerInfo] = {}  # exited containers never change
         # The image the runtime itself runs sandboxes from (containerd's sandbox_image), as its
         # verbose Status reports it; "" until it answered or when it does not say.
         self.runtime_sandbox_image = ""
@@ -349,8 +371,11 @@ class RuntimeManager:
                 log.v(2).info("Could not read the runtime's sandbox image", err=exc.details or exc)
                 return self.runtime_sandbox_image
             self.runtime_sandbox_image, self._sandbox_image_known = image, True
-            log.info("Runtime sandbox image", image=image or "(not reported)",
-                     kept_from_gc=",".join(sorted(self.images_kept_from_gc())))
+            log.info(
+                "Runtime sandbox image",
+                image=image or "(not reported)",
+                kept_from_gc=",".join(sorted(self.images_kept_from_gc())),
+            )
         return self.runtime_sandbox_image
 
     def images_kept_from_gc(self) -> frozenset[str]:
@@ -363,20 +388,20 @@ class RuntimeManager:
     async def runtime_pod(self, uid: str) -> RuntimePod:
         labels = {names.CRI_LABEL_POD_UID: uid}
         sandboxes, containers = await asyncio.gather(
-            self.cri.list_pod_sandbox(label_selector=labels),
-            self.cri.list_containers(label_selector=labels))
+            self.cri.list_pod_sandbox(label_selector=labels), self.cri.list_containers(label_selector=labels)
+        )
         return await self._assemble(uid, sandboxes, containers)
 
-    async def _assemble(self, uid: str, sandboxes: Sequence[pb.PodSandbox],
-                        containers: Sequence[pb.Container]) -> RuntimePod:
+    async def _assemble(
+        self, uid: str, sandboxes: Sequence[pb.PodSandbox], containers: Sequence[pb.Container]
+    ) -> RuntimePod:
         rp = RuntimePod(uid)
         for s in sorted(sandboxes, key=lambda s: s.created_at, reverse=True):
             if s.labels.get(names.CRI_LABEL_MANAGED) != names.CRI_LABEL_MANAGED_VALUE:
                 continue
             rp.name = rp.name or s.labels.get(names.CRI_LABEL_POD_NAME, "")
             rp.namespace = rp.namespace or s.labels.get(names.CRI_LABEL_POD_NAMESPACE, "")
-            rp.sandboxes.append(SandboxInfo(s.id, s.state == pb.SANDBOX_READY, s.created_at,
-                                            s.metadata.attempt))
+            rp.sandboxes.append(SandboxInfo(s.id, s.state == pb.SANDBOX_READY, s.created_at, s.metadata.attempt))
         if rp.sandboxes and rp.sandboxes[0].ready:
             try:
                 status = (await self.cri.pod_sandbox_status(rp.sandboxes[0].id)).status
@@ -385,11 +410,14 @@ class RuntimeManager:
                 rp.sandboxes[0].ips = tuple(ip for ip in ips if ip)
             except NotFoundError:
                 rp.sandboxes[0].ready = False
-        infos = await asyncio.gather(*(self._container_info(c) for c in containers
-                                       if c.labels.get(names.CRI_LABEL_MANAGED)
-                                       == names.CRI_LABEL_MANAGED_VALUE))
-        rp.containers = sorted((i for i in infos if i is not None),
-                               key=lambda c: c.created_at, reverse=True)
+        infos = await asyncio.gather(
+            *(
+                self._container_info(c)
+                for c in containers
+                if c.labels.get(names.CRI_LABEL_MANAGED) == names.CRI_LABEL_MANAGED_VALUE
+            )
+        )
+        rp.containers = sorted((i for i in infos if i is not None), key=lambda c: c.created_at, reverse=True)
         return rp
 
     async def _container_info(self, c: pb.Container) -> ContainerInfo | None:
@@ -405,14 +433,24 @@ class RuntimeManager:
         except ValueError:
             restart_count = 0
         info = ContainerInfo(
-            id=st.id, name=st.metadata.name, sandbox_id=c.pod_sandbox_id,
-            state=_STATE_NAMES.get(st.state, "unknown"), created_at=st.created_at,
-            started_at=st.started_at, finished_at=st.finished_at, exit_code=st.exit_code,
-            reason=st.reason, message=st.message, image=st.image.image, image_ref=st.image_ref,
+            id=st.id,
+            name=st.metadata.name,
+            sandbox_id=c.pod_sandbox_id,
+            state=_STATE_NAMES.get(st.state, "unknown"),
+            created_at=st.created_at,
+            started_at=st.started_at,
+            finished_at=st.finished_at,
+            exit_code=st.exit_code,
+            reason=st.reason,
+            message=st.message,
+            image=st.image.image,
+            image_ref=st.image_ref,
             hash=st.annotations.get(names.CRI_ANNOTATION_CONTAINER_HASH, ""),
-            restart_count=restart_count, log_path=st.log_path,
+            restart_count=restart_count,
+            log_path=st.log_path,
             annotations=dict(st.annotations),
-            mounts=tuple((m.container_path, m.host_path) for m in st.mounts))
+            mounts=tuple((m.container_path, m.host_path) for m in st.mounts),
+        )
         if info.state == "exited":
             self._status_cache[c.id] = info
         return info
@@ -427,8 +465,8 @@ class RuntimeManager:
         skip = set(skip)
         selector = {names.CRI_LABEL_MANAGED: names.CRI_LABEL_MANAGED_VALUE}
         sandboxes, containers = await asyncio.gather(
-            self.cri.list_pod_sandbox(label_selector=selector),
-            self.cri.list_containers(label_selector=selector))
+            self.cri.list_pod_sandbox(label_selector=selector), self.cri.list_containers(label_selector=selector)
+        )
         by_uid: dict[str, tuple[list, list]] = {}
         for s in sandboxes:
             by_uid.setdefault(s.labels.get(names.CRI_LABEL_POD_UID, ""), ([], []))[0].append(s)
@@ -444,8 +482,8 @@ class RuntimeManager:
         """uid -> {container or sandbox id: state}, from two list calls (the PLEG's view)."""
         selector = {names.CRI_LABEL_MANAGED: names.CRI_LABEL_MANAGED_VALUE}
         sandboxes, containers = await asyncio.gather(
-            self.cri.list_pod_sandbox(label_selector=selector),
-            self.cri.list_containers(label_selector=selector))
+            self.cri.list_pod_sandbox(label_selector=selector), self.cri.list_containers(label_selector=selector)
+        )
         out: dict[str, dict[str, str]] = {}
         for s in sandboxes:
             uid = s.labels.get(names.CRI_LABEL_POD_UID, "")
@@ -489,8 +527,11 @@ class RuntimeManager:
         result.changed = True
 
         if actions.kill_pod:
-            why = "Pod sandbox changed, it will be killed and re-created." if actions.create_sandbox \
+            why = (
+                "Pod sandbox changed, it will be killed and re-created."
+                if actions.create_sandbox
                 else "Pod has completed"
+            )
             if actions.create_sandbox and rp.sandboxes:
                 self.events(pod, "Normal", "SandboxChanged", why)
             await self.kill_pod(pod, rp, reason=why)
@@ -512,8 +553,7 @@ class RuntimeManager:
             if self.cgroups is not None:
                 cgroup_parent = await asyncio.to_thread(self.cgroups.ensure_pod, pod)
             volume_paths = await self.volumes.setup(pod)
-            sandbox_config = build_sandbox_config(pod, self.ctx, attempt=actions.attempt,
-                                                  cgroup_parent=cgroup_parent)
+            sandbox_config = build_sandbox_config(pod, self.ctx, attempt=actions.attempt, cgroup_parent=cgroup_parent)
         except PodConfigError as exc:
             result.pod_error = (exc.reason, exc.message)
             for c in podutil.init_containers(pod) + podutil.containers(pod):
@@ -544,18 +584,26 @@ class RuntimeManager:
         to_start = [actions.next_init] if actions.next_init else list(actions.start)
         for container in to_start:
             name = container.get("name", "")
-            wait = await self._start_container(pod, container, rp, sandbox_id, sandbox_config,
-                                               volume_paths, pod_ip, pod_ips)
+            wait = await self._start_container(
+                pod, container, rp, sandbox_id, sandbox_config, volume_paths, pod_ip, pod_ips
+            )
             if wait is not None:
                 result.waiting[name] = wait[:2]
                 if wait[2] is not None:
                     result.retry_in = wait[2] if result.retry_in is None else min(result.retry_in, wait[2])
         return result
 
-    async def _start_container(self, pod: dict, container: dict, rp: RuntimePod, sandbox_id: str,
-                               sandbox_config: pb.PodSandboxConfig, volume_paths: dict[str, str],
-                               pod_ip: str, pod_ips: Sequence[str]
-                               ) -> tuple[str, str, float | None] | None:
+    async def _start_container(
+        self,
+        pod: dict,
+        container: dict,
+        rp: RuntimePod,
+        sandbox_id: str,
+        sandbox_config: pb.PodSandboxConfig,
+        volume_paths: dict[str, str],
+        pod_ip: str,
+        pod_ips: Sequence[str],
+    ) -> tuple[str, str, float | None] | None:
         """Start one container; (waiting reason, message, retry in) when it could not start now."""
         uid = podutil.uid(pod)
         name = container.get("name", "")
@@ -565,16 +613,24 @@ class RuntimeManager:
             remaining = self.backoff.remaining(key, last.finished_at / 1e9 if last.finished_at else time.time())
             if remaining > 0:
                 delay = self.backoff.delay(key)
-                message = (f"back-off {_go_duration(delay)} restarting failed container={name} "
-                           f"pod={podutil.name(pod)}_{podutil.namespace(pod)}({uid})")
-                self.events(pod, "Warning", "BackOff", f"Back-off restarting failed container {name} in pod "
-                                                       f"{podutil.name(pod)}_{podutil.namespace(pod)}({uid})")
+                message = (
+                    f"back-off {_go_duration(delay)} restarting failed container={name} "
+                    f"pod={podutil.name(pod)}_{podutil.namespace(pod)}({uid})"
+                )
+                self.events(
+                    pod,
+                    "Warning",
+                    "BackOff",
+                    f"Back-off restarting failed container {name} in pod "
+                    f"{podutil.name(pod)}_{podutil.namespace(pod)}({uid})",
+                )
                 return ("CrashLoopBackOff", message, remaining)
             self.backoff.next(key)
         image = container.get("image", "")
         try:
-            await self.images.ensure(image, container.get("imagePullPolicy", ""), pod_uid=uid,
-                                     container=name, sandbox_config=sandbox_config)
+            await self.images.ensure(
+                image, container.get("imagePullPolicy", ""), pod_uid=uid, container=name, sandbox_config=sandbox_config
+            )
         except ImageError as exc:
             kind = "Warning"
             self.events(pod, kind, "Failed", exc.message)
@@ -586,9 +642,16 @@ class RuntimeManager:
         if last is not None:
             restart_count = last.restart_count + 1
         try:
-            setup = build_container_config(pod, container, self.ctx, restart_count=restart_count,
-                                           pod_ip=pod_ip, pod_ips=pod_ips, volume_paths=volume_paths,
-                                           objects=self.volumes.objects)
+            setup = build_container_config(
+                pod,
+                container,
+                self.ctx,
+                restart_count=restart_count,
+                pod_ip=pod_ip,
+                pod_ips=pod_ips,
+                volume_paths=volume_paths,
+                objects=self.volumes.objects,
+            )
         except PodConfigError as exc:
             self.events(pod, "Warning", "Failed", f"Error: {exc.message}")
             return (exc.reason, exc.message, 10.0)
@@ -607,12 +670,20 @@ class RuntimeManager:
             log.error("Failed to start container", pod=podutil.full_name(pod), container=name, err=message)
             return ("RunContainerError", message, 10.0)
         self.events(pod, "Normal", "Started", f"Started container {name}")
-        log.info("Started container", pod=podutil.full_name(pod), container=name, id=cid[:13],
-                 restart_count=restart_count)
+        log.info(
+            "Started container", pod=podutil.full_name(pod), container=name, id=cid[:13], restart_count=restart_count
+        )
         post_start = (container.get("lifecycle") or {}).get("postStart")
         if post_start and self.hooks is not None:
-            error = await self.hooks.run_handler(self.cri, post_start, pod, container, cid, pod_ip,
-                                                 timeout=float(podutil.grace_period_seconds(pod) or 30))
+            error = await self.hooks.run_handler(
+                self.cri,
+                post_start,
+                pod,
+                container,
+                cid,
+                pod_ip,
+                timeout=float(podutil.grace_period_seconds(pod) or 30),
+            )
             if error:
                 message = f"PostStartHook failed: {error}"
                 self.events(pod, "Warning", "FailedPostStartHook", message)
@@ -646,8 +717,9 @@ class RuntimeManager:
         except NotFoundError:
             pass
 
-    async def kill_container(self, pod: dict | None, info: ContainerInfo, *, grace: int,
-                             deadline: float | None = None) -> None:
+    async def kill_container(
+        self, pod: dict | None, info: ContainerInfo, *, grace: int, deadline: float | None = None
+    ) -> None:
         """preStop (from the spec, or the recorded handler of an orphan), then stop with what remains."""
         start = time.monotonic()
         container = None
@@ -664,15 +736,19 @@ class RuntimeManager:
                     handler = json.loads(raw)
                 except ValueError:
                     handler = None
-            container = {"name": info.name, "ports": _json_or(info.annotations.get(
-                names.CRI_ANNOTATION_CONTAINER_PORTS, ""), [])}
+            container = {
+                "name": info.name,
+                "ports": _json_or(info.annotations.get(names.CRI_ANNOTATION_CONTAINER_PORTS, ""), []),
+            }
         if handler and info.running and self.hooks is not None and grace > 0:
             pod_for_hook = pod or {"metadata": {"name": "", "namespace": "", "uid": ""}, "spec": {}}
             try:
                 error = await asyncio.wait_for(
-                    self.hooks.run_handler(self.cri, handler, pod_for_hook, container or {},
-                                           info.id, "", timeout=float(grace)),
-                    timeout=grace)
+                    self.hooks.run_handler(
+                        self.cri, handler, pod_for_hook, container or {}, info.id, "", timeout=float(grace)
+                    ),
+                    timeout=grace,
+                )
             except asyncio.TimeoutError:
                 error = f"PreStop hook did not finish within {grace}s"
             if error:
@@ -687,15 +763,20 @@ class RuntimeManager:
         if info.running or info.state == "created":
             await self._stop(info.id, remaining)
 
-    async def kill_pod(self, pod: dict | None, rp: RuntimePod, *, grace: int | None = None,
-                       reason: str = "") -> None:
+    async def kill_pod(self, pod: dict | None, rp: RuntimePod, *, grace: int | None = None, reason: str = "") -> None:
         """Stop every running container (in parallel, with preStop) and the sandboxes."""
         if grace is None:
             grace = podutil.grace_period_seconds(pod) if pod is not None else _recorded_grace(rp)
         running = [c for c in rp.containers if c.running or c.state == "created"]
         if running:
-            log.info("Killing pod", pod=f"{rp.name}_{rp.namespace}", uid=rp.uid, grace=grace,
-                     reason=reason, containers=len(running))
+            log.info(
+                "Killing pod",
+                pod=f"{rp.name}_{rp.namespace}",
+                uid=rp.uid,
+                grace=grace,
+                reason=reason,
+                containers=len(running),
+            )
         if pod is not None:
             for c in running:
                 self.events(pod, "Normal", "Killing", f"Stopping container {c.name}")
@@ -730,8 +811,7 @@ class RuntimeManager:
 
 def _recorded_grace(rp: RuntimePod) -> int:
     for c in rp.containers:
-        for key in (names.CRI_ANNOTATION_POD_DELETION_GRACE_PERIOD,
-                    names.CRI_ANNOTATION_POD_TERMINATION_GRACE_PERIOD):
+        for key in (names.CRI_ANNOTATION_POD_DELETION_GRACE_PERIOD, names.CRI_ANNOTATION_POD_TERMINATION_GRACE_PERIOD):
             raw = c.annotations.get(key)
             if raw:
                 try:

@@ -25,11 +25,10 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agent.logging import get_logger
 from apiserver_min.api import names
 from apiserver_min.api.validation import go_quote, is_dns1123_label
 from cri import api_pb2 as pb
-
-from agent.logging import get_logger
 
 from .context import NodeContext
 from .errors import REASON_CREATE_SANDBOX, REASON_SYSCTL_FORBIDDEN, PodConfigError
@@ -67,7 +66,7 @@ SAFE_SYSCTLS = (
 MAX_DNS_NAMESERVERS = 3
 MAX_DNS_SEARCH_PATHS = 32
 MAX_DNS_SEARCH_LIST_CHARS = 2048
-_MAX_SEARCH_DOMAIN_LENGTH = 253        # longer search domains abort some glibc versions
+_MAX_SEARCH_DOMAIN_LENGTH = 253  # longer search domains abort some glibc versions
 _MAX_RESOLV_CONF_BYTES = 10 << 20
 _CLUSTER_DNS_OPTIONS = ("ndots:5",)
 _HOSTNAME_MAX = 63
@@ -75,8 +74,7 @@ _HOSTNAME_MAX = 63
 _IPC = "ipc"
 _NET = "net"
 _SYSCTL_NAMESPACES = {"kernel.sem": _IPC}
-_SYSCTL_PREFIX_NAMESPACES = (("kernel.shm", _IPC), ("kernel.msg", _IPC),
-                             ("fs.mqueue.", _IPC), ("net.", _NET))
+_SYSCTL_PREFIX_NAMESPACES = (("kernel.shm", _IPC), ("kernel.msg", _IPC), ("fs.mqueue.", _IPC), ("net.", _NET))
 
 _PROTOCOLS = {"TCP": pb.TCP, "UDP": pb.UDP, "SCTP": pb.SCTP}
 
@@ -96,8 +94,7 @@ def _namespace(pod: dict) -> str:
 # --- the config ---------------------------------------------------------------------------
 
 
-def build_sandbox_config(pod: dict, ctx: NodeContext, *, attempt: int,
-                         cgroup_parent: str) -> pb.PodSandboxConfig:
+def build_sandbox_config(pod: dict, ctx: NodeContext, *, attempt: int, cgroup_parent: str) -> pb.PodSandboxConfig:
     """The sandbox config for ``pod``'s ``attempt``-th sandbox.
 
     Raises PodConfigError: ``SysctlForbidden`` for a sysctl this node refuses,
@@ -210,15 +207,24 @@ def port_mappings(pod: dict) -> list[pb.PortMapping]:
                     family = "v4"
             key = port.get("name") or f"{family}-{protocol}-{host_ip}:{container_port}:{host_port}"
             if key in seen:
-                log.info("Port name conflicted, it is defined more than once",
-                         pod=_meta(pod).get("name"), container=c.get("name"), port_name=key)
+                log.info(
+                    "Port name conflicted, it is defined more than once",
+                    pod=_meta(pod).get("name"),
+                    container=c.get("name"),
+                    port_name=key,
+                )
                 continue
             seen.add(key)
             if host_port <= 0:
                 continue
-            result.append(pb.PortMapping(protocol=_PROTOCOLS.get(protocol, pb.TCP),
-                                         container_port=container_port,
-                                         host_port=host_port, host_ip=host_ip))
+            result.append(
+                pb.PortMapping(
+                    protocol=_PROTOCOLS.get(protocol, pb.TCP),
+                    container_port=container_port,
+                    host_port=host_port,
+                    host_ip=host_ip,
+                )
+            )
     return result
 
 
@@ -236,26 +242,31 @@ def pod_hostname_and_domain(pod: dict, ctx: NodeContext) -> tuple[str, str]:
         hostname = str(spec["hostname"])
         errs = is_dns1123_label(hostname)
         if errs:
-            raise PodConfigError(REASON_CREATE_SANDBOX,
-                                 f"pod Hostname {go_quote(hostname)} is not a valid DNS label: "
-                                 f"{';'.join(errs)}")
+            raise PodConfigError(
+                REASON_CREATE_SANDBOX, f"pod Hostname {go_quote(hostname)} is not a valid DNS label: {';'.join(errs)}"
+            )
     if len(hostname) > _HOSTNAME_MAX:
         truncated = hostname[:_HOSTNAME_MAX].rstrip("-.")
-        log.error("Hostname for pod was too long, truncated it", pod=pod_name,
-                  hostname_max_len=_HOSTNAME_MAX, truncated_hostname=truncated)
+        log.error(
+            "Hostname for pod was too long, truncated it",
+            pod=pod_name,
+            hostname_max_len=_HOSTNAME_MAX,
+            truncated_hostname=truncated,
+        )
         if not truncated:
-            raise PodConfigError(REASON_CREATE_SANDBOX,
-                                 f"hostname for pod {go_quote(pod_name)} was invalid: "
-                                 f"{go_quote(hostname)}")
+            raise PodConfigError(
+                REASON_CREATE_SANDBOX, f"hostname for pod {go_quote(pod_name)} was invalid: {go_quote(hostname)}"
+            )
         hostname = truncated
     domain = ""
     subdomain = spec.get("subdomain")
     if subdomain:
         errs = is_dns1123_label(str(subdomain))
         if errs:
-            raise PodConfigError(REASON_CREATE_SANDBOX,
-                                 f"pod Subdomain {go_quote(str(subdomain))} is not a valid DNS "
-                                 f"label: {';'.join(errs)}")
+            raise PodConfigError(
+                REASON_CREATE_SANDBOX,
+                f"pod Subdomain {go_quote(str(subdomain))} is not a valid DNS label: {';'.join(errs)}",
+            )
         domain = f"{subdomain}.{_namespace(pod)}.svc.{ctx.cluster_domain}"
     return hostname, domain
 
@@ -317,18 +328,18 @@ def _host_dns(ctx: NodeContext) -> tuple[list[str], list[str], list[str]]:
         with open(ctx.resolv_conf, "rb") as fh:
             data = fh.read(_MAX_RESOLV_CONF_BYTES + 1)
     except OSError as exc:
-        raise PodConfigError(REASON_CREATE_SANDBOX,
-                             f"could not open resolv conf file {ctx.resolv_conf}: "
-                             f"{exc.strerror or exc}") from None
+        raise PodConfigError(
+            REASON_CREATE_SANDBOX, f"could not open resolv conf file {ctx.resolv_conf}: {exc.strerror or exc}"
+        ) from None
     if len(data) > _MAX_RESOLV_CONF_BYTES:
-        raise PodConfigError(REASON_CREATE_SANDBOX,
-                             f"resolv conf file {ctx.resolv_conf} is larger than "
-                             f"{_MAX_RESOLV_CONF_BYTES} bytes")
+        raise PodConfigError(
+            REASON_CREATE_SANDBOX, f"resolv conf file {ctx.resolv_conf} is larger than {_MAX_RESOLV_CONF_BYTES} bytes"
+        )
     return parse_resolv_conf(data.decode(errors="replace"))
 
 
 def _dns_policy_type(pod: dict) -> str:
-    """"none", "cluster" or "host" for the pod's dnsPolicy (ClusterFirst on the
+    """ "none", "cluster" or "host" for the pod's dnsPolicy (ClusterFirst on the
     host network means host DNS; an unknown policy is treated as ClusterFirst)."""
     spec = _spec(pod)
     policy = spec.get("dnsPolicy") or "ClusterFirst"
@@ -340,8 +351,7 @@ def _dns_policy_type(pod: dict) -> str:
         return "host" if spec.get("hostNetwork") else "cluster"
     if policy == "Default":
         return "host"
-    log.error("Invalid DNSPolicy, falling back to ClusterFirst", pod=_meta(pod).get("name"),
-              dns_policy=policy)
+    log.error("Invalid DNSPolicy, falling back to ClusterFirst", pod=_meta(pod).get("name"), dns_policy=policy)
     return "cluster"
 
 
@@ -374,14 +384,16 @@ def dns_config(pod: dict, ctx: NodeContext) -> pb.DNSConfig:
             servers = list(ctx.cluster_dns)
             if ctx.cluster_domain:
                 domain = ctx.cluster_domain
-                searches = _omit_duplicates([f"{_namespace(pod)}.svc.{domain}", f"svc.{domain}",
-                                             domain, *searches])
+                searches = _omit_duplicates([f"{_namespace(pod)}.svc.{domain}", f"svc.{domain}", domain, *searches])
             options = list(_CLUSTER_DNS_OPTIONS)
         else:
             if kind == "cluster":
-                log.warning("No cluster DNS IP configured (--cluster-dns): pod with dnsPolicy "
-                            "ClusterFirst falls back to the Default policy",
-                            pod=f"{_meta(pod).get('name')}_{_namespace(pod)}", reason="MissingClusterDNS")
+                log.warning(
+                    "No cluster DNS IP configured (--cluster-dns): pod with dnsPolicy "
+                    "ClusterFirst falls back to the Default policy",
+                    pod=f"{_meta(pod).get('name')}_{_namespace(pod)}",
+                    reason="MissingClusterDNS",
+                )
             if not ctx.resolv_conf:
                 servers = ["::1" if _is_ipv6(ctx.host_ip) else "127.0.0.1"]
                 searches = ["."]
@@ -390,8 +402,7 @@ def dns_config(pod: dict, ctx: NodeContext) -> pb.DNSConfig:
         servers = _omit_duplicates([*servers, *(str(s) for s in extra.get("nameservers") or [])])
         searches = _omit_duplicates([*searches, *(str(s) for s in extra.get("searches") or [])])
         options = _merge_dns_options(options, extra.get("options") or [])
-    return pb.DNSConfig(servers=_fit_servers(pod, servers), searches=_fit_searches(pod, searches),
-                        options=options)
+    return pb.DNSConfig(servers=_fit_servers(pod, servers), searches=_fit_searches(pod, searches), options=options)
 
 
 def _is_ipv6(ip: str) -> bool:
@@ -404,8 +415,11 @@ def _is_ipv6(ip: str) -> bool:
 def _fit_servers(pod: dict, servers: list[str]) -> list[str]:
     if len(servers) > MAX_DNS_NAMESERVERS:
         servers = servers[:MAX_DNS_NAMESERVERS]
-        log.error("Nameserver limits were exceeded, some nameservers have been omitted",
-                  pod=_meta(pod).get("name"), applied=" ".join(servers))
+        log.error(
+            "Nameserver limits were exceeded, some nameservers have been omitted",
+            pod=_meta(pod).get("name"),
+            applied=" ".join(servers),
+        )
     return servers
 
 
@@ -423,8 +437,11 @@ def _fit_searches(pod: dict, searches: list[str]) -> list[str]:
         line_len -= len(searches.pop()) + 1
         exceeded = True
     if exceeded:
-        log.error("Search Line limits were exceeded, some search paths have been omitted",
-                  pod=_meta(pod).get("name"), applied=" ".join(searches))
+        log.error(
+            "Search Line limits were exceeded, some search paths have been omitted",
+            pod=_meta(pod).get("name"),
+            applied=" ".join(searches),
+        )
     return searches
 
 

@@ -49,17 +49,23 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from agent import pods as podutil
+from agent.logging import get_logger
 from apiserver_min.api import names
 from apiserver_min.api.quantity import QuantityError, parse_quantity
 from apiserver_min.api.validation import go_quote
 
-from agent import pods as podutil
-from agent.logging import get_logger
-
 from .container import pod_memory_limit
 from .context import NodeContext
-from .env import (ObjectGetter, configmap_data, container_resource_value, get_object,
-                  metadata_field_value, node_memory_capacity, secret_data)
+from .env import (
+    ObjectGetter,
+    configmap_data,
+    container_resource_value,
+    get_object,
+    metadata_field_value,
+    node_memory_capacity,
+    secret_data,
+)
 from .errors import REASON_FAILED_MOUNT, PodConfigError
 
 __all__ = ["VolumeManager", "atomic_write", "mount_points", "DATA_DIR_NAME"]
@@ -76,9 +82,12 @@ _MNT_DETACH = 2
 _SUPPORTED = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected")
 # Volumes whose files the agent writes from API objects and the pod itself: kept up
 # to date while the pod runs. Volume source key -> plugin directory name.
-_DATA_VOLUME_KEYS = {"configMap": names.VOLUME_PLUGIN_CONFIGMAP, "secret": names.VOLUME_PLUGIN_SECRET,
-                     "downwardAPI": names.VOLUME_PLUGIN_DOWNWARD_API,
-                     "projected": names.VOLUME_PLUGIN_PROJECTED}
+_DATA_VOLUME_KEYS = {
+    "configMap": names.VOLUME_PLUGIN_CONFIGMAP,
+    "secret": names.VOLUME_PLUGIN_SECRET,
+    "downwardAPI": names.VOLUME_PLUGIN_DOWNWARD_API,
+    "projected": names.VOLUME_PLUGIN_PROJECTED,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +108,8 @@ class _MountFailed(Exception):
 def _unescape_mount_path(text: str) -> str:
     out, i = [], 0
     while i < len(text):
-        if text[i] == "\\" and i + 3 < len(text) and text[i + 1:i + 4].isdigit():
-            out.append(chr(int(text[i + 1:i + 4], 8)))
+        if text[i] == "\\" and i + 3 < len(text) and text[i + 1 : i + 4].isdigit():
+            out.append(chr(int(text[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(text[i])
@@ -323,8 +332,9 @@ class VolumeManager:
         ``optional``); the volume keeps its last content, as upstream's does.
         """
         uid = podutil.uid(pod)
-        volumes = [v for v in podutil.spec(pod).get("volumes") or []
-                   if any(v.get(k) is not None for k in _DATA_VOLUME_KEYS)]
+        volumes = [
+            v for v in podutil.spec(pod).get("volumes") or [] if any(v.get(k) is not None for k in _DATA_VOLUME_KEYS)
+        ]
         if not uid or not volumes:
             return []
         if self.prefetch is not None:
@@ -361,12 +371,13 @@ class VolumeManager:
         return changed
 
     def _failed(self, volume: dict, detail: str) -> PodConfigError:
-        return PodConfigError(REASON_FAILED_MOUNT,
-                              f"MountVolume.SetUp failed for volume \"{volume.get('name')}\" : "
-                              f"{detail}")
+        return PodConfigError(
+            REASON_FAILED_MOUNT, f'MountVolume.SetUp failed for volume "{volume.get("name")}" : {detail}'
+        )
 
-    def _setup_all(self, pod: dict, plans: list[tuple[dict, _Payload | None]]
-                   ) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
+    def _setup_all(
+        self, pod: dict, plans: list[tuple[dict, _Payload | None]]
+    ) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
         """In a worker thread: every volume's file-system work; (paths, disk size limits)."""
         paths: dict[str, str] = {}
         limits: dict[str, tuple[str, int]] = {}
@@ -379,8 +390,7 @@ class VolumeManager:
                 raise self._failed(volume, _os_error_text(exc)) from None
         return paths, limits
 
-    def _setup_one(self, pod: dict, volume: dict, payload: _Payload | None,
-                   limits: dict[str, tuple[str, int]]) -> str:
+    def _setup_one(self, pod: dict, volume: dict, payload: _Payload | None, limits: dict[str, tuple[str, int]]) -> str:
         uid = podutil.uid(pod)
         name = volume.get("name") or ""
         if volume.get("emptyDir") is not None:
@@ -444,15 +454,19 @@ class VolumeManager:
         if volume.get("projected") is not None:
             return _Payload(self._projected_payload(pod, volume["projected"]), tmpfs=True)
         kind = next((k for k, v in volume.items() if k != "name" and v is not None), "unknown")
-        raise _MountFailed(f"volume type {go_quote(kind)} is not supported by this node agent "
-                           f"(supported: {', '.join(_SUPPORTED)})")
+        raise _MountFailed(
+            f"volume type {go_quote(kind)} is not supported by this node agent (supported: {', '.join(_SUPPORTED)})"
+        )
 
-    def _object_payload(self, kind: str, namespace: str, source: Mapping[str, Any],
-                        default_mode: int) -> dict[str, tuple[bytes, int]]:
+    def _object_payload(
+        self, kind: str, namespace: str, source: Mapping[str, Any], default_mode: int
+    ) -> dict[str, tuple[bytes, int]]:
         name = source.get("name") or ""
         if self.objects is None:
-            raise _MountFailed(f"{kind.lower()} volumes need an API server connection; this node "
-                               f"agent runs without one ({kind.lower()} {go_quote(name)})")
+            raise _MountFailed(
+                f"{kind.lower()} volumes need an API server connection; this node "
+                f"agent runs without one ({kind.lower()} {go_quote(name)})"
+            )
         try:
             obj = get_object(self.objects, kind, namespace, name)
         except PodConfigError as exc:
@@ -481,8 +495,9 @@ class VolumeManager:
             files[item.get("path") or key] = (data[key], _mode(item.get("mode"), default_mode))
         return files
 
-    def _downward_payload(self, pod: dict, items: Iterable[Mapping[str, Any]],
-                          default_mode: int) -> dict[str, tuple[bytes, int]]:
+    def _downward_payload(
+        self, pod: dict, items: Iterable[Mapping[str, Any]], default_mode: int
+    ) -> dict[str, tuple[bytes, int]]:
         files: dict[str, tuple[bytes, int]] = {}
         errors: list[str] = []
         for item in items:
@@ -511,20 +526,19 @@ class VolumeManager:
         files: dict[str, tuple[bytes, int]] = {}
         for projection in source.get("sources") or []:
             if projection.get("configMap") is not None:
-                files.update(self._object_payload("ConfigMap", namespace, projection["configMap"],
-                                                  default_mode))
+                files.update(self._object_payload("ConfigMap", namespace, projection["configMap"], default_mode))
             elif projection.get("secret") is not None:
-                files.update(self._object_payload("Secret", namespace, projection["secret"],
-                                                  default_mode))
+                files.update(self._object_payload("Secret", namespace, projection["secret"], default_mode))
             elif projection.get("downwardAPI") is not None:
-                files.update(self._downward_payload(pod, projection["downwardAPI"].get("items") or [],
-                                                    default_mode))
+                files.update(self._downward_payload(pod, projection["downwardAPI"].get("items") or [], default_mode))
             elif projection.get("serviceAccountToken") is not None:
                 projected = projection["serviceAccountToken"]
                 token = self.tokens(pod, projected) if self.tokens is not None else None
                 if token is None:
-                    raise _MountFailed("serviceAccountToken projections need a token from the API "
-                                       "server's TokenRequest API (cluster mode), none is available")
+                    raise _MountFailed(
+                        "serviceAccountToken projections need a token from the API "
+                        "server's TokenRequest API (cluster mode), none is available"
+                    )
                 path = projected.get("path") or "token"
                 _check_payload_path(path)
                 files[path] = (token.encode(), default_mode)
@@ -543,8 +557,7 @@ class VolumeManager:
         delete files that are not the pod's.
         """
         async with self._lock(pod_uid):
-            await asyncio.to_thread(self._teardown, pod_uid,
-                                    os.path.join(self.ctx.pod_dir(pod_uid), "volumes"))
+            await asyncio.to_thread(self._teardown, pod_uid, os.path.join(self.ctx.pod_dir(pod_uid), "volumes"))
             self._size_limits.pop(pod_uid, None)
 
     async def remove_pod_dir(self, pod_uid: str) -> None:
@@ -563,8 +576,9 @@ class VolumeManager:
             _unmount(point)
         remaining = mount_points(directory)
         if remaining:
-            raise OSError(errno.EBUSY, f"cannot remove {directory}: still mounted below it: "
-                                       f"{', '.join(sorted(remaining))}")
+            raise OSError(
+                errno.EBUSY, f"cannot remove {directory}: still mounted below it: {', '.join(sorted(remaining))}"
+            )
         shutil.rmtree(directory)
 
     def orphaned_pod_uids(self, active: Iterable[str]) -> set[str]:
@@ -574,8 +588,7 @@ class VolumeManager:
         except FileNotFoundError:
             return set()
         keep = set(active)
-        return {e for e in entries
-                if e not in keep and os.path.isdir(os.path.join(self.pods_dir(), e))}
+        return {e for e in entries if e not in keep and os.path.isdir(os.path.join(self.pods_dir(), e))}
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -617,8 +630,7 @@ def _find_container(pod: dict, name: str) -> dict:
 def _setup_dir(path: str, mode: int) -> None:
     """The directory, with exactly ``mode`` whatever the umask (as upstream's emptyDir)."""
     os.makedirs(path, mode=mode, exist_ok=True)
-    if stat.S_IMODE(os.lstat(path).st_mode) != mode and \
-            mount_points(path).get(os.path.realpath(path)) is None:
+    if stat.S_IMODE(os.lstat(path).st_mode) != mode and mount_points(path).get(os.path.realpath(path)) is None:
         os.chmod(path, mode)
 
 
@@ -637,8 +649,13 @@ def _file_type(path: str) -> str:
     return "Unknown"
 
 
-_TYPE_WORDS = {"Directory": "a directory", "File": "a file", "Socket": "a socket file",
-               "CharDevice": "a character device", "BlockDevice": "a block device"}
+_TYPE_WORDS = {
+    "Directory": "a directory",
+    "File": "a file",
+    "Socket": "a socket file",
+    "CharDevice": "a character device",
+    "BlockDevice": "a block device",
+}
 
 
 def _setup_host_path(source: Mapping[str, Any]) -> str:

@@ -27,13 +27,12 @@ import yaml
 
 from agent import pods as podutil
 from apiserver_min.api import names
+from apiserver_min.api.codec import DecodeError, load_yaml
 from apiserver_min.api.defaults import apply_defaults
 from apiserver_min.api.podvalidation import validate_pod
 from apiserver_min.api.validation import FieldError
-from apiserver_min.api.codec import DecodeError, load_yaml
 
-__all__ = ["ManifestError", "decode_manifest", "decode_document", "make_static", "static_uid",
-           "MAX_MANIFEST_BYTES"]
+__all__ = ["ManifestError", "decode_manifest", "decode_document", "make_static", "static_uid", "MAX_MANIFEST_BYTES"]
 
 # Upstream's maxConfigLength: larger manifests (files or URL bodies) are refused.
 MAX_MANIFEST_BYTES = 10 << 20
@@ -128,6 +127,7 @@ def _parse(data: bytes, location: str) -> Any:
 
 def _yaml_message(err: yaml.MarkedYAMLError) -> str:
     """One line, with line and column, without the source excerpt PyYAML adds."""
+
     def at(mark: Any) -> str:
         return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
 
@@ -200,9 +200,9 @@ def _check_type_meta(obj: dict, location: str, prefix: str) -> str:
     version = obj.get("apiVersion")
     kind = obj.get("kind")
     if version in (None, ""):
-        raise ManifestError(location, f"{prefix}apiVersion: Required value: expected \"v1\"")
+        raise ManifestError(location, f'{prefix}apiVersion: Required value: expected "v1"')
     if version != "v1":
-        raise ManifestError(location, f"{prefix}apiVersion: Unsupported value: {version!r}: only \"v1\" is accepted")
+        raise ManifestError(location, f'{prefix}apiVersion: Unsupported value: {version!r}: only "v1" is accepted')
     if kind in (None, ""):
         raise ManifestError(location, f"{prefix}kind: Required value: expected Pod, PodList or List")
     if not isinstance(kind, str) or kind not in ("Pod",) + _LIST_KINDS or (prefix and kind != "Pod"):
@@ -245,7 +245,9 @@ def make_static(pod: dict, *, node_name: str, source: str, location: str) -> dic
         raise ManifestError(location, _invalid("metadata", meta, "must be an object"))
     name = meta.get("name")
     if name in (None, ""):
-        raise ManifestError(location, f"invalid pod: {FieldError.required('metadata.name', 'name or generateName is required')}")
+        raise ManifestError(
+            location, f"invalid pod: {FieldError.required('metadata.name', 'name or generateName is required')}"
+        )
     if not isinstance(name, str):
         raise ManifestError(location, _invalid("metadata.name", name, "must be a string"))
     if meta.get("annotations") is not None and not isinstance(meta["annotations"], dict):
@@ -306,6 +308,7 @@ def static_uid(pod: dict, *, node_name: str, source: str, location: str) -> str:
 def _add_or_update_toleration(spec: dict, toleration: dict) -> None:
     """Upstream's AddOrUpdateTolerationInPod: replace a toleration matching on key,
     operator, value and effect, else append."""
+
     def key(t: dict) -> tuple:
         return (t.get("key") or "", t.get("operator") or "", t.get("value") or "", t.get("effect") or "")
 

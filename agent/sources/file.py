@@ -60,10 +60,10 @@ class FileSource:
         self.config = config
         self._cache: dict[str, tuple[bytes, list[dict], list[ManifestProblem]]] = {}
         self._logged: set[tuple[str, str]] = set()
-        self._path_state = ""          # last logged state of the path itself ("" = fine)
+        self._path_state = ""  # last logged state of the path itself ("" = fine)
         self._wake: asyncio.Event | None = None
-        self._watches: dict[int, str] = {}   # inotify wd -> "parent" | "dir"
-        self._writing: set[str] = set()      # names created/modified and not closed since the last read
+        self._watches: dict[int, str] = {}  # inotify wd -> "parent" | "dir"
+        self._writing: set[str] = set()  # names created/modified and not closed since the last read
 
     # --- reading ----------------------------------------------------------------------
 
@@ -98,13 +98,13 @@ class FileSource:
             return [], [self._problem(directory, f"cannot list the manifest directory: {exc.strerror or exc}")]
         pods: list[dict] = []
         problems: list[ManifestProblem] = []
-        owners: dict[str, str] = {}     # pod full name -> file that defined it first
+        owners: dict[str, str] = {}  # pod full name -> file that defined it first
         present: set[str] = set()
         for entry in entries:
             full = os.path.join(directory, entry)
             try:
                 st = os.stat(full)
-            except FileNotFoundError:   # removed while we read, or a dangling symlink
+            except FileNotFoundError:  # removed while we read, or a dangling symlink
                 continue
             except OSError as exc:
                 problems.append(self._problem(full, f"cannot read: {exc.strerror or exc}"))
@@ -122,8 +122,11 @@ class FileSource:
                 name = podutil.full_name(pod)
                 first = owners.get(name)
                 if first is not None:
-                    problems.append(self._problem(
-                        full, f"duplicate pod name {name!r}: already defined in {first}, ignoring this one"))
+                    problems.append(
+                        self._problem(
+                            full, f"duplicate pod name {name!r}: already defined in {first}, ignoring this one"
+                        )
+                    )
                     continue
                 owners[name] = full
                 pods.append(pod)
@@ -155,8 +158,7 @@ class FileSource:
         for i, item in enumerate(raw):
             where = f"items[{i}]: " if kind != "Pod" else ""
             try:
-                pods.append(make_static(item, node_name=self.node_name, source=podutil.SOURCE_FILE,
-                                        location=path))
+                pods.append(make_static(item, node_name=self.node_name, source=podutil.SOURCE_FILE, location=path))
             except ManifestError as exc:
                 problems.append(self._problem(path, where + exc.message))
             except Exception as exc:  # a bug in defaulting/validation must not cost the other files
@@ -204,8 +206,12 @@ class FileSource:
             if notify is not None:
                 notify.close()
                 notify = None
-            log.warning("Cannot watch the manifest path with inotify, polling only", err=exc,
-                        path=self.path, period_s=self.period)
+            log.warning(
+                "Cannot watch the manifest path with inotify, polling only",
+                err=exc,
+                path=self.path,
+                period_s=self.period,
+            )
         try:
             while True:
                 if notify is not None:
@@ -248,7 +254,7 @@ class FileSource:
             log.error("Reading inotify events failed", err=exc)
             events = []
             relevant = True
-            self._writing.add("")                     # unknown: settle as for a write
+            self._writing.add("")  # unknown: settle as for a write
         for wd, mask, name in events:
             if mask & _IN_Q_OVERFLOW:
                 relevant = True
@@ -259,7 +265,7 @@ class FileSource:
                 self._watches.pop(wd, None)
                 relevant = True
             elif (role == "parent" and name == base) or (role == "dir" and not name.startswith(".")):
-                relevant = True                        # dot-files are never manifests
+                relevant = True  # dot-files are never manifests
                 if mask & (_IN_CREATE | _IN_MODIFY):
                     self._writing.add(name)
                 if mask & (_IN_CLOSE_WRITE | _IN_DELETE | _IN_MOVED_FROM):
@@ -288,10 +294,9 @@ _IN_IGNORED = 0x00008000
 _IN_ONLYDIR = 0x01000000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
-_DIR_EVENTS = (_IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO
-               | _IN_CREATE | _IN_DELETE)
+_DIR_EVENTS = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 _SELF_EVENTS = _IN_DELETE_SELF | _IN_MOVE_SELF
-_EVENT_HEADER = struct.Struct("iIII")   # wd, mask, cookie, len
+_EVENT_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 
 
 def _libc() -> Any:
@@ -342,7 +347,7 @@ class _Inotify:
             while offset + _EVENT_HEADER.size <= len(buf):
                 wd, mask, _cookie, length = _EVENT_HEADER.unpack_from(buf, offset)
                 offset += _EVENT_HEADER.size
-                raw = buf[offset:offset + length]
+                raw = buf[offset : offset + length]
                 offset += length
                 out.append((wd, mask, os.fsdecode(raw.split(b"\0", 1)[0])))
 

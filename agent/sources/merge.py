@@ -37,8 +37,7 @@ log = agent_logging.get_logger("sources")
 
 # Annotations the agent keeps for itself: never a reason for an update, and kept
 # from the pod already held when the source's copy changes (upstream's localAnnotations).
-_LOCAL_ANNOTATIONS = (names.ANNOTATION_CONFIG_SOURCE, names.ANNOTATION_CONFIG_MIRROR,
-                      names.ANNOTATION_CONFIG_SEEN)
+_LOCAL_ANNOTATIONS = (names.ANNOTATION_CONFIG_SOURCE, names.ANNOTATION_CONFIG_MIRROR, names.ANNOTATION_CONFIG_SEEN)
 
 
 def _copy(pod: dict) -> dict:
@@ -64,11 +63,13 @@ def _non_local(annotations: dict) -> dict:
 def _differ_semantically(existing: dict, ref: dict) -> bool:
     """Whether ``ref`` changes anything the pod workers act on (upstream's podsDifferSemantically)."""
     em, rm = _meta(existing), _meta(ref)
-    return (existing.get("spec") != ref.get("spec")
-            or (em.get("labels") or {}) != (rm.get("labels") or {})
-            or em.get("deletionTimestamp") != rm.get("deletionTimestamp")
-            or em.get("deletionGracePeriodSeconds") != rm.get("deletionGracePeriodSeconds")
-            or _non_local(_annotations(existing)) != _non_local(_annotations(ref)))
+    return (
+        existing.get("spec") != ref.get("spec")
+        or (em.get("labels") or {}) != (rm.get("labels") or {})
+        or em.get("deletionTimestamp") != rm.get("deletionTimestamp")
+        or em.get("deletionGracePeriodSeconds") != rm.get("deletionGracePeriodSeconds")
+        or _non_local(_annotations(existing)) != _non_local(_annotations(ref))
+    )
 
 
 class PodConfig:
@@ -80,7 +81,7 @@ class PodConfig:
     def __init__(self, node_name: str) -> None:
         self.node_name = node_name
         self.updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
-        self._pods: dict[str, dict[str, dict]] = {}      # source -> uid -> pod (insertion ordered)
+        self._pods: dict[str, dict[str, dict]] = {}  # source -> uid -> pod (insertion ordered)
         self._seen: set[str] = set()
         self._source_problems: dict[str, list[ManifestProblem]] = {}
         self._merge_problems: dict[str, list[ManifestProblem]] = {}
@@ -117,8 +118,7 @@ class PodConfig:
                 if gone is not None:
                     removes.append(gone)
         else:
-            log.error("Ignoring a pod update with an operation sources do not send", op=str(update.op),
-                      source=source)
+            log.error("Ignoring a pod update with an operation sources do not send", op=str(update.op), source=source)
             return
         self._pods[source] = new
 
@@ -137,12 +137,28 @@ class PodConfig:
         if reconciles:
             put(PodUpdate.make(Op.RECONCILE, source, map(_copy, reconciles)))
         if adds or updates or deletes or removes:
-            log.v(4).info("Pod source changed", source=source, added=len(adds), updated=len(updates),
-                          deleted=len(deletes), removed=len(removes), reconciled=len(reconciles))
+            log.v(4).info(
+                "Pod source changed",
+                source=source,
+                added=len(adds),
+                updated=len(updates),
+                deleted=len(deletes),
+                removed=len(removes),
+                reconciled=len(reconciles),
+            )
 
-    def _apply(self, source: str, pods: Iterable[dict], old: dict[str, dict], new: dict[str, dict],
-               adds: list, updates: list, deletes: list, reconciles: list,
-               keep: dict[str, dict] | None = None) -> None:
+    def _apply(
+        self,
+        source: str,
+        pods: Iterable[dict],
+        old: dict[str, dict],
+        new: dict[str, dict],
+        adds: list,
+        updates: list,
+        deletes: list,
+        reconciles: list,
+        keep: dict[str, dict] | None = None,
+    ) -> None:
         """upstream's updatePodsFunc: sort each incoming pod into add/update/delete/reconcile."""
         taken = self._names_elsewhere(source)
         if keep is not None:  # incremental: the source's untouched pods hold their names
@@ -222,9 +238,12 @@ class PodConfig:
         return Op.DELETE if rm.get("deletionTimestamp") else Op.UPDATE
 
     def _names_elsewhere(self, source: str) -> dict[str, tuple[str, str]]:
-        return {podutil.full_name(p): (uid, other)
-                for other, pods in self._pods.items() if other != source
-                for uid, p in pods.items()}
+        return {
+            podutil.full_name(p): (uid, other)
+            for other, pods in self._pods.items()
+            if other != source
+            for uid, p in pods.items()
+        }
 
     def report_problems(self, source: str, problems: list[ManifestProblem]) -> None:
         """Replace the manifest problems of ``source``; a problem seen before keeps its ``since``."""

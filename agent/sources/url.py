@@ -33,7 +33,7 @@ __all__ = ["UrlSource"]
 log = agent_logging.get_logger("sources")
 
 _TIMEOUT_SECONDS = 10.0
-_LOUD_FAILURES = 3   # failures logged as errors before dropping to -v 4 (upstream does the same)
+_LOUD_FAILURES = 3  # failures logged as errors before dropping to -v 4 (upstream does the same)
 
 
 class _FetchError(Exception):
@@ -43,15 +43,16 @@ class _FetchError(Exception):
 class UrlSource:
     """Fetches static pod manifests from a URL and feeds :class:`PodConfig`."""
 
-    def __init__(self, url: str, headers: Mapping[str, Sequence[str]], node_name: str, period: float,
-                 config: PodConfig) -> None:
+    def __init__(
+        self, url: str, headers: Mapping[str, Sequence[str]], node_name: str, period: float, config: PodConfig
+    ) -> None:
         self.url = url
         self.headers = [(name, value) for name, values in headers.items() for value in values]
         self.node_name = node_name
         self.period = period if period > 0 else 1.0
         self.config = config
         self._session: aiohttp.ClientSession | None = None
-        self._last_body: bytes | None = None   # the body of the set in force
+        self._last_body: bytes | None = None  # the body of the set in force
         self._failures = 0
 
     async def run(self) -> None:
@@ -119,8 +120,7 @@ class UrlSource:
         pods = []
         for i, item in enumerate(raw):
             try:
-                pods.append(make_static(item, node_name=self.node_name, source=podutil.SOURCE_HTTP,
-                                        location=self.url))
+                pods.append(make_static(item, node_name=self.node_name, source=podutil.SOURCE_HTTP, location=self.url))
             except ManifestError as exc:
                 where = f"items[{i}]: " if kind != "Pod" else ""
                 raise ManifestError(self.url, where + exc.message) from None
@@ -134,8 +134,7 @@ class UrlSource:
         if self._failures <= _LOUD_FAILURES:
             log.error("Failed to read pods from URL, keeping the last good set", url=self.url, err=message)
         elif self._failures == _LOUD_FAILURES + 1:
-            log.error("Failed to read pods from URL; further failures are logged at -v 4",
-                      url=self.url, err=message)
+            log.error("Failed to read pods from URL; further failures are logged at -v 4", url=self.url, err=message)
         else:
             log.v(4).info("Failed to read pods from URL", url=self.url, err=message)
         self.config.report_problems(podutil.SOURCE_HTTP, [ManifestProblem(podutil.SOURCE_HTTP, self.url, message)])

@@ -61,8 +61,12 @@ def _is_noop(method: Any) -> bool:
     they do not use: calling it would still create and run a coroutine per write."""
     code = getattr(getattr(method, "__func__", method), "__code__", None)
     ref = _noop_phase.__code__
-    return (code is not None and code.co_code == ref.co_code and not code.co_names
-            and all(c is None or isinstance(c, str) for c in code.co_consts))
+    return (
+        code is not None
+        and code.co_code == ref.co_code
+        and not code.co_names
+        and all(c is None or isinstance(c, str) for c in code.co_consts)
+    )
 
 
 class Chain:
@@ -82,11 +86,16 @@ class Chain:
         current = tuple(self.plugins)
         plan = self._plans.get(key)
         if plan is None or plan[0] != current:
-            relevant = [p for p in current
-                        if getattr(p, "resources", None) is None or key in p.resources]  # type: ignore[attr-defined]
-            plan = (current, [(p.admit, getattr(p, "operations", None), getattr(p, "complete", None) is True)
-                              for p in relevant if not _is_noop(p.admit)],
-                    [p.validate for p in relevant if not _is_noop(p.validate)])
+            relevant = [p for p in current if getattr(p, "resources", None) is None or key in p.resources]  # type: ignore[attr-defined]
+            plan = (
+                current,
+                [
+                    (p.admit, getattr(p, "operations", None), getattr(p, "complete", None) is True)
+                    for p in relevant
+                    if not _is_noop(p.admit)
+                ],
+                [p.validate for p in relevant if not _is_noop(p.validate)],
+            )
             self._plans[key] = plan
             self._admitters = {k: v for k, v in self._admitters.items() if k[:2] != key}
         return plan[1], plan[2]

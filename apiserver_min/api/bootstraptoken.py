@@ -29,11 +29,12 @@ import re
 import secrets as _secrets
 from typing import Any, Iterable, Mapping
 
-from . import names
-from .timeutil import format_rfc3339, parse_rfc3339
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-import yaml
+
+from . import names
+from .timeutil import format_rfc3339, parse_rfc3339
 
 TOKEN_ID_LENGTH = 6
 TOKEN_SECRET_LENGTH = 16
@@ -70,6 +71,7 @@ class JwsError(ValueError):
 
 
 # --- tokens -----------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Token:
@@ -113,7 +115,7 @@ def token_id_from_secret_name(name: str) -> str | None:
     prefix = names.BOOTSTRAP_TOKEN_SECRET_PREFIX
     if not name.startswith(prefix):
         return None
-    tid = name[len(prefix):]
+    tid = name[len(prefix) :]
     return tid if TOKEN_ID_RE.match(tid) else None
 
 
@@ -139,15 +141,18 @@ def parse_groups(values: Iterable[str]) -> tuple[str, ...]:
             if not g:
                 continue
             if not EXTRA_GROUP_RE.match(g):
-                raise TokenError(f"invalid bootstrap token group {g!r}: it must start with "
-                                 f"{names.GROUP_BOOTSTRAPPERS_PREFIX} and match "
-                                 f"{names.GROUP_BOOTSTRAPPERS_PREFIX}[a-z0-9:-]*[a-z0-9]")
+                raise TokenError(
+                    f"invalid bootstrap token group {g!r}: it must start with "
+                    f"{names.GROUP_BOOTSTRAPPERS_PREFIX} and match "
+                    f"{names.GROUP_BOOTSTRAPPERS_PREFIX}[a-z0-9:-]*[a-z0-9]"
+                )
             if g not in out:
                 out.append(g)
     return tuple(out)
 
 
 # --- the secret ----------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class TokenSecret:
@@ -214,9 +219,15 @@ def token_from_secret(secret: Mapping[str, Any]) -> TokenSecret:
     return TokenSecret(token, expiration, usages, groups, values.get(KEY_DESCRIPTION, ""), exp_text)
 
 
-def secret_for_token(token: Token, *, ttl: _dt.timedelta | None = None, now: _dt.datetime | None = None,
-                     usages: Iterable[str] = DEFAULT_USAGES, groups: Iterable[str] = (),
-                     description: str = "") -> dict:
+def secret_for_token(
+    token: Token,
+    *,
+    ttl: _dt.timedelta | None = None,
+    now: _dt.datetime | None = None,
+    usages: Iterable[str] = DEFAULT_USAGES,
+    groups: Iterable[str] = (),
+    description: str = "",
+) -> dict:
     """The Secret object for a token (values base64 in ``data``). ``ttl`` None or zero:
     the token never expires."""
     values = {KEY_TOKEN_ID: token.id, KEY_TOKEN_SECRET: token.secret}
@@ -239,6 +250,7 @@ def secret_for_token(token: Token, *, ttl: _dt.timedelta | None = None, now: _dt
 
 
 # --- detached JWS -----------------------------------------------------------------------------------
+
 
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
@@ -301,6 +313,7 @@ def verify_detached(signature: str, content: str | bytes, token: Token | str) ->
 
 # --- CA pinning -------------------------------------------------------------------------------------
 
+
 def ca_cert_hash(cert: Any) -> str:
     """``sha256:<hex>`` of the certificate's DER SubjectPublicKeyInfo (a
     ``cryptography`` certificate, or PEM/DER bytes)."""
@@ -308,8 +321,7 @@ def ca_cert_hash(cert: Any) -> str:
     if isinstance(cert, (bytes, bytearray)):
         data = bytes(cert)
         cert = x509.load_pem_x509_certificate(data) if b"-----BEGIN" in data else x509.load_der_x509_certificate(data)
-    spki = cert.public_key().public_bytes(serialization.Encoding.DER,
-                                          serialization.PublicFormat.SubjectPublicKeyInfo)
+    spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return CA_HASH_PREFIX + hashlib.sha256(spki).hexdigest()
 
 
@@ -328,15 +340,16 @@ def ca_matches(cert: Any, pins: Iterable[str]) -> bool:
 
 # --- the cluster-info connection config ----------------------------------------------------------
 
+
 def cluster_info_kubeconfig(server: str, ca_pem: bytes) -> str:
     """The ``kubeconfig`` value of ``cluster-info``: one cluster, no users (the shape
     upstream publishes), serialised deterministically so signatures are stable."""
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "", "cluster": {
-            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
-            "server": server}}],
+        "clusters": [
+            {"name": "", "cluster": {"certificate-authority-data": base64.b64encode(ca_pem).decode(), "server": server}}
+        ],
         "contexts": [],
         "current-context": "",
         "preferences": {},
@@ -352,10 +365,11 @@ def kubeconfig_cluster(content: str) -> tuple[str, bytes]:
         cluster = doc["clusters"][0]["cluster"]
         return str(cluster["server"]), base64.b64decode(cluster["certificate-authority-data"], validate=True)
     except Exception as exc:  # noqa: BLE001 - any shape problem means the same to the caller
-        raise TokenError(f"the connection config has no cluster with server and certificate-authority-data "
-                         f"({type(exc).__name__}: {exc})") from None
+        raise TokenError(
+            f"the connection config has no cluster with server and certificate-authority-data "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def join_command(server: str, token: Token | str, ca_hash: str) -> str:
-    return (f"{names.AGENT_NAME} join --server {server} --token {token} "
-            f"--discovery-token-ca-cert-hash {ca_hash}")
+    return f"{names.AGENT_NAME} join --server {server} --token {token} --discovery-token-ca-cert-hash {ca_hash}"

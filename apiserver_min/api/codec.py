@@ -50,9 +50,9 @@ def splice_rv(raw: bytes, rv: int) -> bytes:
     if i < 0:  # not an object we stored; leave it alone
         return raw
     j = i + _META_LEN
-    if raw[j:j + 1] == b"}":
-        return b"%s\"resourceVersion\":\"%d\"%s" % (raw[:j], rv, raw[j:])
-    return b"%s\"resourceVersion\":\"%d\",%s" % (raw[:j], rv, raw[j:])
+    if raw[j : j + 1] == b"}":
+        return b'%s"resourceVersion":"%d"%s' % (raw[:j], rv, raw[j:])
+    return b'%s"resourceVersion":"%d",%s' % (raw[:j], rv, raw[j:])
 
 
 def decode_stored(raw: bytes, rv: int) -> dict:
@@ -128,8 +128,9 @@ def check_aliasing(root: yaml.Node) -> None:
             continue
         cid = id(child)
         if cid in active:
-            raise yaml.composer.ComposerError(None, None, "an alias refers to an anchor whose value contains it",
-                                              child.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, "an alias refers to an anchor whose value contains it", child.start_mark
+            )
         expanded = sizes.get(cid)
         decoded += 1  # the node, or the alias node itself
         if expanded is not None:  # an alias: all of its value is decoded again
@@ -194,8 +195,7 @@ def _construct_mapping(loader: _NoDupLoader, node: yaml.MappingNode, deep: bool 
     for key_node, value_node in node.value:
         key = _yaml_key(loader.construct_object(key_node, deep=deep))  # JSON keys are strings
         if key in out:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate field {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate field {key!r}", key_node.start_mark)
         out[key] = loader.construct_object(value_node, deep=deep)
     return out
 
@@ -216,8 +216,9 @@ def _construct_int(loader: _NoDupLoader, node: yaml.ScalarNode) -> int | float:
     try:
         return float(value)
     except OverflowError:
-        raise yaml.constructor.ConstructorError(None, None, "integer too large for a JSON number",
-                                                node.start_mark) from None
+        raise yaml.constructor.ConstructorError(
+            None, None, "integer too large for a JSON number", node.start_mark
+        ) from None
 
 
 def _construct_float(loader: _NoDupLoader, node: yaml.ScalarNode) -> float:
@@ -225,8 +226,7 @@ def _construct_float(loader: _NoDupLoader, node: yaml.ScalarNode) -> float:
     (upstream's YAML-to-JSON conversion fails on them too)."""
     value = yaml.SafeLoader.construct_yaml_float(loader, node)
     if value != value or value in (float("inf"), float("-inf")):
-        raise yaml.constructor.ConstructorError(None, None, f"{node.value!r} is not a JSON number",
-                                                node.start_mark)
+        raise yaml.constructor.ConstructorError(None, None, f"{node.value!r} is not a JSON number", node.start_mark)
     return value
 
 
@@ -237,8 +237,9 @@ def _construct_binary(loader: _NoDupLoader, node: yaml.ScalarNode) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise yaml.constructor.ConstructorError(None, None, "!!binary value is not UTF-8 text",
-                                                node.start_mark) from None
+        raise yaml.constructor.ConstructorError(
+            None, None, "!!binary value is not UTF-8 text", node.start_mark
+        ) from None
 
 
 def _construct_timestamp(loader: _NoDupLoader, node: yaml.ScalarNode) -> str:

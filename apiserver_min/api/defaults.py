@@ -130,10 +130,13 @@ def _has_defaults(s: Struct, active: frozenset[int] = frozenset()) -> bool:
     if id(s) in active:
         return False
     inner = active | {id(s)}
-    found = s.name in _DEFAULTERS or any(
-        f.inline and _has_defaults(f.type, inner) for f in s.fields) or any(
-        isinstance(_elem(f.type), Struct) and _has_defaults(_elem(f.type), inner)
-        for f in s.json_fields().values())
+    found = (
+        s.name in _DEFAULTERS
+        or any(f.inline and _has_defaults(f.type, inner) for f in s.fields)
+        or any(
+            isinstance(_elem(f.type), Struct) and _has_defaults(_elem(f.type), inner) for f in s.json_fields().values()
+        )
+    )
     if found or not active:  # a "no" found while inside a cycle may be incomplete
         _HAS_DEFAULTS[id(s)] = found
     return found
@@ -143,13 +146,17 @@ def _relevant_fields(s: Struct) -> dict[str, Any]:
     """JSON name -> type of the fields worth descending into (something below has defaults)."""
     cached = _RELEVANT.get(id(s))
     if cached is None:
-        cached = {name: f.type for name, f in s.json_fields().items()
-                  if isinstance(_elem(f.type), Struct) and _has_defaults(_elem(f.type))}
+        cached = {
+            name: f.type
+            for name, f in s.json_fields().items()
+            if isinstance(_elem(f.type), Struct) and _has_defaults(_elem(f.type))
+        }
         _RELEVANT[id(s)] = cached
     return cached
 
 
 # --- helpers: tolerate malformed input ------------------------------------------------------
+
 
 def _dict(obj: Obj, key: str, create: bool = False) -> Obj | None:
     """``obj[key]`` if it is an object; created empty when absent and ``create``."""
@@ -191,16 +198,17 @@ def _setdefault_ptr(obj: Obj, key: str, value: Any) -> None:
 
 _DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}")
 _TAG = re.compile(r"[\w][\w.-]{0,127}")
-_DOMAIN = re.compile(r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
-                     r"(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*(?::[0-9]+)?")
+_DOMAIN = re.compile(
+    r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+    r"(?:\.(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*(?::[0-9]+)?"
+)
 _PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 
 
 def _valid_repository(name: str) -> bool:
     parts = name.split("/")
     first = parts[0]
-    if len(parts) > 1 and ("." in first or ":" in first or first == "localhost"
-                           or first != first.lower()):
+    if len(parts) > 1 and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
         if not _DOMAIN.fullmatch(first):
             return False
         parts = parts[1:]
@@ -219,7 +227,7 @@ def image_tag(image: Any) -> str:
     tag = ""
     colon = name.rfind(":")
     if colon > name.rfind("/"):
-        name, tag = name[:colon], name[colon + 1:]
+        name, tag = name[:colon], name[colon + 1 :]
         if not _TAG.fullmatch(tag):
             return ""
     if not _valid_repository(name):
@@ -235,6 +243,7 @@ def default_pull_policy(image: Any) -> str:
 
 
 # --- core/v1 ---------------------------------------------------------------------------------
+
 
 def _pod(obj: Obj) -> None:
     spec = _dict(obj, "spec")
@@ -360,8 +369,11 @@ def _service(obj: Obj) -> None:
     _setdefault(spec, "type", "ClusterIP")
     for port in _dicts(spec, "ports"):
         _setdefault(port, "protocol", "TCP")
-        if port.get("targetPort") in (None, 0, "") and isinstance(port.get("port"), int) \
-                and not isinstance(port.get("port"), bool):
+        if (
+            port.get("targetPort") in (None, 0, "")
+            and isinstance(port.get("port"), int)
+            and not isinstance(port.get("port"), bool)
+        ):
             port["targetPort"] = port["port"]
     typ = spec.get("type")
     if typ in ("NodePort", "LoadBalancer"):
@@ -447,6 +459,7 @@ def _replication_controller(obj: Obj) -> None:
 
 # --- apps/v1 ---------------------------------------------------------------------------------
 
+
 def _deployment(obj: Obj) -> None:
     spec = _dict(obj, "spec")
     if spec is None:
@@ -504,6 +517,7 @@ def _stateful_set(obj: Obj) -> None:
 
 # --- batch/v1 --------------------------------------------------------------------------------
 
+
 def _job(obj: Obj) -> None:
     spec = _dict(obj, "spec")
     if spec is None:
@@ -539,6 +553,7 @@ def _cron_job(obj: Obj) -> None:
 
 
 # --- other groups ----------------------------------------------------------------------------
+
 
 def _network_policy(obj: Obj) -> None:
     spec = _dict(obj, "spec")

@@ -48,9 +48,9 @@ from .validation import FieldError, GoValue, go_quote
 __all__ = ["Rule", "Rules", "RULES", "POD_RULES", "NOT_ENFORCED", "NOT_DESCENDED", "validate", "enum_field_keys"]
 
 # What a missing (or null) value, or an empty string, means for a rule.
-SKIP = "skip"          # nothing to check (upstream allows it, or defaulting always fills it)
+SKIP = "skip"  # nothing to check (upstream allows it, or defaulting always fills it)
 REQUIRED = "required"  # "Required value"
-CHECK = "check"        # checked like any other value (Go's zero value "" is not supported)
+CHECK = "check"  # checked like any other value (Go's zero value "" is not supported)
 
 Builder = Callable[[str, Any, dict], FieldError]
 
@@ -111,28 +111,34 @@ def _go_strategy(struct: str, rolling: str, parent: dict) -> GoValue:
     """Go's ``%#v`` of an apps update strategy (the value upstream reports). A set
     RollingUpdate pointer prints as an address upstream; that is not reproducible."""
     pointer = "nil" if parent.get("rollingUpdate") is None else "non-nil"
-    return GoValue(f"apps.{struct}{{Type:{_go_string(parent.get('type', ''))}, "
-                   f"RollingUpdate:(*apps.{rolling})({pointer})}}")
+    return GoValue(
+        f"apps.{struct}{{Type:{_go_string(parent.get('type', ''))}, RollingUpdate:(*apps.{rolling})({pointer})}}"
+    )
 
 
 def _strategy_not_supported(struct: str, rolling: str, values: tuple[str, ...]) -> Builder:
     """Deployment and DaemonSet: NotSupported at the strategy, valued by the whole struct."""
+
     def build(path: str, value: Any, parent: dict) -> FieldError:
         return FieldError.not_supported(path.rsplit(".", 1)[0], _go_strategy(struct, rolling, parent), values)
+
     return build
 
 
 def _stateful_set_update_strategy(path: str, value: Any, parent: dict) -> FieldError:
-    return FieldError.invalid(path.rsplit(".", 1)[0],
-                              _go_strategy("StatefulSetUpdateStrategy", "RollingUpdateStatefulSetStrategy", parent),
-                              "must be 'RollingUpdate' or 'OnDelete'")
+    return FieldError.invalid(
+        path.rsplit(".", 1)[0],
+        _go_strategy("StatefulSetUpdateStrategy", "RollingUpdateStatefulSetStrategy", parent),
+        "must be 'RollingUpdate' or 'OnDelete'",
+    )
 
 
 def _quota_scopes(path: str, value: Any, parent: dict) -> FieldError:
     scopes = parent.get("scopes") if isinstance(parent.get("scopes"), list) else []
     listed = ", ".join(_go_string(s) for s in scopes)
-    return FieldError.invalid(_LAST_INDEX.sub("", path), GoValue(f"[]core.ResourceQuotaScope{{{listed}}}"),
-                              "unsupported scope")
+    return FieldError.invalid(
+        _LAST_INDEX.sub("", path), GoValue(f"[]core.ResourceQuotaScope{{{listed}}}"), "unsupported scope"
+    )
 
 
 def _external_traffic_policy(path: str, value: Any, parent: dict) -> FieldError:
@@ -154,10 +160,12 @@ ADMISSION = "k8s.io.api.admissionregistration.v1."
 
 _SELECTOR_OPERATOR = Rule(absent=CHECK, error=_invalid("not a valid selector operator"))
 _NO_SIDE_EFFECTS = ("None", "NoneOnDryRun")
-_SIDE_EFFECTS = Rule(_NO_SIDE_EFFECTS, absent=REQUIRED,
-                     required_detail=f"must specify one of {', '.join(_NO_SIDE_EFFECTS)}")
-_ACCESS_MODES = Rule(error=_not_supported_unindexed(("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce",
-                                                     "ReadWriteOncePod")))
+_SIDE_EFFECTS = Rule(
+    _NO_SIDE_EFFECTS, absent=REQUIRED, required_detail=f"must specify one of {', '.join(_NO_SIDE_EFFECTS)}"
+)
+_ACCESS_MODES = Rule(
+    error=_not_supported_unindexed(("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"))
+)
 
 # Pod fields that podvalidation (upstream's ValidatePodSpec) checks for Pods; the same
 # values and wording apply wherever a pod template carries them.
@@ -206,19 +214,28 @@ RULES: dict[tuple[str, str], Rule] = {
     (CORE + "Taint", "effect"): Rule(_TAINT_EFFECTS, absent=REQUIRED, empty=REQUIRED),
     (CORE + "ResourceQuotaSpec", "scopes"): Rule(error=_quota_scopes),
     (CORE + "ScopedResourceSelectorRequirement", "scopeName"): Rule(
-        absent=CHECK, error=_invalid_unindexed_parent("unsupported scope")),
+        absent=CHECK, error=_invalid_unindexed_parent("unsupported scope")
+    ),
     (CORE + "ScopedResourceSelectorRequirement", "operator"): Rule(
-        absent=CHECK, error=_invalid_unindexed_parent("not a valid selector operator")),
+        absent=CHECK, error=_invalid_unindexed_parent("not a valid selector operator")
+    ),
     # apps
     (APPS + "DeploymentStrategy", "type"): Rule(
-        ("Recreate", "RollingUpdate"), empty=SKIP,
-        error=_strategy_not_supported("DeploymentStrategy", "RollingUpdateDeployment", ("Recreate", "RollingUpdate"))),
+        ("Recreate", "RollingUpdate"),
+        empty=SKIP,
+        error=_strategy_not_supported("DeploymentStrategy", "RollingUpdateDeployment", ("Recreate", "RollingUpdate")),
+    ),
     (APPS + "DaemonSetUpdateStrategy", "type"): Rule(
-        ("RollingUpdate", "OnDelete"), empty=SKIP,
-        error=_strategy_not_supported("DaemonSetUpdateStrategy", "RollingUpdateDaemonSet", ("RollingUpdate", "OnDelete"))),
+        ("RollingUpdate", "OnDelete"),
+        empty=SKIP,
+        error=_strategy_not_supported(
+            "DaemonSetUpdateStrategy", "RollingUpdateDaemonSet", ("RollingUpdate", "OnDelete")
+        ),
+    ),
     (APPS + "StatefulSetUpdateStrategy", "type"): Rule(empty=SKIP, error=_stateful_set_update_strategy),
-    (APPS + "StatefulSetSpec", "podManagementPolicy"): Rule(empty=SKIP,
-                                                            error=_invalid("must be 'OrderedReady' or 'Parallel'")),
+    (APPS + "StatefulSetSpec", "podManagementPolicy"): Rule(
+        empty=SKIP, error=_invalid("must be 'OrderedReady' or 'Parallel'")
+    ),
     (APPS + "StatefulSetPersistentVolumeClaimRetentionPolicy", "whenDeleted"): Rule(("Retain", "Delete"), empty=SKIP),
     (APPS + "StatefulSetPersistentVolumeClaimRetentionPolicy", "whenScaled"): Rule(("Retain", "Delete"), empty=SKIP),
     # batch
@@ -231,8 +248,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("k8s.io.api.discovery.v1.EndpointPort", "protocol"): Rule(),
     ("k8s.io.api.networking.v1.NetworkPolicyPort", "protocol"): Rule(("TCP", "UDP", "SCTP")),
     ("k8s.io.api.networking.v1.NetworkPolicySpec", "policyTypes"): Rule(("Ingress", "Egress")),
-    ("k8s.io.api.networking.v1.HTTPIngressPath", "pathType"): Rule(absent=REQUIRED,
-                                                                   required_detail="pathType must be specified"),
+    ("k8s.io.api.networking.v1.HTTPIngressPath", "pathType"): Rule(
+        absent=REQUIRED, required_detail="pathType must be specified"
+    ),
     ("k8s.io.api.policy.v1.PodDisruptionBudgetSpec", "unhealthyPodEvictionPolicy"): Rule(),
     ("k8s.io.api.scheduling.v1.PriorityClass", "preemptionPolicy"): Rule(_PREEMPTION_POLICIES, empty=REQUIRED),
     ("k8s.io.api.storage.v1.StorageClass", "reclaimPolicy"): Rule(("Delete", "Retain"), empty=SKIP),
@@ -271,20 +289,28 @@ NOT_ENFORCED: dict[tuple[str, str], str] = {
     (CORE + "PortStatus", "protocol"): _STATUS + " (ValidateLoadBalancerStatus checks addresses only)",
     ("k8s.io.api.networking.v1.IngressPortStatus", "protocol"): _STATUS,
     ("k8s.io.apimachinery.pkg.apis.meta.v1.Condition", "status"): _STATUS,
-    (CORE + "ContainerResizePolicy", "restartPolicy"):
-        "alpha InPlacePodVerticalScaling: upstream drops resizePolicy while the gate is off",
-    ("k8s.io.api.certificates.v1.CertificateSigningRequestSpec", "usages"):
-        "checked by the CSR strategy (server/strategy.py CsrStrategy)",
-    ("k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry", "operation"):
-        "checked when managedFields are decoded (server/managedfields.py)",
+    (
+        CORE + "ContainerResizePolicy",
+        "restartPolicy",
+    ): "alpha InPlacePodVerticalScaling: upstream drops resizePolicy while the gate is off",
+    (
+        "k8s.io.api.certificates.v1.CertificateSigningRequestSpec",
+        "usages",
+    ): "checked by the CSR strategy (server/strategy.py CsrStrategy)",
+    (
+        "k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
+        "operation",
+    ): "checked when managedFields are decoded (server/managedfields.py)",
     (CORE + "EphemeralContainerCommon", "imagePullPolicy"): "inline in EphemeralContainer: ruled there",
     (CORE + "EphemeralContainerCommon", "terminationMessagePolicy"): "inline in EphemeralContainer: ruled there",
 }
 
 # Subtrees upstream's validation does not look into.
-NOT_DESCENDED: frozenset[tuple[str, str]] = frozenset({
-    (APPS + "StatefulSetSpec", "volumeClaimTemplates"),  # ValidateStatefulSetSpec leaves the claims alone
-})
+NOT_DESCENDED: frozenset[tuple[str, str]] = frozenset(
+    {
+        (APPS + "StatefulSetSpec", "volumeClaimTemplates"),  # ValidateStatefulSetSpec leaves the claims alone
+    }
+)
 
 
 # --- the walk ----------------------------------------------------------------------------------------
@@ -412,4 +438,3 @@ def enum_field_keys(schemas) -> dict[tuple[str, str], tuple[str, ...]]:
             if values:
                 out[(s.name, name)] = values
     return out
-

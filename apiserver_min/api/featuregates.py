@@ -53,7 +53,6 @@ class FeatureGateError(ValueError):
     pass
 
 
-
 _ALL_ALPHA = "AllAlpha"
 _ALL_BETA = "AllBeta"
 
@@ -94,17 +93,22 @@ class FeatureGates:
         explicit = dict(explicit or {})
         unknown = sorted(n for n in explicit if n not in known)
         if unknown:
-            raise FeatureGateError("unrecognized feature gate" + ("s" if len(unknown) > 1 else "")
-                                   + ": " + ", ".join(unknown))
+            raise FeatureGateError(
+                "unrecognized feature gate" + ("s" if len(unknown) > 1 else "") + ": " + ", ".join(unknown)
+            )
         warnings: list[str] = []
         for name, value in explicit.items():
             spec = known[name]
             if spec.locked and value != spec.default:
-                raise FeatureGateError(f"cannot set feature gate {name} to {str(value).lower()}, "
-                                       f"feature is locked to {str(spec.default).lower()}")
+                raise FeatureGateError(
+                    f"cannot set feature gate {name} to {str(value).lower()}, "
+                    f"feature is locked to {str(spec.default).lower()}"
+                )
             if spec.stage in (Stage.GA, Stage.DEPRECATED):
-                warnings.append(f"Setting {spec.stage} feature gate {name}={str(value).lower()}. "
-                                "It will be removed in a future release.")
+                warnings.append(
+                    f"Setting {spec.stage} feature gate {name}={str(value).lower()}. "
+                    "It will be removed in a future release."
+                )
         all_alpha = explicit.get(_ALL_ALPHA)
         all_beta = explicit.get(_ALL_BETA)
         effective: dict[str, bool] = {}

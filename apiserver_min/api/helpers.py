@@ -21,7 +21,6 @@ def timestamp() -> str:
     return _STAMP[1]
 
 
-
 def _dig(obj: Any, *path: str, default: Any = None) -> Any:
     for p in path:
         if not isinstance(obj, dict):
@@ -97,8 +96,9 @@ def set_pod_condition(pod: dict, condition: Mapping) -> bool:
         if isinstance(c, dict) and c.get("type") == new.get("type"):
             if c.get("status") == new.get("status") and c.get("lastTransitionTime"):
                 new["lastTransitionTime"] = c["lastTransitionTime"]
-            equal = all(c.get(k) == new.get(k)
-                        for k in ("status", "reason", "message", "lastProbeTime", "lastTransitionTime"))
+            equal = all(
+                c.get(k) == new.get(k) for k in ("status", "reason", "message", "lastProbeTime", "lastTransitionTime")
+            )
             conds[i] = new
             return not equal
     conds.append(new)

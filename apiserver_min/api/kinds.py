@@ -31,8 +31,13 @@ class Column:
     priority: int = 0  # 0 = always shown, 1 = only with -o wide
 
     def definition(self) -> dict:
-        return {"name": self.name, "type": self.type, "format": self.format,
-                "description": self.description or self.name, "priority": self.priority}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "format": self.format,
+            "description": self.description or self.name,
+            "priority": self.priority,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +131,7 @@ def _field_string(value: Any) -> str:
 
 # --- small accessors for field getters and table cells -----------------------------------
 
+
 def dig(obj: Any, *path: str | int, default: Any = None) -> Any:
     cur = obj
     for p in path:
@@ -197,14 +203,21 @@ def _name_cell(obj: dict) -> str:
     return dig(obj, "metadata", "name", default="")
 
 
-NAME = Column("Name", "string", _name_cell, format="name",
-              description="Name must be unique within a namespace.")
-AGE = Column("Age", "string", _age_cell,
-             description="CreationTimestamp is a timestamp representing the server time when this object was created.")
+NAME = Column("Name", "string", _name_cell, format="name", description="Name must be unique within a namespace.")
+AGE = Column(
+    "Age",
+    "string",
+    _age_cell,
+    description="CreationTimestamp is a timestamp representing the server time when this object was created.",
+)
 DEFAULT_COLUMNS = (
     NAME,
-    Column("Created At", "date", lambda o: dig(o, "metadata", "creationTimestamp", default=""),
-           description="CreationTimestamp is a timestamp representing the server time when this object was created."),
+    Column(
+        "Created At",
+        "date",
+        lambda o: dig(o, "metadata", "creationTimestamp", default=""),
+        description="CreationTimestamp is a timestamp representing the server time when this object was created.",
+    ),
 )
 
 
@@ -215,6 +228,7 @@ def _join(values: Iterable[Any], empty: str = "<none>") -> str:
 
 # --- per-kind cells ------------------------------------------------------------------
 
+
 def pod_ready(obj: dict) -> str:
     statuses = dig(obj, "status", "containerStatuses", default=[]) or []
     total = len(dig(obj, "spec", "containers", default=[]) or [])
@@ -223,8 +237,7 @@ def pod_ready(obj: dict) -> str:
 
 
 def pod_restarts(obj: dict) -> int:
-    return sum(int(s.get("restartCount", 0) or 0)
-               for s in dig(obj, "status", "containerStatuses", default=[]) or [])
+    return sum(int(s.get("restartCount", 0) or 0) for s in dig(obj, "status", "containerStatuses", default=[]) or [])
 
 
 def pod_status_reason(obj: dict) -> str:
@@ -240,8 +253,9 @@ def pod_status_reason(obj: dict) -> str:
         if term and term.get("exitCode", 0) == 0:
             continue
         if term:
-            r = term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal")
-                                       else f"ExitCode:{term.get('exitCode', 0)}")
+            r = term.get("reason") or (
+                f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode', 0)}"
+            )
             reason = "Init:" + r
         elif (state.get("waiting") or {}).get("reason") not in (None, "", "PodInitializing"):
             reason = "Init:" + state["waiting"]["reason"]
@@ -259,8 +273,7 @@ def pod_status_reason(obj: dict) -> str:
             elif term and term.get("reason"):
                 reason = term["reason"]
             elif term:
-                reason = (f"Signal:{term['signal']}" if term.get("signal")
-                          else f"ExitCode:{term.get('exitCode', 0)}")
+                reason = f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode', 0)}"
             elif state.get("running") and cs.get("ready"):
                 has_running = True
         if reason == "Completed" and has_running:
@@ -282,7 +295,7 @@ def node_status(obj: dict) -> str:
 def node_roles(obj: dict) -> str:
     labels = dig(obj, "metadata", "labels", default={}) or {}
     prefix = f"node-role.{names.DOMAIN}/"
-    roles = sorted(k[len(prefix):] for k in labels if k.startswith(prefix) and k[len(prefix):])
+    roles = sorted(k[len(prefix) :] for k in labels if k.startswith(prefix) and k[len(prefix) :])
     return ",".join(roles) if roles else "<none>"
 
 
@@ -292,6 +305,7 @@ def _node_address(kind: str) -> Callable[[dict], str]:
             if a.get("type") == kind:
                 return a.get("address", "")
         return "<none>"
+
     return cell
 
 
@@ -407,14 +421,17 @@ def _job_duration(obj: dict) -> str:
         return ""
     end = dig(obj, "status", "completionTime")
     t0 = _dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
-    t1 = (_dt.datetime.fromisoformat(end.replace("Z", "+00:00")) if end
-          else _dt.datetime.now(_dt.timezone.utc))
+    t1 = _dt.datetime.fromisoformat(end.replace("Z", "+00:00")) if end else _dt.datetime.now(_dt.timezone.utc)
     return human_duration((t1 - t0).total_seconds())
 
 
 def _event_last_seen(obj: dict) -> str:
-    ts = (obj.get("lastTimestamp") or obj.get("eventTime") or dig(obj, "series", "lastObservedTime")
-          or dig(obj, "metadata", "creationTimestamp"))
+    ts = (
+        obj.get("lastTimestamp")
+        or obj.get("eventTime")
+        or dig(obj, "series", "lastObservedTime")
+        or dig(obj, "metadata", "creationTimestamp")
+    )
     return age(ts)
 
 
@@ -455,18 +472,22 @@ def _or_none(fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
     def cell(obj: dict) -> Any:
         v = fn(obj)
         return "<none>" if v in (None, "") else v
+
     return cell
 
 
-def col(name: str, typ: str, fn: Callable[[dict], Any], priority: int = 0, description: str = "",
-        fmt: str = "") -> Column:
+def col(
+    name: str, typ: str, fn: Callable[[dict], Any], priority: int = 0, description: str = "", fmt: str = ""
+) -> Column:
     return Column(name, typ, fn, priority=priority, description=description, format=fmt)
 
 
 # --- the declarations ---------------------------------------------------------------
 
-def _sub(name: str, kind: str, verbs: tuple[str, ...] = ("get", "patch", "update"), group: str = "",
-         version: str = "") -> Subresource:
+
+def _sub(
+    name: str, kind: str, verbs: tuple[str, ...] = ("get", "patch", "update"), group: str = "", version: str = ""
+) -> Subresource:
     return Subresource(name, kind, verbs, group, version)
 
 
@@ -482,263 +503,698 @@ _CORE = names.CORE_GROUP
 
 KINDS: tuple[KindInfo, ...] = (
     # core v1 --------------------------------------------------------------------------
-    KindInfo(_CORE, "v1", "namespaces", "Namespace", False, short_names=("ns",),
-             verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-             subresources=(_status("Namespace"), _sub("finalize", "Namespace", ("update",))),
-             field_getters={"status.phase": _getter("status", "phase")},
-             columns=(NAME, col("Status", "string", _getter("status", "phase"),
-                                description="The status of the namespace"), AGE)),
-    KindInfo(_CORE, "v1", "pods", "Pod", True, short_names=("po",), categories=("all",),
-             subresources=(_status("Pod"), _sub("binding", "Binding", ("create",)),
-                           _sub("eviction", "Eviction", ("create",), group="policy", version="v1"),
-                           _sub("log", "Pod", ("get",)),
-                           _sub("exec", "PodExecOptions", ("create", "get")),
-                           _sub("attach", "PodAttachOptions", ("create", "get")),
-                           _sub("portforward", "PodPortForwardOptions", ("create", "get"))),
-             field_getters={
-                 "spec.nodeName": _getter("spec", "nodeName"),
-                 "spec.restartPolicy": _getter("spec", "restartPolicy"),
-                 "spec.schedulerName": _getter("spec", "schedulerName"),
-                 "spec.serviceAccountName": _getter("spec", "serviceAccountName"),
-                 "spec.hostNetwork": lambda o: bool(dig(o, "spec", "hostNetwork", default=False)),
-                 "status.phase": _getter("status", "phase"),
-                 "status.podIP": _getter("status", "podIP"),
-                 "status.nominatedNodeName": _getter("status", "nominatedNodeName"),
-             },
-             columns=(NAME,
-                      col("Ready", "string", pod_ready, description="The aggregate readiness state of this pod for accepting traffic."),
-                      col("Status", "string", pod_status_reason, description="The aggregate status of the containers in this pod."),
-                      col("Restarts", "string", lambda o: str(pod_restarts(o)), description="The number of times the containers in this pod have been restarted."),
-                      AGE,
-                      col("IP", "string", _or_none(_getter("status", "podIP")), 1, "IP address allocated to the pod."),
-                      col("Node", "string", _or_none(_getter("spec", "nodeName")), 1, "Name of the node the pod is assigned to."),
-                      col("Nominated Node", "string", _pod_nominated, 1, "Name of the node the pod was nominated to."),
-                      col("Readiness Gates", "string", _pod_gates, 1, "The pod's readiness gates."))),
-    KindInfo(_CORE, "v1", "nodes", "Node", False, short_names=("no",),
-             subresources=(_status("Node"),),
-             field_getters={"spec.unschedulable": lambda o: bool(dig(o, "spec", "unschedulable", default=False))},
-             columns=(NAME, col("Status", "string", node_status, description="The status of the node"),
-                      col("Roles", "string", node_roles, description="The roles of the node"),
-                      AGE,
-                      col("Version", "string", _getter("status", "nodeInfo", "kubeletVersion"),
-                          description="Agent version reported by the node."),
-                      col("Internal-IP", "string", _node_address("InternalIP"), 1),
-                      col("External-IP", "string", _node_address("ExternalIP"), 1),
-                      col("OS-Image", "string", _or_none(_getter("status", "nodeInfo", "osImage")), 1),
-                      col("Kernel-Version", "string", _or_none(_getter("status", "nodeInfo", "kernelVersion")), 1),
-                      col("Container-Runtime", "string",
-                          _or_none(_getter("status", "nodeInfo", "containerRuntimeVersion")), 1))),
-    KindInfo(_CORE, "v1", "services", "Service", True, short_names=("svc",), categories=("all",),
-             create_on_update=True,
-             subresources=(_status("Service"),),
-             field_getters={"spec.clusterIP": _getter("spec", "clusterIP"),
-                            "spec.type": _getter("spec", "type")},
-             columns=(NAME, col("Type", "string", _getter("spec", "type")),
-                      col("Cluster-IP", "string", _or_none(_getter("spec", "clusterIP"))),
-                      col("External-IP", "string", _service_external_ip),
-                      col("Port(s)", "string", _service_ports), AGE,
-                      col("Selector", "string", lambda o: _selector_text(dig(o, "spec", "selector")), 1))),
-    KindInfo(_CORE, "v1", "endpoints", "Endpoints", True, short_names=("ep",), singular="endpoints",
-             create_on_update=True,
-             columns=(NAME, col("Endpoints", "string", _endpoints_cell), AGE)),
-    KindInfo(_CORE, "v1", "configmaps", "ConfigMap", True, short_names=("cm",),
-             columns=(NAME, col("Data", "integer", _data_count), AGE)),
-    KindInfo(_CORE, "v1", "secrets", "Secret", True,
-             field_getters={"type": _getter("type")},
-             columns=(NAME, col("Type", "string", _getter("type")), col("Data", "integer", _data_count), AGE)),
-    KindInfo(_CORE, "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",),
-             subresources=(_sub("token", "TokenRequest", ("create",), group=names.AUTHENTICATION_GROUP, version="v1"),),
-             columns=(NAME, col("Secrets", "integer", lambda o: len(o.get("secrets") or [])), AGE)),
-    KindInfo(_CORE, "v1", "events", "Event", True, short_names=("ev",),
-             create_on_update=True,
-             field_getters={
-                 "involvedObject.kind": _getter("involvedObject", "kind"),
-                 "involvedObject.namespace": _getter("involvedObject", "namespace"),
-                 "involvedObject.name": _getter("involvedObject", "name"),
-                 "involvedObject.uid": _getter("involvedObject", "uid"),
-                 "involvedObject.apiVersion": _getter("involvedObject", "apiVersion"),
-                 "involvedObject.resourceVersion": _getter("involvedObject", "resourceVersion"),
-                 "involvedObject.fieldPath": _getter("involvedObject", "fieldPath"),
-                 "reason": _getter("reason"),
-                 "reportingComponent": _getter("reportingComponent"),
-                 "source": _getter("source", "component"),
-                 "type": _getter("type"),
-             },
-             columns=(col("Last Seen", "string", _event_last_seen), col("Type", "string", _getter("type")),
-                      col("Reason", "string", _getter("reason")), col("Object", "string", _event_object),
-                      col("Message", "string", _getter("message")),
-                      col("Source", "string", _getter("source", "component"), 1),
-                      col("First Seen", "string", lambda o: age(o.get("firstTimestamp") or o.get("eventTime")), 1),
-                      col("Count", "integer", _event_count, 1), NAME)),
-    KindInfo(_CORE, "v1", "limitranges", "LimitRange", True, short_names=("limits",), create_on_update=True,
-             columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
-    KindInfo(_CORE, "v1", "resourcequotas", "ResourceQuota", True, short_names=("quota",),
-             subresources=(_status("ResourceQuota"),), columns=(NAME, AGE)),
-    KindInfo(_CORE, "v1", "persistentvolumes", "PersistentVolume", False, short_names=("pv",),
-             subresources=(_status("PersistentVolume"),),
-             columns=(NAME, col("Capacity", "string", _getter("spec", "capacity", "storage")),
-                      col("Access Modes", "string", lambda o: _join(dig(o, "spec", "accessModes", default=[]) or [], "")),
-                      col("Reclaim Policy", "string", _getter("spec", "persistentVolumeReclaimPolicy")),
-                      col("Status", "string", _getter("status", "phase")),
-                      col("Claim", "string", lambda o: (f"{dig(o, 'spec', 'claimRef', 'namespace')}/{dig(o, 'spec', 'claimRef', 'name')}"
-                                                        if dig(o, "spec", "claimRef") else "")),
-                      col("StorageClass", "string", _getter("spec", "storageClassName")), AGE)),
-    KindInfo(_CORE, "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, short_names=("pvc",),
-             subresources=(_status("PersistentVolumeClaim"),),
-             columns=(NAME, col("Status", "string", _getter("status", "phase")),
-                      col("Volume", "string", _getter("spec", "volumeName")),
-                      col("Capacity", "string", _getter("status", "capacity", "storage")),
-                      col("StorageClass", "string", _getter("spec", "storageClassName")), AGE)),
-    KindInfo(_CORE, "v1", "podtemplates", "PodTemplate", True,
-             columns=(col("Template", "string", _name_cell, fmt="name"),
-                      col("Containers", "string", _containers_cell(("template", "spec", "containers"), "name")),
-                      col("Images", "string", _containers_cell(("template", "spec", "containers"), "image")),
-                      col("Pod Labels", "string", lambda o: _selector_text(dig(o, "template", "metadata", "labels"))))),
-    KindInfo(_CORE, "v1", "replicationcontrollers", "ReplicationController", True, short_names=("rc",),
-             categories=("all",), subresources=(_status("ReplicationController"), _scale()),
-             field_getters={"status.replicas": _getter("status", "replicas")},
-             columns=(NAME, col("Desired", "integer", _replicas),
-                      col("Current", "integer", lambda o: dig(o, "status", "replicas", default=0)),
-                      col("Ready", "integer", lambda o: dig(o, "status", "readyReplicas", default=0)), AGE)),
+    KindInfo(
+        _CORE,
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        short_names=("ns",),
+        verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+        subresources=(_status("Namespace"), _sub("finalize", "Namespace", ("update",))),
+        field_getters={"status.phase": _getter("status", "phase")},
+        columns=(
+            NAME,
+            col("Status", "string", _getter("status", "phase"), description="The status of the namespace"),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        short_names=("po",),
+        categories=("all",),
+        subresources=(
+            _status("Pod"),
+            _sub("binding", "Binding", ("create",)),
+            _sub("eviction", "Eviction", ("create",), group="policy", version="v1"),
+            _sub("log", "Pod", ("get",)),
+            _sub("exec", "PodExecOptions", ("create", "get")),
+            _sub("attach", "PodAttachOptions", ("create", "get")),
+            _sub("portforward", "PodPortForwardOptions", ("create", "get")),
+        ),
+        field_getters={
+            "spec.nodeName": _getter("spec", "nodeName"),
+            "spec.restartPolicy": _getter("spec", "restartPolicy"),
+            "spec.schedulerName": _getter("spec", "schedulerName"),
+            "spec.serviceAccountName": _getter("spec", "serviceAccountName"),
+            "spec.hostNetwork": lambda o: bool(dig(o, "spec", "hostNetwork", default=False)),
+            "status.phase": _getter("status", "phase"),
+            "status.podIP": _getter("status", "podIP"),
+            "status.nominatedNodeName": _getter("status", "nominatedNodeName"),
+        },
+        columns=(
+            NAME,
+            col(
+                "Ready",
+                "string",
+                pod_ready,
+                description="The aggregate readiness state of this pod for accepting traffic.",
+            ),
+            col(
+                "Status", "string", pod_status_reason, description="The aggregate status of the containers in this pod."
+            ),
+            col(
+                "Restarts",
+                "string",
+                lambda o: str(pod_restarts(o)),
+                description="The number of times the containers in this pod have been restarted.",
+            ),
+            AGE,
+            col("IP", "string", _or_none(_getter("status", "podIP")), 1, "IP address allocated to the pod."),
+            col("Node", "string", _or_none(_getter("spec", "nodeName")), 1, "Name of the node the pod is assigned to."),
+            col("Nominated Node", "string", _pod_nominated, 1, "Name of the node the pod was nominated to."),
+            col("Readiness Gates", "string", _pod_gates, 1, "The pod's readiness gates."),
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "nodes",
+        "Node",
+        False,
+        short_names=("no",),
+        subresources=(_status("Node"),),
+        field_getters={"spec.unschedulable": lambda o: bool(dig(o, "spec", "unschedulable", default=False))},
+        columns=(
+            NAME,
+            col("Status", "string", node_status, description="The status of the node"),
+            col("Roles", "string", node_roles, description="The roles of the node"),
+            AGE,
+            col(
+                "Version",
+                "string",
+                _getter("status", "nodeInfo", "kubeletVersion"),
+                description="Agent version reported by the node.",
+            ),
+            col("Internal-IP", "string", _node_address("InternalIP"), 1),
+            col("External-IP", "string", _node_address("ExternalIP"), 1),
+            col("OS-Image", "string", _or_none(_getter("status", "nodeInfo", "osImage")), 1),
+            col("Kernel-Version", "string", _or_none(_getter("status", "nodeInfo", "kernelVersion")), 1),
+            col("Container-Runtime", "string", _or_none(_getter("status", "nodeInfo", "containerRuntimeVersion")), 1),
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "services",
+        "Service",
+        True,
+        short_names=("svc",),
+        categories=("all",),
+        create_on_update=True,
+        subresources=(_status("Service"),),
+        field_getters={"spec.clusterIP": _getter("spec", "clusterIP"), "spec.type": _getter("spec", "type")},
+        columns=(
+            NAME,
+            col("Type", "string", _getter("spec", "type")),
+            col("Cluster-IP", "string", _or_none(_getter("spec", "clusterIP"))),
+            col("External-IP", "string", _service_external_ip),
+            col("Port(s)", "string", _service_ports),
+            AGE,
+            col("Selector", "string", lambda o: _selector_text(dig(o, "spec", "selector")), 1),
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "endpoints",
+        "Endpoints",
+        True,
+        short_names=("ep",),
+        singular="endpoints",
+        create_on_update=True,
+        columns=(NAME, col("Endpoints", "string", _endpoints_cell), AGE),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "configmaps",
+        "ConfigMap",
+        True,
+        short_names=("cm",),
+        columns=(NAME, col("Data", "integer", _data_count), AGE),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "secrets",
+        "Secret",
+        True,
+        field_getters={"type": _getter("type")},
+        columns=(NAME, col("Type", "string", _getter("type")), col("Data", "integer", _data_count), AGE),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        True,
+        short_names=("sa",),
+        subresources=(_sub("token", "TokenRequest", ("create",), group=names.AUTHENTICATION_GROUP, version="v1"),),
+        columns=(NAME, col("Secrets", "integer", lambda o: len(o.get("secrets") or [])), AGE),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "events",
+        "Event",
+        True,
+        short_names=("ev",),
+        create_on_update=True,
+        field_getters={
+            "involvedObject.kind": _getter("involvedObject", "kind"),
+            "involvedObject.namespace": _getter("involvedObject", "namespace"),
+            "involvedObject.name": _getter("involvedObject", "name"),
+            "involvedObject.uid": _getter("involvedObject", "uid"),
+            "involvedObject.apiVersion": _getter("involvedObject", "apiVersion"),
+            "involvedObject.resourceVersion": _getter("involvedObject", "resourceVersion"),
+            "involvedObject.fieldPath": _getter("involvedObject", "fieldPath"),
+            "reason": _getter("reason"),
+            "reportingComponent": _getter("reportingComponent"),
+            "source": _getter("source", "component"),
+            "type": _getter("type"),
+        },
+        columns=(
+            col("Last Seen", "string", _event_last_seen),
+            col("Type", "string", _getter("type")),
+            col("Reason", "string", _getter("reason")),
+            col("Object", "string", _event_object),
+            col("Message", "string", _getter("message")),
+            col("Source", "string", _getter("source", "component"), 1),
+            col("First Seen", "string", lambda o: age(o.get("firstTimestamp") or o.get("eventTime")), 1),
+            col("Count", "integer", _event_count, 1),
+            NAME,
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "limitranges",
+        "LimitRange",
+        True,
+        short_names=("limits",),
+        create_on_update=True,
+        columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp"))),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "resourcequotas",
+        "ResourceQuota",
+        True,
+        short_names=("quota",),
+        subresources=(_status("ResourceQuota"),),
+        columns=(NAME, AGE),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "persistentvolumes",
+        "PersistentVolume",
+        False,
+        short_names=("pv",),
+        subresources=(_status("PersistentVolume"),),
+        columns=(
+            NAME,
+            col("Capacity", "string", _getter("spec", "capacity", "storage")),
+            col("Access Modes", "string", lambda o: _join(dig(o, "spec", "accessModes", default=[]) or [], "")),
+            col("Reclaim Policy", "string", _getter("spec", "persistentVolumeReclaimPolicy")),
+            col("Status", "string", _getter("status", "phase")),
+            col(
+                "Claim",
+                "string",
+                lambda o: (
+                    f"{dig(o, 'spec', 'claimRef', 'namespace')}/{dig(o, 'spec', 'claimRef', 'name')}"
+                    if dig(o, "spec", "claimRef")
+                    else ""
+                ),
+            ),
+            col("StorageClass", "string", _getter("spec", "storageClassName")),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        True,
+        short_names=("pvc",),
+        subresources=(_status("PersistentVolumeClaim"),),
+        columns=(
+            NAME,
+            col("Status", "string", _getter("status", "phase")),
+            col("Volume", "string", _getter("spec", "volumeName")),
+            col("Capacity", "string", _getter("status", "capacity", "storage")),
+            col("StorageClass", "string", _getter("spec", "storageClassName")),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "podtemplates",
+        "PodTemplate",
+        True,
+        columns=(
+            col("Template", "string", _name_cell, fmt="name"),
+            col("Containers", "string", _containers_cell(("template", "spec", "containers"), "name")),
+            col("Images", "string", _containers_cell(("template", "spec", "containers"), "image")),
+            col("Pod Labels", "string", lambda o: _selector_text(dig(o, "template", "metadata", "labels"))),
+        ),
+    ),
+    KindInfo(
+        _CORE,
+        "v1",
+        "replicationcontrollers",
+        "ReplicationController",
+        True,
+        short_names=("rc",),
+        categories=("all",),
+        subresources=(_status("ReplicationController"), _scale()),
+        field_getters={"status.replicas": _getter("status", "replicas")},
+        columns=(
+            NAME,
+            col("Desired", "integer", _replicas),
+            col("Current", "integer", lambda o: dig(o, "status", "replicas", default=0)),
+            col("Ready", "integer", lambda o: dig(o, "status", "readyReplicas", default=0)),
+            AGE,
+        ),
+    ),
     # apps/v1 ---------------------------------------------------------------------------
-    KindInfo("apps", "v1", "deployments", "Deployment", True, short_names=("deploy",), categories=("all",),
-             subresources=(_status("Deployment"), _scale()),
-             columns=(NAME, col("Ready", "string", _ready_of),
-                      col("Up-to-date", "integer", lambda o: dig(o, "status", "updatedReplicas", default=0)),
-                      col("Available", "integer", lambda o: dig(o, "status", "availableReplicas", default=0)), AGE,
-                      col("Containers", "string", _containers_cell(("spec", "template", "spec", "containers"), "name"), 1),
-                      col("Images", "string", _containers_cell(("spec", "template", "spec", "containers"), "image"), 1),
-                      col("Selector", "string", lambda o: label_selector_text(dig(o, "spec", "selector")), 1))),
-    KindInfo("apps", "v1", "replicasets", "ReplicaSet", True, short_names=("rs",), categories=("all",),
-             subresources=(_status("ReplicaSet"), _scale()),
-             field_getters={"status.replicas": _getter("status", "replicas")},
-             columns=(NAME, col("Desired", "integer", _replicas),
-                      col("Current", "integer", lambda o: dig(o, "status", "replicas", default=0)),
-                      col("Ready", "integer", lambda o: dig(o, "status", "readyReplicas", default=0)), AGE)),
-    KindInfo("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",), categories=("all",),
-             subresources=(_status("DaemonSet"),),
-             columns=(NAME, col("Desired", "integer", lambda o: dig(o, "status", "desiredNumberScheduled", default=0)),
-                      col("Current", "integer", lambda o: dig(o, "status", "currentNumberScheduled", default=0)),
-                      col("Ready", "integer", lambda o: dig(o, "status", "numberReady", default=0)),
-                      col("Up-to-date", "integer", lambda o: dig(o, "status", "updatedNumberScheduled", default=0)),
-                      col("Available", "integer", lambda o: dig(o, "status", "numberAvailable", default=0)),
-                      col("Node Selector", "string", lambda o: _selector_text(dig(o, "spec", "template", "spec", "nodeSelector"))),
-                      AGE)),
-    KindInfo("apps", "v1", "statefulsets", "StatefulSet", True, short_names=("sts",), categories=("all",),
-             subresources=(_status("StatefulSet"), _scale()),
-             columns=(NAME, col("Ready", "string", _ready_of), AGE)),
-    KindInfo("apps", "v1", "controllerrevisions", "ControllerRevision", True,
-             columns=(NAME, col("Controller", "string", lambda o: _join(
-                 f"{(r.get('kind') or '').lower()}.{(r.get('apiVersion') or '').split('/')[0]}/{r.get('name')}"
-                 for r in dig(o, "metadata", "ownerReferences", default=[]) or [] if r.get("controller"))),
-                      col("Revision", "integer", _getter("revision")), AGE)),
+    KindInfo(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        True,
+        short_names=("deploy",),
+        categories=("all",),
+        subresources=(_status("Deployment"), _scale()),
+        columns=(
+            NAME,
+            col("Ready", "string", _ready_of),
+            col("Up-to-date", "integer", lambda o: dig(o, "status", "updatedReplicas", default=0)),
+            col("Available", "integer", lambda o: dig(o, "status", "availableReplicas", default=0)),
+            AGE,
+            col("Containers", "string", _containers_cell(("spec", "template", "spec", "containers"), "name"), 1),
+            col("Images", "string", _containers_cell(("spec", "template", "spec", "containers"), "image"), 1),
+            col("Selector", "string", lambda o: label_selector_text(dig(o, "spec", "selector")), 1),
+        ),
+    ),
+    KindInfo(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        True,
+        short_names=("rs",),
+        categories=("all",),
+        subresources=(_status("ReplicaSet"), _scale()),
+        field_getters={"status.replicas": _getter("status", "replicas")},
+        columns=(
+            NAME,
+            col("Desired", "integer", _replicas),
+            col("Current", "integer", lambda o: dig(o, "status", "replicas", default=0)),
+            col("Ready", "integer", lambda o: dig(o, "status", "readyReplicas", default=0)),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        "apps",
+        "v1",
+        "daemonsets",
+        "DaemonSet",
+        True,
+        short_names=("ds",),
+        categories=("all",),
+        subresources=(_status("DaemonSet"),),
+        columns=(
+            NAME,
+            col("Desired", "integer", lambda o: dig(o, "status", "desiredNumberScheduled", default=0)),
+            col("Current", "integer", lambda o: dig(o, "status", "currentNumberScheduled", default=0)),
+            col("Ready", "integer", lambda o: dig(o, "status", "numberReady", default=0)),
+            col("Up-to-date", "integer", lambda o: dig(o, "status", "updatedNumberScheduled", default=0)),
+            col("Available", "integer", lambda o: dig(o, "status", "numberAvailable", default=0)),
+            col(
+                "Node Selector", "string", lambda o: _selector_text(dig(o, "spec", "template", "spec", "nodeSelector"))
+            ),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        True,
+        short_names=("sts",),
+        categories=("all",),
+        subresources=(_status("StatefulSet"), _scale()),
+        columns=(NAME, col("Ready", "string", _ready_of), AGE),
+    ),
+    KindInfo(
+        "apps",
+        "v1",
+        "controllerrevisions",
+        "ControllerRevision",
+        True,
+        columns=(
+            NAME,
+            col(
+                "Controller",
+                "string",
+                lambda o: _join(
+                    f"{(r.get('kind') or '').lower()}.{(r.get('apiVersion') or '').split('/')[0]}/{r.get('name')}"
+                    for r in dig(o, "metadata", "ownerReferences", default=[]) or []
+                    if r.get("controller")
+                ),
+            ),
+            col("Revision", "integer", _getter("revision")),
+            AGE,
+        ),
+    ),
     # batch/v1 --------------------------------------------------------------------------
-    KindInfo("batch", "v1", "jobs", "Job", True, categories=("all",), subresources=(_status("Job"),),
-             field_getters={"status.successful": _getter("status", "succeeded")},
-             columns=(NAME, col("Status", "string", _job_status), col("Completions", "string", _job_completions),
-                      col("Duration", "string", _job_duration), AGE)),
-    KindInfo("batch", "v1", "cronjobs", "CronJob", True, short_names=("cj",), categories=("all",),
-             subresources=(_status("CronJob"),),
-             columns=(NAME, col("Schedule", "string", _getter("spec", "schedule")),
-                      col("Timezone", "string", _or_none(_getter("spec", "timeZone"))),
-                      col("Suspend", "boolean", lambda o: bool(dig(o, "spec", "suspend", default=False))),
-                      col("Active", "integer", lambda o: len(dig(o, "status", "active", default=[]) or [])),
-                      col("Last Schedule", "string", lambda o: age(dig(o, "status", "lastScheduleTime"))
-                          if dig(o, "status", "lastScheduleTime") else "<none>"), AGE)),
+    KindInfo(
+        "batch",
+        "v1",
+        "jobs",
+        "Job",
+        True,
+        categories=("all",),
+        subresources=(_status("Job"),),
+        field_getters={"status.successful": _getter("status", "succeeded")},
+        columns=(
+            NAME,
+            col("Status", "string", _job_status),
+            col("Completions", "string", _job_completions),
+            col("Duration", "string", _job_duration),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        "batch",
+        "v1",
+        "cronjobs",
+        "CronJob",
+        True,
+        short_names=("cj",),
+        categories=("all",),
+        subresources=(_status("CronJob"),),
+        columns=(
+            NAME,
+            col("Schedule", "string", _getter("spec", "schedule")),
+            col("Timezone", "string", _or_none(_getter("spec", "timeZone"))),
+            col("Suspend", "boolean", lambda o: bool(dig(o, "spec", "suspend", default=False))),
+            col("Active", "integer", lambda o: len(dig(o, "status", "active", default=[]) or [])),
+            col(
+                "Last Schedule",
+                "string",
+                lambda o: (
+                    age(dig(o, "status", "lastScheduleTime")) if dig(o, "status", "lastScheduleTime") else "<none>"
+                ),
+            ),
+            AGE,
+        ),
+    ),
     # coordination / events / discovery --------------------------------------------------
-    KindInfo(names.COORDINATION_GROUP, "v1", "leases", "Lease", True,
-             create_on_update=True,
-             columns=(NAME, col("Holder", "string", _getter("spec", "holderIdentity")), AGE)),
-    KindInfo(names.EVENTS_GROUP, "v1", "events", "Event", True, short_names=("ev",),
-             create_on_update=True,
-             field_getters={
-                 "regarding.kind": _getter("regarding", "kind"),
-                 "regarding.namespace": _getter("regarding", "namespace"),
-                 "regarding.name": _getter("regarding", "name"),
-                 "regarding.uid": _getter("regarding", "uid"),
-                 "reason": _getter("reason"),
-                 "reportingController": _getter("reportingController"),
-                 "type": _getter("type"),
-             }),
-    KindInfo(names.DISCOVERY_GROUP, "v1", "endpointslices", "EndpointSlice", True,
-             columns=(NAME, col("AddressType", "string", _getter("addressType")),
-                      col("Ports", "string", lambda o: _join((p.get("port") for p in o.get("ports") or []), "<unset>")),
-                      col("Endpoints", "string", lambda o: _join(
-                          (a for e in o.get("endpoints") or [] for a in e.get("addresses") or []), "<unset>")), AGE)),
+    KindInfo(
+        names.COORDINATION_GROUP,
+        "v1",
+        "leases",
+        "Lease",
+        True,
+        create_on_update=True,
+        columns=(NAME, col("Holder", "string", _getter("spec", "holderIdentity")), AGE),
+    ),
+    KindInfo(
+        names.EVENTS_GROUP,
+        "v1",
+        "events",
+        "Event",
+        True,
+        short_names=("ev",),
+        create_on_update=True,
+        field_getters={
+            "regarding.kind": _getter("regarding", "kind"),
+            "regarding.namespace": _getter("regarding", "namespace"),
+            "regarding.name": _getter("regarding", "name"),
+            "regarding.uid": _getter("regarding", "uid"),
+            "reason": _getter("reason"),
+            "reportingController": _getter("reportingController"),
+            "type": _getter("type"),
+        },
+    ),
+    KindInfo(
+        names.DISCOVERY_GROUP,
+        "v1",
+        "endpointslices",
+        "EndpointSlice",
+        True,
+        columns=(
+            NAME,
+            col("AddressType", "string", _getter("addressType")),
+            col("Ports", "string", lambda o: _join((p.get("port") for p in o.get("ports") or []), "<unset>")),
+            col(
+                "Endpoints",
+                "string",
+                lambda o: _join((a for e in o.get("endpoints") or [] for a in e.get("addresses") or []), "<unset>"),
+            ),
+            AGE,
+        ),
+    ),
     # networking ------------------------------------------------------------------------
-    KindInfo(names.NETWORKING_GROUP, "v1", "ingresses", "Ingress", True, short_names=("ing",),
-             subresources=(_status("Ingress"),),
-             columns=(NAME, col("Class", "string", _or_none(_getter("spec", "ingressClassName"))),
-                      col("Hosts", "string", lambda o: _join((r.get("host") for r in dig(o, "spec", "rules", default=[]) or []), "*")),
-                      col("Address", "string", lambda o: _join(
-                          (i.get("ip") or i.get("hostname") for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []), "")),
-                      col("Ports", "string", lambda o: "80, 443" if dig(o, "spec", "tls") else "80"), AGE)),
-    KindInfo(names.NETWORKING_GROUP, "v1", "ingressclasses", "IngressClass", False,
-             columns=(NAME, col("Controller", "string", _getter("spec", "controller")),
-                      col("Parameters", "string", lambda o: "<none>" if not dig(o, "spec", "parameters") else
-                          f"{dig(o, 'spec', 'parameters', 'kind')}/{dig(o, 'spec', 'parameters', 'name')}"), AGE)),
-    KindInfo(names.NETWORKING_GROUP, "v1", "networkpolicies", "NetworkPolicy", True, short_names=("netpol",),
-             columns=(NAME, col("Pod-Selector", "string", lambda o: label_selector_text(dig(o, "spec", "podSelector"))), AGE)),
+    KindInfo(
+        names.NETWORKING_GROUP,
+        "v1",
+        "ingresses",
+        "Ingress",
+        True,
+        short_names=("ing",),
+        subresources=(_status("Ingress"),),
+        columns=(
+            NAME,
+            col("Class", "string", _or_none(_getter("spec", "ingressClassName"))),
+            col(
+                "Hosts",
+                "string",
+                lambda o: _join((r.get("host") for r in dig(o, "spec", "rules", default=[]) or []), "*"),
+            ),
+            col(
+                "Address",
+                "string",
+                lambda o: _join(
+                    (
+                        i.get("ip") or i.get("hostname")
+                        for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []
+                    ),
+                    "",
+                ),
+            ),
+            col("Ports", "string", lambda o: "80, 443" if dig(o, "spec", "tls") else "80"),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.NETWORKING_GROUP,
+        "v1",
+        "ingressclasses",
+        "IngressClass",
+        False,
+        columns=(
+            NAME,
+            col("Controller", "string", _getter("spec", "controller")),
+            col(
+                "Parameters",
+                "string",
+                lambda o: (
+                    "<none>"
+                    if not dig(o, "spec", "parameters")
+                    else f"{dig(o, 'spec', 'parameters', 'kind')}/{dig(o, 'spec', 'parameters', 'name')}"
+                ),
+            ),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.NETWORKING_GROUP,
+        "v1",
+        "networkpolicies",
+        "NetworkPolicy",
+        True,
+        short_names=("netpol",),
+        columns=(
+            NAME,
+            col("Pod-Selector", "string", lambda o: label_selector_text(dig(o, "spec", "podSelector"))),
+            AGE,
+        ),
+    ),
     # certificates ----------------------------------------------------------------------
-    KindInfo(names.CERTIFICATES_GROUP, "v1", "certificatesigningrequests", "CertificateSigningRequest", False,
-             short_names=("csr",),
-             subresources=(_status("CertificateSigningRequest"),
-                           _sub("approval", "CertificateSigningRequest")),
-             field_getters={"spec.signerName": _getter("spec", "signerName")},
-             columns=(NAME, AGE, col("SignerName", "string", _getter("spec", "signerName")),
-                      col("Requestor", "string", _getter("spec", "username")),
-                      col("RequestedDuration", "string", _csr_duration),
-                      col("Condition", "string", _csr_condition))),
+    KindInfo(
+        names.CERTIFICATES_GROUP,
+        "v1",
+        "certificatesigningrequests",
+        "CertificateSigningRequest",
+        False,
+        short_names=("csr",),
+        subresources=(_status("CertificateSigningRequest"), _sub("approval", "CertificateSigningRequest")),
+        field_getters={"spec.signerName": _getter("spec", "signerName")},
+        columns=(
+            NAME,
+            AGE,
+            col("SignerName", "string", _getter("spec", "signerName")),
+            col("Requestor", "string", _getter("spec", "username")),
+            col("RequestedDuration", "string", _csr_duration),
+            col("Condition", "string", _csr_condition),
+        ),
+    ),
     # rbac ------------------------------------------------------------------------------
-    KindInfo(names.RBAC_GROUP, "v1", "roles", "Role", True, create_on_update=True,
-             columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
-    KindInfo(names.RBAC_GROUP, "v1", "rolebindings", "RoleBinding", True, create_on_update=True,
-             columns=(NAME, col("Role", "string", _role_ref), AGE,
-                      col("Users", "string", lambda o: _subjects(o, "User"), 1),
-                      col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
-                      col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),
-    KindInfo(names.RBAC_GROUP, "v1", "clusterroles", "ClusterRole", False, create_on_update=True,
-             columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp")))),
-    KindInfo(names.RBAC_GROUP, "v1", "clusterrolebindings", "ClusterRoleBinding", False, create_on_update=True,
-             columns=(NAME, col("Role", "string", _role_ref), AGE,
-                      col("Users", "string", lambda o: _subjects(o, "User"), 1),
-                      col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
-                      col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1))),
+    KindInfo(
+        names.RBAC_GROUP,
+        "v1",
+        "roles",
+        "Role",
+        True,
+        create_on_update=True,
+        columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp"))),
+    ),
+    KindInfo(
+        names.RBAC_GROUP,
+        "v1",
+        "rolebindings",
+        "RoleBinding",
+        True,
+        create_on_update=True,
+        columns=(
+            NAME,
+            col("Role", "string", _role_ref),
+            AGE,
+            col("Users", "string", lambda o: _subjects(o, "User"), 1),
+            col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
+            col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1),
+        ),
+    ),
+    KindInfo(
+        names.RBAC_GROUP,
+        "v1",
+        "clusterroles",
+        "ClusterRole",
+        False,
+        create_on_update=True,
+        columns=(NAME, col("Created At", "date", _getter("metadata", "creationTimestamp"))),
+    ),
+    KindInfo(
+        names.RBAC_GROUP,
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        False,
+        create_on_update=True,
+        columns=(
+            NAME,
+            col("Role", "string", _role_ref),
+            AGE,
+            col("Users", "string", lambda o: _subjects(o, "User"), 1),
+            col("Groups", "string", lambda o: _subjects(o, "Group"), 1),
+            col("ServiceAccounts", "string", lambda o: _subjects(o, "ServiceAccount"), 1),
+        ),
+    ),
     # authorization: create-only reviews, answered by the authorizer and never stored --------
-    KindInfo(names.AUTHORIZATION_GROUP, "v1", "subjectaccessreviews", "SubjectAccessReview", False,
-             verbs=("create",)),
-    KindInfo(names.AUTHORIZATION_GROUP, "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
-             verbs=("create",)),
-    KindInfo(names.AUTHORIZATION_GROUP, "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", True,
-             verbs=("create",)),
-    KindInfo(names.AUTHORIZATION_GROUP, "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False,
-             verbs=("create",)),
+    KindInfo(names.AUTHORIZATION_GROUP, "v1", "subjectaccessreviews", "SubjectAccessReview", False, verbs=("create",)),
+    KindInfo(
+        names.AUTHORIZATION_GROUP, "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, verbs=("create",)
+    ),
+    KindInfo(
+        names.AUTHORIZATION_GROUP,
+        "v1",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+        True,
+        verbs=("create",),
+    ),
+    KindInfo(
+        names.AUTHORIZATION_GROUP, "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, verbs=("create",)
+    ),
     # authentication: create-only reviews, answered by the authenticator and never stored ---
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "tokenreviews", "TokenReview", False, verbs=("create",)),
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=("create",)),
     # node / scheduling / policy / storage / admissionregistration ----------------------
-    KindInfo(names.NODE_GROUP, "v1", "runtimeclasses", "RuntimeClass", False, create_on_update=True,
-             columns=(NAME, col("Handler", "string", _getter("handler")), AGE)),
-    KindInfo(names.SCHEDULING_GROUP, "v1", "priorityclasses", "PriorityClass", False, short_names=("pc",),
-             columns=(NAME, col("Value", "integer", _getter("value")),
-                      col("Global-Default", "boolean", lambda o: bool(o.get("globalDefault", False))), AGE,
-                      col("PreemptionPolicy", "string", _getter("preemptionPolicy")))),
-    KindInfo("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",),
-             subresources=(_status("PodDisruptionBudget"),),
-             columns=(NAME, col("Min Available", "string", _or_none(_getter("spec", "minAvailable"))),
-                      col("Max Unavailable", "string", _or_none(_getter("spec", "maxUnavailable"))),
-                      col("Allowed Disruptions", "integer", lambda o: dig(o, "status", "disruptionsAllowed", default=0)), AGE)),
-    KindInfo(names.STORAGE_GROUP, "v1", "storageclasses", "StorageClass", False, short_names=("sc",),
-             columns=(NAME, col("Provisioner", "string", _getter("provisioner")),
-                      col("ReclaimPolicy", "string", lambda o: o.get("reclaimPolicy") or "Delete"),
-                      col("VolumeBindingMode", "string", lambda o: o.get("volumeBindingMode") or "Immediate"),
-                      col("AllowVolumeExpansion", "boolean", lambda o: bool(o.get("allowVolumeExpansion", False))), AGE)),
-    KindInfo(names.ADMISSIONREGISTRATION_GROUP, "v1", "validatingwebhookconfigurations",
-             "ValidatingWebhookConfiguration", False,
-             columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE)),
-    KindInfo(names.ADMISSIONREGISTRATION_GROUP, "v1", "mutatingwebhookconfigurations",
-             "MutatingWebhookConfiguration", False,
-             columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE)),
+    KindInfo(
+        names.NODE_GROUP,
+        "v1",
+        "runtimeclasses",
+        "RuntimeClass",
+        False,
+        create_on_update=True,
+        columns=(NAME, col("Handler", "string", _getter("handler")), AGE),
+    ),
+    KindInfo(
+        names.SCHEDULING_GROUP,
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        False,
+        short_names=("pc",),
+        columns=(
+            NAME,
+            col("Value", "integer", _getter("value")),
+            col("Global-Default", "boolean", lambda o: bool(o.get("globalDefault", False))),
+            AGE,
+            col("PreemptionPolicy", "string", _getter("preemptionPolicy")),
+        ),
+    ),
+    KindInfo(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        True,
+        short_names=("pdb",),
+        subresources=(_status("PodDisruptionBudget"),),
+        columns=(
+            NAME,
+            col("Min Available", "string", _or_none(_getter("spec", "minAvailable"))),
+            col("Max Unavailable", "string", _or_none(_getter("spec", "maxUnavailable"))),
+            col("Allowed Disruptions", "integer", lambda o: dig(o, "status", "disruptionsAllowed", default=0)),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.STORAGE_GROUP,
+        "v1",
+        "storageclasses",
+        "StorageClass",
+        False,
+        short_names=("sc",),
+        columns=(
+            NAME,
+            col("Provisioner", "string", _getter("provisioner")),
+            col("ReclaimPolicy", "string", lambda o: o.get("reclaimPolicy") or "Delete"),
+            col("VolumeBindingMode", "string", lambda o: o.get("volumeBindingMode") or "Immediate"),
+            col("AllowVolumeExpansion", "boolean", lambda o: bool(o.get("allowVolumeExpansion", False))),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.ADMISSIONREGISTRATION_GROUP,
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        False,
+        columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE),
+    ),
+    KindInfo(
+        names.ADMISSIONREGISTRATION_GROUP,
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+        columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE),
+    ),
 )
 
 
@@ -778,8 +1234,7 @@ class Registry:
     def resolve(self, name: str) -> list[KindInfo]:
         """Kinds a user-typed resource name may mean: plural, singular, short name or kind."""
         n = name.lower()
-        return [k for k in self.kinds
-                if n in (k.resource, k.singular_name, k.kind.lower()) or n in k.short_names]
+        return [k for k in self.kinds if n in (k.resource, k.singular_name, k.kind.lower()) or n in k.short_names]
 
 
 REGISTRY = Registry(KINDS)

@@ -23,9 +23,17 @@ def _containers(spec: dict) -> Iterator[dict]:
 
 
 # Volume sources that carry a secret reference besides ``secret`` itself.
-_VOLUME_SECRET_REFS = (("azureFile", "secretName"), ("cephfs", "secretRef"), ("cinder", "secretRef"),
-                       ("flexVolume", "secretRef"), ("iscsi", "secretRef"), ("rbd", "secretRef"),
-                       ("scaleIO", "secretRef"), ("storageos", "secretRef"), ("csi", "nodePublishSecretRef"))
+_VOLUME_SECRET_REFS = (
+    ("azureFile", "secretName"),
+    ("cephfs", "secretRef"),
+    ("cinder", "secretRef"),
+    ("flexVolume", "secretRef"),
+    ("iscsi", "secretRef"),
+    ("rbd", "secretRef"),
+    ("scaleIO", "secretRef"),
+    ("storageos", "secretRef"),
+    ("csi", "nodePublishSecretRef"),
+)
 
 
 def pod_references(pod: dict) -> dict[str, set[str]]:

@@ -254,8 +254,11 @@ def _is_config_map_key(value: str) -> list[str]:
 def _is_http_header_name(value: str) -> list[str]:
     if _HTTP_HEADER_RE.fullmatch(value):
         return []
-    return [regex_error("a valid HTTP header must consist of alphanumeric characters or '-'",
-                        _HTTP_HEADER_FMT, "X-Header-Name")]
+    return [
+        regex_error(
+            "a valid HTTP header must consist of alphanumeric characters or '-'", _HTTP_HEADER_FMT, "X-Header-Name"
+        )
+    ]
 
 
 def _is_valid_ip(value: str) -> bool:
@@ -380,8 +383,11 @@ def _pod_specific_annotations(annotations: Any, spec: dict, path: str) -> Errs:
     errs: Errs = []
     key = names.ANNOTATION_CONFIG_MIRROR
     if key in annotations and not spec.get("nodeName"):
-        errs.append(FieldError.invalid(f"{path}[{key}]", annotations[key],
-                                       "must set spec.nodeName if mirror pod annotation is set"))
+        errs.append(
+            FieldError.invalid(
+                f"{path}[{key}]", annotations[key], "must set spec.nodeName if mirror pod annotation is set"
+            )
+        )
     return errs
 
 
@@ -400,33 +406,85 @@ def _pod_specific_annotation_updates(new: Any, old: Any, path: str) -> Errs:
 
 # Upstream's order: when several sources are set, the later ones are reported.
 _VOLUME_SOURCES = (
-    "emptyDir", "hostPath", "gitRepo", "gcePersistentDisk", "awsElasticBlockStore", "secret",
-    "nfs", "iscsi", "glusterfs", "flocker", "persistentVolumeClaim", "rbd", "cinder", "cephfs",
-    "quobyte", "downwardAPI", "fc", "azureFile", "vsphereVolume", "photonPersistentDisk",
-    "portworxVolume", "azureDisk", "storageos", "projected", "scaleIO", "configMap", "csi",
+    "emptyDir",
+    "hostPath",
+    "gitRepo",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "flocker",
+    "persistentVolumeClaim",
+    "rbd",
+    "cinder",
+    "cephfs",
+    "quobyte",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "azureDisk",
+    "storageos",
+    "projected",
+    "scaleIO",
+    "configMap",
+    "csi",
     "ephemeral",
 )
 
-_HOST_PATH_TYPES = ("", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File",
-                    "FileOrCreate", "Socket")
+_HOST_PATH_TYPES = ("", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket")
 _EMPTY_DIR_MEDIA = ("", "HugePages", "Memory")
 
-_VOLUME_DOWNWARD_FIELDS = ("metadata.annotations", "metadata.labels", "metadata.name",
-                           "metadata.namespace", "metadata.uid")
-_ENV_DOWNWARD_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
-                        "spec.serviceAccountName", "status.hostIP", "status.podIP", "status.podIPs")
+_VOLUME_DOWNWARD_FIELDS = (
+    "metadata.annotations",
+    "metadata.labels",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+)
+_ENV_DOWNWARD_FIELDS = (
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.podIP",
+    "status.podIPs",
+)
 # Field labels the downward API converter knows at all (anything else: a conversion error).
-_CONVERTIBLE_FIELDS = frozenset({
-    "metadata.annotations", "metadata.labels", "metadata.name", "metadata.namespace",
-    "metadata.uid", "spec.nodeName", "spec.restartPolicy", "spec.serviceAccountName",
-    "spec.schedulerName", "status.phase", "status.hostIP", "status.podIP", "status.podIPs",
-})
-_RESOURCE_FIELD_EXPRESSIONS = ("limits.cpu", "limits.ephemeral-storage", "limits.memory",
-                               "requests.cpu", "requests.ephemeral-storage", "requests.memory")
+_CONVERTIBLE_FIELDS = frozenset(
+    {
+        "metadata.annotations",
+        "metadata.labels",
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.uid",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.serviceAccountName",
+        "spec.schedulerName",
+        "status.phase",
+        "status.hostIP",
+        "status.podIP",
+        "status.podIPs",
+    }
+)
+_RESOURCE_FIELD_EXPRESSIONS = (
+    "limits.cpu",
+    "limits.ephemeral-storage",
+    "limits.memory",
+    "requests.cpu",
+    "requests.ephemeral-storage",
+    "requests.memory",
+)
 _RESOURCE_FIELD_PREFIXES = ("limits.hugepages-", "requests.hugepages-")
 _CPU_DIVISORS = frozenset({"1m", "1"})
-_BYTE_DIVISORS = frozenset({"1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti",
-                            "1Pi", "1Ei"})
+_BYTE_DIVISORS = frozenset({"1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"})
 _BYTE_DIVISOR_TEXT = "1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei"
 
 
@@ -504,23 +562,40 @@ def _resource_field_selector(fs: dict, path: str, volume: bool) -> Errs:
             text = divisor.canonical()
             if resource in ("limits.cpu", "requests.cpu"):
                 if text not in _CPU_DIVISORS:
-                    errs.append(FieldError.invalid(f"{path}.divisor", resource,
-                                                   "only divisor's values 1m and 1 are supported with the cpu resource"))
+                    errs.append(
+                        FieldError.invalid(
+                            f"{path}.divisor",
+                            resource,
+                            "only divisor's values 1m and 1 are supported with the cpu resource",
+                        )
+                    )
             elif resource in ("limits.memory", "requests.memory"):
                 if text not in _BYTE_DIVISORS:
-                    errs.append(FieldError.invalid(
-                        f"{path}.divisor", resource,
-                        f"only divisor's values {_BYTE_DIVISOR_TEXT} are supported with the memory resource"))
+                    errs.append(
+                        FieldError.invalid(
+                            f"{path}.divisor",
+                            resource,
+                            f"only divisor's values {_BYTE_DIVISOR_TEXT} are supported with the memory resource",
+                        )
+                    )
             elif resource in ("limits.ephemeral-storage", "requests.ephemeral-storage"):
                 if text not in _BYTE_DIVISORS:
-                    errs.append(FieldError.invalid(
-                        f"{path}.divisor", resource,
-                        f"only divisor's values {_BYTE_DIVISOR_TEXT} are supported with the local ephemeral "
-                        "storage resource"))
+                    errs.append(
+                        FieldError.invalid(
+                            f"{path}.divisor",
+                            resource,
+                            f"only divisor's values {_BYTE_DIVISOR_TEXT} are supported with the local ephemeral "
+                            "storage resource",
+                        )
+                    )
             if resource.startswith(_RESOURCE_FIELD_PREFIXES) and text not in _BYTE_DIVISORS:
-                errs.append(FieldError.invalid(
-                    f"{path}.divisor", resource,
-                    f"only divisor's values {_BYTE_DIVISOR_TEXT} are supported with the hugepages resource"))
+                errs.append(
+                    FieldError.invalid(
+                        f"{path}.divisor",
+                        resource,
+                        f"only divisor's values {_BYTE_DIVISOR_TEXT} are supported with the hugepages resource",
+                    )
+                )
     return errs
 
 
@@ -536,8 +611,11 @@ def _downward_api_file(f: dict, path: str) -> Errs:
     if field_ref is not None:
         errs += _object_field_selector(field_ref, _VOLUME_DOWNWARD_FIELDS, f"{path}.fieldRef")
         if resource_ref is not None:
-            errs.append(FieldError.invalid(path, "resource",
-                                           "fieldRef and resourceFieldRef can not be specified simultaneously"))
+            errs.append(
+                FieldError.invalid(
+                    path, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"
+                )
+            )
     elif resource_ref is not None:
         errs += _resource_field_selector(resource_ref, f"{path}.resourceFieldRef", True)
     else:
@@ -585,11 +663,17 @@ def _projected(src: dict, path: str) -> Errs:
             exp = _int(token, "expirationSeconds", ppath, errs)
             exp = 3600 if token.get("expirationSeconds") is None else exp
             if exp is not None and exp < 600:
-                errs.append(FieldError.invalid(f"{ppath}.expirationSeconds", exp,
-                                               "may not specify a duration less than 10 minutes"))
+                errs.append(
+                    FieldError.invalid(
+                        f"{ppath}.expirationSeconds", exp, "may not specify a duration less than 10 minutes"
+                    )
+                )
             if exp is not None and exp > 1 << 32:
-                errs.append(FieldError.invalid(f"{ppath}.expirationSeconds", exp,
-                                               "may not specify a duration larger than 2^32 seconds"))
+                errs.append(
+                    FieldError.invalid(
+                        f"{ppath}.expirationSeconds", exp, "may not specify a duration larger than 2^32 seconds"
+                    )
+                )
             if not _str(token, "path", ppath, errs):
                 errs.append(FieldError.required(f"{path}.path"))
         if count > 1:
@@ -765,16 +849,39 @@ _PROC_MOUNT_TYPES = ("Default", "Unmasked")
 _SECCOMP_TYPES = ("Localhost", "RuntimeDefault", "Unconfined")
 
 _STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
-_STANDARD_RESOURCES = _STANDARD_CONTAINER_RESOURCES | frozenset({
-    "requests.cpu", "requests.memory", "requests.ephemeral-storage", "limits.cpu", "limits.memory",
-    "limits.ephemeral-storage", "pods", "services", "replicationcontrollers", "resourcequotas",
-    "secrets", "configmaps", "persistentvolumeclaims", "requests.storage", "services.nodeports",
-    "services.loadbalancers",
-})
-_INTEGER_RESOURCES = frozenset({
-    "pods", "services", "replicationcontrollers", "resourcequotas", "secrets", "configmaps",
-    "persistentvolumeclaims", "services.nodeports", "services.loadbalancers",
-})
+_STANDARD_RESOURCES = _STANDARD_CONTAINER_RESOURCES | frozenset(
+    {
+        "requests.cpu",
+        "requests.memory",
+        "requests.ephemeral-storage",
+        "limits.cpu",
+        "limits.memory",
+        "limits.ephemeral-storage",
+        "pods",
+        "services",
+        "replicationcontrollers",
+        "resourcequotas",
+        "secrets",
+        "configmaps",
+        "persistentvolumeclaims",
+        "requests.storage",
+        "services.nodeports",
+        "services.loadbalancers",
+    }
+)
+_INTEGER_RESOURCES = frozenset(
+    {
+        "pods",
+        "services",
+        "replicationcontrollers",
+        "resourcequotas",
+        "secrets",
+        "configmaps",
+        "persistentvolumeclaims",
+        "services.nodeports",
+        "services.loadbalancers",
+    }
+)
 _QOS_RESOURCES = frozenset({"cpu", "memory"})
 _HUGEPAGES_PREFIX = "hugepages-"
 
@@ -814,8 +921,11 @@ def _container_resource_name_problems(name: str, path: str) -> Errs:
     if errs:
         return errs
     if "/" not in name:
-        if name not in _STANDARD_RESOURCES and not _is_hugepage_resource(name) \
-                and not name.startswith("requests." + _HUGEPAGES_PREFIX):
+        if (
+            name not in _STANDARD_RESOURCES
+            and not _is_hugepage_resource(name)
+            and not name.startswith("requests." + _HUGEPAGES_PREFIX)
+        ):
             return [FieldError.invalid(path, name, "must be a standard resource type or fully qualified")]
         if name not in _STANDARD_CONTAINER_RESOURCES and not _is_hugepage_resource(name):
             return [FieldError.invalid(path, name, "must be a standard resource for containers")]
@@ -826,7 +936,7 @@ def _container_resource_name_problems(name: str, path: str) -> Errs:
 
 def _hugepage_divisible(name: str, q: Quantity) -> bool:
     try:
-        size = Quantity.parse(name[len(_HUGEPAGES_PREFIX):])
+        size = Quantity.parse(name[len(_HUGEPAGES_PREFIX) :])
     except QuantityError:
         return False
     if size.sign() <= 0:
@@ -864,8 +974,9 @@ def _resources(res: dict, path: str) -> Errs:
             if q != limit and not _is_overcommit_allowed(name):
                 errs.append(FieldError.invalid(req_path, str(q), f"must be equal to {name} limit of {limit}"))
             elif q > limit:
-                errs.append(FieldError.invalid(req_path, str(q),
-                                               f"must be less than or equal to {name} limit of {limit}"))
+                errs.append(
+                    FieldError.invalid(req_path, str(q), f"must be less than or equal to {name} limit of {limit}")
+                )
         elif not _is_overcommit_allowed(name):
             errs.append(FieldError.required(lim_path, "Limit must be set for non overcommitable resources"))
     used = set(limits) | set(requests)
@@ -942,8 +1053,13 @@ def _env(ctr: dict, path: str) -> Errs:
             else:
                 errs += _invalid_all(f"{kpath}.key", key, _is_config_map_key(key))
         if count == 0:
-            errs.append(FieldError.invalid(
-                vpath, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"))
+            errs.append(
+                FieldError.invalid(
+                    vpath,
+                    "",
+                    "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+                )
+            )
         elif ev.get("value"):
             errs.append(FieldError.invalid(vpath, "", "may not be specified when `value` is not empty"))
         elif count > 1:
@@ -1002,16 +1118,22 @@ def _volume_mounts(ctr: dict, vols: dict[str, dict], path: str) -> Errs:
         if name and name in devices:
             errs.append(FieldError.invalid(f"{mpath}.name", name, "must not already exist in volumeDevices"))
         if mount_path and mount_path in device_paths:
-            errs.append(FieldError.invalid(f"{mpath}.mountPath", mount_path,
-                                           "must not already exist as a path in volumeDevices"))
+            errs.append(
+                FieldError.invalid(
+                    f"{mpath}.mountPath", mount_path, "must not already exist as a path in volumeDevices"
+                )
+            )
         sub_path = _str(m, "subPath", mpath, errs)
         if sub_path:
             errs += _validate_local_descending_path(sub_path, f"{mounts_path}.subPath")
         sub_expr = _str(m, "subPathExpr", mpath, errs)
         if sub_expr:
             if sub_path:
-                errs.append(FieldError.invalid(f"{mpath}.subPathExpr", sub_expr,
-                                               "subPathExpr and subPath are mutually exclusive"))
+                errs.append(
+                    FieldError.invalid(
+                        f"{mpath}.subPathExpr", sub_expr, "subPathExpr and subPath are mutually exclusive"
+                    )
+                )
             errs += _validate_local_descending_path(sub_expr, f"{mounts_path}.subPathExpr")
         prop = m.get("mountPropagation")
         if prop is not None:
@@ -1019,8 +1141,11 @@ def _volume_mounts(ctr: dict, vols: dict[str, dict], path: str) -> Errs:
             if prop not in _MOUNT_PROPAGATIONS:
                 errs.append(FieldError.not_supported(ppath, prop, _MOUNT_PROPAGATIONS))
             if prop == "Bidirectional" and not _is_privileged(ctr):
-                errs.append(FieldError.forbidden(
-                    ppath, "Bidirectional mount propagation is available only to privileged containers"))
+                errs.append(
+                    FieldError.forbidden(
+                        ppath, "Bidirectional mount propagation is available only to privileged containers"
+                    )
+                )
     return errs
 
 
@@ -1039,9 +1164,13 @@ def _volume_devices(ctr: dict, vols: dict[str, dict], path: str) -> Errs:
         if name in seen_names:
             errs.append(FieldError.invalid(f"{dpath}.name", name, "must be unique"))
         if vol is not None and vol.get("persistentVolumeClaim") is None and vol.get("ephemeral") is None:
-            errs.append(FieldError.invalid(
-                f"{dpath}.name", name,
-                "can only use volume source type of PersistentVolumeClaim or Ephemeral for block mode"))
+            errs.append(
+                FieldError.invalid(
+                    f"{dpath}.name",
+                    name,
+                    "can only use volume source type of PersistentVolumeClaim or Ephemeral for block mode",
+                )
+            )
         if vol is None:
             errs.append(_not_found(f"{dpath}.name", name))
         if not dev_path:
@@ -1055,8 +1184,9 @@ def _volume_devices(ctr: dict, vols: dict[str, dict], path: str) -> Errs:
         if name and name in mounts:
             errs.append(FieldError.invalid(f"{dpath}.name", name, "must not already exist in volumeMounts"))
         if dev_path and dev_path in mount_paths:
-            errs.append(FieldError.invalid(f"{dpath}.devicePath", dev_path,
-                                           "must not already exist as a path in volumeMounts"))
+            errs.append(
+                FieldError.invalid(f"{dpath}.devicePath", dev_path, "must not already exist as a path in volumeMounts")
+            )
         if name:
             seen_names.add(name)
     return errs
@@ -1141,9 +1271,13 @@ def _probes_and_lifecycle(ctr: dict, path: str) -> Errs:
         ppath = f"{path}.{kind}"
         errs += _probe(probe, ppath)
         if kind == "readinessProbe" and probe.get("terminationGracePeriodSeconds") is not None:
-            errs.append(FieldError.invalid(f"{ppath}.terminationGracePeriodSeconds",
-                                           probe["terminationGracePeriodSeconds"],
-                                           "must not be set for readinessProbes"))
+            errs.append(
+                FieldError.invalid(
+                    f"{ppath}.terminationGracePeriodSeconds",
+                    probe["terminationGracePeriodSeconds"],
+                    "must not be set for readinessProbes",
+                )
+            )
         if kind != "readinessProbe":
             st = probe.get("successThreshold")
             if _is_int(st) and st not in (0, 1):  # 0 is "unset": defaulted to 1
@@ -1175,8 +1309,9 @@ def _seccomp(sc: dict, path: str) -> Errs:
         elif isinstance(local, str):
             errs += _validate_local_descending_path(local, f"{spath}.localhostProfile")
     elif local is not None:
-        errs.append(FieldError.invalid(f"{spath}.localhostProfile", sp,
-                                       "can only be set when seccomp type is Localhost"))
+        errs.append(
+            FieldError.invalid(f"{spath}.localhostProfile", sp, "can only be set when seccomp type is Localhost")
+        )
     return errs
 
 
@@ -1194,14 +1329,20 @@ def _container_security_context(ctr: dict, path: str) -> Errs:
     errs += _seccomp(sc, spath)
     if sc.get("allowPrivilegeEscalation") is False:
         if sc.get("privileged") is True:
-            errs.append(FieldError.invalid(spath, sc, "cannot set `allowPrivilegeEscalation` to false and "
-                                                      "`privileged` to true"))
+            errs.append(
+                FieldError.invalid(spath, sc, "cannot set `allowPrivilegeEscalation` to false and `privileged` to true")
+            )
         caps = sc.get("capabilities")
         if isinstance(caps, dict) and isinstance(caps.get("add"), list):
             for cap in caps["add"]:
                 if cap == "CAP_SYS_ADMIN":
-                    errs.append(FieldError.invalid(spath, sc, "cannot set `allowPrivilegeEscalation` to false and "
-                                                              "`capabilities.Add` CAP_SYS_ADMIN"))
+                    errs.append(
+                        FieldError.invalid(
+                            spath,
+                            sc,
+                            "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+                        )
+                    )
     return errs
 
 
@@ -1261,8 +1402,7 @@ def _host_port_conflicts(containers: list[tuple[str, dict]]) -> Errs:
     return errs
 
 
-_EPHEMERAL_FORBIDDEN_FIELDS = ("ports", "resources", "livenessProbe", "readinessProbe", "startupProbe",
-                               "lifecycle")
+_EPHEMERAL_FORBIDDEN_FIELDS = ("ports", "resources", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle")
 
 
 def _validate_containers(spec: dict, vols: dict[str, dict], path: str, errs: Errs) -> None:
@@ -1333,26 +1473,39 @@ def _dns_config(spec: dict, path: str, errs: Errs) -> None:
             errs.append(FieldError.required(cpath, "must provide `dnsConfig` when `dnsPolicy` is None"))
             return
         if not cfg.get("nameservers"):
-            errs.append(FieldError.required(f"{cpath}.nameservers",
-                                            "must provide at least one DNS nameserver when `dnsPolicy` is None"))
+            errs.append(
+                FieldError.required(
+                    f"{cpath}.nameservers", "must provide at least one DNS nameserver when `dnsPolicy` is None"
+                )
+            )
             return
     if cfg is None:
         return
     servers = _list(cfg, "nameservers", cpath, errs)
     if len(servers) > MAX_DNS_NAMESERVERS:
-        errs.append(FieldError.invalid(f"{cpath}.nameservers", servers,
-                                       f"must not have more than {MAX_DNS_NAMESERVERS} nameservers"))
+        errs.append(
+            FieldError.invalid(
+                f"{cpath}.nameservers", servers, f"must not have more than {MAX_DNS_NAMESERVERS} nameservers"
+            )
+        )
     for i, ns in enumerate(servers):
         if not isinstance(ns, str) or not _is_valid_ip(ns):
             errs.append(FieldError.invalid(f"{cpath}.nameservers[{i}]", ns, "must be valid IP address"))
     searches = _list(cfg, "searches", cpath, errs)
     if len(searches) > MAX_DNS_SEARCH_PATHS:
-        errs.append(FieldError.invalid(f"{cpath}.searches", searches,
-                                       f"must not have more than {MAX_DNS_SEARCH_PATHS} search paths"))
+        errs.append(
+            FieldError.invalid(
+                f"{cpath}.searches", searches, f"must not have more than {MAX_DNS_SEARCH_PATHS} search paths"
+            )
+        )
     if len(" ".join(s for s in searches if isinstance(s, str))) > MAX_DNS_SEARCH_LIST_CHARS:
-        errs.append(FieldError.invalid(
-            f"{cpath}.searches", searches,
-            f"must not have more than {MAX_DNS_SEARCH_LIST_CHARS} characters (including spaces) in the search list"))
+        errs.append(
+            FieldError.invalid(
+                f"{cpath}.searches",
+                searches,
+                f"must not have more than {MAX_DNS_SEARCH_LIST_CHARS} characters (including spaces) in the search list",
+            )
+        )
     for i, search in enumerate(searches):
         if not isinstance(search, str):
             errs.append(FieldError.type_invalid(f"{cpath}.searches[{i}]", search, "must be a string"))
@@ -1377,13 +1530,20 @@ def validate_tolerations(tolerations: list, path: str) -> Errs:
             errs += validate_label_key(key, f"{tpath}.key")
         op = _str(t, "operator", tpath, errs)
         if not key and op != "Exists":
-            errs.append(FieldError.invalid(f"{tpath}.operator", op,
-                                           "operator must be Exists when `key` is empty, which means "
-                                           "\"match all values and all keys\""))
+            errs.append(
+                FieldError.invalid(
+                    f"{tpath}.operator",
+                    op,
+                    'operator must be Exists when `key` is empty, which means "match all values and all keys"',
+                )
+            )
         effect = _str(t, "effect", tpath, errs)
         if t.get("tolerationSeconds") is not None and effect != "NoExecute":
-            errs.append(FieldError.invalid(f"{tpath}.effect", effect,
-                                           "effect must be 'NoExecute' when `tolerationSeconds` is set"))
+            errs.append(
+                FieldError.invalid(
+                    f"{tpath}.effect", effect, "effect must be 'NoExecute' when `tolerationSeconds` is set"
+                )
+            )
         value = _str(t, "value", tpath, errs)
         if op in ("Equal", ""):
             msgs = is_valid_label_value(value)
@@ -1391,7 +1551,9 @@ def validate_tolerations(tolerations: list, path: str) -> Errs:
                 errs.append(FieldError.invalid(f"{tpath}.operator", value, ";".join(msgs)))
         elif op == "Exists":
             if value:
-                errs.append(FieldError.invalid(f"{tpath}.operator", t, "value must be empty when `operator` is 'Exists'"))
+                errs.append(
+                    FieldError.invalid(f"{tpath}.operator", t, "value must be empty when `operator` is 'Exists'")
+                )
         else:
             errs.append(FieldError.not_supported(f"{tpath}.operator", op, _TOLERATION_OPERATORS))
         if effect and effect not in _TAINT_EFFECTS:
@@ -1420,8 +1582,11 @@ def _pod_security_context(spec: dict, path: str, errs: Errs) -> None:
                 hport, cport = port.get("hostPort"), port.get("containerPort")
                 # An unset hostPort is defaulted to containerPort under hostNetwork.
                 if _is_int(hport) and hport != 0 and hport != cport:
-                    errs.append(FieldError.invalid(f"{ppath}.containerPort", cport,
-                                                   "must match `hostPort` when `hostNetwork` is true"))
+                    errs.append(
+                        FieldError.invalid(
+                            f"{ppath}.containerPort", cport, "must match `hostPort` when `hostNetwork` is true"
+                        )
+                    )
     if sc is None:
         return
     spath = f"{path}.securityContext"
@@ -1433,8 +1598,11 @@ def _pod_security_context(spec: dict, path: str, errs: Errs) -> None:
             errs.append(FieldError.invalid(f"{spath}.supplementalGroups[{i}]", gid, _range_error(0, MAX_INT32)))
     share = sc.get("shareProcessNamespace")
     if share is True and spec.get("hostPID") is True:
-        errs.append(FieldError.invalid(f"{spath}.shareProcessNamespace", share,
-                                       "ShareProcessNamespace and HostPID cannot both be enabled"))
+        errs.append(
+            FieldError.invalid(
+                f"{spath}.shareProcessNamespace", share, "ShareProcessNamespace and HostPID cannot both be enabled"
+            )
+        )
     seen: set[str] = set()
     for i, (_, s) in enumerate(_items(sc, "sysctls", spath, errs)):
         npath = f"{spath}.sysctls[{i}].name"
@@ -1442,8 +1610,13 @@ def _pod_security_context(spec: dict, path: str, errs: Errs) -> None:
         if not name:
             errs.append(FieldError.required(npath))
         elif len(name) > SYSCTL_MAX_LENGTH or not _SYSCTL_RE.match(name):
-            errs.append(FieldError.invalid(npath, name, f"must have at most {SYSCTL_MAX_LENGTH} characters "
-                                                        f"and match regex {_SYSCTL_RE.pattern}"))
+            errs.append(
+                FieldError.invalid(
+                    npath,
+                    name,
+                    f"must have at most {SYSCTL_MAX_LENGTH} characters and match regex {_SYSCTL_RE.pattern}",
+                )
+            )
         elif name in seen:
             errs.append(FieldError.duplicate(npath, name))
         ns = _sysctl_namespace(name)
@@ -1469,10 +1642,13 @@ def _topology_spread(spec: dict, path: str, errs: Errs) -> None:
         when = c.get("whenUnsatisfiable")
         if when not in _WHEN_UNSATISFIABLE:
             errs.append(FieldError.not_supported(f"{cpath}.whenUnsatisfiable", when, _WHEN_UNSATISFIABLE))
-        for _, later in items[i + 1:]:
+        for _, later in items[i + 1 :]:
             if later.get("topologyKey") == c.get("topologyKey") and later.get("whenUnsatisfiable") == when:
-                errs.append(FieldError.duplicate(f"{cpath}.{{topologyKey, whenUnsatisfiable}}",
-                                                 f"{{{c.get('topologyKey')}, {when}}}"))
+                errs.append(
+                    FieldError.duplicate(
+                        f"{cpath}.{{topologyKey, whenUnsatisfiable}}", f"{{{c.get('topologyKey')}, {when}}}"
+                    )
+                )
                 break
 
 
@@ -1551,8 +1727,11 @@ def _pod_body(pod: dict) -> Errs:
                 continue
             for spath, source in _items(projected, "sources", f"{vpath}.projected", []):
                 if source.get("serviceAccountToken") is not None:
-                    errs.append(FieldError.forbidden(f"{spath}.serviceAccountToken",
-                                                     "must not be specified when serviceAccountName is not set"))
+                    errs.append(
+                        FieldError.forbidden(
+                            f"{spath}.serviceAccountToken", "must not be specified when serviceAccountName is not set"
+                        )
+                    )
     for key in ("containers", "initContainers"):
         for cpath, ctr in _items(spec, key, "spec", []):
             errs += _container_only_for_pod(ctr, cpath)
@@ -1632,8 +1811,7 @@ def _container_updates(new: list, old: list, path: str) -> tuple[Errs, bool]:
         if not image:
             errs.append(FieldError.required(f"{path}[{i}].image"))
         elif isinstance(image, str) and image != image.strip():
-            errs.append(FieldError.invalid(f"{path}[{i}].image", image,
-                                           "must not have leading or trailing whitespace"))
+            errs.append(FieldError.invalid(f"{path}[{i}].image", image, "must not have leading or trailing whitespace"))
     return errs, False
 
 
@@ -1668,8 +1846,9 @@ def validate_pod_update(new: dict, old: dict, *, include_metadata: bool = True) 
             if old_meta.get(key) and new_meta.get(key) != old_meta.get(key):
                 errs.append(FieldError.invalid(f"metadata.{key}", new_meta.get(key), "field is immutable"))
     errs += _pod_body(new)
-    errs += _pod_specific_annotation_updates(new_meta.get("annotations"), old_meta.get("annotations"),
-                                             "metadata.annotations")
+    errs += _pod_specific_annotation_updates(
+        new_meta.get("annotations"), old_meta.get("annotations"), "metadata.annotations"
+    )
     nspec = new.get("spec") if isinstance(new.get("spec"), dict) else {}
     ospec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
 
@@ -1688,12 +1867,16 @@ def validate_pod_update(new: dict, old: dict, *, include_metadata: bool = True) 
             errs.append(FieldError.invalid("spec.activeDeadlineSeconds", ndl, _range_error(0, MAX_INT32)))
             return errs
         if _is_int(odl) and odl < ndl:
-            errs.append(FieldError.invalid("spec.activeDeadlineSeconds", ndl,
-                                           "must be less than or equal to previous value"))
+            errs.append(
+                FieldError.invalid("spec.activeDeadlineSeconds", ndl, "must be less than or equal to previous value")
+            )
             return errs
     elif odl is not None:
-        errs.append(FieldError.invalid("spec.activeDeadlineSeconds", None,
-                                       "must not update from a positive integer to nil value"))
+        errs.append(
+            FieldError.invalid(
+                "spec.activeDeadlineSeconds", None, "must not update from a positive integer to nil value"
+            )
+        )
 
     ntol, otol = nspec.get("tolerations") or [], ospec.get("tolerations") or []
     if isinstance(ntol, list) and isinstance(otol, list):

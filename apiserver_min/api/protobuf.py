@@ -49,26 +49,67 @@ import sys
 from typing import Any, AsyncIterator, Iterator
 
 from . import protobuf_codegen as _codegen
+
 # The wire layer's names used here; the public ones (and MAX_EMBEDDED_DEPTH) are re-exported.
 from .protobuf_wire import (
-    K_WRAPPED, MAGIC, MAX_EMBEDDED_DEPTH, MEDIA_TYPES, OP_LIST_FIXED, ProtobufError, Unknown, _Plan,
-    _RAW_PLAN, _ZERO_JSON, _decode_entry, _decode_ld, _empty_bytes, _encode_struct, _fixed_plan,
-    _open_envelope, _payload, _plan, _read_varint, _skip, _time_seconds_nanos, is_protobuf,
-    reference_decode_message, reference_decode_unknown, reference_encode_message, schema_of, uvarint,
+    _RAW_PLAN,
+    _ZERO_JSON,
+    K_WRAPPED,
+    MAGIC,
+    MAX_EMBEDDED_DEPTH,  # noqa: F401 - re-exported: the public codec's limit
+    MEDIA_TYPES,
+    OP_LIST_FIXED,
+    ProtobufError,
+    Unknown,
+    _decode_entry,
+    _decode_ld,
+    _empty_bytes,
+    _encode_struct,
+    _fixed_plan,
+    _open_envelope,
+    _payload,
+    _Plan,
+    _plan,
+    _read_varint,
+    _skip,
+    _time_seconds_nanos,
+    is_protobuf,
+    reference_decode_message,
+    reference_decode_unknown,
+    reference_encode_message,
+    schema_of,
+    uvarint,
 )
 from .schema import LIST_META, Struct
 
 __all__ = [
-    "MAGIC", "MEDIA_TYPES", "ProtobufError", "Unknown", "is_protobuf", "schema_of",
-    "encode", "decode", "encode_message", "decode_message", "encode_unknown", "decode_unknown",
-    "encode_list", "watch_frame", "decode_watch_event", "iter_frames", "FrameReader",
-    "uvarint", "reference_encode_message", "reference_decode_message",
+    "MAGIC",
+    "MEDIA_TYPES",
+    "ProtobufError",
+    "Unknown",
+    "is_protobuf",
+    "schema_of",
+    "encode",
+    "decode",
+    "encode_message",
+    "decode_message",
+    "encode_unknown",
+    "decode_unknown",
+    "encode_list",
+    "watch_frame",
+    "decode_watch_event",
+    "iter_frames",
+    "FrameReader",
+    "uvarint",
+    "reference_encode_message",
+    "reference_decode_message",
 ]
 
 MAX_FRAME = 64 << 20  # a watch frame larger than this is a broken stream, not an object
 
 
 # --- encoding -------------------------------------------------------------------------------------
+
 
 def encode_message(obj: dict, schema: Struct) -> bytes:
     """The kind's message (no magic, no envelope) for a JSON object.
@@ -87,14 +128,30 @@ def encode_message(obj: dict, schema: Struct) -> bytes:
         return _encode_struct(plan, obj)
 
 
-def encode_unknown(api_version: str, kind: str, raw: bytes, content_encoding: str = "",
-                   content_type: str = "") -> bytes:
+def encode_unknown(
+    api_version: str, kind: str, raw: bytes, content_encoding: str = "", content_type: str = ""
+) -> bytes:
     """The magic and ``runtime.Unknown`` around ``raw`` (all four fields written, as upstream)."""
     av, k = api_version.encode(), kind.encode()
     tm = b"\x0a" + uvarint(len(av)) + av + b"\x12" + uvarint(len(k)) + k
     ce, ct = content_encoding.encode(), content_type.encode()
-    return b"".join((MAGIC, b"\x0a", uvarint(len(tm)), tm, b"\x12", uvarint(len(raw)), raw,
-                     b"\x1a", uvarint(len(ce)), ce, b"\x22", uvarint(len(ct)), ct))
+    return b"".join(
+        (
+            MAGIC,
+            b"\x0a",
+            uvarint(len(tm)),
+            tm,
+            b"\x12",
+            uvarint(len(raw)),
+            raw,
+            b"\x1a",
+            uvarint(len(ce)),
+            ce,
+            b"\x22",
+            uvarint(len(ct)),
+            ct,
+        )
+    )
 
 
 def encode(obj: dict, schema: Struct | None = None) -> bytes:
@@ -111,8 +168,9 @@ def encode(obj: dict, schema: Struct | None = None) -> bytes:
     return encode_unknown(av, kind, encode_message(obj, schema))
 
 
-def encode_list(api_version: str, list_kind: str, metadata: dict, items: Iterator[dict] | list[dict],
-                item_schema: Struct) -> bytes:
+def encode_list(
+    api_version: str, list_kind: str, metadata: dict, items: Iterator[dict] | list[dict], item_schema: Struct
+) -> bytes:
     """``<Kind>List`` enveloped, items encoded one by one (no list dict is built)."""
     parts = [b"\x0a"]
     md = encode_message(metadata, LIST_META)
@@ -136,6 +194,7 @@ def encode_list(api_version: str, list_kind: str, metadata: dict, items: Iterato
 
 
 # --- decoding -------------------------------------------------------------------------------------
+
 
 def decode_message(data: bytes, schema: Struct, into: dict | None = None) -> dict:
     """A kind's message (no magic, no envelope) as a JSON object (``into`` if given).
@@ -216,6 +275,7 @@ def _decode_enveloped(data: bytes, schema: Struct | None, *, reference: bool) ->
 
 # --- watch streams ------------------------------------------------------------------------------
 
+
 def watch_frame(event_type: str, enveloped_object: bytes) -> bytes:
     """One watch frame: 4-byte big-endian length + ``WatchEvent{type, object{raw}}``."""
     t = event_type.encode()
@@ -235,7 +295,7 @@ def decode_watch_event(msg: bytes) -> tuple[str, dict]:
             tag, pos = _read_varint(buf, pos)
             if tag == 0x0A:
                 n, pos = _read_varint(buf, pos)
-                ev_type = buf[pos:pos + n].decode()
+                ev_type = buf[pos : pos + n].decode()
                 pos += n
             elif tag == 0x12:
                 n, pos = _read_varint(buf, pos)
@@ -245,7 +305,7 @@ def decode_watch_event(msg: bytes) -> tuple[str, dict]:
                     t, p = _read_varint(buf, p)
                     if t == 0x0A:
                         m, p = _read_varint(buf, p)
-                        raw = buf[p:p + m]
+                        raw = buf[p : p + m]
                         p += m
                     else:
                         p = _skip(buf, p, e, t, _RAW_PLAN)
@@ -286,8 +346,8 @@ class FrameReader:
                 raise ProtobufError(f"watch frame of {n} bytes exceeds the limit of {self.max_frame}")
             if len(buf) < 4 + n:
                 break
-            out.append(bytes(buf[4:4 + n]))
-            del buf[:4 + n]
+            out.append(bytes(buf[4 : 4 + n]))
+            del buf[: 4 + n]
         return out
 
     @property
@@ -308,6 +368,7 @@ async def iter_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, 
 
 # --- the C codec ----------------------------------------------------------------------------------
 
+
 def _load_fast() -> Any:
     """The C codec (``_pbfast.c``) when it was built and agrees with this module's
     kind and op numbers; None otherwise (or with ``ORCH_PROTOBUF_PURE=1``), and the
@@ -321,8 +382,9 @@ def _load_fast() -> Any:
     if _pbfast.KINDS != tuple(range(K_WRAPPED + 1)) or _pbfast.OPS != tuple(range(OP_LIST_FIXED + 1)):
         logging.getLogger(__name__).warning("protobuf C decoder disagrees with this module's tables; not used")
         return None
-    _pbfast.init(_decode_ld, _decode_entry, tuple(_ZERO_JSON[k] for k in range(K_WRAPPED + 1)), _payload,
-                 _time_seconds_nanos)
+    _pbfast.init(
+        _decode_ld, _decode_entry, tuple(_ZERO_JSON[k] for k in range(K_WRAPPED + 1)), _payload, _time_seconds_nanos
+    )
     return _pbfast
 
 

@@ -36,10 +36,35 @@ from typing import Any, Callable
 
 from . import protobuf_wire as _wire
 from .protobuf_wire import (
-    K_BOOL, K_I32, K_I64, K_NUM, K_STR, K_STRUCT, M_INLINE, M_LIST, M_ONE, OP_FIXED,
-    OP_FIXED_KEEP, OP_INLINE, OP_LD, OP_LD_KEEP, OP_LIST_FIXED, OP_LIST_LD, OP_LIST_STR, OP_LIST_VARINT,
-    OP_MAP, OP_MAP_STR, OP_PACKED, OP_STR, OP_STR_KEEP, OP_STRUCT, OP_STRUCT_KEEP, OP_VARINT,
-    OP_VARINT_KEEP, ProtobufError, _Plan,
+    K_BOOL,
+    K_I32,
+    K_I64,
+    K_NUM,
+    K_STR,
+    K_STRUCT,
+    M_INLINE,
+    M_LIST,
+    M_ONE,
+    OP_FIXED,
+    OP_FIXED_KEEP,
+    OP_INLINE,
+    OP_LD,
+    OP_LD_KEEP,
+    OP_LIST_FIXED,
+    OP_LIST_LD,
+    OP_LIST_STR,
+    OP_LIST_VARINT,
+    OP_MAP,
+    OP_MAP_STR,
+    OP_PACKED,
+    OP_STR,
+    OP_STR_KEEP,
+    OP_STRUCT,
+    OP_STRUCT_KEEP,
+    OP_VARINT,
+    OP_VARINT_KEEP,
+    ProtobufError,
+    _Plan,
 )
 
 __all__ = ["decoder", "encoder"]
@@ -73,13 +98,27 @@ def _fixed(buf: bytes, pos: int) -> Any:
 # One namespace for every generated function: they find each other as globals
 # (``_d12``/``_e12``), which CPython resolves with a cached dictionary look-up.
 _NS: dict[str, Any] = {
-    "vr": _wire._varint_rest, "skip": _wire._skip, "ld": _wire._decode_ld, "entry": _wire._decode_entry,
-    "fix": _wire._fix_int, "packed": _packed, "fixed": _fixed, "PE": ProtobufError, "Reject": _Reject,
-    "SM": _wire._SMALL, "uv": _wire.uvarint, "payload": _wire._payload, "dict": dict, "list": list,
-    "str": str, "int": int, "sorted": sorted, "type": type,
+    "vr": _wire._varint_rest,
+    "skip": _wire._skip,
+    "ld": _wire._decode_ld,
+    "entry": _wire._decode_entry,
+    "fix": _wire._fix_int,
+    "packed": _packed,
+    "fixed": _fixed,
+    "PE": ProtobufError,
+    "Reject": _Reject,
+    "SM": _wire._SMALL,
+    "uv": _wire.uvarint,
+    "payload": _wire._payload,
+    "dict": dict,
+    "list": list,
+    "str": str,
+    "int": int,
+    "sorted": sorted,
+    "type": type,
 }
-_IDS: dict[int, int] = {}          # id(plan) -> index in the function names
-_PLANS: list[_Plan] = []           # keeps the plans (and so their ids) alive
+_IDS: dict[int, int] = {}  # id(plan) -> index in the function names
+_PLANS: list[_Plan] = []  # keeps the plans (and so their ids) alive
 _DECODERS: dict[int, Callable] = {}
 _ENCODERS: dict[int, Callable] = {}
 
@@ -171,9 +210,11 @@ def _handler(tag: int, ent: tuple, plan_name: str, in_seq: bool) -> str:
     nm = repr(name)
     if op == OP_STR:
         # An empty non-pointer string is skipped without looking further.
-        return ("n = buf[pos]\npos += 1\nif n:\n    if n >= 128:\n        n, pos = vr(buf, pos, n)\n"
-                "    e = pos + n\n    if e > end:\n        raise PE(\"truncated\")\n"
-                f"    out[{nm}] = buf[pos:e].decode()\n    pos = e\n")
+        return (
+            "n = buf[pos]\npos += 1\nif n:\n    if n >= 128:\n        n, pos = vr(buf, pos, n)\n"
+            '    e = pos + n\n    if e > end:\n        raise PE("truncated")\n'
+            f"    out[{nm}] = buf[pos:e].decode()\n    pos = e\n"
+        )
     if op == OP_STR_KEEP:
         return _LEN + f"out[{nm}] = buf[pos:e].decode()\npos = e\n"
     if op in (OP_STRUCT, OP_STRUCT_KEEP):
@@ -181,9 +222,12 @@ def _handler(tag: int, ent: tuple, plan_name: str, in_seq: bool) -> str:
         keep = op == OP_STRUCT_KEEP
         # A struct seen again merges into the first: the reference decodes into a
         # dict that already holds fields (generated decoders expect a fresh one).
-        return (_LEN + f"d = out.get({nm})\nif type(d) is not dict:\n    d = {{}}\n"
-                f"if d:\n    refs(buf, pos, e, {_const(sub)}, d)\nelif n:\n    {sd}(buf, pos, e, d)\n"
-                + (f"out[{nm}] = d\n" if keep else f"if d:\n    out[{nm}] = d\n") + "pos = e\n")
+        return (
+            _LEN + f"d = out.get({nm})\nif type(d) is not dict:\n    d = {{}}\n"
+            f"if d:\n    refs(buf, pos, e, {_const(sub)}, d)\nelif n:\n    {sd}(buf, pos, e, d)\n"
+            + (f"out[{nm}] = d\n" if keep else f"if d:\n    out[{nm}] = d\n")
+            + "pos = e\n"
+        )
     if op == OP_INLINE:  # here only when out of order: out may hold its fields already
         return _LEN + f"refs(buf, pos, e, {_const(sub)}, out)\npos = e\n"
     if op in (OP_LIST_STR, OP_LIST_LD, OP_LIST_VARINT, OP_LIST_FIXED):
@@ -196,14 +240,16 @@ def _handler(tag: int, ent: tuple, plan_name: str, in_seq: bool) -> str:
                 body = _LEN + f"v = ld(buf, pos, e, {kind}, {_const(sub)})\npos = e\n"
         elif op == OP_LIST_VARINT:
             body = "v = buf[pos]\npos += 1\nif v >= 128:\n    v, pos = vr(buf, pos, v)\n"
-            body += "v = v != 0\n" if kind == K_BOOL else "if v >= 0x80000000:\n" f"    v = fix(v, {kind})\n"
+            body += "v = v != 0\n" if kind == K_BOOL else f"if v >= 0x80000000:\n    v = fix(v, {kind})\n"
         else:
             body = 'if pos + 8 > end:\n    raise PE("truncated")\nv = fixed(buf, pos)\npos += 8\n'
         if in_seq:
             return body + "lst.append(v)\n"
         return body + f"lst = out.get({nm})\nif lst is None:\n    out[{nm}] = [v]\nelse:\n    lst.append(v)\n"
     if op == OP_MAP_STR:
-        return _LEN + f"""\
+        return (
+            _LEN
+            + f"""\
 m = out.get({nm})
 if m is None:
     out[{nm}] = m = {{}}
@@ -216,8 +262,11 @@ else:
     m[k] = v
 pos = e
 """
+        )
     if op == OP_MAP:
-        return _LEN + f"""\
+        return (
+            _LEN
+            + f"""\
 m = out.get({nm})
 if m is None:
     out[{nm}] = m = {{}}
@@ -225,6 +274,7 @@ k, v = entry(buf, pos, e, {kind}, {_const(sub)})
 m[k] = v
 pos = e
 """
+        )
     if op in (OP_LD, OP_LD_KEEP):
         cond = "v is not None" if op == OP_LD_KEEP else f"v is not None and v != {_const(_wire._ZERO_JSON[kind])}"
         return _LEN + f"v = ld(buf, pos, e, {kind}, {_const(sub)})\nif {cond}:\n    out[{nm}] = v\npos = e\n"
@@ -247,9 +297,11 @@ _END = 'if pos >= end:\n    if pos > end:\n        raise PE("truncated")\n    re
 
 def _seq_len(off: int) -> str:
     """Reads the length that follows a tag of ``off`` bytes at ``pos``: the value is ``buf[p:e]``."""
-    return (f"n = buf[pos + {off}]\nif n < 128:\n    p = pos + {off + 1}\nelse:\n"
-            f"    n, p = vr(buf, pos + {off + 1}, n)\n"
-            'e = p + n\nif e > end:\n    raise PE("truncated")\n')
+    return (
+        f"n = buf[pos + {off}]\nif n < 128:\n    p = pos + {off + 1}\nelse:\n"
+        f"    n, p = vr(buf, pos + {off + 1}, n)\n"
+        'e = p + n\nif e > end:\n    raise PE("truncated")\n'
+    )
 
 
 # Immutable scalar messages (times, quantities, int-or-strings, durations) recur
@@ -286,8 +338,7 @@ def _ld_value(kind: int, sub: Any) -> str:
     """``v`` = the length-delimited value ``buf[p:e]`` (``n`` bytes) of ``kind`` as JSON."""
     if kind in _CACHEABLE:
         c = _const(_LD_CACHES[kind])
-        return (f"v = {c}.get(buf[p:e]) if n else None\nif v is None and n:\n"
-                f"    v = ldc(buf, p, e, {kind}, {c})\n")
+        return f"v = {c}.get(buf[p:e]) if n else None\nif v is None and n:\n    v = ldc(buf, p, e, {kind}, {c})\n"
     return f"v = ld(buf, p, e, {kind}, {_const(sub)})\n"
 
 
@@ -307,9 +358,12 @@ def _seq_handler(tb: bytes, ent: tuple) -> str:
     nm, off = repr(name), len(tb)
     again = " and ".join(f"buf[pos + {j}] == {b}" if j else f"buf[pos] == {b}" for j, b in enumerate(tb))
     if op == OP_STR:
-        return (f"n = buf[pos + {off}]\nif n == 0:\n    pos += {off + 1}\nelse:\n"
-                + _indent(_seq_len(off).split("\n", 1)[1], 1).replace("    if n < 128:", "    if n < 128:", 1)
-                + f"    out[{nm}] = buf[p:e].decode()\n    pos = e\n" + _END)
+        return (
+            f"n = buf[pos + {off}]\nif n == 0:\n    pos += {off + 1}\nelse:\n"
+            + _indent(_seq_len(off).split("\n", 1)[1], 1).replace("    if n < 128:", "    if n < 128:", 1)
+            + f"    out[{nm}] = buf[p:e].decode()\n    pos = e\n"
+            + _END
+        )
     if op == OP_STR_KEEP:
         return _seq_len(off) + f"out[{nm}] = buf[p:e].decode()\npos = e\n" + _END
     if op in (OP_STRUCT, OP_STRUCT_KEEP):
@@ -322,12 +376,14 @@ def _seq_handler(tb: bytes, ent: tuple) -> str:
         cond = "v is not None" if op == OP_LD_KEEP or zero is None else f"v is not None and v != {_const(zero)}"
         return _seq_len(off) + _ld_value(kind, sub) + f"if {cond}:\n    out[{nm}] = v\npos = e\n" + _END
     if op in (OP_VARINT, OP_VARINT_KEEP):
-        src = (f"v = buf[pos + {off}]\nif v < 128:\n    pos += {off + 1}\nelse:\n"
-               f"    v, pos = vr(buf, pos + {off + 1}, v)\n")
+        src = (
+            f"v = buf[pos + {off}]\nif v < 128:\n    pos += {off + 1}\nelse:\n"
+            f"    v, pos = vr(buf, pos + {off + 1}, v)\n"
+        )
         src += "v = v != 0\n" if kind == K_BOOL else f"if v >= 0x80000000:\n    v = fix(v, {kind})\n"
         return src + (f"out[{nm}] = v\n" if op == OP_VARINT_KEEP else f"if v:\n    out[{nm}] = v\n") + _END
     if op in (OP_FIXED, OP_FIXED_KEEP):
-        src = (f"p = pos + {off}\nif p + 8 > end:\n    raise PE(\"truncated\")\nv = fixed(buf, p)\npos = p + 8\n")
+        src = f'p = pos + {off}\nif p + 8 > end:\n    raise PE("truncated")\nv = fixed(buf, p)\npos = p + 8\n'
         return src + (f"out[{nm}] = v\n" if op == OP_FIXED_KEEP else f"if v:\n    out[{nm}] = v\n") + _END
     # Repeated: lists and maps, their consecutive occurrences.
     if op in (OP_MAP_STR, OP_MAP):
@@ -344,13 +400,16 @@ def _seq_handler(tb: bytes, ent: tuple) -> str:
         elif op == OP_LIST_LD:
             item = _seq_len(off) + _ld_value(kind, sub) + "lst.append(v)\npos = e\n"
         elif op == OP_LIST_VARINT:
-            item = (f"v = buf[pos + {off}]\nif v < 128:\n    pos += {off + 1}\nelse:\n"
-                    f"    v, pos = vr(buf, pos + {off + 1}, v)\n")
+            item = (
+                f"v = buf[pos + {off}]\nif v < 128:\n    pos += {off + 1}\nelse:\n"
+                f"    v, pos = vr(buf, pos + {off + 1}, v)\n"
+            )
             item += "v = v != 0\n" if kind == K_BOOL else f"if v >= 0x80000000:\n    v = fix(v, {kind})\n"
             item += "lst.append(v)\n"
         else:  # OP_LIST_FIXED
-            item = (f"p = pos + {off}\nif p + 8 > end:\n    raise PE(\"truncated\")\n"
-                    "lst.append(fixed(buf, p))\npos = p + 8\n")
+            item = (
+                f'p = pos + {off}\nif p + 8 > end:\n    raise PE("truncated")\nlst.append(fixed(buf, p))\npos = p + 8\n'
+            )
     return head + "while True:\n" + _indent(item + _END + f"if not ({again}):\n    break\n", 1)
 
 
@@ -370,7 +429,9 @@ def _compile_decoder(plan: _Plan, i: int) -> Callable:
         lines.append(f"    if {cond}:")
         lines.append(_indent(_seq_handler(tb, ent), 2).rstrip("\n"))
     # 2. Whatever is left, in any order (values merge into what is there, as the reference).
-    lines.append(_indent("tag = buf[pos]\npos += 1\nif tag >= 128:\n    tag, pos = vr(buf, pos, tag)\n", 1).rstrip("\n"))
+    lines.append(
+        _indent("tag = buf[pos]\npos += 1\nif tag >= 128:\n    tag, pos = vr(buf, pos, tag)\n", 1).rstrip("\n")
+    )
     lines.append("    while True:")
     kw = "if"
     for tag, ent in ents:
@@ -378,7 +439,7 @@ def _compile_decoder(plan: _Plan, i: int) -> Callable:
         lines.append(_indent(_handler(tag, ent, plan.struct.name, False), 3).rstrip("\n"))
         kw = "elif"
     if ents:
-        lines.append("        else:\n" f"            pos = skip(buf, pos, end, tag, {pname})")
+        lines.append(f"        else:\n            pos = skip(buf, pos, end, tag, {pname})")
     else:
         lines.append(f"        pos = skip(buf, pos, end, tag, {pname})")
     lines.append(_indent(_NEXT, 2).rstrip("\n"))
@@ -388,6 +449,7 @@ def _compile_decoder(plan: _Plan, i: int) -> Callable:
 
 
 # --- encoders ---------------------------------------------------------------------------------
+
 
 def _len_prefix(var: str) -> str:
     """Appends the varint length of ``var`` (bytes) and ``var`` itself."""
@@ -416,14 +478,17 @@ def _compile_encoder(plan: _Plan, i: int) -> Callable:
             if kind == K_STR:
                 body = f"if type(v) is not str:\n    raise Reject\nb = v.encode()\nap({t})\n" + _len_prefix("b")
             elif kind == K_STRUCT:
-                body = (f"if type(v) is not dict:\n    raise Reject\nb = _e{_index(sub)}(v)\nap({t})\n"
-                        + _len_prefix("b"))
+                body = f"if type(v) is not dict:\n    raise Reject\nb = _e{_index(sub)}(v)\nap({t})\n" + _len_prefix(
+                    "b"
+                )
             elif kind == K_BOOL:
                 yes, no = _const(tag + b"\x01"), _const(tag + b"\x00")
                 body = f"if v is True:\n    ap({yes})\nelif v is False:\n    ap({no})\nelse:\n    raise Reject\n"
             elif kind in (K_I32, K_I64):
-                body = (f"ap({t})\nif type(v) is int and 0 <= v < 128:\n    ap(SM[v])\nelse:\n"
-                        f"    ap(payload({kind}, None, v))\n")
+                body = (
+                    f"ap({t})\nif type(v) is int and 0 <= v < 128:\n    ap(SM[v])\nelse:\n"
+                    f"    ap(payload({kind}, None, v))\n"
+                )
             elif kind == K_NUM:
                 body = f"ap({t})\nap(payload({kind}, None, v))\n"
             else:
@@ -432,28 +497,37 @@ def _compile_encoder(plan: _Plan, i: int) -> Callable:
             if kind == K_STR:
                 item = f"if type(x) is not str:\n    raise Reject\nb = x.encode()\nap({t})\n" + _len_prefix("b")
             elif kind == K_STRUCT:
-                item = (f"if type(x) is not dict:\n    raise Reject\nb = _e{_index(sub)}(x)\nap({t})\n"
-                        + _len_prefix("b"))
+                item = f"if type(x) is not dict:\n    raise Reject\nb = _e{_index(sub)}(x)\nap({t})\n" + _len_prefix(
+                    "b"
+                )
             elif kind in (K_I32, K_I64, K_BOOL, K_NUM):
                 item = f"if x is None:\n    raise Reject\nap({t})\nap(payload({kind}, None, x))\n"
             else:
-                item = (f"if x is None:\n    raise Reject\nb = payload({kind}, {_const(sub)}, x)\nap({t})\n"
-                        + _len_prefix("b"))
+                item = (
+                    f"if x is None:\n    raise Reject\nb = payload({kind}, {_const(sub)}, x)\nap({t})\n"
+                    + _len_prefix("b")
+                )
             body = "if type(v) is not list:\n    raise Reject\nfor x in v:\n" + _indent(item, 1)
         else:  # M_MAP
             wt = _wire._wire_type(kind)
             vtag = _wire._SMALL[(2 << 3) | wt]
             if kind == K_STR:
-                val = "if type(x) is not str:\n    raise Reject\nb = x.encode()\nm = len(b)\n" \
-                      "eb = b''.join((b'\\x0a', SM[kl] if kl < 128 else uv(kl), kb, b'\\x12', " \
-                      "SM[m] if m < 128 else uv(m), b))\n"
+                val = (
+                    "if type(x) is not str:\n    raise Reject\nb = x.encode()\nm = len(b)\n"
+                    "eb = b''.join((b'\\x0a', SM[kl] if kl < 128 else uv(kl), kb, b'\\x12', "
+                    "SM[m] if m < 128 else uv(m), b))\n"
+                )
             else:
                 parts = f"b'\\x0a', SM[kl] if kl < 128 else uv(kl), kb, {_const(vtag)}, "
                 parts += "uv(len(b)), b" if wt == 2 else "b"
                 val = f"b = payload({kind}, {_const(sub)}, x)\neb = b''.join(({parts}))\n"
-            item = ("x = v[k]\nkb = k.encode()\nkl = len(kb)\nif x is None:\n"
-                    "    eb = b''.join((b'\\x0a', SM[kl] if kl < 128 else uv(kl), kb))\nelse:\n"
-                    + _indent(val, 1) + f"ap({t})\n" + _len_prefix("eb"))
+            item = (
+                "x = v[k]\nkb = k.encode()\nkl = len(kb)\nif x is None:\n"
+                "    eb = b''.join((b'\\x0a', SM[kl] if kl < 128 else uv(kl), kb))\nelse:\n"
+                + _indent(val, 1)
+                + f"ap({t})\n"
+                + _len_prefix("eb")
+            )
             body = "if type(v) is not dict:\n    raise Reject\nfor k in sorted(v):\n" + _indent(item, 1)
         lines.append(_indent(src + _indent(body, 1), 1))
     lines.append("    return b''.join(parts)")

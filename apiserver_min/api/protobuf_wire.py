@@ -31,8 +31,21 @@ import orjson
 from . import names
 from .duration import format_duration, parse_duration_ns
 from .schema import (
-    Boolean, Bytes, Duration, IntOrString, Integer, List, Map, MicroTime, Number, Opaque, Quantity,
-    String, Struct, Time, Type,
+    Boolean,
+    Bytes,
+    Duration,
+    Integer,
+    IntOrString,
+    List,
+    Map,
+    MicroTime,
+    Number,
+    Opaque,
+    Quantity,
+    String,
+    Struct,
+    Time,
+    Type,
 )
 from .schemas import schema_for
 from .timeutil import TimestampError, parse_rfc3339_ns
@@ -117,20 +130,52 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 # --- value kinds --------------------------------------------------------------------------------
 
-(K_STR, K_I32, K_I64, K_BOOL, K_NUM, K_BYTES, K_TIME, K_MICRO, K_DUR, K_QTY, K_IOS, K_OPAQUE,
- K_STRUCT, K_WRAPPED) = range(14)
+(K_STR, K_I32, K_I64, K_BOOL, K_NUM, K_BYTES, K_TIME, K_MICRO, K_DUR, K_QTY, K_IOS, K_OPAQUE, K_STRUCT, K_WRAPPED) = (
+    range(14)
+)
 _VARINT_KINDS = frozenset({K_I32, K_I64, K_BOOL})
-_KIND_NAMES = ("string", "int32", "int64", "boolean", "number", "bytes", "time", "microtime", "duration",
-               "quantity", "int-or-string", "opaque", "object", "list")
+_KIND_NAMES = (
+    "string",
+    "int32",
+    "int64",
+    "boolean",
+    "number",
+    "bytes",
+    "time",
+    "microtime",
+    "duration",
+    "quantity",
+    "int-or-string",
+    "opaque",
+    "object",
+    "list",
+)
 
 # Field modes (encoding).
 M_ONE, M_LIST, M_MAP, M_INLINE = range(4)
 
 # Decoding operations: mode, kind and whether a zero value is kept, folded into
 # one small int so the hot loop tests the common cases first.
-(OP_STR, OP_STR_KEEP, OP_STRUCT, OP_STRUCT_KEEP, OP_LIST_STR, OP_LIST_LD, OP_MAP_STR, OP_MAP, OP_VARINT,
- OP_VARINT_KEEP, OP_LD, OP_LD_KEEP, OP_INLINE, OP_PACKED, OP_LIST_VARINT, OP_FIXED, OP_FIXED_KEEP,
- OP_LIST_FIXED) = range(18)
+(
+    OP_STR,
+    OP_STR_KEEP,
+    OP_STRUCT,
+    OP_STRUCT_KEEP,
+    OP_LIST_STR,
+    OP_LIST_LD,
+    OP_MAP_STR,
+    OP_MAP,
+    OP_VARINT,
+    OP_VARINT_KEEP,
+    OP_LD,
+    OP_LD_KEEP,
+    OP_INLINE,
+    OP_PACKED,
+    OP_LIST_VARINT,
+    OP_FIXED,
+    OP_FIXED_KEEP,
+    OP_LIST_FIXED,
+) = range(18)
 
 
 def _one_op(kind: int, keep: bool) -> int:
@@ -309,7 +354,7 @@ def _time_seconds_nanos(s: str) -> tuple[int, int]:
 @functools.lru_cache(maxsize=4096)
 def _format_seconds(seconds: int) -> str:
     t = _EPOCH + _dt.timedelta(seconds=seconds)
-    return (f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z")
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
 def _b64(v: Any) -> bytes:
@@ -344,6 +389,7 @@ def _int(v: Any, kind: int) -> int:
 
 
 # --- encoding -------------------------------------------------------------------------------------
+
 
 def _payload(kind: int, sub: Any, v: Any) -> bytes:
     """The encoding of one value: varint bytes, 8 bytes, or a length-delimited body
@@ -510,6 +556,7 @@ def schema_of(api_version: str, kind: str) -> Struct | None:
 
 # --- decoding -------------------------------------------------------------------------------------
 
+
 def _skip(buf: bytes, pos: int, end: int, tag: int, plan: _Plan) -> int:
     number, wt = tag >> 3, tag & 7
     if number in plan.numbers:
@@ -571,7 +618,7 @@ def _decode_ld(buf: bytes, pos: int, e: int, kind: int, sub: Any) -> Any:
             t, pos = _read_varint(buf, pos)
             if t == 0x0A:
                 n, pos = _read_varint(buf, pos)
-                s = buf[pos:pos + n].decode()
+                s = buf[pos : pos + n].decode()
                 pos += n
             else:
                 pos = _skip(buf, pos, e, t, _QTY_PLAN)
@@ -589,7 +636,7 @@ def _decode_ld(buf: bytes, pos: int, e: int, kind: int, sub: Any) -> Any:
                 ival, pos = _read_varint(buf, pos)
             elif t == 0x1A:
                 n, pos = _read_varint(buf, pos)
-                sval = buf[pos:pos + n].decode()
+                sval = buf[pos : pos + n].decode()
                 pos += n
             else:
                 pos = _skip(buf, pos, e, t, _IOS_PLAN)
@@ -613,7 +660,7 @@ def _decode_ld(buf: bytes, pos: int, e: int, kind: int, sub: Any) -> Any:
             t, pos = _read_varint(buf, pos)
             if t == 0x0A:
                 n, pos = _read_varint(buf, pos)
-                raw = buf[pos:pos + n]
+                raw = buf[pos : pos + n]
                 pos += n
             else:
                 pos = _skip(buf, pos, e, t, _RAW_PLAN)
@@ -714,9 +761,15 @@ def _decode_struct(buf: bytes, pos: int, end: int, plan: _Plan, out: dict) -> No
                         out[name] = m = {}
                     # Fast path for the usual entry: 0a <key> 12 <value>, short lengths.
                     kl = buf[pos + 1] if e - pos >= 4 else 0x80
-                    if kl < 0x80 and buf[pos] == 0x0A and pos + 2 + kl < e and buf[pos + 2 + kl] == 0x12 \
-                            and buf[pos + 3 + kl] < 0x80 and pos + 4 + kl + buf[pos + 3 + kl] == e:
-                        m[buf[pos + 2:pos + 2 + kl].decode()] = buf[pos + 4 + kl:e].decode()
+                    if (
+                        kl < 0x80
+                        and buf[pos] == 0x0A
+                        and pos + 2 + kl < e
+                        and buf[pos + 2 + kl] == 0x12
+                        and buf[pos + 3 + kl] < 0x80
+                        and pos + 4 + kl + buf[pos + 3 + kl] == e
+                    ):
+                        m[buf[pos + 2 : pos + 2 + kl].decode()] = buf[pos + 4 + kl : e].decode()
                     else:
                         k, v = _decode_entry(buf, pos, e, kind, sub)
                         m[k] = v
@@ -786,7 +839,7 @@ def _decode_entry(buf: bytes, pos: int, e: int, kind: int, sub: Any) -> tuple[st
             n, pos = _read_varint(buf, pos)
             if pos + n > e:
                 raise ProtobufError("map key: truncated")
-            key = buf[pos:pos + n].decode()
+            key = buf[pos : pos + n].decode()
             pos += n
         elif t == 0x12 and _wire_type(kind) == 2:
             n, pos = _read_varint(buf, pos)
@@ -811,8 +864,22 @@ def _decode_entry(buf: bytes, pos: int, e: int, kind: int, sub: Any) -> tuple[st
 
 # The JSON of each kind's zero value: what a missing map value decodes to, and
 # what a non-pointer, non-required field is left out for.
-_ZERO_JSON = {K_STR: "", K_I32: 0, K_I64: 0, K_BOOL: False, K_NUM: 0, K_BYTES: "", K_QTY: "0", K_IOS: 0,
-              K_DUR: "0s", K_TIME: None, K_MICRO: None, K_OPAQUE: None, K_STRUCT: {}, K_WRAPPED: []}
+_ZERO_JSON = {
+    K_STR: "",
+    K_I32: 0,
+    K_I64: 0,
+    K_BOOL: False,
+    K_NUM: 0,
+    K_BYTES: "",
+    K_QTY: "0",
+    K_IOS: 0,
+    K_DUR: "0s",
+    K_TIME: None,
+    K_MICRO: None,
+    K_OPAQUE: None,
+    K_STRUCT: {},
+    K_WRAPPED: [],
+}
 
 
 def _fixed_plan(name: str, numbers: dict[int, str]) -> _Plan:
@@ -859,6 +926,7 @@ def reference_decode_message(data: bytes, schema: Struct, into: dict | None = No
 
 # --- envelopes -----------------------------------------------------------------------------------
 
+
 class Unknown(NamedTuple):
     """The envelope's fields."""
 
@@ -874,8 +942,9 @@ def reference_decode_unknown(data: bytes) -> Unknown:
     table-driven reader alone: :func:`.protobuf.decode_unknown` tries the C codec first)."""
     buf = bytes(data) if not isinstance(data, bytes) else data
     if buf[:4] != MAGIC:
-        raise ProtobufError(f"the body does not start with the protobuf prefix {MAGIC.hex(' ')} "
-                            f"(got {buf[:4].hex(' ') or 'nothing'})")
+        raise ProtobufError(
+            f"the body does not start with the protobuf prefix {MAGIC.hex(' ')} (got {buf[:4].hex(' ') or 'nothing'})"
+        )
     av = kind = ce = ct = ""
     raw = b""
     pos, end = 4, len(buf)
@@ -901,9 +970,9 @@ def reference_decode_unknown(data: bytes) -> Unknown:
                     if p + m > e:
                         raise ProtobufError("typeMeta: truncated")
                     if t == 0x0A:
-                        av = buf[p:p + m].decode()
+                        av = buf[p : p + m].decode()
                     elif t == 0x12:
-                        kind = buf[p:p + m].decode()
+                        kind = buf[p : p + m].decode()
                     p += m
             elif number == 2:
                 raw = buf[pos:e]

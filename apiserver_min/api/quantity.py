@@ -63,8 +63,16 @@ class Format(str, enum.Enum):
 
 _BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL_SUFFIXES = {
-    "n": -9, "u": -6, "m": -3, "": 0,
-    "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18,
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
 }
 # Powers of 1024 -> suffix, and powers of ten -> suffix, for writing.
 _BINARY_BY_POWER = {exp // 10: sfx for sfx, exp in _BINARY_SUFFIXES.items()}
@@ -98,9 +106,7 @@ def _suffix_hint(suffix: str) -> str:
     if not candidates and len(suffix) > 1 and suffix[-1] in "bB":
         # "MiB", "GB": a byte unit is implied, the suffix is the prefix alone.
         stem = suffix[:-1]
-        candidates = [k for k in known if k == stem] or [
-            k for k in known if k.lower() == stem.lower()
-        ]
+        candidates = [k for k in known if k == stem] or [k for k in known if k.lower() == stem.lower()]
     if suffix == "K":
         candidates = ["k", "Ki"]
     if not candidates:
@@ -130,12 +136,8 @@ class Quantity:
 
         Like upstream's NewQuantity, no binary cap is applied here.
         """
-        if isinstance(value, bool) or not isinstance(
-            value, (int, Fraction, decimal.Decimal)
-        ):
-            raise TypeError(
-                f"Quantity value must be int, Fraction or Decimal, not {type(value).__name__}"
-            )
+        if isinstance(value, bool) or not isinstance(value, (int, Fraction, decimal.Decimal)):
+            raise TypeError(f"Quantity value must be int, Fraction or Decimal, not {type(value).__name__}")
         if isinstance(value, decimal.Decimal):
             if not value.is_finite():
                 raise QuantityError(str(value), "not a finite number")
@@ -196,9 +198,7 @@ class Quantity:
             scale = len(digits) - len(stripped) - len(fraction)
             digits = stripped
             if len(digits) > _MAX_SIGNIFICANT_DIGITS:
-                raise QuantityError(
-                    s, f"more than {_MAX_SIGNIFICANT_DIGITS} significant digits"
-                )
+                raise QuantityError(s, f"more than {_MAX_SIGNIFICANT_DIGITS} significant digits")
             if base == 10:
                 scale += exponent
             if len(digits) + scale > _MAX_INTEGER_DIGITS:
@@ -221,9 +221,7 @@ class Quantity:
             return Format.BINARY_SI, 2, _BINARY_SUFFIXES[suffix]
         if suffix[0] == ".":
             raise QuantityError(s, "more than one decimal point")
-        if suffix == "e" or (
-            suffix[0] in "eE" and len(suffix) > 1 and suffix[1] in "+-0123456789"
-        ):
+        if suffix == "e" or (suffix[0] in "eE" and len(suffix) > 1 and suffix[1] in "+-0123456789"):
             body = suffix[2:] if suffix[1:2] in ("+", "-") else suffix[1:]
             if not body or not set(body) <= _DIGITS:
                 raise QuantityError(s, f'invalid exponent "{suffix}"')

@@ -53,8 +53,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Iterator, Sequence, Union
 
-from . import names
-
 __all__ = [
     "Type",
     "String",
@@ -115,6 +113,7 @@ class Type:
 
 
 # --- scalars -------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class String(Type):
@@ -238,8 +237,7 @@ class Opaque(Type):
         return f"Opaque({self.message.rsplit('.', 1)[-1]})"
 
 
-SCALAR_TYPES = (String, Integer, Number, Boolean, Bytes, Time, MicroTime, Duration, Quantity,
-                IntOrString)
+SCALAR_TYPES = (String, Integer, Number, Boolean, Bytes, Time, MicroTime, Duration, Quantity, IntOrString)
 
 
 def is_scalar(t: Type) -> bool:
@@ -393,8 +391,7 @@ class Struct(Type):
     kind = "struct"
     scalar = False
 
-    def __init__(self, name: str, fields: Iterable[Field], map_type: str = "granular",
-                 description: str = "") -> None:
+    def __init__(self, name: str, fields: Iterable[Field], map_type: str = "granular", description: str = "") -> None:
         if map_type not in MAP_TYPES:
             raise ValueError(f"map_type must be one of {MAP_TYPES}")
         self.name = name
@@ -426,7 +423,7 @@ class Struct(Type):
     @property
     def openapi_name(self) -> str:
         """Upstream's OpenAPI definition name (``io.k8s.api.core.v1.Pod``)."""
-        return "io.k8s." + self.name[len("k8s.io."):] if self.name.startswith("k8s.io.") else self.name
+        return "io.k8s." + self.name[len("k8s.io.") :] if self.name.startswith("k8s.io.") else self.name
 
     def json_fields(self) -> dict[str, Field]:
         """JSON name -> field, inline structs flattened (their fields appear here)."""
@@ -469,6 +466,7 @@ class Struct(Type):
 
 
 # --- walking -------------------------------------------------------------------------------
+
 
 def iter_structs(root: Type | Iterable[Type]) -> Iterator[Struct]:
     """Every distinct struct reachable from ``root`` (depth first, each once)."""
@@ -594,137 +592,226 @@ TIME = Time()
 STR_LIST = List(STR)
 STR_MAP = Map(STR)
 
-TYPE_META = Struct(f"{META}.TypeMeta", [
-    F("kind", STR, 1),
-    F("apiVersion", STR, 2),
-])
+TYPE_META = Struct(
+    f"{META}.TypeMeta",
+    [
+        F("kind", STR, 1),
+        F("apiVersion", STR, 2),
+    ],
+)
 
-OWNER_REFERENCE = Struct(f"{META}.OwnerReference", [
-    F("apiVersion", STR, 5, required=True),
-    F("kind", STR, 1, required=True),
-    F("name", STR, 3, required=True),
-    F("uid", STR, 4, required=True),
-    F("controller", BOOL, 6, pointer=True),
-    F("blockOwnerDeletion", BOOL, 7, pointer=True),
-], map_type="atomic")
+OWNER_REFERENCE = Struct(
+    f"{META}.OwnerReference",
+    [
+        F("apiVersion", STR, 5, required=True),
+        F("kind", STR, 1, required=True),
+        F("name", STR, 3, required=True),
+        F("uid", STR, 4, required=True),
+        F("controller", BOOL, 6, pointer=True),
+        F("blockOwnerDeletion", BOOL, 7, pointer=True),
+    ],
+    map_type="atomic",
+)
 
-MANAGED_FIELDS_ENTRY = Struct(f"{META}.ManagedFieldsEntry", [
-    F("manager", STR, 1),
-    F("operation", String(enum=("Apply", "Update")), 2),
-    F("apiVersion", STR, 3),
-    F("time", TIME, 4, pointer=True),
-    F("fieldsType", STR, 6),
-    F("fieldsV1", Opaque(FIELDS_V1), 7, pointer=True),
-    F("subresource", STR, 8),
-])
+MANAGED_FIELDS_ENTRY = Struct(
+    f"{META}.ManagedFieldsEntry",
+    [
+        F("manager", STR, 1),
+        F("operation", String(enum=("Apply", "Update")), 2),
+        F("apiVersion", STR, 3),
+        F("time", TIME, 4, pointer=True),
+        F("fieldsType", STR, 6),
+        F("fieldsV1", Opaque(FIELDS_V1), 7, pointer=True),
+        F("subresource", STR, 8),
+    ],
+)
 
-OBJECT_META = Struct(f"{META}.ObjectMeta", [
-    F("name", STR, 1,
-      description="Name unique within a namespace (or within the cluster for cluster-scoped "
-                  "kinds). Required when creating, unless generateName is used. Cannot be updated."),
-    F("generateName", STR, 2,
-      description="A prefix the server uses to generate a unique name "
-                  "when name is empty; a random suffix is appended."),
-    F("namespace", STR, 3,
-      description="The namespace the object lives in; empty means the "
-                  "default namespace for namespaced kinds. Cannot be updated."),
-    F("selfLink", STR, 4, description="Deprecated and always empty."),
-    F("uid", STR, 5,
-      description="A value unique in time and space for this "
-                  "object, set by the server on create. Read-only."),
-    F("resourceVersion", STR, 6,
-      description="An opaque value identifying the stored version of the object, used "
-                  "for optimistic concurrency and for watches. Clients must not parse it."),
-    F("generation", I64, 7,
-      description="A sequence number for the desired state, set by the server. Read-only."),
-    F("creationTimestamp", TIME, 8,
-      description="When the server created the object (RFC 3339, UTC). Read-only."),
-    F("deletionTimestamp", TIME, 9, pointer=True,
-      description="When the object will be deleted, set by the server when deletion "
-                  "is requested and finalizers or a grace period hold it. Read-only."),
-    F("deletionGracePeriodSeconds", I64, 10, pointer=True,
-      description="Seconds the object is given to terminate gracefully before it is removed. Read-only."),
-    F("labels", STR_MAP, 11, description="String keys and values used to organise and select objects."),
-    F("annotations", STR_MAP, 12,
-      description="String keys and values for arbitrary "
-                  "non-identifying data, kept by tools and controllers."),
-    # v1.27 marks these two with patch markers only; unmarked merge lists read as
-    # map (keyed by the merge key) and set respectively.
-    F("ownerReferences", List(OWNER_REFERENCE, patch_strategy="merge", patch_merge_key="uid"), 13,
-      description="Objects this object depends on; when all owners "
-                  "are gone the garbage collector deletes it."),
-    F("finalizers", List(STR, patch_strategy="merge"), 14,
-      description="Names that must each be removed before the object is deleted from storage."),
-    F("managedFields", List(MANAGED_FIELDS_ENTRY), 17,
-      description="Which manager owns which fields (server-side apply); maintained by the server."),
-])
+OBJECT_META = Struct(
+    f"{META}.ObjectMeta",
+    [
+        F(
+            "name",
+            STR,
+            1,
+            description="Name unique within a namespace (or within the cluster for cluster-scoped "
+            "kinds). Required when creating, unless generateName is used. Cannot be updated.",
+        ),
+        F(
+            "generateName",
+            STR,
+            2,
+            description="A prefix the server uses to generate a unique name "
+            "when name is empty; a random suffix is appended.",
+        ),
+        F(
+            "namespace",
+            STR,
+            3,
+            description="The namespace the object lives in; empty means the "
+            "default namespace for namespaced kinds. Cannot be updated.",
+        ),
+        F("selfLink", STR, 4, description="Deprecated and always empty."),
+        F(
+            "uid",
+            STR,
+            5,
+            description="A value unique in time and space for this object, set by the server on create. Read-only.",
+        ),
+        F(
+            "resourceVersion",
+            STR,
+            6,
+            description="An opaque value identifying the stored version of the object, used "
+            "for optimistic concurrency and for watches. Clients must not parse it.",
+        ),
+        F("generation", I64, 7, description="A sequence number for the desired state, set by the server. Read-only."),
+        F("creationTimestamp", TIME, 8, description="When the server created the object (RFC 3339, UTC). Read-only."),
+        F(
+            "deletionTimestamp",
+            TIME,
+            9,
+            pointer=True,
+            description="When the object will be deleted, set by the server when deletion "
+            "is requested and finalizers or a grace period hold it. Read-only.",
+        ),
+        F(
+            "deletionGracePeriodSeconds",
+            I64,
+            10,
+            pointer=True,
+            description="Seconds the object is given to terminate gracefully before it is removed. Read-only.",
+        ),
+        F("labels", STR_MAP, 11, description="String keys and values used to organise and select objects."),
+        F(
+            "annotations",
+            STR_MAP,
+            12,
+            description="String keys and values for arbitrary non-identifying data, kept by tools and controllers.",
+        ),
+        # v1.27 marks these two with patch markers only; unmarked merge lists read as
+        # map (keyed by the merge key) and set respectively.
+        F(
+            "ownerReferences",
+            List(OWNER_REFERENCE, patch_strategy="merge", patch_merge_key="uid"),
+            13,
+            description="Objects this object depends on; when all owners are gone the garbage collector deletes it.",
+        ),
+        F(
+            "finalizers",
+            List(STR, patch_strategy="merge"),
+            14,
+            description="Names that must each be removed before the object is deleted from storage.",
+        ),
+        F(
+            "managedFields",
+            List(MANAGED_FIELDS_ENTRY),
+            17,
+            description="Which manager owns which fields (server-side apply); maintained by the server.",
+        ),
+    ],
+)
 
-LIST_META = Struct(f"{META}.ListMeta", [
-    F("selfLink", STR, 1),
-    F("resourceVersion", STR, 2, description="The version of the list, for a following watch."),
-    F("continue", STR, 3,
-      description="Set when more items are available: pass it as "
-                  "the continue parameter to get the next page."),
-    F("remainingItemCount", I64, 4, pointer=True, description="How many items follow this page, when known."),
-])
+LIST_META = Struct(
+    f"{META}.ListMeta",
+    [
+        F("selfLink", STR, 1),
+        F("resourceVersion", STR, 2, description="The version of the list, for a following watch."),
+        F(
+            "continue",
+            STR,
+            3,
+            description="Set when more items are available: pass it as the continue parameter to get the next page.",
+        ),
+        F("remainingItemCount", I64, 4, pointer=True, description="How many items follow this page, when known."),
+    ],
+)
 
-LABEL_SELECTOR_REQUIREMENT = Struct(f"{META}.LabelSelectorRequirement", [
-    F("key", STR, 1, required=True, description="The label key the requirement applies to."),
-    F("operator", STR, 2, required=True, description="In, NotIn, Exists or DoesNotExist."),
-    F("values", STR_LIST, 3, description="Values for In and NotIn; empty for Exists and DoesNotExist."),
-])
+LABEL_SELECTOR_REQUIREMENT = Struct(
+    f"{META}.LabelSelectorRequirement",
+    [
+        F("key", STR, 1, required=True, description="The label key the requirement applies to."),
+        F("operator", STR, 2, required=True, description="In, NotIn, Exists or DoesNotExist."),
+        F("values", STR_LIST, 3, description="Values for In and NotIn; empty for Exists and DoesNotExist."),
+    ],
+)
 
-LABEL_SELECTOR = Struct(f"{META}.LabelSelector", [
-    F("matchLabels", STR_MAP, 1, description="Labels an object must carry, ANDed with matchExpressions."),
-    F("matchExpressions", List(LABEL_SELECTOR_REQUIREMENT), 2,
-      description="Requirements on labels, ANDed together."),
-], map_type="atomic")
+LABEL_SELECTOR = Struct(
+    f"{META}.LabelSelector",
+    [
+        F("matchLabels", STR_MAP, 1, description="Labels an object must carry, ANDed with matchExpressions."),
+        F(
+            "matchExpressions",
+            List(LABEL_SELECTOR_REQUIREMENT),
+            2,
+            description="Requirements on labels, ANDed together.",
+        ),
+    ],
+    map_type="atomic",
+)
 
-CONDITION = Struct(f"{META}.Condition", [
-    F("type", STR, 1, required=True),
-    F("status", String(enum=("True", "False", "Unknown")), 2, required=True),
-    F("observedGeneration", I64, 3),
-    F("lastTransitionTime", TIME, 4, required=True),
-    F("reason", STR, 5, required=True),
-    F("message", STR, 6, required=True),
-])
+CONDITION = Struct(
+    f"{META}.Condition",
+    [
+        F("type", STR, 1, required=True),
+        F("status", String(enum=("True", "False", "Unknown")), 2, required=True),
+        F("observedGeneration", I64, 3),
+        F("lastTransitionTime", TIME, 4, required=True),
+        F("reason", STR, 5, required=True),
+        F("message", STR, 6, required=True),
+    ],
+)
 
-STATUS_CAUSE = Struct(f"{META}.StatusCause", [
-    F("reason", STR, 1),
-    F("message", STR, 2),
-    F("field", STR, 3),
-])
+STATUS_CAUSE = Struct(
+    f"{META}.StatusCause",
+    [
+        F("reason", STR, 1),
+        F("message", STR, 2),
+        F("field", STR, 3),
+    ],
+)
 
-STATUS_DETAILS = Struct(f"{META}.StatusDetails", [
-    F("name", STR, 1),
-    F("group", STR, 2),
-    F("kind", STR, 3),
-    F("uid", STR, 6),
-    F("causes", List(STATUS_CAUSE), 4),
-    F("retryAfterSeconds", I32, 5),
-])
+STATUS_DETAILS = Struct(
+    f"{META}.StatusDetails",
+    [
+        F("name", STR, 1),
+        F("group", STR, 2),
+        F("kind", STR, 3),
+        F("uid", STR, 6),
+        F("causes", List(STATUS_CAUSE), 4),
+        F("retryAfterSeconds", I32, 5),
+    ],
+)
 
-STATUS = Struct(f"{META}.Status", [
-    F("metadata", LIST_META, 1),
-    F("status", STR, 2),
-    F("message", STR, 3),
-    F("reason", STR, 4),
-    F("details", STATUS_DETAILS, 5, pointer=True),
-    F("code", I32, 6),
-])
+STATUS = Struct(
+    f"{META}.Status",
+    [
+        F("metadata", LIST_META, 1),
+        F("status", STR, 2),
+        F("message", STR, 3),
+        F("reason", STR, 4),
+        F("details", STATUS_DETAILS, 5, pointer=True),
+        F("code", I32, 6),
+    ],
+)
 
-PRECONDITIONS = Struct(f"{META}.Preconditions", [
-    F("uid", STR, 1, pointer=True),
-    F("resourceVersion", STR, 2, pointer=True),
-])
+PRECONDITIONS = Struct(
+    f"{META}.Preconditions",
+    [
+        F("uid", STR, 1, pointer=True),
+        F("resourceVersion", STR, 2, pointer=True),
+    ],
+)
 
-DELETE_OPTIONS = Struct(f"{META}.DeleteOptions", [
-    F("gracePeriodSeconds", I64, 1, pointer=True),
-    F("preconditions", PRECONDITIONS, 2, pointer=True),
-    F("orphanDependents", BOOL, 3, pointer=True),
-    F("propagationPolicy", STR, 4, pointer=True),
-    F("dryRun", STR_LIST, 5),
-])
+DELETE_OPTIONS = Struct(
+    f"{META}.DeleteOptions",
+    [
+        F("gracePeriodSeconds", I64, 1, pointer=True),
+        F("preconditions", PRECONDITIONS, 2, pointer=True),
+        F("orphanDependents", BOOL, 3, pointer=True),
+        F("propagationPolicy", STR, 4, pointer=True),
+        F("dryRun", STR_LIST, 5),
+    ],
+)
 
 # Objects carry apiVersion and kind in JSON (TypeMeta, inline without a proto
 # number: on the wire they live in the envelope, not in the message).
@@ -733,6 +820,7 @@ TYPE_META_JSON_FIELDS = ("apiVersion", "kind")
 
 # --- proto packages ---------------------------------------------------------------------------
 # (the look-up of a kind's schema, ``schema_for``, is in ``apiserver_min.api.schemas``)
+
 
 def proto_package(group: str, version: str) -> str:
     """The upstream proto package of a group version (``coordination.orch.io``, v1

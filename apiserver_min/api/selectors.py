@@ -153,18 +153,14 @@ def _requirement_problems(key: str, op: str, values: tuple[str, ...]) -> list[st
             problems.append("for 'Gt', 'Lt' operators, exactly one value is required")
         for v in values:
             if _parse_int64(v) is None:
-                problems.append(
-                    f"for 'Gt', 'Lt' operators, the value must be an integer: {go_quote(v)}"
-                )
+                problems.append(f"for 'Gt', 'Lt' operators, the value must be an integer: {go_quote(v)}")
     else:
         supported = ", ".join(go_quote(o) for o in _ALL_OPERATORS)
         problems.append(f"unsupported operator {go_quote(op)}: supported values: {supported}")
     for v in values:
         val_errs = is_valid_label_value(v)
         if val_errs:
-            problems.append(
-                f"invalid label value {go_quote(v)} for key {go_quote(key)}: {'; '.join(val_errs)}"
-            )
+            problems.append(f"invalid label value {go_quote(v)} for key {go_quote(key)}: {'; '.join(val_errs)}")
     return problems
 
 
@@ -273,8 +269,17 @@ _LT = "<"
 _IN_KW = "in"
 _NOTIN_KW = "notin"
 
-_SYMBOL_TOKENS = {")": _CLOSE, ",": _COMMA, "!": _BANG, "==": _EQEQ, "=": _EQ,
-                  ">": _GT, "<": _LT, "!=": _NEQ, "(": _OPEN}
+_SYMBOL_TOKENS = {
+    ")": _CLOSE,
+    ",": _COMMA,
+    "!": _BANG,
+    "==": _EQEQ,
+    "=": _EQ,
+    ">": _GT,
+    "<": _LT,
+    "!=": _NEQ,
+    "(": _OPEN,
+}
 _KEYWORDS = {"in": _IN_KW, "notin": _NOTIN_KW}
 _SPECIAL = frozenset("=!(),><")
 _WHITESPACE = frozenset(" \t\r\n")
@@ -344,9 +349,7 @@ class _LabelParser:
             if tok.kind == _EOS:
                 return reqs
             if tok.kind not in (_IDENT, _BANG):
-                raise self._fail(
-                    f"found '{tok.text}', expected: !, identifier, or 'end of string'", tok, False
-                )
+                raise self._fail(f"found '{tok.text}', expected: !, identifier, or 'end of string'", tok, False)
             reqs.append(self._requirement())
             tok = self._next()
             if tok.kind == _EOS:
@@ -375,12 +378,17 @@ class _LabelParser:
             return Requirement(key, EXISTS, ())
 
         op_tok = self._next(values=False)
-        op = {_IN_KW: IN, _NOTIN_KW: NOT_IN, _EQ: EQUALS, _EQEQ: DOUBLE_EQUALS,
-              _NEQ: NOT_EQUALS, _GT: GREATER_THAN, _LT: LESS_THAN}.get(op_tok.kind)
+        op = {
+            _IN_KW: IN,
+            _NOTIN_KW: NOT_IN,
+            _EQ: EQUALS,
+            _EQEQ: DOUBLE_EQUALS,
+            _NEQ: NOT_EQUALS,
+            _GT: GREATER_THAN,
+            _LT: LESS_THAN,
+        }.get(op_tok.kind)
         if op is None:
-            raise self._fail(
-                f"found '{op_tok.text}', expected: {', '.join(_BINARY_OPERATORS)}", op_tok
-            )
+            raise self._fail(f"found '{op_tok.text}', expected: {', '.join(_BINARY_OPERATORS)}", op_tok)
         values = self._set_values() if op in (IN, NOT_IN) else self._exact_value()
 
         for text, tok in values:
@@ -391,9 +399,7 @@ class _LabelParser:
                     tok,
                 )
             if op in (GREATER_THAN, LESS_THAN) and _parse_int64(text) is None:
-                raise self._fail(
-                    f"for 'Gt', 'Lt' operators, the value must be an integer: {go_quote(text)}", tok
-                )
+                raise self._fail(f"for 'Gt', 'Lt' operators, the value must be an integer: {go_quote(text)}", tok)
         return Requirement(key, op, tuple(sorted({text for text, _ in values})))
 
     def _set_values(self) -> list[tuple[str, _Token]]:
@@ -486,9 +492,7 @@ def validate_label_selector(d: Any, path: str = "") -> list[FieldError]:
             values = []
         if op in ("In", "NotIn"):
             if not values and values_ok:
-                errs.append(
-                    FieldError.required(f"{p}.values", "must be specified when `operator` is 'In' or 'NotIn'")
-                )
+                errs.append(FieldError.required(f"{p}.values", "must be specified when `operator` is 'In' or 'NotIn'"))
         elif op in ("Exists", "DoesNotExist"):
             if values:
                 errs.append(
@@ -670,8 +674,7 @@ def parse_field_selector(s: str) -> FieldSelector:
         split = _split_term(term)
         if split is None:
             raise SelectorError(
-                f"invalid field selector {go_quote(s)}: "
-                f"expected a '=', '==' or '!=' operator in term {go_quote(term)}",
+                f"invalid field selector {go_quote(s)}: expected a '=', '==' or '!=' operator in term {go_quote(term)}",
                 token=term,
                 position=start,
             )

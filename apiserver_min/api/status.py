@@ -12,8 +12,16 @@ from typing import Any, Iterable
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, *, details: dict | None = None,
-                 retry_after: int | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        details: dict | None = None,
+        retry_after: int | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -31,8 +39,9 @@ class ApiError(Exception):
         return f"ApiError({self.code}, {self.reason!r}, {self.message!r})"
 
 
-def status_object(code: int, reason: str, message: str, details: dict | None = None, *,
-                  failure: bool) -> dict[str, Any]:
+def status_object(
+    code: int, reason: str, message: str, details: dict | None = None, *, failure: bool
+) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -54,8 +63,14 @@ def success_status(details: dict | None = None) -> dict[str, Any]:
     return obj
 
 
-def _details(name: str | None, group: str, kind: str, causes: list[dict] | None = None,
-             uid: str | None = None, retry_after: int | None = None) -> dict:
+def _details(
+    name: str | None,
+    group: str,
+    kind: str,
+    causes: list[dict] | None = None,
+    uid: str | None = None,
+    retry_after: int | None = None,
+) -> dict:
     d: dict[str, Any] = {}
     if name:
         d["name"] = name
@@ -78,22 +93,30 @@ def _qualified(resource: str, group: str) -> str:
 
 # --- constructors, one per reason, with upstream's wording -------------------------------
 
+
 def not_found(resource: str, name: str, group: str = "") -> ApiError:
-    return ApiError(404, "NotFound", f'{_qualified(resource, group)} "{name}" not found',
-                    details=_details(name, group, resource))
+    return ApiError(
+        404, "NotFound", f'{_qualified(resource, group)} "{name}" not found', details=_details(name, group, resource)
+    )
 
 
 def already_exists(resource: str, name: str, group: str = "") -> ApiError:
-    return ApiError(409, "AlreadyExists", f'{_qualified(resource, group)} "{name}" already exists',
-                    details=_details(name, group, resource))
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{_qualified(resource, group)} "{name}" already exists',
+        details=_details(name, group, resource),
+    )
 
 
 def conflict(resource: str, name: str, group: str = "", detail: str | None = None) -> ApiError:
-    detail = detail or ("the object has been modified; please apply your changes to the "
-                        "latest version and try again")
-    return ApiError(409, "Conflict",
-                    f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {detail}',
-                    details=_details(name, group, resource))
+    detail = detail or ("the object has been modified; please apply your changes to the latest version and try again")
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {detail}',
+        details=_details(name, group, resource),
+    )
 
 
 def invalid(kind: str, name: str, causes: Iterable[dict], group: str = "") -> ApiError:
@@ -102,9 +125,12 @@ def invalid(kind: str, name: str, causes: Iterable[dict], group: str = "") -> Ap
     summary = ", ".join(_cause_text(c) for c in causes) if causes else "invalid object"
     if len(causes) > 1:
         summary = "[" + summary + "]"
-    return ApiError(422, "Invalid", f'{kind}.{group} "{name}" is invalid: {summary}'
-                    if group else f'{kind} "{name}" is invalid: {summary}',
-                    details=_details(name, group, kind, causes))
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind}.{group} "{name}" is invalid: {summary}' if group else f'{kind} "{name}" is invalid: {summary}',
+        details=_details(name, group, kind, causes),
+    )
 
 
 def _cause_text(c: dict) -> str:
@@ -122,8 +148,7 @@ def unauthorized(message: str = "Unauthorized") -> ApiError:
 
 def forbidden(resource: str, name: str, group: str, message: str) -> ApiError:
     what = f'{_qualified(resource, group)} "{name}"' if name else _qualified(resource, group)
-    return ApiError(403, "Forbidden", f"{what} is forbidden: {message}",
-                    details=_details(name, group, resource))
+    return ApiError(403, "Forbidden", f"{what} is forbidden: {message}", details=_details(name, group, resource))
 
 
 def forbidden_plain(message: str) -> ApiError:
@@ -152,20 +177,28 @@ def request_entity_too_large(message: str) -> ApiError:
 
 def too_large_resource_version(requested: int, current: int, retry_after: int = 1) -> ApiError:
     msg = f"Too large resource version: {requested}, current: {current}"
-    return ApiError(504, "Timeout", msg, retry_after=retry_after,
-                    details={"causes": [{"reason": "ResourceVersionTooLarge",
-                                         "message": "Too large resource version"}],
-                             "retryAfterSeconds": retry_after})
+    return ApiError(
+        504,
+        "Timeout",
+        msg,
+        retry_after=retry_after,
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": retry_after,
+        },
+    )
 
 
 def too_many_requests(message: str, retry_after: int = 1) -> ApiError:
-    return ApiError(429, "TooManyRequests", message, retry_after=retry_after,
-                    details={"retryAfterSeconds": retry_after})
+    return ApiError(
+        429, "TooManyRequests", message, retry_after=retry_after, details={"retryAfterSeconds": retry_after}
+    )
 
 
 def internal(message: str) -> ApiError:
-    return ApiError(500, "InternalError", f"Internal error occurred: {message}",
-                    details={"causes": [{"message": message}]})
+    return ApiError(
+        500, "InternalError", f"Internal error occurred: {message}", details={"causes": [{"message": message}]}
+    )
 
 
 def service_unavailable(message: str, retry_after: int | None = None) -> ApiError:

@@ -69,7 +69,7 @@ def _parse(s: object) -> tuple[_dt.datetime, int]:
     if m is None:
         raise TimestampError(s, _FORM)
     if m["sep"] != "T":
-        raise TimestampError(s, f"date and time must be separated by \"T\", not {m['sep']!r}")
+        raise TimestampError(s, f'date and time must be separated by "T", not {m["sep"]!r}')
     frac = m["frac"]
     if frac == ".":
         raise TimestampError(s, "decimal point without fractional digits")
@@ -140,10 +140,7 @@ def _utc(dt: object) -> _dt.datetime:
 
 
 def _seconds(utc: _dt.datetime) -> str:
-    return (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
-        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
-    )
+    return f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
 
 
 def format_rfc3339(dt: _dt.datetime) -> str:
@@ -172,9 +169,7 @@ def format_rfc3339_nano(value: Union[_dt.datetime, int]) -> str:
         except OverflowError:
             raise TimestampError(value, "nanoseconds since the epoch out of range") from None
     else:
-        raise TypeError(
-            f"format_rfc3339_nano expects a datetime or int nanoseconds, not {type(value).__name__}"
-        )
+        raise TypeError(f"format_rfc3339_nano expects a datetime or int nanoseconds, not {type(value).__name__}")
     digits = f"{nanos:09d}".rstrip("0")
     return f"{_seconds(utc)}.{digits}Z" if digits else f"{_seconds(utc)}Z"
 

@@ -123,25 +123,32 @@ def _install(ctx: ssl.SSLContext) -> None:
     lib = _LibSsl()
     runtime = lib.version_num()
     if runtime != ssl.OPENSSL_VERSION_NUMBER:
-        raise RuntimeError(f"libssl found by ctypes is {runtime:#x}, the ssl module uses "
-                           f"{ssl.OPENSSL_VERSION_NUMBER:#x}")
+        raise RuntimeError(
+            f"libssl found by ctypes is {runtime:#x}, the ssl module uses {ssl.OPENSSL_VERSION_NUMBER:#x}"
+        )
     ptr = _ssl_ctx_pointer(ctx)
     # Confirm the pointer: what Python's verify_mode setter writes must show through it,
     # for two different settings (a coincidental match of one value is not enough).
-    for mode, expected in ((ssl.CERT_REQUIRED, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT),
-                           (ssl.CERT_NONE, SSL_VERIFY_NONE),
-                           (ssl.CERT_OPTIONAL, SSL_VERIFY_PEER)):
+    for mode, expected in (
+        (ssl.CERT_REQUIRED, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT),
+        (ssl.CERT_NONE, SSL_VERIFY_NONE),
+        (ssl.CERT_OPTIONAL, SSL_VERIFY_PEER),
+    ):
         ctx.verify_mode = mode
         seen = lib.get_verify_mode(ptr)
         if seen != expected:
-            raise RuntimeError(f"SSL_CTX_get_verify_mode gave {seen} after verify_mode={mode.name} "
-                               f"(expected {expected}): not the context's SSL_CTX")
+            raise RuntimeError(
+                f"SSL_CTX_get_verify_mode gave {seen} after verify_mode={mode.name} "
+                f"(expected {expected}): not the context's SSL_CTX"
+            )
     existing = lib.get_verify_callback(ptr)
     if existing and existing != ctypes.cast(ACCEPT_ANY_CALLBACK, ctypes.c_void_p).value:
         raise RuntimeError("the context already has a verify callback")
     lib.set_verify(ptr, SSL_VERIFY_PEER, ACCEPT_ANY_CALLBACK)
-    if (lib.get_verify_mode(ptr) != SSL_VERIFY_PEER
-            or lib.get_verify_callback(ptr) != ctypes.cast(ACCEPT_ANY_CALLBACK, ctypes.c_void_p).value):
+    if (
+        lib.get_verify_mode(ptr) != SSL_VERIFY_PEER
+        or lib.get_verify_callback(ptr) != ctypes.cast(ACCEPT_ANY_CALLBACK, ctypes.c_void_p).value
+    ):
         raise RuntimeError("the verify callback did not stick")
     # Also on the context: the callback lives at least as long as the context does.
     ctx._orch_verify_callback = ACCEPT_ANY_CALLBACK  # type: ignore[attr-defined]
@@ -158,8 +165,11 @@ def request_client_certificates(ctx: ssl.SSLContext) -> bool:
         return True
     except (RuntimeError, OSError, AttributeError, TypeError, ValueError) as exc:
         ctx.verify_mode = ssl.CERT_OPTIONAL
-        log.warning("client certificates stay verified in the TLS handshake (%s): a forged or expired client "
-                    "certificate fails the handshake instead of getting a 401", exc)
+        log.warning(
+            "client certificates stay verified in the TLS handshake (%s): a forged or expired client "
+            "certificate fails the handshake instead of getting a 401",
+            exc,
+        )
         return False
 
 
@@ -191,6 +201,7 @@ def peer_certificates(transport: Any) -> tuple[bytes, tuple[bytes, ...]] | None:
 
 # --- verification from DER ------------------------------------------------------------------------
 
+
 class CertificateError(Exception):
     """The client certificate is not acceptable; the message says why (for the log)."""
 
@@ -213,13 +224,17 @@ class VerifiedCertificate:
 
 def describe(cert: x509.Certificate) -> str:
     """Upstream's way to name a certificate in the log: serial, SKID, AKID."""
+
     def hexid(ext_type, attr) -> str:
         try:
             return getattr(cert.extensions.get_extension_for_class(ext_type).value, attr, b"").hex() or ""
         except (x509.ExtensionNotFound, ValueError):
             return ""
-    return (f"SN={cert.serial_number}, SKID={hexid(x509.SubjectKeyIdentifier, 'digest')}, "
-            f"AKID={hexid(x509.AuthorityKeyIdentifier, 'key_identifier')}")
+
+    return (
+        f"SN={cert.serial_number}, SKID={hexid(x509.SubjectKeyIdentifier, 'digest')}, "
+        f"AKID={hexid(x509.AuthorityKeyIdentifier, 'key_identifier')}"
+    )
 
 
 def _ext(cert: x509.Certificate, ext_type):
@@ -236,11 +251,15 @@ def _fmt(t: _dt.datetime) -> str:
 def _check_time(cert: x509.Certificate, now: _dt.datetime, what: str) -> None:
     nb, na = cert.not_valid_before_utc, cert.not_valid_after_utc
     if now < nb:
-        raise CertificateError(f"x509: {what} has expired or is not yet valid: current time {_fmt(now)} "
-                               f"is before {_fmt(nb)}", transient=True)
+        raise CertificateError(
+            f"x509: {what} has expired or is not yet valid: current time {_fmt(now)} is before {_fmt(nb)}",
+            transient=True,
+        )
     if now > na:
-        raise CertificateError(f"x509: {what} has expired or is not yet valid: current time {_fmt(now)} "
-                               f"is after {_fmt(na)}", transient=True)
+        raise CertificateError(
+            f"x509: {what} has expired or is not yet valid: current time {_fmt(now)} is after {_fmt(na)}",
+            transient=True,
+        )
 
 
 def _check_critical(cert: x509.Certificate, what: str) -> None:
@@ -257,18 +276,24 @@ def _check_leaf(cert: x509.Certificate) -> None:
     # Signing (or key agreement) is how a TLS client proves it holds the key; the
     # handshake verification this replaces (OpenSSL's ssl_client purpose) asked the same.
     if ku is not None and not (ku.digital_signature or ku.key_agreement):
-        raise CertificateError("x509: certificate specifies an incompatible key usage "
-                               "(key usage allows neither digital signature nor key agreement)")
+        raise CertificateError(
+            "x509: certificate specifies an incompatible key usage "
+            "(key usage allows neither digital signature nor key agreement)"
+        )
     _check_eku(cert, "certificate")
     _check_critical(cert, "certificate")
 
 
 def _check_eku(cert: x509.Certificate, what: str) -> None:
     eku = _ext(cert, x509.ExtendedKeyUsage)
-    if eku is not None and ExtendedKeyUsageOID.CLIENT_AUTH not in eku \
-            and ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE not in eku:
-        raise CertificateError(f"x509: {what} specifies an incompatible key usage "
-                               f"(extended key usage without client auth)")
+    if (
+        eku is not None
+        and ExtendedKeyUsageOID.CLIENT_AUTH not in eku
+        and ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE not in eku
+    ):
+        raise CertificateError(
+            f"x509: {what} specifies an incompatible key usage (extended key usage without client auth)"
+        )
 
 
 def _check_issuer(ca: x509.Certificate, below: int, now: _dt.datetime, what: str) -> None:
@@ -278,8 +303,9 @@ def _check_issuer(ca: x509.Certificate, below: int, now: _dt.datetime, what: str
     if bc is not None and not bc.ca:
         raise CertificateError(f"x509: {what} {ca.subject.rfc4514_string()} is not a CA")
     if bc is not None and bc.path_length is not None and below > bc.path_length:
-        raise CertificateError(f"x509: too many intermediates for the path length constraint of "
-                               f"{what} {ca.subject.rfc4514_string()}")
+        raise CertificateError(
+            f"x509: too many intermediates for the path length constraint of {what} {ca.subject.rfc4514_string()}"
+        )
     ku = _ext(ca, x509.KeyUsage)
     if ku is not None and not ku.key_cert_sign:
         raise CertificateError(f"x509: {what} {ca.subject.rfc4514_string()} may not sign certificates")
@@ -325,8 +351,9 @@ class CaBundle:
         return self.by_subject.get(cert.issuer.public_bytes(), [])
 
 
-def verify_chain(der: bytes, bundle: CaBundle, intermediates: Sequence[bytes] = (),
-                 now: _dt.datetime | None = None) -> VerifiedCertificate:
+def verify_chain(
+    der: bytes, bundle: CaBundle, intermediates: Sequence[bytes] = (), now: _dt.datetime | None = None
+) -> VerifiedCertificate:
     """Verifies one client certificate against the anchors of ``bundle``, through
     the given intermediates (DER) if needed. Raises CertificateError naming the
     certificate and the reason."""
@@ -341,8 +368,9 @@ def verify_chain(der: bytes, bundle: CaBundle, intermediates: Sequence[bytes] = 
         raise CertificateError(f"verifying certificate {describe(leaf)} failed: {exc}", exc.transient) from None
 
 
-def _verify_parsed(leaf: x509.Certificate, der: bytes, bundle: CaBundle, intermediates: Sequence[bytes],
-                   now: _dt.datetime) -> VerifiedCertificate:
+def _verify_parsed(
+    leaf: x509.Certificate, der: bytes, bundle: CaBundle, intermediates: Sequence[bytes], now: _dt.datetime
+) -> VerifiedCertificate:
     _check_time(leaf, now, "certificate")
     _check_leaf(leaf)
     pool: list[x509.Certificate] = []
@@ -366,10 +394,12 @@ def _verify_parsed(leaf: x509.Certificate, der: bytes, bundle: CaBundle, interme
                 continue
             chain.append(anchor)
             windows = [(c.not_valid_before_utc.timestamp(), c.not_valid_after_utc.timestamp()) for c in chain]
-            return VerifiedCertificate(leaf, hashlib.sha256(der).digest(),
-                                       max(w[0] for w in windows), min(w[1] for w in windows))
-        issuer = next((c for c in pool if c not in chain and c.subject == current.issuer
-                       and _signed_by(current, c)), None)
+            return VerifiedCertificate(
+                leaf, hashlib.sha256(der).digest(), max(w[0] for w in windows), min(w[1] for w in windows)
+            )
+        issuer = next(
+            (c for c in pool if c not in chain and c.subject == current.issuer and _signed_by(current, c)), None
+        )
         if issuer is None:
             raise anchor_error or CertificateError("x509: certificate signed by unknown authority")
         _check_issuer(issuer, below, now, "intermediate")
@@ -397,10 +427,16 @@ class ClientCertificateVerifier:
     ``cache_ttl`` seconds; clock-dependent failures are not cached, and a cached
     success is re-checked against its validity window on every hit."""
 
-    def __init__(self, ca_file: str, *, cache_ttl: float = VERIFY_CACHE_TTL_SECONDS,
-                 cache_size: int = VERIFY_CACHE_SIZE, recheck: float = BUNDLE_RECHECK_SECONDS,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        ca_file: str,
+        *,
+        cache_ttl: float = VERIFY_CACHE_TTL_SECONDS,
+        cache_size: int = VERIFY_CACHE_SIZE,
+        recheck: float = BUNDLE_RECHECK_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ):
         self.ca_file = ca_file
         self.cache_ttl = cache_ttl
         self.cache_size = cache_size

@@ -23,4 +23,4 @@ def node_identity(user: UserInfo) -> tuple[str, bool]:
     is still a node (and is refused everything node-specific)."""
     if not user.name.startswith(names.NODE_USER_PREFIX) or names.GROUP_NODES not in user.groups:
         return "", False
-    return user.name[len(names.NODE_USER_PREFIX):], True
+    return user.name[len(names.NODE_USER_PREFIX) :], True

@@ -84,9 +84,7 @@ _TYPE_TEXT = {
 
 # Upstream prints no value for these: the value is either meaningless
 # (Required, Forbidden) or too large to echo back (TooLong).
-_VALUELESS_TYPES = frozenset(
-    {FIELD_VALUE_REQUIRED, FIELD_VALUE_FORBIDDEN, FIELD_VALUE_TOO_LONG, INTERNAL_ERROR}
-)
+_VALUELESS_TYPES = frozenset({FIELD_VALUE_REQUIRED, FIELD_VALUE_FORBIDDEN, FIELD_VALUE_TOO_LONG, INTERNAL_ERROR})
 
 _GO_ESCAPES = {
     "\a": "\\a",
@@ -231,8 +229,7 @@ _QNAME_CHAR_FMT = "[A-Za-z0-9]"
 _QNAME_EXT_CHAR_FMT = "[-A-Za-z0-9_.]"
 _QUALIFIED_NAME_FMT = f"({_QNAME_CHAR_FMT}{_QNAME_EXT_CHAR_FMT}*)?{_QNAME_CHAR_FMT}"
 _QUALIFIED_NAME_ERR_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
 )
 QUALIFIED_NAME_MAX_LENGTH = 63
 _QUALIFIED_NAME_RE = re.compile(_QUALIFIED_NAME_FMT)
@@ -326,8 +323,7 @@ def is_qualified_name(value: str) -> list[str]:
         errs.append("name part " + max_len_error(QUALIFIED_NAME_MAX_LENGTH))
     if not _QUALIFIED_NAME_RE.fullmatch(name):
         errs.append(
-            "name part "
-            + regex_error(_QUALIFIED_NAME_ERR_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
+            "name part " + regex_error(_QUALIFIED_NAME_ERR_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
         )
     return errs
 
@@ -401,9 +397,7 @@ def name_rule(kind_rule: str | NameRule) -> NameRule:
     try:
         return _NAME_RULES[kind_rule]
     except KeyError:
-        raise ValueError(
-            f"unknown name rule {kind_rule!r}; expected one of {sorted(_NAME_RULES)}"
-        ) from None
+        raise ValueError(f"unknown name rule {kind_rule!r}; expected one of {sorted(_NAME_RULES)}") from None
 
 
 def validate_object_name(
@@ -455,9 +449,7 @@ def validate_labels(labels: Mapping[str, str] | None, path: str = "metadata.labe
     return errs
 
 
-def validate_annotations(
-    annotations: Mapping[str, str] | None, path: str = "metadata.annotations"
-) -> list[FieldError]:
+def validate_annotations(annotations: Mapping[str, str] | None, path: str = "metadata.annotations") -> list[FieldError]:
     if annotations is None:
         return []
     if not isinstance(annotations, Mapping):

@@ -30,18 +30,11 @@ to users by their subject, remembered per certificate.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
-
-from cryptography import x509
-from cryptography.x509.oid import NameOID
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..api import names
-from ..api import status as st
 from ..api.user import UserInfo
-from ..api.tlsverify import CertificateError, ClientCertificateVerifier, peer_certificates
 
 if TYPE_CHECKING:
     pass

@@ -8,8 +8,14 @@ import time
 from typing import Any, Callable
 
 from ..api.user import UserInfo
-from .authenticator import (TOKEN_CACHE_SIZE, TOKEN_CACHE_TTL_SECONDS, TokenAuthenticator, TokenResult, Unauthorized,
-                            with_authenticated_group)
+from .authenticator import (
+    TOKEN_CACHE_SIZE,
+    TOKEN_CACHE_TTL_SECONDS,
+    TokenAuthenticator,
+    TokenResult,
+    Unauthorized,
+    with_authenticated_group,
+)
 
 
 def bearer_token(request: Any) -> str | None:
@@ -53,9 +59,14 @@ class BearerTokenAuthenticator:
 
     name = "bearer"
 
-    def __init__(self, tokens: list[TokenAuthenticator], api_audiences: tuple[str, ...],
-                 cache_ttl: float = TOKEN_CACHE_TTL_SECONDS, cache_size: int = TOKEN_CACHE_SIZE,
-                 monotonic: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        tokens: list[TokenAuthenticator],
+        api_audiences: tuple[str, ...],
+        cache_ttl: float = TOKEN_CACHE_TTL_SECONDS,
+        cache_size: int = TOKEN_CACHE_SIZE,
+        monotonic: Callable[[], float] = time.monotonic,
+    ):
         self.tokens = tokens
         self.api_audiences = tuple(api_audiences)
         self.cache_ttl = cache_ttl

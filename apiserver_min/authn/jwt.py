@@ -156,6 +156,7 @@ def verify(token: str, keys: Iterable[PublicKey]) -> tuple[dict, dict]:
 
 # --- keys from PEM files -------------------------------------------------------------------
 
+
 def _public_of(key) -> PublicKey:
     if isinstance(key, (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey)):
         return key.public_key()
@@ -180,8 +181,9 @@ def load_public_keys(data: bytes, source: str) -> list[PublicKey]:
                 continue
         except (ValueError, TypeError) as exc:
             raise KeyFileError(f"{source}: cannot parse the {label} block: {exc}") from None
-        if not isinstance(key, (rsa.RSAPublicKey, rsa.RSAPrivateKey, ec.EllipticCurvePublicKey,
-                                ec.EllipticCurvePrivateKey)):
+        if not isinstance(
+            key, (rsa.RSAPublicKey, rsa.RSAPrivateKey, ec.EllipticCurvePublicKey, ec.EllipticCurvePrivateKey)
+        ):
             raise KeyFileError(f"{source}: {type(key).__name__} keys are not supported (RSA or ECDSA only)")
         keys.append(_public_of(key))
     if not keys:

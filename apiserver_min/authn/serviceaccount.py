@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ..api import names
-from ..pki import key_pem, write_private
 from ..api.user import UserInfo
+from ..api.validation import go_list
+from ..pki import key_pem, write_private
+from ..registry.lookup import ObjectLookup
 from . import jwt
 from .authenticator import AuthConfigError, TokenResult, Unauthorized
-from ..api.validation import go_list
-from ..registry.lookup import ObjectLookup
 
 if TYPE_CHECKING:
     pass
@@ -58,12 +58,16 @@ def user_info(namespace: str, name: str, uid: str, pod: tuple[str, str] | None =
     extra: dict[str, tuple[str, ...]] = {}
     if pod is not None:
         extra = {names.USER_EXTRA_POD_NAME: (pod[0],), names.USER_EXTRA_POD_UID: (pod[1],)}
-    return UserInfo(username(namespace, name), uid=uid,
-                    groups=(names.GROUP_SERVICEACCOUNTS, names.GROUP_SERVICEACCOUNTS_PREFIX + namespace),
-                    extra=extra)
+    return UserInfo(
+        username(namespace, name),
+        uid=uid,
+        groups=(names.GROUP_SERVICEACCOUNTS, names.GROUP_SERVICEACCOUNTS_PREFIX + namespace),
+        extra=extra,
+    )
 
 
 # --- keys ----------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class ServiceAccountKeys:
@@ -86,20 +90,24 @@ def load_keys(opts: Any) -> ServiceAccountKeys:
     generated = ""
     try:
         if opts.service_account_signing_key_file:
-            signing = jwt.load_private_key(_read(opts.service_account_signing_key_file,
-                                                 "--service-account-signing-key-file"),
-                                           f"--service-account-signing-key-file {opts.service_account_signing_key_file}")
+            signing = jwt.load_private_key(
+                _read(opts.service_account_signing_key_file, "--service-account-signing-key-file"),
+                f"--service-account-signing-key-file {opts.service_account_signing_key_file}",
+            )
         elif not opts.service_account_key_files:
             signing, generated = _generated_key(os.path.join(opts.data_dir, "pki", GENERATED_KEY_NAME))
         verification: list[jwt.PublicKey] = []
         for path in opts.service_account_key_files:
-            verification += jwt.load_public_keys(_read(path, "--service-account-key-file"),
-                                                 f"--service-account-key-file {path}")
+            verification += jwt.load_public_keys(
+                _read(path, "--service-account-key-file"), f"--service-account-key-file {path}"
+            )
         if not opts.service_account_key_files and getattr(opts, "tls_private_key_file", ""):
             # The seed: the key files fall back to the TLS private key.
             try:
-                verification += jwt.load_public_keys(_read(opts.tls_private_key_file, "--tls-private-key-file"),
-                                                     f"--tls-private-key-file {opts.tls_private_key_file}")
+                verification += jwt.load_public_keys(
+                    _read(opts.tls_private_key_file, "--tls-private-key-file"),
+                    f"--tls-private-key-file {opts.tls_private_key_file}",
+                )
             except jwt.KeyFileError as exc:
                 log.warning("the TLS key cannot verify service-account tokens: %s", exc)
     except jwt.KeyFileError as exc:
@@ -110,8 +118,10 @@ def load_keys(opts: Any) -> ServiceAccountKeys:
     for k in verification:
         unique.setdefault(jwt.key_id(k), k)
     if signing is None:
-        log.warning("no service-account signing key (--service-account-signing-key-file): TokenRequest "
-                    "is unavailable; tokens are only verified")
+        log.warning(
+            "no service-account signing key (--service-account-signing-key-file): TokenRequest "
+            "is unavailable; tokens are only verified"
+        )
     return ServiceAccountKeys(signing, list(unique.values()), generated)
 
 
@@ -120,8 +130,10 @@ def _generated_key(path: str) -> tuple[jwt.PrivateKey, str]:
         try:
             return jwt.load_private_key(_read(path, "generated key"), path), ""
         except jwt.KeyFileError as exc:
-            raise AuthConfigError(f"the generated service-account key {path} is unusable ({exc}); remove it "
-                                  "to have a new one generated (tokens signed with it stop working)") from None
+            raise AuthConfigError(
+                f"the generated service-account key {path} is unusable ({exc}); remove it "
+                "to have a new one generated (tokens signed with it stop working)"
+            ) from None
     pki_dir = os.path.dirname(path)
     os.makedirs(os.path.dirname(pki_dir), mode=0o700, exist_ok=True)  # DATA_DIR stays private
     os.makedirs(pki_dir, mode=0o700, exist_ok=True)
@@ -133,6 +145,7 @@ def _generated_key(path: str) -> tuple[jwt.PrivateKey, str]:
 
 # --- issuing -------------------------------------------------------------------------------------
 
+
 class TokenIssuer:
     """Signs bound service-account tokens with one key for one issuer."""
 
@@ -142,9 +155,16 @@ class TokenIssuer:
         self.issuer = issuer
         self.clock = clock
 
-    def issue(self, namespace: str, name: str, uid: str, audiences: tuple[str, ...] | list[str],
-              expiration_seconds: int, pod: tuple[str, str] | None = None,
-              secret: tuple[str, str] | None = None) -> tuple[str, int]:
+    def issue(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        audiences: tuple[str, ...] | list[str],
+        expiration_seconds: int,
+        pod: tuple[str, str] | None = None,
+        secret: tuple[str, str] | None = None,
+    ) -> tuple[str, int]:
         """(token, exp as Unix seconds)."""
         now = int(self.clock())
         exp = now + int(expiration_seconds)
@@ -153,12 +173,20 @@ class TokenIssuer:
             private["pod"] = {"name": pod[0], "uid": pod[1]}
         if secret is not None:
             private["secret"] = {"name": secret[0], "uid": secret[1]}
-        claims = {"aud": list(audiences), "exp": exp, "iat": now, "iss": self.issuer, "nbf": now,
-                  "sub": username(namespace, name), names.SERVICEACCOUNT_PRIVATE_CLAIM: private}
+        claims = {
+            "aud": list(audiences),
+            "exp": exp,
+            "iat": now,
+            "iss": self.issuer,
+            "nbf": now,
+            "sub": username(namespace, name),
+            names.SERVICEACCOUNT_PRIVATE_CLAIM: private,
+        }
         return jwt.encode(claims, self.key), exp
 
 
 # --- verifying -----------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BoundClaims:
@@ -175,8 +203,13 @@ class BoundClaims:
 def _ref(value: Any, what: str) -> tuple[str, str] | None:
     if value is None:
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not isinstance(value.get("uid"), str) \
-            or not value["name"] or not value["uid"]:
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("name"), str)
+        or not isinstance(value.get("uid"), str)
+        or not value["name"]
+        or not value["uid"]
+    ):
         raise Unauthorized(f"service account token claims are malformed: {what} must have a name and a uid")
     return value["name"], value["uid"]
 
@@ -211,8 +244,16 @@ def parse_claims(claims: dict) -> BoundClaims:
         auds = ()
     else:
         raise Unauthorized("service account token claims are malformed: aud")
-    return BoundClaims(ns, name, uid, auds, _numeric_date(claims, "exp"), _numeric_date(claims, "nbf"),
-                       _ref(private.get("pod"), "pod"), _ref(private.get("secret"), "secret"))
+    return BoundClaims(
+        ns,
+        name,
+        uid,
+        auds,
+        _numeric_date(claims, "exp"),
+        _numeric_date(claims, "nbf"),
+        _ref(private.get("pod"), "pod"),
+        _ref(private.get("secret"), "secret"),
+    )
 
 
 class ServiceAccountTokenAuthenticator:
@@ -220,9 +261,14 @@ class ServiceAccountTokenAuthenticator:
 
     name = "serviceaccount"
 
-    def __init__(self, keys: list[jwt.PublicKey], issuers: tuple[str, ...] | list[str],
-                 lookup: ObjectLookup | None, clock: Callable[[], float] = time.time,
-                 cache_size: int = TOKEN_CACHE_SIZE):
+    def __init__(
+        self,
+        keys: list[jwt.PublicKey],
+        issuers: tuple[str, ...] | list[str],
+        lookup: ObjectLookup | None,
+        clock: Callable[[], float] = time.time,
+        cache_size: int = TOKEN_CACHE_SIZE,
+    ):
         self.keys = list(keys)
         self.issuers = frozenset(issuers)
         self.lookup = lookup
@@ -266,8 +312,9 @@ class ServiceAccountTokenAuthenticator:
         token_auds = c.audiences or tuple(audiences)
         common = tuple(a for a in token_auds if a in audiences)
         if not common:
-            raise Unauthorized(f"token audiences {go_list(token_auds)} is invalid for the target audiences "
-                               f"{go_list(audiences)}")
+            raise Unauthorized(
+                f"token audiences {go_list(token_auds)} is invalid for the target audiences {go_list(audiences)}"
+            )
         if self.lookup is not None:
             await self._check_live(c)
         return TokenResult(user_info(c.namespace, c.name, c.uid, c.pod), common, still_valid=self._still_valid(c))
@@ -291,8 +338,9 @@ class ServiceAccountTokenAuthenticator:
             entry_getter = getattr(self.lookup, "entry_getter", None)
             if entry_getter is None:
                 return None
-            getters = [(entry_getter(resource, c.namespace, name), uid)
-                       for resource, _, name, uid in self._live_checks(c)]
+            getters = [
+                (entry_getter(resource, c.namespace, name), uid) for resource, _, name, uid in self._live_checks(c)
+            ]
         clock = self.clock
         not_after = c.exp + LEEWAY_SECONDS if c.exp is not None else None
         not_before = c.nbf - LEEWAY_SECONDS if c.nbf is not None else None
@@ -306,6 +354,7 @@ class ServiceAccountTokenAuthenticator:
                 if e is None or e.uid != uid or e.deleting:
                     return False
             return True
+
         return still_valid
 
     async def _check_live(self, c: BoundClaims) -> None:
@@ -314,7 +363,9 @@ class ServiceAccountTokenAuthenticator:
             if state == "missing":
                 raise Unauthorized(f'{resource} "{name}" not found')
             if state == "uid":
-                raise Unauthorized(f"{what} UID ({uid}) does not match the {what} of that name: "
-                                   f"{c.namespace}/{name} was deleted and created again")
+                raise Unauthorized(
+                    f"{what} UID ({uid}) does not match the {what} of that name: "
+                    f"{c.namespace}/{name} was deleted and created again"
+                )
             if state == "deleting":
                 raise Unauthorized(f"{what} {c.namespace}/{name} has been deleted")

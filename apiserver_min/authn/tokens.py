@@ -41,6 +41,7 @@ log = logging.getLogger("orch-apiserver.authn")
 
 # --- static token file ---------------------------------------------------------------------------
 
+
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
@@ -87,18 +88,24 @@ def parse_token_csv(text: str, source: str = "token file") -> dict[bytes, UserIn
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if len(row) < 3:
-            raise AuthConfigError(f"token file {source}, line {line}: needs at least 3 columns (token, user name, "
-                                  f"user uid), found {len(row)}")
+            raise AuthConfigError(
+                f"token file {source}, line {line}: needs at least 3 columns (token, user name, "
+                f"user uid), found {len(row)}"
+            )
         if len(row) > 4:
-            raise AuthConfigError(f"token file {source}, line {line}: has {len(row)} columns; put several groups "
-                                  'in one quoted fourth column ("group1,group2")')
+            raise AuthConfigError(
+                f"token file {source}, line {line}: has {len(row)} columns; put several groups "
+                'in one quoted fourth column ("group1,group2")'
+            )
         token, user, uid = row[0], row[1], row[2]
         if not token:
             log.warning("token file %s, line %d: empty token, line ignored", source, line)
             continue
         if any(c.isspace() for c in token) or not token.isprintable():
-            raise AuthConfigError(f"token file {source}, line {line}: the token contains whitespace or control "
-                                  "characters, which an Authorization header cannot carry")
+            raise AuthConfigError(
+                f"token file {source}, line {line}: the token contains whitespace or control "
+                "characters, which an Authorization header cannot carry"
+            )
         if not user:
             raise AuthConfigError(f"token file {source}, line {line}: the user name (column 2) is empty")
         groups = tuple(g.strip() for g in row[3].split(",") if g.strip()) if len(row) == 4 else ()
@@ -148,8 +155,10 @@ def bootstrap_groups(extra: str) -> tuple[str, ...]:
     if extra:
         for g in extra.split(","):
             if not BOOTSTRAP_GROUP_RE.match(g):
-                raise ValueError(f"{g!r} is not a valid bootstrap group name (must match "
-                                 f"{names.GROUP_BOOTSTRAPPERS_PREFIX}[a-z0-9:-]*[a-z0-9])")
+                raise ValueError(
+                    f"{g!r} is not a valid bootstrap group name (must match "
+                    f"{names.GROUP_BOOTSTRAPPERS_PREFIX}[a-z0-9:-]*[a-z0-9])"
+                )
             groups.add(g)
     return tuple(sorted(groups))
 
@@ -207,8 +216,8 @@ class BootstrapTokens:
 
         def still_valid() -> bool:
             e = current()
-            return (e is not None and e.rv == rv and not e.deleting
-                    and (expires is None or clock() < expires))
+            return e is not None and e.rv == rv and not e.deleting and (expires is None or clock() < expires)
+
         return still_valid
 
     def check(self, secret: dict | None, token_id: str, token_secret: str) -> UserInfo | None:

@@ -21,8 +21,7 @@ log = logging.getLogger("orch-apiserver.authn")
 class AuthenticationChain:
     """All request authenticators, the authenticated-group adder and anonymous."""
 
-    def __init__(self, authenticators: list[Authenticator], bearer: BearerTokenAuthenticator,
-                 anonymous: bool = True):
+    def __init__(self, authenticators: list[Authenticator], bearer: BearerTokenAuthenticator, anonymous: bool = True):
         self.authenticators = authenticators
         self.bearer = bearer
         self.anonymous = anonymous
@@ -76,23 +75,28 @@ class Authentication:
         self.lookup = lookup
         token_authenticators: list[Any] = []
         if opts.token_auth_file:
-            token_authenticators.append(AudienceAgnostic(tokens.StaticTokens.from_file(opts.token_auth_file),
-                                                         opts.api_audiences))
+            token_authenticators.append(
+                AudienceAgnostic(tokens.StaticTokens.from_file(opts.token_auth_file), opts.api_audiences)
+            )
         if opts.enable_bootstrap_token_auth:
             token_authenticators.append(AudienceAgnostic(tokens.BootstrapTokens(self.lookup), opts.api_audiences))
         keys = serviceaccount.load_keys(opts)
         self.service_accounts = serviceaccount.ServiceAccountTokenAuthenticator(
-            keys.verification_keys, opts.service_account_issuers,
-            self.lookup if opts.service_account_lookup else None)
+            keys.verification_keys, opts.service_account_issuers, self.lookup if opts.service_account_lookup else None
+        )
         token_authenticators.append(self.service_accounts)
         self.bearer = BearerTokenAuthenticator(token_authenticators, opts.api_audiences)
         # --client-ca-file, else the cluster CA (created after this, at start: read lazily).
         self.client_certificates = ClientCertificateVerifier(client_ca)
-        self.chain = AuthenticationChain([X509Authenticator(self.client_certificates), self.bearer], self.bearer,
-                                         anonymous=opts.anonymous_auth)
+        self.chain = AuthenticationChain(
+            [X509Authenticator(self.client_certificates), self.bearer], self.bearer, anonymous=opts.anonymous_auth
+        )
         # The signer of TokenRequest (None: no signing key, the sub-resource answers 404).
-        self.issuer = (serviceaccount.TokenIssuer(keys.signing_key, opts.service_account_issuers[0])
-                       if keys.signing_key is not None else None)
+        self.issuer = (
+            serviceaccount.TokenIssuer(keys.signing_key, opts.service_account_issuers[0])
+            if keys.signing_key is not None
+            else None
+        )
 
     async def authenticate(self, request: Any) -> UserInfo | None:
         """The request's user, None for anonymous; a 401 ApiError for bad credentials."""

@@ -25,8 +25,12 @@ class X509Authenticator:
 
     name = "x509"
 
-    def __init__(self, verifier: ClientCertificateVerifier, cache_size: int = X509_CACHE_SIZE,
-                 peer: Callable[[Any], tuple[bytes, tuple[bytes, ...]] | None] | None = None):
+    def __init__(
+        self,
+        verifier: ClientCertificateVerifier,
+        cache_size: int = X509_CACHE_SIZE,
+        peer: Callable[[Any], tuple[bytes, tuple[bytes, ...]] | None] | None = None,
+    ):
         self.verifier = verifier
         # SHA-256 of the verified DER -> user (with system:authenticated): the user depends
         # on the certificate alone; the verifier decides on every request whether it still holds.

@@ -24,7 +24,6 @@ from ..api.user import UserInfo
 from ..api.validation import go_list
 
 
-
 class RequestFacts(Protocol):
     """What authorization reads of a parsed request (the server's ``RequestInfo``)."""
 
@@ -37,6 +36,7 @@ class RequestFacts(Protocol):
     subresource: str
     namespace: str
     name: str
+
 
 AUTHORIZATION_MODES = ("AlwaysAllow", "AlwaysDeny", "RBAC", "Node")
 DEFAULT_AUTHORIZATION_MODES = ("Node", "RBAC")
@@ -110,8 +110,10 @@ class AlwaysAllow:
         return Decision.ALLOW, ""
 
     def rules_for(self, user: UserInfo, namespace: str) -> RulesResult:
-        return RulesResult([PolicyRule(verbs=("*",), api_groups=("*",), resources=("*",))],
-                           [PolicyRule(verbs=("*",), non_resource_urls=("*",))])
+        return RulesResult(
+            [PolicyRule(verbs=("*",), api_groups=("*",), resources=("*",))],
+            [PolicyRule(verbs=("*",), non_resource_urls=("*",))],
+        )
 
 
 class AlwaysDeny:
@@ -174,12 +176,14 @@ def parse_modes(value: str) -> tuple[str, ...]:
 
 # --- attributes from a request ------------------------------------------------------------
 
+
 def user_or_anonymous(user: UserInfo | None) -> UserInfo:
     return user if user is not None else ANONYMOUS
 
 
-def request_attributes(user: UserInfo | None, info: RequestFacts,
-                       query: Mapping[str, str] | None = None) -> AuthzAttributes:
+def request_attributes(
+    user: UserInfo | None, info: RequestFacts, query: Mapping[str, str] | None = None
+) -> AuthzAttributes:
     """Upstream's RequestInfo-to-attributes rules: the namespace of a namespace object is
     its own name, and a list or watch pinned to one name by ``fieldSelector=metadata.name=``
     is authorized for that name (the node agent reads single secrets this way)."""
@@ -197,9 +201,17 @@ def request_attributes(user: UserInfo | None, info: RequestFacts,
                 name = parse_field_selector(raw).exact_match("metadata.name") or ""
             except (SelectorError, ValueError):
                 name = ""
-    return AuthzAttributes(u, info.verb, True, namespace=namespace, api_group=group,
-                           api_version=info.version, resource=info.resource, subresource=info.subresource,
-                           name=name)
+    return AuthzAttributes(
+        u,
+        info.verb,
+        True,
+        namespace=namespace,
+        api_group=group,
+        api_version=info.version,
+        resource=info.resource,
+        subresource=info.subresource,
+        name=name,
+    )
 
 
 def forbidden_message(attrs: AuthzAttributes) -> str:
@@ -209,9 +221,13 @@ def forbidden_message(attrs: AuthzAttributes) -> str:
         return f'User "{user}" cannot {attrs.verb} path "{attrs.path}"'
     resource = attrs.resource + (f"/{attrs.subresource}" if attrs.subresource else "")
     if attrs.namespace:
-        return (f'User "{user}" cannot {attrs.verb} resource "{resource}" in API group "{attrs.api_group}" '
-                f'in the namespace "{attrs.namespace}"')
-    return f'User "{user}" cannot {attrs.verb} resource "{resource}" in API group "{attrs.api_group}" at the cluster scope'
+        return (
+            f'User "{user}" cannot {attrs.verb} resource "{resource}" in API group "{attrs.api_group}" '
+            f'in the namespace "{attrs.namespace}"'
+        )
+    return (
+        f'User "{user}" cannot {attrs.verb} resource "{resource}" in API group "{attrs.api_group}" at the cluster scope'
+    )
 
 
 def forbidden_error(attrs: AuthzAttributes, reason: str = "") -> st.ApiError:
@@ -241,8 +257,13 @@ class PolicyRule:
     def from_dict(cls, d: Any) -> "PolicyRule":
         if not isinstance(d, dict):
             return cls()
-        return cls(_strs(d.get("verbs")), _strs(d.get("apiGroups")), _strs(d.get("resources")),
-                   _strs(d.get("resourceNames")), _strs(d.get("nonResourceURLs")))
+        return cls(
+            _strs(d.get("verbs")),
+            _strs(d.get("apiGroups")),
+            _strs(d.get("resources")),
+            _strs(d.get("resourceNames")),
+            _strs(d.get("nonResourceURLs")),
+        )
 
     def to_dict(self) -> dict:
         out: dict[str, list[str]] = {}
@@ -260,9 +281,13 @@ class PolicyRule:
     def compact_string(self) -> str:
         """Upstream's CompactString, which escalation errors print."""
         parts = []
-        for label, values in (("APIGroups", self.api_groups), ("Resources", self.resources),
-                              ("NonResourceURLs", self.non_resource_urls), ("ResourceNames", self.resource_names),
-                              ("Verbs", self.verbs)):
+        for label, values in (
+            ("APIGroups", self.api_groups),
+            ("Resources", self.resources),
+            ("NonResourceURLs", self.non_resource_urls),
+            ("ResourceNames", self.resource_names),
+            ("Verbs", self.verbs),
+        ):
             if values:
                 parts.append(f"{label}:{go_list(values)}")
         return "{" + ", ".join(parts) + "}"

@@ -18,21 +18,18 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Any, Iterator
 
 import orjson
 
 from ..api import names
 from ..api.podrefs import CONFIGMAP, PVC, SECRET, SERVICEACCOUNT, pod_references
 from ..api.user import UserInfo, node_identity
-from .authorizer import AuthzAttributes, Decision, RulesResult
-from .authorizer import PolicyRule
-from .rbac import rules_allow
 from ..storage.keys import key_prefix
+from .authorizer import AuthzAttributes, Decision, PolicyRule, RulesResult
 from .policy import node_rules
+from .rbac import rules_allow
 
 log = logging.getLogger("orch-apiserver.node-authorizer")
-
 
 
 class NodeGraph:
@@ -47,8 +44,10 @@ class NodeGraph:
 
     @classmethod
     def attach(cls, cache, registry) -> "NodeGraph":
-        g = cls(key_prefix(registry.by_resource("", "v1", "pods")),
-                key_prefix(registry.by_resource("", "v1", "persistentvolumeclaims")))
+        g = cls(
+            key_prefix(registry.by_resource("", "v1", "pods")),
+            key_prefix(registry.by_resource("", "v1", "persistentvolumeclaims")),
+        )
         g.cache = cache
         cache.listeners.append(g.on_event)
         return g
@@ -58,7 +57,7 @@ class NodeGraph:
             self.edges.clear()
             self.pods.clear()
             c = self.cache.caches.get(self.pods_prefix)
-            for e in (c.items.values() if c is not None else ()):
+            for e in c.items.values() if c is not None else ():
                 self._add(e)
             return
         if cache.prefix != self.pods_prefix:

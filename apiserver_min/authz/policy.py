@@ -22,13 +22,11 @@ import logging
 from typing import TYPE_CHECKING, Iterable
 
 from ..api import names
-from ..api import status as st
-from ..api.user import SYSTEM_USER
 from .authorizer import PolicyRule
-from .rbac import RbacIndex, rules_from, uncovered
+from .rbac import rules_from, uncovered
 
 if TYPE_CHECKING:
-    from ..client.host import ControllerHost
+    pass
 
 log = logging.getLogger("orch-apiserver.rbac-policy")
 # managedFields managers of the writes here (upstream: the writers' user agents): the default
@@ -58,8 +56,13 @@ NODE = names.NODE_GROUP
 SCHEDULING = names.SCHEDULING_GROUP
 
 
-def rule(verbs: Iterable[str], groups: Iterable[str] = (), resources: Iterable[str] = (),
-         resource_names: Iterable[str] = (), urls: Iterable[str] = ()) -> dict:
+def rule(
+    verbs: Iterable[str],
+    groups: Iterable[str] = (),
+    resources: Iterable[str] = (),
+    resource_names: Iterable[str] = (),
+    urls: Iterable[str] = (),
+) -> dict:
     return PolicyRule(tuple(verbs), tuple(groups), tuple(resources), tuple(resource_names), tuple(urls)).to_dict()
 
 
@@ -68,22 +71,27 @@ def _events_rule() -> dict:
 
 
 def _meta(name: str, namespace: str = "", labels: dict | None = None) -> dict:
-    md: dict = {"name": name,
-                "labels": {names.LABEL_RBAC_BOOTSTRAPPING: names.LABEL_RBAC_BOOTSTRAPPING_VALUE, **(labels or {})},
-                "annotations": {names.ANNOTATION_RBAC_AUTOUPDATE: "true"}}
+    md: dict = {
+        "name": name,
+        "labels": {names.LABEL_RBAC_BOOTSTRAPPING: names.LABEL_RBAC_BOOTSTRAPPING_VALUE, **(labels or {})},
+        "annotations": {names.ANNOTATION_RBAC_AUTOUPDATE: "true"},
+    }
     if namespace:
         md["namespace"] = namespace
     return md
 
 
 def cluster_role(name: str, rules: list[dict], labels: dict | None = None) -> dict:
-    return {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": _meta(name, labels=labels),
-            "rules": rules}
+    return {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": _meta(name, labels=labels), "rules": rules}
 
 
 def aggregated_role(name: str, select_label: str, labels: dict | None = None) -> dict:
-    return {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": _meta(name, labels=labels),
-            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {select_label: "true"}}]}}
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "ClusterRole",
+        "metadata": _meta(name, labels=labels),
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {select_label: "true"}}]},
+    }
 
 
 def role(name: str, namespace: str, rules: list[dict]) -> dict:
@@ -97,16 +105,27 @@ def _subject(kind: str, name: str, namespace: str = "") -> dict:
 
 
 def cluster_binding(name: str, role_name: str, subjects: list[dict]) -> dict:
-    return {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding", "metadata": _meta(name),
-            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role_name}, "subjects": subjects}
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": _meta(name),
+        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role_name},
+        "subjects": subjects,
+    }
 
 
 def binding(name: str, namespace: str, role_kind: str, role_name: str, subjects: list[dict]) -> dict:
-    return {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": _meta(name, namespace),
-            "roleRef": {"apiGroup": RBAC, "kind": role_kind, "name": role_name}, "subjects": subjects}
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(name, namespace),
+        "roleRef": {"apiGroup": RBAC, "kind": role_kind, "name": role_name},
+        "subjects": subjects,
+    }
 
 
 # --- the rule sets ----------------------------------------------------------------------------
+
 
 def node_rule_dicts() -> list[dict]:
     """What a node agent needs (upstream NodeRules), with our group names. Reads of
@@ -141,17 +160,57 @@ def node_rules() -> tuple[PolicyRule, ...]:
 
 def _aggregate_to_view() -> list[dict]:
     return [
-        rule(READ, (CORE,), ("pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts",
-                             "services", "services/status", "endpoints", "persistentvolumeclaims",
-                             "persistentvolumeclaims/status", "configmaps")),
-        rule(READ, (CORE,), ("limitranges", "resourcequotas", "bindings", "events", "pods/status",
-                             "resourcequotas/status", "namespaces/status", "replicationcontrollers/status",
-                             "pods/log")),
+        rule(
+            READ,
+            (CORE,),
+            (
+                "pods",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "serviceaccounts",
+                "services",
+                "services/status",
+                "endpoints",
+                "persistentvolumeclaims",
+                "persistentvolumeclaims/status",
+                "configmaps",
+            ),
+        ),
+        rule(
+            READ,
+            (CORE,),
+            (
+                "limitranges",
+                "resourcequotas",
+                "bindings",
+                "events",
+                "pods/status",
+                "resourcequotas/status",
+                "namespaces/status",
+                "replicationcontrollers/status",
+                "pods/log",
+            ),
+        ),
         rule(READ, (CORE,), ("namespaces",)),
         rule(READ, (DISCOVERY,), ("endpointslices",)),
-        rule(READ, (APPS,), ("controllerrevisions", "statefulsets", "statefulsets/scale", "statefulsets/status",
-                             "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
-                             "deployments/status", "replicasets", "replicasets/scale", "replicasets/status")),
+        rule(
+            READ,
+            (APPS,),
+            (
+                "controllerrevisions",
+                "statefulsets",
+                "statefulsets/scale",
+                "statefulsets/status",
+                "daemonsets",
+                "daemonsets/status",
+                "deployments",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets",
+                "replicasets/scale",
+                "replicasets/status",
+            ),
+        ),
         rule(READ, (AUTOSCALING,), ("horizontalpodautoscalers", "horizontalpodautoscalers/status")),
         rule(READ, (BATCH,), ("jobs", "jobs/status", "cronjobs", "cronjobs/status")),
         rule(READ, (POLICY,), ("poddisruptionbudgets", "poddisruptionbudgets/status")),
@@ -164,19 +223,44 @@ def _aggregate_to_edit() -> list[dict]:
         rule(("impersonate",), (CORE,), ("serviceaccounts",)),
         rule(WRITE, (CORE,), ("pods", "pods/attach", "pods/proxy", "pods/exec", "pods/portforward")),
         rule(("create",), (CORE,), ("pods/eviction",)),
-        rule(WRITE, (CORE,), ("replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts",
-                              "services", "services/proxy", "persistentvolumeclaims", "configmaps", "secrets",
-                              "events")),
+        rule(
+            WRITE,
+            (CORE,),
+            (
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "serviceaccounts",
+                "services",
+                "services/proxy",
+                "persistentvolumeclaims",
+                "configmaps",
+                "secrets",
+                "events",
+            ),
+        ),
         rule(("create",), (CORE,), ("serviceaccounts/token",)),
-        rule(WRITE, (APPS,), ("statefulsets", "statefulsets/scale", "daemonsets", "deployments",
-                              "deployments/scale", "deployments/rollback", "replicasets", "replicasets/scale")),
+        rule(
+            WRITE,
+            (APPS,),
+            (
+                "statefulsets",
+                "statefulsets/scale",
+                "daemonsets",
+                "deployments",
+                "deployments/scale",
+                "deployments/rollback",
+                "replicasets",
+                "replicasets/scale",
+            ),
+        ),
         rule(WRITE, (AUTOSCALING,), ("horizontalpodautoscalers",)),
         rule(WRITE, (BATCH,), ("jobs", "cronjobs")),
         rule(WRITE, (POLICY,), ("poddisruptionbudgets",)),
         rule(WRITE, (NETWORKING,), ("networkpolicies", "ingresses")),
         rule(WRITE, (DISCOVERY,), ("endpointslices",)),
-        rule(READ, (CORE,), ("secrets", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy",
-                             "services/proxy")),
+        rule(
+            READ, (CORE,), ("secrets", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "services/proxy")
+        ),
     ]
 
 
@@ -207,12 +291,23 @@ def _controller_roles() -> dict[str, list[dict]]:
         ],
         "certificate-controller": [
             rule(("delete", "get", "list", "watch"), (CERTIFICATES,), ("certificatesigningrequests",)),
-            rule(("update",), (CERTIFICATES,), ("certificatesigningrequests/approval",
-                                                "certificatesigningrequests/status")),
+            rule(
+                ("update",),
+                (CERTIFICATES,),
+                ("certificatesigningrequests/approval", "certificatesigningrequests/status"),
+            ),
             rule(("approve",), (CERTIFICATES,), (names.SIGNERS_RESOURCE,), (names.SIGNER_NODE_AGENT_CLIENT,)),
-            rule(("sign",), (CERTIFICATES,), (names.SIGNERS_RESOURCE,),
-                 (names.SIGNER_LEGACY_UNKNOWN, names.SIGNER_NODE_AGENT_CLIENT, names.SIGNER_NODE_AGENT_SERVING,
-                  names.SIGNER_APISERVER_CLIENT)),
+            rule(
+                ("sign",),
+                (CERTIFICATES,),
+                (names.SIGNERS_RESOURCE,),
+                (
+                    names.SIGNER_LEGACY_UNKNOWN,
+                    names.SIGNER_NODE_AGENT_CLIENT,
+                    names.SIGNER_NODE_AGENT_SERVING,
+                    names.SIGNER_APISERVER_CLIENT,
+                ),
+            ),
             rule(("create",), (AUTHORIZATION,), ("subjectaccessreviews",)),
             _events_rule(),
         ],
@@ -238,8 +333,18 @@ def _controller_roles() -> dict[str, list[dict]]:
             _events_rule(),
             rule(("create",), (COORDINATION,), ("leases",)),
             rule(("get", "update"), (COORDINATION,), ("leases",), (names.APISERVER_NAME + "-scheduler",)),
-            rule(READ, (CORE,), ("nodes", "namespaces", "services", "replicationcontrollers",
-                                 "persistentvolumeclaims", "persistentvolumes")),
+            rule(
+                READ,
+                (CORE,),
+                (
+                    "nodes",
+                    "namespaces",
+                    "services",
+                    "replicationcontrollers",
+                    "persistentvolumeclaims",
+                    "persistentvolumes",
+                ),
+            ),
             rule(READ + ("delete",), (CORE,), ("pods",)),
             rule(("create",), (CORE,), ("pods/binding", "bindings")),
             rule(("patch", "update"), (CORE,), ("pods/status",)),
@@ -260,32 +365,73 @@ def default_cluster_roles() -> list[dict]:
         cluster_role("system:aggregate-to-admin", _aggregate_to_admin(), {names.LABEL_AGGREGATE_TO_ADMIN: "true"}),
         cluster_role("system:aggregate-to-edit", _aggregate_to_edit(), {names.LABEL_AGGREGATE_TO_EDIT: "true"}),
         cluster_role("system:aggregate-to-view", _aggregate_to_view(), {names.LABEL_AGGREGATE_TO_VIEW: "true"}),
-        cluster_role("system:discovery", [rule(("get",), urls=("/api", "/api/*", "/apis", "/apis/*", "/healthz",
-                                                                "/livez", "/openapi", "/openapi/*", "/readyz",
-                                                                "/version", "/version/"))]),
-        cluster_role("system:basic-user", [
-            rule(("create",), (AUTHORIZATION,), ("selfsubjectaccessreviews", "selfsubjectrulesreviews")),
-            rule(("create",), (AUTHENTICATION,), ("selfsubjectreviews",)),
-        ]),
+        cluster_role(
+            "system:discovery",
+            [
+                rule(
+                    ("get",),
+                    urls=(
+                        "/api",
+                        "/api/*",
+                        "/apis",
+                        "/apis/*",
+                        "/healthz",
+                        "/livez",
+                        "/openapi",
+                        "/openapi/*",
+                        "/readyz",
+                        "/version",
+                        "/version/",
+                    ),
+                )
+            ],
+        ),
+        cluster_role(
+            "system:basic-user",
+            [
+                rule(("create",), (AUTHORIZATION,), ("selfsubjectaccessreviews", "selfsubjectrulesreviews")),
+                rule(("create",), (AUTHENTICATION,), ("selfsubjectreviews",)),
+            ],
+        ),
         cluster_role("system:public-info-viewer", [rule(("get",), urls=bootstrap_urls)]),
-        cluster_role("system:monitoring", [rule(("get",), urls=("/healthz", "/healthz/*", "/livez", "/livez/*",
-                                                                "/readyz", "/readyz/*", "/metrics"))]),
+        cluster_role(
+            "system:monitoring",
+            [rule(("get",), urls=("/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/metrics"))],
+        ),
         cluster_role(names.ROLE_NODE, node_rule_dicts()),
-        cluster_role(names.ROLE_NODE_BOOTSTRAPPER, [
-            rule(("create", "get", "list", "watch"), (CERTIFICATES,), ("certificatesigningrequests",))]),
-        cluster_role(names.ROLE_CSR_NODECLIENT, [
-            rule(("create",), (CERTIFICATES,), (f"certificatesigningrequests/{names.CSR_SUBRESOURCE_NODECLIENT}",))]),
-        cluster_role(names.ROLE_CSR_SELFNODECLIENT, [
-            rule(("create",), (CERTIFICATES,),
-                 (f"certificatesigningrequests/{names.CSR_SUBRESOURCE_SELFNODECLIENT}",))]),
-        cluster_role(f"system:certificates.{names.DOMAIN}:apiserver-client-approver",
-                     _signer_approver(names.SIGNER_APISERVER_CLIENT)),
-        cluster_role(f"system:certificates.{names.DOMAIN}:apiserver-client-node-agent-approver",
-                     _signer_approver(names.SIGNER_NODE_AGENT_CLIENT)),
-        cluster_role(f"system:certificates.{names.DOMAIN}:node-agent-serving-approver",
-                     _signer_approver(names.SIGNER_NODE_AGENT_SERVING)),
-        cluster_role(f"system:certificates.{names.DOMAIN}:legacy-unknown-approver",
-                     _signer_approver(names.SIGNER_LEGACY_UNKNOWN)),
+        cluster_role(
+            names.ROLE_NODE_BOOTSTRAPPER,
+            [rule(("create", "get", "list", "watch"), (CERTIFICATES,), ("certificatesigningrequests",))],
+        ),
+        cluster_role(
+            names.ROLE_CSR_NODECLIENT,
+            [rule(("create",), (CERTIFICATES,), (f"certificatesigningrequests/{names.CSR_SUBRESOURCE_NODECLIENT}",))],
+        ),
+        cluster_role(
+            names.ROLE_CSR_SELFNODECLIENT,
+            [
+                rule(
+                    ("create",),
+                    (CERTIFICATES,),
+                    (f"certificatesigningrequests/{names.CSR_SUBRESOURCE_SELFNODECLIENT}",),
+                )
+            ],
+        ),
+        cluster_role(
+            f"system:certificates.{names.DOMAIN}:apiserver-client-approver",
+            _signer_approver(names.SIGNER_APISERVER_CLIENT),
+        ),
+        cluster_role(
+            f"system:certificates.{names.DOMAIN}:apiserver-client-node-agent-approver",
+            _signer_approver(names.SIGNER_NODE_AGENT_CLIENT),
+        ),
+        cluster_role(
+            f"system:certificates.{names.DOMAIN}:node-agent-serving-approver",
+            _signer_approver(names.SIGNER_NODE_AGENT_SERVING),
+        ),
+        cluster_role(
+            f"system:certificates.{names.DOMAIN}:legacy-unknown-approver", _signer_approver(names.SIGNER_LEGACY_UNKNOWN)
+        ),
     ]
     for suffix, rules in _controller_roles().items():
         roles.append(cluster_role(names.CONTROLLER_ROLE_PREFIX + suffix, rules))
@@ -302,11 +448,13 @@ def default_cluster_role_bindings() -> list[dict]:
         cluster_binding(names.ROLE_CLUSTER_ADMIN, names.ROLE_CLUSTER_ADMIN, [group(names.GROUP_MASTERS)]),
         cluster_binding("system:discovery", "system:discovery", [group(names.GROUP_AUTHENTICATED)]),
         cluster_binding("system:basic-user", "system:basic-user", [group(names.GROUP_AUTHENTICATED)]),
-        cluster_binding("system:public-info-viewer", "system:public-info-viewer",
-                        [group(names.GROUP_AUTHENTICATED), group(names.GROUP_UNAUTHENTICATED)]),
+        cluster_binding(
+            "system:public-info-viewer",
+            "system:public-info-viewer",
+            [group(names.GROUP_AUTHENTICATED), group(names.GROUP_UNAUTHENTICATED)],
+        ),
         cluster_binding("system:monitoring", "system:monitoring", [group(names.GROUP_MONITORING)]),
-        cluster_binding(names.ROLE_NODE_BOOTSTRAPPER, names.ROLE_NODE_BOOTSTRAPPER,
-                        [group(names.GROUP_BOOTSTRAPPERS)]),
+        cluster_binding(names.ROLE_NODE_BOOTSTRAPPER, names.ROLE_NODE_BOOTSTRAPPER, [group(names.GROUP_BOOTSTRAPPERS)]),
         cluster_binding(names.ROLE_CSR_NODECLIENT, names.ROLE_CSR_NODECLIENT, [group(names.GROUP_BOOTSTRAPPERS)]),
         cluster_binding(names.ROLE_CSR_SELFNODECLIENT, names.ROLE_CSR_SELFNODECLIENT, [group(names.GROUP_NODES)]),
     ]
@@ -318,19 +466,29 @@ def default_cluster_role_bindings() -> list[dict]:
 
 def default_roles() -> list[dict]:
     return [
-        role(names.ROLE_CLUSTER_INFO_READER, names.NS_PUBLIC, [
-            rule(("get",), (CORE,), ("configmaps",), (names.CLUSTER_INFO_CONFIGMAP,))]),
-        role(names.CONTROLLER_ROLE_PREFIX + "bootstrap-signer", names.NS_PUBLIC, [
-            rule(READ, (CORE,), ("configmaps",)),
-            rule(("update",), (CORE,), ("configmaps",), (names.CLUSTER_INFO_CONFIGMAP,)),
-            _events_rule(),
-        ]),
-        role(names.CONTROLLER_ROLE_PREFIX + "bootstrap-signer", names.NS_SYSTEM, [
-            rule(READ, (CORE,), ("secrets",))]),
-        role(names.CONTROLLER_ROLE_PREFIX + "token-cleaner", names.NS_SYSTEM, [
-            rule(("delete",) + READ, (CORE,), ("secrets",)),
-            _events_rule(),
-        ]),
+        role(
+            names.ROLE_CLUSTER_INFO_READER,
+            names.NS_PUBLIC,
+            [rule(("get",), (CORE,), ("configmaps",), (names.CLUSTER_INFO_CONFIGMAP,))],
+        ),
+        role(
+            names.CONTROLLER_ROLE_PREFIX + "bootstrap-signer",
+            names.NS_PUBLIC,
+            [
+                rule(READ, (CORE,), ("configmaps",)),
+                rule(("update",), (CORE,), ("configmaps",), (names.CLUSTER_INFO_CONFIGMAP,)),
+                _events_rule(),
+            ],
+        ),
+        role(names.CONTROLLER_ROLE_PREFIX + "bootstrap-signer", names.NS_SYSTEM, [rule(READ, (CORE,), ("secrets",))]),
+        role(
+            names.CONTROLLER_ROLE_PREFIX + "token-cleaner",
+            names.NS_SYSTEM,
+            [
+                rule(("delete",) + READ, (CORE,), ("secrets",)),
+                _events_rule(),
+            ],
+        ),
     ]
 
 
@@ -338,8 +496,13 @@ def default_role_bindings() -> list[dict]:
     signer = names.CONTROLLER_ROLE_PREFIX + "bootstrap-signer"
     cleaner = names.CONTROLLER_ROLE_PREFIX + "token-cleaner"
     return [
-        binding(names.ROLE_CLUSTER_INFO_READER, names.NS_PUBLIC, "Role", names.ROLE_CLUSTER_INFO_READER,
-                [_subject("Group", names.GROUP_UNAUTHENTICATED)]),
+        binding(
+            names.ROLE_CLUSTER_INFO_READER,
+            names.NS_PUBLIC,
+            "Role",
+            names.ROLE_CLUSTER_INFO_READER,
+            [_subject("Group", names.GROUP_UNAUTHENTICATED)],
+        ),
         binding(signer, names.NS_PUBLIC, "Role", signer, [_controller_sa("bootstrap-signer")]),
         binding(signer, names.NS_SYSTEM, "Role", signer, [_controller_sa("bootstrap-signer")]),
         binding(cleaner, names.NS_SYSTEM, "Role", cleaner, [_controller_sa("token-cleaner")]),
@@ -347,6 +510,7 @@ def default_role_bindings() -> list[dict]:
 
 
 # --- reconciliation -----------------------------------------------------------------------
+
 
 def _merge_meta(current: dict, expected: dict) -> bool:
     """Add missing labels and annotations; existing values win. True if changed."""

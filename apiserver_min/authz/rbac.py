@@ -22,15 +22,14 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
+from ..admission.chain import Attributes
 from ..api import names
 from ..api import status as st
 from ..api.selectors import LabelSelector, SelectorError, label_selector_from_dict
-from ..api.validation import FieldError
-from ..admission.chain import Attributes
 from ..api.user import UserInfo
-from .authorizer import AuthzAttributes, Decision, PolicyRule, RulesResult, Union, _strs
+from ..api.validation import FieldError, causes
 from ..storage.keys import key_prefix
-from ..api.validation import causes
+from .authorizer import AuthzAttributes, Decision, PolicyRule, RulesResult, Union
 
 log = logging.getLogger("orch-apiserver.rbac")
 
@@ -53,6 +52,7 @@ def rules_from(obj: dict) -> tuple[PolicyRule, ...]:
 
 
 # --- matching (upstream rbac.RuleAllows) --------------------------------------------------
+
 
 def verb_matches(rule: PolicyRule, verb: str) -> bool:
     return VERB_ALL in rule.verbs or verb in rule.verbs
@@ -87,8 +87,12 @@ def url_matches(rule: PolicyRule, path: str) -> bool:
 def rule_allows(attrs: AuthzAttributes, rule: PolicyRule) -> bool:
     if attrs.resource_request:
         combined = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
-        return (verb_matches(rule, attrs.verb) and group_matches(rule, attrs.api_group)
-                and resource_matches(rule, combined, attrs.subresource) and name_matches(rule, attrs.name))
+        return (
+            verb_matches(rule, attrs.verb)
+            and group_matches(rule, attrs.api_group)
+            and resource_matches(rule, combined, attrs.subresource)
+            and name_matches(rule, attrs.name)
+        )
     return verb_matches(rule, attrs.verb) and url_matches(rule, attrs.path)
 
 
@@ -97,6 +101,7 @@ def rules_allow(attrs: AuthzAttributes, rules: Iterable[PolicyRule]) -> bool:
 
 
 # --- coverage (upstream validation.Covers), for escalation checks ------------------------
+
 
 def _breakdown(rule: PolicyRule) -> Iterator[PolicyRule]:
     """A rule as single-verb, single-resource (single-name) atoms."""
@@ -136,10 +141,16 @@ def _urls_cover(owner: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
 def rule_covers(owner: PolicyRule, servant: PolicyRule) -> bool:
     verbs_ok = VERB_ALL in owner.verbs or all(v in owner.verbs for v in servant.verbs)
     groups_ok = GROUP_ALL in owner.api_groups or all(g in owner.api_groups for g in servant.api_groups)
-    names_ok = not owner.resource_names or (bool(servant.resource_names)
-                                            and all(n in owner.resource_names for n in servant.resource_names))
-    return (verbs_ok and groups_ok and _resources_cover(owner.resources, servant.resources)
-            and _urls_cover(owner.non_resource_urls, servant.non_resource_urls) and names_ok)
+    names_ok = not owner.resource_names or (
+        bool(servant.resource_names) and all(n in owner.resource_names for n in servant.resource_names)
+    )
+    return (
+        verbs_ok
+        and groups_ok
+        and _resources_cover(owner.resources, servant.resources)
+        and _urls_cover(owner.non_resource_urls, servant.non_resource_urls)
+        and names_ok
+    )
 
 
 def uncovered(owner: Iterable[PolicyRule], servant: Iterable[PolicyRule]) -> list[PolicyRule]:
@@ -190,7 +201,7 @@ def user_keys(user: UserInfo) -> list[SubjectKey]:
     keys: list[SubjectKey] = [("User", user.name)]
     keys += [("Group", g) for g in user.groups]
     if user.name.startswith(names.SERVICEACCOUNT_USER_PREFIX):
-        parts = user.name[len(names.SERVICEACCOUNT_USER_PREFIX):].split(":")
+        parts = user.name[len(names.SERVICEACCOUNT_USER_PREFIX) :].split(":")
         if len(parts) == 2 and all(parts):
             keys.append(("ServiceAccount", parts[0], parts[1]))
     return keys
@@ -212,10 +223,11 @@ class Binding:
 
     def describe(self, key: SubjectKey) -> str:
         if self.namespace:
-            return (f'RoleBinding "{self.name}/{self.namespace}" of {self.role_kind} "{self.role_name}" '
-                    f"to {describe_subject(key)}")
-        return (f'ClusterRoleBinding "{self.name}" of {self.role_kind} "{self.role_name}" '
-                f"to {describe_subject(key)}")
+            return (
+                f'RoleBinding "{self.name}/{self.namespace}" of {self.role_kind} "{self.role_name}" '
+                f"to {describe_subject(key)}"
+            )
+        return f'ClusterRoleBinding "{self.name}" of {self.role_kind} "{self.role_name}" to {describe_subject(key)}'
 
 
 @dataclasses.dataclass
@@ -236,8 +248,13 @@ def parse_binding(obj: dict, namespace: str) -> Binding:
             k = subject_key(s, namespace)
             if k is not None:
                 keys.append(k)
-    return Binding(namespace, md.get("name", ""), str(ref.get("kind") or ""), str(ref.get("name") or ""),
-                   tuple(dict.fromkeys(keys)))
+    return Binding(
+        namespace,
+        md.get("name", ""),
+        str(ref.get("kind") or ""),
+        str(ref.get("name") or ""),
+        tuple(dict.fromkeys(keys)),
+    )
 
 
 def parse_cluster_role(obj: dict) -> ClusterRole:
@@ -375,7 +392,9 @@ class RbacIndex:
             return rules, ""
         return None, f"unsupported role reference kind: {kind!r}"
 
-    def visit(self, user: UserInfo, namespace: str) -> Iterator[tuple[Binding, SubjectKey, tuple[PolicyRule, ...] | None, str]]:
+    def visit(
+        self, user: UserInfo, namespace: str
+    ) -> Iterator[tuple[Binding, SubjectKey, tuple[PolicyRule, ...] | None, str]]:
         """Every binding that names ``user`` (cluster-wide, then in ``namespace``) with
         the rules of its role, or the error why the role could not be read."""
         keys = user_keys(user)
@@ -386,8 +405,11 @@ class RbacIndex:
                     continue
                 seen.add(name)
                 b = self.cluster_bindings[name]
-                rules, err = self.role_rules(b.role_kind, b.role_name, "") if b.role_kind == "ClusterRole" else \
-                    (None, f"clusterrolebinding {name} refers to {b.role_kind} {b.role_name}")
+                rules, err = (
+                    self.role_rules(b.role_kind, b.role_name, "")
+                    if b.role_kind == "ClusterRole"
+                    else (None, f"clusterrolebinding {name} refers to {b.role_kind} {b.role_name}")
+                )
                 yield b, k, rules, err
         if not namespace:
             return
@@ -446,6 +468,7 @@ class RbacAuthorizer:
 
 # --- validation of role and binding objects ----------------------------------------------
 
+
 def validate_rules(rules: Any, namespaced: bool) -> list[FieldError]:
     errs: list[FieldError] = []
     if rules is None:
@@ -466,17 +489,24 @@ def validate_rules(rules: Any, namespaced: bool) -> list[FieldError]:
         urls, resources = r.get("nonResourceURLs") or [], r.get("resources") or []
         if urls:
             if namespaced:
-                errs.append(FieldError.invalid(f"{p}.nonResourceURLs", urls,
-                                               "namespaced rules cannot apply to non-resource URLs"))
+                errs.append(
+                    FieldError.invalid(
+                        f"{p}.nonResourceURLs", urls, "namespaced rules cannot apply to non-resource URLs"
+                    )
+                )
             if r.get("apiGroups") or resources or r.get("resourceNames"):
-                errs.append(FieldError.invalid(f"{p}.nonResourceURLs", urls,
-                                               "rules cannot apply to both regular resources and non-resource URLs"))
+                errs.append(
+                    FieldError.invalid(
+                        f"{p}.nonResourceURLs",
+                        urls,
+                        "rules cannot apply to both regular resources and non-resource URLs",
+                    )
+                )
             continue
         if not resources:
             errs.append(FieldError.required(f"{p}.resources", "resource rules must supply at least one resource"))
         if not r.get("apiGroups"):
-            errs.append(FieldError.required(f"{p}.apiGroups",
-                                            "resource rules must supply at least one api group"))
+            errs.append(FieldError.required(f"{p}.apiGroups", "resource rules must supply at least one api group"))
     return errs
 
 
@@ -527,8 +557,12 @@ def validate_cluster_role(obj: dict) -> list[FieldError]:
             return errs + [FieldError.type_invalid("aggregationRule", agg, "must be an object")]
         sels = agg.get("clusterRoleSelectors")
         if not isinstance(sels, list) or not sels:
-            errs.append(FieldError.required("aggregationRule.clusterRoleSelectors",
-                                            "at least one clusterRoleSelector required if aggregationRule is non-nil"))
+            errs.append(
+                FieldError.required(
+                    "aggregationRule.clusterRoleSelectors",
+                    "at least one clusterRoleSelector required if aggregationRule is non-nil",
+                )
+            )
         else:
             for i, sel in enumerate(sels):
                 try:
@@ -546,10 +580,12 @@ _GC_FIELDS = ("ownerReferences", "finalizers", "resourceVersion", "managedFields
 def only_gc_fields_changed(new: dict, old: dict) -> bool:
     """Upstream's IsOnlyMutatingGCFields: owner references and finalizers may change
     without the escalation check, so the garbage collector can always finish."""
+
     def strip(o: dict) -> dict:
         o = dict(o)
         o["metadata"] = {k: v for k, v in (o.get("metadata") or {}).items() if k not in _GC_FIELDS}
         return o
+
     return strip(new) == strip(old)
 
 
@@ -572,8 +608,11 @@ class RbacWriteGuard:
             return
         obj, old = attrs.obj, attrs.old if attrs.operation == "UPDATE" else None
         if k.resource in ("roles", "clusterroles"):
-            errs = validate_rules(obj.get("rules"), namespaced=k.resource == "roles") if k.resource == "roles" \
+            errs = (
+                validate_rules(obj.get("rules"), namespaced=k.resource == "roles")
+                if k.resource == "roles"
                 else validate_cluster_role(obj)
+            )
         else:
             errs = validate_binding(obj, k.resource == "clusterrolebindings", old)
         if errs:
@@ -591,17 +630,26 @@ class RbacWriteGuard:
     def _escalation_error(self, attrs: Attributes, missing: list[PolicyRule], errors: list[str]) -> st.ApiError:
         user = attrs.user
         lines = sorted({r.compact_string() for r in compact(missing)})
-        msg = (f'user "{user.name}" (groups={go_list(user.groups)}) is attempting to grant RBAC permissions '
-               "not currently held:\n" + "\n".join(lines))
+        msg = (
+            f'user "{user.name}" (groups={go_list(user.groups)}) is attempting to grant RBAC permissions '
+            "not currently held:\n" + "\n".join(lines)
+        )
         if errors:
             msg += f"; resolution errors: [{', '.join(errors)}]"
         return st.forbidden(attrs.kind.resource, attrs.name, attrs.kind.group, msg)
 
     def _check_role(self, attrs: Attributes, obj: dict, old: dict | None) -> None:
         k = attrs.kind
-        esc = AuthzAttributes(attrs.user, "escalate", True, namespace=attrs.namespace, api_group=names.RBAC_GROUP,
-                              api_version=k.version, resource=k.resource,
-                              name=attrs.name if old is not None else "")
+        esc = AuthzAttributes(
+            attrs.user,
+            "escalate",
+            True,
+            namespace=attrs.namespace,
+            api_group=names.RBAC_GROUP,
+            api_version=k.version,
+            resource=k.resource,
+            name=attrs.name if old is not None else "",
+        )
         if self.authorizer.allowed(esc):
             return
         owner, errors = self.index.rules_for(attrs.user, attrs.namespace)
@@ -609,17 +657,28 @@ class RbacWriteGuard:
         if missing:
             raise self._escalation_error(attrs, missing, errors)
         if k.resource == "clusterroles":
-            has_agg = obj.get("aggregationRule") is not None or (old is not None and old.get("aggregationRule") is not None)
+            has_agg = obj.get("aggregationRule") is not None or (
+                old is not None and old.get("aggregationRule") is not None
+            )
             if has_agg and uncovered(owner, FULL_AUTHORITY):
-                raise st.forbidden(k.resource, attrs.name, k.group,
-                                   "must have cluster-admin privileges to use the aggregationRule")
+                raise st.forbidden(
+                    k.resource, attrs.name, k.group, "must have cluster-admin privileges to use the aggregationRule"
+                )
 
     def _check_binding(self, attrs: Attributes, obj: dict) -> None:
         ref = obj.get("roleRef") or {}
         role_kind, role_name = ref.get("kind", ""), ref.get("name", "")
         resource = "clusterroles" if role_kind == "ClusterRole" else "roles"
-        bind = AuthzAttributes(attrs.user, "bind", True, namespace=attrs.namespace, api_group=names.RBAC_GROUP,
-                               api_version="v1", resource=resource, name=role_name)
+        bind = AuthzAttributes(
+            attrs.user,
+            "bind",
+            True,
+            namespace=attrs.namespace,
+            api_group=names.RBAC_GROUP,
+            api_version="v1",
+            resource=resource,
+            name=role_name,
+        )
         if self.authorizer.allowed(bind):
             return
         rules, err = self.index.role_rules(role_kind, role_name, attrs.namespace)

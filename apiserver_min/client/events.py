@@ -49,10 +49,19 @@ class EventRecorder:
                     self._seen.move_to_end(key)
                     return
             name = f"{ref.get('name', '')}.{time.time_ns():x}"
-            obj = {"metadata": {"name": name, "namespace": namespace}, "involvedObject": dict(ref),
-                   "reason": reason, "message": message, "type": type_,
-                   "source": {"component": self.component}, "firstTimestamp": ts, "lastTimestamp": ts,
-                   "count": 1, "reportingComponent": self.component, "reportingInstance": self.instance}
+            obj = {
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": dict(ref),
+                "reason": reason,
+                "message": message,
+                "type": type_,
+                "source": {"component": self.component},
+                "firstTimestamp": ts,
+                "lastTimestamp": ts,
+                "count": 1,
+                "reportingComponent": self.component,
+                "reportingInstance": self.instance,
+            }
             if action:
                 obj["action"] = action
             await self.store.create(self.kind, namespace, obj, SYSTEM_USER, field_manager=self.field_manager)
@@ -71,8 +80,7 @@ class EventRecorder:
             return old
 
         try:
-            await self.store.update(self.kind, namespace, name, compute, SYSTEM_USER,
-                                           field_manager=self.field_manager)
+            await self.store.update(self.kind, namespace, name, compute, SYSTEM_USER, field_manager=self.field_manager)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False

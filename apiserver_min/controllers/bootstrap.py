@@ -31,8 +31,7 @@ from ..api import status as st
 from ..api.user import SYSTEM_USER
 from ..registry.store import DeleteOptions
 from ..storage.keys import key_prefix
-from .queue import KeyQueue
-from .queue import RETRY_DELAY
+from .queue import RETRY_DELAY, KeyQueue
 
 if TYPE_CHECKING:
     from ..client.host import ControllerHost
@@ -72,8 +71,11 @@ def signatures(content: str, tokens: list[bt.TokenSecret], now: _dt.datetime) ->
 
 def desired_data(current: dict | None, content: str, sigs: dict[str, str]) -> dict[str, str]:
     """cluster-info's data: keys other than ours kept, kubeconfig and the signatures set."""
-    data = {k: v for k, v in (current or {}).items()
-            if k != bt.CLUSTER_INFO_KUBECONFIG_KEY and not k.startswith(bt.JWS_KEY_PREFIX)}
+    data = {
+        k: v
+        for k, v in (current or {}).items()
+        if k != bt.CLUSTER_INFO_KUBECONFIG_KEY and not k.startswith(bt.JWS_KEY_PREFIX)
+    }
     data[bt.CLUSTER_INFO_KUBECONFIG_KEY] = content
     data.update(sigs)
     return data
@@ -110,10 +112,13 @@ class BootstrapControllers:
     def start(self) -> list[asyncio.Task]:
         self.server.cache.listeners.append(self.on_event)
         self.on_event(None, None)
-        return [asyncio.create_task(self._loop(self.sign_queue, self.sync_cluster_info, "bootstrap signer"),
-                                    name="bootstrap-signer"),
-                asyncio.create_task(self._loop(self.clean_queue, self.clean, "token cleaner"), name="token-cleaner"),
-                asyncio.create_task(self._resync(), name="bootstrap-resync")]
+        return [
+            asyncio.create_task(
+                self._loop(self.sign_queue, self.sync_cluster_info, "bootstrap signer"), name="bootstrap-signer"
+            ),
+            asyncio.create_task(self._loop(self.clean_queue, self.clean, "token cleaner"), name="token-cleaner"),
+            asyncio.create_task(self._resync(), name="bootstrap-resync"),
+        ]
 
     def stop(self) -> None:
         for h in self._timers.values():
@@ -136,8 +141,9 @@ class BootstrapControllers:
                     h.cancel()
             else:
                 self._track(e)
-        elif (cache.prefix == self.cm_prefix and e.namespace == names.NS_PUBLIC
-              and e.name == names.CLUSTER_INFO_CONFIGMAP):
+        elif (
+            cache.prefix == self.cm_prefix and e.namespace == names.NS_PUBLIC and e.name == names.CLUSTER_INFO_CONFIGMAP
+        ):
             self.sign_queue.add(SIGNER_KEY)
 
     def _track(self, e: "Entry") -> None:
@@ -213,12 +219,17 @@ class BootstrapControllers:
         content = self.kubeconfig()
         sigs = signatures(content, self.tokens(), _now())
         cached = self.server.cache.cache(self.cm_prefix).items.get(
-            f"{self.cm_prefix}{names.NS_PUBLIC}/{names.CLUSTER_INFO_CONFIGMAP}")
+            f"{self.cm_prefix}{names.NS_PUBLIC}/{names.CLUSTER_INFO_CONFIGMAP}"
+        )
         if cached is None:
             try:
-                await self.store.create(self.cm_kind, names.NS_PUBLIC, {
-                    "metadata": {"name": names.CLUSTER_INFO_CONFIGMAP}, "data": desired_data(None, content, sigs)},
-                    SYSTEM_USER, field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
+                await self.store.create(
+                    self.cm_kind,
+                    names.NS_PUBLIC,
+                    {"metadata": {"name": names.CLUSTER_INFO_CONFIGMAP}, "data": desired_data(None, content, sigs)},
+                    SYSTEM_USER,
+                    field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER,
+                )
                 log.info("created %s/%s with %d signature(s)", names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP, len(sigs))
                 return True
             except st.ApiError as exc:
@@ -237,8 +248,14 @@ class BootstrapControllers:
             return cur
 
         try:
-            await self.store.update(self.cm_kind, names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP, compute, SYSTEM_USER,
-                                    field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
+            await self.store.update(
+                self.cm_kind,
+                names.NS_PUBLIC,
+                names.CLUSTER_INFO_CONFIGMAP,
+                compute,
+                SYSTEM_USER,
+                field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER,
+            )
         except st.ApiError as exc:
             if exc.code == 404:
                 return False  # deleted meanwhile: create it on the retry
@@ -261,8 +278,9 @@ class BootstrapControllers:
         if ts is None and not self._bad_expiration(obj):
             return True
         try:
-            await self.store.delete(self.secret_kind, names.NS_SYSTEM, name,
-                                    DeleteOptions(preconditions_uid=e.uid or None), SYSTEM_USER)
+            await self.store.delete(
+                self.secret_kind, names.NS_SYSTEM, name, DeleteOptions(preconditions_uid=e.uid or None), SYSTEM_USER
+            )
         except st.ApiError as exc:
             if exc.code not in (404, 409):
                 raise

@@ -9,8 +9,15 @@ from typing import TYPE_CHECKING
 from ..api import names
 from ..api import status as st
 from ..api.user import SYSTEM_USER
-from ..authz.policy import (default_cluster_role_bindings, default_cluster_roles, default_role_bindings, default_roles,
-                            protected, reconcile_binding, reconcile_role)
+from ..authz.policy import (
+    default_cluster_role_bindings,
+    default_cluster_roles,
+    default_role_bindings,
+    default_roles,
+    protected,
+    reconcile_binding,
+    reconcile_role,
+)
 from ..registry.store import DeleteOptions
 
 if TYPE_CHECKING:
@@ -69,14 +76,16 @@ async def _reconcile_one(store: "Store", resource: str, expected: dict) -> str:
 async def reconcile_default_policy(store: "Store") -> dict[str, int]:
     """Create or complete the default roles and bindings; returns counts by outcome."""
     counts: dict[str, int] = {}
-    for resource, objs in (("clusterroles", default_cluster_roles()), ("roles", default_roles()),
-                           ("clusterrolebindings", default_cluster_role_bindings()),
-                           ("rolebindings", default_role_bindings())):
+    for resource, objs in (
+        ("clusterroles", default_cluster_roles()),
+        ("roles", default_roles()),
+        ("clusterrolebindings", default_cluster_role_bindings()),
+        ("rolebindings", default_role_bindings()),
+    ):
         for obj in objs:
             outcome = await _reconcile_one(store, resource, obj)
             counts[outcome] = counts.get(outcome, 0) + 1
             if outcome not in ("unchanged", "exists"):
                 log.debug("rbac default policy: %s %s %s", resource, obj["metadata"]["name"], outcome)
-    log.info("rbac default policy reconciled: %s",
-             ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
+    log.info("rbac default policy reconciled: %s", ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
     return counts

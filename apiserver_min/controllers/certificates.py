@@ -41,12 +41,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 from ..api import names
 from ..api import status as st
 from ..api.timeutil import format_rfc3339, parse_rfc3339
-from ..authz.authorizer import AuthzAttributes, Decision
 from ..api.user import SYSTEM_USER, UserInfo
-from .queue import FIELD_MANAGER, RETRY_DELAY, KeyQueue
+from ..authz.authorizer import AuthzAttributes, Decision
 from ..registry.store import DeleteOptions
-from ..storage.keys import key_prefix
 from ..registry.strategy import CsrStrategy
+from ..storage.keys import key_prefix
+from .queue import FIELD_MANAGER, RETRY_DELAY, KeyQueue
 
 if TYPE_CHECKING:
     from ..client.host import ControllerHost
@@ -73,14 +73,24 @@ USAGES_NODE_CLIENT_NO_RSA = frozenset({"digital signature", "client auth"})
 USAGES_NODE_SERVING = frozenset({"digital signature", "key encipherment", "server auth"})
 USAGES_NODE_SERVING_NO_RSA = frozenset({"digital signature", "server auth"})
 USAGES_APISERVER_CLIENT_OPTIONAL = frozenset({"digital signature", "key encipherment"})
-BUILTIN_SIGNERS = (names.SIGNER_APISERVER_CLIENT, names.SIGNER_NODE_AGENT_CLIENT, names.SIGNER_NODE_AGENT_SERVING,
-                   names.SIGNER_LEGACY_UNKNOWN)
+BUILTIN_SIGNERS = (
+    names.SIGNER_APISERVER_CLIENT,
+    names.SIGNER_NODE_AGENT_CLIENT,
+    names.SIGNER_NODE_AGENT_SERVING,
+    names.SIGNER_LEGACY_UNKNOWN,
+)
 
 _KEY_USAGE_BITS = {
-    "signing": "digital_signature", "digital signature": "digital_signature",
-    "content commitment": "content_commitment", "key encipherment": "key_encipherment",
-    "key agreement": "key_agreement", "data encipherment": "data_encipherment", "cert sign": "key_cert_sign",
-    "crl sign": "crl_sign", "encipher only": "encipher_only", "decipher only": "decipher_only",
+    "signing": "digital_signature",
+    "digital signature": "digital_signature",
+    "content commitment": "content_commitment",
+    "key encipherment": "key_encipherment",
+    "key agreement": "key_agreement",
+    "data encipherment": "data_encipherment",
+    "cert sign": "key_cert_sign",
+    "crl sign": "crl_sign",
+    "encipher only": "encipher_only",
+    "decipher only": "decipher_only",
 }
 _EXT_KEY_USAGES = {
     "any": ObjectIdentifier("2.5.29.37.0"),
@@ -100,6 +110,7 @@ _EXT_KEY_USAGES = {
 
 
 # --- pure helpers -------------------------------------------------------------------------------
+
 
 def conditions(obj: dict) -> list[dict]:
     status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
@@ -123,9 +134,12 @@ def spec_of(obj: dict) -> dict:
 def requester(obj: dict) -> UserInfo:
     spec = spec_of(obj)
     extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
-    return UserInfo(str(spec.get("username") or ""), uid=str(spec.get("uid") or ""),
-                    groups=tuple(str(g) for g in spec.get("groups") or []),
-                    extra={str(k): tuple(str(x) for x in (vals or [])) for k, vals in extra.items()})
+    return UserInfo(
+        str(spec.get("username") or ""),
+        uid=str(spec.get("uid") or ""),
+        groups=tuple(str(g) for g in spec.get("groups") or []),
+        extra={str(k): tuple(str(x) for x in (vals or [])) for k, vals in extra.items()},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +155,12 @@ def request_sans(csr: x509.CertificateSigningRequest) -> Sans:
         ext = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return Sans()
-    return Sans(tuple(ext.get_values_for_type(x509.DNSName)),
-                tuple(str(ip) for ip in ext.get_values_for_type(x509.IPAddress)),
-                tuple(ext.get_values_for_type(x509.RFC822Name)),
-                tuple(ext.get_values_for_type(x509.UniformResourceIdentifier)))
+    return Sans(
+        tuple(ext.get_values_for_type(x509.DNSName)),
+        tuple(str(ip) for ip in ext.get_values_for_type(x509.IPAddress)),
+        tuple(ext.get_values_for_type(x509.RFC822Name)),
+        tuple(ext.get_values_for_type(x509.UniformResourceIdentifier)),
+    )
 
 
 def _subject(csr: x509.CertificateSigningRequest) -> tuple[str, list[str]]:
@@ -281,8 +297,13 @@ class CertificateAuthority:
             self._loaded, self._stamp = (cert, key), stamp
         return self._loaded
 
-    def sign(self, csr: x509.CertificateSigningRequest, usages: list[str], ttl: _dt.timedelta,
-             now: _dt.datetime | None = None) -> bytes:
+    def sign(
+        self,
+        csr: x509.CertificateSigningRequest,
+        usages: list[str],
+        ttl: _dt.timedelta,
+        now: _dt.datetime | None = None,
+    ) -> bytes:
         """The PEM certificate for ``csr``: its subject, key and alt-names; usages from the
         request object; no other extension of the request; never a CA."""
         ca_cert, ca_key = self.current()
@@ -291,19 +312,27 @@ class CertificateAuthority:
         now = now or _dt.datetime.now(_dt.timezone.utc)
         not_before, not_after = validity(now, ttl, ca_cert.not_valid_after_utc)
         ku, ekus = key_usage_extension(usages)
-        b = (x509.CertificateBuilder()
-             .subject_name(csr.subject).issuer_name(ca_cert.subject)
-             .public_key(csr.public_key())
-             .serial_number(x509.random_serial_number())
-             .not_valid_before(not_before).not_valid_after(not_after)
-             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True))
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(csr.subject)
+            .issuer_name(ca_cert.subject)
+            .public_key(csr.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        )
         if ku is not None:
             b = b.add_extension(ku, critical=True)
         if ekus:
             b = b.add_extension(x509.ExtendedKeyUsage(ekus), critical=False)
         try:
-            b = b.add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
-                ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value), critical=False)
+            b = b.add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+                    ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+                ),
+                critical=False,
+            )
         except x509.ExtensionNotFound:
             pass
         try:
@@ -348,7 +377,7 @@ def cleanup_deadline(obj: dict, now: _dt.datetime | None = None) -> _dt.datetime
 def node_addresses(node: dict) -> tuple[set[str], set[str]]:
     """(host names, IPs) a node reports: status.addresses plus its hostname label."""
     dns, ips = set(), set()
-    for a in ((node.get("status") or {}).get("addresses") or []):
+    for a in (node.get("status") or {}).get("addresses") or []:
         if not isinstance(a, dict) or not isinstance(a.get("address"), str):
             continue
         if a.get("type") in ("Hostname", "InternalDNS", "ExternalDNS"):
@@ -367,11 +396,15 @@ def node_addresses(node: dict) -> tuple[set[str], set[str]]:
 def serving_sans_match(csr: x509.CertificateSigningRequest, node: dict) -> bool:
     dns, ips = node_addresses(node)
     sans = request_sans(csr)
-    return (all(d.lower() in dns for d in sans.dns) and all(str(ipaddress.ip_address(i)) in ips for i in sans.ips)
-            and bool(sans.dns or sans.ips))
+    return (
+        all(d.lower() in dns for d in sans.dns)
+        and all(str(ipaddress.ip_address(i)) in ips for i in sans.ips)
+        and bool(sans.dns or sans.ips)
+    )
 
 
 # --- the controllers --------------------------------------------------------------------------------
+
 
 class CsrControllers:
     """Approver, signer and cleaner sharing one watch-cache listener."""
@@ -402,10 +435,12 @@ class CsrControllers:
     def start(self) -> list[asyncio.Task]:
         self.server.cache.listeners.append(self.on_event)
         self.on_event(None, None)
-        return [asyncio.create_task(self._loop(self.approve_queue, self.approve, "approver"), name="csr-approver"),
-                asyncio.create_task(self._loop(self.sign_queue, self.sign, "signer"), name="csr-signer"),
-                asyncio.create_task(self._loop(self.clean_queue, self.clean, "cleaner"), name="csr-cleaner"),
-                asyncio.create_task(self._sweep(), name="csr-cleaner-sweep")]
+        return [
+            asyncio.create_task(self._loop(self.approve_queue, self.approve, "approver"), name="csr-approver"),
+            asyncio.create_task(self._loop(self.sign_queue, self.sign, "signer"), name="csr-signer"),
+            asyncio.create_task(self._loop(self.clean_queue, self.clean, "cleaner"), name="csr-cleaner"),
+            asyncio.create_task(self._sweep(), name="csr-cleaner-sweep"),
+        ]
 
     def on_event(self, cache: "ResourceCache | None", ev: "CacheEvent | None") -> None:
         if cache is None:
@@ -431,13 +466,14 @@ class CsrControllers:
         issued, failed = bool(certificate_of(obj)), has_condition(obj, "Failed")
         signer = spec_of(obj).get("signerName")
         if not approved and not denied and not issued:
-            if signer == names.SIGNER_NODE_AGENT_CLIENT or (self.auto_approve_serving and
-                                                             signer == names.SIGNER_NODE_AGENT_SERVING):
+            if signer == names.SIGNER_NODE_AGENT_CLIENT or (
+                self.auto_approve_serving and signer == names.SIGNER_NODE_AGENT_SERVING
+            ):
                 self.approve_queue.add(name)
                 if signer == names.SIGNER_NODE_AGENT_SERVING:
                     user = str(spec_of(obj).get("username") or "")
                     if user.startswith(names.NODE_USER_PREFIX):
-                        self._serving_by_node.setdefault(user[len(names.NODE_USER_PREFIX):], set()).add(name)
+                        self._serving_by_node.setdefault(user[len(names.NODE_USER_PREFIX) :], set()).add(name)
         else:
             for pending in self._serving_by_node.values():
                 pending.discard(name)
@@ -481,8 +517,15 @@ class CsrControllers:
 
     # --- approver -------------------------------------------------------------------
     def _allowed(self, user: UserInfo, subresource: str) -> bool:
-        attrs = AuthzAttributes(user, "create", True, api_group=names.CERTIFICATES_GROUP, api_version="v1",
-                                resource=CSR_RESOURCE, subresource=subresource)
+        attrs = AuthzAttributes(
+            user,
+            "create",
+            True,
+            api_group=names.CERTIFICATES_GROUP,
+            api_version="v1",
+            resource=CSR_RESOURCE,
+            subresource=subresource,
+        )
         return self.server.authorizer.authorize(attrs)[0] is Decision.ALLOW
 
     def approval_message(self, obj: dict) -> str | None:
@@ -503,14 +546,18 @@ class CsrControllers:
                 return MSG_SELF_NODE_CLIENT
             if self._allowed(user, names.CSR_SUBRESOURCE_NODECLIENT):
                 return MSG_NODE_CLIENT
-            log.info("csr %s: recognized as a node-agent client request but the subject access review "
-                     "did not allow %s", (obj.get("metadata") or {}).get("name"), user.name)
+            log.info(
+                "csr %s: recognized as a node-agent client request but the subject access review did not allow %s",
+                (obj.get("metadata") or {}).get("name"),
+                user.name,
+            )
             return None
         if signer == names.SIGNER_NODE_AGENT_SERVING and self.auto_approve_serving:
             if node_serving_problem(csr, usages) or user.name != cn or names.GROUP_NODES not in user.groups:
                 return None
             node = self.server.cache.cache(self.node_prefix).items.get(
-                f"{self.node_prefix}{cn[len(names.NODE_USER_PREFIX):]}")
+                f"{self.node_prefix}{cn[len(names.NODE_USER_PREFIX) :]}"
+            )
             if node is not None and serving_sans_match(csr, node.object()):
                 return MSG_NODE_SERVING
         return None
@@ -527,13 +574,20 @@ class CsrControllers:
             if has_condition(cur, "Approved") or has_condition(cur, "Denied"):
                 return cur
             status = cur.setdefault("status", {})
-            status.setdefault("conditions", []).append({
-                "type": "Approved", "status": "True", "reason": REASON_AUTO_APPROVED, "message": message,
-                "lastUpdateTime": format_rfc3339(_dt.datetime.now(_dt.timezone.utc))})
+            status.setdefault("conditions", []).append(
+                {
+                    "type": "Approved",
+                    "status": "True",
+                    "reason": REASON_AUTO_APPROVED,
+                    "message": message,
+                    "lastUpdateTime": format_rfc3339(_dt.datetime.now(_dt.timezone.utc)),
+                }
+            )
             return cur
 
-        await self.store.update(self.kind, "", name, compute, SYSTEM_USER, subresource="approval",
-                                field_manager=FIELD_MANAGER)
+        await self.store.update(
+            self.kind, "", name, compute, SYSTEM_USER, subresource="approval", field_manager=FIELD_MANAGER
+        )
         log.info("csr %s: approved (%s)", name, message)
         return True
 
@@ -576,13 +630,20 @@ class CsrControllers:
             if certificate:
                 status["certificate"] = certificate
             else:
-                status.setdefault("conditions", []).append({
-                    "type": "Failed", "status": "True", "reason": REASON_SIGNER_FAILURE, "message": failed,
-                    "lastUpdateTime": format_rfc3339(_dt.datetime.now(_dt.timezone.utc))})
+                status.setdefault("conditions", []).append(
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": REASON_SIGNER_FAILURE,
+                        "message": failed,
+                        "lastUpdateTime": format_rfc3339(_dt.datetime.now(_dt.timezone.utc)),
+                    }
+                )
             return cur
 
-        await self.store.update(self.kind, "", name, compute, SYSTEM_USER, subresource="status",
-                                field_manager=FIELD_MANAGER)
+        await self.store.update(
+            self.kind, "", name, compute, SYSTEM_USER, subresource="status", field_manager=FIELD_MANAGER
+        )
 
     # --- cleaner --------------------------------------------------------------------
     async def clean(self, name: str) -> bool:

@@ -85,8 +85,7 @@ class ClusterRoleAggregator:
             return old
 
         try:
-            await self.store.update(self.kind, "", name, compute, SYSTEM_USER,
-                                           field_manager=AGGREGATOR_FIELD_MANAGER)
+            await self.store.update(self.kind, "", name, compute, SYSTEM_USER, field_manager=AGGREGATOR_FIELD_MANAGER)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False

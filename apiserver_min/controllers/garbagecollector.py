@@ -124,12 +124,18 @@ class GarbageCollector:
                 foreground = True
         if live and not foreground:
             return True
-        if live and foreground and any(not (o[1].deleting and names.FINALIZER_FOREGROUND in o[1].finalizers)
-                                       for o in live):
+        if (
+            live
+            and foreground
+            and any(not (o[1].deleting and names.FINALIZER_FOREGROUND in o[1].finalizers) for o in live)
+        ):
             return True
         policy = "Foreground" if foreground else "Background"
-        log.info("garbage collector: deleting %s (owners %s)", key,
-                 "being deleted in the foreground" if foreground else "are gone")
+        log.info(
+            "garbage collector: deleting %s (owners %s)",
+            key,
+            "being deleted in the foreground" if foreground else "are gone",
+        )
         try:
             await self.store.delete(kind, e.namespace, e.name, DeleteOptions(propagation_policy=policy), SYSTEM_USER)
         except st.ApiError as exc:
@@ -159,8 +165,9 @@ class GarbageCollector:
                     return obj
 
                 try:
-                    await self.store.update(dkind, de.namespace, de.name, drop_ref, SYSTEM_USER,
-                                            field_manager=FIELD_MANAGER)
+                    await self.store.update(
+                        dkind, de.namespace, de.name, drop_ref, SYSTEM_USER, field_manager=FIELD_MANAGER
+                    )
                 except st.ApiError as exc:
                     if exc.code != 404:
                         raise

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from ..api import names
 from ..api import status as st
-from ..api.timeutil import format_rfc3339_micro, now as utc_now
+from ..api.timeutil import format_rfc3339_micro
+from ..api.timeutil import now as utc_now
 from ..api.user import SYSTEM_USER
 
 if TYPE_CHECKING:
@@ -61,11 +62,20 @@ class LeaderElector:
     """Campaigns for one Lease; runs ``on_started`` when it leads, awaits ``on_stopped``
     when it loses the lead (then campaigns again)."""
 
-    def __init__(self, server: "ControllerHost", *, name: str = names.CONTROLLERS_LEASE_NAME,
-                 namespace: str = names.NS_SYSTEM, identity: str | None = None,
-                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0,
-                 on_started: Callable[[], Awaitable[None]], on_stopped: Callable[[], Awaitable[None]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        server: "ControllerHost",
+        *,
+        name: str = names.CONTROLLERS_LEASE_NAME,
+        namespace: str = names.NS_SYSTEM,
+        identity: str | None = None,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_started: Callable[[], Awaitable[None]],
+        on_stopped: Callable[[], Awaitable[None]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not 0 < retry_period < renew_deadline < lease_duration:
             raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
         self.server = server
@@ -91,16 +101,24 @@ class LeaderElector:
             while True:
                 await self._acquire()
                 self.leading = True
-                log.info("became the leader of the bundled controllers (lease %s/%s, identity %s)",
-                         self.namespace, self.name, self.identity)
+                log.info(
+                    "became the leader of the bundled controllers (lease %s/%s, identity %s)",
+                    self.namespace,
+                    self.name,
+                    self.identity,
+                )
                 try:
                     await self.on_started()
                     await self._renew_until_lost()
                 finally:
                     self.leading = False
                     await asyncio.shield(self.on_stopped())
-                log.warning("lost the lead of the bundled controllers (lease %s/%s); they are stopped "
-                            "here until this server leads again", self.namespace, self.name)
+                log.warning(
+                    "lost the lead of the bundled controllers (lease %s/%s); they are stopped "
+                    "here until this server leads again",
+                    self.namespace,
+                    self.name,
+                )
         except asyncio.CancelledError:
             await asyncio.shield(self._release())
             raise
@@ -112,8 +130,12 @@ class LeaderElector:
                 return
             if not announced:
                 holder = self._observed[0] if self._observed else "?"
-                log.info("waiting to lead the bundled controllers: lease %s/%s is held by %s",
-                         self.namespace, self.name, holder)
+                log.info(
+                    "waiting to lead the bundled controllers: lease %s/%s is held by %s",
+                    self.namespace,
+                    self.name,
+                    holder,
+                )
                 announced = True
             await asyncio.sleep(self.retry_period)
 
@@ -122,8 +144,9 @@ class LeaderElector:
         while True:
             await asyncio.sleep(self.retry_period)
             try:
-                ok = await asyncio.wait_for(self._try_acquire_or_renew(),
-                                            max(0.1, self.renew_deadline - (self.clock() - last_renewal)))
+                ok = await asyncio.wait_for(
+                    self._try_acquire_or_renew(), max(0.1, self.renew_deadline - (self.clock() - last_renewal))
+                )
             except asyncio.TimeoutError:
                 ok = False
             if ok:
@@ -134,8 +157,13 @@ class LeaderElector:
     # --- one round ------------------------------------------------------------------------
 
     def _observe(self, spec: dict) -> None:
-        record = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("acquireTime"),
-                  spec.get("leaseDurationSeconds"), spec.get("leaseTransitions"))
+        record = (
+            spec.get("holderIdentity") or "",
+            spec.get("renewTime"),
+            spec.get("acquireTime"),
+            spec.get("leaseDurationSeconds"),
+            spec.get("leaseTransitions"),
+        )
         if record != self._observed:
             self._observed = record
             self._observed_at = self.clock()
@@ -144,12 +172,14 @@ class LeaderElector:
         stamp = format_rfc3339_micro(now)
         old = old or {}
         holder = old.get("holderIdentity") or ""
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.lease_duration)),
-                "renewTime": stamp,
-                "acquireTime": old.get("acquireTime") if holder == self.identity and old.get("acquireTime")
-                else stamp,
-                "leaseTransitions": int(old.get("leaseTransitions") or 0) + (
-                    1 if holder and holder != self.identity else 0)}
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.lease_duration)),
+            "renewTime": stamp,
+            "acquireTime": old.get("acquireTime") if holder == self.identity and old.get("acquireTime") else stamp,
+            "leaseTransitions": int(old.get("leaseTransitions") or 0)
+            + (1 if holder and holder != self.identity else 0),
+        }
         return spec
 
     async def _try_acquire_or_renew(self) -> bool:
@@ -166,21 +196,30 @@ class LeaderElector:
             return old
 
         def create() -> dict:
-            return {"apiVersion": f"{names.COORDINATION_GROUP}/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._lease_spec(None, utc_now())}
+            return {
+                "apiVersion": f"{names.COORDINATION_GROUP}/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._lease_spec(None, utc_now()),
+            }
 
         try:
-            obj, _, _ = await store.update(self.kind, self.namespace, self.name, compute, SYSTEM_USER,
-                                           create_on_missing=True, on_missing=create,
-                                           field_manager=FIELD_MANAGER)
+            obj, _, _ = await store.update(
+                self.kind,
+                self.namespace,
+                self.name,
+                compute,
+                SYSTEM_USER,
+                create_on_missing=True,
+                on_missing=create,
+                field_manager=FIELD_MANAGER,
+            )
         except _NotAcquirable:
             return False
         except st.ApiError as exc:
             # 409: another candidate wrote first (or created the Lease): next round.
             if exc.code != 409:
-                log.warning("leader election: cannot write lease %s/%s: %s", self.namespace, self.name,
-                            exc.message)
+                log.warning("leader election: cannot write lease %s/%s: %s", self.namespace, self.name, exc.message)
             return False
         except Exception as exc:  # noqa: BLE001 - storage unavailable: not the leader this round
             log.warning("leader election: cannot write lease %s/%s: %s", self.namespace, self.name, exc)
@@ -198,13 +237,16 @@ class LeaderElector:
             if (spec.get("holderIdentity") or "") != self.identity:
                 raise _NotAcquirable(spec.get("holderIdentity") or "")
             stamp = format_rfc3339_micro(utc_now())
-            old["spec"] = dict(spec, holderIdentity="", leaseDurationSeconds=1, renewTime=stamp,
-                               acquireTime=stamp)
+            old["spec"] = dict(spec, holderIdentity="", leaseDurationSeconds=1, renewTime=stamp, acquireTime=stamp)
             return old
 
         try:
-            await asyncio.wait_for(self.server.store.update(self.kind, self.namespace, self.name, compute,
-                                                            SYSTEM_USER, field_manager=FIELD_MANAGER), 5)
+            await asyncio.wait_for(
+                self.server.store.update(
+                    self.kind, self.namespace, self.name, compute, SYSTEM_USER, field_manager=FIELD_MANAGER
+                ),
+                5,
+            )
             log.info("released the lease %s/%s", self.namespace, self.name)
         except (_NotAcquirable, asyncio.TimeoutError, st.ApiError):
             pass

@@ -13,28 +13,22 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from ..api import names
-from ..api import status as st
-from ..api.kinds import KindInfo
-from ..api.user import SYSTEM_USER
-from ..registry.store import DeleteOptions
-from ..storage.keys import key_prefix
-from ..storage.cacher import CacheEvent, Entry, ResourceCache
-from .certificates import CsrControllers
-from .bootstrap import BootstrapControllers
-from .garbagecollector import GarbageCollector
-from .namespace import NamespaceController
-from .bootstrappolicy import reconcile_default_policy
-from .clusterroleaggregation import ClusterRoleAggregator
-from .serviceaccounts import ServiceAccountsController
-from .nodelifecycle import NodeLifecycleController
-from .leaderelection import LeaderElector
 from ..scheduler.scheduler import Scheduler
+from .bootstrap import BootstrapControllers
+from .bootstrappolicy import reconcile_default_policy
+from .certificates import CsrControllers
+from .clusterroleaggregation import ClusterRoleAggregator
+from .garbagecollector import GarbageCollector
+from .leaderelection import LeaderElector
+from .namespace import NamespaceController
+from .nodelifecycle import NodeLifecycleController
+from .serviceaccounts import ServiceAccountsController
 
 if TYPE_CHECKING:
     from ..client.host import ControllerHost
 
 log = logging.getLogger("orch-apiserver.controllers")
+
 
 class Controllers:
     def __init__(self, server: "ControllerHost"):
@@ -58,9 +52,13 @@ class Controllers:
         opts = self.server.opts
         if getattr(opts, "leader_elect", False) and getattr(opts, "storage_backend", "sqlite") == "etcd3":
             self.elector = LeaderElector(
-                self.server, lease_duration=opts.leader_elect_lease_duration,
-                renew_deadline=opts.leader_elect_renew_deadline, retry_period=opts.leader_elect_retry_period,
-                on_started=self._start_controllers, on_stopped=self._stop_controllers)
+                self.server,
+                lease_duration=opts.leader_elect_lease_duration,
+                renew_deadline=opts.leader_elect_renew_deadline,
+                retry_period=opts.leader_elect_retry_period,
+                on_started=self._start_controllers,
+                on_stopped=self._stop_controllers,
+            )
             self._elector_task = asyncio.create_task(self.elector.run(), name="leader-election")
         else:
             await self._start_controllers()
@@ -73,8 +71,10 @@ class Controllers:
     async def _start_controllers(self) -> None:
         for c in (self.namespaces, self.gc):
             self._listen(c.on_event)
-        self._tasks = [asyncio.create_task(self.namespaces.run(), name="namespace-controller"),
-                       asyncio.create_task(self.gc.run(), name="garbage-collector")]
+        self._tasks = [
+            asyncio.create_task(self.namespaces.run(), name="namespace-controller"),
+            asyncio.create_task(self.gc.run(), name="garbage-collector"),
+        ]
         # The ClusterRole aggregation controller that fills admin/edit/view.
         self.aggregator = ClusterRoleAggregator(self.server.store, self.server.rbac_index)
         self._tasks.append(asyncio.create_task(self.aggregator.run(), name="clusterrole-aggregator"))

@@ -66,8 +66,9 @@ class NamespaceController:
                 if e.deleting:
                     continue
                 try:
-                    await self.store.delete(kind, name, e.name, DeleteOptions(propagation_policy="Background"),
-                                            SYSTEM_USER)
+                    await self.store.delete(
+                        kind, name, e.name, DeleteOptions(propagation_policy="Background"), SYSTEM_USER
+                    )
                 except st.ApiError as exc:
                     if exc.code not in (404, 409):
                         raise
@@ -80,8 +81,9 @@ class NamespaceController:
             return obj
 
         try:
-            await self.store.update(self.kind, "", name, drop_finalizer, SYSTEM_USER, subresource="finalize",
-                                    field_manager=FIELD_MANAGER)
+            await self.store.update(
+                self.kind, "", name, drop_finalizer, SYSTEM_USER, subresource="finalize", field_manager=FIELD_MANAGER
+            )
         except st.ApiError as exc:
             if exc.code != 404:
                 raise

@@ -41,15 +41,23 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..api import names
 from ..api import status as st
-from ..api.timeutil import format_rfc3339, now as utc_now, parse_rfc3339, parse_rfc3339_ns
+from ..api.helpers import (
+    get_condition,
+    is_mirror_pod,
+    object_reference,
+    set_pod_condition,
+    taints_of,
+    tolerates,
+    tolerations_of,
+)
+from ..api.timeutil import format_rfc3339, parse_rfc3339, parse_rfc3339_ns
+from ..api.timeutil import now as utc_now
 from ..api.user import SYSTEM_USER
-from .queue import FIELD_MANAGER, KeyQueue
 from ..client.events import EventRecorder
-from ..api.helpers import (get_condition, is_mirror_pod, object_reference, set_pod_condition, taints_of, tolerates,
-    tolerations_of)
 from ..registry.store import DeleteOptions
-from ..storage.keys import key_prefix
 from ..storage.cacher import CacheEvent, ResourceCache
+from ..storage.keys import key_prefix
+from .queue import FIELD_MANAGER, KeyQueue
 
 if TYPE_CHECKING:
     from ..client.host import ControllerHost
@@ -78,11 +86,16 @@ CONDITION_TAINTS: Mapping[str, Mapping[str, str]] = {
 NO_SCHEDULE_KEYS = frozenset({k for m in CONDITION_TAINTS.values() for k in m.values()} | {names.TAINT_UNSCHEDULABLE})
 NO_EXECUTE_KEYS = frozenset({names.TAINT_NOT_READY, names.TAINT_UNREACHABLE})
 
-DISRUPTION_CONDITION = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
-                        "message": "Taint manager: deleting due to NoExecute taint"}
+DISRUPTION_CONDITION = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByTaintManager",
+    "message": "Taint manager: deleting due to NoExecute taint",
+}
 
 
 # --- pure rules --------------------------------------------------------------------------
+
 
 def mark_unknown(node: dict, now_ts: str) -> bool:
     """Set the monitored conditions Unknown in place, as upstream does for a silent
@@ -94,14 +107,24 @@ def mark_unknown(node: dict, now_ts: str) -> bool:
     for ctype in MONITORED_CONDITIONS:
         c = next((c for c in conds if isinstance(c, dict) and c.get("type") == ctype), None)
         if c is None:
-            conds.append({"type": ctype, "status": "Unknown", "reason": REASON_NEVER_UPDATED,
-                          "message": MESSAGE_NEVER_UPDATED,
-                          "lastHeartbeatTime": (node.get("metadata") or {}).get("creationTimestamp"),
-                          "lastTransitionTime": now_ts})
+            conds.append(
+                {
+                    "type": ctype,
+                    "status": "Unknown",
+                    "reason": REASON_NEVER_UPDATED,
+                    "message": MESSAGE_NEVER_UPDATED,
+                    "lastHeartbeatTime": (node.get("metadata") or {}).get("creationTimestamp"),
+                    "lastTransitionTime": now_ts,
+                }
+            )
             changed = True
         elif c.get("status") != "Unknown":
-            c.update(status="Unknown", reason=REASON_STATUS_UNKNOWN, message=MESSAGE_STATUS_UNKNOWN,
-                     lastTransitionTime=now_ts)
+            c.update(
+                status="Unknown",
+                reason=REASON_STATUS_UNKNOWN,
+                message=MESSAGE_STATUS_UNKNOWN,
+                lastTransitionTime=now_ts,
+            )
             changed = True
     return changed
 
@@ -116,8 +139,9 @@ def wanted_taint_keys(node: Mapping) -> tuple[set[str], set[str]]:
     if (node.get("spec") or {}).get("unschedulable"):
         no_schedule.add(names.TAINT_UNSCHEDULABLE)
     ready = get_condition(node, "Ready")
-    no_execute = {CONDITION_TAINTS["Ready"][ready["status"]]} if ready and ready.get("status") in ("False", "Unknown") \
-        else set()
+    no_execute = (
+        {CONDITION_TAINTS["Ready"][ready["status"]]} if ready and ready.get("status") in ("False", "Unknown") else set()
+    )
     return no_schedule, no_execute
 
 
@@ -174,6 +198,7 @@ def eviction_delay(taints: list[Mapping], tolerations: list[Mapping]) -> float |
 
 # --- the controller ------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class NodeHealth:
     probe: float  # monotonic time of the last sign of life seen
@@ -188,15 +213,22 @@ class ScheduledEviction:
 
 
 class NodeLifecycleController:
-    def __init__(self, server: "ControllerHost", *, monitor_period: float | None = None,
-                 grace_period: float | None = None, startup_grace_period: float | None = None):
+    def __init__(
+        self,
+        server: "ControllerHost",
+        *,
+        monitor_period: float | None = None,
+        grace_period: float | None = None,
+        startup_grace_period: float | None = None,
+    ):
         opts = server.opts
         self.server = server
         self.store = server.store
         self.monitor_period = monitor_period or getattr(opts, "node_monitor_period", NODE_MONITOR_PERIOD)
         self.grace_period = grace_period or getattr(opts, "node_monitor_grace_period", NODE_MONITOR_GRACE_PERIOD)
-        self.startup_grace_period = startup_grace_period or getattr(opts, "node_startup_grace_period",
-                                                                    NODE_STARTUP_GRACE_PERIOD)
+        self.startup_grace_period = startup_grace_period or getattr(
+            opts, "node_startup_grace_period", NODE_STARTUP_GRACE_PERIOD
+        )
         reg = server.registry
         self.nodes_kind = reg.by_resource("", "v1", "nodes")
         self.pods_kind = reg.by_resource("", "v1", "pods")
@@ -374,8 +406,12 @@ class NodeLifecycleController:
             self.queue.add(("evict", key))
         else:
             sched.handle = asyncio.get_running_loop().call_later(trigger - mono, self.queue.add, ("evict", key))
-            log.info("pod %s on node %s: eviction in %.0fs (NoExecute taint tolerated for a while)",
-                     key[len(self.pod_prefix):], node, trigger - mono)
+            log.info(
+                "pod %s on node %s: eviction in %.0fs (NoExecute taint tolerated for a while)",
+                key[len(self.pod_prefix) :],
+                node,
+                trigger - mono,
+            )
 
     def _cancel(self, key: str, *, announce: bool) -> None:
         sched = self.evictions.pop(key, None)
@@ -387,8 +423,11 @@ class NodeLifecycleController:
             e = self.server.cache.cache(self.pod_prefix).items.get(key)
             if e is not None:
                 ref = object_reference(e.object(), "Pod")
-                self._spawn(self.taint_events.record(ref, "Normal", "TaintManagerEviction",
-                                                     f"Cancelling deletion of Pod {e.namespace}/{e.name}"))
+                self._spawn(
+                    self.taint_events.record(
+                        ref, "Normal", "TaintManagerEviction", f"Cancelling deletion of Pod {e.namespace}/{e.name}"
+                    )
+                )
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -437,10 +476,14 @@ class NodeLifecycleController:
                 return old
 
             try:
-                await self.store.update(self.nodes_kind, "", name, compute, SYSTEM_USER, subresource="status",
-                                        field_manager=FIELD_MANAGER)
-                log.info("node %s: no heartbeat for %.0fs; its conditions are now Unknown", name,
-                         time.monotonic() - self.health[name].probe if name in self.health else 0)
+                await self.store.update(
+                    self.nodes_kind, "", name, compute, SYSTEM_USER, subresource="status", field_manager=FIELD_MANAGER
+                )
+                log.info(
+                    "node %s: no heartbeat for %.0fs; its conditions are now Unknown",
+                    name,
+                    time.monotonic() - self.health[name].probe if name in self.health else 0,
+                )
             except st.ApiError as exc:
                 if exc.code != 404:
                     log.warning("node %s: cannot mark it Unknown: %s", name, exc.message)
@@ -488,14 +531,16 @@ class NodeLifecycleController:
             return old
 
         try:
-            obj, _, _ = await self.store.update(self.nodes_kind, "", name, compute, SYSTEM_USER,
-                                                field_manager=FIELD_MANAGER)
+            obj, _, _ = await self.store.update(
+                self.nodes_kind, "", name, compute, SYSTEM_USER, field_manager=FIELD_MANAGER
+            )
         except st.ApiError as exc:
             if exc.code == 404:
                 return
             raise
-        log.info("node %s: taints now %s", name,
-                 [f"{t.get('key')}:{t.get('effect')}" for t in taints_of(obj)] or "none")
+        log.info(
+            "node %s: taints now %s", name, [f"{t.get('key')}:{t.get('effect')}" for t in taints_of(obj)] or "none"
+        )
 
     async def _mark_pods_not_ready(self, name: str) -> None:
         e = self.server.cache.cache(self.node_prefix).items.get(f"{self.node_prefix}{name}")
@@ -504,8 +549,9 @@ class NodeLifecycleController:
         node = e.object()
         if (get_condition(node, "Ready") or {}).get("status") == "True":
             return  # back already
-        await self.node_events.record(object_reference(node, "Node"), "Normal", "NodeNotReady",
-                                      f"Node {name} status is now: NodeNotReady")
+        await self.node_events.record(
+            object_reference(node, "Node"), "Normal", "NodeNotReady", f"Node {name} status is now: NodeNotReady"
+        )
         pods = self.server.cache.cache(self.pod_prefix).items
         for key in sorted(self.pods_on_node.get(name, ())):
             pe = pods.get(key)
@@ -523,14 +569,20 @@ class NodeLifecycleController:
                 return old
 
             try:
-                await self.store.update(self.pods_kind, pe.namespace, pe.name, compute, SYSTEM_USER,
-                                        subresource="status", field_manager=FIELD_MANAGER)
+                await self.store.update(
+                    self.pods_kind,
+                    pe.namespace,
+                    pe.name,
+                    compute,
+                    SYSTEM_USER,
+                    subresource="status",
+                    field_manager=FIELD_MANAGER,
+                )
             except st.ApiError as exc:
                 if exc.code in (404, 409):
                     continue
                 raise
-            await self.node_events.record(object_reference(pod, "Pod"), "Warning", "NodeNotReady",
-                                          "Node is not ready")
+            await self.node_events.record(object_reference(pod, "Pod"), "Warning", "NodeNotReady", "Node is not ready")
 
     async def _evict(self, key: str) -> None:
         sched = self.evictions.get(key)
@@ -559,15 +611,31 @@ class NodeLifecycleController:
                 set_pod_condition(old, {**DISRUPTION_CONDITION, "lastProbeTime": None})
             return old
 
-        log.info("evicting pod %s from node %s (NoExecute taint %s)", key[len(self.pod_prefix):], node,
-                 ", ".join(k for k, _ in self.noexecute.get(node, ())))
-        await self.taint_events.record(object_reference(pod, "Pod"), "Normal", "TaintManagerEviction",
-                                       f"Marking for deletion Pod {e.namespace}/{e.name}")
+        log.info(
+            "evicting pod %s from node %s (NoExecute taint %s)",
+            key[len(self.pod_prefix) :],
+            node,
+            ", ".join(k for k, _ in self.noexecute.get(node, ())),
+        )
+        await self.taint_events.record(
+            object_reference(pod, "Pod"),
+            "Normal",
+            "TaintManagerEviction",
+            f"Marking for deletion Pod {e.namespace}/{e.name}",
+        )
         try:
-            await self.store.update(self.pods_kind, e.namespace, e.name, add_condition, SYSTEM_USER,
-                                    subresource="status", field_manager=FIELD_MANAGER)
-            await self.store.delete(self.pods_kind, e.namespace, e.name, DeleteOptions(preconditions_uid=uid),
-                                    SYSTEM_USER)
+            await self.store.update(
+                self.pods_kind,
+                e.namespace,
+                e.name,
+                add_condition,
+                SYSTEM_USER,
+                subresource="status",
+                field_manager=FIELD_MANAGER,
+            )
+            await self.store.delete(
+                self.pods_kind, e.namespace, e.name, DeleteOptions(preconditions_uid=uid), SYSTEM_USER
+            )
         except st.ApiError as exc:
             if exc.code in (404, 409):
                 return

@@ -6,7 +6,6 @@ import asyncio
 
 from ..api import names
 
-
 RETRY_DELAY = 1.0
 
 

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ..api import names
 from ..api import status as st
 from ..api.user import SYSTEM_USER
-from .queue import KeyQueue
 from ..storage.keys import key_prefix
-from .queue import RETRY_DELAY
+from .queue import RETRY_DELAY, KeyQueue
 
 if TYPE_CHECKING:
     from ..api.kinds import KindInfo
@@ -20,9 +19,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("orch-apiserver.serviceaccounts")
 
 
-ROOT_CA_DESCRIPTION = ("Contains a CA bundle that can be used to verify the orch-apiserver when using internal "
-                       "endpoints such as the internal service IP or orch.default.svc. No other usage is "
-                       "guaranteed across distributions.")
+ROOT_CA_DESCRIPTION = (
+    "Contains a CA bundle that can be used to verify the orch-apiserver when using internal "
+    "endpoints such as the internal service IP or orch.default.svc. No other usage is "
+    "guaranteed across distributions."
+)
 
 
 class ServiceAccountsController:
@@ -40,8 +41,11 @@ class ServiceAccountsController:
         self.ns_kind = reg.by_resource("", "v1", "namespaces")
         self.sa_kind = reg.by_resource("", "v1", "serviceaccounts")
         self.cm_kind = reg.by_resource("", "v1", "configmaps")
-        self.ns_prefix, self.sa_prefix, self.cm_prefix = (key_prefix(self.ns_kind), key_prefix(self.sa_kind),
-                                                          key_prefix(self.cm_kind))
+        self.ns_prefix, self.sa_prefix, self.cm_prefix = (
+            key_prefix(self.ns_kind),
+            key_prefix(self.sa_kind),
+            key_prefix(self.cm_kind),
+        )
         self.ca_file = ca_file
         self._ca_pem: str | None = None
         self.queue = KeyQueue()
@@ -92,17 +96,32 @@ class ServiceAccountsController:
         entry = self._cached(self.ns_prefix, f"{self.ns_prefix}{ns}")
         if entry is None or entry.deleting:
             return True
-        await self._create(self.sa_kind, ns, {"metadata": {"name": names.DEFAULT_SERVICE_ACCOUNT}},
-                           self._cached(self.sa_prefix, f"{self.sa_prefix}{ns}/{names.DEFAULT_SERVICE_ACCOUNT}"))
+        await self._create(
+            self.sa_kind,
+            ns,
+            {"metadata": {"name": names.DEFAULT_SERVICE_ACCOUNT}},
+            self._cached(self.sa_prefix, f"{self.sa_prefix}{ns}/{names.DEFAULT_SERVICE_ACCOUNT}"),
+        )
         data = {"ca.crt": self.ca_pem()}
         cm = self._cached(self.cm_prefix, f"{self.cm_prefix}{ns}/{names.ROOT_CA_CONFIGMAP}")
         if cm is None:
-            await self._create(self.cm_kind, ns, {"metadata": {"name": names.ROOT_CA_CONFIGMAP, "annotations": {
-                names.ANNOTATION_DESCRIPTION: ROOT_CA_DESCRIPTION}}, "data": data}, None)
+            await self._create(
+                self.cm_kind,
+                ns,
+                {
+                    "metadata": {
+                        "name": names.ROOT_CA_CONFIGMAP,
+                        "annotations": {names.ANNOTATION_DESCRIPTION: ROOT_CA_DESCRIPTION},
+                    },
+                    "data": data,
+                },
+                None,
+            )
             return True
         obj = cm.object()
         if obj.get("data") == data and ((obj.get("metadata") or {}).get("annotations") or {}).get(
-                names.ANNOTATION_DESCRIPTION):
+            names.ANNOTATION_DESCRIPTION
+        ):
             return True
 
         def fix(current: dict) -> dict:
@@ -112,8 +131,14 @@ class ServiceAccountsController:
             return current
 
         try:
-            await self.store.update(self.cm_kind, ns, names.ROOT_CA_CONFIGMAP, fix, SYSTEM_USER,
-                                    field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
+            await self.store.update(
+                self.cm_kind,
+                ns,
+                names.ROOT_CA_CONFIGMAP,
+                fix,
+                SYSTEM_USER,
+                field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER,
+            )
         except st.ApiError as exc:
             if exc.code not in (403, 404):
                 raise

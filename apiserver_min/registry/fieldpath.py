@@ -65,6 +65,7 @@ LEAF, STRUCT, USTRUCT, MAP, LISTMAP, LISTSET = range(6)
 
 # --- set algebra on fieldsV1 trees --------------------------------------------------------
 
+
 def _member(node: dict) -> bool:
     return not node or DOT in node
 
@@ -175,6 +176,7 @@ def validate_tree(node: Any, where: str = "fieldsV1") -> None:
 
 # --- paths ----------------------------------------------------------------------------------
 
+
 def _value_text(v: Any) -> str:
     """Upstream's value.ToString: strings quoted, numbers and booleans bare."""
     return json.dumps(v, ensure_ascii=False) if not isinstance(v, (dict, list)) else json.dumps(v, sort_keys=True)
@@ -216,6 +218,7 @@ def iter_paths(tree: dict, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, 
 
 
 # --- schema walking ---------------------------------------------------------------------
+
 
 def _type_atomic(t: Type | None) -> bool:
     if isinstance(t, (Struct, Map)):
@@ -320,8 +323,11 @@ def _item_key(item: Any, t: List, mode: int, where: tuple) -> str:
         else:
             d = _key_defaults(t)
             if k not in d:
-                raise FieldPathError(format_path(where), f"associative list with keys has an element that omits key "
-                                            f"field {k!r} (and doesn't have default value)")
+                raise FieldPathError(
+                    format_path(where),
+                    f"associative list with keys has an element that omits key "
+                    f"field {k!r} (and doesn't have default value)",
+                )
             parts[k] = d[k]
     return "k:" + _canon(parts)
 
@@ -340,7 +346,9 @@ def _index_list(items: list, t: List, mode: int, where: tuple, unique: bool) -> 
     return keys, seen
 
 
-def _children(value: Any, t: Type | None, mode: int, where: tuple) -> Iterator[tuple[str, Any, Type | None, bool, bool]]:
+def _children(
+    value: Any, t: Type | None, mode: int, where: tuple
+) -> Iterator[tuple[str, Any, Type | None, bool, bool]]:
     """(path element, child value, child type, child atomic, named field) of a container."""
     if mode == STRUCT:
         for k, v in value.items():
@@ -558,8 +566,9 @@ def compare(lhs: Any, rhs: Any, t: Type | None, atomic: bool = False, where: tup
     return changed, removed
 
 
-def _compare_child(key: str, lv: Any, rv: Any, ct: Type | None, ca: bool, where: tuple,
-                   changed: dict, removed: dict) -> None:
+def _compare_child(
+    key: str, lv: Any, rv: Any, ct: Type | None, ca: bool, where: tuple, changed: dict, removed: dict
+) -> None:
     """One matched pair of children of a compare, recorded into ``changed``/``removed``."""
     if lv is rv:
         return  # shared by the merge: unchanged
@@ -582,6 +591,7 @@ def _compare_child(key: str, lv: Any, rv: Any, ct: Type | None, ca: bool, where:
 
 
 # --- merge --------------------------------------------------------------------------------
+
 
 def merge(lhs: Any, rhs: Any, t: Type | None, atomic: bool = False, where: tuple = ()) -> Any:
     """The applied configuration ``rhs`` merged into the live value ``lhs``. Neither is
@@ -671,6 +681,7 @@ def _merge_list(lhs: list, rhs: list, t: List, mode: int, where: tuple) -> list:
 
 # --- prune --------------------------------------------------------------------------------
 
+
 def prune(value: Any, last: dict, owned: dict, t: Type | None, atomic: bool = False, where: tuple = ()) -> Any:
     """``value`` without what the applier applied before (``last``) and nobody owns now
     (``owned``: every manager's set, the applier's new one included). A struct
@@ -690,8 +701,7 @@ def prune(value: Any, last: dict, owned: dict, t: Type | None, atomic: bool = Fa
             if name not in value:
                 continue
             child_owned = owned.get(key) if owned else None
-            if (named or _member(child_last)) and not (
-                    child_owned is not None and (named or _member(child_owned))):
+            if (named or _member(child_last)) and not (child_owned is not None and (named or _member(child_owned))):
                 if out is None:
                     out = dict(value)
                 del out[name]

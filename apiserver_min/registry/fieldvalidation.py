@@ -34,13 +34,13 @@ import binascii
 import dataclasses
 from typing import Any
 
+from ..api import codec
 from ..api import status as st
 from ..api.duration import DurationError, parse_duration_ns
 from ..api.quantity import QuantityError, parse_quantity
 from ..api.schema import List, Map, String, Struct, Type
 from ..api.timeutil import TimestampError, parse_rfc3339_ns
 from ..api.validation import go_quote
-from ..api import codec
 
 __all__ = [
     "LEVELS",
@@ -68,8 +68,7 @@ _STR = String()
 # arrive in nearly every pod, and parsing them is the walk's dearest step.
 _GOOD_QUANTITIES: set[str] = set()
 _GOOD_QUANTITIES_MAX = 4096
-_QUANTITY_FORMAT = ("quantities must match the regular expression "
-                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+_QUANTITY_FORMAT = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 
 
 class FieldTypeError(ValueError):
@@ -107,10 +106,18 @@ def duplicate_field(path: str) -> str:
 
 # --- Go type names (for upstream-shaped messages) --------------------------------------------
 
-_SCALAR_GO = {"string": "string", "number": "float64", "boolean": "bool", "bytes": "[]uint8",
-              "time": "v1.Time", "microtime": "v1.MicroTime", "duration": "v1.Duration",
-              "quantity": "resource.Quantity", "int-or-string": "intstr.IntOrString",
-              "opaque": "runtime.RawExtension"}
+_SCALAR_GO = {
+    "string": "string",
+    "number": "float64",
+    "boolean": "bool",
+    "bytes": "[]uint8",
+    "time": "v1.Time",
+    "microtime": "v1.MicroTime",
+    "duration": "v1.Duration",
+    "quantity": "resource.Quantity",
+    "int-or-string": "intstr.IntOrString",
+    "opaque": "runtime.RawExtension",
+}
 
 
 def go_type_name(t: Type) -> str:
@@ -169,7 +176,8 @@ class _Plan:
 
     def __init__(self, s: Struct) -> None:
         self.fields: dict[str, tuple[int, Type]] = {
-            name: (_code(f.type), f.type) for name, f in s.json_fields().items()}
+            name: (_code(f.type), f.type) for name, f in s.json_fields().items()
+        }
         self.required: tuple[str, ...] = s.required
         self.go_name = s.short_name
 
@@ -203,6 +211,7 @@ def _count_all(v: Any, report: WalkReport) -> None:
 
 # --- the walk --------------------------------------------------------------------------------
 
+
 class _Walker:
     """One walk over one object. Paths are built only on the way down into
     composite values; scalar checks are inline in the struct loop."""
@@ -222,8 +231,10 @@ class _Walker:
         if what == "number" and t.kind in ("integer", "int-or-string"):
             what = "number " + _number_text(v)
         if owner:
-            return FieldTypeError(f"json: cannot unmarshal {what} into Go struct field {owner}.{gopath} "
-                                  f"of type {go_type_name(t) if t.kind != 'int-or-string' else 'int32'}")
+            return FieldTypeError(
+                f"json: cannot unmarshal {what} into Go struct field {owner}.{gopath} "
+                f"of type {go_type_name(t) if t.kind != 'int-or-string' else 'int32'}"
+            )
         return FieldTypeError(f"json: cannot unmarshal {what} into Go value of type {go_type_name(t)}")
 
     # Values ----------------------------------------------------------------------------
@@ -330,8 +341,9 @@ class _Walker:
             try:
                 parse_rfc3339_ns(v)
             except TimestampError as exc:
-                raise FieldTypeError(f'{path}: parsing time "{v}" as "2006-01-02T15:04:05Z07:00": '
-                                     f"{exc.reason}") from None
+                raise FieldTypeError(
+                    f'{path}: parsing time "{v}" as "2006-01-02T15:04:05Z07:00": {exc.reason}'
+                ) from None
         elif k == "duration":
             if type(v) is not str:
                 raise self._mismatch(v, t, owner, gopath)
@@ -431,8 +443,9 @@ def _base64_problem(v: str) -> str:
     return f"input byte {len(v)} (length or padding)"
 
 
-def walk(obj: dict, schema: Struct, *, duplicates: dict[int, tuple[dict, list[str]]] | None = None,
-         count: bool = False) -> WalkReport:
+def walk(
+    obj: dict, schema: Struct, *, duplicates: dict[int, tuple[dict, list[str]]] | None = None, count: bool = False
+) -> WalkReport:
     """Check ``obj`` against ``schema`` in place (unknown fields are removed).
 
     Raises :class:`FieldTypeError` on the first value of a wrong type. With
@@ -446,26 +459,40 @@ def walk(obj: dict, schema: Struct, *, duplicates: dict[int, tuple[dict, list[st
 
 # --- request-level entry points --------------------------------------------------------------
 
+
 def _type_error(kind: str, version: str, exc: FieldTypeError) -> st.ApiError:
     return st.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {exc}')
 
 
 def _conclude(obj: dict, report: WalkReport, level: str, kind: str, version: str, group: str) -> list[str]:
     if report.problems and level == "Strict":
-        raise st.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: '
-                             f'strict decoding error: {", ".join(report.problems)}')
+        raise st.bad_request(
+            f'{kind} in version "{version}" cannot be handled as a {kind}: '
+            f"strict decoding error: {', '.join(report.problems)}"
+        )
     if report.missing:
         md = obj.get("metadata")
         name = (md.get("name") or md.get("generateName") or "") if isinstance(md, dict) else ""
-        raise st.invalid(kind, name if isinstance(name, str) else "",
-                         [{"reason": "FieldValueRequired", "message": "Required value", "field": p}
-                          for p in report.missing], group)
+        raise st.invalid(
+            kind,
+            name if isinstance(name, str) else "",
+            [{"reason": "FieldValueRequired", "message": "Required value", "field": p} for p in report.missing],
+            group,
+        )
     return report.problems if level == "Warn" else []
 
 
-def validate_object(obj: dict, schema: Struct, level: str, *, kind: str, version: str, group: str = "",
-                    duplicates: dict[int, tuple[dict, list[str]]] | None = None,
-                    extra_problems: list[str] | None = None) -> list[str]:
+def validate_object(
+    obj: dict,
+    schema: Struct,
+    level: str,
+    *,
+    kind: str,
+    version: str,
+    group: str = "",
+    duplicates: dict[int, tuple[dict, list[str]]] | None = None,
+    extra_problems: list[str] | None = None,
+) -> list[str]:
     """Validate an already decoded object (a patch result) in place.
 
     Returns the warnings to send (Warn only); raises 400 for a type error or,
@@ -521,8 +548,9 @@ def _duplicate_paths(slow: "codec.DecodedBody") -> list[str]:
     return out
 
 
-def validate_decoded(decoded: "codec.DecodedBody", schema: Struct, level: str, *, kind: str, version: str,
-                     group: str = "") -> tuple[dict, list[str]]:
+def validate_decoded(
+    decoded: "codec.DecodedBody", schema: Struct, level: str, *, kind: str, version: str, group: str = ""
+) -> tuple[dict, list[str]]:
     """Validate a decoded request body; returns the object to use (possibly a
     re-parse of the body, when duplicate JSON keys had to be named) and the
     warnings to send."""
@@ -530,8 +558,7 @@ def validate_decoded(decoded: "codec.DecodedBody", schema: Struct, level: str, *
     check_dups = level != "Ignore" and decoded.media == "json"
     try:
         report = walk(obj, schema, duplicates=decoded.duplicates, count=check_dups)
-        if check_dups and (decoded.maybe_escaped
-                           or report.keys + report.string_colons != decoded.colons):
+        if check_dups and (decoded.maybe_escaped or report.keys + report.string_colons != decoded.colons):
             again = codec.decode_json_tracking_duplicates(decoded.body)
             if again.duplicates:
                 obj = again.obj

@@ -59,7 +59,7 @@ class ObjectLookup:
             raise
 
     async def live_state(self, resource: str, namespace: str, name: str, uid: str) -> str:
-        """"ok", "missing", "uid" (another object of that name) or "deleting", with a
+        """ "ok", "missing", "uid" (another object of that name) or "deleting", with a
         cache hit on the expected uid answering at once."""
         e = self.cached(resource, namespace, name)
         if e is not None and e.uid == uid:

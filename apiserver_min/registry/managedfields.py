@@ -34,12 +34,12 @@ from typing import Any, Awaitable, Callable
 
 import orjson
 
+from ..api import codec
 from ..api import status as st
 from ..api.kinds import KindInfo
 from ..api.schema import Struct
 from ..api.schemas import schema_for
 from ..api.timeutil import TimestampError, format_rfc3339, parse_rfc3339_ns
-from ..api import codec
 from . import fieldpath as fp
 
 __all__ = [
@@ -71,9 +71,20 @@ ANCIENT_CHANGES = "ancient-changes"
 
 # Never owned: upstream's stripped metadata.
 _STRIPPED_TOP = ("f:apiVersion", "f:kind")
-_STRIPPED_META = frozenset("f:" + n for n in (
-    "name", "namespace", "creationTimestamp", "selfLink", "uid", "clusterName", "generation",
-    "managedFields", "resourceVersion"))
+_STRIPPED_META = frozenset(
+    "f:" + n
+    for n in (
+        "name",
+        "namespace",
+        "creationTimestamp",
+        "selfLink",
+        "uid",
+        "clusterName",
+        "generation",
+        "managedFields",
+        "resourceVersion",
+    )
+)
 
 
 @dataclasses.dataclass
@@ -87,8 +98,7 @@ class ManagerEntry:
 
     @property
     def identity(self) -> tuple[str, str, str, str]:
-        return (self.manager, self.operation, self.subresource,
-                "" if self.operation == APPLY else self.api_version)
+        return (self.manager, self.operation, self.subresource, "" if self.operation == APPLY else self.api_version)
 
     def encode(self) -> dict:
         out: dict[str, Any] = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
@@ -145,6 +155,7 @@ def _manager_from_user_agent(user_agent: str) -> str:
 
 # --- entries ------------------------------------------------------------------------------
 
+
 def decode_entries(raw: Any, *, strict: bool) -> list[ManagerEntry] | None:
     """``managedFields`` as entries. Stored ones (``strict=False``) are trusted: this
     server wrote or checked them. Sent ones are checked; None if they do not decode."""
@@ -172,8 +183,14 @@ def decode_entries(raw: Any, *, strict: bool) -> list[ManagerEntry] | None:
                 fp.validate_tree(fields)
             except ValueError:
                 return None
-        entry = ManagerEntry(e.get("manager") or "", e.get("operation") or UPDATE, e.get("apiVersion") or "",
-                             e.get("time"), fields, e.get("subresource") or "")
+        entry = ManagerEntry(
+            e.get("manager") or "",
+            e.get("operation") or UPDATE,
+            e.get("apiVersion") or "",
+            e.get("time"),
+            fields,
+            e.get("subresource") or "",
+        )
         if strict:
             if entry.identity in seen:
                 return None
@@ -192,9 +209,20 @@ def encode_entries(entries: list[ManagerEntry]) -> list[dict]:
     return [e.encode() for e in sorted(entries, key=_sort_key) if e.fields]
 
 
-_GO_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b",
-                    "\f": "\\f", "<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-                    "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_GO_JSON_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\b": "\\b",
+    "\f": "\\f",
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
 
 
 def _go_json(text: str) -> str:
@@ -207,9 +235,12 @@ def manager_identifier(e: ManagerEntry) -> str:
     encodes it to JSON (an Apply entry without its apiVersion). Ties in the age
     order of the Update cap are broken by it."""
     parts = []
-    for key, value in (("manager", e.manager), ("operation", e.operation),
-                       ("apiVersion", "" if e.operation == APPLY else e.api_version),
-                       ("subresource", e.subresource)):
+    for key, value in (
+        ("manager", e.manager),
+        ("operation", e.operation),
+        ("apiVersion", "" if e.operation == APPLY else e.api_version),
+        ("subresource", e.subresource),
+    ):
         if value:  # omitempty
             parts.append(f'"{key}":{_go_json(value)}')
     return "{" + ",".join(parts) + "}"
@@ -326,6 +357,7 @@ def _timestamp() -> str:
 
 # --- Update operations ------------------------------------------------------------------
 
+
 def _is_reset(value: Any) -> bool:
     return isinstance(value, list) and len(value) == 1 and value[0] == {}
 
@@ -387,8 +419,7 @@ def record_update(kind: KindInfo, old: dict | None, new: dict, manager: str, sub
     _store_entries(new, cap_update_managers(entries))
 
 
-def _record_create(kind: KindInfo, md: dict, new: dict, schema: Struct | None, manager: str,
-                   subresource: str) -> None:
+def _record_create(kind: KindInfo, md: dict, new: dict, schema: Struct | None, manager: str, subresource: str) -> None:
     """:func:`record_update` of a new object with no prior ownership: the writer's
     Update entry is every field the object sets (its compare against the zero
     object), and nothing else needs adjusting."""
@@ -399,18 +430,27 @@ def _record_create(kind: KindInfo, md: dict, new: dict, schema: Struct | None, m
         return
     changed = _strip(changed, _ignored(kind, subresource))
     if changed:
-        md["managedFields"] = [ManagerEntry(manager, UPDATE, kind.api_version, _timestamp(), changed,
-                                            subresource).encode()]
+        md["managedFields"] = [
+            ManagerEntry(manager, UPDATE, kind.api_version, _timestamp(), changed, subresource).encode()
+        ]
     else:
         md.pop("managedFields", None)
 
 
 # --- Apply operations ---------------------------------------------------------------------
 
+
 def conflict_error(conflicts: list[tuple[ManagerEntry, tuple[str, ...]]]) -> st.ApiError:
     """409 Conflict in upstream's wording, one cause per field."""
-    causes = [{"reason": "FieldManagerConflict", "type": "FieldManagerConflict",
-               "message": f"conflict with {e.describe()}", "field": fp.format_path(p)} for e, p in conflicts]
+    causes = [
+        {
+            "reason": "FieldManagerConflict",
+            "type": "FieldManagerConflict",
+            "message": f"conflict with {e.describe()}",
+            "field": fp.format_path(p),
+        }
+        for e, p in conflicts
+    ]
     if len(conflicts) == 1:
         e, p = conflicts[0]
         message = f"Apply failed with 1 conflict: conflict with {e.describe()}: {fp.format_path(p)}"
@@ -427,12 +467,17 @@ def conflict_error(conflicts: list[tuple[ManagerEntry, tuple[str, ...]]]) -> st.
 
 
 def _invalid(kind: KindInfo, name: str, exc: fp.FieldPathError) -> st.ApiError:
-    return st.invalid(kind.kind, name, [{"reason": "FieldValueInvalid", "field": exc.path.lstrip("."),
-                                         "message": exc.message}], kind.group)
+    return st.invalid(
+        kind.kind,
+        name,
+        [{"reason": "FieldValueInvalid", "field": exc.path.lstrip("."), "message": exc.message}],
+        kind.group,
+    )
 
 
-def apply(kind: KindInfo, live: dict | None, config: dict, manager: str, *, force: bool = False,
-          subresource: str = "") -> dict:
+def apply(
+    kind: KindInfo, live: dict | None, config: dict, manager: str, *, force: bool = False, subresource: str = ""
+) -> dict:
     """The object after ``manager`` applies ``config`` to ``live`` (None: absent).
 
     Neither input is modified. Raises the 409 conflict error unless ``force``."""
@@ -509,8 +554,10 @@ def parse_config(kind: KindInfo, body: bytes, namespace: str, name: str) -> dict
     if config.get("apiVersion") in (None, ""):
         raise st.bad_request("Object 'apiVersion' is missing in the apply body")
     if config["apiVersion"] != kind.api_version or config["kind"] != kind.kind:
-        raise st.bad_request(f"Incorrect version specified in apply patch. Specified patch version: "
-                             f"{config['apiVersion']} {config['kind']}, expected: {kind.api_version} {kind.kind}")
+        raise st.bad_request(
+            f"Incorrect version specified in apply patch. Specified patch version: "
+            f"{config['apiVersion']} {config['kind']}, expected: {kind.api_version} {kind.kind}"
+        )
     md = config.get("metadata")
     if md is None:
         md = config["metadata"] = {}
@@ -525,10 +572,21 @@ def parse_config(kind: KindInfo, body: bytes, namespace: str, name: str) -> dict
     return config
 
 
-async def apply_request(store: Any, kind: KindInfo, namespace: str, name: str, body: bytes, user: Any, *,
-                        manager: str, force: bool, dry_run: bool, subresource: str = "",
-                        validate: Callable[[dict], dict] | None = None,
-                        authorize_create: Callable[[], None] | None = None) -> tuple[dict, bytes, bool]:
+async def apply_request(
+    store: Any,
+    kind: KindInfo,
+    namespace: str,
+    name: str,
+    body: bytes,
+    user: Any,
+    *,
+    manager: str,
+    force: bool,
+    dry_run: bool,
+    subresource: str = "",
+    validate: Callable[[dict], dict] | None = None,
+    authorize_create: Callable[[], None] | None = None,
+) -> tuple[dict, bytes, bool]:
     """Serve one apply PATCH through the generic store (create when absent).
     ``validate`` is the request's field validation of the merged object (it may
     drop unknown fields or raise). ``authorize_create`` runs before an absent
@@ -545,11 +603,13 @@ async def apply_request(store: Any, kind: KindInfo, namespace: str, name: str, b
     def compute(old: dict) -> dict:
         # A private copy: the store defaults and prepares what compute returns in place,
         # and the merge shares untouched subtrees with ``old``, which the store still reads.
-        new = orjson.loads(orjson.dumps(apply(kind, old, fresh_config(), manager, force=force,
-                                              subresource=subresource)))
+        new = orjson.loads(
+            orjson.dumps(apply(kind, old, fresh_config(), manager, force=force, subresource=subresource))
+        )
         nmd = new.get("metadata") or {}
-        if nmd.get("resourceVersion") == old["metadata"].get("resourceVersion") and \
-                not (config.get("metadata") or {}).get("resourceVersion"):
+        if nmd.get("resourceVersion") == old["metadata"].get("resourceVersion") and not (
+            config.get("metadata") or {}
+        ).get("resourceVersion"):
             nmd.pop("resourceVersion", None)
         return validate(new) if validate is not None else new
 
@@ -565,5 +625,15 @@ async def apply_request(store: Any, kind: KindInfo, namespace: str, name: str, b
         return validate(new) if validate is not None else new
 
     update: Callable[..., Awaitable[tuple[dict, bytes, bool]]] = store.update
-    return await update(kind, namespace, name, compute, user, subresource=subresource, dry_run=dry_run,
-                        create_on_missing=not subresource, on_missing=on_missing, operation="UPDATE")
+    return await update(
+        kind,
+        namespace,
+        name,
+        compute,
+        user,
+        subresource=subresource,
+        dry_run=dry_run,
+        create_on_missing=not subresource,
+        on_missing=on_missing,
+        operation="UPDATE",
+    )

@@ -154,7 +154,7 @@ def json_patch(doc: Any, ops: Any) -> Any:
             if not isinstance(src, str):
                 raise PatchError(f"json patch operation {i} ({kind}) has no 'from'")
             src_tokens = _split(src, i)
-            if kind == "move" and src_tokens == tokens[:len(src_tokens)] and len(tokens) > len(src_tokens):
+            if kind == "move" and src_tokens == tokens[: len(src_tokens)] and len(tokens) > len(src_tokens):
                 raise PatchApplyError(f"cannot move {src!r} into its own child {path!r}")
             if kind == "move":
                 doc, value = _remove(doc, src_tokens, src)

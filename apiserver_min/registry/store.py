@@ -20,22 +20,30 @@ from typing import Awaitable, Callable
 
 import orjson
 
+from ..admission.chain import Attributes, Chain
 from ..api import names
 from ..api import status as st
+from ..api.codec import decode_stored, encode_for_storage, splice_rv
 from ..api.defaults import apply_defaults
 from ..api.kinds import KindInfo, Registry
 from ..api.selectors import FieldSelector, LabelSelector
 from ..api.timeutil import format_rfc3339, now
-from ..storage.interface import (Backend, CompactedError, ConflictError, FutureRevisionError, KeyExistsError,
-    KeyNotFoundError, KeyValue, StorageError, UnavailableError)
-from ..admission.chain import Attributes, Chain
 from ..api.user import UserInfo
-from ..api.codec import decode_stored, encode_for_storage, splice_rv
+from ..api.validation import causes
+from ..storage.cacher import Entry, WatchCache
+from ..storage.interface import (
+    Backend,
+    CompactedError,
+    ConflictError,
+    FutureRevisionError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyValue,
+    UnavailableError,
+)
+from ..storage.keys import key_prefix, object_key, scope_prefix
 from .managedfields import record_update
 from .strategy import Strategy, generate_suffix, strategy_for
-from ..api.validation import causes
-from ..storage.keys import key_prefix, object_key, scope_prefix
-from ..storage.cacher import Entry, WatchCache
 
 log = logging.getLogger("orch-apiserver.store")
 
@@ -50,7 +58,8 @@ TOO_OLD_CONTINUE = (
     "new list without the continue parameter, or use the continue token in this response to retrieve "
     "the remainder of the results. Continuing with the provided token results in an inconsistent list "
     "- objects that were created, modified, or deleted between the time the first chunk was returned "
-    "and now may show up in the list.")
+    "and now may show up in the list."
+)
 
 
 @dataclasses.dataclass
@@ -172,16 +181,24 @@ class Store:
             return "Terminating"
         return (obj.get("status") or {}).get("phase") or "Active"
 
-    async def list(self, kind: KindInfo, namespace: str | None, labels: LabelSelector | None,
-                   fields: FieldSelector | None, rv: str | None, rv_match: str | None,
-                   limit: int, cont: str | None) -> ListResult:
+    async def list(
+        self,
+        kind: KindInfo,
+        namespace: str | None,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        rv: str | None,
+        rv_match: str | None,
+        limit: int,
+        cont: str | None,
+    ) -> ListResult:
         if rv_match not in (None, "", "Exact", "NotOlderThan"):
             raise st.bad_request(f"invalid resourceVersionMatch {rv_match!r}: must be Exact or NotOlderThan")
         n = parse_rv(rv)
         if rv_match and n is None:
             raise st.bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
         if rv_match == "Exact" and n == 0:
-            raise st.bad_request("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"")
+            raise st.bad_request('resourceVersionMatch "Exact" is forbidden for resourceVersion "0"')
         if cont:
             if n not in (None, 0):
                 raise st.bad_request("specifying resource version is not allowed when using continue")
@@ -204,11 +221,16 @@ class Store:
 
     @staticmethod
     def _match(e: Entry, labels: LabelSelector | None, fields: FieldSelector | None) -> bool:
-        return ((labels is None or labels.matches(e.labels)) and
-                (fields is None or fields.matches(e.fields)))
+        return (labels is None or labels.matches(e.labels)) and (fields is None or fields.matches(e.fields))
 
-    def _list_cache(self, kind: KindInfo, namespace: str | None, labels: LabelSelector | None,
-                    fields: FieldSelector | None, limit: int) -> ListResult:
+    def _list_cache(
+        self,
+        kind: KindInfo,
+        namespace: str | None,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        limit: int,
+    ) -> ListResult:
         cache = self.cache.cache(key_prefix(kind))
         rv = self.cache.rv
         entries = cache.sorted_entries(namespace if kind.namespaced else None)
@@ -230,12 +252,20 @@ class Store:
         token = ""
         remaining: int | None = None
         if more:
-            token = encode_continue(rv, out[-1].key[len(key_prefix(kind)):])
+            token = encode_continue(rv, out[-1].key[len(key_prefix(kind)) :])
             remaining = None if filtered else remaining_total
         return ListResult([(e.raw, e.rv) for e in out], rv, token, remaining)
 
-    async def _list_storage(self, kind: KindInfo, namespace: str | None, labels: LabelSelector | None,
-                            fields: FieldSelector | None, revision: int, start: str, limit: int) -> ListResult:
+    async def _list_storage(
+        self,
+        kind: KindInfo,
+        namespace: str | None,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        revision: int,
+        start: str,
+        limit: int,
+    ) -> ListResult:
         base = key_prefix(kind)
         prefix = scope_prefix(kind, namespace)
         start_key = base + start if start else ""
@@ -270,19 +300,28 @@ class Store:
                     break
                 start_key = res.items[-1].key
         except CompactedError:
-            raise st.gone(TOO_OLD_CONTINUE if start else
-                          f"The resourceVersion for the provided list is too old: {revision}") from None
+            raise st.gone(
+                TOO_OLD_CONTINUE if start else f"The resourceVersion for the provided list is too old: {revision}"
+            ) from None
         except FutureRevisionError as exc:
             raise st.too_large_resource_version(revision, exc.current) from None
         except UnavailableError as exc:
             raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
-        token = encode_continue(revision, out[-1][2][len(base):]) if more and out else ""
+        token = encode_continue(revision, out[-1][2][len(base) :]) if more and out else ""
         return ListResult([(raw, rev) for raw, rev, _ in out], revision, token, remaining if more else None)
 
     # --- writes -----------------------------------------------------------------------
-    async def create(self, kind: KindInfo, namespace: str, obj: dict, user: UserInfo, *,
-                     dry_run: bool = False, subresource: str = "",
-                     field_manager: str | None = None) -> tuple[dict, bytes]:
+    async def create(
+        self,
+        kind: KindInfo,
+        namespace: str,
+        obj: dict,
+        user: UserInfo,
+        *,
+        dry_run: bool = False,
+        subresource: str = "",
+        field_manager: str | None = None,
+    ) -> tuple[dict, bytes]:
         """Create one object. With ``field_manager`` the write is recorded in
         managedFields as that manager's Update (server-side apply passes None: its
         merge has recorded the Apply already)."""
@@ -296,8 +335,18 @@ class Store:
         if not md.get("name") and md.get("generateName"):
             gen = md["generateName"]
             if not isinstance(gen, str):
-                raise st.invalid(kind.kind, "", [{"reason": "FieldValueTypeInvalid", "field": "metadata.generateName",
-                                                  "message": "must be a string"}], kind.group)
+                raise st.invalid(
+                    kind.kind,
+                    "",
+                    [
+                        {
+                            "reason": "FieldValueTypeInvalid",
+                            "field": "metadata.generateName",
+                            "message": "must be a string",
+                        }
+                    ],
+                    kind.group,
+                )
             md["name"] = gen + generate_suffix()
         if md.get("resourceVersion"):
             raise st.bad_request("resourceVersion should not be set on objects to be created")
@@ -312,8 +361,9 @@ class Store:
         # prepared, defaulted and validated like the client's own fields: the object is
         # prepared and defaulted again once mutating plugins ran.
         name = md.get("name")
-        attrs = Attributes("CREATE", kind, namespace, name if isinstance(name, str) else "", subresource, obj, None,
-                           user, dry_run)
+        attrs = Attributes(
+            "CREATE", kind, namespace, name if isinstance(name, str) else "", subresource, obj, None, user, dry_run
+        )
         if await self.admission.admit(attrs):
             self._prepare_create_again(kind, strategy, obj, user, subresource)
             md = obj["metadata"]
@@ -336,12 +386,21 @@ class Store:
         md["resourceVersion"] = str(rev)
         return obj, splice_rv(raw, rev)
 
-    async def update(self, kind: KindInfo, namespace: str, name: str,
-                     compute: Callable[[dict], Awaitable[dict] | dict], user: UserInfo, *,
-                     subresource: str = "", dry_run: bool = False, create_on_missing: bool = False,
-                     operation: str = "UPDATE",
-                     on_missing: Callable[[], Awaitable[dict] | dict] | None = None,
-                     field_manager: str | None = None) -> tuple[dict, bytes, bool]:
+    async def update(
+        self,
+        kind: KindInfo,
+        namespace: str,
+        name: str,
+        compute: Callable[[dict], Awaitable[dict] | dict],
+        user: UserInfo,
+        *,
+        subresource: str = "",
+        dry_run: bool = False,
+        create_on_missing: bool = False,
+        operation: str = "UPDATE",
+        on_missing: Callable[[], Awaitable[dict] | dict] | None = None,
+        field_manager: str | None = None,
+    ) -> tuple[dict, bytes, bool]:
         """Read, compute the new object from the old, validate and compare-and-swap.
 
         With ``field_manager`` the write is recorded in managedFields as that
@@ -362,8 +421,9 @@ class Store:
                     new = on_missing()
                     if not isinstance(new, dict):
                         new = await new
-                    obj, raw = await self.create(kind, namespace, new, user, dry_run=dry_run,
-                                                 field_manager=field_manager)
+                    obj, raw = await self.create(
+                        kind, namespace, new, user, dry_run=dry_run, field_manager=field_manager
+                    )
                     return obj, raw, True
                 raise st.not_found(kind.resource, name, kind.group)
             old = decode_stored(kv.value, kv.mod_revision)
@@ -381,16 +441,21 @@ class Store:
                 parse_rv(str(given_rv))
                 raise st.conflict(kind.resource, name, kind.group)
             if nmd.get("name", name) != name:
-                raise st.bad_request(f"the name of the object ({nmd.get('name')}) does not match the name on "
-                                     f"the URL ({name})")
+                raise st.bad_request(
+                    f"the name of the object ({nmd.get('name')}) does not match the name on the URL ({name})"
+                )
             if kind.namespaced and nmd.get("namespace", namespace) != namespace:
-                raise st.bad_request("the namespace of the provided object does not match the namespace "
-                                     "sent on the request")
+                raise st.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             omd = old["metadata"]
             if nmd.get("uid") not in (None, "", omd.get("uid")):
-                raise st.conflict(kind.resource, name, kind.group,
-                                  f"Precondition failed: UID in precondition: {nmd.get('uid')}, "
-                                  f"UID in object meta: {omd.get('uid')}")
+                raise st.conflict(
+                    kind.resource,
+                    name,
+                    kind.group,
+                    f"Precondition failed: UID in precondition: {nmd.get('uid')}, UID in object meta: {omd.get('uid')}",
+                )
             new["apiVersion"], new["kind"] = kind.api_version, kind.kind
             self._prepare_update(strategy, subresource, new, old)
             apply_defaults(kind.group, kind.version, kind.kind, new)
@@ -445,8 +510,7 @@ class Store:
         raise st.conflict(kind.resource, name, kind.group, "too many concurrent writers; try again")
 
     @staticmethod
-    def _prepare_create_again(kind: KindInfo, strategy: Strategy, obj: dict, user: UserInfo,
-                              subresource: str) -> None:
+    def _prepare_create_again(kind: KindInfo, strategy: Strategy, obj: dict, user: UserInfo, subresource: str) -> None:
         """After mutating plugins ran: prepare and default the object again, as upstream
         (mutating admission before PrepareForCreate; defaults applied to what webhooks
         return) would have, so a plugin's additions get their defaults and derived
@@ -496,8 +560,9 @@ class Store:
         grace = omd.get("deletionGracePeriodSeconds")
         return grace is None or grace == 0
 
-    async def delete(self, kind: KindInfo, namespace: str, name: str, opts: DeleteOptions,
-                     user: UserInfo) -> tuple[dict, bytes, bool]:
+    async def delete(
+        self, kind: KindInfo, namespace: str, name: str, opts: DeleteOptions, user: UserInfo
+    ) -> tuple[dict, bytes, bool]:
         """Delete one object. Returns (last object, response bytes, deleted_now)."""
         key = object_key(kind, namespace, name)
         if kind.group == "" and kind.resource == "namespaces" and not opts.dry_run:
@@ -510,15 +575,35 @@ class Store:
             obj = decode_stored(kv.value, kv.mod_revision)
             md = obj["metadata"]
             if opts.preconditions_uid and opts.preconditions_uid != md.get("uid"):
-                raise st.conflict(kind.resource, name, kind.group,
-                                  f"Precondition failed: UID in precondition: {opts.preconditions_uid}, "
-                                  f"UID in object meta: {md.get('uid')}")
+                raise st.conflict(
+                    kind.resource,
+                    name,
+                    kind.group,
+                    f"Precondition failed: UID in precondition: {opts.preconditions_uid}, "
+                    f"UID in object meta: {md.get('uid')}",
+                )
             if opts.preconditions_rv and opts.preconditions_rv != str(kv.mod_revision):
-                raise st.conflict(kind.resource, name, kind.group,
-                                  f"Precondition failed: ResourceVersion in precondition: {opts.preconditions_rv}, "
-                                  f"ResourceVersion in meta: {kv.mod_revision}")
-            await self.admission.run(Attributes("DELETE", kind, namespace, name, "", None, obj, user,
-                                                opts.dry_run, {"gracePeriodSeconds": opts.grace_period_seconds}))
+                raise st.conflict(
+                    kind.resource,
+                    name,
+                    kind.group,
+                    f"Precondition failed: ResourceVersion in precondition: {opts.preconditions_rv}, "
+                    f"ResourceVersion in meta: {kv.mod_revision}",
+                )
+            await self.admission.run(
+                Attributes(
+                    "DELETE",
+                    kind,
+                    namespace,
+                    name,
+                    "",
+                    None,
+                    obj,
+                    user,
+                    opts.dry_run,
+                    {"gracePeriodSeconds": opts.grace_period_seconds},
+                )
+            )
             new = copy.deepcopy(obj)
             nmd = new["metadata"]
             grace = self._grace_period(kind, obj, opts)

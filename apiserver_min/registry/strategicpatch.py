@@ -67,6 +67,7 @@ def strategic_merge_patch(original: dict, patch: dict, schema: Struct | None) ->
 
 # --- schema look-ups -------------------------------------------------------------------------
 
+
 class _Meta:
     """What the schema says about one key of a map being patched."""
 
@@ -133,6 +134,7 @@ def _scalar_key(v: Any) -> tuple:
 
 # --- maps ------------------------------------------------------------------------------------
 
+
 def _merge_map(original: dict, patch: dict, schema: Type | None, path: str) -> dict:
     """Upstream ``mergeMap``: ``patch`` merged into ``original`` (both owned here)."""
     if DIRECTIVE in patch:
@@ -145,8 +147,10 @@ def _merge_map(original: dict, patch: dict, schema: Type | None, path: str) -> d
         if directive == "merge":
             del patch[DIRECTIVE]
         else:
-            raise PatchError(f"{path or 'the patch'}: unknown $patch directive {directive!r} "
-                             f"(expected one of {', '.join(_DIRECTIVE_VALUES)})")
+            raise PatchError(
+                f"{path or 'the patch'}: unknown $patch directive {directive!r} "
+                f"(expected one of {', '.join(_DIRECTIVE_VALUES)})"
+            )
 
     _apply_retain_keys(original, patch, path)
     _apply_set_element_order(original, patch, schema, path)
@@ -193,6 +197,7 @@ def _merge_key(original: dict, key: str, value: Any, schema: Type | None, path: 
 
 # --- values new to the object ----------------------------------------------------------------
 
+
 def _fresh(value: Any, meta: _Meta, path: str) -> Any:
     """A patch value stored where the object has nothing (or something of
     another shape): nulls dropped and directives applied, as if merged into
@@ -213,10 +218,14 @@ def _fresh(value: Any, meta: _Meta, path: str) -> Any:
                 if d in ("replace", "merge") or (d == "delete" and merges):
                     continue  # nothing here to replace, merge with or delete
                 if d == "delete":
-                    raise PatchError(f"{path}: $patch: delete in a list that is not merged by key "
-                                     "(only merged lists take item deletions)")
-                raise PatchError(f"{path}: unknown $patch directive {d!r} in a list item "
-                                 f"(expected one of {', '.join(_DIRECTIVE_VALUES)})")
+                    raise PatchError(
+                        f"{path}: $patch: delete in a list that is not merged by key "
+                        "(only merged lists take item deletions)"
+                    )
+                raise PatchError(
+                    f"{path}: unknown $patch directive {d!r} in a list item "
+                    f"(expected one of {', '.join(_DIRECTIVE_VALUES)})"
+                )
             out.append(_fresh(item, item_meta, _item_path(path, meta.merge_key, item)))
         return out
     return value
@@ -227,6 +236,7 @@ def _fresh_map(value: dict, schema: Type | None, path: str) -> dict:
 
 
 # --- $retainKeys -----------------------------------------------------------------------------
+
 
 def _apply_retain_keys(original: dict, patch: dict, path: str) -> None:
     """Upstream ``applyRetainKeysDirective``: clear keys of ``original`` not
@@ -250,9 +260,9 @@ def _apply_retain_keys(original: dict, patch: dict, path: str) -> None:
 
 # --- $deleteFromPrimitiveList ----------------------------------------------------------------
 
-def _delete_from_primitive_list(original: dict, key: str, values: Any, schema: Type | None,
-                                path: str) -> None:
-    name = key[len(DELETE_FROM_PRIMITIVE_LIST):]
+
+def _delete_from_primitive_list(original: dict, key: str, values: Any, schema: Type | None, path: str) -> None:
+    name = key[len(DELETE_FROM_PRIMITIVE_LIST) :]
     where = _child(path, key)
     if not name:
         raise PatchError(f"{where}: names no list")
@@ -272,14 +282,17 @@ def _delete_from_primitive_list(original: dict, key: str, values: Any, schema: T
     kept = []
     for item in current:
         if isinstance(item, (dict, list)):
-            raise PatchApplyError(f"{_child(path, name)}: holds objects, not scalars; "
-                                  "$deleteFromPrimitiveList applies to lists of scalars")
+            raise PatchApplyError(
+                f"{_child(path, name)}: holds objects, not scalars; "
+                "$deleteFromPrimitiveList applies to lists of scalars"
+            )
         if _scalar_key(item) not in drop:
             kept.append(item)
     original[name] = kept
 
 
 # --- merged lists ----------------------------------------------------------------------------
+
 
 def _element_kind(original: list, patch: list, path: str) -> str:
     """``map`` or ``scalar``: all items of both lists must be one or the other."""
@@ -346,8 +359,10 @@ def _special_items(original: list, patch: list, key: str, path: str) -> tuple[li
         elif d == "merge":
             pass  # the default for this list, spelled out
         else:
-            raise PatchError(f"{path}: unknown $patch directive {d!r} in a list item "
-                             f"(expected one of {', '.join(_DIRECTIVE_VALUES)})")
+            raise PatchError(
+                f"{path}: unknown $patch directive {d!r} in a list item "
+                f"(expected one of {', '.join(_DIRECTIVE_VALUES)})"
+            )
     if replace:
         return [], plain
     return original, plain
@@ -364,8 +379,7 @@ def _merge_items(original: list, patch: list, item_type: Type, key: str, path: s
         ipath = _item_path(path, key, item)
         for i, o in enumerate(original):
             if key in o and _same_scalar(o[key], item[key]):
-                original[i] = _merge_map(o, item, item_type if isinstance(item_type, (Struct, Map)) else None,
-                                         ipath)
+                original[i] = _merge_map(o, item, item_type if isinstance(item_type, (Struct, Map)) else None, ipath)
                 break
         else:
             original.append(_fresh(item, item_meta, ipath))
@@ -408,14 +422,19 @@ def _sort_by(items: list, order: list, key: str) -> list:
     return sorted(keep, key=pos) + dels
 
 
-def _normalize_order(patch_items: list, server_only: list, patch_order: list, server_order: list,
-                     key: str, path: str) -> list:
+def _normalize_order(
+    patch_items: list, server_only: list, patch_order: list, server_order: list, key: str, path: str
+) -> list:
     """Upstream ``normalizeElementOrder``: patch items in the patch's order,
     server-only items in the object's order, interleaved so that a server-only
     item stays before a patch item it preceded in the object."""
     if key:
-        for lst, err in ((patch_items, PatchError), (patch_order, PatchError), (server_only, PatchApplyError),
-                         (server_order, PatchApplyError)):
+        for lst, err in (
+            (patch_items, PatchError),
+            (patch_order, PatchError),
+            (server_only, PatchApplyError),
+            (server_order, PatchApplyError),
+        ):
             for it in lst:
                 if not isinstance(it, dict) or key not in it:
                     raise err(f"{path}: item {it!r} lacks the merge key {key!r}")
@@ -443,13 +462,14 @@ def _normalize_order(patch_items: list, server_only: list, patch_order: list, se
 
 # --- $setElementOrder ------------------------------------------------------------------------
 
+
 def _apply_set_element_order(original: dict, patch: dict, schema: Type | None, path: str) -> None:
     """Upstream ``mergePatchIntoOriginal``: for every ``$setElementOrder/<list>``,
     merge ``<list>`` now and order the result by the directive (then by the
     patch list, then by the object's list). The list is removed from ``patch``."""
     for directive in [k for k in patch if k.startswith(SET_ELEMENT_ORDER)]:
         order = patch.pop(directive)
-        name = directive[len(SET_ELEMENT_ORDER):]
+        name = directive[len(SET_ELEMENT_ORDER) :]
         where = _child(path, directive)
         if not name:
             raise PatchError(f"{where}: names no list")

@@ -8,25 +8,22 @@ field validation grows here as the schema work lands.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
-import datetime as _dt
+import re
 import secrets
-import time
 import uuid
 from typing import Any
 
-from ..api import enumvalidation, names
-from ..api import podvalidation
-from ..api.qos import pod_qos_class
+from cryptography import x509
+
+from ..api import enumvalidation, names, podvalidation
 from ..api import validation as v
 from ..api.helpers import timestamp
 from ..api.kinds import KindInfo
+from ..api.qos import pod_qos_class
 from ..api.schemas import schema_for
-from ..api.timeutil import format_rfc3339
-import base64
-import binascii
-import re
-from cryptography import x509
 
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -112,8 +109,15 @@ class Strategy:
     @staticmethod
     def keep_system_metadata(new: dict, old: dict) -> None:
         md, omd = new.setdefault("metadata", {}), old["metadata"]
-        for f in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                  "name", "namespace", "generateName"):
+        for f in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "name",
+            "namespace",
+            "generateName",
+        ):
             if f in omd:
                 md[f] = omd[f]
             else:
@@ -147,9 +151,13 @@ class Strategy:
         if omd.get("deletionTimestamp"):
             added = set(md.get("finalizers") or []) - set(omd.get("finalizers") or [])
             if added:
-                errs.append(v.FieldError.forbidden(
-                    "metadata.finalizers", "no new finalizers can be added if the object is being deleted, "
-                    f"found new finalizers {sorted(added)!r}"))
+                errs.append(
+                    v.FieldError.forbidden(
+                        "metadata.finalizers",
+                        "no new finalizers can be added if the object is being deleted, "
+                        f"found new finalizers {sorted(added)!r}",
+                    )
+                )
         return errs
 
     def validate_metadata(self, obj: dict) -> list[v.FieldError]:
@@ -181,8 +189,7 @@ class Strategy:
         annotations = md.get("annotations")
         if annotations is not None:
             if not isinstance(annotations, dict) or not all(isinstance(x, str) for x in annotations.values()):
-                errs.append(v.FieldError.type_invalid("metadata.annotations", annotations,
-                                                      "must be a map of strings"))
+                errs.append(v.FieldError.type_invalid("metadata.annotations", annotations, "must be a map of strings"))
             else:
                 errs += v.validate_annotations(annotations, "metadata.annotations")
         fin = md.get("finalizers")
@@ -210,8 +217,11 @@ class Strategy:
                     if ref.get("controller"):
                         controllers += 1
                 if controllers > 1:
-                    errs.append(v.FieldError.invalid("metadata.ownerReferences", owners,
-                                                     "Only one reference can have Controller set to true"))
+                    errs.append(
+                        v.FieldError.invalid(
+                            "metadata.ownerReferences", owners, "Only one reference can have Controller set to true"
+                        )
+                    )
         return errs
 
 
@@ -305,8 +315,15 @@ class WebhookConfigurationStrategy(Strategy):
         errs = super().validate_update(new, old)
         hooks = old.get("webhooks") if isinstance(old.get("webhooks"), list) else []
         if any(isinstance(h, dict) and h.get("sideEffects") not in (None, "None", "NoneOnDryRun") for h in hooks):
-            errs = [e for e in errs if not (e.type == v.FIELD_VALUE_NOT_SUPPORTED and e.field.endswith(".sideEffects")
-                                            and e.value in self.SIDE_EFFECTS)]
+            errs = [
+                e
+                for e in errs
+                if not (
+                    e.type == v.FIELD_VALUE_NOT_SUPPORTED
+                    and e.field.endswith(".sideEffects")
+                    and e.value in self.SIDE_EFFECTS
+                )
+            ]
         return errs
 
 
@@ -325,11 +342,31 @@ class CsrStrategy(PathNameStrategy):
     calls with the user and the sub-resource.
     """
 
-    KEY_USAGES = ("any", "cert sign", "client auth", "code signing", "content commitment", "crl sign",
-                  "data encipherment", "decipher only", "digital signature", "email protection",
-                  "encipher only", "ipsec end system", "ipsec tunnel", "ipsec user", "key agreement",
-                  "key encipherment", "microsoft sgc", "netscape sgc", "ocsp signing", "s/mime",
-                  "server auth", "signing", "timestamping")
+    KEY_USAGES = (
+        "any",
+        "cert sign",
+        "client auth",
+        "code signing",
+        "content commitment",
+        "crl sign",
+        "data encipherment",
+        "decipher only",
+        "digital signature",
+        "email protection",
+        "encipher only",
+        "ipsec end system",
+        "ipsec tunnel",
+        "ipsec user",
+        "key agreement",
+        "key encipherment",
+        "microsoft sgc",
+        "netscape sgc",
+        "ocsp signing",
+        "s/mime",
+        "server auth",
+        "signing",
+        "timestamping",
+    )
     CONDITION_STATUSES = ("False", "True", "Unknown")
     APPROVED, DENIED, FAILED = "Approved", "Denied", "Failed"
     MIN_EXPIRATION_SECONDS = 600
@@ -394,8 +431,11 @@ class CsrStrategy(PathNameStrategy):
         elif subresource == "status":
             keep = (self.APPROVED, self.DENIED)
             conds = [c for c in status.get("conditions") or [] if not (isinstance(c, dict) and c.get("type") in keep)]
-            conds += [copy.deepcopy(c) for c in old_status.get("conditions") or []
-                      if isinstance(c, dict) and c.get("type") in keep]
+            conds += [
+                copy.deepcopy(c)
+                for c in old_status.get("conditions") or []
+                if isinstance(c, dict) and c.get("type") in keep
+            ]
             if conds:
                 status["conditions"] = conds
             else:
@@ -418,8 +458,15 @@ class CsrStrategy(PathNameStrategy):
                 c["lastUpdateTime"] = stamp
             if not c.get("lastTransitionTime"):
                 c["lastTransitionTime"] = next(
-                    (o["lastTransitionTime"] for o in old_conds if o.get("type") == c.get("type")
-                     and o.get("status") == c.get("status") and o.get("lastTransitionTime")), stamp)
+                    (
+                        o["lastTransitionTime"]
+                        for o in old_conds
+                        if o.get("type") == c.get("type")
+                        and o.get("status") == c.get("status")
+                        and o.get("lastTransitionTime")
+                    ),
+                    stamp,
+                )
 
     # --- validation -----------------------------------------------------------------
     def validate(self, obj: dict) -> list[v.FieldError]:
@@ -434,13 +481,17 @@ class CsrStrategy(PathNameStrategy):
             errs = [e for e in errs if not (e.field == "spec.signerName" and e.value == names.SIGNER_LEGACY_UNKNOWN)]
         for t in (self.APPROVED, self.DENIED, self.FAILED):
             if len(self._conditions(new, t)) < len(self._conditions(old, t)):
-                errs.append(v.FieldError.forbidden("status.conditions",
-                                                   f"updates may not remove a condition of type {v.go_quote(t)}"))
+                errs.append(
+                    v.FieldError.forbidden(
+                        "status.conditions", f"updates may not remove a condition of type {v.go_quote(t)}"
+                    )
+                )
         old_cert = (old.get("status") or {}).get("certificate") if isinstance(old.get("status"), dict) else None
         new_cert = (new.get("status") or {}).get("certificate") if isinstance(new.get("status"), dict) else None
         if old_cert and new_cert != old_cert:
-            errs.append(v.FieldError.forbidden("status.certificate",
-                                               "updates may not modify existing certificate content"))
+            errs.append(
+                v.FieldError.forbidden("status.certificate", "updates may not modify existing certificate content")
+            )
         return errs
 
     @staticmethod
@@ -472,8 +523,11 @@ class CsrStrategy(PathNameStrategy):
                     seen.add(u)
         signer = spec.get("signerName")
         if signer == names.SIGNER_LEGACY_UNKNOWN and not allow_legacy_signer:
-            errs.append(v.FieldError.invalid("spec.signerName", signer,
-                                             "the legacy signerName is not allowed via this API version"))
+            errs.append(
+                v.FieldError.invalid(
+                    "spec.signerName", signer, "the legacy signerName is not allowed via this API version"
+                )
+            )
         else:
             errs += validate_signer_name("spec.signerName", signer)
         exp = spec.get("expirationSeconds")
@@ -481,8 +535,11 @@ class CsrStrategy(PathNameStrategy):
             if not isinstance(exp, int) or isinstance(exp, bool):
                 errs.append(v.FieldError.type_invalid("spec.expirationSeconds", exp, "must be an integer"))
             elif exp < self.MIN_EXPIRATION_SECONDS:
-                errs.append(v.FieldError.invalid("spec.expirationSeconds", exp,
-                                                 "may not specify a duration less than 600 seconds (10 minutes)"))
+                errs.append(
+                    v.FieldError.invalid(
+                        "spec.expirationSeconds", exp, "may not specify a duration less than 600 seconds (10 minutes)"
+                    )
+                )
         status = obj.get("status")
         if status is not None and not isinstance(status, dict):
             errs.append(v.FieldError.type_invalid("status", status, "must be an object"))
@@ -519,13 +576,19 @@ class CsrStrategy(PathNameStrategy):
             if ctype == self.APPROVED:
                 approved = True
                 if denied:
-                    errs.append(v.FieldError.invalid(f"{p}.type", ctype,
-                                                     "Approved and Denied conditions are mutually exclusive"))
+                    errs.append(
+                        v.FieldError.invalid(
+                            f"{p}.type", ctype, "Approved and Denied conditions are mutually exclusive"
+                        )
+                    )
             elif ctype == self.DENIED:
                 denied = True
                 if approved:
-                    errs.append(v.FieldError.invalid(f"{p}.type", ctype,
-                                                     "Approved and Denied conditions are mutually exclusive"))
+                    errs.append(
+                        v.FieldError.invalid(
+                            f"{p}.type", ctype, "Approved and Denied conditions are mutually exclusive"
+                        )
+                    )
             if isinstance(ctype, str):
                 if ctype in seen:
                     errs.append(v.FieldError.duplicate(f"{p}.type", ctype))
@@ -620,8 +683,11 @@ def validate_signer_name(path: str, signer: Any) -> list[v.FieldError]:
         return [v.FieldError.type_invalid(path, signer, "must be a string")]
     segments = signer.split("/")
     if len(segments) != 2:
-        return [v.FieldError.invalid(path, signer, "must be a fully qualified domain and path of the form "
-                                                   "'example.com/signer-name'")]
+        return [
+            v.FieldError.invalid(
+                path, signer, "must be a fully qualified domain and path of the form 'example.com/signer-name'"
+            )
+        ]
     errs: list[v.FieldError] = []
     domain, sub = segments
     if len(domain) > 253:
@@ -633,7 +699,9 @@ def validate_signer_name(path: str, signer: Any) -> list[v.FieldError]:
             errs += [v.FieldError.invalid(path, domain, f"validating label {v.go_quote(lbl)}: {p}") for p in problems]
             break
     if len(labels) < 2:
-        errs.append(v.FieldError.invalid(path, domain, "should be a domain with at least two segments separated by dots"))
+        errs.append(
+            v.FieldError.invalid(path, domain, "should be a domain with at least two segments separated by dots")
+        )
     for lbl in sub.split("."):
         problems = v.is_dns1123_label(lbl)
         if problems:

@@ -34,22 +34,28 @@ import collections
 import dataclasses
 import logging
 import random
-import socket
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ..api import names
 from ..api import status as st
+from ..api.helpers import (
+    _dig,
+    _list,
+    get_condition,
+    object_reference,
+    set_pod_condition,
+    taints_of,
+    tolerates,
+    tolerations_of,
+)
 from ..api.quantity import Quantity, QuantityError
-from ..api.selectors import (DOES_NOT_EXIST, EXISTS, GREATER_THAN, IN, LESS_THAN, NOT_IN, SelectorError,
-    new_requirement)
-from ..api.timeutil import format_rfc3339, now as utc_now
-from ..api.user import SYSTEM_USER, UserInfo
-from ..storage.keys import key_prefix
-from ..api.helpers import _dig, _list, get_condition, is_mirror_pod, object_reference, set_pod_condition, taints_of, timestamp, tolerates, tolerations_of
+from ..api.selectors import DOES_NOT_EXIST, EXISTS, GREATER_THAN, IN, LESS_THAN, NOT_IN, SelectorError, new_requirement
+from ..api.user import SYSTEM_USER
 from ..client.events import EventRecorder
 from ..registry.binding import bind_pod
 from ..storage.cacher import CacheEvent, ResourceCache
+from ..storage.keys import key_prefix
 
 if TYPE_CHECKING:
     from ..client.host import ControllerHost
@@ -84,11 +90,18 @@ SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling ga
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 
-_OPERATORS = {"In": IN, "NotIn": NOT_IN, "Exists": EXISTS, "DoesNotExist": DOES_NOT_EXIST,
-              "Gt": GREATER_THAN, "Lt": LESS_THAN}
+_OPERATORS = {
+    "In": IN,
+    "NotIn": NOT_IN,
+    "Exists": EXISTS,
+    "DoesNotExist": DOES_NOT_EXIST,
+    "Gt": GREATER_THAN,
+    "Lt": LESS_THAN,
+}
 
 
 # --- small accessors -------------------------------------------------------------------
+
 
 def is_terminal(pod: Mapping) -> bool:
     return _dig(pod, "status", "phase") in ("Succeeded", "Failed")
@@ -102,11 +115,16 @@ def pod_priority(pod: Mapping) -> int:
 def responsible_for(pod: Mapping) -> bool:
     """Pods this scheduler places: unbound, alive, and naming it (or no scheduler)."""
     spec = pod.get("spec") or {}
-    return (not spec.get("nodeName") and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER_NAME)
-            and not _dig(pod, "metadata", "deletionTimestamp") and not is_terminal(pod))
+    return (
+        not spec.get("nodeName")
+        and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER_NAME)
+        and not _dig(pod, "metadata", "deletionTimestamp")
+        and not is_terminal(pod)
+    )
 
 
 # --- resources -------------------------------------------------------------------------
+
 
 def resource_amount(name: str, value: Any) -> int:
     """A quantity in the scheduler's units: millicores for cpu, plain units otherwise.
@@ -202,8 +220,10 @@ def node_allocatable(node: Mapping) -> dict[str, int]:
 
 # --- taints and tolerations --------------------------------------------------------------
 
-def first_untolerated_taint(taints: Iterable[Mapping], tolerations: list[Mapping],
-                            effects: tuple[str, ...] = NO_SCHEDULE_EFFECTS) -> Mapping | None:
+
+def first_untolerated_taint(
+    taints: Iterable[Mapping], tolerations: list[Mapping], effects: tuple[str, ...] = NO_SCHEDULE_EFFECTS
+) -> Mapping | None:
     for taint in taints:
         if taint.get("effect") in effects and not any(tolerates(t, taint) for t in tolerations):
             return taint
@@ -228,6 +248,7 @@ def implied_condition_taints(node: Mapping) -> list[dict]:
 
 # --- node affinity --------------------------------------------------------------------
 
+
 def _term_matches(term: Any, labels: Mapping[str, str], node_name: str) -> bool:
     """One nodeSelectorTerm: all its expressions and fields hold. An empty or
     malformed term matches nothing, as upstream."""
@@ -246,9 +267,9 @@ def _term_matches(term: Any, labels: Mapping[str, str], node_name: str) -> bool:
         for f in fields:
             if not isinstance(f, dict) or f.get("key") != "metadata.name" or f.get("operator") not in ("In", "NotIn"):
                 return False
-            if not new_requirement(names.LABEL_METADATA_NAME, _OPERATORS[f["operator"]],
-                                   [str(v) for v in _list(f.get("values"))]).matches(
-                    {names.LABEL_METADATA_NAME: node_name}):
+            if not new_requirement(
+                names.LABEL_METADATA_NAME, _OPERATORS[f["operator"]], [str(v) for v in _list(f.get("values"))]
+            ).matches({names.LABEL_METADATA_NAME: node_name}):
                 return False
     except SelectorError:
         return False
@@ -270,6 +291,7 @@ def node_matches_pod(pod: Mapping, node: Mapping) -> bool:
 
 # --- the scheduler's view of pods and nodes -------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class PodSummary:
     """What a bound pod takes from its node."""
@@ -284,8 +306,14 @@ class PodSummary:
     @classmethod
     def of(cls, pod: Mapping, key: str = "") -> "PodSummary":
         cpu, mem = nonzero_requests(pod)
-        return cls(key or f"{_dig(pod, 'metadata', 'namespace', default='')}/{_dig(pod, 'metadata', 'name', default='')}",
-                   pod_requests(pod), cpu, mem, host_ports(pod), pod_priority(pod))
+        return cls(
+            key or f"{_dig(pod, 'metadata', 'namespace', default='')}/{_dig(pod, 'metadata', 'name', default='')}",
+            pod_requests(pod),
+            cpu,
+            mem,
+            host_ports(pod),
+            pod_priority(pod),
+        )
 
 
 class NodeState:
@@ -372,12 +400,14 @@ def filter_node(pod: Mapping, summary: PodSummary, state: NodeState) -> FilterFa
     node = state.node
     tolerations = tolerations_of(pod)
     if _dig(node, "spec", "unschedulable") and not any(
-            tolerates(t, {"key": names.TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}) for t in tolerations):
+        tolerates(t, {"key": names.TAINT_UNSCHEDULABLE, "effect": "NoSchedule"}) for t in tolerations
+    ):
         return FilterFailure((REASON_NODE_UNSCHEDULABLE,), True)
     taint = first_untolerated_taint(taints_of(node) + implied_condition_taints(node), tolerations)
     if taint is not None:
-        return FilterFailure((f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value') or ''}}}",),
-                             True)
+        return FilterFailure(
+            (f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value') or ''}}}",), True
+        )
     if not node_matches_pod(pod, node):
         return FilterFailure((REASON_NODE_AFFINITY,), True)
     if summary.host_ports and ports_conflict(summary.host_ports, state.used_ports):
@@ -398,8 +428,10 @@ def score_node(summary: PodSummary, state: NodeState) -> int:
     """Least allocated: the mean of cpu's and memory's free share after placing the pod (0-100)."""
     cpu, mem = state.nonzero_requested
     alloc = state.allocatable
-    return (_least_requested(cpu + summary.nonzero_cpu, alloc.get("cpu", 0))
-            + _least_requested(mem + summary.nonzero_memory, alloc.get("memory", 0))) // 2
+    return (
+        _least_requested(cpu + summary.nonzero_cpu, alloc.get("cpu", 0))
+        + _least_requested(mem + summary.nonzero_memory, alloc.get("memory", 0))
+    ) // 2
 
 
 def fit_error_message(num_nodes: int, failures: Mapping[str, FilterFailure], post: str = "") -> str:
@@ -415,8 +447,9 @@ def fit_error_message(num_nodes: int, failures: Mapping[str, FilterFailure], pos
     return msg
 
 
-def preemption_message(pod: Mapping, summary: PodSummary, states: Mapping[str, NodeState],
-                       failures: Mapping[str, FilterFailure]) -> str:
+def preemption_message(
+    pod: Mapping, summary: PodSummary, states: Mapping[str, NodeState], failures: Mapping[str, FilterFailure]
+) -> str:
     """What upstream's DefaultPreemption dry run reports when it finds no candidate."""
     if _dig(pod, "spec", "preemptionPolicy") == "Never":
         return f"preemption: {PREEMPTION_NEVER}"
@@ -442,8 +475,9 @@ class ScheduleResult:
     scores: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
-def find_node_for_pod(pod: Mapping, states: Mapping[str, NodeState], rng: random.Random | None = None,
-                      summary: PodSummary | None = None) -> ScheduleResult:
+def find_node_for_pod(
+    pod: Mapping, states: Mapping[str, NodeState], rng: random.Random | None = None, summary: PodSummary | None = None
+) -> ScheduleResult:
     """Filter, score and pick; the message of a pod that fits nowhere."""
     if not states:
         return ScheduleResult(None, NO_NODES_AVAILABLE)
@@ -468,6 +502,7 @@ def find_node_for_pod(pod: Mapping, states: Mapping[str, NodeState], rng: random
 
 # --- the running scheduler ---------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class _Backoff:
     attempts: int = 0
@@ -478,8 +513,9 @@ class Scheduler:
     """Watch-cache driven: pending pods queue up, nodes and bound pods are kept as
     :class:`NodeState`, one task places pods one at a time."""
 
-    def __init__(self, server: "ControllerHost", *, retry_interval: float = RETRY_INTERVAL,
-                 rng: random.Random | None = None):
+    def __init__(
+        self, server: "ControllerHost", *, retry_interval: float = RETRY_INTERVAL, rng: random.Random | None = None
+    ):
         self.server = server
         self.pods_kind = server.registry.by_resource("", "v1", "pods")
         self.nodes_kind = server.registry.by_resource("", "v1", "nodes")
@@ -522,10 +558,20 @@ class Scheduler:
     @staticmethod
     def _node_signature(node: Mapping) -> Any:
         """What scheduling reads of a node; heartbeats alone change nothing."""
-        conds = tuple(sorted((c.get("type"), c.get("status")) for c in _list(_dig(node, "status", "conditions"))
-                             if isinstance(c, dict)))
-        return (repr(_dig(node, "metadata", "labels")), repr(_dig(node, "spec", "taints")),
-                bool(_dig(node, "spec", "unschedulable")), repr(_dig(node, "status", "allocatable")), conds)
+        conds = tuple(
+            sorted(
+                (c.get("type"), c.get("status"))
+                for c in _list(_dig(node, "status", "conditions"))
+                if isinstance(c, dict)
+            )
+        )
+        return (
+            repr(_dig(node, "metadata", "labels")),
+            repr(_dig(node, "spec", "taints")),
+            bool(_dig(node, "spec", "unschedulable")),
+            repr(_dig(node, "status", "allocatable")),
+            conds,
+        )
 
     def _node_event(self, ev: CacheEvent) -> None:
         name = ev.entry.name
@@ -683,8 +729,9 @@ class Scheduler:
         md = pod["metadata"]
         ns, name = md.get("namespace", ""), md.get("name", "")
         if _list(_dig(pod, "spec", "schedulingGates")):
-            await self._set_unschedulable_condition(ns, name, md.get("uid"), "SchedulingGated",
-                                                    SCHEDULING_GATED_MESSAGE)
+            await self._set_unschedulable_condition(
+                ns, name, md.get("uid"), "SchedulingGated", SCHEDULING_GATED_MESSAGE
+            )
             self.unschedulable[key] = _Backoff(0, float("inf"))  # released by a spec change only
             return None
         result = find_node_for_pod(pod, self.nodes, self.rng)
@@ -711,22 +758,33 @@ class Scheduler:
             state.add(PodSummary.of(pod, key))
         self.unschedulable.pop(key, None)
         log.info("pod %s/%s bound to %s", ns, name, result.node)
-        await self.events.record(ref, "Normal", "Scheduled",
-                                 f"Successfully assigned {ns}/{name} to {result.node}", "Binding")
+        await self.events.record(
+            ref, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {result.node}", "Binding"
+        )
         return result.node
 
-    async def _set_unschedulable_condition(self, ns: str, name: str, uid: str | None, reason: str,
-                                           message: str) -> None:
+    async def _set_unschedulable_condition(
+        self, ns: str, name: str, uid: str | None, reason: str, message: str
+    ) -> None:
         def compute(old: dict) -> dict:
             if (uid and old["metadata"].get("uid") != uid) or _dig(old, "spec", "nodeName"):
                 return old  # another pod now, or bound meanwhile: nothing to say
-            set_pod_condition(old, {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
-                                    "reason": reason, "message": message})
+            set_pod_condition(
+                old,
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "lastProbeTime": None,
+                    "reason": reason,
+                    "message": message,
+                },
+            )
             return old
 
         try:
-            await self.server.store.update(self.pods_kind, ns, name, compute, SYSTEM_USER, subresource="status",
-                                           field_manager=FIELD_MANAGER)
+            await self.server.store.update(
+                self.pods_kind, ns, name, compute, SYSTEM_USER, subresource="status", field_manager=FIELD_MANAGER
+            )
         except st.ApiError as exc:
             if exc.code not in (404, 409):
                 log.warning("pod %s/%s: cannot set PodScheduled: %s", ns, name, exc.message)

@@ -19,38 +19,36 @@ from typing import Any
 
 from aiohttp import web
 
-from ..api import names
+from ..admission.plugins import build_chain
+from ..api import codec, names, tlsverify
 from ..api import status as st
-from ..api.kinds import REGISTRY, KindInfo, Registry
+from ..api.kinds import REGISTRY, Registry
+from ..api.user import SYSTEM_USER, UserInfo
+from ..authn.union import Authentication
+from ..authz.authorizer import Decision as AuthzDecision
+from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
+from ..authz.modes import build_authorizer
+from ..authz.rbac import RbacIndex, RbacWriteGuard
+from ..controllers.manager import Controllers
 from ..options import Options
 from ..pki import Pki, write_admin_config
-from ..storage.interface import Backend
-from ..authz.authorizer import Decision as AuthzDecision
-from ..authz.modes import build_authorizer
-from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
-from ..authz.rbac import RbacIndex, RbacWriteGuard
-from .reviews import AuthnReviews, Reviews
-from .tokenrequest import TokenRequests
 from ..registry.lookup import ObjectLookup
-from ..authn.union import Authentication
-from ..api import tlsverify
-from ..api import codec
-from ..api.user import SYSTEM_USER, UserInfo
-from ..admission.plugins import build_chain
-from ..controllers.manager import Controllers
-from .impersonation import impersonate
+from ..registry.store import Store
+from ..storage.cacher import WatchCache
+from ..storage.etcd import EtcdBackend
+from ..storage.interface import Backend
+from ..storage.keys import key_prefix
+from ..storage.sqlite import SqliteBackend
 from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
 from .health import Check, Health
+from .impersonation import impersonate
 from .metrics import Metrics
-from .openapi import OpenAPI
-from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse
-from ..registry.store import Store
-from ..storage.keys import key_prefix
-from ..storage.cacher import WatchCache
-from ..storage.sqlite import SqliteBackend
-from ..storage.etcd import EtcdBackend
 from .negotiation import error_body
+from .openapi import OpenAPI
+from .reviews import AuthnReviews, Reviews
+from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse
+from .tokenrequest import TokenRequests
 
 log = logging.getLogger("orch-apiserver")
 
@@ -65,13 +63,18 @@ def version_stage(version: str) -> str:
     return "ga"
 
 
-
 def _is_crd_list(info: RequestInfo) -> bool:
     """The CRD list on kubectl's hard-coded path (an alias of the orch group, which
     serves no kinds yet): the one thing that alias answers."""
-    return (info.alias_group == names.UPSTREAM_APIEXTENSIONS_GROUP and info.version == "v1"
-            and info.resource == "customresourcedefinitions" and info.verb == "list"
-            and not info.namespace and not info.subresource)
+    return (
+        info.alias_group == names.UPSTREAM_APIEXTENSIONS_GROUP
+        and info.version == "v1"
+        and info.resource == "customresourcedefinitions"
+        and info.verb == "list"
+        and not info.namespace
+        and not info.subresource
+    )
+
 
 class RuntimeConfig:
     """Which group versions (and resources) are served, from --runtime-config."""
@@ -118,13 +121,18 @@ class ApiServer:
         self.rbac_index = RbacIndex.attach(self.cache, registry)
         self.authorizer = build_authorizer(opts.authorization_modes, self.cache, registry, self.rbac_index)
         self.reviews = Reviews(self, lambda: self.authorizer)
-        self.store.admission = build_chain(self, opts.admission_plugins,
-                                           always=[RbacWriteGuard(self.authorizer, self.rbac_index)])
+        self.store.admission = build_chain(
+            self, opts.admission_plugins, always=[RbacWriteGuard(self.authorizer, self.rbac_index)]
+        )
         self.metrics = Metrics()
         self.metrics.object_counts = self.cache.object_counts
         self.handlers = ResourceHandlers(self)
-        host = opts.advertise_address or (opts.bind_address if opts.bind_address not in ("0.0.0.0", "::") else "127.0.0.1")
-        self.server_url = f"https://{host}:{opts.secure_port}" if ":" not in host else f"https://[{host}]:{opts.secure_port}"
+        host = opts.advertise_address or (
+            opts.bind_address if opts.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"
+        )
+        self.server_url = (
+            f"https://{host}:{opts.secure_port}" if ":" not in host else f"https://[{host}]:{opts.secure_port}"
+        )
         self.discovery = Discovery(registry, self.runtime.enabled, f"{host}:{opts.secure_port}")
         self.openapi = OpenAPI(registry, self.runtime.enabled, self.discovery.group_versions())
         self.health = Health(opts.livez_grace_period)
@@ -138,8 +146,9 @@ class ApiServer:
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
         self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
         self.authn_reviews = AuthnReviews(self)
-        self.token_requests = TokenRequests(self, self.authn.issuer, opts.api_audiences,
-                                            opts.service_account_max_token_expiration)
+        self.token_requests = TokenRequests(
+            self, self.authn.issuer, opts.api_audiences, opts.service_account_max_token_expiration
+        )
         self._inflight = 0
 
     # --- health ---------------------------------------------------------------------
@@ -175,7 +184,11 @@ class ApiServer:
         os.makedirs(self.opts.data_dir, mode=0o700, exist_ok=True)
         created = []
         if not self.opts.tls_cert_file:
-            hosts = [self.opts.bind_address, self.opts.advertise_address] if self.opts.advertise_address else [self.opts.bind_address]
+            hosts = (
+                [self.opts.bind_address, self.opts.advertise_address]
+                if self.opts.advertise_address
+                else [self.opts.bind_address]
+            )
             created += self.pki.ensure(hosts)
         elif not os.path.exists(self.pki.ca_cert):
             created += self.pki.ensure([self.opts.bind_address])
@@ -211,8 +224,9 @@ class ApiServer:
         kind = self.registry.by_resource("", "v1", "namespaces")
         for ns in names.INITIAL_NAMESPACES:
             try:
-                await self.store.create(kind, "", {"metadata": {"name": ns}}, SYSTEM_USER,
-                                        field_manager=names.APISERVER_FIELD_MANAGER)
+                await self.store.create(
+                    kind, "", {"metadata": {"name": ns}}, SYSTEM_USER, field_manager=names.APISERVER_FIELD_MANAGER
+                )
                 log.info("created namespace %s", ns)
             except st.ApiError as exc:
                 if exc.code != 409:
@@ -278,9 +292,16 @@ class ApiServer:
             self._inflight -= 1
             if info.is_resource and info.kind is not None:
                 scope = "namespace" if info.namespace else ("resource" if info.name else "cluster")
-                self.metrics.observe(info.verb.upper() if info.verb == "watch" and False else info.verb.upper(),
-                                     info.group, info.version, info.resource, info.subresource, scope, code,
-                                     time.perf_counter() - t0)
+                self.metrics.observe(
+                    info.verb.upper() if info.verb == "watch" and False else info.verb.upper(),
+                    info.group,
+                    info.version,
+                    info.resource,
+                    info.subresource,
+                    scope,
+                    code,
+                    time.perf_counter() - t0,
+                )
 
     async def crd_list(self, request: web.Request) -> web.Response:
         """``GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions``: the
@@ -288,15 +309,25 @@ class ApiServer:
         lists them (path hard-coded) before validating a kind that has no PATCH
         operation; the request was authorized as that list, as upstream does."""
         rv = await self.backend.current_revision()
-        return self.json(request, {"kind": "CustomResourceDefinitionList",
-                                   "apiVersion": f"{names.UPSTREAM_APIEXTENSIONS_GROUP}/v1",
-                                   "metadata": {"resourceVersion": str(rv)}, "items": []})
+        return self.json(
+            request,
+            {
+                "kind": "CustomResourceDefinitionList",
+                "apiVersion": f"{names.UPSTREAM_APIEXTENSIONS_GROUP}/v1",
+                "metadata": {"resourceVersion": str(rv)},
+                "items": [],
+            },
+        )
 
     def _deprecation(self, info: RequestInfo, resp: web.StreamResponse) -> None:
         k = info.kind
         if k is not None and k.deprecated and not resp.prepared:
-            resp.headers.add("Warning", f'299 - "{k.api_version} {k.kind} is deprecated'
-                                       + (f"; unavailable in v{k.removed_release}+" if k.removed_release else "") + '"')
+            resp.headers.add(
+                "Warning",
+                f'299 - "{k.api_version} {k.kind} is deprecated'
+                + (f"; unavailable in v{k.removed_release}+" if k.removed_release else "")
+                + '"',
+            )
             self.metrics.deprecated_request(k.group, k.version, k.resource, info.subresource, k.removed_release)
 
     def error_response(self, request: web.Request, exc: st.ApiError) -> web.Response:
@@ -316,12 +347,13 @@ class ApiServer:
             if path == f"/{endpoint}":
                 return await self.health.handle(request, endpoint)
             if path.startswith(f"/{endpoint}/"):
-                return await self.health.handle(request, endpoint, path[len(endpoint) + 2:])
+                return await self.health.handle(request, endpoint, path[len(endpoint) + 2 :])
         if path == "/version":
             return self.json(request, version_info())
         if path == "/metrics":
-            return web.Response(text=self.metrics.render(),
-                                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+            return web.Response(
+                text=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+            )
         if path == "/api":
             return self.json(request, self.discovery.api_versions())
         if path == "/apis":
@@ -344,16 +376,23 @@ class ApiServer:
             if resp is not None:
                 return resp
         if path == "/":
-            paths = sorted({"/api", "/apis", "/healthz", "/livez", "/readyz", "/version", "/metrics",
-                            "/openapi/v2", "/openapi/v3"} | {f"/api/{v}" if not g else f"/apis/{g}/{v}"
-                                              for g, v in self.discovery.group_versions()})
+            paths = sorted(
+                {"/api", "/apis", "/healthz", "/livez", "/readyz", "/version", "/metrics", "/openapi/v2", "/openapi/v3"}
+                | {f"/api/{v}" if not g else f"/apis/{g}/{v}" for g, v in self.discovery.group_versions()}
+            )
             return self.json(request, {"paths": paths})
-        raise st.ApiError(404, "NotFound", "the server could not find the requested resource",
-                          details={"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})
+        raise st.ApiError(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+            details={"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]},
+        )
 
     def json(self, request: web.Request, obj: Any) -> web.Response:
         pretty = request.query.get("pretty")
-        body = codec.dumps_pretty(obj) if pretty is not None and pretty.lower() in ("", "1", "true") else codec.dumps(obj)
+        body = (
+            codec.dumps_pretty(obj) if pretty is not None and pretty.lower() in ("", "1", "true") else codec.dumps(obj)
+        )
         return web.Response(body=body, content_type="application/json")
 
     def make_app(self) -> web.Application:
@@ -369,8 +408,14 @@ class ApiServer:
         app = self.make_app()
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
         await runner.setup()
-        site = web.TCPSite(runner, self.opts.bind_address, self.opts.secure_port, ssl_context=self.ssl_context(),
-                           backlog=1024, reuse_address=True)
+        site = web.TCPSite(
+            runner,
+            self.opts.bind_address,
+            self.opts.secure_port,
+            ssl_context=self.ssl_context(),
+            backlog=1024,
+            reuse_address=True,
+        )
         try:
             await site.start()
         except OSError as exc:
@@ -386,11 +431,18 @@ class ApiServer:
         gc.freeze()
         gc.set_threshold(20_000, 10, 10)
         admin = os.path.join(self.opts.data_dir, "admin" + names.CONNECTION_CONFIG_SUFFIX)
-        log.info("%s serving on %s (storage: %s); admin connection config: %s", names.APISERVER_NAME,
-                 self.server_url, self.opts.storage_backend, admin)
+        log.info(
+            "%s serving on %s (storage: %s); admin connection config: %s",
+            names.APISERVER_NAME,
+            self.server_url,
+            self.opts.storage_backend,
+            admin,
+        )
         await stop.wait()
-        log.info("shutting down: /readyz now fails; waiting %.1fs before closing the listener",
-                 self.opts.shutdown_delay_duration)
+        log.info(
+            "shutting down: /readyz now fails; waiting %.1fs before closing the listener",
+            self.opts.shutdown_delay_duration,
+        )
         self.shutting_down = True
         if self.opts.shutdown_delay_duration > 0:
             await asyncio.sleep(self.opts.shutdown_delay_duration)
@@ -419,6 +471,7 @@ def raise_open_file_limit() -> None:
 def run(opts: Options) -> int:
     try:
         import uvloop  # type: ignore
+
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass

@@ -28,15 +28,27 @@ class BodyHandling(Protocol):
 
     async def _read_body(self, request: "web.Request") -> bytes: ...
 
-    async def _decode_object(self, request: "web.Request", kind: "KindInfo", expect_kind: str | None = None,
-                             expect_api_version: str | None = None) -> dict: ...
+    async def _decode_object(
+        self,
+        request: "web.Request",
+        kind: "KindInfo",
+        expect_kind: str | None = None,
+        expect_api_version: str | None = None,
+    ) -> dict: ...
 
     def _validate_fields(self, request: "web.Request", decoded: Any, kind_name: str, api_version: str) -> dict: ...
 
     def _with_warnings(self, request: "web.Request", resp: "web.Response") -> "web.Response": ...
 
-    def _respond_obj(self, request: "web.Request", obj: Any, code: int, target: Any, kind: "KindInfo | None" = None,
-                     include: str = "Metadata") -> "web.Response": ...
+    def _respond_obj(
+        self,
+        request: "web.Request",
+        obj: Any,
+        code: int,
+        target: Any,
+        kind: "KindInfo | None" = None,
+        include: str = "Metadata",
+    ) -> "web.Response": ...
 
 
 class ServerContext(Protocol):

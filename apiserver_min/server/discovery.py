@@ -49,12 +49,18 @@ class Discovery:
         self.server_address = server_address
 
     def group_versions(self) -> list[tuple[str, str]]:
-        return [(g, v) for g, v in self.registry.group_versions()
-                if any(self.enabled(g, v, k.resource) for k in self.registry.in_group_version(g, v))]
+        return [
+            (g, v)
+            for g, v in self.registry.group_versions()
+            if any(self.enabled(g, v, k.resource) for k in self.registry.in_group_version(g, v))
+        ]
 
     def api_versions(self) -> dict:
-        return {"kind": "APIVersions", "versions": [v for g, v in self.group_versions() if g == ""],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}]}
+        return {
+            "kind": "APIVersions",
+            "versions": [v for g, v in self.group_versions() if g == ""],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}],
+        }
 
     def _group(self, group: str) -> dict | None:
         versions = [v for g, v in self.group_versions() if g == group]
@@ -84,16 +90,27 @@ class Discovery:
             return None
         resources = []
         for k in kinds:
-            r = {"name": k.resource, "singularName": k.singular_name, "namespaced": k.namespaced,
-                 "kind": k.kind, "verbs": sorted(k.verbs), "storageVersionHash": _storage_hash(k)}
+            r = {
+                "name": k.resource,
+                "singularName": k.singular_name,
+                "namespaced": k.namespaced,
+                "kind": k.kind,
+                "verbs": sorted(k.verbs),
+                "storageVersionHash": _storage_hash(k),
+            }
             if k.short_names:
                 r["shortNames"] = list(k.short_names)
             if k.categories:
                 r["categories"] = list(k.categories)
             resources.append(r)
             for s in k.subresources:
-                sr = {"name": f"{k.resource}/{s.name}", "singularName": "", "namespaced": k.namespaced,
-                      "kind": s.kind, "verbs": sorted(s.verbs)}
+                sr = {
+                    "name": f"{k.resource}/{s.name}",
+                    "singularName": "",
+                    "namespaced": k.namespaced,
+                    "kind": s.kind,
+                    "verbs": sorted(s.verbs),
+                }
                 if s.group:
                     sr["group"], sr["version"] = s.group, s.version
                 resources.append(sr)

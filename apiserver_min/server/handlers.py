@@ -11,31 +11,29 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from ..api import names
+from ..api import codec, names, protobuf
 from ..api import status as st
 from ..api.kinds import KindInfo
 from ..api.kinds import label_selector_text as kinds_label_selector_text
 from ..api.schema import Struct
 from ..api.schemas import schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
-from ..api.validation import FieldError, go_quote
-from ..storage.interface import CompactedError
-from ..api import codec
-from ..registry import fieldvalidation
 from ..api.user import UserInfo
-from ..registry.managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, manager_from_user_agent
-from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
-from ..registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
-from ..registry.strategicpatch import strategic_merge_patch
-from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, require_kind
-from ..registry.store import DeleteOptions, ListResult, parse_rv
-from ..storage.keys import key_prefix
+from ..api.validation import FieldError, go_quote
 from ..api.validation import causes as strategy_causes
-from ..storage.cacher import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
-from ..api import protobuf
+from ..registry import fieldvalidation
 from ..registry.binding import bind_pod
-from .podlogs import serve_pod_log
+from ..registry.managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, manager_from_user_agent
+from ..registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
+from ..registry.store import DeleteOptions, ListResult, parse_rv
+from ..registry.strategicpatch import strategic_merge_patch
+from ..storage.cacher import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
+from ..storage.interface import CompactedError
+from ..storage.keys import key_prefix
+from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .podexec import serve_pod_stream
+from .podlogs import serve_pod_log
+from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, require_kind
 
 if TYPE_CHECKING:
     from .context import ServerContext
@@ -62,9 +60,12 @@ def _header_safe(text: str) -> str:
     refuses to send the response at all)."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() or c == " " else
-                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
-                    else f"\\U{ord(c):08x}") for c in text)
+    return "".join(
+        c
+        if c.isprintable() or c == " "
+        else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
+        for c in text
+    )
 
 
 def _bool_param(query, name: str) -> bool:
@@ -161,8 +162,9 @@ def _field_manager_errors(fm: str) -> list[FieldError]:
         pos = 0
         for ch in fm:
             if not ch.isprintable():
-                errs.append(FieldError.invalid("fieldManager", fm,
-                                               f"invalid character U+{ord(ch):04X} (at position {pos})"))
+                errs.append(
+                    FieldError.invalid("fieldManager", fm, f"invalid character U+{ord(ch):04X} (at position {pos})")
+                )
             pos += len(ch.encode("utf-8", "surrogatepass"))
     return errs
 
@@ -217,7 +219,9 @@ def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelect
             if fs.empty:
                 fs = None
     except SelectorError as exc:
-        raise st.bad_request(f"unable to parse requirement: {exc}" if "requirement" not in str(exc) else str(exc)) from None
+        raise st.bad_request(
+            f"unable to parse requirement: {exc}" if "requirement" not in str(exc) else str(exc)
+        ) from None
     except ValueError as exc:
         raise st.bad_request(str(exc)) from None
     return ls, fs
@@ -248,14 +252,20 @@ class WriteParams:
     force: bool = False
 
     @classmethod
-    def parse(cls, request: web.Request, options_kind: str = "CreateOptions",
-              patch_type: str | None = None) -> "WriteParams":
+    def parse(
+        cls, request: web.Request, options_kind: str = "CreateOptions", patch_type: str | None = None
+    ) -> "WriteParams":
         """``options_kind``: CreateOptions, UpdateOptions or PatchOptions (with the
         patch's content type), which upstream names in its 422 for bad options."""
         q = request.query
         manager, force = _write_options(request, options_kind, patch_type)
-        return cls(negotiate(request.headers.get("Accept")), _dry_run(q, options_kind),
-                   _field_validation(q, options_kind), manager, force)
+        return cls(
+            negotiate(request.headers.get("Accept")),
+            _dry_run(q, options_kind),
+            _field_validation(q, options_kind),
+            manager,
+            force,
+        )
 
 
 class ResourceHandlers:
@@ -265,29 +275,46 @@ class ResourceHandlers:
         self.cache = server.cache
 
     # --- response helpers ------------------------------------------------------------
-    def _respond_raw(self, request: web.Request, raw: bytes, code: int, target: Target,
-                     kind: KindInfo | None = None, include: str = "Metadata") -> web.Response:
+    def _respond_raw(
+        self,
+        request: web.Request,
+        raw: bytes,
+        code: int,
+        target: Target,
+        kind: KindInfo | None = None,
+        include: str = "Metadata",
+    ) -> web.Response:
         if target.form == "json" and not self._pretty(request) and request.get(GROUP_ALIAS_KEY) is None:
             return self._with_warnings(request, web.Response(body=raw, status=code, content_type="application/json"))
         obj = codec.load_json(raw)
         return self._respond_obj(request, obj, code, target, kind, include)
 
-    def _respond_obj(self, request: web.Request, obj: Any, code: int, target: Target,
-                     kind: KindInfo | None = None, include: str = "Metadata") -> web.Response:
+    def _respond_obj(
+        self,
+        request: web.Request,
+        obj: Any,
+        code: int,
+        target: Target,
+        kind: KindInfo | None = None,
+        include: str = "Metadata",
+    ) -> web.Response:
         alias = request.get(GROUP_ALIAS_KEY)
         if alias is not None:  # a request on an alias group: answered in the client's spelling
             obj = alias.to_requested(obj)
         if target.form == "table" and kind is not None and isinstance(obj, dict) and obj.get("kind") == kind.kind:
-            obj = table(kind, [obj], target, include,
-                        resource_version=(obj.get("metadata") or {}).get("resourceVersion", ""))
+            obj = table(
+                kind, [obj], target, include, resource_version=(obj.get("metadata") or {}).get("resourceVersion", "")
+            )
         if target.form == "yaml":
-            return self._with_warnings(request, web.Response(body=codec.dump_yaml(obj), status=code,
-                                                             content_type="application/yaml"))
+            return self._with_warnings(
+                request, web.Response(body=codec.dump_yaml(obj), status=code, content_type="application/yaml")
+            )
         if target.form == "protobuf":
             pb_body = protobuf_body(obj)  # None: no protobuf encoding, answer in JSON
             if pb_body is not None:
-                return self._with_warnings(request, web.Response(body=pb_body, status=code,
-                                                                 content_type=target.content_type))
+                return self._with_warnings(
+                    request, web.Response(body=pb_body, status=code, content_type=target.content_type)
+                )
         body = codec.dumps_pretty(obj) if self._pretty(request) else codec.dumps(obj)
         return self._with_warnings(request, web.Response(body=body, status=code, content_type="application/json"))
 
@@ -341,19 +368,26 @@ class ResourceHandlers:
             raise st.bad_request(f"error decoding protobuf body: {exc}") from None
         return codec.DecodedBody(obj, "protobuf", body, {})
 
-    async def _decode_object(self, request: web.Request, kind: KindInfo, expect_kind: str | None = None,
-                             expect_api_version: str | None = None) -> dict:
+    async def _decode_object(
+        self,
+        request: web.Request,
+        kind: KindInfo,
+        expect_kind: str | None = None,
+        expect_api_version: str | None = None,
+    ) -> dict:
         ctype = _content_type(request)
         if ctype in PROTOBUF_TYPES:
             decoded = self._decode_protobuf(await self._read_body(request))
         elif ctype not in BODY_TYPES_JSON and ctype not in BODY_TYPES_YAML:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype}) - accepted media types "
-                f"include: application/json, application/yaml, {names.MEDIA_PROTOBUF}")
+                f"include: application/json, application/yaml, {names.MEDIA_PROTOBUF}"
+            )
         else:
             body = await self._read_body(request)
-            decoded = codec.decode_object_body(body, "application/yaml" if ctype in BODY_TYPES_YAML
-                                               else "application/json")
+            decoded = codec.decode_object_body(
+                body, "application/yaml" if ctype in BODY_TYPES_YAML else "application/json"
+            )
         obj = decoded.obj
         if not isinstance(obj, dict):
             raise st.bad_request("the request body must be a JSON or YAML object")
@@ -365,8 +399,9 @@ class ResourceHandlers:
         if got_kind not in (None, "") and got_kind != want_kind:
             raise st.bad_request(f"the kind in the data ({got_kind}) does not match the expected kind ({want_kind})")
         if got_av not in (None, "") and got_av != want_av and (alias is None or got_av != alias.requested_api_version):
-            raise st.bad_request(f"the API version in the data ({got_av}) does not match the expected "
-                                 f"API version ({want_av})")
+            raise st.bad_request(
+                f"the API version in the data ({got_av}) does not match the expected API version ({want_av})"
+            )
         md = obj.get("metadata")
         if md is not None and not isinstance(md, dict):
             raise st.bad_request("metadata: must be an object")
@@ -378,8 +413,9 @@ class ResourceHandlers:
             obj.pop("metadata", None)  # null is absent (later steps add an empty one)
         return obj
 
-    def _validate_fields(self, request: web.Request, decoded: codec.DecodedBody, kind_name: str,
-                         api_version: str) -> dict:
+    def _validate_fields(
+        self, request: web.Request, decoded: codec.DecodedBody, kind_name: str, api_version: str
+    ) -> dict:
         """Field validation of a decoded body against its kind's schema (types,
         required, unknown and duplicate fields per ``fieldValidation``); the
         warnings go on the response. Kinds without a declared schema pass as they are."""
@@ -387,13 +423,15 @@ class ResourceHandlers:
         schema = schema_for(group, version, kind_name)
         if schema is None:
             return decoded.obj
-        obj, warnings = fieldvalidation.validate_decoded(decoded, schema, _field_validation(request.query),
-                                                         kind=kind_name, version=version, group=group)
+        obj, warnings = fieldvalidation.validate_decoded(
+            decoded, schema, _field_validation(request.query), kind=kind_name, version=version, group=group
+        )
         request[FIELD_WARNINGS_KEY] = warnings
         return obj
 
-    def _validated_patch(self, request: web.Request, kind: KindInfo, new: dict, level: str, ctype: str,
-                         body: bytes) -> dict:
+    def _validated_patch(
+        self, request: web.Request, kind: KindInfo, new: dict, level: str, ctype: str, body: bytes
+    ) -> dict:
         """The final step of a patch: the patched object is checked like a submitted
         one (unknown fields dropped or reported, types and required fields
         checked); for merge, strategic merge and apply patches, keys repeated in
@@ -403,11 +441,15 @@ class ResourceHandlers:
         if schema is None:
             return new
         dups: list[str] = []
-        if level != "Ignore" and ctype in (names.MEDIA_MERGE_PATCH, names.MEDIA_STRATEGIC_MERGE_PATCH,
-                                           names.MEDIA_APPLY_PATCH):
+        if level != "Ignore" and ctype in (
+            names.MEDIA_MERGE_PATCH,
+            names.MEDIA_STRATEGIC_MERGE_PATCH,
+            names.MEDIA_APPLY_PATCH,
+        ):
             dups = fieldvalidation.duplicate_fields(body, yaml=ctype == names.MEDIA_APPLY_PATCH)
-        warnings = fieldvalidation.validate_object(new, schema, level, kind=kind.kind, version=kind.version,
-                                                   group=kind.group, extra_problems=dups)
+        warnings = fieldvalidation.validate_object(
+            new, schema, level, kind=kind.kind, version=kind.version, group=kind.group, extra_problems=dups
+        )
         request[FIELD_WARNINGS_KEY] = warnings
         return new
 
@@ -427,8 +469,9 @@ class ResourceHandlers:
         if kind.namespaced:
             body_ns = md.get("namespace")
             if body_ns not in (None, "") and body_ns != info.namespace:
-                raise st.bad_request("the namespace of the provided object does not match the namespace "
-                                     "sent on the request")
+                raise st.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
 
     # --- dispatch ---------------------------------------------------------------------
     async def handle(self, request: web.Request, info: RequestInfo, user: UserInfo) -> web.StreamResponse:
@@ -465,12 +508,16 @@ class ResourceHandlers:
             return await self.delete_collection(request, info, kind, user)
         raise st.method_not_allowed()
 
-    async def _subresource(self, request: web.Request, info: RequestInfo, kind: KindInfo,
-                           user: UserInfo) -> web.StreamResponse:
+    async def _subresource(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
+    ) -> web.StreamResponse:
         sub = kind.subresource(info.subresource)
         if sub is None:
-            raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
-                                               f"({kind.resource}/{info.subresource})")
+            raise st.ApiError(
+                404,
+                "NotFound",
+                f"the server could not find the requested resource ({kind.resource}/{info.subresource})",
+            )
         if sub.verbs and info.verb not in sub.verbs:
             raise st.method_not_allowed(f"{info.verb} is not supported on {kind.resource}/{sub.name}")
         name = sub.name
@@ -496,8 +543,12 @@ class ResourceHandlers:
         if name in ("exec", "attach", "portforward") and kind.resource == "pods":
             # WebSocket streams relayed to the node agent (server/podexec.py).
             return await serve_pod_stream(self.server, request, info, kind, user)
-        raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
-                                           f"({kind.resource}/{info.subresource}) for verb {info.verb}")
+        raise st.ApiError(
+            404,
+            "NotFound",
+            f"the server could not find the requested resource "
+            f"({kind.resource}/{info.subresource}) for verb {info.verb}",
+        )
 
     # --- reads ------------------------------------------------------------------------
     async def get(self, request: web.Request, info: RequestInfo, kind: KindInfo) -> web.StreamResponse:
@@ -514,16 +565,31 @@ class ResourceHandlers:
         limit = _int_param(q, "limit")
         if limit < 0:
             raise st.bad_request(f"invalid limit {limit}: must not be negative")
-        res = await self.store.list(kind, info.namespace or None, ls, fs, q.get("resourceVersion"),
-                                    q.get("resourceVersionMatch"), limit, q.get("continue"))
+        res = await self.store.list(
+            kind,
+            info.namespace or None,
+            ls,
+            fs,
+            q.get("resourceVersion"),
+            q.get("resourceVersionMatch"),
+            limit,
+            q.get("continue"),
+        )
         if target.form == "json" and not self._pretty(request):
             body = self._list_bytes(kind, res)
             alias = request.get(GROUP_ALIAS_KEY)
             return web.Response(body=body if alias is None else alias.json_bytes(body), content_type="application/json")
         if target.form == "table":
             objs = [codec.decode_stored(raw, rev) for raw, rev in res.items]
-            body = table(kind, objs, target, include, resource_version=str(res.resource_version),
-                         continue_token=res.continue_token, remaining=res.remaining)
+            body = table(
+                kind,
+                objs,
+                target,
+                include,
+                resource_version=str(res.resource_version),
+                continue_token=res.continue_token,
+                remaining=res.remaining,
+            )
             return self._respond_obj(request, body, 200, JSON)
         return self._respond_obj(request, codec.load_json(self._list_bytes(kind, res)), 200, target)
 
@@ -535,7 +601,10 @@ class ResourceHandlers:
         if res.remaining is not None:
             md["remainingItemCount"] = res.remaining
         head = b'{"kind":"%s","apiVersion":"%s","metadata":%s,"items":[' % (
-            kind.list_kind.encode(), kind.api_version.encode(), codec.dumps(md))
+            kind.list_kind.encode(),
+            kind.api_version.encode(),
+            codec.dumps(md),
+        )
         return head + b",".join(codec.splice_rv(raw, rev) for raw, rev in res.items) + b"]}"
 
     # --- watch ------------------------------------------------------------------------
@@ -552,8 +621,9 @@ class ResourceHandlers:
             if not self.server.opts.feature("WatchList") and send_initial:
                 raise st.bad_request("sendInitialEvents is only supported with the WatchList feature gate enabled")
             if rv_match != "NotOlderThan":
-                raise st.bad_request("sendInitialEvents is forbidden for watch unless resourceVersionMatch "
-                                     "is set to NotOlderThan")
+                raise st.bad_request(
+                    "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan"
+                )
         elif rv_match:
             raise st.bad_request("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")
         timeout_s = _int_param(q, "timeoutSeconds", -1)
@@ -613,14 +683,14 @@ class ResourceHandlers:
                     obj = codec.decode_stored(raw, rv)
                     if alias is not None:
                         alias.to_requested(obj)
-                    tbl = table(kind, [obj], target, include, resource_version=str(rv),
-                                with_columns=not sent_columns)
+                    tbl = table(kind, [obj], target, include, resource_version=str(rv), with_columns=not sent_columns)
                     sent_columns = True
                     await resp.write(codec.dumps({"type": ev_type, "object": tbl}) + b"\n")
                 elif target.form == "protobuf":
                     obj = codec.decode_stored(raw, rv)
-                    await resp.write(self._watch_frame(target, ev_type, obj if alias is None
-                                                       else alias.to_requested(obj)))
+                    await resp.write(
+                        self._watch_frame(target, ev_type, obj if alias is None else alias.to_requested(obj))
+                    )
                 else:
                     frame = b'{"type":"%s","object":%s}\n' % (ev_type.encode(), codec.splice_rv(raw, rv))
                     await resp.write(frame if alias is None else alias.watch_frame(frame))
@@ -659,8 +729,7 @@ class ResourceHandlers:
                     if request.transport is None or request.transport.is_closing():
                         break
                     if bookmarks and time.monotonic() >= next_bookmark and deadline - time.monotonic() > 0:
-                        await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv), target=target,
-                                                        alias=alias))
+                        await resp.write(self._bookmark(kind, max(last_rv, self.cache.rv), target=target, alias=alias))
                         next_bookmark = time.monotonic() + interval
                     continue
                 batch = [cev for cev in batch if cev.rv > start_rv or cev.rv > last_rv]
@@ -688,13 +757,17 @@ class ResourceHandlers:
             pass
         return resp
 
-    def _bookmark(self, kind: KindInfo, rv: int, initial_end: bool = False, target: Target = JSON,
-                  alias: GroupAlias | None = None) -> bytes:
+    def _bookmark(
+        self, kind: KindInfo, rv: int, initial_end: bool = False, target: Target = JSON, alias: GroupAlias | None = None
+    ) -> bytes:
         md: dict[str, Any] = {"resourceVersion": str(rv)}
         if initial_end:
             md["annotations"] = {names.ANNOTATION_INITIAL_EVENTS_END: "true"}
-        obj = {"kind": kind.kind, "apiVersion": kind.api_version if alias is None else alias.requested_api_version,
-               "metadata": md}
+        obj = {
+            "kind": kind.kind,
+            "apiVersion": kind.api_version if alias is None else alias.requested_api_version,
+            "metadata": md,
+        }
         if target.form == "protobuf":
             return self._watch_frame(target, "BOOKMARK", obj)
         return codec.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
@@ -705,7 +778,6 @@ class ResourceHandlers:
         length-prefixed WatchEvent whose object is enveloped protobuf (JSON
         bytes inside the event for an object without a protobuf encoding)."""
         if target.form == "protobuf":
-
             inner = protobuf_body(obj)
             return protobuf.watch_frame(ev_type, inner if inner is not None else codec.dumps(obj))
         return codec.dumps({"type": ev_type, "object": obj}) + b"\n"
@@ -729,24 +801,29 @@ class ResourceHandlers:
         alone never creates. A denial is the usual 403."""
         self.server.authorize(user, dataclasses.replace(info, verb="create"))
 
-    async def create(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+    async def create(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
+    ) -> web.StreamResponse:
         wp = WriteParams.parse(request)
         obj = await self._decode_object(request, kind)
         self._check_namespace_in_body(kind, info, obj)
-        _, raw = await self.store.create(kind, info.namespace, obj, user, dry_run=wp.dry_run,
-                                         field_manager=wp.field_manager)
+        _, raw = await self.store.create(
+            kind, info.namespace, obj, user, dry_run=wp.dry_run, field_manager=wp.field_manager
+        )
         return self._respond_raw(request, raw, 201, wp.target, kind)
 
-    async def update(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
-                     subresource: str = "") -> web.StreamResponse:
+    async def update(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, subresource: str = ""
+    ) -> web.StreamResponse:
         wp = WriteParams.parse(request, "UpdateOptions")
         target, dry = wp.target, wp.dry_run
         body = await self._decode_object(request, kind)
         self._check_namespace_in_body(kind, info, body)
         md = body.setdefault("metadata", {})
         if md.get("name") not in (None, "") and md["name"] != info.name:
-            raise st.bad_request(f"the name of the object ({md['name']}) does not match the name on the URL "
-                                 f"({info.name})")
+            raise st.bad_request(
+                f"the name of the object ({md['name']}) does not match the name on the URL ({info.name})"
+            )
         md["name"] = info.name
         if subresource == "finalize":
             return await self._finalize(request, info, kind, user, body, dry, target, wp.field_manager)
@@ -762,8 +839,17 @@ class ResourceHandlers:
             return codec.load_json(codec.dumps(body))
 
         obj, raw, created = await self.store.update(
-            kind, info.namespace, info.name, compute, user, subresource=subresource, dry_run=dry,
-            create_on_missing=allow_create, on_missing=on_missing, field_manager=wp.field_manager)
+            kind,
+            info.namespace,
+            info.name,
+            compute,
+            user,
+            subresource=subresource,
+            dry_run=dry,
+            create_on_missing=allow_create,
+            on_missing=on_missing,
+            field_manager=wp.field_manager,
+        )
         return self._respond_raw(request, raw, 201 if created else 200, target, kind)
 
     async def _finalize(self, request, info, kind, user, body, dry, target, manager: str) -> web.StreamResponse:
@@ -778,24 +864,33 @@ class ResourceHandlers:
             return old
 
         # Finalize bypasses the namespace strategy, which otherwise keeps spec.finalizers.
-        obj, raw, _ = await self.store.update(kind, "", info.name, compute, user, subresource="finalize",
-                                              dry_run=dry, field_manager=manager)
+        obj, raw, _ = await self.store.update(
+            kind, "", info.name, compute, user, subresource="finalize", dry_run=dry, field_manager=manager
+        )
         return self._respond_raw(request, raw, 200, target, kind)
 
-    async def patch(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo,
-                    subresource: str = "") -> web.StreamResponse:
+    async def patch(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, subresource: str = ""
+    ) -> web.StreamResponse:
         ctype = _content_type(request)
         if ctype == names.MEDIA_APPLY_PATCH:
             # Server-side apply: the merge, field ownership and conflicts live in managedfields.
             apply_body = await self._read_body(request)
             wp = WriteParams.parse(request, "PatchOptions", ctype)
             _, raw, created = await apply_request(
-                self.store, kind, info.namespace, info.name, self._served_apply_body(request, apply_body), user,
+                self.store,
+                kind,
+                info.namespace,
+                info.name,
+                self._served_apply_body(request, apply_body),
+                user,
                 manager=wp.field_manager,
-                force=wp.force, dry_run=wp.dry_run, subresource=subresource,
-                validate=lambda new: self._validated_patch(request, kind, new, wp.field_validation, ctype,
-                                                           apply_body),
-                authorize_create=lambda: self._authorize_create(info, user))
+                force=wp.force,
+                dry_run=wp.dry_run,
+                subresource=subresource,
+                validate=lambda new: self._validated_patch(request, kind, new, wp.field_validation, ctype, apply_body),
+                authorize_create=lambda: self._authorize_create(info, user),
+            )
             return self._respond_raw(request, raw, 201 if created else 200, wp.target, kind)
         # Strategic merge patch reads its merge keys from the kind's schema (the same one
         # for the main resource and its status); a kind without one cannot take it.
@@ -806,12 +901,14 @@ class ResourceHandlers:
                 raise st.unsupported_media_type(
                     f"strategic merge patch ({names.MEDIA_STRATEGIC_MERGE_PATCH}) is not supported for "
                     f"{kind.qualified_resource}: its kind declares no schema to take merge keys from; use a "
-                    f"merge patch ({names.MEDIA_MERGE_PATCH}) or JSON patch ({names.MEDIA_JSON_PATCH})")
+                    f"merge patch ({names.MEDIA_MERGE_PATCH}) or JSON patch ({names.MEDIA_JSON_PATCH})"
+                )
         if ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH) and smp_schema is None:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype or 'none'}) - accepted media types "
                 "include: application/json-patch+json, application/merge-patch+json, "
-                "application/strategic-merge-patch+json")
+                "application/strategic-merge-patch+json"
+            )
         body = await self._read_body(request)
         # Options after the media type and the body, as upstream's patch handler orders them.
         wp = WriteParams.parse(request, "PatchOptions", ctype)
@@ -837,9 +934,17 @@ class ResourceHandlers:
                     nmd.pop("resourceVersion", None)
             return self._validated_patch(request, kind, new, wp.field_validation, ctype, body)
 
-        obj, raw, _ = await self.store.update(kind, info.namespace, info.name, compute, user,
-                                              subresource=subresource, dry_run=dry, operation="UPDATE",
-                                              field_manager=wp.field_manager)
+        obj, raw, _ = await self.store.update(
+            kind,
+            info.namespace,
+            info.name,
+            compute,
+            user,
+            subresource=subresource,
+            dry_run=dry,
+            operation="UPDATE",
+            field_manager=wp.field_manager,
+        )
         return self._respond_raw(request, raw, 200, target, kind)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
@@ -872,7 +977,7 @@ class ResourceHandlers:
             dr = doc.get("dryRun") or []
             if dr:
                 if dr != ["All"]:
-                    raise st.bad_request(f"Invalid dry run value {dr!r}: the only supported value is \"All\"")
+                    raise st.bad_request(f'Invalid dry run value {dr!r}: the only supported value is "All"')
                 opts.dry_run = True
         if "gracePeriodSeconds" in q:
             opts.grace_period_seconds = _int_param(q, "gracePeriodSeconds")
@@ -881,23 +986,28 @@ class ResourceHandlers:
         if q.get("orphanDependents") and not opts.propagation_policy:
             opts.propagation_policy = "Orphan" if _bool_param(q, "orphanDependents") else "Background"
         if opts.propagation_policy not in (None, "Orphan", "Background", "Foreground"):
-            raise st.bad_request(f"invalid propagationPolicy {opts.propagation_policy!r}: must be Orphan, "
-                                 "Background or Foreground")
+            raise st.bad_request(
+                f"invalid propagationPolicy {opts.propagation_policy!r}: must be Orphan, Background or Foreground"
+            )
         return opts
 
-    async def delete(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+    async def delete(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
+    ) -> web.StreamResponse:
         target = negotiate(request.headers.get("Accept"))
         opts = await self._delete_options(request)
         obj, raw, deleted = await self.store.delete(kind, info.namespace, info.name, opts, user)
         if not deleted or kind.resource == "pods":
             return self._respond_raw(request, raw, 200, target, kind)
         md = obj.get("metadata") or {}
-        status = st.success_status({"name": md.get("name", ""), "group": kind.group, "kind": kind.resource,
-                                    "uid": md.get("uid", "")})
+        status = st.success_status(
+            {"name": md.get("name", ""), "group": kind.group, "kind": kind.resource, "uid": md.get("uid", "")}
+        )
         return self._respond_obj(request, status, 200, target)
 
-    async def delete_collection(self, request: web.Request, info: RequestInfo, kind: KindInfo,
-                                user: UserInfo) -> web.StreamResponse:
+    async def delete_collection(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
+    ) -> web.StreamResponse:
         q = request.query
         target = negotiate(request.headers.get("Accept"))
         opts = await self._delete_options(request)
@@ -922,13 +1032,18 @@ class ResourceHandlers:
             selector = ",".join(f"{k}={v}" for k, v in sorted((sel or {}).items()))
         else:
             selector = "" if not sel else kinds_label_selector_text(sel)
-        scale_md = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                    if k in md}
-        return {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_md,
-                "spec": {"replicas": spec.get("replicas", 1)},
-                "status": {"replicas": status.get("replicas", 0), "selector": selector}}
+        scale_md = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in md}
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_md,
+            "spec": {"replicas": spec.get("replicas", 1)},
+            "status": {"replicas": status.get("replicas", 0), "selector": selector},
+        }
 
-    async def scale(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+    async def scale(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
+    ) -> web.StreamResponse:
         if info.verb == "get":
             target = negotiate(request.headers.get("Accept"), table_ok=False)
             obj = await self.store.get_object(kind, info.namespace, info.name)
@@ -941,8 +1056,8 @@ class ResourceHandlers:
             ctype = _content_type(request)
             if ctype not in SCALE_PATCH_TYPES:
                 raise st.unsupported_media_type(
-                    f"patches of the scale sub-resource must be {', '.join(SCALE_PATCH_TYPES)}, "
-                    f"not {ctype or 'none'}")
+                    f"patches of the scale sub-resource must be {', '.join(SCALE_PATCH_TYPES)}, not {ctype or 'none'}"
+                )
             body_bytes = await self._read_body(request)
             wp = WriteParams.parse(request, "PatchOptions", ctype)
             doc = codec.decode_body(body_bytes, "application/json")
@@ -950,8 +1065,10 @@ class ResourceHandlers:
                 if not isinstance(doc, list):
                     raise st.bad_request("a json patch must be a JSON array of operations")
             elif not isinstance(doc, dict):
-                raise st.bad_request(f"a {'strategic ' if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH else ''}"
-                                     "merge patch must be a JSON object")
+                raise st.bad_request(
+                    f"a {'strategic ' if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH else ''}"
+                    "merge patch must be a JSON object"
+                )
             # A strategic merge patch of a Scale merges by the Scale schema (autoscaling/v1).
             scale_schema = schema_for(names.AUTOSCALING_GROUP, "v1", "Scale")
 
@@ -970,8 +1087,18 @@ class ResourceHandlers:
                     raise st.bad_request(f"Scale {part}: must be an object")
             replicas = (wanted.get("spec") or {}).get("replicas")
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                raise st.invalid("Scale", info.name, [{"reason": "FieldValueInvalid", "field": "spec.replicas",
-                                                      "message": "must be a non-negative integer"}], "autoscaling")
+                raise st.invalid(
+                    "Scale",
+                    info.name,
+                    [
+                        {
+                            "reason": "FieldValueInvalid",
+                            "field": "spec.replicas",
+                            "message": "must be a non-negative integer",
+                        }
+                    ],
+                    "autoscaling",
+                )
             rv = (wanted.get("metadata") or {}).get("resourceVersion")
             if rv and rv != current["metadata"].get("resourceVersion"):
                 old["metadata"]["resourceVersion"] = rv  # a precondition: conflicts below
@@ -980,26 +1107,40 @@ class ResourceHandlers:
             old.setdefault("spec", {})["replicas"] = replicas
             return old
 
-        obj, _, _ = await self.store.update(kind, info.namespace, info.name, compute, user, dry_run=wp.dry_run,
-                                            field_manager=wp.field_manager)
+        obj, _, _ = await self.store.update(
+            kind, info.namespace, info.name, compute, user, dry_run=wp.dry_run, field_manager=wp.field_manager
+        )
         return self._respond_obj(request, self._to_scale(obj), 200, JSON if wp.target.form == "table" else wp.target)
 
     # --- pod sub-resources ------------------------------------------------------------
-    async def bind_pod(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+    async def bind_pod(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
+    ) -> web.StreamResponse:
         body = await self._decode_object(request, kind, expect_kind="Binding", expect_api_version="v1")
         target_ref = body.get("target") or {}
         node = target_ref.get("name") if isinstance(target_ref, dict) else None
         if not node:
-            raise st.invalid("Binding", info.name, [{"reason": "FieldValueRequired", "field": "target.name",
-                                                       "message": "Required value"}])
+            raise st.invalid(
+                "Binding",
+                info.name,
+                [{"reason": "FieldValueRequired", "field": "target.name", "message": "Required value"}],
+            )
 
         # One binding write for this sub-resource and the bundled scheduler.
-        await bind_pod(self.server.store, info.namespace, info.name, node, user,
-                       uid=(body.get("metadata") or {}).get("uid") or None,
-                       dry_run=_dry_run(request.query, "CreateOptions"))
+        await bind_pod(
+            self.server.store,
+            info.namespace,
+            info.name,
+            node,
+            user,
+            uid=(body.get("metadata") or {}).get("uid") or None,
+            dry_run=_dry_run(request.query, "CreateOptions"),
+        )
         return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)
 
-    async def evict_pod(self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo) -> web.StreamResponse:
+    async def evict_pod(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
+    ) -> web.StreamResponse:
         body = await self._decode_object(request, kind, expect_kind="Eviction", expect_api_version="policy/v1")
         opts = DeleteOptions(dry_run=_dry_run(request.query, "CreateOptions"))
         dopts = body.get("deleteOptions") or {}
@@ -1011,4 +1152,3 @@ class ResourceHandlers:
             opts.preconditions_rv = pre.get("resourceVersion") or None
         await self.store.delete(kind, info.namespace, info.name, opts, user)
         return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)
-

@@ -58,7 +58,7 @@ class Health:
                 lines.append(f"[-]{c.name} failed: reason withheld")
                 failed.append((c.name, reason))
         for name in sorted(excluded):
-            lines.append(f"warn: some health checks cannot be excluded: no matches for \"{name}\"")
+            lines.append(f'warn: some health checks cannot be excluded: no matches for "{name}"')
         if failed:
             text = "\n".join(lines) + f"\n{endpoint} check failed\n"
             return web.Response(status=500, text=text)

@@ -32,8 +32,8 @@ from multidict import CIMultiDict
 
 from ..api import names
 from ..api import status as st
-from ..api.validation import is_dns1123_label, is_dns1123_subdomain
 from ..api.user import UserInfo
+from ..api.validation import is_dns1123_label, is_dns1123_subdomain
 from ..authz.authorizer import AuthzAttributes, Decision, forbidden_error, user_or_anonymous
 
 log = logging.getLogger("orch-apiserver.impersonation")
@@ -73,7 +73,7 @@ def split_service_account(username: str) -> tuple[str, str] | None:
     """(namespace, name) of a valid ``system:serviceaccount:NS:NAME``; None otherwise."""
     if not username.startswith(names.SERVICEACCOUNT_USER_PREFIX):
         return None
-    parts = username[len(names.SERVICEACCOUNT_USER_PREFIX):].split(":")
+    parts = username[len(names.SERVICEACCOUNT_USER_PREFIX) :].split(":")
     if len(parts) != 2 or is_dns1123_label(parts[0]) or is_dns1123_subdomain(parts[1]):
         return None
     return parts[0], parts[1]
@@ -101,10 +101,16 @@ def requested(headers: Any) -> list[Impersonation]:
     out += [Impersonation("Group", g) for g in groups]
     has_extra = False
     for header, value in headers.items():
-        if header[:len(HEADER_EXTRA_PREFIX)].lower() == HEADER_EXTRA_PREFIX.lower():
+        if header[: len(HEADER_EXTRA_PREFIX)].lower() == HEADER_EXTRA_PREFIX.lower():
             has_extra = True
-            out.append(Impersonation("UserExtra", value, api_version=auth_version,
-                                     field_path=extra_key(header[len(HEADER_EXTRA_PREFIX):])))
+            out.append(
+                Impersonation(
+                    "UserExtra",
+                    value,
+                    api_version=auth_version,
+                    field_path=extra_key(header[len(HEADER_EXTRA_PREFIX) :]),
+                )
+            )
     uid = headers.get(HEADER_UID, "")
     if uid:
         out.append(Impersonation("UID", uid, api_version=auth_version))
@@ -115,17 +121,33 @@ def requested(headers: Any) -> list[Impersonation]:
 
 def _attributes(requestor: UserInfo, imp: Impersonation) -> AuthzAttributes:
     if imp.kind == "ServiceAccount":
-        return AuthzAttributes(requestor, "impersonate", True, namespace=imp.namespace, resource="serviceaccounts",
-                               name=imp.name)
+        return AuthzAttributes(
+            requestor, "impersonate", True, namespace=imp.namespace, resource="serviceaccounts", name=imp.name
+        )
     if imp.kind == "User":
         return AuthzAttributes(requestor, "impersonate", True, resource="users", name=imp.name)
     if imp.kind == "Group":
         return AuthzAttributes(requestor, "impersonate", True, resource="groups", name=imp.name)
     if imp.kind == "UserExtra":
-        return AuthzAttributes(requestor, "impersonate", True, api_group=names.AUTHENTICATION_GROUP,
-                               api_version="v1", resource="userextras", subresource=imp.field_path, name=imp.name)
-    return AuthzAttributes(requestor, "impersonate", True, api_group=names.AUTHENTICATION_GROUP, api_version="v1",
-                           resource="uids", name=imp.name)
+        return AuthzAttributes(
+            requestor,
+            "impersonate",
+            True,
+            api_group=names.AUTHENTICATION_GROUP,
+            api_version="v1",
+            resource="userextras",
+            subresource=imp.field_path,
+            name=imp.name,
+        )
+    return AuthzAttributes(
+        requestor,
+        "impersonate",
+        True,
+        api_group=names.AUTHENTICATION_GROUP,
+        api_version="v1",
+        resource="uids",
+        name=imp.name,
+    )
 
 
 def impersonated_user(requestor: UserInfo, wanted: list[Impersonation], authorizer: Any) -> UserInfo:

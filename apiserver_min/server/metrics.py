@@ -29,8 +29,17 @@ class Metrics:
         self.watchers: collections.Counter = collections.Counter()
         self.object_counts: Callable[[], dict[str, int]] = lambda: {}
 
-    def observe(self, verb: str, group: str, version: str, resource: str, subresource: str, scope: str,
-                code: int, seconds: float) -> None:
+    def observe(
+        self,
+        verb: str,
+        group: str,
+        version: str,
+        resource: str,
+        subresource: str,
+        scope: str,
+        code: int,
+        seconds: float,
+    ) -> None:
         self.requests[(verb, group, version, resource, subresource, scope, "apiserver", code)] += 1
         key = (verb, group, version, resource, subresource, scope, "apiserver")
         h = self.durations.get(key)
@@ -49,13 +58,17 @@ class Metrics:
         self.watchers[(kind.group, kind.version, kind.kind)] += delta
 
     def render(self) -> str:
-        out = ["# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, "
-               "dry run value, group, version, resource, scope, component, and HTTP response code.",
-               "# TYPE apiserver_request_total counter"]
+        out = [
+            "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, "
+            "dry run value, group, version, resource, scope, component, and HTTP response code.",
+            "# TYPE apiserver_request_total counter",
+        ]
         for key, n in sorted(self.requests.items(), key=lambda kv: tuple(map(str, kv[0]))):
             out.append(f"apiserver_request_total{{{_labels(self.REQ_LABELS, key)}}} {n}")
-        out += ["# HELP apiserver_request_duration_seconds Response latency distribution in seconds.",
-                "# TYPE apiserver_request_duration_seconds histogram"]
+        out += [
+            "# HELP apiserver_request_duration_seconds Response latency distribution in seconds.",
+            "# TYPE apiserver_request_duration_seconds histogram",
+        ]
         for key, (buckets, count, total) in sorted(self.durations.items(), key=lambda kv: tuple(map(str, kv[0]))):
             lbl = _labels(self.DUR_LABELS, key)
             acc = 0
@@ -65,17 +78,23 @@ class Metrics:
             out.append(f'apiserver_request_duration_seconds_bucket{{{lbl},le="+Inf"}} {count}')
             out.append(f"apiserver_request_duration_seconds_sum{{{lbl}}} {total}")
             out.append(f"apiserver_request_duration_seconds_count{{{lbl}}} {count}")
-        out += ["# HELP apiserver_requested_deprecated_apis Gauge of deprecated APIs that have been requested, "
-                "broken out by API group, version, resource, subresource, and removed_release.",
-                "# TYPE apiserver_requested_deprecated_apis gauge"]
+        out += [
+            "# HELP apiserver_requested_deprecated_apis Gauge of deprecated APIs that have been requested, "
+            "broken out by API group, version, resource, subresource, and removed_release.",
+            "# TYPE apiserver_requested_deprecated_apis gauge",
+        ]
         for key in sorted(self.deprecated):
             out.append(f"apiserver_requested_deprecated_apis{{{_labels(self.DEPRECATED_LABELS, key)}}} 1")
-        out += ["# HELP apiserver_registered_watchers Number of currently registered watchers for a given resource.",
-                "# TYPE apiserver_registered_watchers gauge"]
+        out += [
+            "# HELP apiserver_registered_watchers Number of currently registered watchers for a given resource.",
+            "# TYPE apiserver_registered_watchers gauge",
+        ]
         for (g, v, k), n in sorted(self.watchers.items()):
             out.append(f'apiserver_registered_watchers{{group="{g}",kind="{k}",version="{v}"}} {n}')
-        out += ["# HELP apiserver_storage_objects Number of stored objects at the time of last check split by kind.",
-                "# TYPE apiserver_storage_objects gauge"]
+        out += [
+            "# HELP apiserver_storage_objects Number of stored objects at the time of last check split by kind.",
+            "# TYPE apiserver_storage_objects gauge",
+        ]
         for res, n in sorted(self.object_counts().items()):
             out.append(f'apiserver_storage_objects{{resource="{_esc(res)}"}} {n}')
         return "\n".join(out) + "\n"

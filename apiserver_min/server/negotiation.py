@@ -17,11 +17,9 @@ import dataclasses
 import functools
 from typing import Any, Iterable
 
-from ..api import names
+from ..api import codec, names, protobuf
 from ..api import status as st
 from ..api.kinds import KindInfo
-from ..api import protobuf
-from ..api import codec
 
 TABLE_GROUPS = (names.META_GROUP, names.UPSTREAM_META_GROUP)
 TABLE_VERSIONS = ("v1", "v1beta1")
@@ -68,8 +66,7 @@ def parse_accept(header: str) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-def negotiate(header: str | None, *, table_ok: bool = True, yaml_ok: bool = True,
-              protobuf_ok: bool = True) -> Target:
+def negotiate(header: str | None, *, table_ok: bool = True, yaml_ok: bool = True, protobuf_ok: bool = True) -> Target:
     """The representation to answer in. ``protobuf_ok`` is False where the reply
     has no protobuf encoding (a kind without a declared schema)."""
     if not header:
@@ -112,8 +109,7 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def table_rows(kind: KindInfo, objs: Iterable[dict], include: str, target: Target,
-               wide: bool = True) -> list[dict]:
+def table_rows(kind: KindInfo, objs: Iterable[dict], include: str, target: Target, wide: bool = True) -> list[dict]:
     cols = kind.table_columns()
     rows = []
     for obj in objs:
@@ -121,8 +117,11 @@ def table_rows(kind: KindInfo, objs: Iterable[dict], include: str, target: Targe
         if include == "Object":
             row["object"] = obj
         elif include != "None":
-            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": f"{target.group}/{target.version}",
-                             "metadata": obj.get("metadata") or {}}
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": f"{target.group}/{target.version}",
+                "metadata": obj.get("metadata") or {},
+            }
         rows.append(row)
     return rows
 
@@ -134,9 +133,17 @@ def _safe(fn, obj: dict) -> Any:
         return "<unknown>"
 
 
-def table(kind: KindInfo, objs: list[dict], target: Target, include: str, *,
-          resource_version: str = "", continue_token: str = "", remaining: int | None = None,
-          with_columns: bool = True) -> dict:
+def table(
+    kind: KindInfo,
+    objs: list[dict],
+    target: Target,
+    include: str,
+    *,
+    resource_version: str = "",
+    continue_token: str = "",
+    remaining: int | None = None,
+    with_columns: bool = True,
+) -> dict:
     md: dict[str, Any] = {}
     if resource_version:
         md["resourceVersion"] = resource_version

@@ -72,9 +72,17 @@ from .discovery import version_info
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OpenAPI", "SchemaBuilder", "group_version_document", "swagger_document", "gv_path",
-           "definition_name", "MEDIA_OPENAPI_V2_PROTOBUF", "MEDIA_OPENAPI_V2_PROTOBUF_OLD",
-           "MEDIA_OPENAPI_V3_PROTOBUF"]
+__all__ = [
+    "OpenAPI",
+    "SchemaBuilder",
+    "group_version_document",
+    "swagger_document",
+    "gv_path",
+    "definition_name",
+    "MEDIA_OPENAPI_V2_PROTOBUF",
+    "MEDIA_OPENAPI_V2_PROTOBUF_OLD",
+    "MEDIA_OPENAPI_V3_PROTOBUF",
+]
 
 # Media types of upstream's OpenAPI handlers (wire facts, not product names). Of the two v2
 # protobuf spellings kube-openapi calls the ``@`` one deprecated, but client-go asks for it;
@@ -89,16 +97,28 @@ V3_REF = "#/components/schemas/"
 V2_REF = "#/definitions/"
 
 _RESPONSE_TYPES = (names.MEDIA_JSON, names.MEDIA_YAML, names.MEDIA_PROTOBUF)
-_WATCH_TYPES = (names.MEDIA_JSON, names.MEDIA_YAML, names.MEDIA_PROTOBUF,
-                "application/json;stream=watch", f"{names.MEDIA_PROTOBUF};stream=watch")
-_PATCH_TYPES = (names.MEDIA_APPLY_PATCH, names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH,
-                names.MEDIA_STRATEGIC_MERGE_PATCH)
+_WATCH_TYPES = (
+    names.MEDIA_JSON,
+    names.MEDIA_YAML,
+    names.MEDIA_PROTOBUF,
+    "application/json;stream=watch",
+    f"{names.MEDIA_PROTOBUF};stream=watch",
+)
+_PATCH_TYPES = (
+    names.MEDIA_APPLY_PATCH,
+    names.MEDIA_JSON_PATCH,
+    names.MEDIA_MERGE_PATCH,
+    names.MEDIA_STRATEGIC_MERGE_PATCH,
+)
 
 _PATCH_DEF = f"{S.META}.Patch"
-_WATCH_EVENT = S.Struct(f"{S.META}.WatchEvent", [
-    S.Field("type", S.String(), 1, required=True),
-    S.Field("object", S.Opaque(), 2, required=True),
-])
+_WATCH_EVENT = S.Struct(
+    f"{S.META}.WatchEvent",
+    [
+        S.Field("type", S.String(), 1, required=True),
+        S.Field("object", S.Opaque(), 2, required=True),
+    ],
+)
 
 
 def gv_path(group: str, version: str) -> str:
@@ -109,7 +129,7 @@ def gv_path(group: str, version: str) -> str:
 def definition_name(message: str) -> str:
     """Upstream's OpenAPI definition name of a proto message (``k8s.io.api.core.v1.Pod``
     -> ``io.k8s.api.core.v1.Pod``)."""
-    return "io.k8s." + message[len("k8s.io."):] if message.startswith("k8s.io.") else message
+    return "io.k8s." + message[len("k8s.io.") :] if message.startswith("k8s.io.") else message
 
 
 # --- descriptions ------------------------------------------------------------------------
@@ -120,9 +140,9 @@ def definition_name(message: str) -> str:
 
 _COMMON_FIELDS = {
     "apiVersion": "The versioned schema of this representation of the object. The server converts "
-                  "recognised schemas to the latest internal value and may reject unrecognised ones.",
+    "recognised schemas to the latest internal value and may reject unrecognised ones.",
     "kind": "The kind of REST resource this object represents, in CamelCase. Servers may infer it from "
-            "the endpoint the client submits requests to; it cannot be updated.",
+    "the endpoint the client submits requests to; it cannot be updated.",
     "spec": "The desired behaviour of the object, as the user declares it.",
     "status": "The most recently observed state of the object, written by the system. Read-only.",
     "items": "The objects of the list.",
@@ -131,11 +151,9 @@ _COMMON_FIELDS = {
 _SCALAR_DESCRIPTIONS = {
     f"{S.META}.Time": "A timestamp in RFC 3339 form with whole seconds, always in UTC.",
     f"{S.META}.MicroTime": "A timestamp in RFC 3339 form with microseconds, always in UTC.",
-    "k8s.io.apimachinery.pkg.api.resource.Quantity":
-        "A fixed-point number with an optional suffix: binary (Ki, Mi, Gi, Ti, Pi, Ei), decimal SI "
-        "(m, k, M, G, T, P, E) or a decimal exponent (e3). Serialised in canonical form.",
-    "k8s.io.apimachinery.pkg.util.intstr.IntOrString":
-        "A value that is either a 32-bit integer or a string (a name or a percentage).",
+    "k8s.io.apimachinery.pkg.api.resource.Quantity": "A fixed-point number with an optional suffix: binary (Ki, Mi, Gi, Ti, Pi, Ei), decimal SI "
+    "(m, k, M, G, T, P, E) or a decimal exponent (e3). Serialised in canonical form.",
+    "k8s.io.apimachinery.pkg.util.intstr.IntOrString": "A value that is either a 32-bit integer or a string (a name or a percentage).",
     S.RAW_EXTENSION: "An embedded object in its serialised form, kept as given.",
     S.FIELDS_V1: "A set of field paths (server-side apply), in its JSON form.",
     _PATCH_DEF: "The body of a PATCH request; its form depends on the Content-Type.",
@@ -312,56 +330,78 @@ def _zero(t: S.Type) -> Any:
 
 # --- paths -------------------------------------------------------------------------------
 
+
 def _param(name: str, where: str, description: str, typ: str = "string", required: bool = False) -> dict:
-    p: dict[str, Any] = {"name": name, "in": where, "description": description,
-                         "schema": {"type": typ, "uniqueItems": True}}
+    p: dict[str, Any] = {
+        "name": name,
+        "in": where,
+        "description": description,
+        "schema": {"type": typ, "uniqueItems": True},
+    }
     if required:
         p["required"] = True
     return p
 
 
 _PRETTY = _param("pretty", "query", "If 'true', the output is pretty printed.")
-_NAMESPACE = _param("namespace", "path", "Object name and auth scope, such as for teams and projects.",
-                    required=True)
-_DRY_RUN = _param("dryRun", "query", "When present, the request is validated and admitted but nothing "
-                  "is persisted. The only valid value is All.")
-_FIELD_MANAGER = _param("fieldManager", "query", "Name of the actor making the change, recorded in "
-                        "managedFields. Required for apply patches; at most 128 printable characters.")
+_NAMESPACE = _param("namespace", "path", "Object name and auth scope, such as for teams and projects.", required=True)
+_DRY_RUN = _param(
+    "dryRun",
+    "query",
+    "When present, the request is validated and admitted but nothing is persisted. The only valid value is All.",
+)
+_FIELD_MANAGER = _param(
+    "fieldManager",
+    "query",
+    "Name of the actor making the change, recorded in "
+    "managedFields. Required for apply patches; at most 128 printable characters.",
+)
 _FIELD_VALIDATION = _param(
-    "fieldValidation", "query",
+    "fieldValidation",
+    "query",
     "How the server treats unknown and duplicate fields in the request body: Ignore drops them "
     "silently, Warn (the default) adds one Warning header per field, Strict rejects the request "
-    "with 400 naming every such field.")
-_FORCE = _param("force", "query", "Take ownership of conflicting fields on apply. Must be unset for "
-                "other patch types.", "boolean")
+    "with 400 naming every such field.",
+)
+_FORCE = _param(
+    "force", "query", "Take ownership of conflicting fields on apply. Must be unset for other patch types.", "boolean"
+)
 _LIST_PARAMS = [
-    _param("allowWatchBookmarks", "query", "Ask for BOOKMARK events on a watch; the server may send them "
-           "at any time.", "boolean"),
+    _param(
+        "allowWatchBookmarks",
+        "query",
+        "Ask for BOOKMARK events on a watch; the server may send them at any time.",
+        "boolean",
+    ),
     _param("continue", "query", "The continue token of a previous page, to get the next page."),
     _param("fieldSelector", "query", "Restrict the list to objects whose fields match. Defaults to everything."),
     _param("labelSelector", "query", "Restrict the list to objects whose labels match. Defaults to everything."),
-    _param("limit", "query", "The most items to return; a continue token is returned when more exist.",
-           "integer"),
+    _param("limit", "query", "The most items to return; a continue token is returned when more exist.", "integer"),
     _param("resourceVersion", "query", "Which version of the data the request may be served from."),
     _param("resourceVersionMatch", "query", "How resourceVersion applies to a list: Exact or NotOlderThan."),
-    _param("sendInitialEvents", "query", "Start a watch with synthetic ADDED events for the current state, "
-           "ended by a bookmark.", "boolean"),
+    _param(
+        "sendInitialEvents",
+        "query",
+        "Start a watch with synthetic ADDED events for the current state, ended by a bookmark.",
+        "boolean",
+    ),
     _param("timeoutSeconds", "query", "Timeout of the list or watch call.", "integer"),
     _param("watch", "query", "Watch for changes and return them as a stream of events.", "boolean"),
 ]
 _DELETE_PARAMS = [
     _DRY_RUN,
-    _param("gracePeriodSeconds", "query", "Seconds before the object is deleted; zero means immediately.",
-           "integer"),
+    _param("gracePeriodSeconds", "query", "Seconds before the object is deleted; zero means immediately.", "integer"),
     _param("orphanDependents", "query", "Deprecated: use propagationPolicy.", "boolean"),
-    _param("propagationPolicy", "query", "Whether and how dependents are garbage collected: Orphan, "
-           "Background or Foreground."),
+    _param(
+        "propagationPolicy",
+        "query",
+        "Whether and how dependents are garbage collected: Orphan, Background or Foreground.",
+    ),
 ]
 _LOG_PARAMS = [
     _param("container", "query", "The container to stream logs of; may be omitted when the pod has one."),
     _param("follow", "query", "Follow the log stream.", "boolean"),
-    _param("insecureSkipTLSVerifyBackend", "query", "Do not verify the node agent's serving certificate.",
-           "boolean"),
+    _param("insecureSkipTLSVerifyBackend", "query", "Do not verify the node agent's serving certificate.", "boolean"),
     _param("limitBytes", "query", "Stop after this many bytes.", "integer"),
     _param("previous", "query", "Logs of the previous, terminated container instance.", "boolean"),
     _param("sinceSeconds", "query", "Only logs newer than this many seconds.", "integer"),
@@ -376,8 +416,10 @@ def _content(ref: str, types: Iterable[str] = _RESPONSE_TYPES) -> dict:
 
 
 def _ok(ref: str, *codes: str, types: Iterable[str] = _RESPONSE_TYPES) -> dict:
-    out = {c: {"description": {"200": "OK", "201": "Created", "202": "Accepted"}[c],
-               "content": _content(ref, types)} for c in codes}
+    out = {
+        c: {"description": {"200": "OK", "201": "Created", "202": "Accepted"}[c], "content": _content(ref, types)}
+        for c in codes
+    }
     out["401"] = {"description": "Unauthorized"}
     return out
 
@@ -414,11 +456,23 @@ class _PathBuilder:
         entry["parameters"] = params
         return entry
 
-    def _op(self, verb_id: str, gvk: dict | None, action: str, desc: str, responses: dict,
-            params: list[dict] | None = None, body: dict | None = None) -> dict:
-        op: dict[str, Any] = {"tags": [_tag(self.group, self.version)], "description": desc,
-                              "operationId": verb_id, "responses": responses,
-                              "x-kubernetes-action": action}
+    def _op(
+        self,
+        verb_id: str,
+        gvk: dict | None,
+        action: str,
+        desc: str,
+        responses: dict,
+        params: list[dict] | None = None,
+        body: dict | None = None,
+    ) -> dict:
+        op: dict[str, Any] = {
+            "tags": [_tag(self.group, self.version)],
+            "description": desc,
+            "operationId": verb_id,
+            "responses": responses,
+            "x-kubernetes-action": action,
+        }
         if params:
             op["parameters"] = params
         if body is not None:
@@ -440,8 +494,7 @@ class _PathBuilder:
             list_name = self.schemas.name(lst)
         opg = _op_group(self.group, self.version)
         scope = "Namespaced" if k.namespaced else ""
-        coll = (f"{self.base}/namespaces/{{namespace}}/{k.resource}" if k.namespaced
-                else f"{self.base}/{k.resource}")
+        coll = f"{self.base}/namespaces/{{namespace}}/{k.resource}" if k.namespaced else f"{self.base}/{k.resource}"
         item = coll + "/{name}"
         name_param = _param("name", "path", f"Name of the {k.kind}.", required=True)
         coll_params = ([_NAMESPACE] if k.namespaced else []) + [_PRETTY]
@@ -449,40 +502,72 @@ class _PathBuilder:
         ops: dict[str, dict] = {}
         kid = f"{opg}{scope}{k.kind}"
         if "list" in k.verbs and list_name:
-            ops["get"] = self._op(f"list{kid}", gvk, "list", f"List or watch objects of kind {k.kind}.",
-                                  _ok(list_name, "200", types=_WATCH_TYPES), _LIST_PARAMS)
+            ops["get"] = self._op(
+                f"list{kid}",
+                gvk,
+                "list",
+                f"List or watch objects of kind {k.kind}.",
+                _ok(list_name, "200", types=_WATCH_TYPES),
+                _LIST_PARAMS,
+            )
         if "create" in k.verbs:
-            ops["post"] = self._op(f"create{kid}", gvk, "post", f"Create a {k.kind}.",
-                                   _ok(name, "200", "201", "202"), _WRITE_PARAMS,
-                                   {"content": _content(name, ("*/*",)), "required": True})
+            ops["post"] = self._op(
+                f"create{kid}",
+                gvk,
+                "post",
+                f"Create a {k.kind}.",
+                _ok(name, "200", "201", "202"),
+                _WRITE_PARAMS,
+                {"content": _content(name, ("*/*",)), "required": True},
+            )
         if "deletecollection" in k.verbs:
-            ops["delete"] = self._op(f"deletecollection{kid}", gvk, "deletecollection",
-                                     f"Delete a collection of {k.kind}.",
-                                     _ok(self.schemas.name(S.STATUS), "200"),
-                                     _LIST_PARAMS + _DELETE_PARAMS[1:] + [_DRY_RUN],
-                                     {"content": _content(self.schemas.name(S.DELETE_OPTIONS), ("*/*",))})
+            ops["delete"] = self._op(
+                f"deletecollection{kid}",
+                gvk,
+                "deletecollection",
+                f"Delete a collection of {k.kind}.",
+                _ok(self.schemas.name(S.STATUS), "200"),
+                _LIST_PARAMS + _DELETE_PARAMS[1:] + [_DRY_RUN],
+                {"content": _content(self.schemas.name(S.DELETE_OPTIONS), ("*/*",))},
+            )
         if ops:
             self._path(coll, coll_params).update(ops)
         ops = {}
         if "get" in k.verbs:
             ops["get"] = self._op(f"read{kid}", gvk, "get", f"Read the specified {k.kind}.", _ok(name, "200"))
         if "update" in k.verbs:
-            ops["put"] = self._op(f"replace{kid}", gvk, "put", f"Replace the specified {k.kind}.",
-                                  _ok(name, "200", "201"), _WRITE_PARAMS,
-                                  {"content": _content(name, ("*/*",)), "required": True})
+            ops["put"] = self._op(
+                f"replace{kid}",
+                gvk,
+                "put",
+                f"Replace the specified {k.kind}.",
+                _ok(name, "200", "201"),
+                _WRITE_PARAMS,
+                {"content": _content(name, ("*/*",)), "required": True},
+            )
         if "patch" in k.verbs:
             ops["patch"] = self._patch(f"patch{kid}", gvk, k.kind, name)
         if "delete" in k.verbs:
-            ops["delete"] = self._op(f"delete{kid}", gvk, "delete", f"Delete a {k.kind}.",
-                                     _ok(self.schemas.name(S.STATUS), "200", "202"), _DELETE_PARAMS,
-                                     {"content": _content(self.schemas.name(S.DELETE_OPTIONS), ("*/*",))})
+            ops["delete"] = self._op(
+                f"delete{kid}",
+                gvk,
+                "delete",
+                f"Delete a {k.kind}.",
+                _ok(self.schemas.name(S.STATUS), "200", "202"),
+                _DELETE_PARAMS,
+                {"content": _content(self.schemas.name(S.DELETE_OPTIONS), ("*/*",))},
+            )
         if ops:
             self._path(item, item_params).update(ops)
         if k.namespaced and "list" in k.verbs and list_name:
             self._path(f"{self.base}/{k.resource}", [_PRETTY])["get"] = self._op(
-                f"list{opg}{k.kind}ForAllNamespaces", gvk, "list",
+                f"list{opg}{k.kind}ForAllNamespaces",
+                gvk,
+                "list",
                 f"List or watch objects of kind {k.kind} in all namespaces.",
-                _ok(list_name, "200", types=_WATCH_TYPES), _LIST_PARAMS)
+                _ok(list_name, "200", types=_WATCH_TYPES),
+                _LIST_PARAMS,
+            )
         if "watch" in k.verbs:
             self._watch_paths(k, gvk, opg, scope, coll_params, item_params)
         for sub in k.subresources:
@@ -491,8 +576,15 @@ class _PathBuilder:
     def _patch(self, op_id: str, gvk: dict, kind: str, ref: str) -> dict:
         patch_ref = self.schemas.name(S.Opaque(_PATCH_DEF))
         body = {"content": _content(patch_ref, _PATCH_TYPES), "required": True}
-        return self._op(op_id, gvk, "patch", f"Partially update the specified {kind}.",
-                        _ok(ref, "200", "201"), _WRITE_PARAMS + [_FORCE], body)
+        return self._op(
+            op_id,
+            gvk,
+            "patch",
+            f"Partially update the specified {kind}.",
+            _ok(ref, "200", "201"),
+            _WRITE_PARAMS + [_FORCE],
+            body,
+        )
 
     def _watch_paths(self, k: KindInfo, gvk: dict, opg: str, scope: str, coll_params, item_params) -> None:
         event = self.schemas.name(_WATCH_EVENT)
@@ -500,22 +592,35 @@ class _PathBuilder:
         ns = "namespaces/{namespace}/" if k.namespaced else ""
         base = f"{self.base}/watch/{ns}{k.resource}"
         self._path(base, coll_params)["get"] = self._op(
-            f"watch{opg}{scope}{k.kind}List", gvk, "watchlist",
+            f"watch{opg}{scope}{k.kind}List",
+            gvk,
+            "watchlist",
             f"Deprecated: watch changes to a list of {k.kind}; use the watch parameter of a list instead.",
-            _ok(event, "200", types=types), _LIST_PARAMS)
+            _ok(event, "200", types=types),
+            _LIST_PARAMS,
+        )
         self._path(base + "/{name}", item_params)["get"] = self._op(
-            f"watch{opg}{scope}{k.kind}", gvk, "watch",
+            f"watch{opg}{scope}{k.kind}",
+            gvk,
+            "watch",
             f"Deprecated: watch changes to an object of kind {k.kind}; use the watch parameter of a "
             "list with a field selector instead.",
-            _ok(event, "200", types=types), _LIST_PARAMS)
+            _ok(event, "200", types=types),
+            _LIST_PARAMS,
+        )
         if k.namespaced:
             self._path(f"{self.base}/watch/{k.resource}", [_PRETTY])["get"] = self._op(
-                f"watch{opg}{k.kind}ListForAllNamespaces", gvk, "watchlist",
+                f"watch{opg}{k.kind}ListForAllNamespaces",
+                gvk,
+                "watchlist",
                 f"Deprecated: watch changes to a list of {k.kind} in all namespaces.",
-                _ok(event, "200", types=types), _LIST_PARAMS)
+                _ok(event, "200", types=types),
+                _LIST_PARAMS,
+            )
 
-    def _subresource(self, k: KindInfo, sub: Subresource, item: str, item_params: list[dict],
-                     opg: str, scope: str) -> None:
+    def _subresource(
+        self, k: KindInfo, sub: Subresource, item: str, item_params: list[dict], opg: str, scope: str
+    ) -> None:
         # A sub-resource names its kind's group version when it differs (scale, eviction, token).
         group, version = (sub.group, sub.version) if sub.version else (k.group, k.version)
         struct = schema_for(group, version, sub.kind)
@@ -525,40 +630,67 @@ class _PathBuilder:
         kid = f"{opg}{scope}{k.kind}{title}"
         if sub.name == "log":
             entry = self._path(path, item_params)
-            entry["get"] = self._op(f"read{kid}", {"group": k.group, "version": k.version, "kind": k.kind},
-                                    "get", f"Read the log of the specified {k.kind}.",
-                                    {"200": {"description": "OK",
-                                             "content": {t: {"schema": {"type": "string"}} for t in
-                                                         ("text/plain", names.MEDIA_JSON, names.MEDIA_YAML,
-                                                          names.MEDIA_PROTOBUF)}},
-                                     "401": {"description": "Unauthorized"}}, _LOG_PARAMS)
+            entry["get"] = self._op(
+                f"read{kid}",
+                {"group": k.group, "version": k.version, "kind": k.kind},
+                "get",
+                f"Read the log of the specified {k.kind}.",
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            t: {"schema": {"type": "string"}}
+                            for t in ("text/plain", names.MEDIA_JSON, names.MEDIA_YAML, names.MEDIA_PROTOBUF)
+                        },
+                    },
+                    "401": {"description": "Unauthorized"},
+                },
+                _LOG_PARAMS,
+            )
             return
         if sub.name == "proxy" or struct is None:  # connect operations, passed through as they are
             entry = self._path(path, item_params[:-1] + [_param("path", "query", "Path to the resource.")])
             for verb in sub.verbs:
-                method = {"create": "post", "update": "put", "get": "get", "delete": "delete",
-                          "patch": "patch"}[verb]
-                entry[method] = self._op(f"connect{opg}{method.title()}{scope}{k.kind}{title}", gvk, "connect",
-                                         f"Connect {method.upper()} requests to {sub.name} of {k.kind}.",
-                                         {"200": {"description": "OK",
-                                                  "content": {"*/*": {"schema": {"type": "string"}}}},
-                                          "401": {"description": "Unauthorized"}})
+                method = {"create": "post", "update": "put", "get": "get", "delete": "delete", "patch": "patch"}[verb]
+                entry[method] = self._op(
+                    f"connect{opg}{method.title()}{scope}{k.kind}{title}",
+                    gvk,
+                    "connect",
+                    f"Connect {method.upper()} requests to {sub.name} of {k.kind}.",
+                    {
+                        "200": {"description": "OK", "content": {"*/*": {"schema": {"type": "string"}}}},
+                        "401": {"description": "Unauthorized"},
+                    },
+                )
             return
         ref = self.schemas.name(struct)
         entry = self._path(path, item_params)
         if "get" in sub.verbs:
-            entry["get"] = self._op(f"read{kid}", gvk, "get", f"Read {sub.name} of the specified {k.kind}.",
-                                    _ok(ref, "200"))
+            entry["get"] = self._op(
+                f"read{kid}", gvk, "get", f"Read {sub.name} of the specified {k.kind}.", _ok(ref, "200")
+            )
         if "update" in sub.verbs:
-            entry["put"] = self._op(f"replace{kid}", gvk, "put",
-                                    f"Replace {sub.name} of the specified {k.kind}.", _ok(ref, "200", "201"),
-                                    _WRITE_PARAMS, {"content": _content(ref, ("*/*",)), "required": True})
+            entry["put"] = self._op(
+                f"replace{kid}",
+                gvk,
+                "put",
+                f"Replace {sub.name} of the specified {k.kind}.",
+                _ok(ref, "200", "201"),
+                _WRITE_PARAMS,
+                {"content": _content(ref, ("*/*",)), "required": True},
+            )
         if "patch" in sub.verbs:
             entry["patch"] = self._patch(f"patch{kid}", gvk, k.kind, ref)
         if "create" in sub.verbs:
-            entry["post"] = self._op(f"create{kid}", gvk, "post", f"Create {sub.name} of a {k.kind}.",
-                                     _ok(ref, "200", "201", "202"), _WRITE_PARAMS,
-                                     {"content": _content(ref, ("*/*",)), "required": True})
+            entry["post"] = self._op(
+                f"create{kid}",
+                gvk,
+                "post",
+                f"Create {sub.name} of a {k.kind}.",
+                _ok(ref, "200", "201", "202"),
+                _WRITE_PARAMS,
+                {"content": _content(ref, ("*/*",)), "required": True},
+            )
 
 
 def _info(title_suffix: str = "") -> dict:
@@ -566,25 +698,39 @@ def _info(title_suffix: str = "") -> dict:
     return {"title": f"orch{title_suffix}", "version": version_info()["gitVersion"]}
 
 
-_SECURITY_SCHEMES = {"BearerToken": {"type": "apiKey", "name": "authorization", "in": "header",
-                                     "description": "Bearer token authentication"}}
+_SECURITY_SCHEMES = {
+    "BearerToken": {
+        "type": "apiKey",
+        "name": "authorization",
+        "in": "header",
+        "description": "Bearer token authentication",
+    }
+}
 
 
 def _kinds(registry: Registry, group: str, version: str, enabled: Callable[[str, str, str], bool]) -> list[KindInfo]:
     return [k for k in registry.in_group_version(group, version) if enabled(group, version, k.resource)]
 
 
-def group_version_document(registry: Registry, group: str, version: str,
-                           enabled: Callable[[str, str, str], bool],
-                           gvks: dict[int, list[dict]] | None = None) -> dict:
+def group_version_document(
+    registry: Registry,
+    group: str,
+    version: str,
+    enabled: Callable[[str, str, str], bool],
+    gvks: dict[int, list[dict]] | None = None,
+) -> dict:
     """The OpenAPI v3 document of one group version: paths of its enabled kinds and the
     component schemas they reference."""
     schemas = SchemaBuilder(gvks)
     paths = _PathBuilder(group, version, schemas)
     for k in _kinds(registry, group, version, enabled):
         paths.add_kind(k)
-    return {"openapi": "3.0.0", "info": _info(), "paths": paths.paths,
-            "components": {"schemas": schemas.definitions, "securitySchemes": _SECURITY_SCHEMES}}
+    return {
+        "openapi": "3.0.0",
+        "info": _info(),
+        "paths": paths.paths,
+        "components": {"schemas": schemas.definitions, "securitySchemes": _SECURITY_SCHEMES},
+    }
 
 
 # --- Swagger 2.0 ---------------------------------------------------------------------------
@@ -605,11 +751,11 @@ def _to_v2(node: Any) -> Any:
     allof = node.get("allOf")
     if isinstance(allof, list) and len(allof) == 1 and "$ref" in allof[0]:
         rest = {k: _to_v2(v) for k, v in node.items() if k not in ("allOf", "default")}
-        return {"$ref": V2_REF + allof[0]["$ref"][len(V3_REF):], **rest}
+        return {"$ref": V2_REF + allof[0]["$ref"][len(V3_REF) :], **rest}
     out = {}
     for key, value in node.items():
         if key == "$ref" and isinstance(value, str) and value.startswith(V3_REF):
-            out[key] = V2_REF + value[len(V3_REF):]
+            out[key] = V2_REF + value[len(V3_REF) :]
         else:
             out[key] = _to_v2(value)
     return out
@@ -622,8 +768,9 @@ def _v2_operation(op: dict) -> dict:
     if body is not None:
         content = body["content"]
         schema = next(iter(content.values()))["schema"]
-        params.insert(0, {"name": "body", "in": "body", "required": bool(body.get("required")),
-                          "schema": _to_v2(schema)})
+        params.insert(
+            0, {"name": "body", "in": "body", "required": bool(body.get("required")), "schema": _to_v2(schema)}
+        )
         out["consumes"] = list(content)
     produces: list[str] = []
     responses = {}
@@ -648,9 +795,12 @@ def _v2_param(p: dict) -> dict:
     return out
 
 
-def swagger_document(registry: Registry, group_versions: Iterable[tuple[str, str]],
-                     enabled: Callable[[str, str, str], bool],
-                     gvks: dict[int, list[dict]] | None = None) -> dict:
+def swagger_document(
+    registry: Registry,
+    group_versions: Iterable[tuple[str, str]],
+    enabled: Callable[[str, str, str], bool],
+    gvks: dict[int, list[dict]] | None = None,
+) -> dict:
     """The Swagger 2.0 document of every enabled group version (upstream's ``/openapi/v2``)."""
     schemas = SchemaBuilder(gvks)
     paths: dict[str, dict] = {}
@@ -664,13 +814,23 @@ def swagger_document(registry: Registry, group_versions: Iterable[tuple[str, str
             paths[path] = v2
     definitions = {}
     for name, d in schemas.definitions.items():
-        definitions[name] = _to_v2(d) if name not in _V2_SCALARS else {
-            **{k: v for k, v in d.items() if k == "description"}, **_V2_SCALARS[name]}
-    return {"swagger": "2.0", "info": _info(), "paths": paths, "definitions": definitions,
-            "securityDefinitions": _SECURITY_SCHEMES, "security": [{"BearerToken": []}]}
+        definitions[name] = (
+            _to_v2(d)
+            if name not in _V2_SCALARS
+            else {**{k: v for k, v in d.items() if k == "description"}, **_V2_SCALARS[name]}
+        )
+    return {
+        "swagger": "2.0",
+        "info": _info(),
+        "paths": paths,
+        "definitions": definitions,
+        "securityDefinitions": _SECURITY_SCHEMES,
+        "security": [{"BearerToken": []}],
+    }
 
 
 # --- serving -----------------------------------------------------------------------------
+
 
 def _etag(body: bytes) -> str:
     """Upstream's OpenAPI ETag: the upper-case hex SHA-512 of the served bytes."""
@@ -734,8 +894,9 @@ class OpenAPI:
     protobuf conversion's share in ``v2_protobuf_seconds`` (logged at start).
     """
 
-    def __init__(self, registry: Registry, enabled: Callable[[str, str, str], bool],
-                 group_versions: list[tuple[str, str]]):
+    def __init__(
+        self, registry: Registry, enabled: Callable[[str, str, str], bool], group_versions: list[tuple[str, str]]
+    ):
         t0 = time.perf_counter()
         gvks = _gvk_index()
         self.docs: dict[str, bytes] = {}
@@ -770,10 +931,16 @@ class OpenAPI:
         self.build_seconds = time.perf_counter() - t0
         pb_size = len(self.v2_protobuf or b"")
         self.total_bytes = len(v2) + pb_size + len(index) + sum(len(b) for b in self.docs.values())
-        log.info("OpenAPI documents generated in %.0f ms: %d group versions, %d KiB (v3) + %d KiB (v2) "
-                 "+ %d KiB (v2 protobuf, %.0f ms)",
-                 self.build_seconds * 1000, len(self.docs), sum(len(b) for b in self.docs.values()) // 1024,
-                 len(v2) // 1024, pb_size // 1024, self.v2_protobuf_seconds * 1000)
+        log.info(
+            "OpenAPI documents generated in %.0f ms: %d group versions, %d KiB (v3) + %d KiB (v2) "
+            "+ %d KiB (v2 protobuf, %.0f ms)",
+            self.build_seconds * 1000,
+            len(self.docs),
+            sum(len(b) for b in self.docs.values()) // 1024,
+            len(v2) // 1024,
+            pb_size // 1024,
+            self.v2_protobuf_seconds * 1000,
+        )
 
     def index(self) -> dict:
         """``/openapi/v3``: each group version's document URL, pinned by its hash."""
@@ -788,7 +955,7 @@ class OpenAPI:
         if path == "/openapi/v3":
             return self._serve(request, self._index, names.MEDIA_JSON)
         if path.startswith("/openapi/v3/"):
-            key = path[len("/openapi/v3/"):].strip("/")
+            key = path[len("/openapi/v3/") :].strip("/")
             doc = self._v3.get(key)
             if doc is None:
                 return None
@@ -797,12 +964,20 @@ class OpenAPI:
                 return self._not_acceptable(request, (names.MEDIA_JSON,))
             want = request.query.get("hash")
             if want is not None and want != "" and want != doc.etag:
-                return web.Response(status=301, headers={"Location": f"/openapi/v3/{key}?hash={doc.etag}",
-                                                         "Vary": "Accept", "Etag": f'"{doc.etag}"'})
+                return web.Response(
+                    status=301,
+                    headers={
+                        "Location": f"/openapi/v3/{key}?hash={doc.etag}",
+                        "Vary": "Accept",
+                        "Etag": f'"{doc.etag}"',
+                    },
+                )
             extra = {}
             if want:
-                extra = {"Cache-Control": "public, immutable",
-                         "Expires": email.utils.formatdate(time.time() + 365 * 86400, usegmt=True)}
+                extra = {
+                    "Cache-Control": "public, immutable",
+                    "Expires": email.utils.formatdate(time.time() + 365 * 86400, usegmt=True),
+                }
             return self._serve(request, doc, media, extra)
         if path == "/openapi/v2":
             # Upstream's order: JSON first (what */* gets), then both protobuf spellings.
@@ -817,16 +992,21 @@ class OpenAPI:
 
     def _not_acceptable(self, request: web.Request, offered: tuple[str, ...]) -> web.Response:
         # Upstream answers a bare 406; the body says what can be had.
-        text = (f"none of the requested media types ({request.headers.get('Accept', '')}) can be served; "
-                f"available: {', '.join(offered)}\n")
+        text = (
+            f"none of the requested media types ({request.headers.get('Accept', '')}) can be served; "
+            f"available: {', '.join(offered)}\n"
+        )
         return web.Response(status=406, text=text, headers={"Vary": "Accept"})
 
     def _serve(self, request: web.Request, doc: _Doc, media: str, extra: dict | None = None) -> web.Response:
         if request.method not in ("GET", "HEAD"):
-            return web.Response(status=405, text="405 method not allowed\n",
-                                headers={"Allow": "GET, HEAD"})
-        headers = {"Etag": f'"{doc.etag}"', "Vary": "Accept",
-                   "Last-Modified": email.utils.formatdate(self.last_modified, usegmt=True), **(extra or {})}
+            return web.Response(status=405, text="405 method not allowed\n", headers={"Allow": "GET, HEAD"})
+        headers = {
+            "Etag": f'"{doc.etag}"',
+            "Vary": "Accept",
+            "Last-Modified": email.utils.formatdate(self.last_modified, usegmt=True),
+            **(extra or {}),
+        }
         if _not_modified(request, doc.etag, self.last_modified):
             return web.Response(status=304, headers=headers)
         body = doc.body

@@ -73,10 +73,25 @@ class _Layout:
 def _simple_schema_fields(base: int) -> list[tuple]:
     """The primitive-schema fields shared by the parameter sub-schemas, ``PrimitivesItems``
     and ``Header``, numbered from ``base`` (the number of ``type``)."""
-    keys = [("type", STR), ("format", STR), ("items", MSG, "PrimitivesItems"), ("collectionFormat", STR),
-            ("default", ANY), ("maximum", DBL), ("exclusiveMaximum", BOOL), ("minimum", DBL),
-            ("exclusiveMinimum", BOOL), ("maxLength", I64), ("minLength", I64), ("pattern", STR),
-            ("maxItems", I64), ("minItems", I64), ("uniqueItems", BOOL), ("enum", ANYS), ("multipleOf", DBL)]
+    keys = [
+        ("type", STR),
+        ("format", STR),
+        ("items", MSG, "PrimitivesItems"),
+        ("collectionFormat", STR),
+        ("default", ANY),
+        ("maximum", DBL),
+        ("exclusiveMaximum", BOOL),
+        ("minimum", DBL),
+        ("exclusiveMinimum", BOOL),
+        ("maxLength", I64),
+        ("minLength", I64),
+        ("pattern", STR),
+        ("maxItems", I64),
+        ("minItems", I64),
+        ("uniqueItems", BOOL),
+        ("enum", ANYS),
+        ("multipleOf", DBL),
+    ]
     return [(k[0], k[1], base + i, *k[2:]) for i, k in enumerate(keys)]
 
 
@@ -88,76 +103,229 @@ def _param_sub_schema(name: str, allow_empty: bool, required: tuple[str, ...] = 
     return _Layout(name, head + _simple_schema_fields(5), 22, required)  # header, path: ext 22
 
 
-_LAYOUTS: dict[str, _Layout] = {l.name: l for l in [
-    _Layout("Document", [
-        ("swagger", STR, 1), ("info", MSG, 2, "Info"), ("host", STR, 3), ("basePath", STR, 4),
-        ("schemes", STRS, 5), ("consumes", STRS, 6), ("produces", STRS, 7), ("paths", MSG, 8, "Paths"),
-        ("definitions", MSG, 9, "Definitions"), ("parameters", MSG, 10, "ParameterDefinitions"),
-        ("responses", MSG, 11, "ResponseDefinitions"), ("security", MSGS, 12, "SecurityRequirement"),
-        ("securityDefinitions", MSG, 13, "SecurityDefinitions"), ("tags", MSGS, 14, "Tag"),
-        ("externalDocs", MSG, 15, "ExternalDocs")], 16, ("info", "paths", "swagger")),
-    _Layout("Info", [("title", STR, 1), ("version", STR, 2), ("description", STR, 3),
-                     ("termsOfService", STR, 4), ("contact", MSG, 5, "Contact"), ("license", MSG, 6, "License")],
-            7, ("title", "version")),
-    _Layout("Contact", [("name", STR, 1), ("url", STR, 2), ("email", STR, 3)], 4),
-    _Layout("License", [("name", STR, 1), ("url", STR, 2)], 3, ("name",)),
-    _Layout("ExternalDocs", [("description", STR, 1), ("url", STR, 2)], 3, ("url",)),
-    _Layout("Tag", [("name", STR, 1), ("description", STR, 2), ("externalDocs", MSG, 3, "ExternalDocs")], 4,
-            ("name",)),
-    _Layout("Xml", [("name", STR, 1), ("namespace", STR, 2), ("prefix", STR, 3), ("attribute", BOOL, 4),
-                    ("wrapped", BOOL, 5)], 6),
-    _Layout("PathItem", [
-        ("$ref", STR, 1), ("get", MSG, 2, "Operation"), ("put", MSG, 3, "Operation"),
-        ("post", MSG, 4, "Operation"), ("delete", MSG, 5, "Operation"), ("options", MSG, 6, "Operation"),
-        ("head", MSG, 7, "Operation"), ("patch", MSG, 8, "Operation"),
-        ("parameters", MSGS, 9, "ParametersItem")], 10),
-    _Layout("Operation", [
-        ("tags", STRS, 1), ("summary", STR, 2), ("description", STR, 3), ("externalDocs", MSG, 4, "ExternalDocs"),
-        ("operationId", STR, 5), ("produces", STRS, 6), ("consumes", STRS, 7),
-        ("parameters", MSGS, 8, "ParametersItem"), ("responses", MSG, 9, "Responses"), ("schemes", STRS, 10),
-        ("deprecated", BOOL, 11), ("security", MSGS, 12, "SecurityRequirement")], 13, ("responses",)),
-    _Layout("BodyParameter", [("description", STR, 1), ("name", STR, 2), ("in", STR, 3), ("required", BOOL, 4),
-                              ("schema", MSG, 5, "Schema")], 6, ("in", "name", "schema")),
-    _param_sub_schema("HeaderParameterSubSchema", False),
-    _param_sub_schema("FormDataParameterSubSchema", True),
-    _param_sub_schema("QueryParameterSubSchema", True),
-    _param_sub_schema("PathParameterSubSchema", False, ("required",)),
-    _Layout("PrimitivesItems", _simple_schema_fields(1), 18),
-    _Layout("Header", _simple_schema_fields(1) + [("description", STR, 18)], 19, ("type",)),
-    _Layout("JsonReference", [("$ref", STR, 1), ("description", STR, 2)], 0, ("$ref",)),
-    _Layout("Response", [("description", STR, 1), ("schema", MSG, 2, "SchemaItem"), ("headers", MSG, 3, "Headers"),
-                         ("examples", MSG, 4, "Examples")], 5, ("description",)),
-    _Layout("Schema", [
-        ("$ref", STR, 1), ("format", STR, 2), ("title", STR, 3), ("description", STR, 4), ("default", ANY, 5),
-        ("multipleOf", DBL, 6), ("maximum", DBL, 7), ("exclusiveMaximum", BOOL, 8), ("minimum", DBL, 9),
-        ("exclusiveMinimum", BOOL, 10), ("maxLength", I64, 11), ("minLength", I64, 12), ("pattern", STR, 13),
-        ("maxItems", I64, 14), ("minItems", I64, 15), ("uniqueItems", BOOL, 16), ("maxProperties", I64, 17),
-        ("minProperties", I64, 18), ("required", STRS, 19), ("enum", ANYS, 20),
-        ("additionalProperties", MSG, 21, "AdditionalPropertiesItem"), ("type", MSG, 22, "TypeItem"),
-        ("items", MSG, 23, "ItemsItem"), ("allOf", MSGS, 24, "Schema"), ("properties", MSG, 25, "Properties"),
-        ("discriminator", STR, 26), ("readOnly", BOOL, 27), ("xml", MSG, 28, "Xml"),
-        ("externalDocs", MSG, 29, "ExternalDocs"), ("example", ANY, 30)], 31),
-    _Layout("FileSchema", [
-        ("format", STR, 1), ("title", STR, 2), ("description", STR, 3), ("default", ANY, 4), ("required", STRS, 5),
-        ("type", STR, 6), ("readOnly", BOOL, 7), ("externalDocs", MSG, 8, "ExternalDocs"), ("example", ANY, 9)],
-            10, ("type",)),
-    _Layout("BasicAuthenticationSecurity", [("type", STR, 1), ("description", STR, 2)], 3, ("type",)),
-    _Layout("ApiKeySecurity", [("type", STR, 1), ("name", STR, 2), ("in", STR, 3), ("description", STR, 4)], 5,
-            ("in", "name", "type")),
-    _Layout("Oauth2ImplicitSecurity", [("type", STR, 1), ("flow", STR, 2), ("scopes", MSG, 3, "Oauth2Scopes"),
-                                       ("authorizationUrl", STR, 4), ("description", STR, 5)], 6,
-            ("authorizationUrl", "flow", "type")),
-    _Layout("Oauth2PasswordSecurity", [("type", STR, 1), ("flow", STR, 2), ("scopes", MSG, 3, "Oauth2Scopes"),
-                                       ("tokenUrl", STR, 4), ("description", STR, 5)], 6,
-            ("flow", "tokenUrl", "type")),
-    _Layout("Oauth2ApplicationSecurity", [("type", STR, 1), ("flow", STR, 2), ("scopes", MSG, 3, "Oauth2Scopes"),
-                                          ("tokenUrl", STR, 4), ("description", STR, 5)], 6,
-            ("flow", "tokenUrl", "type")),
-    _Layout("Oauth2AccessCodeSecurity", [("type", STR, 1), ("flow", STR, 2), ("scopes", MSG, 3, "Oauth2Scopes"),
-                                         ("authorizationUrl", STR, 4), ("tokenUrl", STR, 5),
-                                         ("description", STR, 6)], 7,
-            ("authorizationUrl", "flow", "tokenUrl", "type")),
-]}
+_LAYOUTS: dict[str, _Layout] = {
+    l.name: l
+    for l in [
+        _Layout(
+            "Document",
+            [
+                ("swagger", STR, 1),
+                ("info", MSG, 2, "Info"),
+                ("host", STR, 3),
+                ("basePath", STR, 4),
+                ("schemes", STRS, 5),
+                ("consumes", STRS, 6),
+                ("produces", STRS, 7),
+                ("paths", MSG, 8, "Paths"),
+                ("definitions", MSG, 9, "Definitions"),
+                ("parameters", MSG, 10, "ParameterDefinitions"),
+                ("responses", MSG, 11, "ResponseDefinitions"),
+                ("security", MSGS, 12, "SecurityRequirement"),
+                ("securityDefinitions", MSG, 13, "SecurityDefinitions"),
+                ("tags", MSGS, 14, "Tag"),
+                ("externalDocs", MSG, 15, "ExternalDocs"),
+            ],
+            16,
+            ("info", "paths", "swagger"),
+        ),
+        _Layout(
+            "Info",
+            [
+                ("title", STR, 1),
+                ("version", STR, 2),
+                ("description", STR, 3),
+                ("termsOfService", STR, 4),
+                ("contact", MSG, 5, "Contact"),
+                ("license", MSG, 6, "License"),
+            ],
+            7,
+            ("title", "version"),
+        ),
+        _Layout("Contact", [("name", STR, 1), ("url", STR, 2), ("email", STR, 3)], 4),
+        _Layout("License", [("name", STR, 1), ("url", STR, 2)], 3, ("name",)),
+        _Layout("ExternalDocs", [("description", STR, 1), ("url", STR, 2)], 3, ("url",)),
+        _Layout(
+            "Tag", [("name", STR, 1), ("description", STR, 2), ("externalDocs", MSG, 3, "ExternalDocs")], 4, ("name",)
+        ),
+        _Layout(
+            "Xml",
+            [("name", STR, 1), ("namespace", STR, 2), ("prefix", STR, 3), ("attribute", BOOL, 4), ("wrapped", BOOL, 5)],
+            6,
+        ),
+        _Layout(
+            "PathItem",
+            [
+                ("$ref", STR, 1),
+                ("get", MSG, 2, "Operation"),
+                ("put", MSG, 3, "Operation"),
+                ("post", MSG, 4, "Operation"),
+                ("delete", MSG, 5, "Operation"),
+                ("options", MSG, 6, "Operation"),
+                ("head", MSG, 7, "Operation"),
+                ("patch", MSG, 8, "Operation"),
+                ("parameters", MSGS, 9, "ParametersItem"),
+            ],
+            10,
+        ),
+        _Layout(
+            "Operation",
+            [
+                ("tags", STRS, 1),
+                ("summary", STR, 2),
+                ("description", STR, 3),
+                ("externalDocs", MSG, 4, "ExternalDocs"),
+                ("operationId", STR, 5),
+                ("produces", STRS, 6),
+                ("consumes", STRS, 7),
+                ("parameters", MSGS, 8, "ParametersItem"),
+                ("responses", MSG, 9, "Responses"),
+                ("schemes", STRS, 10),
+                ("deprecated", BOOL, 11),
+                ("security", MSGS, 12, "SecurityRequirement"),
+            ],
+            13,
+            ("responses",),
+        ),
+        _Layout(
+            "BodyParameter",
+            [
+                ("description", STR, 1),
+                ("name", STR, 2),
+                ("in", STR, 3),
+                ("required", BOOL, 4),
+                ("schema", MSG, 5, "Schema"),
+            ],
+            6,
+            ("in", "name", "schema"),
+        ),
+        _param_sub_schema("HeaderParameterSubSchema", False),
+        _param_sub_schema("FormDataParameterSubSchema", True),
+        _param_sub_schema("QueryParameterSubSchema", True),
+        _param_sub_schema("PathParameterSubSchema", False, ("required",)),
+        _Layout("PrimitivesItems", _simple_schema_fields(1), 18),
+        _Layout("Header", _simple_schema_fields(1) + [("description", STR, 18)], 19, ("type",)),
+        _Layout("JsonReference", [("$ref", STR, 1), ("description", STR, 2)], 0, ("$ref",)),
+        _Layout(
+            "Response",
+            [
+                ("description", STR, 1),
+                ("schema", MSG, 2, "SchemaItem"),
+                ("headers", MSG, 3, "Headers"),
+                ("examples", MSG, 4, "Examples"),
+            ],
+            5,
+            ("description",),
+        ),
+        _Layout(
+            "Schema",
+            [
+                ("$ref", STR, 1),
+                ("format", STR, 2),
+                ("title", STR, 3),
+                ("description", STR, 4),
+                ("default", ANY, 5),
+                ("multipleOf", DBL, 6),
+                ("maximum", DBL, 7),
+                ("exclusiveMaximum", BOOL, 8),
+                ("minimum", DBL, 9),
+                ("exclusiveMinimum", BOOL, 10),
+                ("maxLength", I64, 11),
+                ("minLength", I64, 12),
+                ("pattern", STR, 13),
+                ("maxItems", I64, 14),
+                ("minItems", I64, 15),
+                ("uniqueItems", BOOL, 16),
+                ("maxProperties", I64, 17),
+                ("minProperties", I64, 18),
+                ("required", STRS, 19),
+                ("enum", ANYS, 20),
+                ("additionalProperties", MSG, 21, "AdditionalPropertiesItem"),
+                ("type", MSG, 22, "TypeItem"),
+                ("items", MSG, 23, "ItemsItem"),
+                ("allOf", MSGS, 24, "Schema"),
+                ("properties", MSG, 25, "Properties"),
+                ("discriminator", STR, 26),
+                ("readOnly", BOOL, 27),
+                ("xml", MSG, 28, "Xml"),
+                ("externalDocs", MSG, 29, "ExternalDocs"),
+                ("example", ANY, 30),
+            ],
+            31,
+        ),
+        _Layout(
+            "FileSchema",
+            [
+                ("format", STR, 1),
+                ("title", STR, 2),
+                ("description", STR, 3),
+                ("default", ANY, 4),
+                ("required", STRS, 5),
+                ("type", STR, 6),
+                ("readOnly", BOOL, 7),
+                ("externalDocs", MSG, 8, "ExternalDocs"),
+                ("example", ANY, 9),
+            ],
+            10,
+            ("type",),
+        ),
+        _Layout("BasicAuthenticationSecurity", [("type", STR, 1), ("description", STR, 2)], 3, ("type",)),
+        _Layout(
+            "ApiKeySecurity",
+            [("type", STR, 1), ("name", STR, 2), ("in", STR, 3), ("description", STR, 4)],
+            5,
+            ("in", "name", "type"),
+        ),
+        _Layout(
+            "Oauth2ImplicitSecurity",
+            [
+                ("type", STR, 1),
+                ("flow", STR, 2),
+                ("scopes", MSG, 3, "Oauth2Scopes"),
+                ("authorizationUrl", STR, 4),
+                ("description", STR, 5),
+            ],
+            6,
+            ("authorizationUrl", "flow", "type"),
+        ),
+        _Layout(
+            "Oauth2PasswordSecurity",
+            [
+                ("type", STR, 1),
+                ("flow", STR, 2),
+                ("scopes", MSG, 3, "Oauth2Scopes"),
+                ("tokenUrl", STR, 4),
+                ("description", STR, 5),
+            ],
+            6,
+            ("flow", "tokenUrl", "type"),
+        ),
+        _Layout(
+            "Oauth2ApplicationSecurity",
+            [
+                ("type", STR, 1),
+                ("flow", STR, 2),
+                ("scopes", MSG, 3, "Oauth2Scopes"),
+                ("tokenUrl", STR, 4),
+                ("description", STR, 5),
+            ],
+            6,
+            ("flow", "tokenUrl", "type"),
+        ),
+        _Layout(
+            "Oauth2AccessCodeSecurity",
+            [
+                ("type", STR, 1),
+                ("flow", STR, 2),
+                ("scopes", MSG, 3, "Oauth2Scopes"),
+                ("authorizationUrl", STR, 4),
+                ("tokenUrl", STR, 5),
+                ("description", STR, 6),
+            ],
+            7,
+            ("authorizationUrl", "flow", "tokenUrl", "type"),
+        ),
+    ]
+}
 
 # JSON objects that are maps: the message's repeated Named<Value> field (number 1, or as
 # given), the value's message type, and the keys that belong to it.
@@ -178,13 +346,22 @@ _MAPS: dict[str, tuple[int, str, re.Pattern | None, int]] = {
 
 # oneof members: message type -> field number inside its oneof holder
 _SECURITY = {"basic": (1, "BasicAuthenticationSecurity"), "apiKey": (2, "ApiKeySecurity")}
-_OAUTH2 = {"implicit": (3, "Oauth2ImplicitSecurity"), "password": (4, "Oauth2PasswordSecurity"),
-           "application": (5, "Oauth2ApplicationSecurity"), "accessCode": (6, "Oauth2AccessCodeSecurity")}
-_NON_BODY = {"header": (1, "HeaderParameterSubSchema"), "formData": (2, "FormDataParameterSubSchema"),
-             "query": (3, "QueryParameterSubSchema"), "path": (4, "PathParameterSubSchema")}
+_OAUTH2 = {
+    "implicit": (3, "Oauth2ImplicitSecurity"),
+    "password": (4, "Oauth2PasswordSecurity"),
+    "application": (5, "Oauth2ApplicationSecurity"),
+    "accessCode": (6, "Oauth2AccessCodeSecurity"),
+}
+_NON_BODY = {
+    "header": (1, "HeaderParameterSubSchema"),
+    "formData": (2, "FormDataParameterSubSchema"),
+    "query": (3, "QueryParameterSubSchema"),
+    "path": (4, "PathParameterSubSchema"),
+}
 
 
 # --- wire helpers -----------------------------------------------------------------------------
+
 
 def _key(number: int, wire: int) -> bytes:
     return uvarint(number << 3 | wire)
@@ -362,8 +539,11 @@ class _Converter:
         return _ld(1, self.message(value, "Response", path))
 
     def _schema_item(self, value: Any, path: str) -> bytes:
-        if isinstance(value, dict) and value.get("type") == "file" and \
-                all(k in _LAYOUTS["FileSchema"].fields or k.startswith("x-") for k in value):
+        if (
+            isinstance(value, dict)
+            and value.get("type") == "file"
+            and all(k in _LAYOUTS["FileSchema"].fields or k.startswith("x-") for k in value)
+        ):
             return _ld(2, self.message(value, "FileSchema", path))
         return _ld(1, self.message(value, "Schema", path))
 
@@ -411,8 +591,10 @@ def document_bytes(doc: dict) -> bytes:
 
 _PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./,=+-]*\Z")
 _YAML11_WORDS = frozenset(
-    w for word in ("y", "yes", "n", "no", "true", "false", "on", "off", "null")
-    for w in (word, word.capitalize(), word.upper()))
+    w
+    for word in ("y", "yes", "n", "no", "true", "false", "on", "off", "null")
+    for w in (word, word.capitalize(), word.upper())
+)
 
 
 def _scalar(v: Any) -> str:

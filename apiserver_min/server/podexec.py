@@ -37,8 +37,16 @@ from aiohttp import WSMsgType, web
 from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
-from .podlogs import (_CHAINED_BUT_INVALID, CONNECT_TIMEOUT, MAX_ERROR_BODY, _go_bool, _host_for_url,
-                      agent_client, agent_location, choose_container)
+from .podlogs import (
+    _CHAINED_BUT_INVALID,
+    CONNECT_TIMEOUT,
+    MAX_ERROR_BODY,
+    _go_bool,
+    _host_for_url,
+    agent_client,
+    agent_location,
+    choose_container,
+)
 from .routing import RequestInfo
 
 if TYPE_CHECKING:
@@ -75,8 +83,7 @@ class StreamOptions:
         if subresource == "portforward":
             return [("port", str(p)) for p in self.ports]
         q: list[tuple[str, str]] = [("command", c) for c in self.command] if subresource == "exec" else []
-        for name, on in (("input", self.stdin), ("output", self.stdout), ("error", self.stderr),
-                         ("tty", self.tty)):
+        for name, on in (("input", self.stdin), ("output", self.stdout), ("error", self.stderr), ("tty", self.tty)):
             if on:
                 q.append((name, "1"))
         return q
@@ -97,9 +104,14 @@ def parse_stream_options(query, subresource: str, pod_name: str) -> StreamOption
                 ports.append(port)
         return StreamOptions(ports=tuple(ports))
     command = tuple(query.getall("command", [])) if hasattr(query, "getall") else ()
-    opts = StreamOptions(container=query.get("container", ""), command=command,
-                         stdin=_go_bool(query, "stdin"), stdout=_go_bool(query, "stdout"),
-                         stderr=_go_bool(query, "stderr"), tty=_go_bool(query, "tty"))
+    opts = StreamOptions(
+        container=query.get("container", ""),
+        command=command,
+        stdin=_go_bool(query, "stdin"),
+        stdout=_go_bool(query, "stdout"),
+        stderr=_go_bool(query, "stderr"),
+        tty=_go_bool(query, "tty"),
+    )
     if not (opts.stdin or opts.stdout or opts.stderr):
         raise st.bad_request("you must specify at least 1 of stdin, stdout, stderr")
     if subresource == "exec" and not opts.command:
@@ -118,12 +130,15 @@ def relayable(offered: Sequence[str], subresource: str) -> list[str]:
 
 
 def _is_upgrade(request: web.Request, protocol: str) -> bool:
-    return ("upgrade" in request.headers.get("Connection", "").lower()
-            and protocol in request.headers.get("Upgrade", "").lower())
+    return (
+        "upgrade" in request.headers.get("Connection", "").lower()
+        and protocol in request.headers.get("Upgrade", "").lower()
+    )
 
 
-async def serve_pod_stream(server: "ServerContext", request: web.Request, info: RequestInfo, kind: KindInfo,
-                           user: "UserInfo") -> web.StreamResponse:
+async def serve_pod_stream(
+    server: "ServerContext", request: web.Request, info: RequestInfo, kind: KindInfo, user: "UserInfo"
+) -> web.StreamResponse:
     """``pods/exec``, ``pods/attach``, ``pods/portforward``: check, then relay to the agent."""
     sub = info.subresource
     if request.method == "GET":
@@ -137,17 +152,23 @@ async def serve_pod_stream(server: "ServerContext", request: web.Request, info: 
         raise st.bad_request(f"pod {info.name} does not have a host assigned")
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
-        raise st.bad_request(f"cannot {'port-forward to' if sub == 'portforward' else 'exec into or attach to'} "
-                             f"a completed pod; current phase is {phase}")
+        raise st.bad_request(
+            f"cannot {'port-forward to' if sub == 'portforward' else 'exec into or attach to'} "
+            f"a completed pod; current phase is {phase}"
+        )
     if not _is_upgrade(request, "websocket"):
         if _is_upgrade(request, "spdy/"):
-            raise st.bad_request(f"SPDY streams are not served by {names.APISERVER_NAME}; use a client that "
-                                 f"speaks WebSocket ({', '.join(STREAM_PROTOCOLS[sub])})")
+            raise st.bad_request(
+                f"SPDY streams are not served by {names.APISERVER_NAME}; use a client that "
+                f"speaks WebSocket ({', '.join(STREAM_PROTOCOLS[sub])})"
+            )
         raise st.bad_request("Upgrade request required")
     wanted = relayable(offered_protocols(request.headers.get("Sec-WebSocket-Protocol")), sub)
     if not wanted:
-        raise st.bad_request(f"none of the offered WebSocket subprotocols is supported for pods/{sub} "
-                             f"(supported: {', '.join(STREAM_PROTOCOLS[sub])})")
+        raise st.bad_request(
+            f"none of the offered WebSocket subprotocols is supported for pods/{sub} "
+            f"(supported: {', '.join(STREAM_PROTOCOLS[sub])})"
+        )
 
     nodes = server.registry.by_resource("", "v1", "nodes")
     node = await server.store.get_object(nodes, "", node_name)
@@ -161,15 +182,17 @@ async def serve_pod_stream(server: "ServerContext", request: web.Request, info: 
     async with aiohttp.ClientSession(timeout=timeout) as session:
         agent_ws = await _connect_agent(server, session, url, wanted, info.name, sub)
         async with agent_ws:
-            client_ws = web.WebSocketResponse(protocols=(agent_ws.protocol,) if agent_ws.protocol else (),
-                                              max_msg_size=MAX_MESSAGE)
+            client_ws = web.WebSocketResponse(
+                protocols=(agent_ws.protocol,) if agent_ws.protocol else (), max_msg_size=MAX_MESSAGE
+            )
             await client_ws.prepare(request)
             await relay(client_ws, agent_ws)
             return client_ws
 
 
-async def _connect_agent(server: "ServerContext", session: aiohttp.ClientSession, url: str, protocols: list[str],
-                         pod_name: str, sub: str) -> aiohttp.ClientWebSocketResponse:
+async def _connect_agent(
+    server: "ServerContext", session: aiohttp.ClientSession, url: str, protocols: list[str], pod_name: str, sub: str
+) -> aiohttp.ClientWebSocketResponse:
     """A WebSocket to the agent: verified when its certificate chains to a CA we trust,
     unverified otherwise (as for pods/log). A refusal becomes a Status with the agent's text."""
     client = agent_client(server)
@@ -186,7 +209,7 @@ async def _connect_agent(server: "ServerContext", session: aiohttp.ClientSession
         text = await _refusal_text(server, session, url) if exc.status >= 400 else ""
         raise _agent_refusal(exc.status, text, pod_name, sub) from None
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-        raise st.ApiError(500, "InternalError", f'error dialing backend: {url}: {exc or type(exc).__name__}') from None
+        raise st.ApiError(500, "InternalError", f"error dialing backend: {url}: {exc or type(exc).__name__}") from None
 
 
 async def _refusal_text(server: "ServerContext", session: aiohttp.ClientSession, url: str) -> str:
@@ -239,7 +262,7 @@ async def relay(client_ws: web.WebSocketResponse, agent_ws) -> None:
     if down in done:
         code = agent_ws.close_code
         if code is None or not (1000 <= code <= 1003 or 1007 <= code <= 1011 or 3000 <= code <= 4999):
-            code = aiohttp.WSCloseCode.OK   # 1005/1006 describe a close, they are never sent
+            code = aiohttp.WSCloseCode.OK  # 1005/1006 describe a close, they are never sent
         if not client_ws.closed:
             await client_ws.close(code=code)
     else:

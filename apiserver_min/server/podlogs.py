@@ -77,12 +77,15 @@ _GENERIC_MESSAGES = {
     422: ("Invalid", "the server rejected our request due to an error in our request"),
     429: ("TooManyRequests", "the server has received too many requests and has asked us to try again later"),
     503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
-    504: ("Timeout", "the server was unable to return a response in the time allotted, but may still be "
-                    "processing the request"),
+    504: (
+        "Timeout",
+        "the server was unable to return a response in the time allotted, but may still be processing the request",
+    ),
 }
 
 
 # --- options ----------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class PodLogOptions:
@@ -145,23 +148,49 @@ def parse_log_options(query: Mapping[str, str], pod_name: str) -> PodLogOptions:
             since_time = format_rfc3339(parse_rfc3339(since_time))
         except (ValueError, TypeError) as exc:
             raise st.bad_request(f'invalid sinceTime "{query.get("sinceTime")}": {exc}') from None
-    opts = PodLogOptions(container=query.get("container", ""), follow=_go_bool(query, "follow"),
-                         previous=_go_bool(query, "previous"), timestamps=_go_bool(query, "timestamps"),
-                         since_seconds=_go_int(query, "sinceSeconds"), since_time=since_time,
-                         tail_lines=_go_int(query, "tailLines"), limit_bytes=_go_int(query, "limitBytes"))
+    opts = PodLogOptions(
+        container=query.get("container", ""),
+        follow=_go_bool(query, "follow"),
+        previous=_go_bool(query, "previous"),
+        timestamps=_go_bool(query, "timestamps"),
+        since_seconds=_go_int(query, "sinceSeconds"),
+        since_time=since_time,
+        tail_lines=_go_int(query, "tailLines"),
+        limit_bytes=_go_int(query, "limitBytes"),
+    )
     causes = []
     if opts.tail_lines is not None and opts.tail_lines < 0:
-        causes.append({"reason": "FieldValueInvalid", "field": "tailLines",
-                       "message": f"Invalid value: {opts.tail_lines}: must be greater than or equal to 0"})
+        causes.append(
+            {
+                "reason": "FieldValueInvalid",
+                "field": "tailLines",
+                "message": f"Invalid value: {opts.tail_lines}: must be greater than or equal to 0",
+            }
+        )
     if opts.limit_bytes is not None and opts.limit_bytes < 1:
-        causes.append({"reason": "FieldValueInvalid", "field": "limitBytes",
-                       "message": f"Invalid value: {opts.limit_bytes}: must be greater than 0"})
+        causes.append(
+            {
+                "reason": "FieldValueInvalid",
+                "field": "limitBytes",
+                "message": f"Invalid value: {opts.limit_bytes}: must be greater than 0",
+            }
+        )
     if opts.since_seconds is not None and opts.since_time is not None:
-        causes.append({"reason": "FieldValueForbidden", "field": "",
-                       "message": "Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified"})
+        causes.append(
+            {
+                "reason": "FieldValueForbidden",
+                "field": "",
+                "message": "Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified",
+            }
+        )
     if opts.since_seconds is not None and opts.since_seconds < 1:
-        causes.append({"reason": "FieldValueInvalid", "field": "sinceSeconds",
-                       "message": f"Invalid value: {opts.since_seconds}: must be greater than 0"})
+        causes.append(
+            {
+                "reason": "FieldValueInvalid",
+                "field": "sinceSeconds",
+                "message": f"Invalid value: {opts.since_seconds}: must be greater than 0",
+            }
+        )
     if causes:
         raise st.invalid("PodLogOptions", pod_name, causes)
     return opts
@@ -172,8 +201,12 @@ def choose_container(pod: Mapping, requested: str) -> str:
     pod's only container, else 400 listing every container."""
     spec = pod.get("spec") or {}
     name = (pod.get("metadata") or {}).get("name", "")
-    all_names = [c.get("name", "") for part in ("initContainers", "containers", "ephemeralContainers")
-                 for c in spec.get(part) or [] if isinstance(c, dict)]
+    all_names = [
+        c.get("name", "")
+        for part in ("initContainers", "containers", "ephemeralContainers")
+        for c in spec.get(part) or []
+        if isinstance(c, dict)
+    ]
     if requested:
         if requested not in all_names:
             raise st.bad_request(f"container {requested} is not valid for pod {name}")
@@ -183,8 +216,7 @@ def choose_container(pod: Mapping, requested: str) -> str:
         return containers[0].get("name", "")
     if not containers:
         raise st.bad_request(f"a container name must be specified for pod {name}")
-    raise st.bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                         f"[{' '.join(all_names)}]")
+    raise st.bad_request(f"a container name must be specified for pod {name}, choose one of: [{' '.join(all_names)}]")
 
 
 def agent_location(node: Mapping) -> tuple[str, int]:
@@ -194,13 +226,16 @@ def agent_location(node: Mapping) -> tuple[str, int]:
     for wanted in ADDRESS_PREFERENCE:
         for a in addresses:
             if a.get("type") == wanted:
-                port = ((status.get("daemonEndpoints") or {}).get(names.NODE_DAEMON_ENDPOINT_AGENT_FIELD) or {}).get("Port")
+                port = ((status.get("daemonEndpoints") or {}).get(names.NODE_DAEMON_ENDPOINT_AGENT_FIELD) or {}).get(
+                    "Port"
+                )
                 if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
                     port = names.AGENT_DEFAULT_PORT
                 return a["address"], port
     node_name = (node.get("metadata") or {}).get("name", "")
-    raise st.bad_request(f"node {node_name} has no address the API server can reach its agent at "
-                         "(status.addresses is empty)")
+    raise st.bad_request(
+        f"node {node_name} has no address the API server can reach its agent at (status.addresses is empty)"
+    )
 
 
 def agent_error(code: int, body: bytes, pod_name: str) -> st.ApiError:
@@ -209,19 +244,30 @@ def agent_error(code: int, body: bytes, pod_name: str) -> st.ApiError:
     if code == 400:
         return st.ApiError(400, "BadRequest", text or "the server rejected our request for an unknown reason")
     if code == 500:
-        return st.ApiError(500, "InternalError", f"Internal error occurred: {text}",
-                           details={"causes": [{"message": text}]})
+        return st.ApiError(
+            500, "InternalError", f"Internal error occurred: {text}", details={"causes": [{"message": text}]}
+        )
     reason, message = _GENERIC_MESSAGES.get(
-        code, ("", f"the server responded with the status code {code} but did not return more information"))
+        code, ("", f"the server responded with the status code {code} but did not return more information")
+    )
     if code == 403 and text:
         message = text
-    return st.ApiError(code, reason, f"{message} ( pods/log {pod_name})",
-                       details={"name": pod_name, "kind": "pods/log", "causes": [
-                           {"reason": "UnexpectedServerResponse", "message": text}]} if text else
-                       {"name": pod_name, "kind": "pods/log"})
+    return st.ApiError(
+        code,
+        reason,
+        f"{message} ( pods/log {pod_name})",
+        details={
+            "name": pod_name,
+            "kind": "pods/log",
+            "causes": [{"reason": "UnexpectedServerResponse", "message": text}],
+        }
+        if text
+        else {"name": pod_name, "kind": "pods/log"},
+    )
 
 
 # --- the client side towards agents --------------------------------------------------------
+
 
 class AgentClient:
     """The API server's TLS identity towards node agents, and what it trusts of theirs."""
@@ -246,12 +292,14 @@ class AgentClient:
                 except (ValueError, TypeError, InvalidSignature):
                     pass  # signed by an earlier CA of that name: make a new one
         key = new_key()
-        cert = sign_leaf(ca_cert, ca_key, key.public_key(), names.APISERVER_AGENT_CLIENT_USER,
-                         [names.GROUP_MASTERS], client=True)
+        cert = sign_leaf(
+            ca_cert, ca_key, key.public_key(), names.APISERVER_AGENT_CLIENT_USER, [names.GROUP_MASTERS], client=True
+        )
         write_private(self.key_path, key_pem(key))
         write_public(self.cert_path, cert_pem(cert))
-        log.info("created %s (client certificate for node agents, CN %s)", self.cert_path,
-                 names.APISERVER_AGENT_CLIENT_USER)
+        log.info(
+            "created %s (client certificate for node agents, CN %s)", self.cert_path, names.APISERVER_AGENT_CLIENT_USER
+        )
         return True
 
     def _trusted_cas(self) -> list[str]:
@@ -290,8 +338,11 @@ class AgentClient:
             code = getattr(exc.certificate_error, "verify_code", None)
             if code in _CHAINED_BUT_INVALID:
                 raise
-            log.debug("agent at %s has a certificate from outside the cluster CA (%s); not verified",
-                      url, exc.certificate_error)
+            log.debug(
+                "agent at %s has a certificate from outside the cluster CA (%s); not verified",
+                url,
+                exc.certificate_error,
+            )
         return await session.get(url, ssl=insecure)
 
 
@@ -314,8 +365,9 @@ def _host_for_url(address: str) -> str:
     return address
 
 
-async def serve_pod_log(server: "ServerContext", request: web.Request, info: RequestInfo,
-                        kind: KindInfo) -> web.StreamResponse:
+async def serve_pod_log(
+    server: "ServerContext", request: web.Request, info: RequestInfo, kind: KindInfo
+) -> web.StreamResponse:
     """The ``pods/log`` sub-resource: validate, find the agent, stream its answer."""
     pod = await server.store.get_object(kind, info.namespace, info.name)
     opts = parse_log_options(request.query, info.name)

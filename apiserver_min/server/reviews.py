@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
 
-from ..api import names
+from ..api import codec, names
 from ..api import status as st
-from ..api import codec
 from ..api.user import UserInfo
+from ..api.validation import FieldError, causes
 from ..authn.authenticator import Unauthorized
 from ..authz.authorizer import AuthzAttributes, Decision, Union
-from ..api.validation import FieldError
-from ..api.validation import causes
 
 if TYPE_CHECKING:
     from .context import ServerContext
@@ -42,6 +40,7 @@ PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
 
 
 # --- protobuf -----------------------------------------------------------------------------
+
 
 class ProtobufError(ValueError):
     pass
@@ -77,11 +76,11 @@ def fields(buf: bytes) -> list[tuple[int, int, Any]]:
             length, pos = _varint(buf, pos)
             if pos + length > len(buf):
                 raise ProtobufError(f"field {number}: truncated bytes")
-            value, pos = buf[pos:pos + length], pos + length
+            value, pos = buf[pos : pos + length], pos + length
         elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
+            value, pos = buf[pos : pos + 8], pos + 8
         elif wire == 5:
-            value, pos = buf[pos:pos + 4], pos + 4
+            value, pos = buf[pos : pos + 4], pos + 4
         else:
             raise ProtobufError(f"field {number}: unsupported wire type {wire}")
         if pos > len(buf):
@@ -112,8 +111,7 @@ def _strings(buf: bytes, numbers: dict[int, str], repeated: tuple[int, ...] = ()
     return out
 
 
-_RESOURCE_ATTRIBUTES = {1: "namespace", 2: "verb", 3: "group", 4: "version", 5: "resource", 6: "subresource",
-                        7: "name"}
+_RESOURCE_ATTRIBUTES = {1: "namespace", 2: "verb", 3: "group", 4: "version", 5: "resource", 6: "subresource", 7: "name"}
 _NON_RESOURCE_ATTRIBUTES = {1: "path", 2: "verb"}
 
 
@@ -159,7 +157,7 @@ def decode_envelope(body: bytes) -> tuple[str, str, bytes]:
         raise ProtobufError("the body does not start with the protobuf magic bytes")
     api_version = kind = ""
     raw = b""
-    for n, _w, v in fields(body[len(names.PROTOBUF_MAGIC):]):
+    for n, _w, v in fields(body[len(names.PROTOBUF_MAGIC) :]):
         if n == 1:
             tm = _strings(v, {1: "apiVersion", 2: "kind"})
             api_version, kind = tm.get("apiVersion", ""), tm.get("kind", "")
@@ -174,13 +172,22 @@ def decode_envelope(body: bytes) -> tuple[str, str, bytes]:
 
 # --- evaluation -----------------------------------------------------------------------------
 
+
 def spec_attributes(user: UserInfo, spec: dict) -> AuthzAttributes:
     ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     if isinstance(ra, dict):
         g = lambda k: str(ra.get(k) or "")  # noqa: E731
-        return AuthzAttributes(user, g("verb"), True, namespace=g("namespace"), api_group=g("group"),
-                               api_version=g("version"), resource=g("resource"), subresource=g("subresource"),
-                               name=g("name"))
+        return AuthzAttributes(
+            user,
+            g("verb"),
+            True,
+            namespace=g("namespace"),
+            api_group=g("group"),
+            api_version=g("version"),
+            resource=g("resource"),
+            subresource=g("subresource"),
+            name=g("name"),
+        )
     nra = nra if isinstance(nra, dict) else {}
     return AuthzAttributes(user, str(nra.get("verb") or ""), False, path=str(nra.get("path") or ""))
 
@@ -198,12 +205,22 @@ def access_status(authorizer: Union, attrs: AuthzAttributes) -> dict:
 def rules_status(authorizer: Union, user: UserInfo, namespace: str) -> dict:
     res = authorizer.rules_for(user, namespace)
     status: dict[str, Any] = {
-        "resourceRules": [{k: v for k, v in (("verbs", list(r.verbs)), ("apiGroups", list(r.api_groups)),
-                                              ("resources", list(r.resources)),
-                                              ("resourceNames", list(r.resource_names))) if v or k == "verbs"}
-                          for r in res.resource_rules],
-        "nonResourceRules": [{"verbs": list(r.verbs), "nonResourceURLs": list(r.non_resource_urls)}
-                             for r in res.non_resource_rules],
+        "resourceRules": [
+            {
+                k: v
+                for k, v in (
+                    ("verbs", list(r.verbs)),
+                    ("apiGroups", list(r.api_groups)),
+                    ("resources", list(r.resources)),
+                    ("resourceNames", list(r.resource_names)),
+                )
+                if v or k == "verbs"
+            }
+            for r in res.resource_rules
+        ],
+        "nonResourceRules": [
+            {"verbs": list(r.verbs), "nonResourceURLs": list(r.non_resource_urls)} for r in res.non_resource_rules
+        ],
         "incomplete": res.incomplete,
     }
     if res.errors:
@@ -223,11 +240,16 @@ def validate_access_spec(kind: str, spec: Any) -> None:
         if v is not None and not isinstance(v, dict):
             raise _invalid(kind, f"spec.{field}", v, "must be an object")
     if ra is not None and nra is not None:
-        raise _invalid(kind, "spec.nonResourceAttributes", nra, "cannot be specified in combination with "
-                                                                "resourceAttributes")
+        raise _invalid(
+            kind, "spec.nonResourceAttributes", nra, "cannot be specified in combination with resourceAttributes"
+        )
     if ra is None and nra is None:
-        raise _invalid(kind, "spec.resourceAttributes", None, "exactly one of nonResourceAttributes or "
-                                                              "resourceAttributes must be specified")
+        raise _invalid(
+            kind,
+            "spec.resourceAttributes",
+            None,
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )
     if kind in ("SubjectAccessReview", "LocalSubjectAccessReview"):
         if not spec.get("user") and not spec.get("groups"):
             raise _invalid(kind, "spec.user", spec.get("user", ""), "at least one of user or group must be specified")
@@ -240,9 +262,12 @@ def validate_access_spec(kind: str, spec: Any) -> None:
 
 def _subject_user(spec: dict) -> UserInfo:
     extra = spec.get("extra") if isinstance(spec.get("extra"), dict) else {}
-    return UserInfo(str(spec.get("user") or ""), uid=str(spec.get("uid") or ""),
-                    groups=tuple(spec.get("groups") or ()),
-                    extra={k: tuple(v or ()) for k, v in extra.items()})
+    return UserInfo(
+        str(spec.get("user") or ""),
+        uid=str(spec.get("uid") or ""),
+        groups=tuple(spec.get("groups") or ()),
+        extra={k: tuple(v or ()) for k, v in extra.items()},
+    )
 
 
 class Reviews:
@@ -254,8 +279,12 @@ class Reviews:
 
     @staticmethod
     def handles(info: "RequestInfo") -> bool:
-        return (info.is_resource and info.group == names.AUTHORIZATION_GROUP and info.version == "v1"
-                and info.resource in REVIEW_KINDS)
+        return (
+            info.is_resource
+            and info.group == names.AUTHORIZATION_GROUP
+            and info.version == "v1"
+            and info.resource in REVIEW_KINDS
+        )
 
     async def _body(self, request: web.Request, kind: str, group: str) -> dict:
         """The review in the body; its apiVersion may name our group or ``group``, the
@@ -271,7 +300,8 @@ class Reviews:
             obj["apiVersion"], obj["kind"] = api_version, got_kind
         elif ctype in ("application/json", "", "application/yaml", "application/x-yaml", "text/yaml"):
             decoded = codec.decode_object_body(
-                body, "application/json" if ctype in ("application/json", "") else "application/yaml")
+                body, "application/json" if ctype in ("application/json", "") else "application/yaml"
+            )
             if not isinstance(decoded.obj, dict):
                 raise st.bad_request(f"the request body must be a {kind} object")
             # Field validation as for any create (the schema is the same on both group
@@ -280,15 +310,17 @@ class Reviews:
         else:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype}) - accepted media types include: "
-                f"application/json, application/yaml, {names.MEDIA_PROTOBUF}")
+                f"application/json, application/yaml, {names.MEDIA_PROTOBUF}"
+            )
         if not isinstance(obj, dict):
             raise st.bad_request(f"the request body must be a {kind} object")
         got_kind, got_av = obj.get("kind"), obj.get("apiVersion")
         if got_kind not in (None, "") and got_kind != kind:
             raise st.bad_request(f"the kind in the data ({got_kind}) does not match the expected kind ({kind})")
         if got_av not in (None, "", f"{names.AUTHORIZATION_GROUP}/v1", f"{group}/v1"):
-            raise st.bad_request(f"the API version in the data ({got_av}) does not match the expected API version "
-                                 f"({group}/v1)")
+            raise st.bad_request(
+                f"the API version in the data ({got_av}) does not match the expected API version ({group}/v1)"
+            )
         md = obj.get("metadata")
         if md is not None and not isinstance(md, dict):
             raise st.bad_request("metadata: must be an object")
@@ -318,8 +350,9 @@ class Reviews:
             if kind == "LocalSubjectAccessReview":
                 md_ns = (obj.get("metadata") or {}).get("namespace")
                 if md_ns not in (None, "") and md_ns != info.namespace:
-                    raise st.bad_request("the namespace of the provided object does not match the namespace sent "
-                                         "on the request")
+                    raise st.bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request"
+                    )
                 if (spec["resourceAttributes"].get("namespace") or "") != info.namespace:
                     raise st.bad_request(f"spec.resourceAttributes.namespace must match namespace: {info.namespace}")
             subject = user if kind == "SelfSubjectAccessReview" else _subject_user(spec)
@@ -328,8 +361,7 @@ class Reviews:
         md.setdefault("creationTimestamp", None)
         if kind == "LocalSubjectAccessReview":
             md["namespace"] = info.namespace
-        out = {"kind": kind, "apiVersion": f"{info.requested_group}/v1", "metadata": md, "spec": spec,
-               "status": status}
+        out = {"kind": kind, "apiVersion": f"{info.requested_group}/v1", "metadata": md, "spec": spec, "status": status}
         accept = request.headers.get("Accept") or ""
         if "yaml" in accept and "json" not in accept:
             resp = web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
@@ -361,8 +393,12 @@ def _str_list(value: Any, field: str, kind: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise st.invalid(kind, "", causes([FieldError.invalid(field, value, "must be a list of strings")]),
-                         names.AUTHENTICATION_GROUP)
+        raise st.invalid(
+            kind,
+            "",
+            causes([FieldError.invalid(field, value, "must be a list of strings")]),
+            names.AUTHENTICATION_GROUP,
+        )
     return tuple(value)
 
 
@@ -382,8 +418,11 @@ class AuthnReviews:
             return False
         if info.version == "v1" and info.kind is not None:  # registered and enabled
             return True
-        return (info.alias is not None and info.resource == "selfsubjectreviews"
-                and info.version in UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS)
+        return (
+            info.alias is not None
+            and info.resource == "selfsubjectreviews"
+            and info.version in UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS
+        )
 
     async def handle(self, request: Any, info: Any, user: UserInfo) -> Any:
         kind = REVIEW_RESOURCES[info.resource]
@@ -396,9 +435,12 @@ class AuthnReviews:
         if kind == "SelfSubjectReview":
             # The review needs no input; kubectl sends protobuf, which is read and ignored.
             await handlers._read_body(request)
-            out: dict[str, Any] = {"kind": kind, "apiVersion": api_version,
-                                   "metadata": {"creationTimestamp": None},
-                                   "status": {"userInfo": user_info_json(user)}}
+            out: dict[str, Any] = {
+                "kind": kind,
+                "apiVersion": api_version,
+                "metadata": {"creationTimestamp": None},
+                "status": {"userInfo": user_info_json(user)},
+            }
         else:
             kind_info = info.kind
             obj = await handlers._decode_object(request, kind_info, expect_kind=kind)
@@ -415,8 +457,7 @@ class AuthnReviews:
             except Unauthorized as exc:
                 status["error"] = str(exc)
             else:
-                status = {"authenticated": True, "user": user_info_json(res.user),
-                          "audiences": list(res.audiences)}
+                status = {"authenticated": True, "user": user_info_json(res.user), "audiences": list(res.audiences)}
             md = dict(obj.get("metadata") or {})
             md.setdefault("creationTimestamp", None)
             out = {"kind": kind, "apiVersion": api_version, "metadata": md, "spec": spec, "status": status}

@@ -17,10 +17,9 @@ import dataclasses
 from typing import Any
 from urllib.parse import unquote
 
-from ..api import names
+from ..api import codec, names
 from ..api import status as st
 from ..api.kinds import KindInfo, Registry
-from ..api import codec
 
 # Request key (aiohttp request mapping) under which the server puts the GroupAlias of a
 # request on an alias group (None for any other), for the body decoder and the response writers.
@@ -71,8 +70,11 @@ class GroupAlias:
         if obj.get("apiVersion") == served:
             obj["apiVersion"] = requested
         kind = obj.get("kind")
-        nested = obj.get("items") if kind != "Table" else [r.get("object") for r in obj.get("rows") or ()
-                                                             if isinstance(r, dict)]
+        nested = (
+            obj.get("items")
+            if kind != "Table"
+            else [r.get("object") for r in obj.get("rows") or () if isinstance(r, dict)]
+        )
         if isinstance(nested, list):
             for item in nested:
                 if isinstance(item, dict) and item.get("apiVersion") == served:
@@ -206,8 +208,10 @@ def require_kind(info: RequestInfo) -> KindInfo:
     if info.kind is None:
         group = info.requested_group
         gv = f"{group}/{info.version}" if group else info.version
-        raise st.ApiError(404, "NotFound", f"the server could not find the requested resource "
-                                           f"({info.resource} in {gv})",
-                          details={"causes": [{"reason": "UnexpectedServerResponse",
-                                               "message": "404 page not found"}]})
+        raise st.ApiError(
+            404,
+            "NotFound",
+            f"the server could not find the requested resource ({info.resource} in {gv})",
+            details={"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]},
+        )
     return info.kind

@@ -34,10 +34,10 @@ from typing import Callable
 
 import orjson
 
+from ..api.codec import splice_rv
 from ..api.kinds import KindInfo
 from ..api.selectors import FieldSelector, LabelSelector
 from .interface import Backend, CompactedError, Event, StorageError
-from ..api.codec import splice_rv
 
 log = logging.getLogger("orch-apiserver.watchcache")
 
@@ -52,8 +52,7 @@ FELL_BEHIND = "the watcher fell too far behind; watch again from the last resour
 Sink = Callable[[bytes], bool]
 
 
-def chunked_transport_sink(transport: asyncio.WriteTransport,
-                           limit: int = WATCHER_BUFFER_BYTES) -> Sink:
+def chunked_transport_sink(transport: asyncio.WriteTransport, limit: int = WATCHER_BUFFER_BYTES) -> Sink:
     """A sink writing each frame as one HTTP/1.1 chunk to ``transport`` (the
     response must be prepared, with chunked encoding and no compression).
     Returns False once the transport is closing or holds more than ``limit``
@@ -116,8 +115,9 @@ class WatcherClosed(Exception):
 class Watcher:
     """One client's subscription to one resource, filtered by scope and selectors."""
 
-    def __init__(self, cache: "ResourceCache", namespace: str | None, labels: LabelSelector | None,
-                 fields: FieldSelector | None):
+    def __init__(
+        self, cache: "ResourceCache", namespace: str | None, labels: LabelSelector | None, fields: FieldSelector | None
+    ):
         self.cache = cache
         self.namespace = namespace
         self.labels = labels if labels is not None and not labels.empty else None
@@ -262,11 +262,24 @@ class ResourceCache:
         owners = ()
         refs = md.get("ownerReferences")
         if refs:
-            owners = tuple((r.get("uid", ""), r.get("apiVersion", ""), r.get("kind", ""), r.get("name", ""))
-                           for r in refs if isinstance(r, dict))
-        return Entry(key, raw, rv, md.get("namespace", "") or "", md.get("name", "") or "",
-                     md.get("labels") or {}, self.kind.selectable_fields(obj), md.get("uid", "") or "",
-                     owners, tuple(md.get("finalizers") or ()), bool(md.get("deletionTimestamp")))
+            owners = tuple(
+                (r.get("uid", ""), r.get("apiVersion", ""), r.get("kind", ""), r.get("name", ""))
+                for r in refs
+                if isinstance(r, dict)
+            )
+        return Entry(
+            key,
+            raw,
+            rv,
+            md.get("namespace", "") or "",
+            md.get("name", "") or "",
+            md.get("labels") or {},
+            self.kind.selectable_fields(obj),
+            md.get("uid", "") or "",
+            owners,
+            tuple(md.get("finalizers") or ()),
+            bool(md.get("deletionTimestamp")),
+        )
 
     @property
     def watchers(self) -> list[Watcher]:

@@ -58,8 +58,14 @@ _ERR_FUTURE = "required revision is a future revision"
 # Refused before being proposed to raft: safe to retry any request.
 _ERR_TOO_MANY = "too many requests"
 # The cluster cannot serve right now (the request may or may not have applied).
-_ERR_UNAVAILABLE = ("no leader", "leader changed", "request timed out",
-                    "timed out due to previous", "not capable", "stopped")
+_ERR_UNAVAILABLE = (
+    "no leader",
+    "leader changed",
+    "request timed out",
+    "timed out due to previous",
+    "not capable",
+    "stopped",
+)
 _RETRY_DELAYS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 _CMP_EQUAL = rpc_pb2.Compare.EQUAL
@@ -125,8 +131,14 @@ class EtcdBackend:
 
     name = "etcd"
 
-    def __init__(self, endpoints: list[str], prefix: str = "/registry", *,
-                 timeout: float = 10.0, compaction_interval: float = 0.0):
+    def __init__(
+        self,
+        endpoints: list[str],
+        prefix: str = "/registry",
+        *,
+        timeout: float = 10.0,
+        compaction_interval: float = 0.0,
+    ):
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         self.endpoints = list(endpoints)
@@ -149,12 +161,15 @@ class EtcdBackend:
     async def start(self) -> None:
         if self._channel is not None:
             return
-        channel = grpc.aio.insecure_channel(_channel_target(self.endpoints), options=[
-            ("grpc.max_receive_message_length", -1),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-        ])
+        channel = grpc.aio.insecure_channel(
+            _channel_target(self.endpoints),
+            options=[
+                ("grpc.max_receive_message_length", -1),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+            ],
+        )
         try:
             await asyncio.wait_for(channel.channel_ready(), self.timeout)
         except asyncio.TimeoutError:
@@ -168,8 +183,7 @@ class EtcdBackend:
         await self.compacted_revision()
         await self._detect_progress_ordering()
         if self.compaction_interval > 0:
-            self._compactor = asyncio.get_running_loop().create_task(
-                self._compaction_loop(), name="etcd-compaction")
+            self._compactor = asyncio.get_running_loop().create_task(self._compaction_loop(), name="etcd-compaction")
 
     async def close(self) -> None:
         if self._compactor is not None:
@@ -186,8 +200,7 @@ class EtcdBackend:
 
     async def _detect_progress_ordering(self) -> None:
         try:
-            status = await self._call(rpc_pb2_grpc.MaintenanceStub(self._channel).Status,
-                                      rpc_pb2.StatusRequest())
+            status = await self._call(rpc_pb2_grpc.MaintenanceStub(self._channel).Status, rpc_pb2.StatusRequest())
         except StorageError as exc:  # e.g. not permitted: assume the unsafe kind
             log.warning("etcd: cannot read the server version (%s); progress by marker writes", exc)
             self.server_version, self.progress_ordered = "", False
@@ -195,8 +208,10 @@ class EtcdBackend:
         self.server_version = status.version
         self.progress_ordered = progress_is_ordered(status.version)
         if not self.progress_ordered:
-            log.info("etcd %s: requested watch progress is not ordered with events; "
-                     "using marker writes instead", status.version or "(unknown version)")
+            log.info(
+                "etcd %s: requested watch progress is not ordered with events; using marker writes instead",
+                status.version or "(unknown version)",
+            )
 
     def _stub(self) -> rpc_pb2_grpc.KVStub:
         kv = self._kv
@@ -210,14 +225,16 @@ class EtcdBackend:
         return self._pfx + key.encode()
 
     def _kv_out(self, kv) -> KeyValue:
-        return KeyValue(kv.key[self._plen:].decode(), kv.value, kv.mod_revision,
-                        kv.create_revision)
+        return KeyValue(kv.key[self._plen :].decode(), kv.value, kv.mod_revision, kv.create_revision)
 
     def _error(self, exc: grpc.aio.AioRpcError, revision: int = 0) -> StorageError:
         code = exc.code()
         details = exc.details() or ""
-        if (code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                or _ERR_TOO_MANY in details or any(m in details for m in _ERR_UNAVAILABLE)):
+        if (
+            code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            or _ERR_TOO_MANY in details
+            or any(m in details for m in _ERR_UNAVAILABLE)
+        ):
             return UnavailableError(f"etcd: {code.name}: {details}")
         if _ERR_COMPACTED in details:
             self._compacted = max(self._compacted, revision + 1)
@@ -272,21 +289,20 @@ class EtcdBackend:
 
     async def create(self, key: str, value: bytes) -> int:
         k = self._key(key)
-        resp = await self._txn(rpc_pb2.TxnRequest(
-            compare=[rpc_pb2.Compare(key=k, target=_TARGET_CREATE, result=_CMP_EQUAL,
-                                     create_revision=0)],
-            success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=value))],
-        ))
+        resp = await self._txn(
+            rpc_pb2.TxnRequest(
+                compare=[rpc_pb2.Compare(key=k, target=_TARGET_CREATE, result=_CMP_EQUAL, create_revision=0)],
+                success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=value))],
+            )
+        )
         if not resp.succeeded:
             raise KeyExistsError(key)
         return resp.header.revision
 
     def _precondition(self, k: bytes, expected: int) -> rpc_pb2.Compare:
         if expected:
-            return rpc_pb2.Compare(key=k, target=_TARGET_MOD, result=_CMP_EQUAL,
-                                   mod_revision=expected)
-        return rpc_pb2.Compare(key=k, target=_TARGET_CREATE, result=_CMP_GREATER,
-                               create_revision=0)
+            return rpc_pb2.Compare(key=k, target=_TARGET_MOD, result=_CMP_EQUAL, mod_revision=expected)
+        return rpc_pb2.Compare(key=k, target=_TARGET_CREATE, result=_CMP_GREATER, create_revision=0)
 
     def _failed(self, key: str, expected: int, resp) -> StorageError:
         kvs = resp.responses[0].response_range.kvs
@@ -296,23 +312,26 @@ class EtcdBackend:
 
     async def update(self, key: str, value: bytes, expected_mod_revision: int) -> int:
         k = self._key(key)
-        resp = await self._txn(rpc_pb2.TxnRequest(
-            compare=[self._precondition(k, expected_mod_revision)],
-            success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=value))],
-            failure=[rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=k, keys_only=True))],
-        ))
+        resp = await self._txn(
+            rpc_pb2.TxnRequest(
+                compare=[self._precondition(k, expected_mod_revision)],
+                success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=value))],
+                failure=[rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=k, keys_only=True))],
+            )
+        )
         if not resp.succeeded:
             raise self._failed(key, expected_mod_revision, resp)
         return resp.header.revision
 
     async def delete(self, key: str, expected_mod_revision: int = 0) -> tuple[int, KeyValue]:
         k = self._key(key)
-        resp = await self._txn(rpc_pb2.TxnRequest(
-            compare=[self._precondition(k, expected_mod_revision)],
-            success=[rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(
-                key=k, prev_kv=True))],
-            failure=[rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=k, keys_only=True))],
-        ))
+        resp = await self._txn(
+            rpc_pb2.TxnRequest(
+                compare=[self._precondition(k, expected_mod_revision)],
+                success=[rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(key=k, prev_kv=True))],
+                failure=[rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=k, keys_only=True))],
+            )
+        )
         if not resp.succeeded:
             raise self._failed(key, expected_mod_revision, resp)
         prev = resp.responses[0].response_delete_range.prev_kvs
@@ -323,14 +342,12 @@ class EtcdBackend:
     # -- reads ---------------------------------------------------------------------
 
     async def get(self, key: str, revision: int = 0) -> KeyValue | None:
-        resp = await self._range(rpc_pb2.RangeRequest(key=self._key(key), revision=revision),
-                                 revision)
+        resp = await self._range(rpc_pb2.RangeRequest(key=self._key(key), revision=revision), revision)
         if not resp.kvs:
             return None
         return self._kv_out(resp.kvs[0])
 
-    async def list(self, prefix: str, revision: int = 0, start_after: str = "",
-                   limit: int = 0) -> ListResult:
+    async def list(self, prefix: str, revision: int = 0, start_after: str = "", limit: int = 0) -> ListResult:
         lo = self._key(prefix)
         end = _prefix_end(lo)
         start = lo
@@ -338,22 +355,24 @@ class EtcdBackend:
             after = self._key(start_after) + b"\x00"  # the least key > start_after
             if after > start:
                 start = after
-        resp = await self._range(rpc_pb2.RangeRequest(
-            key=start, range_end=end, limit=max(limit, 0), revision=revision), revision)
+        resp = await self._range(
+            rpc_pb2.RangeRequest(key=start, range_end=end, limit=max(limit, 0), revision=revision), revision
+        )
         plen = self._plen
-        items = [KeyValue(kv.key[plen:].decode(), kv.value, kv.mod_revision, kv.create_revision)
-                 for kv in resp.kvs if not kv.key.endswith(PROGRESS_MARK)]
+        items = [
+            KeyValue(kv.key[plen:].decode(), kv.value, kv.mod_revision, kv.create_revision)
+            for kv in resp.kvs
+            if not kv.key.endswith(PROGRESS_MARK)
+        ]
         more = bool(resp.more)
-        return ListResult(items, revision or resp.header.revision, more,
-                          resp.count - len(resp.kvs) if more else 0)
+        return ListResult(items, revision or resp.header.revision, more, resp.count - len(resp.kvs) if more else 0)
 
     async def count(self, prefix: str) -> int:
         """Keys under ``prefix``; a progress marker of a watch on ``prefix`` or
         below (see the module docstring) counts too: exact for API resources,
         whose prefixes hold no watch of their own."""
         lo = self._key(prefix)
-        resp = await self._range(rpc_pb2.RangeRequest(key=lo, range_end=_prefix_end(lo),
-                                                      count_only=True))
+        resp = await self._range(rpc_pb2.RangeRequest(key=lo, range_end=_prefix_end(lo), count_only=True))
         return resp.count
 
     # -- watch ---------------------------------------------------------------------
@@ -365,8 +384,7 @@ class EtcdBackend:
         prev = self._kv_out(ev.prev_kv) if ev.HasField("prev_kv") else None
         if ev.type == _EV_DELETE:
             kv = ev.kv
-            return Event("DELETE", KeyValue(kv.key[self._plen:].decode(), b"", kv.mod_revision, 0),
-                         prev)
+            return Event("DELETE", KeyValue(kv.key[self._plen :].decode(), b"", kv.mod_revision, 0), prev)
         return Event("PUT", self._kv_out(ev.kv), prev)
 
     async def _watch(self, prefix: str, after: int) -> AsyncIterator[Event]:
@@ -383,9 +401,17 @@ class EtcdBackend:
         self._watch_calls[call] = lo + PROGRESS_MARK
         try:
             try:
-                await call.write(rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
-                    key=lo, range_end=_prefix_end(lo), start_revision=after + 1,
-                    prev_kv=True, progress_notify=True)))
+                await call.write(
+                    rpc_pb2.WatchRequest(
+                        create_request=rpc_pb2.WatchCreateRequest(
+                            key=lo,
+                            range_end=_prefix_end(lo),
+                            start_revision=after + 1,
+                            prev_kv=True,
+                            progress_notify=True,
+                        )
+                    )
+                )
                 while True:
                     resp = await call.read()
                     if resp is grpc.aio.EOF:
@@ -428,8 +454,9 @@ class EtcdBackend:
             # One marker write per open watch range; the events arrive in order.
             markers = set(self._watch_calls.values())
             if markers:
-                await asyncio.gather(*(self._call(self._stub().Put, rpc_pb2.PutRequest(key=m, value=b""))
-                                       for m in markers))
+                await asyncio.gather(
+                    *(self._call(self._stub().Put, rpc_pb2.PutRequest(key=m, value=b"")) for m in markers)
+                )
             return
         for call in list(self._watch_calls):
             try:
@@ -441,8 +468,9 @@ class EtcdBackend:
 
     async def compact(self, revision: int) -> None:
         try:
-            await self._call(self._stub().Compact,
-                             rpc_pb2.CompactionRequest(revision=revision, physical=True), revision)
+            await self._call(
+                self._stub().Compact, rpc_pb2.CompactionRequest(revision=revision, physical=True), revision
+            )
         except CompactedError:
             pass  # already compacted at or beyond revision
         self._compacted = max(self._compacted, revision)
@@ -460,12 +488,18 @@ class EtcdBackend:
                         return
                 except ValueError:
                     pass
-            txn = await self._txn(rpc_pb2.TxnRequest(
-                compare=[rpc_pb2.Compare(key=COMPACTED_KEY, target=_TARGET_MOD,
-                                         result=_CMP_EQUAL, mod_revision=mod)],
-                success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(
-                    key=COMPACTED_KEY, value=str(revision).encode()))],
-            ))
+            txn = await self._txn(
+                rpc_pb2.TxnRequest(
+                    compare=[
+                        rpc_pb2.Compare(key=COMPACTED_KEY, target=_TARGET_MOD, result=_CMP_EQUAL, mod_revision=mod)
+                    ],
+                    success=[
+                        rpc_pb2.RequestOp(
+                            request_put=rpc_pb2.PutRequest(key=COMPACTED_KEY, value=str(revision).encode())
+                        )
+                    ],
+                )
+            )
             if txn.succeeded:
                 return
 

@@ -114,8 +114,7 @@ class Backend(Protocol):
         """Delete (conditionally when expected_mod_revision != 0). Returns the
         deletion's revision and the last value."""
 
-    async def list(self, prefix: str, revision: int = 0, start_after: str = "",
-                   limit: int = 0) -> ListResult:
+    async def list(self, prefix: str, revision: int = 0, start_after: str = "", limit: int = 0) -> ListResult:
         """Keys under ``prefix`` in key order, as of ``revision`` (0 = newest),
         strictly after ``start_after``, at most ``limit`` (0 = all).
         ``ListResult.revision`` is the snapshot read (pass it back as

@@ -127,8 +127,14 @@ class SqliteBackend:
 
     name = "sqlite"
 
-    def __init__(self, path: str, *, compaction_interval: float = 60.0,
-                 retention_seconds: float = 300.0, watch_queue_size: int = 10000):
+    def __init__(
+        self,
+        path: str,
+        *,
+        compaction_interval: float = 60.0,
+        retention_seconds: float = 300.0,
+        watch_queue_size: int = 10000,
+    ):
         self.path = str(path)
         self.compaction_interval = compaction_interval
         self.retention_seconds = retention_seconds
@@ -190,7 +196,8 @@ class SqliteBackend:
         self._closed = False
         if self.compaction_interval > 0:
             self._compactor = asyncio.get_running_loop().create_task(
-                self._compaction_loop(), name=f"sqlite-compaction:{self.path}")
+                self._compaction_loop(), name=f"sqlite-compaction:{self.path}"
+            )
 
     async def close(self) -> None:
         if self._db is None:
@@ -274,11 +281,13 @@ class SqliteBackend:
             keys = list({op[1] for op in batch})
             state: dict[str, tuple[int, int, bytes] | None] = dict.fromkeys(keys)
             for start in range(0, len(keys), 500):
-                chunk = keys[start:start + 500]
+                chunk = keys[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 for key, rid, created, value in db.execute(
-                        "SELECT c.key, l.id, l.created, l.value FROM current c "
-                        f"JOIN log l ON l.id = c.id WHERE c.key IN ({marks})", chunk):
+                    "SELECT c.key, l.id, l.created, l.value FROM current c "
+                    f"JOIN log l ON l.id = c.id WHERE c.key IN ({marks})",
+                    chunk,
+                ):
                     state[key] = (rid, created, value)
 
             rev = base
@@ -321,16 +330,16 @@ class SqliteBackend:
             if rows:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    db.executemany(
-                        "INSERT INTO log (id, key, created, prev, value) VALUES (?, ?, ?, ?, ?)",
-                        rows)
+                    db.executemany("INSERT INTO log (id, key, created, prev, value) VALUES (?, ?, ?, ?, ?)", rows)
                     touched = {row[1] for row in rows}
                     live = [(k, state[k][0]) for k in touched if state[k] is not None]
                     dead = [(k,) for k in touched if state[k] is None]
                     if live:
                         db.executemany(
                             "INSERT INTO current (key, id) VALUES (?, ?) "
-                            "ON CONFLICT (key) DO UPDATE SET id = excluded.id", live)
+                            "ON CONFLICT (key) DO UPDATE SET id = excluded.id",
+                            live,
+                        )
                     if dead:
                         db.executemany("DELETE FROM current WHERE key = ?", dead)
                     now = max(time.time(), self._last_commit_time)
@@ -362,9 +371,13 @@ class SqliteBackend:
                 future.set_result(result[1])
             if want_events:
                 etype, key, value, mod, created, prev = result[2]
-                events.append(Event(
-                    etype, KeyValue(key, value, mod, created),
-                    KeyValue(key, prev[2], prev[0], prev[1]) if prev is not None else None))
+                events.append(
+                    Event(
+                        etype,
+                        KeyValue(key, value, mod, created),
+                        KeyValue(key, prev[2], prev[0], prev[1]) if prev is not None else None,
+                    )
+                )
         if events:
             self._fan_out(events)
 
@@ -392,18 +405,17 @@ class SqliteBackend:
         if revision and revision != self._rev:
             self._check_read_revision(revision)
             row = db.execute(
-                "SELECT value, id, created FROM log WHERE key = ? AND id <= ? "
-                "ORDER BY id DESC LIMIT 1", (key, revision)).fetchone()
+                "SELECT value, id, created FROM log WHERE key = ? AND id <= ? ORDER BY id DESC LIMIT 1", (key, revision)
+            ).fetchone()
         else:
             row = db.execute(
-                "SELECT l.value, l.id, l.created FROM current c JOIN log l ON l.id = c.id "
-                "WHERE c.key = ?", (key,)).fetchone()
+                "SELECT l.value, l.id, l.created FROM current c JOIN log l ON l.id = c.id WHERE c.key = ?", (key,)
+            ).fetchone()
         if row is None or row[0] is None:
             return None
         return KeyValue(key, row[0], row[1], row[2])
 
-    async def list(self, prefix: str, revision: int = 0, start_after: str = "",
-                   limit: int = 0) -> ListResult:
+    async def list(self, prefix: str, revision: int = 0, start_after: str = "", limit: int = 0) -> ListResult:
         db = self._conn()
         if revision and revision != self._rev:
             self._check_read_revision(revision)
@@ -417,14 +429,18 @@ class SqliteBackend:
             args.append(start_after)
         fetch = limit + 1 if limit > 0 else -1
         if not revision:
-            sql = ("SELECT c.key, l.value, l.id, l.created FROM current c "
-                   f"JOIN log l ON l.id = c.id WHERE {where} ORDER BY c.key LIMIT ?")
+            sql = (
+                "SELECT c.key, l.value, l.id, l.created FROM current c "
+                f"JOIN log l ON l.id = c.id WHERE {where} ORDER BY c.key LIMIT ?"
+            )
             rows = db.execute(sql, (*args, fetch)).fetchall()
         else:
-            sql = ("SELECT l.key, l.value, l.id, l.created FROM log l "
-                   f"WHERE {where} AND l.id <= ? AND l.id = "
-                   "(SELECT MAX(x.id) FROM log x WHERE x.key = l.key AND x.id <= ?) "
-                   "AND l.value IS NOT NULL ORDER BY l.key LIMIT ?")
+            sql = (
+                "SELECT l.key, l.value, l.id, l.created FROM log l "
+                f"WHERE {where} AND l.id <= ? AND l.id = "
+                "(SELECT MAX(x.id) FROM log x WHERE x.key = l.key AND x.id <= ?) "
+                "AND l.value IS NOT NULL ORDER BY l.key LIMIT ?"
+            )
             rows = db.execute(sql, (*args, at, at, fetch)).fetchall()
         more = limit > 0 and len(rows) > limit
         if more:
@@ -436,15 +452,16 @@ class SqliteBackend:
             if not revision:
                 where2, args2 = _range_clause(prefix)
                 (remaining,) = db.execute(
-                    f"SELECT COUNT(*) FROM current WHERE {where2} AND key > ?",
-                    (*args2, last)).fetchone()
+                    f"SELECT COUNT(*) FROM current WHERE {where2} AND key > ?", (*args2, last)
+                ).fetchone()
             else:
                 where2, args2 = _range_clause(prefix, "l.key")
                 (remaining,) = db.execute(
                     f"SELECT COUNT(*) FROM log l WHERE {where2} AND l.key > ? AND l.id <= ? "
                     "AND l.id = (SELECT MAX(x.id) FROM log x WHERE x.key = l.key AND x.id <= ?) "
                     "AND l.value IS NOT NULL",
-                    (*args2, last, at, at)).fetchone()
+                    (*args2, last, at, at),
+                ).fetchone()
         return ListResult(items, at, more, remaining)
 
     async def count(self, prefix: str) -> int:
@@ -467,11 +484,16 @@ class SqliteBackend:
 
     def _history_page(self, prefix: str, after: int) -> list[Event]:
         where, args = _range_clause(prefix, "l.key")
-        rows = self._conn().execute(
-            "SELECT l.id, l.key, l.value, l.created, p.id, p.value, p.created "
-            "FROM log l LEFT JOIN log p ON p.id = l.prev "
-            f"WHERE l.id > ? AND {where} ORDER BY l.id LIMIT ?",
-            (after, *args, _WATCH_PAGE)).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT l.id, l.key, l.value, l.created, p.id, p.value, p.created "
+                "FROM log l LEFT JOIN log p ON p.id = l.prev "
+                f"WHERE l.id > ? AND {where} ORDER BY l.id LIMIT ?",
+                (after, *args, _WATCH_PAGE),
+            )
+            .fetchall()
+        )
         events = []
         for rid, key, value, created, pid, pvalue, pcreated in rows:
             prev = KeyValue(key, pvalue, pid, pcreated) if pid is not None else None
@@ -553,9 +575,9 @@ class SqliteBackend:
             # Every row superseded at or below `new` is the `prev` of a later
             # row at or below `new`; tombstones at or below `new` go too.
             db.execute(
-                "DELETE FROM log WHERE id IN "
-                "(SELECT prev FROM log WHERE id > ? AND id <= ? AND prev IS NOT NULL)",
-                (old, new))
+                "DELETE FROM log WHERE id IN (SELECT prev FROM log WHERE id > ? AND id <= ? AND prev IS NOT NULL)",
+                (old, new),
+            )
             db.execute("DELETE FROM log WHERE id > ? AND id <= ? AND value IS NULL", (old, new))
             db.execute("DELETE FROM commits WHERE rev <= ?", (new,))
             db.execute("UPDATE meta SET value = ? WHERE name = 'compacted'", (new,))
@@ -569,9 +591,11 @@ class SqliteBackend:
     def _retention_revision(self) -> int:
         """The newest revision committed more than retention_seconds ago."""
         cutoff = time.time() - self.retention_seconds
-        row = self._conn().execute(
-            "SELECT rev FROM commits WHERE ts < ? ORDER BY ts DESC, rev DESC LIMIT 1",
-            (cutoff,)).fetchone()
+        row = (
+            self._conn()
+            .execute("SELECT rev FROM commits WHERE ts < ? ORDER BY ts DESC, rev DESC LIMIT 1", (cutoff,))
+            .fetchone()
+        )
         return row[0] if row else 0
 
     async def compact_expired(self) -> int:

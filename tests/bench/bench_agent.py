@@ -48,12 +48,12 @@ def start(workdir: Path, extra_env: dict[str, str] | None = None):
     sock.bind(path)
     swaps = workdir / "swaps"
     swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n")
-    env = {**os.environ, "NOTIFY_SOCKET": path, names.ENV_AGENT_TEST_PROC_SWAPS: str(swaps),
-           **(extra_env or {})}
+    env = {**os.environ, "NOTIFY_SOCKET": path, names.ENV_AGENT_TEST_PROC_SWAPS: str(swaps), **(extra_env or {})}
     argv = agent_argv() + [f"--root-dir={workdir / 'root'}", "--healthz-port=0", "--deprecation-warnings=false"]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     sock.settimeout(30)
     while True:
         data = sock.recv(4096).decode()
@@ -84,8 +84,10 @@ def memory_mb(pid: int) -> dict[str, float]:
 
 
 def imported_modules() -> set[str]:
-    code = ("import sys, agent.cli, agent.options, agent.config, agent.validation, agent.process, "
-            "agent.logging; print('\\n'.join(sorted(sys.modules)))")
+    code = (
+        "import sys, agent.cli, agent.options, agent.config, agent.validation, agent.process, "
+        "agent.logging; print('\\n'.join(sorted(sys.modules)))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     return set(r.stdout.split())
 
@@ -114,8 +116,10 @@ def main() -> None:
     heavy = [m for m in HEAVY if m in modules]
     ok = lambda good: "ok" if good else "OVER TARGET"  # noqa: E731
     print(f"orch-agent ({' '.join(agent_argv())}), Python {sys.version.split()[0]}, {args.runs} runs")
-    print(f"  start-up to READY=1: median {med:.3f} s, worst {worst:.3f} s "
-          f"(target <= {READY_TARGET_S} s: {ok(worst <= READY_TARGET_S)})")
+    print(
+        f"  start-up to READY=1: median {med:.3f} s, worst {worst:.3f} s "
+        f"(target <= {READY_TARGET_S} s: {ok(worst <= READY_TARGET_S)})"
+    )
     line = f"  idle RSS after {args.idle:g} s, no pods: {mem['rss']:.1f} MB"
     if "uss" in mem:
         line += f" (USS {mem['uss']:.1f} MB, PSS {mem['pss']:.1f} MB)"

@@ -94,17 +94,42 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 NS_LIST, NS_CREATE, NS_WATCH = "bench-list", "bench-create", "bench-watch"
 BENCH_SCHEDULER = "orch-bench-no-scheduler"  # a scheduler name nobody serves
 
-FULL = dict(fill=10_000, create_s=15.0, get_s=10.0, list_runs=5, page_runs=3,
-            watchers=1000, watch_procs=4, watch_events=200, watch_rate=10.0,
-            raw_puts=20_000, raw_inserts=20_000, echo_s=8.0, profile_s=8.0)
-QUICK = dict(fill=1000, create_s=3.0, get_s=2.0, list_runs=2, page_runs=1,
-             watchers=100, watch_procs=2, watch_events=20, watch_rate=20.0,
-             raw_puts=2000, raw_inserts=2000, echo_s=2.0, profile_s=3.0)
+FULL = dict(
+    fill=10_000,
+    create_s=15.0,
+    get_s=10.0,
+    list_runs=5,
+    page_runs=3,
+    watchers=1000,
+    watch_procs=4,
+    watch_events=200,
+    watch_rate=10.0,
+    raw_puts=20_000,
+    raw_inserts=20_000,
+    echo_s=8.0,
+    profile_s=8.0,
+)
+QUICK = dict(
+    fill=1000,
+    create_s=3.0,
+    get_s=2.0,
+    list_runs=2,
+    page_runs=1,
+    watchers=100,
+    watch_procs=2,
+    watch_events=20,
+    watch_rate=20.0,
+    raw_puts=2000,
+    raw_inserts=2000,
+    echo_s=2.0,
+    profile_s=3.0,
+)
 
 
 def use_uvloop() -> None:
     try:
         import uvloop
+
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass
@@ -112,12 +137,17 @@ def use_uvloop() -> None:
 
 # --- pods -----------------------------------------------------------------------------
 
+
 def _pod(namespace: str, name: str, annotations: dict) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app": "bench", "tier": "backend", "bench.orch.io/shard": "s3"},
-                     "annotations": annotations},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app": "bench", "tier": "backend", "bench.orch.io/shard": "s3"},
+            "annotations": annotations,
+        },
         "spec": {
             # Not the default scheduler's pods: with no nodes, the in-process scheduler
             # would answer each create with a PodScheduled=False status write and a
@@ -125,14 +155,19 @@ def _pod(namespace: str, name: str, annotations: dict) -> dict:
             # that backlog during the later phases. The figures are the API's.
             "schedulerName": BENCH_SCHEDULER,
             "restartPolicy": "Always",
-            "containers": [{
-                "name": "app", "image": "registry.local/bench/app:1.0",
-                "command": ["/bin/app", "--listen=:8080", "--log-level=info"],
-                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-                "env": [{"name": f"BENCH_SETTING_{i}", "value": f"value-{i:02d}-" + "x" * 16} for i in range(8)],
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
-                              "limits": {"cpu": "500m", "memory": "256Mi"}},
-            }],
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.local/bench/app:1.0",
+                    "command": ["/bin/app", "--listen=:8080", "--log-level=info"],
+                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    "env": [{"name": f"BENCH_SETTING_{i}", "value": f"value-{i:02d}-" + "x" * 16} for i in range(8)],
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "64Mi"},
+                        "limits": {"cpu": "500m", "memory": "256Mi"},
+                    },
+                }
+            ],
         },
     }
 
@@ -158,6 +193,7 @@ def fill_name(i: int) -> str:
 
 # --- a minimal HTTP/1.1 keep-alive client -------------------------------------------------
 
+
 def client_ssl(creds: dict) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=creds["ca"])
     ctx.load_cert_chain(creds["cert"], creds["key"])
@@ -172,14 +208,17 @@ class HttpConn:
 
     @classmethod
     async def open(cls, port: int, ctx: ssl.SSLContext) -> "HttpConn":
-        reader, writer = await asyncio.open_connection(HOST, port, ssl=ctx, server_hostname=HOST,
-                                                       limit=1 << 20)
+        reader, writer = await asyncio.open_connection(HOST, port, ssl=ctx, server_hostname=HOST, limit=1 << 20)
         return cls(reader, writer, f"{HOST}:{port}".encode())
 
-    async def request(self, method: str, path: str, body: bytes = b"",
-                      ctype: bytes = b"application/json") -> tuple[int, bytes]:
+    async def request(
+        self, method: str, path: str, body: bytes = b"", ctype: bytes = b"application/json"
+    ) -> tuple[int, bytes]:
         head = b"%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: orch-bench/1\r\nAccept: application/json\r\n" % (
-            method.encode(), path.encode(), self.host)
+            method.encode(),
+            path.encode(),
+            self.host,
+        )
         if body or method in ("POST", "PUT", "PATCH"):
             head += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (ctype, len(body))
         self.w.write(head + b"\r\n" + body)
@@ -189,7 +228,7 @@ class HttpConn:
         i = lower.find(b"\r\ncontent-length:")
         if i >= 0:
             j = lower.find(b"\r\n", i + 2)
-            data = await self.r.readexactly(int(lower[i + 17:j]))
+            data = await self.r.readexactly(int(lower[i + 17 : j]))
         elif b"\r\ntransfer-encoding: chunked" in lower:
             parts = []
             while True:
@@ -280,6 +319,7 @@ class BenchError(RuntimeError):
 
 # --- load generator processes -------------------------------------------------------------
 
+
 class Workers:
     """Child processes running this file in ``_worker`` mode: READY, GO, RESULT lines."""
 
@@ -288,8 +328,12 @@ class Workers:
         self.bufs: dict[int, bytes] = {}
         for spec in specs:
             log = open(log_dir / f"worker-{spec['kind']}-{spec['wid']}.log", "ab")
-            proc = spawn([sys.executable, __file__, "_worker", json.dumps(spec)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+            proc = spawn(
+                [sys.executable, __file__, "_worker", json.dumps(spec)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
             log.close()
             proc.log_path = log_dir / f"worker-{spec['kind']}-{spec['wid']}.log"
             self.procs.append(proc)
@@ -364,6 +408,7 @@ def pct(sorted_values: list[float], q: float) -> float:
 
 
 # --- worker side (child processes) -------------------------------------------------------
+
 
 async def _stdin_line() -> str:
     return await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
@@ -445,9 +490,19 @@ async def load_worker(spec: dict) -> None:
         conn.close()
     with open(spec["out"], "wb") as fh:
         fh.write(lat.tobytes())
-    _say("RESULT " + json.dumps({"ok": ok, "errors": {str(k): v for k, v in errors.items()},
-                                 "first_error": first_error, "cpu": cpu, "elapsed": elapsed,
-                                 "out": spec["out"]}))
+    _say(
+        "RESULT "
+        + json.dumps(
+            {
+                "ok": ok,
+                "errors": {str(k): v for k, v in errors.items()},
+                "first_error": first_error,
+                "cpu": cpu,
+                "elapsed": elapsed,
+                "out": spec["out"],
+            }
+        )
+    )
 
 
 class WatchProto(asyncio.Protocol):
@@ -501,7 +556,7 @@ class WatchProto(asyncio.Protocol):
             if size == 0:
                 pos = eol + 4
                 break
-            self.line += buf[eol + 2:eol + 2 + size]
+            self.line += buf[eol + 2 : eol + 2 + size]
             pos = eol + 2 + size + 2
         del buf[:pos]
         line = self.line
@@ -510,30 +565,33 @@ class WatchProto(asyncio.Protocol):
             if nl < 0:
                 break
             frame = bytes(line[:nl])
-            del line[:nl + 1]
+            del line[: nl + 1]
             j = frame.find(TS_MARKER)
             if j < 0:
-                self.other[frame[9:frame.find(b'"', 9)].decode(errors="replace")] += 1
+                self.other[frame[9 : frame.find(b'"', 9)].decode(errors="replace")] += 1
                 continue
             j += len(TS_MARKER)
-            self.sink.append(now - float(frame[j:frame.index(b'"', j)]))
+            self.sink.append(now - float(frame[j : frame.index(b'"', j)]))
             self.count += 1
 
 
 async def watch_worker(spec: dict) -> None:
     loop = asyncio.get_running_loop()
     ctx = client_ssl(spec["creds"])
-    request = (b"GET /api/v1/namespaces/%s/pods?watch=true&timeoutSeconds=900 HTTP/1.1\r\n"
-               b"Host: %s:%d\r\nUser-Agent: orch-bench/1\r\nAccept: application/json\r\n\r\n"
-               % (spec["namespace"].encode(), HOST.encode(), spec["port"]))
+    request = (
+        b"GET /api/v1/namespaces/%s/pods?watch=true&timeoutSeconds=900 HTTP/1.1\r\n"
+        b"Host: %s:%d\r\nUser-Agent: orch-bench/1\r\nAccept: application/json\r\n\r\n"
+        % (spec["namespace"].encode(), HOST.encode(), spec["port"])
+    )
     sink = array.array("d")
     protos: list[WatchProto] = []
     gate = asyncio.Semaphore(32)
 
     async def open_one() -> None:
         async with gate:
-            _, proto = await loop.create_connection(lambda: WatchProto(request, sink), HOST, spec["port"],
-                                                    ssl=ctx, server_hostname=HOST)
+            _, proto = await loop.create_connection(
+                lambda: WatchProto(request, sink), HOST, spec["port"], ssl=ctx, server_hostname=HOST
+            )
             protos.append(proto)
             await asyncio.wait_for(proto.ready, 30)
 
@@ -552,12 +610,21 @@ async def watch_worker(spec: dict) -> None:
         p.transport.close()
     with open(spec["out"], "wb") as fh:
         fh.write(sink.tobytes())
-    _say("RESULT " + json.dumps({
-        "watchers": len(protos), "deliveries": len(sink),
-        "complete": sum(1 for p in protos if p.count >= expected),
-        "missing": sum(max(0, expected - p.count) for p in protos),
-        "closed_early": sum(1 for p in protos if p.closed and p.count < expected),
-        "other_frames": dict(other), "cpu": time.process_time() - cpu0, "out": spec["out"]}))
+    _say(
+        "RESULT "
+        + json.dumps(
+            {
+                "watchers": len(protos),
+                "deliveries": len(sink),
+                "complete": sum(1 for p in protos if p.count >= expected),
+                "missing": sum(max(0, expected - p.count) for p in protos),
+                "closed_early": sum(1 for p in protos if p.closed and p.count < expected),
+                "other_frames": dict(other),
+                "cpu": time.process_time() - cpu0,
+                "out": spec["out"],
+            }
+        )
+    )
 
 
 def worker_main(spec: dict) -> None:
@@ -606,6 +673,7 @@ def echo_main(spec: dict) -> None:
 
 
 # --- cProfile inside the server -------------------------------------------------------------
+
 
 class CProfileRun:
     """One cProfile window in a server started by ``cprofile_server_main``."""
@@ -690,11 +758,11 @@ def cprofile_server_main(out_dir: str, argv: list[str], profile: bool = True) ->
 
 # --- the server under test -----------------------------------------------------------------
 
+
 class Server:
     """orch-apiserver as a subprocess, with the admin client credentials extracted."""
 
-    def __init__(self, root: Path, backend: str, etcd=None, cprofile_dir: str | None = None,
-                 gc_dir: str | None = None):
+    def __init__(self, root: Path, backend: str, etcd=None, cprofile_dir: str | None = None, gc_dir: str | None = None):
         from tests.components import free_port
 
         self.cprofile_dir = cprofile_dir
@@ -728,8 +796,9 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> "Server":
         with open(self.log_path, "ab") as log:
-            self.proc = spawn(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              cwd=str(REPO))
+            self.proc = spawn(
+                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)
+            )
         deadline = time.monotonic() + timeout
         config = self.data_dir / "admin.orchconfig"
         while True:
@@ -764,11 +833,15 @@ class Server:
         key.chmod(0o600)
         self.creds = {"ca": str(self.data_dir / "pki" / "ca.crt"), "cert": str(cert), "key": str(key)}
 
-    def api(self, method: str, path: str, body: dict | None = None,
-            ctype: str = "application/json") -> tuple[int, bytes]:
-        req = urllib.request.Request(f"https://{HOST}:{self.port}{path}", method=method,
-                                     data=orjson.dumps(body) if body is not None else None,
-                                     headers={"Content-Type": ctype, "Accept": "application/json"})
+    def api(
+        self, method: str, path: str, body: dict | None = None, ctype: str = "application/json"
+    ) -> tuple[int, bytes]:
+        req = urllib.request.Request(
+            f"https://{HOST}:{self.port}{path}",
+            method=method,
+            data=orjson.dumps(body) if body is not None else None,
+            headers={"Content-Type": ctype, "Accept": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, context=client_ssl(self.creds), timeout=30) as resp:
                 return resp.status, resp.read()
@@ -787,6 +860,7 @@ class Server:
 
 
 # --- phases ----------------------------------------------------------------------------------
+
 
 class Bench:
     def __init__(self, args, sizes: dict, root: Path):
@@ -818,13 +892,35 @@ class Bench:
         per = [CONNECTIONS // nprocs + (1 if i < CONNECTIONS % nprocs else 0) for i in range(nprocs)]
         self._seq += 1
         tag = f"w{self._seq}"
-        return [dict(kind="load", wid=i, nprocs=nprocs, conns=per[i], op=op, namespace=namespace, tag=tag,
-                     names_total=names_total, port=port, creds=creds, out=self.out_path())
-                for i in range(nprocs)]
+        return [
+            dict(
+                kind="load",
+                wid=i,
+                nprocs=nprocs,
+                conns=per[i],
+                op=op,
+                namespace=namespace,
+                tag=tag,
+                names_total=names_total,
+                port=port,
+                creds=creds,
+                out=self.out_path(),
+            )
+            for i in range(nprocs)
+        ]
 
-    def load_window(self, port: int, creds: dict, op: str, namespace: str, duration: float,
-                    cpu_pids: tuple[int, ...] = (), names_total: int = 0, profile: str | None = None,
-                    label: str = "") -> dict:
+    def load_window(
+        self,
+        port: int,
+        creds: dict,
+        op: str,
+        namespace: str,
+        duration: float,
+        cpu_pids: tuple[int, ...] = (),
+        names_total: int = 0,
+        profile: str | None = None,
+        label: str = "",
+    ) -> dict:
         """Run ``op`` on 64 connections for ``duration`` seconds; completions counted in the window."""
         workers = Workers(self._load_specs(port, creds, op, namespace, names_total), self.root)
         try:
@@ -863,19 +959,27 @@ class Bench:
         ours = sum(b - a for a, b in zip(cpu0, cpu1)) + sum(r["cpu"] for r in results)
         foreign = max(0.0, (busy1 - busy0) - ours) / duration  # cores used by other processes
         if gc_acc is not None and ok:
-            self.note(f"{label or op}: garbage collector {sum(gc_acc['seconds']) / ok * 1e6:.0f} us per request ("
-                      + ", ".join(f"gen{g} {gc_acc['count'][g]}x {gc_acc['seconds'][g] * 1e3:.0f} ms" for g in range(3))
-                      + f"; {gc_acc['tracked']:,} tracked objects at the start)")
+            self.note(
+                f"{label or op}: garbage collector {sum(gc_acc['seconds']) / ok * 1e6:.0f} us per request ("
+                + ", ".join(f"gen{g} {gc_acc['count'][g]}x {gc_acc['seconds'][g] * 1e3:.0f} ms" for g in range(3))
+                + f"; {gc_acc['tracked']:,} tracked objects at the start)"
+            )
         if foreign > 0.1 and not profile:
-            self.warnings.append(f"{label or op} window: other processes used {foreign:.2f} of "
-                                 f"{os.cpu_count()} CPUs")
-        return {"ok": ok, "rate": ok / duration, "errors": dict(errors), "foreign": foreign,
-                "busy": (busy1 - busy0) / duration,
-                "first_error": next((r["first_error"] for r in results if r["first_error"]), ""),
-                "p50": pct(lat, 0.50), "p99": pct(lat, 0.99), "max": lat[-1] if lat else float("nan"),
-                "cpu_per_req": [(b - a) / ok if ok else float("nan") for a, b in zip(cpu0, cpu1)],
-                "main_cpu_per_req": (main1 - main0) / ok if ok else float("nan"),
-                "client_cpu_per_req": sum(r["cpu"] for r in results) / ok if ok else float("nan")}
+            self.warnings.append(f"{label or op} window: other processes used {foreign:.2f} of {os.cpu_count()} CPUs")
+        return {
+            "ok": ok,
+            "rate": ok / duration,
+            "errors": dict(errors),
+            "foreign": foreign,
+            "busy": (busy1 - busy0) / duration,
+            "first_error": next((r["first_error"] for r in results if r["first_error"]), ""),
+            "p50": pct(lat, 0.50),
+            "p99": pct(lat, 0.99),
+            "max": lat[-1] if lat else float("nan"),
+            "cpu_per_req": [(b - a) / ok if ok else float("nan") for a, b in zip(cpu0, cpu1)],
+            "main_cpu_per_req": (main1 - main0) / ok if ok else float("nan"),
+            "client_cpu_per_req": sum(r["cpu"] for r in results) / ok if ok else float("nan"),
+        }
 
     def fill(self, server: Server, count: int) -> float:
         """Create pods pod-0000000..count-1 in NS_LIST on 64 connections; returns creates/s."""
@@ -910,9 +1014,25 @@ class Bench:
         out = Path(self.args.profile) / f"{name}.txt"
         log = open(Path(self.args.profile) / f"{name}.log", "wb")
         duration = ["--duration", str(max(1, int(seconds)))] if seconds is not None else []
-        proc = spawn([spy, "record", "--pid", str(pid), *duration,
-                      "--rate", "250", "--format", "raw", "--output", str(out), "--nonblocking"],
-                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        proc = spawn(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(pid),
+                *duration,
+                "--rate",
+                "250",
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+                "--nonblocking",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         proc.out_path = out
         proc.timed = seconds is not None
@@ -957,8 +1077,9 @@ class Bench:
                 status, body = server.api("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
                 if status != 201:
                     raise BenchError(f"creating namespace {ns}: {status} {body[:300]!r}")
-            status, body = server.api("POST", f"/api/v1/namespaces/{NS_CREATE}/pods",
-                                      orjson.loads(pod_body(NS_CREATE, "probe-pod")))
+            status, body = server.api(
+                "POST", f"/api/v1/namespaces/{NS_CREATE}/pods", orjson.loads(pod_body(NS_CREATE, "probe-pod"))
+            )
             if status != 201:
                 raise BenchError(f"a 2 KB pod is refused: {status} {body[:500]!r}")
             self.stored_pod_bytes = len(body)
@@ -968,20 +1089,24 @@ class Bench:
             print(f"[{backend}] filling {n:,} pods", flush=True)
             r["fill_rate"] = fill_rate = self.fill(server, n)
             r["mem_fill"] = mem_fill = server.mem()
-            self.note(f"{backend}: filled {n:,} pods at {fill_rate:,.0f}/s; RSS {mem0['VmRSS']:.0f} MiB empty -> "
-                      f"{mem_fill['VmRSS']:.0f} MiB with {n:,} pods")
+            self.note(
+                f"{backend}: filled {n:,} pods at {fill_rate:,.0f}/s; RSS {mem0['VmRSS']:.0f} MiB empty -> "
+                f"{mem_fill['VmRSS']:.0f} MiB with {n:,} pods"
+            )
 
             if "list" in only:
                 print(f"[{backend}] list", flush=True)
                 r["lists"] = asyncio.run(self.measure_lists(server, n))
                 r["mem_list"] = mem_list = server.mem()
-                self.note(f"{backend}: RSS after lists {mem_list['VmRSS']:.0f} MiB "
-                          f"(peak VmHWM {mem_list['VmHWM']:.0f} MiB)")
+                self.note(
+                    f"{backend}: RSS after lists {mem_list['VmRSS']:.0f} MiB (peak VmHWM {mem_list['VmHWM']:.0f} MiB)"
+                )
 
             if "create" in only:
                 print(f"[{backend}] create window {s['create_s']:g}s", flush=True)
-                r["create"] = create = self.load_window(server.port, server.creds, "create", NS_CREATE,
-                                                        s["create_s"], cpu_pids, label=f"{backend} create")
+                r["create"] = create = self.load_window(
+                    server.port, server.creds, "create", NS_CREATE, s["create_s"], cpu_pids, label=f"{backend} create"
+                )
                 self._check_errors(backend, "create", create)
                 # A consistent list right after the burst: waits until the watch cache
                 # has every event of the window (or reads storage), so it must count all.
@@ -991,25 +1116,45 @@ class Bench:
                 doc = orjson.loads(body) if status == 200 else {}
                 listed = len(doc.get("items", [])) + (doc.get("metadata", {}).get("remainingItemCount") or 0)
                 create["catch_up_ms"], create["listed"] = catch_up * 1000, listed
-                self.note(f"{backend}: consistent list after the create window: {catch_up * 1000:.0f} ms, "
-                          f"{listed:,} pods in {NS_CREATE} (status {status})")
+                self.note(
+                    f"{backend}: consistent list after the create window: {catch_up * 1000:.0f} ms, "
+                    f"{listed:,} pods in {NS_CREATE} (status {status})"
+                )
                 r["mem_create"] = mem_create = server.mem()
-                self.note(f"{backend}: RSS after the create window ({n + create['ok']:,} pods stored) "
-                          f"{mem_create['VmRSS']:.0f} MiB (peak {mem_create['VmHWM']:.0f})")
+                self.note(
+                    f"{backend}: RSS after the create window ({n + create['ok']:,} pods stored) "
+                    f"{mem_create['VmRSS']:.0f} MiB (peak {mem_create['VmHWM']:.0f})"
+                )
 
             if "get" in only:
                 print(f"[{backend}] get window {s['get_s']:g}s", flush=True)
-                r["get"] = get = self.load_window(server.port, server.creds, "get", NS_LIST, s["get_s"], cpu_pids,
-                                                  names_total=n, label=f"{backend} get")
+                r["get"] = get = self.load_window(
+                    server.port,
+                    server.creds,
+                    "get",
+                    NS_LIST,
+                    s["get_s"],
+                    cpu_pids,
+                    names_total=n,
+                    label=f"{backend} get",
+                )
                 self._check_errors(backend, "get", get)
                 r["mem_get"] = mem_get = server.mem()
-                self.note(f"{backend}: RSS after the get window {mem_get['VmRSS']:.0f} MiB "
-                          f"(peak {mem_get['VmHWM']:.0f})")
+                self.note(
+                    f"{backend}: RSS after the get window {mem_get['VmRSS']:.0f} MiB (peak {mem_get['VmHWM']:.0f})"
+                )
 
             if self.args.profile or self.args.cprofile:
                 print(f"[{backend}] profiling create and list", flush=True)
-                self.load_window(server.port, server.creds, "create", NS_CREATE, s["profile_s"], cpu_pids,
-                                 profile=f"{backend}-create")
+                self.load_window(
+                    server.port,
+                    server.creds,
+                    "create",
+                    NS_CREATE,
+                    s["profile_s"],
+                    cpu_pids,
+                    profile=f"{backend}-create",
+                )
                 asyncio.run(self.profile_lists(server, s["profile_s"], f"{backend}-list"))
 
             if "watch" in only:
@@ -1067,10 +1212,16 @@ class Bench:
         finally:
             conn.close()
         page_times.sort()
-        return {"full_ms": statistics.median(full) * 1000, "full_min_ms": min(full) * 1000,
-                "full_max_ms": max(full) * 1000, "bytes": statistics.median(sizes),
-                "paged_ms": statistics.median(paged) * 1000, "pages": pages,
-                "page_p50_ms": pct(page_times, 0.5) * 1000, "page_max_ms": page_times[-1] * 1000}
+        return {
+            "full_ms": statistics.median(full) * 1000,
+            "full_min_ms": min(full) * 1000,
+            "full_max_ms": max(full) * 1000,
+            "bytes": statistics.median(sizes),
+            "paged_ms": statistics.median(paged) * 1000,
+            "pages": pages,
+            "page_p50_ms": pct(page_times, 0.5) * 1000,
+            "page_max_ms": page_times[-1] * 1000,
+        }
 
     async def profile_lists(self, server: Server, seconds: float, name: str) -> None:
         conn = await HttpConn.open(server.port, client_ssl(server.creds))
@@ -1082,7 +1233,9 @@ class Bench:
                 await conn.request("GET", path)
                 token = ""
                 while True:  # every other round a paged list
-                    status, body = await conn.request("GET", path + "?limit=500" + (f"&continue={token}" if token else ""))
+                    status, body = await conn.request(
+                        "GET", path + "?limit=500" + (f"&continue={token}" if token else "")
+                    )
                     token = orjson.loads(body)["metadata"].get("continue", "")
                     if not token:
                         break
@@ -1094,8 +1247,18 @@ class Bench:
         s = self.sizes
         nprocs = s["watch_procs"]
         per = [s["watchers"] // nprocs + (1 if i < s["watchers"] % nprocs else 0) for i in range(nprocs)]
-        specs = [dict(kind="watch", wid=i, conns=per[i], namespace=NS_WATCH, port=server.port,
-                      creds=server.creds, out=self.out_path()) for i in range(nprocs)]
+        specs = [
+            dict(
+                kind="watch",
+                wid=i,
+                conns=per[i],
+                namespace=NS_WATCH,
+                port=server.port,
+                creds=server.creds,
+                out=self.out_path(),
+            )
+            for i in range(nprocs)
+        ]
         profile = bool(self.args.profile or self.args.cprofile)
         spy = self._start_profile(server.pid, None, f"{backend}-watch-open") if profile else None
         workers = Workers(specs, self.root)
@@ -1126,20 +1289,29 @@ class Bench:
         ours = sum(b - a for a, b in zip(cpu0, cpu1)) + sum(r["cpu"] for r in results) + (own1 - own0)
         foreign = max(0.0, (busy1 - busy0) - ours) / elapsed
         if foreign > 0.1 and not profile:
-            self.warnings.append(f"{backend} watch window: other processes used {foreign:.2f} of "
-                                 f"{os.cpu_count()} CPUs")
+            self.warnings.append(f"{backend} watch window: other processes used {foreign:.2f} of {os.cpu_count()} CPUs")
         other: collections.Counter = collections.Counter()
         for r in results:
             other.update(r["other_frames"])
-        return {"watchers": sum(r["watchers"] for r in results), "setup_s": setup,
-                "events": events, "deliveries": deliveries, "expected": events * s["watchers"],
-                "missing": sum(r["missing"] for r in results),
-                "closed_early": sum(r["closed_early"] for r in results), "other": dict(other),
-                "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": lat[-1] if lat else float("nan"),
-                "write_p50": writes["p50"], "write_p99": writes["p99"], "write_errors": writes["errors"],
-                "cpu_per_delivery": (cpu1[0] - cpu0[0]) / deliveries if deliveries else float("nan"),
-                "client_cpu_per_delivery": sum(r["cpu"] for r in results) / deliveries if deliveries else float("nan"),
-                "rss_watchers": mem_watch["VmRSS"]}
+        return {
+            "watchers": sum(r["watchers"] for r in results),
+            "setup_s": setup,
+            "events": events,
+            "deliveries": deliveries,
+            "expected": events * s["watchers"],
+            "missing": sum(r["missing"] for r in results),
+            "closed_early": sum(r["closed_early"] for r in results),
+            "other": dict(other),
+            "p50": pct(lat, 0.5),
+            "p99": pct(lat, 0.99),
+            "max": lat[-1] if lat else float("nan"),
+            "write_p50": writes["p50"],
+            "write_p99": writes["p99"],
+            "write_errors": writes["errors"],
+            "cpu_per_delivery": (cpu1[0] - cpu0[0]) / deliveries if deliveries else float("nan"),
+            "client_cpu_per_delivery": sum(r["cpu"] for r in results) / deliveries if deliveries else float("nan"),
+            "rss_watchers": mem_watch["VmRSS"],
+        }
 
     async def watch_writer(self, server: Server, events: int, rate: float) -> dict:
         conn = await HttpConn.open(server.port, client_ssl(server.creds))
@@ -1157,13 +1329,16 @@ class Bench:
                 ts = f"{time.time():.6f}"
                 if j % 2 == 0:
                     obj = _pod(NS_WATCH, name, {TS_ANNOTATION: ts})
-                    status, body = await conn.request("POST", f"/api/v1/namespaces/{NS_WATCH}/pods",
-                                                      orjson.dumps(obj))
+                    status, body = await conn.request("POST", f"/api/v1/namespaces/{NS_WATCH}/pods", orjson.dumps(obj))
                     good = status == 201
                 else:
                     patch = {"metadata": {"annotations": {TS_ANNOTATION: ts}}}
-                    status, body = await conn.request("PATCH", f"/api/v1/namespaces/{NS_WATCH}/pods/{name}",
-                                                      orjson.dumps(patch), b"application/merge-patch+json")
+                    status, body = await conn.request(
+                        "PATCH",
+                        f"/api/v1/namespaces/{NS_WATCH}/pods/{name}",
+                        orjson.dumps(patch),
+                        b"application/merge-patch+json",
+                    )
                     good = status == 200
                 lat.append(time.perf_counter() - t0)
                 if not good:
@@ -1257,6 +1432,7 @@ class Bench:
 
     async def etcd_baselines(self, etcd) -> dict:
         import aetcd
+
         from apiserver_min.storage.etcd import EtcdBackend
 
         value = pod_body(NS_LIST, fill_name(0))
@@ -1281,29 +1457,52 @@ class Bench:
             lists = await self._backend_list(store, f"/pods/{NS_LIST}/", n)
         finally:
             await store.close()
-        return {"raw_put": raw, "raw_etcd_cpu": raw_etcd_cpu, "raw_client_cpu": raw_client_cpu,
-                "backend_create": backend, "backend_etcd_cpu": backend_etcd_cpu,
-                "backend_client_cpu": backend_client_cpu, **lists}
+        return {
+            "raw_put": raw,
+            "raw_etcd_cpu": raw_etcd_cpu,
+            "raw_client_cpu": raw_client_cpu,
+            "backend_create": backend,
+            "backend_etcd_cpu": backend_etcd_cpu,
+            "backend_client_cpu": backend_client_cpu,
+            **lists,
+        }
 
     def echo_baseline(self, pki_dir: Path, creds: dict) -> dict:
         from tests.components import free_port
 
         port = free_port()
-        spec = {"port": port, "cert": str(pki_dir / "apiserver.crt"), "key": str(pki_dir / "apiserver.key"),
-                "ca": str(pki_dir / "ca.crt")}
+        spec = {
+            "port": port,
+            "cert": str(pki_dir / "apiserver.crt"),
+            "key": str(pki_dir / "apiserver.key"),
+            "ca": str(pki_dir / "ca.crt"),
+        }
         log = open(self.root / "echo.log", "ab")
-        proc = spawn([sys.executable, __file__, "_echo", json.dumps(spec)], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.PIPE, stderr=log)
+        proc = spawn(
+            [sys.executable, __file__, "_echo", json.dumps(spec)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
         log.close()
         try:
             ready, _, _ = select.select([proc.stdout], [], [], 30)
             if not ready or proc.stdout.readline().strip() != b"READY":
                 raise BenchError(f"echo server did not start:\n{_tail(self.root / 'echo.log')}")
             rss0 = proc_mem(proc.pid)["VmRSS"]
-            post = self.load_window(port, creds, "create", NS_CREATE, self.sizes["echo_s"], (proc.pid,),
-                                    label="echo POST")
-            get = self.load_window(port, creds, "get", NS_LIST, self.sizes["echo_s"], (proc.pid,),
-                                   names_total=self.sizes["fill"], label="echo GET")
+            post = self.load_window(
+                port, creds, "create", NS_CREATE, self.sizes["echo_s"], (proc.pid,), label="echo POST"
+            )
+            get = self.load_window(
+                port,
+                creds,
+                "get",
+                NS_LIST,
+                self.sizes["echo_s"],
+                (proc.pid,),
+                names_total=self.sizes["fill"],
+                label="echo GET",
+            )
         finally:
             stop_proc(proc)
         return {"post": post, "get": get, "rss": rss0}
@@ -1330,8 +1529,9 @@ class Bench:
 
                 with Etcd(base_dir=str(self.root), quota_backend_bytes=4 * 1024**3, log_level="warn") as etcd:
                     if with_baselines:
-                        print(f"\n[etcd] private etcd at {etcd.endpoint}; raw baselines (aetcd, EtcdBackend)",
-                              flush=True)
+                        print(
+                            f"\n[etcd] private etcd at {etcd.endpoint}; raw baselines (aetcd, EtcdBackend)", flush=True
+                        )
                         self.baselines["etcd"] = asyncio.run(self.etcd_baselines(etcd))
                     server = self.run_backend("etcd", etcd)
             if first_server is None and "echo" in self.args.only:
@@ -1348,61 +1548,127 @@ class Bench:
         for backend, r in self.results.items():
             b = self.baselines.get(backend)
             c, g, L, w = r.get("create"), r.get("get"), r.get("lists"), r.get("watch")
-            base = [f"HTTP echo server (same client): {echo['post']['rate']:,.0f}/s, "
-                    f"{echo['post']['cpu_per_req'][0] * 1e6:.0f} us CPU/req"] if echo else []
+            base = (
+                [
+                    f"HTTP echo server (same client): {echo['post']['rate']:,.0f}/s, "
+                    f"{echo['post']['cpu_per_req'][0] * 1e6:.0f} us CPU/req"
+                ]
+                if echo
+                else []
+            )
             if c is not None:
                 cpu_server = c["cpu_per_req"][0] * 1e6
                 if backend == "sqlite":
-                    self.row(backend, "create throughput, 64 clients, 2 KB pods", f"{c['rate']:,.0f}/s",
-                             ">= 2,000/s", c["rate"] >= 2000,
-                             ([f"SqliteBackend.create x64 direct: {b['backend_create']:,.0f}/s "
-                               f"({b['backend_cpu'] * 1e6:.0f} us CPU/op)",
-                               f"sqlite3, same schema: {b['raw1']:,.0f}/s 1 per txn, {b['raw64']:,.0f}/s 64 per txn"]
-                              if b else []) + base)
+                    self.row(
+                        backend,
+                        "create throughput, 64 clients, 2 KB pods",
+                        f"{c['rate']:,.0f}/s",
+                        ">= 2,000/s",
+                        c["rate"] >= 2000,
+                        (
+                            [
+                                f"SqliteBackend.create x64 direct: {b['backend_create']:,.0f}/s "
+                                f"({b['backend_cpu'] * 1e6:.0f} us CPU/op)",
+                                f"sqlite3, same schema: {b['raw1']:,.0f}/s 1 per txn, {b['raw64']:,.0f}/s 64 per txn",
+                            ]
+                            if b
+                            else []
+                        )
+                        + base,
+                    )
                     cpu_text = f"{cpu_server:.0f} us (loop thread {c['main_cpu_per_req'] * 1e6:.0f})"
                 else:
                     ratio = c["rate"] / b["raw_put"] if b else float("nan")
-                    self.row(backend, "create throughput, 64 clients, 2 KB pods",
-                             f"{c['rate']:,.0f}/s = {ratio:.0%} of raw", ">= 50% of raw put",
-                             ratio >= 0.5 if b else None,
-                             ([f"raw aetcd put x64: {b['raw_put']:,.0f}/s (etcd {b['raw_etcd_cpu'] * 1e6:.0f} + "
-                               f"client {b['raw_client_cpu'] * 1e6:.0f} us CPU/op)",
-                               f"EtcdBackend.create x64 direct: {b['backend_create']:,.0f}/s (etcd "
-                               f"{b['backend_etcd_cpu'] * 1e6:.0f} + client {b['backend_client_cpu'] * 1e6:.0f} "
-                               f"us CPU/op)"] if b else []) + base)
-                    cpu_text = (f"{cpu_server:.0f} us (loop thread {c['main_cpu_per_req'] * 1e6:.0f}) + etcd "
-                                f"{c['cpu_per_req'][1] * 1e6:.0f} us")
-                self.row(backend, "server CPU per create", cpu_text, "", None,
-                         [f"echo server: {echo['post']['cpu_per_req'][0] * 1e6:.0f} us/req"] if echo else [])
-                self.row(backend, "create latency p50 / p99 (64 clients)",
-                         f"{c['p50'] * 1e3:.1f} / {c['p99'] * 1e3:.1f} ms", "", None, [])
+                    self.row(
+                        backend,
+                        "create throughput, 64 clients, 2 KB pods",
+                        f"{c['rate']:,.0f}/s = {ratio:.0%} of raw",
+                        ">= 50% of raw put",
+                        ratio >= 0.5 if b else None,
+                        (
+                            [
+                                f"raw aetcd put x64: {b['raw_put']:,.0f}/s (etcd {b['raw_etcd_cpu'] * 1e6:.0f} + "
+                                f"client {b['raw_client_cpu'] * 1e6:.0f} us CPU/op)",
+                                f"EtcdBackend.create x64 direct: {b['backend_create']:,.0f}/s (etcd "
+                                f"{b['backend_etcd_cpu'] * 1e6:.0f} + client {b['backend_client_cpu'] * 1e6:.0f} "
+                                f"us CPU/op)",
+                            ]
+                            if b
+                            else []
+                        )
+                        + base,
+                    )
+                    cpu_text = (
+                        f"{cpu_server:.0f} us (loop thread {c['main_cpu_per_req'] * 1e6:.0f}) + etcd "
+                        f"{c['cpu_per_req'][1] * 1e6:.0f} us"
+                    )
+                self.row(
+                    backend,
+                    "server CPU per create",
+                    cpu_text,
+                    "",
+                    None,
+                    [f"echo server: {echo['post']['cpu_per_req'][0] * 1e6:.0f} us/req"] if echo else [],
+                )
+                self.row(
+                    backend,
+                    "create latency p50 / p99 (64 clients)",
+                    f"{c['p50'] * 1e3:.1f} / {c['p99'] * 1e3:.1f} ms",
+                    "",
+                    None,
+                    [],
+                )
             if g is not None:
-                self.row(backend, "get p50 / p99, 64 clients",
-                         f"{g['p50'] * 1e3:.1f} / {g['p99'] * 1e3:.1f} ms",
-                         "p99 <= 20 ms" if backend == "sqlite" else "",
-                         g["p99"] <= 0.020 if backend == "sqlite" else None,
-                         ([f"echo GET: {echo['get']['p50'] * 1e3:.1f} / {echo['get']['p99'] * 1e3:.1f} ms "
-                           f"at {echo['get']['rate']:,.0f}/s"] if echo else [])
-                         + [f"server: {g['rate']:,.0f} gets/s, {g['cpu_per_req'][0] * 1e6:.0f} us CPU/get"])
+                self.row(
+                    backend,
+                    "get p50 / p99, 64 clients",
+                    f"{g['p50'] * 1e3:.1f} / {g['p99'] * 1e3:.1f} ms",
+                    "p99 <= 20 ms" if backend == "sqlite" else "",
+                    g["p99"] <= 0.020 if backend == "sqlite" else None,
+                    (
+                        [
+                            f"echo GET: {echo['get']['p50'] * 1e3:.1f} / {echo['get']['p99'] * 1e3:.1f} ms "
+                            f"at {echo['get']['rate']:,.0f}/s"
+                        ]
+                        if echo
+                        else []
+                    )
+                    + [f"server: {g['rate']:,.0f} gets/s, {g['cpu_per_req'][0] * 1e6:.0f} us CPU/get"],
+                )
             if L is not None:
-                self.row(backend, f"list of {n:,} pods, whole", f"{L['full_ms']:.0f} ms", "<= 500 ms",
-                         L["full_ms"] <= 500,
-                         ([f"backend list of {n:,} keys direct: {b['full_ms']:.0f} ms"] if b else [])
-                         + [f"response {L['bytes'] / 1e6:.1f} MB; min/max {L['full_min_ms']:.0f}/"
-                            f"{L['full_max_ms']:.0f} ms"])
-                self.row(backend, f"list of {n:,} pods, pages of 500",
-                         f"{L['paged_ms']:.0f} ms ({L['pages']} pages)", "", None,
-                         ([f"backend, pages of 500 direct: {b['paged_ms']:.0f} ms"] if b else [])
-                         + [f"one page p50 {L['page_p50_ms']:.1f} ms, max {L['page_max_ms']:.1f} ms"])
+                self.row(
+                    backend,
+                    f"list of {n:,} pods, whole",
+                    f"{L['full_ms']:.0f} ms",
+                    "<= 500 ms",
+                    L["full_ms"] <= 500,
+                    ([f"backend list of {n:,} keys direct: {b['full_ms']:.0f} ms"] if b else [])
+                    + [f"response {L['bytes'] / 1e6:.1f} MB; min/max {L['full_min_ms']:.0f}/{L['full_max_ms']:.0f} ms"],
+                )
+                self.row(
+                    backend,
+                    f"list of {n:,} pods, pages of 500",
+                    f"{L['paged_ms']:.0f} ms ({L['pages']} pages)",
+                    "",
+                    None,
+                    ([f"backend, pages of 500 direct: {b['paged_ms']:.0f} ms"] if b else [])
+                    + [f"one page p50 {L['page_p50_ms']:.1f} ms, max {L['page_max_ms']:.1f} ms"],
+                )
             if w is not None:
-                self.row(backend, f"watch delivery p50 / p99, {w['watchers']:,} watchers",
-                         f"{w['p50'] * 1e3:.1f} / {w['p99'] * 1e3:.1f} ms", "p99 <= 100 ms", w["p99"] <= 0.100,
-                         [f"writer's own request: p50 {w['write_p50'] * 1e3:.1f} / p99 "
-                          f"{w['write_p99'] * 1e3:.1f} ms",
-                          f"{w['deliveries']:,} of {w['expected']:,} deliveries ({w['events']} events at "
-                          f"{s['watch_rate']:g}/s), max {w['max'] * 1e3:.0f} ms",
-                          f"server {w['cpu_per_delivery'] * 1e6:.0f} us CPU/delivery (incl. the writes), "
-                          f"watch clients {w['client_cpu_per_delivery'] * 1e6:.0f} us"])
+                self.row(
+                    backend,
+                    f"watch delivery p50 / p99, {w['watchers']:,} watchers",
+                    f"{w['p50'] * 1e3:.1f} / {w['p99'] * 1e3:.1f} ms",
+                    "p99 <= 100 ms",
+                    w["p99"] <= 0.100,
+                    [
+                        f"writer's own request: p50 {w['write_p50'] * 1e3:.1f} / p99 {w['write_p99'] * 1e3:.1f} ms",
+                        f"{w['deliveries']:,} of {w['expected']:,} deliveries ({w['events']} events at "
+                        f"{s['watch_rate']:g}/s), max {w['max'] * 1e3:.0f} ms",
+                        f"server {w['cpu_per_delivery'] * 1e6:.0f} us CPU/delivery (incl. the writes), "
+                        f"watch clients {w['client_cpu_per_delivery'] * 1e6:.0f} us",
+                    ],
+                )
             later = []
             if "mem_list" in r:
                 later.append(f"after lists {r['mem_list']['VmRSS']:.0f} MiB (peak {r['mem_list']['VmHWM']:.0f})")
@@ -1412,44 +1678,60 @@ class Bench:
                 later.append(f"after gets {r['mem_get']['VmRSS']:.0f} MiB")
             if w is not None:
                 later.append(f"with watchers {w['rss_watchers']:.0f} MiB")
-            self.row(backend, f"server RSS with {n:,} pods stored",
-                     f"{r['mem_fill']['VmRSS']:.0f} MiB", "<= 300 MB", r["mem_fill"]["VmRSS"] * 1.048576 <= 300,
-                     [f"empty server {r['mem0']['VmRSS']:.0f} MiB; pod bytes "
-                      f"{n * self.stored_pod_bytes / 2**20:.0f} MiB"] + ["; ".join(later)]
-                     + ([f"bare aiohttp echo process: {echo['rss']:.0f} MiB"] if echo else []))
+            self.row(
+                backend,
+                f"server RSS with {n:,} pods stored",
+                f"{r['mem_fill']['VmRSS']:.0f} MiB",
+                "<= 300 MB",
+                r["mem_fill"]["VmRSS"] * 1.048576 <= 300,
+                [f"empty server {r['mem0']['VmRSS']:.0f} MiB; pod bytes {n * self.stored_pod_bytes / 2**20:.0f} MiB"]
+                + ["; ".join(later)]
+                + ([f"bare aiohttp echo process: {echo['rss']:.0f} MiB"] if echo else []),
+            )
         self._print_table()
         for backend, r in self.results.items():
             c, g, w = r.get("create"), r.get("get"), r.get("watch")
             parts = [f"\n{backend}: fill {n:,} pods at {r['fill_rate']:,.0f}/s"]
             if c is not None:
-                parts.append(f"create window {c['ok']:,} in {s['create_s']:g}s, load generator "
-                             f"{c['client_cpu_per_req'] * 1e6:.0f} us CPU/req, machine {c['busy']:.2f} CPUs busy")
+                parts.append(
+                    f"create window {c['ok']:,} in {s['create_s']:g}s, load generator "
+                    f"{c['client_cpu_per_req'] * 1e6:.0f} us CPU/req, machine {c['busy']:.2f} CPUs busy"
+                )
             if g is not None:
-                parts.append(f"get load generator {g['client_cpu_per_req'] * 1e6:.0f} us CPU/req, "
-                             f"machine {g['busy']:.2f} CPUs busy")
+                parts.append(
+                    f"get load generator {g['client_cpu_per_req'] * 1e6:.0f} us CPU/req, "
+                    f"machine {g['busy']:.2f} CPUs busy"
+                )
             print("; ".join(parts))
             for what, res in (("create", c), ("get", g)):
                 if res is not None and res["errors"]:
                     print(f"  {what} errors: {res['errors']} first: {res['first_error']}")
             if w is not None:
                 if w["missing"] or w["closed_early"] or w["write_errors"] or w["other"]:
-                    print(f"  watch: missing {w['missing']}, closed early {w['closed_early']}, "
-                          f"writer errors {w['write_errors']}, other frames {w['other']}")
-                print(f"  watch: {w['watchers']:,} streams opened in {w['setup_s']:.1f}s with {w['stored']:,} "
-                      f"pods stored")
+                    print(
+                        f"  watch: missing {w['missing']}, closed early {w['closed_early']}, "
+                        f"writer errors {w['write_errors']}, other frames {w['other']}"
+                    )
+                print(
+                    f"  watch: {w['watchers']:,} streams opened in {w['setup_s']:.1f}s with {w['stored']:,} pods stored"
+                )
             print(f"  RSS at the end {r['mem_end']['VmRSS']:.0f} MiB (peak {r['mem_end']['VmHWM']:.0f})")
         if self.warnings:
-            print("\nWARNING: the machine was not quiet; throughput and latency figures are low by roughly "
-                  "that share (CPU per request is steadier):")
+            print(
+                "\nWARNING: the machine was not quiet; throughput and latency figures are low by roughly "
+                "that share (CPU per request is steadier):"
+            )
             for w in self.warnings:
                 print(f"  {w}")
         if self.profiles:
             self._print_profiles()
 
     def _print_table(self) -> None:
-        title = f"orch-apiserver benchmark ({'quick' if self.args.quick else 'full'} run, {os.cpu_count()} CPUs, " \
-                f"Python {sys.version.split()[0]}, 2 KB pods, {CONNECTIONS} connections from " \
-                f"{self.args.load_procs} load processes)"
+        title = (
+            f"orch-apiserver benchmark ({'quick' if self.args.quick else 'full'} run, {os.cpu_count()} CPUs, "
+            f"Python {sys.version.split()[0]}, 2 KB pods, {CONNECTIONS} connections from "
+            f"{self.args.load_procs} load processes)"
+        )
         print("\n" + title)
         if self.args.quick:
             print("(quick: counts are smaller than the targets assume; verdicts are indicative only)")
@@ -1469,8 +1751,7 @@ class Bench:
         import io
         import pstats
 
-        print(f"\ncProfile windows of the server (files in {self.args.cprofile}; "
-              f"inspect with python -m pstats FILE)")
+        print(f"\ncProfile windows of the server (files in {self.args.cprofile}; inspect with python -m pstats FILE)")
         for path in self.profiles:
             if not Path(path).exists():
                 print(f"  {path}: not written")
@@ -1478,15 +1759,17 @@ class Bench:
             gc_path = Path(path).with_suffix(".gc.json")
             if gc_path.exists():
                 acc = json.loads(gc_path.read_text())
-                print(f"\n  {Path(path).stem}: garbage collector "
-                      + ", ".join(f"gen{g} {acc['count'][g]}x {acc['seconds'][g] * 1e3:.0f} ms" for g in range(3))
-                      + f" ({acc['tracked']:,} tracked objects at the start)")
+                print(
+                    f"\n  {Path(path).stem}: garbage collector "
+                    + ", ".join(f"gen{g} {acc['count'][g]}x {acc['seconds'][g] * 1e3:.0f} ms" for g in range(3))
+                    + f" ({acc['tracked']:,} tracked objects at the start)"
+                )
             for order, limit in (("tottime", 25), ("cumulative", 30)):
                 out = io.StringIO()
                 st = pstats.Stats(path, stream=out)
                 st.sort_stats(order).print_stats(limit)
                 text = out.getvalue()
-                body = text[text.find("   ncalls"):] if "   ncalls" in text else text
+                body = text[text.find("   ncalls") :] if "   ncalls" in text else text
                 print(f"\n  {Path(path).stem}, by {order}:")
                 for line in body.rstrip().splitlines():
                     print("    " + line[:200])
@@ -1495,8 +1778,7 @@ class Bench:
         if self.args.cprofile:
             self._print_cprofiles()
             return
-        print("\npy-spy profiles of the server (samples of the server process; raw files in "
-              f"{self.args.profile})")
+        print(f"\npy-spy profiles of the server (samples of the server process; raw files in {self.args.profile})")
         for path in self.profiles:
             try:
                 text = Path(path).read_text()
@@ -1543,10 +1825,20 @@ def _frame_name(frame: str) -> str:
     where = where.rstrip(")")
     path = where.rsplit(":", 1)[0]
     parts = path.split("/")
-    for anchor in ("apiserver_min", "aiohttp", "asyncio", "uvloop", "orjson", "grpc", "aetcd", "yarl",
-                   "multidict", "ssl.py"):
+    for anchor in (
+        "apiserver_min",
+        "aiohttp",
+        "asyncio",
+        "uvloop",
+        "orjson",
+        "grpc",
+        "aetcd",
+        "yarl",
+        "multidict",
+        "ssl.py",
+    ):
         if anchor in parts:
-            path = "/".join(parts[parts.index(anchor):])
+            path = "/".join(parts[parts.index(anchor) :])
             break
     else:
         path = "/".join(parts[-2:])
@@ -1560,8 +1852,9 @@ def _phases(text: str) -> tuple[str, ...]:
     chosen = tuple(p.strip() for p in text.split(",") if p.strip())
     unknown = [p for p in chosen if p not in PHASES]
     if unknown or not chosen:
-        raise argparse.ArgumentTypeError(f"unknown phase(s) {', '.join(unknown) or '(none)'}; "
-                                         f"choose from {', '.join(PHASES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown phase(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(PHASES)}"
+        )
     return chosen
 
 
@@ -1576,23 +1869,37 @@ def main() -> int:
         return cprofile_server_main(sys.argv[2], sys.argv[3:])
     if len(sys.argv) >= 3 and sys.argv[1] == "_gc_server":
         return cprofile_server_main(sys.argv[2], sys.argv[3:], profile=False)
-    parser = argparse.ArgumentParser(description="orch-apiserver figures (create, get, list, watch, RSS) "
-                                     "beside their targets and same-run baselines; not a test.")
+    parser = argparse.ArgumentParser(
+        description="orch-apiserver figures (create, get, list, watch, RSS) "
+        "beside their targets and same-run baselines; not a test."
+    )
     parser.add_argument("--backend", choices=("sqlite", "etcd", "both"), default="both")
     parser.add_argument("--quick", action="store_true", help="small counts, about a minute (a smoke run)")
     parser.add_argument("--load-procs", type=int, default=2, help="load generator processes (64 connections in all)")
     parser.add_argument("--profile", metavar="DIR", help="also sample the server with py-spy, raw output in DIR")
     parser.add_argument("--py-spy", metavar="PATH", help="py-spy binary (default: PATH, then /tmp/pyspy/bin/py-spy)")
-    parser.add_argument("--cprofile", metavar="DIR",
-                        help="profile the server with cProfile (in-process) instead, .pstats files in DIR")
-    parser.add_argument("--gc-stats", action="store_true",
-                        help="start the server through this file and report the garbage collector's time "
-                             "per request of each load window (no profiler; the figures stay comparable)")
-    parser.add_argument("--gc-threshold", metavar="T0,T1,T2",
-                        help="experiment: set the server's gc thresholds (gc.set_threshold) before it starts; "
-                             "implies --gc-stats. The figures are then not the server's own")
-    parser.add_argument("--only", metavar="PHASES", type=_phases, default=PHASES,
-                        help=f"comma-separated subset of {','.join(PHASES)} (default: all)")
+    parser.add_argument(
+        "--cprofile", metavar="DIR", help="profile the server with cProfile (in-process) instead, .pstats files in DIR"
+    )
+    parser.add_argument(
+        "--gc-stats",
+        action="store_true",
+        help="start the server through this file and report the garbage collector's time "
+        "per request of each load window (no profiler; the figures stay comparable)",
+    )
+    parser.add_argument(
+        "--gc-threshold",
+        metavar="T0,T1,T2",
+        help="experiment: set the server's gc thresholds (gc.set_threshold) before it starts; "
+        "implies --gc-stats. The figures are then not the server's own",
+    )
+    parser.add_argument(
+        "--only",
+        metavar="PHASES",
+        type=_phases,
+        default=PHASES,
+        help=f"comma-separated subset of {','.join(PHASES)} (default: all)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, databases)")
     args = parser.parse_args()
     if args.gc_threshold:

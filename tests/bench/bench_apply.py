@@ -32,8 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import orjson  # noqa: E402
 
-from tests.bench.bench_apiserver import (CProfileRun, HttpConn, Server, _pod, client_ssl,  # noqa: E402
-                                         stop_all, use_uvloop)
+from tests.bench.bench_apiserver import CProfileRun, HttpConn, Server, _pod, client_ssl, stop_all, use_uvloop  # noqa: E402
 
 APPLY_TYPE = b"application/apply-patch+yaml"
 NAMESPACE = "bench-apply"
@@ -95,7 +94,8 @@ async def bench(args) -> int:
             async def apply(conn: HttpConn, i: int, seq: int) -> int:
                 name = f"a-{i:03d}"
                 status, data = await conn.request(
-                    "PATCH", f"{pods}/{name}?fieldManager=bench-{i}", _body(name, seq), ctype=APPLY_TYPE)
+                    "PATCH", f"{pods}/{name}?fieldManager=bench-{i}", _body(name, seq), ctype=APPLY_TYPE
+                )
                 if status >= 300 and seq == 0:
                     print(f"apply failed: {status} {data[:300]!r}")
                 return status
@@ -117,14 +117,18 @@ async def bench(args) -> int:
             ratio = rows[1][1] / rows[0][1] if rows[0][1] else 0.0
             cpu_ratio = rows[0][2] / rows[1][2] if rows[1][2] else 0.0
             verdict = "PASS" if ratio >= 0.5 else "MISS"
-            print(f"apply/create throughput: {ratio:.0%} (target >= 50%: {verdict}); "
-                  f"by server CPU per request: {cpu_ratio:.0%}")
+            print(
+                f"apply/create throughput: {ratio:.0%} (target >= 50%: {verdict}); "
+                f"by server CPU per request: {cpu_ratio:.0%}"
+            )
             if args.cprofile:
                 import pstats
 
                 for label, *_ in rows:
-                    print(f"\n--- cProfile of the {label} window (slower than unprofiled; "
-                          f"{args.cprofile}/{label}.pstats) ---")
+                    print(
+                        f"\n--- cProfile of the {label} window (slower than unprofiled; "
+                        f"{args.cprofile}/{label}.pstats) ---"
+                    )
                     pstats.Stats(str(Path(args.cprofile) / f"{label}.pstats")).sort_stats("tottime").print_stats(25)
             return 0 if not any(r[3] for r in rows) else 1
         finally:

@@ -91,6 +91,7 @@ TOKEN_METHODS = ("static token", "bootstrap token", "service-account JWT")
 
 # --- worker side (child processes) ---------------------------------------------------------
 
+
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -110,7 +111,7 @@ class HttpConn:
         i = lower.find(b"\r\ncontent-length:")
         if i >= 0:
             j = lower.find(b"\r\n", i + 2)
-            return status, await self.r.readexactly(int(lower[i + 17:j]))
+            return status, await self.r.readexactly(int(lower[i + 17 : j]))
         if b"\r\ntransfer-encoding: chunked" in lower:
             parts = []
             while True:
@@ -129,12 +130,13 @@ async def load_worker(spec: dict) -> None:
     if spec.get("cert"):
         ctx.load_cert_chain(spec["cert"], spec["key"])
     extra = "".join(f"{k}: {v}\r\n" for k, v in spec["headers"].items())
-    head = (f"GET {spec['path']} HTTP/1.1\r\nHost: {HOST}:{spec['port']}\r\nUser-Agent: orch-bench-authn/1\r\n"
-            f"Accept: application/json\r\n{extra}\r\n").encode()
+    head = (
+        f"GET {spec['path']} HTTP/1.1\r\nHost: {HOST}:{spec['port']}\r\nUser-Agent: orch-bench-authn/1\r\n"
+        f"Accept: application/json\r\n{extra}\r\n"
+    ).encode()
     conns = []
     for _ in range(spec["conns"]):
-        reader, writer = await asyncio.open_connection(HOST, spec["port"], ssl=ctx, server_hostname=HOST,
-                                                       limit=1 << 20)
+        reader, writer = await asyncio.open_connection(HOST, spec["port"], ssl=ctx, server_hostname=HOST, limit=1 << 20)
         conns.append(HttpConn(reader, writer, head))
     for conn in conns:
         status, body = await conn.get()
@@ -169,8 +171,10 @@ async def load_worker(spec: dict) -> None:
                         first_error = f"{status} {body[:200]!r}"
 
         await asyncio.gather(*(run(c) for c in conns))
-        _say("RESULT " + json.dumps({"ok": ok, "errors": {str(k): v for k, v in errors.items()},
-                                     "first_error": first_error}))
+        _say(
+            "RESULT "
+            + json.dumps({"ok": ok, "errors": {str(k): v for k, v in errors.items()}, "first_error": first_error})
+        )
     for conn in conns:
         conn.w.close()
 
@@ -178,6 +182,7 @@ async def load_worker(spec: dict) -> None:
 def worker_main(spec: dict) -> None:
     try:
         import uvloop
+
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass
@@ -185,6 +190,7 @@ def worker_main(spec: dict) -> None:
 
 
 # --- driver side -------------------------------------------------------------------------------
+
 
 class BenchError(RuntimeError):
     pass
@@ -216,9 +222,13 @@ class LoadGroup:
             spec = dict(base, conns=conns // procs + (1 if w < conns % procs else 0))
             log = log_dir / f"worker-{method.replace(' ', '-')}-{w}.log"
             with open(log, "ab") as fh:
-                proc = subprocess.Popen([sys.executable, __file__, "_worker", json.dumps(spec)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fh,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    [sys.executable, __file__, "_worker", json.dumps(spec)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=fh,
+                    start_new_session=True,
+                )
             self.procs.append(proc)
             self.bufs[proc.pid] = b""
             self.logs[proc.pid] = log
@@ -233,8 +243,9 @@ class LoadGroup:
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise BenchError(f"{self.method} worker {proc.pid} exited ({proc.wait()}); log:\n"
-                                     f"{tail(self.logs[proc.pid])}")
+                    raise BenchError(
+                        f"{self.method} worker {proc.pid} exited ({proc.wait()}); log:\n{tail(self.logs[proc.pid])}"
+                    )
                 self.bufs[proc.pid] += chunk
         line, _, rest = self.bufs[proc.pid].partition(b"\n")
         self.bufs[proc.pid] = rest
@@ -299,9 +310,19 @@ class Server:
     def argv(self) -> list[str]:
         exe = Path(sys.executable).parent / "orch-apiserver"
         argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "apiserver_min.cli"]
-        return argv + ["--data-dir", str(self.data_dir), "--bind-address", HOST, "--secure-port", str(self.port),
-                       "--anonymous-auth=true", "--authorization-mode=AlwaysAllow",
-                       "--token-auth-file", str(self.token_file), "--enable-bootstrap-token-auth"]
+        return argv + [
+            "--data-dir",
+            str(self.data_dir),
+            "--bind-address",
+            HOST,
+            "--secure-port",
+            str(self.port),
+            "--anonymous-auth=true",
+            "--authorization-mode=AlwaysAllow",
+            "--token-auth-file",
+            str(self.token_file),
+            "--enable-bootstrap-token-auth",
+        ]
 
     @property
     def pid(self) -> int:
@@ -313,8 +334,14 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> None:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=str(REPO), start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=str(REPO),
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         config = self.data_dir / "admin.orchconfig"
         while True:
@@ -342,15 +369,24 @@ class Server:
         except (OSError, ssl.SSLError, urllib.error.URLError):
             return False
 
-    def request(self, method: str, path: str, body: dict | None = None, *, cert: tuple[str, str] | None = None,
-                headers: dict | None = None) -> tuple[int, dict]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        *,
+        cert: tuple[str, str] | None = None,
+        headers: dict | None = None,
+    ) -> tuple[int, dict]:
         ctx = ssl.create_default_context(cafile=self.ca)
         if cert:
             ctx.load_cert_chain(*cert)
-        req = urllib.request.Request(f"https://{HOST}:{self.port}{path}", method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json",
-                                              **(headers or {})})
+        req = urllib.request.Request(
+            f"https://{HOST}:{self.port}{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json", "Accept": "application/json", **(headers or {})},
+        )
         try:
             with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
                 return resp.status, json.loads(resp.read() or b"null")
@@ -394,12 +430,22 @@ def make_credentials(server: Server, root: Path) -> dict[str, dict]:
         fh.write(key_pem(key))
 
     b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
-    server.admin_request("POST", f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets", {
-        "apiVersion": "v1", "kind": "Secret", "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
-        "metadata": {"name": names.BOOTSTRAP_TOKEN_SECRET_PREFIX + BOOTSTRAP_ID, "namespace": names.NS_SYSTEM},
-        "data": {"token-id": b64(BOOTSTRAP_ID), "token-secret": b64(BOOTSTRAP_SECRET),
-                 "usage-bootstrap-authentication": b64("true"),
-                 "expiration": b64(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86400)))}})
+    server.admin_request(
+        "POST",
+        f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
+            "metadata": {"name": names.BOOTSTRAP_TOKEN_SECRET_PREFIX + BOOTSTRAP_ID, "namespace": names.NS_SYSTEM},
+            "data": {
+                "token-id": b64(BOOTSTRAP_ID),
+                "token-secret": b64(BOOTSTRAP_SECRET),
+                "usage-bootstrap-authentication": b64("true"),
+                "expiration": b64(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86400))),
+            },
+        },
+    )
 
     sa_path = f"/api/v1/namespaces/default/serviceaccounts/{names.DEFAULT_SERVICE_ACCOUNT}"
     deadline = time.monotonic() + 20
@@ -407,9 +453,11 @@ def make_credentials(server: Server, root: Path) -> dict[str, dict]:
         if time.monotonic() > deadline:
             raise BenchError(f"{sa_path} was not created by the server within 20 s")
         time.sleep(0.1)
-    tr = server.admin_request("POST", sa_path + "/token", {
-        "apiVersion": f"{names.AUTHENTICATION_GROUP}/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600}})
+    tr = server.admin_request(
+        "POST",
+        sa_path + "/token",
+        {"apiVersion": f"{names.AUTHENTICATION_GROUP}/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
     jwt = tr["status"]["token"]
     return {
         "anonymous": {"headers": {}},
@@ -425,21 +473,30 @@ def check_identities(server: Server, creds: dict[str, dict]) -> dict[str, str]:
     that does not authenticate as intended stops the benchmark."""
     from apiserver_min.api import names
 
-    expected = {"anonymous": names.USER_ANONYMOUS, "x509": X509_USER, "static token": STATIC_USER,
-                "bootstrap token": names.BOOTSTRAP_USER_PREFIX + BOOTSTRAP_ID,
-                "service-account JWT": f"system:serviceaccount:default:{names.DEFAULT_SERVICE_ACCOUNT}"}
+    expected = {
+        "anonymous": names.USER_ANONYMOUS,
+        "x509": X509_USER,
+        "static token": STATIC_USER,
+        "bootstrap token": names.BOOTSTRAP_USER_PREFIX + BOOTSTRAP_ID,
+        "service-account JWT": f"system:serviceaccount:default:{names.DEFAULT_SERVICE_ACCOUNT}",
+    }
     out = {}
     for method, c in creds.items():
         status, doc = server.request(
-            "POST", f"/apis/{names.AUTHENTICATION_GROUP}/v1/selfsubjectreviews",
+            "POST",
+            f"/apis/{names.AUTHENTICATION_GROUP}/v1/selfsubjectreviews",
             {"apiVersion": f"{names.AUTHENTICATION_GROUP}/v1", "kind": "SelfSubjectReview"},
-            cert=(c["cert"], c["key"]) if c.get("cert") else None, headers=c["headers"])
+            cert=(c["cert"], c["key"]) if c.get("cert") else None,
+            headers=c["headers"],
+        )
         user = ((doc or {}).get("status") or {}).get("userInfo", {}).get("username", "")
         if status != 201 or user != expected[method]:
-            raise BenchError(f"{method}: SelfSubjectReview answered {status}, user {user!r} "
-                             f"(expected {expected[method]!r}): {doc}")
-        status, doc = server.request("GET", PATH, cert=(c["cert"], c["key"]) if c.get("cert") else None,
-                                     headers=c["headers"])
+            raise BenchError(
+                f"{method}: SelfSubjectReview answered {status}, user {user!r} (expected {expected[method]!r}): {doc}"
+            )
+        status, doc = server.request(
+            "GET", PATH, cert=(c["cert"], c["key"]) if c.get("cert") else None, headers=c["headers"]
+        )
         if status != 200:
             raise BenchError(f"{method}: GET {PATH} answered {status}: {doc}")
         out[method] = user
@@ -449,15 +506,33 @@ def check_identities(server: Server, creds: dict[str, dict]) -> dict[str, str]:
 AUTH_FRAMES = ("auth/authn.py", "auth/tokens.py", "auth/jwt.py", "auth/serviceaccount.py")
 
 
-def sample_window(server: Server, group: LoadGroup, duration: float, py_spy: str,
-                  out_dir: Path) -> tuple[float, int, str]:
+def sample_window(
+    server: Server, group: LoadGroup, duration: float, py_spy: str, out_dir: Path
+) -> tuple[float, int, str]:
     """py-spy samples of the server during one window of ``group``: (share of the samples
     with an authentication frame on the stack, number of samples, top authentication
     functions by their own time)."""
     raw = out_dir / f"samples-{group.method.replace(' ', '-')}.txt"
-    spy = subprocess.Popen([py_spy, "record", "--pid", str(server.pid), "--duration", str(int(duration) + 1),
-                            "--rate", "250", "--format", "raw", "--output", str(raw), "--nonblocking"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    spy = subprocess.Popen(
+        [
+            py_spy,
+            "record",
+            "--pid",
+            str(server.pid),
+            "--duration",
+            str(int(duration) + 1),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--output",
+            str(raw),
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     time.sleep(0.5)
     group.window(duration)
     try:
@@ -530,10 +605,18 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=None, help="seconds per window (default 3)")
     ap.add_argument("--conns", type=int, default=64, help="connections in all (default 64)")
     ap.add_argument("--load-procs", type=int, default=2, help="load generator processes per method (default 2)")
-    ap.add_argument("--max-foreign", type=float, default=0.15,
-                    help="redo a window (up to twice) when other processes used more cores than this (0.15)")
-    ap.add_argument("--samples", type=float, default=None,
-                    help="seconds of py-spy sampling per method (default 6, 3 with --quick; 0: none)")
+    ap.add_argument(
+        "--max-foreign",
+        type=float,
+        default=0.15,
+        help="redo a window (up to twice) when other processes used more cores than this (0.15)",
+    )
+    ap.add_argument(
+        "--samples",
+        type=float,
+        default=None,
+        help="seconds of py-spy sampling per method (default 6, 3 with --quick; 0: none)",
+    )
     ap.add_argument("--profile", default=None, metavar="DIR", help="keep py-spy's raw samples in DIR")
     ap.add_argument("--py-spy", default=None, help="py-spy binary (default: on PATH or /tmp/pyspy/bin/py-spy)")
     args = ap.parse_args()
@@ -562,8 +645,14 @@ def main() -> int:
             users = check_identities(server, creds)
             for method in METHODS:
                 c = creds[method]
-                base = {"port": server.port, "ca": server.ca, "path": PATH, "headers": c["headers"],
-                        "cert": c.get("cert"), "key": c.get("key")}
+                base = {
+                    "port": server.port,
+                    "ca": server.ca,
+                    "path": PATH,
+                    "headers": c["headers"],
+                    "cert": c.get("cert"),
+                    "key": c.get("key"),
+                }
                 groups[method] = LoadGroup(method, base, args.load_procs, args.conns, root)
             for g in groups.values():
                 g.wait_ready()
@@ -578,7 +667,7 @@ def main() -> int:
             cpu_ratios: dict[str, list[float]] = {m: [] for m in METHODS[1:]}
             for r in range(rounds):
                 others = list(METHODS[1:])
-                others = others[r % len(others):] + others[:r % len(others)]
+                others = others[r % len(others) :] + others[: r % len(others)]
                 before = measure(groups["anonymous"])
                 samples["anonymous"].append(before)
                 for m in others:
@@ -600,11 +689,15 @@ def main() -> int:
                 g.stop()
             server.stop()
 
-    print(f"\nauthenticated GET {PATH}: {args.conns} keep-alive connections from {args.load_procs} processes "
-          f"per method; {rounds} rounds of paired {window:g} s windows (baseline before and after each "
-          f"method); medians; {os.cpu_count()} cores")
-    head = (f"{'method':<22}{'user':<40}{'req/s':>8}{'overhead':>10}{'CPU us/req':>12}{'overhead':>10}"
-            f"  target (req/s overhead)")
+    print(
+        f"\nauthenticated GET {PATH}: {args.conns} keep-alive connections from {args.load_procs} processes "
+        f"per method; {rounds} rounds of paired {window:g} s windows (baseline before and after each "
+        f"method); medians; {os.cpu_count()} cores"
+    )
+    head = (
+        f"{'method':<22}{'user':<40}{'req/s':>8}{'overhead':>10}{'CPU us/req':>12}{'overhead':>10}"
+        f"  target (req/s overhead)"
+    )
     print(head)
     print("-" * len(head))
     ok = True
@@ -626,9 +719,11 @@ def main() -> int:
     print("\nper round: req/s relative to the neighbouring baseline windows")
     for m in METHODS[1:]:
         print(f"  {m:<22}" + " ".join(f"{x:6.3f}" for x in ratios[m]))
-    print(f"windows redone because other processes were busy: {measure.redone}; still disturbed after "
-          f"retries: {len(measure.disturbed)}" + (f" (max {max(measure.disturbed):.2f} cores)"
-                                                  if measure.disturbed else ""))
+    print(
+        f"windows redone because other processes were busy: {measure.redone}; still disturbed after "
+        f"retries: {len(measure.disturbed)}"
+        + (f" (max {max(measure.disturbed):.2f} cores)" if measure.disturbed else "")
+    )
     for m in METHODS:
         bad = collections.Counter()
         first = ""
@@ -640,8 +735,10 @@ def main() -> int:
             ok = False
     if sampled:
         base = sampled["anonymous"][0]
-        print(f"\nauthentication's share of the server's py-spy samples ({sample_s:g} s per method at 250 Hz; "
-              f"the cost of authentication inside the server, whatever else the machine runs):")
+        print(
+            f"\nauthentication's share of the server's py-spy samples ({sample_s:g} s per method at 250 Hz; "
+            f"the cost of authentication inside the server, whatever else the machine runs):"
+        )
         for m, (share, n, top) in sampled.items():
             extra = "" if m == "anonymous" else f"  ({(share - base) * 100:+.1f} points vs anonymous)"
             print(f"  {m:<22}{share * 100:5.1f}% of {n} samples{extra}" + (f"; own time: {top}" if top else ""))

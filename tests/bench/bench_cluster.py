@@ -44,7 +44,6 @@ import re
 import secrets
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,14 +71,15 @@ P99_TARGET_S = 2.0
 RSS_TARGET_MB = 100.0
 IDLE_RPS_TARGET = 1.0
 MANAGED = {names.CRI_LABEL_MANAGED: names.CRI_LABEL_MANAGED_VALUE}
-METRIC_RE = re.compile(r'^apiserver_request_total\{(.*)\} (\d+(?:\.\d+)?)$')
+METRIC_RE = re.compile(r"^apiserver_request_total\{(.*)\} (\d+(?:\.\d+)?)$")
 LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def pod_manifest(name: str, *, static: bool) -> dict:
-    spec = {"terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "sleep", "image": BUSYBOX, "imagePullPolicy": "Never",
-                            "command": ["sleep", "3600"]}]}
+    spec = {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "sleep", "image": BUSYBOX, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}],
+    }
     md: dict = {"name": name}
     if not static:
         md["namespace"] = NS
@@ -101,8 +101,7 @@ class RunningWatch(threading.Thread):
         if status != 200:
             raise RuntimeError(f"list pods: {status} {doc}")
         rv = doc["metadata"]["resourceVersion"]
-        self.stream = api.watch(f"/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true",
-                                timeout=3600)
+        self.stream = api.watch(f"/api/v1/pods?watch=true&resourceVersion={rv}&allowWatchBookmarks=true", timeout=3600)
         if self.stream.status != 200:
             raise RuntimeError(f"watch pods: {self.stream.status}")
         self.closed = False
@@ -154,9 +153,22 @@ class Cluster:
         self.agent: subprocess.Popen | None = None
 
     def join_command(self) -> list[str]:
-        out = subprocess.run([sys.executable, "-m", "apiserver_min.cli", "token", "create", "--data-dir",
-                              str(self.api.data_dir), "--print-join-command"],
-                             capture_output=True, text=True, cwd=REPO, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "apiserver_min.cli",
+                "token",
+                "create",
+                "--data-dir",
+                str(self.api.data_dir),
+                "--print-join-command",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"token create failed: {out.stderr}")
         words = out.stdout.strip().split()
@@ -166,14 +178,33 @@ class Cluster:
 
     def start_agent(self) -> None:
         join = self.join_command()
-        argv = [sys.executable, "-m", "agent.cli", *join[1:], f"--root-dir={self.work}/root",
-                f"--pod-manifest-path={self.manifests}", f"--hostname-override={NODE}",
-                f"--container-runtime-endpoint=unix://{self.containerd.socket}",
-                f"--port={free_port()}", "--address=127.0.0.1", "--node-ip=127.0.0.1", "--healthz-port=0",
-                f"--cert-dir={self.work}/pki", f"--cgroup-root={self.cg}", "--fail-swap-on=false",
-                "--deprecation-warnings=false", f"-v={self.verbosity}"]
-        self.agent = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=open(self.log, "ab"),
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            *join[1:],
+            f"--root-dir={self.work}/root",
+            f"--pod-manifest-path={self.manifests}",
+            f"--hostname-override={NODE}",
+            f"--container-runtime-endpoint=unix://{self.containerd.socket}",
+            f"--port={free_port()}",
+            "--address=127.0.0.1",
+            "--node-ip=127.0.0.1",
+            "--healthz-port=0",
+            f"--cert-dir={self.work}/pki",
+            f"--cgroup-root={self.cg}",
+            "--fail-swap-on=false",
+            "--deprecation-warnings=false",
+            f"-v={self.verbosity}",
+        ]
+        self.agent = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def stop_agent(self) -> None:
         if self.agent is not None and self.agent.poll() is None:
@@ -198,8 +229,10 @@ class Cluster:
         status, node = self.api.json("GET", f"/api/v1/nodes/{NODE}")
         if status != 200:
             return False
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (node.get("status") or {}).get("conditions", []))
+        return any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (node.get("status") or {}).get("conditions", [])
+        )
 
     def wait(self, predicate, timeout: float, what: str):
         deadline = time.monotonic() + timeout
@@ -215,8 +248,9 @@ class Cluster:
     def create_pod(self, name: str) -> float:
         body = json.dumps(pod_manifest(name, static=False)).encode()
         t0 = time.perf_counter()
-        status, _, data = self.api.request("POST", f"/api/v1/namespaces/{NS}/pods", body,
-                                           {"Content-Type": "application/json"})
+        status, _, data = self.api.request(
+            "POST", f"/api/v1/namespaces/{NS}/pods", body, {"Content-Type": "application/json"}
+        )
         if status != 201:
             raise RuntimeError(f"create pod {name}: {status} {data[:300]!r}")
         return t0
@@ -238,6 +272,7 @@ class Cluster:
         async def count() -> int:
             async with CriClient(self.containerd.endpoint, request_timeout=30) as cri:
                 return len(await cri.list_pod_sandbox(label_selector=MANAGED))
+
         return asyncio.run(count())
 
     def api_pods(self) -> list[str]:
@@ -256,8 +291,9 @@ def metrics_counts(api: ApiServerProcess) -> collections.Counter:
         if not m:
             continue
         labels = dict(LABEL_RE.findall(m.group(1)))
-        out[(labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""),
-             labels.get("code", ""))] += float(m.group(2))
+        out[
+            (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""), labels.get("code", ""))
+        ] += float(m.group(2))
     return out
 
 
@@ -299,8 +335,11 @@ def bench(cluster: Cluster, args) -> bool:
     watch.wait(f"warm-static-{NODE}", 60)
     cluster.delete_api_pods(["warm-api"])
     (cluster.manifests / "warm-static.yaml").unlink()
-    cluster.wait(lambda: not any(n.startswith("warm-") for n in cluster.api_pods()) and not cluster.sandboxes(),
-                 60, "warm-up pods gone")
+    cluster.wait(
+        lambda: not any(n.startswith("warm-") for n in cluster.api_pods()) and not cluster.sandboxes(),
+        60,
+        "warm-up pods gone",
+    )
     time.sleep(args.settle)
 
     # (a) one at a time, API pod i then static pod i, both on the wall clock of this process
@@ -317,8 +356,10 @@ def bench(cluster: Cluster, args) -> bool:
             wall_at[observed_name] = t0 + offset
             seen = watch.wait(observed_name, 60)
             (api_lat if kind == "api" else static_lat).append(seen - t0)
-        print(f"  pair {i + 1}/{args.pods}: api {api_lat[-1] * 1000:.0f} ms, static {static_lat[-1] * 1000:.0f} ms",
-              flush=True)
+        print(
+            f"  pair {i + 1}/{args.pods}: api {api_lat[-1] * 1000:.0f} ms, static {static_lat[-1] * 1000:.0f} ms",
+            flush=True,
+        )
     started = asyncio.run(cri_started(cluster.containerd.endpoint, set(wall_at)))
     for name, at in wall_at.items():
         if name in started:
@@ -327,8 +368,11 @@ def bench(cluster: Cluster, args) -> bool:
     # Leave the N API pods: remove the static ones and wait for their mirror pods to go.
     for f in cluster.manifests.glob("*.yaml"):
         f.unlink()
-    cluster.wait(lambda: not any(n.startswith("static-") for n in cluster.api_pods())
-                 and cluster.sandboxes() == args.pods, 90, "static pods gone")
+    cluster.wait(
+        lambda: not any(n.startswith("static-") for n in cluster.api_pods()) and cluster.sandboxes() == args.pods,
+        90,
+        "static pods gone",
+    )
     watch.close()
     time.sleep(args.settle)
 
@@ -356,19 +400,53 @@ def bench(cluster: Cluster, args) -> bool:
     n = len(api_lat)
     a50, a99 = pct(api_lat, 50), pct(api_lat, 99)
     s50, s99 = pct(static_lat, 50), pct(static_lat, 99)
-    rows.append((f"(a) API pod create -> Running (watch), p50 (n={n})", f"{a50 * 1000:.0f} ms",
-                 f"static: {s50 * 1000:.0f} ms", "(info)", ""))
-    rows.append((f"(a) API pod create -> Running (watch), p99 (n={n})", f"{a99 * 1000:.0f} ms",
-                 f"static: {s99 * 1000:.0f} ms", f"<= {P99_TARGET_S * 1000:.0f} ms", verdict(a99 <= P99_TARGET_S)))
+    rows.append(
+        (
+            f"(a) API pod create -> Running (watch), p50 (n={n})",
+            f"{a50 * 1000:.0f} ms",
+            f"static: {s50 * 1000:.0f} ms",
+            "(info)",
+            "",
+        )
+    )
+    rows.append(
+        (
+            f"(a) API pod create -> Running (watch), p99 (n={n})",
+            f"{a99 * 1000:.0f} ms",
+            f"static: {s99 * 1000:.0f} ms",
+            f"<= {P99_TARGET_S * 1000:.0f} ms",
+            verdict(a99 <= P99_TARGET_S),
+        )
+    )
     if api_cri and static_cri:
-        rows.append(("(a) ... container started_at (CRI), p50 / p99",
-                     f"{pct(api_cri, 50) * 1000:.0f} / {pct(api_cri, 99) * 1000:.0f} ms",
-                     f"static: {pct(static_cri, 50) * 1000:.0f} / {pct(static_cri, 99) * 1000:.0f} ms", "(info)", ""))
-    rows.append((f"(b) agent RSS, {running_pods} API pods running", f"{rss_mb:.1f} MB", "",
-                 f"<= {RSS_TARGET_MB:g} MB", verdict(rss_mb <= RSS_TARGET_MB)))
-    rows.append((f"(c) agent API requests/s idle, besides leases ({wall:.0f} s)", f"{other_rps:.3f}/s",
-                 f"leases: {leases / wall:.3f}/s", f"<= {IDLE_RPS_TARGET:g}/s", verdict(other_rps <= IDLE_RPS_TARGET)))
-    rows.append((f"    agent CPU meanwhile", f"{cpu_pct:.2f} %", "", "(info)", ""))
+        rows.append(
+            (
+                "(a) ... container started_at (CRI), p50 / p99",
+                f"{pct(api_cri, 50) * 1000:.0f} / {pct(api_cri, 99) * 1000:.0f} ms",
+                f"static: {pct(static_cri, 50) * 1000:.0f} / {pct(static_cri, 99) * 1000:.0f} ms",
+                "(info)",
+                "",
+            )
+        )
+    rows.append(
+        (
+            f"(b) agent RSS, {running_pods} API pods running",
+            f"{rss_mb:.1f} MB",
+            "",
+            f"<= {RSS_TARGET_MB:g} MB",
+            verdict(rss_mb <= RSS_TARGET_MB),
+        )
+    )
+    rows.append(
+        (
+            f"(c) agent API requests/s idle, besides leases ({wall:.0f} s)",
+            f"{other_rps:.3f}/s",
+            f"leases: {leases / wall:.3f}/s",
+            f"<= {IDLE_RPS_TARGET:g}/s",
+            verdict(other_rps <= IDLE_RPS_TARGET),
+        )
+    )
+    rows.append(("    agent CPU meanwhile", f"{cpu_pct:.2f} %", "", "(info)", ""))
     head = ("figure", "measured", "beside it", "target", "")
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(5)]
     print(f"\none-node cluster (SQLite, containerd, agent via join), {os.cpu_count()} cores")
@@ -381,8 +459,10 @@ def bench(cluster: Cluster, args) -> bool:
     print(f"    static pods, ms: {' '.join(f'{v * 1000:.0f}' for v in static_lat)}")
     if api_cri:
         print(f"    API pods, create -> container started_at, ms: {' '.join(f'{v * 1000:.0f}' for v in api_cri)}")
-        print(f"    API pods, started_at -> Running seen by the watch: p50 "
-              f"{(a50 - pct(api_cri, 50)) * 1000:.0f} ms (difference of the medians)")
+        print(
+            f"    API pods, started_at -> Running seen by the watch: p50 "
+            f"{(a50 - pct(api_cri, 50)) * 1000:.0f} ms (difference of the medians)"
+        )
     if children:
         print(f"(b) the agent has {len(children)} child processes, {child_rss:.1f} MB RSS in all")
     print(f"(c) requests in {wall:.0f} s idle, by verb/resource/subresource/code:")
@@ -423,8 +503,12 @@ def main() -> int:
                                 f.unlink()
                             cluster.delete_api_pods([n for n in cluster.api_pods() if not n.endswith(f"-{NODE}")])
                             deadline = time.monotonic() + 90
-                            while (cluster.api_pods() or cluster.sandboxes()) and time.monotonic() < deadline \
-                                    and cluster.agent and cluster.agent.poll() is None:
+                            while (
+                                (cluster.api_pods() or cluster.sandboxes())
+                                and time.monotonic() < deadline
+                                and cluster.agent
+                                and cluster.agent.poll() is None
+                            ):
                                 time.sleep(0.5)
                         finally:
                             cluster.stop_agent()

@@ -40,6 +40,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 @dataclasses.dataclass
 class RawRun:
     """Per-call latencies (seconds) and wall times of one batch of pods."""
+
     pods: int
     concurrency: int
     run_sandbox: list[float] = dataclasses.field(default_factory=list)
@@ -50,14 +51,14 @@ class RawRun:
     all_removed: float = 0.0
 
 
-def sandbox_config(name: str, cgroup_parent: str, log_root: Path, *,
-                   host_network: bool = False) -> pb.PodSandboxConfig:
+def sandbox_config(name: str, cgroup_parent: str, log_root: Path, *, host_network: bool = False) -> pb.PodSandboxConfig:
     uid = secrets.token_hex(8)
     config = pb.PodSandboxConfig(
         metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="bench"),
         hostname="" if host_network else name,
         log_directory=str(log_root / f"bench_{name}_{uid}"),
-        labels={"orch.io/bench": "cri"})
+        labels={"orch.io/bench": "cri"},
+    )
     config.linux.cgroup_parent = cgroup_parent
     if host_network:
         config.linux.security_context.namespace_options.network = pb.NODE
@@ -68,13 +69,16 @@ def container_config(name: str = "sleep") -> pb.ContainerConfig:
     config = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name),
         image=pb.ImageSpec(image="orch.local/busybox:1"),
-        command=["sleep", "3600"], log_path=f"{name}/0.log")
+        command=["sleep", "3600"],
+        log_path=f"{name}/0.log",
+    )
     config.linux.security_context.namespace_options.pid = pb.CONTAINER
     return config
 
 
-async def raw_pod_run(cri: CriClient, pods: int, concurrency: int, *, cgroup_parent: str,
-                      log_root: Path, prefix: str = "raw") -> RawRun:
+async def raw_pod_run(
+    cri: CriClient, pods: int, concurrency: int, *, cgroup_parent: str, log_root: Path, prefix: str = "raw"
+) -> RawRun:
     """Start `pods` pods (sandbox + one container) with `concurrency` pods in
     flight, wait for all, then stop and remove them the same way."""
     result = RawRun(pods, concurrency)
@@ -113,8 +117,7 @@ async def raw_pod_run(cri: CriClient, pods: int, concurrency: int, *, cgroup_par
     return result
 
 
-async def host_network_sandboxes(cri: CriClient, count: int, *, cgroup_parent: str,
-                                 log_root: Path) -> list[float]:
+async def host_network_sandboxes(cri: CriClient, count: int, *, cgroup_parent: str, log_root: Path) -> list[float]:
     times = []
     for index in range(count):
         config = sandbox_config(f"host-{index}", cgroup_parent, log_root, host_network=True)
@@ -130,11 +133,12 @@ def remove_cgroup_tree(cgroup_parent: str) -> None:
     """runc creates the parent in every hierarchy and never removes it."""
     top = cgroup_parent.strip("/")
     v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
-    for root in ([CGROUP_ROOT] if v2 else [p for p in CGROUP_ROOT.iterdir() if p.is_dir()]):
+    for root in [CGROUP_ROOT] if v2 else [p for p in CGROUP_ROOT.iterdir() if p.is_dir()]:
         base = root / top
         if base.is_dir():
-            for directory in sorted((p for p in base.rglob("*") if p.is_dir()),
-                                    key=lambda p: len(p.parts), reverse=True) + [base]:
+            for directory in sorted(
+                (p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+            ) + [base]:
                 try:
                     directory.rmdir()
                 except OSError:
@@ -144,8 +148,10 @@ def remove_cgroup_tree(cgroup_parent: str) -> None:
 def _ms(values: list[float]) -> str:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-    return (f"median {statistics.median(ordered) * 1000:6.1f} ms   p90 {p90 * 1000:6.1f} ms   "
-            f"max {ordered[-1] * 1000:6.1f} ms   (n={len(ordered)})")
+    return (
+        f"median {statistics.median(ordered) * 1000:6.1f} ms   p90 {p90 * 1000:6.1f} ms   "
+        f"max {ordered[-1] * 1000:6.1f} ms   (n={len(ordered)})"
+    )
 
 
 def report(title: str, run: RawRun) -> None:
@@ -154,8 +160,7 @@ def report(title: str, run: RawRun) -> None:
     print(f"  CreateContainer+StartContainer   {_ms(run.create_start)}")
     print(f"  pod start (sum of the above)     {_ms(run.pod_start)}")
     print(f"  StopPodSandbox+RemovePodSandbox  {_ms(run.stop_remove)}")
-    print(f"  all {run.pods} running after {run.all_running:6.2f} s; "
-          f"all removed after {run.all_removed:6.2f} s")
+    print(f"  all {run.pods} running after {run.all_running:6.2f} s; all removed after {run.all_removed:6.2f} s")
 
 
 async def bench(endpoint: str, pods: int, concurrency: int) -> None:
@@ -167,17 +172,16 @@ async def bench(endpoint: str, pods: int, concurrency: int) -> None:
                 version = await cri.version()
                 print(f"runtime: {version.runtime_name} {version.runtime_version}")
                 # Warm-up: first sandbox pays for snapshot and CNI set-up.
-                await raw_pod_run(cri, 2, 1, cgroup_parent=cgroup_parent, log_root=log_root,
-                                  prefix="warm")
-                sequential = await raw_pod_run(cri, pods, 1, cgroup_parent=cgroup_parent,
-                                               log_root=log_root, prefix="seq")
+                await raw_pod_run(cri, 2, 1, cgroup_parent=cgroup_parent, log_root=log_root, prefix="warm")
+                sequential = await raw_pod_run(
+                    cri, pods, 1, cgroup_parent=cgroup_parent, log_root=log_root, prefix="seq"
+                )
                 report("sequential", sequential)
-                concurrent = await raw_pod_run(cri, pods, concurrency,
-                                               cgroup_parent=cgroup_parent, log_root=log_root,
-                                               prefix="conc")
+                concurrent = await raw_pod_run(
+                    cri, pods, concurrency, cgroup_parent=cgroup_parent, log_root=log_root, prefix="conc"
+                )
                 report("concurrent", concurrent)
-                host = await host_network_sandboxes(cri, 10, cgroup_parent=cgroup_parent,
-                                                    log_root=log_root)
+                host = await host_network_sandboxes(cri, 10, cgroup_parent=cgroup_parent, log_root=log_root)
                 print(f"\nRunPodSandbox (host network)       {_ms(host)}")
                 left = await cri.list_pod_sandbox(label_selector={"orch.io/bench": "cri"})
                 assert not left, f"{len(left)} bench sandboxes left"
@@ -189,8 +193,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=30)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--endpoint", default=None,
-                        help="a running containerd's CRI endpoint (images must be imported)")
+    parser.add_argument(
+        "--endpoint", default=None, help="a running containerd's CRI endpoint (images must be imported)"
+    )
     args = parser.parse_args()
     if args.endpoint:
         asyncio.run(bench(args.endpoint, args.pods, args.concurrency))

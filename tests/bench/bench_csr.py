@@ -49,16 +49,29 @@ def make_bodies(prefix: str, n: int) -> list[tuple[str, bytes]]:
     out = []
     for i in range(n):
         key = ec.generate_private_key(ec.SECP256R1())
-        req = (x509.CertificateSigningRequestBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, names.GROUP_NODES),
-                                        x509.NameAttribute(NameOID.COMMON_NAME, f"{names.NODE_USER_PREFIX}{prefix}{i}")]))
-               .sign(key, hashes.SHA256()))
+        req = (
+            x509.CertificateSigningRequestBuilder()
+            .subject_name(
+                x509.Name(
+                    [
+                        x509.NameAttribute(NameOID.ORGANIZATION_NAME, names.GROUP_NODES),
+                        x509.NameAttribute(NameOID.COMMON_NAME, f"{names.NODE_USER_PREFIX}{prefix}{i}"),
+                    ]
+                )
+            )
+            .sign(key, hashes.SHA256())
+        )
         name = f"{prefix}{i}"
-        body = {"apiVersion": f"{names.CERTIFICATES_GROUP}/v1", "kind": "CertificateSigningRequest",
-                "metadata": {"name": name},
-                "spec": {"request": base64.b64encode(req.public_bytes(serialization.Encoding.PEM)).decode(),
-                         "signerName": names.SIGNER_NODE_AGENT_CLIENT,
-                         "usages": ["digital signature", "key encipherment", "client auth"]}}
+        body = {
+            "apiVersion": f"{names.CERTIFICATES_GROUP}/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {
+                "request": base64.b64encode(req.public_bytes(serialization.Encoding.PEM)).decode(),
+                "signerName": names.SIGNER_NODE_AGENT_CLIENT,
+                "usages": ["digital signature", "key encipherment", "client auth"],
+            },
+        }
         out.append((name, json.dumps(body).encode()))
     return out
 
@@ -116,8 +129,10 @@ def report(label: str, lat_ms: list[float]) -> float:
     p50 = statistics.median(lat_ms)
     p99 = lat_ms[min(len(lat_ms) - 1, max(0, int(round(0.99 * len(lat_ms))) - 1))]
     verdict = "ok" if p99 <= TARGET_P99_MS else "OVER TARGET"
-    print(f"{label:<28} n={len(lat_ms):<4} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   max {lat_ms[-1]:7.1f} ms   "
-          f"(target p99 <= {TARGET_P99_MS:.0f} ms: {verdict})")
+    print(
+        f"{label:<28} n={len(lat_ms):<4} p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   max {lat_ms[-1]:7.1f} ms   "
+        f"(target p99 <= {TARGET_P99_MS:.0f} ms: {verdict})"
+    )
     return p99
 
 
@@ -132,8 +147,9 @@ def main() -> int:
         try:
             ca_cert, ca_key = Pki(str(server.data_dir)).load_ca()
             key = ec.generate_private_key(ec.SECP256R1())
-            cert = sign_leaf(ca_cert, ca_key, key.public_key(), "system:bootstrap:bench0",
-                             [names.GROUP_BOOTSTRAPPERS], client=True)
+            cert = sign_leaf(
+                ca_cert, ca_key, key.public_key(), "system:bootstrap:bench0", [names.GROUP_BOOTSTRAPPERS], client=True
+            )
             (Path(tmp) / "b.crt").write_bytes(cert_pem(cert))
             fd = os.open(Path(tmp) / "b.key", os.O_WRONLY | os.O_CREAT, 0o600)
             with os.fdopen(fd, "wb") as f:

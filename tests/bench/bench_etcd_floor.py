@@ -94,6 +94,7 @@ TOKEN_USER = "floor-bench-admin"
 
 # --- CPU bookkeeping ------------------------------------------------------------------------
 
+
 def pcpu(pid: int) -> float:
     """user + system seconds of a process, all its threads (psutil)."""
     try:
@@ -158,32 +159,39 @@ class Window:
     def stop(self) -> None:
         self.elapsed = time.perf_counter() - self.t0
         self.cpu = {k: [b - a for a, b in zip(self.cpu0[k], (pcpu(p) for p in v))] for k, v in self.pids.items()}
-        self.main = {k: [b - a for a, b in zip(self.main0[k], (main_thread_cpu(p) for p in v))]
-                     for k, v in self.pids.items()}
+        self.main = {
+            k: [b - a for a, b in zip(self.main0[k], (main_thread_cpu(p) for p in v))] for k, v in self.pids.items()
+        }
         self.self_cpu = time.process_time() - self.self0
         self.children = children_cpu() - self.children0
         m1 = machine_cpu()
         self.busy, self.idle, self.steal, self.irq = (b - a for a, b in zip(self.m0, m1))
         known = {os.getpid(), *(p for v in self.pids.values() for p in v)}
         all1 = all_cpu()
-        deltas = [(all1[pid][1] - c0, name, pid) for pid, (name, c0) in self.all0.items()
-                  if pid in all1 and pid not in known]
+        deltas = [
+            (all1[pid][1] - c0, name, pid) for pid, (name, c0) in self.all0.items() if pid in all1 and pid not in known
+        ]
         deltas.sort(reverse=True)
         self.top_other = [(name, pid, d / self.elapsed) for d, name, pid in deltas[:3] if d > 0.02 * self.elapsed]
 
 
 # --- (a) raw etcd from this process -----------------------------------------------------------
 
-def _keep_quieter(best: dict | None, r: dict, attempt: int, max_other: float, retries: int,
-                  what: str) -> tuple[dict, bool]:
+
+def _keep_quieter(
+    best: dict | None, r: dict, attempt: int, max_other: float, retries: int, what: str
+) -> tuple[dict, bool]:
     """The quieter of ``best`` and the new window ``r``, and whether ``r`` was quiet enough
     to stop measuring."""
     if best is None or r["other_cores"] < best["other_cores"]:
         best = r
     if r["other_cores"] <= max_other:
         return best, True
-    print(f"    {what}: other work took {r['other_cores']:.2f} cores"
-          + ("; measuring again" if attempt < retries else "; keeping the quietest window"), flush=True)
+    print(
+        f"    {what}: other work took {r['other_cores']:.2f} cores"
+        + ("; measuring again" if attempt < retries else "; keeping the quietest window"),
+        flush=True,
+    )
     return best, False
 
 
@@ -233,9 +241,13 @@ async def raw_phase(etcd, seconds: float, max_other: float, retries: int) -> lis
 
     async def stub_txn(i: int) -> None:
         k = b"/floor-raw/txn/%09d" % i
-        resp = await kv.Txn(rpc_pb2.TxnRequest(
-            compare=[rpc_pb2.Compare(key=k, target=create_cmp, result=equal, create_revision=0)],
-            success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=value))]), timeout=10)
+        resp = await kv.Txn(
+            rpc_pb2.TxnRequest(
+                compare=[rpc_pb2.Compare(key=k, target=create_cmp, result=equal, create_revision=0)],
+                success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=value))],
+            ),
+            timeout=10,
+        )
         if not resp.succeeded:
             raise ba.BenchError(f"raw txn create of {k!r} found the key present")
 
@@ -244,10 +256,15 @@ async def raw_phase(etcd, seconds: float, max_other: float, retries: int) -> lis
 
     out = []
     try:
-        for label, fn in (("aetcd Client.put", aetcd_put), ("KV stub Put", stub_put),
-                          ("KV stub Txn create-if-absent", stub_txn), ("EtcdBackend.create (Txn)", backend_create)):
-            out.append(await aquietest(lambda: _measure(fn, seconds, CONNECTIONS, label, etcd.pid),
-                                       max_other, retries, label))
+        for label, fn in (
+            ("aetcd Client.put", aetcd_put),
+            ("KV stub Put", stub_put),
+            ("KV stub Txn create-if-absent", stub_txn),
+            ("EtcdBackend.create (Txn)", backend_create),
+        ):
+            out.append(
+                await aquietest(lambda: _measure(fn, seconds, CONNECTIONS, label, etcd.pid), max_other, retries, label)
+            )
     finally:
         await store.close()
         await client.close()
@@ -275,12 +292,21 @@ async def _measure(fn, seconds: float, inflight: int, label: str, etcd_pid: int)
     end = time.perf_counter() + seconds
     await asyncio.gather(*(worker() for _ in range(inflight)))
     win.stop()
-    return {"label": label, "ok": ok, "rate": ok / win.elapsed, "client_cpu": win.cpu["client"][0] / ok,
-            "client_loop": win.main["client"][0] / win.elapsed,
-            "etcd_cpu": win.cpu["etcd"][0] / ok, "busy": win.busy / win.elapsed, "idle": win.idle / win.elapsed,
-            "other": max(0.0, win.busy - win.cpu["client"][0] - win.cpu["etcd"][0]) / win.elapsed,
-            "other_cores": max(0.0, win.busy - win.cpu["client"][0] - win.cpu["etcd"][0]) / win.elapsed,
-            "top_other": win.top_other, "steal": win.steal / win.elapsed, "irq": win.irq / win.elapsed}
+    return {
+        "label": label,
+        "ok": ok,
+        "rate": ok / win.elapsed,
+        "client_cpu": win.cpu["client"][0] / ok,
+        "client_loop": win.main["client"][0] / win.elapsed,
+        "etcd_cpu": win.cpu["etcd"][0] / ok,
+        "busy": win.busy / win.elapsed,
+        "idle": win.idle / win.elapsed,
+        "other": max(0.0, win.busy - win.cpu["client"][0] - win.cpu["etcd"][0]) / win.elapsed,
+        "other_cores": max(0.0, win.busy - win.cpu["client"][0] - win.cpu["etcd"][0]) / win.elapsed,
+        "top_other": win.top_other,
+        "steal": win.steal / win.elapsed,
+        "irq": win.irq / win.elapsed,
+    }
 
 
 def rawproc_main(spec: dict) -> None:
@@ -320,11 +346,22 @@ def raw_two_procs(etcd, seconds: float, root: Path) -> dict:
     procs = []
     run = next(_RAW_SEQ)
     for i in range(2):
-        spec = {"endpoint": etcd.endpoint, "prefix": f"/floor-raw2/{run}/{i}", "inflight": CONNECTIONS // 2,
-                "start_at": start_at, "seconds": seconds}
+        spec = {
+            "endpoint": etcd.endpoint,
+            "prefix": f"/floor-raw2/{run}/{i}",
+            "inflight": CONNECTIONS // 2,
+            "start_at": start_at,
+            "seconds": seconds,
+        }
         log = open(root / f"rawproc-{i}.log", "ab")
-        procs.append(ba.spawn([sys.executable, __file__, "_rawproc", json.dumps(spec)],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log))
+        procs.append(
+            ba.spawn(
+                [sys.executable, __file__, "_rawproc", json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+        )
         log.close()
     try:
         time.sleep(max(0.0, start_at - time.time()))
@@ -347,16 +384,25 @@ def raw_two_procs(etcd, seconds: float, root: Path) -> dict:
     ok = sum(r["ok"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
     clients = sum(r["cpu"] for r in results)
-    return {"label": "EtcdBackend.create, 2 processes x 32", "ok": ok, "rate": ok / elapsed,
-            "client_cpu": clients / ok, "etcd_cpu": win.cpu["etcd"][0] / ok, "busy": win.busy / win.elapsed,
-            "client_loop": max(win.main["clients"]) / win.elapsed, "idle": win.idle / win.elapsed,
-            "other": max(0.0, win.busy - sum(win.cpu["clients"]) - win.cpu["etcd"][0] - win.self_cpu) / win.elapsed,
-            "other_cores": max(0.0, win.busy - sum(win.cpu["clients"]) - win.cpu["etcd"][0] - win.self_cpu)
-            / win.elapsed,
-            "top_other": win.top_other, "steal": win.steal / win.elapsed, "irq": win.irq / win.elapsed}
+    return {
+        "label": "EtcdBackend.create, 2 processes x 32",
+        "ok": ok,
+        "rate": ok / elapsed,
+        "client_cpu": clients / ok,
+        "etcd_cpu": win.cpu["etcd"][0] / ok,
+        "busy": win.busy / win.elapsed,
+        "client_loop": max(win.main["clients"]) / win.elapsed,
+        "idle": win.idle / win.elapsed,
+        "other": max(0.0, win.busy - sum(win.cpu["clients"]) - win.cpu["etcd"][0] - win.self_cpu) / win.elapsed,
+        "other_cores": max(0.0, win.busy - sum(win.cpu["clients"]) - win.cpu["etcd"][0] - win.self_cpu) / win.elapsed,
+        "top_other": win.top_other,
+        "steal": win.steal / win.elapsed,
+        "irq": win.irq / win.elapsed,
+    }
 
 
 # --- (b), (c) the minimal server ------------------------------------------------------------
+
 
 def minserver_main(spec: dict) -> None:
     """Child: the minimal create server (see the module docstring)."""
@@ -406,8 +452,9 @@ def minserver_main(spec: dict) -> None:
         app.router.add_route("GET", "/{tail:.*}", get)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, HOST, spec["port"], ssl_context=ctx, backlog=1024, reuse_address=True,
-                           reuse_port=spec["reuse_port"])
+        site = web.TCPSite(
+            runner, HOST, spec["port"], ssl_context=ctx, backlog=1024, reuse_address=True, reuse_port=spec["reuse_port"]
+        )
         await site.start()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -424,17 +471,29 @@ def minserver_main(spec: dict) -> None:
     asyncio.run(main())
 
 
-def start_minservers(root: Path, etcd, pki: dict, port: int, nprocs: int, watch: bool, tag: str,
-                     no_etcd: bool = False) -> list:
+def start_minservers(
+    root: Path, etcd, pki: dict, port: int, nprocs: int, watch: bool, tag: str, no_etcd: bool = False
+) -> list:
     procs = []
     try:
         for i in range(nprocs):
-            spec = {"etcd": etcd.endpoint, "prefix": f"/floor-{tag}", "port": port, "reuse_port": nprocs > 1,
-                    "watch": watch, "no_etcd": no_etcd, **pki}
+            spec = {
+                "etcd": etcd.endpoint,
+                "prefix": f"/floor-{tag}",
+                "port": port,
+                "reuse_port": nprocs > 1,
+                "watch": watch,
+                "no_etcd": no_etcd,
+                **pki,
+            }
             log_path = root / f"minserver-{tag}-{i}.log"
             log = open(log_path, "ab")
-            proc = ba.spawn([sys.executable, __file__, "_minserver", json.dumps(spec)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=log)
+            proc = ba.spawn(
+                [sys.executable, __file__, "_minserver", json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
             log.close()
             procs.append(proc)
             ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -489,8 +548,9 @@ end
 
 def write_wrk_script(root: Path) -> Path:
     prefix, suffix = ba._pod_template(NS)
-    text = (WRK_LUA.replace("@PREFIX@", prefix.decode()).replace("@SUFFIX@", suffix.decode())
-            .replace("@PATH@", CREATE_PATH))
+    text = (
+        WRK_LUA.replace("@PREFIX@", prefix.decode()).replace("@SUFFIX@", suffix.decode()).replace("@PATH@", CREATE_PATH)
+    )
     path = root / "create.lua"
     path.write_text(text)
     return path
@@ -499,13 +559,34 @@ def write_wrk_script(root: Path) -> Path:
 _tags = itertools.count(1)
 
 
-def run_wrk(args, script: Path, port: int, duration: float, pids: dict[str, list[int]], token: str = "",
-            sample_conns: list[int] | None = None) -> dict:
+def run_wrk(
+    args,
+    script: Path,
+    port: int,
+    duration: float,
+    pids: dict[str, list[int]],
+    token: str = "",
+    sample_conns: list[int] | None = None,
+) -> dict:
     """One wrk run; CPU of ``pids`` and of the machine over it (wrk's own from RUSAGE_CHILDREN)."""
     tag = f"f{os.getpid() % 1000}r{next(_tags)}"
-    argv = [shutil.which("wrk") or "wrk", "-t", str(args.wrk_threads), "-c", str(CONNECTIONS),
-            "-d", f"{duration:g}s", "--timeout", "10s", "-s", str(script), f"https://{HOST}:{port}{CREATE_PATH}",
-            "--", tag, token]
+    argv = [
+        shutil.which("wrk") or "wrk",
+        "-t",
+        str(args.wrk_threads),
+        "-c",
+        str(CONNECTIONS),
+        "-d",
+        f"{duration:g}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(script),
+        f"https://{HOST}:{port}{CREATE_PATH}",
+        "--",
+        tag,
+        token,
+    ]
     win = Window(pids)
     win.start()
     proc = ba.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -516,8 +597,13 @@ def run_wrk(args, script: Path, port: int, duration: float, pids: dict[str, list
             conns = []
             for pid in sample_conns:
                 try:
-                    conns.append(sum(1 for c in psutil.Process(pid).net_connections("tcp")
-                                     if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port))
+                    conns.append(
+                        sum(
+                            1
+                            for c in psutil.Process(pid).net_connections("tcp")
+                            if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port
+                        )
+                    )
                 except psutil.Error:
                     conns.append(-1)
         out, _ = proc.communicate(timeout=duration + 60)
@@ -535,16 +621,31 @@ def run_wrk(args, script: Path, port: int, duration: float, pids: dict[str, list
     errors = r["connect"] + r["read"] + r["write"] + r["status"] + r["timeout"]
     cpu = {k: sum(v) for k, v in win.cpu.items()}
     ours = sum(cpu.values()) + win.children + win.self_cpu
-    return {"ok": n - r["status"], "rate": (n - r["status"]) / secs, "errors": errors, "err_detail": r,
-            "p50": r["p50_us"] / 1e3, "p99": r["p99_us"] / 1e3,
-            "cpu": {k: v / n for k, v in cpu.items()}, "per_proc": {k: [c / n for c in v] for k, v in win.cpu.items()},
-            "loadgen": win.children / n, "other": max(0.0, win.busy - ours) / n, "idle": win.idle / n,
-            "busy_cores": win.busy / win.elapsed, "other_cores": max(0.0, win.busy - ours) / win.elapsed,
-            "loop_cores": [m / win.elapsed for m in win.main.get("server", [])],
-            "server_cores": [c / win.elapsed for c in win.cpu.get("server", [])],
-            "etcd_cores": sum(win.cpu.get("etcd", [])) / win.elapsed, "wrk_cores": win.children / win.elapsed,
-            "top_other": win.top_other, "steal": win.steal / win.elapsed, "irq": win.irq / win.elapsed,
-            "conns": conns, "n": n, "loader": f"wrk -t{args.wrk_threads}"}
+    return {
+        "ok": n - r["status"],
+        "rate": (n - r["status"]) / secs,
+        "errors": errors,
+        "err_detail": r,
+        "p50": r["p50_us"] / 1e3,
+        "p99": r["p99_us"] / 1e3,
+        "cpu": {k: v / n for k, v in cpu.items()},
+        "per_proc": {k: [c / n for c in v] for k, v in win.cpu.items()},
+        "loadgen": win.children / n,
+        "other": max(0.0, win.busy - ours) / n,
+        "idle": win.idle / n,
+        "busy_cores": win.busy / win.elapsed,
+        "other_cores": max(0.0, win.busy - ours) / win.elapsed,
+        "loop_cores": [m / win.elapsed for m in win.main.get("server", [])],
+        "server_cores": [c / win.elapsed for c in win.cpu.get("server", [])],
+        "etcd_cores": sum(win.cpu.get("etcd", [])) / win.elapsed,
+        "wrk_cores": win.children / win.elapsed,
+        "top_other": win.top_other,
+        "steal": win.steal / win.elapsed,
+        "irq": win.irq / win.elapsed,
+        "conns": conns,
+        "n": n,
+        "loader": f"wrk -t{args.wrk_threads}",
+    }
 
 
 def run_py(bench, port: int, creds: dict, duration: float, pids: dict[str, list[int]]) -> dict:
@@ -559,19 +660,35 @@ def run_py(bench, port: int, creds: dict, duration: float, pids: dict[str, list[
     loadgen = res["client_cpu_per_req"]
     busy = res["busy"]  # cores busy over the window
     ours = sum(sum(v) for v in per.values()) + loadgen
-    return {"ok": n, "rate": res["rate"], "errors": sum(res["errors"].values()), "err_detail": res["errors"],
-            "p50": res["p50"] * 1e3, "p99": res["p99"] * 1e3,
-            "cpu": {k: sum(v) for k, v in per.items()}, "per_proc": per, "loadgen": loadgen,
-            "other": max(0.0, busy * duration / n - ours) if n else float("nan"),
-            "idle": max(0.0, (os.cpu_count() - busy) * duration / n) if n else float("nan"),
-            "busy_cores": busy, "other_cores": res["foreign"], "conns": None, "n": n,
-            "loop_cores": [res["main_cpu_per_req"] * res["rate"]] + [float("nan")] * (len(per["server"]) - 1),
-            "server_cores": [c * res["rate"] for c in per["server"]], "etcd_cores": sum(per["etcd"]) * res["rate"],
-            "wrk_cores": loadgen * res["rate"], "top_other": [], "steal": float("nan"), "irq": float("nan"),
-            "loader": f"py x{bench.args.load_procs}"}
+    return {
+        "ok": n,
+        "rate": res["rate"],
+        "errors": sum(res["errors"].values()),
+        "err_detail": res["errors"],
+        "p50": res["p50"] * 1e3,
+        "p99": res["p99"] * 1e3,
+        "cpu": {k: sum(v) for k, v in per.items()},
+        "per_proc": per,
+        "loadgen": loadgen,
+        "other": max(0.0, busy * duration / n - ours) if n else float("nan"),
+        "idle": max(0.0, (os.cpu_count() - busy) * duration / n) if n else float("nan"),
+        "busy_cores": busy,
+        "other_cores": res["foreign"],
+        "conns": None,
+        "n": n,
+        "loop_cores": [res["main_cpu_per_req"] * res["rate"]] + [float("nan")] * (len(per["server"]) - 1),
+        "server_cores": [c * res["rate"] for c in per["server"]],
+        "etcd_cores": sum(per["etcd"]) * res["rate"],
+        "wrk_cores": loadgen * res["rate"],
+        "top_other": [],
+        "steal": float("nan"),
+        "irq": float("nan"),
+        "loader": f"py x{bench.args.load_procs}",
+    }
 
 
 # --- (d) the API server -------------------------------------------------------------------------
+
 
 class TokenServer(ba.Server):
     """bench_apiserver's Server on etcd, with a static token file for wrk."""
@@ -585,6 +702,7 @@ class TokenServer(ba.Server):
 
 
 # --- the run --------------------------------------------------------------------------------------
+
 
 def fmt_us(x: float) -> str:
     return f"{x * 1e6:5.0f}"
@@ -603,10 +721,15 @@ class Floor:
         a = self.args
         if loader == "wrk":
             run_wrk(a, self.script, port, a.warmup, {}, token)  # warm-up, not counted
-            return quietest(lambda: run_wrk(a, self.script, port, a.duration, pids, token, sample_conns),
-                            a.max_other, a.retries, "window")
-        return quietest(lambda: run_py(self.bench, port, self.creds, a.duration, pids), a.max_other, a.retries,
-                        "window")
+            return quietest(
+                lambda: run_wrk(a, self.script, port, a.duration, pids, token, sample_conns),
+                a.max_other,
+                a.retries,
+                "window",
+            )
+        return quietest(
+            lambda: run_py(self.bench, port, self.creds, a.duration, pids), a.max_other, a.retries, "window"
+        )
 
     def run(self) -> None:
         from apiserver_min.pki import Pki, write_admin_config
@@ -627,21 +750,32 @@ class Floor:
             write_admin_config(pki, str(config), f"https://{HOST}:{server.port}")
             server._extract_creds(config)
             self.creds = server.creds
-            self.bench = ba.Bench(argparse.Namespace(load_procs=args.load_procs, cprofile=None, profile=None,
-                                                     py_spy=None, quick=False), {}, self.root)
+            self.bench = ba.Bench(
+                argparse.Namespace(load_procs=args.load_procs, cprofile=None, profile=None, py_spy=None, quick=False),
+                {},
+                self.root,
+            )
             spec_pki = {"cert": pki.serving_cert, "key": pki.serving_key, "ca": pki.ca_cert}
 
-            print(f"[a] raw etcd writes, {CONNECTIONS} in flight from this process, {args.raw_s:g}s each "
-                  f"(etcd {etcd.endpoint})", flush=True)
+            print(
+                f"[a] raw etcd writes, {CONNECTIONS} in flight from this process, {args.raw_s:g}s each "
+                f"(etcd {etcd.endpoint})",
+                flush=True,
+            )
             self.raw = asyncio.run(raw_phase(etcd, args.raw_s, args.max_other, args.retries))
             print("[a'] the create Txn from 2 processes x 32 in flight", flush=True)
-            self.raw.append(quietest(lambda: raw_two_procs(etcd, args.raw_s, self.root), args.max_other,
-                                     args.retries, "2 processes"))
+            self.raw.append(
+                quietest(
+                    lambda: raw_two_procs(etcd, args.raw_s, self.root), args.max_other, args.retries, "2 processes"
+                )
+            )
             for r in self.raw:
                 print(f"    {r['label']}: {r['rate']:,.0f}/s", flush=True)
 
-            variants = [("b0", "minimal server, 1 process, no etcd call (HTTPS + orjson only)", 1, False, True),
-                        ("b", "minimal aiohttp+uvloop server, 1 process", 1, False, False)]
+            variants = [
+                ("b0", "minimal server, 1 process, no etcd call (HTTPS + orjson only)", 1, False, True),
+                ("b", "minimal aiohttp+uvloop server, 1 process", 1, False, False),
+            ]
             if not args.no_watch_variant:
                 variants.append(("b+w", "minimal server, 1 process, + a watch decoding every event", 1, True, False))
             variants.append(("c", "minimal server, 2 processes, SO_REUSEPORT", 2, False, False))
@@ -649,8 +783,9 @@ class Floor:
                 for loader in self.loaders():
                     port = free_port()
                     print(f"[{tag}] {desc}; {loader}", flush=True)
-                    procs = start_minservers(self.root, etcd, spec_pki, port, nprocs, watch,
-                                             f"{tag.replace('+', '')}-{loader}", no_etcd)
+                    procs = start_minservers(
+                        self.root, etcd, spec_pki, port, nprocs, watch, f"{tag.replace('+', '')}-{loader}", no_etcd
+                    )
                     try:
                         pids = {"server": [p.pid for p in procs], "etcd": [etcd.pid]}
                         res = self.load(loader, port, pids, sample_conns=[p.pid for p in procs] if nprocs > 1 else None)
@@ -683,9 +818,11 @@ class Floor:
 
         group = names.AUTHENTICATION_GROUP
         req = urllib.request.Request(
-            f"https://{HOST}:{server.port}/apis/{group}/v1/selfsubjectreviews", method="POST",
+            f"https://{HOST}:{server.port}/apis/{group}/v1/selfsubjectreviews",
+            method="POST",
             data=orjson.dumps({"apiVersion": f"{group}/v1", "kind": "SelfSubjectReview"}),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
+        )
         ctx = ssl.create_default_context(cafile=server.creds["ca"])
         try:
             with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
@@ -699,8 +836,11 @@ class Floor:
     def _done(self, tag: str, desc: str, res: dict) -> None:
         self.phases.append((tag, desc, res))
         extra = f", connections per process {res['conns']}" if res.get("conns") else ""
-        print(f"    {res['rate']:,.0f}/s ({res['errors']} errors), server {fmt_us(res['cpu']['server']).strip()} us "
-              f"+ etcd {fmt_us(res['cpu']['etcd']).strip()} us CPU/req{extra}", flush=True)
+        print(
+            f"    {res['rate']:,.0f}/s ({res['errors']} errors), server {fmt_us(res['cpu']['server']).strip()} us "
+            f"+ etcd {fmt_us(res['cpu']['etcd']).strip()} us CPU/req{extra}",
+            flush=True,
+        )
         if res["errors"]:
             print(f"    errors: {res['err_detail']}", flush=True)
 
@@ -709,47 +849,64 @@ class Floor:
         put = raw["aetcd Client.put"]["rate"]
         txn = raw["KV stub Txn create-if-absent"]["rate"]
         ncpu = os.cpu_count()
-        print(f"\netcd floor benchmark: {ncpu} CPUs, Python {sys.version.split()[0]}, 2 KB pods, "
-              f"{CONNECTIONS} connections / in flight, windows {self.args.duration:g}s (raw {self.args.raw_s:g}s)")
-        print("\n(a) raw etcd writes                      rate/s  client us/op  etcd us/op  client loop  "
-              "other cores  idle cores")
+        print(
+            f"\netcd floor benchmark: {ncpu} CPUs, Python {sys.version.split()[0]}, 2 KB pods, "
+            f"{CONNECTIONS} connections / in flight, windows {self.args.duration:g}s (raw {self.args.raw_s:g}s)"
+        )
+        print(
+            "\n(a) raw etcd writes                      rate/s  client us/op  etcd us/op  client loop  "
+            "other cores  idle cores"
+        )
         for r in self.raw:
-            print(f"    {r['label']:<36} {r['rate']:>8,.0f}  {fmt_us(r['client_cpu']):>12}  {fmt_us(r['etcd_cpu']):>10}"
-                  f"  {r['client_loop']:>11.2f}  {r['other']:>11.2f}  {r['idle']:>10.2f}")
+            print(
+                f"    {r['label']:<36} {r['rate']:>8,.0f}  {fmt_us(r['client_cpu']):>12}  {fmt_us(r['etcd_cpu']):>10}"
+                f"  {r['client_loop']:>11.2f}  {r['other']:>11.2f}  {r['idle']:>10.2f}"
+            )
         for r in self.raw:
             if r.get("attempts", 1) > 1 or r["other"] > 0.05:
-                print(f"    other during {r['label']} ({r.get('attempts', 1)} attempts, the quietest kept): steal {r['steal']:.2f}, irq+softirq {r['irq']:.2f}"
-                      + "".join(f", [{n}] ({pid}) {c:.2f}" for n, pid, c in r["top_other"]))
+                print(
+                    f"    other during {r['label']} ({r.get('attempts', 1)} attempts, the quietest kept): steal {r['steal']:.2f}, irq+softirq {r['irq']:.2f}"
+                    + "".join(f", [{n}] ({pid}) {c:.2f}" for n, pid, c in r["top_other"])
+                )
         print("    (client loop: cores used by the client's event-loop thread; 1.00 = saturated)")
         print(f"\n(b)-(d) over HTTPS; ratios of aetcd put x64 ({put:,.0f}/s) and of the create Txn x64 ({txn:,.0f}/s)")
-        print("    phase  loader   req/s   /put   /txn | CPU us/req: server (per process)   etcd  load  other  idle |"
-              " p50/p99 ms     err")
+        print(
+            "    phase  loader   req/s   /put   /txn | CPU us/req: server (per process)   etcd  load  other  idle |"
+            " p50/p99 ms     err"
+        )
         for tag, desc, r in self.phases:
             per = "+".join(f"{c * 1e6:.0f}" for c in r["per_proc"]["server"])
             server = f"{r['cpu']['server'] * 1e6:.0f}" + (f" ({per})" if len(r["per_proc"]["server"]) > 1 else "")
-            print(f"    {tag:<5}  {r['loader']:<7} {r['rate']:>6,.0f}  {r['rate'] / put:>5.0%}  {r['rate'] / txn:>5.0%}"
-                  f" | {server:>31}   {r['cpu']['etcd'] * 1e6:>4.0f}  {r['loadgen'] * 1e6:>4.0f}  "
-                  f"{r['other'] * 1e6:>5.0f}  {r['idle'] * 1e6:>4.0f} | {r['p50']:5.1f}/{r['p99']:5.1f}  {r['errors']:>6}")
+            print(
+                f"    {tag:<5}  {r['loader']:<7} {r['rate']:>6,.0f}  {r['rate'] / put:>5.0%}  {r['rate'] / txn:>5.0%}"
+                f" | {server:>31}   {r['cpu']['etcd'] * 1e6:>4.0f}  {r['loadgen'] * 1e6:>4.0f}  "
+                f"{r['other'] * 1e6:>5.0f}  {r['idle'] * 1e6:>4.0f} | {r['p50']:5.1f}/{r['p99']:5.1f}  {r['errors']:>6}"
+            )
         print(f"\n    where the {ncpu} cores went (cores busy over the window):")
         print("    phase  loader   server (per process)   server loop thread(s)   etcd   load  other   idle")
         for tag, desc, r in self.phases:
             sc = "+".join(f"{c:.2f}" for c in r["server_cores"])
             lc = "+".join(f"{c:.2f}" for c in r["loop_cores"])
             idle = max(0.0, ncpu - r["busy_cores"])
-            print(f"    {tag:<5}  {r['loader']:<7} {sc:>20}   {lc:>21}   {r['etcd_cores']:>4.2f}   {r['wrk_cores']:>4.2f}"
-                  f"   {r['other_cores']:>4.2f}   {idle:>4.2f}")
+            print(
+                f"    {tag:<5}  {r['loader']:<7} {sc:>20}   {lc:>21}   {r['etcd_cores']:>4.2f}   {r['wrk_cores']:>4.2f}"
+                f"   {r['other_cores']:>4.2f}   {idle:>4.2f}"
+            )
         print()
         for tag, desc, r in self.phases:
             extra = f"; connections per process {r['conns']}" if r.get("conns") else ""
             if r.get("attempts", 1) > 1:
                 extra += f"; window {r['attempts']} attempts, the quietest kept"
             if r["other_cores"] > 0.05:
-                extra += (f"; other: steal {r['steal']:.2f}, irq+softirq {r['irq']:.2f}"
-                          + "".join(f", [{n}] ({pid}) {c:.2f}" for n, pid, c in r["top_other"]))
+                extra += f"; other: steal {r['steal']:.2f}, irq+softirq {r['irq']:.2f}" + "".join(
+                    f", [{n}] ({pid}) {c:.2f}" for n, pid, c in r["top_other"]
+                )
             print(f"    {tag:<5} {desc} ({r['loader']}){extra}")
-        print("\n    CPU is user+system of every thread of a process (psutil); 'load' is wrk (RUSAGE_CHILDREN) or "
-              "the py load processes; 'other' the rest of the machine's busy time (other work, kernel threads, "
-              "interrupts); 'idle' idle CPU.")
+        print(
+            "\n    CPU is user+system of every thread of a process (psutil); 'load' is wrk (RUSAGE_CHILDREN) or "
+            "the py load processes; 'other' the rest of the machine's busy time (other work, kernel threads, "
+            "interrupts); 'idle' idle CPU."
+        )
 
 
 def main() -> int:
@@ -759,17 +916,23 @@ def main() -> int:
     if len(sys.argv) >= 3 and sys.argv[1] == "_rawproc":
         rawproc_main(json.loads(sys.argv[2]))
         return 0
-    parser = argparse.ArgumentParser(description="raw etcd writes vs. a minimal Python create server vs. "
-                                     "orch-apiserver, one run, one etcd; not a test.")
+    parser = argparse.ArgumentParser(
+        description="raw etcd writes vs. a minimal Python create server vs. "
+        "orch-apiserver, one run, one etcd; not a test."
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="measured window per HTTP phase, s")
     parser.add_argument("--warmup", type=float, default=2.0, help="wrk warm-up run before each window, s")
     parser.add_argument("--raw-s", type=float, default=6.0, help="window per raw etcd figure, s")
     parser.add_argument("--loader", choices=("wrk", "py", "both"), default="wrk")
     parser.add_argument("--wrk-threads", type=int, default=2)
     parser.add_argument("--load-procs", type=int, default=2, help="py loader processes")
-    parser.add_argument("--max-other", type=float, default=0.15,
-                        help="a window in which other work on the machine took more cores than this is measured "
-                             "again (the machine is shared)")
+    parser.add_argument(
+        "--max-other",
+        type=float,
+        default=0.15,
+        help="a window in which other work on the machine took more cores than this is measured "
+        "again (the machine is shared)",
+    )
     parser.add_argument("--retries", type=int, default=2, help="at most this many repeats of a window")
     parser.add_argument("--no-watch-variant", action="store_true", help="skip phase b+w")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")

@@ -77,11 +77,30 @@ def worker_main(spec: dict) -> None:
 def window(server: ba.Server, level: str, seconds: float, procs: int, tag: str) -> dict:
     per = [CONNECTIONS // procs + (1 if i < CONNECTIONS % procs else 0) for i in range(procs)]
     start_at = time.time() + 1.5  # time for the workers to connect (TLS) first
-    workers = [ba.spawn([sys.executable, __file__, "_worker",
-                         json.dumps({"port": server.port, "creds": server.creds, "conns": per[i], "wid": i,
-                                     "level": level, "tag": tag, "start_at": start_at, "duration": seconds})],
-                        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-               for i in range(procs)]
+    workers = [
+        ba.spawn(
+            [
+                sys.executable,
+                __file__,
+                "_worker",
+                json.dumps(
+                    {
+                        "port": server.port,
+                        "creds": server.creds,
+                        "conns": per[i],
+                        "wid": i,
+                        "level": level,
+                        "tag": tag,
+                        "start_at": start_at,
+                        "duration": seconds,
+                    }
+                ),
+            ],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        for i in range(procs)
+    ]
     try:
         time.sleep(max(0.0, start_at - time.time()))
         cpu0 = server.cpu()
@@ -97,16 +116,17 @@ def window(server: ba.Server, level: str, seconds: float, procs: int, tag: str) 
     ok = sum(r["ok"] for r in results)
     errors = sum(r["errors"] for r in results)
     if errors:
-        raise ba.BenchError(f"{level}: {errors} failed creates, first: "
-                            f"{next(r['first_error'] for r in results if r['first_error'])}")
+        raise ba.BenchError(
+            f"{level}: {errors} failed creates, first: {next(r['first_error'] for r in results if r['first_error'])}"
+        )
     return {"rate": ok / seconds, "cpu_per_req": (cpu1 - cpu0) / ok if ok else float("nan")}
 
 
 def in_process_costs() -> dict[str, float]:
     """Microseconds per decode + field validation of the bench pod body, per level."""
     sys.path.insert(0, str(ba.REPO))
-    from apiserver_min.api.schemas import schema_for
     from apiserver_min.api import codec
+    from apiserver_min.api.schemas import schema_for
     from apiserver_min.registry import fieldvalidation
 
     body = ba.pod_body(NAMESPACE, "pod-0000001")
@@ -120,8 +140,9 @@ def in_process_costs() -> dict[str, float]:
     for level in LEVELS:
         t0 = time.perf_counter()
         for _ in range(n):
-            fieldvalidation.validate_decoded(codec.decode_object_body(body, "application/json"), schema, level,
-                                             kind="Pod", version="v1")
+            fieldvalidation.validate_decoded(
+                codec.decode_object_body(body, "application/json"), schema, level, kind="Pod", version="v1"
+            )
         out[level] = (time.perf_counter() - t0) / n * 1e6
     return out
 
@@ -137,15 +158,19 @@ def main() -> int:
     args = ap.parse_args()
 
     costs = in_process_costs()
-    print("decode + field validation of a 2 KB pod, in process (µs): "
-          + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()), flush=True)
+    print(
+        "decode + field validation of a 2 KB pod, in process (µs): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in costs.items()),
+        flush=True,
+    )
 
     with tempfile.TemporaryDirectory(prefix="orch-bench-fv-") as tmp:
         server = ba.Server(Path(tmp), "sqlite")
         try:
             server.start()
-            status, body = server.api("POST", "/api/v1/namespaces",
-                                      {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+            status, body = server.api(
+                "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            )
             if status != 201:
                 raise ba.BenchError(f"creating namespace {NAMESPACE}: {status} {body[:300]!r}")
             time.sleep(1.0)  # the namespace's service account and root CA are published
@@ -153,27 +178,41 @@ def main() -> int:
             figures: dict[str, list[dict]] = {level: [] for level in LEVELS}
             for r in range(args.rounds):
                 # Rotate the order: the store grows every window, which must not favour a level.
-                for level in LEVELS[r % len(LEVELS):] + LEVELS[:r % len(LEVELS)]:
+                for level in LEVELS[r % len(LEVELS) :] + LEVELS[: r % len(LEVELS)]:
                     res = window(server, level, args.seconds, args.load_procs, f"r{r}{level[0].lower()}")
                     figures[level].append(res)
-                    print(f"  round {r + 1} {level:6s}: {res['rate']:7.0f} creates/s, server CPU "
-                          f"{res['cpu_per_req'] * 1e6:6.0f} µs/create", flush=True)
+                    print(
+                        f"  round {r + 1} {level:6s}: {res['rate']:7.0f} creates/s, server CPU "
+                        f"{res['cpu_per_req'] * 1e6:6.0f} µs/create",
+                        flush=True,
+                    )
         finally:
             server.stop()
             ba.stop_all()
 
-    med = {level: {"rate": statistics.median(x["rate"] for x in figures[level]),
-                   "cpu": statistics.median(x["cpu_per_req"] for x in figures[level])} for level in LEVELS}
-    print(f"\ncreate throughput, {CONNECTIONS} clients, 2 KB pods, SQLite (median of {args.rounds} "
-          f"windows of {args.seconds:g} s):")
+    med = {
+        level: {
+            "rate": statistics.median(x["rate"] for x in figures[level]),
+            "cpu": statistics.median(x["cpu_per_req"] for x in figures[level]),
+        }
+        for level in LEVELS
+    }
+    print(
+        f"\ncreate throughput, {CONNECTIONS} clients, 2 KB pods, SQLite (median of {args.rounds} "
+        f"windows of {args.seconds:g} s):"
+    )
     for level in LEVELS:
-        print(f"  fieldValidation={level:6s}: {med[level]['rate']:7.0f} creates/s, server CPU "
-              f"{med[level]['cpu'] * 1e6:6.0f} µs/create")
+        print(
+            f"  fieldValidation={level:6s}: {med[level]['rate']:7.0f} creates/s, server CPU "
+            f"{med[level]['cpu'] * 1e6:6.0f} µs/create"
+        )
     ratio = med["Ignore"]["rate"] / med["Strict"]["rate"]
     cpu_ratio = med["Strict"]["cpu"] / med["Ignore"]["cpu"]
     verdict = "met" if ratio <= 1.25 else "MISSED"
-    print(f"Strict vs Ignore: throughput Ignore/Strict = {ratio:.3f} (cost {100 * (ratio - 1):+.1f}%), "
-          f"server CPU per create Strict/Ignore = {cpu_ratio:.3f}; target <= 1.25: {verdict}")
+    print(
+        f"Strict vs Ignore: throughput Ignore/Strict = {ratio:.3f} (cost {100 * (ratio - 1):+.1f}%), "
+        f"server CPU per create Strict/Ignore = {cpu_ratio:.3f}; target <= 1.25: {verdict}"
+    )
     return 0
 
 

@@ -18,57 +18,117 @@ from __future__ import annotations
 import argparse
 import time
 
-import orjson
-
+from apiserver_min.api import codec
 from apiserver_min.api import protobuf as pb
 from apiserver_min.api import protobuf_codegen as _codegen
-from apiserver_min.api import codec
 
 
 def pod() -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {
-            "name": "web-7d4b9c8f6-x2x9k", "generateName": "web-7d4b9c8f6-", "namespace": "default",
-            "uid": "0b9f4a53-4c4e-4f8e-9c55-2f1f0c9e7a10", "resourceVersion": "123456",
+            "name": "web-7d4b9c8f6-x2x9k",
+            "generateName": "web-7d4b9c8f6-",
+            "namespace": "default",
+            "uid": "0b9f4a53-4c4e-4f8e-9c55-2f1f0c9e7a10",
+            "resourceVersion": "123456",
             "creationTimestamp": "2024-05-06T07:08:09Z",
             "labels": {"app": "web", "pod-template-hash": "7d4b9c8f6", "tier": "frontend"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c8f6",
-                                 "uid": "5c1e0c1d-7b3e-4d0a-8a52-0f7a3c9d6e21", "controller": True,
-                                 "blockOwnerDeletion": True}]},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-7d4b9c8f6",
+                    "uid": "5c1e0c1d-7b3e-4d0a-8a52-0f7a3c9d6e21",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
         "spec": {
-            "volumes": [{"name": "api-access-abcde", "projected": {"defaultMode": 420, "sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": "orch-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
-            "containers": [{
-                "name": "web", "image": "registry.local/web:1.25.3", "command": ["/bin/httpd", "-f", "-p", "8080"],
-                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-                "env": [{"name": "MODE", "value": "production"}, {"name": "LOG_LEVEL", "value": "info"}],
-                "resources": {"limits": {"cpu": "500m", "memory": "256Mi"},
-                              "requests": {"cpu": "100m", "memory": "64Mi"}},
-                "volumeMounts": [{"name": "api-access-abcde", "readOnly": True,
-                                  "mountPath": "/var/run/secrets/orch.io/serviceaccount"}],
-                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
-                                  "initialDelaySeconds": 3, "timeoutSeconds": 1, "periodSeconds": 10,
-                                  "successThreshold": 1, "failureThreshold": 3},
-                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
-                "imagePullPolicy": "IfNotPresent"}],
-            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default", "serviceAccount": "default", "nodeName": "node-1",
-            "schedulerName": "default-scheduler", "priority": 0, "enableServiceLinks": True,
+            "volumes": [
+                {
+                    "name": "api-access-abcde",
+                    "projected": {
+                        "defaultMode": 420,
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {"configMap": {"name": "orch-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        ],
+                    },
+                }
+            ],
+            "containers": [
+                {
+                    "name": "web",
+                    "image": "registry.local/web:1.25.3",
+                    "command": ["/bin/httpd", "-f", "-p", "8080"],
+                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    "env": [{"name": "MODE", "value": "production"}, {"name": "LOG_LEVEL", "value": "info"}],
+                    "resources": {
+                        "limits": {"cpu": "500m", "memory": "256Mi"},
+                        "requests": {"cpu": "100m", "memory": "64Mi"},
+                    },
+                    "volumeMounts": [
+                        {
+                            "name": "api-access-abcde",
+                            "readOnly": True,
+                            "mountPath": "/var/run/secrets/orch.io/serviceaccount",
+                        }
+                    ],
+                    "livenessProbe": {
+                        "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+                        "initialDelaySeconds": 3,
+                        "timeoutSeconds": 1,
+                        "periodSeconds": 10,
+                        "successThreshold": 1,
+                        "failureThreshold": 3,
+                    },
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "serviceAccount": "default",
+            "nodeName": "node-1",
+            "schedulerName": "default-scheduler",
+            "priority": 0,
+            "enableServiceLinks": True,
             "preemptionPolicy": "PreemptLowerPriority",
-            "tolerations": [{"key": f"node.orch.io/{k}", "operator": "Exists", "effect": "NoExecute",
-                             "tolerationSeconds": 300} for k in ("not-ready", "unreachable")]},
+            "tolerations": [
+                {"key": f"node.orch.io/{k}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+                for k in ("not-ready", "unreachable")
+            ],
+        },
         "status": {
-            "phase": "Running", "hostIP": "10.0.0.11", "podIP": "10.88.0.17", "podIPs": [{"ip": "10.88.0.17"}],
-            "startTime": "2024-05-06T07:08:09Z", "qosClass": "Burstable",
-            "conditions": [{"type": t, "status": "True", "lastTransitionTime": "2024-05-06T07:08:11Z"}
-                           for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
-            "containerStatuses": [{
-                "name": "web", "state": {"running": {"startedAt": "2024-05-06T07:08:10Z"}}, "ready": True,
-                "restartCount": 0, "image": "registry.local/web:1.25.3", "started": True,
-                "imageID": "sha256:4b3d9f0c3a1e2f5d6c7b8a9e0f1d2c3b4a5e6f7d8c9b0a1e2f3d4c5b6a7e8f90",
-                "containerID": "containerd://8f7e6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b"}]},
+            "phase": "Running",
+            "hostIP": "10.0.0.11",
+            "podIP": "10.88.0.17",
+            "podIPs": [{"ip": "10.88.0.17"}],
+            "startTime": "2024-05-06T07:08:09Z",
+            "qosClass": "Burstable",
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": "2024-05-06T07:08:11Z"}
+                for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+            ],
+            "containerStatuses": [
+                {
+                    "name": "web",
+                    "state": {"running": {"startedAt": "2024-05-06T07:08:10Z"}},
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "registry.local/web:1.25.3",
+                    "started": True,
+                    "imageID": "sha256:4b3d9f0c3a1e2f5d6c7b8a9e0f1d2c3b4a5e6f7d8c9b0a1e2f3d4c5b6a7e8f90",
+                    "containerID": "containerd://8f7e6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b3a29180f7e6d5c4b",
+                }
+            ],
+        },
     }
 
 
@@ -117,8 +177,10 @@ def main() -> int:
         raise SystemExit("round trip changed the pod: the benchmark would measure the wrong thing")
     schema = pb.schema_of("v1", "Pod")
     raw = pb.decode_unknown(p).raw
-    if pb.reference_decode_message(raw, schema) != pb.decode_message(raw, schema) \
-            or pb.reference_encode_message(obj, schema) != raw:
+    if (
+        pb.reference_decode_message(raw, schema) != pb.decode_message(raw, schema)
+        or pb.reference_encode_message(obj, schema) != raw
+    ):
         raise SystemExit("the generated codec and the reference disagree on the pod")
     # A list of 100 pods, as a LIST response: the server encodes the whole list object.
     items = []
@@ -142,9 +204,11 @@ def main() -> int:
         "list100 pb enc": per_op(lambda: pb.encode(lst), lst_rounds),
         "list100 ref enc": per_op(lambda: pb.reference_encode_message(lst, lst_schema), lst_rounds),
     }
-    print(f"pod: {len(j)} bytes JSON, {len(p)} bytes protobuf; protobuf encode/decode by the "
-          f"{'C codec' if pb._fast is not None else 'generated Python codec (C codec not built)'}; "
-          "python: the generated Python codec; reference: the table-driven codec both fall back to")
+    print(
+        f"pod: {len(j)} bytes JSON, {len(p)} bytes protobuf; protobuf encode/decode by the "
+        f"{'C codec' if pb._fast is not None else 'generated Python codec (C codec not built)'}; "
+        "python: the generated Python codec; reference: the table-driven codec both fall back to"
+    )
     for name, us in rows.items():
         print(f"{name:<18} {us:8.1f} us")
     print(f"{'json enc+dec':<18} {rows['json encode'] + rows['json decode']:8.1f} us")

@@ -150,8 +150,7 @@ def remove_cgroup_root(rel: str) -> list[str]:
         base = root / rel.strip("/")
         if not base.is_dir():
             continue
-        for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
-                        reverse=True) + [base]:
+        for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [base]:
             try:
                 d.rmdir()
             except OSError:
@@ -165,8 +164,16 @@ def remove_cgroup_root(rel: str) -> list[str]:
 class AgentProcess:
     """One orch-agent with a manifest directory and its HTTPS read-only view."""
 
-    def __init__(self, work: Path, containerd: Containerd, cgroup_root: str, *, verbosity: int,
-                 profile: str | None, trace: str | None = None) -> None:
+    def __init__(
+        self,
+        work: Path,
+        containerd: Containerd,
+        cgroup_root: str,
+        *,
+        verbosity: int,
+        profile: str | None,
+        trace: str | None = None,
+    ) -> None:
         self.work = work
         self.manifests = work / "manifests"
         self.manifests.mkdir(parents=True)
@@ -190,15 +197,23 @@ class AgentProcess:
             runner += ["-c", f"TRACED = {_TRACED!r}\n{_TRACER}", self.trace]
         else:
             runner += ["-m", "agent.cli"]
-        argv = runner + [f"--root-dir={self.work / 'root'}",
-                         f"--pod-manifest-path={self.manifests}", f"--hostname-override={NODE}",
-                         f"--container-runtime-endpoint=unix://{self.containerd.socket}",
-                         f"--port={self.port}", "--address=127.0.0.1", "--healthz-port=0",
-                         f"--cert-dir={self.work / 'pki'}", f"--cgroup-root={self.cgroup_root}",
-                         "--fail-swap-on=false", "--deprecation-warnings=false",
-                         f"-v={self.verbosity}"]
-        self.proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL,
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
+        argv = runner + [
+            f"--root-dir={self.work / 'root'}",
+            f"--pod-manifest-path={self.manifests}",
+            f"--hostname-override={NODE}",
+            f"--container-runtime-endpoint=unix://{self.containerd.socket}",
+            f"--port={self.port}",
+            "--address=127.0.0.1",
+            "--healthz-port=0",
+            f"--cert-dir={self.work / 'pki'}",
+            f"--cgroup-root={self.cgroup_root}",
+            "--fail-swap-on=false",
+            "--deprecation-warnings=false",
+            f"-v={self.verbosity}",
+        ]
+        self.proc = subprocess.Popen(
+            argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 30
         while self.pods_view() is None:
             if self.proc.poll() is not None:
@@ -224,18 +239,22 @@ class AgentProcess:
 
     def pods_view(self) -> dict | None:
         try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/pods", context=self.ssl,
-                                        timeout=2) as r:
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/pods", context=self.ssl, timeout=2) as r:
                 return json.loads(r.read())
         except (OSError, urllib.error.URLError, ValueError):
             return None
 
     def write(self, name: str) -> None:
         """Atomically, as an operator's tool would: a dot-file (ignored) renamed into place."""
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-               "spec": {"terminationGracePeriodSeconds": 0,
-                        "containers": [{"name": "sleep", "image": BUSYBOX,
-                                        "command": ["sleep", "3600"]}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "sleep", "image": BUSYBOX, "command": ["sleep", "3600"]}],
+            },
+        }
         tmp = self.manifests / f".{name}.tmp"
         tmp.write_text(yaml.safe_dump(pod))
         if self.trace:
@@ -249,14 +268,15 @@ class AgentProcess:
 
     def pid(self) -> int:
         assert self.proc is not None
-        return self.proc.pid      # under cProfile too: it runs the agent in its own process
+        return self.proc.pid  # under cProfile too: it runs the agent in its own process
 
 
 # --- measuring "running" from the runtime ---------------------------------------------------
 
 
-async def wait_running(cri: CriClient, pod_names: set[str], deadline_s: float = 60.0
-                       ) -> tuple[dict[str, int], dict[str, int]]:
+async def wait_running(
+    cri: CriClient, pod_names: set[str], deadline_s: float = 60.0
+) -> tuple[dict[str, int], dict[str, int]]:
     """Poll ListContainers every 20 ms until each named pod (CRI pod-name label) has a
     running container; (pod -> started_at ns, pod -> first-seen wall ns)."""
     seen: dict[str, int] = {}
@@ -289,8 +309,10 @@ async def wait_agent_pods_gone(cri: CriClient, agent: AgentProcess, timeout: flo
         if not sandboxes and not view["items"]:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"agent pods not gone after {timeout:g} s: {len(sandboxes)} sandboxes, "
-                               f"{len(view['items'])} in /pods\n{agent.tail()}")
+            raise RuntimeError(
+                f"agent pods not gone after {timeout:g} s: {len(sandboxes)} sandboxes, "
+                f"{len(view['items'])} in /pods\n{agent.tail()}"
+            )
         await asyncio.sleep(0.2)
 
 
@@ -305,8 +327,7 @@ class RawPods:
         self.cgroup_parent = cgroup_parent
         self.log_root = log_root
         self.sandboxes: list[str] = []
-        self.calls: dict[str, list[float]] = {"RunPodSandbox": [], "CreateContainer": [],
-                                              "StartContainer": []}
+        self.calls: dict[str, list[float]] = {"RunPodSandbox": [], "CreateContainer": [], "StartContainer": []}
 
     async def start(self, name: str) -> tuple[int, float]:
         """One pod: (container started_at ns, seconds until StartContainer returned)."""
@@ -333,6 +354,7 @@ class RawPods:
                 await self.cri.remove_pod_sandbox(sandbox_id)
             except NotFoundError:
                 pass
+
         ids, self.sandboxes = self.sandboxes, []
         await asyncio.gather(*(one(s) for s in ids))
         left = await self.cri.list_pod_sandbox(label_selector=RAW_LABEL)
@@ -344,11 +366,11 @@ class RawPods:
 
 @dataclasses.dataclass
 class Sequential:
-    raw: list[float] = dataclasses.field(default_factory=list)            # started_at - t0
-    raw_returned: list[float] = dataclasses.field(default_factory=list)   # StartContainer returned
+    raw: list[float] = dataclasses.field(default_factory=list)  # started_at - t0
+    raw_returned: list[float] = dataclasses.field(default_factory=list)  # StartContainer returned
     raw_calls: dict[str, list[float]] = dataclasses.field(default_factory=dict)
-    agent: list[float] = dataclasses.field(default_factory=list)          # started_at - written
-    agent_polled: list[float] = dataclasses.field(default_factory=list)   # first seen by polling
+    agent: list[float] = dataclasses.field(default_factory=list)  # started_at - written
+    agent_polled: list[float] = dataclasses.field(default_factory=list)  # first seen by polling
 
 
 @dataclasses.dataclass
@@ -358,9 +380,9 @@ class Burst:
     agent: float = 0.0
     agent_polled: float = 0.0
     agent_each: list[float] = dataclasses.field(default_factory=list)
-    raw_containerd_cpu: float = 0.0      # CPU seconds containerd used during the raw burst
-    agent_containerd_cpu: float = 0.0    # ... during the agent's burst
-    agent_cpu: float = 0.0               # CPU seconds the agent used during its burst
+    raw_containerd_cpu: float = 0.0  # CPU seconds containerd used during the raw burst
+    agent_containerd_cpu: float = 0.0  # ... during the agent's burst
+    agent_cpu: float = 0.0  # CPU seconds the agent used during its burst
 
 
 @dataclasses.dataclass
@@ -407,8 +429,7 @@ def cpu_seconds(*pids: int | None) -> list[float]:
     return out
 
 
-async def burst(cri: CriClient, raw: RawPods, agent: AgentProcess, count: int,
-                containerd_pid: int | None) -> Burst:
+async def burst(cri: CriClient, raw: RawPods, agent: AgentProcess, count: int, containerd_pid: int | None) -> Burst:
     """Raw first, then the agent; leaves the agent's pods running (for the idle figures)."""
     out = Burst(count)
     t0 = time.time_ns()
@@ -466,23 +487,54 @@ def report(seq: Sequential, bst: Burst, idles: list[Idle], runtime: str) -> bool
     raw50, raw99 = pct(seq.raw, 50), pct(seq.raw, 99)
     a50, a99 = pct(seq.agent, 50), pct(seq.agent, 99)
     n = len(seq.agent)
-    rows.append((f"(a) start, 1 at a time, p50 (n={n})", f"{a50 * 1000:.0f} ms",
-                 f"{raw50 * 1000:.0f} ms", f"<= raw + {P50_OVER_RAW_S * 1000:.0f} ms = "
-                 f"{(raw50 + P50_OVER_RAW_S) * 1000:.0f} ms", verdict(a50 <= raw50 + P50_OVER_RAW_S)))
-    rows.append((f"(a) start, 1 at a time, p99 (n={n})", f"{a99 * 1000:.0f} ms",
-                 f"{raw99 * 1000:.0f} ms", f"<= {P99_TARGET_S * 1000:.0f} ms", verdict(a99 <= P99_TARGET_S)))
-    rows.append((f"(b) {bst.pods} pods at once, all running", f"{bst.agent:.2f} s", f"{bst.raw:.2f} s",
-                 f"<= {BURST_RATIO_TARGET:g} x raw = {BURST_RATIO_TARGET * bst.raw:.2f} s",
-                 verdict(bst.agent <= BURST_RATIO_TARGET * bst.raw)))
+    rows.append(
+        (
+            f"(a) start, 1 at a time, p50 (n={n})",
+            f"{a50 * 1000:.0f} ms",
+            f"{raw50 * 1000:.0f} ms",
+            f"<= raw + {P50_OVER_RAW_S * 1000:.0f} ms = {(raw50 + P50_OVER_RAW_S) * 1000:.0f} ms",
+            verdict(a50 <= raw50 + P50_OVER_RAW_S),
+        )
+    )
+    rows.append(
+        (
+            f"(a) start, 1 at a time, p99 (n={n})",
+            f"{a99 * 1000:.0f} ms",
+            f"{raw99 * 1000:.0f} ms",
+            f"<= {P99_TARGET_S * 1000:.0f} ms",
+            verdict(a99 <= P99_TARGET_S),
+        )
+    )
+    rows.append(
+        (
+            f"(b) {bst.pods} pods at once, all running",
+            f"{bst.agent:.2f} s",
+            f"{bst.raw:.2f} s",
+            f"<= {BURST_RATIO_TARGET:g} x raw = {BURST_RATIO_TARGET * bst.raw:.2f} s",
+            verdict(bst.agent <= BURST_RATIO_TARGET * bst.raw),
+        )
+    )
     for i in idles:
         target = i.pods >= 30
-        rows.append((f"(c) agent RSS, {i.pods} idle pods", f"{i.rss_mb:.1f} MB", "",
-                     f"<= {RSS_TARGET_MB:g} MB" if target else "(info)",
-                     verdict(i.rss_mb <= RSS_TARGET_MB) if target else ""))
-        rows.append((f"(c) agent CPU, {i.pods} idle pods ({i.seconds:.0f} s)", f"{i.cpu_pct:.2f} %",
-                     "", f"<= {CPU_TARGET_PCT:g} % of a core" if target else "(info)",
-                     verdict(i.cpu_pct <= CPU_TARGET_PCT) if target else ""))
-        rows.append((f"    containerd CPU meanwhile", f"{i.containerd_cpu_pct:.2f} %", "", "(info)", ""))
+        rows.append(
+            (
+                f"(c) agent RSS, {i.pods} idle pods",
+                f"{i.rss_mb:.1f} MB",
+                "",
+                f"<= {RSS_TARGET_MB:g} MB" if target else "(info)",
+                verdict(i.rss_mb <= RSS_TARGET_MB) if target else "",
+            )
+        )
+        rows.append(
+            (
+                f"(c) agent CPU, {i.pods} idle pods ({i.seconds:.0f} s)",
+                f"{i.cpu_pct:.2f} %",
+                "",
+                f"<= {CPU_TARGET_PCT:g} % of a core" if target else "(info)",
+                verdict(i.cpu_pct <= CPU_TARGET_PCT) if target else "",
+            )
+        )
+        rows.append(("    containerd CPU meanwhile", f"{i.containerd_cpu_pct:.2f} %", "", "(info)", ""))
     head = ("figure", "agent", "raw CRI", "target", "")
     widths = [max(len(r[k]) for r in rows + [head]) for k in range(5)]
     print(f"\nstatic pods vs raw CRI on {runtime}, {os.cpu_count()} cores")
@@ -492,17 +544,25 @@ def report(seq: Sequential, bst: Burst, idles: list[Idle], runtime: str) -> bool
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     print(f"\n(a) agent per pod, ms:     {' '.join(f'{v * 1000:.0f}' for v in seq.agent)}")
-    print(f"    agent first seen by 20 ms polling: p50 {pct(seq.agent_polled, 50) * 1000:.0f} ms, "
-          f"max {max(seq.agent_polled) * 1000:.0f} ms")
+    print(
+        f"    agent first seen by 20 ms polling: p50 {pct(seq.agent_polled, 50) * 1000:.0f} ms, "
+        f"max {max(seq.agent_polled) * 1000:.0f} ms"
+    )
     print(f"    raw per pod, ms:       {' '.join(f'{v * 1000:.0f}' for v in seq.raw)}")
-    print(f"    raw StartContainer returned: p50 {pct(seq.raw_returned, 50) * 1000:.0f} ms, "
-          f"max {max(seq.raw_returned) * 1000:.0f} ms; per call p50: "
-          + ", ".join(f"{call} {pct(took, 50) * 1000:.0f} ms" for call, took in seq.raw_calls.items()))
-    print(f"(b) agent pods running at (s): first {bst.agent_each[0]:.2f}, median "
-          f"{statistics.median(bst.agent_each):.2f}, last {bst.agent_each[-1]:.2f}; "
-          f"last seen by polling {bst.agent_polled:.2f}")
-    print(f"    CPU seconds until all ran: containerd {bst.agent_containerd_cpu:.2f} + agent "
-          f"{bst.agent_cpu:.2f} (raw burst: containerd {bst.raw_containerd_cpu:.2f})")
+    print(
+        f"    raw StartContainer returned: p50 {pct(seq.raw_returned, 50) * 1000:.0f} ms, "
+        f"max {max(seq.raw_returned) * 1000:.0f} ms; per call p50: "
+        + ", ".join(f"{call} {pct(took, 50) * 1000:.0f} ms" for call, took in seq.raw_calls.items())
+    )
+    print(
+        f"(b) agent pods running at (s): first {bst.agent_each[0]:.2f}, median "
+        f"{statistics.median(bst.agent_each):.2f}, last {bst.agent_each[-1]:.2f}; "
+        f"last seen by polling {bst.agent_polled:.2f}"
+    )
+    print(
+        f"    CPU seconds until all ran: containerd {bst.agent_containerd_cpu:.2f} + agent "
+        f"{bst.agent_cpu:.2f} (raw burst: containerd {bst.raw_containerd_cpu:.2f})"
+    )
     return all(r[4] != "MISS" for r in rows)
 
 
@@ -525,8 +585,10 @@ def summarize_trace(path: str) -> None:
             took.setdefault(what, []).append(d)
     print(f"\nagent trace while the {len(writes)} sequential pods started ({path}):")
     for what, ds in sorted(took.items(), key=lambda kv: -sum(kv[1])):
-        print(f"  {what:40s} {len(ds):4d} calls  p50 {pct(ds, 50) * 1000:7.1f} ms  "
-              f"max {max(ds) * 1000:7.1f} ms  total {sum(ds) * 1000:8.1f} ms")
+        print(
+            f"  {what:40s} {len(ds):4d} calls  p50 {pct(ds, 50) * 1000:7.1f} ms  "
+            f"max {max(ds) * 1000:7.1f} ms  total {sum(ds) * 1000:8.1f} ms"
+        )
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -552,7 +614,7 @@ async def bench(containerd: Containerd, agent: AgentProcess, args, log_root: Pat
             idles = [await asyncio.to_thread(idle, agent.pid(), containerd.pid, 0, args.idle)]
             seq = await sequential(cri, raw, agent, args.pods)
             bst = await burst(cri, raw, agent, args.burst, containerd.pid)
-            await asyncio.sleep(args.settle)   # let the post-start syncs and probes go quiet
+            await asyncio.sleep(args.settle)  # let the post-start syncs and probes go quiet
             idles.append(await asyncio.to_thread(idle, agent.pid(), containerd.pid, args.burst, args.idle))
             agent.remove_all()
             await wait_agent_pods_gone(cri, agent)
@@ -571,8 +633,9 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=None, help="quiet time before an idle window (5)")
     ap.add_argument("--agent-v", type=int, default=2, help="the agent's -v (2)")
     ap.add_argument("--profile", default=None, help="run the agent under cProfile, stats to this file")
-    ap.add_argument("--trace", default=None,
-                    help="time the agent's pod path and CRI calls, one line per call, to this file")
+    ap.add_argument(
+        "--trace", default=None, help="time the agent's pod path and CRI calls, one line per call, to this file"
+    )
     ap.add_argument("--keep-log", default=None, help="copy the agent's log here at the end")
     args = ap.parse_args()
     args.pods = args.pods or (8 if args.quick else 20)
@@ -588,9 +651,14 @@ def main() -> None:
         try:
             with Containerd() as containerd:
                 image_builder().ensure_images(containerd.address)
-                agent = AgentProcess(work / "agent", containerd, cgroup_root,
-                                     verbosity=args.agent_v, profile=args.profile,
-                                     trace=args.trace)
+                agent = AgentProcess(
+                    work / "agent",
+                    containerd,
+                    cgroup_root,
+                    verbosity=args.agent_v,
+                    profile=args.profile,
+                    trace=args.trace,
+                )
                 agent.start()
                 try:
                     ok = asyncio.run(bench(containerd, agent, args, work / "logs", f"{cgroup_root}/raw"))

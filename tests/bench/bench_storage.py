@@ -83,10 +83,8 @@ async def raw_sqlite_inserts(path: str, count: int, per_txn: int) -> float:
             rev += 1
             rows.append((rev, f"/raw/{i:07d}", rev, None, VALUE))
         db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT INTO log (id, key, created, prev, value) VALUES (?, ?, ?, ?, ?)",
-                       rows)
-        db.executemany("INSERT INTO current (key, id) VALUES (?, ?)",
-                       [(r[1], r[0]) for r in rows])
+        db.executemany("INSERT INTO log (id, key, created, prev, value) VALUES (?, ?, ?, ?, ?)", rows)
+        db.executemany("INSERT INTO current (key, id) VALUES (?, ?)", [(r[1], r[0]) for r in rows])
         db.execute("INSERT INTO commits (rev, ts) VALUES (?, ?)", (rev, time.time()))
         db.execute("COMMIT")
     rate = count / (time.perf_counter() - start)
@@ -117,8 +115,7 @@ async def bench_sqlite(directory: str) -> None:
         start = time.perf_counter()
         old = await store.list("/bench/list/", revision=rev)
         ms = (time.perf_counter() - start) * 1000
-        print(f"  list of {len(old.items):,} keys at an older revision "
-              f"(2 versions per key): {ms:.1f} ms")
+        print(f"  list of {len(old.items):,} keys at an older revision (2 versions per key): {ms:.1f} ms")
     finally:
         await store.close()
     for per_txn in (1, CONCURRENCY):
@@ -138,15 +135,14 @@ async def bench_etcd(endpoint: str) -> None:
     try:
         count = CREATES // 2
         rate, cpu = await timed_creates(store.create, count, "/c/")
-        raw, raw_cpu = await timed_creates(lambda k, v: client.put(b"/bench-raw" + k.encode(), v),
-                                           count, "/p/")
+        raw, raw_cpu = await timed_creates(lambda k, v: client.put(b"/bench-raw" + k.encode(), v), count, "/p/")
         watched, watched_cpu = await _creates_under_watch(store, count)
-        print(f"  backend creates/s (txn), {CONCURRENCY} in flight: {rate:,.0f} "
-              f"({cpu * 1e6:.0f} us loop CPU/op)")
-        print(f"  raw aetcd puts/s, {CONCURRENCY} in flight:       {raw:,.0f} "
-              f"({raw_cpu * 1e6:.0f} us loop CPU/op)")
-        print(f"  backend creates/s with a prefix watch consuming: {watched:,.0f} "
-              f"({watched_cpu * 1e6:.0f} us loop CPU/op, the event's share included)")
+        print(f"  backend creates/s (txn), {CONCURRENCY} in flight: {rate:,.0f} ({cpu * 1e6:.0f} us loop CPU/op)")
+        print(f"  raw aetcd puts/s, {CONCURRENCY} in flight:       {raw:,.0f} ({raw_cpu * 1e6:.0f} us loop CPU/op)")
+        print(
+            f"  backend creates/s with a prefix watch consuming: {watched:,.0f} "
+            f"({watched_cpu * 1e6:.0f} us loop CPU/op, the event's share included)"
+        )
         await creates_per_second(store.create, LIST_KEYS, "/list/")
         full, page = await list_ms(store, "/list/")
         print(f"  list of {LIST_KEYS:,} keys: {full:.1f} ms; one 500-key page: {page:.2f} ms")

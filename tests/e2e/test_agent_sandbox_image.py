@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.components import Containerd, image_builder
-from tests.e2e.test_agent_static_pods import (Agent, _hierarchies, _rm_cgroup_tree, container, crictl_ps,
-                                              pod_manifest)
+from tests.e2e.test_agent_static_pods import Agent, _hierarchies, _rm_cgroup_tree, container, crictl_ps, pod_manifest
 
 RUNTIME_SANDBOX_IMAGE = "registry.example/pause:3.9"
 
@@ -49,7 +48,7 @@ def cgroup_root():
 
 
 def test_static_pod_runs_on_the_runtime_sandbox_image(other_containerd, cgroup_root, tmp_path):
-    agent = Agent(tmp_path, other_containerd, cgroup_root).start()   # default --pod-infra-container-image
+    agent = Agent(tmp_path, other_containerd, cgroup_root).start()  # default --pod-infra-container-image
     try:
         agent.write("sb", pod_manifest("sb", [container("app", "sleep", "3600")]))
         pod = agent.wait_pod("sb", lambda p: p["status"].get("phase") == "Running", 20, "Running")
@@ -60,9 +59,8 @@ def test_static_pod_runs_on_the_runtime_sandbox_image(other_containerd, cgroup_r
         assert image_builder().PAUSE_IMAGE not in images, images
         output = agent.output()
         assert "FailedCreatePodSandBox" not in output and "failed to pull" not in output
-        assert f'"Runtime sandbox image" image="{RUNTIME_SANDBOX_IMAGE}"' in output   # kept from GC
+        assert f'"Runtime sandbox image" image="{RUNTIME_SANDBOX_IMAGE}"' in output  # kept from GC
         (agent.manifests / "sb.yaml").unlink()
         agent.wait(lambda: not (agent.try_pods() or {"items": [1]})["items"], 30, "the pod gone")
     finally:
         agent.stop()
-

@@ -45,8 +45,7 @@ def _rm_cgroup_tree(rel: str) -> None:
         base = root / rel.strip("/")
         if not base.is_dir():
             continue
-        for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
-                        reverse=True) + [base]:
+        for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [base]:
             try:
                 d.rmdir()
             except OSError:
@@ -70,15 +69,27 @@ class Agent:
         self.ssl = ctx
 
     def start(self) -> "Agent":
-        argv = [sys.executable, "-m", "agent.cli", f"--root-dir={self.work / 'root'}",
-                f"--pod-manifest-path={self.manifests}", f"--hostname-override={NODE}",
-                f"--container-runtime-endpoint=unix://{self.containerd.socket}",
-                f"--port={self.port}", "--address=127.0.0.1", "--healthz-port=0",
-                f"--cert-dir={self.work / 'pki'}", f"--cgroup-root={self.cgroup_root}",
-                "--file-check-frequency=2s", "--fail-swap-on=false", "--deprecation-warnings=false",
-                "--sync-frequency=10s", "-v=2", *self.extra]
-        self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=open(self.log, "a"),
-                                     stderr=subprocess.STDOUT)
+        argv = [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            f"--root-dir={self.work / 'root'}",
+            f"--pod-manifest-path={self.manifests}",
+            f"--hostname-override={NODE}",
+            f"--container-runtime-endpoint=unix://{self.containerd.socket}",
+            f"--port={self.port}",
+            "--address=127.0.0.1",
+            "--healthz-port=0",
+            f"--cert-dir={self.work / 'pki'}",
+            f"--cgroup-root={self.cgroup_root}",
+            "--file-check-frequency=2s",
+            "--fail-swap-on=false",
+            "--deprecation-warnings=false",
+            "--sync-frequency=10s",
+            "-v=2",
+            *self.extra,
+        ]
+        self.proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         self.wait(lambda: self.try_pods() is not None, 20, "agent server up")
         return self
 
@@ -101,8 +112,7 @@ class Agent:
 
     def get(self, path: str, timeout: float = 5) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}{path}", context=self.ssl,
-                                        timeout=timeout) as r:
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.port}{path}", context=self.ssl, timeout=timeout) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
@@ -131,13 +141,13 @@ class Agent:
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"agent exited with {self.proc.returncode}\n{self.output()[-4000:]}")
             time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}\n"
-                             f"{self.output()[-4000:]}")
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}\n{self.output()[-4000:]}")
 
     def wait_pod(self, name: str, predicate, timeout: float, what: str) -> dict:
         def check():
             p = self.pod(name)
             return p if p is not None and predicate(p) else None
+
         return self.wait(check, timeout, f"{name}: {what}")
 
     def write(self, name: str, pod: dict) -> Path:
@@ -151,8 +161,7 @@ class Agent:
 def pod_manifest(name: str, containers: list[dict], **spec) -> dict:
     # busybox sleep as PID 1 ignores SIGTERM: a short grace keeps removals quick.
     spec.setdefault("terminationGracePeriodSeconds", 2)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": containers, **spec}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": containers, **spec}}
 
 
 def container(name: str, *command: str, **extra) -> dict:
@@ -211,16 +220,27 @@ def _pod_cgroup_dir(controller: str, cgroup_root: str, qos: str, uid: str) -> Pa
 
 
 def test_httpd_pod_runs_ready_with_limits(agent, cgroup_root):
-    manifest = pod_manifest("web", [container(
-        "httpd", "httpd", "-f", "-p", "8080", "-h", "/etc",
-        ports=[{"name": "http", "containerPort": 8080}],
-        resources={"limits": {"memory": "64Mi", "cpu": "250m"}},
-        readinessProbe={"httpGet": {"path": "/hostname", "port": "http"}, "periodSeconds": 1},
-        livenessProbe={"httpGet": {"path": "/hostname", "port": 8080}, "periodSeconds": 2})])
+    manifest = pod_manifest(
+        "web",
+        [
+            container(
+                "httpd",
+                "httpd",
+                "-f",
+                "-p",
+                "8080",
+                "-h",
+                "/etc",
+                ports=[{"name": "http", "containerPort": 8080}],
+                resources={"limits": {"memory": "64Mi", "cpu": "250m"}},
+                readinessProbe={"httpGet": {"path": "/hostname", "port": "http"}, "periodSeconds": 1},
+                livenessProbe={"httpGet": {"path": "/hostname", "port": 8080}, "periodSeconds": 2},
+            )
+        ],
+    )
     t0 = time.monotonic()
     agent.write("web", manifest)
-    pod = agent.wait_pod("web", lambda p: cstatus(p, "httpd").get("state", {}).get("running"), 5,
-                         "running within 5 s")
+    pod = agent.wait_pod("web", lambda p: cstatus(p, "httpd").get("state", {}).get("running"), 5, "running within 5 s")
     running_after = time.monotonic() - t0
     pod = agent.wait_pod("web", lambda p: condition(p, "Ready") == "True", 10, "Ready")
     assert pod["status"]["phase"] == "Running"
@@ -252,22 +272,33 @@ def test_httpd_pod_runs_ready_with_limits(agent, cgroup_root):
 
 def test_crash_loop_backs_off_and_never_leaves_terminated(agent):
     agent.write("crash", pod_manifest("crash", [container("c", "sh", "-c", "echo boom; exit 3")]))
-    agent.write("once", pod_manifest("once", [container("c", "sh", "-c", "echo bye >&2; exit 3")],
-                                     restartPolicy="Never"))
+    agent.write(
+        "once", pod_manifest("once", [container("c", "sh", "-c", "echo bye >&2; exit 3")], restartPolicy="Never")
+    )
     pod = agent.wait_pod("once", lambda p: p["status"].get("phase") == "Failed", 15, "Failed")
     term = cstatus(pod, "c")["state"]["terminated"]
     assert term["exitCode"] == 3 and term["reason"] == "Error"
     assert cstatus(pod, "c")["restartCount"] == 0
 
-    pod = agent.wait_pod("crash", lambda p: cstatus(p, "c").get("restartCount", 0) >= 1
-                         and cstatus(p, "c")["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff",
-                         20, "first back-off")
+    pod = agent.wait_pod(
+        "crash",
+        lambda p: (
+            cstatus(p, "c").get("restartCount", 0) >= 1
+            and cstatus(p, "c")["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+        ),
+        20,
+        "first back-off",
+    )
     waiting = cstatus(pod, "c")["state"]["waiting"]
     assert "back-off 10s" in waiting["message"]
     assert cstatus(pod, "c")["lastState"]["terminated"]["exitCode"] == 3
     first = time.monotonic()
-    pod = agent.wait_pod("crash", lambda p: "back-off 20s" in cstatus(p, "c")["state"].get("waiting", {})
-                         .get("message", ""), 30, "doubled back-off")
+    pod = agent.wait_pod(
+        "crash",
+        lambda p: "back-off 20s" in cstatus(p, "c")["state"].get("waiting", {}).get("message", ""),
+        30,
+        "doubled back-off",
+    )
     assert time.monotonic() - first >= 8, "the restart did not wait for the back-off"
     assert cstatus(pod, "c")["restartCount"] >= 2
     status, body = agent.get(f"/containerLogs/default/crash-{NODE}/c?previous=true")
@@ -278,18 +309,25 @@ def test_crash_loop_backs_off_and_never_leaves_terminated(agent):
 
 
 def test_liveness_restarts_and_readiness_only_unreadies(agent, tmp_path):
-    live = container("live", "sh", "-c", "touch /tmp/ok; sleep 2; rm /tmp/ok; sleep 3600",
-                     livenessProbe={"exec": {"command": ["cat", "/tmp/ok"]}, "periodSeconds": 1,
-                                    "failureThreshold": 1},
-                     terminationGracePeriodSeconds=None)
+    live = container(
+        "live",
+        "sh",
+        "-c",
+        "touch /tmp/ok; sleep 2; rm /tmp/ok; sleep 3600",
+        livenessProbe={"exec": {"command": ["cat", "/tmp/ok"]}, "periodSeconds": 1, "failureThreshold": 1},
+        terminationGracePeriodSeconds=None,
+    )
     live.pop("terminationGracePeriodSeconds")
-    ready = container("ready", "sh", "-c", "touch /tmp/ok; sleep 3; rm /tmp/ok; sleep 3600",
-                      readinessProbe={"exec": {"command": ["cat", "/tmp/ok"]}, "periodSeconds": 1,
-                                      "failureThreshold": 1})
+    ready = container(
+        "ready",
+        "sh",
+        "-c",
+        "touch /tmp/ok; sleep 3; rm /tmp/ok; sleep 3600",
+        readinessProbe={"exec": {"command": ["cat", "/tmp/ok"]}, "periodSeconds": 1, "failureThreshold": 1},
+    )
     agent.write("probes", pod_manifest("probes", [live, ready], terminationGracePeriodSeconds=1))
     agent.wait_pod("probes", lambda p: cstatus(p, "ready").get("ready") is True, 10, "ready")
-    pod = agent.wait_pod("probes", lambda p: cstatus(p, "live").get("restartCount", 0) >= 1, 20,
-                         "liveness restart")
+    pod = agent.wait_pod("probes", lambda p: cstatus(p, "live").get("restartCount", 0) >= 1, 20, "liveness restart")
     pod = agent.wait_pod("probes", lambda p: cstatus(p, "ready").get("ready") is False, 15, "unready")
     assert cstatus(pod, "ready")["restartCount"] == 0
     assert "running" in cstatus(pod, "ready")["state"]
@@ -301,13 +339,22 @@ def test_liveness_restarts_and_readiness_only_unreadies(agent, tmp_path):
 def test_removing_manifest_runs_prestop_and_cleans_up(agent, cgroup_root, containerd, tmp_path):
     marker_dir = tmp_path / "hooks"
     marker_dir.mkdir()
-    manifest = pod_manifest("stopper", [container(
-        "c", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done",
-        resources={"requests": {"cpu": "100m"}},
-        volumeMounts=[{"name": "hooks", "mountPath": "/hooks"}],
-        lifecycle={"preStop": {"exec": {"command": ["sh", "-c", "echo stopped > /hooks/prestop"]}}})],
+    manifest = pod_manifest(
+        "stopper",
+        [
+            container(
+                "c",
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; while true; do sleep 1; done",
+                resources={"requests": {"cpu": "100m"}},
+                volumeMounts=[{"name": "hooks", "mountPath": "/hooks"}],
+                lifecycle={"preStop": {"exec": {"command": ["sh", "-c", "echo stopped > /hooks/prestop"]}}},
+            )
+        ],
         volumes=[{"name": "hooks", "hostPath": {"path": str(marker_dir), "type": "Directory"}}],
-        terminationGracePeriodSeconds=10)
+        terminationGracePeriodSeconds=10,
+    )
     agent.write("stopper", manifest)
     pod = agent.wait_pod("stopper", lambda p: p["status"].get("phase") == "Running", 10, "running")
     uid = pod["metadata"]["uid"]
@@ -333,6 +380,7 @@ def test_malformed_manifest_is_reported_and_others_run(agent):
         data = agent.try_pods() or {}
         locs = {p["location"]: p["message"] for p in data.get("problems", [])}
         return locs if len(locs) >= 2 else None
+
     locs = agent.wait(problems, 10, "two problems reported")
     assert any(k.endswith("broken.yaml") for k in locs)
     assert any(k.endswith("invalid.yaml") for k in locs)
@@ -357,8 +405,11 @@ class _Manifests(http.server.BaseHTTPRequestHandler):
 def test_manifest_url_and_unreachable_url_keeps_pods(agent, containerd):
     # One agent per runtime (a second one would see the first one's pods as orphans):
     # restart the module's agent with a manifest URL.
-    handler = type("H", (_Manifests,), {"body": yaml.safe_dump(
-        pod_manifest("fromurl", [container("c", "sleep", "3600")])).encode()})
+    handler = type(
+        "H",
+        (_Manifests,),
+        {"body": yaml.safe_dump(pod_manifest("fromurl", [container("c", "sleep", "3600")])).encode()},
+    )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -367,13 +418,13 @@ def test_manifest_url_and_unreachable_url_keeps_pods(agent, containerd):
     agent.extra = [f"--manifest-url={url}", "--http-check-frequency=1s"]
     agent.start()
     try:
-        pod = agent.wait_pod("fromurl", lambda p: p["status"].get("phase") == "Running", 15,
-                             "url pod running")
+        pod = agent.wait_pod("fromurl", lambda p: p["status"].get("phase") == "Running", 15, "url pod running")
         cid = cstatus(pod, "c")["containerID"]
         server.shutdown()
         server.server_close()
-        agent.wait(lambda: "Failed to read pods from URL, keeping the last good set" in agent.output(),
-                   10, "a failed fetch")
+        agent.wait(
+            lambda: "Failed to read pods from URL, keeping the last good set" in agent.output(), 10, "a failed fetch"
+        )
         time.sleep(1.5)
         pod = agent.pod("fromurl")
         assert pod is not None and pod["status"]["phase"] == "Running"
@@ -410,4 +461,4 @@ def test_kill9_adopts_and_containerd_restart_recovers(agent, containerd):
     agent.wait(lambda: agent.pod("survivor") is None and agent.pod("after") is None, 30, "gone")
 
 
-_ = (shutil, )
+_ = (shutil,)

@@ -49,16 +49,20 @@ def exists(server, path: str) -> bool:
 
 
 def pod_manifest(name: str, ns: str, node: str | None = None, labels: dict | None = None) -> str:
-    doc = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": ns, **({"labels": labels} if labels else {})},
-           "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, **({"labels": labels} if labels else {})},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
     if node:
         doc["spec"]["nodeName"] = node
     return yaml.safe_dump(doc)
 
 
-def cm_manifest(name: str, ns: str, labels: dict | None = None, finalizers: list | None = None,
-                data: dict | None = None) -> str:
+def cm_manifest(
+    name: str, ns: str, labels: dict | None = None, finalizers: list | None = None, data: dict | None = None
+) -> str:
     md = {"name": name, "namespace": ns}
     if labels:
         md["labels"] = labels
@@ -75,6 +79,7 @@ def ns(apiserver):
 
 
 # --- kubectl -----------------------------------------------------------------------------
+
 
 def test_kubectl_version(kubectl):
     out = ok(kubectl("version"))
@@ -145,8 +150,7 @@ def test_kubectl_get_pods_all_namespaces_and_output_formats(kubectl, apiserver, 
 
 def test_kubectl_chunk_size(kubectl, apiserver, ns):
     for i in range(5):
-        apiserver.json("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": f"cm{i}"}},
-                       expect=201)
+        apiserver.json("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": f"cm{i}"}}, expect=201)
     # Six ConfigMaps in three chunks: cm0..cm4 and the namespace's root CA ConfigMap.
     out = ok(kubectl("get", "configmaps", "-n", ns, "--chunk-size=2"))
     header, *rows = out.splitlines()
@@ -162,9 +166,12 @@ def test_kubectl_create_configmap_and_lease_from_files(kubectl, apiserver, ns):
     _, cm = apiserver.json("GET", f"/api/v1/namespaces/{ns}/configmaps/from-file", expect=200)
     assert cm["data"] == {"a": "1"}
 
-    lease = {"apiVersion": "coordination.orch.io/v1", "kind": "Lease",
-             "metadata": {"name": "my-lease", "namespace": ns},
-             "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}}
+    lease = {
+        "apiVersion": "coordination.orch.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "my-lease", "namespace": ns},
+        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
+    }
     out = ok(kubectl("create", "-f", "-", input=yaml.safe_dump(lease)))
     assert "lease.coordination.orch.io/my-lease created" in out
     out = ok(kubectl("get", "leases", "-n", ns))
@@ -182,13 +189,16 @@ def test_kubectl_apply_new_object(kubectl, apiserver, ns):
     assert cm["data"] == {"x": "1"}
     assert "kubectl.kubernetes.io/last-applied-configuration" in cm["metadata"]["annotations"]
     # A grouped kind (merge patch on re-apply).
-    lease = {"apiVersion": "coordination.orch.io/v1", "kind": "Lease",
-             "metadata": {"name": "applied-lease", "namespace": ns}, "spec": {"holderIdentity": "a"}}
+    lease = {
+        "apiVersion": "coordination.orch.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "applied-lease", "namespace": ns},
+        "spec": {"holderIdentity": "a"},
+    }
     assert "created" in ok(kubectl("apply", "-f", "-", input=yaml.safe_dump(lease)))
     lease["spec"]["holderIdentity"] = "b"
     assert "configured" in ok(kubectl("apply", "-f", "-", input=yaml.safe_dump(lease)))
-    _, got = apiserver.json("GET", f"/apis/coordination.orch.io/v1/namespaces/{ns}/leases/applied-lease",
-                            expect=200)
+    _, got = apiserver.json("GET", f"/apis/coordination.orch.io/v1/namespaces/{ns}/leases/applied-lease", expect=200)
     assert got["spec"]["holderIdentity"] == "b"
 
 
@@ -196,8 +206,9 @@ def test_kubectl_create_dry_run_server(kubectl, apiserver, ns):
     out = ok(kubectl("create", "--dry-run=server", "-f", "-", input=cm_manifest("dry", ns)))
     assert "configmap/dry created (server dry run)" in out
     assert not exists(apiserver, f"/api/v1/namespaces/{ns}/configmaps/dry")
-    doc = yaml.safe_load(ok(kubectl("create", "--dry-run=server", "-o", "yaml", "-f", "-",
-                                    input=pod_manifest("drypod", ns))))
+    doc = yaml.safe_load(
+        ok(kubectl("create", "--dry-run=server", "-o", "yaml", "-f", "-", input=pod_manifest("drypod", ns)))
+    )
     assert doc["metadata"]["uid"]
     assert not exists(apiserver, f"/api/v1/namespaces/{ns}/pods/drypod")
 
@@ -228,8 +239,7 @@ def test_kubectl_delete_waits_for_finalizer(kubectl, apiserver, ns):
     try:
         time.sleep(0.5)
         assert waiter.poll() is None, waiter.communicate()
-        ok(kubectl("patch", "configmap", "held", "-n", ns, "--type=merge", "-p",
-                   '{"metadata":{"finalizers":null}}'))
+        ok(kubectl("patch", "configmap", "held", "-n", ns, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'))
         out, err = waiter.communicate(timeout=15)
         assert waiter.returncode == 0, err
     finally:
@@ -243,15 +253,26 @@ def test_kubectl_patch_merge_and_json(kubectl, apiserver, ns):
     ok(kubectl("create", "-f", "-", input=cm_manifest("pt", ns, data={"a": "1"})))
     out = ok(kubectl("patch", "configmap", "pt", "-n", ns, "--type=merge", "-p", '{"data":{"b":"2"}}'))
     assert "configmap/pt patched" in out
-    out = ok(kubectl("patch", "configmap", "pt", "-n", ns, "--type=json",
-                     "-p", '[{"op":"replace","path":"/data/a","value":"10"}]'))
+    out = ok(
+        kubectl(
+            "patch",
+            "configmap",
+            "pt",
+            "-n",
+            ns,
+            "--type=json",
+            "-p",
+            '[{"op":"replace","path":"/data/a","value":"10"}]',
+        )
+    )
     assert "patched" in out
     _, cm = apiserver.json("GET", f"/api/v1/namespaces/{ns}/configmaps/pt", expect=200)
     assert cm["data"] == {"a": "10", "b": "2"}
     out = ok(kubectl("patch", "configmap", "pt", "-n", ns, "--type=merge", "-p", '{"data":{"b":"2"}}'))
     assert "no change" in out
-    res = kubectl("patch", "configmap", "pt", "-n", ns, "--type=json",
-                  "-p", '[{"op":"test","path":"/data/a","value":"nope"}]')
+    res = kubectl(
+        "patch", "configmap", "pt", "-n", ns, "--type=json", "-p", '[{"op":"test","path":"/data/a","value":"nope"}]'
+    )
     assert res.returncode != 0
     assert "Invalid" in res.stderr or "invalid" in res.stderr
 
@@ -339,8 +360,14 @@ def test_kubectl_logs_without_an_agent_fail_cleanly(kubectl, ns):
 
 def test_kubectl_delete_namespace_waits_until_gone(kubectl, apiserver):
     name = uniq("ns")
-    ok(kubectl("create", "-f", "-", input=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace",
-                                                         "metadata": {"name": name}})))
+    ok(
+        kubectl(
+            "create",
+            "-f",
+            "-",
+            input=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )
+    )
     ok(kubectl("create", "-f", "-", input=cm_manifest("inside", name)))
     out = ok(kubectl("delete", "namespace", name, timeout=30))
     assert f'namespace "{name}" deleted' in out
@@ -349,10 +376,19 @@ def test_kubectl_delete_namespace_waits_until_gone(kubectl, apiserver):
 
 
 def test_kubectl_scale(kubectl, apiserver, ns):
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sc", "namespace": ns},
-           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sc"}},
-                    "template": {"metadata": {"labels": {"app": "sc"}},
-                                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "sc", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "sc"}},
+            "template": {
+                "metadata": {"labels": {"app": "sc"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
     ok(kubectl("create", "-f", "-", input=yaml.safe_dump(dep)))
     ok(kubectl("scale", "deployment", "sc", "-n", ns, "--replicas=3"))
     _, obj = apiserver.json("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/sc", expect=200)
@@ -360,6 +396,7 @@ def test_kubectl_scale(kubectl, apiserver, ns):
 
 
 # --- the Python client -------------------------------------------------------------------
+
 
 def test_python_client_crud(k8s_client, ns):
     from kubernetes import client
@@ -389,11 +426,13 @@ def test_python_client_crud(k8s_client, ns):
     # The client's default for a dict body is a strategic merge patch; merge and JSON patches work too.
     patched = v1.patch_namespaced_config_map("py", ns, {"data": {"b": "3"}})
     assert patched.data == {"a": "2", "b": "3"}
-    patched = v1.patch_namespaced_config_map("py", ns, {"data": {"b": "3"}},
-                                             _content_type="application/merge-patch+json")
+    patched = v1.patch_namespaced_config_map(
+        "py", ns, {"data": {"b": "3"}}, _content_type="application/merge-patch+json"
+    )
     assert patched.data == {"a": "2", "b": "3"}
-    patched = v1.patch_namespaced_config_map("py", ns, [{"op": "add", "path": "/data/c", "value": "4"}],
-                                             _content_type="application/json-patch+json")
+    patched = v1.patch_namespaced_config_map(
+        "py", ns, [{"op": "add", "path": "/data/c", "value": "4"}], _content_type="application/json-patch+json"
+    )
     assert patched.data == {"a": "2", "b": "3", "c": "4"}
 
     status = v1.delete_namespaced_config_map("py", ns)
@@ -408,16 +447,21 @@ def test_python_client_crud(k8s_client, ns):
     dep = client.V1Deployment(
         metadata=client.V1ObjectMeta(name="d"),
         spec=client.V1DeploymentSpec(
-            replicas=1, selector=client.V1LabelSelector(match_labels={"app": "d"}),
+            replicas=1,
+            selector=client.V1LabelSelector(match_labels={"app": "d"}),
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(labels={"app": "d"}),
-                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]))))
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+            ),
+        ),
+    )
     apps.create_namespaced_deployment(ns, dep)
     assert [d.metadata.name for d in apps.list_namespaced_deployment(ns).items] == ["d"]
 
 
 def test_python_client_paging(k8s_client, ns):
     from kubernetes import client
+
     v1 = client.CoreV1Api(k8s_client)
     for i in range(7):
         v1.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"pg{i}")))
@@ -440,15 +484,16 @@ def test_python_client_paging(k8s_client, ns):
 
 def test_python_client_watch(k8s_client, ns):
     from kubernetes import client, watch
+
     v1 = client.CoreV1Api(k8s_client)
     rv = v1.list_namespaced_config_map(ns).metadata.resource_version
 
     def writer():
         time.sleep(0.3)
-        v1.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="wcm"),
-                                                               data={"a": "1"}))
-        v1.patch_namespaced_config_map("wcm", ns, {"data": {"a": "2"}},
-                                       _content_type="application/merge-patch+json")
+        v1.create_namespaced_config_map(
+            ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="wcm"), data={"a": "1"})
+        )
+        v1.patch_namespaced_config_map("wcm", ns, {"data": {"a": "2"}}, _content_type="application/merge-patch+json")
         v1.delete_namespaced_config_map("wcm", ns)
 
     t = threading.Thread(target=writer)
@@ -469,6 +514,7 @@ def test_python_client_watch(k8s_client, ns):
 def test_python_client_watch_initial_list(k8s_client, ns):
     """Without a resourceVersion the stream starts with the existing objects."""
     from kubernetes import client, watch
+
     v1 = client.CoreV1Api(k8s_client)
     v1.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="pre")))
     w = watch.Watch()

@@ -31,12 +31,25 @@ def ns(apiserver):
 
 
 def deployment(name: str, ns: str, replicas: int, ports: list[int]) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "web", "image": "busybox:1",
-                                                       "ports": [{"containerPort": p} for p in ports]}]}}}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [
+                            {"name": "web", "image": "busybox:1", "ports": [{"containerPort": p} for p in ports]}
+                        ]
+                    },
+                },
+            },
+        }
+    )
 
 
 def owners(kubectl, ns: str, name: str) -> dict[str, dict]:
@@ -46,19 +59,28 @@ def owners(kubectl, ns: str, name: str) -> dict[str, dict]:
 
 def test_server_side_apply_conflict_and_force(kubectl, ns):
     name = uniq("web")
-    ok(kubectl("apply", "--server-side", "--field-manager=team-a", "-f", "-",
-               input=deployment(name, ns, 2, [80, 81])))
+    ok(kubectl("apply", "--server-side", "--field-manager=team-a", "-f", "-", input=deployment(name, ns, 2, [80, 81])))
     mf, obj = owners(kubectl, ns, name)
     assert mf["team-a"]["operation"] == "Apply" and "f:replicas" in mf["team-a"]["fieldsV1"]["f:spec"]
 
-    res = kubectl("apply", "--server-side", "--field-manager=team-b", "-f", "-",
-                  input=deployment(name, ns, 5, [80, 81]))
+    res = kubectl(
+        "apply", "--server-side", "--field-manager=team-b", "-f", "-", input=deployment(name, ns, 5, [80, 81])
+    )
     assert res.returncode != 0
     assert "conflict" in res.stderr and '"team-a"' in res.stderr and ".spec.replicas" in res.stderr, res.stderr
     assert owners(kubectl, ns, name)[1]["spec"]["replicas"] == 2
 
-    ok(kubectl("apply", "--server-side", "--field-manager=team-b", "--force-conflicts", "-f", "-",
-               input=deployment(name, ns, 5, [80, 81])))
+    ok(
+        kubectl(
+            "apply",
+            "--server-side",
+            "--field-manager=team-b",
+            "--force-conflicts",
+            "-f",
+            "-",
+            input=deployment(name, ns, 5, [80, 81]),
+        )
+    )
     mf, obj = owners(kubectl, ns, name)
     assert obj["spec"]["replicas"] == 5
     assert "f:replicas" in mf["team-b"]["fieldsV1"]["f:spec"]
@@ -77,8 +99,9 @@ def test_server_side_apply_conflict_and_force(kubectl, ns):
 
 def test_server_side_apply_dry_run_and_default_manager(kubectl, apiserver, ns):
     name = uniq("cm")
-    manifest = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
-                               "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}})
+    manifest = yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"k": "v"}}
+    )
     ok(kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=manifest))
     status, _, _ = apiserver.request("GET", f"/api/v1/namespaces/{ns}/configmaps/{name}")
     assert status == 404

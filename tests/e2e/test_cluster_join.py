@@ -38,10 +38,13 @@ def cluster(containerd, cri_images, tmp_path_factory):
     (work / "manifests" / "st.yaml").write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: st}\nspec:\n  terminationGracePeriodSeconds: 1\n"
         "  containers: [{name: c, image: orch.local/busybox:1, imagePullPolicy: Never, "
-        "command: [sleep, '3600']}]\n")
-    with ApiServerProcess(str(work / "api"), free_port(), extra_args=[
-            "--enable-bootstrap-token-auth", "--node-monitor-grace-period=6s",
-            "--node-monitor-period=1s"]) as api:
+        "command: [sleep, '3600']}]\n"
+    )
+    with ApiServerProcess(
+        str(work / "api"),
+        free_port(),
+        extra_args=["--enable-bootstrap-token-auth", "--node-monitor-grace-period=6s", "--node-monitor-period=1s"],
+    ) as api:
         c = Cluster(work, api, containerd, cg)
         yield c
         c.stop_agent()
@@ -57,27 +60,55 @@ class Cluster:
         self.log = work / "agent.log"
 
     def token(self, *extra: str) -> list[str]:
-        out = subprocess.run([sys.executable, "-m", "apiserver_min.cli", "token", "create", "--data-dir",
-                              str(self.work / "api"), "--print-join-command", *extra],
-                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "apiserver_min.cli",
+                "token",
+                "create",
+                "--data-dir",
+                str(self.work / "api"),
+                "--print-join-command",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=30,
+        )
         assert out.returncode == 0, out.stderr
         return out.stdout.strip().split()
 
     def agent_argv(self, join: list[str]) -> list[str]:
         # A lease renewed every 2 s: the API server here gives up on a node after 6 s.
         config = self.work / "agent-config.yaml"
-        config.write_text("kind: AgentConfiguration\napiVersion: agent.config.orch.io/v1beta1\n"
-                          "nodeLeaseDurationSeconds: 8\n")
-        return [sys.executable, "-m", "agent.cli", *join[1:], f"--config={config}", f"--root-dir={self.work}/root",
-                f"--pod-manifest-path={self.work}/manifests", f"--hostname-override={NODE}",
-                f"--container-runtime-endpoint=unix://{self.containerd.socket}",
-                f"--port={free_port()}", "--address=127.0.0.1", "--node-ip=127.0.0.1", "--healthz-port=0",
-                f"--cert-dir={self.work}/pki", f"--cgroup-root={self.cg}", "--fail-swap-on=false",
-                "--deprecation-warnings=false", "-v=2"]
+        config.write_text(
+            "kind: AgentConfiguration\napiVersion: agent.config.orch.io/v1beta1\nnodeLeaseDurationSeconds: 8\n"
+        )
+        return [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            *join[1:],
+            f"--config={config}",
+            f"--root-dir={self.work}/root",
+            f"--pod-manifest-path={self.work}/manifests",
+            f"--hostname-override={NODE}",
+            f"--container-runtime-endpoint=unix://{self.containerd.socket}",
+            f"--port={free_port()}",
+            "--address=127.0.0.1",
+            "--node-ip=127.0.0.1",
+            "--healthz-port=0",
+            f"--cert-dir={self.work}/pki",
+            f"--cgroup-root={self.cg}",
+            "--fail-swap-on=false",
+            "--deprecation-warnings=false",
+            "-v=2",
+        ]
 
     def start_agent(self, argv: list[str]) -> subprocess.Popen:
-        self.agent = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=open(self.log, "a"),
-                                      stderr=subprocess.STDOUT)
+        self.agent = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         return self.agent
 
     def stop_agent(self) -> None:
@@ -90,8 +121,13 @@ class Cluster:
                 self.agent.wait(5)
 
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        r = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], capture_output=True,
-                           text=True, timeout=timeout, env={**os.environ, "HOME": str(self.work)})
+        r = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "HOME": str(self.work)},
+        )
         if check:
             assert r.returncode == 0, (args, r.stdout, r.stderr)
         return r
@@ -124,8 +160,9 @@ class Cluster:
         for root in _hierarchies():
             base = root / self.cg.strip("/")
             if base.is_dir():
-                for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
-                                reverse=True) + [base]:
+                for d in sorted(
+                    (p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+                ) + [base]:
                     try:
                         d.rmdir()
                     except OSError:
@@ -136,14 +173,35 @@ def test_join_refuses_wrong_token_and_pin(cluster):
     join = cluster.token()
     server, token, pin = join[3], join[5], join[7]
     wrong_token = token.split(".")[0] + "." + "0" * 16
-    r = subprocess.run(cluster.agent_argv(["orch-agent", "join", "--server", server, "--token", wrong_token,
-                                           "--discovery-token-ca-cert-hash", pin]),
-                       capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    r = subprocess.run(
+        cluster.agent_argv(
+            ["orch-agent", "join", "--server", server, "--token", wrong_token, "--discovery-token-ca-cert-hash", pin]
+        ),
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
     assert r.returncode != 0
     assert "signature" in (r.stdout + r.stderr)
-    r = subprocess.run(cluster.agent_argv(["orch-agent", "join", "--server", server, "--token", token,
-                                           "--discovery-token-ca-cert-hash", "sha256:" + "0" * 64]),
-                       capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    r = subprocess.run(
+        cluster.agent_argv(
+            [
+                "orch-agent",
+                "join",
+                "--server",
+                server,
+                "--token",
+                token,
+                "--discovery-token-ca-cert-hash",
+                "sha256:" + "0" * 64,
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
     assert r.returncode != 0
     assert "discovery-token-ca-cert-hash" in (r.stdout + r.stderr)
 
@@ -155,21 +213,40 @@ def test_join_node_ready_runs_api_and_mirror_pods(cluster):
     cluster.wait(lambda: cluster.node_ready() == "True", 10, "node Ready within 10 s of join")
     assert time.monotonic() - t0 < 10
     csrs = cluster.get("csr")["items"]
-    assert any(c["spec"]["username"].startswith("system:bootstrap:")
-               and any(x["type"] == "Approved" for x in c["status"].get("conditions", []))
-               and c["status"].get("certificate") for c in csrs)
+    assert any(
+        c["spec"]["username"].startswith("system:bootstrap:")
+        and any(x["type"] == "Approved" for x in c["status"].get("conditions", []))
+        and c["status"].get("certificate")
+        for c in csrs
+    )
     lease = cluster.get("lease", NODE, "-n", "orch-node-lease")
     assert lease["spec"]["holderIdentity"] == NODE
     wide = cluster.kubectl("get", "nodes", "-o", "wide").stdout
     assert "containerd://" in wide and "Ready" in wide
 
-    cluster.kubectl("run", "web", "--image=orch.local/busybox:1", "--image-pull-policy=Never",
-                    "--restart=Never", "--", "sh", "-c", "echo hello-from-web; exec httpd -f -p 8080")
-    pod = cluster.wait(lambda: (p := cluster.get("pod", "web")) and p["status"].get("phase") == "Running"
-                       and p["status"].get("podIP") and p, 30, "web Running")
+    cluster.kubectl(
+        "run",
+        "web",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "echo hello-from-web; exec httpd -f -p 8080",
+    )
+    pod = cluster.wait(
+        lambda: (
+            (p := cluster.get("pod", "web"))
+            and p["status"].get("phase") == "Running"
+            and p["status"].get("podIP")
+            and p
+        ),
+        30,
+        "web Running",
+    )
     assert pod["spec"]["nodeName"] == NODE
-    cluster.wait(lambda: "hello-from-web" in cluster.kubectl("logs", "web", check=False).stdout, 10,
-                 "kubectl logs")
+    cluster.wait(lambda: "hello-from-web" in cluster.kubectl("logs", "web", check=False).stdout, 10, "kubectl logs")
     t1 = time.monotonic()
     cluster.kubectl("delete", "pod", "web", "--grace-period=3", timeout=60)
     assert time.monotonic() - t1 < 15
@@ -179,51 +256,95 @@ def test_join_node_ready_runs_api_and_mirror_pods(cluster):
     assert "orch.io/config.mirror" in mirror["metadata"]["annotations"]
     old_uid = mirror["metadata"]["uid"]
     cluster.kubectl("delete", "pod", f"st-{NODE}", "--wait=false")
-    cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["metadata"]["uid"] != old_uid, 20,
-                 "mirror pod re-created")
+    cluster.wait(
+        lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["metadata"]["uid"] != old_uid, 20, "mirror pod re-created"
+    )
 
 
 def test_configmap_and_secret_changes_reach_running_pods(cluster):
     """Volumes of a running pod follow their ConfigMap and Secret (the agent watches what its
     pods reference), and the pod's own labels reach its downward API volume."""
     objects = cluster.work / "vol-objects.json"
-    objects.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "one"}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec"}, "stringData": {"password": "first"}},
-    ]}))
-    cluster.kubectl("create", "--validate=false", "-f", str(objects))   # (validation: the OpenAPI tests)
+    objects.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "one"}},
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "metadata": {"name": "sec"},
+                        "stringData": {"password": "first"},
+                    },
+                ],
+            }
+        )
+    )
+    cluster.kubectl("create", "--validate=false", "-f", str(objects))  # (validation: the OpenAPI tests)
     manifest = cluster.work / "vols.yaml"
-    manifest.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vols", "labels": {"tier": "a"}},
-        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
-            "name": "c", "image": "orch.local/busybox:1", "imagePullPolicy": "Never",
-            "command": ["sh", "-c", "while true; do echo \"$(cat /cfg/greeting) $(cat /sec/password) "
-                                    "$(cat /info/labels | tr '\\n' ' ')\"; sleep 0.5; done"],
-            "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}, {"name": "sec", "mountPath": "/sec"},
-                             {"name": "info", "mountPath": "/info"}]}],
-            "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}},
+    manifest.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "vols", "labels": {"tier": "a"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "orch.local/busybox:1",
+                            "imagePullPolicy": "Never",
+                            "command": [
+                                "sh",
+                                "-c",
+                                'while true; do echo "$(cat /cfg/greeting) $(cat /sec/password) '
+                                "$(cat /info/labels | tr '\\n' ' ')\"; sleep 0.5; done",
+                            ],
+                            "volumeMounts": [
+                                {"name": "cfg", "mountPath": "/cfg"},
+                                {"name": "sec", "mountPath": "/sec"},
+                                {"name": "info", "mountPath": "/info"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "cfg", "configMap": {"name": "cfg"}},
                         {"name": "sec", "secret": {"secretName": "sec"}},
-                        {"name": "info", "downwardAPI": {"items": [
-                            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}))
+                        {
+                            "name": "info",
+                            "downwardAPI": {
+                                "items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]
+                            },
+                        },
+                    ],
+                },
+            }
+        )
+    )
     cluster.kubectl("create", "--validate=false", "-f", str(manifest))
-    cluster.wait(lambda: (p := cluster.get("pod", "vols")) and p["status"].get("phase") == "Running", 30,
-                 "vols Running")
+    cluster.wait(
+        lambda: (p := cluster.get("pod", "vols")) and p["status"].get("phase") == "Running", 30, "vols Running"
+    )
 
     def last_line() -> str:
         lines = cluster.kubectl("logs", "vols", "--tail=1", check=False).stdout.strip().splitlines()
         return lines[-1] if lines else ""
 
-    cluster.wait(lambda: last_line().startswith("one first") and 'tier="a"' in last_line(), 15,
-                 "the initial content")
+    cluster.wait(lambda: last_line().startswith("one first") and 'tier="a"' in last_line(), 15, "the initial content")
     cid = cluster.get("pod", "vols")["status"]["containerStatuses"][0]["containerID"]
     cluster.kubectl("patch", "configmap", "cfg", "--type=merge", "-p", '{"data": {"greeting": "two"}}')
-    cluster.kubectl("patch", "secret", "sec", "--type=merge", "-p",
-                    '{"stringData": {"password": "second"}}')
+    cluster.kubectl("patch", "secret", "sec", "--type=merge", "-p", '{"stringData": {"password": "second"}}')
     cluster.kubectl("label", "pod", "vols", "tier=b", "--overwrite")
-    cluster.wait(lambda: last_line().startswith("two second") and 'tier="b"' in last_line(), 20,
-                 "the updated content in the running container")
+    cluster.wait(
+        lambda: last_line().startswith("two second") and 'tier="b"' in last_line(),
+        20,
+        "the updated content in the running container",
+    )
     pod = cluster.get("pod", "vols")
-    assert pod["status"]["containerStatuses"][0]["containerID"] == cid     # not restarted
+    assert pod["status"]["containerStatuses"][0]["containerID"] == cid  # not restarted
     cluster.kubectl("delete", "pod", "vols", "--grace-period=1")
     cluster.kubectl("delete", "-f", str(objects))
 
@@ -231,21 +352,40 @@ def test_configmap_and_secret_changes_reach_running_pods(cluster):
 def test_kubectl_logs_follow_tail_and_previous(cluster):
     """pods/log through the API server and the agent: -f streams, --tail cuts, --previous reads
     the last terminated instance of a restarted container."""
-    cluster.kubectl("run", "talker", "--image=orch.local/busybox:1", "--image-pull-policy=Never",
-                    "--restart=Always", "--", "sh", "-c",
-                    'i=0; while [ $i -lt 3 ]; do i=$((i+1)); echo "line $i of $(hostname)-$(cat /proc/uptime | '
-                    "cut -d' ' -f1)\"; sleep 0.3; done; exit 3")
+    cluster.kubectl(
+        "run",
+        "talker",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Always",
+        "--",
+        "sh",
+        "-c",
+        'i=0; while [ $i -lt 3 ]; do i=$((i+1)); echo "line $i of $(hostname)-$(cat /proc/uptime | '
+        "cut -d' ' -f1)\"; sleep 0.3; done; exit 3",
+    )
     # The first instance exits 3 and is restarted: its output is the previous log.
-    pod = cluster.wait(lambda: (p := cluster.get("pod", "talker")) and (p["status"].get(
-        "containerStatuses") or [{}])[0].get("restartCount", 0) >= 1 and p, 40, "a restart")
+    pod = cluster.wait(
+        lambda: (
+            (p := cluster.get("pod", "talker"))
+            and (p["status"].get("containerStatuses") or [{}])[0].get("restartCount", 0) >= 1
+            and p
+        ),
+        40,
+        "a restart",
+    )
     previous = cluster.kubectl("logs", "talker", "--previous").stdout.splitlines()
     assert [line.split(" of ")[0] for line in previous] == ["line 1", "line 2", "line 3"], previous
     tail = cluster.kubectl("logs", "talker", "--previous", "--tail=1").stdout.splitlines()
     assert tail == previous[-1:]
     # -f keeps the stream open and delivers lines as they are written.
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", cluster.kubeconfig, "logs", "-f", "talker"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOME": str(cluster.work)})
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", cluster.kubeconfig, "logs", "-f", "talker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(cluster.work)},
+    )
     try:
         first = proc.stdout.readline()
         assert first.startswith("line "), (first, proc.stderr.read() if proc.poll() is not None else "")
@@ -258,8 +398,11 @@ def test_kubectl_logs_follow_tail_and_previous(cluster):
 
 def test_stopped_agent_turns_node_unknown_and_back(cluster):
     assert cluster.node_ready() == "True"
-    mirror = cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["status"].get(
-        "containerStatuses") and m, 20, "status on the re-created mirror pod")
+    mirror = cluster.wait(
+        lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["status"].get("containerStatuses") and m,
+        20,
+        "status on the re-created mirror pod",
+    )
     cid = next(s["containerID"] for s in mirror["status"]["containerStatuses"])
     argv = list(cluster.agent.args)
     cluster.stop_agent()
@@ -268,6 +411,9 @@ def test_stopped_agent_turns_node_unknown_and_back(cluster):
     assert "node.orch.io/unreachable" in taints
     cluster.start_agent(argv)
     cluster.wait(lambda: cluster.node_ready() == "True", 30, "node Ready again")
-    mirror = cluster.wait(lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["status"].get(
-        "containerStatuses") and m, 20, "mirror status")
+    mirror = cluster.wait(
+        lambda: (m := cluster.get("pod", f"st-{NODE}")) and m["status"].get("containerStatuses") and m,
+        20,
+        "mirror status",
+    )
     assert next(s["containerID"] for s in mirror["status"]["containerStatuses"]) == cid

@@ -32,8 +32,7 @@ from cri.client import (
 
 BUSYBOX = "orch.local/busybox:1"
 PAUSE = "orch.local/pause:1"
-LOG_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z) (stdout|stderr) ([PF]) (.*)$")
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z) (stdout|stderr) ([PF]) (.*)$")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_V2 = (CGROUP_ROOT / "cgroup.controllers").exists()
 
@@ -56,8 +55,9 @@ def remove_cgroup_tree(cgroup_parent: str) -> list[str]:
         base = root / top
         if not base.is_dir():
             continue
-        for directory in sorted((p for p in base.rglob("*") if p.is_dir()),
-                                key=lambda p: len(p.parts), reverse=True) + [base]:
+        for directory in sorted(
+            (p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+        ) + [base]:
             try:
                 directory.rmdir()
             except OSError:
@@ -74,14 +74,16 @@ class Pods:
         self.cgroup_parent = f"/orch-e2e-{secrets.token_hex(4)}"
         self.sandbox_ids: list[str] = []
 
-    def sandbox_config(self, name: str, *, host_network: bool = False, hostname: str | None = None,
-                       pid_mode: int | None = None) -> pb.PodSandboxConfig:
+    def sandbox_config(
+        self, name: str, *, host_network: bool = False, hostname: str | None = None, pid_mode: int | None = None
+    ) -> pb.PodSandboxConfig:
         uid = secrets.token_hex(8)
         config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="e2e"),
             hostname=(hostname if hostname is not None else ("" if host_network else name)),
             log_directory=str(self.log_root / f"e2e_{name}_{uid}"),
-            labels={"orch.io/e2e": "cri"})
+            labels={"orch.io/e2e": "cri"},
+        )
         config.linux.cgroup_parent = self.cgroup_parent
         options = config.linux.security_context.namespace_options
         if host_network:
@@ -103,12 +105,16 @@ class Pods:
         assert not left, f"cgroups left behind: {left}"
 
 
-def container_config(name: str, command, *, image: str = BUSYBOX, memory: int = 0,
-                     pid_mode: int = pb.CONTAINER, attempt: int = 0) -> pb.ContainerConfig:
+def container_config(
+    name: str, command, *, image: str = BUSYBOX, memory: int = 0, pid_mode: int = pb.CONTAINER, attempt: int = 0
+) -> pb.ContainerConfig:
     config = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name, attempt=attempt),
-        image=pb.ImageSpec(image=image), command=list(command) if command else [],
-        log_path=f"{name}/{attempt}.log", labels={"orch.io/e2e": "cri"})
+        image=pb.ImageSpec(image=image),
+        command=list(command) if command else [],
+        log_path=f"{name}/{attempt}.log",
+        labels={"orch.io/e2e": "cri"},
+    )
     config.linux.security_context.namespace_options.pid = pid_mode
     if memory:
         config.linux.resources.memory_limit_in_bytes = memory
@@ -162,6 +168,7 @@ def http_get(url: str, timeout: float = 5.0) -> bytes:
 
 # -- runtime and images ------------------------------------------------------------
 
+
 async def test_version_and_status(cri):
     version = await cri.version()
     assert version.runtime_name == "containerd"
@@ -196,6 +203,7 @@ async def test_pull_fails_fast_with_a_typed_error(cri):
 
 # -- a pod on the pod network ------------------------------------------------------------
 
+
 async def test_httpd_pod_end_to_end(cri, pods):
     sandbox = pods.sandbox_config("web")
     start = time.monotonic()
@@ -206,9 +214,10 @@ async def test_httpd_pod_end_to_end(cri, pods):
     assert re.fullmatch(r"10\.88\.\d+\.\d+", pod_ip), pod_ip
 
     config = container_config(
-        "httpd", ["sh", "-c", "echo starting httpd; echo to-stderr >&2; "
-                              "exec httpd -f -p 8080 -h /var/www"],
-        memory=64 * 1024 * 1024)
+        "httpd",
+        ["sh", "-c", "echo starting httpd; echo to-stderr >&2; exec httpd -f -p 8080 -h /var/www"],
+        memory=64 * 1024 * 1024,
+    )
     container_id = await run_container(cri, sandbox_id, sandbox, config)
     elapsed = time.monotonic() - start
     status = (await cri.container_status(container_id)).status
@@ -237,7 +246,8 @@ async def test_httpd_pod_end_to_end(cri, pods):
     limit_file = memory_limit_file(pods.cgroup_parent, container_id)
     assert int(limit_file.read_text()) == 64 * 1024 * 1024
     await cri.update_container_resources(
-        container_id, pb.LinuxContainerResources(memory_limit_in_bytes=96 * 1024 * 1024))
+        container_id, pb.LinuxContainerResources(memory_limit_in_bytes=96 * 1024 * 1024)
+    )
     assert int(limit_file.read_text()) == 96 * 1024 * 1024
     status = (await cri.container_status(container_id)).status
     assert status.resources.linux.memory_limit_in_bytes == 96 * 1024 * 1024
@@ -306,8 +316,7 @@ async def test_host_network_sandbox(cri, pods):
     status = (await cri.pod_sandbox_status(sandbox_id)).status
     assert status.state == pb.SANDBOX_READY
     assert status.network.ip == ""
-    container_id = await run_container(cri, sandbox_id, sandbox,
-                                       container_config("sleeper", ["sleep", "3600"]))
+    container_id = await run_container(cri, sandbox_id, sandbox, container_config("sleeper", ["sleep", "3600"]))
     host_name = os.uname().nodename
     result = await cri.exec_sync(container_id, ["hostname"], exec_timeout=5)
     assert result.stdout.decode().strip() == host_name
@@ -317,8 +326,7 @@ async def test_container_exit_codes_and_state_errors(cri, pods):
     """The answers cri/fake.py imitates."""
     sandbox = pods.sandbox_config("exits")
     sandbox_id = await pods.run(sandbox)
-    failed = await run_container(cri, sandbox_id, sandbox,
-                                 container_config("failed", ["sh", "-c", "exit 3"]))
+    failed = await run_container(cri, sandbox_id, sandbox, container_config("failed", ["sh", "-c", "exit 3"]))
     done = await run_container(cri, sandbox_id, sandbox, container_config("done", ["true"]))
     failed_status = await wait_state(cri, failed, pb.CONTAINER_EXITED)
     done_status = await wait_state(cri, done, pb.CONTAINER_EXITED)
@@ -334,11 +342,9 @@ async def test_container_exit_codes_and_state_errors(cri, pods):
     with pytest.raises(UnknownError, match="failed to reserve container name"):
         await cri.create_container(sandbox_id, container_config("failed", ["true"]), sandbox)
     with pytest.raises(NotFoundError, match="failed to resolve image"):
-        await cri.create_container(
-            sandbox_id, container_config("x", ["true"], image="orch.local/missing:1"), sandbox)
+        await cri.create_container(sandbox_id, container_config("x", ["true"], image="orch.local/missing:1"), sandbox)
 
-    created = await cri.create_container(sandbox_id, container_config("idle", ["sleep", "60"]),
-                                         sandbox)
+    created = await cri.create_container(sandbox_id, container_config("idle", ["sleep", "60"]), sandbox)
     await cri.stop_container(created, 1)  # a created container stays created
     assert (await cri.container_status(created)).status.state == pb.CONTAINER_CREATED
 
@@ -348,16 +354,14 @@ async def test_container_exit_codes_and_state_errors(cri, pods):
         await cri.stop_container(failed, 1)
 
     # sleep as PID 1 ignores SIGTERM: a stop waits out the grace period, then 137.
-    sleeper = await run_container(cri, sandbox_id, sandbox,
-                                  container_config("sleeper", ["sleep", "3600"]))
+    sleeper = await run_container(cri, sandbox_id, sandbox, container_config("sleeper", ["sleep", "3600"]))
     start = time.monotonic()
     await cri.stop_container(sleeper, 1)
     assert time.monotonic() - start >= 0.9
     assert (await cri.container_status(sleeper)).status.exit_code == 137
 
     # StopPodSandbox kills what still runs: 137, "Error".
-    runner = await run_container(cri, sandbox_id, sandbox,
-                                 container_config("runner", ["sleep", "3600"]))
+    runner = await run_container(cri, sandbox_id, sandbox, container_config("runner", ["sleep", "3600"]))
     await cri.stop_pod_sandbox(sandbox_id)
     status = (await cri.container_status(runner)).status
     assert (status.state, status.exit_code, status.reason) == (pb.CONTAINER_EXITED, 137, "Error")
@@ -371,15 +375,12 @@ async def test_pause_image_holds_sandbox_and_reaps_orphans(cri, pods):
     # and orphans are re-parented to it.
     sandbox = pods.sandbox_config("shared-pid", pid_mode=pb.POD)
     sandbox_id = await pods.run(sandbox)
-    config = container_config("main", ["sh", "-c", "sh -c 'sleep 1 &'; sleep 3600"],
-                              pid_mode=pb.POD)
+    config = container_config("main", ["sh", "-c", "sh -c 'sleep 1 &'; sleep 3600"], pid_mode=pb.POD)
     container_id = await run_container(cri, sandbox_id, sandbox, config)
-    cmdline = (await cri.exec_sync(container_id, ["cat", "/proc/1/cmdline"],
-                                   exec_timeout=5)).stdout
+    cmdline = (await cri.exec_sync(container_id, ["cat", "/proc/1/cmdline"], exec_timeout=5)).stdout
     assert b"trap" in cmdline, cmdline
     await asyncio.sleep(2)  # the orphaned `sleep 1` has exited by now
-    states = (await cri.exec_sync(container_id, ["sh", "-c", "cat /proc/[0-9]*/stat"],
-                                  exec_timeout=5)).stdout.decode()
+    states = (await cri.exec_sync(container_id, ["sh", "-c", "cat /proc/[0-9]*/stat"], exec_timeout=5)).stdout.decode()
     zombies = [line for line in states.splitlines() if line.split(") ", 1)[1].startswith("Z")]
     assert not zombies, states
     assert (await cri.pod_sandbox_status(sandbox_id)).status.state == pb.SANDBOX_READY
@@ -389,8 +390,7 @@ async def test_pause_process_exits_promptly_on_sigterm(cri, pods):
     # The pause image as an ordinary container: PID 1 of its own namespace.
     sandbox = pods.sandbox_config("pause-term")
     sandbox_id = await pods.run(sandbox)
-    container_id = await run_container(cri, sandbox_id, sandbox,
-                                       container_config("pause", None, image=PAUSE))
+    container_id = await run_container(cri, sandbox_id, sandbox, container_config("pause", None, image=PAUSE))
     await asyncio.sleep(0.3)
     assert (await cri.container_status(container_id)).status.state == pb.CONTAINER_RUNNING
     start = time.monotonic()
@@ -403,8 +403,7 @@ async def test_pause_process_exits_promptly_on_sigterm(cri, pods):
 async def test_reconnect_after_containerd_restart(containerd, cri, pods):
     sandbox = pods.sandbox_config("survivor")
     sandbox_id = await pods.run(sandbox)
-    container_id = await run_container(cri, sandbox_id, sandbox,
-                                       container_config("sleeper", ["sleep", "3600"]))
+    container_id = await run_container(cri, sandbox_id, sandbox, container_config("sleeper", ["sleep", "3600"]))
     await cri.version()
     containerd.stop_daemon()
     try:

@@ -29,12 +29,15 @@ def exec_params(*command: str, **flags: str) -> list[tuple[str, str]]:
     return [("command", c) for c in command] + list(flags.items())
 
 
-async def ws_session(url: str, params=(), *, stdin: bytes | None = None, protocols=(V5,), close_stdin: bool = True,
-                     timeout: float = 20) -> tuple[bytes, bytes, dict | None, str | None]:
+async def ws_session(
+    url: str, params=(), *, stdin: bytes | None = None, protocols=(V5,), close_stdin: bool = True, timeout: float = 20
+) -> tuple[bytes, bytes, dict | None, str | None]:
     """Run one exec/attach WebSocket session: (stdout, stderr, status from channel 3, protocol)."""
     out, err, status = b"", b"", None
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
-        async with s.ws_connect(url, params=list(params), protocols=protocols, timeout=aiohttp.ClientWSTimeout(ws_close=5)) as ws:
+        async with s.ws_connect(
+            url, params=list(params), protocols=protocols, timeout=aiohttp.ClientWSTimeout(ws_close=5)
+        ) as ws:
             if stdin is not None:
                 await ws.send_bytes(b"\x00" + stdin)
                 if close_stdin:
@@ -51,29 +54,41 @@ async def ws_session(url: str, params=(), *, stdin: bytes | None = None, protoco
                         err += data
                     elif ch == 3 and data:
                         status = json.loads(data)
+
             await asyncio.wait_for(read(), timeout)
             return out, err, status, ws.protocol
 
 
 # --- the agent's relay onto containerd ---------------------------------------------------------
 
+
 async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F811
     sandbox = pods.sandbox_config("ex")
     sandbox_id = await pods.run(sandbox)
     cid = await run_container(cri, sandbox_id, sandbox, container_config("app", ["sleep", "3600"]))
     info = types.SimpleNamespace(id=cid, running=True)
-    state = types.SimpleNamespace(pod={"metadata": {"name": "ex", "namespace": "default", "uid": "u1"}},
-                                  rp=types.SimpleNamespace(latest=lambda name: info if name == "app" else None))
+    state = types.SimpleNamespace(
+        pod={"metadata": {"name": "ex", "namespace": "default", "uid": "u1"}},
+        rp=types.SimpleNamespace(latest=lambda name: info if name == "app" else None),
+    )
     find = lambda ns, name: state if (ns, name) == ("default", "ex") else None  # noqa: E731
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name="n",
-                         pods=lambda: [], locate_log=lambda *a: None, streaming=RuntimeStreaming(cri, find))
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name="n",
+        pods=lambda: [],
+        locate_log=lambda *a: None,
+        streaming=RuntimeStreaming(cri, find),
+    )
     started = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(started))
     await started
     base = f"wss://127.0.0.1:{server.port}/exec/default/ex/app"
     try:
         out, err, status, proto = await ws_session(
-            base, exec_params("sh", "-c", "echo out; echo err >&2", output="1", error="1"))
+            base, exec_params("sh", "-c", "echo out; echo err >&2", output="1", error="1")
+        )
         assert (out, err, proto) == (b"out\n", b"err\n", V5)
         assert status == {"metadata": {}, "status": "Success"}
 
@@ -83,8 +98,7 @@ async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F8
 
         # stdin, half-closed with the v5 close message, reaches cat, which then ends.
         payload = b"line one\n" + b"x" * 100_000 + b"\n"
-        out, _, status, _ = await ws_session(base, exec_params("cat", input="1", output="1", error="1"),
-                                              stdin=payload)
+        out, _, status, _ = await ws_session(base, exec_params("cat", input="1", output="1", error="1"), stdin=payload)
         assert out == payload and status["status"] == "Success"
 
         # A v4 client (no close message) still gets output and the exit status.
@@ -97,8 +111,9 @@ async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F8
 
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
             with pytest.raises(aiohttp.WSServerHandshakeError) as e:
-                await s.ws_connect(f"https://127.0.0.1:{server.port}/exec/default/ex/db?command=ls&output=1",
-                                   protocols=(V5,))
+                await s.ws_connect(
+                    f"https://127.0.0.1:{server.port}/exec/default/ex/db?command=ls&output=1", protocols=(V5,)
+                )
             assert e.value.status == 404
             with pytest.raises(aiohttp.WSServerHandshakeError) as e:
                 await s.ws_connect(f"{base}?command=ls&output=1", protocols=("channel.k8s.io",))
@@ -110,24 +125,39 @@ async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F8
 
 # --- kubectl exec through orch-apiserver and a joined agent --------------------------------------
 
+
 @pytest.fixture(scope="module")
 def box(cluster):  # noqa: F811
     """The cluster's node joined and a busybox pod running on it."""
     if cluster.agent is None or cluster.agent.poll() is not None:
         cluster.start_agent(cluster.agent_argv(cluster.token()))
     cluster.wait(lambda: cluster.node_ready() == "True", 30, "node Ready")
-    cluster.kubectl("run", "box", "--image=orch.local/busybox:1", "--image-pull-policy=Never",
-                    "--restart=Never", "--overrides", json.dumps({"spec": {"terminationGracePeriodSeconds": 1}}),
-                    "--", "sleep", "3600")
-    cluster.wait(lambda: (p := cluster.get("pod", "box")) and p["status"].get("phase") == "Running", 30,
-                 "box Running")
+    cluster.kubectl(
+        "run",
+        "box",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--overrides",
+        json.dumps({"spec": {"terminationGracePeriodSeconds": 1}}),
+        "--",
+        "sleep",
+        "3600",
+    )
+    cluster.wait(lambda: (p := cluster.get("pod", "box")) and p["status"].get("phase") == "Running", 30, "box Running")
     yield cluster
     cluster.kubectl("delete", "pod", "box", "--grace-period=1", check=False)
 
 
 def kubectl_exec(cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:  # noqa: F811
-    return subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "exec", *args], input=stdin,
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(cluster.work)})
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", cluster.kubeconfig, "exec", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(cluster.work)},
+    )
 
 
 def test_kubectl_exec_output_exit_code_and_stdin(box):
@@ -162,14 +192,31 @@ def test_kubectl_exec_errors_are_clean(box):
 
 
 def test_kubectl_port_forward_reaches_the_pod(box):
-    box.kubectl("run", "pf", "--image=orch.local/busybox:1", "--image-pull-policy=Never", "--restart=Never",
-                "--overrides", json.dumps({"spec": {"terminationGracePeriodSeconds": 1}}),
-                "--", "httpd", "-f", "-p", "8080", "-h", "/var/www")
+    box.kubectl(
+        "run",
+        "pf",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--overrides",
+        json.dumps({"spec": {"terminationGracePeriodSeconds": 1}}),
+        "--",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/var/www",
+    )
     box.wait(lambda: (p := box.get("pod", "pf")) and p["status"].get("phase") == "Running", 30, "pf Running")
     local = free_port()
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", box.kubeconfig, "port-forward", "pod/pf",
-                             f"{local}:8080"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOME": str(box.work)})
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", box.kubeconfig, "port-forward", "pod/pf", f"{local}:8080"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(box.work)},
+    )
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -179,8 +226,9 @@ def test_kubectl_port_forward_reaches_the_pod(box):
                     return r.read()
             except OSError:
                 return None
+
         assert box.wait(fetch, 20, "an answer through kubectl port-forward") == b"orch busybox\n"
-        assert fetch() == b"orch busybox\n"   # a second connection over the same tunnel
+        assert fetch() == b"orch busybox\n"  # a second connection over the same tunnel
     finally:
         proc.terminate()
         try:
@@ -193,18 +241,31 @@ def test_kubectl_port_forward_reaches_the_pod(box):
 
 
 def test_kubectl_attach_streams_the_containers_output(box):
-    box.kubectl("run", "ticker", "--image=orch.local/busybox:1", "--image-pull-policy=Never", "--restart=Never",
-                "--overrides", json.dumps({"spec": {"terminationGracePeriodSeconds": 1}}),
-                "--", "sh", "-c", "i=0; while true; i=$((i+1)); do echo tick-$i; sleep 0.3; done")
-    box.wait(lambda: (p := box.get("pod", "ticker")) and p["status"].get("phase") == "Running", 30,
-             "ticker Running")
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", box.kubeconfig, "attach", "ticker"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOME": str(box.work)})
-    watchdog = threading.Timer(30, proc.kill)   # a stream that never delivers must not hang the run
+    box.kubectl(
+        "run",
+        "ticker",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--overrides",
+        json.dumps({"spec": {"terminationGracePeriodSeconds": 1}}),
+        "--",
+        "sh",
+        "-c",
+        "i=0; while true; i=$((i+1)); do echo tick-$i; sleep 0.3; done",
+    )
+    box.wait(lambda: (p := box.get("pod", "ticker")) and p["status"].get("phase") == "Running", 30, "ticker Running")
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", box.kubeconfig, "attach", "ticker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(box.work)},
+    )
+    watchdog = threading.Timer(30, proc.kill)  # a stream that never delivers must not hang the run
     watchdog.start()
     try:
-        line = proc.stdout.readline()   # blocks until the attached stream delivers a line
+        line = proc.stdout.readline()  # blocks until the attached stream delivers a line
         assert line.startswith("tick-"), (line, proc.poll())
     finally:
         watchdog.cancel()

@@ -35,26 +35,58 @@ def ns(apiserver):
 
 def manifests(ns: str) -> list[dict]:
     return [
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns, "labels": {"app": "p"}},
-         "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "1"],
-                                  "ports": [{"containerPort": 80, "name": "http"}],
-                                  "resources": {"limits": {"memory": "64Mi", "cpu": "100m"}}}]}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": ns},
-         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d"}},
-                  "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 0}},
-                  "template": {"metadata": {"labels": {"app": "d"}},
-                               "spec": {"containers": [{"name": "c", "image": "busybox",
-                                                        "ports": [{"containerPort": 8080, "name": "http"}]}]}}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": ns},
-         "spec": {"selector": {"app": "d"}, "ports": [{"port": 80, "targetPort": "http"}]}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": ns},
-         "data": {"a": "1"}},
-        {"apiVersion": "rbac.orch.io/v1", "kind": "Role", "metadata": {"name": "r", "namespace": ns},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": ns, "labels": {"app": "p"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "command": ["sleep", "1"],
+                        "ports": [{"containerPort": 80, "name": "http"}],
+                        "resources": {"limits": {"memory": "64Mi", "cpu": "100m"}},
+                    }
+                ]
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": ns},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "d"}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "50%", "maxUnavailable": 0}},
+                "template": {
+                    "metadata": {"labels": {"app": "d"}},
+                    "spec": {
+                        "containers": [
+                            {"name": "c", "image": "busybox", "ports": [{"containerPort": 8080, "name": "http"}]}
+                        ]
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "s", "namespace": ns},
+            "spec": {"selector": {"app": "d"}, "ports": [{"port": 80, "targetPort": "http"}]},
+        },
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": ns}, "data": {"a": "1"}},
+        {
+            "apiVersion": "rbac.orch.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "r", "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+        },
     ]
 
 
 # --- explain -------------------------------------------------------------------------------
+
 
 def test_explain_pod_containers(kubectl):
     out = ok(kubectl("explain", "pod.spec.containers"))
@@ -80,10 +112,16 @@ def test_explain_deployment_spec_recursive(kubectl):
     out = ok(kubectl("explain", "deployment.spec", "--recursive"))
     assert "GROUP:      apps" in out and "KIND:       Deployment" in out
     lines = [ln.strip() for ln in out.splitlines()]
-    for want in ("replicas\t<integer>", "selector\t<LabelSelector> -required-",
-                 "strategy\t<DeploymentStrategy>", "maxSurge\t<IntOrString>",
-                 "template\t<PodTemplateSpec> -required-", "containers\t<[]Container> -required-",
-                 "containerPort\t<integer> -required-", "limits\t<map[string]Quantity>"):
+    for want in (
+        "replicas\t<integer>",
+        "selector\t<LabelSelector> -required-",
+        "strategy\t<DeploymentStrategy>",
+        "maxSurge\t<IntOrString>",
+        "template\t<PodTemplateSpec> -required-",
+        "containers\t<[]Container> -required-",
+        "containerPort\t<integer> -required-",
+        "limits\t<map[string]Quantity>",
+    ):
         assert want in lines, want
 
 
@@ -97,12 +135,18 @@ def test_explain_kind_of_an_orch_group(kubectl):
 
 # --- default validation ----------------------------------------------------------------------
 
+
 def test_default_validation_reads_v3_and_leaves_checks_to_the_server(kubectl, ns):
     docs = manifests(ns)
     res = kubectl("create", "-f", "-", "-v=6", input=yaml.safe_dump_all(docs))
     out = ok(res)
-    for want in ("pod/p created", "deployment.apps/d created", "service/s created", "configmap/cm created",
-                 "role.rbac.orch.io/r created"):
+    for want in (
+        "pod/p created",
+        "deployment.apps/d created",
+        "service/s created",
+        "configmap/cm created",
+        "role.rbac.orch.io/r created",
+    ):
         assert want in out, out
     # kubectl found each kind's patch operation with fieldValidation in the v3 documents
     # (a freshly cached index may skip the index GET; the v2 document is not needed for these
@@ -151,9 +195,13 @@ def test_reapply_patch_is_computed_from_the_schema_markers(kubectl, apiserver, n
     assert "$deleteFromPrimitiveList/finalizers" in res.stderr
     _, got = apiserver.json("GET", f"/apis/rbac.orch.io/v1/namespaces/{ns}/roles/r", expect=200)
     assert got["metadata"]["finalizers"] == ["example.com/a"]
-    apiserver.json("PATCH", f"/apis/rbac.orch.io/v1/namespaces/{ns}/roles/r",
-                   {"metadata": {"finalizers": None}}, {"Content-Type": "application/merge-patch+json"},
-                   expect=200)
+    apiserver.json(
+        "PATCH",
+        f"/apis/rbac.orch.io/v1/namespaces/{ns}/roles/r",
+        {"metadata": {"finalizers": None}},
+        {"Content-Type": "application/merge-patch+json"},
+        expect=200,
+    )
 
 
 def test_validate_false_skips_openapi(kubectl, ns):
@@ -164,6 +212,7 @@ def test_validate_false_skips_openapi(kubectl, ns):
 
 
 # --- HTTP ------------------------------------------------------------------------------------
+
 
 def test_index_etag_and_not_modified(apiserver):
     status, headers, body = apiserver.request("GET", "/openapi/v3")

@@ -25,7 +25,6 @@ import json
 
 import pytest
 
-
 MEDIA_V2_PROTOBUF = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 MEDIA_V2_PROTOBUF_DOT = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 CRD_LIST = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -46,11 +45,14 @@ def token_review(spec: str = "{token: abc}") -> str:
 
 
 def subject_access_review(extra: str = "") -> str:
-    return ("apiVersion: authorization.orch.io/v1\nkind: SubjectAccessReview\nspec:\n  user: alice\n"
-            f"  resourceAttributes: {{verb: get, resource: pods, namespace: default}}\n{extra}")
+    return (
+        "apiVersion: authorization.orch.io/v1\nkind: SubjectAccessReview\nspec:\n  user: alice\n"
+        f"  resourceAttributes: {{verb: get, resource: pods, namespace: default}}\n{extra}"
+    )
 
 
 # --- the document itself ----------------------------------------------------------------------
+
 
 def test_get_raw_v2_is_still_json(kubectl):
     doc = json.loads(ok(kubectl("get", "--raw", "/openapi/v2")))
@@ -65,8 +67,9 @@ def test_protobuf_answer_over_https(apiserver):
     assert body[:5] == b"\x0a\x032.0"  # Document.swagger (field 1) = "2.0"
     _, json_headers, _ = apiserver.request("GET", "/openapi/v2")
     assert headers["etag"] == json_headers["etag"]
-    status, _, _ = apiserver.request("GET", "/openapi/v2", headers={"Accept": MEDIA_V2_PROTOBUF,
-                                                                    "If-None-Match": headers["etag"]})
+    status, _, _ = apiserver.request(
+        "GET", "/openapi/v2", headers={"Accept": MEDIA_V2_PROTOBUF, "If-None-Match": headers["etag"]}
+    )
     assert status == 304
     status, _, _ = apiserver.request("GET", "/openapi/v2", headers={"Accept": "application/yaml"})
     assert status == 406
@@ -87,6 +90,7 @@ def test_explain_reads_the_protobuf_document(kubectl):
 
 
 # --- review kinds: kubectl's client-side validation -----------------------------------------------
+
 
 def test_crd_list_is_empty(kubectl):
     lst = json.loads(ok(kubectl("get", "--raw", CRD_LIST)))
@@ -114,16 +118,25 @@ def test_subject_access_review_with_default_validation(kubectl):
     assert review["spec"]["resourceAttributes"] == {"namespace": "default", "resource": "pods", "verb": "get"}
 
 
-@pytest.mark.parametrize("manifest,message", [
-    (token_review("{token: abc, bogus: 1}"),
-     'ValidationError(TokenReview.spec): unknown field "bogus" in io.k8s.api.authentication.v1.TokenReviewSpec'),
-    (subject_access_review("  usr: bob\n"),
-     'ValidationError(SubjectAccessReview.spec): unknown field "usr" in '
-     'io.k8s.api.authorization.v1.SubjectAccessReviewSpec'),
-    (token_review("{token: abc, audiences: api}"),
-     'ValidationError(TokenReview.spec.audiences): invalid type for '
-     'io.k8s.api.authentication.v1.TokenReviewSpec.audiences: got "string", expected "array"'),
-])
+@pytest.mark.parametrize(
+    "manifest,message",
+    [
+        (
+            token_review("{token: abc, bogus: 1}"),
+            'ValidationError(TokenReview.spec): unknown field "bogus" in io.k8s.api.authentication.v1.TokenReviewSpec',
+        ),
+        (
+            subject_access_review("  usr: bob\n"),
+            'ValidationError(SubjectAccessReview.spec): unknown field "usr" in '
+            "io.k8s.api.authorization.v1.SubjectAccessReviewSpec",
+        ),
+        (
+            token_review("{token: abc, audiences: api}"),
+            "ValidationError(TokenReview.spec.audiences): invalid type for "
+            'io.k8s.api.authentication.v1.TokenReviewSpec.audiences: got "string", expected "array"',
+        ),
+    ],
+)
 def test_schema_errors_fail_in_kubectl(kubectl, manifest, message):
     res = kubectl("create", "-f", "-", "-v=6", input=manifest)
     assert res.returncode == 1, res

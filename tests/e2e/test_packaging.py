@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -31,8 +30,7 @@ def built(tmp_path_factory):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is missing (Debian package dpkg)")
     out = tmp_path_factory.mktemp("dist")
-    r = run(["bash", str(REPO / "packaging" / "build-deb.sh"), "--out", str(out), "--compress", "gzip"],
-            timeout=900)
+    r = run(["bash", str(REPO / "packaging" / "build-deb.sh"), "--out", str(out), "--compress", "gzip"], timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     deb = Path(r.stdout.strip().splitlines()[-1])
     assert deb.is_file() and deb.name.startswith(f"orch_{__version__}_") and deb.suffix == ".deb"
@@ -54,8 +52,13 @@ def test_wheel_contents(built):
     _, wheel = built
     with zipfile.ZipFile(wheel) as z:
         files = set(z.namelist())
-    for f in ("agent/cli.py", "agent/options.py", "agent/process.py", "apiserver_min/cli.py",
-              "apiserver_min/api/names.py"):
+    for f in (
+        "agent/cli.py",
+        "agent/options.py",
+        "agent/process.py",
+        "apiserver_min/cli.py",
+        "apiserver_min/api/names.py",
+    ):
         assert f in files
     entry = next(f for f in files if f.endswith(".dist-info/entry_points.txt"))
     with zipfile.ZipFile(wheel) as z:
@@ -71,12 +74,18 @@ def test_deb_contents(built):
         parts = line.split(None, 5)
         path = parts[5].split(" -> ")[0]
         entries[path.lstrip(".")] = (parts[0], parts[1], parts[5])
-    for path in ("/opt/orch/venv/bin/orch-agent", "/opt/orch/venv/bin/orch-apiserver",
-                 "/opt/orch/venv/pyvenv.cfg", "/lib/systemd/system/orch-agent.service",
-                 "/lib/systemd/system/orch-apiserver.service", "/etc/orch/orch-agent.env",
-                 "/etc/orch/agent/config.yaml", "/etc/orch/agent/manifests/",
-                 "/opt/orch/share/configs/agent/manifests/static-web.yaml",
-                 "/opt/orch/share/configs/agent/bootstrap.orchconfig.example"):
+    for path in (
+        "/opt/orch/venv/bin/orch-agent",
+        "/opt/orch/venv/bin/orch-apiserver",
+        "/opt/orch/venv/pyvenv.cfg",
+        "/lib/systemd/system/orch-agent.service",
+        "/lib/systemd/system/orch-apiserver.service",
+        "/etc/orch/orch-agent.env",
+        "/etc/orch/agent/config.yaml",
+        "/etc/orch/agent/manifests/",
+        "/opt/orch/share/configs/agent/manifests/static-web.yaml",
+        "/opt/orch/share/configs/agent/bootstrap.orchconfig.example",
+    ):
         assert path in entries, path
     assert entries["/usr/bin/orch-agent"][2].endswith("-> ../../opt/orch/venv/bin/orch-agent")
     assert entries["/opt/orch/venv/bin/orch-agent"][0] == "-rwxr-xr-x"
@@ -106,8 +115,9 @@ def test_daemons_run_from_the_unpacked_tree(unpacked, daemon):
 def test_the_venv_is_self_contained_and_names_no_build_path(unpacked):
     python = unpacked / "opt/orch/venv/bin/python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    code = ("import sys, agent.cli, aiohttp, grpc, cryptography, yaml, orjson; "
-            "print(sys.prefix); print(agent.cli.__file__)")
+    code = (
+        "import sys, agent.cli, aiohttp, grpc, cryptography, yaml, orjson; print(sys.prefix); print(agent.cli.__file__)"
+    )
     r = run([str(python), "-c", code], env=env, cwd="/")
     assert r.returncode == 0, r.stderr
     prefix, cli = r.stdout.split()
@@ -129,13 +139,23 @@ def test_the_packaged_agent_starts_with_the_packaged_config(unpacked, tmp_path):
     # SystemdCgroup); where systemd is not the init system the agent rightly refuses that
     # driver, so override it with a flag (flags win over the file) and still use the file.
     driver = [] if Path("/run/systemd/system").is_dir() else ["--cgroup-driver=cgroupfs"]
-    r = run([str(unpacked / "usr/bin/orch-agent"), f"--config={unpacked}/etc/orch/agent/config.yaml",
-             "--runonce", "--healthz-port=0", f"--root-dir={tmp_path / 'state'}", "--deprecation-warnings=false",
-             *driver],
-            env=env, cwd="/", timeout=60)
+    r = run(
+        [
+            str(unpacked / "usr/bin/orch-agent"),
+            f"--config={unpacked}/etc/orch/agent/config.yaml",
+            "--runonce",
+            "--healthz-port=0",
+            f"--root-dir={tmp_path / 'state'}",
+            "--deprecation-warnings=false",
+            *driver,
+        ],
+        env=env,
+        cwd="/",
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert '"Starting orch-agent" version="v0.1.0" mode="standalone"' in r.stderr
-    assert f"config=\"{unpacked}/etc/orch/agent/config.yaml\"" in r.stderr
+    assert f'config="{unpacked}/etc/orch/agent/config.yaml"' in r.stderr
 
 
 def test_the_packaged_units_verify(unpacked, tmp_path):
@@ -147,7 +167,9 @@ def test_the_packaged_units_verify(unpacked, tmp_path):
         assert "ExecStart=/opt/orch/venv/bin/" in text
         copy = tmp_path / unit
         copy.write_text(text.replace("ExecStart=/opt/orch/venv/bin/", f"ExecStart={unpacked}/opt/orch/venv/bin/"))
-        r = run([analyze, "verify", "--man=no", str(copy)],
-                env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""})
+        r = run(
+            [analyze, "verify", "--man=no", str(copy)],
+            env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""},
+        )
         ours = [ln for ln in r.stderr.splitlines() if unit in ln or str(tmp_path) in ln]
         assert r.returncode == 0 and not ours, r.stderr

@@ -65,8 +65,14 @@ class Quickstart:
         self.kubeconfig = str(base / "api" / "admin.orchconfig")
 
     def run(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-        r = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=self.env,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            ["bash", str(SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         if check:
             assert r.returncode == 0, (args, r.stdout[-3000:], r.stderr[-3000:], self.logs())
         return r
@@ -80,8 +86,13 @@ class Quickstart:
     def kubectl(self, *args: str) -> subprocess.CompletedProcess:
         if shutil.which("kubectl") is None:
             pytest.skip("kubectl is not installed")
-        r = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True,
-                           timeout=60, env={**os.environ, "HOME": str(self.base)})
+        r = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "HOME": str(self.base)},
+        )
         assert r.returncode == 0, (args, r.stdout, r.stderr)
         return r
 
@@ -99,7 +110,7 @@ def test_start_brings_up_the_one_node_cluster(qs):
     out = r.stdout
     assert "orch is running: a one-node cluster." in out, out
     assert f"node {NODE} is Ready" in out
-    assert f"both pods are Running" in out
+    assert "both pods are Running" in out
     assert f"kubectl --kubeconfig {qs.kubeconfig} get pods" in out
     assert "packaging/quickstart.sh stop" in out
     for name in ("orch-apiserver", "containerd", "orch-agent"):
@@ -120,8 +131,7 @@ def test_start_brings_up_the_one_node_cluster(qs):
     ip = mirror["status"]["podIP"]
     deadline = time.monotonic() + 20
     while True:
-        c = subprocess.run(["curl", "-sS", "--max-time", "2", f"http://{ip}:8080/"], capture_output=True,
-                           text=True)
+        c = subprocess.run(["curl", "-sS", "--max-time", "2", f"http://{ip}:8080/"], capture_output=True, text=True)
         if c.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -151,8 +161,11 @@ def test_stop_takes_everything_down(qs):
     while _shims(qs) and time.monotonic() < deadline:
         time.sleep(0.3)
     assert not _shims(qs)
-    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
-              if line.split()[1].startswith(str(qs.base))]
+    mounts = [
+        line.split()[1]
+        for line in Path("/proc/self/mounts").read_text().splitlines()
+        if line.split()[1].startswith(str(qs.base))
+    ]
     assert mounts == []
     status = qs.run("status", check=False)
     assert status.returncode == 3 and "orch-agent: not running" in status.stdout

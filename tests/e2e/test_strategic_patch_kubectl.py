@@ -43,17 +43,28 @@ def ns(apiserver):
 
 def run_kubectl(kubectl, *args: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """kubectl with the fixture's private HOME and, optionally, extra environment."""
-    return subprocess.run(kubectl.argv(*args), input=input, capture_output=True, text=True, timeout=60,
-                          env={**kubectl.env, **(env or {})},
-                          stdin=None if input is not None else subprocess.DEVNULL)
+    return subprocess.run(
+        kubectl.argv(*args),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**kubectl.env, **(env or {})},
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
 
 
 def deployment(name: str, ns: str, labels: dict, containers: list, replicas: int = 1) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": containers}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": containers}},
+        },
+    }
 
 
 def patch_bodies(stderr: str) -> list[tuple[str, dict]]:
@@ -69,7 +80,7 @@ def patch_bodies(stderr: str) -> list[tuple[str, dict]]:
             continue
         if re.search(r"\] PATCH https?://", line) and body:
             ctype = ""
-            for nxt in lines[i + 1:i + 8]:
+            for nxt in lines[i + 1 : i + 8]:
                 h = re.search(r"\]\s+Content-Type: (\S+)", nxt)
                 if h:
                     ctype = h.group(1)
@@ -92,11 +103,20 @@ def test_kubectl_apply_deployment_three_times(kubectl, apiserver, ns, patch_meta
     env = {"KUBECTL_OPENAPIV3_PATCH": "false"} if patch_meta == "compiled-in" else {}
     name = "web"
     path = f"/apis/apps/v1/namespaces/{ns}/deployments/{name}"
-    v1 = deployment(name, ns, {"app": name, "tier": "front", "team": "a"}, [
-        {"name": "web", "image": "nginx:1", "ports": [{"containerPort": 80}, {"containerPort": 8080}],
-         "env": [{"name": "A", "value": "1"}]},
-        {"name": "side", "image": "busybox:1", "command": ["sleep", "1d"]},
-    ])
+    v1 = deployment(
+        name,
+        ns,
+        {"app": name, "tier": "front", "team": "a"},
+        [
+            {
+                "name": "web",
+                "image": "nginx:1",
+                "ports": [{"containerPort": 80}, {"containerPort": 8080}],
+                "env": [{"name": "A", "value": "1"}],
+            },
+            {"name": "side", "image": "busybox:1", "command": ["sleep", "1d"]},
+        ],
+    )
     assert "created" in ok(run_kubectl(kubectl, "apply", "-f", "-", input=yaml.safe_dump(v1), env=env))
     _, live = apiserver.json("GET", path, expect=200)
     web = live["spec"]["template"]["spec"]["containers"][0]
@@ -106,11 +126,20 @@ def test_kubectl_apply_deployment_three_times(kubectl, apiserver, ns, patch_meta
     ok(run_kubectl(kubectl, "label", "-n", ns, "deployment", name, "owner=ops"))
 
     # v2: a container port and a label removed, an image changed, an env var added.
-    v2 = deployment(name, ns, {"app": name, "team": "a"}, [
-        {"name": "web", "image": "nginx:1", "ports": [{"containerPort": 80}],
-         "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
-        {"name": "side", "image": "busybox:2", "command": ["sleep", "1d"]},
-    ])
+    v2 = deployment(
+        name,
+        ns,
+        {"app": name, "team": "a"},
+        [
+            {
+                "name": "web",
+                "image": "nginx:1",
+                "ports": [{"containerPort": 80}],
+                "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+            },
+            {"name": "side", "image": "busybox:2", "command": ["sleep", "1d"]},
+        ],
+    )
     res = run_kubectl(kubectl, "apply", "-v=8", "-f", "-", input=yaml.safe_dump(v2), env=env)
     assert "configured" in ok(res)
     _, live = apiserver.json("GET", path, expect=200)
@@ -139,10 +168,20 @@ def test_kubectl_apply_deployment_three_times(kubectl, apiserver, ns, patch_meta
         assert "error calculating patch" not in res.stderr, res.stderr[-3000:]
 
     # v3: a container removed, a label added, the other port list order changed.
-    v3 = deployment(name, ns, {"app": name, "team": "a", "stage": "prod"}, [
-        {"name": "web", "image": "nginx:2", "ports": [{"containerPort": 9090}, {"containerPort": 80}],
-         "env": [{"name": "B", "value": "2"}]},
-    ], replicas=2)
+    v3 = deployment(
+        name,
+        ns,
+        {"app": name, "team": "a", "stage": "prod"},
+        [
+            {
+                "name": "web",
+                "image": "nginx:2",
+                "ports": [{"containerPort": 9090}, {"containerPort": 80}],
+                "env": [{"name": "B", "value": "2"}],
+            },
+        ],
+        replicas=2,
+    )
     assert "configured" in ok(run_kubectl(kubectl, "apply", "-f", "-", input=yaml.safe_dump(v3), env=env))
     _, live = apiserver.json("GET", path, expect=200)
     assert live["metadata"]["labels"] == {"app": name, "team": "a", "stage": "prod", "owner": "ops"}
@@ -162,9 +201,12 @@ def test_kubectl_apply_deployment_three_times(kubectl, apiserver, ns, patch_meta
 
 
 def test_kubectl_apply_pod_removes_label(kubectl, apiserver, ns):
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "p", "namespace": ns, "labels": {"app": "p", "tier": "t"}},
-           "spec": {"containers": [{"name": "a", "image": "busybox:1"}, {"name": "b", "image": "busybox:1"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": ns, "labels": {"app": "p", "tier": "t"}},
+        "spec": {"containers": [{"name": "a", "image": "busybox:1"}, {"name": "b", "image": "busybox:1"}]},
+    }
     ok(kubectl("apply", "-f", "-", input=yaml.safe_dump(pod)))
     pod["metadata"]["labels"] = {"app": "p"}
     pod["spec"]["containers"][1]["image"] = "busybox:2"
@@ -175,42 +217,81 @@ def test_kubectl_apply_pod_removes_label(kubectl, apiserver, ns):
 
 
 def test_kubectl_patch_default_type_on_pod_containers(kubectl, apiserver, ns):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pp", "namespace": ns},
-           "spec": {"containers": [{"name": "a", "image": "busybox:1", "command": ["sleep", "1d"]},
-                                   {"name": "b", "image": "busybox:1"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pp", "namespace": ns},
+        "spec": {
+            "containers": [
+                {"name": "a", "image": "busybox:1", "command": ["sleep", "1d"]},
+                {"name": "b", "image": "busybox:1"},
+            ]
+        },
+    }
     ok(kubectl("create", "-f", "-", input=yaml.safe_dump(pod)))
-    out = ok(kubectl("patch", "pod", "pp", "-n", ns, "-p",
-                     json.dumps({"spec": {"containers": [{"name": "b", "image": "busybox:2"}]}})))
+    out = ok(
+        kubectl(
+            "patch",
+            "pod",
+            "pp",
+            "-n",
+            ns,
+            "-p",
+            json.dumps({"spec": {"containers": [{"name": "b", "image": "busybox:2"}]}}),
+        )
+    )
     assert "patched" in out
     _, live = apiserver.json("GET", f"/api/v1/namespaces/{ns}/pods/pp", expect=200)
     a, b = live["spec"]["containers"]
     assert (a["name"], a["image"], a["command"]) == ("a", "busybox:1", ["sleep", "1d"])
     assert (b["name"], b["image"]) == ("b", "busybox:2")
     # A patch that changes nothing says so.
-    out = ok(kubectl("patch", "pod", "pp", "-n", ns, "-p",
-                     json.dumps({"spec": {"containers": [{"name": "b", "image": "busybox:2"}]}})))
+    out = ok(
+        kubectl(
+            "patch",
+            "pod",
+            "pp",
+            "-n",
+            ns,
+            "-p",
+            json.dumps({"spec": {"containers": [{"name": "b", "image": "busybox:2"}]}}),
+        )
+    )
     assert "no change" in out
     # The status sub-resource: conditions merge by type.
-    status = {"status": {"conditions": [{"type": "Ready", "status": "False"},
-                                        {"type": "PodScheduled", "status": "True"}]}}
+    status = {
+        "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]}
+    }
     ok(kubectl("patch", "pod", "pp", "-n", ns, "--subresource=status", "-p", json.dumps(status)))
-    ok(kubectl("patch", "pod", "pp", "-n", ns, "--subresource=status", "-p",
-               json.dumps({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})))
+    ok(
+        kubectl(
+            "patch",
+            "pod",
+            "pp",
+            "-n",
+            ns,
+            "--subresource=status",
+            "-p",
+            json.dumps({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+        )
+    )
     _, live = apiserver.json("GET", f"/api/v1/namespaces/{ns}/pods/pp", expect=200)
     conds = {c["type"]: c["status"] for c in live["status"]["conditions"]}
     assert conds["Ready"] == "True" and conds["PodScheduled"] == "True"
     assert live["spec"]["containers"][1]["image"] == "busybox:2"
     # A malformed directive is a clean 400 through kubectl.
-    res = kubectl("patch", "pod", "pp", "-n", ns, "-p",
-                  json.dumps({"metadata": {"labels": {"$patch": "explode"}}}))
+    res = kubectl("patch", "pod", "pp", "-n", ns, "-p", json.dumps({"metadata": {"labels": {"$patch": "explode"}}}))
     assert res.returncode != 0
     assert "BadRequest" in res.stderr and "$patch" in res.stderr, res.stderr
 
 
 def test_strategic_patch_errors_over_http(apiserver, ns):
-    _, _ = apiserver.json("POST", f"/api/v1/namespaces/{ns}/configmaps",
-                          {"metadata": {"name": "c", "finalizers": ["a.orch.io/x", "b.orch.io/y"]},
-                           "data": {"k": "v"}}, expect=201)
+    _, _ = apiserver.json(
+        "POST",
+        f"/api/v1/namespaces/{ns}/configmaps",
+        {"metadata": {"name": "c", "finalizers": ["a.orch.io/x", "b.orch.io/y"]}, "data": {"k": "v"}},
+        expect=201,
+    )
     path = f"/api/v1/namespaces/{ns}/configmaps/c"
     hdr = {"Content-Type": SMP}
     status, doc = apiserver.json("PATCH", path, ["not", "an", "object"], hdr)
@@ -220,8 +301,13 @@ def test_strategic_patch_errors_over_http(apiserver, ns):
     status, doc = apiserver.json("PATCH", path, {"metadata": {"finalizers": [{"name": "x"}]}}, hdr)
     assert status == 422 and doc["code"] == 422, doc
     # $deleteFromPrimitiveList on finalizers, as kubectl sends it.
-    _, cm = apiserver.json("PATCH", path, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.orch.io/x"]},
-                                           "data": {"k2": "v2"}}, hdr, expect=200)
+    _, cm = apiserver.json(
+        "PATCH",
+        path,
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.orch.io/x"]}, "data": {"k2": "v2"}},
+        hdr,
+        expect=200,
+    )
     assert cm["metadata"]["finalizers"] == ["b.orch.io/y"]
     assert cm["data"] == {"k": "v", "k2": "v2"}
     apiserver.json("PATCH", path, {"metadata": {"finalizers": None}}, hdr, expect=200)
@@ -235,35 +321,56 @@ def test_python_client_strategic_and_merge_patches(k8s_client, ns):
     dep = client.V1Deployment(
         metadata=client.V1ObjectMeta(name="d", labels={"a": "1", "b": "2"}),
         spec=client.V1DeploymentSpec(
-            replicas=1, selector=client.V1LabelSelector(match_labels={"app": "d"}),
+            replicas=1,
+            selector=client.V1LabelSelector(match_labels={"app": "d"}),
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(labels={"app": "d"}),
-                spec=client.V1PodSpec(containers=[
-                    client.V1Container(name="x", image="busybox:1"),
-                    client.V1Container(name="y", image="busybox:1")]))))
+                spec=client.V1PodSpec(
+                    containers=[
+                        client.V1Container(name="x", image="busybox:1"),
+                        client.V1Container(name="y", image="busybox:1"),
+                    ]
+                ),
+            ),
+        ),
+    )
     apps.create_namespaced_deployment(ns, dep)
     # A dict body is sent as a strategic merge patch: containers merge by name.
-    got = apps.patch_namespaced_deployment("d", ns, {"metadata": {"labels": {"b": None}},
-                                                     "spec": {"template": {"spec": {"containers": [
-                                                         {"name": "y", "image": "busybox:2"}]}}}})
+    got = apps.patch_namespaced_deployment(
+        "d",
+        ns,
+        {
+            "metadata": {"labels": {"b": None}},
+            "spec": {"template": {"spec": {"containers": [{"name": "y", "image": "busybox:2"}]}}},
+        },
+    )
     assert got.metadata.labels == {"a": "1"}
-    assert [(c.name, c.image) for c in got.spec.template.spec.containers] == [("x", "busybox:1"),
-                                                                             ("y", "busybox:2")]
+    assert [(c.name, c.image) for c in got.spec.template.spec.containers] == [("x", "busybox:1"), ("y", "busybox:2")]
     # The same body as a merge patch replaces the list.
-    got = apps.patch_namespaced_deployment("d", ns, {"spec": {"template": {"spec": {"containers": [
-        {"name": "y", "image": "busybox:3"}]}}}}, _content_type="application/merge-patch+json")
+    got = apps.patch_namespaced_deployment(
+        "d",
+        ns,
+        {"spec": {"template": {"spec": {"containers": [{"name": "y", "image": "busybox:3"}]}}}},
+        _content_type="application/merge-patch+json",
+    )
     assert [(c.name, c.image) for c in got.spec.template.spec.containers] == [("y", "busybox:3")]
 
-    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="pp"),
-                       spec=client.V1PodSpec(containers=[client.V1Container(name="m", image="busybox:1"),
-                                                         client.V1Container(name="n", image="busybox:1")]))
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="pp"),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(name="m", image="busybox:1"),
+                client.V1Container(name="n", image="busybox:1"),
+            ]
+        ),
+    )
     v1.create_namespaced_pod(ns, pod)
     got = v1.patch_namespaced_pod("pp", ns, {"spec": {"containers": [{"name": "m", "image": "busybox:9"}]}})
     assert [(c.name, c.image) for c in got.spec.containers] == [("m", "busybox:9"), ("n", "busybox:1")]
-    got = v1.patch_namespaced_pod("pp", ns, {"metadata": {"labels": {"x": "y"}}},
-                                  _content_type="application/merge-patch+json")
+    got = v1.patch_namespaced_pod(
+        "pp", ns, {"metadata": {"labels": {"x": "y"}}}, _content_type="application/merge-patch+json"
+    )
     assert got.metadata.labels == {"x": "y"}
     # Status through the client's strategic default.
-    got = v1.patch_namespaced_pod_status("pp", ns, {"status": {"conditions": [
-        {"type": "Ready", "status": "False"}]}})
+    got = v1.patch_namespaced_pod_status("pp", ns, {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
     assert [(c.type, c.status) for c in got.status.conditions if c.type == "Ready"] == [("Ready", "False")]

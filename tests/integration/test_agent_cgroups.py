@@ -32,8 +32,10 @@ def _v1_layout():
     except CgroupError as exc:
         pytest.skip(f"no usable cgroup filesystem: {exc}")
     if layout.version != 1 or layout.mount_for("memory") is None:
-        pytest.skip("these tests need the cgroup v1 memory controller (this host is "
-                    f"{'cgroup v2' if layout.version == 2 else 'v1 without memory'})")
+        pytest.skip(
+            "these tests need the cgroup v1 memory controller (this host is "
+            f"{'cgroup v2' if layout.version == 2 else 'v1 without memory'})"
+        )
     return layout
 
 
@@ -88,9 +90,12 @@ def _read(path: str) -> str:
 
 
 def _pod(uid: str, requests: dict, limits: dict) -> dict:
-    return {"metadata": {"uid": uid, "name": f"p-{uid[:8]}", "namespace": "default"},
-            "spec": {"containers": [{"name": "c", "image": "busybox",
-                                     "resources": {"requests": requests, "limits": limits}}]}}
+    return {
+        "metadata": {"uid": uid, "name": f"p-{uid[:8]}", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": requests, "limits": limits}}]
+        },
+    }
 
 
 CAP = {"cpu": 2000, "memory": 4 * GI, "pods": 110, "ephemeral-storage": 20 * GI}
@@ -98,16 +103,16 @@ CAP = {"cpu": 2000, "memory": 4 * GI, "pods": 110, "ephemeral-storage": 20 * GI}
 
 def test_pod_cgroup_limits_and_removal_on_the_real_cgroupfs(cgroup_root):
     root, layout = cgroup_root
-    cfg = from_argv([f"--cgroup-root={root}", "--orch-reserved=cpu=100m,memory=256Mi",
-                     "--pod-max-pids=128"])
+    cfg = from_argv([f"--cgroup-root={root}", "--orch-reserved=cpu=100m,memory=256Mi", "--pod-max-pids=128"])
     cm = ContainerManager(cfg, capacity=CAP)
     cm.start()
 
     mounts = layout.controller_mounts()
     orchpods_mem = os.path.join(mounts["memory"], root.strip("/"), "orchpods")
     assert _read(os.path.join(orchpods_mem, "memory.limit_in_bytes")) == str(4 * GI - 256 * MI)
-    assert _read(os.path.join(mounts["cpu"], root.strip("/"), "orchpods", "cpu.shares")) == \
-        str(milli_cpu_to_shares(1900))
+    assert _read(os.path.join(mounts["cpu"], root.strip("/"), "orchpods", "cpu.shares")) == str(
+        milli_cpu_to_shares(1900)
+    )
 
     uid = str(uuid.uuid4())
     pod = _pod(uid, {"cpu": "250m", "memory": "64Mi"}, {"cpu": "500m", "memory": "128Mi"})

@@ -61,11 +61,22 @@ async def new_token(client: ApiClient) -> bt.Token:
     """A bootstrap-token secret made through the API, as an administrator would."""
     token = bt.generate_token()
     exp = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await client.create(SECRETS, {
-        "apiVersion": "v1", "kind": "Secret", "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
-        "metadata": {"name": f"{names.BOOTSTRAP_TOKEN_SECRET_PREFIX}{token.id}", "namespace": names.NS_SYSTEM},
-        "stringData": {"token-id": token.id, "token-secret": token.secret, "expiration": exp,
-                       "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true"}})
+    await client.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
+            "metadata": {"name": f"{names.BOOTSTRAP_TOKEN_SECRET_PREFIX}{token.id}", "namespace": names.NS_SYSTEM},
+            "stringData": {
+                "token-id": token.id,
+                "token-secret": token.secret,
+                "expiration": exp,
+                "usage-bootstrap-authentication": "true",
+                "usage-bootstrap-signing": "true",
+            },
+        },
+    )
     return token
 
 
@@ -113,16 +124,15 @@ async def test_crud_with_the_admin_config(server):
         assert updated["data"]["k"] == "v2"
         stale = dict(got, metadata=dict(got["metadata"]))
         with pytest.raises(ApiError) as ei:
-            await client.update(f"{base}/{name}", stale)      # old resourceVersion
+            await client.update(f"{base}/{name}", stale)  # old resourceVersion
         assert ei.value.status == 409
         patched = await client.patch(f"{base}/{name}", {"data": {"m": "1"}})
         assert patched["data"] == {"k": "v2", "m": "1"}
         patched = await client.patch(f"{base}/{name}", [{"op": "remove", "path": "/data/m"}], patch_type="json")
         assert patched["data"] == {"k": "v2"}
         try:
-            patched = await client.patch(f"{base}/{name}", {"metadata": {"labels": {"b": "2"}}},
-                                         patch_type="strategic")
-        except ApiError as exc:   # a server without strategic merge patch says so with 415
+            patched = await client.patch(f"{base}/{name}", {"metadata": {"labels": {"b": "2"}}}, patch_type="strategic")
+        except ApiError as exc:  # a server without strategic merge patch says so with 415
             assert exc.status == 415 and "strategic" in exc.message
             patched = await client.patch(f"{base}/{name}", {"metadata": {"labels": {"b": "2"}}})
         assert patched["metadata"]["labels"] == {"a": "1", "b": "2"}
@@ -142,10 +152,12 @@ async def test_informer_cache_follows_writes_across_watch_reconnects(server):
     await client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
     base = f"/api/v1/namespaces/{ns}/configmaps"
     inf = Informer(client, base, name="configmaps")
-    inf.min_watch_timeout = 1            # the server ends each watch after 1-2 s
+    inf.min_watch_timeout = 1  # the server ends each watch after 1-2 s
     events: list[tuple[str, str]] = []
-    inf.add_handler(on_add=lambda o: events.append(("add", o["metadata"]["name"])),
-                    on_delete=lambda o: events.append(("delete", o["metadata"]["name"])))
+    inf.add_handler(
+        on_add=lambda o: events.append(("add", o["metadata"]["name"])),
+        on_delete=lambda o: events.append(("delete", o["metadata"]["name"])),
+    )
     task = asyncio.create_task(inf.run())
     try:
         await client.create(base, {"metadata": {"name": "before"}})
@@ -236,15 +248,25 @@ async def test_tls_bootstrap_gives_the_node_its_identity(server, tmp_path):
         nodes = await client.get("/api/v1/nodes")
         assert nodes["kind"] == "NodeList"
         # The certificate is reused: no second request.
-        assert await bs.ensure_client_certificate(agent_cfg(tmp_path, bootstrap=str(tmp_path / "bootstrap.orchconfig")),
-                                                  node) == path
+        assert (
+            await bs.ensure_client_certificate(
+                agent_cfg(tmp_path, bootstrap=str(tmp_path / "bootstrap.orchconfig")), node
+            )
+            == path
+        )
     finally:
         await client.close()
     a = admin(server)
     try:
         csrs = (await a.get(bs.CSR_PATH))["items"]
-        mine = [c for c in csrs if x509.load_pem_x509_csr(base64.b64decode(c["spec"]["request"])).subject
-                .get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == f"system:node:{node}"]
+        mine = [
+            c
+            for c in csrs
+            if x509.load_pem_x509_csr(base64.b64decode(c["spec"]["request"]))
+            .subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0]
+            .value
+            == f"system:node:{node}"
+        ]
         assert len(mine) == 1 and mine[0]["metadata"]["name"].startswith("node-csr-")
         assert mine[0]["spec"]["signerName"] == names.SIGNER_NODE_AGENT_CLIENT
         assert mine[0]["spec"]["usages"] == ["digital signature", "key encipherment", "client auth"]
@@ -278,14 +300,17 @@ async def test_serving_certificate_waits_for_approval(server, tmp_path):
     path = await bootstrap_node(server, tmp_path, node)
     client = ApiClient(load_orchconfig(path))
     a = admin(server)
-    task = asyncio.create_task(bs.request_serving_certificate(client, node, [node, "127.0.0.1"],
-                                                              str(tmp_path / "pki"), timeout=20))
+    task = asyncio.create_task(
+        bs.request_serving_certificate(client, node, [node, "127.0.0.1"], str(tmp_path / "pki"), timeout=20)
+    )
     try:
         pending = None
         for _ in range(100):
             for c in (await a.get(bs.CSR_PATH))["items"]:
-                if c["spec"]["signerName"] == names.SIGNER_NODE_AGENT_SERVING and \
-                        c["spec"].get("username") == f"system:node:{node}":
+                if (
+                    c["spec"]["signerName"] == names.SIGNER_NODE_AGENT_SERVING
+                    and c["spec"].get("username") == f"system:node:{node}"
+                ):
                     pending = c
             if pending:
                 break
@@ -296,8 +321,9 @@ async def test_serving_certificate_waits_for_approval(server, tmp_path):
         name = pending["metadata"]["name"]
         cur = await a.get(f"{bs.CSR_PATH}/{name}")
         assert not (cur.get("status") or {}).get("conditions"), "approved without the opt-in flag"
-        cur.setdefault("status", {})["conditions"] = [{"type": "Approved", "status": "True",
-                                                       "reason": "AdminApproved", "message": "test"}]
+        cur.setdefault("status", {})["conditions"] = [
+            {"type": "Approved", "status": "True", "reason": "AdminApproved", "message": "test"}
+        ]
         await a.update(f"{bs.CSR_PATH}/{name}/approval", cur)
         cert_path, key_path = await asyncio.wait_for(task, 20)
     finally:
@@ -338,25 +364,43 @@ async def signed_token(server: ApiServerProcess) -> bt.Token:
 def run_join(*args: str) -> subprocess.CompletedProcess:
     if not AGENT_BIN.exists():
         pytest.skip(f"{AGENT_BIN} missing")
-    return subprocess.run([str(AGENT_BIN), "join", *args], capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [str(AGENT_BIN), "join", *args], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
 
 
 async def test_join_discovery_verifies_and_refuses(server, tmp_path):
     token = await signed_token(server)
     pin = bt.ca_cert_hash(server.ca_cert.read_bytes())
-    opts = join.parse_join_args(["--server", server.url, "--token", str(token),
-                                 "--discovery-token-ca-cert-hash", pin])
+    opts = join.parse_join_args(["--server", server.url, "--token", str(token), "--discovery-token-ca-cert-hash", pin])
     assert await join.discover(opts) == server.ca_cert.read_bytes()
 
     wrong_secret = bt.Token(token.id, "0123456789abcdef" if token.secret != "0123456789abcdef" else "fedcba9876543210")
-    bad_sig = await asyncio.to_thread(run_join, "--server", server.url, "--token", str(wrong_secret),
-                                      "--discovery-token-ca-cert-hash", pin, "--root-dir", str(tmp_path / "a"))
+    bad_sig = await asyncio.to_thread(
+        run_join,
+        "--server",
+        server.url,
+        "--token",
+        str(wrong_secret),
+        "--discovery-token-ca-cert-hash",
+        pin,
+        "--root-dir",
+        str(tmp_path / "a"),
+    )
     assert bad_sig.returncode == 1, bad_sig.stderr
     assert "cluster-info JWS signature does not verify with the given token" in bad_sig.stderr
     wrong_pin = "sha256:" + "0" * 64
-    bad_pin = await asyncio.to_thread(run_join, "--server", server.url, "--token", str(token),
-                                      "--discovery-token-ca-cert-hash", wrong_pin, "--root-dir", str(tmp_path / "b"))
+    bad_pin = await asyncio.to_thread(
+        run_join,
+        "--server",
+        server.url,
+        "--token",
+        str(token),
+        "--discovery-token-ca-cert-hash",
+        wrong_pin,
+        "--root-dir",
+        str(tmp_path / "b"),
+    )
     assert bad_pin.returncode == 1, bad_pin.stderr
     assert f"the cluster CA does not match --discovery-token-ca-cert-hash: got {pin}" in bad_pin.stderr
     # Nothing was written by a refused join.
@@ -374,22 +418,47 @@ def test_join_install_writes_configs_then_bootstrap_works(server, tmp_path, monk
     monkeypatch.setattr(join, "systemd_running", lambda: False)
     root = tmp_path / "root"
     node = uniq("joined")
-    code = join.main(["--server", server.url, "--token", str(token), "--discovery-token-ca-cert-hash", pin,
-                      "--install", "--env-file", str(env), "--root-dir", str(root), "--hostname-override", node],
-                     run_agent=lambda argv: 0)
+    code = join.main(
+        [
+            "--server",
+            server.url,
+            "--token",
+            str(token),
+            "--discovery-token-ca-cert-hash",
+            pin,
+            "--install",
+            "--env-file",
+            str(env),
+            "--root-dir",
+            str(root),
+            "--hostname-override",
+            node,
+        ],
+        run_agent=lambda argv: 0,
+    )
     assert code == 0
     boot = root / names.AGENT_BOOTSTRAP_ORCHCONFIG_NAME
     conn = load_orchconfig(str(boot))
     assert conn.server == server.url and conn.token == str(token) and conn.ca_data == server.ca_cert.read_bytes()
     assert oct(boot.stat().st_mode & 0o777) == "0o600"
     line = env.read_text().strip()
-    assert line == (f'ORCH_AGENT_ARGS="--config=/etc/orch/agent/config.yaml --root-dir {root} '
-                    f"--hostname-override {node} --bootstrap-orchconfig={boot} "
-                    f'--orchconfig={root / names.AGENT_ORCHCONFIG_NAME}"')
+    assert line == (
+        f'ORCH_AGENT_ARGS="--config=/etc/orch/agent/config.yaml --root-dir {root} '
+        f"--hostname-override {node} --bootstrap-orchconfig={boot} "
+        f'--orchconfig={root / names.AGENT_ORCHCONFIG_NAME}"'
+    )
 
     # The agent's start with those flags: the TLS bootstrap through the join's config.
-    cfg = from_argv(["--root-dir", str(root), "--hostname-override", node, f"--bootstrap-orchconfig={boot}",
-                     f"--orchconfig={root / names.AGENT_ORCHCONFIG_NAME}"])
+    cfg = from_argv(
+        [
+            "--root-dir",
+            str(root),
+            "--hostname-override",
+            node,
+            f"--bootstrap-orchconfig={boot}",
+            f"--orchconfig={root / names.AGENT_ORCHCONFIG_NAME}",
+        ]
+    )
     assert str(cfg.mode) == "api-server"
 
     async def bootstrap_and_check() -> str:
@@ -416,13 +485,30 @@ def test_join_runs_the_agent_with_both_configs(server, tmp_path, monkeypatch):
     seen: list[list[str]] = []
     root = tmp_path / "r"
     own = tmp_path / "mine.orchconfig"
-    code = join.main(["--server", server.url, f"--token={token}", f"--discovery-token-ca-cert-hash={pin}",
-                      "--root-dir", str(root), "--orchconfig", str(own), "--v=2"],
-                     run_agent=lambda argv: seen.append(list(argv)) or 0)
+    code = join.main(
+        [
+            "--server",
+            server.url,
+            f"--token={token}",
+            f"--discovery-token-ca-cert-hash={pin}",
+            "--root-dir",
+            str(root),
+            "--orchconfig",
+            str(own),
+            "--v=2",
+        ],
+        run_agent=lambda argv: seen.append(list(argv)) or 0,
+    )
     assert code == 0 and len(seen) == 1
     argv = seen[0]
-    assert argv == ["--root-dir", str(root), "--orchconfig", str(own), "--v=2",
-                    f"--bootstrap-orchconfig={root / names.AGENT_BOOTSTRAP_ORCHCONFIG_NAME}"]
+    assert argv == [
+        "--root-dir",
+        str(root),
+        "--orchconfig",
+        str(own),
+        "--v=2",
+        f"--bootstrap-orchconfig={root / names.AGENT_BOOTSTRAP_ORCHCONFIG_NAME}",
+    ]
     cfg = from_argv(argv)
     assert cfg.orchconfig == str(own) and cfg.bootstrap_orchconfig.endswith(names.AGENT_BOOTSTRAP_ORCHCONFIG_NAME)
     assert load_orchconfig(cfg.bootstrap_orchconfig).token == str(token)
@@ -433,8 +519,20 @@ def test_join_help_and_bad_agent_flag():
         pytest.skip(f"{AGENT_BIN} missing")
     out = subprocess.run([str(AGENT_BIN), "join", "--help"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and "--discovery-token-ca-cert-hash" in out.stdout
-    bad = subprocess.run([str(AGENT_BIN), "join", "--server", "https://127.0.0.1:1", "--token",
-                          "abcdef.0123456789abcdef", "--discovery-token-ca-cert-hash", "sha256:" + "a" * 64,
-                          "--no-such-flag"], capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        [
+            str(AGENT_BIN),
+            "join",
+            "--server",
+            "https://127.0.0.1:1",
+            "--token",
+            "abcdef.0123456789abcdef",
+            "--discovery-token-ca-cert-hash",
+            "sha256:" + "a" * 64,
+            "--no-such-flag",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode == 2 and "unknown flag: --no-such-flag" in bad.stderr
-

@@ -14,15 +14,14 @@ import pytest
 import yaml
 
 from agent.config import from_argv
-from agent.eventsink import ApiEventSink
 from agent.events import EventRecorder
+from agent.eventsink import ApiEventSink
 from agent.lease import LeaseManager, lease_path
 from agent.nodestatus import NodeStatusManager, go_arch
 from apiserver_min.api import names
 from apiserver_min.api.timeutil import parse_rfc3339
-from cri import api_pb2 as pb
-
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, new_key, sign_leaf
+from cri import api_pb2 as pb
 
 rest = pytest.importorskip("agent.client.rest")
 client_config = pytest.importorskip("agent.client.config")
@@ -61,10 +60,18 @@ async def client(apiserver):
 
 def manager(client, node_name, runtime, recorder, *flags):
     cfg = from_argv([f"--hostname-override={node_name}", *flags])
-    return NodeStatusManager(cfg, client, node_name=node_name, cgroups=Cgroups(),
-                             runtime_ready=runtime.runtime_ready, runtime_version=runtime.version,
-                             list_images=runtime.list_images, events=recorder, version="v1.27.0-orch",
-                             host_ip="")
+    return NodeStatusManager(
+        cfg,
+        client,
+        node_name=node_name,
+        cgroups=Cgroups(),
+        runtime_ready=runtime.runtime_ready,
+        runtime_version=runtime.version,
+        list_images=runtime.list_images,
+        events=recorder,
+        version="v1.27.0-orch",
+        host_ip="",
+    )
 
 
 def conditions(node):
@@ -73,9 +80,15 @@ def conditions(node):
 
 async def test_register_update_and_reregister(apiserver, client):
     runtime, recorder = Runtime(), EventRecorder("int-node-a")
-    mgr = manager(client, "int-node-a", runtime, recorder,
-                  "--node-labels=node.orch.io/pool=blue", "--register-with-taints=dedicated=x:NoSchedule",
-                  "--provider-id=fake://int-node-a")
+    mgr = manager(
+        client,
+        "int-node-a",
+        runtime,
+        recorder,
+        "--node-labels=node.orch.io/pool=blue",
+        "--register-with-taints=dedicated=x:NoSchedule",
+        "--provider-id=fake://int-node-a",
+    )
     await asyncio.wait_for(mgr.register(), 20)
     _, node = apiserver.json("GET", "/api/v1/nodes/int-node-a", expect=200)
     labels = node["metadata"]["labels"]
@@ -112,10 +125,16 @@ async def test_register_update_and_reregister(apiserver, client):
 
 
 async def test_existing_node_taken_over(apiserver, client):
-    apiserver.json("POST", "/api/v1/nodes", {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "int-node-b", "labels": {names.LABEL_HOSTNAME: "stale", "keep": "me"}}},
-        expect=201)
+    apiserver.json(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "int-node-b", "labels": {names.LABEL_HOSTNAME: "stale", "keep": "me"}},
+        },
+        expect=201,
+    )
     mgr = manager(client, "int-node-b", Runtime(), EventRecorder("int-node-b"))
     await asyncio.wait_for(mgr.register(), 20)
     _, node = apiserver.json("GET", "/api/v1/nodes/int-node-b", expect=200)
@@ -176,8 +195,13 @@ def node_orchconfig(server, node_name: str) -> str:
     cn = names.NODE_USER_PREFIX + node_name
     cert = sign_leaf(ca_cert, ca_key, key.public_key(), cn, [names.GROUP_NODES], client=True)
     path = server.data_dir / f"{node_name}.orchconfig"
-    path.write_text(yaml.safe_dump(connection_config(
-        server.url, server.ca_cert.read_bytes(), cn, cert_pem_data=cert_pem(cert), key_pem_data=key_pem(key))))
+    path.write_text(
+        yaml.safe_dump(
+            connection_config(
+                server.url, server.ca_cert.read_bytes(), cn, cert_pem_data=cert_pem(cert), key_pem_data=key_pem(key)
+            )
+        )
+    )
     return str(path)
 
 
@@ -189,8 +213,14 @@ async def test_everything_with_the_node_identity(apiserver):
         runtime, recorder = Runtime(), EventRecorder(node_name)
         sink = ApiEventSink(c, node_name=node_name, qps=50, burst=50, retry_delay=0.1)
         recorder.sinks.append(sink)
-        mgr = manager(c, node_name, runtime, recorder, "--node-labels=node.orch.io/pool=green",
-                      "--register-with-taints=only=here:NoExecute")
+        mgr = manager(
+            c,
+            node_name,
+            runtime,
+            recorder,
+            "--node-labels=node.orch.io/pool=green",
+            "--register-with-taints=only=here:NoExecute",
+        )
         await asyncio.wait_for(mgr.register(), 20)
         runtime.ready = True
         assert await asyncio.wait_for(mgr.sync_once(), 20)
@@ -202,8 +232,7 @@ async def test_everything_with_the_node_identity(apiserver):
         await asyncio.wait_for(lm.sync(), 20)
         assert lm.renewals == 2
         # Taking over the existing Node as the node itself (a restart of the agent).
-        again = manager(c, node_name, runtime, EventRecorder(node_name),
-                        "--node-labels=node.orch.io/pool=green")
+        again = manager(c, node_name, runtime, EventRecorder(node_name), "--node-labels=node.orch.io/pool=green")
         assert (await asyncio.wait_for(again.register(), 20))["metadata"]["uid"] == mgr.node_uid
         task = asyncio.create_task(sink.run())
         try:
@@ -211,6 +240,6 @@ async def test_everything_with_the_node_identity(apiserver):
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        assert sink.failed == 0 and sink.created >= 4   # the pressure events and NodeReady
+        assert sink.failed == 0 and sink.created >= 4  # the pressure events and NodeReady
     finally:
         await c.close()

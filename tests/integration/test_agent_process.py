@@ -32,8 +32,16 @@ SWAPS_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 class Agent:
     """One orch-agent child process and the notify socket it reports to."""
 
-    def __init__(self, workdir: Path, *args: str, notify: bool = True, watchdog_usec: int | None = None,
-                 env: dict[str, str] | None = None, healthz: bool = True, name: str = "agent") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        notify: bool = True,
+        watchdog_usec: int | None = None,
+        env: dict[str, str] | None = None,
+        healthz: bool = True,
+        name: str = "agent",
+    ) -> None:
         self.workdir = workdir
         self.name = name
         self.log_path = workdir / f"{name}.log"
@@ -41,11 +49,20 @@ class Agent:
         swaps = workdir / "swaps-empty"
         if not swaps.exists():
             swaps.write_text(SWAPS_HEADER)
-        self.argv = [sys.executable, "-m", "agent.cli", f"--root-dir={workdir / 'root'}",
-                     f"--healthz-port={self.port}", "--deprecation-warnings=false",
-                     # The process, not the pods: no HTTPS view, no runtime, no cgroup tree.
-                     "--enable-server=false", f"--container-runtime-endpoint=unix://{workdir / 'no-runtime.sock'}",
-                     "--cgroups-per-qos=false", "--enforce-node-allocatable=", *args]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            f"--root-dir={workdir / 'root'}",
+            f"--healthz-port={self.port}",
+            "--deprecation-warnings=false",
+            # The process, not the pods: no HTTPS view, no runtime, no cgroup tree.
+            "--enable-server=false",
+            f"--container-runtime-endpoint=unix://{workdir / 'no-runtime.sock'}",
+            "--cgroups-per-qos=false",
+            "--enforce-node-allocatable=",
+            *args,
+        ]
         self.env = {**os.environ, names.ENV_AGENT_TEST_PROC_SWAPS: str(swaps), **(env or {})}
         for var in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             self.env.pop(var, None)
@@ -82,8 +99,9 @@ class Agent:
 
     def start(self) -> "Agent":
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.argv, cwd=REPO_ROOT, env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            self.argv, cwd=REPO_ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT
+        )
         return self
 
     def wait_message(self, field: str, timeout: float = 15, after: int = 0, prefix: bool = False) -> int:
@@ -95,10 +113,10 @@ class Agent:
                     if m == field or (prefix and m.startswith(field)):
                         return i
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or (self.proc is not None and self.proc.poll() is not None
-                                      and not self._cond.wait(0.3)):
-                    raise AssertionError(f"no {field!r} within {timeout}s; got {self.fields()}\n"
-                                         f"log:\n{self.output()}")
+                if remaining <= 0 or (
+                    self.proc is not None and self.proc.poll() is not None and not self._cond.wait(0.3)
+                ):
+                    raise AssertionError(f"no {field!r} within {timeout}s; got {self.fields()}\nlog:\n{self.output()}")
                 self._cond.wait(min(remaining, 0.2))
 
     def fields(self) -> list[str]:
@@ -218,8 +236,13 @@ def test_start_line_names_version_and_mode(agents, tmp_path):
     client_cert.write_bytes(pki.cert_pem(leaf) + pki.key_pem(leaf_key))
     conn = tmp_path / "agent.orchconfig"
     # A server nobody listens on: the agent is ready (static pods) and keeps trying to register.
-    write_orchconfig(str(conn), server="https://127.0.0.1:9", ca_data=pki.cert_pem(ca),
-                     cert_file=str(client_cert), key_file=str(client_cert))
+    write_orchconfig(
+        str(conn),
+        server="https://127.0.0.1:9",
+        ca_data=pki.cert_pem(ca),
+        cert_file=str(client_cert),
+        key_file=str(client_cert),
+    )
     agent = agents(f"--orchconfig={conn}").start()
     agent.wait_message("READY=1")
     assert agent.fields()[0] == "STATUS=Starting (api-server mode)"
@@ -254,10 +277,13 @@ def test_no_notify_socket_is_fine(agents):
 
 def test_healthz_fails_while_the_sync_loop_stalls(agents, tmp_path):
     stall = tmp_path / "stall"
-    agent = agents(watchdog_usec=200_000, env={
-        names.ENV_AGENT_TEST_STALL_FILE: str(stall),
-        names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD: "400ms",
-    }).start()
+    agent = agents(
+        watchdog_usec=200_000,
+        env={
+            names.ENV_AGENT_TEST_STALL_FILE: str(stall),
+            names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD: "400ms",
+        },
+    ).start()
     agent.wait_ready()
     assert agent.healthz() == (200, "ok")
     assert agent.healthz("/healthz?verbose") == (200, "[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n")
@@ -270,11 +296,10 @@ def test_healthz_fails_while_the_sync_loop_stalls(agents, tmp_path):
     assert body.endswith("healthz check failed\n")
     assert agent.healthz("/healthz/syncloop")[0] == 500
     # The watchdog stops pinging while unhealthy, and says why.
-    unhealthy = agent.wait_message("STATUS=Unhealthy: syncloop: sync loop took longer than expected",
-                                   prefix=True)
+    unhealthy = agent.wait_message("STATUS=Unhealthy: syncloop: sync loop took longer than expected", prefix=True)
     time.sleep(0.6)
     with agent._cond:
-        late = [m for m in agent.fields()[unhealthy + 1:] if m == "WATCHDOG=1"]
+        late = [m for m in agent.fields()[unhealthy + 1 :] if m == "WATCHDOG=1"]
     assert late == []
 
     stall.unlink()
@@ -410,8 +435,10 @@ def test_lock_file_contention_hands_over(agents, tmp_path):
     assert "STOPPING=1" in first.fields()
     # ... and the second takes over.
     second.wait_ready()
-    assert "Waiting for the lock file, held by another process" in second.output() or \
-        '"Acquired the lock file"' in second.output()
+    assert (
+        "Waiting for the lock file, held by another process" in second.output()
+        or '"Acquired the lock file"' in second.output()
+    )
     second.signal(signal.SIGTERM)
     assert second.wait() == 0
 

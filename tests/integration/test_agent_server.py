@@ -33,7 +33,8 @@ def pod(name: str, containers: list[str], *, waiting: dict[str, str] | None = No
         state = {"waiting": {"reason": reason}} if reason else {"running": {"startedAt": "2024-05-01T12:00:00Z"}}
         statuses.append({"name": c, "state": state, "restartCount": 1})
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
         "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]},
         "status": {"phase": "Running", "containerStatuses": statuses},
@@ -70,10 +71,17 @@ class Node:
 @pytest.fixture
 async def agent(tmp_path):
     node = Node(tmp_path)
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                         pods=lambda: node.pods, locate_log=node.locate_log,
-                         healthz=lambda: node.health, problems=lambda: node.problems,
-                         follow_poll_interval=0.01)
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name=NODE,
+        pods=lambda: node.pods,
+        locate_log=node.locate_log,
+        healthz=lambda: node.health,
+        problems=lambda: node.problems,
+        follow_poll_interval=0.01,
+    )
     started = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(started))
     await asyncio.wait_for(started, 10)
@@ -97,13 +105,19 @@ async def test_pods_and_manifest_problems(agent):
         assert r.status == 200 and r.content_type == "application/json"
         body = await r.json()
     assert body == {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": node.pods}
-    node.problems = [ManifestProblem("file", "/etc/orch/manifests/bad.yaml", "spec.containers: Required value",
-                                     since=1714564800.0)]
+    node.problems = [
+        ManifestProblem("file", "/etc/orch/manifests/bad.yaml", "spec.containers: Required value", since=1714564800.0)
+    ]
     async with session.get(f"{base}/pods") as r:
         body = await r.json()
-    assert body["problems"] == [{"source": "file", "location": "/etc/orch/manifests/bad.yaml",
-                                 "message": "spec.containers: Required value",
-                                 "since": "2024-05-01T12:00:00Z"}]
+    assert body["problems"] == [
+        {
+            "source": "file",
+            "location": "/etc/orch/manifests/bad.yaml",
+            "message": "spec.containers: Required value",
+            "since": "2024-05-01T12:00:00Z",
+        }
+    ]
     async with session.get(f"{base}/manifestProblems") as r:
         assert (await r.json())["problems"] == body["problems"]
 
@@ -124,8 +138,9 @@ async def test_container_logs_with_options(agent):
     status, ctype, text = await get(session, url)
     assert (status, ctype) == (200, "text/plain; charset=utf-8")
     assert text == "hello\noops\nlong line\n"
-    assert (await get(session, url, params={"tailLines": "1", "timestamps": "true"}))[2] == \
-        "2024-05-01T12:00:03.500000000Z long line\n"
+    assert (await get(session, url, params={"tailLines": "1", "timestamps": "true"}))[
+        2
+    ] == "2024-05-01T12:00:03.500000000Z long line\n"
     assert (await get(session, url, params={"sinceTime": "2024-05-01T12:00:02Z"}))[2] == "oops\nlong line\n"
     assert (await get(session, url, params={"limitBytes": "8"}))[2] == "hello\noo"
     assert (await get(session, url, params={"previous": "true"}))[2] == "from the previous instance\n"
@@ -137,13 +152,20 @@ async def test_container_logs_errors(agent):
     status, ctype, text = await get(session, f"{base}/containerLogs/default/web/app?tailLines=abc")
     assert (status, ctype) == (400, "text/plain; charset=utf-8")
     assert text == 'invalid tailLines "abc": must be an integer\n'
-    status, _, text = await get(session, f"{base}/containerLogs/default/web/app?sinceSeconds=5&sinceTime=2024-05-01T12:00:00Z")
+    status, _, text = await get(
+        session, f"{base}/containerLogs/default/web/app?sinceSeconds=5&sinceTime=2024-05-01T12:00:00Z"
+    )
     assert status == 400 and "at most one" in text
-    assert await get(session, f"{base}/containerLogs/default/nope/app") == \
-        (404, "text/plain; charset=utf-8", 'pod "nope" does not exist in namespace "default"\n')
+    assert await get(session, f"{base}/containerLogs/default/nope/app") == (
+        404,
+        "text/plain; charset=utf-8",
+        'pod "nope" does not exist in namespace "default"\n',
+    )
     assert (await get(session, f"{base}/containerLogs/other/web/app"))[0] == 404
-    assert (await get(session, f"{base}/containerLogs/default/web/db"))[1:] == \
-        ("text/plain; charset=utf-8", 'container "db" not found in pod "web"\n')
+    assert (await get(session, f"{base}/containerLogs/default/web/db"))[1:] == (
+        "text/plain; charset=utf-8",
+        'container "db" not found in pod "web"\n',
+    )
     status, _, text = await get(session, f"{base}/containerLogs/default/web/sidecar?previous=1")
     assert (status, text) == (400, 'previous terminated container "sidecar" in pod "web" not found\n')
     status, _, text = await get(session, f"{base}/containerLogs/default/starting/app")
@@ -164,9 +186,11 @@ async def test_unknown_paths_and_methods(agent):
 
 async def test_follow_streams_while_the_file_grows(agent):
     node, server, session, base = agent
-    async with session.get(f"{base}/containerLogs/default/web/app",
-                           params={"follow": "true", "tailLines": "1"},
-                           timeout=aiohttp.ClientTimeout(total=20)) as r:
+    async with session.get(
+        f"{base}/containerLogs/default/web/app",
+        params={"follow": "true", "tailLines": "1"},
+        timeout=aiohttp.ClientTimeout(total=20),
+    ) as r:
         assert r.status == 200
         seen = b""
         while b"long line\n" not in seen:
@@ -194,6 +218,7 @@ async def test_follow_stream_of_a_client_that_leaves_is_dropped(agent):
             nonlocal checks
             checks += 1
             return True  # the container never stops: only the client's leaving ends the stream
+
         return LogTarget(target.path, is_running)
 
     server._locate_log = counting_locate
@@ -216,8 +241,15 @@ async def test_follow_stream_of_a_client_that_leaves_is_dropped(agent):
 
 async def test_shutdown_ends_follow_streams_cleanly(tmp_path):
     node = Node(tmp_path)
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                         pods=lambda: node.pods, locate_log=node.locate_log, follow_poll_interval=0.01)
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name=NODE,
+        pods=lambda: node.pods,
+        locate_log=node.locate_log,
+        follow_poll_interval=0.01,
+    )
     started = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(started))
     await asyncio.wait_for(started, 10)
@@ -244,9 +276,16 @@ async def test_authentication_and_authorization_seam(tmp_path):
         decisions.append((attrs.user.name, attrs.verb, attrs.resource, attrs.subresource, attrs.name))
         return (attrs.user.name == "alice" and attrs.verb == "get", "only reads")
 
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                         pods=lambda: node.pods, locate_log=node.locate_log,
-                         authenticate=authenticate, authorize=authorize)
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name=NODE,
+        pods=lambda: node.pods,
+        locate_log=node.locate_log,
+        authenticate=authenticate,
+        authorize=authorize,
+    )
     started = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(started))
     try:
@@ -259,8 +298,7 @@ async def test_authentication_and_authorization_seam(tmp_path):
             assert (await get(session, f"{base}/pods", headers=good))[0] == 200
             async with session.delete(f"{base}/pods", headers=good) as r:
                 assert r.status == 403
-                assert await r.text() == \
-                    "Forbidden (user=alice, verb=delete, resource=nodes, subresource=proxy)\n"
+                assert await r.text() == "Forbidden (user=alice, verb=delete, resource=nodes, subresource=proxy)\n"
         assert decisions == [("alice", "get", "nodes", "proxy", NODE), ("alice", "delete", "nodes", "proxy", NODE)]
     finally:
         task.cancel()
@@ -273,14 +311,21 @@ async def test_bind_failure_is_reported_clearly(tmp_path):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen(1)
     try:
-        server = AgentServer(address="127.0.0.1", port=blocker.getsockname()[1], cert_dir=str(tmp_path / "pki"),
-                             node_name=NODE, pods=lambda: [], locate_log=node.locate_log)
+        server = AgentServer(
+            address="127.0.0.1",
+            port=blocker.getsockname()[1],
+            cert_dir=str(tmp_path / "pki"),
+            node_name=NODE,
+            pods=lambda: [],
+            locate_log=node.locate_log,
+        )
         started = asyncio.get_running_loop().create_future()
         with pytest.raises(ListenError) as info:
             await server.serve(started)
         assert started.exception() is info.value
-        assert str(info.value) == (f"cannot listen on 127.0.0.1:{blocker.getsockname()[1]} (--address, --port): "
-                                   "address already in use")
+        assert str(info.value) == (
+            f"cannot listen on 127.0.0.1:{blocker.getsockname()[1]} (--address, --port): address already in use"
+        )
     finally:
         blocker.close()
 
@@ -288,8 +333,16 @@ async def test_bind_failure_is_reported_clearly(tmp_path):
 async def test_explicit_certificate_files_and_half_given_pair(tmp_path):
     node = Node(tmp_path)
     cert, key = ensure_serving_cert(str(tmp_path / "elsewhere"), "custom-name", [])
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "unused"), tls_cert_file=cert,
-                         tls_private_key_file=key, node_name=NODE, pods=lambda: [], locate_log=node.locate_log)
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "unused"),
+        tls_cert_file=cert,
+        tls_private_key_file=key,
+        node_name=NODE,
+        pods=lambda: [],
+        locate_log=node.locate_log,
+    )
     started = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(started))
     try:
@@ -302,8 +355,15 @@ async def test_explicit_certificate_files_and_half_given_pair(tmp_path):
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    half = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), tls_cert_file=cert,
-                       node_name=NODE, pods=lambda: [], locate_log=node.locate_log)
+    half = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        tls_cert_file=cert,
+        node_name=NODE,
+        pods=lambda: [],
+        locate_log=node.locate_log,
+    )
     with pytest.raises(ListenError, match="--tls-cert-file and --tls-private-key-file must be given together"):
         await half.serve()
 
@@ -316,8 +376,10 @@ def test_serving_cert_is_made_once_and_reused(tmp_path):
     leaf = x509.load_pem_x509_certificates(Path(cert).read_bytes())[0]
     san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(san.get_values_for_type(x509.DNSName)) == {NODE, "localhost", "node-a.example"}
-    assert set(san.get_values_for_type(x509.IPAddress)) == {ipaddress.ip_address("127.0.0.1"),
-                                                             ipaddress.ip_address("10.0.0.7")}
+    assert set(san.get_values_for_type(x509.IPAddress)) == {
+        ipaddress.ip_address("127.0.0.1"),
+        ipaddress.ip_address("10.0.0.7"),
+    }
     assert leaf.not_valid_after_utc - _dt.datetime.now(_dt.timezone.utc) > _dt.timedelta(days=300)
     before = (Path(cert).read_bytes(), Path(key).read_bytes())
 
@@ -353,29 +415,43 @@ def make_ca(cn: str):
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
     now = _dt.datetime.now(_dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - _dt.timedelta(minutes=1))
-            .not_valid_after(now + _dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=1))
+        .not_valid_after(now + _dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     return cert, key
 
 
 def make_client(tmp: Path, ca, cn: str, orgs: tuple[str, ...]) -> tuple[str, str]:
     ca_cert, ca_key = ca
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] +
-                        [x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] + [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    )
     now = _dt.datetime.now(_dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(minutes=1)).not_valid_after(now + _dt.timedelta(days=1))
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=1))
+        .not_valid_after(now + _dt.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     cert_path, key_path = tmp / f"{cn}.crt", tmp / f"{cn}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return str(cert_path), str(key_path)
 
 
@@ -394,8 +470,11 @@ class FakeReviews:
             raise ConnectionError("API server unreachable")
         if path == serverauth.TOKEN_REVIEW_PATH:
             user = self.tokens.get(body["spec"]["token"])
-            return {"status": {"authenticated": True, "user": user} if user else
-                    {"authenticated": False, "error": "token not found"}}
+            return {
+                "status": {"authenticated": True, "user": user}
+                if user
+                else {"authenticated": False, "error": "token not found"}
+            }
         attrs = body["spec"]["resourceAttributes"]
         ok = (body["spec"]["user"], attrs["verb"], attrs["subresource"]) in self.allowed
         return {"status": {"allowed": ok, "reason": "" if ok else "no RBAC policy matched"}}
@@ -410,12 +489,23 @@ async def test_x509_token_webhook_and_subject_access_review(tmp_path):
     reviews = FakeReviews()
     authn = serverauth.Authenticator(
         x509_auth=serverauth.X509Authenticator(),
-        token_auth=serverauth.TokenWebhookAuthenticator(reviews, ttl=60), anonymous=False)
+        token_auth=serverauth.TokenWebhookAuthenticator(reviews, ttl=60),
+        anonymous=False,
+    )
     authz = serverauth.WebhookAuthorizer(reviews, authorized_ttl=60, unauthorized_ttl=60)
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                         pods=lambda: node.pods, locate_log=node.locate_log, authenticate=authn, authorize=authz,
-                         client_ca=ca[0].public_bytes(serialization.Encoding.PEM),
-                         stats=_stats_of({"node": {"nodeName": NODE}, "pods": []}), log_dir=str(tmp_path))
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name=NODE,
+        pods=lambda: node.pods,
+        locate_log=node.locate_log,
+        authenticate=authn,
+        authorize=authz,
+        client_ca=ca[0].public_bytes(serialization.Encoding.PEM),
+        stats=_stats_of({"node": {"nodeName": NODE}, "pods": []}),
+        log_dir=str(tmp_path),
+    )
     started = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(started))
     try:
@@ -439,10 +529,23 @@ async def test_x509_token_webhook_and_subject_access_review(tmp_path):
             assert [b["spec"]["token"] for b in token_reviews] == ["nope", "good-token"]  # cached for its TTL
             sar = [b for p, b in reviews.sent if p == serverauth.SUBJECT_ACCESS_REVIEW_PATH]
             assert len(sar) == 1 and sar[0] == {
-                "apiVersion": "authorization.orch.io/v1", "kind": "SubjectAccessReview",
-                "spec": {"user": "bob", "groups": ["viewers"], "uid": "u-1",
-                         "resourceAttributes": {"namespace": "", "verb": "get", "group": "", "version": "v1",
-                                                "resource": "nodes", "subresource": "proxy", "name": NODE}}}
+                "apiVersion": "authorization.orch.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": "bob",
+                    "groups": ["viewers"],
+                    "uid": "u-1",
+                    "resourceAttributes": {
+                        "namespace": "",
+                        "verb": "get",
+                        "group": "",
+                        "version": "v1",
+                        "resource": "nodes",
+                        "subresource": "proxy",
+                        "name": NODE,
+                    },
+                },
+            }
             status, _, text = await get(plain, f"{base}/stats/summary", headers={"Authorization": "Bearer good-token"})
             assert (status, text) == (403, "Forbidden (user=bob, verb=get, resource=nodes, subresource=stats)\n")
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx(alice))) as session:
@@ -453,18 +556,23 @@ async def test_x509_token_webhook_and_subject_access_review(tmp_path):
             assert (status, text) == (403, "Forbidden (user=alice, verb=get, resource=nodes, subresource=proxy)\n")
             async with session.post(f"{base}/stats/summary") as r:
                 assert r.status == 403 and "verb=create" in await r.text()
-            alice_sar = [b["spec"] for p, b in reviews.sent
-                         if p == serverauth.SUBJECT_ACCESS_REVIEW_PATH and b["spec"]["user"] == "alice"]
+            alice_sar = [
+                b["spec"]
+                for p, b in reviews.sent
+                if p == serverauth.SUBJECT_ACCESS_REVIEW_PATH and b["spec"]["user"] == "alice"
+            ]
             assert alice_sar[0]["groups"] == ["devs", "ops"]
             assert [s["resourceAttributes"]["subresource"] for s in alice_sar] == ["stats", "log", "proxy", "stats"]
             n = len(reviews.sent)
-            assert (await get(session, f"{base}/pods"))[0] == 403      # denials are cached too
+            assert (await get(session, f"{base}/pods"))[0] == 403  # denials are cached too
             assert len(reviews.sent) == n
             # The API server cannot be asked: authorization error (500), as upstream.
             reviews.fail = True
             status, _, text = await get(session, f"{base}/metrics/resource")
-            assert (status, text) == (500, "Authorization error (user=alice, verb=get, resource=nodes, "
-                                           "subresource=metrics)\n")
+            assert (status, text) == (
+                500,
+                "Authorization error (user=alice, verb=get, resource=nodes, subresource=metrics)\n",
+            )
         # A certificate from another CA does not pass the handshake.
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx(mallory))) as session:
             with pytest.raises(aiohttp.ClientError):
@@ -477,6 +585,7 @@ async def test_x509_token_webhook_and_subject_access_review(tmp_path):
 def _stats_of(summary: dict):
     async def stats(only_cpu_and_memory: bool) -> dict:
         return summary
+
     return stats
 
 
@@ -487,9 +596,9 @@ from agent.metrics import AgentMetrics  # noqa: E402
 from agent.runtime.manager import ContainerInfo, RuntimePod, SandboxInfo  # noqa: E402
 from agent.server import RuntimeStreaming, configz_document  # noqa: E402
 from agent.stats import StatsProvider  # noqa: E402
+from cri import api_pb2 as pb  # noqa: E402
 from cri.client import CriClient  # noqa: E402
 from cri.fake import ExecResult, FakeRuntime  # noqa: E402
-from cri import api_pb2 as pb  # noqa: E402
 
 
 async def serve(server: AgentServer):
@@ -508,16 +617,25 @@ async def test_node_log_files_listing_serving_and_no_escape(tmp_path):
     (logs / "a b&c.log").write_text("odd name\n")
     (tmp_path / "secret").write_text("not for you\n")
     (logs / "escape").symlink_to(tmp_path / "secret")
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                         pods=lambda: [], locate_log=node.locate_log, log_dir=str(logs))
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name=NODE,
+        pods=lambda: [],
+        locate_log=node.locate_log,
+        log_dir=str(logs),
+    )
     task = await serve(server)
     base = f"https://127.0.0.1:{server.port}"
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
             status, ctype, text = await get(s, f"{base}/logs/")
             assert (status, ctype) == (200, "text/html; charset=utf-8")
-            assert text == ('<pre>\n<a href="a%20b%26c.log">a b&amp;c.log</a>\n<a href="apt/">apt/</a>\n'
-                            '<a href="escape">escape</a>\n<a href="syslog">syslog</a>\n</pre>\n')
+            assert text == (
+                '<pre>\n<a href="a%20b%26c.log">a b&amp;c.log</a>\n<a href="apt/">apt/</a>\n'
+                '<a href="escape">escape</a>\n<a href="syslog">syslog</a>\n</pre>\n'
+            )
             assert await get(s, f"{base}/logs/syslog") == (200, "text/plain; charset=utf-8", "boot\nready\n")
             assert (await get(s, f"{base}/logs/apt/history.log"))[2] == "installed x\n"
             assert (await get(s, f"{base}/logs/a%20b%26c.log"))[2] == "odd name\n"
@@ -525,7 +643,7 @@ async def test_node_log_files_listing_serving_and_no_escape(tmp_path):
                 assert r.status == 301 and r.headers["Location"] == "apt/"
             async with s.get(f"{base}/logs", allow_redirects=False) as r:
                 assert r.status == 301 and r.headers["Location"] == "/logs/"
-            assert (await get(s, f"{base}/logs/escape"))[0] == 404          # a link out of the directory
+            assert (await get(s, f"{base}/logs/escape"))[0] == 404  # a link out of the directory
             assert (await get(s, f"{base}/logs/..%2Fsecret"))[0] == 404
             assert (await get(s, f"{base}/logs/apt/..%2F..%2Fsecret"))[0] == 404
             assert (await get(s, f"{base}/logs/missing"))[:1] == (404,)
@@ -536,16 +654,27 @@ async def test_node_log_files_listing_serving_and_no_escape(tmp_path):
 
 async def test_debugging_handlers_off(tmp_path):
     node = Node(tmp_path)
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                         pods=lambda: node.pods, locate_log=node.locate_log, enable_debugging_handlers=False,
-                         configz=lambda: {"x": 1}, running_pods=lambda: asyncio.sleep(0, []))
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name=NODE,
+        pods=lambda: node.pods,
+        locate_log=node.locate_log,
+        enable_debugging_handlers=False,
+        configz=lambda: {"x": 1},
+        running_pods=lambda: asyncio.sleep(0, []),
+    )
     task = await serve(server)
     base = f"https://127.0.0.1:{server.port}"
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as s:
             for path in ("/containerLogs/default/web/app", "/logs/", "/runningpods/", "/run/a/b/c", "/exec/a/b/c"):
-                assert await get(s, f"{base}{path}") == (405, "text/plain; charset=utf-8",
-                                                         "Debug endpoints are disabled.\n"), path
+                assert await get(s, f"{base}{path}") == (
+                    405,
+                    "text/plain; charset=utf-8",
+                    "Debug endpoints are disabled.\n",
+                ), path
             assert (await get(s, f"{base}/pods"))[0] == 200
             assert (await get(s, f"{base}/configz"))[0] == 404
     finally:
@@ -554,9 +683,18 @@ async def test_debugging_handlers_off(tmp_path):
 
 
 def test_configz_document_is_the_effective_configuration(tmp_path):
-    cfg = from_argv(["--root-dir", str(tmp_path), "--max-pods=42", "--sync-frequency=30s",
-                     "--feature-gates=GracefulNodeShutdown=true", "--register-with-taints=a=b:NoSchedule",
-                     "--eviction-hard=memory.available<100Mi", "--anonymous-auth=false"])
+    cfg = from_argv(
+        [
+            "--root-dir",
+            str(tmp_path),
+            "--max-pods=42",
+            "--sync-frequency=30s",
+            "--feature-gates=GracefulNodeShutdown=true",
+            "--register-with-taints=a=b:NoSchedule",
+            "--eviction-hard=memory.available<100Mi",
+            "--anonymous-auth=false",
+        ]
+    )
     doc = configz_document(cfg)
     assert list(doc) == ["orchagentconfig"]
     c = doc["orchagentconfig"]
@@ -568,7 +706,8 @@ def test_configz_document_is_the_effective_configuration(tmp_path):
     assert c["authorization"]["mode"] == "AlwaysAllow"
     assert c["authentication"]["webhook"]["cacheTTL"] == "2m0s"
     import json
-    json.dumps(doc)   # all plain JSON
+
+    json.dumps(doc)  # all plain JSON
 
 
 class FakeCgroups:
@@ -589,8 +728,10 @@ class FakeCgroups:
         Path(d["cpuacct"], "cpuacct.usage").write_text(f"{cpu_ns}\n")
         Path(d["memory"], "memory.usage_in_bytes").write_text(f"{usage}\n")
         Path(d["memory"], "memory.limit_in_bytes").write_text("9223372036854771712\n")
-        Path(d["memory"], "memory.stat").write_text(f"cache 5\nrss {rss}\ntotal_rss {rss}\ntotal_inactive_file "
-                                                    f"{inactive_file}\ntotal_pgfault 7\ntotal_pgmajfault 1\n")
+        Path(d["memory"], "memory.stat").write_text(
+            f"cache 5\nrss {rss}\ntotal_rss {rss}\ntotal_inactive_file "
+            f"{inactive_file}\ntotal_pgfault 7\ntotal_pgmajfault 1\n"
+        )
         Path(d["pids"], "pids.current").write_text(f"{pids}\n")
 
     def pod_cgroup_dirs(self, uid: str) -> dict[str, str]:
@@ -603,26 +744,54 @@ class FakeCgroups:
 async def _pod_in_fake(fake: FakeRuntime, cri: CriClient, tmp_path: Path, name: str = "web"):
     """A sandbox and one running container in the fake runtime, as the pipeline would see them."""
     uid = f"uid-{name}"
-    sandbox = pb.PodSandboxConfig(metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"),
-                                  hostname=name, log_directory=str(tmp_path / "podlogs"),
-                                  labels={"io.orch.managed": "true", "io.orch.pod.uid": uid,
-                                          "io.orch.pod.name": name, "io.orch.pod.namespace": "default"})
+    sandbox = pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default"),
+        hostname=name,
+        log_directory=str(tmp_path / "podlogs"),
+        labels={
+            "io.orch.managed": "true",
+            "io.orch.pod.uid": uid,
+            "io.orch.pod.name": name,
+            "io.orch.pod.namespace": "default",
+        },
+    )
     sid = await cri.run_pod_sandbox(sandbox)
-    config = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="app"), image=pb.ImageSpec(image="orch.local/busybox:1"),
-                                command=["sleep", "3600"], log_path="app/0.log",
-                                labels={"io.orch.managed": "true", "io.orch.pod.uid": uid,
-                                        "io.orch.container.name": "app"})
+    config = pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name="app"),
+        image=pb.ImageSpec(image="orch.local/busybox:1"),
+        command=["sleep", "3600"],
+        log_path="app/0.log",
+        labels={"io.orch.managed": "true", "io.orch.pod.uid": uid, "io.orch.container.name": "app"},
+    )
     cid = await cri.create_container(sid, config, sandbox)
     await cri.start_container(cid)
     st = (await cri.container_status(cid)).status
-    pod = {"metadata": {"name": name, "namespace": "default", "uid": uid},
-           "spec": {"containers": [{"name": "app", "image": "orch.local/busybox:1"}]}}
-    rp = RuntimePod(uid, name, "default", [SandboxInfo(sid, True, 1_700_000_000_000_000_000, 0)],
-                    [ContainerInfo(cid, "app", sid, "running", st.created_at, st.started_at, image="orch.local/busybox:1",
-                                   log_path=st.log_path)])
+    pod = {
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"containers": [{"name": "app", "image": "orch.local/busybox:1"}]},
+    }
+    rp = RuntimePod(
+        uid,
+        name,
+        "default",
+        [SandboxInfo(sid, True, 1_700_000_000_000_000_000, 0)],
+        [
+            ContainerInfo(
+                cid,
+                "app",
+                sid,
+                "running",
+                st.created_at,
+                st.started_at,
+                image="orch.local/busybox:1",
+                log_path=st.log_path,
+            )
+        ],
+    )
 
     class State:
         pass
+
     state = State()
     state.pod, state.rp = pod, rp
     return state
@@ -635,19 +804,38 @@ async def test_stats_summary_metrics_and_resource_metrics(tmp_path):
         async with CriClient(fake.endpoint, request_timeout=5) as cri:
             state = await _pod_in_fake(fake, cri, tmp_path)
             uid = state.pod["metadata"]["uid"]
-            cgroups.write(f"orchpods/pod{uid}", cpu_ns=10_000_000_000, usage=50 << 20, inactive_file=10 << 20,
-                          rss=30 << 20, pids=3)
-            cgroups.write("orchpods", cpu_ns=20_000_000_000, usage=80 << 20, inactive_file=10 << 20,
-                          rss=60 << 20, pids=5)
+            cgroups.write(
+                f"orchpods/pod{uid}",
+                cpu_ns=10_000_000_000,
+                usage=50 << 20,
+                inactive_file=10 << 20,
+                rss=30 << 20,
+                pids=3,
+            )
+            cgroups.write(
+                "orchpods", cpu_ns=20_000_000_000, usage=80 << 20, inactive_file=10 << 20, rss=60 << 20, pids=5
+            )
             vol = tmp_path / "root" / "pods" / uid / "volumes" / "orch.io~empty-dir" / "cache"
             vol.mkdir(parents=True)
             (vol / "data").write_bytes(b"x" * 10000)
-            stats = StatsProvider(node_name=NODE, root_dir=str(tmp_path / "root"), cri=cri, cgroups=cgroups,
-                                  pods=lambda: [(state.pod, state.rp)])
+            stats = StatsProvider(
+                node_name=NODE,
+                root_dir=str(tmp_path / "root"),
+                cri=cri,
+                cgroups=cgroups,
+                pods=lambda: [(state.pod, state.rp)],
+            )
             metrics = AgentMetrics(NODE, pods=lambda: [state])
-            server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                                 pods=lambda: node.pods, locate_log=node.locate_log, stats=stats.summary,
-                                 metrics=metrics.render)
+            server = AgentServer(
+                address="127.0.0.1",
+                port=0,
+                cert_dir=str(tmp_path / "pki"),
+                node_name=NODE,
+                pods=lambda: node.pods,
+                locate_log=node.locate_log,
+                stats=stats.summary,
+                metrics=metrics.render,
+            )
             metrics.pod_worker_duration.observe(0.02, operation_type="sync")
             task = await serve(server)
             base = f"https://127.0.0.1:{server.port}"
@@ -676,7 +864,7 @@ async def test_stats_summary_metrics_and_resource_metrics(tmp_path):
                     assert p["process_stats"] == {"process_count": 3}
                     (c,) = p["containers"]
                     assert c["name"] == "app" and c["memory"]["workingSetBytes"] > 0
-                    assert c["cpu"]["usageNanoCores"] == 1_000_000            # the runtime's own rate
+                    assert c["cpu"]["usageNanoCores"] == 1_000_000  # the runtime's own rate
                     assert c["rootfs"]["usedBytes"] == 4096
                     (v,) = p["volume"]
                     assert v["name"] == "cache" and v["usedBytes"] >= 10000
@@ -684,8 +872,14 @@ async def test_stats_summary_metrics_and_resource_metrics(tmp_path):
 
                     # Rates: the pod used 0.5 s of CPU since the last sample.
                     t0 = time.time()
-                    cgroups.write(f"orchpods/pod{uid}", cpu_ns=10_500_000_000, usage=50 << 20,
-                                  inactive_file=10 << 20, rss=30 << 20, pids=3)
+                    cgroups.write(
+                        f"orchpods/pod{uid}",
+                        cpu_ns=10_500_000_000,
+                        usage=50 << 20,
+                        inactive_file=10 << 20,
+                        rss=30 << 20,
+                        pids=3,
+                    )
                     await asyncio.sleep(0.5)
                     async with s.get(f"{base}/stats/summary", params={"only_cpu_and_memory": "true"}) as r:
                         again = await r.json()
@@ -723,9 +917,15 @@ async def test_run_exec_attach_port_forward_through_the_runtime(tmp_path):
             fake.on_exec(["cat", "/etc/hostname"], ExecResult(stdout=b"web\n", stderr=b"warn\n"))
             fake.on_exec(["ls", "/nope"], ExecResult(exit_code=2, stderr=b"ls: /nope: No such file\n"))
             find = lambda ns, name: state if (ns, name) == ("default", "web") else None  # noqa: E731
-            server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=NODE,
-                                 pods=lambda: node.pods, locate_log=node.locate_log,
-                                 streaming=RuntimeStreaming(cri, find))
+            server = AgentServer(
+                address="127.0.0.1",
+                port=0,
+                cert_dir=str(tmp_path / "pki"),
+                node_name=NODE,
+                pods=lambda: node.pods,
+                locate_log=node.locate_log,
+                streaming=RuntimeStreaming(cri, find),
+            )
             task = await serve(server)
             base = f"https://127.0.0.1:{server.port}"
             try:
@@ -737,20 +937,27 @@ async def test_run_exec_attach_port_forward_through_the_runtime(tmp_path):
                     async with s.post(f"{base}/run/default/web/other-uid/app", params={"cmd": "true"}) as r:
                         assert (r.status, await r.text()) == (404, "pod does not exist\n")
                     async with s.post(f"{base}/run/default/web/app", params={"cmd": "ls /nope"}) as r:
-                        assert (r.status, await r.text()) == \
-                            (500, "command 'ls /nope' exited with 2: ls: /nope: No such file\n")
+                        assert (r.status, await r.text()) == (
+                            500,
+                            "command 'ls /nope' exited with 2: ls: /nope: No such file\n",
+                        )
                     async with s.post(f"{base}/run/default/web/db", params={"cmd": "true"}) as r:
                         assert (r.status, await r.text()) == (404, 'container not found ("db")\n')
                     assert (await get(s, f"{base}/run/default/web/app"))[0] == 405
-                    async with s.get(f"{base}/exec/default/web/app", params=[("command", "sh"), ("input", "1"),
-                                                                            ("output", "1"), ("tty", "1")],
-                                     allow_redirects=False) as r:
+                    async with s.get(
+                        f"{base}/exec/default/web/app",
+                        params=[("command", "sh"), ("input", "1"), ("output", "1"), ("tty", "1")],
+                        allow_redirects=False,
+                    ) as r:
                         assert r.status == 302
                         assert r.headers["Location"].startswith("http://127.0.0.1:10010/exec/")
-                    async with s.get(f"{base}/exec/default/web/app", params={"command": "sh"},
-                                     allow_redirects=False) as r:
-                        assert (r.status, await r.text()) == (400, "you must specify at least 1 of stdin, "
-                                                                   "stdout, stderr\n")
+                    async with s.get(
+                        f"{base}/exec/default/web/app", params={"command": "sh"}, allow_redirects=False
+                    ) as r:
+                        assert (r.status, await r.text()) == (
+                            400,
+                            "you must specify at least 1 of stdin, stdout, stderr\n",
+                        )
                     async with s.post(f"{base}/attach/default/web/app?output=1", allow_redirects=False) as r:
                         assert r.status == 302 and "/attach/" in r.headers["Location"]
                     async with s.get(f"{base}/portForward/default/web?port=8080", allow_redirects=False) as r:
@@ -777,8 +984,16 @@ def test_read_cgroup_usage_v2_and_missing(tmp_path):
     (d / "memory.max").write_text("max\n")
     (d / "pids.current").write_text("4\n")
     u = read_cgroup_usage({"unified": str(d)})
-    assert (u.cpu_ns, u.usage, u.working_set, u.rss, u.limit, u.pids, u.page_faults, u.major_page_faults) == \
-        (2_500_000_000, 100 << 20, 80 << 20, 50 << 20, None, 4, 9, 2)
+    assert (u.cpu_ns, u.usage, u.working_set, u.rss, u.limit, u.pids, u.page_faults, u.major_page_faults) == (
+        2_500_000_000,
+        100 << 20,
+        80 << 20,
+        50 << 20,
+        None,
+        4,
+        9,
+        2,
+    )
     (d / "memory.max").write_text("209715200\n")
     assert read_cgroup_usage({"unified": str(d)}).limit == 200 << 20
     assert read_cgroup_usage({"unified": str(tmp_path / "gone")}) is None
@@ -804,7 +1019,8 @@ def test_prometheus_text_format():
         "orch_agent_latency_seconds_count 3\n"
         "# HELP orch_agent_level Level\n# TYPE orch_agent_level gauge\norch_agent_level 2.5\n"
         "# HELP orch_agent_things_total Things.\\nDone.\n# TYPE orch_agent_things_total counter\n"
-        'orch_agent_things_total{kind="a \\"quoted\\"\\\\one"} 1\norch_agent_things_total{kind="b"} 2\n')
+        'orch_agent_things_total{kind="a \\"quoted\\"\\\\one"} 1\norch_agent_things_total{kind="b"} 2\n'
+    )
     with pytest.raises(ValueError, match="labels"):
         c.inc(other="x")
     with pytest.raises(ValueError, match="registered twice"):

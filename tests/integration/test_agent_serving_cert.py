@@ -44,8 +44,9 @@ SECRETS = f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets"
 def apiserver(tmp_path_factory):
     if not APISERVER_BIN.exists():
         pytest.skip(f"{APISERVER_BIN} missing (run tests/run.sh once to create .venv)")
-    proc = ApiServerProcess(tmp_path_factory.mktemp("apiserver"), free_port(),
-                            extra_args=["--enable-bootstrap-token-auth"])
+    proc = ApiServerProcess(
+        tmp_path_factory.mktemp("apiserver"), free_port(), extra_args=["--enable-bootstrap-token-auth"]
+    )
     with proc:
         yield proc
 
@@ -57,11 +58,21 @@ def admin(server: ApiServerProcess) -> ApiClient:
 async def new_token(client: ApiClient) -> bt.Token:
     token = bt.generate_token()
     exp = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await client.create(SECRETS, {
-        "apiVersion": "v1", "kind": "Secret", "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
-        "metadata": {"name": f"{names.BOOTSTRAP_TOKEN_SECRET_PREFIX}{token.id}", "namespace": names.NS_SYSTEM},
-        "stringData": {"token-id": token.id, "token-secret": token.secret, "expiration": exp,
-                       "usage-bootstrap-authentication": "true"}})
+    await client.create(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
+            "metadata": {"name": f"{names.BOOTSTRAP_TOKEN_SECRET_PREFIX}{token.id}", "namespace": names.NS_SYSTEM},
+            "stringData": {
+                "token-id": token.id,
+                "token-secret": token.secret,
+                "expiration": exp,
+                "usage-bootstrap-authentication": "true",
+            },
+        },
+    )
     return token
 
 
@@ -74,8 +85,9 @@ async def join_node(server: ApiServerProcess, tmp: Path, node: str) -> tuple[Api
         await a.close()
     boot = tmp / "bootstrap.orchconfig"
     write_orchconfig(str(boot), server=server.url, ca_data=server.ca_cert.read_bytes(), token=str(token))
-    cfg = from_argv(["--root-dir", str(tmp), "--orchconfig", str(tmp / "agent.orchconfig"),
-                     "--bootstrap-orchconfig", str(boot)])
+    cfg = from_argv(
+        ["--root-dir", str(tmp), "--orchconfig", str(tmp / "agent.orchconfig"), "--bootstrap-orchconfig", str(boot)]
+    )
     try:
         path = await bs.ensure_client_certificate(cfg, node, timeout=15)
     except bs.BootstrapError as exc:
@@ -88,11 +100,14 @@ async def approve_serving_csr(a: ApiClient, node: str, timeout: float = 20) -> d
     deadline = loop.time() + timeout
     while loop.time() < deadline:
         for c in (await a.get(bs.CSR_PATH))["items"]:
-            if c["spec"]["signerName"] == names.SIGNER_NODE_AGENT_SERVING and \
-                    c["spec"].get("username") == f"{names.NODE_USER_PREFIX}{node}" and \
-                    not (c.get("status") or {}).get("conditions"):
+            if (
+                c["spec"]["signerName"] == names.SIGNER_NODE_AGENT_SERVING
+                and c["spec"].get("username") == f"{names.NODE_USER_PREFIX}{node}"
+                and not (c.get("status") or {}).get("conditions")
+            ):
                 c.setdefault("status", {})["conditions"] = [
-                    {"type": "Approved", "status": "True", "reason": "AdminApproved", "message": "test"}]
+                    {"type": "Approved", "status": "True", "reason": "AdminApproved", "message": "test"}
+                ]
                 return await a.update(f"{bs.CSR_PATH}/{c['metadata']['name']}/approval", c)
         await asyncio.sleep(0.1)
     raise AssertionError(f"no pending serving CSR of {node} within {timeout}s")
@@ -115,9 +130,11 @@ async def test_serving_certificate_rotation_and_webhook_auth_with_the_apiserver(
     log_file.write_bytes(b"2024-05-01T12:00:01.5Z stdout F hello through the API server\n")
     cluster_ca = apiserver.ca_cert.read_bytes()
     review = serverauth.api_review(lambda: client)
-    authn = serverauth.Authenticator(x509_auth=serverauth.X509Authenticator(),
-                                     token_auth=serverauth.TokenWebhookAuthenticator(review, ttl=60),
-                                     anonymous=True)
+    authn = serverauth.Authenticator(
+        x509_auth=serverauth.X509Authenticator(),
+        token_auth=serverauth.TokenWebhookAuthenticator(review, ttl=60),
+        anonymous=True,
+    )
     authz = serverauth.WebhookAuthorizer(review, authorized_ttl=60, unauthorized_ttl=5)
     pod_name = f"web-{uuid.uuid4().hex[:4]}"
 
@@ -126,19 +143,30 @@ async def test_serving_certificate_rotation_and_webhook_auth_with_the_apiserver(
             return LogTarget(str(log_file), lambda: False)
         return None
 
-    server = AgentServer(address="127.0.0.1", port=0, cert_dir=str(tmp_path / "pki"), node_name=node,
-                         pods=lambda: [], locate_log=locate, authenticate=authn, authorize=authz,
-                         client_ca=cluster_ca)
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name=node,
+        pods=lambda: [],
+        locate_log=locate,
+        authenticate=authn,
+        authorize=authz,
+        client_ca=cluster_ca,
+    )
     started = asyncio.get_running_loop().create_future()
     serve = asyncio.create_task(server.serve(started))
     rotation = None
     try:
         await asyncio.wait_for(started, 10)
         first = await asyncio.to_thread(peer_certificate, server.port)
-        assert first.issuer != x509.load_pem_x509_certificate(cluster_ca).subject   # self-signed at first
+        assert first.issuer != x509.load_pem_x509_certificate(cluster_ca).subject  # self-signed at first
 
-        rotation = asyncio.create_task(rotate_serving_certificate(
-            client, node, lambda: [node, "127.0.0.1"], str(tmp_path / "pki"), server.reload_certificate))
+        rotation = asyncio.create_task(
+            rotate_serving_certificate(
+                client, node, lambda: [node, "127.0.0.1"], str(tmp_path / "pki"), server.reload_certificate
+            )
+        )
         approved = await approve_serving_csr(a, node)
         request = x509.load_pem_x509_csr(base64.b64decode(approved["spec"]["request"]))
         san = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -148,8 +176,7 @@ async def test_serving_certificate_rotation_and_webhook_auth_with_the_apiserver(
 
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20
-        while server.serving_cert_expiry == first.not_valid_after_utc.timestamp() or \
-                server._issued is None:
+        while server.serving_cert_expiry == first.not_valid_after_utc.timestamp() or server._issued is None:
             assert loop.time() < deadline, "the issued serving certificate was not loaded"
             await asyncio.sleep(0.1)
         # The running server presents the issued certificate on a new handshake,
@@ -159,31 +186,42 @@ async def test_serving_certificate_rotation_and_webhook_auth_with_the_apiserver(
             async with s.get(f"https://127.0.0.1:{server.port}/healthz") as r:
                 # anonymous: authenticated, then refused by the cluster's RBAC
                 assert r.status == 403
-                assert await r.text() == ("Forbidden (user=system:anonymous, verb=get, resource=nodes, "
-                                          "subresource=proxy)\n")
-            async with s.get(f"https://127.0.0.1:{server.port}/stats/summary",
-                             headers={"Authorization": f"Bearer {token}"}) as r:
+                assert await r.text() == (
+                    "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource=proxy)\n"
+                )
+            async with s.get(
+                f"https://127.0.0.1:{server.port}/stats/summary", headers={"Authorization": f"Bearer {token}"}
+            ) as r:
                 assert r.status == 403
                 assert (await r.text()).startswith(f"Forbidden (user={names.BOOTSTRAP_USER_PREFIX}{token.id}, ")
-            async with s.get(f"https://127.0.0.1:{server.port}/pods",
-                             headers={"Authorization": "Bearer not-a-token"}) as r:
+            async with s.get(
+                f"https://127.0.0.1:{server.port}/pods", headers={"Authorization": "Bearer not-a-token"}
+            ) as r:
                 assert r.status == 401
         served = await asyncio.to_thread(peer_certificate, server.port)
         assert served.issuer == x509.load_pem_x509_certificate(cluster_ca).subject
         assert served.subject.rfc4514_string() == f"CN={names.NODE_USER_PREFIX}{node},O={names.GROUP_NODES}"
 
         # The API server reads a pod's log from this agent with its own client certificate.
-        node_obj = await client.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
-                                                         "metadata": {"name": node}})
-        node_obj["status"] = {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
-                                            {"type": "Hostname", "address": node}],
-                              "daemonEndpoints": {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": server.port}}}
+        node_obj = await client.create(
+            "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+        )
+        node_obj["status"] = {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": node}],
+            "daemonEndpoints": {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": server.port}},
+        }
         await client.update(f"/api/v1/nodes/{node}/status", node_obj)
-        await a.create("/api/v1/namespaces/default/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name},
-            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "orch.local/busybox:1"}]}})
+        await a.create(
+            "/api/v1/namespaces/default/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod_name},
+                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "orch.local/busybox:1"}]},
+            },
+        )
         reply = await a.request("GET", f"/api/v1/namespaces/default/pods/{pod_name}/log")
-        assert reply == {"text": "hello through the API server\n"}   # the client wraps plain text
+        assert reply == {"text": "hello through the API server\n"}  # the client wraps plain text
         sars = [k for k in authz.cache._data if k[0] == names.APISERVER_AGENT_CLIENT_USER]
         assert sars and sars[0][1] == (names.GROUP_MASTERS,)
     finally:

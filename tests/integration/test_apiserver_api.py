@@ -21,7 +21,7 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from tests.apiserver_fixtures import ApiServerProcess, ROOT_CA_CONFIGMAP, create_namespace, without_root_ca
+from tests.apiserver_fixtures import ROOT_CA_CONFIGMAP, ApiServerProcess, create_namespace, without_root_ca
 from tests.components import free_port
 
 # --- helpers -----------------------------------------------------------------------------
@@ -65,16 +65,23 @@ def cm_path(ns: str, name: str = "") -> str:
 
 
 def create_cm(server, ns, name, labels=None, data=None, **md):
-    body = {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, **({"labels": labels} if labels else {}), **md},
-            "data": data or {"k": "v"}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, **({"labels": labels} if labels else {}), **md},
+        "data": data or {"k": "v"},
+    }
     _, obj = server.json("POST", cm_path(ns), body, expect=201)
     return obj
 
 
 def pod_body(name, node=None, **spec):
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
     if node:
         body["spec"]["nodeName"] = node
     return body
@@ -104,11 +111,15 @@ def own_items(doc) -> list[dict]:
 
 def own_events(events) -> list[tuple[str, str]]:
     """(type, name) of watch events, without the root CA ConfigMap's."""
-    return [(e["type"], e["object"]["metadata"]["name"]) for e in events
-            if e["object"]["metadata"].get("name") != ROOT_CA_CONFIGMAP]
+    return [
+        (e["type"], e["object"]["metadata"]["name"])
+        for e in events
+        if e["object"]["metadata"].get("name") != ROOT_CA_CONFIGMAP
+    ]
 
 
 # --- fixtures ----------------------------------------------------------------------------
+
 
 @pytest.fixture(params=["sqlite", "etcd"])
 def server(request):
@@ -134,14 +145,17 @@ def sq_ns(apiserver):
 @pytest.fixture(scope="module")
 def apiserver_watchlist(tmp_path_factory):
     """A SQLite server with the WatchList feature gate (streaming lists) and batch/v1 disabled."""
-    server = ApiServerProcess(tmp_path_factory.mktemp("apiserver-watchlist"), free_port(),
-                              extra_args=("--feature-gates", "WatchList=true",
-                                          "--runtime-config", "batch/v1=false"))
+    server = ApiServerProcess(
+        tmp_path_factory.mktemp("apiserver-watchlist"),
+        free_port(),
+        extra_args=("--feature-gates", "WatchList=true", "--runtime-config", "batch/v1=false"),
+    )
     with server:
         yield server
 
 
 # --- create / get / update ---------------------------------------------------------------
+
 
 def test_create_sets_system_metadata(server, ns):
     status, obj = server.json("POST", cm_path(ns), {"metadata": {"generateName": "gen-"}, "data": {"a": "1"}})
@@ -215,11 +229,16 @@ def test_update_name_mismatch_is_400(apiserver, sq_ns):
 
 # --- patch -------------------------------------------------------------------------------
 
+
 def test_merge_patch(server, ns):
     create_cm(server, ns, "mp", data={"a": "1", "b": "2"})
-    _, obj = server.json("PATCH", cm_path(ns, "mp"), {"data": {"a": None, "c": "3"},
-                                                      "metadata": {"labels": {"x": "y"}}},
-                         headers=MERGE, expect=200)
+    _, obj = server.json(
+        "PATCH",
+        cm_path(ns, "mp"),
+        {"data": {"a": None, "c": "3"}, "metadata": {"labels": {"x": "y"}}},
+        headers=MERGE,
+        expect=200,
+    )
     assert obj["data"] == {"b": "2", "c": "3"}
     assert obj["metadata"]["labels"] == {"x": "y"}
     _, got = server.json("GET", cm_path(ns, "mp"), expect=200)
@@ -230,25 +249,27 @@ def test_merge_patch_with_stale_resource_version_conflicts(apiserver, sq_ns):
     obj = create_cm(apiserver, sq_ns, "mprv")
     rv = obj["metadata"]["resourceVersion"]
     apiserver.json("PATCH", cm_path(sq_ns, "mprv"), {"data": {"k": "2"}}, headers=MERGE, expect=200)
-    status, doc = apiserver.json("PATCH", cm_path(sq_ns, "mprv"),
-                                 {"metadata": {"resourceVersion": rv}, "data": {"k": "3"}}, headers=MERGE)
+    status, doc = apiserver.json(
+        "PATCH", cm_path(sq_ns, "mprv"), {"metadata": {"resourceVersion": rv}, "data": {"k": "3"}}, headers=MERGE
+    )
     assert status == 409
     assert_status(doc, 409, "Conflict")
 
 
 def test_json_patch(server, ns):
     create_cm(server, ns, "jp", data={"a": "1"})
-    ops = [{"op": "test", "path": "/data/a", "value": "1"},
-           {"op": "add", "path": "/data/b", "value": "2"},
-           {"op": "replace", "path": "/data/a", "value": "10"}]
+    ops = [
+        {"op": "test", "path": "/data/a", "value": "1"},
+        {"op": "add", "path": "/data/b", "value": "2"},
+        {"op": "replace", "path": "/data/a", "value": "10"},
+    ]
     _, obj = server.json("PATCH", cm_path(ns, "jp"), ops, headers=JSONPATCH, expect=200)
     assert obj["data"] == {"a": "10", "b": "2"}
 
 
 def test_json_patch_failing_test_op_is_422(server, ns):
     create_cm(server, ns, "jpt", data={"a": "1"})
-    ops = [{"op": "test", "path": "/data/a", "value": "nope"},
-           {"op": "replace", "path": "/data/a", "value": "changed"}]
+    ops = [{"op": "test", "path": "/data/a", "value": "nope"}, {"op": "replace", "path": "/data/a", "value": "changed"}]
     status, doc = server.json("PATCH", cm_path(ns, "jpt"), ops, headers=JSONPATCH)
     assert status == 422
     assert_status(doc, 422, "Invalid")
@@ -262,11 +283,17 @@ def test_patch_of_missing_object_is_404(apiserver, sq_ns):
     assert_status(doc, 404, "NotFound")
 
 
-@pytest.mark.parametrize("ctype, query, body", [
-    ("application/strategic-merge-patch+json", "", {"data": {"a": "1"}}),
-    ("application/apply-patch+yaml", "?fieldManager=test",
-     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "smp"}, "data": {"a": "1"}}),
-])
+@pytest.mark.parametrize(
+    "ctype, query, body",
+    [
+        ("application/strategic-merge-patch+json", "", {"data": {"a": "1"}}),
+        (
+            "application/apply-patch+yaml",
+            "?fieldManager=test",
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "smp"}, "data": {"a": "1"}},
+        ),
+    ],
+)
 def test_strategic_merge_and_apply_patch(apiserver, sq_ns, ctype, query, body):
     create_cm(apiserver, sq_ns, "smp")
     status, doc = apiserver.json("PATCH", cm_path(sq_ns, "smp") + query, body, headers={"Content-Type": ctype})
@@ -280,13 +307,13 @@ def test_strategic_merge_and_apply_patch(apiserver, sq_ns, ctype, query, body):
 
 def test_unknown_patch_type_is_415(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "upt")
-    status, doc = apiserver.json("PATCH", cm_path(sq_ns, "upt"), {"data": {}},
-                                 headers={"Content-Type": "text/plain"})
+    status, doc = apiserver.json("PATCH", cm_path(sq_ns, "upt"), {"data": {}}, headers={"Content-Type": "text/plain"})
     assert status == 415
     assert_status(doc, 415)
 
 
 # --- delete ------------------------------------------------------------------------------
+
 
 def test_delete_returns_status_then_404(server, ns):
     obj = create_cm(server, ns, "del")
@@ -303,9 +330,11 @@ def test_delete_returns_status_then_404(server, ns):
 
 def test_delete_with_preconditions(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "pre")
-    status, doc = apiserver.json("DELETE", cm_path(sq_ns, "pre"),
-                                 {"kind": "DeleteOptions", "apiVersion": "v1",
-                                  "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}})
+    status, doc = apiserver.json(
+        "DELETE",
+        cm_path(sq_ns, "pre"),
+        {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}},
+    )
     assert status == 409
     assert_status(doc, 409, "Conflict")
     assert exists(apiserver, cm_path(sq_ns, "pre"))
@@ -323,6 +352,7 @@ def test_deletecollection_with_label_selector(server, ns):
 
 
 # --- list, selectors ---------------------------------------------------------------------
+
 
 def test_list_label_selectors(server, ns):
     create_cm(server, ns, "l1", labels={"app": "web", "tier": "fe"})
@@ -376,10 +406,15 @@ def test_field_selectors_pods_and_secrets(server, ns):
     assert "p-bound" in all_pods and "p-free" not in all_pods
 
     secrets = f"/api/v1/namespaces/{ns}/secrets"
-    server.json("POST", secrets, {"metadata": {"name": "s-opaque"}, "type": "Opaque",
-                                  "stringData": {"a": "b"}}, expect=201)
-    server.json("POST", secrets, {"metadata": {"name": "s-other"}, "type": "example.com/other",
-                                  "data": {"a": base64.b64encode(b"b").decode()}}, expect=201)
+    server.json(
+        "POST", secrets, {"metadata": {"name": "s-opaque"}, "type": "Opaque", "stringData": {"a": "b"}}, expect=201
+    )
+    server.json(
+        "POST",
+        secrets,
+        {"metadata": {"name": "s-other"}, "type": "example.com/other", "data": {"a": base64.b64encode(b"b").decode()}},
+        expect=201,
+    )
     assert sorted(list_names(server, secrets + "?fieldSelector=type%3DOpaque")) == ["s-opaque"]
     assert sorted(list_names(server, secrets + "?fieldSelector=type%3Dexample.com%2Fother")) == ["s-other"]
 
@@ -392,6 +427,7 @@ def test_field_selectors_pods_and_secrets(server, ns):
 
 
 # --- paging ------------------------------------------------------------------------------
+
 
 def test_paging_is_one_consistent_snapshot(server, ns):
     for i in range(25):
@@ -490,8 +526,12 @@ def test_resource_version_match_rules(server, ns):
     _, new = server.json("PUT", cm_path(ns, "rvm"), obj, expect=200)
     base = cm_path(ns)
 
-    for q in ("resourceVersionMatch=Exact", "resourceVersionMatch=NotOlderThan",
-              "resourceVersionMatch=Exact&resourceVersion=0", "resourceVersionMatch=Bogus&resourceVersion=1"):
+    for q in (
+        "resourceVersionMatch=Exact",
+        "resourceVersionMatch=NotOlderThan",
+        "resourceVersionMatch=Exact&resourceVersion=0",
+        "resourceVersionMatch=Bogus&resourceVersion=1",
+    ):
         status, doc = server.json("GET", f"{base}?{q}")
         assert status == 400, q
         assert_status(doc, 400, "BadRequest")
@@ -511,8 +551,9 @@ def test_resource_version_match_rules(server, ns):
     # Exact in the future: 504 "Too large resource version".
     future = int(new["metadata"]["resourceVersion"]) + 1_000_000
     t0 = time.monotonic()
-    status, hdrs, body = server.request("GET", f"{base}?resourceVersion={future}&resourceVersionMatch=Exact",
-                                        timeout=15)
+    status, hdrs, body = server.request(
+        "GET", f"{base}?resourceVersion={future}&resourceVersionMatch=Exact", timeout=15
+    )
     doc = json.loads(body)
     assert status == 504, doc
     assert_status(doc, 504)
@@ -524,8 +565,9 @@ def test_get_with_resource_version(server, ns):
     obj = create_cm(server, ns, "grv")
     _, got = server.json("GET", cm_path(ns, "grv") + "?resourceVersion=0", expect=200)
     assert got["metadata"]["uid"] == obj["metadata"]["uid"]
-    _, got = server.json("GET", cm_path(ns, "grv") + f"?resourceVersion={obj['metadata']['resourceVersion']}",
-                         expect=200)
+    _, got = server.json(
+        "GET", cm_path(ns, "grv") + f"?resourceVersion={obj['metadata']['resourceVersion']}", expect=200
+    )
     assert got["metadata"]["uid"] == obj["metadata"]["uid"]
     status, doc = server.json("GET", cm_path(ns, "grv") + "?resourceVersion=abc")
     assert status == 400
@@ -533,6 +575,7 @@ def test_get_with_resource_version(server, ns):
 
 
 # --- watch -------------------------------------------------------------------------------
+
 
 def test_watch_without_rv_sends_initial_added_then_changes(server, ns):
     create_cm(server, ns, "w1")
@@ -550,7 +593,10 @@ def test_watch_without_rv_sends_initial_added_then_changes(server, ns):
         server.json("DELETE", cm_path(ns, "w2"), expect=200)
         evs = w.events(3)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in evs] == [
-        ("ADDED", "w3"), ("MODIFIED", "w1"), ("DELETED", "w2")]
+        ("ADDED", "w3"),
+        ("MODIFIED", "w1"),
+        ("DELETED", "w2"),
+    ]
     assert evs[1]["object"]["data"] == {"k": "changed"}
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in evs]
     assert rvs == sorted(rvs)
@@ -565,7 +611,9 @@ def test_watch_from_rv_sends_only_later_events(server, ns):
     with server.watch(cm_path(ns) + f"?watch=1&resourceVersion={rv}&timeoutSeconds=10") as w:
         evs = w.events(2)
         assert [(e["type"], e["object"]["metadata"]["name"]) for e in evs] == [
-            ("MODIFIED", "before"), ("ADDED", "after")]
+            ("MODIFIED", "before"),
+            ("ADDED", "after"),
+        ]
         server.json("DELETE", cm_path(ns, "after"), expect=200)
         ev = w.next()
     assert (ev["type"], ev["object"]["metadata"]["name"]) == ("DELETED", "after")
@@ -584,17 +632,21 @@ def test_watch_timeout_seconds_ends_the_stream(server, ns):
 def test_watch_label_selector_sees_object_leave_as_deleted(server, ns):
     obj = create_cm(server, ns, "sel", labels={"watched": "yes"})
     rv = obj["metadata"]["resourceVersion"]
-    with server.watch(cm_path(ns) + f"?watch=true&labelSelector=watched%3Dyes&resourceVersion={rv}"
-                                    "&timeoutSeconds=10") as w:
+    with server.watch(
+        cm_path(ns) + f"?watch=true&labelSelector=watched%3Dyes&resourceVersion={rv}&timeoutSeconds=10"
+    ) as w:
         create_cm(server, ns, "other", labels={"watched": "no"})
         create_cm(server, ns, "sel2", labels={"watched": "yes"})
-        server.json("PATCH", cm_path(ns, "sel"), {"metadata": {"labels": {"watched": "no"}}},
-                    headers=MERGE, expect=200)
-        server.json("PATCH", cm_path(ns, "other"), {"metadata": {"labels": {"watched": "yes"}}},
-                    headers=MERGE, expect=200)
+        server.json("PATCH", cm_path(ns, "sel"), {"metadata": {"labels": {"watched": "no"}}}, headers=MERGE, expect=200)
+        server.json(
+            "PATCH", cm_path(ns, "other"), {"metadata": {"labels": {"watched": "yes"}}}, headers=MERGE, expect=200
+        )
         evs = w.events(3)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in evs] == [
-        ("ADDED", "sel2"), ("DELETED", "sel"), ("ADDED", "other")]
+        ("ADDED", "sel2"),
+        ("DELETED", "sel"),
+        ("ADDED", "other"),
+    ]
 
 
 def test_watch_field_selector_metadata_name(server, ns):
@@ -612,8 +664,10 @@ def test_watch_send_initial_events_with_bookmark(apiserver_watchlist):
     create_namespace(server, ns)
     for i in range(3):
         create_cm(server, ns, f"i{i}")
-    q = ("?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
-         "&timeoutSeconds=10")
+    q = (
+        "?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+        "&timeoutSeconds=10"
+    )
     with server.watch(cm_path(ns) + q) as w:
         assert w.status == 200
         evs = w.events(5)  # i0..i2 and the namespace's root CA ConfigMap, then the bookmark
@@ -623,7 +677,8 @@ def test_watch_send_initial_events_with_bookmark(apiserver_watchlist):
         assert bm["type"] == "BOOKMARK"
         assert bm["object"]["metadata"]["annotations"] == {"orch.io/initial-events-end": "true"}
         assert int(bm["object"]["metadata"]["resourceVersion"]) >= max(
-            int(e["object"]["metadata"]["resourceVersion"]) for e in evs[:4])
+            int(e["object"]["metadata"]["resourceVersion"]) for e in evs[:4]
+        )
         create_cm(server, ns, "i3")
         ev = w.next()
         while ev["type"] == "BOOKMARK":
@@ -632,13 +687,15 @@ def test_watch_send_initial_events_with_bookmark(apiserver_watchlist):
 
 
 def test_watch_send_initial_events_needs_not_older_than(apiserver_watchlist):
-    status, doc = apiserver_watchlist.json("GET", "/api/v1/namespaces/default/configmaps"
-                                                  "?watch=true&sendInitialEvents=true")
+    status, doc = apiserver_watchlist.json(
+        "GET", "/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true"
+    )
     assert status == 400
     assert_status(doc, 400, "BadRequest")
 
 
 # --- dry run -----------------------------------------------------------------------------
+
 
 def test_dry_run_stores_nothing(server, ns):
     status, obj = server.json("POST", cm_path(ns) + "?dryRun=All", {"metadata": {"name": "dry"}, "data": {"a": "1"}})
@@ -652,8 +709,9 @@ def test_dry_run_stores_nothing(server, ns):
     real["data"] = {"a": "put"}
     _, put = server.json("PUT", cm_path(ns, "dry") + "?dryRun=All", real, expect=200)
     assert put["data"] == {"a": "put"}
-    _, patched = server.json("PATCH", cm_path(ns, "dry") + "?dryRun=All", {"data": {"a": "patch"}},
-                             headers=MERGE, expect=200)
+    _, patched = server.json(
+        "PATCH", cm_path(ns, "dry") + "?dryRun=All", {"data": {"a": "patch"}}, headers=MERGE, expect=200
+    )
     assert patched["data"] == {"a": "patch"}
     status, doc = server.json("DELETE", cm_path(ns, "dry") + "?dryRun=All")
     assert status == 200, doc
@@ -681,6 +739,7 @@ def test_dry_run_delete_of_namespace_and_pod(apiserver, sq_ns):
 
 # --- finalizers and graceful deletion ----------------------------------------------------
 
+
 def test_finalizer_holds_object_until_removed(server, ns):
     create_cm(server, ns, "fin", finalizers=["example.com/hold"])
     status, doc = server.json("DELETE", cm_path(ns, "fin"))
@@ -694,9 +753,12 @@ def test_finalizer_holds_object_until_removed(server, ns):
     server.json("DELETE", cm_path(ns, "fin"), expect=(200, 202))
     assert exists(server, cm_path(ns, "fin"))
     # No new finalizers on a terminating object.
-    status, doc = server.json("PATCH", cm_path(ns, "fin"),
-                              {"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}},
-                              headers=MERGE)
+    status, doc = server.json(
+        "PATCH",
+        cm_path(ns, "fin"),
+        {"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}},
+        headers=MERGE,
+    )
     assert status == 422, doc
     assert_status(doc, 422, "Invalid")
     server.json("PATCH", cm_path(ns, "fin"), {"metadata": {"finalizers": None}}, headers=MERGE, expect=200)
@@ -706,8 +768,13 @@ def test_finalizer_holds_object_until_removed(server, ns):
 def test_finalizer_removed_by_json_patch_and_put(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "fin2", finalizers=["example.com/a", "example.com/b"])
     apiserver.json("DELETE", cm_path(sq_ns, "fin2"), expect=(200, 202))
-    apiserver.json("PATCH", cm_path(sq_ns, "fin2"), [{"op": "remove", "path": "/metadata/finalizers/0"}],
-                   headers=JSONPATCH, expect=200)
+    apiserver.json(
+        "PATCH",
+        cm_path(sq_ns, "fin2"),
+        [{"op": "remove", "path": "/metadata/finalizers/0"}],
+        headers=JSONPATCH,
+        expect=200,
+    )
     _, obj = apiserver.json("GET", cm_path(sq_ns, "fin2"), expect=200)
     assert obj["metadata"]["finalizers"] == ["example.com/b"]
     obj["metadata"]["finalizers"] = []
@@ -754,8 +821,12 @@ def test_unbound_pod_goes_at_once(server, ns):
 def test_pod_binding(apiserver, sq_ns):
     pods = f"/api/v1/namespaces/{sq_ns}/pods"
     apiserver.json("POST", pods, pod_body("tobind"), expect=201)
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "tobind"},
-               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-x"}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "tobind"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-x"},
+    }
     status, doc = apiserver.json("POST", f"{pods}/tobind/binding", binding)
     assert status == 201, doc
     _, pod = apiserver.json("GET", f"{pods}/tobind", expect=200)
@@ -767,14 +838,14 @@ def test_pod_binding(apiserver, sq_ns):
 
 # --- garbage collection ------------------------------------------------------------------
 
+
 def _owner_and_dependent(server, ns, owner_name, dep_name, dep_finalizers=None):
     owner = create_cm(server, ns, owner_name)
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner_name, "uid": owner["metadata"]["uid"]}
     md = {"name": dep_name, "ownerReferences": [ref]}
     if dep_finalizers:
         md["finalizers"] = dep_finalizers
-    server.json("POST", f"/api/v1/namespaces/{ns}/secrets", {"metadata": md, "stringData": {"a": "b"}},
-                expect=201)
+    server.json("POST", f"/api/v1/namespaces/{ns}/secrets", {"metadata": md, "stringData": {"a": "b"}}, expect=201)
     return owner
 
 
@@ -787,10 +858,17 @@ def test_propagation_background(server, ns):
 
 def test_dependent_of_missing_owner_is_collected(apiserver, sq_ns):
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "never", "uid": str(uuid.uuid4())}
-    apiserver.json("POST", f"/api/v1/namespaces/{sq_ns}/secrets",
-                   {"metadata": {"name": "orphan-ref", "ownerReferences": [ref]}}, expect=201)
-    wait_for(gone(apiserver, f"/api/v1/namespaces/{sq_ns}/secrets/orphan-ref"), 5,
-             what="dependent of a missing owner deleted")
+    apiserver.json(
+        "POST",
+        f"/api/v1/namespaces/{sq_ns}/secrets",
+        {"metadata": {"name": "orphan-ref", "ownerReferences": [ref]}},
+        expect=201,
+    )
+    wait_for(
+        gone(apiserver, f"/api/v1/namespaces/{sq_ns}/secrets/orphan-ref"),
+        5,
+        what="dependent of a missing owner deleted",
+    )
 
 
 def test_propagation_orphan(server, ns):
@@ -802,6 +880,7 @@ def test_propagation_orphan(server, ns):
     def dep_orphaned():
         _, dep = server.json("GET", f"/api/v1/namespaces/{ns}/secrets/dep-or", expect=200)
         return not dep["metadata"].get("ownerReferences")
+
     wait_for(dep_orphaned, 5, what="ownerReference removed")
     time.sleep(0.3)  # the collector must not delete it a moment later
     assert exists(server, f"/api/v1/namespaces/{ns}/secrets/dep-or")
@@ -818,6 +897,7 @@ def test_propagation_foreground(server, ns):
     def dep_terminating():
         _, dep = server.json("GET", dep_path, expect=200)
         return dep["metadata"].get("deletionTimestamp")
+
     wait_for(dep_terminating, 5, what="dependent terminating")
     time.sleep(0.3)
     _, owner = server.json("GET", cm_path(ns, "owner-fg"), expect=200)
@@ -828,6 +908,7 @@ def test_propagation_foreground(server, ns):
 
 
 # --- namespaces --------------------------------------------------------------------------
+
 
 def test_initial_namespaces(server):
     names = list_names(server, "/api/v1/namespaces")
@@ -872,6 +953,7 @@ def test_namespace_deletion_empties_it(server, ns):
         if status == 403:
             rejected.append(err)
         return status in (403, 404)
+
     wait_for(late_create_rejected, 3, what="creation in the terminating namespace rejected")
     if rejected:
         assert_status(rejected[0], 403, "Forbidden")
@@ -899,6 +981,7 @@ def test_namespace_with_finalized_content_waits(apiserver):
 
 # --- discovery ---------------------------------------------------------------------------
 
+
 def test_discovery(apiserver):
     _, api = apiserver.json("GET", "/api", expect=200)
     assert api["kind"] == "APIVersions" and "v1" in api["versions"]
@@ -916,8 +999,16 @@ def test_discovery(apiserver):
     assert res["deployments"]["kind"] == "Deployment"
     assert res["deployments"]["namespaced"] is True
     assert "deploy" in res["deployments"]["shortNames"]
-    assert set(res["deployments"]["verbs"]) >= {"create", "delete", "deletecollection", "get", "list",
-                                                 "patch", "update", "watch"}
+    assert set(res["deployments"]["verbs"]) >= {
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    }
     assert "deployments/status" in res
     _, v1 = apiserver.json("GET", "/api/v1", expect=200)
     core = {r["name"]: r for r in v1["resources"]}
@@ -941,6 +1032,7 @@ def test_version(apiserver):
 
 # --- negotiation -------------------------------------------------------------------------
 
+
 def test_yaml_representation(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "y", data={"a": "1"})
     status, hdrs, body = apiserver.request("GET", cm_path(sq_ns, "y"), headers={"Accept": "application/yaml"})
@@ -952,8 +1044,11 @@ def test_yaml_representation(apiserver, sq_ns):
     assert status == 200 and yaml.safe_load(body)["kind"] == "ConfigMapList"
     # A YAML request body.
     status, hdrs, body = apiserver.request(
-        "POST", cm_path(sq_ns), "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  b: '2'\n",
-        headers={"Content-Type": "application/yaml"})
+        "POST",
+        cm_path(sq_ns),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  b: '2'\n",
+        headers={"Content-Type": "application/yaml"},
+    )
     assert status == 201, body
     assert json.loads(body)["data"] == {"b": "2"}
 
@@ -988,8 +1083,9 @@ def test_table_representation_of_pods(apiserver, sq_ns, group):
 
 def test_default_table_columns(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "dt")
-    _, tbl = apiserver.json("GET", "/apis/coordination.orch.io/v1/namespaces/default/leases",
-                            headers={"Accept": TABLE_ORCH}, expect=200)
+    _, tbl = apiserver.json(
+        "GET", "/apis/coordination.orch.io/v1/namespaces/default/leases", headers={"Accept": TABLE_ORCH}, expect=200
+    )
     assert tbl["kind"] == "Table"
     _, tbl = apiserver.json("GET", cm_path(sq_ns), headers={"Accept": TABLE_ORCH}, expect=200)
     cols = [(c["name"], c["type"]) for c in tbl["columnDefinitions"]]
@@ -1008,21 +1104,27 @@ def test_table_watch_events_are_one_row_tables(apiserver, sq_ns):
 
 
 def test_unservable_media_type_is_406(apiserver, sq_ns):
-    for accept in ("text/html", "application/json;as=Table;v=v1;g=example.com",
-                   "application/vnd.orch.protobuf;as=Table;v=v1;g=meta.orch.io"):
+    for accept in (
+        "text/html",
+        "application/json;as=Table;v=v1;g=example.com",
+        "application/vnd.orch.protobuf;as=Table;v=v1;g=meta.orch.io",
+    ):
         status, hdrs, body = apiserver.request("GET", cm_path(sq_ns), headers={"Accept": accept})
         assert status == 406, accept
         assert_status(json.loads(body), 406, "NotAcceptable")
     # A protobuf Table is not served; with JSON as the next choice the Table comes in JSON.
     status, hdrs, body = apiserver.request(
-        "GET", cm_path(sq_ns), headers={"Accept": "application/vnd.orch.protobuf;as=Table;v=v1;g=meta.orch.io, "
-                                                  "application/json"})
+        "GET",
+        cm_path(sq_ns),
+        headers={"Accept": "application/vnd.orch.protobuf;as=Table;v=v1;g=meta.orch.io, application/json"},
+    )
     assert status == 200 and hdrs["content-type"].startswith("application/json")
 
 
 def test_protobuf_body_with_a_wrong_prefix_is_400(apiserver, sq_ns):
-    status, hdrs, body = apiserver.request("POST", cm_path(sq_ns), b"k8s\x01junk",
-                                           headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
+    status, hdrs, body = apiserver.request(
+        "POST", cm_path(sq_ns), b"k8s\x01junk", headers={"Content-Type": "application/vnd.kubernetes.protobuf"}
+    )
     assert status == 400, body
     assert_status(json.loads(body), 400, "BadRequest")
 
@@ -1037,6 +1139,7 @@ def test_pretty(apiserver, sq_ns):
 
 
 # --- health, metrics ---------------------------------------------------------------------
+
 
 def test_health_endpoints(server):
     backend_check = "sqlite" if server.backend == "sqlite" else "etcd"
@@ -1084,6 +1187,7 @@ def test_metrics(apiserver, sq_ns):
 
 # --- errors, authentication --------------------------------------------------------------
 
+
 def test_invalid_object_is_422_with_causes(server, ns):
     status, doc = server.json("POST", cm_path(ns), {"metadata": {"name": "Not_A_Valid_Name"}})
     assert status == 422, doc
@@ -1098,9 +1202,20 @@ def test_invalid_object_is_422_with_causes(server, ns):
 def test_bad_requests_are_status_objects(apiserver, sq_ns):
     cases = [
         ("POST", cm_path(sq_ns), b"{not json", {"Content-Type": "application/json"}, 400),
-        ("POST", cm_path(sq_ns), b'{"kind":"Secret","metadata":{"name":"x"}}', {"Content-Type": "application/json"}, 400),
-        ("POST", cm_path(sq_ns), b'{"metadata":{"name":"x","namespace":"other"}}',
-         {"Content-Type": "application/json"}, 400),
+        (
+            "POST",
+            cm_path(sq_ns),
+            b'{"kind":"Secret","metadata":{"name":"x"}}',
+            {"Content-Type": "application/json"},
+            400,
+        ),
+        (
+            "POST",
+            cm_path(sq_ns),
+            b'{"metadata":{"name":"x","namespace":"other"}}',
+            {"Content-Type": "application/json"},
+            400,
+        ),
         ("GET", cm_path(sq_ns) + "?limit=abc", None, {}, 400),
         ("GET", "/api/v1/nosuchresources", None, {}, 404),
         ("GET", "/apis/apps/v1/namespaces/default/nosuch", None, {}, 404),
@@ -1125,13 +1240,22 @@ def test_anonymous_requests(apiserver):
 
 def test_cluster_scoped_and_grouped_kinds(apiserver):
     name = uniq("lease")
-    lease = {"apiVersion": "coordination.orch.io/v1", "kind": "Lease", "metadata": {"name": name},
-             "spec": {"holderIdentity": "me", "leaseDurationSeconds": 40}}
-    _, obj = apiserver.json("POST", "/apis/coordination.orch.io/v1/namespaces/orch-node-lease/leases", lease,
-                            expect=201)
+    lease = {
+        "apiVersion": "coordination.orch.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 40},
+    }
+    _, obj = apiserver.json(
+        "POST", "/apis/coordination.orch.io/v1/namespaces/orch-node-lease/leases", lease, expect=201
+    )
     assert obj["apiVersion"] == "coordination.orch.io/v1"
-    pc = {"apiVersion": "scheduling.orch.io/v1", "kind": "PriorityClass", "metadata": {"name": uniq("pc")},
-          "value": 1000}
+    pc = {
+        "apiVersion": "scheduling.orch.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": uniq("pc")},
+        "value": 1000,
+    }
     _, obj = apiserver.json("POST", "/apis/scheduling.orch.io/v1/priorityclasses", pc, expect=201)
     assert "namespace" not in obj["metadata"]
     _, lst = apiserver.json("GET", "/apis/coordination.orch.io/v1/leases", expect=200)
@@ -1141,6 +1265,7 @@ def test_cluster_scoped_and_grouped_kinds(apiserver):
 
 
 # --- process lifecycle -------------------------------------------------------------------
+
 
 def test_sigterm_readyz_fails_during_shutdown_delay_then_exit_0(tmp_path):
     server = ApiServerProcess(tmp_path / "d", free_port(), extra_args=("--shutdown-delay-duration", "2s"))
@@ -1158,6 +1283,7 @@ def test_sigterm_readyz_fails_during_shutdown_delay_then_exit_0(tmp_path):
             except OSError:
                 return False
             return status == 500
+
         wait_for(readyz_failing, 1.5, what="/readyz to fail during the shutdown delay")
         # Still serving other requests during the delay.
         status, _, _ = server.request("GET", "/livez", timeout=2)
@@ -1213,8 +1339,7 @@ def test_crash_safety_kill_9(tmp_path):
         assert int(after["metadata"]["resourceVersion"]) > int(last["metadata"]["resourceVersion"])
         # A list at an old version is still served from the revision log...
         first_rv = got["c00"]["metadata"]["resourceVersion"]
-        _, old = server.json("GET", cm_path(ns) + f"?resourceVersion={first_rv}&resourceVersionMatch=Exact",
-                             expect=200)
+        _, old = server.json("GET", cm_path(ns) + f"?resourceVersion={first_rv}&resourceVersionMatch=Exact", expect=200)
         assert [i["metadata"]["name"] for i in own_items(old)] == ["c00"]
         # ...while a watch from before the restart is older than the new watch history: 410 as an ERROR event.
         with server.watch(cm_path(ns) + f"?watch=true&resourceVersion={first_rv}&timeoutSeconds=5") as w:
@@ -1229,6 +1354,7 @@ def test_crash_safety_kill_9(tmp_path):
 
 def test_bad_flags_fail_with_clear_errors(tmp_path):
     from tests.apiserver_fixtures import APISERVER_BIN
+
     cases = [
         (["--storage-backend", "mysql"], "--storage-backend"),
         (["--storage-backend", "etcd3"], "--etcd-servers"),
@@ -1237,8 +1363,9 @@ def test_bad_flags_fail_with_clear_errors(tmp_path):
         (["--shutdown-delay-duration", "forever"], "--shutdown-delay-duration"),
     ]
     for args, needle in cases:
-        res = subprocess.run([str(APISERVER_BIN), "--data-dir", str(tmp_path / "x"), *args],
-                             capture_output=True, text=True, timeout=20)
+        res = subprocess.run(
+            [str(APISERVER_BIN), "--data-dir", str(tmp_path / "x"), *args], capture_output=True, text=True, timeout=20
+        )
         assert res.returncode != 0, args
         assert needle in res.stderr, (args, res.stderr)
         assert "Traceback" not in res.stderr
@@ -1246,17 +1373,31 @@ def test_bad_flags_fail_with_clear_errors(tmp_path):
 
 # --- more contract details ---------------------------------------------------------------
 
-@pytest.mark.parametrize("path, body, want", [
-    ("/api/v1/namespaces/{ns}/configmaps/put-new", {"metadata": {"name": "put-new"}}, 404),
-    ("/api/v1/namespaces/{ns}/secrets/put-new", {"metadata": {"name": "put-new"}}, 404),
-    ("/api/v1/namespaces/{ns}/endpoints/put-new", {"metadata": {"name": "put-new"}}, 201),
-    pytest.param("/apis/coordination.orch.io/v1/namespaces/{ns}/leases/put-new",
-                 {"metadata": {"name": "put-new"}, "spec": {"holderIdentity": "x"}}, 201),
-    pytest.param("/api/v1/namespaces/{ns}/events/put-new",
-                 {"metadata": {"name": "put-new"},
-                  "involvedObject": {"kind": "Pod", "name": "p", "namespace": "{ns}"},
-                  "reason": "Test", "message": "m", "type": "Normal"}, 201),
-])
+
+@pytest.mark.parametrize(
+    "path, body, want",
+    [
+        ("/api/v1/namespaces/{ns}/configmaps/put-new", {"metadata": {"name": "put-new"}}, 404),
+        ("/api/v1/namespaces/{ns}/secrets/put-new", {"metadata": {"name": "put-new"}}, 404),
+        ("/api/v1/namespaces/{ns}/endpoints/put-new", {"metadata": {"name": "put-new"}}, 201),
+        pytest.param(
+            "/apis/coordination.orch.io/v1/namespaces/{ns}/leases/put-new",
+            {"metadata": {"name": "put-new"}, "spec": {"holderIdentity": "x"}},
+            201,
+        ),
+        pytest.param(
+            "/api/v1/namespaces/{ns}/events/put-new",
+            {
+                "metadata": {"name": "put-new"},
+                "involvedObject": {"kind": "Pod", "name": "p", "namespace": "{ns}"},
+                "reason": "Test",
+                "message": "m",
+                "type": "Normal",
+            },
+            201,
+        ),
+    ],
+)
 def test_put_of_missing_object_creates_where_the_kind_allows(apiserver, sq_ns, path, body, want):
     body = json.loads(json.dumps(body).replace("{ns}", sq_ns))
     status, doc = apiserver.json("PUT", path.format(ns=sq_ns), body)
@@ -1295,10 +1436,19 @@ def test_update_keeps_system_metadata(apiserver, sq_ns):
 
 def test_generation_counts_spec_changes(apiserver, sq_ns):
     path = f"/apis/apps/v1/namespaces/{sq_ns}/deployments"
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "gen"},
-           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "gen"}},
-                    "template": {"metadata": {"labels": {"app": "gen"}},
-                                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "gen"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "gen"}},
+            "template": {
+                "metadata": {"labels": {"app": "gen"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
     _, obj = apiserver.json("POST", path, dep, expect=201)
     assert obj["metadata"]["generation"] == 1
     _, obj = apiserver.json("PATCH", f"{path}/gen", {"metadata": {"labels": {"x": "y"}}}, headers=MERGE, expect=200)
@@ -1306,8 +1456,9 @@ def test_generation_counts_spec_changes(apiserver, sq_ns):
     _, obj = apiserver.json("PATCH", f"{path}/gen", {"spec": {"replicas": 3}}, headers=MERGE, expect=200)
     assert obj["metadata"]["generation"] == 2
     # Status writes go through /status and leave spec (and generation) alone.
-    _, obj = apiserver.json("PATCH", f"{path}/gen/status", {"status": {"replicas": 3}, "spec": {"replicas": 9}},
-                            headers=MERGE, expect=200)
+    _, obj = apiserver.json(
+        "PATCH", f"{path}/gen/status", {"status": {"replicas": 3}, "spec": {"replicas": 9}}, headers=MERGE, expect=200
+    )
     assert obj["status"]["replicas"] == 3
     assert obj["spec"]["replicas"] == 3
     assert obj["metadata"]["generation"] == 2
@@ -1319,6 +1470,7 @@ def test_generation_counts_spec_changes(apiserver, sq_ns):
 def test_concurrent_patches_all_apply(server, ns):
     """Merge patches without a resourceVersion never conflict, however many writers race."""
     from concurrent.futures import ThreadPoolExecutor
+
     create_cm(server, ns, "conc", data={})
 
     def patch(i):
@@ -1333,6 +1485,7 @@ def test_concurrent_patches_all_apply(server, ns):
 
 def test_concurrent_puts_with_one_resource_version_one_wins(server, ns):
     from concurrent.futures import ThreadPoolExecutor
+
     obj = create_cm(server, ns, "race")
 
     def put(i):
@@ -1420,9 +1573,13 @@ def test_request_body_too_large_is_413(apiserver, sq_ns):
 def test_status_subresource_of_pod(server, ns):
     pods = f"/api/v1/namespaces/{ns}/pods"
     server.json("POST", pods, pod_body("st"), expect=201)
-    _, obj = server.json("PATCH", f"{pods}/st/status",
-                         {"status": {"phase": "Running", "podIP": "10.0.0.5"}, "spec": {"nodeName": "sneaky"}},
-                         headers=MERGE, expect=200)
+    _, obj = server.json(
+        "PATCH",
+        f"{pods}/st/status",
+        {"status": {"phase": "Running", "podIP": "10.0.0.5"}, "spec": {"nodeName": "sneaky"}},
+        headers=MERGE,
+        expect=200,
+    )
     assert obj["status"]["phase"] == "Running"
     assert obj["spec"].get("nodeName") in (None, "")
     _, st = server.json("GET", f"{pods}/st/status", expect=200)
@@ -1451,12 +1608,18 @@ def test_openapi_v3_for_kubectl_validation(apiserver):
         assert idx["paths"][gv]["serverRelativeURL"].startswith(f"/openapi/v3/{gv}")
     _, doc = apiserver.json("GET", idx["paths"]["apis/coordination.orch.io/v1"]["serverRelativeURL"], expect=200)
     patch = doc["paths"]["/apis/coordination.orch.io/v1/namespaces/{namespace}/leases/{name}"]["patch"]
-    assert patch["x-kubernetes-group-version-kind"] == {"group": "coordination.orch.io", "version": "v1",
-                                                       "kind": "Lease"}
+    assert patch["x-kubernetes-group-version-kind"] == {
+        "group": "coordination.orch.io",
+        "version": "v1",
+        "kind": "Lease",
+    }
     assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
     schemas = doc["components"]["schemas"]
-    assert any(s.get("x-kubernetes-group-version-kind") == [{"group": "coordination.orch.io", "version": "v1",
-                                                             "kind": "Lease"}] for s in schemas.values())
+    assert any(
+        s.get("x-kubernetes-group-version-kind")
+        == [{"group": "coordination.orch.io", "version": "v1", "kind": "Lease"}]
+        for s in schemas.values()
+    )
 
 
 def test_etcd_keys_live_under_the_prefix(apiserver_etcd, etcd):
@@ -1481,18 +1644,25 @@ def test_two_etcd_servers_share_state_and_watches(apiserver_etcd, etcd, tmp_path
     pki.mkdir(parents=True, mode=0o700)
     for f in ("ca.crt", "ca.key", "sa.key"):
         shutil.copy2(apiserver_etcd.data_dir / "pki" / f, pki / f)
-    other = ApiServerProcess(tmp_path / "second", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint,
-                             etcd_prefix=apiserver_etcd.etcd_prefix)
+    other = ApiServerProcess(
+        tmp_path / "second",
+        free_port(),
+        backend="etcd",
+        etcd_endpoint=etcd.endpoint,
+        etcd_prefix=apiserver_etcd.etcd_prefix,
+    )
     with other:
         ns = uniq("ns")
         create_namespace(apiserver_etcd, ns)
         obj = create_cm(apiserver_etcd, ns, "shared")
         _, got = other.json("GET", cm_path(ns, "shared"), expect=200)
         assert got["metadata"]["uid"] == obj["metadata"]["uid"]
-        with other.watch(cm_path(ns) + f"?watch=true&resourceVersion={obj['metadata']['resourceVersion']}"
-                                       "&timeoutSeconds=10") as w:
-            apiserver_etcd.json("PATCH", cm_path(ns, "shared"), {"data": {"k": "from-first"}}, headers=MERGE,
-                                expect=200)
+        with other.watch(
+            cm_path(ns) + f"?watch=true&resourceVersion={obj['metadata']['resourceVersion']}&timeoutSeconds=10"
+        ) as w:
+            apiserver_etcd.json(
+                "PATCH", cm_path(ns, "shared"), {"data": {"k": "from-first"}}, headers=MERGE, expect=200
+            )
             ev = w.next()
         assert ev["type"] == "MODIFIED" and ev["object"]["data"] == {"k": "from-first"}
         # Optimistic concurrency holds across servers.
@@ -1505,15 +1675,24 @@ def test_two_etcd_servers_share_state_and_watches(apiserver_etcd, etcd, tmp_path
 def test_watch_pods_by_node_sees_binding_and_graceful_deletion(server, ns):
     """What the node agent relies on: a pod entering its field selection by binding is ADDED."""
     pods = f"/api/v1/namespaces/{ns}/pods"
-    _, lst = server.json("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-w", expect=200)
+    _, lst = server.json("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-w", expect=200)
     rv = lst["metadata"]["resourceVersion"]
-    with server.watch(f"/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dnode-w&resourceVersion={rv}"
-                      "&timeoutSeconds=10") as w:
+    with server.watch(
+        f"/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dnode-w&resourceVersion={rv}&timeoutSeconds=10"
+    ) as w:
         server.json("POST", pods, pod_body("other-node", node="node-z"), expect=201)
         server.json("POST", pods, pod_body("tobind"), expect=201)
-        server.json("POST", f"{pods}/tobind/binding",
-                    {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "tobind"},
-                     "target": {"kind": "Node", "name": "node-w"}}, expect=201)
+        server.json(
+            "POST",
+            f"{pods}/tobind/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "tobind"},
+                "target": {"kind": "Node", "name": "node-w"},
+            },
+            expect=201,
+        )
         ev = w.next()
         assert (ev["type"], ev["object"]["metadata"]["name"]) == ("ADDED", "tobind")
         assert ev["object"]["spec"]["nodeName"] == "node-w"
@@ -1528,21 +1707,28 @@ def test_watch_pods_by_node_sees_binding_and_graceful_deletion(server, ns):
 def test_event_field_selectors(apiserver, sq_ns):
     evs = f"/api/v1/namespaces/{sq_ns}/events"
     for name, obj in (("e1", "pod-a"), ("e2", "pod-b")):
-        apiserver.json("POST", evs, {"metadata": {"name": name},
-                                     "involvedObject": {"kind": "Pod", "name": obj, "namespace": sq_ns},
-                                     "reason": "Started", "message": "m", "type": "Normal"}, expect=201)
+        apiserver.json(
+            "POST",
+            evs,
+            {
+                "metadata": {"name": name},
+                "involvedObject": {"kind": "Pod", "name": obj, "namespace": sq_ns},
+                "reason": "Started",
+                "message": "m",
+                "type": "Normal",
+            },
+            expect=201,
+        )
     assert list_names(apiserver, evs + "?fieldSelector=" + quote("involvedObject.name=pod-b")) == ["e2"]
     assert sorted(list_names(apiserver, evs + "?fieldSelector=" + quote("involvedObject.kind=Pod"))) == ["e1", "e2"]
 
 
 def test_table_include_object(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "inc", data={"a": "1"})
-    _, tbl = apiserver.json("GET", cm_path(sq_ns) + "?includeObject=Object", headers={"Accept": TABLE_K8S},
-                            expect=200)
+    _, tbl = apiserver.json("GET", cm_path(sq_ns) + "?includeObject=Object", headers={"Accept": TABLE_K8S}, expect=200)
     assert tbl["rows"][0]["object"]["kind"] == "ConfigMap"
     assert tbl["rows"][0]["object"]["data"] == {"a": "1"}
-    _, tbl = apiserver.json("GET", cm_path(sq_ns) + "?includeObject=None", headers={"Accept": TABLE_K8S},
-                            expect=200)
+    _, tbl = apiserver.json("GET", cm_path(sq_ns) + "?includeObject=None", headers={"Accept": TABLE_K8S}, expect=200)
     assert "object" not in tbl["rows"][0]
     _, tbl = apiserver.json("GET", cm_path(sq_ns), headers={"Accept": TABLE_K8S}, expect=200)
     obj = tbl["rows"][0]["object"]
@@ -1568,8 +1754,9 @@ def test_post_to_all_namespaces_collection_is_405(apiserver):
 
 
 def test_field_validation_strict_rejects_unknown_fields(apiserver, sq_ns):
-    status, doc = apiserver.json("POST", cm_path(sq_ns) + "?fieldValidation=Strict",
-                                 {"metadata": {"name": "fv"}, "bogus": 1, "data": {"a": "b"}})
+    status, doc = apiserver.json(
+        "POST", cm_path(sq_ns) + "?fieldValidation=Strict", {"metadata": {"name": "fv"}, "bogus": 1, "data": {"a": "b"}}
+    )
     assert status == 400, doc
     assert_status(doc, 400, "BadRequest")
     assert "bogus" in doc["message"]
@@ -1584,10 +1771,16 @@ def test_field_types_are_checked(apiserver, sq_ns):
 def test_noop_update_with_reordered_keys_keeps_resource_version(server, ns):
     obj = create_cm(server, ns, "reorder", labels={"a": "1", "b": "2"}, data={"x": "1", "y": "2"})
     md = obj["metadata"]
-    body = {"data": {"y": "2", "x": "1"},
-            "metadata": {"labels": {"b": "2", "a": "1"}, "resourceVersion": md["resourceVersion"],
-                         **{k: md[k] for k in reversed(list(md)) if k not in ("labels", "resourceVersion")}},
-            "kind": "ConfigMap", "apiVersion": "v1"}
+    body = {
+        "data": {"y": "2", "x": "1"},
+        "metadata": {
+            "labels": {"b": "2", "a": "1"},
+            "resourceVersion": md["resourceVersion"],
+            **{k: md[k] for k in reversed(list(md)) if k not in ("labels", "resourceVersion")},
+        },
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+    }
     _, same = server.json("PUT", cm_path(ns, "reorder"), body, expect=200)
     assert same["metadata"]["resourceVersion"] == md["resourceVersion"]
 
@@ -1598,12 +1791,15 @@ def test_paged_list_across_namespaces_counts_remaining(server, ns):
     _, full = server.json("GET", "/api/v1/configmaps", expect=200)
     rv, total = full["metadata"]["resourceVersion"], len(full["items"])
     assert total >= 3
-    _, page = server.json("GET", f"/api/v1/configmaps?limit=1&resourceVersion={rv}&resourceVersionMatch=Exact",
-                          expect=200)
+    _, page = server.json(
+        "GET", f"/api/v1/configmaps?limit=1&resourceVersion={rv}&resourceVersionMatch=Exact", expect=200
+    )
     assert page["metadata"]["resourceVersion"] == rv
     assert page["metadata"]["remainingItemCount"] == total - 1
-    names, token = [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in page["items"]], \
-        page["metadata"]["continue"]
+    names, token = (
+        [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in page["items"]],
+        page["metadata"]["continue"],
+    )
     while token:
         _, page = server.json("GET", f"/api/v1/configmaps?limit=2&continue={quote(token)}", expect=200)
         assert page["metadata"]["resourceVersion"] == rv
@@ -1614,10 +1810,19 @@ def test_paged_list_across_namespaces_counts_remaining(server, ns):
 
 def test_scale_subresource(apiserver, sq_ns):
     path = f"/apis/apps/v1/namespaces/{sq_ns}/deployments"
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sc"},
-           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sc"}},
-                    "template": {"metadata": {"labels": {"app": "sc"}},
-                                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "sc"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "sc"}},
+            "template": {
+                "metadata": {"labels": {"app": "sc"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
     apiserver.json("POST", path, dep, expect=201)
     _, scale = apiserver.json("GET", f"{path}/sc/scale", expect=200)
     assert scale["kind"] == "Scale" and scale["apiVersion"] == "autoscaling/v1"
@@ -1638,8 +1843,9 @@ def test_namespace_watch_sees_terminating_then_deleted(apiserver):
     name = uniq("ns")
     _, nsobj = apiserver.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
     rv = nsobj["metadata"]["resourceVersion"]
-    with apiserver.watch(f"/api/v1/namespaces?watch=true&fieldSelector=metadata.name%3D{name}"
-                         f"&resourceVersion={rv}&timeoutSeconds=10") as w:
+    with apiserver.watch(
+        f"/api/v1/namespaces?watch=true&fieldSelector=metadata.name%3D{name}&resourceVersion={rv}&timeoutSeconds=10"
+    ) as w:
         apiserver.json("DELETE", f"/api/v1/namespaces/{name}", expect=(200, 202))
         evs = [w.next()]
         while evs[-1]["type"] != "DELETED":
@@ -1661,7 +1867,6 @@ def test_objects_created_during_namespace_deletion_do_not_leak(server):
     for ns in names:
         wait_for(gone(server, f"/api/v1/namespaces/{ns}"), 5, what=f"namespace {ns} deleted")
         assert list_names(server, f"/api/v1/configmaps?fieldSelector=metadata.namespace%3D{ns}") == []
-
 
 
 def _post_in_two_parts(server, path: str, body: bytes, pause: float = 0.2) -> tuple[int, dict]:
@@ -1690,18 +1895,21 @@ def test_body_sent_in_two_parts_is_read_whole(apiserver, sq_ns):
 
 def test_json_patch_operations_and_escaping(apiserver, sq_ns):
     create_cm(apiserver, sq_ns, "jpe", data={"a": "1", "b": "2"}, finalizers=["example.com/one"])
-    ops = [{"op": "add", "path": "/metadata/annotations", "value": {}},
-           {"op": "add", "path": "/metadata/annotations/example.com~1note", "value": "hi"},
-           {"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/two"},
-           {"op": "copy", "from": "/data/a", "path": "/data/c"},
-           {"op": "move", "from": "/data/b", "path": "/data/d"},
-           {"op": "remove", "path": "/data/a"}]
+    ops = [
+        {"op": "add", "path": "/metadata/annotations", "value": {}},
+        {"op": "add", "path": "/metadata/annotations/example.com~1note", "value": "hi"},
+        {"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/two"},
+        {"op": "copy", "from": "/data/a", "path": "/data/c"},
+        {"op": "move", "from": "/data/b", "path": "/data/d"},
+        {"op": "remove", "path": "/data/a"},
+    ]
     _, obj = apiserver.json("PATCH", cm_path(sq_ns, "jpe"), ops, headers=JSONPATCH, expect=200)
     assert obj["metadata"]["annotations"] == {"example.com/note": "hi"}
     assert obj["metadata"]["finalizers"] == ["example.com/one", "example.com/two"]
     assert obj["data"] == {"c": "1", "d": "2"}
-    status, doc = apiserver.json("PATCH", cm_path(sq_ns, "jpe"), [{"op": "remove", "path": "/data/missing"}],
-                                 headers=JSONPATCH)
+    status, doc = apiserver.json(
+        "PATCH", cm_path(sq_ns, "jpe"), [{"op": "remove", "path": "/data/missing"}], headers=JSONPATCH
+    )
     assert status == 422, doc
     assert_status(doc, 422)
     status, doc = apiserver.json("PATCH", cm_path(sq_ns, "jpe"), {"op": "not-a-list"}, headers=JSONPATCH)
@@ -1747,10 +1955,17 @@ def test_create_right_after_namespace_deletion_is_refused(server):
 
 
 def test_created_objects_carry_upstream_defaults(apiserver, sq_ns):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "defaults"},
-           "spec": {"containers": [{"name": "c", "image": "orch.local/busybox:1",
-                                    "ports": [{"containerPort": 80}]},
-                                   {"name": "latest", "image": "orch.local/busybox"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "defaults"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "orch.local/busybox:1", "ports": [{"containerPort": 80}]},
+                {"name": "latest", "image": "orch.local/busybox"},
+            ]
+        },
+    }
     _, obj = apiserver.json("POST", f"/api/v1/namespaces/{sq_ns}/pods", pod, expect=201)
     spec = obj["spec"]
     assert spec["restartPolicy"] == "Always" and spec["dnsPolicy"] == "ClusterFirst"
@@ -1759,8 +1974,12 @@ def test_created_objects_carry_upstream_defaults(apiserver, sq_ns):
     assert first["imagePullPolicy"] == "IfNotPresent" and second["imagePullPolicy"] == "Always"
     assert first["terminationMessagePath"] == "/dev/termination-log"
     assert first["ports"][0]["protocol"] == "TCP"
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "defaults"},
-           "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}}
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "defaults"},
+        "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]},
+    }
     _, obj = apiserver.json("POST", f"/api/v1/namespaces/{sq_ns}/services", svc, expect=201)
     assert obj["spec"]["type"] == "ClusterIP" and obj["spec"]["sessionAffinity"] == "None"
     assert obj["spec"]["ports"][0]["protocol"] == "TCP" and obj["spec"]["ports"][0]["targetPort"] == 80

@@ -43,9 +43,13 @@ def cm_path(ns: str, name: str = "") -> str:
 
 
 def deployment(name: str, replicas: int | None = None, containers=None, labels=None) -> dict:
-    spec: dict = {"selector": {"matchLabels": {"app": name}},
-                  "template": {"metadata": {"labels": {"app": name}},
-                               "spec": {"containers": containers or [{"name": "web", "image": "busybox:1"}]}}}
+    spec: dict = {
+        "selector": {"matchLabels": {"app": name}},
+        "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"containers": containers or [{"name": "web", "image": "busybox:1"}]},
+        },
+    }
     if replicas is not None:
         spec["replicas"] = replicas
     md: dict = {"name": name}
@@ -77,17 +81,20 @@ def owns(obj: dict, manager: str, op: str, *path: str) -> bool:
 
 # --- the ownership table ------------------------------------------------------------------
 
+
 def test_non_apply_writers_become_update_managers_without_conflicts(apiserver, ns):
     name = uniq("cm")
-    _, created = apiserver.json("POST", cm_path(ns) + q(fieldManager="creator"), configmap(name, {"a": "1"}),
-                                expect=201)
+    _, created = apiserver.json(
+        "POST", cm_path(ns) + q(fieldManager="creator"), configmap(name, {"a": "1"}), expect=201
+    )
     assert managers(created) == {("creator", "Update"): {"f:data": {".": {}, "f:a": {}}}}
     e = created["metadata"]["managedFields"][0]
     assert e["apiVersion"] == "v1" and e["fieldsType"] == "FieldsV1" and e["time"].endswith("Z")
     applied = apply(apiserver, cm_path(ns, name), configmap(name, {"b": "2"}), "applier")
     # A merge patch changes a field the applier owns: no conflict, the patcher takes it.
-    _, patched = apiserver.json("PATCH", cm_path(ns, name) + q(fieldManager="patcher"), {"data": {"b": "3"}},
-                                MERGE, expect=200)
+    _, patched = apiserver.json(
+        "PATCH", cm_path(ns, name) + q(fieldManager="patcher"), {"data": {"b": "3"}}, MERGE, expect=200
+    )
     assert owns(patched, "patcher", "Update", "f:data", "f:b")
     assert not owns(patched, "applier", "Apply", "f:data", "f:b")
     assert ("applier", "Apply") not in managers(patched)  # it owned nothing else
@@ -102,12 +109,19 @@ def test_non_apply_writers_become_update_managers_without_conflicts(apiserver, n
 def test_apply_conflict_is_rejected_and_changes_nothing(apiserver, ns):
     name = uniq("d")
     first = apply(apiserver, deploy_path(ns, name), deployment(name, replicas=2), "alice")
-    status, doc = apiserver.json("PATCH", deploy_path(ns, name) + q(fieldManager="bob"),
-                                 json.dumps(deployment(name, replicas=5)), APPLY)
+    status, doc = apiserver.json(
+        "PATCH", deploy_path(ns, name) + q(fieldManager="bob"), json.dumps(deployment(name, replicas=5)), APPLY
+    )
     assert status == 409 and doc["kind"] == "Status" and doc["reason"] == "Conflict"
     assert doc["message"] == 'Apply failed with 1 conflict: conflict with "alice": .spec.replicas'
-    assert doc["details"]["causes"] == [{"reason": "FieldManagerConflict", "type": "FieldManagerConflict",
-                                         "message": 'conflict with "alice"', "field": ".spec.replicas"}]
+    assert doc["details"]["causes"] == [
+        {
+            "reason": "FieldManagerConflict",
+            "type": "FieldManagerConflict",
+            "message": 'conflict with "alice"',
+            "field": ".spec.replicas",
+        }
+    ]
     _, now = apiserver.json("GET", deploy_path(ns, name), expect=200)
     assert now["spec"]["replicas"] == 2
     assert now["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
@@ -128,8 +142,9 @@ def test_equal_values_are_shared_and_a_later_change_conflicts(apiserver, ns):
     shared = apply(apiserver, deploy_path(ns, name), deployment(name, replicas=3), "bob")
     assert owns(shared, "alice", "Apply", "f:spec", "f:replicas")
     assert owns(shared, "bob", "Apply", "f:spec", "f:replicas")
-    status, doc = apiserver.json("PATCH", deploy_path(ns, name) + q(fieldManager="alice"),
-                                 json.dumps(deployment(name, replicas=4)), APPLY)
+    status, doc = apiserver.json(
+        "PATCH", deploy_path(ns, name) + q(fieldManager="alice"), json.dumps(deployment(name, replicas=4)), APPLY
+    )
     assert status == 409 and '"bob"' in doc["message"] and ".spec.replicas" in doc["message"]
 
 
@@ -154,8 +169,10 @@ def test_omitted_field_with_other_owners_is_kept_and_the_claim_dropped(apiserver
 
 def test_omitted_list_items_are_removed_unless_others_own_them(apiserver, ns):
     name = uniq("d")
-    two = [{"name": "web", "image": "busybox:1", "ports": [{"containerPort": 80}, {"containerPort": 81}]},
-           {"name": "side", "image": "busybox:1"}]
+    two = [
+        {"name": "web", "image": "busybox:1", "ports": [{"containerPort": 80}, {"containerPort": 81}]},
+        {"name": "side", "image": "busybox:1"},
+    ]
     apply(apiserver, deploy_path(ns, name), deployment(name, containers=two), "alice")
     one = [{"name": "web", "image": "busybox:1", "ports": [{"containerPort": 80}]}]
     out = apply(apiserver, deploy_path(ns, name), deployment(name, containers=one), "alice")
@@ -164,8 +181,9 @@ def test_omitted_list_items_are_removed_unless_others_own_them(apiserver, ns):
     assert [p["containerPort"] for p in cs[0]["ports"]] == [80]
     # An item another manager also applied stays when this one drops it.
     apply(apiserver, deploy_path(ns, name), deployment(name, containers=two), "alice")
-    apply(apiserver, deploy_path(ns, name), deployment(name, containers=[{"name": "side", "image": "busybox:1"}]),
-          "bob")
+    apply(
+        apiserver, deploy_path(ns, name), deployment(name, containers=[{"name": "side", "image": "busybox:1"}]), "bob"
+    )
     out = apply(apiserver, deploy_path(ns, name), deployment(name, containers=one), "alice")
     assert sorted(c["name"] for c in out["spec"]["template"]["spec"]["containers"]) == ["side", "web"]
 
@@ -173,27 +191,42 @@ def test_omitted_list_items_are_removed_unless_others_own_them(apiserver, ns):
 def test_manager_owning_nothing_is_removed_automatically(apiserver, ns):
     name = uniq("d")
     apply(apiserver, deploy_path(ns, name), deployment(name), "owner")
-    apply(apiserver, deploy_path(ns, name), {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "metadata": {"name": name}, "spec": {"replicas": 4}}, "handover")
-    _, out = apiserver.json("PATCH", deploy_path(ns, name) + q(fieldManager="scaler"), {"spec": {"replicas": 6}},
-                            MERGE, expect=200)
+    apply(
+        apiserver,
+        deploy_path(ns, name),
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}, "spec": {"replicas": 4}},
+        "handover",
+    )
+    _, out = apiserver.json(
+        "PATCH", deploy_path(ns, name) + q(fieldManager="scaler"), {"spec": {"replicas": 6}}, MERGE, expect=200
+    )
     assert ("handover", "Apply") not in managers(out)
     assert owns(out, "scaler", "Update", "f:spec", "f:replicas")
 
 
 # --- reset rules, create-through-apply, dry run, request checks -----------------------------
 
+
 def test_managed_fields_reset_by_merge_patch_and_json_patch(apiserver, ns):
     name = uniq("cm")
     apply(apiserver, cm_path(ns, name), configmap(name, {"a": "1"}), "alice")
     _, out = apiserver.json("PATCH", cm_path(ns, name), {"metadata": {"managedFields": []}}, MERGE, expect=200)
     assert ("alice", "Apply") in managers(out)  # an empty list does not reset
-    _, out = apiserver.json("PATCH", cm_path(ns, name) + q(fieldManager="resetter"),
-                            {"metadata": {"managedFields": [{}]}, "data": {"b": "2"}}, MERGE, expect=200)
+    _, out = apiserver.json(
+        "PATCH",
+        cm_path(ns, name) + q(fieldManager="resetter"),
+        {"metadata": {"managedFields": [{}]}, "data": {"b": "2"}},
+        MERGE,
+        expect=200,
+    )
     assert managers(out) == {("resetter", "Update"): {"f:data": {"f:b": {}}}}
-    _, out = apiserver.json("PATCH", cm_path(ns, name),
-                            [{"op": "replace", "path": "/metadata/managedFields", "value": [{}]}], JSONPATCH,
-                            expect=200)
+    _, out = apiserver.json(
+        "PATCH",
+        cm_path(ns, name),
+        [{"op": "replace", "path": "/metadata/managedFields", "value": [{}]}],
+        JSONPATCH,
+        expect=200,
+    )
     assert "managedFields" not in out["metadata"]
 
 
@@ -216,9 +249,12 @@ def test_create_through_apply_dry_run_and_request_checks(apiserver, ns):
     yaml_body = f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: '3'\n"
     status, doc = apiserver.json("PATCH", cm_path(ns, name) + q(fieldManager="alice"), yaml_body, APPLY)
     assert status == 200 and doc["data"] == {"a": "3"}
-    status, doc = apiserver.json("PATCH", cm_path(ns, name) + q(fieldManager="alice"),
-                                 json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
-                                 APPLY)
+    status, doc = apiserver.json(
+        "PATCH",
+        cm_path(ns, name) + q(fieldManager="alice"),
+        json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}}),
+        APPLY,
+    )
     assert status == 400
 
 
@@ -228,16 +264,18 @@ def test_kubernetes_python_client_server_side_apply(k8s_client, apiserver, ns):
     name = uniq("cm")
     body = configmap(name, {"k": "v1"})
     # The generated client's PATCH sends the content type it is told to: apply.
-    out = api.patch_namespaced_config_map(name, ns, body, field_manager="py-client",
-                                          _content_type=APPLY["Content-Type"])
+    out = api.patch_namespaced_config_map(
+        name, ns, body, field_manager="py-client", _content_type=APPLY["Content-Type"]
+    )
     assert out.data == {"k": "v1"}
     assert [(e.manager, e.operation) for e in out.metadata.managed_fields] == [("py-client", "Apply")]
     body["data"] = {"k": "v2"}
     with pytest.raises(kubernetes.client.ApiException) as ei:
         api.patch_namespaced_config_map(name, ns, body, field_manager="other", _content_type=APPLY["Content-Type"])
     assert ei.value.status == 409 and ".data.k" in ei.value.body
-    out = api.patch_namespaced_config_map(name, ns, body, field_manager="other", force=True,
-                                          _content_type=APPLY["Content-Type"])
+    out = api.patch_namespaced_config_map(
+        name, ns, body, field_manager="other", force=True, _content_type=APPLY["Content-Type"]
+    )
     assert out.data == {"k": "v2"}
     assert [(e.manager, e.operation) for e in out.metadata.managed_fields] == [("other", "Apply")]
     patched = api.patch_namespaced_config_map(name, ns, {"data": {"k": "v3"}}, field_manager="py-merge")

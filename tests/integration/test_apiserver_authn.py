@@ -39,9 +39,7 @@ WHOAMI = f"{AUTHN}/selfsubjectreviews"
 ISSUER = "https://issuer.test"
 OLD_ISSUER = "https://old-issuer.test"
 NS = "authn"
-TOKENS_CSV = ('alice-token-0001,alice,uid-alice,"system:masters,devs"\n'
-              "\n"
-              "bob-token-0002,bob,uid-bob\n")
+TOKENS_CSV = 'alice-token-0001,alice,uid-alice,"system:masters,devs"\n\nbob-token-0002,bob,uid-bob\n'
 SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]{5}"
 
 
@@ -61,8 +59,9 @@ def wait_for(fn, timeout: float = 5.0, what: str = "condition"):
 
 
 def pem_private(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def pem_public(key) -> bytes:
@@ -81,8 +80,7 @@ class Server:
         h = dict(headers or {})
         if token is not None:
             h["Authorization"] = f"Bearer {token}"
-        return self.proc.json(method, path, body if body is not None or method != "POST" else {}, h,
-                              client_cert=False)
+        return self.proc.json(method, path, body if body is not None or method != "POST" else {}, h, client_cert=False)
 
     def admin(self, method: str, path: str, body=None, expect=None):
         return self.proc.json(method, path, body, expect=expect)[1]
@@ -101,11 +99,23 @@ def main(tmp_path_factory):
     (d / "sign.pem").write_bytes(pem_private(signing))
     (d / "extra.pub").write_bytes(pem_public(extra))
     (d / "tokens.csv").write_text(TOKENS_CSV)
-    proc = ApiServerProcess(d / "data", free_port(), extra_args=[
-        "--token-auth-file", str(d / "tokens.csv"), "--enable-bootstrap-token-auth",
-        "--service-account-signing-key-file", str(d / "sign.pem"),
-        "--service-account-key-file", str(d / "extra.pub"),
-        "--service-account-issuer", ISSUER, "--service-account-issuer", OLD_ISSUER])
+    proc = ApiServerProcess(
+        d / "data",
+        free_port(),
+        extra_args=[
+            "--token-auth-file",
+            str(d / "tokens.csv"),
+            "--enable-bootstrap-token-auth",
+            "--service-account-signing-key-file",
+            str(d / "sign.pem"),
+            "--service-account-key-file",
+            str(d / "extra.pub"),
+            "--service-account-issuer",
+            ISSUER,
+            "--service-account-issuer",
+            OLD_ISSUER,
+        ],
+    )
     with proc:
         proc.json("POST", "/api/v1/namespaces", {"metadata": {"name": NS}}, expect=201)
         yield Server(proc, signing, extra, stranger)
@@ -113,8 +123,15 @@ def main(tmp_path_factory):
 
 def assert_401(status: int, doc):
     assert status == 401, doc
-    assert doc == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                   "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+    assert doc == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Unauthorized",
+        "reason": "Unauthorized",
+        "code": 401,
+    }
 
 
 def user_of(doc: dict) -> dict:
@@ -123,6 +140,7 @@ def user_of(doc: dict) -> dict:
 
 
 # --- client certificates ------------------------------------------------------------------------------
+
 
 def _cert_context(server: ApiServerProcess, cert, key) -> ssl.SSLContext:
     d = server.data_dir
@@ -134,8 +152,9 @@ def _cert_context(server: ApiServerProcess, cert, key) -> ssl.SSLContext:
     return ctx
 
 
-def _request_with(server: ApiServerProcess, ctx: ssl.SSLContext, method: str, path: str,
-                  token: str | None = None) -> tuple[int, dict]:
+def _request_with(
+    server: ApiServerProcess, ctx: ssl.SSLContext, method: str, path: str, token: str | None = None
+) -> tuple[int, dict]:
     conn = http.client.HTTPSConnection(server.host, server.port, timeout=10, context=ctx)
     headers = {"Content-Type": "application/json"}
     if token is not None:
@@ -161,24 +180,43 @@ def _client_certificates(server: ApiServerProcess) -> dict[str, ssl.SSLContext]:
     now = _dt.datetime.now(_dt.timezone.utc)
 
     def ours(cn: str, nb: _dt.datetime, na: _dt.datetime, eku=x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH):
-        return (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-                                         x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
-                .issuer_name(ca_cert.subject).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(nb).not_valid_after(na)
-                .add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
-                .sign(ca_key, hashes.SHA256()))
+        return (
+            x509.CertificateBuilder()
+            .subject_name(
+                x509.Name(
+                    [
+                        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                        x509.NameAttribute(NameOID.COMMON_NAME, cn),
+                    ]
+                )
+            )
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(nb)
+            .not_valid_after(na)
+            .add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
 
     other_ca, other_key = make_ca("not-the-cluster-ca")
     certs = {
         "valid": (sign_leaf(ca_cert, ca_key, key.public_key(), "cert-admin", ["system:masters"], client=True), key),
-        "forged": (sign_leaf(other_ca, other_key, key.public_key(), "cert-admin", ["system:masters"], client=True),
-                   key),
+        "forged": (
+            sign_leaf(other_ca, other_key, key.public_key(), "cert-admin", ["system:masters"], client=True),
+            key,
+        ),
         "expired": (ours("late", now - _dt.timedelta(days=2), now - _dt.timedelta(days=1)), key),
         "not yet valid": (ours("early", now + _dt.timedelta(days=1), now + _dt.timedelta(days=2)), key),
-        "server auth only": (ours("server", now - _dt.timedelta(days=1), now + _dt.timedelta(days=1),
-                                  x509.oid.ExtendedKeyUsageOID.SERVER_AUTH), key),
+        "server auth only": (
+            ours(
+                "server",
+                now - _dt.timedelta(days=1),
+                now + _dt.timedelta(days=1),
+                x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
+            ),
+            key,
+        ),
         "CA certificate": (ca_cert, ca_key),
     }
     return {what: _cert_context(server, cert, k) for what, (cert, k) in certs.items()}
@@ -192,8 +230,10 @@ def _check_certificate_matrix(server: ApiServerProcess, token: str | None = None
     status, doc = _request_with(server, contexts["valid"], "GET", "/api/v1/namespaces")
     assert status == 200 and doc["kind"] == "NamespaceList", doc
     status, doc = _post_with(server, contexts["valid"], WHOAMI)
-    assert status == 201 and user_of(doc) == {"username": "cert-admin",
-                                              "groups": ["system:masters", "system:authenticated"]}
+    assert status == 201 and user_of(doc) == {
+        "username": "cert-admin",
+        "groups": ["system:masters", "system:authenticated"],
+    }
     for what, ctx in contexts.items():
         if what == "valid":
             continue
@@ -206,8 +246,13 @@ def _check_certificate_matrix(server: ApiServerProcess, token: str | None = None
             assert status == 201 and user_of(doc)["username"] == "alice", (what, doc)
     # The reason is in the server's log (the client only sees "Unauthorized").
     text = server.log_path.read_text(errors="replace")
-    for reason in ("x509: certificate signed by unknown authority", "has expired or is not yet valid",
-                   "is before", "incompatible key usage", "CA certificate cannot be used as a client certificate"):
+    for reason in (
+        "x509: certificate signed by unknown authority",
+        "has expired or is not yet valid",
+        "is before",
+        "incompatible key usage",
+        "CA certificate cannot be used as a client certificate",
+    ):
         assert reason in text, reason
     assert "stay verified in the TLS handshake" not in text
 
@@ -215,8 +260,10 @@ def _check_certificate_matrix(server: ApiServerProcess, token: str | None = None
 def test_client_certificates(main):
     p = main.proc
     status, doc = p.json("POST", WHOAMI, {})
-    assert status == 201 and user_of(doc) == {"username": names.ADMIN_USER,
-                                              "groups": ["system:masters", "system:authenticated"]}
+    assert status == 201 and user_of(doc) == {
+        "username": names.ADMIN_USER,
+        "groups": ["system:masters", "system:authenticated"],
+    }
     ca_cert, ca_key = Pki(str(p.data_dir)).load_ca()
     key = new_key()
     jane = sign_leaf(ca_cert, ca_key, key.public_key(), "jane", ["devs", "ops"], client=True)
@@ -236,10 +283,14 @@ def test_client_certificates_without_anonymous(tmp_path):
 
 # --- static token file ---------------------------------------------------------------------------------
 
+
 def test_static_token_file(main):
     status, doc = main.whoami("alice-token-0001")
-    assert status == 201 and user_of(doc) == {"username": "alice", "uid": "uid-alice",
-                                              "groups": ["system:masters", "devs", "system:authenticated"]}
+    assert status == 201 and user_of(doc) == {
+        "username": "alice",
+        "uid": "uid-alice",
+        "groups": ["system:masters", "devs", "system:authenticated"],
+    }
     status, doc = main.anon("GET", "/api/v1/namespaces", token="alice-token-0001")
     assert status == 200 and doc["kind"] == "NamespaceList"
     status, doc = main.whoami("bob-token-0002")
@@ -255,27 +306,41 @@ def test_static_token_file(main):
 
 # --- bootstrap tokens ---------------------------------------------------------------------------------
 
+
 def _b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
 def _bootstrap_secret(main, token_id: str, secret: str, **data) -> None:
-    values = {"token-id": token_id, "token-secret": secret, "usage-bootstrap-authentication": "true",
-              **{k.replace("_", "-"): v for k, v in data.items()}}
-    main.admin("POST", f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets",
-               {"metadata": {"name": f"{names.BOOTSTRAP_TOKEN_SECRET_PREFIX}{token_id}"},
-                "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE, "data": {k: _b64(v) for k, v in values.items()}},
-               expect=201)
+    values = {
+        "token-id": token_id,
+        "token-secret": secret,
+        "usage-bootstrap-authentication": "true",
+        **{k.replace("_", "-"): v for k, v in data.items()},
+    }
+    main.admin(
+        "POST",
+        f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets",
+        {
+            "metadata": {"name": f"{names.BOOTSTRAP_TOKEN_SECRET_PREFIX}{token_id}"},
+            "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
+            "data": {k: _b64(v) for k, v in values.items()},
+        },
+        expect=201,
+    )
 
 
 def test_bootstrap_tokens(main):
     future = (_dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _bootstrap_secret(main, "abcdef", "0123456789abcdef", expiration=future,
-                      auth_extra_groups="system:bootstrappers:workers")
+    _bootstrap_secret(
+        main, "abcdef", "0123456789abcdef", expiration=future, auth_extra_groups="system:bootstrappers:workers"
+    )
     status, doc = main.whoami("abcdef.0123456789abcdef")
     assert status == 201, doc
-    assert user_of(doc) == {"username": "system:bootstrap:abcdef",
-                            "groups": ["system:bootstrappers", "system:bootstrappers:workers", "system:authenticated"]}
+    assert user_of(doc) == {
+        "username": "system:bootstrap:abcdef",
+        "groups": ["system:bootstrappers", "system:bootstrappers:workers", "system:authenticated"],
+    }
     assert_401(*main.whoami("abcdef.0123456789abcdee"))  # wrong secret
     assert_401(*main.whoami("zzzzzz.0123456789abcdef"))  # no such token
     _bootstrap_secret(main, "expire", "0123456789abcdef", expiration="2020-01-01T00:00:00Z")
@@ -291,9 +356,11 @@ def test_bootstrap_tokens(main):
 
 # --- service-account tokens -----------------------------------------------------------------------------
 
+
 def _service_account(main, name: str, ns: str = NS, **fields) -> dict:
-    return main.admin("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": name}, **fields},
-                      expect=201)
+    return main.admin(
+        "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": name}, **fields}, expect=201
+    )
 
 
 def _token_request(main, name: str, spec: dict | None = None, ns: str = NS, expect=201) -> dict:
@@ -303,8 +370,15 @@ def _token_request(main, name: str, spec: dict | None = None, ns: str = NS, expe
 
 def _claims(ns: str, name: str, uid: str, *, iss: str = ISSUER, aud=(ISSUER,), exp_in: int = 3600) -> dict:
     now = int(time.time())
-    return {"iss": iss, "sub": f"system:serviceaccount:{ns}:{name}", "aud": list(aud), "iat": now, "nbf": now,
-            "exp": now + exp_in, "orch.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": uid}}}
+    return {
+        "iss": iss,
+        "sub": f"system:serviceaccount:{ns}:{name}",
+        "aud": list(aud),
+        "iat": now,
+        "nbf": now,
+        "exp": now + exp_in,
+        "orch.io": {"namespace": ns, "serviceaccount": {"name": name, "uid": uid}},
+    }
 
 
 def test_token_request_and_review_round_trip(main):
@@ -320,23 +394,31 @@ def test_token_request_and_review_round_trip(main):
     claims = jwt.decode_unverified(token)[1]
     assert claims["iss"] == ISSUER and claims["sub"] == f"system:serviceaccount:{NS}:robot"
     assert claims["orch.io"] == {"namespace": NS, "serviceaccount": {"name": "robot", "uid": uid}}
-    expected = {"username": f"system:serviceaccount:{NS}:robot", "uid": uid,
-                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"]}
+    expected = {
+        "username": f"system:serviceaccount:{NS}:robot",
+        "uid": uid,
+        "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"],
+    }
     status, doc = main.whoami(token)
     assert status == 201 and user_of(doc) == expected
     review = main.admin("POST", f"{AUTHN}/tokenreviews", {"spec": {"token": token}}, expect=201)
     assert review["kind"] == "TokenReview"
     assert review["status"] == {"authenticated": True, "user": expected, "audiences": [ISSUER]}
-    review = main.admin("POST", f"{AUTHN}/tokenreviews", {"spec": {"token": token, "audiences": ["elsewhere"]}},
-                        expect=201)
+    review = main.admin(
+        "POST", f"{AUTHN}/tokenreviews", {"spec": {"token": token, "audiences": ["elsewhere"]}}, expect=201
+    )
     assert review["status"]["authenticated"] is False
     assert "invalid for the target audiences" in review["status"]["error"]
     # A token for another audience does not open this API; TokenReview for that audience accepts it.
     other = _token_request(main, "robot", {"audiences": ["vault"], "expirationSeconds": 7200})
     assert other["spec"]["expirationSeconds"] == 7200
     assert_401(*main.whoami(other["status"]["token"]))
-    review = main.admin("POST", f"{AUTHN}/tokenreviews",
-                        {"spec": {"token": other["status"]["token"], "audiences": ["vault"]}}, expect=201)
+    review = main.admin(
+        "POST",
+        f"{AUTHN}/tokenreviews",
+        {"spec": {"token": other["status"]["token"], "audiences": ["vault"]}},
+        expect=201,
+    )
     assert review["status"]["authenticated"] is True and review["status"]["audiences"] == ["vault"]
     status, doc = main.proc.json("POST", f"{AUTHN}/tokenreviews", {"spec": {}})
     assert status == 400, doc
@@ -374,8 +456,15 @@ def test_service_account_token_forged_expired_revoked(main):
 
 def test_pod_bound_tokens(main):
     _service_account(main, "bound")
-    pod = main.admin("POST", f"/api/v1/namespaces/{NS}/pods", {"metadata": {"name": "bp"}, "spec": {
-        "serviceAccountName": "bound", "containers": [{"name": "c", "image": "busybox"}]}}, expect=201)
+    pod = main.admin(
+        "POST",
+        f"/api/v1/namespaces/{NS}/pods",
+        {
+            "metadata": {"name": "bp"},
+            "spec": {"serviceAccountName": "bound", "containers": [{"name": "c", "image": "busybox"}]},
+        },
+        expect=201,
+    )
     pod_uid = pod["metadata"]["uid"]
     ref = {"kind": "Pod", "apiVersion": "v1", "name": "bp", "uid": pod_uid}
     token = _token_request(main, "bound", {"boundObjectRef": ref})["status"]["token"]
@@ -383,15 +472,18 @@ def test_pod_bound_tokens(main):
     assert status == 201, doc
     assert user_of(doc)["extra"] == {names.USER_EXTRA_POD_NAME: ["bp"], names.USER_EXTRA_POD_UID: [pod_uid]}
     assert jwt.decode_unverified(token)[1]["orch.io"]["pod"] == {"name": "bp", "uid": pod_uid}
-    assert "UID in record" in _token_request(main, "bound", {"boundObjectRef": {**ref, "uid": "x"}}, expect=409)["message"]
+    assert (
+        "UID in record" in _token_request(main, "bound", {"boundObjectRef": {**ref, "uid": "x"}}, expect=409)["message"]
+    )
     assert "different serviceaccount" in _token_request(main, "default", {"boundObjectRef": ref}, expect=400)["message"]
-    msg = _token_request(main, "bound", {"boundObjectRef": {"kind": "ConfigMap", "apiVersion": "v1", "name": "x"}},
-                         expect=400)["message"]
+    msg = _token_request(
+        main, "bound", {"boundObjectRef": {"kind": "ConfigMap", "apiVersion": "v1", "name": "x"}}, expect=400
+    )["message"]
     assert "cannot bind token to object of type v1, Kind=ConfigMap" in msg
     _token_request(main, "bound", {"boundObjectRef": {**ref, "name": "missing-pod"}}, expect=404)
     msg = _token_request(main, "bound", {"expirationSeconds": 599}, expect=422)["message"]
     assert "spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes" in msg
-    assert "2^32" in _token_request(main, "bound", {"expirationSeconds": 2 ** 32 + 1}, expect=422)["message"]
+    assert "2^32" in _token_request(main, "bound", {"expirationSeconds": 2**32 + 1}, expect=422)["message"]
     _token_request(main, "nobody", expect=404)
     # The pod goes: the token bound to it goes with it.
     main.admin("DELETE", f"/api/v1/namespaces/{NS}/pods/bp?gracePeriodSeconds=0", expect=200)
@@ -399,6 +491,7 @@ def test_pod_bound_tokens(main):
 
 
 # --- anonymous requests and a server with generated keys ----------------------------------------------
+
 
 def test_anonymous_requests(main, tmp_path):
     status, doc = main.anon("POST", WHOAMI, {})
@@ -414,8 +507,10 @@ def test_anonymous_requests(main, tmp_path):
         # No key flags: a signing key was generated, private, and TokenRequest works with the default issuer.
         key_file = tmp_path / "closed" / "pki" / "sa.key"
         assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
-        wait_for(lambda: proc.json("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
-                 what="the default service account")
+        wait_for(
+            lambda: proc.json("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+            what="the default service account",
+        )
         status, tr = proc.json("POST", "/api/v1/namespaces/default/serviceaccounts/default/token", {"spec": {}})
         assert status == 201, tr
         token = tr["status"]["token"]
@@ -442,22 +537,33 @@ def test_bad_authentication_files_stop_the_start(tmp_path):
 
 # --- the ServiceAccount admission plugin and the default-account controller ------------------------
 
+
 def test_default_account_and_root_ca_in_every_namespace(main):
     ns = uniq("fresh")
     main.admin("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, expect=201)
     p = main.proc
-    sa = wait_for(lambda: p.json("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] == 200 and
-                  p.json("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[1], what="the default account")
+    sa = wait_for(
+        lambda: (
+            p.json("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] == 200
+            and p.json("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[1]
+        ),
+        what="the default account",
+    )
     cm_path = f"/api/v1/namespaces/{ns}/configmaps/{names.ROOT_CA_CONFIGMAP}"
     cm = wait_for(lambda: p.json("GET", cm_path)[0] == 200 and p.json("GET", cm_path)[1], what="the root CA map")
     assert cm["data"] == {"ca.crt": p.ca_cert.read_text()}
     assert cm["metadata"]["annotations"][names.ANNOTATION_DESCRIPTION]
     # Deleted or changed, both come back.
     main.admin("DELETE", f"/api/v1/namespaces/{ns}/serviceaccounts/default", expect=200)
-    main.proc.json("PATCH", cm_path, {"data": {"ca.crt": "tampered"}}, {"Content-Type": "application/merge-patch+json"},
-                   expect=200)
-    wait_for(lambda: (lambda r: r[0] == 200 and r[1]["metadata"]["uid"] != sa["metadata"]["uid"])(
-        p.json("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")), what="a new default account")
+    main.proc.json(
+        "PATCH", cm_path, {"data": {"ca.crt": "tampered"}}, {"Content-Type": "application/merge-patch+json"}, expect=200
+    )
+    wait_for(
+        lambda: (lambda r: r[0] == 200 and r[1]["metadata"]["uid"] != sa["metadata"]["uid"])(
+            p.json("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")
+        ),
+        what="a new default account",
+    )
     wait_for(lambda: p.json("GET", cm_path)[1]["data"] == {"ca.crt": p.ca_cert.read_text()}, what="the CA restored")
 
 
@@ -475,20 +581,24 @@ def test_service_account_admission(main):
     sources = volume["projected"]["sources"]
     assert sources[0] == {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}
     assert sources[1]["configMap"] == {"name": names.ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}
-    assert sources[2]["downwardAPI"]["items"] == [{"path": "namespace", "fieldRef": {
-        "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]
+    assert sources[2]["downwardAPI"]["items"] == [
+        {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+    ]
     mount = {"name": volume["name"], "readOnly": True, "mountPath": "/var/run/secrets/orch.io/serviceaccount"}
     assert spec["containers"][0]["volumeMounts"] == [mount] and spec["initContainers"][0]["volumeMounts"] == [mount]
     status, doc = main.proc.json("POST", path, _pod("lost", serviceAccountName="nope"))
-    assert status == 403 and doc["message"] == (f'pods "lost" is forbidden: error looking up service account '
-                                                f'{NS}/nope: serviceaccount "nope" not found')
+    assert status == 403 and doc["message"] == (
+        f'pods "lost" is forbidden: error looking up service account {NS}/nope: serviceaccount "nope" not found'
+    )
     _service_account(main, "quiet", automountServiceAccountToken=False, imagePullSecrets=[{"name": "regcred"}])
     quiet = main.admin("POST", path, _pod("quiet", serviceAccountName="quiet"), expect=201)["spec"]
     assert "volumes" not in quiet and quiet["imagePullSecrets"] == [{"name": "regcred"}]
     opted_out = main.admin("POST", path, _pod("optout", automountServiceAccountToken=False), expect=201)["spec"]
     assert "volumes" not in opted_out and opted_out["serviceAccountName"] == "default"
-    mirror = {"metadata": {"name": "mirror", "annotations": {names.ANNOTATION_CONFIG_MIRROR: "h"}},
-              "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}}
+    mirror = {
+        "metadata": {"name": "mirror", "annotations": {names.ANNOTATION_CONFIG_MIRROR: "h"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]},
+    }
     created = main.admin("POST", path, mirror, expect=201)["spec"]
     assert "serviceAccountName" not in created and "volumes" not in created
     mirror["metadata"]["name"], mirror["spec"]["serviceAccountName"] = "mirror2", "default"
@@ -498,6 +608,7 @@ def test_service_account_admission(main):
 
 # --- kubectl ------------------------------------------------------------------------------------------
 
+
 def test_kubectl_whoami_and_create_token(main, tmp_path):
     if not os.path.exists(KUBECTL):
         pytest.skip(f"{KUBECTL} not installed")
@@ -505,8 +616,14 @@ def test_kubectl_whoami_and_create_token(main, tmp_path):
     env["HOME"] = str(tmp_path)
 
     def kubectl(config, *args):
-        r = subprocess.run([KUBECTL, "--kubeconfig", str(config), *args], capture_output=True, text=True, env=env,
-                           timeout=30, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(config), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
         assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stdout}\n{r.stderr}"
         return r.stdout
 

@@ -40,8 +40,13 @@ class User:
         self.ctx = ssl.create_default_context(cafile=str(server.ca_cert))
         self.ctx.load_cert_chain(str(self.cert_path), str(self.key_path))
         self.kubeconfig = server.data_dir / f"{safe}.orchconfig"
-        self.kubeconfig.write_text(yaml.safe_dump(connection_config(
-            server.url, server.ca_cert.read_bytes(), cn, cert_pem_data=cert_pem(cert), key_pem_data=key_pem(key))))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                connection_config(
+                    server.url, server.ca_cert.read_bytes(), cn, cert_pem_data=cert_pem(cert), key_pem_data=key_pem(key)
+                )
+            )
+        )
 
     def json(self, method: str, path: str, body=None, ctype: str = "application/json") -> tuple[int, dict]:
         conn = http.client.HTTPSConnection(self.server.host, self.server.port, timeout=10, context=self.ctx)
@@ -70,8 +75,9 @@ def wait_status(fn, want: int, timeout: float = 5.0):
 def server(tmp_path_factory):
     if not APISERVER_BIN.exists():
         pytest.skip(f"{APISERVER_BIN} missing")
-    s = ApiServerProcess(tmp_path_factory.mktemp("authz"), free_port(),
-                         extra_args=["--enable-admission-plugins=NodeRestriction"])
+    s = ApiServerProcess(
+        tmp_path_factory.mktemp("authz"), free_port(), extra_args=["--enable-admission-plugins=NodeRestriction"]
+    )
     with s:
         s.json("POST", "/api/v1/namespaces", {"metadata": {"name": NS}}, expect=201)
         yield s
@@ -89,8 +95,11 @@ def make_role(server, name, rules, ns=NS, cluster=False):
 
 def make_binding(server, name, role_kind, role_name, subjects, ns=NS):
     path = f"{RBAC}/namespaces/{ns}/rolebindings" if ns else f"{RBAC}/clusterrolebindings"
-    body = {"metadata": {"name": name}, "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": role_kind, "name": role_name},
-            "subjects": subjects}
+    body = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": role_kind, "name": role_name},
+        "subjects": subjects,
+    }
     admin(server, "POST", path, body, expect=201)
 
 
@@ -101,12 +110,16 @@ def user_subject(name):
 @pytest.fixture(scope="module")
 def alice(server):
     """May get the config map "allowed", list config maps, and read deployments/scale in NS."""
-    make_role(server, "alice-role", [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["allowed"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]},
-        {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get"]},
-        {"apiGroups": ["apps"], "resources": ["*/status"], "verbs": ["get"]},
-    ])
+    make_role(
+        server,
+        "alice-role",
+        [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["allowed"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]},
+            {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get"]},
+            {"apiGroups": ["apps"], "resources": ["*/status"], "verbs": ["get"]},
+        ],
+    )
     make_binding(server, "alice-binding", "Role", "alice-role", [user_subject("alice")])
     for name in ("allowed", "other"):
         admin(server, "POST", f"/api/v1/namespaces/{NS}/configmaps", {"metadata": {"name": name}}, expect=201)
@@ -117,13 +130,21 @@ def test_rbac_allows_and_denies_by_name_and_subresource(server, alice):
     wait_status(lambda: alice.json("GET", f"/api/v1/namespaces/{NS}/configmaps/allowed"), 200)
     status, doc = alice.json("GET", f"/api/v1/namespaces/{NS}/configmaps/other")
     assert status == 403 and doc["reason"] == "Forbidden" and doc["kind"] == "Status"
-    assert doc["message"] == ('configmaps "other" is forbidden: User "alice" cannot get resource "configmaps" in API '
-                              f'group "" in the namespace "{NS}"')
+    assert doc["message"] == (
+        'configmaps "other" is forbidden: User "alice" cannot get resource "configmaps" in API '
+        f'group "" in the namespace "{NS}"'
+    )
     assert alice.json("GET", f"/api/v1/namespaces/{NS}/configmaps")[0] == 200
     assert alice.json("GET", "/api/v1/namespaces/default/configmaps")[0] == 403
     assert alice.json("DELETE", f"/api/v1/namespaces/{NS}/configmaps/allowed")[0] == 403
-    dep = {"metadata": {"name": "web"}, "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
-           "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    dep = {
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
     admin(server, "POST", f"/apis/apps/v1/namespaces/{NS}/deployments", dep, expect=201)
     status, scale = alice.json("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/web/scale")
     assert status == 200 and scale["spec"]["replicas"] == 2
@@ -131,8 +152,11 @@ def test_rbac_allows_and_denies_by_name_and_subresource(server, alice):
     assert status == 403
     # "*/status" matches any resource's status sub-resource, and nothing else.
     assert alice.json("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/web/status")[0] == 200
-    status, doc = alice.json("PUT", f"/apis/apps/v1/namespaces/{NS}/deployments/web/scale",
-                             {"metadata": {"name": "web"}, "spec": {"replicas": 3}})
+    status, doc = alice.json(
+        "PUT",
+        f"/apis/apps/v1/namespaces/{NS}/deployments/web/scale",
+        {"metadata": {"name": "web"}, "spec": {"replicas": 3}},
+    )
     assert status == 403 and 'cannot update resource "deployments/scale" in API group "apps"' in doc["message"]
     # Defaults: discovery for every authenticated user, health for everyone, nothing else.
     assert alice.json("GET", "/api")[0] == 200
@@ -143,34 +167,62 @@ def test_rbac_allows_and_denies_by_name_and_subresource(server, alice):
 
 
 def test_escalate_and_bind_protection(server):
-    make_role(server, "role-manager", [
-        {"apiGroups": [names.RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": ["create", "update", "get"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-    ], cluster=True)
+    make_role(
+        server,
+        "role-manager",
+        [
+            {
+                "apiGroups": [names.RBAC_GROUP],
+                "resources": ["roles", "rolebindings"],
+                "verbs": ["create", "update", "get"],
+            },
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        ],
+        cluster=True,
+    )
     make_binding(server, "bob-manager", "ClusterRole", "role-manager", [user_subject("bob")])
     bob = User(server, "bob")
-    pods_role = {"metadata": {"name": "bob-pods"},
-                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    pods_role = {
+        "metadata": {"name": "bob-pods"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }
     wait_status(lambda: bob.json("POST", f"{RBAC}/namespaces/{NS}/roles", pods_role), 201)
-    secrets_role = {"metadata": {"name": "bob-secrets"},
-                    "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]}
+    secrets_role = {
+        "metadata": {"name": "bob-secrets"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+    }
     status, doc = bob.json("POST", f"{RBAC}/namespaces/{NS}/roles", secrets_role)
     assert status == 403, doc
     assert "attempting to grant RBAC permissions not currently held" in doc["message"]
     assert '{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}' in doc["message"]
     # Bob may bind what he holds, not what he does not.
-    ok = {"metadata": {"name": "carol-pods"}, "subjects": [user_subject("carol")],
-          "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "Role", "name": "bob-pods"}}
+    ok = {
+        "metadata": {"name": "carol-pods"},
+        "subjects": [user_subject("carol")],
+        "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "Role", "name": "bob-pods"},
+    }
     assert bob.json("POST", f"{RBAC}/namespaces/{NS}/rolebindings", ok)[0] == 201
-    wide = {"metadata": {"name": "carol-edit"}, "subjects": [user_subject("carol")],
-            "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": "edit"}}
+    wide = {
+        "metadata": {"name": "carol-edit"},
+        "subjects": [user_subject("carol")],
+        "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": "edit"},
+    }
     status, doc = bob.json("POST", f"{RBAC}/namespaces/{NS}/rolebindings", wide)
     assert status == 403 and "not currently held" in doc["message"]
     # The bind verb on that very role, and escalate on roles, lift the checks.
-    make_role(server, "bob-delegate", [
-        {"apiGroups": [names.RBAC_GROUP], "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["edit"]},
-        {"apiGroups": [names.RBAC_GROUP], "resources": ["roles"], "verbs": ["escalate"]},
-    ])
+    make_role(
+        server,
+        "bob-delegate",
+        [
+            {
+                "apiGroups": [names.RBAC_GROUP],
+                "resources": ["clusterroles"],
+                "verbs": ["bind"],
+                "resourceNames": ["edit"],
+            },
+            {"apiGroups": [names.RBAC_GROUP], "resources": ["roles"], "verbs": ["escalate"]},
+        ],
+    )
     make_binding(server, "bob-delegate", "Role", "bob-delegate", [user_subject("bob")])
     wait_status(lambda: bob.json("POST", f"{RBAC}/namespaces/{NS}/rolebindings", wide), 201)
     assert bob.json("POST", f"{RBAC}/namespaces/{NS}/roles", secrets_role)[0] == 201
@@ -193,19 +245,35 @@ def test_node_identity_is_confined(server):
     merge = "application/merge-patch+json"
     status, doc = n1.json("PATCH", "/api/v1/nodes/n2", {"metadata": {"labels": {"x": "y"}}}, merge)
     assert status == 403
-    status, doc = n1.json("PATCH", "/api/v1/nodes/n1",
-                          {"metadata": {"labels": {names.NODE_RESTRICTION_LABEL_PREFIX + "gpu": "yes"}}}, merge)
+    status, doc = n1.json(
+        "PATCH",
+        "/api/v1/nodes/n1",
+        {"metadata": {"labels": {names.NODE_RESTRICTION_LABEL_PREFIX + "gpu": "yes"}}},
+        merge,
+    )
     assert status == 403 and "node-restriction" in doc["message"]
     assert n1.json("PATCH", "/api/v1/nodes/n1", {"metadata": {"labels": {"node.orch.io/pool": "a"}}}, merge)[0] == 200
     assert n1.json("DELETE", "/api/v1/nodes/n1")[0] == 403
 
     for s in ("mine", "theirs"):
-        admin(server, "POST", f"/api/v1/namespaces/{NS}/secrets", {"metadata": {"name": s}, "data": {"k": "dg=="}},
-              expect=201)
-    admin(server, "POST", f"/api/v1/namespaces/{NS}/pods",
-          _pod("p1", "n1", volumes=[{"name": "v", "secret": {"secretName": "mine"}}]), expect=201)
+        admin(
+            server,
+            "POST",
+            f"/api/v1/namespaces/{NS}/secrets",
+            {"metadata": {"name": s}, "data": {"k": "dg=="}},
+            expect=201,
+        )
+    admin(
+        server,
+        "POST",
+        f"/api/v1/namespaces/{NS}/pods",
+        _pod("p1", "n1", volumes=[{"name": "v", "secret": {"secretName": "mine"}}]),
+        expect=201,
+    )
     theirs = _pod("p2", "n2")
-    theirs["spec"]["containers"][0]["env"] = [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "theirs", "key": "k"}}}]
+    theirs["spec"]["containers"][0]["env"] = [
+        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "theirs", "key": "k"}}}
+    ]
     admin(server, "POST", f"/api/v1/namespaces/{NS}/pods", theirs, expect=201)
     wait_status(lambda: n1.json("GET", f"/api/v1/namespaces/{NS}/secrets/mine"), 200)
     status, doc = n1.json("GET", f"/api/v1/namespaces/{NS}/secrets/theirs")
@@ -231,27 +299,57 @@ def test_node_identity_is_confined(server):
 def test_access_reviews(server, alice):
     wait_status(lambda: alice.json("GET", f"/api/v1/namespaces/{NS}/configmaps/allowed"), 200)
     ra = lambda name: {"namespace": NS, "verb": "get", "resource": "configmaps", "name": name}  # noqa: E731
-    doc = admin(server, "POST", f"{AUTHZ}/subjectaccessreviews",
-                {"spec": {"user": "alice", "resourceAttributes": ra("allowed")}}, expect=201)
+    doc = admin(
+        server,
+        "POST",
+        f"{AUTHZ}/subjectaccessreviews",
+        {"spec": {"user": "alice", "resourceAttributes": ra("allowed")}},
+        expect=201,
+    )
     assert doc["status"]["allowed"] is True
-    assert doc["status"]["reason"] == 'RBAC: allowed by RoleBinding "alice-binding/authz" of Role "alice-role" to User "alice"'
-    doc = admin(server, "POST", f"{AUTHZ}/subjectaccessreviews",
-                {"spec": {"user": "alice", "resourceAttributes": ra("other")}}, expect=201)
+    assert (
+        doc["status"]["reason"]
+        == 'RBAC: allowed by RoleBinding "alice-binding/authz" of Role "alice-role" to User "alice"'
+    )
+    doc = admin(
+        server,
+        "POST",
+        f"{AUTHZ}/subjectaccessreviews",
+        {"spec": {"user": "alice", "resourceAttributes": ra("other")}},
+        expect=201,
+    )
     assert doc["status"] == {"allowed": False}
     status, doc = server.json("POST", f"{AUTHZ}/subjectaccessreviews", {"spec": {"resourceAttributes": ra("x")}})
     assert status == 422 and "at least one of user or group must be specified" in doc["message"]
-    status, doc = server.json("POST", f"{AUTHZ}/namespaces/default/localsubjectaccessreviews",
-                              {"spec": {"user": "alice", "resourceAttributes": ra("allowed")}})
+    status, doc = server.json(
+        "POST",
+        f"{AUTHZ}/namespaces/default/localsubjectaccessreviews",
+        {"spec": {"user": "alice", "resourceAttributes": ra("allowed")}},
+    )
     assert status == 400 and "must match namespace: default" in doc["message"]
-    doc = admin(server, "POST", f"{AUTHZ}/namespaces/{NS}/localsubjectaccessreviews",
-                {"spec": {"user": "alice", "resourceAttributes": ra("allowed")}}, expect=201)
+    doc = admin(
+        server,
+        "POST",
+        f"{AUTHZ}/namespaces/{NS}/localsubjectaccessreviews",
+        {"spec": {"user": "alice", "resourceAttributes": ra("allowed")}},
+        expect=201,
+    )
     assert doc["status"]["allowed"] is True and doc["metadata"]["namespace"] == NS
     # Alice may not ask about others, but may ask about herself, on both group spellings.
-    assert alice.json("POST", f"{AUTHZ}/subjectaccessreviews", {"spec": {"user": "x", "resourceAttributes": ra("a")}})[0] == 403
+    assert (
+        alice.json("POST", f"{AUTHZ}/subjectaccessreviews", {"spec": {"user": "x", "resourceAttributes": ra("a")}})[0]
+        == 403
+    )
     for group in (names.AUTHORIZATION_GROUP, names.UPSTREAM_AUTHORIZATION_GROUP):
-        status, doc = alice.json("POST", f"/apis/{group}/v1/selfsubjectaccessreviews",
-                                 {"kind": "SelfSubjectAccessReview", "apiVersion": f"{group}/v1",
-                                  "spec": {"resourceAttributes": ra("allowed")}})
+        status, doc = alice.json(
+            "POST",
+            f"/apis/{group}/v1/selfsubjectaccessreviews",
+            {
+                "kind": "SelfSubjectAccessReview",
+                "apiVersion": f"{group}/v1",
+                "spec": {"resourceAttributes": ra("allowed")},
+            },
+        )
         assert status == 201 and doc["status"]["allowed"] is True and doc["apiVersion"] == f"{group}/v1"
     status, doc = alice.json("POST", f"{AUTHZ}/selfsubjectrulesreviews", {"spec": {"namespace": NS}})
     assert status == 201
@@ -274,8 +372,14 @@ def test_kubectl_auth_can_i(server, alice, tmp_path):
     env["HOME"] = str(tmp_path)
 
     def can_i(*args, config=alice.kubeconfig):
-        r = subprocess.run([KUBECTL, "--kubeconfig", str(config), "auth", "can-i", *args], capture_output=True,
-                           text=True, timeout=30, env=env, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(config), "auth", "can-i", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         return r.returncode, r.stdout.strip(), r.stderr
 
     assert can_i("get", "configmaps/allowed", "-n", NS)[:2] == (0, "yes")
@@ -293,9 +397,16 @@ def test_kubectl_auth_can_i(server, alice, tmp_path):
 
 def test_aggregation_and_reconcile_across_restart(server):
     widget_rule = {"apiGroups": ["example.io"], "resources": ["widgets"], "verbs": ["get"]}
-    admin(server, "POST", f"{RBAC}/clusterroles",
-          {"metadata": {"name": "widget-viewer", "labels": {names.LABEL_AGGREGATE_TO_VIEW: "true"}},
-           "rules": [widget_rule]}, expect=201)
+    admin(
+        server,
+        "POST",
+        f"{RBAC}/clusterroles",
+        {
+            "metadata": {"name": "widget-viewer", "labels": {names.LABEL_AGGREGATE_TO_VIEW: "true"}},
+            "rules": [widget_rule],
+        },
+        expect=201,
+    )
 
     def aggregated(role):
         doc = admin(server, "GET", f"{RBAC}/clusterroles/{role}")
@@ -305,15 +416,23 @@ def test_aggregation_and_reconcile_across_restart(server):
     wait_status(lambda: aggregated("admin"), 200)  # admin <- edit <- view
     # An operator's changes: the monitoring role protected and emptied, discovery emptied.
     merge = "application/merge-patch+json"
-    admin(server, "PATCH", f"{RBAC}/clusterroles/system:monitoring",
-          {"metadata": {"annotations": {names.ANNOTATION_RBAC_AUTOUPDATE: "false"}}, "rules": []}, expect=200, ctype=merge)
+    admin(
+        server,
+        "PATCH",
+        f"{RBAC}/clusterroles/system:monitoring",
+        {"metadata": {"annotations": {names.ANNOTATION_RBAC_AUTOUPDATE: "false"}}, "rules": []},
+        expect=200,
+        ctype=merge,
+    )
     admin(server, "PATCH", f"{RBAC}/clusterroles/system:discovery", {"rules": []}, expect=200, ctype=merge)
     admin(server, "DELETE", f"{RBAC}/clusterrolebindings/system:basic-user", expect=200)
     server.stop()
     server.start()
     assert admin(server, "GET", f"{RBAC}/clusterroles/system:monitoring").get("rules") in (None, [])
-    assert any("/api" in r.get("nonResourceURLs", [])
-               for r in admin(server, "GET", f"{RBAC}/clusterroles/system:discovery")["rules"])
+    assert any(
+        "/api" in r.get("nonResourceURLs", [])
+        for r in admin(server, "GET", f"{RBAC}/clusterroles/system:discovery")["rules"]
+    )
     subjects = admin(server, "GET", f"{RBAC}/clusterrolebindings/system:basic-user")["subjects"]
     assert subjects == [{"kind": "Group", "apiGroup": names.RBAC_GROUP, "name": names.GROUP_AUTHENTICATED}]
 
@@ -329,8 +448,11 @@ def writers(server):
     erin may also create them."""
     rw = ["get", "list", "watch", "patch", "update"]
     make_role(server, "cm-svc-writer", [{"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": rw}])
-    make_role(server, "cm-svc-creator", [{"apiGroups": [""], "resources": ["configmaps", "services"],
-                                          "verbs": rw + ["create"]}])
+    make_role(
+        server,
+        "cm-svc-creator",
+        [{"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": rw + ["create"]}],
+    )
     make_binding(server, "dave-writer", "Role", "cm-svc-writer", [user_subject("dave")])
     make_binding(server, "erin-creator", "Role", "cm-svc-creator", [user_subject("erin")])
     users = {"dave": User(server, "dave"), "erin": User(server, "erin")}
@@ -344,35 +466,45 @@ def _configmap(name):
 
 
 def _service(name):
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"ports": [{"port": 80}], "selector": {"app": name}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": name}},
+    }
 
 
 # (who, how, kind, object exists beforehand, expected status). "apply" is server-side apply
 # (PATCH application/apply-patch+yaml), "put" a PUT of the whole object; both create a
 # missing object only with the create verb (upstream authorizes create-on-update as create).
 CREATE_ON_UPDATE_MATRIX = [
-    ("dave", "apply", "configmaps", False, 403),   # apply-create without create
-    ("dave", "apply", "configmaps", True, 200),    # apply-update with patch
-    ("erin", "apply", "configmaps", False, 201),   # apply-create with create
+    ("dave", "apply", "configmaps", False, 403),  # apply-create without create
+    ("dave", "apply", "configmaps", True, 200),  # apply-update with patch
+    ("erin", "apply", "configmaps", False, 201),  # apply-create with create
     ("dave", "apply-dry-run", "configmaps", False, 403),
-    ("dave", "put", "services", False, 403),       # PUT-create without create
-    ("dave", "put", "services", True, 200),        # PUT-update with update
-    ("erin", "put", "services", False, 201),       # PUT-create with create
-    ("erin", "put", "configmaps", False, 404),     # config maps are never created by PUT
-    ("admin", "put", "roles", False, 201),         # roles are (upstream AllowCreateOnUpdate)
+    ("dave", "put", "services", False, 403),  # PUT-create without create
+    ("dave", "put", "services", True, 200),  # PUT-update with update
+    ("erin", "put", "services", False, 201),  # PUT-create with create
+    ("erin", "put", "configmaps", False, 404),  # config maps are never created by PUT
+    ("admin", "put", "roles", False, 201),  # roles are (upstream AllowCreateOnUpdate)
 ]
 
 
-@pytest.mark.parametrize("who,how,resource,exists,expect", CREATE_ON_UPDATE_MATRIX,
-                         ids=[f"{r[0]}-{r[1]}-{r[2]}-{'existing' if r[3] else 'missing'}"
-                              for r in CREATE_ON_UPDATE_MATRIX])
+@pytest.mark.parametrize(
+    "who,how,resource,exists,expect",
+    CREATE_ON_UPDATE_MATRIX,
+    ids=[f"{r[0]}-{r[1]}-{r[2]}-{'existing' if r[3] else 'missing'}" for r in CREATE_ON_UPDATE_MATRIX],
+)
 def test_create_through_update_needs_create(server, writers, who, how, resource, exists, expect):
     name = f"cu-{uuid.uuid4().hex[:8]}"
     if resource == "roles":
         base = f"{RBAC}/namespaces/{NS}/roles"
-        obj = {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "Role", "metadata": {"name": name},
-               "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+        obj = {
+            "apiVersion": f"{names.RBAC_GROUP}/v1",
+            "kind": "Role",
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        }
     else:
         base = f"/api/v1/namespaces/{NS}/{resource}"
         obj = _configmap(name) if resource == "configmaps" else _service(name)
@@ -393,8 +525,10 @@ def test_create_through_update_needs_create(server, writers, who, how, resource,
     assert status == expect, doc
     if expect == 403:
         assert doc["reason"] == "Forbidden"
-        assert doc["message"] == (f'{resource} "{name}" is forbidden: User "{who}" cannot create resource '
-                                  f'"{resource}" in API group "" in the namespace "{NS}"')
+        assert doc["message"] == (
+            f'{resource} "{name}" is forbidden: User "{who}" cannot create resource '
+            f'"{resource}" in API group "" in the namespace "{NS}"'
+        )
     if expect in (403, 404) or how == "apply-dry-run":
         assert server.json("GET", f"{base}/{name}")[0] == 404, "nothing may be created"
     else:

@@ -28,8 +28,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from apiserver_min.api import bootstraptoken as bt
 from apiserver_min.api import names
-from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, make_ca, sign_leaf
 from apiserver_min.controllers import certificates as cc
+from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, make_ca, sign_leaf
 from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerProcess
 from tests.components import free_port
 
@@ -72,9 +72,12 @@ def make_request(cn: str, orgs=(), dns=(), ips=(), key=None) -> tuple[object, by
 
 
 def csr_body(name: str, pem: bytes, signer: str, usages=NODE_CLIENT_USAGES, **spec) -> dict:
-    return {"apiVersion": f"{names.CERTIFICATES_GROUP}/v1", "kind": "CertificateSigningRequest",
-            "metadata": {"name": name},
-            "spec": {"request": b64(pem), "signerName": signer, "usages": list(usages), **spec}}
+    return {
+        "apiVersion": f"{names.CERTIFICATES_GROUP}/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": b64(pem), "signerName": signer, "usages": list(usages), **spec},
+    }
 
 
 class Identity:
@@ -132,8 +135,11 @@ class Env:
         return self.admin("GET", f"{CSRS}/{name}", expect=200)
 
     def issued(self, name: str, timeout: float = 2.0) -> bytes:
-        doc = wait_for(lambda: (lambda d: d if (d.get("status") or {}).get("certificate") else None)(self.get_csr(name)),
-                       timeout, f"csr {name} to be issued")
+        doc = wait_for(
+            lambda: (lambda d: d if (d.get("status") or {}).get("certificate") else None)(self.get_csr(name)),
+            timeout,
+            f"csr {name} to be issued",
+        )
         return base64.b64decode(doc["status"]["certificate"])
 
     def token_secret(self, token: str, **kw) -> None:
@@ -169,6 +175,7 @@ def _cert_usages(cert: x509.Certificate) -> tuple[x509.KeyUsage | None, list]:
 
 # --- node client certificates -----------------------------------------------------------------------
 
+
 def _node_flow(env: Env, requester: Identity, node: str) -> None:
     key, pem = make_request(f"system:node:{node}", ["system:nodes"])
     name = uniq("node-csr")
@@ -182,7 +189,11 @@ def _node_flow(env: Env, requester: Identity, node: str) -> None:
     csr = env.get_csr(name)
     [cond] = csr["status"]["conditions"]
     assert (cond["type"], cond["status"], cond["reason"], cond["message"]) == (
-        "Approved", "True", "AutoApproved", "Auto approving node-agent client certificate after SubjectAccessReview.")
+        "Approved",
+        "True",
+        "AutoApproved",
+        "Auto approving node-agent client certificate after SubjectAccessReview.",
+    )
     cert = x509.load_pem_x509_certificate(cert_data)
     assert cert.subject.rfc4514_string() == f"CN=system:node:{node},O=system:nodes"
     assert cert.issuer == env.ca_cert.subject
@@ -222,22 +233,47 @@ def test_requests_not_auto_approved(env):
     # Someone allowed to create requests but not bound to nodeclient: stays pending.
     user = env.mint(uniq("eve"))
     role = uniq("csr-creator")
-    env.admin("POST", f"/apis/{names.RBAC_GROUP}/v1/clusterroles", {"metadata": {"name": role}, "rules": [
-        {"apiGroups": [names.CERTIFICATES_GROUP], "resources": ["certificatesigningrequests"],
-         "verbs": ["create", "get"]}]}, expect=201)
+    env.admin(
+        "POST",
+        f"/apis/{names.RBAC_GROUP}/v1/clusterroles",
+        {
+            "metadata": {"name": role},
+            "rules": [
+                {
+                    "apiGroups": [names.CERTIFICATES_GROUP],
+                    "resources": ["certificatesigningrequests"],
+                    "verbs": ["create", "get"],
+                }
+            ],
+        },
+        expect=201,
+    )
     who = user.whoami()["username"]
-    env.admin("POST", f"/apis/{names.RBAC_GROUP}/v1/clusterrolebindings", {"metadata": {"name": role}, "roleRef": {
-        "apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP, "name": who}]}, expect=201)
+    env.admin(
+        "POST",
+        f"/apis/{names.RBAC_GROUP}/v1/clusterrolebindings",
+        {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP, "name": who}],
+        },
+        expect=201,
+    )
     _, pem = make_request("system:node:x1", ["system:nodes"])
     unauthorized = uniq("eve-csr")
-    wait_for(lambda: user.json("POST", CSRS, csr_body(unauthorized, pem, names.SIGNER_NODE_AGENT_CLIENT))[0] == 201,
-             what="eve's RBAC binding")
+    wait_for(
+        lambda: user.json("POST", CSRS, csr_body(unauthorized, pem, names.SIGNER_NODE_AGENT_CLIENT))[0] == 201,
+        what="eve's RBAC binding",
+    )
     # A bootstrapper asking with the wrong usages is not recognized either.
     bootstrapper = env.mint("system:bootstrap:qqqqqq", ["system:bootstrappers"])
     wrong = uniq("wrong-usages")
-    assert bootstrapper.json("POST", CSRS, csr_body(wrong, pem, names.SIGNER_NODE_AGENT_CLIENT,
-                                                    ["digital signature", "server auth"]))[0] == 201
+    assert (
+        bootstrapper.json(
+            "POST", CSRS, csr_body(wrong, pem, names.SIGNER_NODE_AGENT_CLIENT, ["digital signature", "server auth"])
+        )[0]
+        == 201
+    )
     # A good request created after both is issued; by then the two were looked at.
     _, pem_ok = make_request("system:node:x2", ["system:nodes"])
     ok = uniq("ok")
@@ -251,8 +287,9 @@ def test_requests_not_auto_approved(env):
 def test_masters_through_client_signer_rejected(env):
     _, pem = make_request("mallory", ["system:masters"])
     # A bootstrapper may create requests, but not this one.
-    status, doc = env.mint("system:bootstrap:mmmmmm", ["system:bootstrappers"]).json("POST", CSRS, csr_body(uniq("m"), pem, names.SIGNER_APISERVER_CLIENT,
-                                                                 ["client auth"]))
+    status, doc = env.mint("system:bootstrap:mmmmmm", ["system:bootstrappers"]).json(
+        "POST", CSRS, csr_body(uniq("m"), pem, names.SIGNER_APISERVER_CLIENT, ["client auth"])
+    )
     assert status == 403, doc
     assert "use of orch.io/apiserver-client signer with system:masters group is not allowed" in doc["message"]
     # Even the administrator may not.
@@ -262,17 +299,24 @@ def test_masters_through_client_signer_rejected(env):
 
 # --- validation and sub-resources ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("change,field,text", [
-    (lambda s: s.pop("signerName"), "spec.signerName", "Required value"),
-    (lambda s: s.update(signerName=names.SIGNER_LEGACY_UNKNOWN), "spec.signerName",
-     "the legacy signerName is not allowed via this API version"),
-    (lambda s: s.update(signerName="nodomain"), "spec.signerName", "must be a fully qualified domain"),
-    (lambda s: s.pop("usages"), "spec.usages", "usages must be provided"),
-    (lambda s: s.update(usages=["client auth", "client auth"]), "spec.usages[1]", "Duplicate value"),
-    (lambda s: s.update(usages=["client auth", "teleport"]), "spec.usages[1]", "Unsupported value"),
-    (lambda s: s.update(expirationSeconds=599), "spec.expirationSeconds", "less than 600 seconds"),
-    (lambda s: s.update(request=b64("not a pem")), "spec.request", "PEM block type must be CERTIFICATE REQUEST"),
-])
+
+@pytest.mark.parametrize(
+    "change,field,text",
+    [
+        (lambda s: s.pop("signerName"), "spec.signerName", "Required value"),
+        (
+            lambda s: s.update(signerName=names.SIGNER_LEGACY_UNKNOWN),
+            "spec.signerName",
+            "the legacy signerName is not allowed via this API version",
+        ),
+        (lambda s: s.update(signerName="nodomain"), "spec.signerName", "must be a fully qualified domain"),
+        (lambda s: s.pop("usages"), "spec.usages", "usages must be provided"),
+        (lambda s: s.update(usages=["client auth", "client auth"]), "spec.usages[1]", "Duplicate value"),
+        (lambda s: s.update(usages=["client auth", "teleport"]), "spec.usages[1]", "Unsupported value"),
+        (lambda s: s.update(expirationSeconds=599), "spec.expirationSeconds", "less than 600 seconds"),
+        (lambda s: s.update(request=b64("not a pem")), "spec.request", "PEM block type must be CERTIFICATE REQUEST"),
+    ],
+)
 def test_create_validation(env, change, field, text):
     _, pem = make_request("someone")
     body = csr_body(uniq("bad"), pem, "example.com/custom", ["client auth"])
@@ -286,10 +330,16 @@ def _expired_cert() -> bytes:
     ca, ca_key = make_ca("other-ca")
     key = ec.generate_private_key(ec.SECP256R1())
     now = _dt.datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "old")]))
-            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(days=2)).not_valid_after(now - _dt.timedelta(days=1))
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "old")]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(days=2))
+        .not_valid_after(now - _dt.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256())
+    )
     return cert_pem(cert)
 
 
@@ -321,8 +371,10 @@ def test_subresources_and_cleaner(env):
     assert status == 422 and "Duplicate value" in doc["message"], doc
     # approval sets conditions (timestamps filled in) but never the certificate.
     cur = env.get_csr(name)
-    cur["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}],
-                     "certificate": b64(_expired_cert())}
+    cur["status"] = {
+        "conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}],
+        "certificate": b64(_expired_cert()),
+    }
     approved = env.admin("PUT", f"{url}/approval", cur, expect=200)
     cond = approved["status"]["conditions"][0]
     assert cond["lastUpdateTime"] and cond["lastTransitionTime"]
@@ -356,12 +408,18 @@ def test_cleanup_deadlines():
     pending = {"metadata": {"creationTimestamp": stamp}}
     assert cc.cleanup_deadline(pending) == created + _dt.timedelta(hours=24)
     for t in ("Approved", "Denied", "Failed"):
-        obj = {"metadata": {"creationTimestamp": stamp},
-               "status": {"conditions": [{"type": t, "status": "True", "lastUpdateTime": "2030-01-01T05:00:00Z"}]}}
+        obj = {
+            "metadata": {"creationTimestamp": stamp},
+            "status": {"conditions": [{"type": t, "status": "True", "lastUpdateTime": "2030-01-01T05:00:00Z"}]},
+        }
         assert cc.cleanup_deadline(obj) == created + _dt.timedelta(hours=6), t
-    issued = {"metadata": {"creationTimestamp": stamp}, "status": {
-        "conditions": [{"type": "Approved", "status": "True", "lastUpdateTime": stamp}],
-        "certificate": b64(_expired_cert())}}
+    issued = {
+        "metadata": {"creationTimestamp": stamp},
+        "status": {
+            "conditions": [{"type": "Approved", "status": "True", "lastUpdateTime": stamp}],
+            "certificate": b64(_expired_cert()),
+        },
+    }
     assert cc.cleanup_deadline(issued) < _dt.datetime.now(UTC)
     assert cc.lifetime(_dt.timedelta(hours=720), None) == _dt.timedelta(hours=720)
     assert cc.lifetime(_dt.timedelta(hours=1), 86400) == _dt.timedelta(hours=1)
@@ -376,8 +434,11 @@ def test_signer_rules(env):
     body = env.get_csr(name)
     body["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Test"}]}
     env.admin("PUT", f"{CSRS}/{name}/approval", body, expect=200)
-    failed = wait_for(lambda: [c for c in (env.get_csr(name).get("status") or {}).get("conditions") or []
-                               if c["type"] == "Failed"], 2.0, "the Failed condition")
+    failed = wait_for(
+        lambda: [c for c in (env.get_csr(name).get("status") or {}).get("conditions") or [] if c["type"] == "Failed"],
+        2.0,
+        "the Failed condition",
+    )
     assert failed[0]["reason"] == "SignerValidationFailure"
     assert failed[0]["message"] == "DNS subjectAltNames are not allowed"
     assert "certificate" not in env.get_csr(name)["status"]
@@ -386,8 +447,12 @@ def test_signer_rules(env):
     key = rsa.generate_private_key(65537, 2048)
     _, pem = make_request("svc-user", ["devs"], dns=["svc.example"], key=key)
     name = uniq("short")
-    env.admin("POST", CSRS, csr_body(name, pem, names.SIGNER_APISERVER_CLIENT, ["client auth", "digital signature"],
-                                     expirationSeconds=600), expect=201)
+    env.admin(
+        "POST",
+        CSRS,
+        csr_body(name, pem, names.SIGNER_APISERVER_CLIENT, ["client auth", "digital signature"], expirationSeconds=600),
+        expect=201,
+    )
     body = env.get_csr(name)
     body["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Test"}]}
     env.admin("PUT", f"{CSRS}/{name}/approval", body, expect=200)
@@ -396,19 +461,24 @@ def test_signer_rules(env):
     assert abs((cert.not_valid_after_utc - t_approve).total_seconds() - 600) < 5
     assert abs((t_approve - cert.not_valid_before_utc).total_seconds() - 300) < 5
     assert cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName) == ["svc.example"]
+        x509.DNSName
+    ) == ["svc.example"]
     ku, eku = _cert_usages(cert)
     assert ku.digital_signature and not ku.key_encipherment and eku == [ExtendedKeyUsageOID.CLIENT_AUTH]
     # The client signer refuses other usages.
     _, pem = make_request("svc-user")
     name = uniq("serverauth")
-    env.admin("POST", CSRS, csr_body(name, pem, names.SIGNER_APISERVER_CLIENT, ["client auth", "server auth"]),
-              expect=201)
+    env.admin(
+        "POST", CSRS, csr_body(name, pem, names.SIGNER_APISERVER_CLIENT, ["client auth", "server auth"]), expect=201
+    )
     body = env.get_csr(name)
     body["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Test"}]}
     env.admin("PUT", f"{CSRS}/{name}/approval", body, expect=200)
-    failed = wait_for(lambda: [c for c in (env.get_csr(name).get("status") or {}).get("conditions") or []
-                               if c["type"] == "Failed"], 2.0, "the Failed condition")
+    failed = wait_for(
+        lambda: [c for c in (env.get_csr(name).get("status") or {}).get("conditions") or [] if c["type"] == "Failed"],
+        2.0,
+        "the Failed condition",
+    )
     assert failed[0]["message"] == "invalid usage for client certificate: server auth"
 
 
@@ -416,34 +486,84 @@ def test_approve_and_sign_need_signer_permissions(env):
     user = env.mint(uniq("helper"))
     who = user.whoami()["username"]
     role = uniq("csr-writer")
-    env.admin("POST", f"/apis/{names.RBAC_GROUP}/v1/clusterroles", {"metadata": {"name": role}, "rules": [
-        {"apiGroups": [names.CERTIFICATES_GROUP], "resources": ["certificatesigningrequests"], "verbs": ["get"]},
-        {"apiGroups": [names.CERTIFICATES_GROUP], "verbs": ["update"],
-         "resources": ["certificatesigningrequests/approval", "certificatesigningrequests/status"]}]}, expect=201)
-    env.admin("POST", f"/apis/{names.RBAC_GROUP}/v1/clusterrolebindings", {"metadata": {"name": role}, "roleRef": {
-        "apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role},
-        "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP, "name": who}]}, expect=201)
+    env.admin(
+        "POST",
+        f"/apis/{names.RBAC_GROUP}/v1/clusterroles",
+        {
+            "metadata": {"name": role},
+            "rules": [
+                {
+                    "apiGroups": [names.CERTIFICATES_GROUP],
+                    "resources": ["certificatesigningrequests"],
+                    "verbs": ["get"],
+                },
+                {
+                    "apiGroups": [names.CERTIFICATES_GROUP],
+                    "verbs": ["update"],
+                    "resources": ["certificatesigningrequests/approval", "certificatesigningrequests/status"],
+                },
+            ],
+        },
+        expect=201,
+    )
+    env.admin(
+        "POST",
+        f"/apis/{names.RBAC_GROUP}/v1/clusterrolebindings",
+        {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP, "name": who}],
+        },
+        expect=201,
+    )
     _, pem = make_request("someone")
     name = uniq("perm")
     env.admin("POST", CSRS, csr_body(name, pem, "example.com/custom", ["client auth"]), expect=201)
     body = env.get_csr(name)
     body["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Test"}]}
-    status, doc = wait_for(lambda: (lambda r: r if r[0] != 403 or "signerName" in r[1]["message"] else None)(
-        user.json("PUT", f"{CSRS}/{name}/approval", body)), what="the RBAC binding")
-    assert status == 403 and 'user not permitted to approve requests with signerName "example.com/custom"' in \
-        doc["message"], doc
+    status, doc = wait_for(
+        lambda: (lambda r: r if r[0] != 403 or "signerName" in r[1]["message"] else None)(
+            user.json("PUT", f"{CSRS}/{name}/approval", body)
+        ),
+        what="the RBAC binding",
+    )
+    assert (
+        status == 403
+        and 'user not permitted to approve requests with signerName "example.com/custom"' in doc["message"]
+    ), doc
     body = env.get_csr(name)
     body["status"] = {"certificate": b64(_expired_cert())}
     status, doc = user.json("PUT", f"{CSRS}/{name}/status", body)
-    assert status == 403 and 'user not permitted to sign requests with signerName "example.com/custom"' in \
-        doc["message"], doc
+    assert (
+        status == 403 and 'user not permitted to sign requests with signerName "example.com/custom"' in doc["message"]
+    ), doc
     # Granting approve on <domain>/* is enough.
-    env.admin("POST", f"/apis/{names.RBAC_GROUP}/v1/clusterroles", {"metadata": {"name": role + "-signer"}, "rules": [
-        {"apiGroups": [names.CERTIFICATES_GROUP], "resources": ["signers"], "verbs": ["approve"],
-         "resourceNames": ["example.com/*"]}]}, expect=201)
-    env.admin("POST", f"/apis/{names.RBAC_GROUP}/v1/clusterrolebindings", {"metadata": {"name": role + "-signer"},
-              "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role + "-signer"},
-              "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP, "name": who}]}, expect=201)
+    env.admin(
+        "POST",
+        f"/apis/{names.RBAC_GROUP}/v1/clusterroles",
+        {
+            "metadata": {"name": role + "-signer"},
+            "rules": [
+                {
+                    "apiGroups": [names.CERTIFICATES_GROUP],
+                    "resources": ["signers"],
+                    "verbs": ["approve"],
+                    "resourceNames": ["example.com/*"],
+                }
+            ],
+        },
+        expect=201,
+    )
+    env.admin(
+        "POST",
+        f"/apis/{names.RBAC_GROUP}/v1/clusterrolebindings",
+        {
+            "metadata": {"name": role + "-signer"},
+            "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role + "-signer"},
+            "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP, "name": who}],
+        },
+        expect=201,
+    )
     body = env.get_csr(name)
     body["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Test"}]}
     wait_for(lambda: user.json("PUT", f"{CSRS}/{name}/approval", body)[0] == 200, what="approval with approve on */")
@@ -451,8 +571,17 @@ def test_approve_and_sign_need_signer_permissions(env):
 
 def test_serving_certificates(env):
     node = uniq("srv")
-    env.admin("POST", "/api/v1/nodes", {"metadata": {"name": node}, "status": {"addresses": [
-        {"type": "InternalIP", "address": "10.1.2.3"}, {"type": "Hostname", "address": node}]}}, expect=201)
+    env.admin(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "metadata": {"name": node},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.1.2.3"}, {"type": "Hostname", "address": node}]
+            },
+        },
+        expect=201,
+    )
     node_id = env.mint(f"system:node:{node}", ["system:nodes"])
     usages = ["digital signature", "key encipherment", "server auth"]
     _, bad = make_request(f"system:node:{node}", ["system:nodes"], dns=[node], ips=["10.9.9.9"])
@@ -482,22 +611,34 @@ def test_serving_approval_rules_without_the_flag():
     assert cc.node_serving_problem(csr, usages) == ""
     assert cc.node_serving_problem(csr, ["digital signature", "server auth"]) == ""
     assert cc.node_serving_problem(csr, usages + ["client auth"]).startswith("usages did not match")
-    assert cc.node_serving_problem(x509.load_pem_x509_csr(make_request("system:node:n", ["system:nodes"])[1]),
-                                   usages) == "DNS or IP subjectAltName is required"
-    assert cc.node_serving_problem(x509.load_pem_x509_csr(make_request("n", ["system:nodes"], dns=["n"])[1]),
-                                   usages) == "subject common name does not begin with system:node:"
+    assert (
+        cc.node_serving_problem(x509.load_pem_x509_csr(make_request("system:node:n", ["system:nodes"])[1]), usages)
+        == "DNS or IP subjectAltName is required"
+    )
+    assert (
+        cc.node_serving_problem(x509.load_pem_x509_csr(make_request("n", ["system:nodes"], dns=["n"])[1]), usages)
+        == "subject common name does not begin with system:node:"
+    )
     node = {"metadata": {"name": "n"}, "status": {"addresses": [{"type": "Hostname", "address": "n"}]}}
     assert cc.serving_sans_match(csr, node)
     assert not cc.serving_sans_match(csr, {"metadata": {"name": "n"}, "status": {"addresses": []}})
     # The approver's decision for a matching serving request when the flag is off.
     ctl = cc.CsrControllers.__new__(cc.CsrControllers)
     ctl.auto_approve_serving = False
-    obj = {"spec": {"request": b64(pem), "signerName": names.SIGNER_NODE_AGENT_SERVING, "usages": usages,
-                    "username": "system:node:n", "groups": ["system:nodes"]}}
+    obj = {
+        "spec": {
+            "request": b64(pem),
+            "signerName": names.SIGNER_NODE_AGENT_SERVING,
+            "usages": usages,
+            "username": "system:node:n",
+            "groups": ["system:nodes"],
+        }
+    }
     assert ctl.approval_message(obj) is None  # never auto-approved without the flag
 
 
 # --- the normal user's certificate with kubectl --------------------------------------------------------
+
 
 def test_normal_user_certificate_with_kubectl(env, tmp_path):
     if not os.path.exists(KUBECTL) and shutil.which(KUBECTL) is None:
@@ -508,19 +649,42 @@ def test_normal_user_certificate_with_kubectl(env, tmp_path):
     envv["HOME"] = str(home)
 
     def kubectl(*args, config=env.proc.kubeconfig, input=None):
-        return subprocess.run([KUBECTL, "--kubeconfig", str(config), *args], input=input, capture_output=True,
-                              text=True, timeout=30, env=envv, stdin=None if input is not None else subprocess.DEVNULL)
+        return subprocess.run(
+            [KUBECTL, "--kubeconfig", str(config), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=envv,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
 
     user = uniq("jane")
     key, pem = make_request(user, ["devs"], key=rsa.generate_private_key(65537, 2048))
-    manifest = yaml.safe_dump({"apiVersion": f"{names.CERTIFICATES_GROUP}/v1", "kind": "CertificateSigningRequest",
-                               "metadata": {"name": user},
-                               "spec": {"request": b64(pem), "signerName": names.SIGNER_APISERVER_CLIENT,
-                                        "expirationSeconds": 86400, "usages": ["client auth"]}})
+    manifest = yaml.safe_dump(
+        {
+            "apiVersion": f"{names.CERTIFICATES_GROUP}/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"name": user},
+            "spec": {
+                "request": b64(pem),
+                "signerName": names.SIGNER_APISERVER_CLIENT,
+                "expirationSeconds": 86400,
+                "usages": ["client auth"],
+            },
+        }
+    )
     r = kubectl("create", "-f", "-", input=manifest)
     assert r.returncode == 0, r.stderr
-    r = kubectl("patch", "csr", user, "--subresource=approval", "--type=merge", "-p",
-                '{"status":{"conditions":[{"type":"Approved","status":"True","reason":"Test","message":"ok"}]}}')
+    r = kubectl(
+        "patch",
+        "csr",
+        user,
+        "--subresource=approval",
+        "--type=merge",
+        "-p",
+        '{"status":{"conditions":[{"type":"Approved","status":"True","reason":"Test","message":"ok"}]}}',
+    )
     assert r.returncode == 0, r.stderr
     env.issued(user)
     r = kubectl("get", "csr", user, "-o", "jsonpath={.status.certificate}")
@@ -532,27 +696,40 @@ def test_normal_user_certificate_with_kubectl(env, tmp_path):
     assert abs((cert.not_valid_after_utc - _dt.datetime.now(UTC)).total_seconds() - (86400 - 300)) < 60
     r = kubectl("get", "csr", user)
     assert r.returncode == 0 and "Approved,Issued" in r.stdout, r.stdout + r.stderr
-    rbac = yaml.safe_dump_all([
-        {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "Role", "metadata": {"name": user, "namespace": "default"},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]},
-        {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "RoleBinding",
-         "metadata": {"name": user, "namespace": "default"},
-         "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "Role", "name": user},
-         "subjects": [{"apiGroup": names.RBAC_GROUP, "kind": "User", "name": user}]}])
+    rbac = yaml.safe_dump_all(
+        [
+            {
+                "apiVersion": f"{names.RBAC_GROUP}/v1",
+                "kind": "Role",
+                "metadata": {"name": user, "namespace": "default"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+            },
+            {
+                "apiVersion": f"{names.RBAC_GROUP}/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": user, "namespace": "default"},
+                "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "Role", "name": user},
+                "subjects": [{"apiGroup": names.RBAC_GROUP, "kind": "User", "name": user}],
+            },
+        ]
+    )
     r = kubectl("apply", "-f", "-", input=rbac)
     assert r.returncode == 0, r.stderr
-    cfg = connection_config(env.proc.url, cert_pem(env.ca_cert), user, cert_pem_data=cert_data,
-                            key_pem_data=key_pem(key))
+    cfg = connection_config(
+        env.proc.url, cert_pem(env.ca_cert), user, cert_pem_data=cert_data, key_pem_data=key_pem(key)
+    )
     conf = tmp_path / "jane.orchconfig"
     conf.write_text(yaml.safe_dump(cfg))
-    r = wait_for(lambda: (lambda r: r if r.returncode == 0 else None)(kubectl("get", "pods", "-n", "default",
-                                                                              config=conf)),
-                 what="jane to list pods")
+    r = wait_for(
+        lambda: (lambda r: r if r.returncode == 0 else None)(kubectl("get", "pods", "-n", "default", config=conf)),
+        what="jane to list pods",
+    )
     r = kubectl("get", "secrets", "-n", "default", config=conf)
     assert r.returncode != 0 and "Forbidden" in r.stderr and f'User "{user}" cannot list resource "secrets"' in r.stderr
 
 
 # --- bootstrap tokens and cluster-info -----------------------------------------------------------------
+
 
 def test_cluster_info_signatures(env):
     anon = Identity(env.proc)
@@ -565,8 +742,9 @@ def test_cluster_info_signatures(env):
     env.token_secret(signing, ttl=_dt.timedelta(hours=1), usages=["signing", "authentication"])
     env.token_secret(auth_only, ttl=_dt.timedelta(hours=1), usages=["authentication"])
     key = bt.JWS_KEY_PREFIX + signing.split(".")[0]
-    data = wait_for(lambda: (lambda d: d if key in d else None)(anon.json("GET", CLUSTER_INFO)[1]["data"]),
-                    what="the signature")
+    data = wait_for(
+        lambda: (lambda d: d if key in d else None)(anon.json("GET", CLUSTER_INFO)[1]["data"]), what="the signature"
+    )
     bt.verify_detached(data[key], data["kubeconfig"], signing)
     with pytest.raises(bt.JwsError):
         bt.verify_detached(data[key], data["kubeconfig"], signing[:-1] + ("a" if signing[-1] != "a" else "b"))
@@ -591,8 +769,11 @@ def test_expired_token_refused_unsigned_and_cleaned(env):
     wait_for(lambda: bt.JWS_KEY_PREFIX + tid in anon.json("GET", CLUSTER_INFO)[1]["data"], what="the signature")
     if _has_flag("--enable-bootstrap-token-auth"):
         assert Identity(env.proc, token=token).json("POST", WHOAMI, {})[0] == 201
-    wait_for(lambda: env.proc.json("GET", f"{SECRETS}/bootstrap-token-{tid}")[0] == 404, 6.0,
-             "the token cleaner to delete the expired secret")
+    wait_for(
+        lambda: env.proc.json("GET", f"{SECRETS}/bootstrap-token-{tid}")[0] == 404,
+        6.0,
+        "the token cleaner to delete the expired secret",
+    )
     assert bt.JWS_KEY_PREFIX + tid not in anon.json("GET", CLUSTER_INFO)[1]["data"]
     if _has_flag("--enable-bootstrap-token-auth"):
         assert Identity(env.proc, token=token).json("POST", WHOAMI, {})[0] == 401
@@ -601,13 +782,20 @@ def test_expired_token_refused_unsigned_and_cleaned(env):
     secret = bt.secret_for_token(bt.parse_token(old))
     secret["data"]["expiration"] = b64("2020-01-01T00:00:00Z")
     env.admin("POST", SECRETS, secret, expect=201)
-    wait_for(lambda: env.proc.json("GET", f"{SECRETS}/bootstrap-token-{old.split('.')[0]}")[0] == 404, 3.0,
-             "the expired secret to go")
+    wait_for(
+        lambda: env.proc.json("GET", f"{SECRETS}/bootstrap-token-{old.split('.')[0]}")[0] == 404,
+        3.0,
+        "the expired secret to go",
+    )
 
 
 def _token_cli(env, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([str(APISERVER_BIN), "token", *args, "--data-dir", str(env.proc.data_dir)],
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [str(APISERVER_BIN), "token", *args, "--data-dir", str(env.proc.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_token_cli(env):
@@ -653,11 +841,16 @@ def test_token_cli(env):
     cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     dead = env.tmp / "dead.orchconfig"
     dead.write_text(yaml.safe_dump(cfg))
-    r = subprocess.run([str(APISERVER_BIN), "token", "list", "--orchconfig", str(dead)], capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run(
+        [str(APISERVER_BIN), "token", "list", "--orchconfig", str(dead)], capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 1 and "cannot reach the API server at https://127.0.0.1:" in r.stderr, r.stderr
-    r = subprocess.run([str(APISERVER_BIN), "token", "list", "--data-dir", str(env.tmp / "nowhere")],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [str(APISERVER_BIN), "token", "list", "--data-dir", str(env.tmp / "nowhere")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 1 and "cannot read the connection config" in r.stderr, r.stderr
 
 
@@ -670,6 +863,7 @@ def test_server_log_is_clean(env):
 
 def test_signing_options_and_ca_reload(tmp_path):
     from apiserver_min.options import OptionsError, parse
+
     o = parse([])
     assert o.cluster_signing_duration == 365 * 86400 and o.cluster_signing_files == ()
     assert o.auto_approve_node_serving_certificates is False
@@ -677,21 +871,49 @@ def test_signing_options_and_ca_reload(tmp_path):
     crt, key = tmp_path / "s.crt", tmp_path / "s.key"
     crt.write_bytes(cert_pem(ca1))
     key.write_bytes(key_pem(key1))
-    o = parse(["--cluster-signing-cert-file", str(crt), "--cluster-signing-key-file", str(key),
-               "--cluster-signing-duration", "1h"])
+    o = parse(
+        [
+            "--cluster-signing-cert-file",
+            str(crt),
+            "--cluster-signing-key-file",
+            str(key),
+            "--cluster-signing-duration",
+            "1h",
+        ]
+    )
     assert o.cluster_signing_duration == 3600
-    assert {s for s, _, _ in o.cluster_signing_files} == {names.SIGNER_APISERVER_CLIENT, names.SIGNER_NODE_AGENT_CLIENT,
-                                                          names.SIGNER_NODE_AGENT_SERVING}
-    o = parse(["--cluster-signing-node-agent-serving-cert-file", str(crt),
-               "--cluster-signing-node-agent-serving-key-file", str(key)])
+    assert {s for s, _, _ in o.cluster_signing_files} == {
+        names.SIGNER_APISERVER_CLIENT,
+        names.SIGNER_NODE_AGENT_CLIENT,
+        names.SIGNER_NODE_AGENT_SERVING,
+    }
+    o = parse(
+        [
+            "--cluster-signing-node-agent-serving-cert-file",
+            str(crt),
+            "--cluster-signing-node-agent-serving-key-file",
+            str(key),
+        ]
+    )
     assert o.cluster_signing_files == ((names.SIGNER_NODE_AGENT_SERVING, str(crt), str(key)),)
-    for argv, text in ((["--cluster-signing-duration=-1h"], "must not be negative"),
-                       (["--cluster-signing-cert-file", str(crt)], "must be given together"),
-                       (["--cluster-signing-cert-file", str(crt), "--cluster-signing-key-file", str(key),
-                         "--cluster-signing-apiserver-client-cert-file", str(crt),
-                         "--cluster-signing-apiserver-client-key-file", str(key)], "cannot be given together"),
-                       (["--cluster-signing-cert-file", "/nonexistent", "--cluster-signing-key-file", str(key)],
-                        "no such file")):
+    for argv, text in (
+        (["--cluster-signing-duration=-1h"], "must not be negative"),
+        (["--cluster-signing-cert-file", str(crt)], "must be given together"),
+        (
+            [
+                "--cluster-signing-cert-file",
+                str(crt),
+                "--cluster-signing-key-file",
+                str(key),
+                "--cluster-signing-apiserver-client-cert-file",
+                str(crt),
+                "--cluster-signing-apiserver-client-key-file",
+                str(key),
+            ],
+            "cannot be given together",
+        ),
+        (["--cluster-signing-cert-file", "/nonexistent", "--cluster-signing-key-file", str(key)], "no such file"),
+    ):
         with pytest.raises(OptionsError, match=text):
             parse(argv)
     # The signing CA is re-read when its files change.

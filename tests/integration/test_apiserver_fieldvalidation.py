@@ -84,31 +84,38 @@ def cm(name: str, **extra) -> dict:
 
 # --- POST --------------------------------------------------------------------------------
 
+
 def test_strict_rejects_unknown_fields_listing_all(apiserver, ns):
     body = cm("strict", bogus=1)
     body["metadata"]["colour"] = "red"
     status, _, doc = send(apiserver, "POST", cm_path(ns) + "?fieldValidation=Strict", body)
-    assert_bad_request(status, doc, 'ConfigMap in version "v1" cannot be handled as a ConfigMap: '
-                                    'strict decoding error: ', 'unknown field "metadata.colour"',
-                       'unknown field "bogus"')
+    assert_bad_request(
+        status,
+        doc,
+        'ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: ',
+        'unknown field "metadata.colour"',
+        'unknown field "bogus"',
+    )
     assert missing(apiserver, cm_path(ns, "strict"))
 
 
 def test_warn_is_the_default_one_header_entry_per_field(apiserver, ns):
-    body = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"warned","labels":{"x":"1","x":"2"}},' \
-           b'"bogus":{"deep":1},"data":{"a":"b"}}'
+    body = (
+        b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"warned","labels":{"x":"1","x":"2"}},'
+        b'"bogus":{"deep":1},"data":{"a":"b"}}'
+    )
     status, warnings, doc = send(apiserver, "POST", cm_path(ns), body)
     assert status == 201, doc
-    assert sorted(warnings) == sorted(['299 - "unknown field \\"bogus\\""',
-                                       '299 - "duplicate field \\"metadata.labels.x\\""'])
+    assert sorted(warnings) == sorted(
+        ['299 - "unknown field \\"bogus\\""', '299 - "duplicate field \\"metadata.labels.x\\""']
+    )
     stored = get(apiserver, cm_path(ns, "warned"))
     assert "bogus" not in stored and "bogus" not in doc  # unknown fields are never stored
     assert stored["metadata"]["labels"] == {"x": "2"}  # the last duplicate wins
 
 
 def test_ignore_drops_unknown_fields_silently(apiserver, ns):
-    status, warnings, doc = send(apiserver, "POST", cm_path(ns) + "?fieldValidation=Ignore",
-                                 cm("ignored", bogus=1))
+    status, warnings, doc = send(apiserver, "POST", cm_path(ns) + "?fieldValidation=Ignore", cm("ignored", bogus=1))
     assert status == 201, doc
     assert warnings == []
     assert "bogus" not in get(apiserver, cm_path(ns, "ignored"))
@@ -123,26 +130,39 @@ def test_invalid_level_is_422(apiserver, ns):
 @pytest.mark.parametrize("level", ["Ignore", "Warn", "Strict"])
 def test_type_errors_are_fatal_at_every_level(apiserver, ns, level):
     name = uniq("types")
-    status, _, doc = send(apiserver, "POST", cm_path(ns) + f"?fieldValidation={level}",
-                          {"metadata": {"name": name}, "data": {"a": 1}})
+    status, _, doc = send(
+        apiserver, "POST", cm_path(ns) + f"?fieldValidation={level}", {"metadata": {"name": name}, "data": {"a": 1}}
+    )
     assert_bad_request(status, doc, "cannot unmarshal number into Go struct field ConfigMap.data of type string")
     assert missing(apiserver, cm_path(ns, name))
 
 
 def test_only_the_first_fatal_error_is_named(apiserver, ns):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fatal"}, "bogus": True,
-           "spec": {"containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": "80"}]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "fatal"},
+        "bogus": True,
+        "spec": {"containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": "80"}]}]},
+    }
     status, _, doc = send(apiserver, "POST", f"/api/v1/namespaces/{ns}/pods?fieldValidation=Strict", pod)
-    assert_bad_request(status, doc, "Go struct field ContainerPort.spec.containers.ports.containerPort "
-                                    "of type int32")
+    assert_bad_request(status, doc, "Go struct field ContainerPort.spec.containers.ports.containerPort of type int32")
     assert "bogus" not in doc["message"] and "strict decoding" not in doc["message"]
 
 
 def test_nested_unknown_field_path_in_a_named_group(apiserver, ns):
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dep"},
-           "spec": {"selector": {"matchLabels": {"app": "d"}},
-                    "template": {"metadata": {"labels": {"app": "d"}},
-                                 "spec": {"containers": [{"name": "c", "image": "busybox", "imagePullPolicyy": "x"}]}}}}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "dep"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox", "imagePullPolicyy": "x"}]},
+            },
+        },
+    }
     path = f"/apis/apps/v1/namespaces/{ns}/deployments"
     status, _, doc = send(apiserver, "POST", path + "?fieldValidation=Strict", dep)
     assert_bad_request(status, doc, 'unknown field "spec.template.spec.containers[0].imagePullPolicyy"')
@@ -152,13 +172,18 @@ def test_nested_unknown_field_path_in_a_named_group(apiserver, ns):
 
 
 def test_required_field_missing_is_422(apiserver, ns):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noname"},
-           "spec": {"containers": [{"image": "busybox"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "noname"},
+        "spec": {"containers": [{"image": "busybox"}]},
+    }
     status, _, doc = send(apiserver, "POST", f"/api/v1/namespaces/{ns}/pods", pod)
     assert status == 422, doc
     assert doc["reason"] == "Invalid"
-    assert {"reason": "FieldValueRequired", "message": "Required value",
-            "field": "spec.containers[0].name"} in doc["details"]["causes"]
+    assert {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers[0].name"} in doc[
+        "details"
+    ]["causes"]
 
 
 def test_secret_data_must_be_base64(apiserver, ns):
@@ -168,10 +193,16 @@ def test_secret_data_must_be_base64(apiserver, ns):
 
 
 def test_opaque_values_keep_unknown_content(apiserver, ns):
-    rev = {"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "rev"}, "revision": 1,
-           "data": {"anything": {"goes": [1, "two"]}}}
-    status, warnings, doc = send(apiserver, "POST", f"/apis/apps/v1/namespaces/{ns}/controllerrevisions"
-                                                    "?fieldValidation=Strict", rev)
+    rev = {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {"name": "rev"},
+        "revision": 1,
+        "data": {"anything": {"goes": [1, "two"]}},
+    }
+    status, warnings, doc = send(
+        apiserver, "POST", f"/apis/apps/v1/namespaces/{ns}/controllerrevisions?fieldValidation=Strict", rev
+    )
     assert status == 201, doc
     assert warnings == [] and doc["data"] == {"anything": {"goes": [1, "two"]}}
 
@@ -182,8 +213,7 @@ DUP_YAML = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n 
 
 
 def test_yaml_duplicates_strict(apiserver, ns):
-    status, _, doc = send(apiserver, "POST", cm_path(ns) + "?fieldValidation=Strict",
-                          DUP_YAML.format(name="ys"), YAML)
+    status, _, doc = send(apiserver, "POST", cm_path(ns) + "?fieldValidation=Strict", DUP_YAML.format(name="ys"), YAML)
     assert_bad_request(status, doc, 'duplicate field "data.a"', 'unknown field "bogus"')
 
 
@@ -201,6 +231,7 @@ def test_yaml_type_error(apiserver, ns):
 
 # --- PUT, status, PATCH --------------------------------------------------------------------
 
+
 def test_put_validates_fields(apiserver, ns):
     status, _, created = send(apiserver, "POST", cm_path(ns), cm("put"))
     assert status == 201
@@ -216,8 +247,12 @@ def test_put_validates_fields(apiserver, ns):
 
 def test_status_subresource_put_validates_fields(apiserver, ns):
     path = f"/api/v1/namespaces/{ns}/pods"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "st"},
-           "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "st"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
     status, _, created = send(apiserver, "POST", path, pod)
     assert status == 201, created
     created["metadata"].pop("resourceVersion")  # the scheduler may write meanwhile: unconditional PUT
@@ -254,6 +289,7 @@ def test_json_patch_validates_the_result(apiserver, ns):
 
 # --- kubectl -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def kubectl_client(apiserver, tmp_path_factory):
     if shutil.which(KUBECTL) is None and not os.path.exists(KUBECTL):
@@ -262,8 +298,14 @@ def kubectl_client(apiserver, tmp_path_factory):
 
 
 def _manifest(name: str, ns: str) -> str:
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-                           "spec": {"containers": [{"name": "c", "image": "busybox"}], "foo": "bar"}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "foo": "bar"},
+        }
+    )
 
 
 def test_kubectl_create_unknown_field_fails_under_default_validation(apiserver, ns, kubectl_client):
@@ -281,8 +323,9 @@ def test_kubectl_create_unknown_field_warns_with_validate_warn(apiserver, ns, ku
 
 
 def test_kubectl_configmap_with_a_number_is_rejected(apiserver, ns, kubectl_client):
-    manifest = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
-                               "metadata": {"name": "knum", "namespace": ns}, "data": {"a": 1}})
+    manifest = yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "knum", "namespace": ns}, "data": {"a": 1}}
+    )
     res = kubectl_client("create", "--validate=false", "-f", "-", input=manifest)
     assert res.returncode != 0
     assert "BadRequest" in res.stderr and "ConfigMap.data" in res.stderr, res.stderr

@@ -35,11 +35,24 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as hs
 
-from apiserver_min.api import names
-from apiserver_min.api import protobuf
+from apiserver_min.api import names, protobuf
 from apiserver_min.api.schema import (
-    Boolean, Bytes, Duration, IntOrString, Integer, List, Map, MicroTime, Number, Opaque, Quantity, String,
-    Struct, Time, Type, resolve_path,
+    Boolean,
+    Bytes,
+    Duration,
+    Integer,
+    IntOrString,
+    List,
+    Map,
+    MicroTime,
+    Number,
+    Opaque,
+    Quantity,
+    String,
+    Struct,
+    Time,
+    Type,
+    resolve_path,
 )
 from apiserver_min.api.schemas import schema_for
 from tests.apiserver_fixtures import create_namespace
@@ -60,48 +73,92 @@ def examples(n: int) -> int:
     return n * FUZZ_SCALE
 
 
-FUZZ_SETTINGS = dict(deadline=None, derandomize=FUZZ_SCALE == 1, database=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                            HealthCheck.data_too_large, HealthCheck.filter_too_much])
+FUZZ_SETTINGS = dict(
+    deadline=None,
+    derandomize=FUZZ_SCALE == 1,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
 
 
 # --- the kinds under test -------------------------------------------------------------------
 
+
 def _pod(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"app": "fuzz"}, "annotations": {"a": "b"}},
-            "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "1"],
-                                     "ports": [{"containerPort": 80, "protocol": "TCP", "name": "http"}],
-                                     "env": [{"name": "A", "value": "1"}],
-                                     "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
-                                     "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
-                     "volumes": [{"name": "v", "emptyDir": {}}],
-                     "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "fuzz"}, "annotations": {"a": "b"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox:1.36",
+                    "command": ["sleep", "1"],
+                    "ports": [{"containerPort": 80, "protocol": "TCP", "name": "http"}],
+                    "env": [{"name": "A", "value": "1"}],
+                    "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+                    "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+                }
+            ],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
 
 
 def _configmap(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"a": "b"}},
-            "data": {"k": "v", "other": "w"}, "binaryData": {"bin": base64.b64encode(b"\x00\x01").decode()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"a": "b"}},
+        "data": {"k": "v", "other": "w"},
+        "binaryData": {"bin": base64.b64encode(b"\x00\x01").decode()},
+    }
 
 
 def _secret(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
-            "data": {"k": base64.b64encode(b"secret").decode()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "Opaque",
+        "data": {"k": base64.b64encode(b"secret").decode()},
+    }
 
 
 def _deployment(name: str) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
-                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": "c", "image": "busybox",
-                                                           "ports": [{"containerPort": 8080}]}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": 8080}]}]},
+            },
+        },
+    }
 
 
 def _service(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"selector": {"app": "x"}, "ports": [{"name": "http", "port": 80, "targetPort": 8080},
-                                                         {"name": "dns", "port": 53, "protocol": "UDP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"app": "x"},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}, {"name": "dns", "port": 53, "protocol": "UDP"}],
+        },
+    }
 
 
 def _namespace(name: str) -> dict:
@@ -109,17 +166,30 @@ def _namespace(name: str) -> dict:
 
 
 def _role(name: str) -> dict:
-    return {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "Role", "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-                      {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["*"],
-                       "resourceNames": ["d"]}]}
+    return {
+        "apiVersion": f"{names.RBAC_GROUP}/v1",
+        "kind": "Role",
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["*"], "resourceNames": ["d"]},
+        ],
+    }
 
 
 def _lease(name: str) -> dict:
-    return {"apiVersion": f"{names.COORDINATION_GROUP}/v1", "kind": "Lease", "metadata": {"name": name},
-            "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15,
-                     "acquireTime": "2024-01-02T03:04:05.123456Z", "renewTime": "2024-01-02T03:04:06.000000Z",
-                     "leaseTransitions": 1}}
+    return {
+        "apiVersion": f"{names.COORDINATION_GROUP}/v1",
+        "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {
+            "holderIdentity": "me",
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2024-01-02T03:04:05.123456Z",
+            "renewTime": "2024-01-02T03:04:06.000000Z",
+            "leaseTransitions": 1,
+        },
+    }
 
 
 # kind -> (valid object factory, collection path)
@@ -150,6 +220,7 @@ def uniq(prefix: str = "fz") -> str:
 
 # --- checking answers -----------------------------------------------------------------------
 
+
 class Checker:
     """Sends requests and checks every answer, the stored objects and the log."""
 
@@ -158,8 +229,9 @@ class Checker:
         self.log_pos = server.log_path.stat().st_size if server.log_path.exists() else 0
         self.answers: collections.Counter = collections.Counter()  # (what, status), for -s runs
 
-    def send(self, method: str, path: str, body: bytes | str | None, ctype: str | None,
-             what: str = "") -> tuple[int, Any]:
+    def send(
+        self, method: str, path: str, body: bytes | str | None, ctype: str | None, what: str = ""
+    ) -> tuple[int, Any]:
         headers = {"Content-Type": ctype} if ctype else {}
         status, hdrs, data = self.server.request(method, path, body, headers)
         doc: Any
@@ -171,8 +243,10 @@ class Checker:
         self.answers[(what.split(" ")[0], status)] += 1
         if FUZZ_DEBUG and status >= 400 and isinstance(doc, dict):
             print("DBG", what, status, str(doc.get("message"))[:160])
-        where = (f"{method} {path} ({ctype}) {what}\nbody sent: {(body or b'')[:2000]!r}\n"
-                 f"answer: {status} {data[:2000]!r}\nserver log:\n{log[-4000:]}")
+        where = (
+            f"{method} {path} ({ctype}) {what}\nbody sent: {(body or b'')[:2000]!r}\n"
+            f"answer: {status} {data[:2000]!r}\nserver log:\n{log[-4000:]}"
+        )
         assert status < 500, where
         assert 200 <= status < 300 or 400 <= status < 500, where
         if status >= 400:
@@ -210,12 +284,21 @@ class Checker:
             break
         copy_ = copy.deepcopy(cur)
         md = copy_["metadata"]
-        for k in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation",
-                  "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+        for k in (
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ):
             md.pop(k, None)
         md["name"] = uniq("copy")
-        status, doc = self.send("POST", f"{collection}?dryRun=All", json.dumps(copy_), "application/json",
-                                "dry-run create of a copy")
+        status, doc = self.send(
+            "POST", f"{collection}?dryRun=All", json.dumps(copy_), "application/json", "dry-run create of a copy"
+        )
         assert status == 201, f"stored object rejected on create of a copy: {doc}\nobject: {copy_}"
 
     def after_write(self, status: int, doc: Any, collection: str) -> None:
@@ -243,15 +326,25 @@ def checker(apiserver, fuzz_ns):
 
 UNICODE = hs.text(alphabet=hs.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 NAMEISH = hs.from_regex(r"[a-z0-9]([a-z0-9.-]{0,20}[a-z0-9])?", fullmatch=True)
-TEXT = hs.one_of(UNICODE, NAMEISH, hs.sampled_from(["", " ", "-", "a/b", "0", "1Gi", "TCP", "Always", "\x00",
-                                                     "${x}", "$patch", "k:{\"a\":1}", "é" * 70]))
-BIG_INTS = hs.one_of(hs.integers(-(1 << 70), 1 << 70),
-                     hs.sampled_from([1 << 31, -(1 << 31) - 1, 1 << 63, -(1 << 63) - 1, (1 << 64) + 1, 10 ** 30]))
-SCALARS = hs.one_of(hs.none(), hs.booleans(), hs.integers(-10, 100000), BIG_INTS,
-                    hs.floats(allow_nan=False, allow_infinity=False), TEXT)
-JSON_VALUES = hs.recursive(SCALARS, lambda inner: hs.one_of(hs.lists(inner, max_size=5),
-                                                              hs.dictionaries(TEXT, inner, max_size=5)),
-                           max_leaves=20)
+TEXT = hs.one_of(
+    UNICODE,
+    NAMEISH,
+    hs.sampled_from(
+        ["", " ", "-", "a/b", "0", "1Gi", "TCP", "Always", "\x00", "${x}", "$patch", 'k:{"a":1}', "é" * 70]
+    ),
+)
+BIG_INTS = hs.one_of(
+    hs.integers(-(1 << 70), 1 << 70),
+    hs.sampled_from([1 << 31, -(1 << 31) - 1, 1 << 63, -(1 << 63) - 1, (1 << 64) + 1, 10**30]),
+)
+SCALARS = hs.one_of(
+    hs.none(), hs.booleans(), hs.integers(-10, 100000), BIG_INTS, hs.floats(allow_nan=False, allow_infinity=False), TEXT
+)
+JSON_VALUES = hs.recursive(
+    SCALARS,
+    lambda inner: hs.one_of(hs.lists(inner, max_size=5), hs.dictionaries(TEXT, inner, max_size=5)),
+    max_leaves=20,
+)
 
 
 def rarely(draw, n: int) -> bool:
@@ -267,27 +360,71 @@ def draw_typed(draw, t: Type, depth: int = 0) -> Any:
             return draw(hs.sampled_from(t.enum))
         return draw(TEXT)
     if isinstance(t, Integer):
-        return draw(hs.one_of(hs.integers(-5, 70000), hs.integers(t.minimum, t.maximum),
-                              hs.sampled_from([t.maximum + 1, t.minimum - 1])))
+        return draw(
+            hs.one_of(
+                hs.integers(-5, 70000),
+                hs.integers(t.minimum, t.maximum),
+                hs.sampled_from([t.maximum + 1, t.minimum - 1]),
+            )
+        )
     if isinstance(t, Number):
         return draw(hs.one_of(hs.floats(allow_nan=False, allow_infinity=False), hs.integers(-5, 5)))
     if isinstance(t, Boolean):
         return draw(hs.booleans())
     if isinstance(t, Bytes):
-        return draw(hs.one_of(hs.binary(max_size=16).map(lambda b: base64.b64encode(b).decode()),
-                              hs.sampled_from(["!!", "abc", "YQ", "YQ==="])))
+        return draw(
+            hs.one_of(
+                hs.binary(max_size=16).map(lambda b: base64.b64encode(b).decode()),
+                hs.sampled_from(["!!", "abc", "YQ", "YQ==="]),
+            )
+        )
     if isinstance(t, (Time, MicroTime)):
-        return draw(hs.one_of(
-            hs.datetimes().map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if isinstance(t, MicroTime)
-                                                    else "%Y-%m-%dT%H:%M:%SZ")),
-            hs.sampled_from(["", "now", "2024-13-01T00:00:00Z", "2024-01-01T00:00:00+25:00", "0000-01-01T00:00:00Z",
-                             "9999-12-31T23:59:59.999999999Z", "2024-01-01"])))
+        return draw(
+            hs.one_of(
+                hs.datetimes().map(
+                    lambda d: d.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if isinstance(t, MicroTime) else "%Y-%m-%dT%H:%M:%SZ")
+                ),
+                hs.sampled_from(
+                    [
+                        "",
+                        "now",
+                        "2024-13-01T00:00:00Z",
+                        "2024-01-01T00:00:00+25:00",
+                        "0000-01-01T00:00:00Z",
+                        "9999-12-31T23:59:59.999999999Z",
+                        "2024-01-01",
+                    ]
+                ),
+            )
+        )
     if isinstance(t, Duration):
         return draw(hs.sampled_from(["1h2m3s", "0s", "-5s", "10", "9999999999h", "1.5µs", "x"]))
     if isinstance(t, Quantity):
-        return draw(hs.one_of(hs.sampled_from(["100m", "1Ki", "1e3", "0.5", "-1", "1e1000", "9" * 40, "1.2.3", "Mi",
-                                               "", " 1", "1E", "0x10", "5e-10", "12345678901234567890Ei"]),
-                              hs.integers(-10, 1 << 66), hs.floats(allow_nan=False, allow_infinity=False)))
+        return draw(
+            hs.one_of(
+                hs.sampled_from(
+                    [
+                        "100m",
+                        "1Ki",
+                        "1e3",
+                        "0.5",
+                        "-1",
+                        "1e1000",
+                        "9" * 40,
+                        "1.2.3",
+                        "Mi",
+                        "",
+                        " 1",
+                        "1E",
+                        "0x10",
+                        "5e-10",
+                        "12345678901234567890Ei",
+                    ]
+                ),
+                hs.integers(-10, 1 << 66),
+                hs.floats(allow_nan=False, allow_infinity=False),
+            )
+        )
     if isinstance(t, IntOrString):
         return draw(hs.one_of(hs.integers(-1, 70000), BIG_INTS, TEXT, hs.sampled_from(["25%", "http", "101%"])))
     if isinstance(t, Opaque):
@@ -374,9 +511,15 @@ def mutate(draw, obj: dict, schema: Struct, n_max: int = 4, protect_identity: bo
                 elif isinstance(key, int) and key < len(node):
                     del node[key]
             else:
-                value = (draw_typed(draw, child_t) if op == "typed" and child_t is not None
-                         else draw_wrong(draw, child_t) if op == "wrong"
-                         else None if op == "null" else draw(JSON_VALUES))
+                value = (
+                    draw_typed(draw, child_t)
+                    if op == "typed" and child_t is not None
+                    else draw_wrong(draw, child_t)
+                    if op == "wrong"
+                    else None
+                    if op == "null"
+                    else draw(JSON_VALUES)
+                )
                 if isinstance(node, dict):
                     node[key] = value
                 else:
@@ -403,18 +546,27 @@ def json_text(obj: Any) -> str:
 
 # --- tests: create ----------------------------------------------------------------------------
 
+
 @settings(max_examples=examples(120), **FUZZ_SETTINGS)
-@given(case=mutated_object(), fmt=hs.sampled_from(["json", "yaml"]),
-       level=hs.sampled_from(["", "Ignore", "Warn", "Strict"]))
+@given(
+    case=mutated_object(),
+    fmt=hs.sampled_from(["json", "yaml"]),
+    level=hs.sampled_from(["", "Ignore", "Warn", "Strict"]),
+)
 # A Namespace without a name crashed the namespace strategy (KeyError: 'name').
 @example(case=("Namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {}}), fmt="json", level="")
-@example(case=("Namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fz-nolabels",
-                                                                                   "labels": None}}),
-         fmt="yaml", level="Strict")
+@example(
+    case=("Namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fz-nolabels", "labels": None}}),
+    fmt="yaml",
+    level="Strict",
+)
 # metadata: null crashed the namespace check of create and update (AttributeError).
 @example(case=("ConfigMap", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": None}), fmt="json", level="")
-@example(case=("Namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fz-nullspec"},
-                             "spec": None}), fmt="json", level="Ignore")
+@example(
+    case=("Namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fz-nullspec"}, "spec": None}),
+    fmt="json",
+    level="Ignore",
+)
 def test_fuzz_create_mutated_objects(checker, case, fmt, level):
     """Valid objects mutated at random schema paths, sent as JSON or YAML under a
     random fieldValidation level: a 201 is a valid stored object; anything else a 4xx Status."""
@@ -427,8 +579,12 @@ def test_fuzz_create_mutated_objects(checker, case, fmt, level):
 
 
 @settings(max_examples=examples(60), **FUZZ_SETTINGS)
-@given(kind=hs.sampled_from(KIND_NAMES), value=JSON_VALUES, top=hs.dictionaries(TEXT, JSON_VALUES, max_size=4),
-       fmt=hs.sampled_from(["json", "yaml"]))
+@given(
+    kind=hs.sampled_from(KIND_NAMES),
+    value=JSON_VALUES,
+    top=hs.dictionaries(TEXT, JSON_VALUES, max_size=4),
+    fmt=hs.sampled_from(["json", "yaml"]),
+)
 # An unknown field named with control characters broke the Warning header (no response at all).
 @example(kind="ConfigMap", value=[1], top={"\x01\r\nX-Injected: 1": {}, "\u2028": 1}, fmt="json")
 def test_fuzz_create_random_json(checker, kind, value, top, fmt):
@@ -440,8 +596,7 @@ def test_fuzz_create_random_json(checker, kind, value, top, fmt):
     obj["metadata"] = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     obj["metadata"]["name"] = uniq()
     for doc in (value, obj):
-        body, ctype = ((json_text(doc), "application/json") if fmt == "json"
-                       else (to_yaml(doc), "application/yaml"))
+        body, ctype = (json_text(doc), "application/json") if fmt == "json" else (to_yaml(doc), "application/yaml")
         status, answer = checker.send("POST", collection, body, ctype, f"create {kind}")
         checker.after_write(status, answer, collection)
 
@@ -467,13 +622,26 @@ def test_fuzz_duplicate_keys(checker, data):
     """Duplicate keys anywhere in JSON and YAML bodies: under Strict a 400, under
     Warn/Ignore the last value wins and the result is a valid stored object or a 4xx."""
     if data is None:
-        cases = [("ConfigMap", '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s","name":"%s"},'
-                               '"data":{"a":"1","a":2}}' % (uniq(), uniq()), "application/json"),
-                 # metadata: null with a duplicate key crashed create (the slow re-decode kept the null)
-                 ("Secret", '{"apiVersion":"v1","kind":"Secret","metadata":null,"data":{"k":"eA=="},"data":null}',
-                  "application/json"),
-                 ("ConfigMap", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  name: %s\n"
-                               "data:\n  a: '1'\n  a: {}\n" % (uniq(), uniq()), "application/yaml")]
+        cases = [
+            (
+                "ConfigMap",
+                '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s","name":"%s"},'
+                '"data":{"a":"1","a":2}}' % (uniq(), uniq()),
+                "application/json",
+            ),
+            # metadata: null with a duplicate key crashed create (the slow re-decode kept the null)
+            (
+                "Secret",
+                '{"apiVersion":"v1","kind":"Secret","metadata":null,"data":{"k":"eA=="},"data":null}',
+                "application/json",
+            ),
+            (
+                "ConfigMap",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  name: %s\n"
+                "data:\n  a: '1'\n  a: {}\n" % (uniq(), uniq()),
+                "application/yaml",
+            ),
+        ]
         level_list = ["Strict", "Warn", "Ignore"]
     else:
         kind, obj = data.draw(mutated_object())
@@ -534,8 +702,11 @@ YAML_SNIPPETS = [
 
 
 @settings(max_examples=examples(40), **FUZZ_SETTINGS)
-@given(template=hs.sampled_from(YAML_SNIPPETS), level=hs.sampled_from(["", "Strict", "Ignore"]),
-       where=hs.sampled_from(["create", "apply"]))
+@given(
+    template=hs.sampled_from(YAML_SNIPPETS),
+    level=hs.sampled_from(["", "Strict", "Ignore"]),
+    where=hs.sampled_from(["create", "apply"]),
+)
 # !!binary gave bytes and !!set a Python set: neither could be stored (TypeError from the JSON encoder).
 @example(template=YAML_SNIPPETS[5], level="", where="apply")
 @example(template=YAML_SNIPPETS[6], level="Ignore", where="create")
@@ -563,6 +734,7 @@ def test_fuzz_yaml_anchors_aliases_tags(checker, template, level, where):
 
 # --- tests: protobuf ----------------------------------------------------------------------------
 
+
 @hs.composite
 def protobuf_body(draw) -> tuple[str, str, bytes]:
     """(kind, name, body): an object of KIND named NAME, encoded and damaged."""
@@ -584,7 +756,7 @@ def protobuf_body(draw) -> tuple[str, str, bytes]:
             i = draw(hs.integers(0, len(buf) - 1))
             buf[i] ^= draw(hs.integers(1, 255))
     elif how == "truncate":
-        buf = buf[:draw(hs.integers(0, len(buf) - 1))]
+        buf = buf[: draw(hs.integers(0, len(buf) - 1))]
     elif how == "insert":
         i = draw(hs.integers(4, len(buf)))
         buf[i:i] = draw(hs.binary(min_size=1, max_size=8))
@@ -598,8 +770,11 @@ def protobuf_body(draw) -> tuple[str, str, bytes]:
 
 
 @settings(max_examples=examples(120), **FUZZ_SETTINGS)
-@given(case=protobuf_body(), ctype=hs.sampled_from([names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM]),
-       verb=hs.sampled_from(["create", "update"]))
+@given(
+    case=protobuf_body(),
+    ctype=hs.sampled_from([names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM]),
+    verb=hs.sampled_from(["create", "update"]),
+)
 def test_fuzz_protobuf_bodies(checker, case, ctype, verb):
     """Protobuf bodies: encoded valid and mutated objects, with bytes flipped,
     cut, inserted, or replaced: a 2xx stores a valid object, else a 4xx Status."""
@@ -616,6 +791,7 @@ def test_fuzz_protobuf_bodies(checker, case, ctype, verb):
 
 # --- tests: patches ----------------------------------------------------------------------------
 
+
 def _unescape(token: str) -> str | int:
     token = token.replace("~1", "/").replace("~0", "~")
     return int(token) if token.isdigit() else token
@@ -623,11 +799,33 @@ def _unescape(token: str) -> str | int:
 
 @hs.composite
 def json_patch_ops(draw, obj: dict, schema: Struct) -> list:
-    paths = ["/metadata/labels/x", "/metadata/labels", "/metadata/name", "/metadata/resourceVersion",
-             "/metadata/uid", "/metadata/managedFields", "/metadata/finalizers/-", "/kind", "/apiVersion", "",
-             "/spec", "/spec/containers/0", "/spec/containers/-", "/spec/containers/0/ports/0/containerPort",
-             "/spec/replicas", "/spec/ports/1", "/data/k", "/data", "/rules/0/verbs/5", "/spec/x~1y", "/a~2",
-             "/spec/containers/01", "/spec/containers/-1", "/metadata/annotations/a~1b"]
+    paths = [
+        "/metadata/labels/x",
+        "/metadata/labels",
+        "/metadata/name",
+        "/metadata/resourceVersion",
+        "/metadata/uid",
+        "/metadata/managedFields",
+        "/metadata/finalizers/-",
+        "/kind",
+        "/apiVersion",
+        "",
+        "/spec",
+        "/spec/containers/0",
+        "/spec/containers/-",
+        "/spec/containers/0/ports/0/containerPort",
+        "/spec/replicas",
+        "/spec/ports/1",
+        "/data/k",
+        "/data",
+        "/rules/0/verbs/5",
+        "/spec/x~1y",
+        "/a~2",
+        "/spec/containers/01",
+        "/spec/containers/-1",
+        "/metadata/annotations/a~1b",
+    ]
+
     # existing paths of the object itself
     def walk(v, p):
         yield p
@@ -637,6 +835,7 @@ def json_patch_ops(draw, obj: dict, schema: Struct) -> list:
         elif isinstance(v, list):
             for i, c in enumerate(v):
                 yield from walk(c, f"{p}/{i}")
+
     own = [p for p in walk(obj, "") if p and not p.startswith(("/metadata/managedFields/", "/status"))][:200]
     # and absent fields the schema declares, one level below existing objects
     for p in own[:60]:
@@ -645,30 +844,52 @@ def json_patch_ops(draw, obj: dict, schema: Struct) -> list:
             own += [f"{p}/{k}" for k in list(t.json_fields())[:8]]
     ops = []
     for _ in range(draw(hs.integers(1, 4))):
-        op = draw(hs.sampled_from(["add", "remove", "replace", "replace", "add", "move", "copy", "test", "bogus",
-                                   None]))
+        op = draw(
+            hs.sampled_from(["add", "remove", "replace", "replace", "add", "move", "copy", "test", "bogus", None])
+        )
         entry: dict[str, Any] = {}
         if op is not None:
             entry["op"] = op
         if not rarely(draw, 20):
-            entry["path"] = (draw(hs.sampled_from(own)) if not rarely(draw, 4) else
-                             draw(hs.sampled_from(paths)) if not rarely(draw, 6) else draw(JSON_VALUES))
+            entry["path"] = (
+                draw(hs.sampled_from(own))
+                if not rarely(draw, 4)
+                else draw(hs.sampled_from(paths))
+                if not rarely(draw, 6)
+                else draw(JSON_VALUES)
+            )
         if op in ("move", "copy") or rarely(draw, 20):
             entry["from"] = draw(hs.sampled_from(own + paths))
         if op in ("add", "replace", "test") or rarely(draw, 20):
             where = entry.get("path")
-            t = (resolve_path(schema, [_unescape(x) for x in where.split("/")[1:] if x != "-"])
-                 if isinstance(where, str) else None)
+            t = (
+                resolve_path(schema, [_unescape(x) for x in where.split("/")[1:] if x != "-"])
+                if isinstance(where, str)
+                else None
+            )
             how = draw(hs.integers(0, 3))
-            entry["value"] = (draw_typed(draw, t) if t is not None and how < 2 else
-                              draw_wrong(draw, t) if how == 2 else draw(JSON_VALUES))
+            entry["value"] = (
+                draw_typed(draw, t)
+                if t is not None and how < 2
+                else draw_wrong(draw, t)
+                if how == 2
+                else draw(JSON_VALUES)
+            )
         ops.append(entry if not rarely(draw, 16) else draw(JSON_VALUES))
     return ops
 
 
-SMP_DIRECTIVES = ["$patch", "$retainKeys", "$setElementOrder/containers", "$setElementOrder/ports",
-                  "$deleteFromPrimitiveList/finalizers", "$deleteFromPrimitiveList/verbs",
-                  "$setElementOrder/rules", "$setElementOrder/env", "$unknown"]
+SMP_DIRECTIVES = [
+    "$patch",
+    "$retainKeys",
+    "$setElementOrder/containers",
+    "$setElementOrder/ports",
+    "$deleteFromPrimitiveList/finalizers",
+    "$deleteFromPrimitiveList/verbs",
+    "$setElementOrder/rules",
+    "$setElementOrder/env",
+    "$unknown",
+]
 
 
 @hs.composite
@@ -696,7 +917,7 @@ def strategic_patch(draw, obj: dict, schema: Struct) -> dict:
     stack = [patch]
     while stack:
         n = stack.pop()
-        for v in (n.values() if isinstance(n, dict) else n):
+        for v in n.values() if isinstance(n, dict) else n:
             if isinstance(v, (dict, list)):
                 stack.append(v)
                 if isinstance(v, dict):
@@ -704,16 +925,27 @@ def strategic_patch(draw, obj: dict, schema: Struct) -> dict:
     for _ in range(draw(hs.integers(0, 3))):
         node = draw(hs.sampled_from(nodes))
         key = draw(hs.sampled_from(SMP_DIRECTIVES))
-        value = draw(hs.one_of(hs.sampled_from(["replace", "delete", "merge", "bogus"]),
-                               hs.lists(hs.one_of(TEXT, hs.fixed_dictionaries({"name": TEXT})), max_size=3),
-                               JSON_VALUES))
+        value = draw(
+            hs.one_of(
+                hs.sampled_from(["replace", "delete", "merge", "bogus"]),
+                hs.lists(hs.one_of(TEXT, hs.fixed_dictionaries({"name": TEXT})), max_size=3),
+                JSON_VALUES,
+            )
+        )
         node[key] = value
     if rarely(draw, 6):  # a list item with a directive
         patch.setdefault("spec", {})
         if isinstance(patch["spec"], dict):
-            patch["spec"]["containers"] = [draw(hs.fixed_dictionaries(
-                {"name": hs.sampled_from(["c", "d", ""]),
-                 "$patch": hs.sampled_from(["delete", "replace", "merge", "x"])}))]
+            patch["spec"]["containers"] = [
+                draw(
+                    hs.fixed_dictionaries(
+                        {
+                            "name": hs.sampled_from(["c", "d", ""]),
+                            "$patch": hs.sampled_from(["delete", "replace", "merge", "x"]),
+                        }
+                    )
+                )
+            ]
     return patch
 
 
@@ -725,14 +957,28 @@ def _created(checker, kind: str) -> tuple[dict, str]:
 
 
 @settings(max_examples=examples(120), **FUZZ_SETTINGS)
-@given(data=hs.data(), kind=hs.sampled_from(KIND_NAMES),
-       ptype=hs.sampled_from(["merge", "json", "strategic", "apply"]),
-       level=hs.sampled_from(["", "Strict", "Ignore"]), fixed=hs.none())
+@given(
+    data=hs.data(),
+    kind=hs.sampled_from(KIND_NAMES),
+    ptype=hs.sampled_from(["merge", "json", "strategic", "apply"]),
+    level=hs.sampled_from(["", "Strict", "Ignore"]),
+    fixed=hs.none(),
+)
 # An integer beyond 64 bits in a YAML body could not be stored (TypeError from the JSON encoder).
-@example(data=None, kind="ConfigMap", ptype="apply", level="",
-         fixed="apiVersion: v1\nkind: ConfigMap\ndata: -9223372036854775809\n")
-@example(data=None, kind="ConfigMap", ptype="apply", level="Ignore",
-         fixed="apiVersion: v1\nkind: ConfigMap\nmetadata: {annotations: {a: 1}}\nx: 18446744073709551616\n")
+@example(
+    data=None,
+    kind="ConfigMap",
+    ptype="apply",
+    level="",
+    fixed="apiVersion: v1\nkind: ConfigMap\ndata: -9223372036854775809\n",
+)
+@example(
+    data=None,
+    kind="ConfigMap",
+    ptype="apply",
+    level="Ignore",
+    fixed="apiVersion: v1\nkind: ConfigMap\nmetadata: {annotations: {a: 1}}\nx: 18446744073709551616\n",
+)
 def test_fuzz_patches(checker, data, kind, ptype, level, fixed):
     """Random merge, JSON, strategic merge and apply patches on a stored object:
     a 2xx leaves a valid stored object; anything else is a 4xx Status. FIXED,
@@ -787,8 +1033,9 @@ def test_fuzz_apply_creates(checker, data, kind):
     if isinstance(md, dict):
         md["name"] = name
     for manager in ("a", "b"):
-        status, doc = checker.send("PATCH", f"{collection}/{name}?fieldManager={manager}", to_yaml(obj), APPLY,
-                                   f"apply {kind}")
+        status, doc = checker.send(
+            "PATCH", f"{collection}/{name}?fieldManager={manager}", to_yaml(obj), APPLY, f"apply {kind}"
+        )
         checker.after_write(status, doc, collection)
         obj = mutate(data.draw, obj, schema_of(factory(name))) if isinstance(obj, dict) else obj
         if isinstance(obj.get("metadata"), dict):
@@ -797,25 +1044,36 @@ def test_fuzz_apply_creates(checker, data, kind):
 
 # --- tests: delete options --------------------------------------------------------------------
 
-DELETE_OPTION_VALUES = hs.fixed_dictionaries({}, optional={
-    "kind": hs.sampled_from(["DeleteOptions", "Pod", "", 1]),
-    "apiVersion": hs.sampled_from(["v1", "meta/v1", 2]),
-    "gracePeriodSeconds": hs.one_of(hs.integers(-5, 100), BIG_INTS, hs.booleans(), hs.floats(allow_nan=False,
-                                                                                             allow_infinity=False),
-                                    TEXT, hs.none()),
-    "propagationPolicy": hs.one_of(hs.sampled_from(["Orphan", "Background", "Foreground", "x", ""]),
-                                   JSON_VALUES),
-    "orphanDependents": hs.one_of(hs.booleans(), JSON_VALUES),
-    "preconditions": hs.one_of(hs.fixed_dictionaries({}, optional={"uid": JSON_VALUES,
-                                                                    "resourceVersion": JSON_VALUES}),
-                               JSON_VALUES),
-    "dryRun": hs.one_of(hs.just(["All"]), JSON_VALUES),
-})
+DELETE_OPTION_VALUES = hs.fixed_dictionaries(
+    {},
+    optional={
+        "kind": hs.sampled_from(["DeleteOptions", "Pod", "", 1]),
+        "apiVersion": hs.sampled_from(["v1", "meta/v1", 2]),
+        "gracePeriodSeconds": hs.one_of(
+            hs.integers(-5, 100),
+            BIG_INTS,
+            hs.booleans(),
+            hs.floats(allow_nan=False, allow_infinity=False),
+            TEXT,
+            hs.none(),
+        ),
+        "propagationPolicy": hs.one_of(hs.sampled_from(["Orphan", "Background", "Foreground", "x", ""]), JSON_VALUES),
+        "orphanDependents": hs.one_of(hs.booleans(), JSON_VALUES),
+        "preconditions": hs.one_of(
+            hs.fixed_dictionaries({}, optional={"uid": JSON_VALUES, "resourceVersion": JSON_VALUES}), JSON_VALUES
+        ),
+        "dryRun": hs.one_of(hs.just(["All"]), JSON_VALUES),
+    },
+)
 
 
 @settings(max_examples=examples(50), **FUZZ_SETTINGS)
-@given(kind=hs.sampled_from(["ConfigMap", "Pod", "Secret", "Role"]), opts=hs.one_of(DELETE_OPTION_VALUES, JSON_VALUES),
-       fmt=hs.sampled_from(["json", "yaml"]), collection_delete=hs.booleans())
+@given(
+    kind=hs.sampled_from(["ConfigMap", "Pod", "Secret", "Role"]),
+    opts=hs.one_of(DELETE_OPTION_VALUES, JSON_VALUES),
+    fmt=hs.sampled_from(["json", "yaml"]),
+    collection_delete=hs.booleans(),
+)
 def test_fuzz_delete_options(checker, kind, opts, fmt, collection_delete):
     """DeleteOptions bodies with random values (JSON and YAML), on one object and
     on a collection (narrowed by a label no other object has)."""
@@ -826,8 +1084,11 @@ def test_fuzz_delete_options(checker, kind, opts, fmt, collection_delete):
     status, created = checker.send("POST", collection, json_text(obj), "application/json", "create base")
     assert status == 201, created
     body, ctype = (json_text(opts), "application/json") if fmt == "json" else (to_yaml(opts), "application/yaml")
-    path = (f"{collection}?labelSelector=fuzz-delete%3D{label}" if collection_delete
-            else f"{collection}/{quote(created['metadata']['name'], safe='')}")
+    path = (
+        f"{collection}?labelSelector=fuzz-delete%3D{label}"
+        if collection_delete
+        else f"{collection}/{quote(created['metadata']['name'], safe='')}"
+    )
     checker.send("DELETE", path, body, ctype, f"delete {kind}")
 
 
@@ -842,29 +1103,40 @@ def test_fuzz_scale_and_status_updates(checker, data, how, fixed):
     of a mutated object through the status sub-resource."""
     obj, collection = _created(checker, "Deployment")
     name = obj["metadata"]["name"]
-    scale = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name},
-             "spec": {"replicas": 3}}
+    scale = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name}, "spec": {"replicas": 3}}
     scale_type = Struct("Scale", [])  # no declared schema: random values at random places
     if fixed is not None:
-        status, doc = checker.send("PUT" if how == "put" else "PATCH", f"{collection}/{name}/scale", fixed,
-                                   "application/json" if how == "put" else MERGE, "scale (pinned)")
+        status, doc = checker.send(
+            "PUT" if how == "put" else "PATCH",
+            f"{collection}/{name}/scale",
+            fixed,
+            "application/json" if how == "put" else MERGE,
+            "scale (pinned)",
+        )
     elif how == "put":
         body = mutate(data.draw, scale, scale_type) if data.draw(hs.booleans()) else data.draw(JSON_VALUES)
-        status, doc = checker.send("PUT", f"{collection}/{name}/scale", json_text(body), "application/json",
-                                   "scale PUT")
+        status, doc = checker.send(
+            "PUT", f"{collection}/{name}/scale", json_text(body), "application/json", "scale PUT"
+        )
     elif how == "merge":
         body = {"spec": {"replicas": data.draw(hs.one_of(JSON_VALUES, hs.integers(-3, 10)))}}
         if data.draw(hs.booleans()):
             body["metadata"] = data.draw(JSON_VALUES)
         status, doc = checker.send("PATCH", f"{collection}/{name}/scale", json_text(body), MERGE, "scale merge")
     elif how == "json":
-        ops = [{"op": data.draw(hs.sampled_from(["replace", "add", "remove", "test"])),
-                "path": data.draw(hs.sampled_from(["/spec/replicas", "/spec", "/status/replicas", "/metadata/name",
-                                                   "/kind", ""])),
-                "value": data.draw(hs.one_of(JSON_VALUES, hs.integers(-3, 10)))}]
+        ops = [
+            {
+                "op": data.draw(hs.sampled_from(["replace", "add", "remove", "test"])),
+                "path": data.draw(
+                    hs.sampled_from(["/spec/replicas", "/spec", "/status/replicas", "/metadata/name", "/kind", ""])
+                ),
+                "value": data.draw(hs.one_of(JSON_VALUES, hs.integers(-3, 10))),
+            }
+        ]
         status, doc = checker.send("PATCH", f"{collection}/{name}/scale", json_text(ops), JSONPATCH, "scale json")
     else:
         mutated = mutate(data.draw, obj, schema_of(obj))
-        status, doc = checker.send("PUT", f"{collection}/{name}/status", json_text(mutated), "application/json",
-                                   "status PUT")
+        status, doc = checker.send(
+            "PUT", f"{collection}/{name}/status", json_text(mutated), "application/json", "status PUT"
+        )
     checker.check_stored(obj, collection)

@@ -38,8 +38,12 @@ def uniq(prefix: str) -> str:
 
 
 def role(name: str, api_version: str = ALIAS_AV) -> dict:
-    return {"apiVersion": api_version, "kind": "Role", "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}
+    return {
+        "apiVersion": api_version,
+        "kind": "Role",
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+    }
 
 
 @pytest.fixture
@@ -50,6 +54,7 @@ def ns(apiserver):
 
 
 # --- the rbac alias: every verb, every representation ------------------------------------------
+
 
 def test_create_get_and_list_answer_in_the_requested_spelling(apiserver, ns):
     _, created = apiserver.json("POST", f"{RBAC_ALIAS}/namespaces/{ns}/roles", role("r1"), expect=201)
@@ -79,11 +84,13 @@ def test_create_get_and_list_answer_in_the_requested_spelling(apiserver, ns):
 
     _, pretty = apiserver.json("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles/r1?pretty=true", expect=200)
     assert pretty["apiVersion"] == ALIAS_AV
-    status, _, body = apiserver.request("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles/r1",
-                                        headers={"Accept": "application/yaml"})
+    status, _, body = apiserver.request(
+        "GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles/r1", headers={"Accept": "application/yaml"}
+    )
     assert status == 200 and yaml.safe_load(body)["apiVersion"] == ALIAS_AV
-    status, _, body = apiserver.request("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles?includeObject=Object",
-                                        headers={"Accept": TABLE})
+    status, _, body = apiserver.request(
+        "GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles?includeObject=Object", headers={"Accept": TABLE}
+    )
     table = json.loads(body)
     assert status == 200 and table["kind"] == "Table"
     assert {r["object"]["apiVersion"] for r in table["rows"]} == {ALIAS_AV}
@@ -91,19 +98,25 @@ def test_create_get_and_list_answer_in_the_requested_spelling(apiserver, ns):
 
 def test_protobuf_answers_in_the_requested_spelling(apiserver, ns):
     apiserver.json("POST", f"{RBAC}/namespaces/{ns}/roles", role("pb", ORCH_AV), expect=201)
-    status, headers, body = apiserver.request("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles/pb",
-                                              headers={"Accept": f"{PROTOBUF}, application/json"})
+    status, headers, body = apiserver.request(
+        "GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles/pb", headers={"Accept": f"{PROTOBUF}, application/json"}
+    )
     assert status == 200 and headers["content-type"].startswith(PROTOBUF)
     envelope = protobuf.decode_unknown(body)
     assert (envelope.api_version, envelope.kind) == (ALIAS_AV, "Role")
-    status, headers, body = apiserver.request("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles",
-                                              headers={"Accept": f"{PROTOBUF}, application/json"})
+    status, headers, body = apiserver.request(
+        "GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles", headers={"Accept": f"{PROTOBUF}, application/json"}
+    )
     assert status == 200 and headers["content-type"].startswith(PROTOBUF)
     assert protobuf.decode_unknown(body).api_version == ALIAS_AV
     # A protobuf body in the upstream spelling, as kubectl create role sends it.
     body = protobuf.encode(role("pb2", ALIAS_AV), schema_for(names.RBAC_GROUP, "v1", "Role"))
-    status, _, reply = apiserver.request("POST", f"{RBAC_ALIAS}/namespaces/{ns}/roles", body,
-                                         headers={"Content-Type": PROTOBUF, "Accept": f"{PROTOBUF}, application/json"})
+    status, _, reply = apiserver.request(
+        "POST",
+        f"{RBAC_ALIAS}/namespaces/{ns}/roles",
+        body,
+        headers={"Content-Type": PROTOBUF, "Accept": f"{PROTOBUF}, application/json"},
+    )
     assert status == 201, reply
     assert protobuf.decode_unknown(reply).api_version == ALIAS_AV
 
@@ -114,12 +127,17 @@ def test_update_patch_apply_and_delete_on_the_alias(apiserver, ns):
     created["rules"][0]["verbs"] = ["get", "list"]
     _, updated = apiserver.json("PUT", f"{path}/u1", created, expect=200)
     assert updated["apiVersion"] == ALIAS_AV and updated["rules"][0]["verbs"] == ["get", "list"]
-    status, _, body = apiserver.request("PATCH", f"{path}/u1", json.dumps({"metadata": {"labels": {"a": "b"}}}),
-                                        headers={"Content-Type": names.MEDIA_MERGE_PATCH})
+    status, _, body = apiserver.request(
+        "PATCH",
+        f"{path}/u1",
+        json.dumps({"metadata": {"labels": {"a": "b"}}}),
+        headers={"Content-Type": names.MEDIA_MERGE_PATCH},
+    )
     assert status == 200 and json.loads(body)["apiVersion"] == ALIAS_AV
     applied = yaml.safe_dump(role("u2"))
-    status, _, body = apiserver.request("PATCH", f"{path}/u2?fieldManager=alias-test", applied,
-                                        headers={"Content-Type": names.MEDIA_APPLY_PATCH})
+    status, _, body = apiserver.request(
+        "PATCH", f"{path}/u2?fieldManager=alias-test", applied, headers={"Content-Type": names.MEDIA_APPLY_PATCH}
+    )
     assert status == 201, body
     assert json.loads(body)["apiVersion"] == ALIAS_AV
     _, stored = apiserver.json("GET", f"{RBAC}/namespaces/{ns}/roles/u2", expect=200)
@@ -132,10 +150,16 @@ def test_update_patch_apply_and_delete_on_the_alias(apiserver, ns):
 
 def test_binding_references_in_the_upstream_spelling_are_ours(apiserver, ns):
     """kubectl create rolebinding names the group in roleRef and subjects."""
-    binding = {"apiVersion": ALIAS_AV, "kind": "RoleBinding", "metadata": {"name": "b"},
-               "roleRef": {"apiGroup": names.UPSTREAM_RBAC_GROUP, "kind": "Role", "name": "r"},
-               "subjects": [{"apiGroup": names.UPSTREAM_RBAC_GROUP, "kind": "User", "name": "u"},
-                            {"kind": "ServiceAccount", "name": "default", "namespace": ns}]}
+    binding = {
+        "apiVersion": ALIAS_AV,
+        "kind": "RoleBinding",
+        "metadata": {"name": "b"},
+        "roleRef": {"apiGroup": names.UPSTREAM_RBAC_GROUP, "kind": "Role", "name": "r"},
+        "subjects": [
+            {"apiGroup": names.UPSTREAM_RBAC_GROUP, "kind": "User", "name": "u"},
+            {"kind": "ServiceAccount", "name": "default", "namespace": ns},
+        ],
+    }
     apiserver.json("POST", f"{RBAC_ALIAS}/namespaces/{ns}/rolebindings", binding, expect=201)
     _, stored = apiserver.json("GET", f"{RBAC}/namespaces/{ns}/rolebindings/b", expect=200)
     assert stored["roleRef"]["apiGroup"] == names.RBAC_GROUP
@@ -147,10 +171,12 @@ def test_watch_events_follow_the_requested_spelling(apiserver, ns):
     _, lst = apiserver.json("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles", expect=200)
     rv = lst["metadata"]["resourceVersion"]
     base = f"namespaces/{ns}/roles?watch=true&timeoutSeconds=5"
-    with apiserver.watch(f"{RBAC_ALIAS}/{base}&resourceVersion={rv}&allowWatchBookmarks=true") as alias_watch, \
-            apiserver.watch(f"{RBAC}/{base}&resourceVersion={rv}") as orch_watch, \
-            apiserver.watch(f"{RBAC_ALIAS}/{base}&includeObject=Object", headers={"Accept": TABLE}) as tables, \
-            apiserver.watch(f"{RBAC_ALIAS}/{base}") as initial:
+    with (
+        apiserver.watch(f"{RBAC_ALIAS}/{base}&resourceVersion={rv}&allowWatchBookmarks=true") as alias_watch,
+        apiserver.watch(f"{RBAC}/{base}&resourceVersion={rv}") as orch_watch,
+        apiserver.watch(f"{RBAC_ALIAS}/{base}&includeObject=Object", headers={"Accept": TABLE}) as tables,
+        apiserver.watch(f"{RBAC_ALIAS}/{base}") as initial,
+    ):
         assert alias_watch.status == orch_watch.status == tables.status == initial.status == 200
         first = initial.next()  # the initial ADDED of what exists
         assert first["type"] == "ADDED" and first["object"]["apiVersion"] == ALIAS_AV
@@ -166,6 +192,7 @@ def test_watch_events_follow_the_requested_spelling(apiserver, ns):
 
 
 # --- authorization ------------------------------------------------------------------------------
+
 
 class _User:
     def __init__(self, server, cn: str):
@@ -194,15 +221,30 @@ class _User:
 def test_alias_requests_are_authorized_as_the_orch_group(apiserver, ns):
     cn = uniq("reader")
     user = _User(apiserver, cn)
-    apiserver.json("POST", f"{RBAC}/namespaces/{ns}/roles", {
-        "metadata": {"name": "read-roles"},
-        "rules": [{"apiGroups": [names.RBAC_GROUP], "resources": ["roles"], "verbs": ["get", "list"]}]}, expect=201)
-    apiserver.json("POST", f"{RBAC}/namespaces/{ns}/rolebindings", {
-        "metadata": {"name": "read-roles"},
-        "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "Role", "name": "read-roles"},
-        "subjects": [{"apiGroup": names.RBAC_GROUP, "kind": "User", "name": cn}]}, expect=201)
-    status, doc = wait_for(lambda: (lambda r: r if r[0] == 200 else None)(
-        user.json("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles")), 5, "the binding to take effect")
+    apiserver.json(
+        "POST",
+        f"{RBAC}/namespaces/{ns}/roles",
+        {
+            "metadata": {"name": "read-roles"},
+            "rules": [{"apiGroups": [names.RBAC_GROUP], "resources": ["roles"], "verbs": ["get", "list"]}],
+        },
+        expect=201,
+    )
+    apiserver.json(
+        "POST",
+        f"{RBAC}/namespaces/{ns}/rolebindings",
+        {
+            "metadata": {"name": "read-roles"},
+            "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "Role", "name": "read-roles"},
+            "subjects": [{"apiGroup": names.RBAC_GROUP, "kind": "User", "name": cn}],
+        },
+        expect=201,
+    )
+    status, doc = wait_for(
+        lambda: (lambda r: r if r[0] == 200 else None)(user.json("GET", f"{RBAC_ALIAS}/namespaces/{ns}/roles")),
+        5,
+        "the binding to take effect",
+    )
     assert status == 200
     assert doc["apiVersion"] == ALIAS_AV
     status, doc = user.json("POST", f"{RBAC_ALIAS}/namespaces/{ns}/roles", role("nope"))
@@ -213,49 +255,66 @@ def test_alias_requests_are_authorized_as_the_orch_group(apiserver, ns):
 
 # --- the other aliases kubectl needs ----------------------------------------------------------
 
+
 def test_describe_node_reads_the_lease_on_the_upstream_path(apiserver):
     node = uniq("node")
-    lease = {"apiVersion": f"{names.COORDINATION_GROUP}/v1", "kind": "Lease", "metadata": {"name": node},
-             "spec": {"holderIdentity": node, "leaseDurationSeconds": 40}}
-    apiserver.json("POST", f"/apis/{names.COORDINATION_GROUP}/v1/namespaces/{names.NS_NODE_LEASE}/leases", lease,
-                   expect=201)
+    lease = {
+        "apiVersion": f"{names.COORDINATION_GROUP}/v1",
+        "kind": "Lease",
+        "metadata": {"name": node},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": 40},
+    }
+    apiserver.json(
+        "POST", f"/apis/{names.COORDINATION_GROUP}/v1/namespaces/{names.NS_NODE_LEASE}/leases", lease, expect=201
+    )
     _, got = apiserver.json(
-        "GET", f"/apis/{names.UPSTREAM_COORDINATION_GROUP}/v1/namespaces/kube-node-lease/leases/{node}", expect=200)
+        "GET", f"/apis/{names.UPSTREAM_COORDINATION_GROUP}/v1/namespaces/kube-node-lease/leases/{node}", expect=200
+    )
     assert got["apiVersion"] == f"{names.UPSTREAM_COORDINATION_GROUP}/v1" and got["spec"]["holderIdentity"] == node
     assert got["metadata"]["namespace"] == names.NS_NODE_LEASE
 
 
 def _csr(name: str) -> dict:
     key = ec.generate_private_key(ec.SECP256R1())
-    req = (x509.CertificateSigningRequestBuilder()
-           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-           .sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
-    return {"apiVersion": f"{names.CERTIFICATES_GROUP}/v1", "kind": "CertificateSigningRequest",
-            "metadata": {"name": name},
-            "spec": {"request": base64.b64encode(req).decode(), "signerName": "example.com/custom",
-                     "usages": ["client auth"]}}
+    req = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    return {
+        "apiVersion": f"{names.CERTIFICATES_GROUP}/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64.b64encode(req).decode(),
+            "signerName": "example.com/custom",
+            "usages": ["client auth"],
+        },
+    }
 
 
 def test_certificate_approval_on_the_upstream_path(apiserver):
     """What kubectl certificate approve sends once it has the object: a protobuf GET and a
     protobuf PUT of the approval sub-resource, both on certificates.k8s.io."""
     name = uniq("csr")
-    apiserver.json("POST", f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests", _csr(name),
-                   expect=201)
+    apiserver.json("POST", f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests", _csr(name), expect=201)
     path = f"/apis/{names.UPSTREAM_CERTIFICATES_GROUP}/v1/certificatesigningrequests/{name}"
     status, _, body = apiserver.request("GET", path, headers={"Accept": f"{PROTOBUF}, application/json"})
     assert status == 200 and protobuf.decode_unknown(body).api_version == CSR_ALIAS_AV
     csr = protobuf.decode(body, schema_for(names.CERTIFICATES_GROUP, "v1", "CertificateSigningRequest"))
-    csr.setdefault("status", {})["conditions"] = [{"type": "Approved", "status": "True", "reason": "KubectlApprove",
-                                                   "message": "approved by a test"}]
+    csr.setdefault("status", {})["conditions"] = [
+        {"type": "Approved", "status": "True", "reason": "KubectlApprove", "message": "approved by a test"}
+    ]
     pb = protobuf.encode(csr, schema_for(names.CERTIFICATES_GROUP, "v1", "CertificateSigningRequest"))
-    status, headers, reply = apiserver.request("PUT", f"{path}/approval", pb,
-                                               headers={"Content-Type": PROTOBUF,
-                                                        "Accept": f"{PROTOBUF}, application/json"})
+    status, headers, reply = apiserver.request(
+        "PUT", f"{path}/approval", pb, headers={"Content-Type": PROTOBUF, "Accept": f"{PROTOBUF}, application/json"}
+    )
     assert status == 200, reply
     assert protobuf.decode_unknown(reply).api_version == CSR_ALIAS_AV
-    _, stored = apiserver.json("GET", f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests/{name}",
-                               expect=200)
+    _, stored = apiserver.json(
+        "GET", f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests/{name}", expect=200
+    )
     assert stored["apiVersion"] == f"{names.CERTIFICATES_GROUP}/v1"
     assert [c["type"] for c in stored["status"]["conditions"]] == ["Approved"]
 
@@ -275,13 +334,15 @@ def test_aliases_of_groups_without_kinds(apiserver):
     status, doc = apiserver.json("GET", f"/apis/{names.UPSTREAM_METRICS_GROUP}/v1beta1/nodes")
     assert status == 404 and f"(nodes in {names.UPSTREAM_METRICS_GROUP}/v1beta1)" in doc["message"], doc
     # kubectl's CRD lookup: the one thing the apiextensions alias answers (with no definitions).
-    _, crds = apiserver.json("GET", f"/apis/{names.UPSTREAM_APIEXTENSIONS_GROUP}/v1/customresourcedefinitions",
-                             expect=200)
+    _, crds = apiserver.json(
+        "GET", f"/apis/{names.UPSTREAM_APIEXTENSIONS_GROUP}/v1/customresourcedefinitions", expect=200
+    )
     assert crds["apiVersion"] == f"{names.UPSTREAM_APIEXTENSIONS_GROUP}/v1" and crds["items"] == []
     assert apiserver.request("GET", f"/apis/{names.APIEXTENSIONS_GROUP}/v1/customresourcedefinitions")[0] == 404
 
 
 # --- discovery advertises only what is served ------------------------------------------------
+
 
 def test_discovery_lists_no_subresource_that_is_not_found(apiserver, ns):
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
@@ -290,8 +351,11 @@ def test_discovery_lists_no_subresource_that_is_not_found(apiserver, ns):
     apiserver.json("POST", f"/api/v1/namespaces/{ns}/services", svc, expect=201)
     node = uniq("node")
     apiserver.json("POST", "/api/v1/nodes", {"metadata": {"name": node}}, expect=201)
-    items = {"pods": f"/api/v1/namespaces/{ns}/pods/p", "services": f"/api/v1/namespaces/{ns}/services/s",
-             "nodes": f"/api/v1/nodes/{node}"}
+    items = {
+        "pods": f"/api/v1/namespaces/{ns}/pods/p",
+        "services": f"/api/v1/namespaces/{ns}/services/s",
+        "nodes": f"/api/v1/nodes/{node}",
+    }
     _, doc = apiserver.json("GET", "/api/v1", expect=200)
     listed = [r for r in doc["resources"] if r["name"].split("/")[0] in items and "/" in r["name"]]
     assert {r["name"] for r in listed} >= {"pods/status", "pods/log", "nodes/status", "services/status"}
@@ -299,7 +363,6 @@ def test_discovery_lists_no_subresource_that_is_not_found(apiserver, ns):
         resource, sub = r["name"].split("/", 1)
         method = "GET" if "get" in r["verbs"] else "POST"
         # dryRun: an eviction must not remove the pod the later requests use.
-        status, reply = apiserver.json(method, f"{items[resource]}/{sub}?dryRun=All",
-                                       {} if method == "POST" else None)
+        status, reply = apiserver.json(method, f"{items[resource]}/{sub}?dryRun=All", {} if method == "POST" else None)
         message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
         assert not (status == 404 and "could not find the requested resource" in message), (r["name"], status, reply)

@@ -50,8 +50,13 @@ class Client:
         keyf.write_bytes(key_pem(key))
         self.ctx.load_cert_chain(str(crt), str(keyf))
         self.kubeconfig = server.data_dir / f"{cn}.orchconfig"
-        self.kubeconfig.write_text(yaml.safe_dump(connection_config(
-            server.url, server.ca_cert.read_bytes(), cn, cert_pem_data=cert_pem(cert), key_pem_data=key_pem(key))))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                connection_config(
+                    server.url, server.ca_cert.read_bytes(), cn, cert_pem_data=cert_pem(cert), key_pem_data=key_pem(key)
+                )
+            )
+        )
 
     def json(self, method: str, path: str, body=None, headers: list[tuple[str, str]] = ()) -> tuple[int, dict]:
         conn = http.client.HTTPSConnection(self.server.host, self.server.port, timeout=10, context=self.ctx)
@@ -74,8 +79,14 @@ class Client:
 def kubectl(client: Client, home, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["HOME"] = str(home)
-    return subprocess.run([KUBECTL, "--kubeconfig", str(client.kubeconfig), *args], capture_output=True, text=True,
-                          env=env, timeout=30, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [KUBECTL, "--kubeconfig", str(client.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,27 +107,51 @@ def admin(server):
 def _grant(server, name, rules, subject, ns=""):
     scope = f"/namespaces/{ns}" if ns else ""
     role_kind = "Role" if ns else "ClusterRole"
-    server.json("POST", f"{RBAC}{scope}/{role_kind.lower()}s", {"metadata": {"name": name}, "rules": rules},
-                expect=201)
-    server.json("POST", f"{RBAC}{scope}/{role_kind.lower()}bindings",
-                {"metadata": {"name": name}, "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP,
-                                                           "name": subject}],
-                 "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": role_kind, "name": name}}, expect=201)
+    server.json("POST", f"{RBAC}{scope}/{role_kind.lower()}s", {"metadata": {"name": name}, "rules": rules}, expect=201)
+    server.json(
+        "POST",
+        f"{RBAC}{scope}/{role_kind.lower()}bindings",
+        {
+            "metadata": {"name": name},
+            "subjects": [{"kind": "User", "apiGroup": names.RBAC_GROUP, "name": subject}],
+            "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": role_kind, "name": name},
+        },
+        expect=201,
+    )
 
 
 @pytest.fixture(scope="module")
 def alice(server):
     """alice may impersonate the user bob and service accounts in NS, nothing else;
     bob may list config maps in NS, alice may not."""
-    _grant(server, "alice-impersonates-bob",
-           [{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["bob"]}], "alice")
-    _grant(server, "alice-impersonates-sas",
-           [{"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}], "alice", ns=NS)
-    _grant(server, "bob-lists-configmaps",
-           [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}], "bob", ns=NS)
+    _grant(
+        server,
+        "alice-impersonates-bob",
+        [{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": ["bob"]}],
+        "alice",
+    )
+    _grant(
+        server,
+        "alice-impersonates-sas",
+        [{"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}],
+        "alice",
+        ns=NS,
+    )
+    _grant(
+        server,
+        "bob-lists-configmaps",
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
+        "bob",
+        ns=NS,
+    )
     client = Client(server, "alice")
-    wait_for(lambda: client.json("GET", f"/api/v1/namespaces/{NS}/configmaps", headers=[("Impersonate-User", "bob")])[0]
-             == 200, 5, "alice's and bob's bindings")
+    wait_for(
+        lambda: (
+            client.json("GET", f"/api/v1/namespaces/{NS}/configmaps", headers=[("Impersonate-User", "bob")])[0] == 200
+        ),
+        5,
+        "alice's and bob's bindings",
+    )
     return client
 
 
@@ -124,30 +159,47 @@ def test_admin_as_nobody_is_nobody(server, admin, tmp_path):
     assert admin.json("GET", f"/api/v1/namespaces/{NS}/pods")[0] == 200
     status, doc = admin.json("GET", f"/api/v1/namespaces/{NS}/pods", headers=[("Impersonate-User", "nobody")])
     assert status == 403, doc
-    assert doc["message"] == ('pods is forbidden: User "nobody" cannot list resource "pods" in API group "" '
-                              f'in the namespace "{NS}"')
+    assert doc["message"] == (
+        f'pods is forbidden: User "nobody" cannot list resource "pods" in API group "" in the namespace "{NS}"'
+    )
     # What the impersonated identity is: system:authenticated added unless asked for otherwise.
     status, doc = admin.whoami([("Impersonate-User", "nobody")])
     assert status == 201 and doc["status"]["userInfo"] == {"username": "nobody", "groups": [names.GROUP_AUTHENTICATED]}
-    status, doc = admin.whoami([("Impersonate-User", "nobody"), ("Impersonate-Group", "devs"),
-                                ("Impersonate-Group", "ops"), ("Impersonate-Uid", "uid-1"),
-                                ("Impersonate-Extra-Acme.io%2FScopes", "read"),
-                                ("impersonate-extra-acme.io%2fscopes", "write")])
+    status, doc = admin.whoami(
+        [
+            ("Impersonate-User", "nobody"),
+            ("Impersonate-Group", "devs"),
+            ("Impersonate-Group", "ops"),
+            ("Impersonate-Uid", "uid-1"),
+            ("Impersonate-Extra-Acme.io%2FScopes", "read"),
+            ("impersonate-extra-acme.io%2fscopes", "write"),
+        ]
+    )
     assert status == 201, doc
-    assert doc["status"]["userInfo"] == {"username": "nobody", "uid": "uid-1",
-                                         "groups": ["devs", "ops", names.GROUP_AUTHENTICATED],
-                                         "extra": {"acme.io/scopes": ["read", "write"]}}
+    assert doc["status"]["userInfo"] == {
+        "username": "nobody",
+        "uid": "uid-1",
+        "groups": ["devs", "ops", names.GROUP_AUTHENTICATED],
+        "extra": {"acme.io/scopes": ["read", "write"]},
+    }
     status, doc = admin.whoami([("Impersonate-User", names.USER_ANONYMOUS)])
     assert status == 403 and f'User "{names.USER_ANONYMOUS}" cannot create' in doc["message"], doc
-    status, doc = admin.whoami([("Impersonate-User", names.USER_ANONYMOUS),
-                                ("Impersonate-Group", names.GROUP_AUTHENTICATED)])
-    assert doc["status"]["userInfo"] == {"username": names.USER_ANONYMOUS,
-                                         "groups": [names.GROUP_AUTHENTICATED, names.GROUP_UNAUTHENTICATED]}
+    status, doc = admin.whoami(
+        [("Impersonate-User", names.USER_ANONYMOUS), ("Impersonate-Group", names.GROUP_AUTHENTICATED)]
+    )
+    assert doc["status"]["userInfo"] == {
+        "username": names.USER_ANONYMOUS,
+        "groups": [names.GROUP_AUTHENTICATED, names.GROUP_UNAUTHENTICATED],
+    }
     status, doc = admin.whoami([("Impersonate-User", f"system:serviceaccount:{NS}:robot")])
-    assert doc["status"]["userInfo"]["groups"] == [names.GROUP_SERVICEACCOUNTS, f"system:serviceaccounts:{NS}",
-                                                   names.GROUP_AUTHENTICATED]
-    status, doc = admin.whoami([("Impersonate-User", f"system:serviceaccount:{NS}:robot"),
-                                ("Impersonate-Group", "devs")])  # given groups replace the fixed ones
+    assert doc["status"]["userInfo"]["groups"] == [
+        names.GROUP_SERVICEACCOUNTS,
+        f"system:serviceaccounts:{NS}",
+        names.GROUP_AUTHENTICATED,
+    ]
+    status, doc = admin.whoami(
+        [("Impersonate-User", f"system:serviceaccount:{NS}:robot"), ("Impersonate-Group", "devs")]
+    )  # given groups replace the fixed ones
     assert doc["status"]["userInfo"]["groups"] == ["devs", names.GROUP_AUTHENTICATED]
 
     if not os.path.exists(KUBECTL):
@@ -159,8 +211,11 @@ def test_admin_as_nobody_is_nobody(server, admin, tmp_path):
     assert re.search(r"Username\s+nobody\n", r.stdout) and names.GROUP_MASTERS not in r.stdout, r.stdout
     r = kubectl(admin, tmp_path, "--as=nobody", "--as-group=devs", "--as-uid=uid-2", "auth", "whoami", "-o", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["status"]["userInfo"] == {"username": "nobody", "uid": "uid-2",
-                                                          "groups": ["devs", names.GROUP_AUTHENTICATED]}
+    assert json.loads(r.stdout)["status"]["userInfo"] == {
+        "username": "nobody",
+        "uid": "uid-2",
+        "groups": ["devs", names.GROUP_AUTHENTICATED],
+    }
 
 
 def test_impersonation_is_authorized_part_by_part(server, alice, tmp_path):
@@ -169,29 +224,39 @@ def test_impersonation_is_authorized_part_by_part(server, alice, tmp_path):
     assert alice.json("GET", cms, headers=[("Impersonate-User", "bob")])[0] == 200
     status, doc = alice.json("GET", cms, headers=[("Impersonate-User", "nobody")])
     assert status == 403 and doc["reason"] == "Forbidden", doc
-    assert doc["message"] == ('users "nobody" is forbidden: User "alice" cannot impersonate resource "users" '
-                              'in API group "" at the cluster scope')
+    assert doc["message"] == (
+        'users "nobody" is forbidden: User "alice" cannot impersonate resource "users" '
+        'in API group "" at the cluster scope'
+    )
     assert doc["details"] == {"name": "nobody", "kind": "users"}
     status, doc = alice.json("GET", cms, headers=[("Impersonate-User", "bob"), ("Impersonate-Group", "devs")])
     assert status == 403
-    assert doc["message"] == ('groups "devs" is forbidden: User "alice" cannot impersonate resource "groups" '
-                              'in API group "" at the cluster scope')
+    assert doc["message"] == (
+        'groups "devs" is forbidden: User "alice" cannot impersonate resource "groups" '
+        'in API group "" at the cluster scope'
+    )
     status, doc = alice.json("GET", cms, headers=[("Impersonate-User", "bob"), ("Impersonate-Uid", "u1")])
     assert status == 403
     auth = names.AUTHENTICATION_GROUP
-    assert doc["message"] == (f'uids.{auth} "u1" is forbidden: User "alice" cannot impersonate resource "uids" '
-                              f'in API group "{auth}" at the cluster scope')
+    assert doc["message"] == (
+        f'uids.{auth} "u1" is forbidden: User "alice" cannot impersonate resource "uids" '
+        f'in API group "{auth}" at the cluster scope'
+    )
     status, doc = alice.json("GET", cms, headers=[("Impersonate-User", "bob"), ("Impersonate-Extra-Scopes", "x")])
     assert status == 403
-    assert doc["message"] == (f'userextras.{auth} "x" is forbidden: User "alice" cannot impersonate resource '
-                              f'"userextras/scopes" in API group "{auth}" at the cluster scope')
+    assert doc["message"] == (
+        f'userextras.{auth} "x" is forbidden: User "alice" cannot impersonate resource '
+        f'"userextras/scopes" in API group "{auth}" at the cluster scope'
+    )
     # Service accounts: the impersonate verb on serviceaccounts in their namespace.
     status, doc = alice.whoami([("Impersonate-User", f"system:serviceaccount:{NS}:robot")])
     assert status == 201 and doc["status"]["userInfo"]["username"] == f"system:serviceaccount:{NS}:robot"
     status, doc = alice.whoami([("Impersonate-User", "system:serviceaccount:other:robot")])
     assert status == 403
-    assert doc["message"] == ('serviceaccounts "robot" is forbidden: User "alice" cannot impersonate resource '
-                              '"serviceaccounts" in API group "" in the namespace "other"')
+    assert doc["message"] == (
+        'serviceaccounts "robot" is forbidden: User "alice" cannot impersonate resource '
+        '"serviceaccounts" in API group "" in the namespace "other"'
+    )
 
     if not os.path.exists(KUBECTL):
         pytest.skip(f"{KUBECTL} not installed")
@@ -203,9 +268,11 @@ def test_impersonation_is_authorized_part_by_part(server, alice, tmp_path):
 
 def test_groups_uid_or_extras_without_a_user_are_refused(server, admin):
     auth_v1 = f"{names.AUTHENTICATION_GROUP}/v1"
-    cases = [([("Impersonate-Group", "devs")], "{Group  devs    }"),
-             ([("Impersonate-Uid", "u1")], f"{{UID  u1  {auth_v1}  }}"),
-             ([("Impersonate-Extra-Scopes", "x")], f"{{UserExtra  x  {auth_v1}  scopes}}")]
+    cases = [
+        ([("Impersonate-Group", "devs")], "{Group  devs    }"),
+        ([("Impersonate-Uid", "u1")], f"{{UID  u1  {auth_v1}  }}"),
+        ([("Impersonate-Extra-Scopes", "x")], f"{{UserExtra  x  {auth_v1}  scopes}}"),
+    ]
     for headers, listed in cases:
         status, doc = admin.json("GET", f"/api/v1/namespaces/{NS}/pods", headers=headers)
         assert status == 400 and doc["reason"] == "BadRequest", doc
@@ -221,17 +288,38 @@ def _csr_pem(cn: str) -> bytes:
 def test_impersonated_writes_are_the_impersonated_users(server, admin):
     """Admission and the strategy see the impersonated user (a CSR records its requester);
     managedFields names the field manager as for any write."""
-    _grant(server, "jane-csrs", [{"apiGroups": [names.CERTIFICATES_GROUP], "resources": ["certificatesigningrequests"],
-                                  "verbs": ["create", "get"]}], "jane")
+    _grant(
+        server,
+        "jane-csrs",
+        [
+            {
+                "apiGroups": [names.CERTIFICATES_GROUP],
+                "resources": ["certificatesigningrequests"],
+                "verbs": ["create", "get"],
+            }
+        ],
+        "jane",
+    )
     name = f"imp-{uuid.uuid4().hex[:6]}"
-    body = {"metadata": {"name": name},
-            "spec": {"request": base64.b64encode(_csr_pem("jane")).decode(),
-                     "signerName": names.SIGNER_APISERVER_CLIENT,
-                     "usages": ["digital signature", "key encipherment", "client auth"]}}
-    as_jane = [("Impersonate-User", "jane"), ("Impersonate-Group", "devs"), ("Impersonate-Uid", "jane-uid"),
-               ("Impersonate-Extra-Acme.io%2FTeam", "blue")]
-    status, doc = wait_for(lambda: (r := admin.json("POST", f"{CSRS}?fieldManager=imp-test", body, as_jane))[0] != 403
-                           and r, 5, "jane's binding")
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64.b64encode(_csr_pem("jane")).decode(),
+            "signerName": names.SIGNER_APISERVER_CLIENT,
+            "usages": ["digital signature", "key encipherment", "client auth"],
+        },
+    }
+    as_jane = [
+        ("Impersonate-User", "jane"),
+        ("Impersonate-Group", "devs"),
+        ("Impersonate-Uid", "jane-uid"),
+        ("Impersonate-Extra-Acme.io%2FTeam", "blue"),
+    ]
+    status, doc = wait_for(
+        lambda: (r := admin.json("POST", f"{CSRS}?fieldManager=imp-test", body, as_jane))[0] != 403 and r,
+        5,
+        "jane's binding",
+    )
     assert status == 201, doc
     spec = doc["spec"]
     assert spec["username"] == "jane" and spec["uid"] == "jane-uid"

@@ -20,16 +20,13 @@ API = names.APISERVER_FIELD_MANAGER
 META = names.META_GROUP
 RBAC = f"/apis/{names.RBAC_GROUP}/v1"
 MERGE = {"Content-Type": names.MEDIA_MERGE_PATCH}
-LEASE = (f"/apis/{names.COORDINATION_GROUP}/v1/namespaces/{names.NS_SYSTEM}/leases/"
-         f"{names.CONTROLLERS_LEASE_NAME}")
+LEASE = f"/apis/{names.COORDINATION_GROUP}/v1/namespaces/{names.NS_SYSTEM}/leases/{names.CONTROLLERS_LEASE_NAME}"
 DRY_RUN_X = 'dryRun: Unsupported value: []string{"x"}: supported values: "All"'
 LEVEL_LOUD = 'fieldValidation: Unsupported value: "Loud": supported values: "", "Ignore", "Strict", "Warn"'
 
 
 def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
 
 
 def managers(obj: dict) -> dict[tuple[str, str], dict]:
@@ -61,8 +58,10 @@ def test_initial_namespaces_are_orch_apiserver_updates(apiserver):
 
 
 def test_default_rbac_policy_is_orch_apiservers(apiserver):
-    for path in (f"{RBAC}/clusterroles/{names.ROLE_CLUSTER_ADMIN}",
-                 f"{RBAC}/clusterrolebindings/{names.ROLE_CLUSTER_ADMIN}"):
+    for path in (
+        f"{RBAC}/clusterroles/{names.ROLE_CLUSTER_ADMIN}",
+        f"{RBAC}/clusterrolebindings/{names.ROLE_CLUSTER_ADMIN}",
+    ):
         entries = managers(get(apiserver, path))
         assert list(entries) == [(API, "")], (path, entries)
         assert entries[(API, "")]["operation"] == "Update"
@@ -72,8 +71,11 @@ def test_default_rbac_policy_is_orch_apiservers(apiserver):
 def test_aggregated_rules_are_the_controller_managers(apiserver):
     # "admin" is a default aggregated role: the API server wrote its selectors, the
     # aggregator its rules.
-    role = wait_for(lambda: (r := get(apiserver, f"{RBAC}/clusterroles/admin")).get("rules") and r, 10,
-                    "the admin role's aggregated rules")
+    role = wait_for(
+        lambda: (r := get(apiserver, f"{RBAC}/clusterroles/admin")).get("rules") and r,
+        10,
+        "the admin role's aggregated rules",
+    )
     entries = managers(role)
     assert set(entries) == {(API, ""), (CM, "")}, entries
     assert entries[(CM, "")]["operation"] == "Update"
@@ -92,8 +94,10 @@ def test_root_ca_configmap_is_the_controller_managers_and_so_is_its_repair(apise
     assert entries[(CM, "")]["operation"] == "Update"
     assert "f:ca.crt" in entries[(CM, "")]["fieldsV1"]["f:data"]
     # (The bare default ServiceAccount sets no field anyone could own.)
-    assert "managedFields" not in get(apiserver, f"/api/v1/namespaces/{ns}/serviceaccounts/"
-                                                 f"{names.DEFAULT_SERVICE_ACCOUNT}")["metadata"]
+    assert (
+        "managedFields"
+        not in get(apiserver, f"/api/v1/namespaces/{ns}/serviceaccounts/{names.DEFAULT_SERVICE_ACCOUNT}")["metadata"]
+    )
 
     # A client rewrites ca.crt: the controller puts it back, taking the field back.
     apiserver.json("PATCH", path + "?fieldManager=tamperer", {"data": {"ca.crt": "x"}}, headers=MERGE, expect=200)
@@ -108,8 +112,7 @@ def test_root_ca_configmap_is_the_controller_managers_and_so_is_its_repair(apise
 
 
 def test_controllers_lease_is_the_controller_managers(apiserver_etcd):
-    lease = wait_for(lambda: (r := apiserver_etcd.json("GET", LEASE))[0] == 200 and r[1], 20,
-                     "the controllers' Lease")
+    lease = wait_for(lambda: (r := apiserver_etcd.json("GET", LEASE))[0] == 200 and r[1], 20, "the controllers' Lease")
     entries = managers(lease)
     assert list(entries) == [(CM, "")], entries
     e = entries[(CM, "")]
@@ -123,10 +126,13 @@ def test_controllers_lease_is_the_controller_managers(apiserver_etcd):
 def test_finalize_is_recorded_as_the_clients_update_of_the_subresource(apiserver):
     name = uniq("fin")
     create_namespace(apiserver, name)
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
-            "spec": {"finalizers": ["kubernetes", "example.com/hold"]}}
-    _, obj = apiserver.json("PUT", f"/api/v1/namespaces/{name}/finalize?fieldManager=finalizer-test", body,
-                            expect=200)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name},
+        "spec": {"finalizers": ["kubernetes", "example.com/hold"]},
+    }
+    _, obj = apiserver.json("PUT", f"/api/v1/namespaces/{name}/finalize?fieldManager=finalizer-test", body, expect=200)
     entry = managers(obj)[("finalizer-test", "finalize")]
     assert (entry["operation"], entry["apiVersion"], entry["subresource"]) == ("Update", "v1", "finalize")
     assert entry["fieldsV1"] == {"f:spec": {"f:finalizers": {}}}
@@ -134,16 +140,20 @@ def test_finalize_is_recorded_as_the_clients_update_of_the_subresource(apiserver
 
     # No fieldManager: the user agent's product names the writer, as for other writes.
     body["spec"]["finalizers"] = ["kubernetes"]
-    _, obj = apiserver.json("PUT", f"/api/v1/namespaces/{name}/finalize", body,
-                            headers={"User-Agent": "ns-cleaner/1.2 (linux/amd64)"}, expect=200)
+    _, obj = apiserver.json(
+        "PUT",
+        f"/api/v1/namespaces/{name}/finalize",
+        body,
+        headers={"User-Agent": "ns-cleaner/1.2 (linux/amd64)"},
+        expect=200,
+    )
     entries = managers(obj)
     assert entries[("ns-cleaner", "finalize")]["fieldsV1"] == {"f:spec": {"f:finalizers": {}}}
     assert ("finalizer-test", "finalize") not in entries  # its only field passed to ns-cleaner
 
     # A dry run stores nothing.
     body["spec"]["finalizers"] = []
-    _, dry = apiserver.json("PUT", f"/api/v1/namespaces/{name}/finalize?dryRun=All&fieldManager=dry", body,
-                            expect=200)
+    _, dry = apiserver.json("PUT", f"/api/v1/namespaces/{name}/finalize?dryRun=All&fieldManager=dry", body, expect=200)
     assert ("dry", "finalize") in managers(dry)
     assert ("dry", "finalize") not in managers(get(apiserver, f"/api/v1/namespaces/{name}"))
 
@@ -165,9 +175,10 @@ def test_bad_dry_run_and_field_validation_on_every_write(apiserver, ns):
     apiserver.json("POST", coll, {"metadata": {"name": "opts"}}, expect=201)
     cm = {"metadata": {"name": "opts"}, "data": {"a": "1"}}
     for method, path, body, headers, kind in (
-            ("POST", coll, {"metadata": {"name": "opts2"}}, None, "CreateOptions"),
-            ("PUT", f"{coll}/opts", cm, None, "UpdateOptions"),
-            ("PATCH", f"{coll}/opts", {"data": {"a": "2"}}, MERGE, "PatchOptions")):
+        ("POST", coll, {"metadata": {"name": "opts2"}}, None, "CreateOptions"),
+        ("PUT", f"{coll}/opts", cm, None, "UpdateOptions"),
+        ("PATCH", f"{coll}/opts", {"data": {"a": "2"}}, MERGE, "PatchOptions"),
+    ):
         status, doc = apiserver.json(method, f"{path}?dryRun=x", body, headers=headers)
         assert_invalid(status, doc, kind, DRY_RUN_X)
         status, doc = apiserver.json(method, f"{path}?fieldValidation=Loud", body, headers=headers)

@@ -12,8 +12,7 @@ import pytest
 from tests.apiserver_fixtures import ApiServerProcess
 
 LEASE = "/apis/coordination.orch.io/v1/namespaces/orch-system/leases/orch-controllers"
-FLAGS = ["--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s",
-         "--leader-elect-retry-period=0.5s"]
+FLAGS = ["--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=0.5s"]
 
 pytestmark = pytest.mark.slow
 
@@ -43,10 +42,12 @@ def default_sa(server: ApiServerProcess, ns: str) -> bool:
 
 
 def test_one_leader_runs_the_controllers_and_hands_over(etcd, etcd_prefix, tmp_path):
-    a = ApiServerProcess(tmp_path / "a", backend="etcd3", etcd_endpoint=etcd.endpoint, etcd_prefix=etcd_prefix,
-                         extra_args=FLAGS)
-    b = ApiServerProcess(tmp_path / "b", backend="etcd3", etcd_endpoint=etcd.endpoint, etcd_prefix=etcd_prefix,
-                         extra_args=FLAGS)
+    a = ApiServerProcess(
+        tmp_path / "a", backend="etcd3", etcd_endpoint=etcd.endpoint, etcd_prefix=etcd_prefix, extra_args=FLAGS
+    )
+    b = ApiServerProcess(
+        tmp_path / "b", backend="etcd3", etcd_endpoint=etcd.endpoint, etcd_prefix=etcd_prefix, extra_args=FLAGS
+    )
     try:
         a.start()
         # One cluster: the second server shares the first one's CA and admin credentials.
@@ -57,14 +58,15 @@ def test_one_leader_runs_the_controllers_and_hands_over(etcd, etcd_prefix, tmp_p
         wait(lambda: leads(a), 10, "the first server to lead")
         first = wait(lambda: lease(a), 5, "the lease")
         assert first["spec"]["leaseDurationSeconds"] == 3
-        time.sleep(1.5)                  # b campaigns meanwhile, in vain
+        time.sleep(1.5)  # b campaigns meanwhile, in vain
         assert leads(b) == 0
         assert "waiting to lead the bundled controllers" in b.log_path.read_text()
         # The controllers act (the namespace's default ServiceAccount), whichever server was asked.
         b.json("POST", "/api/v1/namespaces", {"metadata": {"name": "le-one"}}, expect=201)
         wait(lambda: default_sa(b, "le-one"), 10, "the default ServiceAccount")
-        renewed = wait(lambda: (l := lease(b)) and l["spec"]["renewTime"] != first["spec"]["renewTime"] and l,
-                       5, "a renewal")
+        renewed = wait(
+            lambda: (l := lease(b)) and l["spec"]["renewTime"] != first["spec"]["renewTime"] and l, 5, "a renewal"
+        )
         assert renewed["spec"]["holderIdentity"] == first["spec"]["holderIdentity"]
 
         # A clean stop releases the lease: b leads at once, not a lease duration later.
@@ -98,7 +100,8 @@ def test_sqlite_server_runs_controllers_without_a_lease(tmp_path):
 
 
 def test_leader_election_flags_are_checked(tmp_path):
-    from apiserver_min.options import OptionsError, parse as parse_options
+    from apiserver_min.options import OptionsError
+    from apiserver_min.options import parse as parse_options
 
     with pytest.raises(OptionsError, match="--leader-elect-renew-deadline must be less than"):
         parse_options(["--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"])

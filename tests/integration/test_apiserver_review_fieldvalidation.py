@@ -14,8 +14,7 @@ from tests.components import free_port
 
 AUTHZ = f"/apis/{names.AUTHORIZATION_GROUP}/v1"
 AUTHN = f"/apis/{names.AUTHENTICATION_GROUP}/v1"
-SAR = {"spec": {"user": "alice", "resourceAttributes": {"namespace": "default", "verb": "get",
-                                                         "resource": "pods"}}}
+SAR = {"spec": {"user": "alice", "resourceAttributes": {"namespace": "default", "verb": "get", "resource": "pods"}}}
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +39,14 @@ def _with(extra: dict) -> dict:
     return body
 
 
-@pytest.mark.parametrize("path,body,bogus", [
-    (f"{AUTHZ}/subjectaccessreviews", _with({"bogus": 1}), "spec.bogus"),
-    (f"/apis/{names.UPSTREAM_AUTHORIZATION_GROUP}/v1/subjectaccessreviews", _with({"bogus": 1}), "spec.bogus"),
-    (f"{AUTHN}/tokenreviews", {"spec": {"token": "abc", "bogus": 1}}, "spec.bogus"),
-])
+@pytest.mark.parametrize(
+    "path,body,bogus",
+    [
+        (f"{AUTHZ}/subjectaccessreviews", _with({"bogus": 1}), "spec.bogus"),
+        (f"/apis/{names.UPSTREAM_AUTHORIZATION_GROUP}/v1/subjectaccessreviews", _with({"bogus": 1}), "spec.bogus"),
+        (f"{AUTHN}/tokenreviews", {"spec": {"token": "abc", "bogus": 1}}, "spec.bogus"),
+    ],
+)
 def test_unknown_fields_warn_by_default_and_fail_under_strict(server, path, body, bogus):
     status, warnings, doc = post(server, path, body)
     assert status == 201, doc

@@ -35,8 +35,6 @@ def now_seconds() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-
-
 class Heartbeats:
     """Renews the Leases of the nodes in ``alive`` every half second, as agents would."""
 
@@ -47,11 +45,17 @@ class Heartbeats:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def renew(self, name: str) -> None:
-        self.server.json("PUT", f"{LEASES}/{name}", {
-            "apiVersion": f"{names.COORDINATION_GROUP}/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": names.NS_NODE_LEASE},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro()}},
-            expect=(200, 201))
+        self.server.json(
+            "PUT",
+            f"{LEASES}/{name}",
+            {
+                "apiVersion": f"{names.COORDINATION_GROUP}/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": names.NS_NODE_LEASE},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro()},
+            },
+            expect=(200, 201),
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
@@ -74,8 +78,11 @@ class Heartbeats:
 def server(tmp_path_factory):
     if not APISERVER_BIN.exists():
         pytest.skip(f"{APISERVER_BIN} missing")
-    s = ApiServerProcess(tmp_path_factory.mktemp("sched"), free_port(),
-                         extra_args=[f"--node-monitor-period={PERIOD}s", f"--node-monitor-grace-period={GRACE}s"])
+    s = ApiServerProcess(
+        tmp_path_factory.mktemp("sched"),
+        free_port(),
+        extra_args=[f"--node-monitor-period={PERIOD}s", f"--node-monitor-grace-period={GRACE}s"],
+    )
     with s:
         yield s
 
@@ -95,27 +102,59 @@ def ns(server):
 
 def ready_condition(status: str = "True") -> dict:
     ts = now_seconds()
-    return {"type": "Ready", "status": status, "reason": names.NODE_REASON_READY, "message": "ready",
-            "lastHeartbeatTime": ts, "lastTransitionTime": ts}
+    return {
+        "type": "Ready",
+        "status": status,
+        "reason": names.NODE_REASON_READY,
+        "message": "ready",
+        "lastHeartbeatTime": ts,
+        "lastTransitionTime": ts,
+    }
 
 
 def make_node(server, beats, name, *, cpu="4", memory="8Gi", labels=None, address="127.0.0.1", port=None):
     alloc = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "10Gi"}
-    status = {"capacity": dict(alloc), "allocatable": alloc, "conditions": [ready_condition()],
-              "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]}
+    status = {
+        "capacity": dict(alloc),
+        "allocatable": alloc,
+        "conditions": [ready_condition()],
+        "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+    }
     if port is not None:
         status["daemonEndpoints"] = {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": port}}
-    server.json("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
-                                          "metadata": {"name": name, "labels": dict(labels or {})},
-                                          "status": status}, expect=201)
+    server.json(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "status": status,
+        },
+        expect=201,
+    )
     beats.renew(name)
     beats.alive.add(name)
 
 
-def make_pod(server, ns, name, *, cpu=None, selector=None, node=None, tolerations=None, scheduler=None,
-             containers=("c",), annotations=None):
-    spec = {"containers": [{"name": c, "image": "busybox",
-                            "resources": {"requests": {"cpu": cpu}} if cpu else {}} for c in containers]}
+def make_pod(
+    server,
+    ns,
+    name,
+    *,
+    cpu=None,
+    selector=None,
+    node=None,
+    tolerations=None,
+    scheduler=None,
+    containers=("c",),
+    annotations=None,
+):
+    spec = {
+        "containers": [
+            {"name": c, "image": "busybox", "resources": {"requests": {"cpu": cpu}} if cpu else {}} for c in containers
+        ]
+    }
     if selector:
         spec["nodeSelector"] = selector
     if node:
@@ -148,6 +187,7 @@ def events_for(server, ns, name, reason):
 
 # --- scheduling ---------------------------------------------------------------------------
 
+
 def test_pods_are_bound_to_fitting_nodes_with_events(server, beats, ns):
     group = {"group": ns}
     make_node(server, beats, f"{ns}-big", cpu="4", labels=group)
@@ -164,12 +204,16 @@ def test_pods_are_bound_to_fitting_nodes_with_events(server, beats, ns):
 
     # 2 of the big node's 4 cpus are taken now: 3 fit nowhere.
     make_pod(server, ns, "three-cpu", cpu="3", selector=group)
-    pod = wait_for(lambda: (p := get_pod(server, ns, "three-cpu")) and condition(p, "PodScheduled") and p,
-                   10, "PodScheduled=False")
+    pod = wait_for(
+        lambda: (p := get_pod(server, ns, "three-cpu")) and condition(p, "PodScheduled") and p, 10, "PodScheduled=False"
+    )
     cond = condition(pod, "PodScheduled")
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
-    assert re.match(r"0/\d+ nodes are available: (.*, )?2 Insufficient cpu(, .*)?\. preemption: 0/\d+ nodes are "
-                    r"available: .*2 No preemption victims found for incoming pod.*\.\.$", cond["message"]), cond
+    assert re.match(
+        r"0/\d+ nodes are available: (.*, )?2 Insufficient cpu(, .*)?\. preemption: 0/\d+ nodes are "
+        r"available: .*2 No preemption victims found for incoming pod.*\.\.$",
+        cond["message"],
+    ), cond
     [ev] = wait_for(lambda: events_for(server, ns, "three-cpu", "FailedScheduling"), 5, "FailedScheduling event")
     assert ev["type"] == "Warning" and ev["message"] == cond["message"]
     assert not pod["spec"].get("nodeName")
@@ -185,11 +229,11 @@ def test_node_selector_retry_and_other_schedulers(server, beats, ns):
     make_node(server, beats, f"{ns}-n", labels={"group": ns})
     make_pod(server, ns, "picky", selector={"group": ns, "disk": "ssd"})
     make_pod(server, ns, "not-mine", scheduler="other-scheduler", selector={"group": ns})
-    pod = wait_for(lambda: (p := get_pod(server, ns, "picky")) and condition(p, "PodScheduled") and p,
-                   10, "unschedulable")
+    pod = wait_for(
+        lambda: (p := get_pod(server, ns, "picky")) and condition(p, "PodScheduled") and p, 10, "unschedulable"
+    )
     assert "node(s) didn't match Pod's node affinity/selector" in condition(pod, "PodScheduled")["message"]
-    server.json("PATCH", f"/api/v1/nodes/{ns}-n", {"metadata": {"labels": {"disk": "ssd"}}}, headers=MERGE,
-                expect=200)
+    server.json("PATCH", f"/api/v1/nodes/{ns}-n", {"metadata": {"labels": {"disk": "ssd"}}}, headers=MERGE, expect=200)
     pod = wait_for(lambda: (p := get_pod(server, ns, "picky"))["spec"].get("nodeName") and p, 10, "bound")
     assert pod["spec"]["nodeName"] == f"{ns}-n"
     other = get_pod(server, ns, "not-mine")
@@ -199,18 +243,29 @@ def test_node_selector_retry_and_other_schedulers(server, beats, ns):
 
 # --- node lifecycle -----------------------------------------------------------------------
 
+
 def test_silent_node_goes_unknown_is_tainted_evicts_and_recovers(server, beats, ns):
     node = f"{ns}-flaky"
     make_node(server, beats, node, labels={"group": ns})
     quick = [{"key": names.TAINT_UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}]
     make_pod(server, ns, "quick", node=node, tolerations=quick)
     make_pod(server, ns, "patient", node=node)  # DefaultTolerationSeconds: 300 s
-    make_pod(server, ns, "mirror", node=node, annotations={names.ANNOTATION_CONFIG_MIRROR: "abc"},
-             tolerations=[{**quick[0], "tolerationSeconds": 0}])
+    make_pod(
+        server,
+        ns,
+        "mirror",
+        node=node,
+        annotations={names.ANNOTATION_CONFIG_MIRROR: "abc"},
+        tolerations=[{**quick[0], "tolerationSeconds": 0}],
+    )
     ts = now_seconds()
-    server.json("PATCH", f"/api/v1/namespaces/{ns}/pods/patient/status",
-                {"status": {"phase": "Running", "conditions": [
-                    {"type": "Ready", "status": "True", "lastTransitionTime": ts}]}}, headers=MERGE, expect=200)
+    server.json(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/patient/status",
+        {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ts}]}},
+        headers=MERGE,
+        expect=200,
+    )
     _, patient = server.json("GET", f"/api/v1/namespaces/{ns}/pods/patient", expect=200)
     assert any(t.get("tolerationSeconds") == 300 for t in patient["spec"]["tolerations"])
 
@@ -225,8 +280,10 @@ def test_silent_node_goes_unknown_is_tainted_evicts_and_recovers(server, beats, 
     def unknown():
         _, n = server.json("GET", f"/api/v1/nodes/{node}", expect=200)
         keys = {(t["key"], t["effect"]) for t in (n.get("spec") or {}).get("taints") or []}
-        if condition(n, "Ready")["status"] == "Unknown" and {(names.TAINT_UNREACHABLE, "NoSchedule"),
-                                                              (names.TAINT_UNREACHABLE, "NoExecute")} <= keys:
+        if (
+            condition(n, "Ready")["status"] == "Unknown"
+            and {(names.TAINT_UNREACHABLE, "NoSchedule"), (names.TAINT_UNREACHABLE, "NoExecute")} <= keys
+        ):
             return n
         return None
 
@@ -241,14 +298,18 @@ def test_silent_node_goes_unknown_is_tainted_evicts_and_recovers(server, beats, 
     def evicted():
         p = get_pod(server, ns, "quick")
         return p is None or bool(p["metadata"].get("deletionTimestamp")) and p
+
     p = wait_for(evicted, 6, "eviction of the pod tolerating 1 s")
     if p:
         assert condition(p, "DisruptionTarget")["reason"] == "DeletionByTaintManager"
     assert wait_for(lambda: events_for(server, ns, "quick", "TaintManagerEviction"), 5, "eviction event")
 
     # The 300 s pod stays, its Ready condition turns False; the mirror pod is never evicted.
-    patient = wait_for(lambda: (p := get_pod(server, ns, "patient")) and condition(p, "Ready")["status"] == "False"
-                       and p, 5, "pod Ready=False")
+    patient = wait_for(
+        lambda: (p := get_pod(server, ns, "patient")) and condition(p, "Ready")["status"] == "False" and p,
+        5,
+        "pod Ready=False",
+    )
     assert not patient["metadata"].get("deletionTimestamp")
     assert events_for(server, ns, "patient", "NodeNotReady")[0]["message"] == "Node is not ready"
     mirror = get_pod(server, ns, "mirror")
@@ -257,12 +318,18 @@ def test_silent_node_goes_unknown_is_tainted_evicts_and_recovers(server, beats, 
     # The agent returns: Lease renewed and Ready posted again; the taints go.
     beats.renew(node)
     beats.alive.add(node)
-    server.json("PATCH", f"/api/v1/nodes/{node}/status",
-                {"status": {"conditions": [ready_condition()]}}, headers=MERGE, expect=200)
+    server.json(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"conditions": [ready_condition()]}},
+        headers=MERGE,
+        expect=200,
+    )
 
     def recovered():
         _, n = server.json("GET", f"/api/v1/nodes/{node}", expect=200)
         return not (n.get("spec") or {}).get("taints") and condition(n, "Ready")["status"] == "True" and n
+
     wait_for(recovered, 5, "taints removed")
     time.sleep(GRACE + PERIOD)  # and it stays healthy while the lease is renewed
     assert recovered()
@@ -270,6 +337,7 @@ def test_silent_node_goes_unknown_is_tainted_evicts_and_recovers(server, beats, 
 
 
 # --- pods/log -------------------------------------------------------------------------------
+
 
 class FakeAgent:
     """An HTTPS /containerLogs endpoint that requires a client certificate from the cluster CA."""
@@ -352,8 +420,9 @@ def test_pod_logs_are_proxied_to_the_agent(server, beats, ns, tmp_path):
 
         status, _, body = logs(server, ns, "multi")
         doc = json.loads(body)
-        assert status == 400 and doc["message"] == ("a container name must be specified for pod multi, "
-                                                    "choose one of: [c1 c2]")
+        assert status == 400 and doc["message"] == (
+            "a container name must be specified for pod multi, choose one of: [c1 c2]"
+        )
 
         status, hdrs, body = logs(server, ns, "multi", "?container=c1&tailLines=2&timestamps=true")
         assert status == 200 and body == b"line one\n" and hdrs["content-type"].startswith("text/plain")

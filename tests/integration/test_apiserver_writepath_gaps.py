@@ -37,14 +37,15 @@ def uniq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if not APISERVER_BIN.exists():
         pytest.skip(f"{APISERVER_BIN} missing")
-    s = ApiServerProcess(tmp_path_factory.mktemp("writepath"), free_port(),
-                         extra_args=["--node-monitor-period=1s", "--node-monitor-grace-period=2s"])
+    s = ApiServerProcess(
+        tmp_path_factory.mktemp("writepath"),
+        free_port(),
+        extra_args=["--node-monitor-period=1s", "--node-monitor-grace-period=2s"],
+    )
     with s:
         yield s
 
@@ -65,8 +66,10 @@ def deploy_path(ns: str, name: str = "") -> str:
 
 
 def entries(obj: dict) -> dict[tuple[str, str, str], dict]:
-    return {(e["manager"], e["operation"], e.get("subresource", "")): e["fieldsV1"]
-            for e in obj["metadata"].get("managedFields", [])}
+    return {
+        (e["manager"], e["operation"], e.get("subresource", "")): e["fieldsV1"]
+        for e in obj["metadata"].get("managedFields", [])
+    }
 
 
 def laughs(levels: int) -> str:
@@ -85,12 +88,15 @@ def assert_status(doc, code: int, reason: str) -> None:
 
 # --- YAML alias expansion ------------------------------------------------------------------------
 
+
 def test_alias_bombs_in_yaml_bodies_are_400(server, ns):
     bomb = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\nbomb:\n  " + laughs(8).replace("\n", "\n  ")
-    for method, path, headers in (("POST", cm_path(ns), YAML),
-                                  ("PATCH", cm_path(ns, "bomb") + "?fieldManager=x", APPLY),
-                                  ("PUT", cm_path(ns, "bomb"), YAML),
-                                  ("DELETE", cm_path(ns, "bomb"), YAML)):
+    for method, path, headers in (
+        ("POST", cm_path(ns), YAML),
+        ("PATCH", cm_path(ns, "bomb") + "?fieldManager=x", APPLY),
+        ("PUT", cm_path(ns, "bomb"), YAML),
+        ("DELETE", cm_path(ns, "bomb"), YAML),
+    ):
         started = time.monotonic()
         status, doc = server.json(method, path, bomb, headers)
         assert time.monotonic() - started < 10
@@ -128,19 +134,33 @@ spec:
 
 # --- PatchOptions, CreateOptions, UpdateOptions --------------------------------------------------
 
+
 def test_force_on_a_non_apply_patch_is_422(server, ns):
     server.json("POST", cm_path(ns), {"metadata": {"name": "f"}, "data": {"a": "1"}}, expect=201)
-    for headers, body in ((MERGE, {"data": {"a": "2"}}), (SMP, {"data": {"a": "2"}}),
-                          (JSONPATCH, [{"op": "replace", "path": "/data/a", "value": "2"}])):
+    for headers, body in (
+        (MERGE, {"data": {"a": "2"}}),
+        (SMP, {"data": {"a": "2"}}),
+        (JSONPATCH, [{"op": "replace", "path": "/data/a", "value": "2"}]),
+    ):
         for value in ("true", "false"):
             status, doc = server.json("PATCH", cm_path(ns, "f") + f"?force={value}", body, headers)
             assert status == 422, doc
             assert_status(doc, 422, "Invalid")
-            assert doc["message"] == (f'PatchOptions.{names.META_GROUP} "" is invalid: '
-                                      "force: Forbidden: may not be specified for non-apply patch")
-            assert doc["details"] == {"group": names.META_GROUP, "kind": "PatchOptions", "causes": [
-                {"reason": "FieldValueForbidden", "message": "Forbidden: may not be specified for non-apply patch",
-                 "field": "force"}]}
+            assert doc["message"] == (
+                f'PatchOptions.{names.META_GROUP} "" is invalid: '
+                "force: Forbidden: may not be specified for non-apply patch"
+            )
+            assert doc["details"] == {
+                "group": names.META_GROUP,
+                "kind": "PatchOptions",
+                "causes": [
+                    {
+                        "reason": "FieldValueForbidden",
+                        "message": "Forbidden: may not be specified for non-apply patch",
+                        "field": "force",
+                    }
+                ],
+            }
     assert server.json("GET", cm_path(ns, "f"), expect=200)[1]["data"] == {"a": "1"}
     # Apply takes force (any value but false/0 is true, as upstream reads it).
     cfg = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f"}, "data": {"a": "3"}}
@@ -150,22 +170,31 @@ def test_force_on_a_non_apply_patch_is_422(server, ns):
 
 
 def test_field_manager_rules_are_422(server, ns):
-    status, doc = server.json("PATCH", cm_path(ns, "nofm"), json.dumps(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nofm"}}), APPLY)
-    assert status == 422 and doc["message"] == (f'PatchOptions.{names.META_GROUP} "" is invalid: '
-                                                "fieldManager: Required value: is required for apply patch"), doc
+    status, doc = server.json(
+        "PATCH",
+        cm_path(ns, "nofm"),
+        json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nofm"}}),
+        APPLY,
+    )
+    assert status == 422 and doc["message"] == (
+        f'PatchOptions.{names.META_GROUP} "" is invalid: fieldManager: Required value: is required for apply patch'
+    ), doc
     status, doc = server.json("POST", cm_path(ns) + "?fieldManager=" + "m" * 129, {"metadata": {"name": "long"}})
-    assert status == 422 and doc["message"] == (f'CreateOptions.{names.META_GROUP} "" is invalid: '
-                                                "fieldManager: Too long: must have at most 128 bytes"), doc
+    assert status == 422 and doc["message"] == (
+        f'CreateOptions.{names.META_GROUP} "" is invalid: fieldManager: Too long: must have at most 128 bytes'
+    ), doc
     server.json("POST", cm_path(ns) + "?fieldManager=" + "m" * 128, {"metadata": {"name": "long"}}, expect=201)
-    status, doc = server.json("PUT", cm_path(ns, "long") + "?fieldManager=" + urllib.parse.quote("bad\x7f"),
-                              {"metadata": {"name": "long"}})
-    assert status == 422 and doc["message"] == (f'UpdateOptions.{names.META_GROUP} "" is invalid: fieldManager: '
-                                                'Invalid value: "bad\\x7f": invalid character U+007F (at position 3)'
-                                                ), doc
+    status, doc = server.json(
+        "PUT", cm_path(ns, "long") + "?fieldManager=" + urllib.parse.quote("bad\x7f"), {"metadata": {"name": "long"}}
+    )
+    assert status == 422 and doc["message"] == (
+        f'UpdateOptions.{names.META_GROUP} "" is invalid: fieldManager: '
+        'Invalid value: "bad\\x7f": invalid character U+007F (at position 3)'
+    ), doc
 
 
 # --- Warning headers ------------------------------------------------------------------------------
+
 
 def test_warning_headers_quote_field_names_as_go_does(server, ns):
     body = json.dumps({"metadata": {"name": "w"}, "data": {}, 'we"ird': 1, "back\\slash": 1, "new\nline": 1})
@@ -181,31 +210,48 @@ def test_warning_headers_quote_field_names_as_go_does(server, ns):
     assert warnings == [
         '299 - "unknown field \\"we\\\\\\"ird\\""',
         '299 - "unknown field \\"back\\\\\\\\slash\\""',
-        '299 - "unknown field \\"new\\\\nline\\""']
-    status, doc = server.json("POST", cm_path(ns) + "?fieldValidation=Strict",
-                              json.dumps({"metadata": {"name": "w2"}, 'a"b': 1}), {"Content-Type": "application/json"})
+        '299 - "unknown field \\"new\\\\nline\\""',
+    ]
+    status, doc = server.json(
+        "POST",
+        cm_path(ns) + "?fieldValidation=Strict",
+        json.dumps({"metadata": {"name": "w2"}, 'a"b': 1}),
+        {"Content-Type": "application/json"},
+    )
     assert status == 400 and doc["message"].endswith('strict decoding error: unknown field "a\\"b"'), doc
 
 
 # --- scale -----------------------------------------------------------------------------------------
 
+
 def test_scale_takes_a_strategic_merge_patch(server, ns):
-    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "sc"},
-              "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sc"}},
-                       "template": {"metadata": {"labels": {"app": "sc"}},
-                                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    deploy = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "sc"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "sc"}},
+            "template": {
+                "metadata": {"labels": {"app": "sc"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
     server.json("POST", deploy_path(ns), deploy, expect=201)
     _, scale = server.json("PATCH", deploy_path(ns, "sc") + "/scale", {"spec": {"replicas": 3}}, SMP, expect=200)
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3
     assert server.json("GET", deploy_path(ns, "sc"), expect=200)[1]["spec"]["replicas"] == 3
     status, doc = server.json("PATCH", deploy_path(ns, "sc") + "/scale?force=true", {"spec": {"replicas": 4}}, SMP)
     assert status == 422 and "force: Forbidden" in doc["message"], doc
-    status, doc = server.json("PATCH", deploy_path(ns, "sc") + "/scale", "spec: {replicas: 4}",
-                              {"Content-Type": "text/plain"})
+    status, doc = server.json(
+        "PATCH", deploy_path(ns, "sc") + "/scale", "spec: {replicas: 4}", {"Content-Type": "text/plain"}
+    )
     assert status == 415, doc
 
 
 # --- the bundled controllers' field managers -----------------------------------------------------
+
 
 def test_bootstrap_signer_writes_as_the_controller_manager(server):
     path = f"/api/v1/namespaces/{names.NS_PUBLIC}/configmaps/{names.CLUSTER_INFO_CONFIGMAP}"
@@ -217,9 +263,27 @@ def test_bootstrap_signer_writes_as_the_controller_manager(server):
 def test_node_lifecycle_writes_as_the_controller_manager(server):
     name = uniq("silent")
     ts = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    server.json("POST", "/api/v1/nodes", {"metadata": {"name": name, "labels": {"t": "1"}}, "status": {"conditions": [
-        {"type": "Ready", "status": "True", "reason": names.NODE_REASON_READY, "message": "ok",
-         "lastHeartbeatTime": ts, "lastTransitionTime": ts}]}}, headers={"User-Agent": "agent-test/1"}, expect=201)
+    server.json(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "metadata": {"name": name, "labels": {"t": "1"}},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": names.NODE_REASON_READY,
+                        "message": "ok",
+                        "lastHeartbeatTime": ts,
+                        "lastTransitionTime": ts,
+                    }
+                ]
+            },
+        },
+        headers={"User-Agent": "agent-test/1"},
+        expect=201,
+    )
 
     def node_with_both():
         node = server.json("GET", f"/api/v1/nodes/{name}", expect=200)[1]
@@ -235,8 +299,15 @@ def test_node_lifecycle_writes_as_the_controller_manager(server):
 
 def test_scheduler_writes_as_the_scheduler_and_binding_records_nothing(server, ns):
     pods = f"/api/v1/namespaces/{ns}/pods"
-    server.json("POST", pods, {"metadata": {"name": "lost"}, "spec": {
-        "nodeSelector": {"no-such": "node"}, "containers": [{"name": "c", "image": "busybox"}]}}, expect=201)
+    server.json(
+        "POST",
+        pods,
+        {
+            "metadata": {"name": "lost"},
+            "spec": {"nodeSelector": {"no-such": "node"}, "containers": [{"name": "c", "image": "busybox"}]},
+        },
+        expect=201,
+    )
 
     def marked():
         pod = server.json("GET", f"{pods}/lost", expect=200)[1]
@@ -246,15 +317,33 @@ def test_scheduler_writes_as_the_scheduler_and_binding_records_nothing(server, n
     owned = entries(pod)[(SCHED, "Update", "status")]["f:status"]["f:conditions"]
     assert 'k:{"type":"PodScheduled"}' in owned
     sel = urllib.parse.quote("involvedObject.name=lost,reason=FailedScheduling")
-    events = wait_for(lambda: server.json("GET", f"/api/v1/namespaces/{ns}/events?fieldSelector={sel}",
-                                          expect=200)[1]["items"], 10, "the FailedScheduling event")
+    events = wait_for(
+        lambda: server.json("GET", f"/api/v1/namespaces/{ns}/events?fieldSelector={sel}", expect=200)[1]["items"],
+        10,
+        "the FailedScheduling event",
+    )
     assert [(e["manager"], e["operation"]) for e in events[0]["metadata"]["managedFields"]] == [(SCHED, "Update")]
     # A binding writes storage directly, as upstream's: managedFields stay as they were.
-    _, other = server.json("POST", pods, {"metadata": {"name": "bindme"}, "spec": {
-        "schedulerName": "someone-else", "containers": [{"name": "c", "image": "busybox"}]}}, expect=201)
-    server.json("POST", f"{pods}/bindme/binding", {"apiVersion": "v1", "kind": "Binding",
-                                                    "metadata": {"name": "bindme"},
-                                                    "target": {"kind": "Node", "name": "somewhere"}}, expect=201)
+    _, other = server.json(
+        "POST",
+        pods,
+        {
+            "metadata": {"name": "bindme"},
+            "spec": {"schedulerName": "someone-else", "containers": [{"name": "c", "image": "busybox"}]},
+        },
+        expect=201,
+    )
+    server.json(
+        "POST",
+        f"{pods}/bindme/binding",
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "bindme"},
+            "target": {"kind": "Node", "name": "somewhere"},
+        },
+        expect=201,
+    )
     bound = server.json("GET", f"{pods}/bindme", expect=200)[1]
     assert bound["spec"]["nodeName"] == "somewhere"
     assert bound["metadata"]["managedFields"] == other["metadata"]["managedFields"]
@@ -262,18 +351,36 @@ def test_scheduler_writes_as_the_scheduler_and_binding_records_nothing(server, n
 
 def test_csr_signer_writes_as_the_controller_manager(server):
     key = ec.generate_private_key(ec.SECP256R1())
-    pem = x509.CertificateSigningRequestBuilder().subject_name(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, uniq("jane"))])).sign(key, hashes.SHA256()).public_bytes(
-        serialization.Encoding.PEM)
+    pem = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, uniq("jane"))]))
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
     name = uniq("csr")
-    server.json("POST", CSRS, {"metadata": {"name": name}, "spec": {
-        "request": base64.b64encode(pem).decode(), "signerName": names.SIGNER_APISERVER_CLIENT,
-        "usages": ["client auth"]}}, expect=201)
+    server.json(
+        "POST",
+        CSRS,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "request": base64.b64encode(pem).decode(),
+                "signerName": names.SIGNER_APISERVER_CLIENT,
+                "usages": ["client auth"],
+            },
+        },
+        expect=201,
+    )
     cur = server.json("GET", f"{CSRS}/{name}", expect=200)[1]
     cur["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]}
     server.json("PUT", f"{CSRS}/{name}/approval?fieldManager=approver", cur, expect=200)
-    issued = wait_for(lambda: (lambda c: c if (c.get("status") or {}).get("certificate") else None)(
-        server.json("GET", f"{CSRS}/{name}", expect=200)[1]), 10, "the certificate")
+    issued = wait_for(
+        lambda: (lambda c: c if (c.get("status") or {}).get("certificate") else None)(
+            server.json("GET", f"{CSRS}/{name}", expect=200)[1]
+        ),
+        10,
+        "the certificate",
+    )
     e = entries(issued)
     assert "f:certificate" in e[(CM, "Update", "status")]["f:status"]
     assert "f:conditions" in e[("approver", "Update", "approval")]["f:status"]
@@ -281,12 +388,15 @@ def test_csr_signer_writes_as_the_controller_manager(server):
 
 # --- the cap on Update managers ----------------------------------------------------------------------
 
+
 def test_more_than_ten_update_managers_merge_into_ancient_changes(server, ns):
-    server.json("POST", cm_path(ns) + "?fieldManager=m00", {"metadata": {"name": "many"}, "data": {"k0": "v"}},
-                expect=201)
+    server.json(
+        "POST", cm_path(ns) + "?fieldManager=m00", {"metadata": {"name": "many"}, "data": {"k0": "v"}}, expect=201
+    )
     for i in range(1, 12):
-        server.json("PATCH", cm_path(ns, "many") + f"?fieldManager=m{i:02d}", {"data": {f"k{i}": "v"}}, MERGE,
-                    expect=200)
+        server.json(
+            "PATCH", cm_path(ns, "many") + f"?fieldManager=m{i:02d}", {"data": {f"k{i}": "v"}}, MERGE, expect=200
+        )
     _, cm = server.json("GET", cm_path(ns, "many"), expect=200)
     mf = cm["metadata"]["managedFields"]
     assert len(mf) == 10 and all(e["operation"] == "Update" for e in mf)
@@ -296,9 +406,13 @@ def test_more_than_ten_update_managers_merge_into_ancient_changes(server, ns):
     assert set(by_manager["ancient-changes"]) == {".", "f:k0", "f:k1", "f:k2"}  # m00 created the map
     # Apply entries are not capped.
     for i in range(3):
-        server.json("PATCH", cm_path(ns, "many") + f"?fieldManager=a{i}", json.dumps(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "many"}, "data": {f"a{i}": "v"}}),
-            APPLY, expect=200)
+        server.json(
+            "PATCH",
+            cm_path(ns, "many") + f"?fieldManager=a{i}",
+            json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "many"}, "data": {f"a{i}": "v"}}),
+            APPLY,
+            expect=200,
+        )
     mf = server.json("GET", cm_path(ns, "many"), expect=200)[1]["metadata"]["managedFields"]
     assert [e["operation"] for e in mf].count("Apply") == 3 and len(mf) == 13
 

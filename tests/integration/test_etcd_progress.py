@@ -8,11 +8,24 @@ import pytest
 from apiserver_min.storage.etcd import PROGRESS_MARK, EtcdBackend, progress_is_ordered
 
 
-@pytest.mark.parametrize("version, ordered", [
-    ("3.4.23", False), ("3.4.30", False), ("3.4.31", True), ("3.4.35", True),
-    ("3.5.0", False), ("3.5.12", False), ("3.5.13", True), ("3.5.21", True),
-    ("3.6.0", True), ("3.3.27", False), ("v3.5.13", True), ("", False), ("garbage", False),
-])
+@pytest.mark.parametrize(
+    "version, ordered",
+    [
+        ("3.4.23", False),
+        ("3.4.30", False),
+        ("3.4.31", True),
+        ("3.4.35", True),
+        ("3.5.0", False),
+        ("3.5.12", False),
+        ("3.5.13", True),
+        ("3.5.21", True),
+        ("3.6.0", True),
+        ("3.3.27", False),
+        ("v3.5.13", True),
+        ("", False),
+        ("garbage", False),
+    ],
+)
 def test_progress_ordering_by_server_version(version, ordered):
     assert progress_is_ordered(version) is ordered
 

@@ -28,4 +28,4 @@ def test_stored_qos_class_matches_the_agent(apiserver, namespace, name):
     assert created["status"]["qosClass"] == want
     _, stored = apiserver.json("GET", f"/api/v1/namespaces/{namespace}/pods/{name}", expect=200)
     assert stored["status"]["qosClass"] == want
-    assert agent_qos(stored) == want   # the agent, given the pod it receives from the server
+    assert agent_qos(stored) == want  # the agent, given the pod it receives from the server

@@ -110,8 +110,7 @@ async def test_delete(backend):
     created = await backend.create("/cm/x", b"v1")
     rev, prev = await backend.delete("/cm/x")
     assert rev > created
-    assert (prev.key, prev.value, prev.mod_revision, prev.create_revision) == \
-        ("/cm/x", b"v1", created, created)
+    assert (prev.key, prev.value, prev.mod_revision, prev.create_revision) == ("/cm/x", b"v1", created, created)
     assert await backend.get("/cm/x") is None
     with pytest.raises(KeyNotFoundError):
         await backend.delete("/cm/x")
@@ -178,8 +177,7 @@ async def test_list_order_limit_and_paging(backend):
 
     exact = await backend.list("/pods/ns/", limit=len(names))
     assert (len(exact.items), exact.more, exact.remaining) == (len(names), False, 0)
-    assert (await backend.list("/pods/ns/", start_after="/pods/ns/p10")).items[0].key == \
-        "/pods/ns/p11"
+    assert (await backend.list("/pods/ns/", start_after="/pods/ns/p10")).items[0].key == "/pods/ns/p11"
     assert [kv.key for kv in (await backend.list("/pods/")).items][-1] == "/pods/ns2/other"
     assert (await backend.list("/nothing/")).items == []
 
@@ -201,8 +199,7 @@ async def test_list_at_older_revision(backend):
     assert [(kv.key, kv.value) for kv in new.items] == [("/l/a", b"a2"), ("/l/c", b"c1")]
 
     limited = await backend.list("/l/", revision=snapshot, limit=1)
-    assert ([kv.key for kv in limited.items], limited.more, limited.remaining) == \
-        (["/l/a"], True, 1)
+    assert ([kv.key for kv in limited.items], limited.more, limited.remaining) == (["/l/a"], True, 1)
 
 
 async def test_count(backend):
@@ -286,7 +283,11 @@ async def test_watch_replays_history_then_live(backend):
     try:
         events = await take(stream, 4)
         assert [(e.type, e.kv.key, e.kv.mod_revision) for e in events] == [
-            ("PUT", "/w/a", r1), ("PUT", "/w/a", r2), ("PUT", "/w/b", r3), ("DELETE", "/w/a", r4)]
+            ("PUT", "/w/a", r1),
+            ("PUT", "/w/a", r2),
+            ("PUT", "/w/b", r3),
+            ("DELETE", "/w/a", r4),
+        ]
         assert events[0].prev is None and events[0].kv.value == b"a1"
         assert events[1].prev.value == b"a1" and events[1].prev.mod_revision == r1
         assert events[1].kv.create_revision == r1
@@ -296,8 +297,7 @@ async def test_watch_replays_history_then_live(backend):
         r5 = await backend.create("/w/c", b"c1")
         r6 = await backend.update("/w/b", b"b2", r3)
         live = await take(stream, 2)
-        assert [(e.type, e.kv.key, e.kv.mod_revision) for e in live] == [
-            ("PUT", "/w/c", r5), ("PUT", "/w/b", r6)]
+        assert [(e.type, e.kv.key, e.kv.mod_revision) for e in live] == [("PUT", "/w/c", r5), ("PUT", "/w/b", r6)]
         assert live[1].prev.value == b"b1"
         await nothing_more(stream)
     finally:
@@ -322,8 +322,7 @@ async def test_watch_live_many_writes_in_order(backend):
     stream = backend.watch("/wl/", start)
     try:
         revs = [await backend.create(f"/wl/{i:03d}", b"x") for i in range(20)]
-        revs += list(await asyncio.gather(*(backend.create(f"/wl/g{i:03d}", b"y")
-                                             for i in range(50))))
+        revs += list(await asyncio.gather(*(backend.create(f"/wl/g{i:03d}", b"y") for i in range(50))))
         events = await take(stream, 70)
         got = [e.kv.mod_revision for e in events]
         assert got == sorted(revs)
@@ -344,8 +343,7 @@ async def test_watch_prefix_isolation(backend):
         (event,) = await take(ns1, 1)
         assert (event.kv.key, event.kv.mod_revision) == ("/pods/ns1/y", r)
         await nothing_more(ns1)
-        assert [e.kv.key for e in await take(ns, 3)] == \
-            ["/pods/ns2/x", "/pods/ns1/y", "/pods/ns10/z"]
+        assert [e.kv.key for e in await take(ns, 3)] == ["/pods/ns2/x", "/pods/ns1/y", "/pods/ns10/z"]
     finally:
         await ns1.aclose()
         await ns.aclose()
@@ -377,8 +375,7 @@ async def test_watch_delete_events_carry_prev(backend):
         (event,) = await take(stream, 1)
         assert event.type == "DELETE"
         assert (event.kv.key, event.kv.mod_revision, event.kv.value) == ("/d/x", rev, b"")
-        assert (event.prev.value, event.prev.mod_revision, event.prev.create_revision) == \
-            (b"last", r1, r1)
+        assert (event.prev.value, event.prev.mod_revision, event.prev.create_revision) == (b"last", r1, r1)
     finally:
         await stream.aclose()
 
@@ -418,8 +415,8 @@ async def test_concurrent_creates(backend):
 async def test_concurrent_compare_and_swap(backend):
     created = await backend.create("/cas/x", b"0")
     results = await asyncio.gather(
-        *(backend.update("/cas/x", f"{i}".encode(), created) for i in range(20)),
-        return_exceptions=True)
+        *(backend.update("/cas/x", f"{i}".encode(), created) for i in range(20)), return_exceptions=True
+    )
     winners = [r for r in results if isinstance(r, int)]
     losers = [r for r in results if isinstance(r, ConflictError)]
     assert len(winners) == 1 and len(losers) == 19
@@ -529,9 +526,13 @@ async def test_sqlite_batch_cas_is_exact(sqlite_path):
         r = await store.create("/x", b"0")
         # Issued in one loop iteration: one transaction, still exact CAS.
         results = await asyncio.gather(
-            store.update("/x", b"1", r), store.update("/x", b"2", r),
-            store.create("/y", b"y"), store.create("/y", b"y2"),
-            store.delete("/x", r), return_exceptions=True)
+            store.update("/x", b"1", r),
+            store.update("/x", b"2", r),
+            store.create("/y", b"y"),
+            store.create("/y", b"y2"),
+            store.delete("/x", r),
+            return_exceptions=True,
+        )
         assert isinstance(results[0], int)
         assert isinstance(results[1], ConflictError) and results[1].actual == results[0]
         assert isinstance(results[2], int) and isinstance(results[3], KeyExistsError)
@@ -586,8 +587,7 @@ async def test_sqlite_slow_watcher_does_not_block_writers(sqlite_path):
         # The consumer now sleeps while 500 writes land: far over its queue.
         revs = [first]
         for batch in range(10):
-            revs += await asyncio.gather(*(store.create(f"/s/{batch}-{i:03d}", b"x")
-                                           for i in range(50)))
+            revs += await asyncio.gather(*(store.create(f"/s/{batch}-{i:03d}", b"x") for i in range(50)))
         assert store.watch_overflows >= 1
         events = await take(stream, 500)
         assert [e.kv.mod_revision for e in events] == revs[1:]
@@ -630,8 +630,6 @@ async def test_sqlite_background_compaction(sqlite_path):
     assert store._compactor is None
 
 
-
-
 _WRITER = textwrap.dedent("""
     import asyncio, sys
     from apiserver_min.storage.sqlite import SqliteBackend
@@ -656,8 +654,13 @@ _WRITER = textwrap.dedent("""
 
 @pytest.mark.slow
 async def test_sqlite_acknowledged_writes_survive_kill_9(sqlite_path):
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, sqlite_path], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, sqlite_path],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     acked: dict[str, int] = {}
     try:
         for line in proc.stdout:

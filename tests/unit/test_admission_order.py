@@ -13,15 +13,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from apiserver_min.admission.chain import Attributes, Chain
+from apiserver_min.admission.plugins import build_chain
+from apiserver_min.admission.plugins.defaulttolerationseconds import DefaultTolerationSeconds
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import SYSTEM_USER
-from apiserver_min.admission.chain import Attributes, Chain
-from apiserver_min.admission.plugins.defaulttolerationseconds import DefaultTolerationSeconds
-from apiserver_min.admission.plugins import build_chain
 from apiserver_min.registry.store import Store
-from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.cacher import WatchCache
+from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.sqlite import SqliteBackend
 
 PODS = REGISTRY.by_resource("", "v1", "pods")
@@ -179,8 +179,9 @@ async def test_status_updates_keep_the_spec_a_mutating_plugin_changed(make_store
 
 async def test_validating_plugins_see_the_prepared_defaulted_mutated_object(make_store):
     recorder = Recorder()
-    store = await make_store(Mutator(lambda obj, attrs: obj["metadata"].setdefault("labels", {}).update(by="plugin")),
-                             recorder)
+    store = await make_store(
+        Mutator(lambda obj, attrs: obj["metadata"].setdefault("labels", {}).update(by="plugin")), recorder
+    )
     created, _ = await store.create(PODS, "default", pod(), SYSTEM_USER)
     (seen,) = recorder.seen
     assert seen["metadata"]["labels"] == {"by": "plugin"}
@@ -201,8 +202,9 @@ async def test_managed_fields_are_the_writers_not_the_plugins(make_store):
         obj["metadata"].setdefault("labels", {})["added"] = "by-plugin"
 
     store = await make_store(Mutator(add_label))
-    created, _ = await store.create(CONFIGMAPS, "default", {"metadata": {"name": "cm"}, "data": {"a": "b"}},
-                                    SYSTEM_USER, field_manager="writer")
+    created, _ = await store.create(
+        CONFIGMAPS, "default", {"metadata": {"name": "cm"}, "data": {"a": "b"}}, SYSTEM_USER, field_manager="writer"
+    )
     assert created["metadata"]["labels"] == {"added": "by-plugin"}
     (entry,) = created["metadata"]["managedFields"]
     assert entry["manager"] == "writer" and entry["fieldsV1"] == {"f:data": {".": {}, "f:a": {}}}
@@ -213,7 +215,9 @@ async def test_default_toleration_seconds_additions_are_stored_after_validation(
     store = await make_store(DefaultTolerationSeconds(300, 60), recorder)
     created, _ = await store.create(PODS, "default", pod(), SYSTEM_USER)
     assert [(t["key"], t["tolerationSeconds"]) for t in created["spec"]["tolerations"]] == [
-        ("node.orch.io/not-ready", 300), ("node.orch.io/unreachable", 60)]
+        ("node.orch.io/not-ready", 300),
+        ("node.orch.io/unreachable", 60),
+    ]
     assert recorder.seen[0]["spec"]["tolerations"] == created["spec"]["tolerations"]
     # A plugin declared complete (no second preparation) is validated all the same.
     store.admission.plugins[:] = [Mutator(bad_label, complete=True)]
@@ -263,7 +267,9 @@ async def test_configured_pod_mutators_leave_other_writes_alone():
         assert (plugin.resources, plugin.operations) == (frozenset({("", "pods")}), frozenset({"CREATE"}))
         assert plugin.complete is True  # what they add needs no second preparation
     # So a configmap create, or a pod update, has no mutating phase (and is prepared once).
-    assert await chain.admit(Attributes("CREATE", CONFIGMAPS, "default", "c", "", {}, None, SYSTEM_USER, False)) is False
+    assert (
+        await chain.admit(Attributes("CREATE", CONFIGMAPS, "default", "c", "", {}, None, SYSTEM_USER, False)) is False
+    )
     assert await chain.admit(Attributes("UPDATE", PODS, "default", "p", "status", {}, {}, SYSTEM_USER, False)) is False
 
 

@@ -42,7 +42,7 @@ class Pki:
     ca_key: object
     server_cert: Path
     server_key: Path
-    clients: dict = field(default_factory=dict)   # cn -> (cert pem, key pem)
+    clients: dict = field(default_factory=dict)  # cn -> (cert pem, key pem)
 
     def client(self, cn: str) -> tuple[bytes, bytes]:
         if cn not in self.clients:
@@ -82,8 +82,16 @@ class FakeServer:
                     if k == "commonName":
                         cn = v
             body = await request.read()
-            self.seen.append({"method": request.method, "path": request.path, "query": dict(request.query),
-                              "headers": dict(request.headers), "cn": cn, "body": body})
+            self.seen.append(
+                {
+                    "method": request.method,
+                    "path": request.path,
+                    "query": dict(request.query),
+                    "headers": dict(request.headers),
+                    "cn": cn,
+                    "body": body,
+                }
+            )
             return await handler(request)
 
         app.middlewares.append(record)
@@ -113,8 +121,14 @@ class FakeServer:
 
 
 def status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason,
-            "message": message}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
 
 
 def fast(client: ApiClient) -> ApiClient:
@@ -129,8 +143,13 @@ def fast(client: ApiClient) -> ApiClient:
 def kubeconfig(cluster: dict, user: dict, *, current: str | None = "ctx", extra_contexts: int = 0) -> dict:
     contexts = [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}]
     contexts += [{"name": f"other{i}", "context": {"cluster": "c", "user": "u"}} for i in range(extra_contexts)]
-    doc = {"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "c", "cluster": cluster}],
-           "users": [{"name": "u", "user": user}], "contexts": contexts}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": contexts,
+    }
     if current is not None:
         doc["current-context"] = current
     return doc
@@ -147,9 +166,13 @@ def write_yaml(path: Path, doc) -> str:
 
 def test_load_data_variant(tmp_path, tls):
     cert, key = tls.client("alice")
-    path = write_yaml(tmp_path / "a.conf", kubeconfig(
-        {"server": "https://10.0.0.1:6443/", "certificate-authority-data": b64(tls.ca_pem)},
-        {"client-certificate-data": b64(cert), "client-key-data": b64(key)}))
+    path = write_yaml(
+        tmp_path / "a.conf",
+        kubeconfig(
+            {"server": "https://10.0.0.1:6443/", "certificate-authority-data": b64(tls.ca_pem)},
+            {"client-certificate-data": b64(cert), "client-key-data": b64(key)},
+        ),
+    )
     conn = load_orchconfig(path)
     assert conn.server == "https://10.0.0.1:6443"
     assert conn.ca_data == tls.ca_pem and conn.cert_data == cert and conn.key_data == key
@@ -164,32 +187,60 @@ def test_load_file_variant_resolves_relative_paths_and_token_file(tmp_path, tls)
     (sub / "c.pem").write_bytes(cert)
     (sub / "k.pem").write_bytes(key)
     (sub / "token").write_text("abcdef.0123456789abcdef\n")
-    path = write_yaml(tmp_path / "b.conf", kubeconfig(
-        {"server": "https://h:1", "certificate-authority": "creds/ca.crt", "tls-server-name": "api"},
-        {"client-certificate": "creds/c.pem", "client-key": str(sub / "k.pem"), "tokenFile": "creds/token"},
-        current=None))  # one context: used without current-context
+    path = write_yaml(
+        tmp_path / "b.conf",
+        kubeconfig(
+            {"server": "https://h:1", "certificate-authority": "creds/ca.crt", "tls-server-name": "api"},
+            {"client-certificate": "creds/c.pem", "client-key": str(sub / "k.pem"), "tokenFile": "creds/token"},
+            current=None,
+        ),
+    )  # one context: used without current-context
     conn = load_orchconfig(path)
     assert conn.cert_file == str(sub / "c.pem") and conn.key_file == str(sub / "k.pem")
     assert conn.cert_data == cert and conn.token == "abcdef.0123456789abcdef" and conn.server_name == "api"
 
 
-@pytest.mark.parametrize("cluster,user,extra,expect", [
-    ({"server": "https://h:1"}, {}, 0, "no certificate-authority or certificate-authority-data"),
-    ({"server": "http://h:1", "certificate-authority-data": "x"}, {}, 0, "server: must be an https:// URL"),
-    ({"certificate-authority-data": "x"}, {}, 0, "clusters[0].cluster.server: required"),
-    ({"server": "https://h:1", "certificate-authority-data": "!!"}, {}, 0,
-     "certificate-authority-data: invalid base64"),
-    ({"server": "https://h:1", "certificate-authority-data": b64(b"nope")}, {}, 0,
-     "certificate-authority-data: does not contain a PEM certificate"),
-    ({"server": "https://h:1", "insecure-skip-tls-verify": True}, {}, 0, "insecure-skip-tls-verify: is not supported"),
-    ({"server": "https://h:1", "certificate-authority": "missing.crt"}, {}, 0,
-     "certificate-authority: cannot read"),
-    (None, {"client-certificate-data": "CERT"}, 0, "client-key(-data) is missing"),
-    (None, {"client-key-data": "KEY"}, 0, "client-certificate(-data) is missing"),
-    (None, {"client-certificate-data": b64(b"x"), "client-key-data": b64(b"y")}, 0,
-     "client-certificate-data: does not contain a PEM certificate"),
-    (None, {}, 1, "current-context: not set"),
-])
+@pytest.mark.parametrize(
+    "cluster,user,extra,expect",
+    [
+        ({"server": "https://h:1"}, {}, 0, "no certificate-authority or certificate-authority-data"),
+        ({"server": "http://h:1", "certificate-authority-data": "x"}, {}, 0, "server: must be an https:// URL"),
+        ({"certificate-authority-data": "x"}, {}, 0, "clusters[0].cluster.server: required"),
+        (
+            {"server": "https://h:1", "certificate-authority-data": "!!"},
+            {},
+            0,
+            "certificate-authority-data: invalid base64",
+        ),
+        (
+            {"server": "https://h:1", "certificate-authority-data": b64(b"nope")},
+            {},
+            0,
+            "certificate-authority-data: does not contain a PEM certificate",
+        ),
+        (
+            {"server": "https://h:1", "insecure-skip-tls-verify": True},
+            {},
+            0,
+            "insecure-skip-tls-verify: is not supported",
+        ),
+        (
+            {"server": "https://h:1", "certificate-authority": "missing.crt"},
+            {},
+            0,
+            "certificate-authority: cannot read",
+        ),
+        (None, {"client-certificate-data": "CERT"}, 0, "client-key(-data) is missing"),
+        (None, {"client-key-data": "KEY"}, 0, "client-certificate(-data) is missing"),
+        (
+            None,
+            {"client-certificate-data": b64(b"x"), "client-key-data": b64(b"y")},
+            0,
+            "client-certificate-data: does not contain a PEM certificate",
+        ),
+        (None, {}, 1, "current-context: not set"),
+    ],
+)
 def test_load_errors_name_file_and_field(tmp_path, tls, cluster, user, extra, expect):
     if cluster is None:
         cluster = {"server": "https://h:1", "certificate-authority-data": b64(tls.ca_pem)}
@@ -197,8 +248,9 @@ def test_load_errors_name_file_and_field(tmp_path, tls, cluster, user, extra, ex
         user = {"client-certificate-data": b64(tls.client("x")[0])}
     if user.get("client-key-data") == "KEY":
         user = {"client-key-data": b64(tls.client("x")[1])}
-    path = write_yaml(tmp_path / "bad.conf", kubeconfig(cluster, user, current=None if extra else "ctx",
-                                                       extra_contexts=extra))
+    path = write_yaml(
+        tmp_path / "bad.conf", kubeconfig(cluster, user, current=None if extra else "ctx", extra_contexts=extra)
+    )
     with pytest.raises(OrchconfigError) as ei:
         load_orchconfig(path)
     assert str(ei.value).startswith(path) and expect in str(ei.value), str(ei.value)
@@ -219,16 +271,26 @@ def test_write_orchconfig_is_private_and_round_trips(tmp_path, tls):
     cert, key = tls.client("carol")
     (tmp_path / "pair.pem").write_bytes(cert + key)
     out = tmp_path / "sub" / "agent.orchconfig"
-    write_orchconfig(str(out), server="https://1.2.3.4:6443", ca_data=tls.ca_pem,
-                     cert_file=str(tmp_path / "pair.pem"), key_file=str(tmp_path / "pair.pem"))
+    write_orchconfig(
+        str(out),
+        server="https://1.2.3.4:6443",
+        ca_data=tls.ca_pem,
+        cert_file=str(tmp_path / "pair.pem"),
+        key_file=str(tmp_path / "pair.pem"),
+    )
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     doc = yaml.safe_load(out.read_text())
     assert doc["users"][0]["name"] == "default-auth" and doc["kind"] == "Config"
     conn = load_orchconfig(str(out))
     assert conn.server == "https://1.2.3.4:6443" and conn.ca_data == tls.ca_pem
     assert conn.cert_file == conn.key_file == str(tmp_path / "pair.pem") and conn.has_client_certificate
-    write_orchconfig(str(out), server="https://h:1", ca_data=tls.ca_pem, token="abcdef.0123456789abcdef",
-                     user="system:bootstrap:abcdef")
+    write_orchconfig(
+        str(out),
+        server="https://h:1",
+        ca_data=tls.ca_pem,
+        token="abcdef.0123456789abcdef",
+        user="system:bootstrap:abcdef",
+    )
     conn = load_orchconfig(str(out))
     assert conn.token == "abcdef.0123456789abcdef" and not conn.has_client_certificate
 
@@ -240,9 +302,9 @@ def test_token_bucket_burst_then_rate():
     now = [100.0]
     b = TokenBucket(qps=2, burst=3, clock=lambda: now[0])
     assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
-    assert b.reserve() == pytest.approx(0.5)     # the 4th waits one token at 2/s
-    assert b.reserve() == pytest.approx(1.0)     # reservations queue up in order
-    now[0] += 10                                  # long idle: refills to burst only
+    assert b.reserve() == pytest.approx(0.5)  # the 4th waits one token at 2/s
+    assert b.reserve() == pytest.approx(1.0)  # reservations queue up in order
+    now[0] += 10  # long idle: refills to burst only
     assert [b.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
     assert b.reserve() == pytest.approx(0.5)
     with pytest.raises(ValueError):
@@ -257,7 +319,7 @@ async def test_token_bucket_cancelled_waiter_refunds():
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    assert b.tokens > -1.0   # the cancelled reservation was given back
+    assert b.tokens > -1.0  # the cancelled reservation was given back
 
 
 # --- requests, errors and retries ---------------------------------------------------------------
@@ -281,9 +343,13 @@ def scripted(responses: list, *, path: str = "/api/v1/things") -> web.Applicatio
 
 
 async def test_retries_429_with_retry_after_and_5xx_for_get(tls):
-    app = scripted([(429, status(429, "TooManyRequests", "slow down"), {"Retry-After": "0"}),
-                    (500, status(500, "InternalError", "boom"), {}),
-                    (503, {"not": "a status"}, {})])
+    app = scripted(
+        [
+            (429, status(429, "TooManyRequests", "slow down"), {"Retry-After": "0"}),
+            (500, status(500, "InternalError", "boom"), {}),
+            (503, {"not": "a status"}, {}),
+        ]
+    )
     async with FakeServer(tls, app) as srv:
         client = fast(ApiClient(srv.conn(cn="node"), user_agent="ua/1"))
         try:
@@ -338,13 +404,12 @@ async def test_connection_refused_is_retried_then_reported(tls):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-    s.close()   # nothing listens there now
-    conn = Connection(server=f"https://127.0.0.1:{port}", ca_data=tls.ca_pem, cert_data=None, key_data=None,
-                      token=None)
+    s.close()  # nothing listens there now
+    conn = Connection(server=f"https://127.0.0.1:{port}", ca_data=tls.ca_pem, cert_data=None, key_data=None, token=None)
     client = fast(ApiClient(conn, max_retries=3))
     try:
         with pytest.raises(ApiConnectionError) as ei:
-            await client.create("/api/v1/things", {})   # unsent: retried even for POST
+            await client.create("/api/v1/things", {})  # unsent: retried even for POST
         assert client.requests == 4 and f"127.0.0.1:{port}" in str(ei.value)
         assert isinstance(ei.value, OSError)
     finally:
@@ -354,8 +419,7 @@ async def test_connection_refused_is_retried_then_reported(tls):
 async def test_wrong_ca_is_a_clear_error_without_retries(tls):
     other_ca, _ = pki.make_ca("other")
     async with FakeServer(tls, scripted([])) as srv:
-        conn = Connection(server=srv.url, ca_data=pki.cert_pem(other_ca), cert_data=None, key_data=None,
-                          token=None)
+        conn = Connection(server=srv.url, ca_data=pki.cert_pem(other_ca), cert_data=None, key_data=None, token=None)
         client = fast(ApiClient(conn))
         try:
             with pytest.raises(ApiConnectionError, match="does not verify with the cluster CA"):
@@ -370,8 +434,11 @@ async def test_token_patch_types_and_protobuf(tls):
         client = ApiClient(srv.conn(token="abc.def"), content_type=names.MEDIA_PROTOBUF)
         try:
             assert client.content_type == names.MEDIA_PROTOBUF
-            for kind, media in (("merge", names.MEDIA_MERGE_PATCH), ("json", names.MEDIA_JSON_PATCH),
-                                ("strategic", names.MEDIA_STRATEGIC_MERGE_PATCH)):
+            for kind, media in (
+                ("merge", names.MEDIA_MERGE_PATCH),
+                ("json", names.MEDIA_JSON_PATCH),
+                ("strategic", names.MEDIA_STRATEGIC_MERGE_PATCH),
+            ):
                 reply = await client.patch("/api/v1/things", {"a": 1}, patch_type=kind)
                 assert reply["ct"] == media
             await client.update("/api/v1/things", {"b": 2})
@@ -430,8 +497,12 @@ async def _chunks(parts):
 
 async def test_iter_watch_lines_reassembles_split_and_joined_documents():
     big = "x" * 300_000
-    parts = [b'{"type":"ADDED","object":{"a":1}}\n{"type":"MOD', b'IFIED","object":{"b":"' + big.encode(),
-             b'"}}\n\n', b'{"type":"DELETED","object":{}}']
+    parts = [
+        b'{"type":"ADDED","object":{"a":1}}\n{"type":"MOD',
+        b'IFIED","object":{"b":"' + big.encode(),
+        b'"}}\n\n',
+        b'{"type":"DELETED","object":{}}',
+    ]
     out = [ev async for ev in iter_watch_lines(_chunks(parts))]
     assert [e["type"] for e in out] == ["ADDED", "MODIFIED", "DELETED"] and len(out[1]["object"]["b"]) == 300_000
     with pytest.raises(ApiConnectionError, match="malformed watch event"):
@@ -448,8 +519,8 @@ class FakeCollection:
     """A scripted list + watch API for one collection."""
 
     def __init__(self):
-        self.lists: list[dict] = []         # replies to successive lists
-        self.watches: list[list] = []       # per watch: list of events, or ("status", code) to answer
+        self.lists: list[dict] = []  # replies to successive lists
+        self.watches: list[list] = []  # per watch: list of events, or ("status", code) to answer
         self.watch_params: list[dict] = []
         self.list_params: list[dict] = []
         self.hang = asyncio.Event()
@@ -472,8 +543,7 @@ class FakeCollection:
                 await self.hang.wait()
                 return resp
             for ev in script:
-                await resp.write(bytes(ev) if isinstance(ev, bytes) else
-                                 (__import__("json").dumps(ev) + "\n").encode())
+                await resp.write(bytes(ev) if isinstance(ev, bytes) else (__import__("json").dumps(ev) + "\n").encode())
             await resp.write_eof()
             return resp
         self.list_params.append(dict(request.query))
@@ -483,9 +553,13 @@ class FakeCollection:
 
 async def test_watch_error_event_raises_api_error_410(tls):
     fc = FakeCollection()
-    fc.watches = [[{"type": "ADDED", "object": obj("a", 5)},
-                   {"type": "ERROR", "object": status(410, "Expired", "too old resource version: 1 (7)")}],
-                  ("status", 410)]
+    fc.watches = [
+        [
+            {"type": "ADDED", "object": obj("a", 5)},
+            {"type": "ERROR", "object": status(410, "Expired", "too old resource version: 1 (7)")},
+        ],
+        ("status", 410),
+    ]
     async with FakeServer(tls, fc.app()) as srv:
         client = ApiClient(srv.conn())
         try:
@@ -513,8 +587,11 @@ async def test_informer_lists_watches_reconnects_and_relists_on_410(tls):
         {"metadata": {"resourceVersion": "40"}, "items": [obj("a", 30), obj("c", 17), obj("d", 35)]},
     ]
     fc.watches = [
-        [{"type": "ADDED", "object": obj("c", 11)}, {"type": "MODIFIED", "object": obj("a", 12)},
-         {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}],      # ends normally
+        [
+            {"type": "ADDED", "object": obj("c", 11)},
+            {"type": "MODIFIED", "object": obj("a", 12)},
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+        ],  # ends normally
         [{"type": "DELETED", "object": obj("c", 16)}, {"type": "ADDED", "object": obj("c", 17)}],
         ("status", 410),
     ]
@@ -523,13 +600,17 @@ async def test_informer_lists_watches_reconnects_and_relists_on_410(tls):
         client = ApiClient(srv.conn())
         inf = Informer(client, "/api/v1/pods", params={"fieldSelector": "spec.nodeName=n1"}, name="pods")
         inf.page_size = 1
-        inf.add_handler(on_add=lambda o: events.append(("add", o["metadata"]["name"])),
-                        on_update=lambda old, new: events.append(
-                            ("update", new["metadata"]["name"], old["metadata"]["resourceVersion"])),
-                        on_delete=lambda o: events.append(("delete", o["metadata"]["name"])))
+        inf.add_handler(
+            on_add=lambda o: events.append(("add", o["metadata"]["name"])),
+            on_update=lambda old, new: events.append(
+                ("update", new["metadata"]["name"], old["metadata"]["resourceVersion"])
+            ),
+            on_delete=lambda o: events.append(("delete", o["metadata"]["name"])),
+        )
 
         async def failing(o):
-            raise RuntimeError("handler bug")   # logged, does not stop the informer
+            raise RuntimeError("handler bug")  # logged, does not stop the informer
+
         inf.add_handler(on_add=failing)
         task = asyncio.create_task(inf.run())
         try:
@@ -550,12 +631,18 @@ async def test_informer_lists_watches_reconnects_and_relists_on_410(tls):
     assert fc.list_params[0]["limit"] == "1" and fc.list_params[1]["continue"] == "page2"
     assert all(p["fieldSelector"] == "spec.nodeName=n1" for p in fc.list_params + fc.watch_params)
     assert [p["resourceVersion"] for p in fc.watch_params] == ["10", "15", "17", "40"]
-    assert all(p["allowWatchBookmarks"] == "true" and 300 <= int(p["timeoutSeconds"]) <= 600
-               for p in fc.watch_params)
-    assert events == [("add", "a"), ("add", "b"),
-                      ("add", "c"), ("update", "a", "3"),
-                      ("delete", "c"), ("add", "c"),
-                      ("update", "a", "12"), ("add", "d"), ("delete", "b")]
+    assert all(p["allowWatchBookmarks"] == "true" and 300 <= int(p["timeoutSeconds"]) <= 600 for p in fc.watch_params)
+    assert events == [
+        ("add", "a"),
+        ("add", "b"),
+        ("add", "c"),
+        ("update", "a", "3"),
+        ("delete", "c"),
+        ("add", "c"),
+        ("update", "a", "12"),
+        ("add", "d"),
+        ("delete", "b"),
+    ]
 
 
 async def test_informer_wait_synced_times_out_and_backs_off_on_errors(tls):
@@ -597,8 +684,9 @@ def test_csr_subject_usages_and_object():
 def signed_for(tls: Pki, csr_pem: bytes, lifetime=dt.timedelta(hours=1)) -> bytes:
     csr = x509.load_pem_x509_csr(csr_pem)
     cn = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
-    return pki.cert_pem(pki.sign_leaf(tls.ca, tls.ca_key, csr.public_key(), cn, ["system:nodes"], client=True,
-                                      lifetime=lifetime))
+    return pki.cert_pem(
+        pki.sign_leaf(tls.ca, tls.ca_key, csr.public_key(), cn, ["system:nodes"], client=True, lifetime=lifetime)
+    )
 
 
 def test_pair_store_layout_and_reuse(tmp_path, tls):
@@ -606,7 +694,7 @@ def test_pair_store_layout_and_reuse(tmp_path, tls):
     assert store.load() is None
     key = store.pending_key()
     assert stat.S_IMODE(os.stat(store.pending_key_path).st_mode) == 0o600
-    again = store.pending_key()   # a restart reuses the pending key
+    again = store.pending_key()  # a restart reuses the pending key
     assert again.public_key().public_numbers() == key.public_key().public_numbers()
     cert = signed_for(tls, bs.make_csr(key, "n1"))
     link = store.update(cert, bs.private_key_pem(key))
@@ -671,9 +759,10 @@ class FakeCsrApi:
         if self.mode == "denied":
             conds.append({"type": "Denied", "status": "True", "reason": "NotMyNode", "message": "go away"})
         if self.mode == "failed":
-            conds += [{"type": "Approved", "status": "True"},
-                      {"type": "Failed", "status": "True", "reason": "SignerValidationFailure",
-                       "message": "bad usages"}]
+            conds += [
+                {"type": "Approved", "status": "True"},
+                {"type": "Failed", "status": "True", "reason": "SignerValidationFailure", "message": "bad usages"},
+            ]
         st = {"conditions": conds}
         if self.mode == "issued":
             pem = base64.b64decode(o["spec"]["request"])
@@ -686,6 +775,7 @@ class FakeCsrApi:
         resp = web.StreamResponse()
         await resp.prepare(request)
         import json as _json
+
         await resp.write((_json.dumps({"type": "MODIFIED", "object": self.state()}) + "\n").encode())
         if self.mode == "issued":
             await resp.write_eof()
@@ -694,21 +784,28 @@ class FakeCsrApi:
         return resp
 
 
-@pytest.mark.parametrize("mode,expect", [
-    ("pending", "missing approval (no Approved condition"),
-    ("approved", "missing signing (it is approved but status.certificate is empty"),
-    ("denied", "was denied: reason NotMyNode: go away"),
-    ("failed", "was failed: reason SignerValidationFailure: bad usages"),
-])
+@pytest.mark.parametrize(
+    "mode,expect",
+    [
+        ("pending", "missing approval (no Approved condition"),
+        ("approved", "missing signing (it is approved but status.certificate is empty"),
+        ("denied", "was denied: reason NotMyNode: go away"),
+        ("failed", "was failed: reason SignerValidationFailure: bad usages"),
+    ],
+)
 async def test_request_certificate_reports_what_is_missing(tls, mode, expect):
     api = FakeCsrApi(tls, mode)
     async with FakeServer(tls, api.app()) as srv:
         client = ApiClient(srv.conn(token="abcdef.0123456789abcdef"))
         try:
             with pytest.raises(bs.BootstrapError) as ei:
-                await bs.request_certificate(client, bs.make_csr(bs.new_private_key(), "n1"),
-                                             signer=names.SIGNER_NODE_AGENT_CLIENT, usages=bs.CLIENT_USAGES,
-                                             timeout=0.5)
+                await bs.request_certificate(
+                    client,
+                    bs.make_csr(bs.new_private_key(), "n1"),
+                    signer=names.SIGNER_NODE_AGENT_CLIENT,
+                    usages=bs.CLIENT_USAGES,
+                    timeout=0.5,
+                )
         finally:
             api.release.set()
             await client.close()
@@ -724,8 +821,9 @@ async def test_ensure_client_certificate_bootstraps_then_reuses(tls, tmp_path):
         boot = tmp_path / "boot.orchconfig"
         write_orchconfig(str(boot), server=srv.url, ca_data=tls.ca_pem, token="abcdef.0123456789abcdef")
         agent_conf = tmp_path / "agent.orchconfig"
-        cfg = from_argv(["--root-dir", str(tmp_path), "--orchconfig", str(agent_conf),
-                         "--bootstrap-orchconfig", str(boot)])
+        cfg = from_argv(
+            ["--root-dir", str(tmp_path), "--orchconfig", str(agent_conf), "--bootstrap-orchconfig", str(boot)]
+        )
         assert await bs.ensure_client_certificate(cfg, "node-1", timeout=5) == str(agent_conf)
         conn = load_orchconfig(str(agent_conf))
         link = str(tmp_path / "pki" / "orch-agent-client-current.pem")
@@ -750,12 +848,18 @@ async def test_expired_client_certificate_triggers_bootstrap(tls, tmp_path):
     from agent.config import from_argv
 
     key = pki.new_key()
-    ca_old = pki.sign_leaf(tls.ca, tls.ca_key, key.public_key(), "system:node:n", client=True,
-                           lifetime=dt.timedelta(seconds=-1))
+    ca_old = pki.sign_leaf(
+        tls.ca, tls.ca_key, key.public_key(), "system:node:n", client=True, lifetime=dt.timedelta(seconds=-1)
+    )
     (tmp_path / "old.pem").write_bytes(pki.cert_pem(ca_old) + pki.key_pem(key))
     agent_conf = tmp_path / "agent.orchconfig"
-    write_orchconfig(str(agent_conf), server="https://127.0.0.1:1", ca_data=tls.ca_pem,
-                     cert_file=str(tmp_path / "old.pem"), key_file=str(tmp_path / "old.pem"))
+    write_orchconfig(
+        str(agent_conf),
+        server="https://127.0.0.1:1",
+        ca_data=tls.ca_pem,
+        cert_file=str(tmp_path / "old.pem"),
+        key_file=str(tmp_path / "old.pem"),
+    )
     cfg = from_argv(["--root-dir", str(tmp_path), "--orchconfig", str(agent_conf)])
     with pytest.raises(bs.BootstrapError, match="client certificate is not valid now"):
         await bs.ensure_client_certificate(cfg, "n")
@@ -767,16 +871,29 @@ async def test_expired_client_certificate_triggers_bootstrap(tls, tmp_path):
 def test_parse_join_args_splits_agent_flags_and_checks_values():
     tok = "abcdef.0123456789abcdef"
     pin = "sha256:" + "a" * 64
-    o = join.parse_join_args(["--server", "https://h:6443", f"--token={tok}", "--discovery-token-ca-cert-hash",
-                              pin.upper().replace("SHA256", "sha256"), "--v=2", "--root-dir", "/r", "--install"])
+    o = join.parse_join_args(
+        [
+            "--server",
+            "https://h:6443",
+            f"--token={tok}",
+            "--discovery-token-ca-cert-hash",
+            pin.upper().replace("SHA256", "sha256"),
+            "--v=2",
+            "--root-dir",
+            "/r",
+            "--install",
+        ]
+    )
     assert o.server == "https://h:6443" and str(o.token) == tok and o.ca_hashes == [pin] and o.install
     assert o.agent_args == ["--v=2", "--root-dir", "/r"]
     for argv, msg in [
         (["--token", tok, "--discovery-token-ca-cert-hash", pin], "missing required flag: --server"),
         (["--server", "http://h", "--token", tok], "--server must be an https:// URL"),
         (["--server", "https://h", "--token", "short.x", "--discovery-token-ca-cert-hash", pin], "--token:"),
-        (["--server", "https://h", "--token", tok, "--discovery-token-ca-cert-hash", "md5:00"],
-         "--discovery-token-ca-cert-hash:"),
+        (
+            ["--server", "https://h", "--token", tok, "--discovery-token-ca-cert-hash", "md5:00"],
+            "--discovery-token-ca-cert-hash:",
+        ),
         (["--server"], "flag needs an argument: --server"),
     ]:
         with pytest.raises(join.JoinError, match=msg.replace("(", r"\(").replace("+", r"\+")):
@@ -805,19 +922,23 @@ def test_verify_cluster_info_signature_and_pin(tls):
     # Only HS256: a header naming another algorithm is refused.
     header = bt.b64url(b'{"alg":"none","kid":"abcdef"}')
     with pytest.raises(join.DiscoveryError, match="only HS256"):
-        join.verify_cluster_info({"data": {"kubeconfig": content, "jws-kubeconfig-abcdef": f"{header}.."}},
-                                 token, [good])
+        join.verify_cluster_info(
+            {"data": {"kubeconfig": content, "jws-kubeconfig-abcdef": f"{header}.."}}, token, [good]
+        )
 
 
 def test_update_env_file_keeps_other_flags(tmp_path):
     env = tmp_path / "orch-agent.env"
-    env.write_text('# comment\nOTHER=1\nORCH_AGENT_ARGS="--config=/etc/orch/agent/config.yaml '
-                   '--orchconfig=/old --v=1"\n')
+    env.write_text(
+        '# comment\nOTHER=1\nORCH_AGENT_ARGS="--config=/etc/orch/agent/config.yaml --orchconfig=/old --v=1"\n'
+    )
     join.update_env_file(str(env), ["--orchconfig=/new", "--bootstrap-orchconfig=/b", "--v=3"])
     text = env.read_text()
     assert text.splitlines()[:2] == ["# comment", "OTHER=1"]
-    assert 'ORCH_AGENT_ARGS="--config=/etc/orch/agent/config.yaml --orchconfig=/new --bootstrap-orchconfig=/b --v=3"' \
+    assert (
+        'ORCH_AGENT_ARGS="--config=/etc/orch/agent/config.yaml --orchconfig=/new --bootstrap-orchconfig=/b --v=3"'
         in text
+    )
     with pytest.raises(join.JoinError, match="white space"):
         join.update_env_file(str(env), ["--node-labels=a b"])
     fresh = tmp_path / "new.env"
@@ -827,8 +948,10 @@ def test_update_env_file_keeps_other_flags(tmp_path):
 
 def test_private_key_pem_is_loadable():
     key = bs.new_private_key()
-    assert serialization.load_pem_private_key(bs.private_key_pem(key), None).public_key().public_numbers() == \
-        key.public_key().public_numbers()
+    assert (
+        serialization.load_pem_private_key(bs.private_key_pem(key), None).public_key().public_numbers()
+        == key.public_key().public_numbers()
+    )
 
 
 async def test_rotation_loop_renews_at_the_deadline_and_reloads(tls, tmp_path):
@@ -838,8 +961,17 @@ async def test_rotation_loop_renews_at_the_deadline_and_reloads(tls, tmp_path):
     async with FakeServer(tls, api.app()) as srv:
         boot = tmp_path / "boot.orchconfig"
         write_orchconfig(str(boot), server=srv.url, ca_data=tls.ca_pem, token="abcdef.0123456789abcdef")
-        cfg = from_argv(["--root-dir", str(tmp_path), "--orchconfig", str(tmp_path / "agent.orchconfig"),
-                         "--bootstrap-orchconfig", str(boot), "--rotate-certificates"])
+        cfg = from_argv(
+            [
+                "--root-dir",
+                str(tmp_path),
+                "--orchconfig",
+                str(tmp_path / "agent.orchconfig"),
+                "--bootstrap-orchconfig",
+                str(boot),
+                "--rotate-certificates",
+            ]
+        )
         client = ApiClient(load_orchconfig(await bs.ensure_client_certificate(cfg, "n1", timeout=5)))
         first = x509.load_pem_x509_certificate(client.conn.cert_data)
         # A clock past the first deadline: renew at once; then the loop sleeps toward the next.
@@ -867,8 +999,12 @@ async def test_rotation_loop_renews_at_the_deadline_and_reloads(tls, tmp_path):
             slept.clear()
             with pytest.raises(Stop):
                 await certrotation.rotate_client_certificate(
-                    cfg, "n1", client, sleep=sleep,
-                    now=lambda: later if client.conn.cert_data == second_data else dt.datetime.now(dt.timezone.utc))
+                    cfg,
+                    "n1",
+                    client,
+                    sleep=sleep,
+                    now=lambda: later if client.conn.cert_data == second_data else dt.datetime.now(dt.timezone.utc),
+                )
             third = x509.load_pem_x509_certificate(client.conn.cert_data)
             assert client.conn.cert_file == str(tmp_path / "pki" / "orch-agent-client-current.pem")
             life = (third.not_valid_after_utc - third.not_valid_before_utc).total_seconds()

@@ -16,19 +16,41 @@ import pytest
 from agent.cm import AdmitResult, CgroupError, ContainerManager, pod_qos_class, pod_requests
 from agent.cm.admission import admit
 from agent.cm.allocatable import (
-    allocatable_absolute, cpuset_size, hard_eviction_reservation, hugepage_resource_name,
-    machine_capacity, node_allocatable, node_reservation, pods_capacity,
+    allocatable_absolute,
+    cpuset_size,
+    hard_eviction_reservation,
+    hugepage_resource_name,
+    machine_capacity,
+    node_allocatable,
+    node_reservation,
+    pods_capacity,
 )
 from agent.cm.cgroupfs import (
-    CgroupV1Fs, CgroupV2Fs, cpu_max_value, detect_layout, hugepage_cgroup_size, milli_cpu_to_quota,
-    milli_cpu_to_shares, shares_to_weight, _layout_from_mounts, _parse_mountinfo,
+    CgroupV1Fs,
+    CgroupV2Fs,
+    ResourceConfig,
+    _layout_from_mounts,
+    _parse_mountinfo,
+    cpu_max_value,
+    detect_layout,
+    hugepage_cgroup_size,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+    shares_to_weight,
 )
 from agent.cm.manager import resource_config_for_pod
 from agent.cm.qos import pod_limits
-from agent.cm.cgroupfs import ResourceConfig
 from agent.cm.systemd import (
-    BusResult, SystemdBus, check_systemd, encode_properties, expand_slice, parse_slice,
-    resource_properties, slice_name, slice_properties, to_systemd,
+    BusResult,
+    SystemdBus,
+    check_systemd,
+    encode_properties,
+    expand_slice,
+    parse_slice,
+    resource_properties,
+    slice_name,
+    slice_properties,
+    to_systemd,
 )
 from agent.config import from_argv
 
@@ -58,8 +80,9 @@ def pod(uid="u-1", containers=None, init=None, overhead=None, name=None):
 
 
 GUARANTEED_POD = pod("g-1", [container(limits={"cpu": "500m", "memory": "128Mi"})])
-BURSTABLE_POD = pod("b-1", [container(requests={"cpu": "250m", "memory": "64Mi"},
-                                      limits={"cpu": "1", "memory": "256Mi"})])
+BURSTABLE_POD = pod(
+    "b-1", [container(requests={"cpu": "250m", "memory": "64Mi"}, limits={"cpu": "1", "memory": "256Mi"})]
+)
 BEST_EFFORT_POD = pod("e-1")
 
 
@@ -74,8 +97,9 @@ def test_qos_best_effort_when_nothing_is_set():
 
 def test_qos_guaranteed_from_limits_alone_because_requests_default_to_limits():
     assert pod_qos_class(GUARANTEED_POD) == "Guaranteed"
-    equal = pod("g2", [container(requests={"cpu": "0.5", "memory": "128Mi"},
-                                 limits={"cpu": "500m", "memory": "134217728"})])
+    equal = pod(
+        "g2", [container(requests={"cpu": "0.5", "memory": "128Mi"}, limits={"cpu": "500m", "memory": "134217728"})]
+    )
     assert pod_qos_class(equal) == "Guaranteed"  # values compared, not spellings
 
 
@@ -103,11 +127,15 @@ def test_qos_counts_init_containers():
 
 
 def test_pod_requests_take_max_of_app_sum_and_any_init_container_plus_overhead():
-    p = pod("r", [container("a", requests={"cpu": "200m", "memory": "100Mi"}),
-                  container("b", requests={"cpu": "300m", "memory": "50Mi", "example.com/gpu": "1"})],
-            init=[container("i1", requests={"cpu": "1", "memory": "10Mi"}),
-                  container("i2", limits={"memory": "200Mi"})],
-            overhead={"cpu": "10m", "memory": "1Mi"})
+    p = pod(
+        "r",
+        [
+            container("a", requests={"cpu": "200m", "memory": "100Mi"}),
+            container("b", requests={"cpu": "300m", "memory": "50Mi", "example.com/gpu": "1"}),
+        ],
+        init=[container("i1", requests={"cpu": "1", "memory": "10Mi"}), container("i2", limits={"memory": "200Mi"})],
+        overhead={"cpu": "10m", "memory": "1Mi"},
+    )
     assert pod_requests(p) == {"cpu": 1010, "memory": 201 * MI, "example.com/gpu": 1}
 
 
@@ -115,8 +143,11 @@ def test_pod_limits_report_whether_every_container_declared_them():
     lim = pod_limits(BURSTABLE_POD)
     assert lim.limits == {"cpu": 1000, "memory": 256 * MI}
     assert lim.cpu_declared and lim.memory_declared
-    partial = pod("x", [container("a", limits={"cpu": "1", "memory": "1Gi"}), container("b", limits={"cpu": "1"})],
-                  overhead={"cpu": "100m", "ephemeral-storage": "1Gi"})
+    partial = pod(
+        "x",
+        [container("a", limits={"cpu": "1", "memory": "1Gi"}), container("b", limits={"cpu": "1"})],
+        overhead={"cpu": "100m", "ephemeral-storage": "1Gi"},
+    )
     lim = pod_limits(partial)
     assert lim.limits == {"cpu": 2100, "memory": GI}  # overhead only where a limit exists
     assert lim.cpu_declared and not lim.memory_declared
@@ -134,7 +165,7 @@ def test_bad_quantity_names_the_field():
 def test_shares_quota_weight_arithmetic():
     assert [milli_cpu_to_shares(m) for m in (0, 1, 100, 250, 1000, 300_000)] == [2, 2, 102, 256, 1024, 262144]
     assert milli_cpu_to_quota(0, 100_000) == 0
-    assert milli_cpu_to_quota(5, 100_000) == 1000           # at least 1 ms
+    assert milli_cpu_to_quota(5, 100_000) == 1000  # at least 1 ms
     assert milli_cpu_to_quota(250, 100_000) == 25_000
     assert milli_cpu_to_quota(1500, 50_000) == 75_000
     assert [shares_to_weight(s) for s in (2, 1024, 262144)] == [1, 39, 10000]
@@ -155,8 +186,13 @@ def test_resource_config_for_pod_per_qos_class():
     assert (g.cpu_shares, g.cpu_quota, g.cpu_period, g.memory) == (512, 50_000, 100_000, 128 * MI)
     b = resource_config_for_pod(BURSTABLE_POD, pod_pids_limit=64)
     assert (b.cpu_shares, b.cpu_quota, b.memory, b.pids) == (256, 100_000, 256 * MI, 64)
-    half = pod("h", [container("a", requests={"cpu": "100m"}, limits={"memory": "1Gi"}),
-                     container("b", requests={"cpu": "100m"}, limits={"cpu": "1", "memory": "1Gi"})])
+    half = pod(
+        "h",
+        [
+            container("a", requests={"cpu": "100m"}, limits={"memory": "1Gi"}),
+            container("b", requests={"cpu": "100m"}, limits={"cpu": "1", "memory": "1Gi"}),
+        ],
+    )
     h = resource_config_for_pod(half)
     assert h.cpu_shares == 204 and h.cpu_quota is None and h.cpu_period is None and h.memory == 2 * GI
     e = resource_config_for_pod(BEST_EFFORT_POD)
@@ -263,8 +299,9 @@ def manager(tmp_path, *flags, capacity=CAP, tree="v1", **kw):
     pid_max = tmp_path / "pid_max"
     pid_max.write_text("4194304\n")
     kw.setdefault("hugepages_dir", str(huge))
-    cm = ContainerManager(cfg_of(*flags), sysfs=str(sysfs), capacity=capacity,
-                          mountinfo="/nonexistent", pid_max_path=str(pid_max), **kw)
+    cm = ContainerManager(
+        cfg_of(*flags), sysfs=str(sysfs), capacity=capacity, mountinfo="/nonexistent", pid_max_path=str(pid_max), **kw
+    )
     return cm, sysfs
 
 
@@ -377,8 +414,9 @@ def test_orphan_pod_cgroups_are_found_and_removed_after_a_restart(tmp_path):
     cm.start()
     cm.ensure_pod(GUARANTEED_POD)
     cm.ensure_pod(BEST_EFFORT_POD)
-    fresh = ContainerManager(cm.cfg, sysfs=str(sysfs), capacity=CAP, mountinfo="/nonexistent",
-                             hugepages_dir=str(tmp_path / "hugepages"))
+    fresh = ContainerManager(
+        cm.cfg, sysfs=str(sysfs), capacity=CAP, mountinfo="/nonexistent", hugepages_dir=str(tmp_path / "hugepages")
+    )
     fresh.start()
     assert fresh.pod_uids() == {"g-1", "e-1"}
     assert fresh.pod_cgroup_dirs("e-1")["cpu"] == str(sysfs / "cpu/orchpods/besteffort/pode-1")
@@ -413,8 +451,11 @@ def test_without_cgroups_per_qos_nothing_is_created(tmp_path):
 
 
 def test_reserved_cgroups_are_enforced_when_asked(tmp_path):
-    flags = ("--enforce-node-allocatable=pods,system-reserved", "--system-reserved=cpu=1,memory=1Gi",
-             "--system-reserved-cgroup=/system")
+    flags = (
+        "--enforce-node-allocatable=pods,system-reserved",
+        "--system-reserved=cpu=1,memory=1Gi",
+        "--system-reserved-cgroup=/system",
+    )
     cm, sysfs = manager(tmp_path, *flags)
     with pytest.raises(CgroupError, match=r'cannot enforce system-reserved: the cgroup "/system"'):
         cm.start()
@@ -428,8 +469,8 @@ def test_reserved_cgroups_are_enforced_when_asked(tmp_path):
 def test_qos_reserved_memory_with_gate(tmp_path):
     cm, sysfs = manager(tmp_path, "--feature-gates=QOSReserved=true", "--qos-reserved=memory=50%")
     cm.start()
-    cm.ensure_pod(GUARANTEED_POD)     # 128Mi requested
-    cm.ensure_pod(BURSTABLE_POD)      # 64Mi requested
+    cm.ensure_pod(GUARANTEED_POD)  # 128Mi requested
+    cm.ensure_pod(BURSTABLE_POD)  # 64Mi requested
     burst = 8 * GI - 128 * MI // 2
     assert read(sysfs / "memory/orchpods/burstable/memory.limit_in_bytes") == str(burst)
     assert read(sysfs / "memory/orchpods/besteffort/memory.limit_in_bytes") == str(burst - 32 * MI)
@@ -472,8 +513,9 @@ def test_v2_files_and_controller_delegation(tmp_path):
 
 def test_v2_missing_controller_is_a_clear_error(tmp_path):
     sysfs = make_v2_tree(tmp_path / "cg", controllers="cpu cpuset pids")
-    cm = ContainerManager(cfg_of(), sysfs=str(sysfs), capacity=CAP, mountinfo="/nonexistent",
-                          hugepages_dir=str(tmp_path))
+    cm = ContainerManager(
+        cfg_of(), sysfs=str(sysfs), capacity=CAP, mountinfo="/nonexistent", hugepages_dir=str(tmp_path)
+    )
     with pytest.raises(CgroupError, match=r"Cgroup subsystem not mounted: \[memory\]"):
         cm.start()
 
@@ -482,8 +524,11 @@ def test_v2_controller_not_delegated_is_named(tmp_path):
     sysfs = make_v2_tree(tmp_path / "cg")
     fs = CgroupV2Fs(detect_layout(str(sysfs), mountinfo="/nonexistent"))
     (sysfs / "made-by-someone-else").mkdir()  # the root delegates nothing to it
-    with pytest.raises(CgroupError, match=r"memory\.max on .*made-by-someone-else: the memory "
-                                          r"controller is not enabled there"):
+    with pytest.raises(
+        CgroupError,
+        match=r"memory\.max on .*made-by-someone-else: the memory "
+        r"controller is not enabled there",
+    ):
         fs.update("made-by-someone-else", ResourceConfig(memory=GI))
     fs.create("made-by-someone-else")  # delegates what the root has
     fs.update("made-by-someone-else", ResourceConfig(memory=GI))
@@ -504,8 +549,7 @@ def test_v1_missing_memory_controller_refused(tmp_path):
 def test_systemd_names():
     cg = ("orchpods", "burstable", "pod1234-5678-ab")
     assert slice_name(cg) == "orchpods-burstable-pod1234_5678_ab.slice"
-    assert to_systemd(cg) == ("/orchpods.slice/orchpods-burstable.slice/"
-                              "orchpods-burstable-pod1234_5678_ab.slice")
+    assert to_systemd(cg) == ("/orchpods.slice/orchpods-burstable.slice/orchpods-burstable-pod1234_5678_ab.slice")
     assert parse_slice(to_systemd(cg)) == cg
     assert parse_slice("/system.slice") == ("system",)
     assert parse_slice("/") == () and slice_name(()) == "-.slice" and expand_slice("-.slice") == "/"
@@ -517,28 +561,73 @@ def test_systemd_names():
 def test_busctl_argv_for_a_pod_slice():
     bus = SystemdBus(cgroup_version=1, runner=lambda argv: BusResult(0))
     res = ResourceConfig(cpu_shares=512, cpu_quota=12_345, cpu_period=100_000, memory=128 * MI, pids=64)
-    argv = bus.start_transient_unit_argv("orchpods-podx.slice",
-                                         slice_properties(("orchpods", "podx"), res, 1))
+    argv = bus.start_transient_unit_argv("orchpods-podx.slice", slice_properties(("orchpods", "podx"), res, 1))
     assert argv == [
-        "busctl", "call", "--timeout=30", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-        "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
-        "orchpods-podx.slice", "replace", "12",
-        "Description", "s", "orch-agent orchpods-podx.slice",
-        "Wants", "as", "1", "orchpods.slice",
-        "MemoryAccounting", "b", "true", "CPUAccounting", "b", "true",
-        "BlockIOAccounting", "b", "true", "TasksAccounting", "b", "true",
-        "DefaultDependencies", "b", "false",
-        "CPUShares", "t", "512",
-        "CPUQuotaPerSecUSec", "t", "130000",   # 123450 rounded up to 10 ms
-        "CPUQuotaPeriodUSec", "t", "100000",
-        "MemoryLimit", "t", str(128 * MI),
-        "TasksMax", "t", "64",
+        "busctl",
+        "call",
+        "--timeout=30",
+        "org.freedesktop.systemd1",
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "StartTransientUnit",
+        "ssa(sv)a(sa(sv))",
+        "orchpods-podx.slice",
+        "replace",
+        "12",
+        "Description",
+        "s",
+        "orch-agent orchpods-podx.slice",
+        "Wants",
+        "as",
+        "1",
+        "orchpods.slice",
+        "MemoryAccounting",
+        "b",
+        "true",
+        "CPUAccounting",
+        "b",
+        "true",
+        "BlockIOAccounting",
+        "b",
+        "true",
+        "TasksAccounting",
+        "b",
+        "true",
+        "DefaultDependencies",
+        "b",
+        "false",
+        "CPUShares",
+        "t",
+        "512",
+        "CPUQuotaPerSecUSec",
+        "t",
+        "130000",  # 123450 rounded up to 10 ms
+        "CPUQuotaPeriodUSec",
+        "t",
+        "100000",
+        "MemoryLimit",
+        "t",
+        str(128 * MI),
+        "TasksMax",
+        "t",
+        "64",
         "0",
     ]
     v2 = resource_properties(ResourceConfig(cpu_shares=1024, cpu_quota=-1, cpu_period=100_000, memory=-1), 2)
-    assert v2 == [("CPUWeight", "t", 39), ("CPUQuotaPerSecUSec", "t", (1 << 64) - 1),
-                  ("CPUQuotaPeriodUSec", "t", 100_000), ("MemoryMax", "t", (1 << 64) - 1)]
-    assert encode_properties([("Wants", "as", ["a.slice", "b.slice"])]) == ["1", "Wants", "as", "2", "a.slice", "b.slice"]
+    assert v2 == [
+        ("CPUWeight", "t", 39),
+        ("CPUQuotaPerSecUSec", "t", (1 << 64) - 1),
+        ("CPUQuotaPeriodUSec", "t", 100_000),
+        ("MemoryMax", "t", (1 << 64) - 1),
+    ]
+    assert encode_properties([("Wants", "as", ["a.slice", "b.slice"])]) == [
+        "1",
+        "Wants",
+        "as",
+        "2",
+        "a.slice",
+        "b.slice",
+    ]
     assert bus.stop_unit_argv("x.slice")[-4:] == ["StopUnit", "ss", "x.slice", "replace"]
 
 
@@ -608,6 +697,7 @@ def test_pods_capacity():
 
 def test_machine_capacity_measures_this_host(tmp_path):
     import psutil
+
     make_hugepages(tmp_path / "hp", counts=(4, 0))
     cfg = cfg_of(f"--root-dir={tmp_path}/not/yet/there", "--pods-per-core=3")
     cap = machine_capacity(cfg, hugepages_dir=str(tmp_path / "hp"))
@@ -621,30 +711,36 @@ def test_machine_capacity_measures_this_host(tmp_path):
 
 
 def test_allocatable_subtracts_reservations_and_hard_eviction():
-    cfg = cfg_of("--orch-reserved=cpu=200m,memory=500Mi", "--system-reserved=cpu=300m,ephemeral-storage=1Gi",
-                 "--eviction-hard=memory.available<100Mi,nodefs.available<10%")
+    cfg = cfg_of(
+        "--orch-reserved=cpu=200m,memory=500Mi",
+        "--system-reserved=cpu=300m,ephemeral-storage=1Gi",
+        "--eviction-hard=memory.available<100Mi,nodefs.available<10%",
+    )
     res = node_reservation(cfg, CAP)
     nodefs = int(float(100 * GI) * 0.10000000149011612)  # upstream's float32 10%
     assert res == {"cpu": 500, "memory": 600 * MI, "ephemeral-storage": GI + nodefs}
     alloc = node_allocatable(CAP, res)
-    assert alloc == {"cpu": 3500, "memory": 8 * GI - 600 * MI, "pods": 110,
-                     "ephemeral-storage": 100 * GI - GI - nodefs}
+    assert alloc == {"cpu": 3500, "memory": 8 * GI - 600 * MI, "pods": 110, "ephemeral-storage": 100 * GI - GI - nodefs}
     assert allocatable_absolute(CAP, {"memory": GI}, {"cpu": 100}) == {
-        "cpu": 3900, "memory": 7 * GI, "pods": 110, "ephemeral-storage": 100 * GI}
+        "cpu": 3900,
+        "memory": 7 * GI,
+        "pods": 110,
+        "ephemeral-storage": 100 * GI,
+    }
 
 
 def test_eviction_thresholds_that_reserve_nothing():
     assert hard_eviction_reservation({"memory.available": "0%", "nodefs.available": "100%"}, CAP) == {}
     assert hard_eviction_reservation({"memory.available": "5%"}, CAP) == {
-        "memory": int(float(8 * GI) * 0.05000000074505806)}
+        "memory": int(float(8 * GI) * 0.05000000074505806)
+    }
     cfg = cfg_of("--experimental-allocatable-ignore-eviction=true")
     assert node_reservation(cfg, CAP) == {}
 
 
 def test_reserved_cpus_replace_the_cpu_reservation():
     assert cpuset_size("0-3,8") == 5
-    cfg = cfg_of("--reserved-cpus=0-1", "--system-reserved=cpu=100m", "--orch-reserved=cpu=300m",
-                 "--eviction-hard=")
+    cfg = cfg_of("--reserved-cpus=0-1", "--system-reserved=cpu=100m", "--orch-reserved=cpu=300m", "--eviction-hard=")
     assert node_reservation(cfg, CAP) == {"cpu": 2000}
     with pytest.raises(ValueError, match="invalid cpuset"):
         cpuset_size("3-1")
@@ -669,15 +765,18 @@ def req_pod(uid, **requests):
 def test_admission_out_of_cpu_with_upstream_message():
     running = [req_pod("a", cpu="500m")]
     r = admit(req_pod("new", cpu="1"), running, ALLOC)
-    assert r == AdmitResult(False, "OutOfcpu",
-                            "Node didn't have enough resource: cpu, requested: 1000, used: 500, capacity: 1200")
+    assert r == AdmitResult(
+        False, "OutOfcpu", "Node didn't have enough resource: cpu, requested: 1000, used: 500, capacity: 1200"
+    )
     assert admit(req_pod("new", cpu="700m"), running, ALLOC).admit
 
 
 def test_admission_memory_storage_and_extended_resources():
     r = admit(req_pod("n", memory="2Gi"), [], ALLOC)
-    assert (r.reason, r.message) == ("OutOfmemory", "Node didn't have enough resource: memory, "
-                                     f"requested: {2 * GI}, used: 0, capacity: {GI}")
+    assert (r.reason, r.message) == (
+        "OutOfmemory",
+        f"Node didn't have enough resource: memory, requested: {2 * GI}, used: 0, capacity: {GI}",
+    )
     r = admit(req_pod("n", ephemeral_storage="11Gi"), [], ALLOC)
     assert r.reason == "OutOfephemeral-storage"
     gpu = pod("n", [container(requests={"example.com/gpu": "2"}, limits={"example.com/gpu": "2"})])
@@ -689,8 +788,9 @@ def test_admission_memory_storage_and_extended_resources():
 def test_admission_pod_count_comes_first_and_counts_only_others():
     running = [req_pod(u) for u in ("a", "b", "c")]
     r = admit(req_pod("d", cpu="5"), running, ALLOC)
-    assert r == AdmitResult(False, "OutOfpods",
-                            "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3")
+    assert r == AdmitResult(
+        False, "OutOfpods", "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"
+    )
     assert admit(running[0], running, ALLOC).admit  # already counted: not twice
 
 
@@ -704,8 +804,9 @@ def test_admission_uses_init_containers_and_overhead():
 def test_best_effort_pod_fits_a_full_node_and_manager_admit_uses_allocatable(tmp_path):
     full = [req_pod("a", cpu="1200m", memory="1Gi")]
     assert admit(BEST_EFFORT_POD, full, ALLOC).admit
-    cm = ContainerManager(cfg_of("--eviction-hard=memory.available<100Mi"),
-                          capacity={"cpu": 1000, "memory": GI, "pods": 2})
+    cm = ContainerManager(
+        cfg_of("--eviction-hard=memory.available<100Mi"), capacity={"cpu": 1000, "memory": GI, "pods": 2}
+    )
     r = cm.admit(req_pod("x", memory="1000Mi"), [])
     assert r.reason == "OutOfmemory" and f"capacity: {GI - 100 * MI}" in r.message
     assert cm.admit(req_pod("x", cpu="lots"), []).admit is False

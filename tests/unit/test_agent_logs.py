@@ -61,21 +61,29 @@ def test_parse_empty_text_tags_and_offsets():
     assert parse_line(b"2016-10-06T00:17:09Z stdout F").text == b""
     assert parse_line(b"2016-10-06T00:17:09Z stdout F:extra x").partial is False
     # An offset is converted: 02:17:09+02:00 is 00:17:09Z.
-    assert parse_line(b"2016-10-06T02:17:09.1+02:00 stdout F x").ts_ns == \
-        parse_line(b"2016-10-06T00:17:09.100Z stdout F x").ts_ns
+    assert (
+        parse_line(b"2016-10-06T02:17:09.1+02:00 stdout F x").ts_ns
+        == parse_line(b"2016-10-06T00:17:09.100Z stdout F x").ts_ns
+    )
     # Digits past nanoseconds are dropped.
     assert parse_line(b"2016-10-06T00:17:09.1234567899Z stdout F x").ts_ns % 10**9 == 123456789
 
 
-@pytest.mark.parametrize("line", [
-    b"", b"\n", b"garbage", b"2016-10-06T00:17:09Z stdout",
-    b"2016-10-06T00:17:09Z stdin F x",            # unknown stream
-    b"2016-10-06T00:17:09Z stdout X x",           # unknown tag
-    b"2016-13-06T00:17:09Z stdout F x",           # month 13
-    b"2016-10-06T00:17:09 stdout F x",            # no zone
-    b"2016-10-06 00:17:09Z stdout F x",           # not RFC 3339
-    b"{\"log\":\"docker json\"}",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"",
+        b"\n",
+        b"garbage",
+        b"2016-10-06T00:17:09Z stdout",
+        b"2016-10-06T00:17:09Z stdin F x",  # unknown stream
+        b"2016-10-06T00:17:09Z stdout X x",  # unknown tag
+        b"2016-13-06T00:17:09Z stdout F x",  # month 13
+        b"2016-10-06T00:17:09 stdout F x",  # no zone
+        b"2016-10-06 00:17:09Z stdout F x",  # not RFC 3339
+        b'{"log":"docker json"}',
+    ],
+)
 def test_parse_malformed_lines(line):
     assert parse_line(line) is None
 
@@ -86,10 +94,10 @@ def test_parse_malformed_lines(line):
 def test_options_from_query():
     now = BASE_NS
     assert LogOptions.from_query({}, now) == LogOptions()
-    opts = LogOptions.from_query({"follow": "true", "tailLines": "10", "timestamps": "1",
-                                  "sinceSeconds": "60", "limitBytes": "500"}, now)
-    assert opts == LogOptions(follow=True, tail_lines=10, timestamps=True,
-                              since_ns=now - 60 * 10**9, limit_bytes=500)
+    opts = LogOptions.from_query(
+        {"follow": "true", "tailLines": "10", "timestamps": "1", "sinceSeconds": "60", "limitBytes": "500"}, now
+    )
+    assert opts == LogOptions(follow=True, tail_lines=10, timestamps=True, since_ns=now - 60 * 10**9, limit_bytes=500)
     assert LogOptions.from_query({"sinceTime": "2023-11-14T22:13:20.5Z"}, now).since_ns == BASE_NS + 5 * 10**8
     # Upstream's booleans: an empty value is true, 0/false are false.
     assert LogOptions.from_query({"follow": ""}, now).follow is True
@@ -102,18 +110,21 @@ def test_options_from_query():
     assert LogOptions.from_query({"stream": "All"}, now).stream is None
 
 
-@pytest.mark.parametrize("query, words", [
-    ({"tailLines": "abc"}, ['tailLines "abc"', "integer"]),
-    ({"tailLines": "-1"}, ["tailLines -1", "greater than or equal to 0"]),
-    ({"tail": "x"}, ['tail "x"', "integer"]),
-    ({"sinceSeconds": "0"}, ["sinceSeconds 0", "greater than 0"]),
-    ({"sinceSeconds": "1.5"}, ['sinceSeconds "1.5"', "integer"]),
-    ({"limitBytes": "0"}, ["limitBytes 0", "greater than 0"]),
-    ({"limitBytes": "99999999999999999999"}, ["limitBytes", "64-bit"]),
-    ({"sinceSeconds": "5", "sinceTime": "2023-11-14T22:13:20Z"}, ["at most one"]),
-    ({"sinceTime": "yesterday"}, ["sinceTime", '"yesterday"']),
-    ({"stream": "stdin"}, ['stream "stdin"', "Stdout"]),
-])
+@pytest.mark.parametrize(
+    "query, words",
+    [
+        ({"tailLines": "abc"}, ['tailLines "abc"', "integer"]),
+        ({"tailLines": "-1"}, ["tailLines -1", "greater than or equal to 0"]),
+        ({"tail": "x"}, ['tail "x"', "integer"]),
+        ({"sinceSeconds": "0"}, ["sinceSeconds 0", "greater than 0"]),
+        ({"sinceSeconds": "1.5"}, ['sinceSeconds "1.5"', "integer"]),
+        ({"limitBytes": "0"}, ["limitBytes 0", "greater than 0"]),
+        ({"limitBytes": "99999999999999999999"}, ["limitBytes", "64-bit"]),
+        ({"sinceSeconds": "5", "sinceTime": "2023-11-14T22:13:20Z"}, ["at most one"]),
+        ({"sinceTime": "yesterday"}, ["sinceTime", '"yesterday"']),
+        ({"stream": "stdin"}, ['stream "stdin"', "Stdout"]),
+    ],
+)
 def test_options_reject_bad_values(query, words):
     with pytest.raises(ValueError) as info:
         LogOptions.from_query(query, BASE_NS)
@@ -141,8 +152,7 @@ def mixed(tmp_path) -> Path:
 
 
 async def test_read_whole_file_joins_partials_per_stream(mixed):
-    assert await collect(mixed, LogOptions()) == \
-        b"one\nerr one\nerr two-a err two-b\ntwo-a two-b two-c\nthree\n"
+    assert await collect(mixed, LogOptions()) == b"one\nerr one\nerr two-a err two-b\ntwo-a two-b two-c\nthree\n"
 
 
 async def test_stream_filter(mixed):
@@ -159,8 +169,7 @@ async def test_timestamps_use_the_first_chunk_and_nine_digits(mixed):
 
 async def test_since_filters_by_timestamp(mixed):
     since = BASE_NS + 2 * 1_000_000
-    assert await collect(mixed, LogOptions(since_ns=since)) == \
-        b"err two-a err two-b\ntwo-a two-b two-c\nthree\n"
+    assert await collect(mixed, LogOptions(since_ns=since)) == b"err two-a err two-b\ntwo-a two-b two-c\nthree\n"
     assert await collect(mixed, LogOptions(since_ns=BASE_NS + 10**9)) == b""
 
 
@@ -176,16 +185,16 @@ async def test_tail_counts_complete_lines(mixed):
     assert await collect(mixed, LogOptions(tail_lines=1)) == b"three\n"
     # The joined stdout line's first chunk sits before the stderr lines.
     assert await collect(mixed, LogOptions(tail_lines=2)) == b"two-a two-b two-c\nthree\n"
-    assert await collect(mixed, LogOptions(tail_lines=2, stream="stderr")) == \
-        b"err one\nerr two-a err two-b\n"
+    assert await collect(mixed, LogOptions(tail_lines=2, stream="stderr")) == b"err one\nerr two-a err two-b\n"
     assert await collect(mixed, LogOptions(tail_lines=100)) == await collect(mixed, LogOptions())
-    assert await collect(mixed, LogOptions(tail_lines=2, timestamps=True, limit_bytes=40)) == \
-        b"2023-11-14T22:13:20.002000000Z two-a two"
+    assert (
+        await collect(mixed, LogOptions(tail_lines=2, timestamps=True, limit_bytes=40))
+        == b"2023-11-14T22:13:20.002000000Z two-a two"
+    )
 
 
 async def test_unterminated_last_record_and_dangling_partial(tmp_path):
-    path = write_file(tmp_path / "0.log", rec(0, "done"), rec(1, "half ", tag="P"),
-                      rec(2, "no newline yet")[:-1])
+    path = write_file(tmp_path / "0.log", rec(0, "done"), rec(1, "half ", tag="P"), rec(2, "no newline yet")[:-1])
     # Non-follow reading prints what is there, as upstream does.
     assert await collect(path, LogOptions()) == b"done\nhalf no newline yet\n"
     path = write_file(tmp_path / "1.log", rec(0, "done"), rec(1, "dangling", tag="P"))
@@ -276,8 +285,9 @@ class Follower:
         async def write(data: bytes) -> None:
             self.out.extend(data)
 
-        self.task = asyncio.create_task(read_log(str(path), opts, write,
-                                                 is_running=lambda: self.running, poll_interval=0.01))
+        self.task = asyncio.create_task(
+            read_log(str(path), opts, write, is_running=lambda: self.running, poll_interval=0.01)
+        )
 
 
 def append(path: Path, *records: bytes) -> None:
@@ -325,8 +335,9 @@ async def test_follow_continues_across_rotation(tmp_path):
 
 async def test_follow_of_a_stopped_container_ends_at_eof(tmp_path):
     path = write_file(tmp_path / "0.log", rec(0, "only"))
-    out = await asyncio.wait_for(collect(path, LogOptions(follow=True), is_running=lambda: False,
-                                         poll_interval=0.01), 5)
+    out = await asyncio.wait_for(
+        collect(path, LogOptions(follow=True), is_running=lambda: False, poll_interval=0.01), 5
+    )
     assert out == b"only\n"
 
 
@@ -447,12 +458,11 @@ async def test_rotations_within_one_second_keep_distinct_ordered_names(tmp_path)
     cri, clock = FakeCri({"c": path}), Clock()
     rotator = LogRotator(cri, max_size=10, max_files=5, clock=clock)
     for i in range(3):
-        path.write_bytes(f"round {i} " .encode() * 5)
+        path.write_bytes(f"round {i} ".encode() * 5)
         await rotator.rotate([("c", str(path))])
     rotated = siblings(path)[1:]
     assert len(rotated) == 3
-    assert [n.removesuffix(".gz") for n in rotated] == \
-        [f"0.log.{stamp(clock.now + k)}" for k in range(3)]
+    assert [n.removesuffix(".gz") for n in rotated] == [f"0.log.{stamp(clock.now + k)}" for k in range(3)]
     assert gzip.decompress((tmp_path / rotated[0]).read_bytes()).startswith(b"round 0")
     assert (tmp_path / rotated[2]).read_bytes().startswith(b"round 2")
 
@@ -466,24 +476,29 @@ def test_rotator_rejects_bad_policy():
 
 async def test_rotation_with_the_fake_runtime(tmp_path):
     """The real client against the in-process CRI server: reopen recreates the file."""
+    from cri import api_pb2 as pb
     from cri.client import CriClient
     from cri.fake import FakeRuntime
-    from cri import api_pb2 as pb
 
     async with FakeRuntime() as fake:
         async with CriClient(fake.endpoint) as cri:
             sandbox_config = pb.PodSandboxConfig(
                 metadata=pb.PodSandboxMetadata(name="p", namespace="default", uid="u1", attempt=0),
-                log_directory=str(tmp_path))
+                log_directory=str(tmp_path),
+            )
             sandbox_id = await cri.run_pod_sandbox(sandbox_config)
             images = await cri.list_images()
             image = images[0].repo_tags[0] if images[0].repo_tags else images[0].id
             container_id = await cri.create_container(
                 sandbox_id,
-                pb.ContainerConfig(metadata=pb.ContainerMetadata(name="c", attempt=0),
-                                   image=pb.ImageSpec(image=image), command=["sleep", "1000"],
-                                   log_path="c/0.log"),
-                sandbox_config)
+                pb.ContainerConfig(
+                    metadata=pb.ContainerMetadata(name="c", attempt=0),
+                    image=pb.ImageSpec(image=image),
+                    command=["sleep", "1000"],
+                    log_path="c/0.log",
+                ),
+                sandbox_config,
+            )
             await cri.start_container(container_id)
             path = tmp_path / "c" / "0.log"
             path.parent.mkdir(exist_ok=True)

@@ -6,24 +6,30 @@ from __future__ import annotations
 
 import asyncio
 import copy
-
 import itertools
 import uuid
 
 import pytest
 
 from agent.config import from_argv
-from agent.eventsink import COMBINED_PREFIX, ApiEventSink, TokenBucket
 from agent.events import EventRecorder
+from agent.eventsink import COMBINED_PREFIX, ApiEventSink, TokenBucket
 from agent.lease import LeaseManager, lease_path
 from agent.nodestatus import (
-    HostFiles, NodeStatusManager, go_arch, merge_patch, node_addresses, node_images, os_image,
-    resource_list, resource_quantity, status_changed,
+    HostFiles,
+    NodeStatusManager,
+    go_arch,
+    merge_patch,
+    node_addresses,
+    node_images,
+    os_image,
+    resource_list,
+    resource_quantity,
+    status_changed,
 )
 from apiserver_min.api import names
 from apiserver_min.api.timeutil import parse_rfc3339
 from cri import api_pb2 as pb
-
 
 # --- a fake API ----------------------------------------------------------------------------
 
@@ -54,8 +60,8 @@ class FakeApi:
         self.objects: dict[str, dict] = {}
         self.rv = itertools.count(100)
         self.calls: list[tuple] = []
-        self.fail: list[Exception] = []          # raised by the next calls, in order
-        self.before_write = None                 # hook(method, path) run before a write
+        self.fail: list[Exception] = []  # raised by the next calls, in order
+        self.before_write = None  # hook(method, path) run before a write
 
     def _maybe_fail(self) -> None:
         if self.fail:
@@ -121,7 +127,7 @@ class FakeApi:
         if key not in self.objects:
             raise FakeApiError(404, "NotFound", key)
         merged = _apply_merge(self.objects[key], body)
-        if "resourceVersion" not in ((body.get("metadata") or {})):
+        if "resourceVersion" not in (body.get("metadata") or {}):
             merged["metadata"]["resourceVersion"] = self.objects[key]["metadata"]["resourceVersion"]
         return self._write(key, merged, status_only)
 
@@ -135,10 +141,21 @@ class FakeApi:
 
 class FakeCgroups:
     def __init__(self, capacity=None, allocatable=None) -> None:
-        self.cap = capacity or {"cpu": 4000, "memory": 8 * 2**30, "pods": 110,
-                                "ephemeral-storage": 100 * 2**30, "hugepages-2Mi": 0, "pid": 4194304}
-        self.alloc = allocatable or {"cpu": 3900, "memory": 8 * 2**30 - 100 * 2**20, "pods": 110,
-                                     "ephemeral-storage": 90 * 2**30, "hugepages-2Mi": 0}
+        self.cap = capacity or {
+            "cpu": 4000,
+            "memory": 8 * 2**30,
+            "pods": 110,
+            "ephemeral-storage": 100 * 2**30,
+            "hugepages-2Mi": 0,
+            "pid": 4194304,
+        }
+        self.alloc = allocatable or {
+            "cpu": 3900,
+            "memory": 8 * 2**30 - 100 * 2**20,
+            "pods": 110,
+            "ephemeral-storage": 90 * 2**30,
+            "hugepages-2Mi": 0,
+        }
 
     def capacity(self):
         return dict(self.cap)
@@ -151,10 +168,18 @@ class Runtime:
     def __init__(self, ready=True) -> None:
         self.ready = ready
         self.images = [
-            pb.Image(id="sha256:small", repo_tags=["orch.local/pause:1"],
-                     repo_digests=["orch.local/pause@sha256:aa"], size=1000),
-            pb.Image(id="sha256:big", repo_tags=["orch.local/busybox:1", "orch.local/busybox:latest"],
-                     repo_digests=[], size=5000),
+            pb.Image(
+                id="sha256:small",
+                repo_tags=["orch.local/pause:1"],
+                repo_digests=["orch.local/pause@sha256:aa"],
+                size=1000,
+            ),
+            pb.Image(
+                id="sha256:big",
+                repo_tags=["orch.local/busybox:1", "orch.local/busybox:latest"],
+                repo_digests=[],
+                size=5000,
+            ),
         ]
 
     def runtime_ready(self):
@@ -176,19 +201,32 @@ def host_files(tmp_path):
     (tmp_path / "machine-id").write_text("0123456789abcdef0123456789abcdef\n")
     (tmp_path / "boot_id").write_text("11111111-2222-3333-4444-555555555555\n")
     (tmp_path / "os-release").write_text('NAME="Debian"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
-    return HostFiles(machine_id=(str(tmp_path / "machine-id"),),
-                     product_uuid=str(tmp_path / "no-such-uuid"),
-                     boot_id=str(tmp_path / "boot_id"), os_release=str(tmp_path / "os-release"))
+    return HostFiles(
+        machine_id=(str(tmp_path / "machine-id"),),
+        product_uuid=str(tmp_path / "no-such-uuid"),
+        boot_id=str(tmp_path / "boot_id"),
+        os_release=str(tmp_path / "os-release"),
+    )
 
 
 def make_manager(api, host_files, *flags, runtime=None, cgroups=None, events=None, **kw):
     cfg = from_argv([f"--hostname-override={NODE}", *flags])
     runtime = runtime or Runtime()
-    mgr = NodeStatusManager(cfg, api, node_name=NODE, cgroups=cgroups or FakeCgroups(),
-                            runtime_ready=runtime.runtime_ready, runtime_version=runtime.version,
-                            list_images=runtime.list_images, events=events or EventRecorder(NODE),
-                            version="v1.27.0-orch", host_ip="10.1.2.3", host_files=host_files,
-                            detect_ip=lambda v6: "192.0.2.99", **kw)
+    mgr = NodeStatusManager(
+        cfg,
+        api,
+        node_name=NODE,
+        cgroups=cgroups or FakeCgroups(),
+        runtime_ready=runtime.runtime_ready,
+        runtime_version=runtime.version,
+        list_images=runtime.list_images,
+        events=events or EventRecorder(NODE),
+        version="v1.27.0-orch",
+        host_ip="10.1.2.3",
+        host_files=host_files,
+        detect_ip=lambda v6: "192.0.2.99",
+        **kw,
+    )
     return mgr, runtime
 
 
@@ -218,7 +256,7 @@ def test_go_arch_and_os_image(tmp_path):
 def test_host_files_system_info(host_files):
     info = host_files.system_info()
     assert info["machineID"] == "0123456789abcdef0123456789abcdef"
-    assert info["systemUUID"] == info["machineID"]          # no DMI: the machine id
+    assert info["systemUUID"] == info["machineID"]  # no DMI: the machine id
     assert info["bootID"] == "11111111-2222-3333-4444-555555555555"
     assert info["osImage"] == "Debian GNU/Linux 12 (bookworm)"
     assert info["operatingSystem"] == "linux" and info["architecture"] == go_arch()
@@ -232,20 +270,21 @@ def test_quantities():
     assert resource_quantity("hugepages-2Mi", 4 * 2**20) == "4Mi"
     assert resource_quantity("pods", 110) == "110"
     assert resource_quantity("memory", -5) == "0"
-    assert resource_list({"cpu": 1000, "pid": 99, "memory": 2**30, "example.com/x": 3}) == \
-        {"cpu": "1", "memory": "1Gi"}
+    assert resource_list({"cpu": 1000, "pid": 99, "memory": 2**30, "example.com/x": 3}) == {"cpu": "1", "memory": "1Gi"}
 
 
 def test_node_images_order_caps_and_names():
-    imgs = [pb.Image(id="a", repo_tags=["t/a:1"], repo_digests=["t/a@sha256:1"], size=10),
-            pb.Image(id="b", repo_tags=[f"t/b:{i}" for i in range(7)], size=30),
-            pb.Image(id="c", size=20),     # nameless: left out
-            {"id": "d", "repoTags": ["t/d:1"], "size": 30}]
+    imgs = [
+        pb.Image(id="a", repo_tags=["t/a:1"], repo_digests=["t/a@sha256:1"], size=10),
+        pb.Image(id="b", repo_tags=[f"t/b:{i}" for i in range(7)], size=30),
+        pb.Image(id="c", size=20),  # nameless: left out
+        {"id": "d", "repoTags": ["t/d:1"], "size": 30},
+    ]
     out = node_images(imgs, -1)
     assert [i["sizeBytes"] for i in out] == [30, 30, 10]
-    assert out[0]["names"] == ["t/d:1"]                      # equal sizes: descending id
+    assert out[0]["names"] == ["t/d:1"]  # equal sizes: descending id
     assert len(out[1]["names"]) == 5
-    assert out[2]["names"] == ["t/a@sha256:1", "t/a:1"]      # digests, then tags
+    assert out[2]["names"] == ["t/a@sha256:1", "t/a:1"]  # digests, then tags
     assert len(node_images(imgs, 1)) == 1
     assert node_images(imgs, 0) == []
 
@@ -265,7 +304,9 @@ def test_merge_patch_and_status_changed():
 def test_node_addresses():
     detect = lambda v6: "fd00::9" if v6 else "192.0.2.9"  # noqa: E731
     assert node_addresses("", "10.0.0.1", "h", detect) == [
-        {"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "h"}]
+        {"type": "InternalIP", "address": "10.0.0.1"},
+        {"type": "Hostname", "address": "h"},
+    ]
     assert node_addresses("", "", "h", detect)[0]["address"] == "192.0.2.9"
     assert node_addresses("::", "10.0.0.1", "h", detect)[0]["address"] == "fd00::9"
     both = node_addresses("10.0.0.5, fd00::5", "10.0.0.1", "h", detect)
@@ -279,9 +320,14 @@ def test_node_addresses():
 
 async def test_register_creates_the_node(host_files):
     api = FakeApi()
-    mgr, _ = make_manager(api, host_files, "--node-labels=node.orch.io/role=edge,example.com/x=1",
-                          "--register-with-taints=dedicated=edge:NoSchedule,special:NoExecute",
-                          "--provider-id=fake://node-a", "--port=10300")
+    mgr, _ = make_manager(
+        api,
+        host_files,
+        "--node-labels=node.orch.io/role=edge,example.com/x=1",
+        "--register-with-taints=dedicated=edge:NoSchedule,special:NoExecute",
+        "--provider-id=fake://node-a",
+        "--port=10300",
+    )
     node = await mgr.register()
     assert mgr.registered and mgr.node_uid == node["metadata"]["uid"]
     stored = api.objects[NODE_PATH]
@@ -290,15 +336,21 @@ async def test_register_creates_the_node(host_files):
     assert labels[names.LABEL_OS] == "linux" and labels[names.LABEL_ARCH] == go_arch()
     assert labels["node.orch.io/role"] == "edge" and labels["example.com/x"] == "1"
     assert stored["metadata"]["annotations"][names.ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH] == "true"
-    assert stored["spec"]["taints"] == [{"key": "dedicated", "value": "edge", "effect": "NoSchedule"},
-                                        {"key": "special", "effect": "NoExecute"}]
+    assert stored["spec"]["taints"] == [
+        {"key": "dedicated", "value": "edge", "effect": "NoSchedule"},
+        {"key": "special", "effect": "NoExecute"},
+    ]
     assert stored["spec"]["providerID"] == "fake://node-a"
     st = stored["status"]
-    assert st["capacity"] == {"cpu": "4", "memory": "8Gi", "pods": "110", "ephemeral-storage": "100Gi",
-                              "hugepages-2Mi": "0"}
+    assert st["capacity"] == {
+        "cpu": "4",
+        "memory": "8Gi",
+        "pods": "110",
+        "ephemeral-storage": "100Gi",
+        "hugepages-2Mi": "0",
+    }
     assert st["allocatable"]["cpu"] == "3900m" and st["allocatable"]["memory"] == "8092Mi"
-    assert st["addresses"] == [{"type": "InternalIP", "address": "10.1.2.3"},
-                               {"type": "Hostname", "address": NODE}]
+    assert st["addresses"] == [{"type": "InternalIP", "address": "10.1.2.3"}, {"type": "Hostname", "address": NODE}]
     info = st["nodeInfo"]
     assert info[names.NODE_INFO_AGENT_VERSION_FIELD] == "v1.27.0-orch"
     assert info[names.NODE_INFO_PROXY_VERSION_FIELD] == "v1.27.0-orch"
@@ -308,8 +360,11 @@ async def test_register_creates_the_node(host_files):
     assert [i["sizeBytes"] for i in st["images"]] == [5000, 1000]
     assert [c["type"] for c in st["conditions"]] == ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
     ready = cond(stored, "Ready")
-    assert (ready["status"], ready["reason"], ready["message"]) == \
-        ("True", names.NODE_REASON_READY, "orch-agent is posting ready status")
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "True",
+        names.NODE_REASON_READY,
+        "orch-agent is posting ready status",
+    )
     mem = cond(stored, "MemoryPressure")
     assert (mem["status"], mem["reason"]) == ("False", names.NODE_REASON_SUFFICIENT_MEMORY)
     assert cond(stored, "DiskPressure")["reason"] == names.NODE_REASON_NO_DISK_PRESSURE
@@ -330,16 +385,27 @@ async def test_register_retries_with_backoff(host_files):
 async def test_existing_node_is_taken_over(host_files):
     api = FakeApi()
     api.objects[NODE_PATH] = {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE, "uid": "old-uid", "resourceVersion": "5",
-                     "labels": {names.LABEL_HOSTNAME: "someone-else", names.LABEL_OS: "linux",
-                                "user/label": "kept"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE,
+            "uid": "old-uid",
+            "resourceVersion": "5",
+            "labels": {names.LABEL_HOSTNAME: "someone-else", names.LABEL_OS: "linux", "user/label": "kept"},
+        },
         "spec": {"taints": [{"key": "theirs", "effect": "NoSchedule"}]},
-        "status": {"capacity": {"cpu": "1", "hugepages-1Gi": "2Gi", "example.com/dongle": "4"},
-                   "allocatable": {"cpu": "1", "hugepages-1Gi": "2Gi", "example.com/dongle": "4"}},
+        "status": {
+            "capacity": {"cpu": "1", "hugepages-1Gi": "2Gi", "example.com/dongle": "4"},
+            "allocatable": {"cpu": "1", "hugepages-1Gi": "2Gi", "example.com/dongle": "4"},
+        },
     }
-    mgr, _ = make_manager(api, host_files, "--node-labels=node.orch.io/role=edge",
-                          "--provider-id=fake://node-a", "--register-with-taints=mine:NoSchedule")
+    mgr, _ = make_manager(
+        api,
+        host_files,
+        "--node-labels=node.orch.io/role=edge",
+        "--provider-id=fake://node-a",
+        "--register-with-taints=mine:NoSchedule",
+    )
     node = await mgr.register()
     assert node["metadata"]["uid"] == "old-uid"
     stored = api.objects[NODE_PATH]
@@ -347,7 +413,7 @@ async def test_existing_node_is_taken_over(host_files):
     assert labels[names.LABEL_HOSTNAME] == NODE and labels["node.orch.io/role"] == "edge"
     assert labels[names.LABEL_ARCH] == go_arch() and labels["user/label"] == "kept"
     assert stored["spec"]["providerID"] == "fake://node-a"
-    assert stored["spec"]["taints"] == [{"key": "theirs", "effect": "NoSchedule"}]   # not reconciled
+    assert stored["spec"]["taints"] == [{"key": "theirs", "effect": "NoSchedule"}]  # not reconciled
     assert "hugepages-1Gi" not in stored["status"]["capacity"]
     assert "hugepages-1Gi" not in stored["status"]["allocatable"]
     # The first status keeps the extended resource someone else reports.
@@ -359,8 +425,10 @@ async def test_existing_node_is_taken_over(host_files):
 
 async def test_provider_id_of_existing_node_is_not_replaced(host_files):
     api = FakeApi()
-    api.objects[NODE_PATH] = {"metadata": {"name": NODE, "uid": "u", "resourceVersion": "1",
-                                           "labels": {}}, "spec": {"providerID": "other://x"}}
+    api.objects[NODE_PATH] = {
+        "metadata": {"name": NODE, "uid": "u", "resourceVersion": "1", "labels": {}},
+        "spec": {"providerID": "other://x"},
+    }
     mgr, _ = make_manager(api, host_files, "--provider-id=fake://node-a")
     await mgr.register()
     assert api.objects[NODE_PATH]["spec"]["providerID"] == "other://x"
@@ -373,14 +441,14 @@ async def test_status_posted_only_when_changed_or_due(host_files):
     api = FakeApi()
     mgr, runtime = make_manager(api, host_files)
     await mgr.register()
-    assert not await mgr.sync_once()      # the registration posted this status: heartbeat only
+    assert not await mgr.sync_once()  # the registration posted this status: heartbeat only
     assert api.count("patch", NODE_PATH + "/status") == 0
-    mgr.last_report -= mgr.report_frequency + 1   # the report frequency elapsed
+    mgr.last_report -= mgr.report_frequency + 1  # the report frequency elapsed
     assert await mgr.sync_once()
     call = [c for c in api.calls if c[0] == "patch"][-1]
-    assert call[2] is False                # heartbeats bypass the rate limit
+    assert call[2] is False  # heartbeats bypass the rate limit
     assert call[3]["metadata"]["resourceVersion"]
-    assert set(call[3]["status"]) <= {"conditions"}   # at most the heartbeats moved
+    assert set(call[3]["status"]) <= {"conditions"}  # at most the heartbeats moved
     runtime.images.append(pb.Image(id="new", repo_tags=["x:1"], size=1))
     assert await mgr.sync_once()
     assert len(api.objects[NODE_PATH]["status"]["images"]) == 3
@@ -392,13 +460,15 @@ async def test_ready_transition_and_events(host_files):
     mgr, _ = make_manager(api, host_files, runtime=runtime)
     await mgr.register()
     ready = cond(api.objects[NODE_PATH], "Ready")
-    assert (ready["status"], ready["reason"], ready["message"]) == \
-        ("False", names.NODE_REASON_NOT_READY, "container runtime is down")
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        names.NODE_REASON_NOT_READY,
+        "container runtime is down",
+    )
     first_transition = ready["lastTransitionTime"]
     runtime.ready = (False, "container runtime network not ready: NetworkReady=false")
     await mgr.sync_once()
-    assert cond(api.objects[NODE_PATH], "Ready")["message"] == \
-        "container runtime network not ready: NetworkReady=false"
+    assert cond(api.objects[NODE_PATH], "Ready")["message"] == "container runtime network not ready: NetworkReady=false"
     assert cond(api.objects[NODE_PATH], "Ready")["lastTransitionTime"] == first_transition
     runtime.ready = True
     assert await mgr.sync_once()
@@ -413,8 +483,9 @@ async def test_ready_transition_and_events(host_files):
 async def test_pressure_and_missing_capacity(host_files):
     api = FakeApi()
     pressure = {}
-    cg = FakeCgroups(capacity={"cpu": 1000, "memory": 2**30, "pods": 10},
-                     allocatable={"cpu": 1000, "memory": 2**30, "pods": 10})
+    cg = FakeCgroups(
+        capacity={"cpu": 1000, "memory": 2**30, "pods": 10}, allocatable={"cpu": 1000, "memory": 2**30, "pods": 10}
+    )
     mgr, _ = make_manager(api, host_files, cgroups=cg, pressure=lambda: pressure)
     await mgr.register()
     ready = cond(api.objects[NODE_PATH], "Ready")
@@ -432,7 +503,8 @@ async def test_conflict_is_retried_and_foreign_conditions_kept(host_files):
     mgr, runtime = make_manager(api, host_files)
     await mgr.register()
     api.objects[NODE_PATH]["status"]["conditions"].append(
-        {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"})
+        {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"}
+    )
     state = {"n": 0}
 
     def concurrent(method, path):
@@ -525,15 +597,16 @@ async def test_lease_created_then_renewed_with_one_update():
     assert len(spec["renewTime"].split(".")[1]) == len("000000Z")
     parse_rfc3339(spec["renewTime"])
     assert lease["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "node-uid-1"}]
+        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "node-uid-1"}
+    ]
     first = spec["renewTime"]
     calls = len(api.calls)
     await asyncio.sleep(0.002)
     await lm.sync()
     assert [c[0] for c in api.calls[calls:]] == ["update"]
-    assert api.calls[-1][2] is False                       # not rate limited
+    assert api.calls[-1][2] is False  # not rate limited
     assert api.objects[LEASE]["spec"]["renewTime"] > first
-    uid["v"] = "node-uid-2"                                 # the node was registered again
+    uid["v"] = "node-uid-2"  # the node was registered again
     await lm.sync()
     assert [r["uid"] for r in api.objects[LEASE]["metadata"]["ownerReferences"]] == ["node-uid-2"]
 
@@ -543,7 +616,7 @@ async def test_lease_conflict_and_deletion_fall_back_to_reading():
     lm = LeaseManager(api, node_name=NODE, duration_seconds=20, node_uid=lambda: "")
     await lm.sync()
     assert "ownerReferences" not in api.objects[LEASE]["metadata"]
-    api.objects[LEASE]["metadata"]["resourceVersion"] = "999"      # someone else wrote it
+    api.objects[LEASE]["metadata"]["resourceVersion"] = "999"  # someone else wrote it
     await lm.sync()
     assert api.objects[LEASE]["spec"]["leaseDurationSeconds"] == 20
     assert lm.lease["metadata"]["resourceVersion"] == api.objects[LEASE]["metadata"]["resourceVersion"]
@@ -608,8 +681,14 @@ async def test_sink_posts_pod_and_node_events_and_aggregates_repeats():
     rec(None, "Normal", "Starting", "Starting orch-agent.")
     await run_sink(sink)
     [ev] = events_in(api, "shop")
-    assert ev["involvedObject"] == {"kind": "Pod", "namespace": "shop", "name": "web", "uid": "pod-uid",
-                                    "apiVersion": "v1", "resourceVersion": "7"}
+    assert ev["involvedObject"] == {
+        "kind": "Pod",
+        "namespace": "shop",
+        "name": "web",
+        "uid": "pod-uid",
+        "apiVersion": "v1",
+        "resourceVersion": "7",
+    }
     assert ev["source"] == {"component": "orch-agent", "host": NODE}
     assert (ev["type"], ev["reason"], ev["count"]) == ("Warning", "BackOff", 2)
     assert ev["metadata"]["name"].startswith("web.")
@@ -648,7 +727,7 @@ async def test_sink_rate_limit_drops_and_counts():
     for i in range(5):
         rec(POD, "Normal", "Created", f"container {i}")
     assert sink.dropped == 2
-    now[0] = 2.0                                   # two tokens back
+    now[0] = 2.0  # two tokens back
     for i in range(3):
         rec(POD, "Normal", "Started", f"container {i}")
     assert sink.dropped == 3
@@ -680,7 +759,7 @@ async def test_sink_recreates_expired_event_and_handles_errors():
     rec(POD, "Normal", "Pulling", "pulling image")
     await run_sink(sink)
     [ev] = events_in(api, "shop")
-    api.objects.clear()                            # the event expired
+    api.objects.clear()  # the event expired
     rec(POD, "Normal", "Pulling", "pulling image")
     await run_sink(sink)
     [again] = events_in(api, "shop")
@@ -695,9 +774,6 @@ async def test_sink_recreates_expired_event_and_handles_errors():
     rec(POD, "Normal", "Other", "eventually")
     await run_sink(sink)
     assert any(e["message"] == "eventually" for e in events_in(api, "shop"))
-
-
-
 
 
 def test_report_frequency_follows_an_explicit_update_frequency(host_files):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -76,8 +75,8 @@ MISSING = "<missing argument>"  # invalid case for free-form strings: the flag w
 class Case:
     flag: str
     default: Any
-    valid: list[str]          # argv
-    expected: Any             # effective value after `valid`
+    valid: list[str]  # argv
+    expected: Any  # effective value after `valid`
     invalid: list[str] | str  # argv, or MISSING
     file: tuple[str, Any, Any] | None = None  # (field path, value in the file, effective value)
     attr: str = ""
@@ -127,8 +126,10 @@ def T(flag, default, valid, invalid="10", field=None, **kw) -> Case:
 def existing_file(tmp_path_factory) -> str:
     # Any existing file will do for the path flags; it is also a valid (empty) config.
     p = tmp_path_factory.mktemp("files") / "some.pem"
-    p.write_text(f"kind: AgentConfiguration\napiVersion: {API_VERSION}\n"
-                 "authentication: {webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n")
+    p.write_text(
+        f"kind: AgentConfiguration\napiVersion: {API_VERSION}\n"
+        "authentication: {webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n"
+    )
     return str(p)
 
 
@@ -140,15 +141,26 @@ CASES = [
     C("config", "", ["--config", EXISTING], EXISTING, [f"--config={MISSING_FILE}"]),
     S("root-dir", names.AGENT_ROOT_DIR, "/tmp/orch-agent-root", invalid=["--root-dir="]),
     B("runonce", False),
-    C("feature-gates", {}, "SeccompDefault=false,AllAlpha=true", {"SeccompDefault": False, "AllAlpha": True},
-      "NoSuchGate=true", ("featureGates", {"SeccompDefault": False}, {"SeccompDefault": False})),
+    C(
+        "feature-gates",
+        {},
+        "SeccompDefault=false,AllAlpha=true",
+        {"SeccompDefault": False, "AllAlpha": True},
+        "NoSuchGate=true",
+        ("featureGates", {"SeccompDefault": False}, {"SeccompDefault": False}),
+    ),
     B("deprecation-warnings", True),
     C("version", None, ["--version=raw"], "raw", "maybe"),
     C("help", False, ["-h"], True, "maybe"),
     # API server connection
     C("orchconfig", "", ["--orchconfig", EXISTING], EXISTING, [f"--orchconfig={MISSING_FILE}"]),
-    C("bootstrap-orchconfig", "", ["--bootstrap-orchconfig", "/etc/x.orchconfig", "--orchconfig", "/tmp/new"],
-      "/etc/x.orchconfig", ["--bootstrap-orchconfig=/etc/x.orchconfig"]),
+    C(
+        "bootstrap-orchconfig",
+        "",
+        ["--bootstrap-orchconfig", "/etc/x.orchconfig", "--orchconfig", "/tmp/new"],
+        "/etc/x.orchconfig",
+        ["--bootstrap-orchconfig=/etc/x.orchconfig"],
+    ),
     I("orch-api-qps", 5, 50, -1, "orchAPIQPS"),
     I("orch-api-burst", 10, 100, -1, "orchAPIBurst"),
     S("orch-api-content-type", names.MEDIA_PROTOBUF, "application/json", "text/plain", "orchAPIContentType"),
@@ -165,42 +177,90 @@ CASES = [
     S("healthz-bind-address", "127.0.0.1", "0.0.0.0", "localhost", "healthzBindAddress"),
     I("healthz-port", 10248, 0, 65536, "healthzPort"),
     S("cert-dir", names.AGENT_PKI_DIR, "/etc/orch/pki", invalid=["--cert-dir="]),
-    C("tls-cert-file", "", ["--tls-cert-file", EXISTING, "--tls-private-key-file", EXISTING], EXISTING,
-      [f"--tls-cert-file={MISSING_FILE}"], ("tlsCertFile", EXISTING, EXISTING),
-      extra=["--tls-private-key-file", EXISTING]),
-    C("tls-private-key-file", "", ["--tls-private-key-file", EXISTING, "--tls-cert-file", EXISTING], EXISTING,
-      ["--tls-private-key-file", EXISTING], ("tlsPrivateKeyFile", EXISTING, EXISTING),
-      extra=["--tls-cert-file", EXISTING]),
-    C("tls-cipher-suites", (), "TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-      ("TLS_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"), "TLS_NOPE",
-      ("tlsCipherSuites", ["TLS_AES_128_GCM_SHA256"], ("TLS_AES_128_GCM_SHA256",))),
+    C(
+        "tls-cert-file",
+        "",
+        ["--tls-cert-file", EXISTING, "--tls-private-key-file", EXISTING],
+        EXISTING,
+        [f"--tls-cert-file={MISSING_FILE}"],
+        ("tlsCertFile", EXISTING, EXISTING),
+        extra=["--tls-private-key-file", EXISTING],
+    ),
+    C(
+        "tls-private-key-file",
+        "",
+        ["--tls-private-key-file", EXISTING, "--tls-cert-file", EXISTING],
+        EXISTING,
+        ["--tls-private-key-file", EXISTING],
+        ("tlsPrivateKeyFile", EXISTING, EXISTING),
+        extra=["--tls-cert-file", EXISTING],
+    ),
+    C(
+        "tls-cipher-suites",
+        (),
+        "TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ("TLS_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
+        "TLS_NOPE",
+        ("tlsCipherSuites", ["TLS_AES_128_GCM_SHA256"], ("TLS_AES_128_GCM_SHA256",)),
+    ),
     S("tls-min-version", "", "VersionTLS12", "TLS9", "tlsMinVersion"),
     B("rotate-certificates", False, "rotateCertificates"),
-    C("rotate-server-certificates", False, ["--rotate-server-certificates", "--orchconfig", EXISTING], True,
-      ["--rotate-server-certificates"], ("serverTLSBootstrap", True, True), extra=["--orchconfig", EXISTING]),
+    C(
+        "rotate-server-certificates",
+        False,
+        ["--rotate-server-certificates", "--orchconfig", EXISTING],
+        True,
+        ["--rotate-server-certificates"],
+        ("serverTLSBootstrap", True, True),
+        extra=["--orchconfig", EXISTING],
+    ),
     # Authentication and authorization
     B("anonymous-auth", True, "authentication.anonymous.enabled"),
-    C("authentication-token-webhook", False, ["--authentication-token-webhook", "--orchconfig", EXISTING],
-      True, ["--authentication-token-webhook=maybe"],
-      ("authentication.webhook.enabled", True, True), extra=["--orchconfig", EXISTING]),
+    C(
+        "authentication-token-webhook",
+        False,
+        ["--authentication-token-webhook", "--orchconfig", EXISTING],
+        True,
+        ["--authentication-token-webhook=maybe"],
+        ("authentication.webhook.enabled", True, True),
+        extra=["--orchconfig", EXISTING],
+    ),
     T("authentication-token-webhook-cache-ttl", "2m", "10s", field="authentication.webhook.cacheTTL"),
-    C("client-ca-file", "", ["--client-ca-file", EXISTING], EXISTING, [f"--client-ca-file={MISSING_FILE}"],
-      ("authentication.x509.clientCAFile", EXISTING, EXISTING)),
-    C("authorization-mode", "AlwaysAllow", ["--authorization-mode=Webhook", "--orchconfig", EXISTING],
-      "Webhook", "RBAC", ("authorization.mode", "AlwaysAllow", "AlwaysAllow")),
+    C(
+        "client-ca-file",
+        "",
+        ["--client-ca-file", EXISTING],
+        EXISTING,
+        [f"--client-ca-file={MISSING_FILE}"],
+        ("authentication.x509.clientCAFile", EXISTING, EXISTING),
+    ),
+    C(
+        "authorization-mode",
+        "AlwaysAllow",
+        ["--authorization-mode=Webhook", "--orchconfig", EXISTING],
+        "Webhook",
+        "RBAC",
+        ("authorization.mode", "AlwaysAllow", "AlwaysAllow"),
+    ),
     T("authorization-webhook-cache-authorized-ttl", "5m", "1m", field="authorization.webhook.cacheAuthorizedTTL"),
-    T("authorization-webhook-cache-unauthorized-ttl", "30s", "5s",
-      field="authorization.webhook.cacheUnauthorizedTTL"),
+    T("authorization-webhook-cache-unauthorized-ttl", "30s", "5s", field="authorization.webhook.cacheUnauthorizedTTL"),
     # Node registration and status
     S("hostname-override", "", "node-1.example", "Not_A_Host"),
     S("node-ip", "", "10.0.0.5,fd00::5", "10.0.0.5,10.0.0.6"),
-    C("node-labels", {}, "node.orch.io/pool=a,team=x", {"node.orch.io/pool": "a", "team": "x"},
-      "orch.io/custom=x"),
+    C("node-labels", {}, "node.orch.io/pool=a,team=x", {"node.orch.io/pool": "a", "team": "x"}, "orch.io/custom=x"),
     B("register-node", True, "registerNode"),
-    C("register-with-taints", (), "dedicated=infra:NoSchedule,gpu:NoExecute",
-      (Taint("dedicated", "infra", "NoSchedule"), Taint("gpu", "", "NoExecute")), "a=b:Sometimes",
-      ("registerWithTaints", [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}],
-       (Taint("dedicated", "infra", "NoSchedule"),))),
+    C(
+        "register-with-taints",
+        (),
+        "dedicated=infra:NoSchedule,gpu:NoExecute",
+        (Taint("dedicated", "infra", "NoSchedule"), Taint("gpu", "", "NoExecute")),
+        "a=b:Sometimes",
+        (
+            "registerWithTaints",
+            [{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}],
+            (Taint("dedicated", "infra", "NoSchedule"),),
+        ),
+    ),
     S("provider-id", "", "aws:///zone/i-0123", field="providerID"),
     T("node-status-update-frequency", "10s", "20s", "0s", "nodeStatusUpdateFrequency"),
     I("node-status-max-images", 50, -1, -2, "nodeStatusMaxImages"),
@@ -211,10 +271,15 @@ CASES = [
     S("pod-manifest-path", "", "/etc/orch/agent/manifests", field="staticPodPath"),
     T("file-check-frequency", "20s", "5s", "-1s", "fileCheckFrequency"),
     S("manifest-url", "", "http://10.0.0.1/pods.yaml", "ftp://x/pods", "staticPodURL"),
-    C("manifest-url-header", {}, ["--manifest-url-header", "A:1,B:2", "--manifest-url-header=A:3",
-                                  "--manifest-url", "http://x/p"],
-      {"A": ("1", "3"), "B": ("2",)}, "no-colon",
-      ("staticPodURLHeader", {"A": ["1"]}, {"A": ("1",)}), extra=["--manifest-url", "http://x/p"]),
+    C(
+        "manifest-url-header",
+        {},
+        ["--manifest-url-header", "A:1,B:2", "--manifest-url-header=A:3", "--manifest-url", "http://x/p"],
+        {"A": ("1", "3"), "B": ("2",)},
+        "no-colon",
+        ("staticPodURLHeader", {"A": ["1"]}, {"A": ("1",)}),
+        extra=["--manifest-url", "http://x/p"],
+    ),
     T("http-check-frequency", "20s", "1m", "20", "httpCheckFrequency"),
     T("sync-frequency", "1m", "30s", "0s", "syncFrequency"),
     I("max-pods", 110, 250, -1, "maxPods"),
@@ -222,8 +287,13 @@ CASES = [
     I("pod-max-pids", -1, 4096, -2, "podPidsLimit"),
     # Container runtime and images
     S("container-runtime", "remote", "remote", "docker"),
-    S("container-runtime-endpoint", "", "unix:///run/containerd/containerd.sock", "http://x",
-      "containerRuntimeEndpoint"),
+    S(
+        "container-runtime-endpoint",
+        "",
+        "unix:///run/containerd/containerd.sock",
+        "http://x",
+        "containerRuntimeEndpoint",
+    ),
     S("image-service-endpoint", "", "unix:///run/containerd/containerd.sock", "ftp://x", "imageServiceEndpoint"),
     T("runtime-request-timeout", "2m", "5m", "0s", "runtimeRequestTimeout"),
     S("pod-infra-container-image", names.AGENT_PAUSE_IMAGE, "localhost/pause:1"),
@@ -233,15 +303,28 @@ CASES = [
     I("image-gc-high-threshold", 85, 90, 101, "imageGCHighThresholdPercent"),
     I("image-gc-low-threshold", 80, 70, 86, "imageGCLowThresholdPercent"),
     T("minimum-image-ttl-duration", "2m", "10m", "-1m", "imageMinimumGCAge"),
-    C("image-credential-provider-config", "",
-      ["--image-credential-provider-config", EXISTING, "--image-credential-provider-bin-dir=/usr/lib/x"],
-      EXISTING, [f"--image-credential-provider-config={MISSING_FILE}"],
-      extra=["--image-credential-provider-bin-dir=/usr/lib/x"]),
-    C("image-credential-provider-bin-dir", "",
-      ["--image-credential-provider-bin-dir=/usr/lib/x", "--image-credential-provider-config", EXISTING],
-      "/usr/lib/x", ["--image-credential-provider-bin-dir=/usr/lib/x"]),
-    C("azure-container-registry-config", "", ["--azure-container-registry-config", EXISTING], EXISTING,
-      [f"--azure-container-registry-config={MISSING_FILE}"]),
+    C(
+        "image-credential-provider-config",
+        "",
+        ["--image-credential-provider-config", EXISTING, "--image-credential-provider-bin-dir=/usr/lib/x"],
+        EXISTING,
+        [f"--image-credential-provider-config={MISSING_FILE}"],
+        extra=["--image-credential-provider-bin-dir=/usr/lib/x"],
+    ),
+    C(
+        "image-credential-provider-bin-dir",
+        "",
+        ["--image-credential-provider-bin-dir=/usr/lib/x", "--image-credential-provider-config", EXISTING],
+        "/usr/lib/x",
+        ["--image-credential-provider-bin-dir=/usr/lib/x"],
+    ),
+    C(
+        "azure-container-registry-config",
+        "",
+        ["--azure-container-registry-config", EXISTING],
+        EXISTING,
+        [f"--azure-container-registry-config={MISSING_FILE}"],
+    ),
     C("container-log-max-size", Q("10Mi"), "50Mi", Q("50Mi"), "50MB", ("containerLogMaxSize", "1Gi", Q("1Gi"))),
     I("container-log-max-files", 5, 2, 1, "containerLogMaxFiles"),
     B("seccomp-default", False, "seccompDefault"),
@@ -252,103 +335,214 @@ CASES = [
     # Resources, cgroups and allocatable
     S("cgroup-driver", "cgroupfs", "systemd", "upstart", "cgroupDriver"),
     S("cgroup-root", "", "/orch", "orch", "cgroupRoot"),
-    C("cgroups-per-qos", True, ["--cgroups-per-qos=false", "--enforce-node-allocatable="], False, "maybe",
-      ("cgroupsPerQOS", False, False), extra=["--enforce-node-allocatable="]),
+    C(
+        "cgroups-per-qos",
+        True,
+        ["--cgroups-per-qos=false", "--enforce-node-allocatable="],
+        False,
+        "maybe",
+        ("cgroupsPerQOS", False, False),
+        extra=["--enforce-node-allocatable="],
+    ),
     S("agent-cgroups", "", "/system.slice/orch-agent.service", "orch-agent", "agentCgroups"),
     S("runtime-cgroups", "", "/system.slice/containerd.service", "containerd", "runtimeCgroups"),
     S("system-cgroups", "", "/system.slice", "system", "systemCgroups"),
     T("cpu-cfs-quota-period", "100ms", "100ms", "2s", "cpuCFSQuotaPeriod"),
     B("cpu-cfs-quota", True, "cpuCFSQuota"),
     S("cpu-manager-policy", "none", "static", "dynamic", "cpuManagerPolicy"),
-    C("cpu-manager-policy-options", {}, "full-pcpus-only=true", {"full-pcpus-only": "true"}, "novalue",
-      ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}, {"full-pcpus-only": "true"})),
+    C(
+        "cpu-manager-policy-options",
+        {},
+        "full-pcpus-only=true",
+        {"full-pcpus-only": "true"},
+        "novalue",
+        ("cpuManagerPolicyOptions", {"full-pcpus-only": "true"}, {"full-pcpus-only": "true"}),
+    ),
     T("cpu-manager-reconcile-period", "10s", "5s", "0s", "cpuManagerReconcilePeriod"),
-    C("memory-manager-policy", "None", ["--memory-manager-policy=Static", "--reserved-memory=0:memory=1Gi"],
-      "Static", "static", ("memoryManagerPolicy", "None", "None")),
+    C(
+        "memory-manager-policy",
+        "None",
+        ["--memory-manager-policy=Static", "--reserved-memory=0:memory=1Gi"],
+        "Static",
+        "static",
+        ("memoryManagerPolicy", "None", "None"),
+    ),
     S("topology-manager-policy", "none", "single-numa-node", "strict", "topologyManagerPolicy"),
     S("topology-manager-scope", "container", "pod", "node", "topologyManagerScope"),
-    C("orch-reserved", {}, "cpu=200m,memory=512Mi,pid=1000", {"cpu": Q("200m"), "memory": Q("512Mi"), "pid": Q("1000")},
-      "cpu=lots", ("orchReserved", {"memory": "1Gi", "pid": 100}, {"memory": Q("1Gi"), "pid": Q("100")})),
-    C("orch-reserved-cgroup", "", ["--orch-reserved-cgroup=/orch.slice", "--enforce-node-allocatable=pods,orch-reserved"],
-      "/orch.slice", ["--enforce-node-allocatable=pods,orch-reserved"],
-      ("orchReservedCgroup", "/orch.slice", "/orch.slice")),
-    C("system-reserved", {}, "memory=1Gi,ephemeral-storage=1Gi", {"memory": Q("1Gi"), "ephemeral-storage": Q("1Gi")},
-      "gpu=1", ("systemReserved", {"cpu": "500m"}, {"cpu": Q("500m")})),
-    C("system-reserved-cgroup", "", ["--system-reserved-cgroup=/system.slice",
-                                     "--enforce-node-allocatable=pods,system-reserved"],
-      "/system.slice", ["--system-reserved-cgroup=system.slice"],
-      ("systemReservedCgroup", "/system.slice", "/system.slice")),
+    C(
+        "orch-reserved",
+        {},
+        "cpu=200m,memory=512Mi,pid=1000",
+        {"cpu": Q("200m"), "memory": Q("512Mi"), "pid": Q("1000")},
+        "cpu=lots",
+        ("orchReserved", {"memory": "1Gi", "pid": 100}, {"memory": Q("1Gi"), "pid": Q("100")}),
+    ),
+    C(
+        "orch-reserved-cgroup",
+        "",
+        ["--orch-reserved-cgroup=/orch.slice", "--enforce-node-allocatable=pods,orch-reserved"],
+        "/orch.slice",
+        ["--enforce-node-allocatable=pods,orch-reserved"],
+        ("orchReservedCgroup", "/orch.slice", "/orch.slice"),
+    ),
+    C(
+        "system-reserved",
+        {},
+        "memory=1Gi,ephemeral-storage=1Gi",
+        {"memory": Q("1Gi"), "ephemeral-storage": Q("1Gi")},
+        "gpu=1",
+        ("systemReserved", {"cpu": "500m"}, {"cpu": Q("500m")}),
+    ),
+    C(
+        "system-reserved-cgroup",
+        "",
+        ["--system-reserved-cgroup=/system.slice", "--enforce-node-allocatable=pods,system-reserved"],
+        "/system.slice",
+        ["--system-reserved-cgroup=system.slice"],
+        ("systemReservedCgroup", "/system.slice", "/system.slice"),
+    ),
     S("reserved-cpus", "", "0-1,4", "0-a", "reservedSystemCPUs"),
-    C("reserved-memory", (), ["--reserved-memory", "0:memory=1Gi,hugepages-2Mi=64Mi", "--reserved-memory=1:memory=2Gi"],
-      (MemoryReservation(0, {"memory": Q("1Gi"), "hugepages-2Mi": Q("64Mi")}), MemoryReservation(1, {"memory": Q("2Gi")})),
-      "x:memory=1Gi", ("reservedMemory", [{"numaNode": 0, "limits": {"memory": "1Gi"}}],
-                       (MemoryReservation(0, {"memory": Q("1Gi")}),))),
-    C("enforce-node-allocatable", ("pods",), "none", ("none",), "none,pods",
-      ("enforceNodeAllocatable", [], ())),
-    C("qos-reserved", {}, ["--qos-reserved=memory=50%", "--feature-gates=QOSReserved=true"], {"memory": 50},
-      "memory=150%", ("qosReserved", {"memory": "100%"}, {"memory": 100}), extra=["--feature-gates=QOSReserved=true"]),
+    C(
+        "reserved-memory",
+        (),
+        ["--reserved-memory", "0:memory=1Gi,hugepages-2Mi=64Mi", "--reserved-memory=1:memory=2Gi"],
+        (
+            MemoryReservation(0, {"memory": Q("1Gi"), "hugepages-2Mi": Q("64Mi")}),
+            MemoryReservation(1, {"memory": Q("2Gi")}),
+        ),
+        "x:memory=1Gi",
+        (
+            "reservedMemory",
+            [{"numaNode": 0, "limits": {"memory": "1Gi"}}],
+            (MemoryReservation(0, {"memory": Q("1Gi")}),),
+        ),
+    ),
+    C("enforce-node-allocatable", ("pods",), "none", ("none",), "none,pods", ("enforceNodeAllocatable", [], ())),
+    C(
+        "qos-reserved",
+        {},
+        ["--qos-reserved=memory=50%", "--feature-gates=QOSReserved=true"],
+        {"memory": 50},
+        "memory=150%",
+        ("qosReserved", {"memory": "100%"}, {"memory": 100}),
+        extra=["--feature-gates=QOSReserved=true"],
+    ),
     B("local-storage-capacity-isolation", True, "localStorageCapacityIsolation"),
     B("kernel-memcg-notification", False, "kernelMemcgNotification"),
     B("experimental-allocatable-ignore-eviction", False),
     # Eviction
-    C("eviction-hard", {"imagefs.available": "15%", "memory.available": "100Mi", "nodefs.available": "10%",
-                        "nodefs.inodesFree": "5%"},
-      "memory.available<500Mi,nodefs.available<5%", {"memory.available": "500Mi", "nodefs.available": "5%"},
-      "memory.available>1Gi", ("evictionHard", {"memory.available": "200Mi"}, {"memory.available": "200Mi"})),
-    C("eviction-soft", {}, ["--eviction-soft=memory.available<1.5Gi", "--eviction-soft-grace-period=memory.available=1m30s"],
-      {"memory.available": "1.5Gi"}, "cpu.available<1", ("evictionSoft", {"memory.available": "1Gi"},
-                                                            {"memory.available": "1Gi"}),
-      extra=["--eviction-soft-grace-period=memory.available=1m30s"]),
-    C("eviction-soft-grace-period", {}, ["--eviction-soft-grace-period=memory.available=1m30s",
-                                         "--eviction-soft=memory.available<1.5Gi"],
-      {"memory.available": D("1m30s")}, "memory.available=soon",
-      ("evictionSoftGracePeriod", {"memory.available": "2m"}, {"memory.available": D("2m")}),
-      extra=["--eviction-soft=memory.available<1.5Gi"]),
+    C(
+        "eviction-hard",
+        {"imagefs.available": "15%", "memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%"},
+        "memory.available<500Mi,nodefs.available<5%",
+        {"memory.available": "500Mi", "nodefs.available": "5%"},
+        "memory.available>1Gi",
+        ("evictionHard", {"memory.available": "200Mi"}, {"memory.available": "200Mi"}),
+    ),
+    C(
+        "eviction-soft",
+        {},
+        ["--eviction-soft=memory.available<1.5Gi", "--eviction-soft-grace-period=memory.available=1m30s"],
+        {"memory.available": "1.5Gi"},
+        "cpu.available<1",
+        ("evictionSoft", {"memory.available": "1Gi"}, {"memory.available": "1Gi"}),
+        extra=["--eviction-soft-grace-period=memory.available=1m30s"],
+    ),
+    C(
+        "eviction-soft-grace-period",
+        {},
+        ["--eviction-soft-grace-period=memory.available=1m30s", "--eviction-soft=memory.available<1.5Gi"],
+        {"memory.available": D("1m30s")},
+        "memory.available=soon",
+        ("evictionSoftGracePeriod", {"memory.available": "2m"}, {"memory.available": D("2m")}),
+        extra=["--eviction-soft=memory.available<1.5Gi"],
+    ),
     I("eviction-max-pod-grace-period", 0, -1, "1.5", "evictionMaxPodGracePeriod"),
-    C("eviction-minimum-reclaim", {}, "imagefs.available=2Gi,memory.available=0.5Gi",
-      {"imagefs.available": "2Gi", "memory.available": "0.5Gi"}, "imagefs.available=-1Gi",
-      ("evictionMinimumReclaim", {"nodefs.available": "5%"}, {"nodefs.available": "5%"})),
+    C(
+        "eviction-minimum-reclaim",
+        {},
+        "imagefs.available=2Gi,memory.available=0.5Gi",
+        {"imagefs.available": "2Gi", "memory.available": "0.5Gi"},
+        "imagefs.available=-1Gi",
+        ("evictionMinimumReclaim", {"nodefs.available": "5%"}, {"nodefs.available": "5%"}),
+    ),
     T("eviction-pressure-transition-period", "5m", "30s", "-5m", "evictionPressureTransitionPeriod"),
     # Networking and DNS
-    C("cluster-dns", (), ["--cluster-dns=10.96.0.10", "--cluster-dns", "fd00::a"], ("10.96.0.10", "fd00::a"),
-      "dns.local", ("clusterDNS", ["10.96.0.10"], ("10.96.0.10",))),
+    C(
+        "cluster-dns",
+        (),
+        ["--cluster-dns=10.96.0.10", "--cluster-dns", "fd00::a"],
+        ("10.96.0.10", "fd00::a"),
+        "dns.local",
+        ("clusterDNS", ["10.96.0.10"], ("10.96.0.10",)),
+    ),
     S("cluster-domain", "", "cluster.local", "bad_domain!", "clusterDomain"),
     S("resolv-conf", "/etc/resolv.conf", "/run/systemd/resolve/resolv.conf", field="resolvConf"),
     S("hairpin-mode", "promiscuous-bridge", "hairpin-veth", "always", "hairpinMode"),
     B("make-iptables-util-chains", True, "makeIPTablesUtilChains"),
     I("iptables-masquerade-bit", 14, 13, 32, "iptablesMasqueradeBit"),
     I("iptables-drop-bit", 15, 16, -1, "iptablesDropBit"),
-    C("allowed-unsafe-sysctls", (), "kernel.msg*,net.core.somaxconn", ("kernel.msg*", "net.core.somaxconn"),
-      "Kernel.MSG", ("allowedUnsafeSysctls", ["net.ipv4.*"], ("net.ipv4.*",))),
+    C(
+        "allowed-unsafe-sysctls",
+        (),
+        "kernel.msg*,net.core.somaxconn",
+        ("kernel.msg*", "net.core.somaxconn"),
+        "Kernel.MSG",
+        ("allowedUnsafeSysctls", ["net.ipv4.*"], ("net.ipv4.*",)),
+    ),
     # Volumes
-    S("volume-plugin-dir", names.AGENT_VOLUME_PLUGIN_DIR, "/var/lib/orch-agent/volume-plugins",
-      field="volumePluginDir"),
+    S(
+        "volume-plugin-dir",
+        names.AGENT_VOLUME_PLUGIN_DIR,
+        "/var/lib/orch-agent/volume-plugins",
+        field="volumePluginDir",
+    ),
     T("volume-stats-agg-period", "1m", "0s", "1minute", "volumeStatsAggPeriod"),
     B("enable-controller-attach-detach", True, "enableControllerAttachDetach"),
     B("keep-terminated-pod-volumes", False),
     S("experimental-mounter-path", "mount", "/usr/bin/mount"),
     # Process
     S("lock-file", "", "/tmp/orch-agent.lock", "/nonexistent/dir/orch-agent.lock"),
-    C("exit-on-lock-contention", False, ["--exit-on-lock-contention", "--lock-file=/tmp/orch-agent.lock"], True,
-      ["--exit-on-lock-contention"]),
+    C(
+        "exit-on-lock-contention",
+        False,
+        ["--exit-on-lock-contention", "--lock-file=/tmp/orch-agent.lock"],
+        True,
+        ["--exit-on-lock-contention"],
+    ),
     I("oom-score-adj", -999, -500, 1001, "oomScoreAdj"),
     I("max-open-files", 1000000, 65536, 0, "maxOpenFiles"),
     B("fail-swap-on", True, "failSwapOn"),
     # Logging
     C("v", 0, ["-v", "4"], 4, "abc", ("logging.verbosity", 3, 3), attr="verbosity"),
-    C("vmodule", (), "process=4,source*=2", (("process", 4), ("source*", 2)), "process=high",
-      ("logging.vmodule", [{"filePattern": "process", "verbosity": 4}], (("process", 4),))),
+    C(
+        "vmodule",
+        (),
+        "process=4,source*=2",
+        (("process", 4), ("source*", 2)),
+        "process=high",
+        ("logging.vmodule", [{"filePattern": "process", "verbosity": 4}], (("process", 4),)),
+    ),
     T("log-flush-frequency", "5s", "1s", "0s", "logging.flushFrequency"),
     S("logging-format", "text", "json", "xml", "logging.format"),
-    C("log-json-split-stream", False, ["--log-json-split-stream", "--logging-format=json",
-                                       "--feature-gates=LoggingAlphaOptions=true"], True,
-      ["--log-json-split-stream", "--logging-format=json"],
-      ("logging.options.json.splitStream", True, True),
-      extra=["--logging-format=json", "--feature-gates=LoggingAlphaOptions=true"]),
-    C("log-json-info-buffer-size", Q("0"), ["--log-json-info-buffer-size=64Ki",
-                                            "--feature-gates=LoggingAlphaOptions=true"], Q("64Ki"),
-      ["--log-json-info-buffer-size=64Ki"], ("logging.options.json.infoBufferSize", "1Mi", Q("1Mi")),
-      extra=["--feature-gates=LoggingAlphaOptions=true"]),
+    C(
+        "log-json-split-stream",
+        False,
+        ["--log-json-split-stream", "--logging-format=json", "--feature-gates=LoggingAlphaOptions=true"],
+        True,
+        ["--log-json-split-stream", "--logging-format=json"],
+        ("logging.options.json.splitStream", True, True),
+        extra=["--logging-format=json", "--feature-gates=LoggingAlphaOptions=true"],
+    ),
+    C(
+        "log-json-info-buffer-size",
+        Q("0"),
+        ["--log-json-info-buffer-size=64Ki", "--feature-gates=LoggingAlphaOptions=true"],
+        Q("64Ki"),
+        ["--log-json-info-buffer-size=64Ki"],
+        ("logging.options.json.infoBufferSize", "1Mi", Q("1Mi")),
+        extra=["--feature-gates=LoggingAlphaOptions=true"],
+    ),
 ]
 
 BY_CASE = {c.flag: c for c in CASES}
@@ -520,8 +714,14 @@ def test_flag_syntax_variants():
 
 
 def test_list_and_map_flags_repeat_and_the_first_use_replaces_the_default():
-    cfg = from_argv(["--enforce-node-allocatable=pods", "--enforce-node-allocatable", "system-reserved",
-                     "--system-reserved-cgroup=/s"])
+    cfg = from_argv(
+        [
+            "--enforce-node-allocatable=pods",
+            "--enforce-node-allocatable",
+            "system-reserved",
+            "--system-reserved-cgroup=/s",
+        ]
+    )
     assert cfg.enforce_node_allocatable == ("pods", "system-reserved")
     cfg = from_argv(["--eviction-hard=memory.available<1Gi", "--eviction-hard=nodefs.available<5%"])
     assert cfg.eviction_hard == {"memory.available": "1Gi", "nodefs.available": "5%"}
@@ -559,11 +759,25 @@ def test_frozen_effective_configuration():
 
 
 def test_flags_override_the_file_and_defaults_fill_the_rest(tmp_path):
-    path = write_config(tmp_path, {"maxPods": 50, "podsPerCore": 4, "evictionHard": {"memory.available": "1Gi"},
-                                   "enforceNodeAllocatable": ["pods"], "featureGates": {"SeccompDefault": False,
-                                                                                        "QOSReserved": True}})
-    cfg = from_argv(["--config", path, "--max-pods=70", "--enforce-node-allocatable=none",
-                     "--feature-gates=SeccompDefault=true,MemoryQoS=true"])
+    path = write_config(
+        tmp_path,
+        {
+            "maxPods": 50,
+            "podsPerCore": 4,
+            "evictionHard": {"memory.available": "1Gi"},
+            "enforceNodeAllocatable": ["pods"],
+            "featureGates": {"SeccompDefault": False, "QOSReserved": True},
+        },
+    )
+    cfg = from_argv(
+        [
+            "--config",
+            path,
+            "--max-pods=70",
+            "--enforce-node-allocatable=none",
+            "--feature-gates=SeccompDefault=true,MemoryQoS=true",
+        ]
+    )
     assert cfg.max_pods == 70 and cfg.source("max_pods") == "flag"
     assert cfg.pods_per_core == 4 and cfg.source("pods_per_core") == "file"
     assert cfg.eviction_hard == {"memory.available": "1Gi"}
@@ -583,8 +797,9 @@ def test_config_file_defaults_are_the_secure_ones(tmp_path):
     assert cfg.anonymous_auth is False
     assert cfg.authentication_token_webhook is True
     assert cfg.authorization_mode == "Webhook"
-    assert any("authorization.mode (--authorization-mode): Forbidden: Webhook needs the API server" in e
-               for e in validate(cfg))
+    assert any(
+        "authorization.mode (--authorization-mode): Forbidden: Webhook needs the API server" in e for e in validate(cfg)
+    )
     # The flags' defaults without a file.
     cfg = from_argv([])
     assert (cfg.read_only_port, cfg.anonymous_auth, cfg.authorization_mode) == (10255, True, "AlwaysAllow")
@@ -594,8 +809,15 @@ def test_relative_paths_resolve_against_the_file_directory(tmp_path, monkeypatch
     conf_dir = tmp_path / "etc"
     conf_dir.mkdir()
     (conf_dir / "ca.crt").write_text("x")
-    path = write_config(conf_dir, {"staticPodPath": "manifests", "authentication": {"x509": {"clientCAFile": "ca.crt"}},
-                                   "resolvConf": "../resolv.conf", "volumePluginDir": "plugins"})
+    path = write_config(
+        conf_dir,
+        {
+            "staticPodPath": "manifests",
+            "authentication": {"x509": {"clientCAFile": "ca.crt"}},
+            "resolvConf": "../resolv.conf",
+            "volumePluginDir": "plugins",
+        },
+    )
     monkeypatch.chdir(tmp_path)
     cfg = from_argv(["--config", "etc/config.yaml", "--tls-cert-file=rel.crt", "--tls-private-key-file=rel.key"])
     assert cfg.pod_manifest_path == str(conf_dir / "manifests")
@@ -620,7 +842,9 @@ def test_mode():
 
 
 def test_unknown_and_duplicate_fields_are_all_reported(tmp_path):
-    path = write_config(tmp_path, textwrap.dedent(f"""\
+    path = write_config(
+        tmp_path,
+        textwrap.dedent(f"""\
         kind: AgentConfiguration
         apiVersion: {API_VERSION}
         maxPods: 10
@@ -630,41 +854,51 @@ def test_unknown_and_duplicate_fields_are_all_reported(tmp_path):
             clientCAFile: /x
             clientCertFile: /y
         maxPods: 12
-        """))
+        """),
+    )
     with pytest.raises(ConfigError) as info:
         load_config_file(path)
     errors = info.value.errors
     assert f'{path}: line 9: duplicate field "maxPods"' in errors
     assert f'{path}: line 4: field maxPod: unknown field "maxPod"' in errors
-    assert f'{path}: line 8: field authentication.x509.clientCertFile: unknown field ' \
-           f'"authentication.x509.clientCertFile"' in errors
+    assert (
+        f"{path}: line 8: field authentication.x509.clientCertFile: unknown field "
+        f'"authentication.x509.clientCertFile"' in errors
+    )
     assert len(errors) == 3
 
 
 def test_json_duplicates_and_types(tmp_path):
     path = tmp_path / "c.json"
-    path.write_text('{"kind": "AgentConfiguration", "apiVersion": "%s", "maxPods": 1, "maxPods": 2, '
-                    '"failSwapOn": "yes", "logging": {"format": "json", "format": "text"}}' % API_VERSION)
+    path.write_text(
+        '{"kind": "AgentConfiguration", "apiVersion": "%s", "maxPods": 1, "maxPods": 2, '
+        '"failSwapOn": "yes", "logging": {"format": "json", "format": "text"}}' % API_VERSION
+    )
     with pytest.raises(ConfigError) as info:
         load_config_file(str(path))
-    assert sorted(info.value.errors) == sorted([
-        f'{path}: duplicate field "maxPods"',
-        f'{path}: duplicate field "logging.format"',
-        f"{path}: field failSwapOn: expected a boolean, got a string",
-    ])
+    assert sorted(info.value.errors) == sorted(
+        [
+            f'{path}: duplicate field "maxPods"',
+            f'{path}: duplicate field "logging.format"',
+            f"{path}: field failSwapOn: expected a boolean, got a string",
+        ]
+    )
 
 
-@pytest.mark.parametrize("body,message", [
-    ({"kind": "KubeletConfiguration"}, 'field kind: must be "AgentConfiguration"'),
-    ({"apiVersion": "kubelet.config.k8s.io/v1beta1"}, f'field apiVersion: must be "{API_VERSION}"'),
-    ({"maxPods": "110"}, "field maxPods: expected an integer (int32), got a string"),
-    ({"maxPods": True}, "field maxPods: expected an integer (int32), got a boolean"),
-    ({"syncFrequency": "1 minute"}, "field syncFrequency: time: unknown unit"),
-    ({"featureGates": {"Nope": True}}, "field featureGates: unrecognized feature gate: Nope"),
-    ({"evictionHard": {"memory.available": "lots"}}, "field evictionHard: memory.available: invalid quantity"),
-    ({"registerWithTaints": [{"key": "a", "effect": "Never"}]}, "invalid taint effect"),
-    ({"logging": "json"}, "field logging: expected an object"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ({"kind": "KubeletConfiguration"}, 'field kind: must be "AgentConfiguration"'),
+        ({"apiVersion": "kubelet.config.k8s.io/v1beta1"}, f'field apiVersion: must be "{API_VERSION}"'),
+        ({"maxPods": "110"}, "field maxPods: expected an integer (int32), got a string"),
+        ({"maxPods": True}, "field maxPods: expected an integer (int32), got a boolean"),
+        ({"syncFrequency": "1 minute"}, "field syncFrequency: time: unknown unit"),
+        ({"featureGates": {"Nope": True}}, "field featureGates: unrecognized feature gate: Nope"),
+        ({"evictionHard": {"memory.available": "lots"}}, "field evictionHard: memory.available: invalid quantity"),
+        ({"registerWithTaints": [{"key": "a", "effect": "Never"}]}, "invalid taint effect"),
+        ({"logging": "json"}, "field logging: expected an object"),
+    ],
+)
 def test_bad_field_values_name_file_and_field(tmp_path, body, message):
     doc = {"kind": "AgentConfiguration", "apiVersion": API_VERSION, **body}
     path = tmp_path / "c.yaml"
@@ -703,9 +937,18 @@ def test_example_config_is_valid():
 
 
 def test_all_validation_errors_are_reported_together():
-    cfg = from_argv(["--oom-score-adj=2000", "--image-gc-high-threshold=50", "--image-gc-low-threshold=60",
-                     "--iptables-masquerade-bit=40", "--container-log-max-files=1", "--event-qps=-1",
-                     "--enforce-node-allocatable=none,pods", "--container-runtime=docker"])
+    cfg = from_argv(
+        [
+            "--oom-score-adj=2000",
+            "--image-gc-high-threshold=50",
+            "--image-gc-low-threshold=60",
+            "--iptables-masquerade-bit=40",
+            "--container-log-max-files=1",
+            "--event-qps=-1",
+            "--enforce-node-allocatable=none,pods",
+            "--container-runtime=docker",
+        ]
+    )
     errors = validate(cfg)
     expected = [
         "oomScoreAdj (--oom-score-adj): Invalid value: 2000: must be between -1000 and 1000, inclusive",
@@ -738,25 +981,30 @@ def test_pod_cidr_only_in_standalone_mode(tmp_path):
     conn.write_text("apiVersion: v1\nkind: Config\n")
     assert validate(from_argv(["--pod-cidr=10.88.0.0/16"])) == []
     errors = validate(from_argv(["--pod-cidr=10.88.0.0/16", f"--orchconfig={conn}"]))
-    assert errors == ["podCIDR (--pod-cidr): Forbidden: is only used in standalone mode; in API-server mode "
-                      "the control plane assigns the pod CIDR (remove it or --orchconfig)"]
+    assert errors == [
+        "podCIDR (--pod-cidr): Forbidden: is only used in standalone mode; in API-server mode "
+        "the control plane assigns the pod CIDR (remove it or --orchconfig)"
+    ]
 
 
-@pytest.mark.parametrize("label,ok", [
-    ("team=a", True),
-    ("example.com/team=a", True),
-    ("node.orch.io/pool=a", True),
-    ("kubelet.orch.io/x=a", True),
-    ("sub.node.orch.io/x=a", True),
-    ("orch.io/hostname=n1", True),
-    ("topology.orch.io/zone=z", True),
-    ("beta.orch.io/arch=amd64", True),
-    ("node.orch.io/instance-type=big", True),
-    ("orch.io/role=master", False),
-    ("node-restriction.orch.io/secret=x", False),
-    ("foo.orch.io/x=y", False),
-    ("bad key=x", False),
-])
+@pytest.mark.parametrize(
+    "label,ok",
+    [
+        ("team=a", True),
+        ("example.com/team=a", True),
+        ("node.orch.io/pool=a", True),
+        ("kubelet.orch.io/x=a", True),
+        ("sub.node.orch.io/x=a", True),
+        ("orch.io/hostname=n1", True),
+        ("topology.orch.io/zone=z", True),
+        ("beta.orch.io/arch=amd64", True),
+        ("node.orch.io/instance-type=big", True),
+        ("orch.io/role=master", False),
+        ("node-restriction.orch.io/secret=x", False),
+        ("foo.orch.io/x=y", False),
+        ("bad key=x", False),
+    ],
+)
 def test_node_labels_in_the_reserved_namespace(label, ok):
     errors = validate(from_argv([f"--node-labels={label}"]))
     assert (errors == []) is ok, errors
@@ -768,14 +1016,18 @@ def test_logging_gates():
     errors = validate(from_argv(["--logging-format=json", "--feature-gates=LoggingBetaOptions=false"]))
     assert errors == ["logging.format (--logging-format): Forbidden: json requires feature gate LoggingBetaOptions"]
     errors = validate(from_argv(["--logging-format=json", "--log-json-split-stream"]))
-    assert errors == ["logging.options.json.splitStream (--log-json-split-stream): Forbidden: is ALPHA and "
-                      "requires feature gate LoggingAlphaOptions"]
+    assert errors == [
+        "logging.options.json.splitStream (--log-json-split-stream): Forbidden: is ALPHA and "
+        "requires feature gate LoggingAlphaOptions"
+    ]
 
 
 def test_cfs_quota_period_needs_its_gate():
     errors = validate(from_argv(["--cpu-cfs-quota-period=50ms"]))
-    assert errors == ["cpuCFSQuotaPeriod (--cpu-cfs-quota-period): Invalid value: \"50ms\": "
-                      "requires feature gate CustomCPUCFSQuotaPeriod"]
+    assert errors == [
+        'cpuCFSQuotaPeriod (--cpu-cfs-quota-period): Invalid value: "50ms": '
+        "requires feature gate CustomCPUCFSQuotaPeriod"
+    ]
     assert validate(from_argv(["--cpu-cfs-quota-period=50ms", "--feature-gates=CustomCPUCFSQuotaPeriod=true"])) == []
 
 
@@ -810,7 +1062,7 @@ def test_gate_parsing_defaults_and_all_alpha_beta():
 
 
 def test_gate_errors_and_warnings():
-    with pytest.raises(FlagError, match=r'for flag --feature-gates: unrecognized feature gate: Bogus'):
+    with pytest.raises(FlagError, match=r"for flag --feature-gates: unrecognized feature gate: Bogus"):
         parse_args(["--feature-gates=Bogus=true"])
     with pytest.raises(FlagError, match=r"for flag --feature-gates: invalid value of NodeSwap=maybe"):
         parse_args(["--feature-gates=NodeSwap=maybe"])
@@ -833,8 +1085,9 @@ def test_gate_errors_and_warnings():
 
 
 def test_deprecated_flags_work_and_warn_once():
-    parsed = parse_args(["--maximum-dead-containers=5", "--maximum-dead-containers=6", "--max-pods=3",
-                         "--orchconfig=/x", "-v=2"])
+    parsed = parse_args(
+        ["--maximum-dead-containers=5", "--maximum-dead-containers=6", "--max-pods=3", "--orchconfig=/x", "-v=2"]
+    )
     assert parsed.values["maximum_dead_containers"] == 6
     warnings = parsed.deprecation_warnings
     assert warnings == (
@@ -848,14 +1101,34 @@ def test_deprecated_flags_work_and_warn_once():
 
 def test_deprecation_marks():
     outright = {o.flag for o in OPTIONS if o.flag and o.deprecated and o.deprecated != CONFIG_DEPRECATION}
-    assert outright == {"cloud-config", "cloud-provider", "container-runtime",
-                        "experimental-allocatable-ignore-eviction", "experimental-mounter-path",
-                        "keep-terminated-pod-volumes", "master-service-namespace", "maximum-dead-containers",
-                        "maximum-dead-containers-per-container", "minimum-container-ttl-duration",
-                        "pod-infra-container-image"}
+    assert outright == {
+        "cloud-config",
+        "cloud-provider",
+        "container-runtime",
+        "experimental-allocatable-ignore-eviction",
+        "experimental-mounter-path",
+        "keep-terminated-pod-volumes",
+        "master-service-namespace",
+        "maximum-dead-containers",
+        "maximum-dead-containers-per-container",
+        "minimum-container-ttl-duration",
+        "pod-infra-container-image",
+    }
     not_deprecated = {o.flag for o in OPTIONS if o.flag and not o.deprecated}
-    assert {"config", "orchconfig", "bootstrap-orchconfig", "node-labels", "lock-file", "v", "vmodule",
-            "root-dir", "cert-dir", "hostname-override", "node-ip", "runonce"} <= not_deprecated
+    assert {
+        "config",
+        "orchconfig",
+        "bootstrap-orchconfig",
+        "node-labels",
+        "lock-file",
+        "v",
+        "vmodule",
+        "root-dir",
+        "cert-dir",
+        "hostname-override",
+        "node-ip",
+        "runonce",
+    } <= not_deprecated
     for o in OPTIONS:
         if o.deprecated == CONFIG_DEPRECATION:
             assert o.field

@@ -39,6 +39,7 @@ async def test_supervisor_starts_in_order_and_stops_in_reverse():
                 await asyncio.Event().wait()
             finally:
                 events.append(f"stop {name}")
+
         return TaskSpec(name, run)
 
     sup = Supervisor(stop_timeout=5)
@@ -100,10 +101,14 @@ def test_health_responses():
     checks.add("syncloop", lambda: state["err"])
     assert _health_response(checks, "GET", "/healthz", "") == ("200 OK", "ok")
     assert _health_response(checks, "GET", "/healthz/", "verbose") == (
-        "200 OK", "[+]ping ok\n[+]syncloop ok\nhealthz check passed\n")
+        "200 OK",
+        "[+]ping ok\n[+]syncloop ok\nhealthz check passed\n",
+    )
     state["err"] = "stalled"
     assert _health_response(checks, "GET", "/healthz", "") == (
-        "500 Internal Server Error", "[+]ping ok\n[-]syncloop failed: stalled\nhealthz check failed\n")
+        "500 Internal Server Error",
+        "[+]ping ok\n[-]syncloop failed: stalled\nhealthz check failed\n",
+    )
     assert _health_response(checks, "GET", "/healthz/ping", "") == ("200 OK", "ok")
     assert _health_response(checks, "GET", "/healthz/syncloop", "")[0] == "500 Internal Server Error"
     assert _health_response(checks, "GET", "/metrics", "")[0] == "404 Not Found"
@@ -171,9 +176,13 @@ def test_notifier_abstract_socket():
 def test_test_hooks_from_environ():
     h = TestHooks.from_environ({})
     assert h == TestHooks("/proc/swaps", "", None)
-    h = TestHooks.from_environ({names.ENV_AGENT_TEST_PROC_SWAPS: "/tmp/s",
-                                names.ENV_AGENT_TEST_STALL_FILE: "/tmp/stall",
-                                names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD: "1.5s"})
+    h = TestHooks.from_environ(
+        {
+            names.ENV_AGENT_TEST_PROC_SWAPS: "/tmp/s",
+            names.ENV_AGENT_TEST_STALL_FILE: "/tmp/stall",
+            names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD: "1.5s",
+        }
+    )
     assert h == TestHooks("/tmp/s", "/tmp/stall", 1.5)
     with pytest.raises(StartError, match=names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD):
         TestHooks.from_environ({names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD: "soon"})
@@ -201,8 +210,7 @@ def test_text_format_levels_and_fields(streams):
     lines = err.getvalue().splitlines()
     assert out.getvalue() == ""
     assert len(lines) == 4
-    assert lines[0].startswith("I") and lines[0].endswith(
-        '] "Starting" version="v0.1.0" n=3 ok=true missing=<nil>')
+    assert lines[0].startswith("I") and lines[0].endswith('] "Starting" version="v0.1.0" n=3 ok=true missing=<nil>')
     assert " test_agent_process_parts.py:" in lines[0]
     assert lines[1].endswith('] "Shown"')
     assert lines[2].startswith("W") and lines[2].endswith('"Careful" path="/x"')

@@ -17,22 +17,32 @@ import stat
 
 import pytest
 
+from agent.runtime import container as container_mod
+from agent.runtime.container import (
+    ContainerSetup,
+    build_container_config,
+    container_hash,
+    linux_resources,
+    oom_score_adj,
+    pod_qos_class,
+    read_termination_message,
+)
+from agent.runtime.context import NodeContext
+from agent.runtime.env import expand, make_environment
+from agent.runtime.errors import PodConfigError
+from agent.runtime.sandbox import (
+    build_sandbox_config,
+    check_sysctls,
+    dns_config,
+    parse_resolv_conf,
+    sysctl_allowlist_problems,
+)
+from agent.runtime.volumes import DATA_DIR_NAME, VolumeManager, atomic_write, mount_points
 from apiserver_min.api import names
 from apiserver_min.api.defaults import apply_defaults
 from cri import api_pb2 as pb
 from cri.client import CriClient
 from cri.fake import FakeRuntime
-
-from agent.runtime import container as container_mod
-from agent.runtime.container import (ContainerSetup, build_container_config, container_hash,
-                                     linux_resources, oom_score_adj, pod_qos_class,
-                                     read_termination_message)
-from agent.runtime.context import NodeContext
-from agent.runtime.env import expand, make_environment
-from agent.runtime.errors import PodConfigError
-from agent.runtime.sandbox import (build_sandbox_config, check_sysctls, dns_config,
-                                   parse_resolv_conf, sysctl_allowlist_problems)
-from agent.runtime.volumes import DATA_DIR_NAME, VolumeManager, atomic_write, mount_points
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -46,39 +56,54 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting tmpfs needs 
 @pytest.fixture
 def resolv(tmp_path):
     path = tmp_path / "resolv.conf"
-    path.write_text("# host resolver\n"
-                    "nameserver 10.0.0.2\n"
-                    "nameserver 10.0.0.3\n"
-                    "search old.example\n"
-                    "search corp.example. lab.example\n"
-                    "options timeout:2 attempts:3\n"
-                    "options timeout:1\n")
+    path.write_text(
+        "# host resolver\n"
+        "nameserver 10.0.0.2\n"
+        "nameserver 10.0.0.3\n"
+        "search old.example\n"
+        "search corp.example. lab.example\n"
+        "options timeout:2 attempts:3\n"
+        "options timeout:1\n"
+    )
     return str(path)
 
 
 @pytest.fixture
 def ctx(tmp_path, resolv):
-    return NodeContext(node_name="node-1", root_dir=str(tmp_path / "root"),
-                       pod_logs_dir=str(tmp_path / "logs"), cluster_dns=("10.96.0.10",),
-                       cluster_domain="cluster.local", resolv_conf=resolv, host_ip="192.168.1.5",
-                       node_allocatable_cpu_millis=4000, node_allocatable_memory=8 * GiB)
+    return NodeContext(
+        node_name="node-1",
+        root_dir=str(tmp_path / "root"),
+        pod_logs_dir=str(tmp_path / "logs"),
+        cluster_dns=("10.96.0.10",),
+        cluster_domain="cluster.local",
+        resolv_conf=resolv,
+        host_ip="192.168.1.5",
+        node_allocatable_cpu_millis=4000,
+        node_allocatable_memory=8 * GiB,
+    )
 
 
 def make_pod(containers=None, *, name="web", namespace="ns1", uid="uid-1", **spec) -> dict:
     pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid,
-                     "labels": {"app": "web"}, "annotations": {"note": "x"}},
-        "spec": {"containers": containers or [{"name": "c", "image": "orch.local/busybox:1"}],
-                 **spec},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "labels": {"app": "web"},
+            "annotations": {"note": "x"},
+        },
+        "spec": {"containers": containers or [{"name": "c", "image": "orch.local/busybox:1"}], **spec},
     }
     apply_defaults("", "v1", "Pod", pod)
     return pod
 
 
 def sandbox(pod, ctx, **kw):
-    return build_sandbox_config(pod, ctx, attempt=kw.pop("attempt", 0),
-                                cgroup_parent=kw.pop("cgroup_parent", "/orchpods/pod-uid-1"))
+    return build_sandbox_config(
+        pod, ctx, attempt=kw.pop("attempt", 0), cgroup_parent=kw.pop("cgroup_parent", "/orchpods/pod-uid-1")
+    )
 
 
 def build(pod, ctx, c=None, **kw):
@@ -96,11 +121,19 @@ def test_sandbox_identity_labels_annotations_logdir(ctx):
     pod = make_pod()
     pod["metadata"]["labels"][names.CRI_LABEL_POD_NAME] = "spoofed"
     cfg = sandbox(pod, ctx, attempt=2, cgroup_parent="/orchpods/burstable/poduid-1")
-    assert (cfg.metadata.name, cfg.metadata.namespace, cfg.metadata.uid, cfg.metadata.attempt) == \
-        ("web", "ns1", "uid-1", 2)
-    assert dict(cfg.labels) == {"app": "web", names.CRI_LABEL_POD_NAME: "web",
-                                names.CRI_LABEL_POD_NAMESPACE: "ns1",
-                                names.CRI_LABEL_POD_UID: "uid-1", names.CRI_LABEL_MANAGED: "true"}
+    assert (cfg.metadata.name, cfg.metadata.namespace, cfg.metadata.uid, cfg.metadata.attempt) == (
+        "web",
+        "ns1",
+        "uid-1",
+        2,
+    )
+    assert dict(cfg.labels) == {
+        "app": "web",
+        names.CRI_LABEL_POD_NAME: "web",
+        names.CRI_LABEL_POD_NAMESPACE: "ns1",
+        names.CRI_LABEL_POD_UID: "uid-1",
+        names.CRI_LABEL_MANAGED: "true",
+    }
     assert dict(cfg.annotations) == {"note": "x"}
     assert cfg.log_directory == os.path.join(ctx.pod_logs_dir, "ns1_web_uid-1")
     assert cfg.log_directory == ctx.pod_log_dir("ns1", "web", "uid-1")
@@ -127,12 +160,15 @@ def test_host_network_sandbox_has_no_hostname_and_node_namespace(ctx):
     assert ns.network == pb.NODE and ns.ipc == pb.POD and ns.pid == pb.CONTAINER
 
 
-@pytest.mark.parametrize("spec, want", [
-    ({}, (pb.POD, pb.POD, pb.CONTAINER)),
-    ({"hostIPC": True}, (pb.POD, pb.NODE, pb.CONTAINER)),
-    ({"hostPID": True, "shareProcessNamespace": True}, (pb.POD, pb.POD, pb.NODE)),
-    ({"shareProcessNamespace": True}, (pb.POD, pb.POD, pb.POD)),
-])
+@pytest.mark.parametrize(
+    "spec, want",
+    [
+        ({}, (pb.POD, pb.POD, pb.CONTAINER)),
+        ({"hostIPC": True}, (pb.POD, pb.NODE, pb.CONTAINER)),
+        ({"hostPID": True, "shareProcessNamespace": True}, (pb.POD, pb.POD, pb.NODE)),
+        ({"shareProcessNamespace": True}, (pb.POD, pb.POD, pb.POD)),
+    ],
+)
 def test_namespace_options(ctx, spec, want):
     ns = sandbox(make_pod(**spec), ctx).linux.security_context.namespace_options
     assert (ns.network, ns.ipc, ns.pid) == want
@@ -140,9 +176,9 @@ def test_namespace_options(ctx, spec, want):
 
 def test_sandbox_security_context(ctx):
     pod = make_pod(
-        securityContext={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
-                         "supplementalGroups": [4000, 5000]},
-        initContainers=[{"name": "init", "image": "i", "securityContext": {"privileged": True}}])
+        securityContext={"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000, "supplementalGroups": [4000, 5000]},
+        initContainers=[{"name": "init", "image": "i", "securityContext": {"privileged": True}}],
+    )
     sc = sandbox(pod, ctx).linux.security_context
     assert sc.run_as_user.value == 1000 and sc.run_as_group.value == 3000
     assert list(sc.supplemental_groups) == [2000, 4000, 5000]
@@ -152,21 +188,25 @@ def test_sandbox_security_context(ctx):
 
 
 def test_port_mappings(ctx):
-    pod = make_pod([{"name": "c", "image": "i", "ports": [
-        {"containerPort": 80},
-        {"name": "dns", "containerPort": 53, "hostPort": 5353, "protocol": "UDP",
-         "hostIP": "127.0.0.1"},
-        {"name": "dns", "containerPort": 54, "hostPort": 5454},
-        {"containerPort": 443, "hostPort": 8443, "protocol": "SCTP"},
-    ]}])
-    got = [(m.protocol, m.container_port, m.host_port, m.host_ip)
-           for m in sandbox(pod, ctx).port_mappings]
+    pod = make_pod(
+        [
+            {
+                "name": "c",
+                "image": "i",
+                "ports": [
+                    {"containerPort": 80},
+                    {"name": "dns", "containerPort": 53, "hostPort": 5353, "protocol": "UDP", "hostIP": "127.0.0.1"},
+                    {"name": "dns", "containerPort": 54, "hostPort": 5454},
+                    {"containerPort": 443, "hostPort": 8443, "protocol": "SCTP"},
+                ],
+            }
+        ]
+    )
+    got = [(m.protocol, m.container_port, m.host_port, m.host_ip) for m in sandbox(pod, ctx).port_mappings]
     assert got == [(pb.UDP, 53, 5353, "127.0.0.1"), (pb.SCTP, 443, 8443, "")]
     # The host network defaults hostPort to containerPort.
-    host = make_pod([{"name": "c", "image": "i", "ports": [{"containerPort": 8080}]}],
-                    hostNetwork=True)
-    assert [(m.container_port, m.host_port) for m in sandbox(host, ctx).port_mappings] == \
-        [(8080, 8080)]
+    host = make_pod([{"name": "c", "image": "i", "ports": [{"containerPort": 8080}]}], hostNetwork=True)
+    assert [(m.container_port, m.host_port) for m in sandbox(host, ctx).port_mappings] == [(8080, 8080)]
 
 
 # --- DNS ---------------------------------------------------------------------------------------
@@ -175,7 +215,8 @@ def test_port_mappings(ctx):
 def test_parse_resolv_conf():
     servers, searches, options = parse_resolv_conf(
         "nameserver 1.1.1.1\n  # nameserver 9.9.9.9\nnameserver\nsearch a.example. . b\n"
-        "options ndots:2 rotate\noptions ndots:3\nnameserver 8.8.8.8\n")
+        "options ndots:2 rotate\noptions ndots:3\nnameserver 8.8.8.8\n"
+    )
     assert servers == ["1.1.1.1", "8.8.8.8"]
     assert searches == ["a.example", "b"]
     assert options == ["ndots:3", "rotate"]
@@ -184,8 +225,13 @@ def test_parse_resolv_conf():
 def test_dns_cluster_first(ctx):
     cfg = dns_config(make_pod(), ctx)
     assert list(cfg.servers) == ["10.96.0.10"]
-    assert list(cfg.searches) == ["ns1.svc.cluster.local", "svc.cluster.local", "cluster.local",
-                                  "corp.example", "lab.example"]
+    assert list(cfg.searches) == [
+        "ns1.svc.cluster.local",
+        "svc.cluster.local",
+        "cluster.local",
+        "corp.example",
+        "lab.example",
+    ]
     assert list(cfg.options) == ["ndots:5"]
     assert sandbox(make_pod(), ctx).dns_config == cfg
 
@@ -212,8 +258,11 @@ def test_dns_host_network(ctx):
 
 def test_dns_default_and_empty_resolv_conf(ctx):
     cfg = dns_config(make_pod(dnsPolicy="Default"), ctx)
-    assert (list(cfg.servers), list(cfg.searches), list(cfg.options)) == \
-        (["10.0.0.2", "10.0.0.3"], ["corp.example", "lab.example"], ["timeout:1", "attempts:3"])
+    assert (list(cfg.servers), list(cfg.searches), list(cfg.options)) == (
+        ["10.0.0.2", "10.0.0.3"],
+        ["corp.example", "lab.example"],
+        ["timeout:1", "attempts:3"],
+    )
     none = NodeContext(**{**ctx.__dict__, "resolv_conf": ""})
     cfg = dns_config(make_pod(dnsPolicy="Default"), none)
     assert (list(cfg.servers), list(cfg.searches), list(cfg.options)) == (["127.0.0.1"], ["."], [])
@@ -225,24 +274,31 @@ def test_dns_default_and_empty_resolv_conf(ctx):
 
 
 def test_dns_none_and_dns_config_merge(ctx):
-    extra = {"nameservers": ["1.2.3.4"], "searches": ["my.example", "svc.cluster.local"],
-             "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}
+    extra = {
+        "nameservers": ["1.2.3.4"],
+        "searches": ["my.example", "svc.cluster.local"],
+        "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}],
+    }
     cfg = dns_config(make_pod(dnsPolicy="None", dnsConfig=extra), ctx)
-    assert (list(cfg.servers), list(cfg.searches), list(cfg.options)) == \
-        (["1.2.3.4"], ["my.example", "svc.cluster.local"], ["ndots:2", "edns0"])
+    assert (list(cfg.servers), list(cfg.searches), list(cfg.options)) == (
+        ["1.2.3.4"],
+        ["my.example", "svc.cluster.local"],
+        ["ndots:2", "edns0"],
+    )
     cfg = dns_config(make_pod(dnsConfig=extra), ctx)
     assert list(cfg.servers) == ["10.96.0.10", "1.2.3.4"]
-    assert list(cfg.searches)[-1] == "my.example"          # duplicates dropped
+    assert list(cfg.searches)[-1] == "my.example"  # duplicates dropped
     assert list(cfg.searches).count("svc.cluster.local") == 1
     assert list(cfg.options) == ["ndots:2", "edns0"]
-    cfg = dns_config(make_pod(dnsPolicy="Default", dnsConfig={"options": [{"name": "timeout",
-                                                                           "value": "5"}]}), ctx)
+    cfg = dns_config(make_pod(dnsPolicy="Default", dnsConfig={"options": [{"name": "timeout", "value": "5"}]}), ctx)
     assert list(cfg.options) == ["timeout:5", "attempts:3"]
 
 
 def test_dns_limits(ctx, caplog):
-    extra = {"nameservers": ["1.1.1.1", "1.1.1.2", "1.1.1.3"],
-             "searches": [f"s{i}.example" for i in range(40)] + ["x" * 254]}
+    extra = {
+        "nameservers": ["1.1.1.1", "1.1.1.2", "1.1.1.3"],
+        "searches": [f"s{i}.example" for i in range(40)] + ["x" * 254],
+    }
     with caplog.at_level(logging.INFO):
         cfg = dns_config(make_pod(dnsPolicy="None", dnsConfig=extra), ctx)
     assert list(cfg.servers) == ["1.1.1.1", "1.1.1.2", "1.1.1.3"]
@@ -276,7 +332,9 @@ def with_sysctls(*pairs, **spec):
 def test_safe_sysctls_pass_to_the_sandbox(ctx):
     pod = with_sysctls(("kernel.shm_rmid_forced", "1"), ("net/ipv4/ip_local_port_range", "1024 65000"))
     assert dict(sandbox(pod, ctx).linux.sysctls) == {
-        "kernel.shm_rmid_forced": "1", "net.ipv4.ip_local_port_range": "1024 65000"}
+        "kernel.shm_rmid_forced": "1",
+        "net.ipv4.ip_local_port_range": "1024 65000",
+    }
 
 
 def test_unsafe_sysctl_rejected(ctx):
@@ -287,16 +345,17 @@ def test_unsafe_sysctl_rejected(ctx):
 
 
 def test_allowed_unsafe_sysctls_and_patterns(ctx):
-    allowed = NodeContext(**{**ctx.__dict__,
-                             "allowed_unsafe_sysctls": ("net.core.somaxconn", "kernel.msg*",
-                                                        "vm.swappiness")})
+    allowed = NodeContext(
+        **{**ctx.__dict__, "allowed_unsafe_sysctls": ("net.core.somaxconn", "kernel.msg*", "vm.swappiness")}
+    )
     pod = with_sysctls(("net.core.somaxconn", "1024"), ("kernel.msgmax", "65536"))
     assert check_sysctls(pod, allowed) == {"net.core.somaxconn": "1024", "kernel.msgmax": "65536"}
     # Not namespaced: never allowed, and named as a problem for the config check.
     with pytest.raises(PodConfigError, match="vm.swappiness"):
         check_sysctls(with_sysctls(("vm.swappiness", "10")), allowed)
     assert sysctl_allowlist_problems(allowed.allowed_unsafe_sysctls) == [
-        'the sysctls "vm.swappiness" are not known to be namespaced']
+        'the sysctls "vm.swappiness" are not known to be namespaced'
+    ]
     with pytest.raises(PodConfigError, match="kernel.msgmax"):
         check_sysctls(with_sysctls(("kernel.msgmax", "1")), ctx)
 
@@ -305,8 +364,7 @@ def test_host_namespace_sysctls_rejected(ctx):
     with pytest.raises(PodConfigError) as err:
         sandbox(with_sysctls(("net.ipv4.tcp_syncookies", "1"), hostNetwork=True), ctx)
     assert err.value.reason == "SysctlForbidden"
-    assert err.value.message == ('forbidden sysctl: "net.ipv4.tcp_syncookies" not allowed with '
-                                 'host net enabled')
+    assert err.value.message == ('forbidden sysctl: "net.ipv4.tcp_syncookies" not allowed with host net enabled')
     with pytest.raises(PodConfigError, match="host ipc"):
         check_sysctls(with_sysctls(("kernel.shm_rmid_forced", "1"), hostIPC=True), ctx)
     assert check_sysctls(with_sysctls(("kernel.shm_rmid_forced", "1"), hostNetwork=True), ctx)
@@ -315,32 +373,39 @@ def test_host_namespace_sysctls_rejected(ctx):
 # --- expansion and environment ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, want", [
-    ("$(A)", "alpha"),
-    ("x$(A)y$(B)z", "xalphaybetaz"),
-    ("$$(A)", "$(A)"),
-    ("$$$(A)", "$alpha"),
-    ("$$$$", "$$"),
-    ("$(UNDEFINED)", "$(UNDEFINED)"),
-    ("$(A", "$(A"),
-    ("$A", "$A"),
-    ("cost: 5$", "cost: 5$"),
-    ("$()", "$()"),
-    ("$(EMPTY)!", "!"),
-    ("ü$(A)ü", "üalphaü"),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("$(A)", "alpha"),
+        ("x$(A)y$(B)z", "xalphaybetaz"),
+        ("$$(A)", "$(A)"),
+        ("$$$(A)", "$alpha"),
+        ("$$$$", "$$"),
+        ("$(UNDEFINED)", "$(UNDEFINED)"),
+        ("$(A", "$(A"),
+        ("$A", "$A"),
+        ("cost: 5$", "cost: 5$"),
+        ("$()", "$()"),
+        ("$(EMPTY)!", "!"),
+        ("ü$(A)ü", "üalphaü"),
+    ],
+)
 def test_expand(text, want):
     assert expand(text, {"A": "alpha", "B": "beta", "EMPTY": ""}) == want
 
 
 def test_environment_order_and_expansion(ctx):
-    c = {"name": "c", "image": "i", "env": [
-        {"name": "LATER_REF", "value": "$(B)"},
-        {"name": "A", "value": "a"},
-        {"name": "B", "value": "$(A)-b"},
-        {"name": "ESC", "value": "$$(A)"},
-        {"name": "A", "value": "again"},
-    ]}
+    c = {
+        "name": "c",
+        "image": "i",
+        "env": [
+            {"name": "LATER_REF", "value": "$(B)"},
+            {"name": "A", "value": "a"},
+            {"name": "B", "value": "$(A)-b"},
+            {"name": "ESC", "value": "$$(A)"},
+            {"name": "A", "value": "again"},
+        ],
+    }
     env = make_environment(make_pod([c]), c, ctx, pod_ip="", pod_ips=(), objects=None)
     assert env == [("LATER_REF", "$(B)"), ("A", "again"), ("B", "a-b"), ("ESC", "$(A)")]
 
@@ -348,26 +413,44 @@ def test_environment_order_and_expansion(ctx):
 def test_field_refs(ctx):
     def ref(path):
         return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
-    c = {"name": "c", "image": "i", "env": [
-        {"name": "NAME", **ref("metadata.name")}, {"name": "NS", **ref("metadata.namespace")},
-        {"name": "UID", **ref("metadata.uid")}, {"name": "APP", **ref("metadata.labels['app']")},
-        {"name": "NOTE", **ref("metadata.annotations['note']")},
-        {"name": "NONE", **ref("metadata.labels['missing']")},
-        {"name": "NODE", **ref("spec.nodeName")}, {"name": "SA", **ref("spec.serviceAccountName")},
-        {"name": "HOST", **ref("status.hostIP")}, {"name": "IP", **ref("status.podIP")},
-        {"name": "IPS", **ref("status.podIPs")}, {"name": "LABELS", **ref("metadata.labels")},
-    ]}
+
+    c = {
+        "name": "c",
+        "image": "i",
+        "env": [
+            {"name": "NAME", **ref("metadata.name")},
+            {"name": "NS", **ref("metadata.namespace")},
+            {"name": "UID", **ref("metadata.uid")},
+            {"name": "APP", **ref("metadata.labels['app']")},
+            {"name": "NOTE", **ref("metadata.annotations['note']")},
+            {"name": "NONE", **ref("metadata.labels['missing']")},
+            {"name": "NODE", **ref("spec.nodeName")},
+            {"name": "SA", **ref("spec.serviceAccountName")},
+            {"name": "HOST", **ref("status.hostIP")},
+            {"name": "IP", **ref("status.podIP")},
+            {"name": "IPS", **ref("status.podIPs")},
+            {"name": "LABELS", **ref("metadata.labels")},
+        ],
+    }
     pod = make_pod([c], nodeName="node-1", serviceAccountName="robot")
     pod["metadata"]["labels"]["tier"] = 'f"e'
-    env = dict(make_environment(pod, c, ctx, pod_ip="10.88.0.7",
-                                pod_ips=("fd00::7", "10.88.0.7"), objects=None))
-    assert env == {"NAME": "web", "NS": "ns1", "UID": "uid-1", "APP": "web", "NOTE": "x",
-                   "NONE": "", "NODE": "node-1", "SA": "robot", "HOST": "192.168.1.5",
-                   "IP": "10.88.0.7", "IPS": "10.88.0.7,fd00::7",
-                   "LABELS": 'app="web"\ntier="f\\"e"'}
+    env = dict(make_environment(pod, c, ctx, pod_ip="10.88.0.7", pod_ips=("fd00::7", "10.88.0.7"), objects=None))
+    assert env == {
+        "NAME": "web",
+        "NS": "ns1",
+        "UID": "uid-1",
+        "APP": "web",
+        "NOTE": "x",
+        "NONE": "",
+        "NODE": "node-1",
+        "SA": "robot",
+        "HOST": "192.168.1.5",
+        "IP": "10.88.0.7",
+        "IPS": "10.88.0.7,fd00::7",
+        "LABELS": 'app="web"\ntier="f\\"e"',
+    }
     v6 = NodeContext(**{**ctx.__dict__, "host_ip": "fd00::1"})
-    env = dict(make_environment(pod, c, v6, pod_ip="10.88.0.7", pod_ips=("10.88.0.7", "fd00::7"),
-                                objects=None))
+    env = dict(make_environment(pod, c, v6, pod_ip="10.88.0.7", pod_ips=("10.88.0.7", "fd00::7"), objects=None))
     assert env["IP"] == "fd00::7" and env["IPS"] == "fd00::7,10.88.0.7"
     bad = {"name": "c", "image": "i", "env": [{"name": "X", **ref("spec.hostname")}]}
     with pytest.raises(PodConfigError) as err:
@@ -382,24 +465,44 @@ def test_resource_field_refs(ctx):
         if divisor:
             r["divisor"] = divisor
         return {"valueFrom": {"resourceFieldRef": r}}
-    c = {"name": "c", "image": "i",
-         "resources": {"limits": {"cpu": "250m", "memory": "100Mi"},
-                       "requests": {"cpu": "100m", "memory": "64Mi"}},
-         "env": [{"name": "CPU", **ref("limits.cpu")}, {"name": "CPU_M", **ref("limits.cpu", "1m")},
-                 {"name": "MEM", **ref("limits.memory")}, {"name": "MEM_MI", **ref("limits.memory", "1Mi")},
-                 {"name": "MEM_GI", **ref("limits.memory", "1Gi")},
-                 {"name": "REQ_CPU", **ref("requests.cpu", "1m")},
-                 {"name": "REQ_MEM", **ref("requests.memory", "1Mi")},
-                 {"name": "EPH_REQ", **ref("requests.ephemeral-storage")}]}
+
+    c = {
+        "name": "c",
+        "image": "i",
+        "resources": {"limits": {"cpu": "250m", "memory": "100Mi"}, "requests": {"cpu": "100m", "memory": "64Mi"}},
+        "env": [
+            {"name": "CPU", **ref("limits.cpu")},
+            {"name": "CPU_M", **ref("limits.cpu", "1m")},
+            {"name": "MEM", **ref("limits.memory")},
+            {"name": "MEM_MI", **ref("limits.memory", "1Mi")},
+            {"name": "MEM_GI", **ref("limits.memory", "1Gi")},
+            {"name": "REQ_CPU", **ref("requests.cpu", "1m")},
+            {"name": "REQ_MEM", **ref("requests.memory", "1Mi")},
+            {"name": "EPH_REQ", **ref("requests.ephemeral-storage")},
+        ],
+    }
     env = dict(make_environment(make_pod([c]), c, ctx, pod_ip="", pod_ips=(), objects=None))
-    assert env == {"CPU": "1", "CPU_M": "250", "MEM": str(100 * MiB), "MEM_MI": "100",
-                   "MEM_GI": "1", "REQ_CPU": "100", "REQ_MEM": "64", "EPH_REQ": "0"}
+    assert env == {
+        "CPU": "1",
+        "CPU_M": "250",
+        "MEM": str(100 * MiB),
+        "MEM_MI": "100",
+        "MEM_GI": "1",
+        "REQ_CPU": "100",
+        "REQ_MEM": "64",
+        "EPH_REQ": "0",
+    }
     # Unset limits default to the node's allocatable.
-    unlimited = {"name": "c", "image": "i",
-                 "env": [{"name": "CPU", **ref("limits.cpu")}, {"name": "MEM", **ref("limits.memory")},
-                         {"name": "EPH", **ref("limits.ephemeral-storage")}]}
-    env = dict(make_environment(make_pod([unlimited]), unlimited, ctx, pod_ip="", pod_ips=(),
-                                objects=None))
+    unlimited = {
+        "name": "c",
+        "image": "i",
+        "env": [
+            {"name": "CPU", **ref("limits.cpu")},
+            {"name": "MEM", **ref("limits.memory")},
+            {"name": "EPH", **ref("limits.ephemeral-storage")},
+        ],
+    }
+    env = dict(make_environment(make_pod([unlimited]), unlimited, ctx, pod_ip="", pod_ips=(), objects=None))
     assert env["CPU"] == "4" and env["MEM"] == str(8 * GiB)
     assert int(env["EPH"]) > 0
 
@@ -421,29 +524,43 @@ def b64(text):
 
 
 OBJECTS = {
-    ("ConfigMap", "ns1", "settings"): {"data": {"MODE": "fast", "bad key": "x", "LEVEL": "3"},
-                                       "binaryData": {"blob": b64("bin")}},
+    ("ConfigMap", "ns1", "settings"): {
+        "data": {"MODE": "fast", "bad key": "x", "LEVEL": "3"},
+        "binaryData": {"blob": b64("bin")},
+    },
     ("Secret", "ns1", "creds"): {"data": {"PASSWORD": b64("s3cret"), "USER": b64("admin")}},
 }
 
 
 def test_configmap_and_secret_env(ctx):
-    c = {"name": "c", "image": "i",
-         "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"},
-                     {"secretRef": {"name": "creds"}},
-                     {"configMapRef": {"name": "absent", "optional": True}}],
-         "env": [{"name": "USER", "value": "override"},
-                 {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "MODE"}}},
-                 {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "PASSWORD"}}},
-                 {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope",
-                                                                "optional": True}}},
-                 {"name": "OPT2", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k",
-                                                                    "optional": True}}},
-                 {"name": "REF", "value": "$(CFG_LEVEL)/$(PW)"}]}
+    c = {
+        "name": "c",
+        "image": "i",
+        "envFrom": [
+            {"configMapRef": {"name": "settings"}, "prefix": "CFG_"},
+            {"secretRef": {"name": "creds"}},
+            {"configMapRef": {"name": "absent", "optional": True}},
+        ],
+        "env": [
+            {"name": "USER", "value": "override"},
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "MODE"}}},
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "PASSWORD"}}},
+            {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope", "optional": True}}},
+            {"name": "OPT2", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k", "optional": True}}},
+            {"name": "REF", "value": "$(CFG_LEVEL)/$(PW)"},
+        ],
+    }
     objects = Objects(OBJECTS)
     env = make_environment(make_pod([c]), c, ctx, pod_ip="", pod_ips=(), objects=objects)
-    assert env == [("CFG_LEVEL", "3"), ("CFG_MODE", "fast"), ("PASSWORD", "s3cret"),
-                   ("USER", "override"), ("MODE", "fast"), ("PW", "s3cret"), ("REF", "3/s3cret")]
+    assert env == [
+        ("CFG_LEVEL", "3"),
+        ("CFG_MODE", "fast"),
+        ("PASSWORD", "s3cret"),
+        ("USER", "override"),
+        ("MODE", "fast"),
+        ("PW", "s3cret"),
+        ("REF", "3/s3cret"),
+    ]
     # Each object is fetched once per build.
     assert objects.calls.count(("ConfigMap", "ns1", "settings")) == 1
 
@@ -452,25 +569,33 @@ def test_missing_env_sources(ctx):
     def env_of(c, objects):
         return make_environment(make_pod([c]), c, ctx, pod_ip="", pod_ips=(), objects=objects)
 
-    ref = {"name": "c", "image": "i",
-           "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "x", "key": "k"}}}]}
+    ref = {
+        "name": "c",
+        "image": "i",
+        "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "x", "key": "k"}}}],
+    }
     for objects in (None, Objects({})):
         with pytest.raises(PodConfigError) as err:
             env_of(ref, objects)
-        assert (err.value.reason, err.value.message) == \
-            ("CreateContainerConfigError", 'configmap "x" not found')
+        assert (err.value.reason, err.value.message) == ("CreateContainerConfigError", 'configmap "x" not found')
     optional = copy.deepcopy(ref)
     optional["env"][0]["valueFrom"]["configMapKeyRef"]["optional"] = True
     assert env_of(optional, None) == []
     with pytest.raises(PodConfigError, match='secret "creds" not found'):
         env_of({"name": "c", "image": "i", "envFrom": [{"secretRef": {"name": "creds"}}]}, None)
     with pytest.raises(PodConfigError, match="couldn't find key nope in Secret ns1/creds"):
-        env_of({"name": "c", "image": "i", "env": [
-            {"name": "X", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope"}}}]},
-            Objects(OBJECTS))
+        env_of(
+            {
+                "name": "c",
+                "image": "i",
+                "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope"}}}],
+            },
+            Objects(OBJECTS),
+        )
 
     def broken(kind, namespace, name):
         raise TimeoutError("cache not synced")
+
     with pytest.raises(PodConfigError, match="cache not synced"):
         env_of(ref, broken)
 
@@ -479,13 +604,18 @@ def test_missing_env_sources(ctx):
 
 
 def full_container(**extra):
-    c = {"name": "app", "image": "orch.local/busybox:1",
-         "command": ["/bin/sh", "-c", "echo $(GREETING) $$(GREETING) $(NOPE)"],
-         "args": ["$(GREETING)"], "workingDir": "/work",
-         "env": [{"name": "GREETING", "value": "hi"}],
-         "ports": [{"name": "http", "containerPort": 8080}],
-         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}}},
-         "stdin": True, "tty": True}
+    c = {
+        "name": "app",
+        "image": "orch.local/busybox:1",
+        "command": ["/bin/sh", "-c", "echo $(GREETING) $$(GREETING) $(NOPE)"],
+        "args": ["$(GREETING)"],
+        "workingDir": "/work",
+        "env": [{"name": "GREETING", "value": "hi"}],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}}},
+        "stdin": True,
+        "tty": True,
+    }
     c.update(extra)
     return c
 
@@ -505,9 +635,13 @@ def test_container_config_basics(ctx):
     assert cfg.log_path == "app/3.log"
     assert os.path.isdir(os.path.join(ctx.pod_log_dir("ns1", "web", "uid-1"), "app"))
     assert cfg.stdin and cfg.tty and not cfg.stdin_once
-    assert dict(cfg.labels) == {names.CRI_LABEL_POD_NAME: "web", names.CRI_LABEL_POD_NAMESPACE: "ns1",
-                                names.CRI_LABEL_POD_UID: "uid-1", names.CRI_LABEL_CONTAINER_NAME: "app",
-                                names.CRI_LABEL_MANAGED: "true"}
+    assert dict(cfg.labels) == {
+        names.CRI_LABEL_POD_NAME: "web",
+        names.CRI_LABEL_POD_NAMESPACE: "ns1",
+        names.CRI_LABEL_POD_UID: "uid-1",
+        names.CRI_LABEL_CONTAINER_NAME: "app",
+        names.CRI_LABEL_MANAGED: "true",
+    }
     ann = dict(cfg.annotations)
     assert ann[names.CRI_ANNOTATION_CONTAINER_HASH] == container_hash(pod["spec"]["containers"][0])
     assert ann[names.CRI_ANNOTATION_CONTAINER_RESTART_COUNT] == "3"
@@ -515,10 +649,10 @@ def test_container_config_basics(ctx):
     assert ann[names.CRI_ANNOTATION_TERMINATION_MESSAGE_POLICY] == "File"
     assert ann[names.CRI_ANNOTATION_POD_TERMINATION_GRACE_PERIOD] == "45"
     assert ann[names.CRI_ANNOTATION_POD_DELETION_GRACE_PERIOD] == "10"
-    assert json.loads(ann[names.CRI_ANNOTATION_PRESTOP_HANDLER]) == \
-        {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}}
-    assert json.loads(ann[names.CRI_ANNOTATION_CONTAINER_PORTS]) == \
-        [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert json.loads(ann[names.CRI_ANNOTATION_PRESTOP_HANDLER]) == {"exec": {"command": ["/bin/sh", "-c", "sleep 1"]}}
+    assert json.loads(ann[names.CRI_ANNOTATION_CONTAINER_PORTS]) == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"}
+    ]
     plain = build(make_pod(), ctx).config.annotations
     assert names.CRI_ANNOTATION_PRESTOP_HANDLER not in plain
     assert names.CRI_ANNOTATION_CONTAINER_PORTS not in plain
@@ -558,8 +692,7 @@ def test_resources_and_cfs(ctx):
         return linux_resources(make_pod([c]), make_pod([c])["spec"]["containers"][0], context)
 
     r = res({"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "1500m", "memory": "128Mi"}})
-    assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes) == \
-        (512, 150000, 100000, 128 * MiB)
+    assert (r.cpu_shares, r.cpu_quota, r.cpu_period, r.memory_limit_in_bytes) == (512, 150000, 100000, 128 * MiB)
     # A limit alone: the API copies it into requests, and the builder falls back to it too.
     r = res({"limits": {"cpu": "2"}})
     assert (r.cpu_shares, r.cpu_quota) == (2048, 200000)
@@ -581,8 +714,7 @@ def test_resources_and_cfs(ctx):
 
 def test_hugepage_limits(ctx, monkeypatch):
     monkeypatch.setattr(container_mod, "_huge_page_sizes", lambda: ("2MB", "1GB"))
-    c = {"name": "c", "image": "i", "resources": {"limits": {"hugepages-2Mi": "64Mi", "memory": "1Gi",
-                                                             "cpu": "1"}}}
+    c = {"name": "c", "image": "i", "resources": {"limits": {"hugepages-2Mi": "64Mi", "memory": "1Gi", "cpu": "1"}}}
     r = linux_resources(make_pod([c]), c, ctx)
     assert [(h.page_size, h.limit) for h in r.hugepage_limits] == [("2MB", 64 * MiB), ("1GB", 0)]
 
@@ -602,14 +734,20 @@ def test_qos_and_oom_scores(ctx):
         assert pod_qos_class(pod) == "Burstable"
         return oom_score_adj(pod, pod["spec"]["containers"][0], 8 * GiB)
 
-    assert burstable("2Gi") == 750                 # 1000 - 1000 * 2/8
-    assert burstable("1") == 999                   # never the BestEffort score
-    assert burstable("8Gi") == 3                   # never below upstream's floor
+    assert burstable("2Gi") == 750  # 1000 - 1000 * 2/8
+    assert burstable("1") == 999  # never the BestEffort score
+    assert burstable("8Gi") == 3  # never below upstream's floor
     assert burstable("16Gi") == 3
     # Requests differing from limits make a pod Burstable.
-    mixed = make_pod([{"name": "c", "image": "i",
-                       "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
-                                     "requests": {"cpu": "500m", "memory": "1Gi"}}}])
+    mixed = make_pod(
+        [
+            {
+                "name": "c",
+                "image": "i",
+                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1Gi"}},
+            }
+        ]
+    )
     assert pod_qos_class(mixed) == "Burstable"
     # The builder uses the node's allocatable memory as capacity.
     c = {"name": "c", "image": "i", "resources": {"requests": {"memory": "4Gi"}}}
@@ -621,21 +759,33 @@ def test_qos_and_oom_scores(ctx):
 
 
 def test_container_hash_stable_and_sensitive():
-    base = {"name": "c", "image": "busybox:1", "command": ["sleep", "1"],
-            "resources": {"limits": {"cpu": "1"}}, "env": [{"name": "A", "value": "1"}]}
+    base = {
+        "name": "c",
+        "image": "busybox:1",
+        "command": ["sleep", "1"],
+        "resources": {"limits": {"cpu": "1"}},
+        "env": [{"name": "A", "value": "1"}],
+    }
     h = container_hash(base)
     assert h == container_hash(copy.deepcopy(base))
     reordered = dict(reversed(list(base.items())))
     assert container_hash(reordered) == h
     assert container_hash({**base, "ports": [], "workingDir": "", "stdin": None}) == h
     assert container_hash({**base, "resources": {"limits": {"cpu": "1000m"}}}) == h
-    assert len({h,
+    assert (
+        len(
+            {
+                h,
                 container_hash({**base, "image": "busybox:2"}),
                 container_hash({**base, "command": ["sleep", "2"]}),
                 container_hash({**base, "env": [{"name": "A", "value": "2"}]}),
                 container_hash({**base, "resources": {"limits": {"cpu": "2"}}}),
-                container_hash({**base, "stdin": True})}) == 6
-    assert h == format(int(h, 16), "x") and int(h, 16) < 2 ** 32
+                container_hash({**base, "stdin": True}),
+            }
+        )
+        == 6
+    )
+    assert h == format(int(h, 16), "x") and int(h, 16) < 2**32
 
 
 def test_volume_mounts(ctx, tmp_path):
@@ -643,19 +793,20 @@ def test_volume_mounts(ctx, tmp_path):
     data.mkdir(mode=0o750)
     cm_dir = tmp_path / "cm"
     cm_dir.mkdir()
-    c = {"name": "c", "image": "i",
-         "env": [{"name": "SUB", "value": "from-env"}],
-         "volumeMounts": [
-             {"name": "data", "mountPath": "/data"},
-             {"name": "data", "mountPath": "/ro", "readOnly": True,
-              "mountPropagation": "HostToContainer"},
-             {"name": "data", "mountPath": "/bi", "mountPropagation": "Bidirectional"},
-             {"name": "data", "mountPath": "/sub", "subPath": "a/b"},
-             {"name": "data", "mountPath": "/expr", "subPathExpr": "x-$(SUB)"},
-             {"name": "cfg", "mountPath": "/etc/cfg"},
-         ]}
-    pod = make_pod([c], volumes=[{"name": "data", "emptyDir": {}},
-                                 {"name": "cfg", "configMap": {"name": "settings"}}])
+    c = {
+        "name": "c",
+        "image": "i",
+        "env": [{"name": "SUB", "value": "from-env"}],
+        "volumeMounts": [
+            {"name": "data", "mountPath": "/data"},
+            {"name": "data", "mountPath": "/ro", "readOnly": True, "mountPropagation": "HostToContainer"},
+            {"name": "data", "mountPath": "/bi", "mountPropagation": "Bidirectional"},
+            {"name": "data", "mountPath": "/sub", "subPath": "a/b"},
+            {"name": "data", "mountPath": "/expr", "subPathExpr": "x-$(SUB)"},
+            {"name": "cfg", "mountPath": "/etc/cfg"},
+        ],
+    }
+    pod = make_pod([c], volumes=[{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "settings"}}])
     setup = build(pod, ctx, volume_paths={"data": str(data), "cfg": str(cm_dir)})
     mounts = [(m.container_path, m.host_path, m.readonly, m.propagation) for m in setup.config.mounts]
     assert mounts[:6] == [
@@ -664,7 +815,7 @@ def test_volume_mounts(ctx, tmp_path):
         ("/bi", str(data), False, pb.PROPAGATION_BIDIRECTIONAL),
         ("/sub", str(data / "a" / "b"), False, pb.PROPAGATION_PRIVATE),
         ("/expr", str(data / "x-from-env"), False, pb.PROPAGATION_PRIVATE),
-        ("/etc/cfg", str(cm_dir), True, pb.PROPAGATION_PRIVATE),   # configMap: always read-only
+        ("/etc/cfg", str(cm_dir), True, pb.PROPAGATION_PRIVATE),  # configMap: always read-only
     ]
     assert stat.S_IMODE(os.stat(data / "a" / "b").st_mode) == 0o750
     hosts = [m for m in setup.config.mounts if m.container_path == "/etc/hosts"]
@@ -679,31 +830,25 @@ def test_volume_mount_errors(ctx, tmp_path):
     def attempt(mount, env=()):
         c = {"name": "c", "image": "i", "env": list(env), "volumeMounts": [mount]}
         with pytest.raises(PodConfigError) as err:
-            build(make_pod([c], volumes=[{"name": "data", "emptyDir": {}}]), ctx,
-                  volume_paths={"data": str(data)})
+            build(make_pod([c], volumes=[{"name": "data", "emptyDir": {}}]), ctx, volume_paths={"data": str(data)})
         assert err.value.reason == "CreateContainerConfigError"
         return err.value.message
 
-    assert attempt({"name": "other", "mountPath": "/x"}) == \
-        'cannot find volume "other" to mount into container "c"'
-    assert "must not be an absolute path" in attempt({"name": "data", "mountPath": "/x",
-                                                      "subPath": "/etc"})
-    assert "must not contain '..'" in attempt({"name": "data", "mountPath": "/x",
-                                               "subPath": "a/../../etc"})
-    assert "failed to prepare subPath" in attempt({"name": "data", "mountPath": "/x",
-                                                   "subPath": "escape"})
-    assert "failed to create subPath" in attempt({"name": "data", "mountPath": "/x",
-                                                  "subPath": "escape/newdir"})
+    assert attempt({"name": "other", "mountPath": "/x"}) == 'cannot find volume "other" to mount into container "c"'
+    assert "must not be an absolute path" in attempt({"name": "data", "mountPath": "/x", "subPath": "/etc"})
+    assert "must not contain '..'" in attempt({"name": "data", "mountPath": "/x", "subPath": "a/../../etc"})
+    assert "failed to prepare subPath" in attempt({"name": "data", "mountPath": "/x", "subPath": "escape"})
+    assert "failed to create subPath" in attempt({"name": "data", "mountPath": "/x", "subPath": "escape/newdir"})
     assert not os.path.exists("/etc/newdir")
-    assert attempt({"name": "data", "mountPath": "/x", "subPathExpr": "$(A)/$(B)"},
-                   [{"name": "A", "value": ""}]) == "missing value for A, B"
-    assert "invalid MountPropagation" in attempt({"name": "data", "mountPath": "/x",
-                                                  "mountPropagation": "Sideways"})
+    assert (
+        attempt({"name": "data", "mountPath": "/x", "subPathExpr": "$(A)/$(B)"}, [{"name": "A", "value": ""}])
+        == "missing value for A, B"
+    )
+    assert "invalid MountPropagation" in attempt({"name": "data", "mountPath": "/x", "mountPropagation": "Sideways"})
 
 
 def test_etc_hosts(ctx):
-    pod = make_pod(hostname="db-0", subdomain="db",
-                   hostAliases=[{"ip": "10.1.1.1", "hostnames": ["foo", "bar"]}])
+    pod = make_pod(hostname="db-0", subdomain="db", hostAliases=[{"ip": "10.1.1.1", "hostnames": ["foo", "bar"]}])
     setup = build(pod, ctx, pod_ip="10.88.0.7", pod_ips=("10.88.0.7", "fd00::7"))
     path = os.path.join(ctx.pod_dir("uid-1"), "etc-hosts")
     text = open(path).read()
@@ -714,19 +859,29 @@ def test_etc_hosts(ctx):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
     assert any(m.container_path == "/etc/hosts" for m in setup.config.mounts)
     # No pod IP yet: no hosts file mount.
-    assert not any(m.container_path == "/etc/hosts"
-                   for m in build(make_pod(), ctx, pod_ip="").config.mounts)
+    assert not any(m.container_path == "/etc/hosts" for m in build(make_pod(), ctx, pod_ip="").config.mounts)
     host = build(make_pod(hostNetwork=True), ctx, pod_ip="192.168.1.5")
     assert open(path).read().startswith(names.MANAGED_HOSTS_HEADER_HOST_NETWORK)
     assert any(m.container_path == "/etc/hosts" for m in host.config.mounts)
 
 
 def test_container_security_context(ctx):
-    c = {"name": "c", "image": "i", "securityContext": {
-        "privileged": True, "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
-        "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "runAsGroup": 7}}
-    pod = make_pod([c], securityContext={"runAsUser": 1000, "fsGroup": 2000,
-                                         "supplementalGroups": [3000]}, shareProcessNamespace=True)
+    c = {
+        "name": "c",
+        "image": "i",
+        "securityContext": {
+            "privileged": True,
+            "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "runAsGroup": 7,
+        },
+    }
+    pod = make_pod(
+        [c],
+        securityContext={"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3000]},
+        shareProcessNamespace=True,
+    )
     sc = build(pod, ctx).config.linux.security_context
     assert sc.privileged and sc.readonly_rootfs and sc.no_new_privs
     assert list(sc.capabilities.add_capabilities) == ["NET_ADMIN"]
@@ -759,10 +914,11 @@ def test_seccomp_precedence(ctx):
     defaulted = NodeContext(**{**ctx.__dict__, "seccomp_default": True})
     assert profile(context=defaulted) == (pb.SecurityProfile.RuntimeDefault, "")
     assert profile({"type": "RuntimeDefault"}) == (pb.SecurityProfile.RuntimeDefault, "")
-    assert profile({"type": "RuntimeDefault"}, {"type": "Unconfined"}) == \
-        (pb.SecurityProfile.Unconfined, "")
-    assert profile(None, {"type": "Localhost", "localhostProfile": "profiles/audit.json"}) == \
-        (pb.SecurityProfile.Localhost, os.path.join(ctx.root_dir, "seccomp", "profiles/audit.json"))
+    assert profile({"type": "RuntimeDefault"}, {"type": "Unconfined"}) == (pb.SecurityProfile.Unconfined, "")
+    assert profile(None, {"type": "Localhost", "localhostProfile": "profiles/audit.json"}) == (
+        pb.SecurityProfile.Localhost,
+        os.path.join(ctx.root_dir, "seccomp", "profiles/audit.json"),
+    )
     with pytest.raises(PodConfigError, match="localhostProfile must be set"):
         profile({"type": "Localhost"})
 
@@ -776,7 +932,7 @@ def test_run_as_non_root(ctx):
     assert "runAsUser breaks non-root policy" in err.value.message
     assert 'pod: "web_ns1(uid-1)", container: c' in err.value.message
     build(pod_with({"runAsNonRoot": True, "runAsUser": 1000}), ctx)
-    build(pod_with({"runAsNonRoot": True}), ctx)                    # image user unknown
+    build(pod_with({"runAsNonRoot": True}), ctx)  # image user unknown
     build(pod_with({"runAsNonRoot": True}), ctx, image_uid=1000)
     with pytest.raises(PodConfigError, match="image will run as root"):
         build(pod_with({"runAsNonRoot": True}), ctx, image_uid=0)
@@ -799,19 +955,21 @@ async def test_empty_dir_on_disk(ctx):
     vm = VolumeManager(ctx)
     old = os.umask(0o077)
     try:
-        paths = await vm.setup(vm_pod({"name": "scratch", "emptyDir": {}},
-                                      {"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}))
+        paths = await vm.setup(
+            vm_pod({"name": "scratch", "emptyDir": {}}, {"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}})
+        )
     finally:
         os.umask(old)
-    want = os.path.join(ctx.root_dir, "pods", "uid-1", "volumes", names.VOLUME_PLUGIN_EMPTY_DIR,
-                        "scratch")
+    want = os.path.join(ctx.root_dir, "pods", "uid-1", "volumes", names.VOLUME_PLUGIN_EMPTY_DIR, "scratch")
     assert paths["scratch"] == want
     assert stat.S_IMODE(os.stat(want).st_mode) == 0o777
     assert vm.empty_dir_size_limits("uid-1") == {"cache": (paths["cache"], GiB)}
     # Idempotent: files survive a second set-up.
     open(os.path.join(want, "f"), "w").close()
-    assert await vm.setup(vm_pod({"name": "scratch", "emptyDir": {}},
-                                 {"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}})) == paths
+    assert (
+        await vm.setup(vm_pod({"name": "scratch", "emptyDir": {}}, {"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}))
+        == paths
+    )
     assert os.path.exists(os.path.join(want, "f"))
     await vm.teardown("uid-1")
     assert not os.path.exists(os.path.join(ctx.pod_dir("uid-1"), "volumes"))
@@ -821,19 +979,20 @@ async def test_empty_dir_on_disk(ctx):
 @needs_root
 async def test_empty_dir_memory_is_a_sized_tmpfs(ctx):
     vm = VolumeManager(ctx)
-    pod = vm_pod({"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
-                 {"name": "big", "emptyDir": {"medium": "Memory"}},
-                 containers=[{"name": "c", "image": "i",
-                              "resources": {"limits": {"memory": "256Mi", "cpu": "1"}}}])
+    pod = vm_pod(
+        {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+        {"name": "big", "emptyDir": {"medium": "Memory"}},
+        containers=[{"name": "c", "image": "i", "resources": {"limits": {"memory": "256Mi", "cpu": "1"}}}],
+    )
     try:
         paths = await vm.setup(pod)
         await vm.setup(pod)
         mounts = mount_points(ctx.pod_dir("uid-1"))
-        assert mounts == {paths["mem"]: "tmpfs", paths["big"]: "tmpfs"}   # once each
+        assert mounts == {paths["mem"]: "tmpfs", paths["big"]: "tmpfs"}  # once each
         st = os.statvfs(paths["mem"])
         assert st.f_blocks * st.f_frsize == 64 * MiB
         st = os.statvfs(paths["big"])
-        assert st.f_blocks * st.f_frsize == 256 * MiB                       # the pod's limit
+        assert st.f_blocks * st.f_frsize == 256 * MiB  # the pod's limit
         with open(os.path.join(paths["mem"], "f"), "w") as fh:
             fh.write("in memory")
     finally:
@@ -866,13 +1025,13 @@ async def test_host_path_types(ctx, tmp_path):
     await setup(new_dir, "Directory")
     await setup(new_file, "File")
     await setup(new_file, "FileOrCreate")
-    assert await failure(new_file, "Directory") == \
-        f"hostPath type check failed: {new_file} is not a directory"
-    assert await failure(new_file, "DirectoryOrCreate") == \
-        f"hostPath type check failed: {new_file} is not a directory"
+    assert await failure(new_file, "Directory") == f"hostPath type check failed: {new_file} is not a directory"
+    assert await failure(new_file, "DirectoryOrCreate") == f"hostPath type check failed: {new_file} is not a directory"
     assert await failure(new_dir, "File") == f"hostPath type check failed: {new_dir} is not a file"
-    assert await failure(tmp_path / "missing", "Directory") == \
-        f"hostPath type check failed: {tmp_path / 'missing'} is not a directory"
+    assert (
+        await failure(tmp_path / "missing", "Directory")
+        == f"hostPath type check failed: {tmp_path / 'missing'} is not a directory"
+    )
     sock_path = tmp_path / "s.sock"
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(sock_path))
@@ -888,8 +1047,7 @@ async def test_host_path_types(ctx, tmp_path):
 
 async def test_object_volumes_need_objects(ctx):
     vm = VolumeManager(ctx)
-    for volume in ({"name": "v", "configMap": {"name": "settings"}},
-                   {"name": "v", "secret": {"secretName": "creds"}}):
+    for volume in ({"name": "v", "configMap": {"name": "settings"}}, {"name": "v", "secret": {"secretName": "creds"}}):
         with pytest.raises(PodConfigError) as err:
             await vm.setup(vm_pod(volume))
         assert err.value.reason == "FailedMount"
@@ -899,8 +1057,9 @@ async def test_object_volumes_need_objects(ctx):
 
 
 def read_volume(path):
-    return {name: open(os.path.join(path, name)).read()
-            for name in sorted(os.listdir(path)) if not name.startswith("..")}
+    return {
+        name: open(os.path.join(path, name)).read() for name in sorted(os.listdir(path)) if not name.startswith("..")
+    }
 
 
 async def test_configmap_volume_atomic_updates(ctx):
@@ -923,22 +1082,28 @@ async def test_configmap_volume_atomic_updates(ctx):
     assert read_volume(path) == {"MODE": "slow", "NEW": "1"}
     assert os.readlink(os.path.join(path, DATA_DIR_NAME)) != data_dir
     assert not os.path.exists(os.path.join(path, data_dir))
-    assert sorted(e for e in os.listdir(path) if e.startswith("..")) == sorted([
-        DATA_DIR_NAME, os.readlink(os.path.join(path, DATA_DIR_NAME))])
+    assert sorted(e for e in os.listdir(path) if e.startswith("..")) == sorted(
+        [DATA_DIR_NAME, os.readlink(os.path.join(path, DATA_DIR_NAME))]
+    )
     # Items pick keys, paths and modes.
-    items = vm_pod({"name": "cfg", "configMap": {"name": "settings", "items": [
-        {"key": "MODE", "path": "conf/mode.txt", "mode": 0o600}]}}, uid="uid-2")
+    items = vm_pod(
+        {
+            "name": "cfg",
+            "configMap": {"name": "settings", "items": [{"key": "MODE", "path": "conf/mode.txt", "mode": 0o600}]},
+        },
+        uid="uid-2",
+    )
     path2 = (await vm.setup(items))["cfg"]
     assert open(os.path.join(path2, "conf", "mode.txt")).read() == "slow"
     assert stat.S_IMODE(os.stat(os.path.join(path2, "conf", "mode.txt")).st_mode) == 0o600
-    missing_key = vm_pod({"name": "cfg", "configMap": {"name": "settings",
-                                                       "items": [{"key": "X", "path": "x"}]}}, uid="u3")
+    missing_key = vm_pod(
+        {"name": "cfg", "configMap": {"name": "settings", "items": [{"key": "X", "path": "x"}]}}, uid="u3"
+    )
     with pytest.raises(PodConfigError, match="configmap references non-existent config key: X"):
         await vm.setup(missing_key)
     with pytest.raises(PodConfigError, match='configmap "absent" not found'):
         await vm.setup(vm_pod({"name": "c", "configMap": {"name": "absent"}}, uid="u4"))
-    path5 = (await vm.setup(vm_pod({"name": "c", "configMap": {"name": "absent", "optional": True}},
-                                   uid="u5")))["c"]
+    path5 = (await vm.setup(vm_pod({"name": "c", "configMap": {"name": "absent", "optional": True}}, uid="u5")))["c"]
     assert read_volume(path5) == {}
 
 
@@ -953,17 +1118,17 @@ async def test_refresh_updates_only_data_volumes_that_were_set_up(ctx, tmp_path)
     vm.prefetch = prefetch
     pod = vm_pod({"name": "cfg", "configMap": {"name": "settings"}})
     pod["spec"]["volumes"].append({"name": "scratch", "emptyDir": {}})
-    assert await vm.refresh(pod) == []          # never set up: nothing written
+    assert await vm.refresh(pod) == []  # never set up: nothing written
     assert not os.path.exists(os.path.join(ctx.pod_dir("uid-1"), "volumes"))
     paths = await vm.setup(pod)
     tmp_file = os.path.join(paths["scratch"], "keep")
     with open(tmp_file, "w") as f:
         f.write("x")
-    assert await vm.refresh(pod) == []          # unchanged
+    assert await vm.refresh(pod) == []  # unchanged
     objs[("ConfigMap", "ns1", "settings")] = {"data": {"MODE": "slow"}}
     assert await vm.refresh(pod) == ["cfg"]
     assert read_volume(paths["cfg"]) == {"MODE": "slow"}
-    assert open(tmp_file).read() == "x"         # emptyDir untouched
+    assert open(tmp_file).read() == "x"  # emptyDir untouched
     assert fetched == ["uid-1"] * 4
     # The object is gone: FailedMount naming the volume, and the last content stays.
     del objs[("ConfigMap", "ns1", "settings")]
@@ -987,16 +1152,30 @@ async def test_secret_downward_and_projected_volumes(ctx):
     vm = VolumeManager(ctx, objects=Objects(OBJECTS))
     pod = vm_pod(
         {"name": "sec", "secret": {"secretName": "creds", "defaultMode": 0o400}},
-        {"name": "info", "downwardAPI": {"items": [
-            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
-            {"path": "cpu", "resourceFieldRef": {"containerName": "c", "resource": "limits.cpu",
-                                                 "divisor": "1m"}}]}},
-        {"name": "all", "projected": {"sources": [
-            {"secret": {"name": "creds", "items": [{"key": "USER", "path": "user"}]}},
-            {"configMap": {"name": "settings", "items": [{"key": "LEVEL", "path": "level"}]}},
-            {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
-        ]}},
-        containers=[c])
+        {
+            "name": "info",
+            "downwardAPI": {
+                "items": [
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    {
+                        "path": "cpu",
+                        "resourceFieldRef": {"containerName": "c", "resource": "limits.cpu", "divisor": "1m"},
+                    },
+                ]
+            },
+        },
+        {
+            "name": "all",
+            "projected": {
+                "sources": [
+                    {"secret": {"name": "creds", "items": [{"key": "USER", "path": "user"}]}},
+                    {"configMap": {"name": "settings", "items": [{"key": "LEVEL", "path": "level"}]}},
+                    {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+                ]
+            },
+        },
+        containers=[c],
+    )
     try:
         paths = await vm.setup(pod)
         assert read_volume(paths["sec"]) == {"PASSWORD": "s3cret", "USER": "admin"}
@@ -1009,12 +1188,13 @@ async def test_secret_downward_and_projected_volumes(ctx):
         pod["metadata"]["labels"]["tier"] = "front"
         await vm.setup(pod)
         assert read_volume(paths["info"])["labels"] == 'app="web"\ntier="front"'
-        token = vm_pod({"name": "t", "projected": {"sources": [
-            {"serviceAccountToken": {"path": "token"}}]}}, uid="u9")
+        token = vm_pod({"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}, uid="u9")
         with pytest.raises(PodConfigError, match="TokenRequest"):
             await vm.setup(token)
-        bad = vm_pod({"name": "d", "downwardAPI": {"items": [
-            {"path": "x", "fieldRef": {"fieldPath": "status.podIP"}}]}}, uid="u10")
+        bad = vm_pod(
+            {"name": "d", "downwardAPI": {"items": [{"path": "x", "fieldRef": {"fieldPath": "status.podIP"}}]}},
+            uid="u10",
+        )
         with pytest.raises(PodConfigError, match="unsupported fieldPath: status.podIP"):
             await vm.setup(bad)
     finally:
@@ -1025,8 +1205,11 @@ async def test_secret_downward_and_projected_volumes(ctx):
 
 async def test_downward_api_volume_without_objects(ctx):
     vm = VolumeManager(ctx)
-    paths = await vm.setup(vm_pod({"name": "info", "downwardAPI": {"items": [
-        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}))
+    paths = await vm.setup(
+        vm_pod(
+            {"name": "info", "downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}
+        )
+    )
     try:
         assert read_volume(paths["info"]) == {"name": "web"}
     finally:
@@ -1040,10 +1223,9 @@ async def test_orphans_and_remove_pod_dir(ctx):
         await vm.setup(vm_pod({"name": "v", "emptyDir": {}}, uid=uid))
     open(os.path.join(ctx.root_dir, "pods", "stray-file"), "w").close()
     assert vm.orphaned_pod_uids(["b"]) == {"a", "c"}
-    build(make_pod(uid="a"), ctx)            # a termination-message file in the pod dir
+    build(make_pod(uid="a"), ctx)  # a termination-message file in the pod dir
     await vm.teardown("a")
-    assert os.path.isdir(ctx.pod_dir("a")) and not os.path.exists(
-        os.path.join(ctx.pod_dir("a"), "volumes"))
+    assert os.path.isdir(ctx.pod_dir("a")) and not os.path.exists(os.path.join(ctx.pod_dir("a"), "volumes"))
     await vm.remove_pod_dir("a")
     await vm.remove_pod_dir("c")
     await vm.remove_pod_dir("never-existed")
@@ -1054,14 +1236,22 @@ async def test_orphans_and_remove_pod_dir(ctx):
 
 
 async def test_built_configs_are_accepted_by_the_runtime(ctx):
-    c = full_container(image="orch.local/busybox:1",
-                       resources={"limits": {"cpu": "500m", "memory": "64Mi"}},
-                       volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}])
-    pod = make_pod([c], volumes=[{"name": "scratch", "emptyDir": {}}],
-                   securityContext={"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]})
-    host_pod = make_pod([{"name": "h", "image": "orch.local/busybox:1",
-                          "ports": [{"containerPort": 9100}]}],
-                        name="exporter", uid="uid-h", hostNetwork=True)
+    c = full_container(
+        image="orch.local/busybox:1",
+        resources={"limits": {"cpu": "500m", "memory": "64Mi"}},
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+    )
+    pod = make_pod(
+        [c],
+        volumes=[{"name": "scratch", "emptyDir": {}}],
+        securityContext={"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]},
+    )
+    host_pod = make_pod(
+        [{"name": "h", "image": "orch.local/busybox:1", "ports": [{"containerPort": 9100}]}],
+        name="exporter",
+        uid="uid-h",
+        hostNetwork=True,
+    )
     vm = VolumeManager(ctx)
     async with FakeRuntime() as fake, CriClient(fake.endpoint) as cri:
         for p in (pod, host_pod):
@@ -1072,17 +1262,16 @@ async def test_built_configs_are_accepted_by_the_runtime(ctx):
             assert bool(pod_ip) != bool(p["spec"].get("hostNetwork"))
             paths = await vm.setup(p)
             for cont in p["spec"]["containers"]:
-                setup = build_container_config(p, cont, ctx, restart_count=0,
-                                               pod_ip=pod_ip or ctx.host_ip, volume_paths=paths)
+                setup = build_container_config(
+                    p, cont, ctx, restart_count=0, pod_ip=pod_ip or ctx.host_ip, volume_paths=paths
+                )
                 container_id = await cri.create_container(sandbox_id, setup.config, sandbox_config)
                 await cri.start_container(container_id)
                 got = await cri.container_status(container_id)
                 assert got.status.state == pb.CONTAINER_RUNNING
                 assert got.status.labels[names.CRI_LABEL_MANAGED] == "true"
-                assert got.status.annotations[names.CRI_ANNOTATION_CONTAINER_HASH] == \
-                    container_hash(cont)
-                assert any(m.host_path == setup.termination_message_host_path
-                           for m in got.status.mounts)
+                assert got.status.annotations[names.CRI_ANNOTATION_CONTAINER_HASH] == container_hash(cont)
+                assert any(m.host_path == setup.termination_message_host_path for m in got.status.mounts)
         listed = await cri.list_pod_sandbox(label_selector={names.CRI_LABEL_MANAGED: "true"})
         assert sorted(s.metadata.name for s in listed) == ["exporter", "web"]
         stored = next(s for s in fake.sandboxes.values() if s.metadata.name == "web").config

@@ -11,24 +11,34 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from agent.runtime.context import NodeContext
+from agent.runtime.images import ImageManager
+from agent.runtime.manager import RuntimeManager
+from agent.runtime.volumes import VolumeManager
 from apiserver_min.api import names
 from apiserver_min.api.defaults import apply_defaults
 from cri.client import CriClient, UnavailableError
 from cri.fake import FakeRuntime
 
-from agent.runtime.context import NodeContext
-from agent.runtime.images import ImageManager
-from agent.runtime.manager import RuntimeManager
-from agent.runtime.volumes import VolumeManager
-
 OTHER = "registry.example/pause:3.9"
 
 
 def _pod(name: str = "web") -> dict:
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-           "spec": {"containers": [{"name": "app", "image": "orch.local/busybox:1",
-                                    "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "orch.local/busybox:1",
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                }
+            ]
+        },
+    }
     apply_defaults("", "v1", "Pod", pod)
     return pod
 
@@ -37,8 +47,12 @@ def _pod(name: str = "web") -> dict:
 def ctx(tmp_path) -> NodeContext:
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("nameserver 10.0.0.2\n")
-    return NodeContext(node_name="node-1", root_dir=str(tmp_path / "root"),
-                       pod_logs_dir=str(tmp_path / "logs"), resolv_conf=str(resolv))
+    return NodeContext(
+        node_name="node-1",
+        root_dir=str(tmp_path / "root"),
+        pod_logs_dir=str(tmp_path / "logs"),
+        resolv_conf=str(resolv),
+    )
 
 
 async def _sync_once(fake: FakeRuntime, ctx: NodeContext) -> tuple[RuntimeManager, object]:
@@ -62,7 +76,7 @@ async def test_pod_starts_when_the_runtime_has_another_sandbox_image(ctx):
         assert "PullImage" not in methods
         assert names.AGENT_PAUSE_IMAGE not in [r.image.image for m, r in fake.calls if m == "ImageStatus"]
         assert methods.count("RunPodSandbox") == 1 and len(fake.sandboxes) == 1
-        assert fake._find_image(names.AGENT_PAUSE_IMAGE) is None   # nothing pulled it
+        assert fake._find_image(names.AGENT_PAUSE_IMAGE) is None  # nothing pulled it
         assert runtime.runtime_sandbox_image == OTHER
         assert runtime.images_kept_from_gc() == {OTHER, names.AGENT_PAUSE_IMAGE}
 
@@ -111,7 +125,6 @@ async def test_runtime_that_does_not_report_keeps_the_flag_image_only(ctx):
         assert runtime.images_kept_from_gc() == {names.AGENT_PAUSE_IMAGE}
 
 
-
 async def test_the_sandbox_image_is_asked_again_until_the_runtime_answers(ctx):
     async with FakeRuntime(sandbox_image=OTHER) as fake:
         async with CriClient(fake.endpoint, request_timeout=5) as cri:
@@ -120,4 +133,4 @@ async def test_the_sandbox_image_is_asked_again_until_the_runtime_answers(ctx):
             assert await runtime.learn_sandbox_image() == ""
             assert await runtime.learn_sandbox_image() == OTHER
             assert await runtime.learn_sandbox_image() == OTHER
-            assert [m for m, _ in fake.calls].count("Status") == 2   # asked once it answered
+            assert [m for m, _ in fake.calls].count("Status") == 2  # asked once it answered

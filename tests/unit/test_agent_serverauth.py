@@ -29,22 +29,53 @@ class Req:
         self.transport = None
 
 
-@pytest.mark.parametrize("path, sub", [
-    ("/pods", "proxy"), ("/runningpods/", "proxy"), ("/configz", "proxy"), ("/healthz", "proxy"),
-    ("/containerLogs/ns/p/c", "proxy"), ("/exec/ns/p/c", "proxy"), ("/run/ns/p/c", "proxy"),
-    ("/stats", "stats"), ("/stats/summary", "stats"), ("/statsx", "proxy"),
-    ("/metrics", "metrics"), ("/metrics/resource", "metrics"), ("/metricsfoo", "proxy"),
-    ("/logs", "log"), ("/logs/", "log"), ("/logs/syslog", "log"), ("/spec", "spec"), ("/spec/", "spec"),
-])
+@pytest.mark.parametrize(
+    "path, sub",
+    [
+        ("/pods", "proxy"),
+        ("/runningpods/", "proxy"),
+        ("/configz", "proxy"),
+        ("/healthz", "proxy"),
+        ("/containerLogs/ns/p/c", "proxy"),
+        ("/exec/ns/p/c", "proxy"),
+        ("/run/ns/p/c", "proxy"),
+        ("/stats", "stats"),
+        ("/stats/summary", "stats"),
+        ("/statsx", "proxy"),
+        ("/metrics", "metrics"),
+        ("/metrics/resource", "metrics"),
+        ("/metricsfoo", "proxy"),
+        ("/logs", "log"),
+        ("/logs/", "log"),
+        ("/logs/syslog", "log"),
+        ("/spec", "spec"),
+        ("/spec/", "spec"),
+    ],
+)
 def test_path_to_subresource(path, sub):
     attrs = sa.request_attributes(ALICE, "GET", path, "node-1")
-    assert (attrs.resource, attrs.subresource, attrs.name, attrs.api_version, attrs.api_group,
-            attrs.namespace) == ("nodes", sub, "node-1", "v1", "", "")
+    assert (attrs.resource, attrs.subresource, attrs.name, attrs.api_version, attrs.api_group, attrs.namespace) == (
+        "nodes",
+        sub,
+        "node-1",
+        "v1",
+        "",
+        "",
+    )
 
 
-@pytest.mark.parametrize("method, verb", [("GET", "get"), ("POST", "create"), ("PUT", "update"),
-                                          ("PATCH", "patch"), ("DELETE", "delete"), ("HEAD", ""),
-                                          ("OPTIONS", "")])
+@pytest.mark.parametrize(
+    "method, verb",
+    [
+        ("GET", "get"),
+        ("POST", "create"),
+        ("PUT", "update"),
+        ("PATCH", "patch"),
+        ("DELETE", "delete"),
+        ("HEAD", ""),
+        ("OPTIONS", ""),
+    ],
+)
 def test_http_method_to_verb(method, verb):
     assert sa.http_verb(method) == verb
 
@@ -53,7 +84,7 @@ def test_ttl_cache_expires_and_stays_bounded():
     clock = Clock()
     cache = sa.TTLCache(max_entries=3, clock=clock)
     cache.put("a", 1, 10)
-    cache.put("b", 2, 0)            # a zero TTL caches nothing
+    cache.put("b", 2, 0)  # a zero TTL caches nothing
     assert cache.get("a") == (True, 1) and cache.get("b") == (False, None)
     clock.now += 10
     assert cache.get("a") == (False, None)
@@ -70,8 +101,12 @@ async def test_token_webhook_caches_successes_only_for_the_ttl():
         calls.append(body["spec"]["token"])
         assert path == sa.TOKEN_REVIEW_PATH and body["kind"] == "TokenReview"
         if body["spec"]["token"] == "t1":
-            return {"status": {"authenticated": True,
-                               "user": {"username": "bob", "uid": "9", "groups": ["g"], "extra": {"k": ["v"]}}}}
+            return {
+                "status": {
+                    "authenticated": True,
+                    "user": {"username": "bob", "uid": "9", "groups": ["g"], "extra": {"k": ["v"]}},
+                }
+            }
         return {"status": {"authenticated": False}}
 
     auth = sa.TokenWebhookAuthenticator(review, ttl=120, cache=sa.TTLCache(clock=clock))
@@ -86,8 +121,8 @@ async def test_token_webhook_caches_successes_only_for_the_ttl():
         await auth(Req({"Authorization": "Bearer t2"}))
     with pytest.raises(sa.AuthenticationError):
         await auth(Req({"Authorization": "Bearer t2"}))
-    assert calls == ["t1", "t1", "t2", "t2"]          # failures are asked again
-    assert await auth(Req({})) is None                   # no token: not this authenticator's business
+    assert calls == ["t1", "t1", "t2", "t2"]  # failures are asked again
+    assert await auth(Req({})) is None  # no token: not this authenticator's business
     assert await auth(Req({"Authorization": "Basic eDp5"})) is None
 
 
@@ -103,8 +138,9 @@ async def test_union_anonymous_only_without_credentials():
     # A token that cannot be checked is a 401 even with anonymous access on.
     assert await with_anon(Req({"Authorization": "Bearer x"})) is None
     # The x509 authenticator answers first.
-    cert_user = sa.Authenticator(x509_auth=sa.X509Authenticator(lambda r: _der("carol", ["a", "b"])),
-                                 token_auth=token, anonymous=True)
+    cert_user = sa.Authenticator(
+        x509_auth=sa.X509Authenticator(lambda r: _der("carol", ["a", "b"])), token_auth=token, anonymous=True
+    )
     assert await cert_user(Req({"Authorization": "Bearer x"})) == UserInfo("carol", ("a", "b"))
 
 
@@ -117,12 +153,20 @@ def _der(cn: str, orgs: list[str]) -> bytes:
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] +
-                     [x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    name = x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] + [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    )
     now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     return cert.public_bytes(serialization.Encoding.DER)
 
 
@@ -145,11 +189,11 @@ async def test_webhook_authorizer_ttls_and_shared_inflight_review():
     await asyncio.sleep(0)
     gate.set()
     assert await first == [(True, "policy"), (True, "policy"), (False, "policy")]
-    assert asked == [("alice", "get"), ("alice", "create")]   # one review for the two identical requests
+    assert asked == [("alice", "get"), ("alice", "create")]  # one review for the two identical requests
     clock.now += 31
     await authz(get_attrs)
     await authz(post_attrs)
-    assert asked[2:] == [("alice", "create")]                 # the denial expired, the allowance did not
+    assert asked[2:] == [("alice", "create")]  # the denial expired, the allowance did not
     clock.now += 300
     await authz(get_attrs)
     assert asked[3:] == [("alice", "get")]

@@ -27,17 +27,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def pod_yaml(name: str, image: str = "busybox:1", *, extra: str = "") -> str:
-    return (f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{extra}"
-            f"spec:\n  containers:\n  - name: main\n    image: {image}\n")
+    return (
+        f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{extra}"
+        f"spec:\n  containers:\n  - name: main\n    image: {image}\n"
+    )
 
 
 def pod_obj(name: str, image: str = "busybox:1") -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "main", "image": image}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": image}]},
+    }
 
 
-def static(name: str, *, location: str = "/etc/m/p.yaml", source: str = podutil.SOURCE_FILE,
-           image: str = "busybox:1") -> dict:
+def static(
+    name: str, *, location: str = "/etc/m/p.yaml", source: str = podutil.SOURCE_FILE, image: str = "busybox:1"
+) -> dict:
     return make_static(pod_obj(name, image), node_name=NODE, source=source, location=location)
 
 
@@ -72,31 +79,46 @@ def test_decode_yaml_and_json_pod():
 
 
 def test_decode_pod_list_and_list():
-    body = {"apiVersion": "v1", "kind": "PodList", "items": [
-        {"metadata": {"name": "a"}, "spec": {}}, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"}}]}
+    body = {
+        "apiVersion": "v1",
+        "kind": "PodList",
+        "items": [
+            {"metadata": {"name": "a"}, "spec": {}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"}},
+        ],
+    }
     pods = decode_manifest(json.dumps(body).encode(), "/m/l.json")
-    assert [(p["kind"], p["apiVersion"], p["metadata"]["name"]) for p in pods] == [("Pod", "v1", "a"), ("Pod", "v1", "b")]
+    assert [(p["kind"], p["apiVersion"], p["metadata"]["name"]) for p in pods] == [
+        ("Pod", "v1", "a"),
+        ("Pod", "v1", "b"),
+    ]
     lst = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: c}\n"
     assert [p["metadata"]["name"] for p in decode_manifest(lst.encode(), "/m/x")] == ["c"]
     assert decode_manifest(b"apiVersion: v1\nkind: PodList\n", "/m/empty-list") == []
 
 
-@pytest.mark.parametrize("data, needle", [
-    (b"apiVersion: v1\nkind: Pod\nkind: Pod\n", "duplicate field 'kind'"),
-    (b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "name": "b"}}', "duplicate field 'name'"),
-    (b"- apiVersion: v1\n", "got a list"),
-    (b"just a string\n", "got a string"),
-    (b"apiVersion: v1\nkind: Service\n", "kind: Unsupported value: 'Service'"),
-    (b"apiVersion: apps/v1\nkind: Pod\n", "apiVersion: Unsupported value: 'apps/v1'"),
-    (b"kind: Pod\n", "apiVersion: Required value"),
-    (b"apiVersion: v1\n", "kind: Required value"),
-    (b"apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Secret}\n", "items[0].kind: Unsupported value: 'Secret'"),
-    (b"apiVersion: v1\nkind: PodList\nitems: 3\n", "items: expected a list"),
-    (b"  \n", "manifest is empty"),
-    (b"{not json", "error decoding JSON"),
-    (b"a: [1\n", "error decoding YAML"),
-    (pod_yaml("a").encode() + b"---\n" + pod_yaml("b").encode(), "as a PodList"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (b"apiVersion: v1\nkind: Pod\nkind: Pod\n", "duplicate field 'kind'"),
+        (b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "name": "b"}}', "duplicate field 'name'"),
+        (b"- apiVersion: v1\n", "got a list"),
+        (b"just a string\n", "got a string"),
+        (b"apiVersion: v1\nkind: Service\n", "kind: Unsupported value: 'Service'"),
+        (b"apiVersion: apps/v1\nkind: Pod\n", "apiVersion: Unsupported value: 'apps/v1'"),
+        (b"kind: Pod\n", "apiVersion: Required value"),
+        (b"apiVersion: v1\n", "kind: Required value"),
+        (
+            b"apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Secret}\n",
+            "items[0].kind: Unsupported value: 'Secret'",
+        ),
+        (b"apiVersion: v1\nkind: PodList\nitems: 3\n", "items: expected a list"),
+        (b"  \n", "manifest is empty"),
+        (b"{not json", "error decoding JSON"),
+        (b"a: [1\n", "error decoding YAML"),
+        (pod_yaml("a").encode() + b"---\n" + pod_yaml("b").encode(), "as a PodList"),
+    ],
+)
 def test_decode_rejects_with_location(data, needle):
     with pytest.raises(ManifestError) as info:
         decode_manifest(data, "/etc/m/bad.yaml")
@@ -144,14 +166,17 @@ def test_static_identity_keeps_namespace_and_lowercases_node_suffix():
     assert p["metadata"]["annotations"][names.ANNOTATION_CONFIG_SOURCE] == "http"
     # as upstream, only pods from files tolerate every NoExecute taint
     assert not p["spec"].get("tolerations")
-    assert obj["metadata"]["name"] == "web"   # the input is not changed
+    assert obj["metadata"]["name"] == "web"  # the input is not changed
 
 
 def test_static_toleration_not_duplicated():
     obj = pod_obj("web")
     obj["spec"]["tolerations"] = [{"operator": "Exists", "effect": "NoExecute"}, {"key": "k", "operator": "Exists"}]
     p = make_static(obj, node_name=NODE, source=podutil.SOURCE_FILE, location="/m/w")
-    assert p["spec"]["tolerations"] == [{"operator": "Exists", "effect": "NoExecute"}, {"key": "k", "operator": "Exists"}]
+    assert p["spec"]["tolerations"] == [
+        {"operator": "Exists", "effect": "NoExecute"},
+        {"key": "k", "operator": "Exists"},
+    ]
 
 
 def test_static_uid_depends_on_content_location_and_node():
@@ -177,12 +202,22 @@ def test_static_uid_ignores_key_order_and_format():
 
 def test_static_uid_stable_across_processes():
     """A restarted agent must find the same UID (no per-process hash seed in it)."""
-    code = ("import json,sys; from agent.sources.decode import make_static; "
-            "print(make_static(json.loads(sys.argv[1]), node_name='node-a', source='file', "
-            "location='/m/web.yaml')['metadata']['uid'])")
-    uids = {subprocess.run([sys.executable, "-c", code, json.dumps(pod_obj("web"))], cwd=REPO, check=True,
-                           capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed}
-                           ).stdout.strip() for seed in ("1", "2")}
+    code = (
+        "import json,sys; from agent.sources.decode import make_static; "
+        "print(make_static(json.loads(sys.argv[1]), node_name='node-a', source='file', "
+        "location='/m/web.yaml')['metadata']['uid'])"
+    )
+    uids = {
+        subprocess.run(
+            [sys.executable, "-c", code, json.dumps(pod_obj("web"))],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
     assert uids == {static("web", location="/m/web.yaml")["metadata"]["uid"]}
 
 
@@ -204,8 +239,12 @@ def test_static_validation_errors_name_fields_and_location():
     with pytest.raises(ManifestError, match="metadata.name: Required value"):
         make_static({"apiVersion": "v1", "kind": "Pod", "spec": {}}, node_name=NODE, source="file", location="/m/x")
     with pytest.raises(ManifestError, match="spec: Invalid value"):
-        make_static({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": [1]},
-                    node_name=NODE, source="file", location="/m/x")
+        make_static(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": [1]},
+            node_name=NODE,
+            source="file",
+            location="/m/x",
+        )
     with pytest.raises(ValueError):
         make_static(pod_obj("web"), node_name=NODE, source="api", location="/m/x")
 
@@ -214,9 +253,13 @@ def test_static_validation_errors_name_fields_and_location():
 
 
 def api_pod(name: str, uid: str, **meta) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": uid, **meta},
-            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}, "status": {"phase": "Pending"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, **meta},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1"}]},
+        "status": {"phase": "Pending"},
+    }
 
 
 def test_merge_first_set_is_announced_even_when_empty():
@@ -240,7 +283,7 @@ def test_merge_add_update_reconcile_delete_remove():
     assert seen.endswith("Z") and "T" in seen
     assert added["metadata"]["annotations"][names.ANNOTATION_CONFIG_SOURCE] == "api"
 
-    config.push(PodUpdate.make(Op.SET, "api", [a]))      # nothing changed
+    config.push(PodUpdate.make(Op.SET, "api", [a]))  # nothing changed
     assert drain(config) == []
 
     b = api_pod("a", "u1", labels={"x": "y"})
@@ -255,8 +298,7 @@ def test_merge_add_update_reconcile_delete_remove():
     u = config.updates.get_nowait()
     assert u.op == Op.RECONCILE and u.pods[0]["status"]["phase"] == "Running"
 
-    d = api_pod("a", "u1", labels={"x": "y"}, deletionTimestamp="2024-01-01T00:00:00Z",
-                deletionGracePeriodSeconds=30)
+    d = api_pod("a", "u1", labels={"x": "y"}, deletionTimestamp="2024-01-01T00:00:00Z", deletionGracePeriodSeconds=30)
     config.push(PodUpdate.make(Op.SET, "api", [d]))
     u = config.updates.get_nowait()
     assert u.op == Op.DELETE and u.pods[0]["metadata"]["deletionTimestamp"] == "2024-01-01T00:00:00Z"
@@ -328,8 +370,10 @@ def test_merge_report_problems_keeps_since():
     config = PodConfig(NODE)
     first = ManifestProblem("file", "/m/a", "bad", since=100.0)
     config.report_problems("file", [first])
-    config.report_problems("file", [ManifestProblem("file", "/m/a", "bad", since=200.0),
-                                    ManifestProblem("file", "/m/b", "worse", since=200.0)])
+    config.report_problems(
+        "file",
+        [ManifestProblem("file", "/m/a", "bad", since=200.0), ManifestProblem("file", "/m/b", "worse", since=200.0)],
+    )
     assert [(p.location, p.since) for p in config.problems()] == [("/m/a", 100.0), ("/m/b", 200.0)]
     config.report_problems("file", [])
     assert config.problems() == []
@@ -341,7 +385,7 @@ def test_merge_incremental_ops_and_unknown_op():
     config.push(PodUpdate.make(Op.ADD, "api", [api_pod("b", "u2")]))
     config.push(PodUpdate.make(Op.REMOVE, "api", [api_pod("a", "u1")]))
     assert drain(config) == [(Op.ADD, "api", ["a"]), (Op.ADD, "api", ["b"]), (Op.REMOVE, "api", ["a"])]
-    assert not config.seen_all(["api"])   # only a SET marks a source seen
+    assert not config.seen_all(["api"])  # only a SET marks a source seen
     config.push(PodUpdate.make(Op.RECONCILE, "api", [api_pod("b", "u2")]))
     assert drain(config) == [] and [podutil.name(p) for p in config.pods()] == ["b"]
 
@@ -367,7 +411,8 @@ def test_file_read_once_mixed_directory(tmp_path):
     (tmp_path / "list.yaml").write_text(
         "apiVersion: v1\nkind: PodList\nitems:\n"
         "- metadata: {name: l1}\n  spec: {containers: [{name: c, image: x}]}\n"
-        "- metadata: {name: l2}\n  spec: {containers: [{name: c}]}\n")
+        "- metadata: {name: l2}\n  spec: {containers: [{name: c}]}\n"
+    )
     (tmp_path / "z-dup.yaml").write_text(pod_yaml("a", image="other"))
     src = FileSource(str(tmp_path), NODE, 20.0, PodConfig(NODE))
     pods, problems = src.read_once()
@@ -422,7 +467,9 @@ async def test_file_source_notices_changes_via_inotify(tmp_path):
         write(tmp_path / "a.yaml", pod_yaml("a", image="busybox:2"))
         u1, u2 = await next_update(config), await next_update(config)
         assert [(u.op, [podutil.name(p) for p in u.pods]) for u in (u1, u2)] == [
-            (Op.REMOVE, [f"a-{NODE}"]), (Op.ADD, [f"a-{NODE}"])]
+            (Op.REMOVE, [f"a-{NODE}"]),
+            (Op.ADD, [f"a-{NODE}"]),
+        ]
         assert u2.pods[0]["spec"]["containers"][0]["image"] == "busybox:2"
 
         # A malformed file is a problem, the good pods stay.
@@ -438,7 +485,7 @@ async def test_file_source_notices_changes_via_inotify(tmp_path):
         await eventually(lambda: config.problems() == [])
     finally:
         await stop(task)
-    assert len(os.listdir("/proc/self/fd")) == fds_before   # the inotify descriptor is closed
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # the inotify descriptor is closed
 
 
 async def test_file_source_single_file_and_late_directory(tmp_path):
@@ -447,8 +494,8 @@ async def test_file_source_single_file_and_late_directory(tmp_path):
     task = await run_source(FileSource(str(target), NODE, 3600.0, config))
     try:
         u = await next_update(config)
-        assert (u.op, u.pods) == (Op.ADD, ())     # missing path: seen, empty
-        target.mkdir()                            # noticed through the parent's watch
+        assert (u.op, u.pods) == (Op.ADD, ())  # missing path: seen, empty
+        target.mkdir()  # noticed through the parent's watch
         write(target / "a.yaml", pod_yaml("a"))
         u = await next_update(config)
         assert [podutil.name(p) for p in u.pods] == [f"a-{NODE}"]
@@ -463,7 +510,7 @@ async def test_file_source_single_file_and_late_directory(tmp_path):
     try:
         u = await next_update(config)
         assert [podutil.name(p) for p in u.pods] == [f"one-{NODE}"]
-        single.write_text(pod_yaml("one", extra="  labels: {x: y}\n"))   # rewritten in place
+        single.write_text(pod_yaml("one", extra="  labels: {x: y}\n"))  # rewritten in place
         u = await next_update(config)
         assert u.op == Op.REMOVE
         u = await next_update(config)
@@ -528,13 +575,12 @@ async def test_url_source_good_bad_and_kept(endpoint):
 
     endpoint.status = 500
     assert await src.fetch_once() is False
-    assert not config.seen_all(["http"])     # an unreachable URL is not "no pods"
+    assert not config.seen_all(["http"])  # an unreachable URL is not "no pods"
     [p] = config.problems()
     assert p.source == "http" and p.location == endpoint.url() and "500" in p.message
 
     endpoint.status = 200
-    endpoint.body = json.dumps({"apiVersion": "v1", "kind": "PodList",
-                                "items": [pod_obj("a"), pod_obj("b")]}).encode()
+    endpoint.body = json.dumps({"apiVersion": "v1", "kind": "PodList", "items": [pod_obj("a"), pod_obj("b")]}).encode()
     assert await src.fetch_once() is True
     u = await next_update(config)
     assert (u.op, u.source, [podutil.name(p) for p in u.pods]) == (Op.ADD, "http", [f"a-{NODE}", f"b-{NODE}"])
@@ -544,9 +590,17 @@ async def test_url_source_good_bad_and_kept(endpoint):
     assert headers.getall("X-Token") == ["a", "b"] and headers["X-Other"] == "c"
 
     before = config.pods()
-    for status, body, needle in [(500, b"oops", "500"), (200, b"apiVersion: v1\nkind: Pod\nkind: Pod\n", "duplicate"),
-                                 (200, json.dumps({"apiVersion": "v1", "kind": "PodList", "items": [
-                                     pod_obj("a"), pod_obj("c", image="")]}).encode(), "items[1]: invalid pod")]:
+    for status, body, needle in [
+        (500, b"oops", "500"),
+        (200, b"apiVersion: v1\nkind: Pod\nkind: Pod\n", "duplicate"),
+        (
+            200,
+            json.dumps(
+                {"apiVersion": "v1", "kind": "PodList", "items": [pod_obj("a"), pod_obj("c", image="")]}
+            ).encode(),
+            "items[1]: invalid pod",
+        ),
+    ]:
         endpoint.status, endpoint.body = status, body
         assert await src.fetch_once() is False
         [p] = config.problems()
@@ -556,7 +610,7 @@ async def test_url_source_good_bad_and_kept(endpoint):
     endpoint.status = 200
     endpoint.body = pod_yaml("a").encode()
     assert await src.fetch_once() is True
-    assert drain(config) == [(Op.REMOVE, "http", [f"b-{NODE}"])]   # same UID for a: no change to it
+    assert drain(config) == [(Op.REMOVE, "http", [f"b-{NODE}"])]  # same UID for a: no change to it
     assert config.problems() == []
 
     endpoint.body = b""

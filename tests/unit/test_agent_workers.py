@@ -25,12 +25,6 @@ from typing import Any, Callable
 
 import pytest
 
-from apiserver_min.api import names
-from apiserver_min.api.defaults import apply_defaults
-from cri import api_pb2 as pb
-from cri.client import CriClient
-from cri.fake import ContainerBehavior, ExecResult, FakeRuntime
-
 from agent import workers as workers_mod
 from agent.cm import AdmitResult
 from agent.events import EventRecorder
@@ -41,11 +35,15 @@ from agent.runtime.backoff import Backoff
 from agent.runtime.container import container_hash
 from agent.runtime.context import NodeContext
 from agent.runtime.images import ImageManager
-from agent.runtime.manager import (ContainerInfo, RuntimeManager, RuntimePod, SandboxInfo,
-                                   compute_pod_actions)
+from agent.runtime.manager import ContainerInfo, RuntimeManager, RuntimePod, SandboxInfo, compute_pod_actions
 from agent.runtime.volumes import VolumeManager
 from agent.sources.merge import PodConfig
 from agent.workers import PodPipeline
+from apiserver_min.api import names
+from apiserver_min.api.defaults import apply_defaults
+from cri import api_pb2 as pb
+from cri.client import CriClient
+from cri.fake import ContainerBehavior, ExecResult, FakeRuntime
 
 IMAGE = "orch.local/busybox:1"
 NODE = "node-1"
@@ -59,16 +57,25 @@ def container(name: str, **extra: Any) -> dict:
     return {"name": name, "image": IMAGE, "command": ["sleep", "3600"], **extra}
 
 
-def make_pod(name: str, containers: list[dict], *, init: list[dict] | None = None,
-             policy: str = "Always", grace: int = 30, uid: str | None = None,
-             namespace: str = "default") -> dict:
-    spec: dict = {"containers": containers, "restartPolicy": policy,
-                  "terminationGracePeriodSeconds": grace}
+def make_pod(
+    name: str,
+    containers: list[dict],
+    *,
+    init: list[dict] | None = None,
+    policy: str = "Always",
+    grace: int = 30,
+    uid: str | None = None,
+    namespace: str = "default",
+) -> dict:
+    spec: dict = {"containers": containers, "restartPolicy": policy, "terminationGracePeriodSeconds": grace}
     if init:
         spec["initContainers"] = init
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
-           "spec": spec}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
+        "spec": spec,
+    }
     apply_defaults("", "v1", "Pod", pod)
     return pod
 
@@ -82,18 +89,37 @@ def sandbox_info(ready: bool = True, attempt: int = 0, sid: str = "sb0") -> Sand
     return SandboxInfo(sid, ready, created_at=attempt * _NS + 1, attempt=attempt)
 
 
-def info(spec: dict, state: str, *, exit_code: int = 0, cid: str | None = None,
-         created: int = 1, restart_count: int = 0, hash_: str | None = None,
-         sandbox: str = "sb0") -> ContainerInfo:
-    return ContainerInfo(id=cid or f"{spec['name']}-{restart_count}", name=spec["name"],
-                         sandbox_id=sandbox, state=state, created_at=created * _NS,
-                         exit_code=exit_code, restart_count=restart_count,
-                         hash=container_hash(spec) if hash_ is None else hash_)
+def info(
+    spec: dict,
+    state: str,
+    *,
+    exit_code: int = 0,
+    cid: str | None = None,
+    created: int = 1,
+    restart_count: int = 0,
+    hash_: str | None = None,
+    sandbox: str = "sb0",
+) -> ContainerInfo:
+    return ContainerInfo(
+        id=cid or f"{spec['name']}-{restart_count}",
+        name=spec["name"],
+        sandbox_id=sandbox,
+        state=state,
+        created_at=created * _NS,
+        exit_code=exit_code,
+        restart_count=restart_count,
+        hash=container_hash(spec) if hash_ is None else hash_,
+    )
 
 
 def runtime_pod(sandboxes: list[SandboxInfo], containers: list[ContainerInfo]) -> RuntimePod:
-    return RuntimePod("uid-p", "p", "default", sandboxes=sandboxes,
-                      containers=sorted(containers, key=lambda c: c.created_at, reverse=True))
+    return RuntimePod(
+        "uid-p",
+        "p",
+        "default",
+        sandboxes=sandboxes,
+        containers=sorted(containers, key=lambda c: c.created_at, reverse=True),
+    )
 
 
 def names_of(containers: list[dict]) -> list[str]:
@@ -128,16 +154,14 @@ def test_init_containers_run_in_order_each_to_completion():
     assert done_one.next_init["name"] == "i2" and done_one.start == []
     assert not done_one.create_sandbox and done_one.sandbox_id == "sb0"
 
-    both = compute_pod_actions(pod, runtime_pod(sb, [info(i1, "exited", created=1),
-                                                     info(i2, "exited", created=2)]))
+    both = compute_pod_actions(pod, runtime_pod(sb, [info(i1, "exited", created=1), info(i2, "exited", created=2)]))
     assert both.next_init is None and names_of(both.start) == ["app"]
 
 
 def test_failed_init_container_with_never_fails_the_pod():
     i1, app = container("i1"), container("app")
     pod = make_pod("p", [app], init=[i1], policy="Never")
-    actions = compute_pod_actions(pod, runtime_pod([sandbox_info()],
-                                                   [info(i1, "exited", exit_code=1)]))
+    actions = compute_pod_actions(pod, runtime_pod([sandbox_info()], [info(i1, "exited", exit_code=1)]))
     assert actions.init_failed
     assert actions.next_init is None and actions.start == [] and not actions.create_sandbox
 
@@ -146,19 +170,24 @@ def test_failed_init_container_with_never_fails_the_pod():
 def test_failed_init_container_restarts_unless_never(policy):
     i1, i2, app = container("i1"), container("i2"), container("app")
     pod = make_pod("p", [app], init=[i1, i2], policy=policy)
-    actions = compute_pod_actions(pod, runtime_pod([sandbox_info()],
-                                                   [info(i1, "exited", exit_code=2)]))
+    actions = compute_pod_actions(pod, runtime_pod([sandbox_info()], [info(i1, "exited", exit_code=2)]))
     assert not actions.init_failed
     assert actions.next_init["name"] == "i1"
     assert "i1" in actions.restart_reasons
     assert actions.start == []
 
 
-@pytest.mark.parametrize("policy, exit_code, restarts", [
-    ("Always", 0, True), ("Always", 1, True),
-    ("OnFailure", 0, False), ("OnFailure", 1, True),
-    ("Never", 0, False), ("Never", 1, False),
-])
+@pytest.mark.parametrize(
+    "policy, exit_code, restarts",
+    [
+        ("Always", 0, True),
+        ("Always", 1, True),
+        ("OnFailure", 0, False),
+        ("OnFailure", 1, True),
+        ("Never", 0, False),
+        ("Never", 1, False),
+    ],
+)
 def test_exited_app_container_follows_the_restart_policy(policy, exit_code, restarts):
     a, b = container("a"), container("b")
     pod = make_pod("p", [a, b], policy=policy)
@@ -206,8 +235,7 @@ def test_liveness_failure_kills_and_restarts():
 def test_dead_sandbox_with_never_after_containers_ran_is_not_recreated():
     a = container("a")
     pod = make_pod("p", [a], policy="Never")
-    exited = compute_pod_actions(pod, runtime_pod([sandbox_info(ready=False)],
-                                                  [info(a, "exited", exit_code=0)]))
+    exited = compute_pod_actions(pod, runtime_pod([sandbox_info(ready=False)], [info(a, "exited", exit_code=0)]))
     assert not exited.create_sandbox and not exited.kill_pod and exited.start == []
     # A container still reported running in the dead sandbox is killed, nothing new is made.
     still = compute_pod_actions(pod, runtime_pod([sandbox_info(ready=False)], [info(a, "running")]))
@@ -217,8 +245,7 @@ def test_dead_sandbox_with_never_after_containers_ran_is_not_recreated():
 def test_dead_sandbox_is_recreated_with_every_container():
     a, b = container("a"), container("b")
     pod = make_pod("p", [a, b], policy="Always")
-    rp = runtime_pod([sandbox_info(ready=False, attempt=2)],
-                     [info(a, "exited", exit_code=137), info(b, "running")])
+    rp = runtime_pod([sandbox_info(ready=False, attempt=2)], [info(a, "exited", exit_code=137), info(b, "running")])
     actions = compute_pod_actions(pod, rp)
     assert actions.kill_pod and actions.create_sandbox and actions.attempt == 3
     # Both run again in the new sandbox, including b, which kill_pod stops first.
@@ -228,8 +255,10 @@ def test_dead_sandbox_is_recreated_with_every_container():
 def test_dead_sandbox_of_a_completed_onfailure_pod_is_not_recreated():
     i1, a = container("i1"), container("a")
     pod = make_pod("p", [a], init=[i1], policy="OnFailure")
-    rp = runtime_pod([sandbox_info(ready=False)],
-                     [info(i1, "exited", exit_code=0, created=1), info(a, "exited", exit_code=0, created=2)])
+    rp = runtime_pod(
+        [sandbox_info(ready=False)],
+        [info(i1, "exited", exit_code=0, created=1), info(a, "exited", exit_code=0, created=2)],
+    )
     actions = compute_pod_actions(pod, rp)
     assert not actions.create_sandbox
     assert actions.next_init is None and actions.start == []
@@ -238,8 +267,7 @@ def test_dead_sandbox_of_a_completed_onfailure_pod_is_not_recreated():
 def test_dead_sandbox_of_onfailure_pod_restarts_only_failed_containers():
     a, b = container("a"), container("b")
     pod = make_pod("p", [a, b], policy="OnFailure")
-    rp = runtime_pod([sandbox_info(ready=False)],
-                     [info(a, "exited", exit_code=0), info(b, "exited", exit_code=1)])
+    rp = runtime_pod([sandbox_info(ready=False)], [info(a, "exited", exit_code=0), info(b, "exited", exit_code=1)])
     actions = compute_pod_actions(pod, rp)
     assert actions.create_sandbox and names_of(actions.start) == ["b"]
 
@@ -253,7 +281,7 @@ class FakeCgroups:
     def __init__(self, fake: FakeRuntime, refuse: dict[str, AdmitResult] | None = None) -> None:
         self.fake = fake
         self.refuse = refuse or {}
-        self.ensured: list[tuple[str, int]] = []      # (uid, RunPodSandbox calls at that moment)
+        self.ensured: list[tuple[str, int]] = []  # (uid, RunPodSandbox calls at that moment)
         self.removed: list[str] = []
         self.admitted: list[str] = []
         self.qos_updates = 0
@@ -342,18 +370,28 @@ async def fake():
 def ctx(tmp_path) -> NodeContext:
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("nameserver 10.0.0.2\nsearch example.test\n")
-    return NodeContext(node_name=NODE, root_dir=str(tmp_path / "root"),
-                       pod_logs_dir=str(tmp_path / "logs"), resolv_conf=str(resolv),
-                       host_ip="192.168.1.5", node_allocatable_cpu_millis=4000,
-                       node_allocatable_memory=8 << 30)
+    return NodeContext(
+        node_name=NODE,
+        root_dir=str(tmp_path / "root"),
+        pod_logs_dir=str(tmp_path / "logs"),
+        resolv_conf=str(resolv),
+        host_ip="192.168.1.5",
+        node_allocatable_cpu_millis=4000,
+        node_allocatable_memory=8 << 30,
+    )
 
 
 @pytest.fixture
 async def make_agent(fake, ctx):
     agents: list[Agent] = []
 
-    def build(*, cgroups: Any = None, backoff: Backoff | None = None, probes: bool = False,
-              sources: tuple[str, ...] = ("file",)) -> Agent:
+    def build(
+        *,
+        cgroups: Any = None,
+        backoff: Backoff | None = None,
+        probes: bool = False,
+        sources: tuple[str, ...] = ("file",),
+    ) -> Agent:
         cri = CriClient(fake.endpoint, request_timeout=5, max_reconnect_backoff=0.1)
         events = EventRecorder(NODE)
         statuses: list[tuple[str, dict]] = []
@@ -362,18 +400,33 @@ async def make_agent(fake, ctx):
         probe_manager = None
         if probes:
             probe_manager = ProbeManager(cri, lambda uid: holder["p"].wake(uid), time_scale=0.05)
-        runtime = RuntimeManager(cri, ctx, images=ImageManager(cri), volumes=VolumeManager(ctx),
-                                 cgroups=cgroups, probes=probe_manager, events=events,
-                                 backoff=backoff or Backoff(0.2, 1.0), hooks=prober_hooks)
+        runtime = RuntimeManager(
+            cri,
+            ctx,
+            images=ImageManager(cri),
+            volumes=VolumeManager(ctx),
+            cgroups=cgroups,
+            probes=probe_manager,
+            events=events,
+            backoff=backoff or Backoff(0.2, 1.0),
+            hooks=prober_hooks,
+        )
         config = PodConfig(NODE)
-        pipeline = PodPipeline(config=config, runtime=runtime, probes=probe_manager,
-                               cgroups=cgroups, events=events, sources=sources,
-                               sync_frequency=1.0, host_ip="192.168.1.5", tick=0.05,
-                               on_status=lambda pod, st: statuses.append((pod["metadata"]["uid"], st)),
-                               on_terminated=lambda pod: terminated.append(pod["metadata"]["uid"]))
+        pipeline = PodPipeline(
+            config=config,
+            runtime=runtime,
+            probes=probe_manager,
+            cgroups=cgroups,
+            events=events,
+            sources=sources,
+            sync_frequency=1.0,
+            host_ip="192.168.1.5",
+            tick=0.05,
+            on_status=lambda pod, st: statuses.append((pod["metadata"]["uid"], st)),
+            on_terminated=lambda pod: terminated.append(pod["metadata"]["uid"]),
+        )
         holder["p"] = pipeline
-        agent = Agent(cri, runtime, config, pipeline, events, statuses, terminated,
-                      probes=probe_manager)
+        agent = Agent(cri, runtime, config, pipeline, events, statuses, terminated, probes=probe_manager)
         agents.append(agent)
         return agent
 
@@ -396,17 +449,22 @@ async def until(predicate: Callable[[], Any], what: str, timeout: float = 5.0) -
 
 def fake_containers(fake: FakeRuntime, pod: dict, name: str | None = None) -> list:
     uid = pod["metadata"]["uid"]
-    return sorted((c for c in fake.containers.values()
-                   if c.config.labels.get(names.CRI_LABEL_POD_UID) == uid
-                   and (name is None or c.name == name)),
-                  key=lambda c: c.created_at)
+    return sorted(
+        (
+            c
+            for c in fake.containers.values()
+            if c.config.labels.get(names.CRI_LABEL_POD_UID) == uid and (name is None or c.name == name)
+        ),
+        key=lambda c: c.created_at,
+    )
 
 
 def fake_sandboxes(fake: FakeRuntime, pod: dict) -> list:
     uid = pod["metadata"]["uid"]
-    return sorted((s for s in fake.sandboxes.values()
-                   if s.config.labels.get(names.CRI_LABEL_POD_UID) == uid),
-                  key=lambda s: s.created_at)
+    return sorted(
+        (s for s in fake.sandboxes.values() if s.config.labels.get(names.CRI_LABEL_POD_UID) == uid),
+        key=lambda s: s.created_at,
+    )
 
 
 def running(fake: FakeRuntime, pod: dict, name: str) -> list:
@@ -428,7 +486,7 @@ def record_starts(fake: FakeRuntime) -> list[tuple[float, str, int]]:
         starts.append((time.monotonic(), c.name, c.config.metadata.attempt))
         return response
 
-    fake._rpc_StartContainer = start   # _dispatch looks handlers up on the instance
+    fake._rpc_StartContainer = start  # _dispatch looks handlers up on the instance
     return starts
 
 
@@ -440,36 +498,41 @@ async def test_pod_starts_sandbox_then_init_containers_in_order_then_apps(fake, 
     fake.set_behavior(ContainerBehavior(exit_after=0.1, exit_code=0), container="i2")
     cgroups = FakeCgroups(fake)
     agent = make_agent(cgroups=cgroups)
-    pod = make_pod("web", [container("app"), container("side")],
-                   init=[container("i1"), container("i2")])
+    pod = make_pod("web", [container("app"), container("side")], init=[container("i1"), container("i2")])
     agent.start()
     agent.push(pod)
 
-    await until(lambda: agent.status(pod).get("phase") == "Running"
-                and all(agent.container_status(pod, n).get("state", {}).get("running")
-                        for n in ("app", "side")), "the pod to run")
+    await until(
+        lambda: (
+            agent.status(pod).get("phase") == "Running"
+            and all(agent.container_status(pod, n).get("state", {}).get("running") for n in ("app", "side"))
+        ),
+        "the pod to run",
+    )
 
-    order = [(m, r.config.metadata.name if m == "CreateContainer" else "")
-             for m, r in fake.calls if m in ("RunPodSandbox", "CreateContainer")]
+    order = [
+        (m, r.config.metadata.name if m == "CreateContainer" else "")
+        for m, r in fake.calls
+        if m in ("RunPodSandbox", "CreateContainer")
+    ]
     assert order[0] == ("RunPodSandbox", "")
     assert [n for m, n in order[1:]] == ["i1", "i2", "app", "side"]
     assert len(calls(fake, "RunPodSandbox")) == 1
     # The pod cgroup was made before the sandbox.
     assert cgroups.ensured and cgroups.ensured[0] == (pod["metadata"]["uid"], 0)
 
-    i1, = fake_containers(fake, pod, "i1")
-    i2, = fake_containers(fake, pod, "i2")
-    app, = fake_containers(fake, pod, "app")
-    side, = fake_containers(fake, pod, "side")
+    (i1,) = fake_containers(fake, pod, "i1")
+    (i2,) = fake_containers(fake, pod, "i2")
+    (app,) = fake_containers(fake, pod, "app")
+    (side,) = fake_containers(fake, pod, "side")
     assert i2.created_at >= i1.finished_at > 0, "i2 was created before i1 completed"
     assert app.created_at >= i2.finished_at and side.created_at >= i2.finished_at
-    sandbox, = fake_sandboxes(fake, pod)
+    (sandbox,) = fake_sandboxes(fake, pod)
     assert {c.sandbox_id for c in (i1, i2, app, side)} == {sandbox.id}
 
     status = agent.status(pod)
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"Initialized": "True", "Ready": "True", "ContainersReady": "True",
-                          "PodScheduled": "True"}
+    assert conditions == {"Initialized": "True", "Ready": "True", "ContainersReady": "True", "PodScheduled": "True"}
     assert status["podIP"] == sandbox.ip and status["hostIP"] == "192.168.1.5"
     for name in ("i1", "i2"):
         s = agent.container_status(pod, name, init=True)
@@ -500,9 +563,11 @@ async def test_crashing_container_restarts_with_growing_backoff(fake, make_agent
     key = (pod["metadata"]["uid"], "app")
     assert backoff.delay(key) >= 1.2
 
-    looping = [s for s in agent.reported(pod)
-               if s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
-               == "CrashLoopBackOff"]
+    looping = [
+        s
+        for s in agent.reported(pod)
+        if s["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+    ]
     assert looping, "no status showed CrashLoopBackOff"
     cs = looping[-1]["containerStatuses"][0]
     assert "back-off" in cs["state"]["waiting"]["message"]
@@ -530,8 +595,9 @@ async def test_never_leaves_a_failed_container_terminated(fake, make_agent):
     assert term["exitCode"] == 3 and term["reason"] == "Error"
     assert term["finishedAt"] and term["startedAt"]
     # The finished pod's sandbox is stopped (not removed) and nothing starts again.
-    await until(lambda: fake_sandboxes(fake, pod)[0].state == pb.SANDBOX_NOTREADY,
-                "the sandbox of the failed pod to stop")
+    await until(
+        lambda: fake_sandboxes(fake, pod)[0].state == pb.SANDBOX_NOTREADY, "the sandbox of the failed pod to stop"
+    )
     await asyncio.sleep(0.3)
     assert len(calls(fake, "CreateContainer")) == 1
     assert len(calls(fake, "RunPodSandbox")) == 1
@@ -551,8 +617,9 @@ async def test_onfailure_exit_zero_succeeds(fake, make_agent):
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
     ready = {c["type"]: c for c in agent.status(pod)["conditions"]}["Ready"]
     assert ready["status"] == "False" and ready["reason"] == "PodCompleted"
-    await until(lambda: fake_sandboxes(fake, pod)[0].state == pb.SANDBOX_NOTREADY,
-                "the sandbox of the completed pod to stop")
+    await until(
+        lambda: fake_sandboxes(fake, pod)[0].state == pb.SANDBOX_NOTREADY, "the sandbox of the completed pod to stop"
+    )
     await asyncio.sleep(0.3)
     assert len(calls(fake, "CreateContainer")) == 1
 
@@ -578,12 +645,17 @@ async def test_dead_sandbox_is_recreated_with_its_containers(fake, make_agent):
     agent.start()
     agent.push(pod)
     await until(lambda: running(fake, pod, "app"), "the app container to run")
-    first, = fake_sandboxes(fake, pod)
-    fake.kill_sandbox(first.id)    # the pause process died; the app still "runs"
+    (first,) = fake_sandboxes(fake, pod)
+    fake.kill_sandbox(first.id)  # the pause process died; the app still "runs"
 
-    await until(lambda: len(fake_sandboxes(fake, pod)) == 2 and running(fake, pod, "app")
-                and running(fake, pod, "app")[0].sandbox_id != first.id,
-                "a new sandbox with the app running in it")
+    await until(
+        lambda: (
+            len(fake_sandboxes(fake, pod)) == 2
+            and running(fake, pod, "app")
+            and running(fake, pod, "app")[0].sandbox_id != first.id
+        ),
+        "a new sandbox with the app running in it",
+    )
     new = fake_sandboxes(fake, pod)[-1]
     assert new.metadata.attempt == 1
     old_app = [c for c in fake_containers(fake, pod, "app") if c.sandbox_id == first.id]
@@ -598,13 +670,15 @@ async def test_changed_spec_restarts_the_container(fake, make_agent):
     agent.start()
     agent.push(pod)
     await until(lambda: running(fake, pod, "app") and running(fake, pod, "keep"), "both running")
-    app_before, = running(fake, pod, "app")
-    keep_before, = running(fake, pod, "keep")
+    (app_before,) = running(fake, pod, "app")
+    (keep_before,) = running(fake, pod, "keep")
 
     changed = make_pod("upd", [container("app", command=["sleep", "7200"]), container("keep")])
     agent.push(changed)
-    await until(lambda: running(fake, pod, "app") and running(fake, pod, "app")[0].id != app_before.id,
-                "the changed container to be replaced")
+    await until(
+        lambda: running(fake, pod, "app") and running(fake, pod, "app")[0].id != app_before.id,
+        "the changed container to be replaced",
+    )
     assert list(running(fake, pod, "app")[0].config.command) == ["sleep", "7200"]
     assert running(fake, pod, "app")[0].config.metadata.attempt == 1
     assert running(fake, pod, "keep")[0].id == keep_before.id, "an unchanged container was restarted"
@@ -612,7 +686,7 @@ async def test_changed_spec_restarts_the_container(fake, make_agent):
 
 
 async def test_liveness_failure_restarts_the_container(fake, make_agent):
-    sick: set[str] = set()      # container IDs whose liveness check fails
+    sick: set[str] = set()  # container IDs whose liveness check fails
     fake.on_exec(["check"], lambda c, cmd: ExecResult(exit_code=1 if c.id in sick else 0))
     agent = make_agent(probes=True)
     probe = {"exec": {"command": ["check"]}, "periodSeconds": 1, "failureThreshold": 1}
@@ -621,14 +695,15 @@ async def test_liveness_failure_restarts_the_container(fake, make_agent):
     agent.push(pod)
     await until(lambda: running(fake, pod, "app"), "the app to run")
     await until(lambda: calls(fake, "ExecSync"), "the liveness probe to run")
-    first, = running(fake, pod, "app")
+    (first,) = running(fake, pod, "app")
     sick.add(first.id)
 
-    await until(lambda: running(fake, pod, "app") and running(fake, pod, "app")[0].id != first.id,
-                "a new app container after the liveness failure")
+    await until(
+        lambda: running(fake, pod, "app") and running(fake, pod, "app")[0].id != first.id,
+        "a new app container after the liveness failure",
+    )
     assert fake.containers[first.id].state == pb.CONTAINER_EXITED
-    await until(lambda: agent.container_status(pod, "app").get("restartCount") == 1,
-                "restartCount 1")
+    await until(lambda: agent.container_status(pod, "app").get("restartCount") == 1, "restartCount 1")
     reasons = [e.reason for e in agent.events.for_object(pod["metadata"]["uid"])]
     assert "Killing" in reasons
 
@@ -651,21 +726,26 @@ async def test_removed_pod_runs_prestop_then_stops_and_removes_everything(fake, 
     other = make_pod("stays", [container("app")])
     agent.start()
     agent.push(pod, other)
-    await until(lambda: running(fake, pod, "app") and running(fake, pod, "plain")
-                and running(fake, other, "app"), "both pods to run")
-    app, = running(fake, pod, "app")
+    await until(
+        lambda: running(fake, pod, "app") and running(fake, pod, "plain") and running(fake, other, "app"),
+        "both pods to run",
+    )
+    (app,) = running(fake, pod, "app")
     uid = pod["metadata"]["uid"]
     log_dir = Path(ctx.pod_log_dir("default", "gone", uid))
     assert log_dir.is_dir()
 
-    agent.push(other)    # the file source no longer lists "gone"
-    await until(lambda: not fake_sandboxes(fake, pod) and uid not in agent.pipeline.pods,
-                "the pod's sandbox to be removed")
+    agent.push(other)  # the file source no longer lists "gone"
+    await until(
+        lambda: not fake_sandboxes(fake, pod) and uid not in agent.pipeline.pods, "the pod's sandbox to be removed"
+    )
     assert not fake_containers(fake, pod)
     assert [(cid, cmd) for _, cid, cmd in hooks] == [(app.id, ["/bin/sh", "-c", "echo bye"])]
-    order = [(m, getattr(r, "container_id", "") or getattr(r, "pod_sandbox_id", ""))
-             for m, r in fake.calls
-             if m in ("ExecSync", "StopContainer", "StopPodSandbox", "RemovePodSandbox")]
+    order = [
+        (m, getattr(r, "container_id", "") or getattr(r, "pod_sandbox_id", ""))
+        for m, r in fake.calls
+        if m in ("ExecSync", "StopContainer", "StopPodSandbox", "RemovePodSandbox")
+    ]
     assert order.index(("ExecSync", app.id)) < order.index(("StopContainer", app.id))
     stop_requests = [r for r in calls(fake, "StopContainer") if r.container_id == app.id]
     assert stop_requests and 2 <= stop_requests[0].timeout <= 5
@@ -686,8 +766,10 @@ async def test_restarted_agent_adopts_running_containers(fake, make_agent):
     fake.set_behavior(ContainerBehavior(exit_after=0.05, exit_code=0), container="init")
     first.start()
     first.push(pod)
-    await until(lambda: first.status(pod).get("phase") == "Running"
-                and running(fake, pod, "a") and running(fake, pod, "b"), "the pod to run")
+    await until(
+        lambda: first.status(pod).get("phase") == "Running" and running(fake, pod, "a") and running(fake, pod, "b"),
+        "the pod to run",
+    )
     await first.stop()
     ids = {c.name: c.id for c in fake_containers(fake, pod)}
     sandbox_ids = [s.id for s in fake_sandboxes(fake, pod)]
@@ -698,14 +780,22 @@ async def test_restarted_agent_adopts_running_containers(fake, make_agent):
     second.push(pod)
     second.start()
     await until(lambda: second.status(pod).get("phase") == "Running", "the adopted pod's status")
-    await until(lambda: fake.call_counts["ListPodSandbox"] >= counts["ListPodSandbox"] + 8,
-                "several relists and housekeeping rounds")
+    await until(
+        lambda: fake.call_counts["ListPodSandbox"] >= counts["ListPodSandbox"] + 8,
+        "several relists and housekeeping rounds",
+    )
 
     assert {c.name: c.id for c in fake_containers(fake, pod)} == ids
     assert [s.id for s in fake_sandboxes(fake, pod)] == sandbox_ids
     assert all(c.state == pb.CONTAINER_RUNNING for c in fake_containers(fake, pod) if c.name != "init")
-    for method in ("CreateContainer", "StartContainer", "RunPodSandbox", "StopContainer",
-                   "StopPodSandbox", "RemoveContainer"):
+    for method in (
+        "CreateContainer",
+        "StartContainer",
+        "RunPodSandbox",
+        "StopContainer",
+        "StopPodSandbox",
+        "RemoveContainer",
+    ):
         assert fake.call_counts[method] == counts.get(method, 0), f"{method} called after restart"
     assert second.container_status(pod, "a")["containerID"] == f"containerd://{ids['a']}"
     assert second.container_status(pod, "init", init=True)["state"]["terminated"]["exitCode"] == 0
@@ -741,18 +831,22 @@ async def test_housekeeping_removes_orphans_but_never_unmanaged_containers(fake,
     first.push(orphan)
     await until(lambda: running(fake, orphan, "app"), "the soon-orphaned pod to run")
     await first.stop()
-    app, = running(fake, orphan, "app")
+    (app,) = running(fake, orphan, "app")
 
     # Something else on the node: our pod labels, but not the managed label.
     async with CriClient(fake.endpoint, request_timeout=5) as cri:
-        labels = {names.CRI_LABEL_POD_UID: "foreign-uid", names.CRI_LABEL_POD_NAME: "foreign",
-                  names.CRI_LABEL_POD_NAMESPACE: "default"}
+        labels = {
+            names.CRI_LABEL_POD_UID: "foreign-uid",
+            names.CRI_LABEL_POD_NAME: "foreign",
+            names.CRI_LABEL_POD_NAMESPACE: "default",
+        }
         config = pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name="foreign", uid="foreign-uid", namespace="default"),
-            labels=labels)
+            metadata=pb.PodSandboxMetadata(name="foreign", uid="foreign-uid", namespace="default"), labels=labels
+        )
         foreign_sandbox = await cri.run_pod_sandbox(config)
-        cconfig = pb.ContainerConfig(metadata=pb.ContainerMetadata(name="c"),
-                                     image=pb.ImageSpec(image=IMAGE), labels=labels)
+        cconfig = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name="c"), image=pb.ImageSpec(image=IMAGE), labels=labels
+        )
         foreign_container = await cri.create_container(foreign_sandbox, cconfig, config)
         await cri.start_container(foreign_container)
 
@@ -763,15 +857,16 @@ async def test_housekeeping_removes_orphans_but_never_unmanaged_containers(fake,
     await asyncio.sleep(0.4)
     assert fake.containers[app.id].state == pb.CONTAINER_RUNNING
 
-    second.push()    # the file source: no pods
+    second.push()  # the file source: no pods
     await until(lambda: not fake_sandboxes(fake, orphan), "the orphan's sandbox to be removed")
     assert app.id not in fake.containers
     assert hooks == [app.id], "the orphan's recorded preStop hook did not run"
     await asyncio.sleep(0.3)
     assert fake.sandboxes[foreign_sandbox].state == pb.SANDBOX_READY
     assert fake.containers[foreign_container].state == pb.CONTAINER_RUNNING
-    stopped = {r.container_id for r in calls(fake, "StopContainer")} | \
-        {r.container_id for r in calls(fake, "RemoveContainer")}
+    stopped = {r.container_id for r in calls(fake, "StopContainer")} | {
+        r.container_id for r in calls(fake, "RemoveContainer")
+    }
     assert foreign_container not in stopped
     assert foreign_sandbox not in {r.pod_sandbox_id for r in calls(fake, "StopPodSandbox")}
 
@@ -813,17 +908,19 @@ async def test_pipeline_carries_on_after_a_runtime_restart(fake, make_agent):
     agent.push(pod)
     await until(lambda: running(fake, pod, "app"), "the app to run")
     await until(lambda: agent.pipeline.runtime_ready, "the runtime to be ready")
-    before, = running(fake, pod, "app")
+    (before,) = running(fake, pod, "app")
 
     await fake.down()
     await until(lambda: not agent.pipeline.runtime_ready, "the pipeline to notice the runtime is down")
-    fake.exit_container(before.id, 1)       # crashes while nobody can see it
+    fake.exit_container(before.id, 1)  # crashes while nobody can see it
     await asyncio.sleep(0.2)
     await fake.up()
 
     await until(lambda: agent.pipeline.runtime_ready, "the runtime to be ready again")
-    await until(lambda: running(fake, pod, "app") and running(fake, pod, "app")[0].id != before.id,
-                "the crashed container to be restarted after the runtime came back")
+    await until(
+        lambda: running(fake, pod, "app") and running(fake, pod, "app")[0].id != before.id,
+        "the crashed container to be restarted after the runtime came back",
+    )
     late = make_pod("late", [container("app")])
     agent.push(pod, late)
     await until(lambda: running(fake, late, "app"), "a pod added after the restart to run")
@@ -855,16 +952,21 @@ async def test_image_pull_failure_waits_then_runs_once_pullable(fake, make_agent
     agent.start()
     agent.push(pod)
 
-    await until(lambda: agent.container_status(pod, "app").get("state", {}).get("waiting", {})
-                .get("reason") in ("ErrImagePull", "ImagePullBackOff"), "an image pull error")
+    await until(
+        lambda: (
+            agent.container_status(pod, "app").get("state", {}).get("waiting", {}).get("reason")
+            in ("ErrImagePull", "ImagePullBackOff")
+        ),
+        "an image pull error",
+    )
     waiting = agent.container_status(pod, "app")["state"]["waiting"]
     assert image in waiting["message"]
     assert agent.status(pod)["phase"] == "Pending"
     assert not calls(fake, "CreateContainer")
 
     fake.allow_pull(image)
-    await until(lambda: running(fake, pod, "app"), "the container to run once the image pulls",
-                timeout=6)
-    await until(lambda: agent.container_status(pod, "app").get("state", {}).get("running"),
-                "the running state in the status")
+    await until(lambda: running(fake, pod, "app"), "the container to run once the image pulls", timeout=6)
+    await until(
+        lambda: agent.container_status(pod, "app").get("state", {}).get("running"), "the running state in the status"
+    )
     assert agent.container_status(pod, "app")["imageID"].startswith("registry.test/app@sha256:")

@@ -9,26 +9,28 @@ import datetime as _dt
 import json
 import os
 import stat
-import types
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from apiserver_min.admission.plugins.serviceaccount import (
+    PROJECTED_TOKEN_EXPIRATION_SECONDS,
+    mount_service_account_token,
+    should_automount,
+)
 from apiserver_min.api import names
+from apiserver_min.api.tlsverify import ClientCertificateVerifier
+from apiserver_min.api.user import UserInfo
 from apiserver_min.authn import jwt
 from apiserver_min.authn.authenticator import ANONYMOUS, AuthConfigError, Unauthorized, with_authenticated_group
 from apiserver_min.authn.bearer import AudienceAgnostic, BearerTokenAuthenticator, bearer_token
+from apiserver_min.authn.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer, load_keys, parse_claims
+from apiserver_min.authn.tokens import BootstrapTokens, StaticTokens, bootstrap_groups, parse_token_csv
 from apiserver_min.authn.union import AuthenticationChain
 from apiserver_min.authn.x509 import X509Authenticator, user_from_certificate
-from apiserver_min.admission.plugins.serviceaccount import PROJECTED_TOKEN_EXPIRATION_SECONDS
-from apiserver_min.authn.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer, load_keys, parse_claims
-from apiserver_min.admission.plugins.serviceaccount import mount_service_account_token, should_automount
-from apiserver_min.api.tlsverify import ClientCertificateVerifier
-from apiserver_min.authn.tokens import BootstrapTokens, StaticTokens, bootstrap_groups, parse_token_csv
-from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
 from apiserver_min.options import parse
-from apiserver_min.api.user import UserInfo
+from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
 
 AUD = ("https://orch.default.svc.cluster.local",)
 ISS = "https://issuer.example"
@@ -36,8 +38,9 @@ NOW = 1_800_000_000.0
 
 
 def pem_private(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def pem_public(key) -> bytes:
@@ -56,8 +59,10 @@ def ec_key():
 
 # --- JWT ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("curve, alg", [(None, "RS256"), (ec.SECP256R1(), "ES256"), (ec.SECP384R1(), "ES384"),
-                                        (ec.SECP521R1(), "ES512")])
+
+@pytest.mark.parametrize(
+    "curve, alg", [(None, "RS256"), (ec.SECP256R1(), "ES256"), (ec.SECP384R1(), "ES384"), (ec.SECP521R1(), "ES512")]
+)
 def test_jwt_round_trip_for_each_key_type(rsa_key, curve, alg):
     key = rsa_key if curve is None else ec.generate_private_key(curve)
     token = jwt.encode({"sub": "x", "n": 1}, key)
@@ -94,8 +99,9 @@ def test_key_files_load_public_and_private_blocks_and_name_the_file(tmp_path, rs
     mixed = pem_public(rsa_key) + b"\n" + pem_private(ec_key)
     keys = jwt.load_public_keys(mixed, "keys.pem")
     assert [jwt.key_id(k) for k in keys] == [jwt.key_id(rsa_key), jwt.key_id(ec_key)]
-    pkcs1 = rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                  serialization.NoEncryption())
+    pkcs1 = rsa_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
     assert jwt.key_id(jwt.load_private_key(pkcs1, "k")) == jwt.key_id(rsa_key)
     with pytest.raises(jwt.KeyFileError, match="nothing.pem: no RSA or ECDSA"):
         jwt.load_public_keys(b"hello", "nothing.pem")
@@ -127,8 +133,18 @@ def test_explicit_key_flags(tmp_path, rsa_key, ec_key):
     signing, verify = tmp_path / "sign.pem", tmp_path / "verify.pem"
     signing.write_bytes(pem_private(ec_key))
     verify.write_bytes(pem_public(rsa_key))
-    keys = load_keys(parse(["--data-dir", str(tmp_path / "d"), "--service-account-signing-key-file", str(signing),
-                            "--service-account-key-file", str(verify)]))
+    keys = load_keys(
+        parse(
+            [
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--service-account-signing-key-file",
+                str(signing),
+                "--service-account-key-file",
+                str(verify),
+            ]
+        )
+    )
     assert jwt.key_id(keys.signing_key) == jwt.key_id(ec_key)
     assert {jwt.key_id(k) for k in keys.verification_keys} == {jwt.key_id(ec_key), jwt.key_id(rsa_key)}
     assert not (tmp_path / "d" / "pki" / "sa.key").exists()
@@ -145,25 +161,40 @@ def test_tls_key_verifies_when_no_key_file_is_given(tmp_path, rsa_key, ec_key):
     cert, tls_key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_text("unused here")
     tls_key.write_bytes(pem_private(rsa_key))
-    keys = load_keys(parse(["--data-dir", str(tmp_path / "d"), "--tls-cert-file", str(cert),
-                            "--tls-private-key-file", str(tls_key)]))
+    keys = load_keys(
+        parse(["--data-dir", str(tmp_path / "d"), "--tls-cert-file", str(cert), "--tls-private-key-file", str(tls_key)])
+    )
     assert jwt.key_id(rsa_key) in {jwt.key_id(k) for k in keys.verification_keys}
     assert jwt.key_id(keys.signing_key) != jwt.key_id(rsa_key)  # the TLS key only verifies
     # An explicit --service-account-key-file replaces the fallback.
     pub = tmp_path / "sa.pub"
     pub.write_bytes(pem_public(ec_key))
-    keys = load_keys(parse(["--data-dir", str(tmp_path / "d"), "--tls-cert-file", str(cert),
-                            "--tls-private-key-file", str(tls_key), "--service-account-key-file", str(pub)]))
+    keys = load_keys(
+        parse(
+            [
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--tls-cert-file",
+                str(cert),
+                "--tls-private-key-file",
+                str(tls_key),
+                "--service-account-key-file",
+                str(pub),
+            ]
+        )
+    )
     assert [jwt.key_id(k) for k in keys.verification_keys] == [jwt.key_id(ec_key)]
 
 
 # --- static token file ----------------------------------------------------------------------------
+
 
 def test_token_csv_format():
     users = parse_token_csv('t1,alice,u1,"system:masters,devs"\n\nt2,bob,u2\n,ignored,u9\nt3,carol,u3,ops\n', "f")
     assert len(users) == 3
     tokens = StaticTokens(users)
     import asyncio
+
     res = asyncio.run(tokens.authenticate_token("t1", AUD))
     assert res.user == UserInfo("alice", uid="u1", groups=("system:masters", "devs"))
     assert asyncio.run(tokens.authenticate_token("t2", AUD)).user == UserInfo("bob", uid="u2")
@@ -172,13 +203,16 @@ def test_token_csv_format():
     assert asyncio.run(tokens.authenticate_token("", AUD)) is None
 
 
-@pytest.mark.parametrize("text, where", [
-    ("t1,alice,u1\nt2,bob\n", "line 2: needs at least 3 columns"),
-    ("t1,alice,u1\n\nt3,carol,u3,a,b\n", "line 3: has 5 columns"),
-    ('t1,alice,u1,"devs\n', "line 1"),  # an unterminated quote
-    ("t 1,alice,u1\n", "line 1: the token contains whitespace"),
-    ("t1,,u1\n", "line 1: the user name (column 2) is empty"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("t1,alice,u1\nt2,bob\n", "line 2: needs at least 3 columns"),
+        ("t1,alice,u1\n\nt3,carol,u3,a,b\n", "line 3: has 5 columns"),
+        ('t1,alice,u1,"devs\n', "line 1"),  # an unterminated quote
+        ("t 1,alice,u1\n", "line 1: the token contains whitespace"),
+        ("t1,,u1\n", "line 1: the user name (column 2) is empty"),
+    ],
+)
 def test_token_csv_errors_name_file_and_line(text, where):
     with pytest.raises(AuthConfigError) as info:
         parse_token_csv(text, "/etc/orch/tokens.csv")
@@ -194,6 +228,7 @@ def test_token_file_from_disk(tmp_path):
 
 
 # --- bootstrap tokens -------------------------------------------------------------------------------
+
 
 class FakeLookup:
     """ObjectLookup stand-in: objects by (resource, namespace, name)."""
@@ -223,11 +258,15 @@ def b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
-def bootstrap_secret(token_id="abcdef", secret="0123456789abcdef", *, typ=names.BOOTSTRAP_TOKEN_SECRET_TYPE,
-                     **data) -> dict:
+def bootstrap_secret(
+    token_id="abcdef", secret="0123456789abcdef", *, typ=names.BOOTSTRAP_TOKEN_SECRET_TYPE, **data
+) -> dict:
     values = {"token-id": token_id, "token-secret": secret, "usage-bootstrap-authentication": "true", **data}
-    return {"metadata": {"name": f"bootstrap-token-{token_id}", "namespace": names.NS_SYSTEM}, "type": typ,
-            "data": {k.replace("_", "-"): b64(v) for k, v in values.items()}}
+    return {
+        "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": names.NS_SYSTEM},
+        "type": typ,
+        "data": {k.replace("_", "-"): b64(v) for k, v in values.items()},
+    }
 
 
 def bootstrap(secret: dict | None, now=_dt.datetime(2030, 1, 1, tzinfo=_dt.timezone.utc)) -> BootstrapTokens:
@@ -243,27 +282,53 @@ async def test_bootstrap_token_user_and_groups():
     assert auth.lookup.asked == [("secrets", "orch-system", "bootstrap-token-abcdef")]
 
 
-@pytest.mark.parametrize("token", ["abcdef.0123456789abcdeX", "ABCDEF.0123456789abcdef", "abcdef0123456789abcdef",
-                                   "abcde.0123456789abcdef", "abcdef.0123456789abcdef0", "abcdef.0123456789abcdef\n"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "abcdef.0123456789abcdeX",
+        "ABCDEF.0123456789abcdef",
+        "abcdef0123456789abcdef",
+        "abcde.0123456789abcdef",
+        "abcdef.0123456789abcdef0",
+        "abcdef.0123456789abcdef\n",
+    ],
+)
 async def test_malformed_bootstrap_tokens_are_not_looked_up(token):
     auth = bootstrap(bootstrap_secret())
     assert await auth.authenticate_token(token, AUD) is None
     assert auth.lookup.asked == []
 
 
-@pytest.mark.parametrize("secret", [
-    None,
-    bootstrap_secret(secret="0123456789abcdee"),  # another secret
-    bootstrap_secret(typ="Opaque"),
-    bootstrap_secret(token_id="zzzzzz"),  # token-id disagrees with the name
-    bootstrap_secret(expiration="2029-12-31T23:59:59Z"),
-    bootstrap_secret(expiration="next tuesday"),
-    bootstrap_secret(usage_bootstrap_authentication="false"),
-    bootstrap_secret(auth_extra_groups="system:masters"),
-    bootstrap_secret(auth_extra_groups="system:bootstrappers:ok,"),
-    {**bootstrap_secret(), "metadata": {"name": "bootstrap-token-abcdef", "deletionTimestamp": "2029-01-01T00:00:00Z"}},
-], ids=["missing", "wrong-secret", "wrong-type", "id-mismatch", "expired", "bad-expiration", "not-for-auth",
-        "bad-group", "empty-group", "deleting"])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        None,
+        bootstrap_secret(secret="0123456789abcdee"),  # another secret
+        bootstrap_secret(typ="Opaque"),
+        bootstrap_secret(token_id="zzzzzz"),  # token-id disagrees with the name
+        bootstrap_secret(expiration="2029-12-31T23:59:59Z"),
+        bootstrap_secret(expiration="next tuesday"),
+        bootstrap_secret(usage_bootstrap_authentication="false"),
+        bootstrap_secret(auth_extra_groups="system:masters"),
+        bootstrap_secret(auth_extra_groups="system:bootstrappers:ok,"),
+        {
+            **bootstrap_secret(),
+            "metadata": {"name": "bootstrap-token-abcdef", "deletionTimestamp": "2029-01-01T00:00:00Z"},
+        },
+    ],
+    ids=[
+        "missing",
+        "wrong-secret",
+        "wrong-type",
+        "id-mismatch",
+        "expired",
+        "bad-expiration",
+        "not-for-auth",
+        "bad-group",
+        "empty-group",
+        "deleting",
+    ],
+)
 async def test_bootstrap_token_refusals(secret):
     assert await bootstrap(secret).authenticate_token("abcdef.0123456789abcdef", AUD) is None
 
@@ -271,14 +336,21 @@ async def test_bootstrap_token_refusals(secret):
 async def test_bootstrap_token_not_yet_expired_and_string_data():
     secret = bootstrap_secret(expiration="2030-01-01T00:00:01Z")
     assert (await bootstrap(secret).authenticate_token("abcdef.0123456789abcdef", AUD)) is not None
-    plain = {"metadata": {"name": "bootstrap-token-abcdef"}, "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
-             "stringData": {"token-id": "abcdef", "token-secret": "0123456789abcdef",
-                            "usage-bootstrap-authentication": "true"}}
+    plain = {
+        "metadata": {"name": "bootstrap-token-abcdef"},
+        "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
+        "stringData": {
+            "token-id": "abcdef",
+            "token-secret": "0123456789abcdef",
+            "usage-bootstrap-authentication": "true",
+        },
+    }
     assert (await bootstrap(plain).authenticate_token("abcdef.0123456789abcdef", AUD)) is not None
     assert bootstrap_groups("") == ("system:bootstrappers",)
 
 
 # --- service-account tokens -------------------------------------------------------------------------
+
 
 def sa_objects(uid="sa-uid", pod_uid=None) -> dict:
     objs = {("serviceaccounts", "ns1", "robot"): {"metadata": {"name": "robot", "uid": uid}}}
@@ -312,8 +384,9 @@ async def test_service_account_token_round_trip_and_cache(ec_key):
     assert claims["iat"] == claims["nbf"] == NOW and claims["aud"] == list(AUD)
     assert claims["orch.io"] == {"namespace": "ns1", "serviceaccount": {"name": "robot", "uid": "sa-uid"}}
     res = await auth.authenticate_token(token, AUD)
-    assert res.user == UserInfo("system:serviceaccount:ns1:robot", uid="sa-uid",
-                                groups=("system:serviceaccounts", "system:serviceaccounts:ns1"))
+    assert res.user == UserInfo(
+        "system:serviceaccount:ns1:robot", uid="sa-uid", groups=("system:serviceaccounts", "system:serviceaccounts:ns1")
+    )
     assert res.audiences == AUD
     for _ in range(3):
         await auth.authenticate_token(token, AUD)
@@ -349,8 +422,15 @@ async def test_service_account_token_refusals(ec_key, rsa_key):
     odd = jwt.encode({"iss": ISS, "sub": "system:serviceaccount:ns1:robot", "aud": list(AUD)}, ec_key)
     with pytest.raises(Unauthorized, match="unexpected private claim"):
         await auth.authenticate_token(odd, AUD)
-    liar = jwt.encode({"iss": ISS, "sub": "system:serviceaccount:ns1:admin", "aud": list(AUD),
-                       "orch.io": {"namespace": "ns1", "serviceaccount": {"name": "robot", "uid": "sa-uid"}}}, ec_key)
+    liar = jwt.encode(
+        {
+            "iss": ISS,
+            "sub": "system:serviceaccount:ns1:admin",
+            "aud": list(AUD),
+            "orch.io": {"namespace": "ns1", "serviceaccount": {"name": "robot", "uid": "sa-uid"}},
+        },
+        ec_key,
+    )
     with pytest.raises(Unauthorized, match="sub does not name"):
         await auth.authenticate_token(liar, AUD)
 
@@ -380,17 +460,24 @@ async def test_service_account_lookup_revokes(ec_key):
 
 
 def test_claims_shapes():
-    base = {"sub": "system:serviceaccount:a:b", "orch.io": {"namespace": "a", "serviceaccount": {"name": "b", "uid": "u"}}}
+    base = {
+        "sub": "system:serviceaccount:a:b",
+        "orch.io": {"namespace": "a", "serviceaccount": {"name": "b", "uid": "u"}},
+    }
     assert parse_claims({**base, "aud": "one"}).audiences == ("one",)
     assert parse_claims(base).exp is None
-    for bad in ({**base, "exp": "soon"}, {**base, "aud": 3},
-                {**base, "orch.io": {"namespace": "a", "serviceaccount": {"name": "b"}}},
-                {**base, "orch.io": {**base["orch.io"], "pod": {"name": "p"}}}):
+    for bad in (
+        {**base, "exp": "soon"},
+        {**base, "aud": 3},
+        {**base, "orch.io": {"namespace": "a", "serviceaccount": {"name": "b"}}},
+        {**base, "orch.io": {**base["orch.io"], "pod": {"name": "p"}}},
+    ):
         with pytest.raises(Unauthorized):
             parse_claims(bad)
 
 
 # --- the request chain --------------------------------------------------------------------------------
+
 
 class FakeRequest:
     def __init__(self, authorization: str | None = None, cert_der: bytes | None = None):
@@ -401,8 +488,9 @@ class FakeRequest:
 def chain(anonymous=True, ca_file: str = "/nonexistent/ca.crt") -> AuthenticationChain:
     static = AudienceAgnostic(StaticTokens(parse_token_csv("good,alice,u1,devs\n")), AUD)
     bearer = BearerTokenAuthenticator([static], AUD)
-    x509_auth = X509Authenticator(ClientCertificateVerifier(ca_file),
-                                  peer=lambda r: (r.cert_der, ()) if r.cert_der else None)
+    x509_auth = X509Authenticator(
+        ClientCertificateVerifier(ca_file), peer=lambda r: (r.cert_der, ()) if r.cert_der else None
+    )
     return AuthenticationChain([x509_auth, bearer], bearer, anonymous=anonymous)
 
 
@@ -432,11 +520,18 @@ async def test_chain_outcomes(tmp_path):
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import NameOID
+
     ca, ca_key = make_ca("x")
-    no_cn = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "x")]))
-             .issuer_name(ca.subject).public_key(ca_key.public_key()).serial_number(1)
-             .not_valid_before(_dt.datetime(2020, 1, 1)).not_valid_after(_dt.datetime(2030, 1, 1))
-             .sign(ca_key, hashes.SHA256()))
+    no_cn = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "x")]))
+        .issuer_name(ca.subject)
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(_dt.datetime(2020, 1, 1))
+        .not_valid_after(_dt.datetime(2030, 1, 1))
+        .sign(ca_key, hashes.SHA256())
+    )
     assert user_from_certificate(no_cn) is None
     with pytest.raises(Unauthorized, match="anonymous requests are disabled"):
         await chain(anonymous=False).authenticate(FakeRequest())
@@ -460,29 +555,39 @@ def test_authenticated_group_is_added_once():
 
 # --- ServiceAccount admission: the pod mutation ------------------------------------------------------
 
+
 def test_token_volume_is_mounted_everywhere_once():
-    spec = {"initContainers": [{"name": "i"}],
-            "containers": [{"name": "a"}, {"name": "b", "volumeMounts": [
-                {"name": "own", "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}]}]}
+    spec = {
+        "initContainers": [{"name": "i"}],
+        "containers": [
+            {"name": "a"},
+            {"name": "b", "volumeMounts": [{"name": "own", "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}]},
+        ],
+    }
     mount_service_account_token(spec, lambda: "x2b4z")
     vol = spec["volumes"][0]
     assert vol["name"] == "orch-api-access-x2b4z"
     sources = vol["projected"]["sources"]
-    assert sources[0] == {"serviceAccountToken": {"expirationSeconds": PROJECTED_TOKEN_EXPIRATION_SECONDS,
-                                                  "path": "token"}}
+    assert sources[0] == {
+        "serviceAccountToken": {"expirationSeconds": PROJECTED_TOKEN_EXPIRATION_SECONDS, "path": "token"}
+    }
     assert sources[1]["configMap"]["name"] == "orch-root-ca.crt"
     assert sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    mount = {"name": "orch-api-access-x2b4z", "readOnly": True,
-             "mountPath": "/var/run/secrets/orch.io/serviceaccount"}
+    mount = {"name": "orch-api-access-x2b4z", "readOnly": True, "mountPath": "/var/run/secrets/orch.io/serviceaccount"}
     assert spec["initContainers"][0]["volumeMounts"] == [mount]
     assert spec["containers"][0]["volumeMounts"] == [mount]
-    assert spec["containers"][1]["volumeMounts"] == [{"name": "own",
-                                                      "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}]
+    assert spec["containers"][1]["volumeMounts"] == [
+        {"name": "own", "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}
+    ]
     # A second pass (an existing volume of that prefix) adds nothing.
     mount_service_account_token(spec, lambda: "other")
     assert len(spec["volumes"]) == 1 and spec["containers"][0]["volumeMounts"] == [mount]
     # Nobody needs it: no volume.
-    lone = {"containers": [{"name": "b", "volumeMounts": [{"name": "o", "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}]}]}
+    lone = {
+        "containers": [
+            {"name": "b", "volumeMounts": [{"name": "o", "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}]}
+        ]
+    }
     mount_service_account_token(lone, lambda: "zzzzz")
     assert "volumes" not in lone
 

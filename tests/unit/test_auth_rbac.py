@@ -13,33 +13,38 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from apiserver_min.admission.chain import Attributes
+from apiserver_min.admission.plugins import resolve_plugins
+from apiserver_min.admission.plugins.certificates import (
+    CertificateApproval,
+    CertificateSigning,
+    CertificateSubjectRestriction,
+    parse_csr_request,
+)
+from apiserver_min.admission.plugins.defaulttolerationseconds import DefaultTolerationSeconds
+from apiserver_min.admission.plugins.noderestriction import NodeRestriction, forbidden_labels
 from apiserver_min.api import names
 from apiserver_min.api import status as st
+from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.authz import authorizer as authz, policy
+from apiserver_min.api.podrefs import pod_references
+from apiserver_min.api.user import UserInfo
+from apiserver_min.authz import authorizer as authz
+from apiserver_min.authz import policy
+from apiserver_min.authz.authorizer import AuthzAttributes, Decision, PolicyRule, Union
+from apiserver_min.authz.node import NodeAuthorizer, NodeGraph
+from apiserver_min.authz.rbac import RbacAuthorizer, RbacIndex, RbacWriteGuard, rule_allows, uncovered
 from apiserver_min.controllers.clusterroleaggregation import aggregate_rules
 from apiserver_min.server import reviews
-from apiserver_min.authz.authorizer import AuthzAttributes, Decision, Union
-from apiserver_min.admission.plugins.certificates import (CertificateApproval, CertificateSigning,
-    CertificateSubjectRestriction, parse_csr_request)
-from apiserver_min.authz.node import NodeAuthorizer, NodeGraph
-from apiserver_min.api.podrefs import pod_references
-from apiserver_min.admission.plugins.noderestriction import NodeRestriction, forbidden_labels
-from apiserver_min.authz.authorizer import PolicyRule
-from apiserver_min.authz.rbac import RbacAuthorizer, RbacIndex, RbacWriteGuard, rule_allows, uncovered
-from apiserver_min.admission.chain import Attributes
-from apiserver_min.admission.plugins.defaulttolerationseconds import DefaultTolerationSeconds
-from apiserver_min.api.user import UserInfo
-from apiserver_min.admission.plugins import resolve_plugins
-from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.server.routing import RequestInfo, parse
-from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.interface import Event, KeyValue
+from apiserver_min.storage.keys import key_prefix
 
 RBAC = names.RBAC_GROUP
-KIND = {r: REGISTRY.by_resource(RBAC, "v1", r) for r in ("roles", "clusterroles", "rolebindings",
-                                                          "clusterrolebindings")}
+KIND = {
+    r: REGISTRY.by_resource(RBAC, "v1", r) for r in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")
+}
 PODS = REGISTRY.by_resource("", "v1", "pods")
 NODES = REGISTRY.by_resource("", "v1", "nodes")
 LEASES = REGISTRY.by_resource(names.COORDINATION_GROUP, "v1", "leases")
@@ -50,8 +55,9 @@ NODE1 = UserInfo("system:node:n1", groups=(names.GROUP_NODES, names.GROUP_AUTHEN
 
 
 def res(user, verb, resource, ns="", name="", group="", sub=""):
-    return AuthzAttributes(user, verb, True, namespace=ns, api_group=group, api_version="v1",
-                           resource=resource, subresource=sub, name=name)
+    return AuthzAttributes(
+        user, verb, True, namespace=ns, api_group=group, api_version="v1", resource=resource, subresource=sub, name=name
+    )
 
 
 def url(user, verb, path):
@@ -87,8 +93,11 @@ def role(name, rules, ns="", labels=None, agg=None):
 
 
 def bind(name, role_kind, role_name, subjects, ns=""):
-    obj = {"metadata": {"name": name}, "roleRef": {"apiGroup": RBAC, "kind": role_kind, "name": role_name},
-           "subjects": subjects}
+    obj = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": RBAC, "kind": role_kind, "name": role_name},
+        "subjects": subjects,
+    }
     if ns:
         obj["metadata"]["namespace"] = ns
     return obj
@@ -100,6 +109,7 @@ def user_subject(name):
 
 # --- rule matching ---------------------------------------------------------------------------
 
+
 def test_rule_matches_resources_subresources_names_and_urls():
     r = PolicyRule(("get", "update"), ("",), ("pods", "pods/status", "*/scale"), ("web",))
     assert rule_allows(res(BOB, "get", "pods", "d", "web"), r)
@@ -107,7 +117,9 @@ def test_rule_matches_resources_subresources_names_and_urls():
     assert not rule_allows(res(BOB, "list", "pods", "d"), r)  # list has no name: names cannot match
     assert rule_allows(res(BOB, "update", "pods", "d", "web", sub="status"), r)
     assert not rule_allows(res(BOB, "update", "pods", "d", "web", sub="log"), r)
-    assert rule_allows(res(BOB, "get", "deployments", "d", "web", "apps", "scale"), PolicyRule(("get",), ("*",), ("*/scale",)))
+    assert rule_allows(
+        res(BOB, "get", "deployments", "d", "web", "apps", "scale"), PolicyRule(("get",), ("*",), ("*/scale",))
+    )
     assert not rule_allows(res(BOB, "get", "pods", "d", "web", group="apps"), r)  # group
     assert not rule_allows(res(BOB, "delete", "pods", "d", "web"), r)  # verb
     star = PolicyRule(("*",), ("*",), ("*",))
@@ -121,20 +133,27 @@ def test_rule_matches_resources_subresources_names_and_urls():
 
 
 def test_coverage_breaks_rules_into_atoms():
-    owner = [PolicyRule(("get", "list"), ("",), ("pods", "*/status")),
-             PolicyRule(("get",), ("",), ("secrets",), ("a", "b")),
-             PolicyRule(("get",), non_resource_urls=("/logs/*",))]
+    owner = [
+        PolicyRule(("get", "list"), ("",), ("pods", "*/status")),
+        PolicyRule(("get",), ("",), ("secrets",), ("a", "b")),
+        PolicyRule(("get",), non_resource_urls=("/logs/*",)),
+    ]
     assert uncovered(owner, [PolicyRule(("get",), ("",), ("pods", "pods/status", "nodes/status"))]) == []
     assert uncovered(owner, [PolicyRule(("get",), ("",), ("secrets",), ("a",))]) == []
     # Unrestricted names are not covered by a name-restricted rule.
     assert uncovered(owner, [PolicyRule(("get",), ("",), ("secrets",))]) == [PolicyRule(("get",), ("",), ("secrets",))]
     missing = uncovered(owner, [PolicyRule(("get", "delete"), ("", "apps"), ("pods",))])
-    assert sorted((m.verbs[0], m.api_groups[0]) for m in missing) == [("delete", ""), ("delete", "apps"), ("get", "apps")]
+    assert sorted((m.verbs[0], m.api_groups[0]) for m in missing) == [
+        ("delete", ""),
+        ("delete", "apps"),
+        ("get", "apps"),
+    ]
     assert uncovered(owner, [PolicyRule(("get",), non_resource_urls=("/logs/x",))]) == []
     assert uncovered(owner, [PolicyRule(("*",), ("",), ("pods",))])  # "*" needs "*"
 
 
 # --- the index and the authorizer -------------------------------------------------------------
+
 
 @pytest.fixture()
 def cluster():
@@ -147,11 +166,15 @@ def rbac_of(c: Cluster) -> RbacAuthorizer:
 
 def test_rbac_allows_through_bindings_and_follows_changes(cluster):
     rbac = rbac_of(cluster)
-    cluster.put(KIND["clusterroles"], role("reader", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]))
+    cluster.put(
+        KIND["clusterroles"], role("reader", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}])
+    )
     cluster.put(KIND["roles"], role("cm", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}], ns="d"))
     assert rbac.authorize(res(BOB, "get", "pods", "d", "x"))[0] is Decision.NO_OPINION
-    cluster.put(KIND["rolebindings"], bind("rb", "ClusterRole", "reader", [{"kind": "Group", "apiGroup": RBAC,
-                                                                           "name": "devs"}], ns="d"))
+    cluster.put(
+        KIND["rolebindings"],
+        bind("rb", "ClusterRole", "reader", [{"kind": "Group", "apiGroup": RBAC, "name": "devs"}], ns="d"),
+    )
     decision, reason = rbac.authorize(res(BOB, "get", "pods", "d", "x"))
     assert decision is Decision.ALLOW
     assert reason == 'RBAC: allowed by RoleBinding "rb/d" of ClusterRole "reader" to Group "devs"'
@@ -176,7 +199,9 @@ def test_rbac_allows_through_bindings_and_follows_changes(cluster):
 def test_service_account_subjects_default_to_the_binding_namespace(cluster):
     rbac = rbac_of(cluster)
     cluster.put(KIND["clusterroles"], role("r", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]))
-    cluster.put(KIND["rolebindings"], bind("b", "ClusterRole", "r", [{"kind": "ServiceAccount", "name": "app"}], ns="d"))
+    cluster.put(
+        KIND["rolebindings"], bind("b", "ClusterRole", "r", [{"kind": "ServiceAccount", "name": "app"}], ns="d")
+    )
     sa = UserInfo("system:serviceaccount:d:app", groups=(names.GROUP_SERVICEACCOUNTS,))
     other = UserInfo("system:serviceaccount:e:app")
     assert rbac.authorize(res(sa, "get", "secrets", "d", "s"))[0] is Decision.ALLOW
@@ -208,25 +233,40 @@ def test_request_attributes_and_forbidden_message():
     assert authz.request_attributes(BOB, ns_info).namespace == "d"
     # A path on an upstream alias of an orch group is authorized as the orch group (the
     # router resolves the alias).
-    up = parse("POST", f"/apis/{names.UPSTREAM_AUTHORIZATION_GROUP}/v1/selfsubjectaccessreviews", {}, REGISTRY,
-               lambda *_: True)
+    up = parse(
+        "POST", f"/apis/{names.UPSTREAM_AUTHORIZATION_GROUP}/v1/selfsubjectaccessreviews", {}, REGISTRY, lambda *_: True
+    )
     assert authz.request_attributes(BOB, up).api_group == names.AUTHORIZATION_GROUP
-    lease = parse("GET", f"/apis/{names.UPSTREAM_COORDINATION_GROUP}/v1/namespaces/kube-node-lease/leases/n1", {},
-                  REGISTRY, lambda *_: True)
+    lease = parse(
+        "GET",
+        f"/apis/{names.UPSTREAM_COORDINATION_GROUP}/v1/namespaces/kube-node-lease/leases/n1",
+        {},
+        REGISTRY,
+        lambda *_: True,
+    )
     a = authz.request_attributes(BOB, lease)
-    assert (a.api_group, a.namespace, a.resource, a.name) == (names.COORDINATION_GROUP, names.NS_NODE_LEASE,
-                                                              "leases", "n1")
+    assert (a.api_group, a.namespace, a.resource, a.name) == (
+        names.COORDINATION_GROUP,
+        names.NS_NODE_LEASE,
+        "leases",
+        "n1",
+    )
     err = authz.forbidden_error(res(BOB, "get", "pods", "default", "x"))
-    assert err.code == 403 and err.message == ('pods "x" is forbidden: User "bob" cannot get resource "pods" in API '
-                                               'group "" in the namespace "default"')
+    assert err.code == 403 and err.message == (
+        'pods "x" is forbidden: User "bob" cannot get resource "pods" in API group "" in the namespace "default"'
+    )
     err = authz.forbidden_error(res(BOB, "update", "deployments", name="x", group="apps", sub="scale"), "why")
-    assert err.message == ('deployments.apps "x" is forbidden: User "bob" cannot update resource '
-                           '"deployments/scale" in API group "apps" at the cluster scope: why')
-    assert authz.forbidden_error(url(BOB, "get", "/metrics")).message == \
-        'forbidden: User "bob" cannot get path "/metrics"'
+    assert err.message == (
+        'deployments.apps "x" is forbidden: User "bob" cannot update resource '
+        '"deployments/scale" in API group "apps" at the cluster scope: why'
+    )
+    assert (
+        authz.forbidden_error(url(BOB, "get", "/metrics")).message == 'forbidden: User "bob" cannot get path "/metrics"'
+    )
 
 
 # --- escalation checks -----------------------------------------------------------------------
+
 
 def _attrs(kind, op, obj, user, old=None, ns=""):
     return Attributes(op, kind, ns, obj["metadata"]["name"], "", obj, old, user, False)
@@ -237,70 +277,157 @@ def test_write_guard_escalate_and_bind(cluster):
     chain = Union([authz.PrivilegedGroups(), RbacAuthorizer(index)])
     guard = RbacWriteGuard(chain, index)
     pods_get = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
-    cluster.put(KIND["clusterroles"], role("role-admin", [
-        {"apiGroups": [RBAC], "resources": ["roles", "rolebindings"], "verbs": ["create", "update"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]))
+    cluster.put(
+        KIND["clusterroles"],
+        role(
+            "role-admin",
+            [
+                {"apiGroups": [RBAC], "resources": ["roles", "rolebindings"], "verbs": ["create", "update"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+            ],
+        ),
+    )
     cluster.put(KIND["rolebindings"], bind("ra", "ClusterRole", "role-admin", [user_subject("bob")], ns="d"))
-    cluster.put(KIND["clusterroles"], role("secrets-reader", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]))
+    cluster.put(
+        KIND["clusterroles"], role("secrets-reader", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}])
+    )
 
     run = lambda a: asyncio.run(guard.validate(a))  # noqa: E731
     run(_attrs(KIND["roles"], "CREATE", role("ok", pods_get, ns="d"), BOB, ns="d"))  # held: allowed
     with pytest.raises(st.ApiError) as e:
-        run(_attrs(KIND["roles"], "CREATE", role("bad", [{"apiGroups": [""], "resources": ["secrets"],
-                                                          "verbs": ["get", "list"]}], ns="d"), BOB, ns="d"))
+        run(
+            _attrs(
+                KIND["roles"],
+                "CREATE",
+                role("bad", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}], ns="d"),
+                BOB,
+                ns="d",
+            )
+        )
     assert e.value.code == 403
-    assert 'user "bob" (groups=["devs" "system:authenticated"]) is attempting to grant RBAC permissions' in e.value.message
+    assert (
+        'user "bob" (groups=["devs" "system:authenticated"]) is attempting to grant RBAC permissions' in e.value.message
+    )
     assert '{APIGroups:[""], Resources:["secrets"], Verbs:["get" "list"]}' in e.value.message
     # Binding a role whose permissions bob lacks: refused; binding one he holds: allowed.
     with pytest.raises(st.ApiError) as e:
-        run(_attrs(KIND["rolebindings"], "CREATE", bind("x", "ClusterRole", "secrets-reader", [user_subject("eve")], "d"),
-                   BOB, ns="d"))
+        run(
+            _attrs(
+                KIND["rolebindings"],
+                "CREATE",
+                bind("x", "ClusterRole", "secrets-reader", [user_subject("eve")], "d"),
+                BOB,
+                ns="d",
+            )
+        )
     assert e.value.code == 403
     cluster.put(KIND["clusterroles"], role("pod-reader", pods_get))
-    run(_attrs(KIND["rolebindings"], "CREATE", bind("y", "ClusterRole", "pod-reader", [user_subject("eve")], "d"),
-               BOB, ns="d"))
+    run(
+        _attrs(
+            KIND["rolebindings"],
+            "CREATE",
+            bind("y", "ClusterRole", "pod-reader", [user_subject("eve")], "d"),
+            BOB,
+            ns="d",
+        )
+    )
     with pytest.raises(st.ApiError) as e:
-        run(_attrs(KIND["rolebindings"], "CREATE", bind("z", "ClusterRole", "nope", [user_subject("eve")], "d"),
-                   BOB, ns="d"))
+        run(
+            _attrs(
+                KIND["rolebindings"],
+                "CREATE",
+                bind("z", "ClusterRole", "nope", [user_subject("eve")], "d"),
+                BOB,
+                ns="d",
+            )
+        )
     assert e.value.code == 404
     # The bind and escalate verbs short-circuit the coverage checks.
-    cluster.put(KIND["clusterroles"], role("binder", [
-        {"apiGroups": [RBAC], "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["secrets-reader"]},
-        {"apiGroups": [RBAC], "resources": ["roles"], "verbs": ["escalate"]}]))
+    cluster.put(
+        KIND["clusterroles"],
+        role(
+            "binder",
+            [
+                {
+                    "apiGroups": [RBAC],
+                    "resources": ["clusterroles"],
+                    "verbs": ["bind"],
+                    "resourceNames": ["secrets-reader"],
+                },
+                {"apiGroups": [RBAC], "resources": ["roles"], "verbs": ["escalate"]},
+            ],
+        ),
+    )
     cluster.put(KIND["rolebindings"], bind("rb-binder", "ClusterRole", "binder", [user_subject("bob")], ns="d"))
-    run(_attrs(KIND["rolebindings"], "CREATE", bind("x", "ClusterRole", "secrets-reader", [user_subject("eve")], "d"),
-               BOB, ns="d"))
-    run(_attrs(KIND["roles"], "CREATE", role("bad", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}], ns="d"),
-               BOB, ns="d"))
+    run(
+        _attrs(
+            KIND["rolebindings"],
+            "CREATE",
+            bind("x", "ClusterRole", "secrets-reader", [user_subject("eve")], "d"),
+            BOB,
+            ns="d",
+        )
+    )
+    run(
+        _attrs(
+            KIND["roles"],
+            "CREATE",
+            role("bad", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}], ns="d"),
+            BOB,
+            ns="d",
+        )
+    )
     # Shape errors are 422 before any permission check; roleRef cannot change.
     with pytest.raises(st.ApiError) as e:
         run(_attrs(KIND["roles"], "CREATE", role("r", [{"apiGroups": [""], "verbs": ["get"]}], ns="d"), BOB, ns="d"))
     assert e.value.code == 422
     old = bind("y", "ClusterRole", "pod-reader", [user_subject("eve")], "d")
     with pytest.raises(st.ApiError) as e:
-        run(_attrs(KIND["rolebindings"], "UPDATE", bind("y", "ClusterRole", "other", [user_subject("eve")], "d"),
-                   BOB, old=old, ns="d"))
+        run(
+            _attrs(
+                KIND["rolebindings"],
+                "UPDATE",
+                bind("y", "ClusterRole", "other", [user_subject("eve")], "d"),
+                BOB,
+                old=old,
+                ns="d",
+            )
+        )
     assert e.value.code == 422 and "cannot change roleRef" in e.value.message
 
 
 # --- node authorizer -------------------------------------------------------------------------
 
+
 def mkpod(name, node, ns="d", **spec):
-    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}], **spec}}
+    return {
+        "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}], **spec},
+    }
 
 
 def test_pod_references_cover_env_volumes_projected_and_pull_secrets():
-    pod = mkpod("p", "n1", serviceAccountName="sa", imagePullSecrets=[{"name": "pull"}],
-                volumes=[{"name": "v1", "secret": {"secretName": "vol-secret"}},
-                         {"name": "v2", "configMap": {"name": "vol-cm"}},
-                         {"name": "v3", "persistentVolumeClaim": {"claimName": "claim"}},
-                         {"name": "v4", "projected": {"sources": [{"secret": {"name": "proj-secret"}},
-                                                                  {"configMap": {"name": "proj-cm"}}]}},
-                         {"name": "v5", "csi": {"driver": "x", "nodePublishSecretRef": {"name": "csi-secret"}}}])
+    pod = mkpod(
+        "p",
+        "n1",
+        serviceAccountName="sa",
+        imagePullSecrets=[{"name": "pull"}],
+        volumes=[
+            {"name": "v1", "secret": {"secretName": "vol-secret"}},
+            {"name": "v2", "configMap": {"name": "vol-cm"}},
+            {"name": "v3", "persistentVolumeClaim": {"claimName": "claim"}},
+            {
+                "name": "v4",
+                "projected": {"sources": [{"secret": {"name": "proj-secret"}}, {"configMap": {"name": "proj-cm"}}]},
+            },
+            {"name": "v5", "csi": {"driver": "x", "nodePublishSecretRef": {"name": "csi-secret"}}},
+        ],
+    )
     pod["spec"]["initContainers"] = [{"name": "i", "image": "i", "envFrom": [{"secretRef": {"name": "init-env"}}]}]
-    pod["spec"]["containers"][0]["env"] = [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "env-cm", "key": "k"}}},
-                                           {"name": "B", "valueFrom": {"secretKeyRef": {"name": "env-secret", "key": "k"}}}]
+    pod["spec"]["containers"][0]["env"] = [
+        {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "env-cm", "key": "k"}}},
+        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "env-secret", "key": "k"}}},
+    ]
     refs = pod_references(pod)
     assert refs["secret"] == {"pull", "vol-secret", "proj-secret", "csi-secret", "init-env", "env-secret"}
     assert refs["configmap"] == {"vol-cm", "proj-cm", "env-cm"}
@@ -309,8 +436,9 @@ def test_pod_references_cover_env_volumes_projected_and_pull_secrets():
 
 def test_node_authorizer_uses_the_pod_graph(cluster):
     node = NodeAuthorizer(NodeGraph.attach(cluster.cache, REGISTRY))
-    cluster.put(PODS, mkpod("mine", "n1", volumes=[{"name": "v", "secret": {"secretName": "s1"}}],
-                            serviceAccountName="sa1"))
+    cluster.put(
+        PODS, mkpod("mine", "n1", volumes=[{"name": "v", "secret": {"secretName": "s1"}}], serviceAccountName="sa1")
+    )
     cluster.put(PODS, mkpod("theirs", "n2", volumes=[{"name": "v", "secret": {"secretName": "s2"}}]))
     allow = lambda a: node.authorize(a)[0] is Decision.ALLOW  # noqa: E731
     assert allow(res(NODE1, "get", "secrets", "d", "s1"))
@@ -342,6 +470,7 @@ def test_node_authorizer_uses_the_pod_graph(cluster):
 
 # --- NodeRestriction ----------------------------------------------------------------------
 
+
 class FakeStore:
     def __init__(self, objects):
         self.objects = objects
@@ -354,10 +483,22 @@ class FakeStore:
 
 
 def test_forbidden_labels():
-    assert forbidden_labels({"node-restriction.orch.io/x", "a.node-restriction.orch.io/y"}) == \
-        ["a.node-restriction.orch.io/y", "node-restriction.orch.io/x"]
-    assert forbidden_labels({names.LABEL_HOSTNAME, "node.orch.io/role", names.NODE_AGENT_LABEL_PREFIXES[0] + "x", "example.com/y",
-                             "plain"}) == []
+    assert forbidden_labels({"node-restriction.orch.io/x", "a.node-restriction.orch.io/y"}) == [
+        "a.node-restriction.orch.io/y",
+        "node-restriction.orch.io/x",
+    ]
+    assert (
+        forbidden_labels(
+            {
+                names.LABEL_HOSTNAME,
+                "node.orch.io/role",
+                names.NODE_AGENT_LABEL_PREFIXES[0] + "x",
+                "example.com/y",
+                "plain",
+            }
+        )
+        == []
+    )
     assert forbidden_labels({"orch.io/made-up", "sub.orch.io/other"}) == ["orch.io/made-up", "sub.orch.io/other"]
 
 
@@ -386,8 +527,9 @@ def test_node_restriction_rules():
 
     mirror = mkpod("m", "n1")
     mirror["metadata"]["annotations"] = {names.ANNOTATION_CONFIG_MIRROR: "h"}
-    mirror["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid",
-                                              "controller": True}]
+    mirror["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "node-uid", "controller": True}
+    ]
     run(attrs(PODS, "CREATE", mirror, name="m", ns="d"))
     plain = mkpod("p", "n1")
     refused(attrs(PODS, "CREATE", plain, name="p", ns="d"), "can only create mirror pods")
@@ -406,18 +548,36 @@ def test_node_restriction_rules():
     run(attrs(LEASES, "CREATE", lease, name="n1", ns=names.NS_NODE_LEASE))
     refused(attrs(LEASES, "CREATE", {"metadata": {"name": "n2"}}, name="n2", ns=names.NS_NODE_LEASE), "same name")
     refused(attrs(LEASES, "UPDATE", lease, lease, name="n1", ns="default"), "system namespace")
-    run(attrs(CSRS, "CREATE", {"metadata": {"name": "c"}, "spec": {"request": csr_b64("system:node:n1", ["system:nodes"])}}, name="c"))
-    refused(attrs(CSRS, "CREATE", {"metadata": {"name": "c"}, "spec": {"request": csr_b64("system:node:n2", ["system:nodes"])}},
-                  name="c"), "only request certificates for itself")
+    run(
+        attrs(
+            CSRS,
+            "CREATE",
+            {"metadata": {"name": "c"}, "spec": {"request": csr_b64("system:node:n1", ["system:nodes"])}},
+            name="c",
+        )
+    )
+    refused(
+        attrs(
+            CSRS,
+            "CREATE",
+            {"metadata": {"name": "c"}, "spec": {"request": csr_b64("system:node:n2", ["system:nodes"])}},
+            name="c",
+        ),
+        "only request certificates for itself",
+    )
 
 
 # --- certificate admission --------------------------------------------------------------------
 
+
 def csr_b64(cn: str, orgs: list[str]) -> str:
     key = ec.generate_private_key(ec.SECP256R1())
-    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] + [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] + [
+        x509.NameAttribute(NameOID.COMMON_NAME, cn)
+    ]
     csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(attrs)).sign(key, hashes.SHA256())
     from cryptography.hazmat.primitives.serialization import Encoding
+
     return base64.b64encode(csr.public_bytes(Encoding.PEM)).decode()
 
 
@@ -445,18 +605,35 @@ def test_certificate_approval_and_signing_need_signer_permissions(cluster):
     approval, signing = CertificateApproval(lambda: chain), CertificateSigning(lambda: chain)
     signer = names.SIGNER_APISERVER_CLIENT
     csr = {"metadata": {"name": "c"}, "spec": {"signerName": signer}, "status": {}}
-    approve = lambda: asyncio.run(approval.validate(Attributes("UPDATE", CSRS, "", "c", "approval", csr, csr, BOB, False)))  # noqa: E731
+    approve = lambda: asyncio.run(
+        approval.validate(Attributes("UPDATE", CSRS, "", "c", "approval", csr, csr, BOB, False))
+    )  # noqa: E731
     signed = {**csr, "status": {"certificate": "Y2VydA=="}}
     sign = lambda: asyncio.run(signing.validate(Attributes("UPDATE", CSRS, "", "c", "status", signed, csr, BOB, False)))  # noqa: E731
     with pytest.raises(st.ApiError, match="not permitted to approve"):
         approve()
     with pytest.raises(st.ApiError, match="not permitted to sign"):
         sign()
-    cluster.put(KIND["clusterroles"], role("approver", [
-        {"apiGroups": [names.CERTIFICATES_GROUP], "resources": ["signers"], "verbs": ["approve"],
-         "resourceNames": [f"{names.DOMAIN}/*"]},
-        {"apiGroups": [names.CERTIFICATES_GROUP], "resources": ["signers"], "verbs": ["sign"],
-         "resourceNames": [signer]}]))
+    cluster.put(
+        KIND["clusterroles"],
+        role(
+            "approver",
+            [
+                {
+                    "apiGroups": [names.CERTIFICATES_GROUP],
+                    "resources": ["signers"],
+                    "verbs": ["approve"],
+                    "resourceNames": [f"{names.DOMAIN}/*"],
+                },
+                {
+                    "apiGroups": [names.CERTIFICATES_GROUP],
+                    "resources": ["signers"],
+                    "verbs": ["sign"],
+                    "resourceNames": [signer],
+                },
+            ],
+        ),
+    )
     cluster.put(KIND["clusterrolebindings"], bind("a", "ClusterRole", "approver", [user_subject("bob")]))
     approve()  # via <domain>/*
     sign()  # via the exact name
@@ -466,24 +643,36 @@ def test_certificate_approval_and_signing_need_signer_permissions(cluster):
 
 # --- default policy ------------------------------------------------------------------------
 
+
 def test_reconcile_adds_what_is_missing_and_keeps_the_rest():
-    expected = policy.cluster_role("r", [policy.rule(("get",), ("",), ("pods",)),
-                                         policy.rule(("list",), ("",), ("pods",))])
-    current = {"metadata": {"name": "r", "labels": {names.LABEL_RBAC_BOOTSTRAPPING: "mine"}},
-               "rules": [policy.rule(("get", "watch"), ("",), ("pods",)), policy.rule(("get",), ("",), ("nodes",))]}
+    expected = policy.cluster_role(
+        "r", [policy.rule(("get",), ("",), ("pods",)), policy.rule(("list",), ("",), ("pods",))]
+    )
+    current = {
+        "metadata": {"name": "r", "labels": {names.LABEL_RBAC_BOOTSTRAPPING: "mine"}},
+        "rules": [policy.rule(("get", "watch"), ("",), ("pods",)), policy.rule(("get",), ("",), ("nodes",))],
+    }
     assert policy.reconcile_role(current, expected)
-    assert current["rules"][:2] == [policy.rule(("get", "watch"), ("",), ("pods",)), policy.rule(("get",), ("",), ("nodes",))]
+    assert current["rules"][:2] == [
+        policy.rule(("get", "watch"), ("",), ("pods",)),
+        policy.rule(("get",), ("",), ("nodes",)),
+    ]
     assert current["rules"][2] == policy.rule(("list",), ("",), ("pods",))
     assert current["metadata"]["labels"][names.LABEL_RBAC_BOOTSTRAPPING] == "mine"
     assert current["metadata"]["annotations"][names.ANNOTATION_RBAC_AUTOUPDATE] == "true"
     assert not policy.reconcile_role(current, expected)  # idempotent
     b = policy.cluster_binding("b", "r", [policy._subject("Group", "g1")])
-    cur_b = {"metadata": {"name": "b"}, "roleRef": b["roleRef"], "subjects": [{"kind": "User", "apiGroup": RBAC, "name": "x"}]}
+    cur_b = {
+        "metadata": {"name": "b"},
+        "roleRef": b["roleRef"],
+        "subjects": [{"kind": "User", "apiGroup": RBAC, "name": "x"}],
+    }
     assert policy.reconcile_binding(cur_b, b)
     assert [s["name"] for s in cur_b["subjects"]] == ["x", "g1"]
     assert policy.protected({"metadata": {"annotations": {names.ANNOTATION_RBAC_AUTOUPDATE: "false"}}})
     # Every default object passes the write checks' shape validation.
     from apiserver_min.authz.rbac import validate_binding, validate_cluster_role, validate_rules
+
     for obj in policy.default_cluster_roles():
         assert validate_cluster_role(obj) == [], obj["metadata"]["name"]
     for obj in policy.default_roles():
@@ -501,13 +690,19 @@ def test_aggregation_unions_selected_roles(cluster):
     view = aggregate_rules(index, "view")
     assert view == policy._aggregate_to_view()
     # edit and admin pick up view's rules once those are stored on view (chained aggregation).
-    cluster.put(KIND["clusterroles"], {**policy.aggregated_role("view", names.LABEL_AGGREGATE_TO_VIEW,
-                                                                {names.LABEL_AGGREGATE_TO_EDIT: "true"}),
-                                       "rules": view})
+    cluster.put(
+        KIND["clusterroles"],
+        {
+            **policy.aggregated_role("view", names.LABEL_AGGREGATE_TO_VIEW, {names.LABEL_AGGREGATE_TO_EDIT: "true"}),
+            "rules": view,
+        },
+    )
     edit = aggregate_rules(index, "edit")
     assert all(r in edit for r in view) and all(r in edit for r in policy._aggregate_to_edit())
-    cluster.put(KIND["clusterroles"], role("extra", [policy.rule(("get",), ("x.io",), ("widgets",))],
-                                           labels={names.LABEL_AGGREGATE_TO_VIEW: "true"}))
+    cluster.put(
+        KIND["clusterroles"],
+        role("extra", [policy.rule(("get",), ("x.io",), ("widgets",))], labels={names.LABEL_AGGREGATE_TO_VIEW: "true"}),
+    )
     assert policy.rule(("get",), ("x.io",), ("widgets",)) in aggregate_rules(index, "view")
     assert aggregate_rules(index, names.ROLE_CLUSTER_ADMIN) is None
     # The node rules granted through system:node match the Node authorizer's fixed rules.
@@ -516,6 +711,7 @@ def test_aggregation_unions_selected_roles(cluster):
 
 
 # --- admission chain configuration -------------------------------------------------------------
+
 
 def test_admission_plugin_flags():
     assert "NodeRestriction" not in resolve_plugins([], [])
@@ -533,7 +729,9 @@ def test_default_toleration_seconds():
     pod = mkpod("p", "")
     asyncio.run(plugin.admit(Attributes("CREATE", PODS, "d", "p", "", pod, None, BOB, False)))
     assert {(t["key"], t["tolerationSeconds"]) for t in pod["spec"]["tolerations"]} == {
-        (names.TAINT_NOT_READY, 300), (names.TAINT_UNREACHABLE, 60)}
+        (names.TAINT_NOT_READY, 300),
+        (names.TAINT_UNREACHABLE, 60),
+    }
     tolerant = mkpod("q", "", tolerations=[{"operator": "Exists"}])
     asyncio.run(plugin.admit(Attributes("CREATE", PODS, "d", "q", "", tolerant, None, BOB, False)))
     assert tolerant["spec"]["tolerations"] == [{"operator": "Exists"}]
@@ -541,10 +739,12 @@ def test_default_toleration_seconds():
 
 # --- review protobuf ------------------------------------------------------------------------
 
+
 def _proto_classes():
     """The review messages built with the protobuf library itself: an encoder
     independent of the decoder under test."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
     F = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(name="orch_test_review.proto", package="t", syntax="proto2")
 
@@ -558,23 +758,41 @@ def _proto_classes():
 
     S, M, B, OPT, REP = F.TYPE_STRING, F.TYPE_MESSAGE, F.TYPE_BYTES, F.LABEL_OPTIONAL, F.LABEL_REPEATED
     msg("TypeMeta", [("apiVersion", 1, S, OPT, ""), ("kind", 2, S, OPT, "")])
-    msg("Unknown", [("typeMeta", 1, M, OPT, "TypeMeta"), ("raw", 2, B, OPT, ""),
-                    ("contentEncoding", 3, S, OPT, ""), ("contentType", 4, S, OPT, "")])
+    msg(
+        "Unknown",
+        [
+            ("typeMeta", 1, M, OPT, "TypeMeta"),
+            ("raw", 2, B, OPT, ""),
+            ("contentEncoding", 3, S, OPT, ""),
+            ("contentType", 4, S, OPT, ""),
+        ],
+    )
     msg("ObjectMeta", [("name", 1, S, OPT, "")])
-    msg("ResourceAttributes", [(n, i + 1, S, OPT, "") for i, n in enumerate(
-        ("namespace", "verb", "group", "version", "resource", "subresource", "name"))])
+    msg(
+        "ResourceAttributes",
+        [
+            (n, i + 1, S, OPT, "")
+            for i, n in enumerate(("namespace", "verb", "group", "version", "resource", "subresource", "name"))
+        ],
+    )
     msg("NonResourceAttributes", [("path", 1, S, OPT, ""), ("verb", 2, S, OPT, "")])
     msg("ExtraValue", [("items", 1, S, REP, "")])
     msg("ExtraEntry", [("key", 1, S, OPT, ""), ("value", 2, M, OPT, "ExtraValue")])
-    msg("Spec", [("resourceAttributes", 1, M, OPT, "ResourceAttributes"),
-                 ("nonResourceAttributes", 2, M, OPT, "NonResourceAttributes"),
-                 ("user", 3, S, OPT, ""), ("groups", 4, S, REP, ""), ("extra", 5, M, REP, "ExtraEntry"),
-                 ("uid", 6, S, OPT, "")])
+    msg(
+        "Spec",
+        [
+            ("resourceAttributes", 1, M, OPT, "ResourceAttributes"),
+            ("nonResourceAttributes", 2, M, OPT, "NonResourceAttributes"),
+            ("user", 3, S, OPT, ""),
+            ("groups", 4, S, REP, ""),
+            ("extra", 5, M, REP, "ExtraEntry"),
+            ("uid", 6, S, OPT, ""),
+        ],
+    )
     msg("Review", [("metadata", 1, M, OPT, "ObjectMeta"), ("spec", 2, M, OPT, "Spec")])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"t.{n}"))
-            for n in ("Unknown", "Review")}
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"t.{n}")) for n in ("Unknown", "Review")}
 
 
 def test_review_protobuf_envelope_decodes():
@@ -593,8 +811,15 @@ def test_review_protobuf_envelope_decodes():
     assert (api_version, kind) == (f"{names.UPSTREAM_AUTHORIZATION_GROUP}/v1", "SelfSubjectAccessReview")
     obj = reviews.decode_review(kind, raw)
     assert obj["metadata"] == {"name": "q"}
-    assert obj["spec"] == {"resourceAttributes": {"namespace": "default", "verb": "get", "resource": "pods",
-                                                  "subresource": "log", "name": "web"}}
+    assert obj["spec"] == {
+        "resourceAttributes": {
+            "namespace": "default",
+            "verb": "get",
+            "resource": "pods",
+            "subresource": "log",
+            "name": "web",
+        }
+    }
     sar = cls["Review"]()
     sar.spec.nonResourceAttributes.path = "/healthz"
     sar.spec.nonResourceAttributes.verb = "get"
@@ -604,8 +829,12 @@ def test_review_protobuf_envelope_decodes():
     e.key = "scopes"
     e.value.items.extend(["x", "y"])
     obj = reviews.decode_review("SubjectAccessReview", sar.SerializeToString())
-    assert obj["spec"] == {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}, "user": "jane",
-                           "groups": ["a", "b"], "extra": {"scopes": ["x", "y"]}}
+    assert obj["spec"] == {
+        "nonResourceAttributes": {"path": "/healthz", "verb": "get"},
+        "user": "jane",
+        "groups": ["a", "b"],
+        "extra": {"scopes": ["x", "y"]},
+    }
     with pytest.raises(reviews.ProtobufError):
         reviews.decode_envelope(b"{}")
     with pytest.raises(reviews.ProtobufError):

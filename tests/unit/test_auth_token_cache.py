@@ -13,15 +13,15 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from apiserver_min.api import names
-from apiserver_min.authn.bearer import AudienceAgnostic, BearerTokenAuthenticator
-from apiserver_min.authn.union import AuthenticationChain
-from apiserver_min.authn.authenticator import TokenResult, Unauthorized
-from apiserver_min.authn.x509 import X509Authenticator
-from apiserver_min.authn.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer
 from apiserver_min.api.tlsverify import ClientCertificateVerifier
-from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
-from apiserver_min.authn.tokens import BootstrapTokens, StaticTokens, parse_token_csv
 from apiserver_min.api.user import UserInfo
+from apiserver_min.authn.authenticator import TokenResult, Unauthorized
+from apiserver_min.authn.bearer import AudienceAgnostic, BearerTokenAuthenticator
+from apiserver_min.authn.serviceaccount import ServiceAccountTokenAuthenticator, TokenIssuer
+from apiserver_min.authn.tokens import BootstrapTokens, StaticTokens, parse_token_csv
+from apiserver_min.authn.union import AuthenticationChain
+from apiserver_min.authn.x509 import X509Authenticator
+from apiserver_min.pki import cert_pem, make_ca, new_key, sign_leaf
 
 AUD = ("https://orch.default.svc.cluster.local",)
 ISS = AUD[0]
@@ -95,8 +95,9 @@ def request(token=None, cert_der=None):
 
 
 def x509_authenticator(ca_file: str = "/nonexistent/ca.crt", **kw) -> X509Authenticator:
-    return X509Authenticator(ClientCertificateVerifier(ca_file),
-                             peer=lambda r: (r.cert_der, ()) if r.cert_der else None, **kw)
+    return X509Authenticator(
+        ClientCertificateVerifier(ca_file), peer=lambda r: (r.cert_der, ()) if r.cert_der else None, **kw
+    )
 
 
 async def test_static_token_success_is_cached_and_failures_are_not():
@@ -152,9 +153,11 @@ def bootstrap_secret(expiration: str = "") -> dict:
     data = {"token-id": "abcdef", "token-secret": "0123456789abcdef", "usage-bootstrap-authentication": "true"}
     if expiration:
         data["expiration"] = expiration
-    return {"metadata": {"name": "bootstrap-token-abcdef", "namespace": names.NS_SYSTEM},
-            "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+    return {
+        "metadata": {"name": "bootstrap-token-abcdef", "namespace": names.NS_SYSTEM},
+        "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE,
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
 
 
 async def test_bootstrap_token_cache_follows_the_secret_and_its_expiration():
@@ -190,8 +193,9 @@ async def test_service_account_token_cache_follows_account_pod_and_expiry():
     lookup.put("pods", "ns1", "p", {}, rv=2, uid="pod-uid")
     sa = ServiceAccountTokenAuthenticator([key.public_key()], (ISS,), lookup, clock=clock)
     bearer = BearerTokenAuthenticator([sa], AUD)
-    token, exp = TokenIssuer(key, ISS, clock=clock).issue("ns1", "robot", "sa-uid", list(AUD), 3600,
-                                                         pod=("p", "pod-uid"))
+    token, exp = TokenIssuer(key, ISS, clock=clock).issue(
+        "ns1", "robot", "sa-uid", list(AUD), 3600, pod=("p", "pod-uid")
+    )
     for _ in range(3):
         assert (await bearer.authenticate_token(token)).user.name == "system:serviceaccount:ns1:robot"
     assert bearer.full_checks == 1
@@ -212,12 +216,17 @@ async def test_service_account_token_cache_follows_account_pod_and_expiry():
 
 async def test_client_certificate_user_is_remembered_per_certificate(tmp_path):
     from cryptography.hazmat.primitives import serialization
+
     ca, ca_key = make_ca("unit-ca")
     (tmp_path / "ca.crt").write_bytes(cert_pem(ca))
     x509 = x509_authenticator(str(tmp_path / "ca.crt"), cache_size=2)
     key = new_key()
-    ders = [sign_leaf(ca, ca_key, key.public_key(), f"u{i}", [f"g{i}"], client=True).public_bytes(
-        serialization.Encoding.DER) for i in range(3)]
+    ders = [
+        sign_leaf(ca, ca_key, key.public_key(), f"u{i}", [f"g{i}"], client=True).public_bytes(
+            serialization.Encoding.DER
+        )
+        for i in range(3)
+    ]
     for i, der in list(enumerate(ders)) * 2:
         user = await x509.authenticate(request(cert_der=der))
         assert user.name == f"u{i}" and user.groups == (f"g{i}", "system:authenticated")
@@ -225,10 +234,17 @@ async def test_client_certificate_user_is_remembered_per_certificate(tmp_path):
     from cryptography import x509 as cx509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import NameOID
+
     now = _dt.datetime.now(_dt.timezone.utc)
-    no_cn = (cx509.CertificateBuilder()
-             .subject_name(cx509.Name([cx509.NameAttribute(NameOID.ORGANIZATION_NAME, "x")]))
-             .issuer_name(ca.subject).public_key(key.public_key()).serial_number(1)
-             .not_valid_before(now - _dt.timedelta(days=1)).not_valid_after(now + _dt.timedelta(days=1))
-             .sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.DER))
+    no_cn = (
+        cx509.CertificateBuilder()
+        .subject_name(cx509.Name([cx509.NameAttribute(NameOID.ORGANIZATION_NAME, "x")]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - _dt.timedelta(days=1))
+        .not_valid_after(now + _dt.timedelta(days=1))
+        .sign(ca_key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.DER)
+    )
     assert await x509.authenticate(request(cert_der=no_cn)) is None

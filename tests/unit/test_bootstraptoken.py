@@ -31,8 +31,15 @@ def test_generate_and_parse_tokens():
     assert len(seen) == 50
     assert bt.parse_token(TOKEN) == bt.Token("abcdef", "0123456789abcdef")
     assert bt.parse_token(TOKEN).secret_name == "bootstrap-token-abcdef"
-    for bad in ("abcdef0123456789abcdef", "ABCDEF.0123456789abcdef", "abcde.0123456789abcdef",
-                "abcdef.0123456789abcde", "abcdef.0123456789abcdef0", "", "abcdef.0123456789abcde_"):
+    for bad in (
+        "abcdef0123456789abcdef",
+        "ABCDEF.0123456789abcdef",
+        "abcde.0123456789abcdef",
+        "abcdef.0123456789abcde",
+        "abcdef.0123456789abcdef0",
+        "",
+        "abcdef.0123456789abcde_",
+    ):
         with pytest.raises(bt.TokenError, match="does not match the format"):
             bt.parse_token(bad)
     assert bt.parse_token_id("abcdef") == "abcdef"
@@ -47,7 +54,9 @@ def test_usages_and_groups():
     with pytest.raises(bt.TokenError, match="'auth'"):
         bt.parse_usages(["auth"])
     assert bt.parse_groups(["system:bootstrappers:a,system:bootstrappers:b-c"]) == (
-        "system:bootstrappers:a", "system:bootstrappers:b-c")
+        "system:bootstrappers:a",
+        "system:bootstrappers:b-c",
+    )
     for bad in ("system:nodes", "system:bootstrappers:", "system:bootstrappers:x-", "devs"):
         with pytest.raises(bt.TokenError, match="must start with system:bootstrappers:"):
             bt.parse_groups([bad])
@@ -56,14 +65,25 @@ def test_usages_and_groups():
 def test_secret_round_trip():
     now = _dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
     tok = bt.parse_token(TOKEN)
-    secret = bt.secret_for_token(tok, ttl=_dt.timedelta(hours=24), now=now, usages=["authentication"],
-                                 groups=["system:bootstrappers:workers"], description="for node n1")
+    secret = bt.secret_for_token(
+        tok,
+        ttl=_dt.timedelta(hours=24),
+        now=now,
+        usages=["authentication"],
+        groups=["system:bootstrappers:workers"],
+        description="for node n1",
+    )
     assert secret["metadata"] == {"name": "bootstrap-token-abcdef", "namespace": names.NS_SYSTEM}
     assert secret["type"] == names.BOOTSTRAP_TOKEN_SECRET_TYPE
     plain = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    assert plain == {"token-id": "abcdef", "token-secret": "0123456789abcdef", "expiration": "2030-01-03T03:04:05Z",
-                     "usage-bootstrap-authentication": "true", "auth-extra-groups": "system:bootstrappers:workers",
-                     "description": "for node n1"}
+    assert plain == {
+        "token-id": "abcdef",
+        "token-secret": "0123456789abcdef",
+        "expiration": "2030-01-03T03:04:05Z",
+        "usage-bootstrap-authentication": "true",
+        "auth-extra-groups": "system:bootstrappers:workers",
+        "description": "for node n1",
+    }
     ts = bt.token_from_secret(secret)
     assert ts.token == tok and ts.usages == ("authentication",) and ts.groups == ("system:bootstrappers:workers",)
     assert ts.expiration == now + _dt.timedelta(hours=24) and ts.description == "for node n1"
@@ -146,4 +166,5 @@ def test_ca_hash_and_cluster_info_kubeconfig():
     with pytest.raises(bt.TokenError, match="no cluster"):
         bt.kubeconfig_cluster("kind: Config\n")
     assert bt.join_command("https://10.0.0.1:6443", TOKEN, want) == (
-        f"orch-agent join --server https://10.0.0.1:6443 --token {TOKEN} --discovery-token-ca-cert-hash {want}")
+        f"orch-agent join --server https://10.0.0.1:6443 --token {TOKEN} --discovery-token-ca-cert-hash {want}"
+    )

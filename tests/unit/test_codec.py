@@ -7,8 +7,8 @@ import json
 import orjson
 import pytest
 
-from apiserver_min.api.status import ApiError
 from apiserver_min.api import codec
+from apiserver_min.api.status import ApiError
 
 
 def test_splice_rv_into_empty_metadata():
@@ -19,9 +19,14 @@ def test_splice_rv_into_empty_metadata():
 
 
 def test_splice_rv_into_metadata_with_fields():
-    raw = codec.encode_for_storage({"apiVersion": "v1", "kind": "Pod",
-                                    "metadata": {"name": "web", "namespace": "default"},
-                                    "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    raw = codec.encode_for_storage(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }
+    )
     out = codec.splice_rv(raw, 123456)
     obj = json.loads(out)
     assert obj["metadata"] == {"resourceVersion": "123456", "name": "web", "namespace": "default"}
@@ -31,9 +36,14 @@ def test_splice_rv_into_metadata_with_fields():
 
 def test_splice_rv_only_touches_the_top_level_metadata():
     # A nested "metadata":{ (a pod template) comes after the object's own metadata.
-    raw = codec.encode_for_storage({"apiVersion": "apps/v1", "kind": "Deployment",
-                                    "metadata": {"name": "d"},
-                                    "spec": {"template": {"metadata": {"labels": {"a": "b"}}}}})
+    raw = codec.encode_for_storage(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {"template": {"metadata": {"labels": {"a": "b"}}}},
+        }
+    )
     obj = json.loads(codec.splice_rv(raw, 5))
     assert obj["metadata"]["resourceVersion"] == "5"
     assert "resourceVersion" not in obj["spec"]["template"]["metadata"]
@@ -52,8 +62,14 @@ def test_decode_stored_sets_the_version():
 
 
 def test_encode_for_storage_drops_resource_version_and_orders_keys():
-    obj = {"spec": {"x": 1}, "status": {}, "metadata": {"resourceVersion": "42", "name": "n", "uid": "u"},
-           "kind": "ConfigMap", "apiVersion": "v1", "data": {"k": "v"}}
+    obj = {
+        "spec": {"x": 1},
+        "status": {},
+        "metadata": {"resourceVersion": "42", "name": "n", "uid": "u"},
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+        "data": {"k": "v"},
+    }
     raw = codec.encode_for_storage(obj)
     assert raw.startswith(b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{')
     decoded = json.loads(raw)
@@ -70,8 +86,13 @@ def test_encode_for_storage_without_metadata():
 
 
 def test_round_trip_through_storage():
-    obj = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "labels": {"a": "b"}},
-           "type": "Opaque", "data": {"k": "dg=="}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s", "labels": {"a": "b"}},
+        "type": "Opaque",
+        "data": {"k": "dg=="},
+    }
     stored = codec.encode_for_storage(obj)
     assert orjson.loads(codec.splice_rv(stored, 11)) == codec.decode_stored(stored, 11)
     assert codec.decode_stored(stored, 11) == {**obj, "metadata": {**obj["metadata"], "resourceVersion": "11"}}
@@ -92,10 +113,15 @@ def test_yaml_loader_rejects_duplicate_top_level_keys():
 
 
 def test_yaml_loader_keeps_timestamps_and_dates_as_strings():
-    obj = codec.load_yaml(b"metadata:\n  creationTimestamp: 2024-05-01T12:00:00Z\n"
-                          b"  day: 2024-05-01\n  spaced: 2001-12-14 21:59:43.10 -5\n")
-    assert obj["metadata"] == {"creationTimestamp": "2024-05-01T12:00:00Z", "day": "2024-05-01",
-                               "spaced": "2001-12-14 21:59:43.10 -5"}
+    obj = codec.load_yaml(
+        b"metadata:\n  creationTimestamp: 2024-05-01T12:00:00Z\n"
+        b"  day: 2024-05-01\n  spaced: 2001-12-14 21:59:43.10 -5\n"
+    )
+    assert obj["metadata"] == {
+        "creationTimestamp": "2024-05-01T12:00:00Z",
+        "day": "2024-05-01",
+        "spaced": "2001-12-14 21:59:43.10 -5",
+    }
 
 
 def test_yaml_loader_is_safe_and_keeps_other_scalars():

@@ -37,8 +37,7 @@ from cri.fake import (
     rfc3339nano,
 )
 
-LOG_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z) (stdout|stderr) ([PF]) (.*)$")
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z) (stdout|stderr) ([PF]) (.*)$")
 
 
 @pytest.fixture
@@ -53,25 +52,37 @@ async def cri(fake):
         yield client
 
 
-def sandbox_config(name="web", *, uid=None, namespace="default", log_dir="", host_network=False,
-                   hostname=None, labels=None, attempt=0) -> pb.PodSandboxConfig:
+def sandbox_config(
+    name="web", *, uid=None, namespace="default", log_dir="", host_network=False, hostname=None, labels=None, attempt=0
+) -> pb.PodSandboxConfig:
     config = pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=name, uid=uid or f"uid-{name}", namespace=namespace,
-                                       attempt=attempt),
-        hostname=(name if hostname is None else hostname) if not host_network else
-        (hostname or ""),
-        log_directory=str(log_dir), labels=labels or {})
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid or f"uid-{name}", namespace=namespace, attempt=attempt),
+        hostname=(name if hostname is None else hostname) if not host_network else (hostname or ""),
+        log_directory=str(log_dir),
+        labels=labels or {},
+    )
     if host_network:
         config.linux.security_context.namespace_options.network = pb.NODE
     return config
 
 
-def container_config(name="app", *, image="orch.local/busybox:1", command=("sleep", "3600"),
-                     labels=None, attempt=0, log_path=None, memory=0) -> pb.ContainerConfig:
+def container_config(
+    name="app",
+    *,
+    image="orch.local/busybox:1",
+    command=("sleep", "3600"),
+    labels=None,
+    attempt=0,
+    log_path=None,
+    memory=0,
+) -> pb.ContainerConfig:
     config = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name, attempt=attempt),
-        image=pb.ImageSpec(image=image), command=list(command), labels=labels or {},
-        log_path=log_path if log_path is not None else f"{name}/{attempt}.log")
+        image=pb.ImageSpec(image=image),
+        command=list(command),
+        labels=labels or {},
+        log_path=log_path if log_path is not None else f"{name}/{attempt}.log",
+    )
     if memory:
         config.linux.resources.memory_limit_in_bytes = memory
     return config
@@ -85,11 +96,15 @@ async def run_container(cri, sandbox_id, sandbox, config) -> str:
 
 # -- pure helpers ------------------------------------------------------------------
 
-@pytest.mark.parametrize("given, expected", [
-    ("unix:///run/containerd/containerd.sock", "unix:///run/containerd/containerd.sock"),
-    ("unix:/run/x.sock", "unix:///run/x.sock"),
-    ("/run/x.sock", "unix:///run/x.sock"),
-])
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("unix:///run/containerd/containerd.sock", "unix:///run/containerd/containerd.sock"),
+        ("unix:/run/x.sock", "unix:///run/x.sock"),
+        ("/run/x.sock", "unix:///run/x.sock"),
+    ],
+)
 def test_normalize_endpoint(given, expected):
     assert normalize_endpoint(given) == expected
 
@@ -105,16 +120,19 @@ def test_client_rejects_bad_timeout():
         CriClient("unix:///x.sock", request_timeout=0)
 
 
-@pytest.mark.parametrize("ref, full", [
-    ("busybox", "docker.io/library/busybox:latest"),
-    ("busybox:1.36", "docker.io/library/busybox:1.36"),
-    ("someone/app", "docker.io/someone/app:latest"),
-    ("orch.local/busybox:1", "orch.local/busybox:1"),
-    ("localhost/x", "localhost/x:latest"),
-    ("registry:5000/a/b", "registry:5000/a/b:latest"),
-    ("registry:5000/a/b@sha256:00", "registry:5000/a/b@sha256:00"),
-    ("sha256:abc", "sha256:abc"),
-])
+@pytest.mark.parametrize(
+    "ref, full",
+    [
+        ("busybox", "docker.io/library/busybox:latest"),
+        ("busybox:1.36", "docker.io/library/busybox:1.36"),
+        ("someone/app", "docker.io/someone/app:latest"),
+        ("orch.local/busybox:1", "orch.local/busybox:1"),
+        ("localhost/x", "localhost/x:latest"),
+        ("registry:5000/a/b", "registry:5000/a/b:latest"),
+        ("registry:5000/a/b@sha256:00", "registry:5000/a/b@sha256:00"),
+        ("sha256:abc", "sha256:abc"),
+    ],
+)
 def test_normalize_image_ref(ref, full):
     assert normalize_image_ref(ref) == full
 
@@ -128,6 +146,7 @@ def test_rfc3339nano_trims_trailing_zeros():
 
 
 # -- runtime ---------------------------------------------------------------------
+
 
 async def test_version_and_status(cri):
     version = await cri.version()
@@ -147,6 +166,7 @@ async def test_status_condition_knob(fake, cri):
 
 
 # -- sandboxes ---------------------------------------------------------------------
+
 
 async def test_sandbox_lifecycle(cri, tmp_path):
     config = sandbox_config(log_dir=tmp_path, labels={"orch.io/managed": "true"})
@@ -227,9 +247,9 @@ async def test_missing_sandbox_image(fake, cri):
 
 # -- containers --------------------------------------------------------------------
 
+
 async def test_container_lifecycle_and_logs(fake, cri, tmp_path):
-    fake.set_behavior(ContainerBehavior(logs=(("stdout", "hello"), ("stderr", "warn"))),
-                      container="app")
+    fake.set_behavior(ContainerBehavior(logs=(("stdout", "hello"), ("stderr", "warn"))), container="app")
     sandbox = sandbox_config(log_dir=tmp_path / "pods" / "web")
     sandbox_id = await cri.run_pod_sandbox(sandbox)
     container_id = await cri.create_container(sandbox_id, container_config(), sandbox)
@@ -296,8 +316,7 @@ async def test_oom_and_scheduled_exit(fake, cri):
     hog = await run_container(cri, sandbox_id, sandbox, container_config("hog"))
     other = await run_container(cri, sandbox_id, sandbox, container_config("other"))
     fake.schedule_exit(other, 0.01, exit_code=2)
-    await fake.wait_for(lambda: all(c.state == pb.CONTAINER_EXITED
-                                    for c in fake.containers.values()))
+    await fake.wait_for(lambda: all(c.state == pb.CONTAINER_EXITED for c in fake.containers.values()))
     hog_status = (await cri.container_status(hog)).status
     assert (hog_status.exit_code, hog_status.reason) == (137, "OOMKilled")
     assert (await cri.container_status(other)).status.exit_code == 2
@@ -325,8 +344,7 @@ async def test_stop_timeout_semantics(fake, cri):
 
 
 async def test_start_error(fake, cri):
-    fake.set_behavior(ContainerBehavior(start_error='exec: "nope": executable file not found'),
-                      container="bad")
+    fake.set_behavior(ContainerBehavior(start_error='exec: "nope": executable file not found'), container="bad")
     sandbox = sandbox_config()
     sandbox_id = await cri.run_pod_sandbox(sandbox)
     container_id = await cri.create_container(sandbox_id, container_config("bad"), sandbox)
@@ -388,12 +406,10 @@ async def test_list_containers_filters(cri):
 async def test_update_resources_and_reopen_log(cri, tmp_path):
     sandbox = sandbox_config(log_dir=tmp_path)
     sandbox_id = await cri.run_pod_sandbox(sandbox)
-    container_id = await run_container(cri, sandbox_id, sandbox,
-                                       container_config(memory=64 << 20))
+    container_id = await run_container(cri, sandbox_id, sandbox, container_config(memory=64 << 20))
     status = (await cri.container_status(container_id)).status
     assert status.resources.linux.memory_limit_in_bytes == 64 << 20
-    await cri.update_container_resources(
-        container_id, pb.LinuxContainerResources(memory_limit_in_bytes=128 << 20))
+    await cri.update_container_resources(container_id, pb.LinuxContainerResources(memory_limit_in_bytes=128 << 20))
     status = (await cri.container_status(container_id)).status
     assert status.resources.linux.memory_limit_in_bytes == 128 << 20
 
@@ -409,6 +425,7 @@ async def test_update_resources_and_reopen_log(cri, tmp_path):
 
 
 # -- exec --------------------------------------------------------------------------
+
 
 async def test_exec_sync_default_and_script(fake, cri):
     sandbox = sandbox_config()
@@ -468,6 +485,7 @@ async def test_streaming_urls(cri):
 
 # -- stats -------------------------------------------------------------------------
 
+
 async def test_stats(fake, cri):
     fake.set_behavior(ContainerBehavior(memory_bytes=10 << 20))
     sandbox = sandbox_config()
@@ -487,6 +505,7 @@ async def test_stats(fake, cri):
 
 
 # -- images ------------------------------------------------------------------------
+
 
 async def test_images(fake, cri):
     names = {tag for image in await cri.list_images() for tag in image.repo_tags}
@@ -523,8 +542,7 @@ async def test_pull_from_fake_registry(fake, cri):
     assert image.repo_digests[0].startswith("docker.io/library/nginx@sha256:")
     sandbox = sandbox_config()
     sandbox_id = await cri.run_pod_sandbox(sandbox)
-    container_id = await cri.create_container(
-        sandbox_id, container_config(image="nginx:1.25"), sandbox)
+    container_id = await cri.create_container(sandbox_id, container_config(image="nginx:1.25"), sandbox)
     status = (await cri.container_status(container_id)).status
     assert status.image_ref == image.repo_digests[0]
     assert status.image_id == image.id
@@ -532,19 +550,23 @@ async def test_pull_from_fake_registry(fake, cri):
 
 # -- errors, timeouts, reconnects ----------------------------------------------------
 
-@pytest.mark.parametrize("code, error", [
-    (grpc.StatusCode.NOT_FOUND, NotFoundError),
-    (grpc.StatusCode.UNAVAILABLE, UnavailableError),
-    (grpc.StatusCode.DEADLINE_EXCEEDED, DeadlineExceededError),
-    (grpc.StatusCode.ALREADY_EXISTS, AlreadyExistsError),
-    (grpc.StatusCode.INVALID_ARGUMENT, InvalidArgumentError),
-    (grpc.StatusCode.FAILED_PRECONDITION, FailedPreconditionError),
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, ResourceExhaustedError),
-    (grpc.StatusCode.PERMISSION_DENIED, PermissionDeniedError),
-    (grpc.StatusCode.UNIMPLEMENTED, UnimplementedError),
-    (grpc.StatusCode.INTERNAL, InternalError),
-    (grpc.StatusCode.UNKNOWN, UnknownError),
-])
+
+@pytest.mark.parametrize(
+    "code, error",
+    [
+        (grpc.StatusCode.NOT_FOUND, NotFoundError),
+        (grpc.StatusCode.UNAVAILABLE, UnavailableError),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, DeadlineExceededError),
+        (grpc.StatusCode.ALREADY_EXISTS, AlreadyExistsError),
+        (grpc.StatusCode.INVALID_ARGUMENT, InvalidArgumentError),
+        (grpc.StatusCode.FAILED_PRECONDITION, FailedPreconditionError),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, ResourceExhaustedError),
+        (grpc.StatusCode.PERMISSION_DENIED, PermissionDeniedError),
+        (grpc.StatusCode.UNIMPLEMENTED, UnimplementedError),
+        (grpc.StatusCode.INTERNAL, InternalError),
+        (grpc.StatusCode.UNKNOWN, UnknownError),
+    ],
+)
 async def test_typed_errors(fake, cri, code, error):
     fake.fail_next("CreateContainer", code, "boom")
     sandbox = sandbox_config()
@@ -552,8 +574,7 @@ async def test_typed_errors(fake, cri, code, error):
     with pytest.raises(error) as info:
         await cri.create_container(sandbox_id, container_config(), sandbox)
     assert isinstance(info.value, CriError)
-    assert (info.value.method, info.value.code, info.value.details) == \
-        ("CreateContainer", code, "boom")
+    assert (info.value.method, info.value.code, info.value.details) == ("CreateContainer", code, "boom")
     assert str(info.value) == f"CRI CreateContainer: {code.name}: boom"
     # One failure only, and nothing was created by the failed call.
     assert fake.containers == {}

@@ -15,8 +15,9 @@ from tests.components import image_builder
 
 builder = image_builder()
 
-pytestmark = pytest.mark.skipif(not Path(builder.DEFAULT_BUSYBOX).is_file(),
-                                reason="needs Debian busybox-static (/bin/busybox)")
+pytestmark = pytest.mark.skipif(
+    not Path(builder.DEFAULT_BUSYBOX).is_file(), reason="needs Debian busybox-static (/bin/busybox)"
+)
 
 
 def read_layout(path: Path) -> dict[str, bytes]:
@@ -68,8 +69,7 @@ def test_oci_layout(tmp_path, name):
     with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
         members = {m.name: m for m in tar.getmembers()}
     assert members["bin/busybox"].isfile() and members["bin/busybox"].mode == 0o755
-    for applet in ("sh", "sleep", "httpd", "cat", "echo", "wget", "nc", "ls", "env", "true",
-                   "false", "hostname", "ps"):
+    for applet in ("sh", "sleep", "httpd", "cat", "echo", "wget", "nc", "ls", "env", "true", "false", "hostname", "ps"):
         assert members[f"bin/{applet}"].issym() and members[f"bin/{applet}"].linkname == "busybox"
     assert members["tmp"].mode == 0o1777
     assert "etc/passwd" in members and "var/www/index.html" in members

@@ -13,9 +13,8 @@ from cri import generate  # noqa: E402
 
 def test_committed_stubs_are_fresh():
     stale = generate.stale_files()
-    assert not stale, (
-        "cri/ stubs are stale; run `python -m cri.generate` and commit the result:\n"
-        + "\n".join(f"--- {name}\n{diff}" for name, diff in stale.items())
+    assert not stale, "cri/ stubs are stale; run `python -m cri.generate` and commit the result:\n" + "\n".join(
+        f"--- {name}\n{diff}" for name, diff in stale.items()
     )
 
 
@@ -36,44 +35,70 @@ def test_package_and_services():
     assert pb.DESCRIPTOR.package == "runtime.v1"
     runtime = pb.DESCRIPTOR.services_by_name["RuntimeService"].methods_by_name
     images = pb.DESCRIPTOR.services_by_name["ImageService"].methods_by_name
-    for method in ("Version", "RunPodSandbox", "StopPodSandbox", "RemovePodSandbox",
-                   "PodSandboxStatus", "ListPodSandbox", "CreateContainer", "StartContainer",
-                   "StopContainer", "RemoveContainer", "ListContainers", "ContainerStatus",
-                   "UpdateContainerResources", "ReopenContainerLog", "ExecSync", "Exec",
-                   "Attach", "PortForward", "ContainerStats", "ListContainerStats",
-                   "PodSandboxStats", "ListPodSandboxStats", "UpdateRuntimeConfig", "Status",
-                   "CheckpointContainer", "GetContainerEvents", "ListMetricDescriptors",
-                   "ListPodSandboxMetrics", "RuntimeConfig", "UpdatePodSandboxResources"):
+    for method in (
+        "Version",
+        "RunPodSandbox",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+        "PodSandboxStatus",
+        "ListPodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+        "RemoveContainer",
+        "ListContainers",
+        "ContainerStatus",
+        "UpdateContainerResources",
+        "ReopenContainerLog",
+        "ExecSync",
+        "Exec",
+        "Attach",
+        "PortForward",
+        "ContainerStats",
+        "ListContainerStats",
+        "PodSandboxStats",
+        "ListPodSandboxStats",
+        "UpdateRuntimeConfig",
+        "Status",
+        "CheckpointContainer",
+        "GetContainerEvents",
+        "ListMetricDescriptors",
+        "ListPodSandboxMetrics",
+        "RuntimeConfig",
+        "UpdatePodSandboxResources",
+    ):
         assert method in runtime, method
-    assert set(images) >= {"ListImages", "ImageStatus", "PullImage", "RemoveImage",
-                           "ImageFsInfo"}
+    assert set(images) >= {"ListImages", "ImageStatus", "PullImage", "RemoveImage", "ImageFsInfo"}
     assert runtime["GetContainerEvents"].server_streaming
 
 
-@pytest.mark.parametrize("message, field, number", [
-    # Spot checks of upstream numbers, especially the out-of-order ones.
-    ("LinuxSandboxSecurityContext", "run_as_group", 8),
-    ("LinuxSandboxSecurityContext", "supplemental_groups_policy", 11),
-    ("LinuxSandboxSecurityContext", "seccomp", 9),
-    ("LinuxContainerSecurityContext", "run_as_group", 12),
-    ("LinuxContainerSecurityContext", "supplemental_groups_policy", 17),
-    ("LinuxContainerSecurityContext", "seccomp", 15),
-    ("ImageSpec", "user_specified_image", 18),
-    ("ImageSpec", "runtime_handler", 19),
-    ("ImageSpec", "image_ref", 20),
-    ("ContainerConfig", "CDI_devices", 17),
-    ("ContainerConfig", "stop_signal", 18),
-    ("ContainerStatus", "image_id", 17),
-    ("ContainerStatus", "stop_signal", 19),
-    ("Namespace", "options", 2),
-    ("PodSandboxStatusResponse", "timestamp", 4),
-    ("LinuxContainerResources", "memory_swap_limit_in_bytes", 10),
-    ("Mount", "image_sub_path", 10),
-    ("ExecSyncRequest", "timeout", 3),
-    ("StopContainerRequest", "timeout", 2),
-    ("ImageFsInfoResponse", "container_filesystems", 2),
-    ("MemoryUsage", "psi", 8),
-])
+@pytest.mark.parametrize(
+    "message, field, number",
+    [
+        # Spot checks of upstream numbers, especially the out-of-order ones.
+        ("LinuxSandboxSecurityContext", "run_as_group", 8),
+        ("LinuxSandboxSecurityContext", "supplemental_groups_policy", 11),
+        ("LinuxSandboxSecurityContext", "seccomp", 9),
+        ("LinuxContainerSecurityContext", "run_as_group", 12),
+        ("LinuxContainerSecurityContext", "supplemental_groups_policy", 17),
+        ("LinuxContainerSecurityContext", "seccomp", 15),
+        ("ImageSpec", "user_specified_image", 18),
+        ("ImageSpec", "runtime_handler", 19),
+        ("ImageSpec", "image_ref", 20),
+        ("ContainerConfig", "CDI_devices", 17),
+        ("ContainerConfig", "stop_signal", 18),
+        ("ContainerStatus", "image_id", 17),
+        ("ContainerStatus", "stop_signal", 19),
+        ("Namespace", "options", 2),
+        ("PodSandboxStatusResponse", "timestamp", 4),
+        ("LinuxContainerResources", "memory_swap_limit_in_bytes", 10),
+        ("Mount", "image_sub_path", 10),
+        ("ExecSyncRequest", "timeout", 3),
+        ("StopContainerRequest", "timeout", 2),
+        ("ImageFsInfoResponse", "container_filesystems", 2),
+        ("MemoryUsage", "psi", 8),
+    ],
+)
 def test_field_numbers(message, field, number):
     assert pb.DESCRIPTOR.message_types_by_name[message].fields_by_name[field].number == number
 

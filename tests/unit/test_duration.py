@@ -172,9 +172,18 @@ def test_format_duration_accepts_timedelta(td, text):
         ("5s\n", 'time: unknown unit "s\\x0a" in duration "5s\\x0a" (valid units are ns, us, \u00b5s, ms, s, m, h)'),
         ('1"s', 'time: unknown unit "\\"s" in duration "1\\"s" (valid units are ns, us, \u00b5s, ms, s, m, h)'),
         ("9223372036854775808ns", 'time: invalid duration "9223372036854775808ns": out of range for a 64-bit duration'),
-        ("9223372036854775.808us", 'time: invalid duration "9223372036854775.808us": out of range for a 64-bit duration'),
-        ("9223372036854ms775us808ns", 'time: invalid duration "9223372036854ms775us808ns": out of range for a 64-bit duration'),
-        ("-9223372036854775809ns", 'time: invalid duration "-9223372036854775809ns": out of range for a 64-bit duration'),
+        (
+            "9223372036854775.808us",
+            'time: invalid duration "9223372036854775.808us": out of range for a 64-bit duration',
+        ),
+        (
+            "9223372036854ms775us808ns",
+            'time: invalid duration "9223372036854ms775us808ns": out of range for a 64-bit duration',
+        ),
+        (
+            "-9223372036854775809ns",
+            'time: invalid duration "-9223372036854775809ns": out of range for a 64-bit duration',
+        ),
         ("3000000h", 'time: invalid duration "3000000h": out of range for a 64-bit duration'),
         ("1" + "0" * 30 + "ns", f'time: invalid duration "1{"0" * 30}ns": out of range for a 64-bit duration'),
     ],
@@ -238,8 +247,15 @@ def test_timedelta_round_trip(td):
 def duration_strings(draw):
     """Sums of unit terms with small integer parts and exactly representable fractions."""
     parts, total = [], 0
-    units = {"h": HOUR, "m": MINUTE, "s": SECOND, "ms": MILLISECOND,
-             "us": MICROSECOND, "\u00b5s": MICROSECOND, "ns": NANOSECOND}
+    units = {
+        "h": HOUR,
+        "m": MINUTE,
+        "s": SECOND,
+        "ms": MILLISECOND,
+        "us": MICROSECOND,
+        "\u00b5s": MICROSECOND,
+        "ns": NANOSECOND,
+    }
     for _ in range(draw(st.integers(1, 4))):
         unit = draw(st.sampled_from(sorted(units)))
         whole = draw(st.integers(0, 999))

@@ -15,8 +15,19 @@ from aiohttp import web
 from multidict import MultiDict
 
 from agent import streaming
-from agent.streaming import (FLAG_FIN, PING, SYN_STREAM, SpdyClient, SpdyError, decode_header_block,
-                             encode_data, encode_syn_stream, negotiate, offered_protocols, read_frame)
+from agent.streaming import (
+    FLAG_FIN,
+    PING,
+    SYN_STREAM,
+    SpdyClient,
+    SpdyError,
+    decode_header_block,
+    encode_data,
+    encode_syn_stream,
+    negotiate,
+    offered_protocols,
+    read_frame,
+)
 from apiserver_min.api import names
 from apiserver_min.api.status import ApiError
 from apiserver_min.server import podexec
@@ -25,6 +36,7 @@ V5, V4 = names.STREAM_PROTOCOL_V5, names.STREAM_PROTOCOL_V4
 
 
 # --- negotiation and options ---------------------------------------------------------------------
+
 
 def test_negotiation_follows_the_clients_order():
     assert offered_protocols(f" {V5}, {V4},base64.channel.k8s.io ") == [V5, V4, "base64.channel.k8s.io"]
@@ -38,13 +50,35 @@ def test_negotiation_follows_the_clients_order():
 
 
 def test_stream_options_become_the_agents_query():
-    q = MultiDict([("command", "sh"), ("command", "-c"), ("command", "exit 3"), ("stdin", "true"),
-                   ("stdout", "true"), ("stderr", "false"), ("tty", "1"), ("container", "c")])
+    q = MultiDict(
+        [
+            ("command", "sh"),
+            ("command", "-c"),
+            ("command", "exit 3"),
+            ("stdin", "true"),
+            ("stdout", "true"),
+            ("stderr", "false"),
+            ("tty", "1"),
+            ("container", "c"),
+        ]
+    )
     opts = podexec.parse_stream_options(q, "exec", "p")
-    assert (opts.container, opts.command, opts.stdin, opts.stdout, opts.stderr, opts.tty) == \
-        ("c", ("sh", "-c", "exit 3"), True, True, False, True)
-    assert opts.agent_query("exec") == [("command", "sh"), ("command", "-c"), ("command", "exit 3"),
-                                        ("input", "1"), ("output", "1"), ("tty", "1")]
+    assert (opts.container, opts.command, opts.stdin, opts.stdout, opts.stderr, opts.tty) == (
+        "c",
+        ("sh", "-c", "exit 3"),
+        True,
+        True,
+        False,
+        True,
+    )
+    assert opts.agent_query("exec") == [
+        ("command", "sh"),
+        ("command", "-c"),
+        ("command", "exit 3"),
+        ("input", "1"),
+        ("output", "1"),
+        ("tty", "1"),
+    ]
     assert opts.agent_query("attach") == [("input", "1"), ("output", "1"), ("tty", "1")]
     with pytest.raises(ApiError, match="at least 1 of stdin, stdout, stderr") as e:
         podexec.parse_stream_options(MultiDict([("command", "ls")]), "exec", "p")
@@ -61,11 +95,12 @@ def test_stream_options_become_the_agents_query():
 
 # --- SPDY framing ---------------------------------------------------------------------------------
 
+
 def test_syn_stream_and_data_frames_have_the_spdy3_layout():
     comp = zlib.compressobj()
     frame = encode_syn_stream(3, {"streamType": "stdin"}, comp)
     first, second = struct.unpack(">II", frame[:8])
-    assert first == 0x80030001                      # control, version 3, SYN_STREAM
+    assert first == 0x80030001  # control, version 3, SYN_STREAM
     assert second & 0xFFFFFF == len(frame) - 8 and second >> 24 == 0
     sid, assoc, prio = struct.unpack(">IIH", frame[8:18])
     assert (sid, assoc, prio) == (3, 0, 0)
@@ -97,6 +132,7 @@ async def test_read_frame_parses_control_and_data_frames():
 
 # --- a small SPDY stream server, as the runtime's ------------------------------------------------
 
+
 class FakeStreamServer:
     """Answers the SPDY upgrade; for ``cat``: echoes stdin to stdout until stdin's FIN,
     then writes a Success status on the error stream and closes. Sends a PING first
@@ -124,8 +160,10 @@ class FakeStreamServer:
             writer.write(f"HTTP/1.1 {code} Nope\r\nContent-Length: {len(text)}\r\n\r\n{text}".encode())
             writer.close()
             return
-        writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-                     b"X-Stream-Protocol-Version: " + V4.encode() + b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+            b"X-Stream-Protocol-Version: " + V4.encode() + b"\r\n\r\n"
+        )
         writer.write(struct.pack(">HHI", 0x8003, PING, 4) + struct.pack(">I", 2))
         d = zlib.decompressobj()
         by_type: dict[str, int] = {}
@@ -145,9 +183,12 @@ class FakeStreamServer:
                         writer.write(encode_data(by_type["stdout"], f.payload.upper()))
                     if f.fin:
                         if self.exit_code:
-                            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
-                                      "details": {"causes": [{"reason": "ExitCode",
-                                                              "message": str(self.exit_code)}]}}
+                            status = {
+                                "metadata": {},
+                                "status": "Failure",
+                                "reason": "NonZeroExitCode",
+                                "details": {"causes": [{"reason": "ExitCode", "message": str(self.exit_code)}]},
+                            }
                         else:
                             status = {"metadata": {}, "status": "Success"}
                         writer.write(encode_data(by_type["error"], json.dumps(status).encode(), fin=True))
@@ -180,17 +221,19 @@ async def _session(url: str, protocols, sends: list[bytes]) -> tuple[list[bytes]
 
 async def test_agent_translates_websocket_channels_to_spdy_streams():
     async with FakeStreamServer(exit_code=3) as fake:
+
         async def handler(request):
-            return await streaming.serve_websocket(request, fake.url, stdin=True, stdout=True, stderr=True,
-                                                   tty=False)
+            return await streaming.serve_websocket(request, fake.url, stdin=True, stdout=True, stderr=True, tty=False)
+
         runner, base = await _serve_app(handler)
         try:
             got, code, proto = await asyncio.wait_for(
-                _session(f"{base}/exec", ("v1.channel.k8s.io", V5, V4), [b"\x00abc", b"\x00def", b"\xff\x00"]), 10)
+                _session(f"{base}/exec", ("v1.channel.k8s.io", V5, V4), [b"\x00abc", b"\x00def", b"\xff\x00"]), 10
+            )
         finally:
             await runner.cleanup()
         assert proto == V5 and code == 1000
-        assert got[0] == b"\x01"                       # streams open: empty message on stdout
+        assert got[0] == b"\x01"  # streams open: empty message on stdout
         assert b"".join(m[1:] for m in got if m[0] == 1) == b"ABCDEF"
         status = json.loads(next(m[1:] for m in got if m[0] == 3))
         assert status["reason"] == "NonZeroExitCode"
@@ -203,19 +246,26 @@ async def test_agent_translates_websocket_channels_to_spdy_streams():
 
 async def test_agent_refusals_before_and_protocols():
     async with FakeStreamServer(refuse=(404, "container not found")) as fake:
+
         async def handler(request):
-            return await streaming.serve_websocket(request, fake.url, stdin=False, stdout=True, stderr=False,
-                                                   tty=True)
+            return await streaming.serve_websocket(request, fake.url, stdin=False, stdout=True, stderr=False, tty=True)
+
         runner, base = await _serve_app(handler)
         try:
             async with aiohttp.ClientSession() as s:
                 with pytest.raises(aiohttp.WSServerHandshakeError) as e:
                     await s.ws_connect(f"{base}/exec", protocols=(V5,))
                 assert e.value.status == 404
-                async with s.get(f"{base}/exec", headers={"Connection": "Upgrade", "Upgrade": "websocket",
-                                                          "Sec-WebSocket-Version": "13",
-                                                          "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
-                                                          "Sec-WebSocket-Protocol": "channel.k8s.io"}) as r:
+                async with s.get(
+                    f"{base}/exec",
+                    headers={
+                        "Connection": "Upgrade",
+                        "Upgrade": "websocket",
+                        "Sec-WebSocket-Version": "13",
+                        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                        "Sec-WebSocket-Protocol": "channel.k8s.io",
+                    },
+                ) as r:
                     assert r.status == 400 and "none of the offered" in await r.text()
         finally:
             await runner.cleanup()
@@ -224,6 +274,7 @@ async def test_agent_refusals_before_and_protocols():
 
 
 # --- the API server's relay between two WebSockets -----------------------------------------------
+
 
 async def test_apiserver_relay_copies_both_ways_and_passes_the_close_on():
     async def agent(request):
@@ -250,8 +301,7 @@ async def test_apiserver_relay_copies_both_ways_and_passes_the_close_on():
 
     front_runner, front_base = await _serve_app(front)
     try:
-        got, code, proto = await asyncio.wait_for(
-            _session(f"{front_base}/x", (V5,), [b"\x00abc", b"\xff\x00"]), 10)
+        got, code, proto = await asyncio.wait_for(_session(f"{front_base}/x", (V5,), [b"\x00abc", b"\xff\x00"]), 10)
     finally:
         await front_runner.cleanup()
         await agent_runner.cleanup()

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 
+from apiserver_min.api import codec
 from apiserver_min.api.schema import (
     Boolean,
     Bytes,
@@ -25,34 +26,39 @@ from apiserver_min.api.schema import (
 )
 from apiserver_min.api.schemas import schema_for
 from apiserver_min.api.status import ApiError
-from apiserver_min.api import codec
 from apiserver_min.registry import fieldvalidation as fv
 
 POD = schema_for("", "v1", "Pod")
 CM = schema_for("", "v1", "ConfigMap")
 
-INNER = Struct("k8s.io.api.test.v1.Inner", [
-    Field("name", String(), 1, required=True),
-    Field("n", Integer(32), 2),
-])
-THING = Struct("k8s.io.api.test.v1.Thing", [
-    Field("metadata", schema_for("", "v1", "ConfigMap").field("metadata").type, 1),
-    Field("s", String(), 2),
-    Field("i32", Integer(32), 3),
-    Field("i64", Integer(64), 4),
-    Field("f", Number(), 5),
-    Field("b", Boolean(), 6),
-    Field("raw", Bytes(), 7),
-    Field("t", Time(), 8),
-    Field("d", Duration(), 9),
-    Field("q", Quantity(), 10),
-    Field("ios", IntOrString(), 11),
-    Field("any", Opaque(), 12),
-    Field("items", List(INNER), 13),
-    Field("byName", Map(INNER), 14),
-    Field("tags", List(String()), 15),
-    Field("status", INNER, 16),
-])
+INNER = Struct(
+    "k8s.io.api.test.v1.Inner",
+    [
+        Field("name", String(), 1, required=True),
+        Field("n", Integer(32), 2),
+    ],
+)
+THING = Struct(
+    "k8s.io.api.test.v1.Thing",
+    [
+        Field("metadata", schema_for("", "v1", "ConfigMap").field("metadata").type, 1),
+        Field("s", String(), 2),
+        Field("i32", Integer(32), 3),
+        Field("i64", Integer(64), 4),
+        Field("f", Number(), 5),
+        Field("b", Boolean(), 6),
+        Field("raw", Bytes(), 7),
+        Field("t", Time(), 8),
+        Field("d", Duration(), 9),
+        Field("q", Quantity(), 10),
+        Field("ios", IntOrString(), 11),
+        Field("any", Opaque(), 12),
+        Field("items", List(INNER), 13),
+        Field("byName", Map(INNER), 14),
+        Field("tags", List(String()), 15),
+        Field("status", INNER, 16),
+    ],
+)
 
 
 def check(obj: dict, schema: Struct = THING, level: str = "Strict", kind: str = "Thing") -> list[str]:
@@ -72,6 +78,7 @@ def decoded(body: bytes, schema: Struct, level: str, ctype: str = "application/j
 
 # --- types -------------------------------------------------------------------------------------
 
+
 def test_go_type_names():
     spec = POD.field("spec").type
     assert fv.go_type_name(spec.field("containers").type) == "[]v1.Container"
@@ -82,11 +89,26 @@ def test_go_type_names():
 
 
 def test_valid_values_of_every_type_pass_unchanged():
-    obj = {"apiVersion": "test/v1", "kind": "Thing", "metadata": {"name": "x", "labels": {"a": "b"}},
-           "s": "x", "i32": -5, "i64": 1 << 40, "f": 1.5, "b": False, "raw": "aGVsbG8=",
-           "t": "2024-05-01T12:00:00Z", "d": "1h2m", "q": "100m", "ios": "http", "any": {"x": [1, {"y": None}]},
-           "items": [{"name": "a", "n": 1}], "byName": {"k": {"name": "b"}}, "tags": ["p", "q"],
-           "status": {"name": "s"}}
+    obj = {
+        "apiVersion": "test/v1",
+        "kind": "Thing",
+        "metadata": {"name": "x", "labels": {"a": "b"}},
+        "s": "x",
+        "i32": -5,
+        "i64": 1 << 40,
+        "f": 1.5,
+        "b": False,
+        "raw": "aGVsbG8=",
+        "t": "2024-05-01T12:00:00Z",
+        "d": "1h2m",
+        "q": "100m",
+        "ios": "http",
+        "any": {"x": [1, {"y": None}]},
+        "items": [{"name": "a", "n": 1}],
+        "byName": {"k": {"name": "b"}},
+        "tags": ["p", "q"],
+        "status": {"name": "s"},
+    }
     before = repr(obj)
     assert check(obj) == []
     assert repr(obj) == before
@@ -101,33 +123,36 @@ def test_nulls_are_accepted_anywhere():
     assert check({"s": None, "items": [None], "byName": {"k": None}, "tags": None}) == []
 
 
-@pytest.mark.parametrize("obj, fragment", [
-    ({"s": 1}, "cannot unmarshal number into Go struct field Thing.s of type string"),
-    ({"i32": "1"}, "cannot unmarshal string into Go struct field Thing.i32 of type int32"),
-    ({"i32": 1.5}, "cannot unmarshal number 1.5 into Go struct field Thing.i32 of type int32"),
-    ({"i32": 1 << 31}, f"cannot unmarshal number {1 << 31} into Go struct field Thing.i32 of type int32"),
-    ({"i32": True}, "cannot unmarshal bool into Go struct field Thing.i32 of type int32"),
-    ({"i64": "x"}, "of type int64"),
-    ({"f": "1"}, "cannot unmarshal string into Go struct field Thing.f of type float64"),
-    ({"b": "true"}, "cannot unmarshal string into Go struct field Thing.b of type bool"),
-    ({"raw": "%%%"}, "raw: illegal base64 data"),
-    ({"t": "yesterday"}, 't: parsing time "yesterday"'),
-    ({"t": 5}, "cannot unmarshal number into Go struct field Thing.t of type v1.Time"),
-    ({"d": "soon"}, "d: time: invalid duration"),
-    ({"q": "1x"}, "q: quantities must match the regular expression"),
-    ({"q": True}, "of type resource.Quantity"),
-    ({"ios": 1.5}, "cannot unmarshal number 1.5 into Go struct field Thing.ios of type int32"),
-    ({"ios": [1]}, "cannot unmarshal array"),
-    ({"items": {"name": "a"}}, "cannot unmarshal object into Go struct field Thing.items of type []v1.Inner"),
-    ({"items": ["a"]}, "cannot unmarshal string into Go struct field Thing.items of type v1.Inner"),
-    ({"items": [{"name": "a", "n": "2"}]}, "Go struct field Inner.items.n of type int32"),
-    ({"byName": {"k": {"name": 3}}}, "Go struct field Inner.byName.name of type string"),
-    ({"byName": []}, "of type map[string]v1.Inner"),
-    ({"tags": "a"}, "cannot unmarshal string into Go struct field Thing.tags of type []string"),
-    ({"tags": ["a", 1]}, "cannot unmarshal number into Go struct field Thing.tags of type string"),
-    ({"metadata": {"labels": {"a": 1}}}, "Go struct field ObjectMeta.metadata.labels of type string"),
-    ({"kind": 3}, "Go struct field TypeMeta.kind of type string"),
-])
+@pytest.mark.parametrize(
+    "obj, fragment",
+    [
+        ({"s": 1}, "cannot unmarshal number into Go struct field Thing.s of type string"),
+        ({"i32": "1"}, "cannot unmarshal string into Go struct field Thing.i32 of type int32"),
+        ({"i32": 1.5}, "cannot unmarshal number 1.5 into Go struct field Thing.i32 of type int32"),
+        ({"i32": 1 << 31}, f"cannot unmarshal number {1 << 31} into Go struct field Thing.i32 of type int32"),
+        ({"i32": True}, "cannot unmarshal bool into Go struct field Thing.i32 of type int32"),
+        ({"i64": "x"}, "of type int64"),
+        ({"f": "1"}, "cannot unmarshal string into Go struct field Thing.f of type float64"),
+        ({"b": "true"}, "cannot unmarshal string into Go struct field Thing.b of type bool"),
+        ({"raw": "%%%"}, "raw: illegal base64 data"),
+        ({"t": "yesterday"}, 't: parsing time "yesterday"'),
+        ({"t": 5}, "cannot unmarshal number into Go struct field Thing.t of type v1.Time"),
+        ({"d": "soon"}, "d: time: invalid duration"),
+        ({"q": "1x"}, "q: quantities must match the regular expression"),
+        ({"q": True}, "of type resource.Quantity"),
+        ({"ios": 1.5}, "cannot unmarshal number 1.5 into Go struct field Thing.ios of type int32"),
+        ({"ios": [1]}, "cannot unmarshal array"),
+        ({"items": {"name": "a"}}, "cannot unmarshal object into Go struct field Thing.items of type []v1.Inner"),
+        ({"items": ["a"]}, "cannot unmarshal string into Go struct field Thing.items of type v1.Inner"),
+        ({"items": [{"name": "a", "n": "2"}]}, "Go struct field Inner.items.n of type int32"),
+        ({"byName": {"k": {"name": 3}}}, "Go struct field Inner.byName.name of type string"),
+        ({"byName": []}, "of type map[string]v1.Inner"),
+        ({"tags": "a"}, "cannot unmarshal string into Go struct field Thing.tags of type []string"),
+        ({"tags": ["a", 1]}, "cannot unmarshal number into Go struct field Thing.tags of type string"),
+        ({"metadata": {"labels": {"a": 1}}}, "Go struct field ObjectMeta.metadata.labels of type string"),
+        ({"kind": 3}, "Go struct field TypeMeta.kind of type string"),
+    ],
+)
 def test_type_errors_are_fatal_at_every_level(obj, fragment):
     for level in fv.LEVELS:
         message = fatal(dict(obj), level=level)
@@ -148,20 +173,37 @@ def test_type_error_wins_over_unknown_fields_even_under_strict():
 
 # --- unknown fields -------------------------------------------------------------------------
 
+
 def test_unknown_fields_are_dropped_and_named_by_path():
-    obj = {"apiVersion": "v1", "kind": "Thing", "zz": 1, "items": [{"name": "a"}, {"name": "b", "extra": {"d": 1}}],
-           "byName": {"key.with.dots": {"name": "c", "what": 2}}, "metadata": {"colour": "red"}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Thing",
+        "zz": 1,
+        "items": [{"name": "a"}, {"name": "b", "extra": {"d": 1}}],
+        "byName": {"key.with.dots": {"name": "c", "what": 2}},
+        "metadata": {"colour": "red"},
+    }
     with pytest.raises(ApiError) as info:
         check(copy.deepcopy(obj), level="Strict")
     assert info.value.message == (
         'Thing in version "v1" cannot be handled as a Thing: strict decoding error: unknown field "zz", '
         'unknown field "items[1].extra", unknown field "byName.key.with.dots.what", '
-        'unknown field "metadata.colour"')
+        'unknown field "metadata.colour"'
+    )
     warnings = check(obj, level="Warn")
-    assert warnings == ['unknown field "zz"', 'unknown field "items[1].extra"',
-                        'unknown field "byName.key.with.dots.what"', 'unknown field "metadata.colour"']
-    assert obj == {"apiVersion": "v1", "kind": "Thing", "items": [{"name": "a"}, {"name": "b"}],
-                   "byName": {"key.with.dots": {"name": "c"}}, "metadata": {}}
+    assert warnings == [
+        'unknown field "zz"',
+        'unknown field "items[1].extra"',
+        'unknown field "byName.key.with.dots.what"',
+        'unknown field "metadata.colour"',
+    ]
+    assert obj == {
+        "apiVersion": "v1",
+        "kind": "Thing",
+        "items": [{"name": "a"}, {"name": "b"}],
+        "byName": {"key.with.dots": {"name": "c"}},
+        "metadata": {},
+    }
 
 
 def test_ignore_drops_silently():
@@ -177,12 +219,17 @@ def test_opaque_values_keep_unknown_content():
 
 
 def test_real_pod_nested_unknown_field():
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostIPP": "x"}]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostIPP": "x"}]}]},
+    }
     assert check(pod, POD, "Warn", "Pod") == ['unknown field "spec.containers[0].ports[0].hostIPP"']
 
 
 # --- required fields -----------------------------------------------------------------------
+
 
 def test_missing_required_fields_are_422_with_every_path():
     with pytest.raises(ApiError) as info:
@@ -207,8 +254,10 @@ def test_type_and_strict_errors_come_before_required_ones():
 
 # --- duplicate keys: JSON ---------------------------------------------------------------------
 
-POD_JSON = (b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"a":"x:y:z","t":"12:00"}},'
-            b'"spec":{"containers":[{"name":"c","image":"reg:5000/i:1.0","resources":{"limits":{"cpu":"1"}}}]}}')
+POD_JSON = (
+    b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"a":"x:y:z","t":"12:00"}},'
+    b'"spec":{"containers":[{"name":"c","image":"reg:5000/i:1.0","resources":{"limits":{"cpu":"1"}}}]}}'
+)
 
 
 def test_json_without_duplicates_is_not_parsed_twice(monkeypatch):
@@ -223,14 +272,19 @@ def test_json_without_duplicates_is_not_parsed_twice(monkeypatch):
     assert obj["metadata"]["name"] == "a:b"
 
 
-@pytest.mark.parametrize("body, path", [
-    (b'{"kind":"Pod","kind":"Pod","metadata":{"name":"p"}}', "kind"),
-    (b'{"metadata":{"name":"p","labels":{"a":"1","a":"2"}}}', "metadata.labels.a"),
-    (b'{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x:1","name":"d"}]}}',
-     "spec.containers[0].name"),
-    # A \u escape could hide a colon: the count is not trusted, the slow parse decides.
-    (b'{"metadata":{"name":"p","annotations":{"x":"\\u003a","x":"y"}}}', "metadata.annotations.x"),
-])
+@pytest.mark.parametrize(
+    "body, path",
+    [
+        (b'{"kind":"Pod","kind":"Pod","metadata":{"name":"p"}}', "kind"),
+        (b'{"metadata":{"name":"p","labels":{"a":"1","a":"2"}}}', "metadata.labels.a"),
+        (
+            b'{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x:1","name":"d"}]}}',
+            "spec.containers[0].name",
+        ),
+        # A \u escape could hide a colon: the count is not trusted, the slow parse decides.
+        (b'{"metadata":{"name":"p","annotations":{"x":"\\u003a","x":"y"}}}', "metadata.annotations.x"),
+    ],
+)
 def test_json_duplicates_are_named(body, path):
     obj, warnings = decoded(body, POD, "Warn")
     assert warnings == [f'duplicate field "{path}"']
@@ -256,7 +310,9 @@ def test_escaped_colon_without_duplicates_is_fine():
 def test_duplicate_fields_of_a_patch_document():
     assert fv.duplicate_fields(b'{"data":{"a":"1:2"}}') == []
     assert fv.duplicate_fields(b'{"data":{"a":"1","a":"2"},"metadata":{"labels":{"x":"1","x":"2"}}}') == [
-        'duplicate field "data.a"', 'duplicate field "metadata.labels.x"']
+        'duplicate field "data.a"',
+        'duplicate field "metadata.labels.x"',
+    ]
     assert fv.duplicate_fields(b'[{"x":1,"x":2}]') == ['duplicate field "[0].x"']
     assert fv.duplicate_fields(b"{not json") == []
 
@@ -268,6 +324,7 @@ def test_duplicate_fields_of_an_apply_document():
 
 
 # --- duplicate keys: YAML ---------------------------------------------------------------------
+
 
 def test_yaml_duplicates_are_recorded_and_the_last_value_kept():
     body = b"kind: ConfigMap\nmetadata:\n  name: a\n  name: b\ndata:\n  k: '1'\n  k: '2'\n  k: '3'\n"
@@ -307,6 +364,7 @@ def test_empty_and_malformed_json_bodies():
 
 
 # --- headers ----------------------------------------------------------------------------------
+
 
 def test_warning_header_form():
     assert fv.warning_header('unknown field "spec.foo"') == '299 - "unknown field \\"spec.foo\\""'

@@ -79,8 +79,7 @@ def _imports() -> list[Imp]:
                 base = _resolve(module, is_pkg, node.level, node.module)
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
-                    out.append(Imp(module, full if full in MODULES else base, node.lineno,
-                                   node.lineno in inline_lines))
+                    out.append(Imp(module, full if full in MODULES else base, node.lineno, node.lineno in inline_lines))
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     out.append(Imp(module, alias.name, node.lineno, node.lineno in inline_lines))
@@ -135,9 +134,11 @@ def _cycles() -> list[list[str]]:
 
 
 def _violations(sources: tuple[str, ...], forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()) -> list[str]:
-    return sorted(f"{i.source}:{i.line} imports {i.target}" for i in INTERNAL
-                  if _within(i.source, *sources) and _within(i.target, *forbidden)
-                  and not _within(i.target, *allowed))
+    return sorted(
+        f"{i.source}:{i.line} imports {i.target}"
+        for i in INTERNAL
+        if _within(i.source, *sources) and _within(i.target, *forbidden) and not _within(i.target, *allowed)
+    )
 
 
 def test_no_import_circle():
@@ -146,32 +147,49 @@ def test_no_import_circle():
 
 
 def test_no_import_inside_a_function_but_optional_dependencies():
-    bad = sorted(f"{i.source}:{i.line} imports {i.target}" for i in IMPORTS
-                 if i.inline and i.target not in OPTIONAL_IMPORTS)
+    bad = sorted(
+        f"{i.source}:{i.line} imports {i.target}" for i in IMPORTS if i.inline and i.target not in OPTIONAL_IMPORTS
+    )
     assert not bad, "imports inside functions:\n" + "\n".join(bad)
 
 
 P = "apiserver_min"
-ABOVE_REGISTRY = (f"{P}.server", f"{P}.controllers", f"{P}.scheduler", f"{P}.authn", f"{P}.authz",
-                  f"{P}.admission.plugins", f"{P}.options", f"{P}.cli", f"{P}.tokencli", f"{P}.client")
+ABOVE_REGISTRY = (
+    f"{P}.server",
+    f"{P}.controllers",
+    f"{P}.scheduler",
+    f"{P}.authn",
+    f"{P}.authz",
+    f"{P}.admission.plugins",
+    f"{P}.options",
+    f"{P}.cli",
+    f"{P}.tokencli",
+    f"{P}.client",
+)
 
 
-@pytest.mark.parametrize("layer, forbidden", [
-    (f"{P}.api", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
-    (f"{P}.storage", (f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
-    (f"{P}.admission.chain", (f"{P}.registry",) + ABOVE_REGISTRY),
-    (f"{P}.registry", ABOVE_REGISTRY),
-])
+@pytest.mark.parametrize(
+    "layer, forbidden",
+    [
+        (f"{P}.api", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
+        (f"{P}.storage", (f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
+        (f"{P}.admission.chain", (f"{P}.registry",) + ABOVE_REGISTRY),
+        (f"{P}.registry", ABOVE_REGISTRY),
+    ],
+)
 def test_lower_layers_do_not_import_upper_ones(layer, forbidden):
     bad = _violations((layer,), forbidden)
     assert not bad, f"{layer} imports from above it:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("room, others", [
-    (f"{P}.authn", (f"{P}.authz", f"{P}.admission.plugins")),
-    (f"{P}.authz", (f"{P}.authn", f"{P}.admission.plugins")),
-    (f"{P}.admission", (f"{P}.authn",)),
-])
+@pytest.mark.parametrize(
+    "room, others",
+    [
+        (f"{P}.authn", (f"{P}.authz", f"{P}.admission.plugins")),
+        (f"{P}.authz", (f"{P}.authn", f"{P}.admission.plugins")),
+        (f"{P}.admission", (f"{P}.authn",)),
+    ],
+)
 def test_security_rooms_stay_apart(room, others):
     bad = _violations((room,), (f"{P}.server", f"{P}.controllers", f"{P}.scheduler") + others)
     assert not bad, f"{room} imports the server or another room's internals:\n" + "\n".join(bad)
@@ -183,8 +201,9 @@ def test_admission_plugins_use_only_the_authorizer_interface():
 
 
 def test_only_app_and_the_cli_import_the_app():
-    bad = sorted(f"{i.source}:{i.line}" for i in INTERNAL
-                 if i.target == f"{P}.server.app" and i.source not in (f"{P}.cli",))
+    bad = sorted(
+        f"{i.source}:{i.line}" for i in INTERNAL if i.target == f"{P}.server.app" and i.source not in (f"{P}.cli",)
+    )
     assert not bad, "modules importing server.app:\n" + "\n".join(bad)
 
 

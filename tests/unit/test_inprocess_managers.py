@@ -17,15 +17,14 @@ from aiohttp.test_utils import make_mocked_request
 from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.authz import policy
+from apiserver_min.authz.rbac import RbacIndex, parse_cluster_role
 from apiserver_min.controllers import bootstrappolicy
 from apiserver_min.controllers.clusterroleaggregation import ClusterRoleAggregator
-from apiserver_min.authz.rbac import RbacIndex, parse_cluster_role
-from apiserver_min.controllers.serviceaccounts import ServiceAccountsController
-from apiserver_min.server import handlers
-from apiserver_min.registry import managedfields as mf
-from apiserver_min.server.app import ApiServer
 from apiserver_min.controllers.leaderelection import LeaderElector
+from apiserver_min.controllers.serviceaccounts import ServiceAccountsController
+from apiserver_min.registry import managedfields as mf
+from apiserver_min.server import handlers
+from apiserver_min.server.app import ApiServer
 from apiserver_min.server.negotiation import JSON
 
 CM = names.CONTROLLER_MANAGER_FIELD_MANAGER
@@ -65,8 +64,21 @@ class MemoryStore:
         self.put(kind, namespace, obj)
         return obj, b"{}"
 
-    async def update(self, kind, namespace, name, compute, user, *, subresource="", dry_run=False,
-                     create_on_missing=False, operation="UPDATE", on_missing=None, field_manager=None):
+    async def update(
+        self,
+        kind,
+        namespace,
+        name,
+        compute,
+        user,
+        *,
+        subresource="",
+        dry_run=False,
+        create_on_missing=False,
+        operation="UPDATE",
+        on_missing=None,
+        field_manager=None,
+    ):
         old = self.objects.get((kind.resource, namespace, name))
         if old is None:
             if create_on_missing and on_missing is not None:
@@ -125,8 +137,10 @@ def sa_controller(store: MemoryStore, cached_sa=None, cached_cm=None) -> Service
 async def test_default_service_account_and_root_ca_configmap_are_the_controller_managers():
     store = MemoryStore()
     assert await sa_controller(store).sync("team") is True
-    assert [c[:4] for c in store.calls] == [("create", "serviceaccounts", names.DEFAULT_SERVICE_ACCOUNT, CM),
-                                           ("create", "configmaps", names.ROOT_CA_CONFIGMAP, CM)]
+    assert [c[:4] for c in store.calls] == [
+        ("create", "serviceaccounts", names.DEFAULT_SERVICE_ACCOUNT, CM),
+        ("create", "configmaps", names.ROOT_CA_CONFIGMAP, CM),
+    ]
     # (The bare ServiceAccount sets no field a manager could own; the real store's
     # defaults are checked against a running server.)
     cm = only_entry(store.entries("configmaps", "team", names.ROOT_CA_CONFIGMAP))
@@ -138,16 +152,28 @@ async def test_default_service_account_and_root_ca_configmap_are_the_controller_
 async def test_root_ca_configmap_repair_is_the_controller_managers_update():
     store = MemoryStore()
     cm_kind = kind("", "configmaps")
-    tampered = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": names.ROOT_CA_CONFIGMAP, "namespace": "team",
-                             "managedFields": [{"manager": "kubectl-edit", "operation": "Update", "apiVersion": "v1",
-                                                "time": "2024-01-01T00:00:00Z", "fieldsType": "FieldsV1",
-                                                "fieldsV1": {"f:data": {".": {}, "f:ca.crt": {}}}}]},
-                "data": {"ca.crt": "stale"}}
+    tampered = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": names.ROOT_CA_CONFIGMAP,
+            "namespace": "team",
+            "managedFields": [
+                {
+                    "manager": "kubectl-edit",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2024-01-01T00:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:data": {".": {}, "f:ca.crt": {}}},
+                }
+            ],
+        },
+        "data": {"ca.crt": "stale"},
+    }
     store.put(cm_kind, "team", tampered)
     store.put(kind("", "serviceaccounts"), "team", {"metadata": {"name": names.DEFAULT_SERVICE_ACCOUNT}})
-    ctl = sa_controller(store, cached_sa=object(),
-                        cached_cm=SimpleNamespace(object=lambda: copy.deepcopy(tampered)))
+    ctl = sa_controller(store, cached_sa=object(), cached_cm=SimpleNamespace(object=lambda: copy.deepcopy(tampered)))
     assert await ctl.sync("team") is True
     assert store.calls == [("update", "configmaps", names.ROOT_CA_CONFIGMAP, CM, "")]
     by_manager = {e["manager"]: e for e in store.entries("configmaps", "team", names.ROOT_CA_CONFIGMAP)}
@@ -156,17 +182,26 @@ async def test_root_ca_configmap_repair_is_the_controller_managers_update():
     assert names.ANNOTATION_DESCRIPTION in str(by_manager[CM]["fieldsV1"]["f:metadata"])
     assert by_manager[CM]["operation"] == "Update"
     assert "kubectl-edit" not in by_manager or "f:ca.crt" not in by_manager["kubectl-edit"]["fieldsV1"].get(
-        "f:data", {})
+        "f:data", {}
+    )
 
 
 async def test_clusterrole_aggregation_is_the_controller_managers():
     store = MemoryStore()
     cr = kind(names.RBAC_GROUP, "clusterroles")
-    agg = {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "ClusterRole", "metadata": {"name": "agg"},
-           "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"team": "x"}}]}, "rules": []}
-    part = {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "ClusterRole",
-            "metadata": {"name": "part", "labels": {"team": "x"}},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    agg = {
+        "apiVersion": f"{names.RBAC_GROUP}/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "agg"},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"team": "x"}}]},
+        "rules": [],
+    }
+    part = {
+        "apiVersion": f"{names.RBAC_GROUP}/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "part", "labels": {"team": "x"}},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }
     store.put(cr, "", agg)
     index = RbacIndex({})
     index.cluster_roles = {"agg": parse_cluster_role(agg), "part": parse_cluster_role(part)}
@@ -190,11 +225,13 @@ async def test_leader_election_lease_writes_are_the_controller_managers():
     elector.leading = True
     await elector._release()
     lease = (names.CONTROLLERS_LEASE_NAME, CM)
-    assert [(c[0], c[2], c[3]) for c in store.calls] == [("create",) + lease, ("update",) + lease,
-                                                         ("update",) + lease]
+    assert [(c[0], c[2], c[3]) for c in store.calls] == [("create",) + lease, ("update",) + lease, ("update",) + lease]
     entry = only_entry(store.entries("leases", names.NS_SYSTEM, names.CONTROLLERS_LEASE_NAME))
-    assert (entry["manager"], entry["operation"], entry["apiVersion"]) == (CM, "Update",
-                                                                         f"{names.COORDINATION_GROUP}/v1")
+    assert (entry["manager"], entry["operation"], entry["apiVersion"]) == (
+        CM,
+        "Update",
+        f"{names.COORDINATION_GROUP}/v1",
+    )
     assert "f:holderIdentity" in entry["fieldsV1"]["f:spec"]
 
 
@@ -202,33 +239,50 @@ async def test_leader_election_lease_writes_are_the_controller_managers():
 
 
 def cluster_role(name: str, verbs: list[str]) -> dict:
-    return {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "ClusterRole", "metadata": {"name": name},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]}
+    return {
+        "apiVersion": f"{names.RBAC_GROUP}/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}],
+    }
 
 
 def cluster_binding(name: str, role: str, user: str) -> dict:
-    return {"apiVersion": f"{names.RBAC_GROUP}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-            "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role},
-            "subjects": [{"apiGroup": names.RBAC_GROUP, "kind": "User", "name": user}]}
+    return {
+        "apiVersion": f"{names.RBAC_GROUP}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": names.RBAC_GROUP, "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": names.RBAC_GROUP, "kind": "User", "name": user}],
+    }
 
 
 async def test_default_policy_reconciliation_is_the_api_servers():
     store = MemoryStore()
     server = server_with(store)
-    assert await bootstrappolicy._reconcile_one(server.store, "clusterroles", cluster_role("viewer", ["get"])) == "created"
+    assert (
+        await bootstrappolicy._reconcile_one(server.store, "clusterroles", cluster_role("viewer", ["get"])) == "created"
+    )
     entry = only_entry(store.entries("clusterroles", "", "viewer"))
     assert (entry["manager"], entry["operation"]) == (API, "Update")
 
     # A default role missing a rule is completed: an Update by the API server again.
     store.put(kind(names.RBAC_GROUP, "clusterroles"), "", cluster_role("editor", ["get"]))
-    assert await bootstrappolicy._reconcile_one(server.store, "clusterroles", cluster_role("editor", ["get", "list"])) == "updated"
+    assert (
+        await bootstrappolicy._reconcile_one(server.store, "clusterroles", cluster_role("editor", ["get", "list"]))
+        == "updated"
+    )
     entry = only_entry(store.entries("clusterroles", "", "editor"))
     assert (entry["manager"], entry["operation"]) == (API, "Update")
 
     # A binding whose roleRef changed is recreated, by the API server.
     store.put(kind(names.RBAC_GROUP, "clusterrolebindings"), "", cluster_binding("b", "old-role", "alice"))
-    assert await bootstrappolicy._reconcile_one(server.store, "clusterrolebindings", cluster_binding("b", "new-role", "bob")) \
+    assert (
+        await bootstrappolicy._reconcile_one(
+            server.store, "clusterrolebindings", cluster_binding("b", "new-role", "bob")
+        )
         == "recreated"
+    )
     entry = only_entry(store.entries("clusterrolebindings", "", "b"))
     assert (entry["manager"], entry["operation"]) == (API, "Update")
     assert [c[0] for c in store.calls if c[2] == "b"] == ["delete", "create"]
@@ -254,8 +308,17 @@ async def test_initial_namespaces_are_the_api_servers():
 async def test_finalize_records_the_clients_update_of_the_finalize_subresource():
     store = MemoryStore()
     ns_kind = kind("", "namespaces")
-    store.put(ns_kind, "", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gone"},
-                            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Terminating"}})
+    store.put(
+        ns_kind,
+        "",
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "gone"},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Terminating"},
+        },
+    )
     h = handlers.ResourceHandlers.__new__(handlers.ResourceHandlers)
     h.store = store
     request = make_mocked_request("PUT", "/api/v1/namespaces/gone/finalize")
@@ -273,8 +336,9 @@ async def test_finalize_records_the_clients_update_of_the_finalize_subresource()
 
 
 def req(query: str, method: str = "POST"):
-    return make_mocked_request(method, "/api/v1/namespaces/ns/configmaps?" + query,
-                               headers={"User-Agent": "kubectl/v1.32.0 (linux/amd64)"})
+    return make_mocked_request(
+        method, "/api/v1/namespaces/ns/configmaps?" + query, headers={"User-Agent": "kubectl/v1.32.0 (linux/amd64)"}
+    )
 
 
 def invalid(exc: st.ApiError) -> tuple[int, str, str, list, str]:
@@ -288,15 +352,23 @@ def test_unsupported_dry_run_is_422_with_the_values_as_go_prints_them(kind_name)
         handlers.WriteParams.parse(req("dryRun=Some"), kind_name, names.MEDIA_MERGE_PATCH)
     code, reason, message, causes, details_kind = invalid(info.value)
     assert (code, reason, details_kind) == (422, "Invalid", kind_name)
-    assert message == f'{kind_name}.{META} "" is invalid: dryRun: Unsupported value: []string{{"Some"}}: ' \
-                      'supported values: "All"'
-    assert causes == [{"reason": "FieldValueNotSupported", "field": "dryRun",
-                       "message": 'Unsupported value: []string{"Some"}: supported values: "All"'}]
+    assert (
+        message == f'{kind_name}.{META} "" is invalid: dryRun: Unsupported value: []string{{"Some"}}: '
+        'supported values: "All"'
+    )
+    assert causes == [
+        {
+            "reason": "FieldValueNotSupported",
+            "field": "dryRun",
+            "message": 'Unsupported value: []string{"Some"}: supported values: "All"',
+        }
+    ]
     # Every value is named (an empty one is not "All" either), Go-quoted.
     with pytest.raises(st.ApiError) as info:
         handlers.WriteParams.parse(req("dryRun=All&dryRun=&dryRun=a%22b"), kind_name, names.MEDIA_MERGE_PATCH)
-    assert invalid(info.value)[2].endswith('dryRun: Unsupported value: []string{"All", "", "a\\"b"}: '
-                                           'supported values: "All"')
+    assert invalid(info.value)[2].endswith(
+        'dryRun: Unsupported value: []string{"All", "", "a\\"b"}: supported values: "All"'
+    )
     assert handlers.WriteParams.parse(req("dryRun=All&dryRun=All"), kind_name, names.MEDIA_MERGE_PATCH).dry_run
     assert not handlers.WriteParams.parse(req("x=1"), kind_name, names.MEDIA_MERGE_PATCH).dry_run
 
@@ -307,26 +379,37 @@ def test_unsupported_field_validation_is_422_listing_upstreams_values(kind_name)
         handlers.WriteParams.parse(req("fieldValidation=strict"), kind_name, names.MEDIA_MERGE_PATCH)
     code, reason, message, causes, details_kind = invalid(info.value)
     assert (code, reason, details_kind) == (422, "Invalid", kind_name)
-    assert message == (f'{kind_name}.{META} "" is invalid: fieldValidation: Unsupported value: "strict": '
-                       'supported values: "", "Ignore", "Strict", "Warn"')
+    assert message == (
+        f'{kind_name}.{META} "" is invalid: fieldValidation: Unsupported value: "strict": '
+        'supported values: "", "Ignore", "Strict", "Warn"'
+    )
     assert causes[0]["reason"] == "FieldValueNotSupported" and causes[0]["field"] == "fieldValidation"
     for value, want in (("", "Warn"), ("Ignore", "Ignore"), ("Warn", "Warn"), ("Strict", "Strict")):
-        assert handlers.WriteParams.parse(req(f"fieldValidation={value}"), kind_name,
-                                          names.MEDIA_MERGE_PATCH).field_validation == want
+        assert (
+            handlers.WriteParams.parse(
+                req(f"fieldValidation={value}"), kind_name, names.MEDIA_MERGE_PATCH
+            ).field_validation
+            == want
+        )
 
 
 def test_all_option_problems_come_in_upstreams_order():
     # ValidatePatchOptions: force, fieldManager, dryRun, fieldValidation - in one 422.
     with pytest.raises(st.ApiError) as info:
-        handlers.WriteParams.parse(req("fieldValidation=Loud&dryRun=x&force=1&fieldManager=" + "m" * 129),
-                                   "PatchOptions", names.MEDIA_MERGE_PATCH)
+        handlers.WriteParams.parse(
+            req("fieldValidation=Loud&dryRun=x&force=1&fieldManager=" + "m" * 129),
+            "PatchOptions",
+            names.MEDIA_MERGE_PATCH,
+        )
     _, _, message, causes, _ = invalid(info.value)
     assert [c["field"] for c in causes] == ["force", "fieldManager", "dryRun", "fieldValidation"]
-    assert message == (f'PatchOptions.{META} "" is invalid: ['
-                       "force: Forbidden: may not be specified for non-apply patch, "
-                       "fieldManager: Too long: must have at most 128 bytes, "
-                       'dryRun: Unsupported value: []string{"x"}: supported values: "All", '
-                       'fieldValidation: Unsupported value: "Loud": supported values: "", "Ignore", "Strict", "Warn"]')
+    assert message == (
+        f'PatchOptions.{META} "" is invalid: ['
+        "force: Forbidden: may not be specified for non-apply patch, "
+        "fieldManager: Too long: must have at most 128 bytes, "
+        'dryRun: Unsupported value: []string{"x"}: supported values: "All", '
+        'fieldValidation: Unsupported value: "Loud": supported values: "", "Ignore", "Strict", "Warn"]'
+    )
 
 
 def test_delete_and_body_only_creates_name_their_options_kind():
@@ -334,8 +417,9 @@ def test_delete_and_body_only_creates_name_their_options_kind():
         handlers._dry_run(req("dryRun=true", "DELETE").query, "DeleteOptions")
     code, reason, message, _, details_kind = invalid(info.value)
     assert (code, reason, details_kind) == (422, "Invalid", "DeleteOptions")
-    assert message == (f'DeleteOptions.{META} "" is invalid: dryRun: Unsupported value: []string{{"true"}}: '
-                       'supported values: "All"')
+    assert message == (
+        f'DeleteOptions.{META} "" is invalid: dryRun: Unsupported value: []string{{"true"}}: supported values: "All"'
+    )
     assert handlers._dry_run(req("dryRun=All").query, "DeleteOptions") is True
     assert handlers._dry_run(req("").query, "DeleteOptions") is False
     # Creates that only decode a body (reviews, bindings, evictions) read the level here.

@@ -23,6 +23,7 @@ CREATED = "2024-05-01T11:00:00Z"
 
 # --- look-ups ------------------------------------------------------------------------------
 
+
 def test_by_resource_and_by_kind_find_the_same_declaration():
     pods = REGISTRY.by_resource("", "v1", "pods")
     assert pods is not None
@@ -89,8 +90,7 @@ def test_declarations_are_well_formed():
     for k in KINDS:
         assert k.resource == k.resource.lower() and k.resource, k
         assert k.kind[:1].isupper(), k
-        assert set(k.verbs) <= {"create", "delete", "deletecollection", "get", "list", "patch",
-                                "update", "watch"}, k
+        assert set(k.verbs) <= {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}, k
         assert len({s.name for s in k.subresources}) == len(k.subresources), k
         for c in k.table_columns():
             assert c.type in ("string", "integer", "number", "boolean", "date"), (k.resource, c.name)
@@ -109,6 +109,7 @@ def test_subresources():
 
 
 # --- field selectors ----------------------------------------------------------------------
+
 
 def test_pod_selectable_fields():
     pods = REGISTRY.by_resource("", "v1", "pods")
@@ -129,18 +130,32 @@ def test_pod_selectable_fields():
 
 def test_secret_selectable_fields():
     secrets = REGISTRY.by_resource("", "v1", "secrets")
-    fields = secrets.selectable_fields({"metadata": {"name": "t", "namespace": "orch-system"},
-                                        "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE})
-    assert fields == {"metadata.name": "t", "metadata.namespace": "orch-system",
-                      "type": f"bootstrap.{names.DOMAIN}/token"}
+    fields = secrets.selectable_fields(
+        {"metadata": {"name": "t", "namespace": "orch-system"}, "type": names.BOOTSTRAP_TOKEN_SECRET_TYPE}
+    )
+    assert fields == {
+        "metadata.name": "t",
+        "metadata.namespace": "orch-system",
+        "type": f"bootstrap.{names.DOMAIN}/token",
+    }
 
 
 def test_event_selectable_fields():
     events = REGISTRY.by_resource("", "v1", "events")
-    ev = {"metadata": {"name": "web-0.17a", "namespace": "default"},
-          "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": "default", "uid": "u-1",
-                             "apiVersion": "v1", "fieldPath": "spec.containers{web}"},
-          "reason": "Started", "type": "Normal", "source": {"component": "orch-agent"}}
+    ev = {
+        "metadata": {"name": "web-0.17a", "namespace": "default"},
+        "involvedObject": {
+            "kind": "Pod",
+            "name": "web-0",
+            "namespace": "default",
+            "uid": "u-1",
+            "apiVersion": "v1",
+            "fieldPath": "spec.containers{web}",
+        },
+        "reason": "Started",
+        "type": "Normal",
+        "source": {"component": "orch-agent"},
+    }
     fields = events.selectable_fields(ev)
     assert fields["involvedObject.kind"] == "Pod"
     assert fields["involvedObject.name"] == "web-0"
@@ -160,37 +175,41 @@ def test_cluster_scoped_kinds_have_no_namespace_field():
 
 # --- human durations (upstream's HumanDuration rules) --------------------------------------
 
-@pytest.mark.parametrize("seconds, text", [
-    (-5, "<invalid>"),
-    (-1.5, "0s"),  # up to two seconds of clock skew count as "now"
-    (-0.5, "0s"),
-    (0, "0s"),
-    (1, "1s"),
-    (59, "59s"),
-    (70, "70s"),
-    (119, "119s"),
-    (120, "2m"),
-    (125, "2m5s"),
-    (190, "3m10s"),
-    (599, "9m59s"),
-    (600, "10m"),
-    (70 * 60, "70m"),
-    (3 * 3600 - 1, "179m"),
-    (3 * 3600, "3h"),
-    (3 * 3600 + 5 * 60, "3h5m"),
-    (8 * 3600, "8h"),
-    (47 * 3600, "47h"),
-    (48 * 3600, "2d"),
-    (49 * 3600, "2d1h"),
-    (51 * 3600, "2d3h"),
-    ((8 * 24 + 2) * 3600, "8d"),
-    (365 * 86400, "365d"),
-    (367 * 86400, "367d"),
-    (2 * 365 * 86400, "2y"),
-    ((365 * 2 * 24 + 25) * 3600, "2y1d"),
-    ((365 * 8 * 24 + 2) * 3600, "8y"),
-    (20 * 365 * 86400, "20y"),
-])
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (-5, "<invalid>"),
+        (-1.5, "0s"),  # up to two seconds of clock skew count as "now"
+        (-0.5, "0s"),
+        (0, "0s"),
+        (1, "1s"),
+        (59, "59s"),
+        (70, "70s"),
+        (119, "119s"),
+        (120, "2m"),
+        (125, "2m5s"),
+        (190, "3m10s"),
+        (599, "9m59s"),
+        (600, "10m"),
+        (70 * 60, "70m"),
+        (3 * 3600 - 1, "179m"),
+        (3 * 3600, "3h"),
+        (3 * 3600 + 5 * 60, "3h5m"),
+        (8 * 3600, "8h"),
+        (47 * 3600, "47h"),
+        (48 * 3600, "2d"),
+        (49 * 3600, "2d1h"),
+        (51 * 3600, "2d3h"),
+        ((8 * 24 + 2) * 3600, "8d"),
+        (365 * 86400, "365d"),
+        (367 * 86400, "367d"),
+        (2 * 365 * 86400, "2y"),
+        ((365 * 2 * 24 + 25) * 3600, "2y1d"),
+        ((365 * 8 * 24 + 2) * 3600, "8y"),
+        (20 * 365 * 86400, "20y"),
+    ],
+)
 def test_human_duration(seconds, text):
     assert human_duration(seconds) == text
 
@@ -203,6 +222,7 @@ def test_age():
 
 
 # --- table cells ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: f"{k.resource}.{k.group or 'core'}")
 def test_every_column_computes_on_an_empty_object(kind: KindInfo):
@@ -221,19 +241,26 @@ def cells(kind: KindInfo, obj: dict, *, wide: bool = False) -> dict[str, object]
 
 def realistic_pod() -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-0", "namespace": "default", "creationTimestamp": CREATED,
-                     "labels": {"app": "web"}},
-        "spec": {"nodeName": "node-1", "restartPolicy": "Always",
-                 "containers": [{"name": "web", "image": "orch.local/busybox:1"},
-                                {"name": "sidecar", "image": "orch.local/busybox:1"}]},
-        "status": {"phase": "Running", "podIP": "10.88.0.5",
-                   "conditions": [{"type": "Ready", "status": "True"}],
-                   "containerStatuses": [
-                       {"name": "web", "ready": True, "restartCount": 2,
-                        "state": {"running": {"startedAt": CREATED}}},
-                       {"name": "sidecar", "ready": True, "restartCount": 1,
-                        "state": {"running": {"startedAt": CREATED}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "default", "creationTimestamp": CREATED, "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": "node-1",
+            "restartPolicy": "Always",
+            "containers": [
+                {"name": "web", "image": "orch.local/busybox:1"},
+                {"name": "sidecar", "image": "orch.local/busybox:1"},
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.88.0.5",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {"name": "web", "ready": True, "restartCount": 2, "state": {"running": {"startedAt": CREATED}}},
+                {"name": "sidecar", "ready": True, "restartCount": 1, "state": {"running": {"startedAt": CREATED}}},
+            ],
+        },
     }
 
 
@@ -254,17 +281,28 @@ def test_pod_table_row():
 def test_pod_status_column_reasons():
     pending = {"spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Pending"}}
     assert pod_status_reason(pending) == "Pending"
-    waiting = {"spec": {"containers": [{"name": "a"}]},
-               "status": {"phase": "Pending", "containerStatuses": [
-                   {"name": "a", "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    waiting = {
+        "spec": {"containers": [{"name": "a"}]},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [{"name": "a", "state": {"waiting": {"reason": "ContainerCreating"}}}],
+        },
+    }
     assert pod_status_reason(waiting) == "ContainerCreating"
-    crashed = {"status": {"phase": "Running", "containerStatuses": [
-        {"name": "a", "state": {"terminated": {"exitCode": 1}}}]}}
+    crashed = {
+        "status": {"phase": "Running", "containerStatuses": [{"name": "a", "state": {"terminated": {"exitCode": 1}}}]}
+    }
     assert pod_status_reason(crashed) == "ExitCode:1"
-    init = {"spec": {"initContainers": [{"name": "i"}, {"name": "j"}]},
-            "status": {"phase": "Pending", "initContainerStatuses": [
+    init = {
+        "spec": {"initContainers": [{"name": "i"}, {"name": "j"}]},
+        "status": {
+            "phase": "Pending",
+            "initContainerStatuses": [
                 {"name": "i", "state": {"terminated": {"exitCode": 0}}},
-                {"name": "j", "state": {"running": {}}}]}}
+                {"name": "j", "state": {"running": {}}},
+            ],
+        },
+    }
     assert pod_status_reason(init) == "Init:1/2"
     deleting = {"metadata": {"deletionTimestamp": CREATED}, "status": {"phase": "Running"}}
     assert pod_status_reason(deleting) == "Terminating"
@@ -273,15 +311,22 @@ def test_pod_status_column_reasons():
 def test_node_table_row():
     nodes = REGISTRY.by_resource("", "v1", "nodes")
     node = {
-        "metadata": {"name": "node-1", "creationTimestamp": CREATED,
-                     "labels": {f"node-role.{names.DOMAIN}/control-plane": "",
-                                f"node-role.{names.DOMAIN}/worker": ""}},
+        "metadata": {
+            "name": "node-1",
+            "creationTimestamp": CREATED,
+            "labels": {f"node-role.{names.DOMAIN}/control-plane": "", f"node-role.{names.DOMAIN}/worker": ""},
+        },
         "spec": {"unschedulable": True},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                   "addresses": [{"type": "InternalIP", "address": "192.0.2.10"},
-                                 {"type": "Hostname", "address": "node-1"}],
-                   "nodeInfo": {"kubeletVersion": "v0.1.0", "osImage": "Debian GNU/Linux 12 (bookworm)",
-                                "kernelVersion": "6.1.0", "containerRuntimeVersion": "containerd://1.6.20"}},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "addresses": [{"type": "InternalIP", "address": "192.0.2.10"}, {"type": "Hostname", "address": "node-1"}],
+            "nodeInfo": {
+                "kubeletVersion": "v0.1.0",
+                "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "kernelVersion": "6.1.0",
+                "containerRuntimeVersion": "containerd://1.6.20",
+            },
+        },
     }
     row = cells(nodes, node, wide=True)
     assert row["Name"] == "node-1"
@@ -297,10 +342,15 @@ def test_node_table_row():
 
 def test_service_table_row():
     services = REGISTRY.by_resource("", "v1", "services")
-    svc = {"metadata": {"name": "web", "namespace": "default", "creationTimestamp": CREATED},
-           "spec": {"type": "NodePort", "clusterIP": "10.96.0.10", "selector": {"app": "web", "tier": "fe"},
-                    "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"},
-                              {"port": 53, "protocol": "UDP"}]}}
+    svc = {
+        "metadata": {"name": "web", "namespace": "default", "creationTimestamp": CREATED},
+        "spec": {
+            "type": "NodePort",
+            "clusterIP": "10.96.0.10",
+            "selector": {"app": "web", "tier": "fe"},
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}],
+        },
+    }
     row = cells(services, svc, wide=True)
     assert row["Type"] == "NodePort"
     assert row["Cluster-IP"] == "10.96.0.10"
@@ -315,12 +365,18 @@ def test_service_table_row():
 
 def test_deployment_table_row():
     deployments = REGISTRY.by_resource("apps", "v1", "deployments")
-    d = {"metadata": {"name": "web", "namespace": "default", "creationTimestamp": CREATED},
-         "spec": {"replicas": 3,
-                  "selector": {"matchLabels": {"app": "web"},
-                               "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]},
-                  "template": {"spec": {"containers": [{"name": "web", "image": "orch.local/busybox:1"}]}}},
-         "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}
+    d = {
+        "metadata": {"name": "web", "namespace": "default", "creationTimestamp": CREATED},
+        "spec": {
+            "replicas": 3,
+            "selector": {
+                "matchLabels": {"app": "web"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}],
+            },
+            "template": {"spec": {"containers": [{"name": "web", "image": "orch.local/busybox:1"}]}},
+        },
+        "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2},
+    }
     row = cells(deployments, d, wide=True)
     assert row["Ready"] == "2/3"
     assert row["Up-to-date"] == 3
@@ -332,10 +388,15 @@ def test_deployment_table_row():
 
 def test_certificate_signing_request_table_row():
     csrs = REGISTRY.by_resource(names.CERTIFICATES_GROUP, "v1", "certificatesigningrequests")
-    csr = {"metadata": {"name": "node-csr-abc", "creationTimestamp": CREATED},
-           "spec": {"signerName": names.SIGNER_NODE_AGENT_CLIENT, "username": "system:bootstrap:abcdef",
-                    "expirationSeconds": 86400},
-           "status": {"conditions": [{"type": "Approved", "status": "True"}], "certificate": "LS0t"}}
+    csr = {
+        "metadata": {"name": "node-csr-abc", "creationTimestamp": CREATED},
+        "spec": {
+            "signerName": names.SIGNER_NODE_AGENT_CLIENT,
+            "username": "system:bootstrap:abcdef",
+            "expirationSeconds": 86400,
+        },
+        "status": {"conditions": [{"type": "Approved", "status": "True"}], "certificate": "LS0t"},
+    }
     row = cells(csrs, csr)
     assert row["SignerName"] == f"{names.DOMAIN}/apiserver-client-node-agent"
     assert row["Requestor"] == "system:bootstrap:abcdef"
@@ -347,18 +408,32 @@ def test_certificate_signing_request_table_row():
 
 def test_pod_template_table_row():
     templates = REGISTRY.by_resource("", "v1", "podtemplates")
-    t = {"metadata": {"name": "tmpl"},
-         "template": {"metadata": {"labels": {"app": "web"}},
-                      "spec": {"containers": [{"name": "a", "image": "img-a"}, {"name": "b", "image": "img-b"}]}}}
-    assert cells(templates, t) == {"Template": "tmpl", "Containers": "a,b", "Images": "img-a,img-b",
-                                   "Pod Labels": "app=web"}
+    t = {
+        "metadata": {"name": "tmpl"},
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "a", "image": "img-a"}, {"name": "b", "image": "img-b"}]},
+        },
+    }
+    assert cells(templates, t) == {
+        "Template": "tmpl",
+        "Containers": "a,b",
+        "Images": "img-a,img-b",
+        "Pod Labels": "app=web",
+    }
 
 
 def test_role_binding_table_row():
     rb = REGISTRY.by_resource(names.RBAC_GROUP, "v1", "rolebindings")
-    obj = {"metadata": {"name": "rb"}, "roleRef": {"kind": "ClusterRole", "name": "view"},
-           "subjects": [{"kind": "User", "name": "alice"}, {"kind": "Group", "name": "devs"},
-                        {"kind": "ServiceAccount", "name": "default", "namespace": "orch-system"}]}
+    obj = {
+        "metadata": {"name": "rb"},
+        "roleRef": {"kind": "ClusterRole", "name": "view"},
+        "subjects": [
+            {"kind": "User", "name": "alice"},
+            {"kind": "Group", "name": "devs"},
+            {"kind": "ServiceAccount", "name": "default", "namespace": "orch-system"},
+        ],
+    }
     row = cells(rb, obj, wide=True)
     assert row["Role"] == "ClusterRole/view"
     assert (row["Users"], row["Groups"], row["ServiceAccounts"]) == ("alice", "devs", "orch-system/default")

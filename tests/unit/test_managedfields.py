@@ -20,9 +20,13 @@ POD_SCHEMA = schema_for("", "v1", "Pod")
 
 
 def deployment(replicas=None, labels=None, containers=None) -> dict:
-    spec: dict = {"selector": {"matchLabels": {"app": "x"}},
-                  "template": {"metadata": {"labels": {"app": "x"}},
-                               "spec": {"containers": containers or [{"name": "c", "image": "img:1"}]}}}
+    spec: dict = {
+        "selector": {"matchLabels": {"app": "x"}},
+        "template": {
+            "metadata": {"labels": {"app": "x"}},
+            "spec": {"containers": containers or [{"name": "c", "image": "img:1"}]},
+        },
+    }
     if replicas is not None:
         spec["replicas"] = replicas
     md: dict = {"name": "d", "namespace": "ns"}
@@ -44,15 +48,17 @@ def stored(obj: dict) -> dict:
 
 # --- field sets ---------------------------------------------------------------------------
 
+
 def test_field_set_uses_keys_for_map_lists_values_for_sets_and_dot_for_items():
-    pod = {"metadata": {"labels": {"a": "1"}, "finalizers": ["x/y"]},
-           "spec": {"containers": [{"name": "c", "image": "i", "args": ["a", "b"],
-                                    "ports": [{"containerPort": 80}]}]}}
+    pod = {
+        "metadata": {"labels": {"a": "1"}, "finalizers": ["x/y"]},
+        "spec": {"containers": [{"name": "c", "image": "i", "args": ["a", "b"], "ports": [{"containerPort": 80}]}]},
+    }
     s = fp.field_set(pod, POD_SCHEMA)
     c = s["f:spec"]["f:containers"]['k:{"name":"c"}']
     assert "." in c and c["f:image"] == {} and c["f:args"] == {}  # an atomic list is one leaf
     # A missing list-map key takes its declared default (protocol TCP).
-    assert '.' in c["f:ports"]['k:{"containerPort":80,"protocol":"TCP"}']
+    assert "." in c["f:ports"]['k:{"containerPort":80,"protocol":"TCP"}']
     assert s["f:metadata"]["f:finalizers"] == {'v:"x/y"': {}}
     assert s["f:metadata"]["f:labels"] == {"f:a": {}}
     assert "." not in s["f:spec"]  # a non-empty struct field is not itself a member
@@ -73,7 +79,9 @@ def test_set_algebra_keeps_trees_normalised_and_inputs_intact():
     assert fp.difference(b, b) == {}
     assert (a, b) == (a0, b0)
     assert list(fp.iter_paths({"f:spec": {"f:containers": {'k:{"name":"c"}': {".": {}, "f:image": {}}}}})) == [
-        ("f:spec", "f:containers", 'k:{"name":"c"}'), ("f:spec", "f:containers", 'k:{"name":"c"}', "f:image")]
+        ("f:spec", "f:containers", 'k:{"name":"c"}'),
+        ("f:spec", "f:containers", 'k:{"name":"c"}', "f:image"),
+    ]
     assert fp.format_path(("f:spec", "f:containers", 'k:{"name":"c"}', "f:image")) == '.spec.containers[name="c"].image'
     assert fp.format_path(("f:metadata", "f:finalizers", 'v:"a"')) == '.metadata.finalizers[="a"]'
 
@@ -87,13 +95,22 @@ def test_validate_tree_rejects_bad_elements():
 
 # --- merge ----------------------------------------------------------------------------------
 
+
 def test_merge_by_list_type():
-    live = {"spec": {"containers": [{"name": "a", "image": "1", "args": ["x"]}, {"name": "b", "image": "2"}],
-                     "tolerations": [{"key": "t1"}]},
-            "metadata": {"finalizers": ["f1", "f2"]}}
-    cfg = {"spec": {"containers": [{"name": "b", "image": "3"}, {"name": "c", "image": "4"}],
-                    "tolerations": [{"key": "t2"}]},
-           "metadata": {"finalizers": ["f3", "f1"]}}
+    live = {
+        "spec": {
+            "containers": [{"name": "a", "image": "1", "args": ["x"]}, {"name": "b", "image": "2"}],
+            "tolerations": [{"key": "t1"}],
+        },
+        "metadata": {"finalizers": ["f1", "f2"]},
+    }
+    cfg = {
+        "spec": {
+            "containers": [{"name": "b", "image": "3"}, {"name": "c", "image": "4"}],
+            "tolerations": [{"key": "t2"}],
+        },
+        "metadata": {"finalizers": ["f3", "f1"]},
+    }
     out = fp.merge(live, cfg, POD_SCHEMA)
     assert [c["name"] for c in out["spec"]["containers"]] == ["a", "b", "c"]
     assert out["spec"]["containers"][1] == {"name": "b", "image": "3"}
@@ -104,17 +121,17 @@ def test_merge_by_list_type():
 
 def test_merge_rejects_duplicate_keys_in_the_configuration():
     with pytest.raises(fp.FieldPathError, match="duplicate entries"):
-        fp.merge({"spec": {"containers": []}}, {"spec": {"containers": [{"name": "a"}, {"name": "a"}]}},
-                 POD_SCHEMA)
+        fp.merge({"spec": {"containers": []}}, {"spec": {"containers": [{"name": "a"}, {"name": "a"}]}}, POD_SCHEMA)
     with pytest.raises(fp.FieldPathError, match="duplicate entries"):
         fp.field_set({"metadata": {"finalizers": ["a", "a"]}}, POD_SCHEMA)
 
 
 # --- apply ----------------------------------------------------------------------------------
 
+
 def test_apply_creates_with_one_apply_entry_without_system_metadata():
     obj = mf.apply(DEPLOY, None, deployment(replicas=2), "alice")
-    (key, fields), = entries(obj).items()
+    ((key, fields),) = entries(obj).items()
     assert key == ("alice", "Apply")
     assert "f:metadata" not in fields and "f:apiVersion" not in fields
     assert fields["f:spec"]["f:replicas"] == {}
@@ -129,8 +146,14 @@ def test_conflict_then_force_moves_ownership():
     err = ei.value
     assert err.code == 409 and err.reason == "Conflict"
     assert err.message == 'Apply failed with 1 conflict: conflict with "alice": .spec.replicas'
-    assert err.details["causes"] == [{"reason": "FieldManagerConflict", "type": "FieldManagerConflict",
-                                      "message": 'conflict with "alice"', "field": ".spec.replicas"}]
+    assert err.details["causes"] == [
+        {
+            "reason": "FieldManagerConflict",
+            "type": "FieldManagerConflict",
+            "message": 'conflict with "alice"',
+            "field": ".spec.replicas",
+        }
+    ]
     out = mf.apply(DEPLOY, live, deployment(replicas=3), "bob", force=True)
     assert out["spec"]["replicas"] == 3
     e = entries(out)
@@ -145,8 +168,9 @@ def test_conflict_message_lists_several_fields_by_manager():
     live = stored(mf.apply(DEPLOY, None, deployment(replicas=2, labels={"a": "1"}), "alice"))
     with pytest.raises(st.ApiError) as ei:
         mf.apply(DEPLOY, live, deployment(replicas=3, labels={"a": "2"}), "bob")
-    assert ei.value.message == ('Apply failed with 2 conflicts: conflicts with "alice":\n'
-                                '- .metadata.labels.a\n- .spec.replicas')
+    assert ei.value.message == (
+        'Apply failed with 2 conflicts: conflicts with "alice":\n- .metadata.labels.a\n- .spec.replicas'
+    )
 
 
 def test_update_manager_is_named_with_its_version_in_conflicts():
@@ -156,8 +180,9 @@ def test_update_manager_is_named_with_its_version_in_conflicts():
     mf.record_update(DEPLOY, live, new, "kubectl-client-side-apply")
     with pytest.raises(st.ApiError) as ei:
         mf.apply(DEPLOY, stored(new), deployment(replicas=2), "alice")
-    assert ei.value.message == ('Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" '
-                                'using apps/v1: .spec.replicas')
+    assert ei.value.message == (
+        'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using apps/v1: .spec.replicas'
+    )
 
 
 def test_dropping_fields_and_items_removes_only_unshared_ones():
@@ -171,8 +196,11 @@ def test_dropping_fields_and_items_removes_only_unshared_ones():
 
 
 def test_managers_owning_nothing_disappear():
-    live = stored(mf.apply(CM, None, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                      "data": {"k": "1"}}, "temp"))
+    live = stored(
+        mf.apply(
+            CM, None, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "1"}}, "temp"
+        )
+    )
     new = stored(live)
     new["data"]["k"] = "2"
     mf.record_update(CM, live, new, "editor")
@@ -180,12 +208,15 @@ def test_managers_owning_nothing_disappear():
 
 
 def test_record_update_create_owns_defaults_but_not_status_or_system_fields():
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "p", "uid": "u", "labels": {"run": "p"}},
-           "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicy": "Always"}]},
-           "status": {"phase": "Pending"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "uid": "u", "labels": {"run": "p"}},
+        "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicy": "Always"}]},
+        "status": {"phase": "Pending"},
+    }
     mf.record_update(PODS, None, pod, "kubectl-create")
-    (key, f), = entries(pod).items()
+    ((key, f),) = entries(pod).items()
     assert key == ("kubectl-create", "Update")
     assert f["f:metadata"] == {"f:labels": {".": {}, "f:run": {}}}
     assert "." not in f["f:spec"]
@@ -194,12 +225,25 @@ def test_record_update_create_owns_defaults_but_not_status_or_system_fields():
 
 
 def test_record_update_status_subresource_owns_status_only():
-    pod = stored({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                  "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    pod = stored(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }
+    )
     new = stored(pod)
     new["status"] = {"phase": "Running"}
-    new["metadata"]["managedFields"] = [{"manager": "forged", "operation": "Update", "apiVersion": "v1",
-                                         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+    new["metadata"]["managedFields"] = [
+        {
+            "manager": "forged",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {}},
+        }
+    ]
     mf.record_update(PODS, pod, new, "agent", "status")
     (e,) = new["metadata"]["managedFields"]  # sent managedFields are ignored on a sub-resource
     assert e["manager"] == "agent" and e["subresource"] == "status"

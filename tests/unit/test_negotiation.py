@@ -18,8 +18,9 @@ from apiserver_min.server.negotiation import (
 )
 
 # What kubectl get sends.
-KUBECTL_TABLE_ACCEPT = ("application/json;as=Table;v=v1;g=meta.k8s.io,"
-                        "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+KUBECTL_TABLE_ACCEPT = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+)
 
 
 def test_parse_accept():
@@ -57,14 +58,24 @@ def test_unknown_table_group_or_version_is_skipped():
     assert info.value.code == 406
 
 
-@pytest.mark.parametrize("header", [None, "", "  ", "*/*", "application/*", "application/json",
-                                    "application/json, */*", "text/html;q=0.9,*/*;q=0.8"])
+@pytest.mark.parametrize(
+    "header",
+    [None, "", "  ", "*/*", "application/*", "application/json", "application/json, */*", "text/html;q=0.9,*/*;q=0.8"],
+)
 def test_json_by_default(header):
     assert negotiate(header) == JSON
 
 
-@pytest.mark.parametrize("header", ["application/yaml", "application/x-yaml", "text/yaml",
-                                    "application/yaml;charset=utf-8", "application/yaml, application/json"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "application/yaml",
+        "application/x-yaml",
+        "text/yaml",
+        "application/yaml;charset=utf-8",
+        "application/yaml, application/json",
+    ],
+)
 def test_yaml(header):
     t = negotiate(header)
     assert t == YAML and t.content_type == "application/yaml"
@@ -99,24 +110,32 @@ def test_protobuf_both_spellings_and_table_fallback():
 def test_q_zero_entries_are_skipped():
     assert negotiate("application/json;q=0,application/yaml") == YAML
     assert negotiate("application/yaml;q=0,*/*") == JSON
-    assert negotiate(f"application/json;as=Table;v=v1;g=meta.k8s.io;q=0.0,application/yaml") == YAML
+    assert negotiate("application/json;as=Table;v=v1;g=meta.k8s.io;q=0.0,application/yaml") == YAML
 
 
 def test_table_rendering():
     pods = REGISTRY.by_resource("", "v1", "pods")
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "web", "namespace": "default", "resourceVersion": "5"},
-           "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default", "resourceVersion": "5"},
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": "Pending"},
+    }
     target = Target("table", "meta.k8s.io", "v1")
-    t = table(pods, [pod], target, validate_include_object(None), resource_version="9",
-              continue_token="abc", remaining=3)
+    t = table(
+        pods, [pod], target, validate_include_object(None), resource_version="9", continue_token="abc", remaining=3
+    )
     assert t["kind"] == "Table" and t["apiVersion"] == "meta.k8s.io/v1"
     assert t["metadata"] == {"resourceVersion": "9", "continue": "abc", "remainingItemCount": 3}
     assert [c["name"] for c in t["columnDefinitions"]][:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
     (row,) = t["rows"]
     assert row["cells"][:4] == ["web", "0/1", "Pending", "0"]
-    assert row["object"] == {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                             "metadata": pod["metadata"]}
+    assert row["object"] == {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": pod["metadata"],
+    }
     full = table(pods, [pod], target, "Object", with_columns=False)
     assert full["columnDefinitions"] == [] and full["rows"][0]["object"] is pod
     assert "object" not in table(pods, [pod], target, "None")["rows"][0]

@@ -53,7 +53,7 @@ def resolve(doc: dict, schema: dict) -> dict:
     if "allOf" in schema:
         schema = schema["allOf"][0]
     if "$ref" in schema:
-        return schemas_of(doc)[schema["$ref"][len(REF):]]
+        return schemas_of(doc)[schema["$ref"][len(REF) :]]
     return schema
 
 
@@ -71,6 +71,7 @@ def walk_refs(node, out: list[str]) -> list[str]:
 
 
 # --- documents and index ---------------------------------------------------------------
+
 
 def test_one_document_per_group_version_and_index_with_hashes(api, docs):
     expected = {("api/v1" if not g else f"apis/{g}/{v}") for g, v in REGISTRY.group_versions()}
@@ -91,7 +92,7 @@ def test_every_reference_resolves_inside_its_document(docs):
         assert refs, key
         for ref in refs:
             assert ref.startswith(REF), ref
-            assert ref[len(REF):] in schemas_of(doc), f"{key}: dangling {ref}"
+            assert ref[len(REF) :] in schemas_of(doc), f"{key}: dangling {ref}"
 
 
 def test_disabled_group_versions_and_resources_are_left_out():
@@ -109,15 +110,22 @@ def test_disabled_group_versions_and_resources_are_left_out():
 
 # --- component schemas ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("key,name,gvk", [
-    ("api/v1", "io.k8s.api.core.v1.Pod", {"group": "", "kind": "Pod", "version": "v1"}),
-    ("api/v1", "io.k8s.api.core.v1.PodList", {"group": "", "kind": "PodList", "version": "v1"}),
-    ("apis/apps/v1", "io.k8s.api.apps.v1.Deployment", {"group": "apps", "kind": "Deployment", "version": "v1"}),
-    ("apis/rbac.orch.io/v1", "io.k8s.api.rbac.v1.Role", {"group": "rbac.orch.io", "kind": "Role", "version": "v1"}),
-    ("apis/coordination.orch.io/v1", "io.k8s.api.coordination.v1.Lease",
-     {"group": "coordination.orch.io", "kind": "Lease", "version": "v1"}),
-    ("apis/apps/v1", "io.k8s.api.autoscaling.v1.Scale", {"group": "autoscaling", "kind": "Scale", "version": "v1"}),
-])
+
+@pytest.mark.parametrize(
+    "key,name,gvk",
+    [
+        ("api/v1", "io.k8s.api.core.v1.Pod", {"group": "", "kind": "Pod", "version": "v1"}),
+        ("api/v1", "io.k8s.api.core.v1.PodList", {"group": "", "kind": "PodList", "version": "v1"}),
+        ("apis/apps/v1", "io.k8s.api.apps.v1.Deployment", {"group": "apps", "kind": "Deployment", "version": "v1"}),
+        ("apis/rbac.orch.io/v1", "io.k8s.api.rbac.v1.Role", {"group": "rbac.orch.io", "kind": "Role", "version": "v1"}),
+        (
+            "apis/coordination.orch.io/v1",
+            "io.k8s.api.coordination.v1.Lease",
+            {"group": "coordination.orch.io", "kind": "Lease", "version": "v1"},
+        ),
+        ("apis/apps/v1", "io.k8s.api.autoscaling.v1.Scale", {"group": "autoscaling", "kind": "Scale", "version": "v1"}),
+    ],
+)
 def test_kinds_are_named_as_upstream_and_carry_their_gvk(docs, key, name, gvk):
     schema = schemas_of(docs[key])[name]
     assert gvk in schema["x-kubernetes-group-version-kind"]
@@ -134,8 +142,10 @@ def test_the_one_struct_under_two_group_spellings_lists_both(docs):
 
 def test_pod_schema_follows_declarations(core):
     pod = schemas_of(core)["io.k8s.api.core.v1.Pod"]
-    assert resolve(core, pod["properties"]["metadata"]) is schemas_of(core)[
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]
+    assert (
+        resolve(core, pod["properties"]["metadata"])
+        is schemas_of(core)["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]
+    )
     spec = resolve(core, pod["properties"]["spec"])
     containers = spec["properties"]["containers"]
     assert containers["type"] == "array"
@@ -231,6 +241,7 @@ def test_struct_patch_strategy_on_a_field(docs):
 
 # --- paths ---------------------------------------------------------------------------------
 
+
 def param_names(op: dict) -> list[str]:
     return [p["name"] for p in op.get("parameters", [])]
 
@@ -246,14 +257,20 @@ def test_pod_paths_and_the_patch_operation_kubectl_validates_with(core):
     assert patch["x-kubernetes-action"] == "patch"
     assert patch["operationId"] == "patchCoreV1NamespacedPod"
     assert {"dryRun", "fieldManager", "fieldValidation", "force"} <= set(param_names(patch))
-    assert set(patch["requestBody"]["content"]) == {names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH,
-                                                    names.MEDIA_STRATEGIC_MERGE_PATCH, names.MEDIA_APPLY_PATCH}
+    assert set(patch["requestBody"]["content"]) == {
+        names.MEDIA_JSON_PATCH,
+        names.MEDIA_MERGE_PATCH,
+        names.MEDIA_STRATEGIC_MERGE_PATCH,
+        names.MEDIA_APPLY_PATCH,
+    }
     assert {"fieldValidation", "fieldManager", "dryRun"} <= set(param_names(coll["post"]))
     assert coll["post"]["responses"]["201"]["content"][names.MEDIA_JSON]["schema"] == {
-        "$ref": REF + "io.k8s.api.core.v1.Pod"}
+        "$ref": REF + "io.k8s.api.core.v1.Pod"
+    }
     assert {"labelSelector", "fieldSelector", "limit", "continue", "watch"} <= set(param_names(coll["get"]))
     assert coll["get"]["responses"]["200"]["content"][names.MEDIA_JSON]["schema"] == {
-        "$ref": REF + "io.k8s.api.core.v1.PodList"}
+        "$ref": REF + "io.k8s.api.core.v1.PodList"
+    }
     assert [p["name"] for p in item["parameters"]] == ["name", "namespace", "pretty"]
     assert core["paths"]["/api/v1/pods"]["get"]["operationId"] == "listCoreV1PodForAllNamespaces"
     assert core["paths"]["/api/v1/watch/namespaces/{namespace}/pods"]["get"]["x-kubernetes-action"] == "watchlist"
@@ -266,19 +283,28 @@ def test_subresources(core, docs):
     assert "fieldValidation" in param_names(status["patch"])
     eviction = p["/api/v1/namespaces/{namespace}/pods/{name}/eviction"]
     assert set(eviction) == {"post", "parameters"}
-    assert eviction["post"]["x-kubernetes-group-version-kind"] == {"group": "policy", "version": "v1",
-                                                                  "kind": "Eviction"}
+    assert eviction["post"]["x-kubernetes-group-version-kind"] == {
+        "group": "policy",
+        "version": "v1",
+        "kind": "Eviction",
+    }
     assert "io.k8s.api.policy.v1.Eviction" in schemas_of(core)
     binding = p["/api/v1/namespaces/{namespace}/pods/{name}/binding"]["post"]
     assert binding["x-kubernetes-group-version-kind"]["kind"] == "Binding"
     assert p["/api/v1/namespaces/{name}/finalize"].keys() == {"put", "parameters"}
     # Sub-resources not served yet are neither in discovery nor here.
-    assert not {"/api/v1/nodes/{name}/proxy", "/api/v1/namespaces/{namespace}/services/{name}/proxy",
-                "/api/v1/namespaces/{namespace}/pods/{name}/proxy",
-                "/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers"} & set(p)
+    assert not {
+        "/api/v1/nodes/{name}/proxy",
+        "/api/v1/namespaces/{namespace}/services/{name}/proxy",
+        "/api/v1/namespaces/{namespace}/pods/{name}/proxy",
+        "/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers",
+    } & set(p)
     scale = docs["apis/apps/v1"]["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"]
-    assert scale["patch"]["x-kubernetes-group-version-kind"] == {"group": "autoscaling", "version": "v1",
-                                                                "kind": "Scale"}
+    assert scale["patch"]["x-kubernetes-group-version-kind"] == {
+        "group": "autoscaling",
+        "version": "v1",
+        "kind": "Scale",
+    }
     log = p["/api/v1/namespaces/{namespace}/pods/{name}/log"]["get"]
     assert {"container", "follow", "tailLines"} <= set(param_names(log))
 
@@ -288,11 +314,17 @@ def test_namespace_verbs_follow_the_registry(core):
     assert set(core["paths"]["/api/v1/namespaces"]) == {"get", "post", "parameters"}
 
 
-@pytest.mark.parametrize("key,path", [
-    ("apis/authentication.orch.io/v1", "/apis/authentication.orch.io/v1/tokenreviews"),
-    ("apis/authorization.orch.io/v1", "/apis/authorization.orch.io/v1/subjectaccessreviews"),
-    ("apis/authorization.orch.io/v1", "/apis/authorization.orch.io/v1/namespaces/{namespace}/localsubjectaccessreviews"),
-])
+@pytest.mark.parametrize(
+    "key,path",
+    [
+        ("apis/authentication.orch.io/v1", "/apis/authentication.orch.io/v1/tokenreviews"),
+        ("apis/authorization.orch.io/v1", "/apis/authorization.orch.io/v1/subjectaccessreviews"),
+        (
+            "apis/authorization.orch.io/v1",
+            "/apis/authorization.orch.io/v1/namespaces/{namespace}/localsubjectaccessreviews",
+        ),
+    ],
+)
 def test_create_only_review_kinds_get_post_only(docs, key, path):
     doc = docs[key]
     assert set(doc["paths"][path]) == {"post", "parameters"}
@@ -322,12 +354,13 @@ def test_operation_ids_are_unique(docs):
 
 # --- Swagger 2.0 ---------------------------------------------------------------------------
 
+
 def test_swagger_document(api):
     doc = orjson.loads(api.v2)
     assert doc["swagger"] == "2.0"
     defs = doc["definitions"]
     for ref in walk_refs(doc, []):
-        assert ref.startswith("#/definitions/") and ref[len("#/definitions/"):] in defs, ref
+        assert ref.startswith("#/definitions/") and ref[len("#/definitions/") :] in defs, ref
     assert defs["io.k8s.apimachinery.pkg.util.intstr.IntOrString"]["type"] == "string"
     assert defs["io.k8s.apimachinery.pkg.util.intstr.IntOrString"]["format"] == "int-or-string"
     assert defs["io.k8s.apimachinery.pkg.api.resource.Quantity"]["type"] == "string"
@@ -345,6 +378,7 @@ def test_swagger_document(api):
 
 
 # --- serving -------------------------------------------------------------------------------
+
 
 def get(api, url: str, **headers):
     return api.handle(make_mocked_request("GET", url, headers=headers))

@@ -33,11 +33,30 @@ def test_defaults():
 
 
 def test_good_values():
-    o = parse(["--data-dir", "/tmp/x", "--bind-address", "127.0.0.1", "--secure-port", "7443",
-               "--storage-backend", "etcd3", "--etcd-servers", "http://127.0.0.1:2379, https://[::1]:2379",
-               "--etcd-prefix", "/orch/", "--livez-grace-period", "1m30s",
-               "--shutdown-delay-duration", "500ms", "--feature-gates", "WatchList=true,ComponentSLIs=false",
-               "-v", "4"])
+    o = parse(
+        [
+            "--data-dir",
+            "/tmp/x",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            "7443",
+            "--storage-backend",
+            "etcd3",
+            "--etcd-servers",
+            "http://127.0.0.1:2379, https://[::1]:2379",
+            "--etcd-prefix",
+            "/orch/",
+            "--livez-grace-period",
+            "1m30s",
+            "--shutdown-delay-duration",
+            "500ms",
+            "--feature-gates",
+            "WatchList=true,ComponentSLIs=false",
+            "-v",
+            "4",
+        ]
+    )
     assert o.data_dir == "/tmp/x"
     assert o.secure_port == 7443
     assert o.etcd_servers == ("http://127.0.0.1:2379", "https://[::1]:2379")
@@ -49,40 +68,43 @@ def test_good_values():
     assert o.verbosity == 4
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--secure-port", "0"], "--secure-port"),
-    (["--secure-port", "65536"], "--secure-port"),
-    (["--secure-port", "abc"], "--secure-port"),
-    (["--secure-port", ""], "--secure-port"),
-    (["--storage-backend", "foo"], "--storage-backend"),
-    (["--storage-backend", "etcd3"], "--etcd-servers"),
-    (["--storage-backend", "etcd3", "--etcd-servers", "localhost:2379"], "--etcd-servers"),
-    (["--storage-backend", "etcd3", "--etcd-servers", "http://localhost"], "--etcd-servers"),
-    (["--storage-backend", "etcd3", "--etcd-servers", "http://localhost:abc"], "--etcd-servers"),
-    (["--storage-backend", "etcd3", "--etcd-servers", "ftp://localhost:2379"], "--etcd-servers"),
-    (["--storage-backend", "etcd3", "--etcd-servers", "http://:2379"], "--etcd-servers"),
-    (["--etcd-prefix", "registry"], "--etcd-prefix"),
-    (["--bind-address", "localhost"], "--bind-address"),
-    (["--advertise-address", "my-host"], "--advertise-address"),
-    (["--livez-grace-period", "5"], "--livez-grace-period"),
-    (["--livez-grace-period", "five seconds"], "--livez-grace-period"),
-    (["--livez-grace-period=-5s"], "--livez-grace-period"),
-    (["--shutdown-delay-duration", "1x"], "--shutdown-delay-duration"),
-    (["--shutdown-delay-duration=-1s"], "--shutdown-delay-duration"),
-    (["--shutdown-watch-termination-grace-period", "soon"], "--shutdown-watch-termination-grace-period"),
-    (["--min-request-timeout", "0"], "--min-request-timeout"),
-    (["--max-request-body-bytes", "ten"], "--max-request-body-bytes"),
-    (["-v", "11"], "-v"),
-    (["--feature-gates", "NoSuchGate=true"], "--feature-gates"),
-    (["--feature-gates", "WatchList"], "--feature-gates"),
-    (["--feature-gates", "WatchList=maybe"], "--feature-gates"),
-    (["--feature-gates", "WatchBookmark=false"], "--feature-gates"),
-    (["--runtime-config", "apps"], "--runtime-config"),
-    (["--runtime-config", "apps/v1=sometimes"], "--runtime-config"),
-    (["--runtime-config", "a/b/c/d"], "--runtime-config"),
-    (["--tls-cert-file", "/nonexistent/cert.pem"], "--tls-cert-file"),
-    (["--client-ca-file", "/nonexistent/ca.pem"], "--client-ca-file"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--secure-port", "0"], "--secure-port"),
+        (["--secure-port", "65536"], "--secure-port"),
+        (["--secure-port", "abc"], "--secure-port"),
+        (["--secure-port", ""], "--secure-port"),
+        (["--storage-backend", "foo"], "--storage-backend"),
+        (["--storage-backend", "etcd3"], "--etcd-servers"),
+        (["--storage-backend", "etcd3", "--etcd-servers", "localhost:2379"], "--etcd-servers"),
+        (["--storage-backend", "etcd3", "--etcd-servers", "http://localhost"], "--etcd-servers"),
+        (["--storage-backend", "etcd3", "--etcd-servers", "http://localhost:abc"], "--etcd-servers"),
+        (["--storage-backend", "etcd3", "--etcd-servers", "ftp://localhost:2379"], "--etcd-servers"),
+        (["--storage-backend", "etcd3", "--etcd-servers", "http://:2379"], "--etcd-servers"),
+        (["--etcd-prefix", "registry"], "--etcd-prefix"),
+        (["--bind-address", "localhost"], "--bind-address"),
+        (["--advertise-address", "my-host"], "--advertise-address"),
+        (["--livez-grace-period", "5"], "--livez-grace-period"),
+        (["--livez-grace-period", "five seconds"], "--livez-grace-period"),
+        (["--livez-grace-period=-5s"], "--livez-grace-period"),
+        (["--shutdown-delay-duration", "1x"], "--shutdown-delay-duration"),
+        (["--shutdown-delay-duration=-1s"], "--shutdown-delay-duration"),
+        (["--shutdown-watch-termination-grace-period", "soon"], "--shutdown-watch-termination-grace-period"),
+        (["--min-request-timeout", "0"], "--min-request-timeout"),
+        (["--max-request-body-bytes", "ten"], "--max-request-body-bytes"),
+        (["-v", "11"], "-v"),
+        (["--feature-gates", "NoSuchGate=true"], "--feature-gates"),
+        (["--feature-gates", "WatchList"], "--feature-gates"),
+        (["--feature-gates", "WatchList=maybe"], "--feature-gates"),
+        (["--feature-gates", "WatchBookmark=false"], "--feature-gates"),
+        (["--runtime-config", "apps"], "--runtime-config"),
+        (["--runtime-config", "apps/v1=sometimes"], "--runtime-config"),
+        (["--runtime-config", "a/b/c/d"], "--runtime-config"),
+        (["--tls-cert-file", "/nonexistent/cert.pem"], "--tls-cert-file"),
+        (["--client-ca-file", "/nonexistent/ca.pem"], "--client-ca-file"),
+    ],
+)
 def test_bad_values_name_the_flag(argv, flag):
     with pytest.raises(OptionsError) as info:
         parse(argv)
@@ -123,17 +145,20 @@ def test_all_alpha_sets_every_alpha_gate_without_overriding_explicit_ones():
     assert o.feature("WatchList") is False
 
 
-@pytest.mark.parametrize("value, parsed", [
-    ("", {}),
-    ("api/all=false", {"api/all": False}),
-    ("api/all=false,api/v1=true", {"api/all": False, "v1": True}),
-    ("v1", {"v1": True}),
-    ("api/alpha=true,api/beta=false", {"api/alpha": True, "api/beta": False}),
-    ("apps/v1=false", {"apps/v1": False}),
-    ("batch/v1", {"batch/v1": True}),
-    ("apps/v1/deployments=false", {"apps/v1/deployments": False}),
-    (" apps/v1=true , ,batch/v1=0", {"apps/v1": True, "batch/v1": False}),
-])
+@pytest.mark.parametrize(
+    "value, parsed",
+    [
+        ("", {}),
+        ("api/all=false", {"api/all": False}),
+        ("api/all=false,api/v1=true", {"api/all": False, "v1": True}),
+        ("v1", {"v1": True}),
+        ("api/alpha=true,api/beta=false", {"api/alpha": True, "api/beta": False}),
+        ("apps/v1=false", {"apps/v1": False}),
+        ("batch/v1", {"batch/v1": True}),
+        ("apps/v1/deployments=false", {"apps/v1/deployments": False}),
+        (" apps/v1=true , ,batch/v1=0", {"apps/v1": True, "batch/v1": False}),
+    ],
+)
 def test_runtime_config_shapes(value, parsed):
     assert parse_runtime_config(value) == parsed
     assert parse(["--runtime-config", value]).runtime_config == parsed
@@ -155,6 +180,7 @@ def test_unknown_flag_is_a_usage_error(capsys):
 
 # --- authentication flags ----------------------------------------------------------------------
 
+
 def test_authentication_defaults():
     o = parse([])
     assert o.anonymous_auth is True
@@ -171,12 +197,30 @@ def test_authentication_defaults():
 def test_authentication_values(tmp_path):
     f = tmp_path / "f"
     f.write_text("x")
-    o = parse(["--anonymous-auth=false", "--enable-bootstrap-token-auth", "--token-auth-file", str(f),
-               "--service-account-key-file", str(f), "--service-account-key-file", str(f),
-               "--service-account-signing-key-file", str(f),
-               "--service-account-issuer", "https://a.example", "--service-account-issuer", "b",
-               "--service-account-lookup=false", "--service-account-max-token-expiration", "24h",
-               "--api-audiences", "x, y", "--api-audiences=z,x"])
+    o = parse(
+        [
+            "--anonymous-auth=false",
+            "--enable-bootstrap-token-auth",
+            "--token-auth-file",
+            str(f),
+            "--service-account-key-file",
+            str(f),
+            "--service-account-key-file",
+            str(f),
+            "--service-account-signing-key-file",
+            str(f),
+            "--service-account-issuer",
+            "https://a.example",
+            "--service-account-issuer",
+            "b",
+            "--service-account-lookup=false",
+            "--service-account-max-token-expiration",
+            "24h",
+            "--api-audiences",
+            "x, y",
+            "--api-audiences=z,x",
+        ]
+    )
     assert o.anonymous_auth is False and o.enable_bootstrap_token_auth is True
     assert o.token_auth_file == o.service_account_signing_key_file == str(f)
     assert o.service_account_key_files == (str(f), str(f))
@@ -185,24 +229,28 @@ def test_authentication_values(tmp_path):
     assert o.service_account_max_token_expiration == 86400.0
     assert o.api_audiences == ("x", "y", "z")
     # Without --api-audiences, the first issuer is the audience.
-    assert parse(["--service-account-issuer", "https://a.example", "--service-account-issuer",
-                  "b"]).api_audiences == ("https://a.example",)
+    assert parse(["--service-account-issuer", "https://a.example", "--service-account-issuer", "b"]).api_audiences == (
+        "https://a.example",
+    )
     assert parse(["--enable-bootstrap-token-auth=false"]).enable_bootstrap_token_auth is False
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--anonymous-auth=maybe"], "--anonymous-auth: expected true or false"),
-    (["--service-account-lookup", "sometimes"], "--service-account-lookup"),
-    (["--token-auth-file", "/nonexistent/tokens.csv"], "--token-auth-file: no such file"),
-    (["--service-account-key-file", "/nonexistent/sa.pub"], "--service-account-key-file: no such file"),
-    (["--service-account-key-file", ""], "--service-account-key-file: no such file"),
-    (["--service-account-signing-key-file", "/nonexistent/sa.key"], "--service-account-signing-key-file"),
-    (["--service-account-issuer", "https://a", "--service-account-issuer", "https://a"], "given more than once"),
-    (["--service-account-issuer", ""], "--service-account-issuer: must not be empty"),
-    (["--service-account-issuer", "http:"], "contains ':' but is not a valid URL"),
-    (["--service-account-max-token-expiration", "5m"], "at least 10m"),
-    (["--service-account-max-token-expiration", "forever"], "--service-account-max-token-expiration"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--anonymous-auth=maybe"], "--anonymous-auth: expected true or false"),
+        (["--service-account-lookup", "sometimes"], "--service-account-lookup"),
+        (["--token-auth-file", "/nonexistent/tokens.csv"], "--token-auth-file: no such file"),
+        (["--service-account-key-file", "/nonexistent/sa.pub"], "--service-account-key-file: no such file"),
+        (["--service-account-key-file", ""], "--service-account-key-file: no such file"),
+        (["--service-account-signing-key-file", "/nonexistent/sa.key"], "--service-account-signing-key-file"),
+        (["--service-account-issuer", "https://a", "--service-account-issuer", "https://a"], "given more than once"),
+        (["--service-account-issuer", ""], "--service-account-issuer: must not be empty"),
+        (["--service-account-issuer", "http:"], "contains ':' but is not a valid URL"),
+        (["--service-account-max-token-expiration", "5m"], "at least 10m"),
+        (["--service-account-max-token-expiration", "forever"], "--service-account-max-token-expiration"),
+    ],
+)
 def test_authentication_bad_values(argv, message):
     with pytest.raises(OptionsError) as info:
         parse(argv)

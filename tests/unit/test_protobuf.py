@@ -18,8 +18,20 @@ from apiserver_min.api import protobuf as pb
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import KINDS
 from apiserver_min.api.schema import (
-    Boolean, Bytes, Duration, IntOrString, Integer, List, Map, MicroTime, Number, Opaque, Quantity, String,
-    Struct, Time,
+    Boolean,
+    Bytes,
+    Duration,
+    Integer,
+    IntOrString,
+    List,
+    Map,
+    MicroTime,
+    Number,
+    Opaque,
+    Quantity,
+    String,
+    Struct,
+    Time,
 )
 from apiserver_min.api.schemas import KIND_SCHEMAS, schema_for
 from apiserver_min.server import negotiation
@@ -29,76 +41,157 @@ H = bytes.fromhex
 
 def envelope(api_version: bytes, kind: bytes, raw: bytes) -> bytes:
     tm = b"\x0a" + bytes([len(api_version)]) + api_version + b"\x12" + bytes([len(kind)]) + kind
-    return (b"k8s\x00" + b"\x0a" + bytes([len(tm)]) + tm + b"\x12" + pb.uvarint(len(raw)) + raw
-            + b"\x1a\x00" + b"\x22\x00")
+    return (
+        b"k8s\x00" + b"\x0a" + bytes([len(tm)]) + tm + b"\x12" + pb.uvarint(len(raw)) + raw + b"\x1a\x00" + b"\x22\x00"
+    )
 
 
 # --- hand-checked upstream encodings ---------------------------------------------------------
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}}
 NAMESPACE_BYTES = H(
-    "6b387300"                      # magic
-    "0a0f" "0a027631" "12094e616d657370616365"   # typeMeta{apiVersion "v1", kind "Namespace"}
-    "121b"                          # raw: 27 bytes of Namespace
-    "0a13"                          #   metadata (ObjectMeta, 19 bytes)
-    "0a036e7331"                    #     name "ns1"
-    "1200" "1a00" "2200" "2a00" "3200"  # generateName namespace selfLink uid resourceVersion: ""
-    "3800"                          #     generation 0
-    "4200"                          #     creationTimestamp: the zero time (empty message)
-    "1200"                          #   spec (NamespaceSpec, no finalizers)
-    "1a020a00"                      #   status{phase ""}
-    "1a00" "2200"                   # contentEncoding "", contentType ""
+    "6b387300"  # magic
+    "0a0f"
+    "0a027631"
+    "12094e616d657370616365"  # typeMeta{apiVersion "v1", kind "Namespace"}
+    "121b"  # raw: 27 bytes of Namespace
+    "0a13"  #   metadata (ObjectMeta, 19 bytes)
+    "0a036e7331"  #     name "ns1"
+    "1200"
+    "1a00"
+    "2200"
+    "2a00"
+    "3200"  # generateName namespace selfLink uid resourceVersion: ""
+    "3800"  #     generation 0
+    "4200"  #     creationTimestamp: the zero time (empty message)
+    "1200"  #   spec (NamespaceSpec, no finalizers)
+    "1a020a00"  #   status{phase ""}
+    "1a00"
+    "2200"  # contentEncoding "", contentType ""
 )
 
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d"},
-       "spec": {"containers": [{"name": "c", "image": "i"}]}}
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "d"},
+    "spec": {"containers": [{"name": "c", "image": "i"}]},
+}
 POD_RAW = H(
-    "0a12"                          # metadata (18)
-    "0a0170" "1200" "1a0164" "2200" "2a00" "3200" "3800" "4200"
-    "1238"                          # spec (PodSpec, 56)
-    "121a"                          #   containers[0] (Container, 26)
-    "0a0163" "120169"               #     name "c", image "i"
-    "2a00"                          #     workingDir (5)
-    "4200"                          #     resources (8): ResourceRequirements{}
-    "6a00" "7200"                   #     terminationMessagePath (13), imagePullPolicy (14)
-    "800100" "880100" "900100"      #     stdin (16), stdinOnce (17), tty (18): false
-    "a20100"                        #     terminationMessagePolicy (20)
-    "1a00"                          #   restartPolicy (3)
-    "3200"                          #   dnsPolicy (6)
-    "4200" "4a00" "5200"            #   serviceAccountName (8), serviceAccount (9), nodeName (10)
-    "5800" "6000" "6800"            #   hostNetwork (11), hostPID (12), hostIPC (13)
-    "820100" "8a0100"               #   hostname (16), subdomain (17)
-    "9a0100"                        #   schedulerName (19)
-    "c20100"                        #   priorityClassName (24)
-    "1a10"                          # status (PodStatus, 16)
-    "0a00" "1a00" "2200" "2a00" "3200" "4a00" "5a00" "7200"  # phase message reason hostIP podIP qosClass
-                                    #   nominatedNodeName (11) resize (14)
+    "0a12"  # metadata (18)
+    "0a0170"
+    "1200"
+    "1a0164"
+    "2200"
+    "2a00"
+    "3200"
+    "3800"
+    "4200"
+    "1238"  # spec (PodSpec, 56)
+    "121a"  #   containers[0] (Container, 26)
+    "0a0163"
+    "120169"  #     name "c", image "i"
+    "2a00"  #     workingDir (5)
+    "4200"  #     resources (8): ResourceRequirements{}
+    "6a00"
+    "7200"  #     terminationMessagePath (13), imagePullPolicy (14)
+    "800100"
+    "880100"
+    "900100"  #     stdin (16), stdinOnce (17), tty (18): false
+    "a20100"  #     terminationMessagePolicy (20)
+    "1a00"  #   restartPolicy (3)
+    "3200"  #   dnsPolicy (6)
+    "4200"
+    "4a00"
+    "5200"  #   serviceAccountName (8), serviceAccount (9), nodeName (10)
+    "5800"
+    "6000"
+    "6800"  #   hostNetwork (11), hostPID (12), hostIPC (13)
+    "820100"
+    "8a0100"  #   hostname (16), subdomain (17)
+    "9a0100"  #   schedulerName (19)
+    "c20100"  #   priorityClassName (24)
+    "1a10"  # status (PodStatus, 16)
+    "0a00"
+    "1a00"
+    "2200"
+    "2a00"
+    "3200"
+    "4a00"
+    "5a00"
+    "7200"  # phase message reason hostIP podIP qosClass
+    #   nominatedNodeName (11) resize (14)
 )
 
-NODE = {"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "n1", "labels": {"b": "2", "a": "1"}},
-        "status": {"capacity": {"cpu": "2"},
-                   "conditions": [{"type": "Ready", "status": "True",
-                                   "lastHeartbeatTime": "2024-01-02T03:04:05Z",
-                                   "lastTransitionTime": "2024-01-02T03:04:05Z"}],
-                   "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}
-_TS = "08a5facdac06" "1000"           # Timestamp{seconds 1704164645, nanos 0}
-_COND = ("0a055265616479" "120454727565"   # type "Ready", status "True"
-         "1a08" + _TS + "2208" + _TS +     # lastHeartbeatTime (3), lastTransitionTime (4)
-         "2a00" "3200")                    # reason, message
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "n1", "labels": {"b": "2", "a": "1"}},
+    "status": {
+        "capacity": {"cpu": "2"},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "lastHeartbeatTime": "2024-01-02T03:04:05Z",
+                "lastTransitionTime": "2024-01-02T03:04:05Z",
+            }
+        ],
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+    },
+}
+_TS = "08a5facdac061000"  # Timestamp{seconds 1704164645, nanos 0}
+_COND = (
+    "0a055265616479"
+    "120454727565"  # type "Ready", status "True"
+    "1a08"
+    + _TS
+    + "2208"
+    + _TS  # lastHeartbeatTime (3), lastTransitionTime (4)
+    + "2a00"
+    "3200"
+)  # reason, message
 NODE_RAW = H(
-    "0a22"                          # metadata (34)
-    "0a026e31" "1200" "1a00" "2200" "2a00" "3200" "3800" "4200"
-    "5a06" "0a0161" "120131"        #   labels, sorted: a=1
-    "5a06" "0a0162" "120132"        #   b=2
-    "1208" "0a00" "1200" "1a00" "2000"  # spec: podCIDR, externalID, providerID, unschedulable false
-    "1a69"                          # status (NodeStatus, 105)
-    "0a0a" "0a03637075" "1203" "0a0132"  # capacity{cpu: Quantity{"2"}}
-    "1a00"                          #   phase (3)
-    "2225" + _COND +                #   conditions[0] (4), 37 bytes
-    "2a16" "0a0a496e7465726e616c4950" "12083130 2e302e302e31".replace(" ", "") +  # addresses[0] (5)
-    "3204" "0a020800"               #   daemonEndpoints{kubeletEndpoint{Port 0}} (6)
-    "3a14" + "0a00" "1200" "1a00" "2200" "2a00" "3200" "3a00" "4200" "4a00" "5200"  # nodeInfo (7): 10 strings
+    "0a22"  # metadata (34)
+    "0a026e31"
+    "1200"
+    "1a00"
+    "2200"
+    "2a00"
+    "3200"
+    "3800"
+    "4200"
+    "5a06"
+    "0a0161"
+    "120131"  #   labels, sorted: a=1
+    "5a06"
+    "0a0162"
+    "120132"  #   b=2
+    "1208"
+    "0a00"
+    "1200"
+    "1a00"
+    "2000"  # spec: podCIDR, externalID, providerID, unschedulable false
+    "1a69"  # status (NodeStatus, 105)
+    "0a0a"
+    "0a03637075"
+    "1203"
+    "0a0132"  # capacity{cpu: Quantity{"2"}}
+    "1a00"  #   phase (3)
+    "2225"
+    + _COND  #   conditions[0] (4), 37 bytes
+    + "2a160a0a496e7465726e616c495012083130 2e302e302e31".replace(" ", "")  # addresses[0] (5)
+    + "3204"
+    "0a020800"  #   daemonEndpoints{kubeletEndpoint{Port 0}} (6)
+    "3a14" + "0a00"
+    "1200"
+    "1a00"
+    "2200"
+    "2a00"
+    "3200"
+    "3a00"
+    "4200"
+    "4a00"
+    "5200"  # nodeInfo (7): 10 strings
 )
 
 
@@ -125,12 +218,13 @@ def test_node_matches_upstream_bytes():
 
 # --- every declared kind -----------------------------------------------------------------------
 
+
 def sample(t, name: str = "x", depth: int = 0):
     """A representative value: every field set, non-zero, so nothing is left out."""
     if isinstance(t, String):
         return t.enum[-1] if t.enum else f"v-{name}"
     if isinstance(t, Integer):
-        return -(2 ** 40) if t.bits == 64 else 70000
+        return -(2**40) if t.bits == 64 else 70000
     if isinstance(t, Number):
         return 1.5
     if isinstance(t, Boolean):
@@ -174,9 +268,12 @@ def test_every_declared_kind_round_trips(key):
     # And as an item of its list.
     lst_schema = schema_for(group, version, kind + "List")
     if lst_schema is not None and kind not in ("Status", "DeleteOptions"):
-        lst = {"apiVersion": obj["apiVersion"], "kind": kind + "List",
-               "metadata": {"resourceVersion": "12", "continue": "c", "remainingItemCount": 3},
-               "items": [{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}] * 2}
+        lst = {
+            "apiVersion": obj["apiVersion"],
+            "kind": kind + "List",
+            "metadata": {"resourceVersion": "12", "continue": "c", "remainingItemCount": 3},
+            "items": [{k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}] * 2,
+        }
         assert pb.decode(pb.encode(lst)) == lst
 
 
@@ -197,28 +294,47 @@ def test_encode_list_matches_a_list_object():
 def test_zero_values_and_pointers():
     # A pointer keeps a zero value; a non-pointer zero is the same object as absent;
     # a required field keeps its zero.
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
-           "spec": {"replicas": 0, "paused": False, "template": {"spec": {"containers": [
-               {"name": "c", "ports": [{"containerPort": 0}]}]}}}}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {
+            "replicas": 0,
+            "paused": False,
+            "template": {"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 0}]}]}},
+        },
+    }
     back = pb.decode(pb.encode(dep))
     assert back["spec"]["replicas"] == 0
     assert "paused" not in back["spec"]
     assert back["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"containerPort": 0}]
-    status = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-              "status": {"containerStatuses": [{"name": "c", "ready": False, "restartCount": 0, "image": "i",
-                                                "imageID": ""}]}}
+    status = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "status": {
+            "containerStatuses": [{"name": "c", "ready": False, "restartCount": 0, "image": "i", "imageID": ""}]
+        },
+    }
     cs = pb.decode(pb.encode(status))["status"]["containerStatuses"][0]
     assert cs["ready"] is False and cs["restartCount"] == 0
 
 
 def test_scalar_shapes():
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
-           "spec": {"ports": [{"port": 80, "targetPort": "http"}, {"port": 81, "targetPort": 8081}]}}
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s"},
+        "spec": {"ports": [{"port": 80, "targetPort": "http"}, {"port": 81, "targetPort": 8081}]},
+    }
     back = pb.decode(pb.encode(svc))
     assert [p["targetPort"] for p in back["spec"]["ports"]] == ["http", 8081]
-    lease = {"apiVersion": f"{names.COORDINATION_GROUP}/v1", "kind": "Lease", "metadata": {"name": "l"},
-             "spec": {"holderIdentity": "n", "leaseDurationSeconds": 40,
-                      "renewTime": "2024-05-06T07:08:09.000001Z"}}
+    lease = {
+        "apiVersion": f"{names.COORDINATION_GROUP}/v1",
+        "kind": "Lease",
+        "metadata": {"name": "l"},
+        "spec": {"holderIdentity": "n", "leaseDurationSeconds": 40, "renewTime": "2024-05-06T07:08:09.000001Z"},
+    }
     assert pb.decode(pb.encode(lease)) == lease
     # Negative integers are sign-extended to ten bytes, as upstream writes them.
     ev = pb.encode_message({"metadata": {"name": "x", "generation": -1}}, schema_for("", "v1", "ConfigMap"))
@@ -227,6 +343,7 @@ def test_scalar_shapes():
 
 
 # --- malformed input ---------------------------------------------------------------------------
+
 
 def test_wrong_prefix_is_rejected():
     with pytest.raises(pb.ProtobufError, match="prefix"):
@@ -239,16 +356,21 @@ def test_wrong_prefix_is_rejected():
 def test_truncated_messages_are_errors(cut):
     data = pb.encode(POD)
     with pytest.raises(pb.ProtobufError):
-        pb.decode(data[:-cut] if cut < 10 else data[:cut + 20])
+        pb.decode(data[:-cut] if cut < 10 else data[: cut + 20])
 
 
 def test_unknown_fields_are_skipped_and_wrong_wire_types_refused():
     schema = schema_for("", "v1", "ConfigMap")
     raw = pb.encode_message({"metadata": {"name": "c"}, "data": {"a": "b"}}, schema)
-    extra = (H("f80605")                 # field 111 varint
-             + H("a206") + b"\x03xyz"    # field 100 bytes
-             + H("ad06") + b"\x00" * 4   # field 101 fixed32
-             + H("b106") + b"\x00" * 8)  # field 102 fixed64
+    extra = (
+        H("f80605")  # field 111 varint
+        + H("a206")
+        + b"\x03xyz"  # field 100 bytes
+        + H("ad06")
+        + b"\x00" * 4  # field 101 fixed32
+        + H("b106")
+        + b"\x00" * 8
+    )  # field 102 fixed64
     obj = pb.decode(pb.encode_unknown("v1", "ConfigMap", raw + extra))
     assert obj == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}
     # data (2) sent as a varint: a known field with the wrong wire type.
@@ -267,8 +389,8 @@ def test_packed_repeated_integers_are_read():
     # HostPort ranges are not repeated; use a list of int32: a container's... the
     # PodSecurityContext supplementalGroups (int64, field 4).
     schema = schema_for("", "v1", "Pod")
-    psc = H("2203") + bytes([1, 2, 3])    # supplementalGroups packed: 1, 2, 3
-    spec = H("7205") + psc                 # PodSpec.securityContext (14)
+    psc = H("2203") + bytes([1, 2, 3])  # supplementalGroups packed: 1, 2, 3
+    spec = H("7205") + psc  # PodSpec.securityContext (14)
     obj = pb.decode_message(H("1207") + spec, schema)
     assert obj["spec"]["securityContext"]["supplementalGroups"] == [1, 2, 3]
 
@@ -279,7 +401,7 @@ def test_unencodable_objects_name_the_field():
     with pytest.raises(pb.ProtobufError, match="no protobuf encoding"):
         pb.encode({"apiVersion": "example.com/v1", "kind": "Widget"})
     with pytest.raises(pb.ProtobufError, match="out of range"):
-        pb.encode({"apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": 2 ** 40}]}})
+        pb.encode({"apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": 2**40}]}})
 
 
 def test_envelope_content_encoding_refused():
@@ -289,6 +411,7 @@ def test_envelope_content_encoding_refused():
 
 
 # --- watch frames ------------------------------------------------------------------------------
+
 
 def test_watch_frames_split_across_chunks():
     objs = [dict(POD, metadata={"name": f"p{i}", "namespace": "d", "resourceVersion": str(i)}) for i in range(3)]
@@ -300,7 +423,7 @@ def test_watch_frames_split_across_chunks():
 
     async def chunks():
         for i in range(0, len(stream), 7):
-            yield stream[i:i + 7]
+            yield stream[i : i + 7]
 
     async def collect():
         return [ev async for ev in pb.iter_frames(chunks())]
@@ -327,6 +450,7 @@ def test_frame_limit():
 
 
 # --- negotiation -------------------------------------------------------------------------------
+
 
 def test_negotiation_of_protobuf():
     t = negotiation.negotiate(f"{names.MEDIA_PROTOBUF_UPSTREAM}, */*")
@@ -386,6 +510,7 @@ def test_generated_codecs_match_the_reference(key):
 
 def _bench_pod() -> dict:
     from tests.bench.bench_protobuf import pod
+
     return pod()
 
 
@@ -398,13 +523,13 @@ def mutations(raw: bytes, rnd, count: int):
             for _ in range(rnd.randint(1, 3)):
                 b[rnd.randrange(len(b))] = rnd.randrange(256)
         elif how == 1:
-            del b[rnd.randrange(len(b)):]
+            del b[rnd.randrange(len(b)) :]
         elif how == 2:
             a, c = sorted(rnd.randrange(len(b)) for _ in range(2))
-            b[a:a] = raw[c:c + rnd.randint(1, 40)]
+            b[a:a] = raw[c : c + rnd.randint(1, 40)]
         else:
             a = rnd.randrange(len(b))
-            del b[a:a + rnd.randint(1, 8)]
+            del b[a : a + rnd.randint(1, 8)]
         yield bytes(b)
 
 
@@ -442,7 +567,7 @@ def test_generated_encoder_rejects_what_the_reference_rejects():
         {"spec": {"containers": [{"name": "c", "stdin": 1}]}},
         {"spec": {"containers": "c"}},
         {"spec": {"containers": [None]}},
-        {"spec": {"priority": 2 ** 40}},
+        {"spec": {"priority": 2**40}},
         {"spec": {"priority": True}},
         {"metadata": {"labels": {"a": 1}}},
         {"spec": {"nodeSelector": ["x"]}},
@@ -456,8 +581,13 @@ def test_generated_encoder_rejects_what_the_reference_rejects():
         assert ref[0] == "error"
         assert _outcome(pb.encode_message, obj, schema) == ref
     # Integral floats and large integers take the slow path but encode the same.
-    ok = {"spec": {"priority": 7.0, "terminationGracePeriodSeconds": 2 ** 40,
-                   "containers": [{"name": "c", "ports": [{"containerPort": -3}]}]}}
+    ok = {
+        "spec": {
+            "priority": 7.0,
+            "terminationGracePeriodSeconds": 2**40,
+            "containers": [{"name": "c", "ports": [{"containerPort": -3}]}],
+        }
+    }
     assert cg.encoder(pb._plan(schema))(ok) == pb.reference_encode_message(ok, schema)
 
 
@@ -483,14 +613,14 @@ def test_list_encoding_of_many_items_uses_the_generated_encoder():
 
 # --- objects embedded in objects ----------------------------------------------------------------
 
+
 def _nested_revisions(depth: int) -> bytes:
     """A ControllerRevision whose data (a RawExtension) holds an enveloped
     ControllerRevision, ``depth`` times over."""
-    raw = pb.encode({"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "x"},
-                     "revision": 1})
+    raw = pb.encode({"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "x"}, "revision": 1})
     for _ in range(depth):
-        ext = b"\x0a" + pb.uvarint(len(raw)) + raw        # RawExtension.raw
-        msg = b"\x12" + pb.uvarint(len(ext)) + ext        # ControllerRevision.data
+        ext = b"\x0a" + pb.uvarint(len(raw)) + raw  # RawExtension.raw
+        msg = b"\x12" + pb.uvarint(len(ext)) + ext  # ControllerRevision.data
         raw = pb.encode_unknown("apps/v1", "ControllerRevision", msg)
     return raw
 

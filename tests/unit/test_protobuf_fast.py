@@ -18,7 +18,18 @@ import pytest
 from apiserver_min.api import names
 from apiserver_min.api import protobuf as pb
 from apiserver_min.api.schema import (
-    Boolean, Bytes, Duration, Field, Integer, List, Map, Number, Opaque, String, Struct, Time,
+    Boolean,
+    Bytes,
+    Duration,
+    Field,
+    Integer,
+    List,
+    Map,
+    Number,
+    Opaque,
+    String,
+    Struct,
+    Time,
 )
 from apiserver_min.api.schemas import KIND_SCHEMAS, schema_for
 from tests.unit.test_protobuf import _bench_pod, _declared, _outcome, agreement_on_mutations, mutations, sample
@@ -27,7 +38,8 @@ fast = pb._fast
 
 pytestmark = pytest.mark.skipif(
     fast is None and os.environ.get("ORCH_PROTOBUF_PURE", "") not in ("", "0"),
-    reason="ORCH_PROTOBUF_PURE set: the C decoder is switched off")
+    reason="ORCH_PROTOBUF_PURE set: the C decoder is switched off",
+)
 
 
 def test_the_c_decoder_is_built_and_used():
@@ -104,6 +116,7 @@ def test_enveloped_mutations_agree_with_the_reference_path():
 
 # --- edge cases, each against the reference -------------------------------------------------------
 
+
 def _varint(n: int) -> bytes:
     return pb.uvarint(n)
 
@@ -134,8 +147,7 @@ def _spec(payload: bytes) -> bytes:
     return _ld(2, payload)  # Pod.spec
 
 
-@pytest.mark.parametrize("value", [0, 1, 2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1, 2 ** 32, 2 ** 63 - 1, 2 ** 63,
-                                   2 ** 64 - 1])
+@pytest.mark.parametrize("value", [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1])
 def test_integers_wrap_as_upstream(value):
     if fast is None:
         pytest.skip("no C decoder")
@@ -156,13 +168,27 @@ def test_varints_beyond_64_bits_go_to_the_reference():
         c_decode(data, POD)
 
 
-@pytest.mark.parametrize("seconds,nanos", [(0, 0), (1, 0), (-1, 0), (1704164645, 123456789), (-62135596800, 0),
-                                           (253402300799, 999999999), (253402300800, 0), (-62135596801, 0),
-                                           (5, -1), (5, -1000), (5, -1001), (5, 2 ** 31 + 5)])
+@pytest.mark.parametrize(
+    "seconds,nanos",
+    [
+        (0, 0),
+        (1, 0),
+        (-1, 0),
+        (1704164645, 123456789),
+        (-62135596800, 0),
+        (253402300799, 999999999),
+        (253402300800, 0),
+        (-62135596801, 0),
+        (5, -1),
+        (5, -1000),
+        (5, -1001),
+        (5, 2**31 + 5),
+    ],
+)
 def test_times_and_micro_times(seconds, nanos):
     if fast is None:
         pytest.skip("no C decoder")
-    ts = _vi(1, seconds & (2 ** 64 - 1)) + _vi(2, nanos & (2 ** 64 - 1))
+    ts = _vi(1, seconds & (2**64 - 1)) + _vi(2, nanos & (2**64 - 1))
     # ObjectMeta.creationTimestamp (8, Time); Event: eventTime (MicroTime) lives in events.orch.io.
     _same(_ld(1, _ld(8, ts)), POD)
     ev = schema_for("events.orch.io", "v1", "Event")
@@ -176,21 +202,24 @@ def test_times_and_micro_times(seconds, nanos):
 # another and recursion), so a synthetic struct exercises those paths.
 _INNER = Struct("test.Inner", [Field("s", String(), 1), Field("n", Integer(bits=32), 2)])
 _REC = Struct("test.Rec", [])
-SYNTH = Struct("test.Synthetic", [
-    Field("d", Number(), 1, pointer=True),
-    Field("z", Number(), 2),
-    Field("ds", List(Number()), 3),
-    Field("dm", Map(Number()), 4),
-    Field("wrapped", Map(List(String(), wrapper="ExtraValue")), 5),
-    Field("dur", Duration(), 6, pointer=True),
-    Field("raw", Bytes(), 7),
-    Field("opaque", Opaque(), 8),
-    Field("", _INNER, 9, inline=True),
-    Field("rec", _REC, 10, pointer=True),
-    Field("bools", List(Boolean()), 11),
-    Field("ints", Map(Integer(bits=64)), 12),
-    Field("times", List(Time()), 13),
-])
+SYNTH = Struct(
+    "test.Synthetic",
+    [
+        Field("d", Number(), 1, pointer=True),
+        Field("z", Number(), 2),
+        Field("ds", List(Number()), 3),
+        Field("dm", Map(Number()), 4),
+        Field("wrapped", Map(List(String(), wrapper="ExtraValue")), 5),
+        Field("dur", Duration(), 6, pointer=True),
+        Field("raw", Bytes(), 7),
+        Field("opaque", Opaque(), 8),
+        Field("", _INNER, 9, inline=True),
+        Field("rec", _REC, 10, pointer=True),
+        Field("bools", List(Boolean()), 11),
+        Field("ints", Map(Integer(bits=64)), 12),
+        Field("times", List(Time()), 13),
+    ],
+)
 _REC.__init__("test.Rec", [Field("name", String(), 1), Field("child", _REC, 2, pointer=True)])
 
 
@@ -207,10 +236,22 @@ def test_doubles(value):
 def test_synthetic_struct_round_trips_and_mutations():
     if fast is None:
         pytest.skip("no C decoder")
-    obj = {"d": 2.5, "z": 1.25, "ds": [1, 2.5], "dm": {"a": 1.5}, "wrapped": {"k": ["x", "y"], "e": []},
-           "dur": "1m30s", "raw": "AAEC", "opaque": {"x": [1, None]}, "s": "in", "n": -3,
-           "rec": {"name": "a", "child": {"name": "b", "child": {"name": "c"}}},
-           "bools": [True, False], "ints": {"a": -5, "b": 2 ** 40}, "times": ["2024-01-02T03:04:05Z"]}
+    obj = {
+        "d": 2.5,
+        "z": 1.25,
+        "ds": [1, 2.5],
+        "dm": {"a": 1.5},
+        "wrapped": {"k": ["x", "y"], "e": []},
+        "dur": "1m30s",
+        "raw": "AAEC",
+        "opaque": {"x": [1, None]},
+        "s": "in",
+        "n": -3,
+        "rec": {"name": "a", "child": {"name": "b", "child": {"name": "c"}}},
+        "bools": [True, False],
+        "ints": {"a": -5, "b": 2**40},
+        "times": ["2024-01-02T03:04:05Z"],
+    }
     raw = pb.reference_encode_message(obj, SYNTH)
     assert c_decode(raw, SYNTH) == pb.reference_decode_message(raw, SYNTH)
     assert c_decode(raw + raw, SYNTH) == pb.reference_decode_message(raw + raw, SYNTH)
@@ -230,7 +271,7 @@ def test_synthetic_struct_round_trips_and_mutations():
 def test_strings_utf8_and_non_ascii():
     if fast is None:
         pytest.skip("no C decoder")
-    for name in ("plain", "ünïcødé", "日本", "\U0001F600", "", "a\x00b"):
+    for name in ("plain", "ünïcødé", "日本", "\U0001f600", "", "a\x00b"):
         data = _ld(1, _ld(1, name.encode()))
         assert c_decode(data, POD) == pb.reference_decode_message(data, POD)
     for bad in (b"\xff", b"\xc3", b"a\xed\xa0\x80b", b"\xc0\xaf"):
@@ -243,9 +284,16 @@ def test_map_entries_in_any_shape():
     if fast is None:
         pytest.skip("no C decoder")
     labels = 11  # ObjectMeta.labels
-    for entry in (_ld(1, b"k") + _ld(2, b"v"), _ld(2, b"v") + _ld(1, b"k"), _ld(1, b"k"), _ld(2, b"v"), b"",
-                  _ld(1, b"k") + _ld(1, b"k2") + _ld(2, b"v"), _ld(1, b"k") + _vi(3, 4) + _ld(2, b"v"),
-                  _ld(1, b"k") + _vi(2, 4)):
+    for entry in (
+        _ld(1, b"k") + _ld(2, b"v"),
+        _ld(2, b"v") + _ld(1, b"k"),
+        _ld(1, b"k"),
+        _ld(2, b"v"),
+        b"",
+        _ld(1, b"k") + _ld(1, b"k2") + _ld(2, b"v"),
+        _ld(1, b"k") + _vi(3, 4) + _ld(2, b"v"),
+        _ld(1, b"k") + _vi(2, 4),
+    ):
         _same(_ld(1, _ld(labels, entry)), POD)
     # Quantities (resource lists), struct values and int-or-strings through their entries.
     qty = _ld(1, b"cpu") + _ld(2, _ld(1, b"250m"))
@@ -259,14 +307,24 @@ def test_map_entries_in_any_shape():
 def test_int_or_string_shapes():
     if fast is None:
         pytest.skip("no C decoder")
+
     # containers[0].ports? use livenessProbe.httpGet.port (IntOrString)
     def probe_port(ios: bytes) -> bytes:
         http_get = _ld(2, ios)  # HTTPGetAction.port = 2
         handler = _ld(2, http_get)  # ProbeHandler.httpGet = 2 (inline in Probe as field 1)
         probe = _ld(1, handler)
         return _spec(_ld(2, _ld(1, b"c") + _ld(10, probe)))
-    for ios in (b"", _vi(1, 0) + _vi(2, 80), _vi(1, 1) + _ld(3, b"http"), _vi(1, 1), _vi(2, 2 ** 32 - 1),
-                _vi(1, 2) + _vi(2, 5), _ld(3, b"x") + _vi(1, 1), _vi(4, 1)):
+
+    for ios in (
+        b"",
+        _vi(1, 0) + _vi(2, 80),
+        _vi(1, 1) + _ld(3, b"http"),
+        _vi(1, 1),
+        _vi(2, 2**32 - 1),
+        _vi(1, 2) + _vi(2, 5),
+        _ld(3, b"x") + _vi(1, 1),
+        _vi(4, 1),
+    ):
         _same(probe_port(ios), POD)
 
 
@@ -275,7 +333,7 @@ def test_packed_and_unpacked_repeated_fields_mix():
         pytest.skip("no C decoder")
     # PodSecurityContext.supplementalGroups (4, repeated int64) under PodSpec.securityContext (14).
     unpacked = _vi(4, 5) + _vi(4, 6)
-    packed = _ld(4, _varint(7) + _varint(2 ** 64 - 1))
+    packed = _ld(4, _varint(7) + _varint(2**64 - 1))
     for sc in (unpacked, packed, packed + unpacked, unpacked + packed, _ld(4, b"\x80")):
         _same(_spec(_ld(14, sc)), POD)
     data = _spec(_ld(14, packed + unpacked))
@@ -285,9 +343,16 @@ def test_packed_and_unpacked_repeated_fields_mix():
 def test_wrong_wire_types_unknown_fields_and_groups():
     if fast is None:
         pytest.skip("no C decoder")
-    for data in (_vi(1, 3), _ld(99, b"xyz"), _vi(99, 1), _varint((99 << 3) | 1) + b"\0" * 8,
-                 _varint((99 << 3) | 5) + b"\0" * 4, _varint((99 << 3) | 3), _varint(0) + b"\0",
-                 _varint((99 << 3) | 1) + b"\0" * 3):
+    for data in (
+        _vi(1, 3),
+        _ld(99, b"xyz"),
+        _vi(99, 1),
+        _varint((99 << 3) | 1) + b"\0" * 8,
+        _varint((99 << 3) | 5) + b"\0" * 4,
+        _varint((99 << 3) | 3),
+        _varint(0) + b"\0",
+        _varint((99 << 3) | 1) + b"\0" * 3,
+    ):
         _same(data, POD)
 
 
@@ -326,8 +391,9 @@ def test_envelope_variants_take_the_checked_path():
         pb.decode(pb.encode_unknown("v1", "Namespace", raw, content_encoding="gzip"))
     with pytest.raises(pb.ProtobufError, match="content type"):
         pb.decode(pb.encode_unknown("v1", "Namespace", raw, content_type="application/json"))
-    assert pb.decode(pb.encode_unknown("v1", "Namespace", raw, content_type=names.MEDIA_PROTOBUF))["kind"] == \
-        "Namespace"
+    assert (
+        pb.decode(pb.encode_unknown("v1", "Namespace", raw, content_type=names.MEDIA_PROTOBUF))["kind"] == "Namespace"
+    )
     with pytest.raises(pb.ProtobufError, match="no protobuf encoding"):
         pb.decode(pb.encode_unknown("v9", "Nothing", raw))
     with pytest.raises(pb.ProtobufError, match="prefix"):
@@ -336,6 +402,7 @@ def test_envelope_variants_take_the_checked_path():
 
 
 # --- the C encoder ---------------------------------------------------------------------------------
+
 
 def c_encode(obj: dict, schema) -> bytes:
     """The C encoder alone (no fallback)."""
@@ -352,9 +419,38 @@ def test_c_encoder_matches_the_reference_on_every_kind(key):
     assert c_encode({}, schema) == pb.reference_encode_message({}, schema)
 
 
-_ODD_VALUES = [None, 0, -1, 1, 2 ** 31, -(2 ** 31) - 1, 2 ** 63, -(2 ** 63) - 1, 2 ** 70, 1.0, 2.5, float("nan"),
-               True, False, "", "x", "ünï", "\ud800", "2024-05-06T07:08:09Z", "2024-05-06T07:08:09.5+02:00",
-               "250m", "1h2m", "AAEC", [], [None], ["x", 1], {}, {"a": None}, {"a": 1}, {1: "x"}]
+_ODD_VALUES = [
+    None,
+    0,
+    -1,
+    1,
+    2**31,
+    -(2**31) - 1,
+    2**63,
+    -(2**63) - 1,
+    2**70,
+    1.0,
+    2.5,
+    float("nan"),
+    True,
+    False,
+    "",
+    "x",
+    "ünï",
+    "\ud800",
+    "2024-05-06T07:08:09Z",
+    "2024-05-06T07:08:09.5+02:00",
+    "250m",
+    "1h2m",
+    "AAEC",
+    [],
+    [None],
+    ["x", 1],
+    {},
+    {"a": None},
+    {"a": 1},
+    {1: "x"},
+]
 
 
 def _replace_random(obj, rnd: random.Random):
@@ -409,10 +505,22 @@ def test_c_encoder_on_odd_values_agrees_with_the_reference(kind):
 def test_c_encoder_on_the_synthetic_struct():
     if fast is None:
         pytest.skip("no C decoder")
-    obj = {"d": 2.5, "z": 1.25, "ds": [1, 2.5], "dm": {"b": 1.5, "a": 2}, "wrapped": {"k": ["x", "y"], "e": []},
-           "dur": "1m30s", "raw": "AAEC", "opaque": {"x": [1, None]}, "s": "in", "n": -3,
-           "rec": {"name": "a", "child": {"name": "b", "child": {"name": "c"}}},
-           "bools": [True, False], "ints": {"a": -5, "b": 2 ** 40}, "times": ["2024-01-02T03:04:05Z"]}
+    obj = {
+        "d": 2.5,
+        "z": 1.25,
+        "ds": [1, 2.5],
+        "dm": {"b": 1.5, "a": 2},
+        "wrapped": {"k": ["x", "y"], "e": []},
+        "dur": "1m30s",
+        "raw": "AAEC",
+        "opaque": {"x": [1, None]},
+        "s": "in",
+        "n": -3,
+        "rec": {"name": "a", "child": {"name": "b", "child": {"name": "c"}}},
+        "bools": [True, False],
+        "ints": {"a": -5, "b": 2**40},
+        "times": ["2024-01-02T03:04:05Z"],
+    }
     assert c_encode(obj, SYNTH) == pb.reference_encode_message(obj, SYNTH)
     rnd = random.Random(5)
     for _ in range(800):
@@ -439,4 +547,3 @@ def test_long_bodies_get_multi_byte_lengths():
         raw = c_encode(obj, schema)
         assert raw == pb.reference_encode_message(obj, schema)
         assert pb.decode_message(raw, schema) == obj
-

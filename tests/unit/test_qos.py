@@ -42,30 +42,42 @@ FULL = {"cpu": "1", "memory": "1Gi"}
 CASES = {
     # The defect: the same amounts spelled differently are equal (upstream compares values).
     "equal-values-different-spellings": (
-        pod([c(requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "1000m", "memory": "1024Mi"})]), G),
+        pod([c(requests={"cpu": "1", "memory": "1Gi"}, limits={"cpu": "1000m", "memory": "1024Mi"})]),
+        G,
+    ),
     "decimal-cpu-and-plain-bytes": (
-        pod([c(requests={"cpu": "0.5", "memory": "134217728"}, limits={"cpu": "500m", "memory": "128Mi"})]), G),
+        pod([c(requests={"cpu": "0.5", "memory": "134217728"}, limits={"cpu": "500m", "memory": "128Mi"})]),
+        G,
+    ),
     "guaranteed-from-limits-alone": (pod([c(limits=FULL)]), G),
     "several-containers-summed": (
-        pod([c("a", limits={"cpu": "0.5", "memory": "128Mi"}),
-             c("b", requests={"cpu": "500m", "memory": "134217728"}, limits={"cpu": "500m", "memory": "128Mi"})]), G),
+        pod(
+            [
+                c("a", limits={"cpu": "0.5", "memory": "128Mi"}),
+                c("b", requests={"cpu": "500m", "memory": "134217728"}, limits={"cpu": "500m", "memory": "128Mi"}),
+            ]
+        ),
+        G,
+    ),
     "best-effort-nothing-set": (pod([c(), c("b")]), BE),
     "best-effort-zero-quantities": (pod([c(requests={"cpu": "0", "memory": "0Mi"})]), BE),
     "best-effort-only-other-resources": (
-        pod([c(requests={"ephemeral-storage": "1Gi"},
-               limits={"ephemeral-storage": "1Gi", "example.com/gpu": "1"})]), BE),
+        pod([c(requests={"ephemeral-storage": "1Gi"}, limits={"ephemeral-storage": "1Gi", "example.com/gpu": "1"})]),
+        BE,
+    ),
     "burstable-partial-limits": (pod([c(limits={"cpu": "1"})]), B),
     "burstable-requests-only": (pod([c(requests={"memory": "1Gi"})]), B),
     "burstable-requests-below-limits": (
-        pod([c(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"})]), B),
+        pod([c(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"})]),
+        B,
+    ),
     "burstable-one-container-unlimited": (pod([c("a", limits=FULL), c("b")]), B),
     "burstable-zero-memory-limit-ignored": (pod([c(limits={"cpu": "1", "memory": "0"})]), B),
     "init-container-unlimited": (pod([c(limits=FULL)], init=[c("init")]), B),
     "init-container-limited": (pod([c(limits=FULL)], init=[c("init", limits={"cpu": "1000m", "memory": "1024Mi"})]), G),
     "init-container-requests-only": (pod([c()], init=[c("init", requests={"cpu": "100m"})]), B),
     "overhead-not-counted": (pod([c(limits=FULL)], overhead={"cpu": "250m", "memory": "120Mi"}), G),
-    "hugepages-not-counted": (
-        pod([c(limits={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "64Mi"})]), G),
+    "hugepages-not-counted": (pod([c(limits={"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "64Mi"})]), G),
     "extended-resources-not-counted": (pod([c(limits={**FULL, "example.com/gpu": "2"})]), G),
 }
 

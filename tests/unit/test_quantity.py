@@ -183,6 +183,7 @@ def test_comparison_with_other_types():
 
 # -- values -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "text,value,milli",
     [
@@ -217,6 +218,7 @@ def test_accessors():
 
 
 # -- construction from numbers ----------------------------------------------
+
 
 def test_constructor_from_exact_numbers():
     assert Quantity(1024, BSI).canonical() == "1Ki"
@@ -296,6 +298,7 @@ def test_parse_rejects_non_strings():
 
 # -- errors -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "text,reason",
     [
@@ -357,6 +360,7 @@ def test_tiny_exponents_and_long_fractions_stay_cheap():
 
 # -- arithmetic -------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "a,b,total,difference",
     [
@@ -407,8 +411,7 @@ def test_format_enum_spells_upstream_names():
 
 # -- properties -------------------------------------------------------------
 
-_SUFFIXES = ["", "n", "u", "m", "k", "M", "G", "T", "P", "E",
-             "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+_SUFFIXES = ["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
 
 
 @st.composite
@@ -459,8 +462,10 @@ def test_parse_matches_exact_decimal_arithmetic(text):
     elif suffix and suffix[0] in "eE" and len(suffix) > 1:
         exact *= Fraction(10) ** int(suffix[1:])
     else:
-        exact *= Fraction(10) ** {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6,
-                                  "G": 9, "T": 12, "P": 15, "E": 18}[suffix]
+        exact *= (
+            Fraction(10)
+            ** {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}[suffix]
+        )
     expected = away_from_zero(exact, NANO)
     if suffix.endswith("i"):
         expected = min(expected, Fraction(MAX_BINARY_SI))
@@ -496,9 +501,7 @@ def test_value_and_milli_value_round_away_from_zero_property(q):
 
 
 @settings(max_examples=100)
-@given(
-    st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)
-)
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300))
 def test_json_floats_read_as_their_decimal_spelling(x):
     exact = Fraction(decimal.Decimal(repr(x)))
     assert parse_quantity(x).as_fraction() == away_from_zero(exact, NANO)

@@ -33,8 +33,7 @@ from apiserver_min.api.schema import (
 from apiserver_min.api.schemas import KIND_SCHEMAS, core, list_schema, schema_for
 
 ALL_STRUCTS = list(iter_structs(sorted(set(KIND_SCHEMAS.values()), key=lambda s: s.name)))
-STRUCT_IDS = [s.name.replace("k8s.io.api.", "").replace("k8s.io.apimachinery.pkg.apis.", "")
-              for s in ALL_STRUCTS]
+STRUCT_IDS = [s.name.replace("k8s.io.api.", "").replace("k8s.io.apimachinery.pkg.apis.", "") for s in ALL_STRUCTS]
 
 
 def pod() -> Struct:
@@ -59,6 +58,7 @@ def struct_of(struct: Struct, path: str) -> Struct:
 
 # --- coverage --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("info", REGISTRY.kinds, ids=lambda k: f"{k.group or 'core'}/{k.kind}")
 def test_every_registered_kind_has_a_schema(info):
     s = schema_for(info.group, info.version, info.kind)
@@ -68,31 +68,35 @@ def test_every_registered_kind_has_a_schema(info):
     assert field(s, "metadata").number == 1
 
 
-@pytest.mark.parametrize("info", [k for k in REGISTRY.kinds if k.subresources],
-                         ids=lambda k: f"{k.group or 'core'}/{k.kind}")
+@pytest.mark.parametrize(
+    "info", [k for k in REGISTRY.kinds if k.subresources], ids=lambda k: f"{k.group or 'core'}/{k.kind}"
+)
 def test_every_subresource_kind_has_a_schema(info):
     for sub in info.subresources:
         group, version = (sub.group, sub.version) if sub.version else (info.group, info.version)
         assert schema_for(group, version, sub.kind) is not None, (info.kind, sub.name)
 
 
-@pytest.mark.parametrize("group,version,kind", [
-    ("", "v1", "Binding"),
-    ("policy", "v1", "Eviction"),
-    ("autoscaling", "v1", "Scale"),
-    (names.AUTHENTICATION_GROUP, "v1", "TokenReview"),
-    (names.AUTHENTICATION_GROUP, "v1", "TokenRequest"),
-    (names.AUTHENTICATION_GROUP, "v1", "SelfSubjectReview"),
-    (names.AUTHENTICATION_GROUP, "v1beta1", "SelfSubjectReview"),
-    (names.UPSTREAM_AUTHENTICATION_GROUP, "v1beta1", "SelfSubjectReview"),
-    (names.AUTHORIZATION_GROUP, "v1", "SubjectAccessReview"),
-    (names.AUTHORIZATION_GROUP, "v1", "SelfSubjectAccessReview"),
-    (names.AUTHORIZATION_GROUP, "v1", "LocalSubjectAccessReview"),
-    (names.AUTHORIZATION_GROUP, "v1", "SelfSubjectRulesReview"),
-    (names.UPSTREAM_AUTHORIZATION_GROUP, "v1", "SelfSubjectAccessReview"),
-    ("", "v1", "Status"),
-    (names.META_GROUP, "v1", "DeleteOptions"),
-])
+@pytest.mark.parametrize(
+    "group,version,kind",
+    [
+        ("", "v1", "Binding"),
+        ("policy", "v1", "Eviction"),
+        ("autoscaling", "v1", "Scale"),
+        (names.AUTHENTICATION_GROUP, "v1", "TokenReview"),
+        (names.AUTHENTICATION_GROUP, "v1", "TokenRequest"),
+        (names.AUTHENTICATION_GROUP, "v1", "SelfSubjectReview"),
+        (names.AUTHENTICATION_GROUP, "v1beta1", "SelfSubjectReview"),
+        (names.UPSTREAM_AUTHENTICATION_GROUP, "v1beta1", "SelfSubjectReview"),
+        (names.AUTHORIZATION_GROUP, "v1", "SubjectAccessReview"),
+        (names.AUTHORIZATION_GROUP, "v1", "SelfSubjectAccessReview"),
+        (names.AUTHORIZATION_GROUP, "v1", "LocalSubjectAccessReview"),
+        (names.AUTHORIZATION_GROUP, "v1", "SelfSubjectRulesReview"),
+        (names.UPSTREAM_AUTHORIZATION_GROUP, "v1", "SelfSubjectAccessReview"),
+        ("", "v1", "Status"),
+        (names.META_GROUP, "v1", "DeleteOptions"),
+    ],
+)
 def test_virtual_kinds_are_declared(group, version, kind):
     s = schema_for(group, version, kind)
     assert s is not None and s.short_name == kind
@@ -140,6 +144,7 @@ def test_group_versions_map_to_upstream_proto_packages():
 
 # --- internal consistency of every struct ----------------------------------------------------
 
+
 @pytest.mark.parametrize("struct", ALL_STRUCTS, ids=STRUCT_IDS)
 def test_struct_numbers_and_json_names_are_unique(struct):
     numbers = [f.number for f in struct.fields]
@@ -181,8 +186,9 @@ def test_list_markers_are_consistent(struct):
             assert is_scalar(item), f"{where}: set of non-scalars"
         if t.patch_merge_key:
             assert isinstance(item, Struct), where
-            assert item.field(t.patch_merge_key) is not None, \
+            assert item.field(t.patch_merge_key) is not None, (
                 f"{where}: merge key {t.patch_merge_key} missing in {item.short_name}"
+            )
             assert t.merges
 
 
@@ -196,8 +202,12 @@ def test_pointer_and_required_flags_fit_their_types(struct):
 
 
 def test_only_upstream_free_form_values_are_opaque():
-    opaque = [(s.short_name, n, f.type.message) for s in ALL_STRUCTS
-              for n, f in s.json_fields().items() if isinstance(f.type, Opaque)]
+    opaque = [
+        (s.short_name, n, f.type.message)
+        for s in ALL_STRUCTS
+        for n, f in s.json_fields().items()
+        if isinstance(f.type, Opaque)
+    ]
     assert sorted(opaque) == [
         ("ControllerRevision", "data", "k8s.io.apimachinery.pkg.runtime.RawExtension"),
         ("ManagedFieldsEntry", "fieldsV1", "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1"),
@@ -206,6 +216,7 @@ def test_only_upstream_free_form_values_are_opaque():
 
 
 # --- DSL behaviour ---------------------------------------------------------------------------
+
 
 def test_unmarked_merge_lists_read_as_map_or_set():
     keyed = List(OWNER_REFERENCE, patch_strategy="merge", patch_merge_key="uid")
@@ -320,97 +331,190 @@ def test_field_atomicity():
 
 # --- upstream facts: numbers -----------------------------------------------------------------
 
+
 def test_object_meta_numbers():
     numbers = {n: f.number for n, f in OBJECT_META.json_fields().items()}
     assert numbers == {
-        "name": 1, "generateName": 2, "namespace": 3, "selfLink": 4, "uid": 5,
-        "resourceVersion": 6, "generation": 7, "creationTimestamp": 8,
-        "deletionTimestamp": 9, "deletionGracePeriodSeconds": 10, "labels": 11,
-        "annotations": 12, "ownerReferences": 13, "finalizers": 14, "managedFields": 17,
+        "name": 1,
+        "generateName": 2,
+        "namespace": 3,
+        "selfLink": 4,
+        "uid": 5,
+        "resourceVersion": 6,
+        "generation": 7,
+        "creationTimestamp": 8,
+        "deletionTimestamp": 9,
+        "deletionGracePeriodSeconds": 10,
+        "labels": 11,
+        "annotations": 12,
+        "ownerReferences": 13,
+        "finalizers": 14,
+        "managedFields": 17,
     }
     assert OBJECT_META.name == "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"
     assert {n: f.number for n, f in MANAGED_FIELDS_ENTRY.json_fields().items()} == {
-        "manager": 1, "operation": 2, "apiVersion": 3, "time": 4, "fieldsType": 6,
-        "fieldsV1": 7, "subresource": 8}
+        "manager": 1,
+        "operation": 2,
+        "apiVersion": 3,
+        "time": 4,
+        "fieldsType": 6,
+        "fieldsV1": 7,
+        "subresource": 8,
+    }
     assert {n: f.number for n, f in OWNER_REFERENCE.json_fields().items()} == {
-        "apiVersion": 5, "kind": 1, "name": 3, "uid": 4, "controller": 6, "blockOwnerDeletion": 7}
+        "apiVersion": 5,
+        "kind": 1,
+        "name": 3,
+        "uid": 4,
+        "controller": 6,
+        "blockOwnerDeletion": 7,
+    }
     assert {n: f.number for n, f in LIST_META.json_fields().items()} == {
-        "selfLink": 1, "resourceVersion": 2, "continue": 3, "remainingItemCount": 4}
+        "selfLink": 1,
+        "resourceVersion": 2,
+        "continue": 3,
+        "remainingItemCount": 4,
+    }
 
 
-@pytest.mark.parametrize("path,number", [
-    ("metadata", 1), ("spec", 2), ("status", 3),
-    ("spec.volumes", 1), ("spec.containers", 2), ("spec.restartPolicy", 3),
-    ("spec.terminationGracePeriodSeconds", 4), ("spec.dnsPolicy", 6), ("spec.nodeSelector", 7),
-    ("spec.serviceAccountName", 8), ("spec.nodeName", 10), ("spec.hostNetwork", 11),
-    ("spec.securityContext", 14), ("spec.initContainers", 20), ("spec.tolerations", 22),
-    ("spec.priority", 25), ("spec.enableServiceLinks", 30), ("spec.topologySpreadConstraints", 33),
-    ("spec.ephemeralContainers", 34), ("spec.os", 36), ("spec.hostUsers", 37),
-    ("spec.schedulingGates", 38), ("spec.resourceClaims", 39),
-    ("spec.containers.name", 1), ("spec.containers.image", 2), ("spec.containers.command", 3),
-    ("spec.containers.args", 4), ("spec.containers.ports", 6), ("spec.containers.env", 7),
-    ("spec.containers.resources", 8), ("spec.containers.volumeMounts", 9),
-    ("spec.containers.livenessProbe", 10), ("spec.containers.imagePullPolicy", 14),
-    ("spec.containers.envFrom", 19), ("spec.containers.terminationMessagePolicy", 20),
-    ("spec.containers.startupProbe", 22), ("spec.containers.resizePolicy", 23),
-    ("spec.containers.ports.name", 1), ("spec.containers.ports.hostPort", 2),
-    ("spec.containers.ports.containerPort", 3), ("spec.containers.ports.protocol", 4),
-    ("spec.containers.livenessProbe.httpGet", 2), ("spec.containers.livenessProbe.periodSeconds", 4),
-    ("spec.volumes.name", 1), ("spec.volumes.hostPath", 1), ("spec.volumes.emptyDir", 2),
-    ("spec.volumes.secret", 6), ("spec.volumes.configMap", 19), ("spec.volumes.projected", 26),
-    ("spec.volumes.csi", 28), ("spec.volumes.ephemeral", 29),
-    ("status.phase", 1), ("status.conditions", 2), ("status.hostIP", 5), ("status.podIP", 6),
-    ("status.containerStatuses", 8), ("status.qosClass", 9), ("status.podIPs", 12),
-    ("status.containerStatuses.restartCount", 5), ("status.containerStatuses.started", 9),
-])
+@pytest.mark.parametrize(
+    "path,number",
+    [
+        ("metadata", 1),
+        ("spec", 2),
+        ("status", 3),
+        ("spec.volumes", 1),
+        ("spec.containers", 2),
+        ("spec.restartPolicy", 3),
+        ("spec.terminationGracePeriodSeconds", 4),
+        ("spec.dnsPolicy", 6),
+        ("spec.nodeSelector", 7),
+        ("spec.serviceAccountName", 8),
+        ("spec.nodeName", 10),
+        ("spec.hostNetwork", 11),
+        ("spec.securityContext", 14),
+        ("spec.initContainers", 20),
+        ("spec.tolerations", 22),
+        ("spec.priority", 25),
+        ("spec.enableServiceLinks", 30),
+        ("spec.topologySpreadConstraints", 33),
+        ("spec.ephemeralContainers", 34),
+        ("spec.os", 36),
+        ("spec.hostUsers", 37),
+        ("spec.schedulingGates", 38),
+        ("spec.resourceClaims", 39),
+        ("spec.containers.name", 1),
+        ("spec.containers.image", 2),
+        ("spec.containers.command", 3),
+        ("spec.containers.args", 4),
+        ("spec.containers.ports", 6),
+        ("spec.containers.env", 7),
+        ("spec.containers.resources", 8),
+        ("spec.containers.volumeMounts", 9),
+        ("spec.containers.livenessProbe", 10),
+        ("spec.containers.imagePullPolicy", 14),
+        ("spec.containers.envFrom", 19),
+        ("spec.containers.terminationMessagePolicy", 20),
+        ("spec.containers.startupProbe", 22),
+        ("spec.containers.resizePolicy", 23),
+        ("spec.containers.ports.name", 1),
+        ("spec.containers.ports.hostPort", 2),
+        ("spec.containers.ports.containerPort", 3),
+        ("spec.containers.ports.protocol", 4),
+        ("spec.containers.livenessProbe.httpGet", 2),
+        ("spec.containers.livenessProbe.periodSeconds", 4),
+        ("spec.volumes.name", 1),
+        ("spec.volumes.hostPath", 1),
+        ("spec.volumes.emptyDir", 2),
+        ("spec.volumes.secret", 6),
+        ("spec.volumes.configMap", 19),
+        ("spec.volumes.projected", 26),
+        ("spec.volumes.csi", 28),
+        ("spec.volumes.ephemeral", 29),
+        ("status.phase", 1),
+        ("status.conditions", 2),
+        ("status.hostIP", 5),
+        ("status.podIP", 6),
+        ("status.containerStatuses", 8),
+        ("status.qosClass", 9),
+        ("status.podIPs", 12),
+        ("status.containerStatuses.restartCount", 5),
+        ("status.containerStatuses.started", 9),
+    ],
+)
 def test_pod_numbers(path, number):
     assert resolve_field(pod(), path).number == number
 
 
-@pytest.mark.parametrize("group,kind,path,number", [
-    ("", "Node", "spec", 2), ("", "Node", "spec.podCIDR", 1), ("", "Node", "spec.taints", 5),
-    ("", "Node", "spec.podCIDRs", 7), ("", "Node", "status.capacity", 1),
-    ("", "Node", "status.conditions", 4), ("", "Node", "status.addresses", 5),
-    ("", "Node", "status.daemonEndpoints.kubeletEndpoint.Port", 1), ("", "Node", "status.nodeInfo", 7),
-    ("", "Node", "status.nodeInfo.architecture", 10), ("", "Node", "status.images", 8),
-    ("", "Node", "status.config", 11),
-    ("", "Service", "spec", 2), ("", "Service", "spec.ports", 1), ("", "Service", "spec.ports.port", 3),
-    ("", "Service", "spec.ports.targetPort", 4), ("", "Service", "spec.ports.appProtocol", 6),
-    ("", "Service", "spec.clusterIPs", 18), ("", "Service", "spec.ipFamilyPolicy", 17),
-    ("", "Service", "spec.internalTrafficPolicy", 22), ("", "Service", "status.loadBalancer.ingress.ports", 4),
-    ("", "Endpoints", "subsets", 2), ("", "Endpoints", "subsets.addresses.nodeName", 4),
-    ("", "ConfigMap", "immutable", 4), ("", "ConfigMap", "binaryData", 3),
-    ("", "Secret", "stringData", 4), ("", "Secret", "type", 3), ("", "Secret", "immutable", 5),
-    ("", "Event", "involvedObject", 2), ("", "Event", "eventTime", 10), ("", "Event", "reportingComponent", 14),
-    ("", "Namespace", "status.phase", 1),
-    (names.EVENTS_GROUP, "Event", "eventTime", 2), (names.EVENTS_GROUP, "Event", "regarding", 8),
-    (names.EVENTS_GROUP, "Event", "deprecatedCount", 15),
-    (names.DISCOVERY_GROUP, "EndpointSlice", "addressType", 4),
-    (names.DISCOVERY_GROUP, "EndpointSlice", "endpoints", 2),
-    (names.DISCOVERY_GROUP, "EndpointSlice", "endpoints.hints", 8),
-    (names.NETWORKING_GROUP, "Ingress", "spec.ingressClassName", 4),
-    (names.NETWORKING_GROUP, "Ingress", "spec.rules.http.paths.pathType", 3),
-    (names.NETWORKING_GROUP, "Ingress", "spec.defaultBackend.service", 4),
-    (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.signerName", 7),
-    (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.expirationSeconds", 8),
-    (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "status.conditions.status", 6),
-    (names.COORDINATION_GROUP, "Lease", "spec.renewTime", 4),
-    (names.RBAC_GROUP, "ClusterRole", "aggregationRule", 3),
-    (names.RBAC_GROUP, "RoleBinding", "roleRef", 3),
-    ("apps", "Deployment", "spec.template", 3), ("apps", "Deployment", "spec.progressDeadlineSeconds", 9),
-    ("apps", "Deployment", "status.conditions.lastUpdateTime", 6),
-    ("apps", "StatefulSet", "spec.ordinals", 11), ("apps", "DaemonSet", "spec.revisionHistoryLimit", 6),
-    ("batch", "Job", "spec.podFailurePolicy", 11), ("batch", "CronJob", "spec.timeZone", 8),
-    (names.ADMISSIONREGISTRATION_GROUP, "MutatingWebhookConfiguration", "webhooks.reinvocationPolicy", 10),
-    (names.ADMISSIONREGISTRATION_GROUP, "MutatingWebhookConfiguration", "webhooks.objectSelector", 11),
-    (names.ADMISSIONREGISTRATION_GROUP, "ValidatingWebhookConfiguration", "webhooks.objectSelector", 10),
-])
+@pytest.mark.parametrize(
+    "group,kind,path,number",
+    [
+        ("", "Node", "spec", 2),
+        ("", "Node", "spec.podCIDR", 1),
+        ("", "Node", "spec.taints", 5),
+        ("", "Node", "spec.podCIDRs", 7),
+        ("", "Node", "status.capacity", 1),
+        ("", "Node", "status.conditions", 4),
+        ("", "Node", "status.addresses", 5),
+        ("", "Node", "status.daemonEndpoints.kubeletEndpoint.Port", 1),
+        ("", "Node", "status.nodeInfo", 7),
+        ("", "Node", "status.nodeInfo.architecture", 10),
+        ("", "Node", "status.images", 8),
+        ("", "Node", "status.config", 11),
+        ("", "Service", "spec", 2),
+        ("", "Service", "spec.ports", 1),
+        ("", "Service", "spec.ports.port", 3),
+        ("", "Service", "spec.ports.targetPort", 4),
+        ("", "Service", "spec.ports.appProtocol", 6),
+        ("", "Service", "spec.clusterIPs", 18),
+        ("", "Service", "spec.ipFamilyPolicy", 17),
+        ("", "Service", "spec.internalTrafficPolicy", 22),
+        ("", "Service", "status.loadBalancer.ingress.ports", 4),
+        ("", "Endpoints", "subsets", 2),
+        ("", "Endpoints", "subsets.addresses.nodeName", 4),
+        ("", "ConfigMap", "immutable", 4),
+        ("", "ConfigMap", "binaryData", 3),
+        ("", "Secret", "stringData", 4),
+        ("", "Secret", "type", 3),
+        ("", "Secret", "immutable", 5),
+        ("", "Event", "involvedObject", 2),
+        ("", "Event", "eventTime", 10),
+        ("", "Event", "reportingComponent", 14),
+        ("", "Namespace", "status.phase", 1),
+        (names.EVENTS_GROUP, "Event", "eventTime", 2),
+        (names.EVENTS_GROUP, "Event", "regarding", 8),
+        (names.EVENTS_GROUP, "Event", "deprecatedCount", 15),
+        (names.DISCOVERY_GROUP, "EndpointSlice", "addressType", 4),
+        (names.DISCOVERY_GROUP, "EndpointSlice", "endpoints", 2),
+        (names.DISCOVERY_GROUP, "EndpointSlice", "endpoints.hints", 8),
+        (names.NETWORKING_GROUP, "Ingress", "spec.ingressClassName", 4),
+        (names.NETWORKING_GROUP, "Ingress", "spec.rules.http.paths.pathType", 3),
+        (names.NETWORKING_GROUP, "Ingress", "spec.defaultBackend.service", 4),
+        (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.signerName", 7),
+        (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.expirationSeconds", 8),
+        (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "status.conditions.status", 6),
+        (names.COORDINATION_GROUP, "Lease", "spec.renewTime", 4),
+        (names.RBAC_GROUP, "ClusterRole", "aggregationRule", 3),
+        (names.RBAC_GROUP, "RoleBinding", "roleRef", 3),
+        ("apps", "Deployment", "spec.template", 3),
+        ("apps", "Deployment", "spec.progressDeadlineSeconds", 9),
+        ("apps", "Deployment", "status.conditions.lastUpdateTime", 6),
+        ("apps", "StatefulSet", "spec.ordinals", 11),
+        ("apps", "DaemonSet", "spec.revisionHistoryLimit", 6),
+        ("batch", "Job", "spec.podFailurePolicy", 11),
+        ("batch", "CronJob", "spec.timeZone", 8),
+        (names.ADMISSIONREGISTRATION_GROUP, "MutatingWebhookConfiguration", "webhooks.reinvocationPolicy", 10),
+        (names.ADMISSIONREGISTRATION_GROUP, "MutatingWebhookConfiguration", "webhooks.objectSelector", 11),
+        (names.ADMISSIONREGISTRATION_GROUP, "ValidatingWebhookConfiguration", "webhooks.objectSelector", 10),
+    ],
+)
 def test_other_kind_numbers(group, kind, path, number):
     s = schema_for(group, "v1", kind)
     assert resolve_field(s, path).number == number
 
 
 # --- upstream facts: markers, pointers, types ------------------------------------------------
+
 
 def test_pod_spec_list_markers():
     containers = field(core.PodSpec, "containers")
@@ -455,8 +559,9 @@ def test_other_markers():
     assert resolve_path(schema_for("", "v1", "Node"), "spec.podCIDRs").list_type == "set"
     addresses = resolve_path(schema_for(names.DISCOVERY_GROUP, "v1", "EndpointSlice"), "endpoints.addresses")
     assert addresses.list_type == "set" and addresses.marked
-    csr_conditions = resolve_path(schema_for(names.CERTIFICATES_GROUP, "v1", "CertificateSigningRequest"),
-                                  "status.conditions")
+    csr_conditions = resolve_path(
+        schema_for(names.CERTIFICATES_GROUP, "v1", "CertificateSigningRequest"), "status.conditions"
+    )
     assert csr_conditions.list_type == "map" and csr_conditions.patch_strategy is None
     job_conditions = resolve_path(schema_for("batch", "v1", "Job"), "status.conditions")
     assert job_conditions.list_type == "atomic" and job_conditions.patch_merge_key == "type"
@@ -468,37 +573,40 @@ def test_other_markers():
     assert struct_of(schema_for(names.RBAC_GROUP, "v1", "RoleBinding"), "subjects").atomic
 
 
-@pytest.mark.parametrize("struct,name,pointer", [
-    (core.PodSpec, "terminationGracePeriodSeconds", True),
-    (core.PodSpec, "activeDeadlineSeconds", True),
-    (core.PodSpec, "securityContext", True),
-    (core.PodSpec, "affinity", True),
-    (core.PodSpec, "priority", True),
-    (core.PodSpec, "enableServiceLinks", True),
-    (core.PodSpec, "runtimeClassName", True),
-    (core.PodSpec, "hostNetwork", False),
-    (core.PodSpec, "restartPolicy", False),
-    (core.PodSpec, "nodeName", False),
-    (core.Container, "resources", False),
-    (core.Container, "securityContext", True),
-    (core.Container, "livenessProbe", True),
-    (core.Container, "stdin", False),
-    (core.ContainerPort, "hostPort", False),
-    (core.ContainerStatus, "state", False),
-    (core.ContainerStatus, "started", True),
-    (core.PodStatus, "startTime", True),
-    (core.HostPathVolumeSource, "type", True),
-    (core.SecretVolumeSource, "defaultMode", True),
-    (core.ServiceSpec, "ipFamilyPolicy", True),
-    (core.ServiceSpec, "healthCheckNodePort", False),
-    (core.ServicePort, "targetPort", False),
-    (core.NodeStatus, "nodeInfo", False),
-    (core.NodeStatus, "config", True),
-    (OBJECT_META, "creationTimestamp", False),
-    (OBJECT_META, "deletionTimestamp", True),
-    (OBJECT_META, "deletionGracePeriodSeconds", True),
-    (OBJECT_META, "generation", False),
-])
+@pytest.mark.parametrize(
+    "struct,name,pointer",
+    [
+        (core.PodSpec, "terminationGracePeriodSeconds", True),
+        (core.PodSpec, "activeDeadlineSeconds", True),
+        (core.PodSpec, "securityContext", True),
+        (core.PodSpec, "affinity", True),
+        (core.PodSpec, "priority", True),
+        (core.PodSpec, "enableServiceLinks", True),
+        (core.PodSpec, "runtimeClassName", True),
+        (core.PodSpec, "hostNetwork", False),
+        (core.PodSpec, "restartPolicy", False),
+        (core.PodSpec, "nodeName", False),
+        (core.Container, "resources", False),
+        (core.Container, "securityContext", True),
+        (core.Container, "livenessProbe", True),
+        (core.Container, "stdin", False),
+        (core.ContainerPort, "hostPort", False),
+        (core.ContainerStatus, "state", False),
+        (core.ContainerStatus, "started", True),
+        (core.PodStatus, "startTime", True),
+        (core.HostPathVolumeSource, "type", True),
+        (core.SecretVolumeSource, "defaultMode", True),
+        (core.ServiceSpec, "ipFamilyPolicy", True),
+        (core.ServiceSpec, "healthCheckNodePort", False),
+        (core.ServicePort, "targetPort", False),
+        (core.NodeStatus, "nodeInfo", False),
+        (core.NodeStatus, "config", True),
+        (OBJECT_META, "creationTimestamp", False),
+        (OBJECT_META, "deletionTimestamp", True),
+        (OBJECT_META, "deletionGracePeriodSeconds", True),
+        (OBJECT_META, "generation", False),
+    ],
+)
 def test_pointer_facts(struct, name, pointer):
     assert field(struct, name).pointer is pointer
 
@@ -518,35 +626,49 @@ def test_value_types():
     assert isinstance(extra, Map) and extra.value_type.wrapper == "k8s.io.api.certificates.v1.ExtraValue"
     assert resolve_path(pod(), "spec.restartPolicy").enum == ("Always", "Never", "OnFailure")
     assert resolve_path(schema_for("", "v1", "Service"), "spec.type").enum == (
-        "ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
+        "ClusterIP",
+        "ExternalName",
+        "LoadBalancer",
+        "NodePort",
+    )
 
 
-@pytest.mark.parametrize("group,kind,path", [
-    ("", "Pod", "spec.containers"),
-    ("", "Pod", "spec.containers.name"),
-    ("", "Pod", "spec.volumes.name"),
-    ("", "Pod", "spec.containers.ports.containerPort"),
-    ("", "Pod", "status.containerStatuses.ready"),
-    ("", "Service", "spec.ports.port"),
-    ("", "Node", "status.nodeInfo.machineID"),
-    (names.DISCOVERY_GROUP, "EndpointSlice", "addressType"),
-    (names.DISCOVERY_GROUP, "EndpointSlice", "endpoints"),
-    (names.NETWORKING_GROUP, "Ingress", "spec.rules.http.paths.pathType"),
-    (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.signerName"),
-    (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.request"),
-    (names.RBAC_GROUP, "RoleBinding", "roleRef"),
-    (names.EVENTS_GROUP, "Event", "eventTime"),
-    ("apps", "Deployment", "spec.selector"),
-    ("apps", "Deployment", "spec.template"),
-])
+@pytest.mark.parametrize(
+    "group,kind,path",
+    [
+        ("", "Pod", "spec.containers"),
+        ("", "Pod", "spec.containers.name"),
+        ("", "Pod", "spec.volumes.name"),
+        ("", "Pod", "spec.containers.ports.containerPort"),
+        ("", "Pod", "status.containerStatuses.ready"),
+        ("", "Service", "spec.ports.port"),
+        ("", "Node", "status.nodeInfo.machineID"),
+        (names.DISCOVERY_GROUP, "EndpointSlice", "addressType"),
+        (names.DISCOVERY_GROUP, "EndpointSlice", "endpoints"),
+        (names.NETWORKING_GROUP, "Ingress", "spec.rules.http.paths.pathType"),
+        (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.signerName"),
+        (names.CERTIFICATES_GROUP, "CertificateSigningRequest", "spec.request"),
+        (names.RBAC_GROUP, "RoleBinding", "roleRef"),
+        (names.EVENTS_GROUP, "Event", "eventTime"),
+        ("apps", "Deployment", "spec.selector"),
+        ("apps", "Deployment", "spec.template"),
+    ],
+)
 def test_required_fields(group, kind, path):
     assert resolve_field(schema_for(group, "v1", kind), path).required
 
 
-@pytest.mark.parametrize("group,kind,path", [
-    ("", "Pod", "spec"), ("", "Pod", "metadata"), ("", "Pod", "spec.containers.image"),
-    ("", "Service", "spec.ports.targetPort"), (names.RBAC_GROUP, "Role", "rules"),
-    (names.EVENTS_GROUP, "Event", "metadata"), (names.DISCOVERY_GROUP, "EndpointSlice", "ports"),
-])
+@pytest.mark.parametrize(
+    "group,kind,path",
+    [
+        ("", "Pod", "spec"),
+        ("", "Pod", "metadata"),
+        ("", "Pod", "spec.containers.image"),
+        ("", "Service", "spec.ports.targetPort"),
+        (names.RBAC_GROUP, "Role", "rules"),
+        (names.EVENTS_GROUP, "Event", "metadata"),
+        (names.DISCOVERY_GROUP, "EndpointSlice", "ports"),
+    ],
+)
 def test_optional_fields(group, kind, path):
     assert not resolve_field(schema_for(group, "v1", kind), path).required

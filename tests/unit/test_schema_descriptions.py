@@ -33,47 +33,41 @@ COORDINATION = "io.k8s.api.coordination.v1"
 EXPLAINED: dict[str, dict[str, str]] = {
     f"{META}.ObjectMeta": {
         "name": "Name unique within a namespace (or within the cluster for cluster-scoped kinds). Required "
-                "when creating, unless generateName is used. Cannot be updated.",
+        "when creating, unless generateName is used. Cannot be updated.",
         "generateName": "A prefix the server uses to generate a unique name when name is empty; a random "
-                        "suffix is appended.",
+        "suffix is appended.",
         "namespace": "The namespace the object lives in; empty means the default namespace for namespaced "
-                     "kinds. Cannot be updated.",
+        "kinds. Cannot be updated.",
         "selfLink": "Deprecated and always empty.",
         "uid": "A value unique in time and space for this object, set by the server on create. Read-only.",
         "resourceVersion": "An opaque value identifying the stored version of the object, used for "
-                           "optimistic concurrency and for watches. Clients must not parse it.",
+        "optimistic concurrency and for watches. Clients must not parse it.",
         "generation": "A sequence number for the desired state, set by the server. Read-only.",
         "creationTimestamp": "When the server created the object (RFC 3339, UTC). Read-only.",
         "deletionTimestamp": "When the object will be deleted, set by the server when deletion is requested "
-                             "and finalizers or a grace period hold it. Read-only.",
+        "and finalizers or a grace period hold it. Read-only.",
         "deletionGracePeriodSeconds": "Seconds the object is given to terminate gracefully before it is "
-                                      "removed. Read-only.",
+        "removed. Read-only.",
         "labels": "String keys and values used to organise and select objects.",
-        "annotations": "String keys and values for arbitrary non-identifying data, kept by tools and "
-                       "controllers.",
-        "ownerReferences": "Objects this object depends on; when all owners are gone the garbage collector "
-                           "deletes it.",
+        "annotations": "String keys and values for arbitrary non-identifying data, kept by tools and controllers.",
+        "ownerReferences": "Objects this object depends on; when all owners are gone the garbage collector deletes it.",
         "finalizers": "Names that must each be removed before the object is deleted from storage.",
         "managedFields": "Which manager owns which fields (server-side apply); maintained by the server.",
     },
     f"{META}.ListMeta": {
         "resourceVersion": "The version of the list, for a following watch.",
-        "continue": "Set when more items are available: pass it as the continue parameter to get the next "
-                    "page.",
+        "continue": "Set when more items are available: pass it as the continue parameter to get the next page.",
         "remainingItemCount": "How many items follow this page, when known.",
     },
     f"{CORE}.PodSpec": {
         "volumes": "Volumes the pod's containers may mount.",
-        "initContainers": "Containers run one after another, each to completion, before the main containers "
-                          "start.",
-        "containers": "The containers of the pod. At least one is required; the list cannot change after "
-                      "creation.",
+        "initContainers": "Containers run one after another, each to completion, before the main containers start.",
+        "containers": "The containers of the pod. At least one is required; the list cannot change after creation.",
         "ephemeralContainers": "Debugging containers added to a running pod.",
         "restartPolicy": "When containers of the pod are restarted. Defaults to Always.",
         "terminationGracePeriodSeconds": "Seconds given to the pod to stop after a termination signal before"
-                                         " it is killed. Defaults to 30.",
-        "activeDeadlineSeconds": "Seconds the pod may be active, counted from its start, before the system "
-                                 "fails it.",
+        " it is killed. Defaults to 30.",
+        "activeDeadlineSeconds": "Seconds the pod may be active, counted from its start, before the system fails it.",
         "dnsPolicy": "How the pod's DNS is set up. Defaults to ClusterFirst.",
         "nodeSelector": "Labels a node must carry for the pod to be scheduled to it.",
         "serviceAccountName": "The service account the pod runs as.",
@@ -105,11 +99,11 @@ EXPLAINED: dict[str, dict[str, str]] = {
         "name": "Name of the container, unique within the pod (a DNS label). Cannot be updated.",
         "image": "Container image name.",
         "command": "Entrypoint array, run without a shell. Replaces the image's ENTRYPOINT; $(VAR) "
-                   "references to the container's environment are expanded.",
+        "references to the container's environment are expanded.",
         "args": "Arguments to the entrypoint. Replace the image's CMD; $(VAR) references are expanded.",
         "workingDir": "The container's working directory; defaults to the image's.",
         "ports": "Ports the container exposes. Informational: any port the container listens on is "
-                 "reachable. Cannot be updated.",
+        "reachable. Cannot be updated.",
         "envFrom": "Sources whose keys become environment variables.",
         "env": "Environment variables set in the container.",
         "resources": "Compute resources the container requests and is limited to.",
@@ -117,15 +111,14 @@ EXPLAINED: dict[str, dict[str, str]] = {
         "volumeMounts": "Pod volumes mounted into the container's filesystem.",
         "volumeDevices": "Block devices the container uses.",
         "livenessProbe": "Periodic check of container liveness; the container restarts when it fails.",
-        "readinessProbe": "Periodic check of container readiness; the pod leaves service endpoints while it "
-                          "fails.",
+        "readinessProbe": "Periodic check of container readiness; the pod leaves service endpoints while it fails.",
         "startupProbe": "Check that must succeed once before the other probes start.",
         "lifecycle": "Actions the system takes on container start and stop.",
         "terminationMessagePath": "File the container writes its termination message to. Defaults to "
-                                  "/dev/termination-log.",
+        "/dev/termination-log.",
         "terminationMessagePolicy": "How the termination message is filled in. Defaults to File.",
         "imagePullPolicy": "When the image is pulled. Defaults to Always for the :latest tag or no tag, "
-                           "IfNotPresent otherwise.",
+        "IfNotPresent otherwise.",
         "securityContext": "Security options the container runs with.",
         "stdin": "Allocate a buffer for stdin in the container runtime.",
         "stdinOnce": "Close stdin after the first attach disconnects.",
@@ -163,14 +156,14 @@ EXPLAINED: dict[str, dict[str, str]] = {
     f"{APPS}.DeploymentSpec": {
         "replicas": "Number of desired pods. Defaults to 1.",
         "selector": "Label selector for the pods the deployment manages; must match the template's labels. "
-                    "Cannot be changed.",
+        "Cannot be changed.",
         "template": "The pod template new pods are created from.",
         "strategy": "How existing pods are replaced by new ones.",
         "minReadySeconds": "Seconds a new pod must be ready, without crashing, to count as available.",
         "revisionHistoryLimit": "Number of old replica sets kept for rollback. Defaults to 10.",
         "paused": "Pause the deployment's rollouts.",
         "progressDeadlineSeconds": "Seconds a rollout may make no progress before it is reported failed. "
-                                   "Defaults to 600.",
+        "Defaults to 600.",
     },
     f"{APPS}.DeploymentStrategy": {
         "type": "The kind of rollout: Recreate or RollingUpdate (the default).",
@@ -178,9 +171,8 @@ EXPLAINED: dict[str, dict[str, str]] = {
     },
     f"{APPS}.RollingUpdateDeployment": {
         "maxUnavailable": "Pods that may be unavailable during the update, as a number or a percentage of "
-                          "desired pods. Defaults to 25%.",
-        "maxSurge": "Pods that may be created above the desired number, as a number or a percentage. "
-                    "Defaults to 25%.",
+        "desired pods. Defaults to 25%.",
+        "maxSurge": "Pods that may be created above the desired number, as a number or a percentage. Defaults to 25%.",
     },
     f"{CORE}.PodTemplateSpec": {
         "metadata": "Metadata of the pods created from the template.",
@@ -189,10 +181,8 @@ EXPLAINED: dict[str, dict[str, str]] = {
     f"{CORE}.ServiceSpec": {
         "ports": "The ports the service exposes.",
         "selector": "Labels of the pods traffic is routed to.",
-        "clusterIP": "The service's virtual IP, allocated by the server unless given; None makes a headless "
-                     "service.",
-        "type": "How the service is exposed: ClusterIP (the default), NodePort, LoadBalancer or "
-                "ExternalName.",
+        "clusterIP": "The service's virtual IP, allocated by the server unless given; None makes a headless service.",
+        "type": "How the service is exposed: ClusterIP (the default), NodePort, LoadBalancer or ExternalName.",
         "sessionAffinity": "ClientIP keeps a client on one endpoint. Defaults to None.",
     },
     f"{CORE}.ServicePort": {

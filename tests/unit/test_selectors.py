@@ -121,7 +121,12 @@ def test_parse_and_print(text, canonical):
         ("x<", "unable to parse requirement: for 'Gt', 'Lt' operators, the value must be an integer: \"\"", "", 2),
         ("a=b,-bad=c", 'unable to parse requirement: invalid label key "-bad": name part must consist of', "-bad", 4),
         ("a/b/c", 'unable to parse requirement: invalid label key "a/b/c": a qualified name must consist', "a/b/c", 0),
-        ("Bad.Prefix/x", 'invalid label key "Bad.Prefix/x": prefix part a lowercase RFC 1123 subdomain', "Bad.Prefix/x", 0),
+        (
+            "Bad.Prefix/x",
+            'invalid label key "Bad.Prefix/x": prefix part a lowercase RFC 1123 subdomain',
+            "Bad.Prefix/x",
+            0,
+        ),
         ("k" * 64, f'invalid label key "{"k" * 64}": name part must be no more than 63 characters', "k" * 64, 0),
         ("x=-a", 'unable to parse requirement: invalid label value "-a" for key "x": a valid label must be', "-a", 2),
         ("x in (ok, bad_)", 'invalid label value "bad_" for key "x"', "bad_", 10),
@@ -363,9 +368,7 @@ def test_from_dict_validation(d, messages):
 
 
 def test_validate_label_selector_prefixes_the_path():
-    errs = validate_label_selector(
-        {"matchExpressions": [{"key": "a", "operator": "In"}]}, "spec.selector"
-    )
+    errs = validate_label_selector({"matchExpressions": [{"key": "a", "operator": "In"}]}, "spec.selector")
     assert [e.field for e in errs] == ["spec.selector.matchExpressions[0].values"]
     assert [e.type for e in errs] == ["FieldValueRequired"]
     assert validate_label_selector(None, "spec.selector") == []
@@ -393,8 +396,11 @@ def test_validate_label_selector_prefixes_the_path():
         (r"a=\=\=", r"a=\=\=", [("a", "=", "==")]),
         ("a=b c", "a=b c", [("a", "=", "b c")]),
         ("a =b", "a =b", [("a ", "=", "b")]),
-        ("status.phase!=Running,status.phase!=Pending", "status.phase!=Pending,status.phase!=Running",
-         [("status.phase", "!=", "Pending"), ("status.phase", "!=", "Running")]),
+        (
+            "status.phase!=Running,status.phase!=Pending",
+            "status.phase!=Pending,status.phase!=Running",
+            [("status.phase", "!=", "Pending"), ("status.phase", "!=", "Running")],
+        ),
     ],
 )
 def test_field_selector_parse(text, canonical, reqs):
@@ -409,7 +415,12 @@ def test_field_selector_parse(text, canonical, reqs):
     "text, message, token, position",
     [
         ("a", "invalid field selector \"a\": expected a '=', '==' or '!=' operator in term \"a\"", "a", 0),
-        ("x=1,abc", "invalid field selector \"x=1,abc\": expected a '=', '==' or '!=' operator in term \"abc\"", "abc", 4),
+        (
+            "x=1,abc",
+            "invalid field selector \"x=1,abc\": expected a '=', '==' or '!=' operator in term \"abc\"",
+            "abc",
+            4,
+        ),
         ("a=b=c", "invalid field selector: unescaped character in value: '='", "=", 3),
         ("a==b=c", "invalid field selector: unescaped character in value: '='", "=", 4),
         ("x=1,a!=b=c", "invalid field selector: unescaped character in value: '='", "=", 8),
@@ -494,8 +505,9 @@ def _specs(draw):
     generated labels actually hit and miss the requirements."""
     keys = draw(st.lists(_key, min_size=1, max_size=4, unique=True))
     values = draw(st.lists(_value, min_size=1, max_size=4, unique=True))
-    ops = st.sampled_from([EQUALS, DOUBLE_EQUALS, NOT_EQUALS, IN, NOT_IN, EXISTS, DOES_NOT_EXIST,
-                           GREATER_THAN, LESS_THAN])
+    ops = st.sampled_from(
+        [EQUALS, DOUBLE_EQUALS, NOT_EQUALS, IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GREATER_THAN, LESS_THAN]
+    )
     specs = []
     for _ in range(draw(st.integers(0, 5))):
         key, op = draw(st.sampled_from(keys)), draw(ops)
@@ -548,8 +560,10 @@ def _reference_match(specs, labels) -> bool:
         elif op == DOES_NOT_EXIST:
             ok = not present
         else:
-            ok = present and have.isdigit() and (
-                int(have) > int(vals[0]) if op == GREATER_THAN else int(have) < int(vals[0])
+            ok = (
+                present
+                and have.isdigit()
+                and (int(have) > int(vals[0]) if op == GREATER_THAN else int(have) < int(vals[0]))
             )
         if not ok:
             return False
@@ -582,11 +596,7 @@ def test_label_selector_round_trip_and_matching(data):
 def test_structured_selector_agrees_with_its_string_form(data):
     specs, labels = data.draw(_specs())
     structured_ops = {IN: "In", NOT_IN: "NotIn", EXISTS: "Exists", DOES_NOT_EXIST: "DoesNotExist"}
-    exprs = [
-        {"key": k, "operator": structured_ops[op], "values": vs}
-        for k, op, vs in specs
-        if op in structured_ops
-    ]
+    exprs = [{"key": k, "operator": structured_ops[op], "values": vs} for k, op, vs in specs if op in structured_ops]
     match_labels = data.draw(st.dictionaries(st.sampled_from([k for k, _, _ in specs] or ["k"]), _value))
     sel = label_selector_from_dict({"matchLabels": match_labels, "matchExpressions": exprs})
     assert parse_label_selector(str(sel)) == sel
@@ -605,9 +615,7 @@ _field_value = st.text(alphabet="ab ,=\\!-.é", max_size=8)
 def test_field_selector_round_trip_and_matching(data):
     fields = data.draw(st.lists(_field, min_size=1, max_size=3, unique=True))
     terms = data.draw(
-        st.lists(
-            st.tuples(st.sampled_from(fields), st.sampled_from(["=", "==", "!="]), _field_value), max_size=4
-        )
+        st.lists(st.tuples(st.sampled_from(fields), st.sampled_from(["=", "==", "!="]), _field_value), max_size=4)
     )
     text = ",".join(f"{f}{op}{escape_field_value(v)}" for f, op, v in terms)
     sel = parse_field_selector(text)
@@ -620,9 +628,7 @@ def test_field_selector_round_trip_and_matching(data):
 
     values = [v for _, _, v in terms] + ["", "a"]
     obj = data.draw(st.dictionaries(st.sampled_from(fields), st.sampled_from(values)))
-    reference = all(
-        (obj.get(f, "") == v) if op in ("=", "==") else (obj.get(f, "") != v) for f, op, v in terms
-    )
+    reference = all((obj.get(f, "") == v) if op in ("=", "==") else (obj.get(f, "") != v) for f, op, v in terms)
     assert sel.matches(obj) is reference
 
     # The first "=" term in printed (canonical) order decides, as upstream's andTerm.

@@ -21,8 +21,14 @@ def test_failure_status_shape():
 
 def test_success_status_shape():
     s = st.success_status({"name": "web", "kind": "pods", "uid": "u-1"})
-    assert s == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                 "details": {"name": "web", "kind": "pods", "uid": "u-1"}, "code": 200}
+    assert s == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": "web", "kind": "pods", "uid": "u-1"},
+        "code": 200,
+    }
     assert "message" not in st.success_status() and "reason" not in st.success_status()
 
 
@@ -42,8 +48,10 @@ def test_already_exists():
 def test_conflict_default_and_custom_detail():
     e = st.conflict("pods", "web")
     assert (e.code, e.reason) == (409, "Conflict")
-    assert e.message == ('Operation cannot be fulfilled on pods "web": the object has been modified; '
-                         "please apply your changes to the latest version and try again")
+    assert e.message == (
+        'Operation cannot be fulfilled on pods "web": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
     e = st.conflict("leases", "n1", "coordination.orch.io", detail="precondition failed")
     assert e.message == 'Operation cannot be fulfilled on leases.coordination.orch.io "n1": precondition failed'
 
@@ -60,12 +68,13 @@ def test_invalid_one_cause():
 def test_invalid_several_causes_in_a_group():
     causes = [
         {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.selector"},
-        {"reason": "FieldValueInvalid", "message": 'Invalid value: -1: must be >= 0',
-         "field": "spec.replicas"},
+        {"reason": "FieldValueInvalid", "message": "Invalid value: -1: must be >= 0", "field": "spec.replicas"},
     ]
     e = st.invalid("Deployment", "web", causes, group="apps")
-    assert e.message == ('Deployment.apps "web" is invalid: [spec.selector: Required value, '
-                         'spec.replicas: Invalid value: -1: must be >= 0]')
+    assert e.message == (
+        'Deployment.apps "web" is invalid: [spec.selector: Required value, '
+        "spec.replicas: Invalid value: -1: must be >= 0]"
+    )
     details = e.to_status()["details"]
     assert details["group"] == "apps" and details["kind"] == "Deployment"
     assert [c["field"] for c in details["causes"]] == ["spec.selector", "spec.replicas"]
@@ -81,20 +90,23 @@ def test_invalid_cause_without_field_and_no_causes():
     assert "causes" not in e.to_status()["details"]
 
 
-@pytest.mark.parametrize("error, code, reason", [
-    (st.bad_request("bad"), 400, "BadRequest"),
-    (st.unauthorized(), 401, "Unauthorized"),
-    (st.forbidden_plain("no"), 403, "Forbidden"),
-    (st.method_not_allowed(), 405, "MethodNotAllowed"),
-    (st.not_acceptable("no"), 406, "NotAcceptable"),
-    (st.gone("too old resource version: 1 (5)"), 410, "Expired"),
-    (st.request_entity_too_large("big"), 413, "RequestEntityTooLarge"),
-    (st.unsupported_media_type("no"), 415, "UnsupportedMediaType"),
-    (st.too_many_requests("slow down", 3), 429, "TooManyRequests"),
-    (st.internal("boom"), 500, "InternalError"),
-    (st.service_unavailable("later"), 503, "ServiceUnavailable"),
-    (st.timeout("slow"), 504, "Timeout"),
-])
+@pytest.mark.parametrize(
+    "error, code, reason",
+    [
+        (st.bad_request("bad"), 400, "BadRequest"),
+        (st.unauthorized(), 401, "Unauthorized"),
+        (st.forbidden_plain("no"), 403, "Forbidden"),
+        (st.method_not_allowed(), 405, "MethodNotAllowed"),
+        (st.not_acceptable("no"), 406, "NotAcceptable"),
+        (st.gone("too old resource version: 1 (5)"), 410, "Expired"),
+        (st.request_entity_too_large("big"), 413, "RequestEntityTooLarge"),
+        (st.unsupported_media_type("no"), 415, "UnsupportedMediaType"),
+        (st.too_many_requests("slow down", 3), 429, "TooManyRequests"),
+        (st.internal("boom"), 500, "InternalError"),
+        (st.service_unavailable("later"), 503, "ServiceUnavailable"),
+        (st.timeout("slow"), 504, "Timeout"),
+    ],
+)
 def test_every_constructor_has_its_code_and_reason(error, code, reason):
     s = error.to_status()
     assert (s["code"], s["reason"], s["status"]) == (code, reason, "Failure")

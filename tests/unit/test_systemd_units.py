@@ -31,15 +31,21 @@ UNITS = {"orch-apiserver.service": "orch-apiserver", "orch-agent.service": "orch
 def systemd_analyze() -> str:
     path = shutil.which("systemd-analyze")
     if path is None:
-        pytest.skip("systemd-analyze is not installed (Debian package 'systemd'); the unit files "
-                    "cannot be verified here")
+        pytest.skip(
+            "systemd-analyze is not installed (Debian package 'systemd'); the unit files cannot be verified here"
+        )
     return path
 
 
 def verify(unit: Path) -> None:
-    r = subprocess.run([systemd_analyze(), "verify", "--man=no", str(unit)], capture_output=True,
-                       text=True, timeout=120, stdin=subprocess.DEVNULL,
-                       env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""})
+    r = subprocess.run(
+        [systemd_analyze(), "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""},
+    )
     # Lines about other units (a distribution's own files) are not ours to fix.
     ours = [line for line in r.stderr.splitlines() if unit.name in line or str(unit.parent) in line]
     assert r.returncode == 0 and not ours, f"systemd-analyze verify {unit}:\n{r.stderr}"
@@ -143,6 +149,13 @@ def test_agent_environment_file_matches_the_unit():
     assert parsed.values["config"] == "/etc/orch/agent/config.yaml"
     # The installed config is the example next to the env file.
     example = env.parent / "config.yaml"
-    cfg = build_config(parse_args([a if not a.startswith("--config=") else f"--config={example}" for a in args
-                                   if not a.startswith("--lock-file=") and a != "--exit-on-lock-contention"]))
+    cfg = build_config(
+        parse_args(
+            [
+                a if not a.startswith("--config=") else f"--config={example}"
+                for a in args
+                if not a.startswith("--lock-file=") and a != "--exit-on-lock-contention"
+            ]
+        )
+    )
     assert cfg.container_runtime_endpoint.startswith("unix://")

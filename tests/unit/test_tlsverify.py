@@ -18,36 +18,60 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from apiserver_min.api import tlsverify
+from apiserver_min.api.tlsverify import (
+    CaBundle,
+    CertificateError,
+    ClientCertificateVerifier,
+    peer_certificates,
+    request_client_certificates,
+    verify_chain,
+)
+from apiserver_min.api.user import UserInfo
 from apiserver_min.authn.authenticator import ANONYMOUS, Unauthorized
 from apiserver_min.authn.bearer import AudienceAgnostic, BearerTokenAuthenticator
+from apiserver_min.authn.tokens import StaticTokens, parse_token_csv
 from apiserver_min.authn.union import AuthenticationChain
 from apiserver_min.authn.x509 import X509Authenticator, user_from_certificate
-from apiserver_min.api.tlsverify import (CaBundle, CertificateError, ClientCertificateVerifier, peer_certificates,
-    request_client_certificates, verify_chain)
-from apiserver_min.authn.tokens import StaticTokens, parse_token_csv
-from apiserver_min.api.user import UserInfo
 
 NOW = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
 DAY = _dt.timedelta(days=1)
 
 
 def name(cn: str, *orgs: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-                     + ([x509.NameAttribute(NameOID.COMMON_NAME, cn)] if cn else []))
+    return x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+        + ([x509.NameAttribute(NameOID.COMMON_NAME, cn)] if cn else [])
+    )
 
 
-def make_ca(cn="test-ca", key=None, issuer=None, *, path_length=None, ca=True, key_cert_sign=True,
-            not_before=NOW - DAY, not_after=NOW + 30 * DAY, eku=None):
+def make_ca(
+    cn="test-ca",
+    key=None,
+    issuer=None,
+    *,
+    path_length=None,
+    ca=True,
+    key_cert_sign=True,
+    not_before=NOW - DAY,
+    not_after=NOW + 30 * DAY,
+    eku=None,
+):
     """A CA certificate: self-signed, or signed by ``issuer`` = (cert, key)."""
     key = key or ec.generate_private_key(ec.SECP256R1())
-    b = (x509.CertificateBuilder().subject_name(name(cn))
-         .issuer_name(issuer[0].subject if issuer else name(cn))
-         .public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(not_before).not_valid_after(not_after)
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=path_length if ca else None), critical=True)
-         .add_extension(x509.KeyUsage(True, False, False, False, False, key_cert_sign, key_cert_sign, False, False),
-                        critical=True)
-         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(name(cn))
+        .issuer_name(issuer[0].subject if issuer else name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=path_length if ca else None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, key_cert_sign, key_cert_sign, False, False), critical=True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
     if eku is not None:
         b = b.add_extension(x509.ExtendedKeyUsage(eku), critical=False)
     signer = issuer[1] if issuer else key
@@ -55,14 +79,30 @@ def make_ca(cn="test-ca", key=None, issuer=None, *, path_length=None, ca=True, k
     return b.sign(signer, algo), key
 
 
-def make_leaf(issuer, cn="jane", orgs=("devs",), *, eku=(ExtendedKeyUsageOID.CLIENT_AUTH,), ku="sign",
-              ca=False, not_before=NOW - DAY, not_after=NOW + 10 * DAY, critical_unknown=False):
+def make_leaf(
+    issuer,
+    cn="jane",
+    orgs=("devs",),
+    *,
+    eku=(ExtendedKeyUsageOID.CLIENT_AUTH,),
+    ku="sign",
+    ca=False,
+    not_before=NOW - DAY,
+    not_after=NOW + 10 * DAY,
+    critical_unknown=False,
+):
     key = ec.generate_private_key(ec.SECP256R1())
-    b = (x509.CertificateBuilder().subject_name(name(cn, *orgs)).issuer_name(issuer[0].subject)
-         .public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(not_before).not_valid_after(not_after)
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()), critical=False))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(name(cn, *orgs))
+        .issuer_name(issuer[0].subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()), critical=False)
+    )
     if ku == "sign":
         b = b.add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
     elif ku == "no-signature":
@@ -70,8 +110,9 @@ def make_leaf(issuer, cn="jane", orgs=("devs",), *, eku=(ExtendedKeyUsageOID.CLI
     if eku is not None:
         b = b.add_extension(x509.ExtendedKeyUsage(list(eku)), critical=False)
     if critical_unknown:
-        b = b.add_extension(x509.UnrecognizedExtension(x509.ObjectIdentifier("1.3.6.1.4.1.99999.1"), b"\x05\x00"),
-                            critical=True)
+        b = b.add_extension(
+            x509.UnrecognizedExtension(x509.ObjectIdentifier("1.3.6.1.4.1.99999.1"), b"\x05\x00"), critical=True
+        )
     algo = None if isinstance(issuer[1], ed25519.Ed25519PrivateKey) else hashes.SHA256()
     return b.sign(issuer[1], algo), key
 
@@ -91,8 +132,16 @@ def ca():
 
 # --- chain verification ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key", [ec.generate_private_key(ec.SECP384R1()), rsa.generate_private_key(65537, 2048),
-                                 ed25519.Ed25519PrivateKey.generate()], ids=["ecdsa", "rsa-pkcs1v15", "ed25519"])
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        ec.generate_private_key(ec.SECP384R1()),
+        rsa.generate_private_key(65537, 2048),
+        ed25519.Ed25519PrivateKey.generate(),
+    ],
+    ids=["ecdsa", "rsa-pkcs1v15", "ed25519"],
+)
 def test_valid_certificate_for_each_ca_key_type(key):
     issuer = make_ca("ca-" + type(key).__name__, key)
     leaf, _ = make_leaf(issuer, "jane", ("devs", "ops"))
@@ -147,8 +196,10 @@ def test_usages_and_ca_certificates(ca):
     with pytest.raises(CertificateError, match="unhandled critical extension 1.3.6.1.4.1.99999.1"):
         verify_chain(der(make_leaf(ca, critical_unknown=True)[0]), bundle)
     # No usage extensions at all, or "any": fine (upstream checks only what is there).
-    for leaf in (make_leaf(ca, eku=None, ku=None)[0],
-                 make_leaf(ca, eku=(ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE,))[0]):
+    for leaf in (
+        make_leaf(ca, eku=None, ku=None)[0],
+        make_leaf(ca, eku=(ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE,))[0],
+    ):
         assert verify_chain(der(leaf), bundle).certificate == leaf
     with pytest.raises(CertificateError, match="unreadable client certificate"):
         verify_chain(b"\x30\x03\x02\x01\x00", bundle)
@@ -184,6 +235,7 @@ def test_intermediates(ca):
 
 
 # --- the verifier: bundle file and cache ---------------------------------------------------------
+
 
 class Clock:
     def __init__(self):
@@ -243,11 +295,12 @@ def test_verifier_reads_the_bundle_lazily_and_follows_changes(tmp_path, ca, capl
 
 # --- the handshake --------------------------------------------------------------------------------
 
+
 def _write(tmp_path, stem: str, cert: x509.Certificate, key) -> tuple[str, str]:
     (tmp_path / f"{stem}.crt").write_bytes(pem(cert))
-    (tmp_path / f"{stem}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                             serialization.PrivateFormat.PKCS8,
-                                                             serialization.NoEncryption()))
+    (tmp_path / f"{stem}.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return str(tmp_path / f"{stem}.crt"), str(tmp_path / f"{stem}.key")
 
 
@@ -297,8 +350,7 @@ def tls(tmp_path, ca):
     client.check_hostname = False
     client.verify_mode = ssl.CERT_NONE
     client.load_cert_chain(*_write(tmp_path, "client", client_cert, client_key))
-    return types.SimpleNamespace(server_ctx=server_ctx, client=client, client_cert=client_cert,
-                                 ca_file=str(ca_file))
+    return types.SimpleNamespace(server_ctx=server_ctx, client=client, client_cert=client_cert, ca_file=str(ca_file))
 
 
 def test_handshake_accepts_any_client_certificate_and_the_authenticator_refuses_it(tls):
@@ -339,6 +391,7 @@ def test_fallback_when_the_pointer_does_not_answer(tls, monkeypatch):
 
             def no_write(*args):
                 raise AssertionError("must not write")
+
             self.set_verify = no_write
 
     monkeypatch.setattr(tlsverify, "_LibSsl", Lying)
@@ -350,6 +403,7 @@ def test_fallback_when_the_pointer_does_not_answer(tls, monkeypatch):
 
 # --- the authenticator ----------------------------------------------------------------------------
 
+
 class FakeRequest:
     def __init__(self, cert: x509.Certificate | None = None, authorization: str | None = None):
         self.cert = cert
@@ -358,15 +412,18 @@ class FakeRequest:
 
 def _authenticator(tmp_path, ca) -> X509Authenticator:
     (tmp_path / "bundle.crt").write_bytes(pem(ca[0]))
-    return X509Authenticator(ClientCertificateVerifier(str(tmp_path / "bundle.crt")),
-                             peer=lambda r: (der(r.cert), ()) if r.cert is not None else None)
+    return X509Authenticator(
+        ClientCertificateVerifier(str(tmp_path / "bundle.crt")),
+        peer=lambda r: (der(r.cert), ()) if r.cert is not None else None,
+    )
 
 
 async def test_authenticator_users_and_401s(tmp_path, ca):
     x = _authenticator(tmp_path, ca)
     jane, _ = make_leaf(ca, "jane", ("system:masters", "ops"))
     assert await x.authenticate(FakeRequest(jane)) == UserInfo(
-        "jane", groups=("system:masters", "ops", "system:authenticated"))
+        "jane", groups=("system:masters", "ops", "system:authenticated")
+    )
     assert await x.authenticate(FakeRequest(jane)) is await x.authenticate(FakeRequest(jane))
     assert await x.authenticate(FakeRequest()) is None
     assert await x.authenticate(FakeRequest(make_leaf(ca, "", ("only-org",))[0])) is None  # no CN: no opinion

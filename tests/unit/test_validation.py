@@ -160,15 +160,14 @@ def test_qualified_name_invalid(key, expected):
     if expected is None:
         assert len(errs) == 1
         assert errs[0].startswith("a qualified name must consist of alphanumeric characters")
-        assert errs[0].endswith(
-            "with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        )
+        assert errs[0].endswith("with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')")
     else:
         assert errs == expected
 
 
-@pytest.mark.parametrize("value", ["", "simple", "now-with-dashes", "1-starts-with-num", "end-with-num-1",
-                                   "1234", "A", "a_b.c-d", "a" * 63])
+@pytest.mark.parametrize(
+    "value", ["", "simple", "now-with-dashes", "1-starts-with-num", "end-with-num-1", "1234", "A", "a_b.c-d", "a" * 63]
+)
 def test_label_value_valid(value):
     assert v.is_valid_label_value(value) == []
 
@@ -217,7 +216,7 @@ def test_path_segment_name(name, expected):
 def test_field_error_message_matches_upstream_example():
     errs = v.validate_object_name("Foo_bar", "metadata.name")
     assert [e.message() for e in errs] == [
-        "metadata.name: Invalid value: \"Foo_bar\": a lowercase RFC 1123 subdomain must consist of lower "
+        'metadata.name: Invalid value: "Foo_bar": a lowercase RFC 1123 subdomain must consist of lower '
         "case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
         "(e.g. 'example.com', regex used for validation is "
         "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
@@ -246,7 +245,10 @@ def test_field_error_message_matches_upstream_example():
         (FieldError.invalid("spec.opt", None, "bad"), "spec.opt: Invalid value: null: bad"),
         (FieldError.invalid("spec.f", 1.5, "bad"), "spec.f: Invalid value: 1.5: bad"),
         (FieldError.invalid("spec.l", ["a", 1], "bad"), 'spec.l: Invalid value: ["a",1]: bad'),
-        (FieldError.type_invalid("spec.n", "x", "must be an integer"), 'spec.n: Invalid value: "x": must be an integer'),
+        (
+            FieldError.type_invalid("spec.n", "x", "must be an integer"),
+            'spec.n: Invalid value: "x": must be an integer',
+        ),
         (FieldError.invalid("spec.s", 'q"\\\n\x01é\u200b', ""), 'spec.s: Invalid value: "q\\"\\\\\\n\\x01é\\u200b"'),
     ],
 )
@@ -441,12 +443,7 @@ def test_prefixed_keys_are_valid_label_and_annotation_keys(prefix, name):
 @given(st.text(max_size=20))
 def test_checks_agree_with_a_direct_reading_of_the_rules(s):
     lower_alnum = set("abcdefghijklmnopqrstuvwxyz0123456789")
-    is_label = (
-        0 < len(s) <= 63
-        and set(s) <= lower_alnum | {"-"}
-        and s[0] in lower_alnum
-        and s[-1] in lower_alnum
-    )
+    is_label = 0 < len(s) <= 63 and set(s) <= lower_alnum | {"-"} and s[0] in lower_alnum and s[-1] in lower_alnum
     assert (v.is_dns1123_label(s) == []) is is_label
     parts = s.split(".")
     is_sub = len(s.encode()) <= 253 and all(
@@ -454,17 +451,20 @@ def test_checks_agree_with_a_direct_reading_of_the_rules(s):
     )
     assert (v.is_dns1123_subdomain(s) == []) is is_sub
     alnum = lower_alnum | set("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    is_value = s == "" or (
-        len(s) <= 63 and set(s) <= alnum | set("-_.") and s[0] in alnum and s[-1] in alnum
-    )
+    is_value = s == "" or (len(s) <= 63 and set(s) <= alnum | set("-_.") and s[0] in alnum and s[-1] in alnum)
     assert (v.is_valid_label_value(s) == []) is is_value
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet="aZ9-_./é", max_size=12))
 def test_invalid_inputs_always_explain_themselves(s):
-    for check in (v.is_dns1123_subdomain, v.is_dns1123_label, v.is_dns1035_label, v.is_qualified_name,
-                  v.is_valid_label_value):
+    for check in (
+        v.is_dns1123_subdomain,
+        v.is_dns1123_label,
+        v.is_dns1035_label,
+        v.is_qualified_name,
+        v.is_valid_label_value,
+    ):
         errs = check(s)
         assert all(isinstance(m, str) and m for m in errs)
     for err in v.validate_labels({s: s}, "metadata.labels"):

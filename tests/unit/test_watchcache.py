@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
+from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.selectors import parse_label_selector
-from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.storage.cacher import ResourceCache, Watcher, WatcherClosed
 from apiserver_min.storage.interface import Event, KeyValue
 
@@ -15,8 +15,9 @@ PREFIX = "/pods/"
 
 
 def pod(ns: str, name: str, labels=None) -> bytes:
-    return encode_for_storage({"apiVersion": "v1", "kind": "Pod",
-                               "metadata": {"name": name, "namespace": ns, "labels": labels or {}}})
+    return encode_for_storage(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels or {}}}
+    )
 
 
 def put(cache: ResourceCache, ns: str, name: str, rev: int, labels=None):
@@ -99,6 +100,7 @@ async def test_cancelling_a_waiting_reader_is_a_cancellation_not_a_timeout():
 
 def test_a_watcher_that_falls_behind_is_closed(monkeypatch):
     import apiserver_min.storage.cacher as wc
+
     monkeypatch.setattr(wc, "WATCHER_QUEUE", 3)
     c = ResourceCache(PODS, PREFIX)
     w = Watcher(c, None, None, None)

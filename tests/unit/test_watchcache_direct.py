@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.selectors import parse_label_selector
-from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.storage.cacher import FELL_BEHIND, ResourceCache, Watcher, WatcherClosed, chunked_transport_sink
 from apiserver_min.storage.interface import Event, KeyValue
 
@@ -17,9 +17,13 @@ PREFIX = "/pods/"
 
 
 def put(cache: ResourceCache, ns: str, name: str, rev: int, labels=None, pad: int = 0):
-    raw = encode_for_storage({"apiVersion": "v1", "kind": "Pod",
-                              "metadata": {"name": name, "namespace": ns, "labels": labels or {},
-                                           "annotations": {"pad": "p" * pad}}})
+    raw = encode_for_storage(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels or {}, "annotations": {"pad": "p" * pad}},
+        }
+    )
     return cache.apply(Event("PUT", KeyValue(f"{PREFIX}{ns}/{name}", raw, rev, rev), None), 0.0)
 
 

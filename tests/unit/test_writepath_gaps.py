@@ -11,16 +11,14 @@ import pytest
 import yaml
 from aiohttp.test_utils import make_mocked_request
 
-from apiserver_min.api import names
+from apiserver_min.api import codec, names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.schemas import schema_for
-from apiserver_min.api import codec
-from apiserver_min.registry import fieldvalidation
-from apiserver_min.server import handlers
-from apiserver_min.registry import managedfields as mf
 from apiserver_min.controllers.garbagecollector import GarbageCollector
-from apiserver_min.controllers.namespace import NamespaceController
+from apiserver_min.registry import fieldvalidation
+from apiserver_min.registry import managedfields as mf
+from apiserver_min.server import handlers
 from apiserver_min.storage.cacher import Entry
 
 # --- 1. YAML alias expansion -------------------------------------------------------------------
@@ -74,8 +72,10 @@ def test_self_referencing_anchors_are_refused(body):
 
 def test_deeply_nested_yaml_is_a_400_not_a_crash():
     body = ("[" * 5000 + "]" * 5000).encode()
-    for decode in (lambda: codec.decode_object_body(body, "application/yaml"),
-                   lambda: codec.decode_body(body, "application/yaml")):
+    for decode in (
+        lambda: codec.decode_object_body(body, "application/yaml"),
+        lambda: codec.decode_body(body, "application/yaml"),
+    ):
         with pytest.raises(st.ApiError) as info:
             decode()
         assert info.value.code == 400 and "nested too deeply" in info.value.message
@@ -112,9 +112,11 @@ def test_manifests_with_a_few_anchors_decode_into_independent_copies():
     # (the merge's override of "name" is a duplicate key to strict decoding, as upstream's
     # strict YAML reader finds it "already set in map")
     assert [keys for _, keys in codec.decode_object_body(MANIFEST, "application/yaml").duplicates.values()] == [
-        ["name"]]
-    plain = codec.decode_body(MANIFEST.replace(b"      - <<: *c\n        name: b\n", b"      - *c\n"),
-                              "application/yaml")
+        ["name"]
+    ]
+    plain = codec.decode_body(
+        MANIFEST.replace(b"      - <<: *c\n        name: b\n", b"      - *c\n"), "application/yaml"
+    )
     assert plain["spec"]["template"]["spec"]["containers"][0] is not plain["spec"]["template"]["spec"]["containers"][1]
     assert plain["metadata"]["labels"] is not plain["spec"]["selector"]["matchLabels"]
 
@@ -126,7 +128,9 @@ def test_duplicate_keys_are_tracked_in_every_copy_of_an_alias():
     assert [keys for _, keys in tracked] == [["k"], ["k"]]
     assert {i for i, _ in tracked} == {id(decoded.obj["a"]), id(decoded.obj["b"])}
     assert fieldvalidation.duplicate_fields(b"a: &m {k: 1, k: 2}\nb: *m\n", yaml=True) == [
-        'duplicate field "a.k"', 'duplicate field "b.k"']
+        'duplicate field "a.k"',
+        'duplicate field "b.k"',
+    ]
 
 
 def test_load_yaml_budget_is_opt_in_for_callers_with_their_own():
@@ -162,9 +166,11 @@ def test_check_aliasing_counts_like_go_yaml():
 
 
 def req(query: str = "", headers: dict | None = None):
-    return make_mocked_request("PATCH", "/api/v1/namespaces/ns/configmaps/x" + (f"?{query}" if query else ""),
-                               headers=headers if headers is not None else
-                               {"User-Agent": "kubectl/v1.32.0 (linux/amd64)"})
+    return make_mocked_request(
+        "PATCH",
+        "/api/v1/namespaces/ns/configmaps/x" + (f"?{query}" if query else ""),
+        headers=headers if headers is not None else {"User-Agent": "kubectl/v1.32.0 (linux/amd64)"},
+    )
 
 
 def invalid(exc: st.ApiError) -> tuple[int, str, str, list]:
@@ -179,10 +185,16 @@ def test_force_is_forbidden_for_non_apply_patches(ctype, value):
         handlers.WriteParams.parse(req(f"force={value}"), "PatchOptions", ctype)
     code, reason, message, causes = invalid(info.value)
     assert (code, reason) == (422, "Invalid")
-    assert message == (f'PatchOptions.{names.META_GROUP} "" is invalid: '
-                       "force: Forbidden: may not be specified for non-apply patch")
-    assert causes == [{"reason": "FieldValueForbidden", "message": "Forbidden: may not be specified for non-apply patch",
-                       "field": "force"}]
+    assert message == (
+        f'PatchOptions.{names.META_GROUP} "" is invalid: force: Forbidden: may not be specified for non-apply patch'
+    )
+    assert causes == [
+        {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: may not be specified for non-apply patch",
+            "field": "force",
+        }
+    ]
     details = info.value.to_status()["details"]
     assert details["kind"] == "PatchOptions" and details["group"] == names.META_GROUP and "name" not in details
 
@@ -190,10 +202,20 @@ def test_force_is_forbidden_for_non_apply_patches(ctype, value):
 def test_apply_needs_a_field_manager_and_reads_force_as_upstream():
     with pytest.raises(st.ApiError) as info:
         handlers.WriteParams.parse(req("force=true"), "PatchOptions", names.MEDIA_APPLY_PATCH)
-    assert invalid(info.value)[:3] == (422, "Invalid", f'PatchOptions.{names.META_GROUP} "" is invalid: '
-                                                        "fieldManager: Required value: is required for apply patch")
-    for value, want in (("true", True), ("True", True), ("maybe", True), ("", True), ("false", False),
-                        ("FALSE", False), ("0", False)):
+    assert invalid(info.value)[:3] == (
+        422,
+        "Invalid",
+        f'PatchOptions.{names.META_GROUP} "" is invalid: fieldManager: Required value: is required for apply patch',
+    )
+    for value, want in (
+        ("true", True),
+        ("True", True),
+        ("maybe", True),
+        ("", True),
+        ("false", False),
+        ("FALSE", False),
+        ("0", False),
+    ):
         wp = handlers.WriteParams.parse(req(f"fieldManager=me&force={value}"), "PatchOptions", names.MEDIA_APPLY_PATCH)
         assert (wp.field_manager, wp.force) == ("me", want), value
     assert handlers.WriteParams.parse(req("fieldManager=me"), "PatchOptions", names.MEDIA_APPLY_PATCH).force is False
@@ -203,8 +225,11 @@ def test_apply_needs_a_field_manager_and_reads_force_as_upstream():
 def test_field_manager_length_and_characters(kind):
     with pytest.raises(st.ApiError) as info:
         handlers.WriteParams.parse(req("fieldManager=" + "m" * 129), kind, names.MEDIA_MERGE_PATCH)
-    assert invalid(info.value)[:3] == (422, "Invalid", f'{kind}.{names.META_GROUP} "" is invalid: '
-                                                        "fieldManager: Too long: must have at most 128 bytes")
+    assert invalid(info.value)[:3] == (
+        422,
+        "Invalid",
+        f'{kind}.{names.META_GROUP} "" is invalid: fieldManager: Too long: must have at most 128 bytes',
+    )
     # 128 bytes is fine, counted in UTF-8 (64 two-byte characters are 128 bytes, 65 are not).
     assert handlers.WriteParams.parse(req("fieldManager=" + "é" * 64), kind, names.MEDIA_MERGE_PATCH)
     with pytest.raises(st.ApiError, match="Too long"):
@@ -214,18 +239,22 @@ def test_field_manager_length_and_characters(kind):
         handlers.WriteParams.parse(req("fieldManager=%C3%A9%01b%0A"), kind, names.MEDIA_MERGE_PATCH)
     code, _, message, causes = invalid(info.value)
     assert code == 422
-    assert message == (f'{kind}.{names.META_GROUP} "" is invalid: ['
-                       'fieldManager: Invalid value: "é\\x01b\\n": invalid character U+0001 (at position 2), '
-                       'fieldManager: Invalid value: "é\\x01b\\n": invalid character U+000A (at position 4)]')
+    assert message == (
+        f'{kind}.{names.META_GROUP} "" is invalid: ['
+        'fieldManager: Invalid value: "é\\x01b\\n": invalid character U+0001 (at position 2), '
+        'fieldManager: Invalid value: "é\\x01b\\n": invalid character U+000A (at position 4)]'
+    )
     assert [c["reason"] for c in causes] == ["FieldValueInvalid", "FieldValueInvalid"]
 
 
 def test_several_option_problems_are_reported_together():
     with pytest.raises(st.ApiError) as info:
         handlers.WriteParams.parse(req("force=1&fieldManager=" + "x" * 200), "PatchOptions", names.MEDIA_MERGE_PATCH)
-    assert invalid(info.value)[2] == (f'PatchOptions.{names.META_GROUP} "" is invalid: ['
-                                      "force: Forbidden: may not be specified for non-apply patch, "
-                                      "fieldManager: Too long: must have at most 128 bytes]")
+    assert invalid(info.value)[2] == (
+        f'PatchOptions.{names.META_GROUP} "" is invalid: ['
+        "force: Forbidden: may not be specified for non-apply patch, "
+        "fieldManager: Too long: must have at most 128 bytes]"
+    )
 
 
 def test_omitted_manager_is_the_user_agent_product():
@@ -239,8 +268,17 @@ def test_omitted_manager_is_the_user_agent_product():
 
 def test_unknown_and_duplicate_fields_are_quoted_as_go_quotes_them():
     schema = schema_for("", "v1", "ConfigMap")
-    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", 'we"ird': 1},
-           "back\\slash": 1, "new\nline": 1, "bell\x07": 1, "é": 1, "nb\u00a0sp": 1, "ctl\x85": 1}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", 'we"ird': 1},
+        "back\\slash": 1,
+        "new\nline": 1,
+        "bell\x07": 1,
+        "é": 1,
+        "nb\u00a0sp": 1,
+        "ctl\x85": 1,
+    }
     warnings = fieldvalidation.validate_object(obj, schema, "Warn", kind="ConfigMap", version="v1")
     assert warnings == [
         'unknown field "metadata.we\\"ird"',
@@ -256,14 +294,16 @@ def test_unknown_and_duplicate_fields_are_quoted_as_go_quotes_them():
     assert fieldvalidation.warning_header(warnings[0]) == '299 - "unknown field \\"metadata.we\\\\\\"ird\\""'
     assert fieldvalidation.warning_header(warnings[1]) == '299 - "unknown field \\"back\\\\\\\\slash\\""'
     assert fieldvalidation.duplicate_fields(b'{"data": {"a\\"b": "1", "a\\"b": "2"}}') == [
-        'duplicate field "data.a\\"b"']
+        'duplicate field "data.a\\"b"'
+    ]
 
 
 def test_strict_errors_quote_the_same_way():
     schema = schema_for("", "v1", "ConfigMap")
     with pytest.raises(st.ApiError) as info:
-        fieldvalidation.validate_object({"metadata": {"name": "x"}, 'a"b': 1}, schema, "Strict",
-                                        kind="ConfigMap", version="v1")
+        fieldvalidation.validate_object(
+            {"metadata": {"name": "x"}, 'a"b': 1}, schema, "Strict", kind="ConfigMap", version="v1"
+        )
     assert info.value.message.endswith('strict decoding error: unknown field "a\\"b"')
 
 
@@ -279,13 +319,26 @@ def test_repeated_warnings_are_sent_once():
 
 def test_scale_accepts_strategic_merge_patches():
     assert names.MEDIA_STRATEGIC_MERGE_PATCH in handlers.SCALE_PATCH_TYPES
-    scale = {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": "d"},
-             "spec": {"replicas": 1}, "status": {"replicas": 1, "selector": "app=d"}}
-    out = handlers._apply_patch(names.MEDIA_STRATEGIC_MERGE_PATCH, scale, {"spec": {"replicas": 4}},
-                                schema_for(names.AUTOSCALING_GROUP, "v1", "Scale"))
+    scale = {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": "d"},
+        "spec": {"replicas": 1},
+        "status": {"replicas": 1, "selector": "app=d"},
+    }
+    out = handlers._apply_patch(
+        names.MEDIA_STRATEGIC_MERGE_PATCH,
+        scale,
+        {"spec": {"replicas": 4}},
+        schema_for(names.AUTOSCALING_GROUP, "v1", "Scale"),
+    )
     assert out["spec"] == {"replicas": 4} and out["status"] == scale["status"]
-    out = handlers._apply_patch(names.MEDIA_STRATEGIC_MERGE_PATCH, scale, {"spec": {"$patch": "replace"}},
-                                schema_for(names.AUTOSCALING_GROUP, "v1", "Scale"))
+    out = handlers._apply_patch(
+        names.MEDIA_STRATEGIC_MERGE_PATCH,
+        scale,
+        {"spec": {"$patch": "replace"}},
+        schema_for(names.AUTOSCALING_GROUP, "v1", "Scale"),
+    )
     assert out["spec"] == {}
 
 
@@ -317,8 +370,9 @@ async def test_garbage_collector_and_namespace_controller_writes_name_their_mana
 # --- 6. the cap on Update entries ----------------------------------------------------------------
 
 
-def entry(manager: str, second: int | None, fields: dict, *, op: str = mf.UPDATE, version: str = "v1",
-          sub: str = "") -> mf.ManagerEntry:
+def entry(
+    manager: str, second: int | None, fields: dict, *, op: str = mf.UPDATE, version: str = "v1", sub: str = ""
+) -> mf.ManagerEntry:
     stamp = None if second is None else f"2024-01-01T00:{second // 60:02d}:{second % 60:02d}Z"
     return mf.ManagerEntry(manager, op, version, stamp, fields, sub)
 
@@ -349,8 +403,12 @@ def test_ten_update_managers_and_any_number_of_appliers_are_left_alone():
 
 
 def test_buckets_are_per_api_version_and_an_existing_bucket_is_reused():
-    entries = [entry(mf.ANCIENT_CHANGES, 5, field("old")), entry("old-v1", 6, field("o1")),
-               entry("b-v2", 1, field("b2"), version="v2"), entry("c-v2", 2, field("c2"), version="v2")]
+    entries = [
+        entry(mf.ANCIENT_CHANGES, 5, field("old")),
+        entry("old-v1", 6, field("o1")),
+        entry("b-v2", 1, field("b2"), version="v2"),
+        entry("c-v2", 2, field("c2"), version="v2"),
+    ]
     entries += [entry(f"m{i}", 100 + i, field(f"k{i}")) for i in range(9)]
     out = mf.cap_update_managers(entries)  # 13 updaters: three must go
     byname = {(e.manager, e.api_version): e for e in out}
@@ -366,10 +424,14 @@ def test_ties_in_age_go_by_the_manager_identifier_and_subresources_join_the_buck
     # Same second: the order is upstream's manager identifier (JSON), so "a" < "a-b" ('"' < '-').
     entries = [entry("a-b", 7, field("ab")), entry("a", 7, field("a"), sub="status")]
     entries += [entry(f"z{i}", 50 + i, field(f"z{i}")) for i in range(9)]
-    assert mf.manager_identifier(entries[1]) == '{"manager":"a","operation":"Update","apiVersion":"v1",' \
-                                                '"subresource":"status"}'
-    assert mf.manager_identifier(entry("<&>", 0, {}, op=mf.APPLY)) == \
-        '{"manager":"\\u003c\\u0026\\u003e","operation":"Apply"}'
+    assert (
+        mf.manager_identifier(entries[1]) == '{"manager":"a","operation":"Update","apiVersion":"v1",'
+        '"subresource":"status"}'
+    )
+    assert (
+        mf.manager_identifier(entry("<&>", 0, {}, op=mf.APPLY))
+        == '{"manager":"\\u003c\\u0026\\u003e","operation":"Apply"}'
+    )
     out = mf.cap_update_managers(entries)
     bucket = next(e for e in out if e.manager == mf.ANCIENT_CHANGES)
     assert bucket.fields == {"f:data": {"f:a": {}, "f:ab": {}}} and bucket.subresource == ""

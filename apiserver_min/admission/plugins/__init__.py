@@ -18,34 +18,82 @@ log = logging.getLogger("orch-apiserver.admission")
 
 # Upstream's plugin order: enabled plugins run in this order whatever order the flags use.
 PLUGIN_ORDER = (
-    "AlwaysAdmit", "NamespaceAutoProvision", "NamespaceLifecycle", "NamespaceExists", "SecurityContextDeny",
-    "LimitPodHardAntiAffinityTopology", "LimitRanger", "ServiceAccount", "NodeRestriction",
-    "TaintNodesByCondition", "AlwaysPullImages", "ImagePolicyWebhook", "PodSecurity", "PodNodeSelector",
-    "Priority", "DefaultTolerationSeconds", "PodTolerationRestriction", "EventRateLimit",
-    "ExtendedResourceToleration", "PersistentVolumeLabel", "DefaultStorageClass", "StorageObjectInUseProtection",
-    "OwnerReferencesPermissionEnforcement", "PersistentVolumeClaimResize", "RuntimeClass", "CertificateApproval",
-    "CertificateSigning", "ClusterTrustBundleAttest", "CertificateSubjectRestriction", "DefaultIngressClass",
-    "DenyServiceExternalIPs", "MutatingAdmissionWebhook", "ValidatingAdmissionPolicy", "ValidatingAdmissionWebhook",
-    "ResourceQuota", "AlwaysDeny",
+    "AlwaysAdmit",
+    "NamespaceAutoProvision",
+    "NamespaceLifecycle",
+    "NamespaceExists",
+    "SecurityContextDeny",
+    "LimitPodHardAntiAffinityTopology",
+    "LimitRanger",
+    "ServiceAccount",
+    "NodeRestriction",
+    "TaintNodesByCondition",
+    "AlwaysPullImages",
+    "ImagePolicyWebhook",
+    "PodSecurity",
+    "PodNodeSelector",
+    "Priority",
+    "DefaultTolerationSeconds",
+    "PodTolerationRestriction",
+    "EventRateLimit",
+    "ExtendedResourceToleration",
+    "PersistentVolumeLabel",
+    "DefaultStorageClass",
+    "StorageObjectInUseProtection",
+    "OwnerReferencesPermissionEnforcement",
+    "PersistentVolumeClaimResize",
+    "RuntimeClass",
+    "CertificateApproval",
+    "CertificateSigning",
+    "ClusterTrustBundleAttest",
+    "CertificateSubjectRestriction",
+    "DefaultIngressClass",
+    "DenyServiceExternalIPs",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionWebhook",
+    "ResourceQuota",
+    "AlwaysDeny",
 )
 
 
 # The spec's default-enabled plugins.
 SPEC_DEFAULT_PLUGINS = (
-    "CertificateApproval", "CertificateSigning", "CertificateSubjectRestriction", "DefaultIngressClass",
-    "DefaultStorageClass", "DefaultTolerationSeconds", "LimitRanger", "MutatingAdmissionWebhook",
-    "NamespaceLifecycle", "PersistentVolumeClaimResize", "PodSecurity", "Priority", "ResourceQuota", "RuntimeClass",
-    "ServiceAccount", "StorageObjectInUseProtection", "TaintNodesByCondition", "ValidatingAdmissionPolicy",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "DefaultIngressClass",
+    "DefaultStorageClass",
+    "DefaultTolerationSeconds",
+    "LimitRanger",
+    "MutatingAdmissionWebhook",
+    "NamespaceLifecycle",
+    "PersistentVolumeClaimResize",
+    "PodSecurity",
+    "Priority",
+    "ResourceQuota",
+    "RuntimeClass",
+    "ServiceAccount",
+    "StorageObjectInUseProtection",
+    "TaintNodesByCondition",
+    "ValidatingAdmissionPolicy",
     "ValidatingAdmissionWebhook",
 )
 
 
 # Plugins this server knows; naming any other in the flags is a start-up error. The
 # admission work adds names here (and their factories in ``_plugin_factories``).
-KNOWN_PLUGINS = frozenset({
-    "NamespaceLifecycle", "NodeRestriction", "ServiceAccount", "CertificateApproval", "CertificateSigning",
-    "CertificateSubjectRestriction", "DefaultTolerationSeconds",
-})
+KNOWN_PLUGINS = frozenset(
+    {
+        "NamespaceLifecycle",
+        "NodeRestriction",
+        "ServiceAccount",
+        "CertificateApproval",
+        "CertificateSigning",
+        "CertificateSubjectRestriction",
+        "DefaultTolerationSeconds",
+    }
+)
 
 
 DEFAULT_PLUGINS = tuple(p for p in SPEC_DEFAULT_PLUGINS if p in KNOWN_PLUGINS)
@@ -61,8 +109,10 @@ def resolve_plugins(enable: list[str] | tuple[str, ...], disable: list[str] | tu
     for flag, given in (("--enable-admission-plugins", enable), ("--disable-admission-plugins", disable)):
         unknown = [n for n in given if n not in KNOWN_PLUGINS]
         if unknown:
-            raise ValueError(f"{flag}: unknown admission plugin(s) {', '.join(unknown)}; known plugins: "
-                             f"{', '.join(sorted(KNOWN_PLUGINS, key=_order))}")
+            raise ValueError(
+                f"{flag}: unknown admission plugin(s) {', '.join(unknown)}; known plugins: "
+                f"{', '.join(sorted(KNOWN_PLUGINS, key=_order))}"
+            )
     both = sorted(set(enable) & set(disable))
     if both:
         raise ValueError(f"{', '.join(both)} in both --enable-admission-plugins and --disable-admission-plugins")
@@ -74,8 +124,10 @@ def _plugin_factories() -> dict:
 
     def toleration(server):
         opts = server.opts
-        return DefaultTolerationSeconds(getattr(opts, "default_not_ready_toleration_seconds", 300),
-                                        getattr(opts, "default_unreachable_toleration_seconds", 300))
+        return DefaultTolerationSeconds(
+            getattr(opts, "default_not_ready_toleration_seconds", 300),
+            getattr(opts, "default_unreachable_toleration_seconds", 300),
+        )
 
     return {
         "NamespaceLifecycle": lambda server: NamespaceLifecycle(server.store),

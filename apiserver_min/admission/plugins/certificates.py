@@ -23,9 +23,9 @@ from cryptography.x509.oid import NameOID
 
 from ...api import names
 from ...api import status as st
-from ..chain import Attributes
 from ...api.user import UserInfo
 from ...authz.authorizer import AuthzAttributes, Union
+from ..chain import Attributes
 
 
 class CsrParseError(ValueError):
@@ -63,8 +63,15 @@ def parse_csr_request(request: Any) -> CsrSubject:
 
 def authorized_for_signer(authorizer: Union, user: UserInfo, verb: str, signer: str) -> bool:
     """Upstream's IsAuthorizedForSignerName: the exact signer name, then ``<domain>/*``."""
-    attrs = AuthzAttributes(user, verb, True, api_group=names.CERTIFICATES_GROUP, api_version="",
-                            resource=names.SIGNERS_RESOURCE, name=signer)
+    attrs = AuthzAttributes(
+        user,
+        verb,
+        True,
+        api_group=names.CERTIFICATES_GROUP,
+        api_version="",
+        resource=names.SIGNERS_RESOURCE,
+        name=signer,
+    )
     if authorizer.allowed(attrs):
         return True
     domain = signer.split("/", 1)[0]

@@ -32,15 +32,20 @@ class DefaultTolerationSeconds:
         tolerations = list(tolerations or [])
 
         def tolerates(key: str) -> bool:
-            return any(isinstance(t, dict) and t.get("key", "") in (key, "")
-                       and t.get("effect", "") in ("NoExecute", "") for t in tolerations)
+            return any(
+                isinstance(t, dict) and t.get("key", "") in (key, "") and t.get("effect", "") in ("NoExecute", "")
+                for t in tolerations
+            )
 
         added = False
-        for key, seconds in ((names.TAINT_NOT_READY, self.not_ready_seconds),
-                             (names.TAINT_UNREACHABLE, self.unreachable_seconds)):
+        for key, seconds in (
+            (names.TAINT_NOT_READY, self.not_ready_seconds),
+            (names.TAINT_UNREACHABLE, self.unreachable_seconds),
+        ):
             if not tolerates(key):
-                tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                    "tolerationSeconds": seconds})
+                tolerations.append(
+                    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+                )
                 added = True
         if added:
             spec["tolerations"] = tolerations

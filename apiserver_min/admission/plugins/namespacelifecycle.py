@@ -28,8 +28,7 @@ class NamespaceLifecycle:
         k = attrs.kind
         if k.group == "" and k.resource == "namespaces":
             if attrs.operation == "DELETE" and attrs.name in names.UNDELETABLE_NAMESPACES:
-                raise st.forbidden("namespaces", attrs.name, "",
-                                   "this namespace may not be deleted")
+                raise st.forbidden("namespaces", attrs.name, "", "this namespace may not be deleted")
             return
         if not k.namespaced or not attrs.namespace:
             return
@@ -39,6 +38,9 @@ class NamespaceLifecycle:
         if ns is None:
             raise st.not_found("namespaces", attrs.namespace)
         if ns == "Terminating":
-            raise st.forbidden(k.resource, attrs.name, k.group,
-                               f"unable to create new content in namespace {attrs.namespace} "
-                               "because it is being terminated")
+            raise st.forbidden(
+                k.resource,
+                attrs.name,
+                k.group,
+                f"unable to create new content in namespace {attrs.namespace} because it is being terminated",
+            )

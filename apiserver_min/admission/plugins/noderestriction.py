@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 from ...api import names
 from ...api import status as st
-from ..chain import Attributes
 from ...api.podrefs import CONFIGMAP, PVC, SECRET, pod_references
 from ...api.user import node_identity
+from ..chain import Attributes
 from .certificates import CsrParseError, parse_csr_request
 
 if TYPE_CHECKING:
@@ -102,8 +102,9 @@ class NodeRestriction:
             elif attrs.subresource == "status":
                 self._pod_status(node, attrs)
             else:
-                raise _forbidden(attrs, f'unexpected subresource "{attrs.subresource}", only \'status\' and '
-                                        "'eviction' are allowed")
+                raise _forbidden(
+                    attrs, f"unexpected subresource \"{attrs.subresource}\", only 'status' and 'eviction' are allowed"
+                )
         elif k.group == "" and k.resource == "nodes":
             self._node(node, attrs)
         elif k.group == "" and k.resource == "persistentvolumeclaims":
@@ -126,15 +127,19 @@ class NodeRestriction:
             if bound != node:
                 raise _forbidden(attrs, f'node "{node}" can only delete pods with spec.nodeName set to itself')
             return
-        raise _forbidden(attrs, f'unexpected operation "{attrs.operation}", node "{node}" can only create and '
-                                "delete mirror pods")
+        raise _forbidden(
+            attrs, f'unexpected operation "{attrs.operation}", node "{node}" can only create and delete mirror pods'
+        )
 
     async def _mirror_pod(self, node: str, attrs: Attributes) -> None:
         pod = attrs.obj or {}
         md, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if names.ANNOTATION_CONFIG_MIRROR not in (md.get("annotations") or {}):
-            raise _forbidden(attrs, f'pod does not have "{names.ANNOTATION_CONFIG_MIRROR}" annotation, node '
-                                    f'"{node}" can only create mirror pods')
+            raise _forbidden(
+                attrs,
+                f'pod does not have "{names.ANNOTATION_CONFIG_MIRROR}" annotation, node '
+                f'"{node}" can only create mirror pods',
+            )
         if spec.get("nodeName") != node:
             raise _forbidden(attrs, f'node "{node}" can only create pods with spec.nodeName set to itself')
         owners = md.get("ownerReferences") or []
@@ -144,8 +149,9 @@ class NodeRestriction:
         if owner.get("apiVersion") != "v1" or owner.get("kind") != "Node" or owner.get("name") != node:
             raise _forbidden(attrs, f'node "{node}" can only create pods with an owner reference set to itself')
         if owner.get("controller") is not True:
-            raise _forbidden(attrs, f'node "{node}" can only create pods with a controller owner reference set to '
-                                    "itself")
+            raise _forbidden(
+                attrs, f'node "{node}" can only create pods with a controller owner reference set to itself'
+            )
         if owner.get("blockOwnerDeletion") is True:
             raise _forbidden(attrs, f'node "{node}" must not set blockOwnerDeletion on an owner reference')
         nodes = self.registry.by_resource("", "v1", "nodes")
@@ -168,8 +174,9 @@ class NodeRestriction:
             if v.get("ephemeral") is not None:
                 raise _forbidden(attrs, f'node "{node}" can not create pods that use generic ephemeral volumes')
             projected = v.get("projected")
-            if isinstance(projected, dict) and any(isinstance(s, dict) and s.get("serviceAccountToken") is not None
-                                                   for s in projected.get("sources") or []):
+            if isinstance(projected, dict) and any(
+                isinstance(s, dict) and s.get("serviceAccountToken") is not None for s in projected.get("sources") or []
+            ):
                 raise _forbidden(attrs, f'node "{node}" can not create pods that use service account token volumes')
         if refs[PVC]:
             raise _forbidden(attrs, f'node "{node}" can not create pods that reference persistentvolumeclaims')
@@ -178,8 +185,9 @@ class NodeRestriction:
         if attrs.operation != "UPDATE":
             raise _forbidden(attrs, f'unexpected operation "{attrs.operation}"')
         if ((attrs.old or {}).get("spec") or {}).get("nodeName") != node:
-            raise _forbidden(attrs, f'node "{node}" can only update pod status for pods with spec.nodeName set to '
-                                    "itself")
+            raise _forbidden(
+                attrs, f'node "{node}" can only update pod status for pods with spec.nodeName set to itself'
+            )
         if _labels(attrs.old) != _labels(attrs.obj):
             raise _forbidden(attrs, f'node "{node}" cannot update labels through pod status')
 
@@ -216,22 +224,31 @@ class NodeRestriction:
         for o in (new, old):
             o["metadata"] = {k: v for k, v in (o.get("metadata") or {}).items() if k != "resourceVersion"}
         if new != old or new_status != old_status:
-            raise _forbidden(attrs, f'node "{node}" is not allowed to update fields other than '
-                                    "status.capacity and status.conditions")
+            raise _forbidden(
+                attrs, f'node "{node}" is not allowed to update fields other than status.capacity and status.conditions'
+            )
 
     async def _token(self, node: str, attrs: Attributes) -> None:
         if attrs.operation != "CREATE" or attrs.subresource != "token":
             return
         ref = ((attrs.obj or {}).get("spec") or {}).get("boundObjectRef")
-        if not isinstance(ref, dict) or ref.get("apiVersion") != "v1" or ref.get("kind") != "Pod" or not ref.get("name"):
+        if (
+            not isinstance(ref, dict)
+            or ref.get("apiVersion") != "v1"
+            or ref.get("kind") != "Pod"
+            or not ref.get("name")
+        ):
             raise _forbidden(attrs, "node requested token not bound to a pod")
         if not ref.get("uid"):
             raise _forbidden(attrs, "node requested token with a pod binding without a uid")
         pods = self.registry.by_resource("", "v1", "pods")
         pod = await self.store.get_object(pods, attrs.namespace, ref["name"])
         if (pod.get("metadata") or {}).get("uid") != ref["uid"]:
-            raise _forbidden(attrs, f"the UID in the bound object reference ({ref['uid']}) does not match the UID "
-                                    "in record. The object might have been deleted and then recreated")
+            raise _forbidden(
+                attrs,
+                f"the UID in the bound object reference ({ref['uid']}) does not match the UID "
+                "in record. The object might have been deleted and then recreated",
+            )
         if (pod.get("spec") or {}).get("nodeName") != node:
             raise _forbidden(attrs, "node requested token bound to a pod scheduled on a different node")
 
@@ -251,7 +268,9 @@ class NodeRestriction:
             raise _forbidden(attrs, f"failed to parse CSR: {exc}") from None
         want = names.NODE_USER_PREFIX + node
         if subject.common_name != want or list(subject.organizations) != [names.GROUP_NODES]:
-            raise _forbidden(attrs, f'node "{node}" can only request certificates for itself (CN "{want}", '
-                                    f'O "{names.GROUP_NODES}"), not CN "{subject.common_name}" with O '
-                                    f'{list(subject.organizations)}')
-
+            raise _forbidden(
+                attrs,
+                f'node "{node}" can only request certificates for itself (CN "{want}", '
+                f'O "{names.GROUP_NODES}"), not CN "{subject.common_name}" with O '
+                f"{list(subject.organizations)}",
+            )

@@ -23,12 +23,20 @@ DEFAULT_ACCOUNT_LOOKUPS = 10
 
 def token_volume_source() -> dict:
     """The projected volume upstream's plugin adds: the token, the cluster CA, the namespace."""
-    return {"defaultMode": PROJECTED_VOLUME_DEFAULT_MODE, "sources": [
-        {"serviceAccountToken": {"expirationSeconds": PROJECTED_TOKEN_EXPIRATION_SECONDS, "path": "token"}},
-        {"configMap": {"name": names.ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace",
-                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-    ]}
+    return {
+        "defaultMode": PROJECTED_VOLUME_DEFAULT_MODE,
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": PROJECTED_TOKEN_EXPIRATION_SECONDS, "path": "token"}},
+            {"configMap": {"name": names.ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {
+                "downwardAPI": {
+                    "items": [
+                        {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+                    ]
+                }
+            },
+        ],
+    }
 
 
 def _containers(spec: dict, key: str) -> list[dict]:
@@ -53,8 +61,9 @@ def mount_service_account_token(spec: dict, suffix: Callable[[], str]) -> None:
             mounts = c.get("volumeMounts") if isinstance(c.get("volumeMounts"), list) else []
             if any(isinstance(m, dict) and m.get("mountPath") == names.SERVICEACCOUNT_TOKEN_MOUNT_PATH for m in mounts):
                 continue
-            c["volumeMounts"] = mounts + [{"name": volume_name, "readOnly": True,
-                                           "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}]
+            c["volumeMounts"] = mounts + [
+                {"name": volume_name, "readOnly": True, "mountPath": names.SERVICEACCOUNT_TOKEN_MOUNT_PATH}
+            ]
             needs_volume = True
     if needs_volume and not has_volume:
         spec["volumes"] = volumes + [{"name": volume_name, "projected": token_volume_source()}]
@@ -82,8 +91,9 @@ def _secret_names(spec: dict) -> bool:
                 return True
         for plugin in ("azureFile", "cephfs", "cinder", "flexVolume", "iscsi", "rbd", "scaleIO", "storageos", "csi"):
             cfg = v.get(plugin)
-            if isinstance(cfg, dict) and (cfg.get("secretRef") or cfg.get("secretName")
-                                          or cfg.get("nodePublishSecretRef")):
+            if isinstance(cfg, dict) and (
+                cfg.get("secretRef") or cfg.get("secretName") or cfg.get("nodePublishSecretRef")
+            ):
                 return True
     for key in ("initContainers", "containers", "ephemeralContainers"):
         for c in _containers(spec, key):
@@ -151,8 +161,9 @@ class ServiceAccountAdmission:
         if should_automount(sa, spec):
             mount_service_account_token(spec, self.generate_suffix or generate_suffix)
         if not spec.get("imagePullSecrets"):
-            pulls = [{"name": s["name"]} for s in sa.get("imagePullSecrets") or []
-                     if isinstance(s, dict) and s.get("name")]
+            pulls = [
+                {"name": s["name"]} for s in sa.get("imagePullSecrets") or [] if isinstance(s, dict) and s.get("name")
+            ]
             if pulls:
                 spec["imagePullSecrets"] = pulls
 
@@ -166,8 +177,12 @@ class ServiceAccountAdmission:
             await asyncio.sleep(random.uniform(0.1, 0.2))
             sa = await self.lookup.live("serviceaccounts", ns, account)
         if sa is None:
-            raise st.forbidden("pods", attrs.name, "", f"error looking up service account {ns}/{account}: "
-                                                       f'serviceaccount "{account}" not found')
+            raise st.forbidden(
+                "pods",
+                attrs.name,
+                "",
+                f'error looking up service account {ns}/{account}: serviceaccount "{account}" not found',
+            )
         return sa
 
     async def validate(self, attrs: Attributes) -> None:
@@ -183,9 +198,11 @@ class ServiceAccountAdmission:
             for v in spec.get("volumes") or []:
                 for src in ((v or {}).get("projected") or {}).get("sources") or []:
                     if isinstance(src, dict) and src.get("serviceAccountToken") is not None:
-                        raise st.forbidden("pods", attrs.name, "",
-                                           "a mirror pod may not use ServiceAccountToken volume projections")
+                        raise st.forbidden(
+                            "pods", attrs.name, "", "a mirror pod may not use ServiceAccountToken volume projections"
+                        )
             return
         if not spec.get("serviceAccountName"):
-            raise st.forbidden("pods", attrs.name, "",
-                               f"no service account specified for pod {attrs.namespace}/{attrs.name}")
+            raise st.forbidden(
+                "pods", attrs.name, "", f"no service account specified for pod {attrs.namespace}/{attrs.name}"
+            )

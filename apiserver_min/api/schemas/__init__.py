@@ -136,6 +136,7 @@ for (_g, _v, _kind), _schema in KIND_SCHEMAS.items():
 
 # --- look-ups ---------------------------------------------------------------------------------
 
+
 def schema_for(group: str, version: str, kind: str) -> Struct | None:
     """The schema of a kind (or of a ``<Kind>List``), or None if none is declared."""
     s = KIND_SCHEMAS.get((group, version, kind))
@@ -158,8 +159,11 @@ def list_schema(group: str, version: str, kind: str) -> Struct | None:
         item = KIND_SCHEMAS.get(key)
         if item is None:
             return None
-        _LISTS[key] = Struct(item.name + "List", [
-            Field("metadata", LIST_META, 1),
-            Field("items", List(item), 2, required=True),
-        ])
+        _LISTS[key] = Struct(
+            item.name + "List",
+            [
+                Field("metadata", LIST_META, 1),
+                Field("items", List(item), 2, required=True),
+            ],
+        )
     return _LISTS[key]

@@ -8,36 +8,51 @@ from ._common import BYTES, I32, STR, STR_ATOMIC, STR_LIST, F, enum, inline, mer
 
 S = struct("k8s.io.api.admissionregistration.v1")
 
-Rule = S("Rule", [
-    F("apiGroups", STR_ATOMIC, 1),
-    F("apiVersions", STR_ATOMIC, 2),
-    F("resources", STR_ATOMIC, 3),
-    ptr("scope", enum("*", "Cluster", "Namespaced"), 4),
-])
+Rule = S(
+    "Rule",
+    [
+        F("apiGroups", STR_ATOMIC, 1),
+        F("apiVersions", STR_ATOMIC, 2),
+        F("resources", STR_ATOMIC, 3),
+        ptr("scope", enum("*", "Cluster", "Namespaced"), 4),
+    ],
+)
 
-RuleWithOperations = S("RuleWithOperations", [
-    F("operations", List(enum("*", "CONNECT", "CREATE", "DELETE", "UPDATE"), "atomic"), 1),
-    inline(Rule, 2),
-])
+RuleWithOperations = S(
+    "RuleWithOperations",
+    [
+        F("operations", List(enum("*", "CONNECT", "CREATE", "DELETE", "UPDATE"), "atomic"), 1),
+        inline(Rule, 2),
+    ],
+)
 
-ServiceReference = S("ServiceReference", [
-    req("namespace", STR, 1),
-    req("name", STR, 2),
-    ptr("path", STR, 3),
-    ptr("port", I32, 4),
-])
+ServiceReference = S(
+    "ServiceReference",
+    [
+        req("namespace", STR, 1),
+        req("name", STR, 2),
+        ptr("path", STR, 3),
+        ptr("port", I32, 4),
+    ],
+)
 
-WebhookClientConfig = S("WebhookClientConfig", [
-    ptr("url", STR, 3),
-    ptr("service", ServiceReference, 1),
-    F("caBundle", BYTES, 2),
-])
+WebhookClientConfig = S(
+    "WebhookClientConfig",
+    [
+        ptr("url", STR, 3),
+        ptr("service", ServiceReference, 1),
+        F("caBundle", BYTES, 2),
+    ],
+)
 
 # v1.27 alpha (AdmissionWebhookMatchConditions).
-MatchCondition = S("MatchCondition", [
-    req("name", STR, 1),
-    req("expression", STR, 2),
-])
+MatchCondition = S(
+    "MatchCondition",
+    [
+        req("name", STR, 1),
+        req("expression", STR, 2),
+    ],
+)
 
 FAILURE_POLICY = enum("Fail", "Ignore")
 MATCH_POLICY = enum("Equivalent", "Exact")
@@ -59,26 +74,40 @@ def _webhook_common() -> list:
     ]
 
 
-ValidatingWebhook = S("ValidatingWebhook", _webhook_common() + [
-    ptr("objectSelector", LABEL_SELECTOR, 10),
-    F("matchConditions", MATCH_CONDITIONS, 11),
-])
+ValidatingWebhook = S(
+    "ValidatingWebhook",
+    _webhook_common()
+    + [
+        ptr("objectSelector", LABEL_SELECTOR, 10),
+        F("matchConditions", MATCH_CONDITIONS, 11),
+    ],
+)
 
-MutatingWebhook = S("MutatingWebhook", _webhook_common() + [
-    ptr("objectSelector", LABEL_SELECTOR, 11),
-    ptr("reinvocationPolicy", enum("IfNeeded", "Never"), 10),
-    F("matchConditions", MATCH_CONDITIONS, 12),
-])
+MutatingWebhook = S(
+    "MutatingWebhook",
+    _webhook_common()
+    + [
+        ptr("objectSelector", LABEL_SELECTOR, 11),
+        ptr("reinvocationPolicy", enum("IfNeeded", "Never"), 10),
+        F("matchConditions", MATCH_CONDITIONS, 12),
+    ],
+)
 
-ValidatingWebhookConfiguration = S("ValidatingWebhookConfiguration", [
-    F("metadata", OBJECT_META, 1),
-    F("webhooks", merge_list(ValidatingWebhook, "name"), 2),
-])
+ValidatingWebhookConfiguration = S(
+    "ValidatingWebhookConfiguration",
+    [
+        F("metadata", OBJECT_META, 1),
+        F("webhooks", merge_list(ValidatingWebhook, "name"), 2),
+    ],
+)
 
-MutatingWebhookConfiguration = S("MutatingWebhookConfiguration", [
-    F("metadata", OBJECT_META, 1),
-    F("webhooks", merge_list(MutatingWebhook, "name"), 2),
-])
+MutatingWebhookConfiguration = S(
+    "MutatingWebhookConfiguration",
+    [
+        F("metadata", OBJECT_META, 1),
+        F("webhooks", merge_list(MutatingWebhook, "name"), 2),
+    ],
+)
 
 KINDS = {
     "ValidatingWebhookConfiguration": ValidatingWebhookConfiguration,

@@ -14,63 +14,90 @@ S = struct(PKG)
 
 EXTRA = Map(List(STR, wrapper=f"{PKG}.ExtraValue"))
 
-UserInfo = S("UserInfo", [
-    F("username", STR, 1),
-    F("uid", STR, 2),
-    F("groups", STR_LIST, 3),
-    F("extra", EXTRA, 4),
-])
+UserInfo = S(
+    "UserInfo",
+    [
+        F("username", STR, 1),
+        F("uid", STR, 2),
+        F("groups", STR_LIST, 3),
+        F("extra", EXTRA, 4),
+    ],
+)
 
-TokenReviewSpec = S("TokenReviewSpec", [
-    F("token", STR, 1),
-    F("audiences", STR_LIST, 2),
-])
+TokenReviewSpec = S(
+    "TokenReviewSpec",
+    [
+        F("token", STR, 1),
+        F("audiences", STR_LIST, 2),
+    ],
+)
 
-TokenReviewStatus = S("TokenReviewStatus", [
-    F("authenticated", BOOL, 1),
-    F("user", UserInfo, 2),
-    F("audiences", STR_LIST, 4),
-    F("error", STR, 3),
-])
+TokenReviewStatus = S(
+    "TokenReviewStatus",
+    [
+        F("authenticated", BOOL, 1),
+        F("user", UserInfo, 2),
+        F("audiences", STR_LIST, 4),
+        F("error", STR, 3),
+    ],
+)
 
-TokenReview = S("TokenReview", [
-    F("metadata", OBJECT_META, 1),
-    req("spec", TokenReviewSpec, 2),
-    F("status", TokenReviewStatus, 3),
-])
+TokenReview = S(
+    "TokenReview",
+    [
+        F("metadata", OBJECT_META, 1),
+        req("spec", TokenReviewSpec, 2),
+        F("status", TokenReviewStatus, 3),
+    ],
+)
 
-BoundObjectReference = S("BoundObjectReference", [
-    F("kind", STR, 1),
-    F("apiVersion", STR, 2),
-    F("name", STR, 3),
-    F("uid", STR, 4),
-])
+BoundObjectReference = S(
+    "BoundObjectReference",
+    [
+        F("kind", STR, 1),
+        F("apiVersion", STR, 2),
+        F("name", STR, 3),
+        F("uid", STR, 4),
+    ],
+)
 
-TokenRequestSpec = S("TokenRequestSpec", [
-    req("audiences", STR_LIST, 1),
-    ptr("expirationSeconds", I64, 4),
-    ptr("boundObjectRef", BoundObjectReference, 3),
-])
+TokenRequestSpec = S(
+    "TokenRequestSpec",
+    [
+        req("audiences", STR_LIST, 1),
+        ptr("expirationSeconds", I64, 4),
+        ptr("boundObjectRef", BoundObjectReference, 3),
+    ],
+)
 
-TokenRequestStatus = S("TokenRequestStatus", [
-    req("token", STR, 1),
-    req("expirationTimestamp", TIME, 2),
-])
+TokenRequestStatus = S(
+    "TokenRequestStatus",
+    [
+        req("token", STR, 1),
+        req("expirationTimestamp", TIME, 2),
+    ],
+)
 
-TokenRequest = S("TokenRequest", [
-    F("metadata", OBJECT_META, 1),
-    req("spec", TokenRequestSpec, 2),
-    F("status", TokenRequestStatus, 3),
-])
+TokenRequest = S(
+    "TokenRequest",
+    [
+        F("metadata", OBJECT_META, 1),
+        req("spec", TokenRequestSpec, 2),
+        F("status", TokenRequestStatus, 3),
+    ],
+)
 
 
 def _self_subject_review(version: str):
     s = struct(f"k8s.io.api.authentication.{version}")
     status = s("SelfSubjectReviewStatus", [F("userInfo", UserInfo, 1)])
-    return s("SelfSubjectReview", [
-        F("metadata", OBJECT_META, 1),
-        F("status", status, 2),
-    ])
+    return s(
+        "SelfSubjectReview",
+        [
+            F("metadata", OBJECT_META, 1),
+            F("status", status, 2),
+        ],
+    )
 
 
 SelfSubjectReview = _self_subject_review("v1")
