@@ -18,6 +18,13 @@ import sys
 from apiserver_min.api import names
 from apiserver_min.version import __version__
 
+from . import logging as agent_logging
+from .config import ConfigError, build_config
+from .join import main as join
+from .options import FlagError, format_help, parse_args
+from .process import StartError, run_agent
+from .validation import validate
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -39,8 +46,6 @@ def _version_text(kind: str) -> str:
 
 def join_main(argv: list[str]) -> int:
     """``orch-agent join``: token discovery, the bootstrap config, then the agent (agent.join)."""
-    from .join import main as join
-
     return join(argv, run_agent=main)
 
 
@@ -48,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "join":
         return join_main(argv[1:])
-
-    from .options import FlagError, format_help, parse_args
 
     try:
         parsed = parse_args(argv)
@@ -64,9 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         print(_version_text(parsed.show_version))
         return EXIT_OK
 
-    from .config import ConfigError, build_config
-    from .validation import validate
-
     try:
         cfg = build_config(parsed)
     except ConfigError as exc:
@@ -80,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
         for line in errors:
             print(f"  {line}", file=sys.stderr)
         return EXIT_USAGE
-
-    from . import logging as agent_logging
 
     agent_logging.configure(
         fmt=cfg.logging_format,
@@ -101,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
         config=cfg.config_file or None,
         python=platform.python_version(),
     )
-
-    from .process import StartError, run_agent
 
     try:
         return run_agent(cfg, version=__version__)

@@ -26,10 +26,12 @@ import os
 import types
 from typing import Any, Mapping, Sequence
 
+import yaml  # only when a config file is used
+
 from apiserver_min.api import names
 
 from .featuregates import FeatureGateError, FeatureGates
-from .options import BY_FIELD, OPTIONS, FlagError, Option, ParsedArgs, parse_args
+from .options import BY_ATTR, BY_FIELD, OPTIONS, FlagError, Option, ParsedArgs, parse_args
 
 __all__ = ["ConfigError", "Mode", "AgentConfig", "load_config_file", "build_config", "from_argv"]
 
@@ -66,8 +68,6 @@ class _ConfigBase:
         return self.sources.get(attr, "default")  # type: ignore[attr-defined]
 
     def option(self, attr: str) -> Option:
-        from .options import BY_ATTR
-
         return BY_ATTR[attr]
 
 
@@ -157,8 +157,6 @@ def _decode_json(text: str) -> _Decoded:
 
 
 def _decode_yaml(text: str) -> _Decoded:
-    import yaml  # only when a config file is used
-
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     if node is None:
         return _Decoded({}, [], {})

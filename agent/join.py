@@ -48,6 +48,9 @@ from apiserver_min.api import names
 from apiserver_min.api.duration import DurationError, parse_duration
 
 from .client.config import write_orchconfig
+from .config import ConfigError, build_config
+from .options import FlagError, parse_args
+from .validation import validate
 
 __all__ = [
     "JoinError",
@@ -355,10 +358,6 @@ def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
 def main(argv: Sequence[str], run_agent: Callable[[list[str]], int]) -> int:
     """``orch-agent join ...``; the process exit code. ``run_agent`` runs the agent
     with the flags join worked out (the CLI's own entry point)."""
-    from .config import ConfigError, build_config
-    from .options import FlagError, parse_args
-    from .validation import validate
-
     try:
         opts = parse_join_args(argv)
     except JoinError as exc:

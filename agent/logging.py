@@ -38,6 +38,8 @@ import sys
 import time
 from typing import Any, Iterable, TextIO
 
+from apiserver_min.api.duration import format_duration
+
 __all__ = ["configure", "get_logger", "Logger", "flush", "last_flush", "reset"]
 
 _ROOT = "orch"  # stdlib logger all agent loggers hang under
@@ -81,8 +83,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseException):
         return str(value) or type(value).__name__
     if isinstance(value, _dt.timedelta):
-        from apiserver_min.api.duration import format_duration
-
         return format_duration(value)
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in value]

@@ -4,8 +4,11 @@
 the process its supervised tasks, in start order:
 
 ``pod-sources`` (file and URL sources feeding the pod config merge) →
-``agent-server`` (the HTTPS read-only view) → the pipeline (pod workers, PLEG,
-housekeeping, log rotation), which the process runs as its sync loop.
+``agent-server`` (the HTTPS read-only view) → the pipeline (pod manager, pod
+workers, PLEG, housekeeping, log rotation), which the process runs as its sync
+loop. In API-server mode :meth:`NodeAgent.run_cluster` adds the API-server pod
+source, the status manager, the pod manager's mirror pods, node status, lease,
+events and certificate rotation.
 
 Construction does the start-up work that may fail with a clear message
 (cgroups and the QoS tree, node allocatable): the process turns
@@ -15,17 +18,26 @@ Construction does the start-up work that may fail with a clear message
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Callable
+
+from cryptography import x509
 
 from apiserver_min.api import names
 from cri.client import CriClient
 
 from . import logging as agent_logging
 from . import pods as podutil
+from .certificates.bootstrap import PairStore, certificate_valid, ensure_client_certificate
+from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
+from .client import client_from_config
+from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
 from .events import EventRecorder
-from .logs import LogRotator
+from .eventsink import ApiEventSink
 from .metrics import AgentMetrics
+from .objectcache import ObjectCache
+from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
 from .prober import ProbeManager
 from .prober import hooks as prober_hooks
@@ -35,10 +47,16 @@ from .runtime.images import ImageManager
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
+from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator, api_review
+from .server.logs import LogRotator
+from .server.stats import StatsProvider
+from .sources.apiserver import ApiPodSource
 from .sources.file import FileSource
 from .sources.merge import PodConfig
 from .sources.url import UrlSource
-from .stats import StatsProvider
+from .status.lease import LeaseManager
+from .status.manager import StatusManager
+from .status.nodestatus import NodeStatusManager, node_addresses, runtime_version_from
 from .workers import PodPipeline, default_host_ip
 
 __all__ = ["NodeAgent", "NodeStartError"]
@@ -142,9 +160,11 @@ class NodeAgent:
             else int(cfg.container_log_max_size)
         )
         rotator = LogRotator(self.cri, max_size=max_size, max_files=max(2, cfg.container_log_max_files))
+        self.podmanager = PodManager()
         self.pipeline = PodPipeline(
             config=self.config,
             runtime=self.runtime,
+            podmanager=self.podmanager,
             probes=self.probes,
             cgroups=self.cgroups,
             events=self.events,
@@ -204,10 +224,6 @@ class NodeAgent:
 
     def _check_connection_config(self) -> None:
         """A connection config that cannot work, with no bootstrap config to replace it, stops the start."""
-        import os
-
-        from .client.config import load_orchconfig
-
         cfg = self.cfg
         if cfg.bootstrap_orchconfig or not os.path.exists(cfg.orchconfig):
             if not cfg.bootstrap_orchconfig and not os.path.exists(cfg.orchconfig):
@@ -223,17 +239,9 @@ class NodeAgent:
 
     def _server_auth(self):
         """(authenticate, authorize, client CA PEM) of the agent's server from the flags
-        (see :mod:`agent.serverauth`). In cluster mode the client CA defaults to the
+        (see :mod:`agent.server.auth`). In cluster mode the client CA defaults to the
         cluster CA of the connection config, so the API server's client certificate
         (``pods/log``) is recognised without a ``--client-ca-file``."""
-        from .serverauth import (
-            Authenticator,
-            TokenWebhookAuthenticator,
-            WebhookAuthorizer,
-            X509Authenticator,
-            api_review,
-        )
-
         cfg = self.cfg
         client_ca = self._client_ca()
         review = api_review(lambda: self.client)
@@ -253,12 +261,6 @@ class NodeAgent:
         return authenticate, authorize, client_ca
 
     def _client_ca(self) -> bytes | None:
-        import os
-
-        from cryptography import x509
-
-        from .client.config import OrchconfigError, load_orchconfig
-
         cfg = self.cfg
         if cfg.client_ca_file:
             try:
@@ -284,8 +286,6 @@ class NodeAgent:
 
     def _use_issued_serving_certificate(self) -> None:
         """Serve a still valid pair from an earlier rotation from the start."""
-        from .bootstrap import PairStore, certificate_valid
-
         store = PairStore(self.cfg.cert_dir, names.AGENT_SERVER_CERT_PREFIX)
         pair = store.load()
         if pair is not None and certificate_valid(pair[0]) and self.server is not None:
@@ -340,13 +340,6 @@ class NodeAgent:
 
     async def run_cluster(self) -> None:
         """Join the API server: client certificate, Node, lease, API pods, status, mirror pods, events."""
-        from .bootstrap import ensure_client_certificate
-        from .client import client_from_config
-        from .cluster import ApiPodSource, MirrorPodManager, ObjectCache, StatusManager
-        from .eventsink import ApiEventSink
-        from .lease import LeaseManager
-        from .nodestatus import NodeStatusManager, runtime_version_from
-
         cfg = self.cfg
         assert self.pipeline is not None
         path = await ensure_client_certificate(cfg, self.node_name)
@@ -377,9 +370,9 @@ class NodeAgent:
             self.volumes.objects = objects.get
             self.volumes.tokens = objects.token
             self.volumes.prefetch = objects.prefetch
-            mirrors = MirrorPodManager(client, self.node_name, lambda: status.node_uid)
-            statuses = StatusManager(client, mirrors=mirrors)
-            mirrors.on_created = statuses.resend
+            self.podmanager.mirror_client = MirrorClient(client, self.node_name, lambda: status.node_uid)
+            statuses = StatusManager(client, mirrors=self.podmanager)
+            self.podmanager.on_mirror_created = statuses.resend
             self.pipeline.on_status = statuses.set_status
 
             def terminated(pod: dict) -> None:
@@ -390,21 +383,17 @@ class NodeAgent:
             for state in list(self.pipeline.pods.values()):
                 if state.status:
                     statuses.set_status(state.pod, state.status)
-            source = ApiPodSource(client, self.node_name, self.config, mirrors=mirrors)
+            source = ApiPodSource(client, self.node_name, self.config, mirrors=self.podmanager)
             lease = LeaseManager(
                 client,
                 node_name=self.node_name,
                 duration_seconds=cfg.node_lease_duration_seconds,
                 node_uid=lambda: status.node_uid,
             )
-            runs = [status.run(), lease.run(), source.run(), statuses.run(), mirrors.run(), self._feed_mirrors(mirrors)]
+            runs = [status.run(), lease.run(), source.run(), statuses.run(), self.podmanager.run()]
             if cfg.rotate_certificates:
-                from .certrotation import rotate_client_certificate
-
                 runs.append(rotate_client_certificate(cfg, self.node_name, client))
             if cfg.rotate_server_certificates and self.server is not None and not cfg.tls_cert_file:
-                from .certrotation import rotate_serving_certificate
-                from .nodestatus import node_addresses
 
                 def addresses() -> list[str]:
                     return [a["address"] for a in node_addresses(cfg.node_ip, self.host_ip, status.hostname)]
@@ -426,14 +415,6 @@ class NodeAgent:
             if self.objects is not None:
                 await self.objects.close()
             await client.close()
-
-    async def _feed_mirrors(self, mirrors) -> None:
-        assert self.pipeline is not None
-        while True:
-            mirrors.static_pods(
-                [s.pod for s in self.pipeline.pods.values() if podutil.is_static(s.pod) and not s.terminating]
-            )
-            await asyncio.sleep(1.0)
 
     # --- tasks --------------------------------------------------------------------------
 
@@ -460,6 +441,3 @@ def _major_minor(version: str) -> str:
     if len(parts) >= 2 and parts[0].isdigit():
         return f"{parts[0]}.{parts[1]}"
     return "1.27"
-
-
-_ = (names, podutil)

@@ -17,13 +17,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from apiserver_min.api import names
 
 __all__ = [
     "Op",
     "PodUpdate",
+    "PodSink",
+    "PodSource",
     "ManifestProblem",
     "SOURCE_FILE",
     "SOURCE_HTTP",
@@ -38,6 +40,7 @@ __all__ = [
     "init_containers",
     "source_of",
     "is_static",
+    "is_mirror",
     "grace_period_seconds",
     "restart_policy",
 ]
@@ -78,6 +81,20 @@ class PodUpdate:
     @classmethod
     def make(cls, op: Op, source: str, pods: Iterable[dict] = ()) -> "PodUpdate":
         return cls(op, source, tuple(pods))
+
+
+class PodSink(Protocol):
+    """What a source hands its updates to: the pod config merge (:class:`agent.sources.merge.PodConfig`)."""
+
+    def push(self, update: PodUpdate) -> None: ...
+
+    def report_problems(self, source: str, problems: list["ManifestProblem"]) -> None: ...
+
+
+class PodSource(Protocol):
+    """A pod source (file, URL, API server): a supervised task that pushes ``Op.SET`` snapshots to its sink."""
+
+    async def run(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +150,11 @@ def source_of(pod: dict) -> str:
 
 def is_static(pod: dict) -> bool:
     return source_of(pod) != SOURCE_API
+
+
+def is_mirror(pod: dict) -> bool:
+    """A mirror pod: the API server's copy of a static pod, never a pod to run."""
+    return names.ANNOTATION_CONFIG_MIRROR in annotations(pod)
 
 
 def restart_policy(pod: dict) -> str:

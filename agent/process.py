@@ -26,11 +26,14 @@ loop, and a shorter sync-loop health threshold.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import fcntl
 import os
+import resource
 import signal
 import socket
+import struct
 import time
 from typing import Awaitable, Callable, Mapping, Sequence
 
@@ -39,6 +42,7 @@ from apiserver_min.api.duration import DurationError, parse_duration
 
 from . import logging as agent_logging
 from .config import AgentConfig
+from .node import NodeAgent, NodeStartError
 
 __all__ = [
     "SHUTDOWN_TIMEOUT",
@@ -177,8 +181,6 @@ def apply_oom_score_adj(value: int, path: str = "/proc/self/oom_score_adj") -> N
 
 
 def apply_max_open_files(value: int) -> None:
-    import resource
-
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (value, value))
     except (ValueError, OSError) as exc:
@@ -295,9 +297,6 @@ class LockFile:
 
     async def watch_contention(self) -> None:
         """Return when another process opens (or deletes) the lock file."""
-        import ctypes
-        import struct
-
         libc = ctypes.CDLL(None, use_errno=True)
         in_open, in_delete_self = 0x20, 0x400
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -766,8 +765,6 @@ class AgentProcess:
             log.v(6).info("Sync loop iteration", iteration=self.sync_monitor.iterations)
 
     def _build_node(self):
-        from .node import NodeAgent, NodeStartError
-
         try:
             return NodeAgent(self.cfg, version=self.version, beat=self._beat, tick=self._sync_period())
         except NodeStartError as exc:

@@ -14,6 +14,7 @@ import re
 from typing import Any, Iterable
 
 from apiserver_min.api import names
+from apiserver_min.api.duration import format_duration
 from apiserver_min.api.validation import (
     FieldError,
     is_dns1123_label,
@@ -24,6 +25,7 @@ from apiserver_min.api.validation import (
 
 from .config import AgentConfig, Mode
 from .options import BY_ATTR, OPTIONS, Option, Taint
+from .runtime.sandbox import sysctl_allowlist_problems
 
 __all__ = ["validate", "ValidationError", "TLS_CIPHER_SUITES"]
 
@@ -84,8 +86,6 @@ class _Collector:
 def _plain(value: Any) -> Any:
     """A value as the messages show it (durations as Go strings, mappings as dicts)."""
     if hasattr(value, "total_seconds"):
-        from apiserver_min.api.duration import format_duration
-
         return format_duration(value)
     if isinstance(value, tuple):
         return [str(v) if isinstance(v, Taint) else v for v in value]
@@ -278,8 +278,6 @@ def validate(cfg: AgentConfig) -> list[str]:
         if not _SYSCTL_RE.fullmatch(sysctl):
             c.invalid("allowed_unsafe_sysctls", sysctl, "must be a sysctl name or a pattern ending in '*'")
     if cfg.allowed_unsafe_sysctls:
-        from .runtime.sandbox import sysctl_allowlist_problems
-
         for problem in sysctl_allowlist_problems(cfg.allowed_unsafe_sysctls):
             c.invalid("allowed_unsafe_sysctls", ",".join(cfg.allowed_unsafe_sysctls), problem)
     if cfg.node_ip:

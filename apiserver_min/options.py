@@ -294,23 +294,23 @@ def build_parser() -> argparse.ArgumentParser:
         "every subject-alt-name is one of the node's reported addresses (default false: "
         "serving certificates need an approver).",
     )
-    l = p.add_argument_group("lifecycle")
-    l.add_argument(
+    lifecycle = p.add_argument_group("lifecycle")
+    lifecycle.add_argument(
         "--livez-grace-period",
         default="0s",
         help="Time after start during which /livez does not fail for post-start hooks.",
     )
-    l.add_argument(
+    lifecycle.add_argument(
         "--shutdown-delay-duration",
         default="0s",
         help="On SIGTERM, /readyz fails for this long before the server stops accepting.",
     )
-    l.add_argument(
+    lifecycle.add_argument(
         "--shutdown-watch-termination-grace-period",
         default="0s",
         help="How long in-flight watches get to drain on shutdown.",
     )
-    l.add_argument("--watch-bookmark-interval", default="60s", help=argparse.SUPPRESS)
+    lifecycle.add_argument("--watch-bookmark-interval", default="60s", help=argparse.SUPPRESS)
     n = p.add_argument_group("node lifecycle and scheduling")
     n.add_argument(
         "--node-monitor-period",
@@ -645,7 +645,9 @@ def _authorization_modes(value: str) -> tuple[str, ...]:
 
 
 def _admission_plugins(enable: str, disable: str) -> tuple[str, ...]:
-    split = lambda v: [n.strip() for n in v.split(",") if n.strip()]  # noqa: E731
+    def split(v):
+        return [n.strip() for n in v.split(",") if n.strip()]
+
     try:
         return resolve_plugins(split(enable), split(disable))
     except ValueError as exc:

@@ -205,7 +205,10 @@ def connection_config(
     context: str | None = None,
 ) -> dict:
     """A connection config in the kubeconfig shape, which kubectl reads as it is."""
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+
+    def b64(b):
+        return base64.b64encode(b).decode()
+
     u: dict = {}
     if cert_pem_data:
         u["client-certificate-data"] = b64(cert_pem_data)

@@ -294,16 +294,20 @@ class CriClient:
     async def __aexit__(self, *exc_info) -> None:
         await self.close()
 
+    def _stubs(self) -> tuple[pb_grpc.RuntimeServiceStub, pb_grpc.ImageServiceStub]:
+        self.connect()
+        if self._runtime is None or self._images is None:  # connect() creates both
+            raise RuntimeError("CriClient has no stubs after connect()")
+        return self._runtime, self._images
+
     @property
     def runtime_stub(self) -> pb_grpc.RuntimeServiceStub:
         """The raw RuntimeService stub, for calls this class does not wrap."""
-        self.connect()
-        return self._runtime
+        return self._stubs()[0]
 
     @property
     def image_stub(self) -> pb_grpc.ImageServiceStub:
-        self.connect()
-        return self._images
+        return self._stubs()[1]
 
     async def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> pb.VersionResponse:
         """Poll Version until the runtime answers; UnavailableError after timeout."""
@@ -320,8 +324,8 @@ class CriClient:
     # -- plumbing ------------------------------------------------------------
 
     async def _call(self, service: str, method: str, request, timeout: float | None):
-        self.connect()
-        stub = self._runtime if service == "runtime" else self._images
+        runtime, images = self._stubs()
+        stub = runtime if service == "runtime" else images
         try:
             return await getattr(stub, method)(request, timeout=timeout, wait_for_ready=False)
         except grpc.aio.AioRpcError as exc:
@@ -418,7 +422,7 @@ class CriClient:
         filter: pb.PodSandboxFilter | None = None,
         *,
         id: str = "",
-        state: int | None = None,
+        state: pb.PodSandboxState | None = None,
         label_selector: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> list[pb.PodSandbox]:
@@ -486,7 +490,7 @@ class CriClient:
         *,
         id: str = "",
         pod_sandbox_id: str = "",
-        state: int | None = None,
+        state: pb.ContainerState | None = None,
         label_selector: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> list[pb.Container]:

@@ -35,7 +35,8 @@ import pytest
 import yaml
 
 from apiserver_min.api import names as api_names
-from tests.components import REPO_ROOT, free_port
+from tests.components import free_port
+from tests.helpers import console_script
 
 __all__ = [
     "ApiServerProcess",
@@ -53,7 +54,7 @@ __all__ = [
     "k8s_client",
 ]
 
-APISERVER_BIN = REPO_ROOT / ".venv" / "bin" / "orch-apiserver"
+APISERVER_BIN = console_script("orch-apiserver")
 KUBECTL = "/usr/bin/kubectl"
 # The versioned binaries behind the /usr/bin/kubectl dispatcher (which picks one by the
 # server's /version minor).
@@ -97,19 +98,6 @@ def create_namespace(server: "ApiServerProcess", name: str, timeout: float = 10.
                 raise AssertionError(f"namespace {name}: {path} not created within {timeout}s")
             time.sleep(0.02)
     return obj
-
-
-def wait_for(fn, timeout: float, what: str, interval: float = 0.1):
-    """``fn()`` until it returns something truthy (returned); an AssertionError naming
-    ``what`` and the last value after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class ApiServerProcess:

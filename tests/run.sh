@@ -3,7 +3,8 @@
 #   tests/run.sh [pytest args...]
 # On a fresh Debian 12 machine (as root) it installs the system packages the e2e
 # tests need, creates .venv, installs the project, then runs pytest. Later runs
-# skip apt and pip unless something is missing or pyproject.toml changed.
+# skip apt and pip unless something is missing or pyproject.toml changed. Before pytest
+# it runs ruff and mypy (ORCH_SKIP_LINT=1 skips them outside CI).
 set -euo pipefail
 
 caller_dir="$(pwd -P)"
@@ -92,6 +93,27 @@ if [[ "$want_hash" != "$have_hash" ]]; then
     say "installing the project into .venv (pip install -e '.[test]') ..."
     "$venv_python" -m pip install --disable-pip-version-check -q -e '.[test]' </dev/null
     printf '%s\n' "$want_hash" >"$stamp"
+fi
+
+# --- lint and type checks ---------------------------------------------------
+# ruff and mypy as configured in pyproject.toml (mypy keeps its cache in .mypy_cache,
+# so a second run takes about a second). ORCH_SKIP_LINT=1 skips them for a quick local
+# run; CI (CI=true) always runs them.
+lint_step() {  # $1: the step's name; the rest: its command
+    local name="$1"
+    shift
+    if ! "$@"; then
+        say "FAILED: $name (see above; ORCH_SKIP_LINT=1 skips the lint steps locally)"
+        exit 1
+    fi
+}
+if [[ "${ORCH_SKIP_LINT:-}" == 1 && "${CI:-}" != true ]]; then
+    say "skipping ruff and mypy (ORCH_SKIP_LINT=1)"
+else
+    say "running ruff check, ruff format --check and mypy"
+    lint_step "ruff check" "$venv_python" -m ruff check --quiet .
+    lint_step "ruff format --check" "$venv_python" -m ruff format --check --quiet .
+    lint_step "mypy" "$venv_python" -m mypy
 fi
 
 # --- tests -------------------------------------------------------------------

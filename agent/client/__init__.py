@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from apiserver_min.api import names
+
 from .config import Connection, OrchconfigError, load_orchconfig, write_orchconfig
 from .rest import ApiClient, ApiConnectionError, ApiError
 
@@ -30,8 +32,6 @@ __all__ = [
 def client_from_config(cfg, path: str | None = None, *, version: str = "") -> ApiClient:
     """An :class:`ApiClient` for ``path`` (default ``cfg.orchconfig``) with the
     agent's ``--orch-api-qps``, ``--orch-api-burst`` and ``--orch-api-content-type``."""
-    from apiserver_min.api import names
-
     conn = load_orchconfig(path or cfg.orchconfig)
     return ApiClient(
         conn,

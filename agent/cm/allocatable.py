@@ -21,6 +21,8 @@ import os
 import struct
 from typing import Any, Mapping
 
+import psutil
+
 from apiserver_min.api.quantity import Quantity, parse_quantity
 
 from .cgroupfs import CgroupError, hugepage_sizes
@@ -82,8 +84,6 @@ def _filesystem_size(path: str) -> int:
 
 def machine_capacity(cfg: Any, *, hugepages_dir: str = "/sys/kernel/mm/hugepages") -> dict[str, int]:
     """What this machine has: logical cpus, total memory, the root dir's filesystem, pods, huge pages."""
-    import psutil
-
     cores = os.cpu_count() or 1
     cap = {
         CPU: cores * 1000,

@@ -501,7 +501,7 @@ def _is_node_critical(pod: dict) -> bool:
     spec = podutil.spec(pod)
     if spec.get("priorityClassName") != _NODE_CRITICAL_CLASS:
         return False
-    mirror = names.ANNOTATION_CONFIG_MIRROR in podutil.annotations(pod)
+    mirror = podutil.is_mirror(pod)
     priority = spec.get("priority")
     return podutil.is_static(pod) or mirror or (priority is not None and int(priority) >= _CRITICAL_PRIORITY)
 
@@ -608,8 +608,8 @@ def linux_resources(pod: dict, container: dict, ctx: NodeContext) -> pb.LinuxCon
                 continue
             if size > 0:
                 wanted[_page_size_name(size)] = q.value()
-    for size in _huge_page_sizes():
-        resources.hugepage_limits.append(pb.HugepageLimit(page_size=size, limit=wanted.get(size, 0)))
+    for page_size in _huge_page_sizes():
+        resources.hugepage_limits.append(pb.HugepageLimit(page_size=page_size, limit=wanted.get(page_size, 0)))
     if _cgroup2_unified():
         # Kill the whole container on OOM, not one process of it.
         resources.unified["memory.oom.group"] = "1"

@@ -403,7 +403,7 @@ def make_environment(
     sources = _Sources(objects, namespace)
     env: dict[str, str] = {}
 
-    for index, env_from in enumerate(container.get("envFrom") or []):
+    for env_from in container.get("envFrom") or []:
         prefix = env_from.get("prefix") or ""
         for kind, field in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
             ref = env_from.get(field)

@@ -15,10 +15,11 @@ import time
 from typing import Callable
 
 from cri import api_pb2 as pb
-from cri.client import CriClient, CriError, ImagePullError
+from cri.client import CriError, ImagePullError
 
 from .. import logging as agent_logging
 from .backoff import Backoff
+from .interfaces import ImageService
 
 __all__ = ["ImageError", "ImageManager", "default_pull_policy"]
 
@@ -70,7 +71,13 @@ class _TokenBucket:
 
 class ImageManager:
     def __init__(
-        self, cri: CriClient, *, serialize: bool = True, qps: float = 5, burst: int = 10, backoff: Backoff | None = None
+        self,
+        cri: ImageService,
+        *,
+        serialize: bool = True,
+        qps: float = 5,
+        burst: int = 10,
+        backoff: Backoff | None = None,
     ) -> None:
         self.cri = cri
         self._lock = asyncio.Lock() if serialize else None

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from apiserver_min.api import names
 from cri import api_pb2 as pb
-from cri.client import CriClient, CriError, NotFoundError
+from cri.client import CriError, NotFoundError
 
 from .. import logging as agent_logging
 from .. import pods as podutil
@@ -46,6 +46,7 @@ from .container import build_container_config, container_hash, read_termination_
 from .context import NodeContext
 from .errors import PodConfigError
 from .images import ImageError, ImageManager
+from .interfaces import HookRunner, LivenessSource, PodCgroups, RuntimeService
 from .sandbox import build_sandbox_config
 from .volumes import VolumeManager
 
@@ -266,6 +267,7 @@ def compute_pod_actions(
         else:
             actions.start = start
         return actions
+    assert sandbox is not None  # a ready one: need_sandbox is False
     actions.sandbox_id = sandbox.id
 
     # Init containers: in order, each to completion before the next.
@@ -330,16 +332,16 @@ class SyncResult:
 class RuntimeManager:
     def __init__(
         self,
-        cri: CriClient,
+        cri: RuntimeService,
         ctx: NodeContext,
         *,
         images: ImageManager,
         volumes: VolumeManager,
-        cgroups: Any = None,
-        probes: Any = None,
+        cgroups: PodCgroups | None = None,
+        probes: LivenessSource | None = None,
         events: EventSink | None = None,
         backoff: Backoff | None = None,
-        hooks: Any = None,
+        hooks: HookRunner | None = None,
     ) -> None:
         self.cri = cri
         self.ctx = ctx
@@ -535,7 +537,7 @@ class RuntimeManager:
             if actions.create_sandbox and rp.sandboxes:
                 self.events(pod, "Normal", "SandboxChanged", why)
             await self.kill_pod(pod, rp, reason=why)
-        for cid, (info, why) in actions.kill.items():
+        for info, why in actions.kill.values():
             self.events(pod, "Normal", "Killing", f"Stopping container {info.name}")
             log.info("Killing container", pod=podutil.full_name(pod), container=info.name, reason=why)
             await self.kill_container(pod, info, grace=self._liveness_grace(pod, info))
@@ -547,7 +549,8 @@ class RuntimeManager:
 
         sandbox_config = None
         sandbox_id = actions.sandbox_id
-        pod_ip, pod_ips = "", ()
+        pod_ip = ""
+        pod_ips: tuple[str, ...] = ()
         try:
             cgroup_parent = ""
             if self.cgroups is not None:

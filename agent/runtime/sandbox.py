@@ -311,9 +311,9 @@ def _merge_dns_options(existing: Iterable[str], pod_options: Iterable[Mapping[st
     for option in existing:
         name, _, value = option.partition(":")
         values[name] = value
-    for option in pod_options:
-        value = option.get("value")
-        values[str(option.get("name") or "")] = "" if value is None else str(value)
+    for pod_option in pod_options:
+        pod_value = pod_option.get("value")
+        values[str(pod_option.get("name") or "")] = "" if pod_value is None else str(pod_value)
     return [f"{k}:{v}" if v else k for k, v in values.items()]
 
 

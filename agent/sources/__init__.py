@@ -1,29 +1,20 @@
-"""Static pod sources of the node agent and their merge.
+"""The node agent's pod sources and their merge.
 
-Two sources read pods the API server does not hand out: a manifest path
-(:mod:`agent.sources.file`) and a manifest URL (:mod:`agent.sources.url`). Both
-decode manifests the same way and give the pods their static identity
-(:mod:`agent.sources.decode`), then send whole snapshots (``Op.SET``) to
-:class:`agent.sources.merge.PodConfig`, which turns the snapshots of every source
-(the API-server source included) into one stream of incremental pod updates.
+Three sources feed the agent: a manifest path (:mod:`agent.sources.file`), a
+manifest URL (:mod:`agent.sources.url`) and the API server
+(:mod:`agent.sources.apiserver`). The static ones decode manifests the same way
+and give the pods their static identity (:mod:`agent.sources.decode`). Every
+source sends whole snapshots (``Op.SET``) to :class:`agent.sources.merge.PodConfig`
+(a :class:`agent.pods.PodSink`), which turns the snapshots of every source into
+one stream of incremental pod updates for the pod manager and the workers.
 """
 
 from __future__ import annotations
 
+from .apiserver import ApiPodSource
 from .decode import ManifestError, decode_manifest, make_static
+from .file import FileSource
 from .merge import PodConfig
+from .url import UrlSource
 
-__all__ = ["ManifestError", "decode_manifest", "make_static", "PodConfig", "FileSource", "UrlSource"]
-
-
-def __getattr__(name: str):
-    # The sources pull in aiohttp and ctypes; import them only when asked for.
-    if name == "FileSource":
-        from .file import FileSource
-
-        return FileSource
-    if name == "UrlSource":
-        from .url import UrlSource
-
-        return UrlSource
-    raise AttributeError(name)
+__all__ = ["ManifestError", "decode_manifest", "make_static", "PodConfig", "FileSource", "UrlSource", "ApiPodSource"]

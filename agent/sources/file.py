@@ -32,10 +32,9 @@ import orjson
 
 from agent import logging as agent_logging
 from agent import pods as podutil
-from agent.pods import ManifestProblem, Op, PodUpdate
+from agent.pods import ManifestProblem, Op, PodSink, PodUpdate
 
 from .decode import MAX_MANIFEST_BYTES, ManifestError, decode_document, make_static
-from .merge import PodConfig
 
 __all__ = ["FileSource"]
 
@@ -50,9 +49,9 @@ _SETTLE_SECONDS = 0.05
 
 
 class FileSource:
-    """Reads static pod manifests from a directory or file and feeds :class:`PodConfig`."""
+    """Reads static pod manifests from a directory or file and feeds the pod config merge (a :class:`PodSink`)."""
 
-    def __init__(self, path: str, node_name: str, period: float, config: PodConfig) -> None:
+    def __init__(self, path: str, node_name: str, period: float, config: PodSink) -> None:
         self.path = path
         self.node_name = node_name
         # A period of zero or less would spin; re-read every second at most then.

@@ -23,10 +23,9 @@ import aiohttp
 
 from agent import logging as agent_logging
 from agent import pods as podutil
-from agent.pods import ManifestProblem, Op, PodUpdate
+from agent.pods import ManifestProblem, Op, PodSink, PodUpdate
 
 from .decode import MAX_MANIFEST_BYTES, ManifestError, decode_document, make_static
-from .merge import PodConfig
 
 __all__ = ["UrlSource"]
 
@@ -41,10 +40,10 @@ class _FetchError(Exception):
 
 
 class UrlSource:
-    """Fetches static pod manifests from a URL and feeds :class:`PodConfig`."""
+    """Fetches static pod manifests from a URL and feeds the pod config merge (a :class:`PodSink`)."""
 
     def __init__(
-        self, url: str, headers: Mapping[str, Sequence[str]], node_name: str, period: float, config: PodConfig
+        self, url: str, headers: Mapping[str, Sequence[str]], node_name: str, period: float, config: PodSink
     ) -> None:
         self.url = url
         self.headers = [(name, value) for name, values in headers.items() for value in values]

@@ -20,6 +20,9 @@ import yaml
 
 from . import status as st
 
+# id(dict) -> (that dict, the keys given more than once in it): the duplicate keys of a decoded body.
+Duplicates = dict[int, tuple[dict, list[str]]]
+
 _META = b'"metadata":{'
 _META_LEN = len(_META)
 
@@ -148,12 +151,12 @@ def check_aliasing(root: yaml.Node) -> None:
         stack.append([child, _children(child), 1])
 
 
-def _unshare(obj: Any, duplicates: dict[int, tuple[dict, list[str]]] | None) -> tuple[Any, dict | None]:
+def _unshare(obj: Any, duplicates: Duplicates | None) -> tuple[Any, Duplicates | None]:
     """A tree copy of a document that used aliases: each alias becomes its own copy of
     the value, as upstream's YAML-to-JSON conversion makes it (a shared dict would let
     a write to one place, such as the object's metadata, show up in another). The
     duplicate-key records follow the copies."""
-    new_dups: dict[int, tuple[dict, list[str]]] | None = {} if duplicates is not None else None
+    new_dups: Duplicates = {}
 
     def copy(v: Any) -> Any:
         if isinstance(v, dict):
@@ -161,13 +164,13 @@ def _unshare(obj: Any, duplicates: dict[int, tuple[dict, list[str]]] | None) -> 
             if duplicates:
                 entry = duplicates.get(id(v))
                 if entry is not None and entry[0] is v:
-                    new_dups[id(out)] = (out, entry[1])  # type: ignore[index]
+                    new_dups[id(out)] = (out, entry[1])
             return out
         if isinstance(v, list):
             return [copy(x) for x in v]
         return v
 
-    return copy(obj), new_dups
+    return copy(obj), (new_dups if duplicates is not None else None)
 
 
 class _NoDupLoader(yaml.SafeLoader):
@@ -177,13 +180,14 @@ class _NoDupLoader(yaml.SafeLoader):
     limit_aliases = True  # apply check_aliasing (and un-share the decoded aliases)
     aliased = False  # the document defined anchors and was checked: its values may be shared
 
-    def compose_document(self) -> yaml.Node:
+    def compose_document(self) -> yaml.Node | None:
         self.get_event()  # DOCUMENT-START
-        node = self.compose_node(None, None)
+        # PyYAML's own compose_document passes index None for the root; the stubs say int.
+        node = self.compose_node(None, None)  # type: ignore[arg-type]
         self.get_event()  # DOCUMENT-END
         anchored = bool(self.anchors)
         self.anchors = {}
-        if anchored and self.limit_aliases:
+        if anchored and self.limit_aliases and node is not None:
             self.aliased = True
             check_aliasing(node)
         return node
@@ -282,7 +286,7 @@ class _TrackingLoader(_NoDupLoader):
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
-        self.duplicates: dict[int, tuple[dict, list[str]]] = {}
+        self.duplicates: Duplicates = {}
 
 
 def _yaml_key(key: Any) -> Any:
@@ -333,7 +337,7 @@ class DecodedBody:
     obj: Any
     media: str  # "json" or "yaml"
     body: bytes = b""
-    duplicates: dict[int, tuple[dict, list[str]]] | None = None
+    duplicates: Duplicates | None = None
     colons: int = 0
     maybe_escaped: bool = False
 
@@ -356,7 +360,7 @@ def decode_object_body(body: bytes, content_type: str) -> DecodedBody:
             raise st.bad_request(f"error decoding YAML body: {TOO_DEEP}") from None
         finally:
             loader.dispose()
-        duplicates = loader.duplicates
+        duplicates: Duplicates | None = loader.duplicates
         if loader.aliased:
             obj, duplicates = _unshare(obj, duplicates)
         return DecodedBody(obj, "yaml", body, duplicates)
@@ -370,7 +374,7 @@ def decode_object_body(body: bytes, content_type: str) -> DecodedBody:
 def decode_json_tracking_duplicates(body: bytes) -> DecodedBody:
     """The slow JSON decode that names duplicate keys (the last value wins, as
     in the fast decode). Only used once a cheap count has shown some."""
-    dups: dict[int, tuple[dict, list[str]]] = {}
+    dups: Duplicates = {}
 
     def pairs(items: list[tuple[str, Any]]) -> dict:
         out: dict = {}

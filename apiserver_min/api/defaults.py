@@ -90,8 +90,8 @@ def _plan(schema: Struct):
         if fn is not None:
             fns.append(fn)
         for f in s.fields:
-            if f.inline:
-                collect(f.type)
+            if (inline := f.inline_struct) is not None:
+                collect(inline)
 
     collect(schema)
     plan = (tuple(fns), tuple((key, *_field_walk(t)) for key, t in _relevant_fields(schema).items()))
@@ -132,7 +132,7 @@ def _has_defaults(s: Struct, active: frozenset[int] = frozenset()) -> bool:
     inner = active | {id(s)}
     found = (
         s.name in _DEFAULTERS
-        or any(f.inline and _has_defaults(f.type, inner) for f in s.fields)
+        or any((inline := f.inline_struct) is not None and _has_defaults(inline, inner) for f in s.fields)
         or any(
             isinstance(_elem(f.type), Struct) and _has_defaults(_elem(f.type), inner) for f in s.json_fields().values()
         )
@@ -253,7 +253,7 @@ def _pod(obj: Obj) -> None:
     for c in _dicts(spec, "containers") + _dicts(spec, "initContainers"):
         resources = _dict(c, "resources")
         limits = _dict(resources, "limits") if resources is not None else None
-        if not limits:
+        if resources is None or not limits:
             continue
         requests = resources.get("requests")
         if requests is None:

@@ -24,6 +24,8 @@ import dataclasses
 import re
 from typing import Any, Callable, Mapping
 
+from .helpers import list_at
+
 # The value lists (and so the messages) podvalidation gives Pods; pod templates get the same.
 from .podvalidation import (
     _DNS_POLICIES,
@@ -134,7 +136,7 @@ def _stateful_set_update_strategy(path: str, value: Any, parent: dict) -> FieldE
 
 
 def _quota_scopes(path: str, value: Any, parent: dict) -> FieldError:
-    scopes = parent.get("scopes") if isinstance(parent.get("scopes"), list) else []
+    scopes = list_at(parent, "scopes")
     listed = ", ".join(_go_string(s) for s in scopes)
     return FieldError.invalid(
         _LAST_INDEX.sub("", path), GoValue(f"[]core.ResourceQuotaScope{{{listed}}}"), "unsupported scope"

@@ -35,6 +35,18 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
+def dict_at(obj: Mapping, key: str) -> dict:
+    """obj[key] when it is an object, else a new empty dict: a missing or malformed field reads as empty."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def list_at(obj: Mapping, key: str) -> list:
+    """obj[key] when it is a list, else a new empty list: a missing or malformed field reads as empty."""
+    value = obj.get(key)
+    return value if isinstance(value, list) else []
+
+
 def get_condition(obj: Mapping, ctype: str) -> dict | None:
     for c in _list(_dig(obj, "status", "conditions")):
         if isinstance(c, dict) and c.get("type") == ctype:

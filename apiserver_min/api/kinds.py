@@ -47,6 +47,9 @@ class Subresource:
     verbs: tuple[str, ...]
     group: str = ""  # group of ``kind`` when it differs (Binding: core; Eviction: policy)
     version: str = ""
+    # The REST implementation that serves it (``registry.rest.RestTable``): "store" is the
+    # object itself through the generic store (status, approval); others name their own.
+    rest: str = "store"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +67,7 @@ class KindInfo:
     subresources: tuple[Subresource, ...] = ()
     categories: tuple[str, ...] = ()
     # Extra field-selector fields beyond metadata.name / metadata.namespace.
-    field_getters: dict[str, Callable[[dict], str]] = dataclasses.field(default_factory=dict)
+    field_getters: dict[str, Callable[[dict], str | bool]] = dataclasses.field(default_factory=dict)
     columns: tuple[Column, ...] = ()
     # PUT of a missing object creates it (upstream: AllowCreateOnUpdate), authorized as create.
     # Upstream (1.27) allows it for services, endpoints, events, limit ranges, leases, RBAC
@@ -486,9 +489,14 @@ def col(
 
 
 def _sub(
-    name: str, kind: str, verbs: tuple[str, ...] = ("get", "patch", "update"), group: str = "", version: str = ""
+    name: str,
+    kind: str,
+    verbs: tuple[str, ...] = ("get", "patch", "update"),
+    group: str = "",
+    version: str = "",
+    rest: str = "store",
 ) -> Subresource:
-    return Subresource(name, kind, verbs, group, version)
+    return Subresource(name, kind, verbs, group, version, rest)
 
 
 def _status(kind: str) -> Subresource:
@@ -496,7 +504,7 @@ def _status(kind: str) -> Subresource:
 
 
 def _scale() -> Subresource:
-    return _sub("scale", "Scale", group="autoscaling", version="v1")
+    return _sub("scale", "Scale", group="autoscaling", version="v1", rest="scale")
 
 
 _CORE = names.CORE_GROUP
@@ -511,7 +519,7 @@ KINDS: tuple[KindInfo, ...] = (
         False,
         short_names=("ns",),
         verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-        subresources=(_status("Namespace"), _sub("finalize", "Namespace", ("update",))),
+        subresources=(_status("Namespace"), _sub("finalize", "Namespace", ("update",), rest="namespaces/finalize")),
         field_getters={"status.phase": _getter("status", "phase")},
         columns=(
             NAME,
@@ -529,12 +537,12 @@ KINDS: tuple[KindInfo, ...] = (
         categories=("all",),
         subresources=(
             _status("Pod"),
-            _sub("binding", "Binding", ("create",)),
-            _sub("eviction", "Eviction", ("create",), group="policy", version="v1"),
-            _sub("log", "Pod", ("get",)),
-            _sub("exec", "PodExecOptions", ("create", "get")),
-            _sub("attach", "PodAttachOptions", ("create", "get")),
-            _sub("portforward", "PodPortForwardOptions", ("create", "get")),
+            _sub("binding", "Binding", ("create",), rest="pods/binding"),
+            _sub("eviction", "Eviction", ("create",), group="policy", version="v1", rest="pods/eviction"),
+            _sub("log", "Pod", ("get",), rest="pods/log"),
+            _sub("exec", "PodExecOptions", ("create", "get"), rest="pods/stream"),
+            _sub("attach", "PodAttachOptions", ("create", "get"), rest="pods/stream"),
+            _sub("portforward", "PodPortForwardOptions", ("create", "get"), rest="pods/stream"),
         ),
         field_getters={
             "spec.nodeName": _getter("spec", "nodeName"),
@@ -654,7 +662,16 @@ KINDS: tuple[KindInfo, ...] = (
         "ServiceAccount",
         True,
         short_names=("sa",),
-        subresources=(_sub("token", "TokenRequest", ("create",), group=names.AUTHENTICATION_GROUP, version="v1"),),
+        subresources=(
+            _sub(
+                "token",
+                "TokenRequest",
+                ("create",),
+                group=names.AUTHENTICATION_GROUP,
+                version="v1",
+                rest="serviceaccounts/token",
+            ),
+        ),
         columns=(NAME, col("Secrets", "integer", lambda o: len(o.get("secrets") or [])), AGE),
     ),
     KindInfo(

@@ -326,6 +326,9 @@ AGENT_METRICS_PREFIX = "orch_agent"
 # Leader election of the API server's bundled controllers (upstream: the Lease
 # kube-controller-manager in kube-system; one Lease here, the controllers run in one process).
 CONTROLLERS_LEASE_NAME = "orch-controllers"
+# The controller manager's own user, which holds that Lease (upstream: system:kube-controller-manager,
+# with the ClusterRole of that name); each controller writes as its own service account.
+CONTROLLER_MANAGER_USER = "system:orch-controller-manager"
 
 # exec/attach/port-forward streams (pods/exec, pods/attach, pods/portforward through the API
 # server and the node agent): the wire names of the stream subprotocols stay upstream's,

@@ -26,9 +26,10 @@ import ipaddress
 import json
 import posixpath
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeGuard
 
 from apiserver_min.api import names
+from apiserver_min.api.helpers import dict_at
 from apiserver_min.api.quantity import Quantity, QuantityError, parse_quantity
 from apiserver_min.api.validation import (
     FIELD_VALUE_NOT_FOUND,
@@ -90,7 +91,7 @@ def _range_error(lo: int, hi: int) -> str:
 # become TypeInvalid errors at the field instead of exceptions.
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -1717,7 +1718,7 @@ def _pod_body(pod: dict) -> Errs:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return [FieldError.required("spec")]
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    meta = dict_at(pod, "metadata")
     errs = _pod_specific_annotations(meta.get("annotations"), spec, "metadata.annotations")
     errs += validate_pod_spec(spec, "spec")
     if not spec.get("serviceAccountName"):
@@ -1798,7 +1799,10 @@ def _diff(old: Any, new: Any, path: str, out: list[str], limit: int = 20) -> Non
         for i, (a, b) in enumerate(zip(old, new)):
             _diff(a, b, f"{path}[{i}]", out, limit)
         return
-    dump = lambda v: "<unset>" if v is None else json.dumps(v, sort_keys=True, separators=(",", ":"))  # noqa: E731
+
+    def dump(v):
+        return "<unset>" if v is None else json.dumps(v, sort_keys=True, separators=(",", ":"))
+
     out.append(f"- {path}: {dump(old)}\n+ {path}: {dump(new)}")
 
 
@@ -1838,8 +1842,8 @@ def validate_pod_update(new: dict, old: dict, *, include_metadata: bool = True) 
     if not isinstance(new, dict) or not isinstance(old, dict):
         return [FieldError.type_invalid("", new, "must be an object")]
     errs: Errs = []
-    new_meta = new.get("metadata") if isinstance(new.get("metadata"), dict) else {}
-    old_meta = old.get("metadata") if isinstance(old.get("metadata"), dict) else {}
+    new_meta = dict_at(new, "metadata")
+    old_meta = dict_at(old, "metadata")
     if include_metadata:
         errs += validate_pod_metadata(new_meta)
         for key in ("name", "namespace", "uid"):
@@ -1849,8 +1853,8 @@ def validate_pod_update(new: dict, old: dict, *, include_metadata: bool = True) 
     errs += _pod_specific_annotation_updates(
         new_meta.get("annotations"), old_meta.get("annotations"), "metadata.annotations"
     )
-    nspec = new.get("spec") if isinstance(new.get("spec"), dict) else {}
-    ospec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+    nspec = dict_at(new, "spec")
+    ospec = dict_at(old, "spec")
 
     for key in ("containers", "initContainers"):
         nlist, olist = nspec.get(key) or [], ospec.get(key) or []

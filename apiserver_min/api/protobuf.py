@@ -178,7 +178,9 @@ def encode_list(
     plan = _plan(item_schema)
     if _fast is not None:
         cp, c_encode = _cplan(plan), _fast.encode
-        fast = lambda item: c_encode(cp, item)  # noqa: E731
+
+        def fast(item):
+            return c_encode(cp, item)
     else:
         fast = _codegen.encoder(plan)
     for i, item in enumerate(items):

@@ -329,8 +329,9 @@ def _cached_entry(buf: bytes, p: int, e: int, kind: int, cache: dict) -> tuple[s
     return kv
 
 
-_LD_CACHES = {kind: {} for kind in _CACHEABLE}
-_ENTRY_CACHES = {kind: {} for kind in _CACHEABLE | {K_STR, K_I32, K_I64, K_BOOL, K_NUM}}
+# kind -> (the value's wire bytes -> its decoded value); cleared when full.
+_LD_CACHES: dict[int, dict[bytes, Any]] = {kind: {} for kind in _CACHEABLE}
+_ENTRY_CACHES: dict[int, dict[bytes, Any]] = {kind: {} for kind in _CACHEABLE | {K_STR, K_I32, K_I64, K_BOOL, K_NUM}}
 _NS.update(ldc=_cached_ld, entryc=_cached_entry, refs=_wire._decode_struct)
 
 

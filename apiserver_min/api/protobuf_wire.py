@@ -77,7 +77,7 @@ class ProtobufError(ValueError):
 
 def is_protobuf(media_type: str | None) -> bool:
     """True for either spelling of the protobuf media type (parameters ignored)."""
-    return bool(media_type) and media_type.split(";", 1)[0].strip().lower() in MEDIA_TYPES
+    return media_type is not None and media_type.split(";", 1)[0].strip().lower() in MEDIA_TYPES
 
 
 # --- varints ----------------------------------------------------------------------------------
@@ -285,10 +285,11 @@ def _compile(plan: _Plan) -> None:
     s = plan.struct
     for f in sorted(s.fields, key=lambda f: f.number):
         where = f"{s.short_name}.{f.json_name or '<inline>'}"
-        plan.numbers[f.number] = f.json_name or f.type.short_name
+        inline = f.inline_struct
+        plan.numbers[f.number] = f.json_name or (inline.short_name if inline is not None else "")
         t = f.type
-        if f.inline:
-            sub = _plan(t)
+        if inline is not None:
+            sub = _plan(inline)
             tag = (f.number << 3) | 2
             plan.enc.append((f.json_name, M_INLINE, K_STRUCT, sub, uvarint(tag), None))
             plan.dec[tag] = (OP_INLINE, "", K_STRUCT, sub)

@@ -324,7 +324,7 @@ class List(Type):
     @property
     def merges(self) -> bool:
         """Strategic merge patch merges this list (instead of replacing it)."""
-        return bool(self.patch_strategy) and "merge" in self.patch_strategy.split(",")
+        return self.patch_strategy is not None and "merge" in self.patch_strategy.split(",")
 
     def __repr__(self) -> str:
         extra = f", {self.list_type}" if self.list_type != "atomic" else ""
@@ -362,6 +362,11 @@ class Field:
             raise ValueError(f"field #{self.number} needs a JSON name")
         if not (0 < self.number < 1 << 29):
             raise ValueError(f"field {self.json_name}: bad proto number {self.number}")
+
+    @property
+    def inline_struct(self) -> Struct | None:
+        """The embedded struct of an inline field; None for every other field."""
+        return self.type if self.inline and isinstance(self.type, Struct) else None
 
     @property
     def atomic(self) -> bool:
@@ -430,7 +435,8 @@ class Struct(Type):
         if self._json is None:
             out: dict[str, Field] = {}
             for f in self.fields:
-                items = f.type.json_fields().items() if f.inline else ((f.json_name, f),)
+                inline = f.inline_struct
+                items = inline.json_fields().items() if inline is not None else ((f.json_name, f),)
                 for name, inner in items:
                     if name in out:
                         raise ValueError(f"{self.name}: JSON field {name!r} declared twice")
@@ -456,8 +462,8 @@ class Struct(Type):
         """The chain of fields from this struct to ``json_name`` on the wire:
         ``(volumeSource, emptyDir)`` for Volume's ``emptyDir``; ``()`` if absent."""
         for f in self.fields:
-            if f.inline:
-                rest = f.type.inline_path(json_name)
+            if (inline := f.inline_struct) is not None:
+                rest = inline.inline_path(json_name)
                 if rest:
                     return (f, *rest)
             elif f.json_name == json_name:
@@ -578,7 +584,8 @@ def resolve_field(root: Struct, path: str | Sequence[PathStep]) -> Field | None:
     parent = resolve_path(root, steps[:-1])
     if isinstance(parent, List):
         parent = parent.item_type
-    return parent.field(steps[-1]) if isinstance(parent, Struct) else None
+    last = steps[-1]
+    return parent.field(last) if isinstance(parent, Struct) and isinstance(last, str) else None
 
 
 # --- metadata types (k8s.io/apimachinery/pkg/apis/meta/v1) ----------------------------------

@@ -83,7 +83,8 @@ class BearerTokenAuthenticator:
         key = (hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest(), wanted)
         hit = self._cache.get(key)
         if hit is not None:
-            if self.monotonic() < hit[2] and hit[0].still_valid():
+            still_valid = hit[0].still_valid  # only results with a re-check are cached
+            if self.monotonic() < hit[2] and still_valid is not None and still_valid():
                 return hit[0], hit[1]
             self._cache.pop(key, None)
         self.full_checks += 1

@@ -16,18 +16,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from typing import Iterable, Union
+from typing import Callable, Iterable, Union
 
 import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
 PublicKey = Union[rsa.RSAPublicKey, ec.EllipticCurvePublicKey]
 PrivateKey = Union[rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey]
 
-_HASHES = {"256": hashes.SHA256, "384": hashes.SHA384, "512": hashes.SHA512}
+_HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
+    "256": hashes.SHA256,
+    "384": hashes.SHA384,
+    "512": hashes.SHA512,
+}
 # An ECDSA key signs with the hash of its curve's size, as upstream picks the algorithm.
 _EC_ALG = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
 _EC_SIZE = {"ES256": 32, "ES384": 48, "ES512": 66}
@@ -80,7 +85,7 @@ def encode(claims: dict, key: PrivateKey, headers: dict | None = None) -> str:
     header = {"alg": alg, "kid": key_id(key), **(headers or {})}
     signing_input = (b64url_encode(orjson.dumps(header)) + "." + b64url_encode(orjson.dumps(claims))).encode()
     digest = _HASHES[alg[2:]]()
-    if alg.startswith("RS"):
+    if isinstance(key, rsa.RSAPrivateKey):  # RS256 (algorithm_for)
         sig = key.sign(signing_input, padding.PKCS1v15(), digest)
     else:
         r, s = decode_dss_signature(key.sign(signing_input, ec.ECDSA(digest)))
@@ -157,7 +162,7 @@ def verify(token: str, keys: Iterable[PublicKey]) -> tuple[dict, dict]:
 # --- keys from PEM files -------------------------------------------------------------------
 
 
-def _public_of(key) -> PublicKey:
+def _public_of(key: PublicKey | PrivateKey) -> PublicKey:
     if isinstance(key, (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey)):
         return key.public_key()
     return key
@@ -172,6 +177,7 @@ def load_public_keys(data: bytes, source: str) -> list[PublicKey]:
     keys: list[PublicKey] = []
     for m in _PEM_BLOCK.finditer(data):
         label, block = m.group(1).decode(), m.group(0)
+        key: PublicKeyTypes | PrivateKeyTypes
         try:
             if label in ("PUBLIC KEY", "RSA PUBLIC KEY"):
                 key = serialization.load_pem_public_key(block)

@@ -101,12 +101,12 @@ def load_keys(opts: Any) -> ServiceAccountKeys:
             verification += jwt.load_public_keys(
                 _read(path, "--service-account-key-file"), f"--service-account-key-file {path}"
             )
-        if not opts.service_account_key_files and getattr(opts, "tls_private_key_file", ""):
+        tls_key_file: str = getattr(opts, "tls_private_key_file", "")
+        if not opts.service_account_key_files and tls_key_file:
             # The seed: the key files fall back to the TLS private key.
             try:
                 verification += jwt.load_public_keys(
-                    _read(opts.tls_private_key_file, "--tls-private-key-file"),
-                    f"--tls-private-key-file {opts.tls_private_key_file}",
+                    _read(tls_key_file, "--tls-private-key-file"), f"--tls-private-key-file {tls_key_file}"
                 )
             except jwt.KeyFileError as exc:
                 log.warning("the TLS key cannot verify service-account tokens: %s", exc)
@@ -316,7 +316,7 @@ class ServiceAccountTokenAuthenticator:
                 f"token audiences {go_list(token_auds)} is invalid for the target audiences {go_list(audiences)}"
             )
         if self.lookup is not None:
-            await self._check_live(c)
+            await self._check_live(self.lookup, c)
         return TokenResult(user_info(c.namespace, c.name, c.uid, c.pod), common, still_valid=self._still_valid(c))
 
     @staticmethod
@@ -357,9 +357,9 @@ class ServiceAccountTokenAuthenticator:
 
         return still_valid
 
-    async def _check_live(self, c: BoundClaims) -> None:
+    async def _check_live(self, lookup: ObjectLookup, c: BoundClaims) -> None:
         for resource, what, name, uid in self._live_checks(c):
-            state = await self.lookup.live_state(resource, c.namespace, name, uid)
+            state = await lookup.live_state(resource, c.namespace, name, uid)
             if state == "missing":
                 raise Unauthorized(f'{resource} "{name}" not found')
             if state == "uid":

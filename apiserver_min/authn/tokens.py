@@ -191,7 +191,7 @@ class BootstrapTokens:
         secret_name = names.BOOTSTRAP_TOKEN_SECRET_PREFIX + token_id
         secret = await self.lookup.get("secrets", names.NS_SYSTEM, secret_name)
         user = self.check(secret, token_id, token_secret)
-        if user is None:
+        if user is None or secret is None:
             return None
         return TokenResult(user, still_valid=self._still_valid(secret_name, secret))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -28,6 +29,9 @@ from ..storage.keys import key_prefix
 from .authorizer import AuthzAttributes, Decision, PolicyRule, RulesResult
 from .policy import node_rules
 from .rbac import rules_allow
+
+if TYPE_CHECKING:
+    from ..storage.cacher import CacheEvent, Entry, ResourceCache, WatchCache
 
 log = logging.getLogger("orch-apiserver.node-authorizer")
 
@@ -40,10 +44,10 @@ class NodeGraph:
         self.pvcs_prefix = pvcs_prefix
         self.edges: dict[str, collections.Counter] = {}
         self.pods: dict[str, tuple[str, tuple]] = {}  # pod cache key -> (node, edges it added)
-        self.cache = None
+        self.cache: WatchCache | None = None
 
     @classmethod
-    def attach(cls, cache, registry) -> "NodeGraph":
+    def attach(cls, cache: WatchCache, registry) -> "NodeGraph":
         g = cls(
             key_prefix(registry.by_resource("", "v1", "pods")),
             key_prefix(registry.by_resource("", "v1", "persistentvolumeclaims")),
@@ -52,21 +56,21 @@ class NodeGraph:
         cache.listeners.append(g.on_event)
         return g
 
-    def on_event(self, cache, ev) -> None:
-        if cache is None:
+    def on_event(self, cache: ResourceCache | None, ev: CacheEvent | None) -> None:
+        if cache is None:  # the watch cache was (re)filled: rebuild from the pods in it
             self.edges.clear()
             self.pods.clear()
-            c = self.cache.caches.get(self.pods_prefix)
+            c = self.cache.caches.get(self.pods_prefix) if self.cache is not None else None
             for e in c.items.values() if c is not None else ():
                 self._add(e)
             return
-        if cache.prefix != self.pods_prefix:
+        if ev is None or cache.prefix != self.pods_prefix:
             return
         self._remove(ev.entry.key)
         if ev.type != "DELETED":
             self._add(ev.entry)
 
-    def _add(self, e) -> None:
+    def _add(self, e: Entry) -> None:
         node = e.fields.get("spec.nodeName", "")
         if not node:
             return
@@ -97,7 +101,7 @@ class NodeGraph:
 
     def has(self, node: str, kind: str, namespace: str, name: str) -> bool:
         c = self.edges.get(node)
-        return bool(c) and c.get((kind, namespace, name), 0) > 0
+        return c is not None and c.get((kind, namespace, name), 0) > 0
 
     def pv_reachable(self, node: str, pv_name: str) -> bool:
         """A persistent volume is reachable when a claim a pod of the node uses is bound to it."""

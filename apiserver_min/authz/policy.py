@@ -22,6 +22,7 @@ import logging
 from typing import TYPE_CHECKING, Iterable
 
 from ..api import names
+from ..api.helpers import list_at
 from .authorizer import PolicyRule
 from .rbac import rules_from, uncovered
 
@@ -275,11 +276,23 @@ def _signer_approver(signer: str, verb: str = "approve") -> list[dict]:
     return [rule((verb,), (CERTIFICATES,), (names.SIGNERS_RESOURCE,), (signer,))]
 
 
-# The bundled controllers, as upstream's system:controller:* roles (they run in this
-# process as the server's own identity today; the roles document and grant what each
-# needs, for when they run with their own service accounts).
+# The bundled controllers, as upstream's system:controller:* roles: each controller runs in
+# this process as the service account orch-system/<name> (controllers/manager.py), bound to
+# system:controller:<name>, and is authorized by exactly these rules.
 def _controller_roles() -> dict[str, list[dict]]:
     return {
+        "clusterrole-aggregation-controller": [
+            # escalate: an aggregated role may hold rules its writer does not.
+            rule(("escalate", "get", "list", "watch", "update", "patch"), (RBAC,), ("clusterroles",)),
+        ],
+        "service-account-controller": [
+            rule(("create",), (CORE,), ("serviceaccounts",)),
+            _events_rule(),
+        ],
+        "root-ca-cert-publisher": [
+            rule(("create", "update"), (CORE,), ("configmaps",)),
+            _events_rule(),
+        ],
         "namespace-controller": [
             rule(("get", "list", "watch", "delete"), (CORE,), ("namespaces",)),
             rule(("update",), (CORE,), ("namespaces/finalize", "namespaces/status")),
@@ -296,7 +309,13 @@ def _controller_roles() -> dict[str, list[dict]]:
                 (CERTIFICATES,),
                 ("certificatesigningrequests/approval", "certificatesigningrequests/status"),
             ),
-            rule(("approve",), (CERTIFICATES,), (names.SIGNERS_RESOURCE,), (names.SIGNER_NODE_AGENT_CLIENT,)),
+            # (upstream: the node client signer; the serving signer for --auto-approve-node-serving-certificates)
+            rule(
+                ("approve",),
+                (CERTIFICATES,),
+                (names.SIGNERS_RESOURCE,),
+                (names.SIGNER_NODE_AGENT_CLIENT, names.SIGNER_NODE_AGENT_SERVING),
+            ),
             rule(
                 ("sign",),
                 (CERTIFICATES,),
@@ -435,7 +454,17 @@ def default_cluster_roles() -> list[dict]:
     ]
     for suffix, rules in _controller_roles().items():
         roles.append(cluster_role(names.CONTROLLER_ROLE_PREFIX + suffix, rules))
+    roles.append(cluster_role(names.CONTROLLER_MANAGER_USER, _controller_manager_rules()))
     return roles
+
+
+def _controller_manager_rules() -> list[dict]:
+    """The controller manager's own user holds the controllers' Lease (upstream's
+    system:kube-controller-manager grants the same for its Lease)."""
+    return [
+        rule(("create",), (COORDINATION,), ("leases",)),
+        rule(("get", "update"), (COORDINATION,), ("leases",), (names.CONTROLLERS_LEASE_NAME,)),
+    ]
 
 
 def _controller_sa(suffix: str) -> dict:
@@ -443,7 +472,9 @@ def _controller_sa(suffix: str) -> dict:
 
 
 def default_cluster_role_bindings() -> list[dict]:
-    group = lambda g: _subject("Group", g)  # noqa: E731
+    def group(name: str) -> dict:
+        return _subject("Group", name)
+
     out = [
         cluster_binding(names.ROLE_CLUSTER_ADMIN, names.ROLE_CLUSTER_ADMIN, [group(names.GROUP_MASTERS)]),
         cluster_binding("system:discovery", "system:discovery", [group(names.GROUP_AUTHENTICATED)]),
@@ -461,6 +492,13 @@ def default_cluster_role_bindings() -> list[dict]:
     for suffix in _controller_roles():
         name = names.CONTROLLER_ROLE_PREFIX + suffix
         out.append(cluster_binding(name, name, [_controller_sa(suffix)]))
+    out.append(
+        cluster_binding(
+            names.CONTROLLER_MANAGER_USER,
+            names.CONTROLLER_MANAGER_USER,
+            [_subject("User", names.CONTROLLER_MANAGER_USER)],
+        )
+    )
     return out
 
 
@@ -476,6 +514,8 @@ def default_roles() -> list[dict]:
             names.NS_PUBLIC,
             [
                 rule(READ, (CORE,), ("configmaps",)),
+                # create: cluster-info is made here when missing (upstream: by kubeadm).
+                rule(("create",), (CORE,), ("configmaps",)),
                 rule(("update",), (CORE,), ("configmaps",), (names.CLUSTER_INFO_CONFIGMAP,)),
                 _events_rule(),
             ],
@@ -541,7 +581,7 @@ def reconcile_role(current: dict, expected: dict) -> bool:
                 changed = True
         return changed
     have = list(rules_from(current))
-    rules = current.get("rules") if isinstance(current.get("rules"), list) else []
+    rules = list_at(current, "rules")
     for raw in expected.get("rules") or []:
         want = PolicyRule.from_dict(raw)
         if uncovered(have, [want]):
@@ -558,7 +598,7 @@ def _subject_id(s: dict) -> tuple:
 
 def reconcile_binding(current: dict, expected: dict) -> bool:
     changed = _merge_meta(current, expected)
-    subjects = current.get("subjects") if isinstance(current.get("subjects"), list) else []
+    subjects = list_at(current, "subjects")
     have = {_subject_id(s) for s in subjects if isinstance(s, dict)}
     for s in expected.get("subjects") or []:
         if _subject_id(s) not in have:

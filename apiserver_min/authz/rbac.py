@@ -25,6 +25,7 @@ import orjson
 from ..admission.chain import Attributes
 from ..api import names
 from ..api import status as st
+from ..api.helpers import list_at
 from ..api.selectors import LabelSelector, SelectorError, label_selector_from_dict
 from ..api.user import UserInfo
 from ..api.validation import FieldError, causes
@@ -269,7 +270,7 @@ def parse_cluster_role(obj: dict) -> ClusterRole:
             except (SelectorError, AttributeError, TypeError):
                 continue
         selectors = tuple(parsed)
-    raw = obj.get("rules") if isinstance(obj.get("rules"), list) else []
+    raw = list_at(obj, "rules")
     return ClusterRole(md.get("name", ""), rules_from(obj), dict(md.get("labels") or {}), selectors, raw)
 
 

@@ -6,34 +6,33 @@ import collections
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from ..api import names
 from ..api import status as st
+from ..api.kinds import Registry
 from ..api.timeutil import format_rfc3339
 from ..api.timeutil import now as utc_now
-from ..api.user import SYSTEM_USER
-
-if TYPE_CHECKING:
-    from ..registry.store import Store
+from .informer import served_kind
+from .interface import Client
 
 log = logging.getLogger("orch-apiserver.events")
 
 
 class EventRecorder:
-    """Core v1 Events written through the store, with upstream's aggregation: the same
-    event about the same object again within ten minutes bumps ``count`` and
-    ``lastTimestamp`` of the first instead of adding another."""
+    """Core v1 Events written through ``client`` (as its identity, recorded under its
+    field manager), with upstream's aggregation: the same event about the same object
+    again within ten minutes bumps ``count`` and ``lastTimestamp`` of the first
+    instead of adding another."""
 
     SIMILAR_WINDOW = 600.0
     MAX_REMEMBERED = 4096
 
-    def __init__(self, store: "Store", component: str, *, field_manager: str):
-        self.store = store
+    def __init__(self, client: Client, registry: Registry, component: str):
+        self.client = client
         self.component = component
-        self.field_manager = field_manager  # whose writes they are in managedFields
         self.instance = f"{component}-{socket.gethostname()}"
-        self.kind = store.registry.by_resource("", "v1", "events")
+        self.kind = served_kind(registry, "", "v1", "events")
         self._seen: collections.OrderedDict = collections.OrderedDict()
 
     async def record(self, ref: Mapping, type_: str, reason: str, message: str, action: str = "") -> None:
@@ -64,7 +63,7 @@ class EventRecorder:
             }
             if action:
                 obj["action"] = action
-            await self.store.create(self.kind, namespace, obj, SYSTEM_USER, field_manager=self.field_manager)
+            await self.client.create(self.kind, namespace, obj)
             self._seen[key] = (name, time.monotonic())
             while len(self._seen) > self.MAX_REMEMBERED:
                 self._seen.popitem(last=False)
@@ -80,7 +79,7 @@ class EventRecorder:
             return old
 
         try:
-            await self.store.update(self.kind, namespace, name, compute, SYSTEM_USER, field_manager=self.field_manager)
+            await self.client.update(self.kind, namespace, name, compute)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False

@@ -11,8 +11,8 @@
 - Token cleaner: deletes bootstrap-token secrets whose ``expiration`` has passed,
   at the moment of expiry (a timer per token) and in a sweep every minute.
 
-Both react to watch-cache events and write through the store as the server's own
-identity.
+Both react to informer events and write through their clients, each as its own
+service account (bootstrap-signer, token-cleaner), as upstream.
 """
 
 from __future__ import annotations
@@ -21,21 +21,16 @@ import asyncio
 import datetime as _dt
 import logging
 import os
-from typing import TYPE_CHECKING
 
 import orjson
 
 from ..api import bootstraptoken as bt
 from ..api import names
 from ..api import status as st
-from ..api.user import SYSTEM_USER
-from ..registry.store import DeleteOptions
-from ..storage.keys import key_prefix
+from ..client.informer import InformerFactory
+from ..client.interface import Client, DeleteOptions
+from ..storage.cacher import CacheEvent, Entry
 from .queue import RETRY_DELAY, KeyQueue
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
-    from ..storage.cacher import CacheEvent, Entry, ResourceCache
 
 log = logging.getLogger("orch-apiserver.bootstrap")
 
@@ -47,11 +42,11 @@ def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
 
 
-def _is_token_secret(e: "Entry") -> bool:
+def _is_token_secret(e: Entry) -> bool:
     return e.namespace == names.NS_SYSTEM and e.name.startswith(names.BOOTSTRAP_TOKEN_SECRET_PREFIX)
 
 
-def _decode(e: "Entry") -> bt.TokenSecret | None:
+def _decode(e: Entry) -> bt.TokenSecret | None:
     """The token a cached secret holds, or None (wrong type, malformed, deleting)."""
     obj = orjson.loads(e.raw)
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
@@ -82,22 +77,28 @@ def desired_data(current: dict | None, content: str, sigs: dict[str, str]) -> di
 
 
 class BootstrapControllers:
-    """The bootstrap signer and the token cleaner, sharing one watch-cache listener."""
+    """The bootstrap signer (``signer_client``) and the token cleaner (``cleaner_client``),
+    sharing the Secret and ConfigMap informers. ``cluster-info`` publishes ``ca_file``
+    and ``server_url``."""
 
-    def __init__(self, server: "ControllerHost"):
-
-        self.server = server
-        self.store = server.store
-        self.secret_kind = server.registry.by_resource("", "v1", "secrets")
-        self.cm_kind = server.registry.by_resource("", "v1", "configmaps")
-        self.secret_prefix, self.cm_prefix = key_prefix(self.secret_kind), key_prefix(self.cm_kind)
+    def __init__(
+        self, signer_client: Client, cleaner_client: Client, informers: InformerFactory, ca_file: str, server_url: str
+    ):
+        self.signer_client = signer_client
+        self.cleaner_client = cleaner_client
+        self.ca_file = ca_file
+        self.server_url = server_url
+        self.secret_kind = informers.kind("", "v1", "secrets")
+        self.cm_kind = informers.kind("", "v1", "configmaps")
+        self.secrets = informers.for_kind(self.secret_kind)
+        self.configmaps = informers.for_kind(self.cm_kind)
         self.sign_queue, self.clean_queue = KeyQueue(), KeyQueue()
         self._ca: tuple[tuple, bytes] | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def ca_pem(self) -> bytes:
         """The cluster CA as published, re-read when the file changes."""
-        path = self.server.pki.ca_cert
+        path = self.ca_file
         s = os.stat(path)
         stamp = (s.st_mtime_ns, s.st_size, s.st_ino)
         if self._ca is None or self._ca[0] != stamp:
@@ -106,12 +107,12 @@ class BootstrapControllers:
         return self._ca[1]
 
     def kubeconfig(self) -> str:
-        return bt.cluster_info_kubeconfig(self.server.server_url, self.ca_pem())
+        return bt.cluster_info_kubeconfig(self.server_url, self.ca_pem())
 
     # --- events ---------------------------------------------------------------------
     def start(self) -> list[asyncio.Task]:
-        self.server.cache.listeners.append(self.on_event)
-        self.on_event(None, None)
+        self.secrets.add_handler(self.on_secret)
+        self.configmaps.add_handler(self.on_configmap)
         return [
             asyncio.create_task(
                 self._loop(self.sign_queue, self.sync_cluster_info, "bootstrap signer"), name="bootstrap-signer"
@@ -125,15 +126,15 @@ class BootstrapControllers:
             h.cancel()
         self._timers.clear()
 
-    def on_event(self, cache: "ResourceCache | None", ev: "CacheEvent | None") -> None:
-        if cache is None:
+    def on_secret(self, ev: CacheEvent | None) -> None:
+        if ev is None:
             self.sign_queue.add(SIGNER_KEY)
-            for e in self.server.cache.cache(self.secret_prefix).sorted_entries(names.NS_SYSTEM):
+            for e in self.secrets.list(names.NS_SYSTEM):
                 if _is_token_secret(e):
                     self._track(e)
             return
         e = ev.entry
-        if cache.prefix == self.secret_prefix and _is_token_secret(e):
+        if _is_token_secret(e):
             self.sign_queue.add(SIGNER_KEY)
             if ev.type == "DELETED":
                 h = self._timers.pop(e.name, None)
@@ -141,12 +142,12 @@ class BootstrapControllers:
                     h.cancel()
             else:
                 self._track(e)
-        elif (
-            cache.prefix == self.cm_prefix and e.namespace == names.NS_PUBLIC and e.name == names.CLUSTER_INFO_CONFIGMAP
-        ):
+
+    def on_configmap(self, ev: CacheEvent | None) -> None:
+        if ev is not None and ev.entry.namespace == names.NS_PUBLIC and ev.entry.name == names.CLUSTER_INFO_CONFIGMAP:
             self.sign_queue.add(SIGNER_KEY)
 
-    def _track(self, e: "Entry") -> None:
+    def _track(self, e: Entry) -> None:
         """Clean now if expired, else set a timer for the moment it expires (which also
         makes the signer drop its signature then)."""
         ts = _decode(e)
@@ -187,7 +188,7 @@ class BootstrapControllers:
         while True:
             await asyncio.sleep(RESYNC_SECONDS)
             self.sign_queue.add(SIGNER_KEY)
-            for e in self.server.cache.cache(self.secret_prefix).sorted_entries(names.NS_SYSTEM):
+            for e in self.secrets.list(names.NS_SYSTEM):
                 if _is_token_secret(e):
                     self._track(e)
 
@@ -208,7 +209,7 @@ class BootstrapControllers:
     # --- bootstrap signer -----------------------------------------------------------
     def tokens(self) -> list[bt.TokenSecret]:
         out = []
-        for e in self.server.cache.cache(self.secret_prefix).sorted_entries(names.NS_SYSTEM):
+        for e in self.secrets.list(names.NS_SYSTEM):
             if _is_token_secret(e):
                 ts = _decode(e)
                 if ts is not None:
@@ -218,17 +219,13 @@ class BootstrapControllers:
     async def sync_cluster_info(self, _key: str) -> bool:
         content = self.kubeconfig()
         sigs = signatures(content, self.tokens(), _now())
-        cached = self.server.cache.cache(self.cm_prefix).items.get(
-            f"{self.cm_prefix}{names.NS_PUBLIC}/{names.CLUSTER_INFO_CONFIGMAP}"
-        )
+        cached = self.configmaps.get(names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP)
         if cached is None:
             try:
-                await self.store.create(
+                await self.signer_client.create(
                     self.cm_kind,
                     names.NS_PUBLIC,
                     {"metadata": {"name": names.CLUSTER_INFO_CONFIGMAP}, "data": desired_data(None, content, sigs)},
-                    SYSTEM_USER,
-                    field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER,
                 )
                 log.info("created %s/%s with %d signature(s)", names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP, len(sigs))
                 return True
@@ -248,14 +245,7 @@ class BootstrapControllers:
             return cur
 
         try:
-            await self.store.update(
-                self.cm_kind,
-                names.NS_PUBLIC,
-                names.CLUSTER_INFO_CONFIGMAP,
-                compute,
-                SYSTEM_USER,
-                field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER,
-            )
+            await self.signer_client.update(self.cm_kind, names.NS_PUBLIC, names.CLUSTER_INFO_CONFIGMAP, compute)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False  # deleted meanwhile: create it on the retry
@@ -266,7 +256,7 @@ class BootstrapControllers:
 
     # --- token cleaner --------------------------------------------------------------
     async def clean(self, name: str) -> bool:
-        e = self.server.cache.cache(self.secret_prefix).items.get(f"{self.secret_prefix}{names.NS_SYSTEM}/{name}")
+        e = self.secrets.get(names.NS_SYSTEM, name)
         if e is None:
             return True
         obj = orjson.loads(e.raw)
@@ -278,8 +268,8 @@ class BootstrapControllers:
         if ts is None and not self._bad_expiration(obj):
             return True
         try:
-            await self.store.delete(
-                self.secret_kind, names.NS_SYSTEM, name, DeleteOptions(preconditions_uid=e.uid or None), SYSTEM_USER
+            await self.cleaner_client.delete(
+                self.secret_kind, names.NS_SYSTEM, name, DeleteOptions(preconditions_uid=e.uid or None)
             )
         except st.ApiError as exc:
             if exc.code not in (404, 409):

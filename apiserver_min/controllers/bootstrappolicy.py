@@ -18,6 +18,7 @@ from ..authz.policy import (
     reconcile_binding,
     reconcile_role,
 )
+from ..client.informer import served_kind
 from ..registry.store import DeleteOptions
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ RBAC = names.RBAC_GROUP
 
 
 async def _reconcile_one(store: "Store", resource: str, expected: dict) -> str:
-    kind = store.registry.by_resource(RBAC, "v1", resource)
+    kind = served_kind(store.registry, RBAC, "v1", resource)
     md = expected["metadata"]
     ns, name = md.get("namespace", ""), md["name"]
     try:

@@ -16,9 +16,10 @@ CertificateSigningRequests.
   after their last condition update, pending ones after 24 hours, and issued ones once
   their certificate has expired.
 
-All three react to watch-cache events (a new request is usually approved and signed in
-a few milliseconds) and write through the store as the server's own identity, through
-the ``approval`` and ``status`` sub-resources, exactly as an outside controller would.
+All three react to informer events (a new request is usually approved and signed in
+a few milliseconds) and write through their client as the certificate-controller's
+service account, through the ``approval`` and ``status`` sub-resources, exactly as an
+outside controller would.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import datetime as _dt
 import ipaddress
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 from cryptography import x509
@@ -41,16 +42,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 from ..api import names
 from ..api import status as st
 from ..api.timeutil import format_rfc3339, parse_rfc3339
-from ..api.user import SYSTEM_USER, UserInfo
-from ..authz.authorizer import AuthzAttributes, Decision
-from ..registry.store import DeleteOptions
-from ..registry.strategy import CsrStrategy
-from ..storage.keys import key_prefix
-from .queue import FIELD_MANAGER, RETRY_DELAY, KeyQueue
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
-    from ..storage.cacher import CacheEvent, ResourceCache
+from ..api.user import UserInfo
+from ..authz.authorizer import Authorizer, AuthzAttributes, Decision
+from ..client.informer import InformerFactory
+from ..client.interface import Client, DeleteOptions
+from ..registry.certificates import CsrStrategy
+from ..storage.cacher import CacheEvent
+from .queue import RETRY_DELAY, KeyQueue
 
 log = logging.getLogger("orch-apiserver.csr")
 
@@ -362,7 +360,7 @@ def cleanup_deadline(obj: dict, now: _dt.datetime | None = None) -> _dt.datetime
         created = (obj.get("metadata") or {}).get("creationTimestamp")
         try:
             deadlines.append(parse_rfc3339(created) + PENDING_TTL)
-        except Exception:  # noqa: BLE001
+        except (AttributeError, TypeError, ValueError, OverflowError):  # no usable creationTimestamp
             pass
     cert = certificate_of(obj)
     if cert:
@@ -407,25 +405,40 @@ def serving_sans_match(csr: x509.CertificateSigningRequest, node: dict) -> bool:
 
 
 class CsrControllers:
-    """Approver, signer and cleaner sharing one watch-cache listener."""
+    """Approver, signer and cleaner sharing the CSR (and node) informers.
 
-    def __init__(self, server: "ControllerHost"):
-        self.server = server
-        self.store = server.store
-        self.kind = server.registry.by_resource(names.CERTIFICATES_GROUP, "v1", CSR_RESOURCE)
-        self.node_kind = server.registry.by_resource("", "v1", "nodes")
-        self.prefix = key_prefix(self.kind)
-        self.node_prefix = key_prefix(self.node_kind)
-        opts = server.opts
-        self.max_lifetime = _dt.timedelta(seconds=getattr(opts, "cluster_signing_duration", 365 * 86400.0))
-        self.auto_approve_serving = bool(getattr(opts, "auto_approve_node_serving_certificates", False))
+    ``authorizer`` answers the approver's subject access reviews (asked in process, as
+    the review a remote approver would create); ``ca_files`` are the cluster CA's
+    certificate and key, ``signing_files`` (signer, cert, key) per-signer overrides
+    (``--cluster-signing-*``)."""
+
+    def __init__(
+        self,
+        client: Client,
+        informers: InformerFactory,
+        authorizer: Authorizer,
+        *,
+        ca_files: tuple[str, str],
+        signing_files: Iterable[tuple[str, str, str]] = (),
+        max_lifetime_seconds: float = 365 * 86400.0,
+        auto_approve_serving: bool = False,
+    ):
+        self.client = client
+        self.authorizer = authorizer
+        self.kind = informers.kind(names.CERTIFICATES_GROUP, "v1", CSR_RESOURCE)
+        self.node_kind = informers.kind("", "v1", "nodes")
+        self.csrs = informers.for_kind(self.kind)
+        self.nodes = informers.for_kind(self.node_kind)
+        self.max_lifetime = _dt.timedelta(seconds=max_lifetime_seconds)
+        self.auto_approve_serving = auto_approve_serving
         self._cas: dict[str, CertificateAuthority] = {}
-        self._signing_files = {s: (c, k) for s, c, k in getattr(opts, "cluster_signing_files", ())}
+        self._ca_files = ca_files
+        self._signing_files = {s: (c, k) for s, c, k in signing_files}
         self.approve_queue, self.sign_queue, self.clean_queue = KeyQueue(), KeyQueue(), KeyQueue()
         self._serving_by_node: dict[str, set[str]] = {}  # node -> pending serving CSR names
 
     def authority(self, signer: str) -> CertificateAuthority:
-        files = self._signing_files.get(signer) or (self.server.pki.ca_cert, self.server.pki.ca_key)
+        files = self._signing_files.get(signer) or self._ca_files
         ca = self._cas.get(signer)
         if ca is None or (ca.cert_file, ca.key_file) != files:
             ca = self._cas[signer] = CertificateAuthority(*files)
@@ -433,8 +446,8 @@ class CsrControllers:
 
     # --- events ---------------------------------------------------------------------
     def start(self) -> list[asyncio.Task]:
-        self.server.cache.listeners.append(self.on_event)
-        self.on_event(None, None)
+        self.csrs.add_handler(self.on_csr)
+        self.nodes.add_handler(self.on_node)
         return [
             asyncio.create_task(self._loop(self.approve_queue, self.approve, "approver"), name="csr-approver"),
             asyncio.create_task(self._loop(self.sign_queue, self.sign, "signer"), name="csr-signer"),
@@ -442,19 +455,20 @@ class CsrControllers:
             asyncio.create_task(self._sweep(), name="csr-cleaner-sweep"),
         ]
 
-    def on_event(self, cache: "ResourceCache | None", ev: "CacheEvent | None") -> None:
-        if cache is None:
+    def on_csr(self, ev: CacheEvent | None) -> None:
+        if ev is None:
             self._serving_by_node.clear()
-            for e in self.server.cache.cache(self.prefix).items.values():
+            for e in self.csrs.list():
                 self._classify(e.name, e.object())
             return
-        if cache.prefix == self.prefix:
-            if ev.type == "DELETED":
-                for pending in self._serving_by_node.values():
-                    pending.discard(ev.entry.name)
-                return
-            self._classify(ev.entry.name, orjson.loads(ev.entry.raw))
-        elif cache.prefix == self.node_prefix and self.auto_approve_serving and ev.type != "DELETED":
+        if ev.type == "DELETED":
+            for pending in self._serving_by_node.values():
+                pending.discard(ev.entry.name)
+            return
+        self._classify(ev.entry.name, orjson.loads(ev.entry.raw))
+
+    def on_node(self, ev: CacheEvent | None) -> None:
+        if ev is not None and self.auto_approve_serving and ev.type != "DELETED":
             for name in self._serving_by_node.get(ev.entry.name, ()):
                 self.approve_queue.add(name)
 
@@ -494,7 +508,7 @@ class CsrControllers:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(CLEANER_SWEEP_SECONDS)
-            for e in list(self.server.cache.cache(self.prefix).items.values()):
+            for e in self.csrs.list():
                 self._schedule_cleanup(e.name, e.object())
 
     async def _loop(self, queue: KeyQueue, sync: Callable, what: str) -> None:
@@ -512,7 +526,7 @@ class CsrControllers:
                 queue.add_after(name, RETRY_DELAY)
 
     def _current(self, name: str) -> dict | None:
-        e = self.server.cache.cache(self.prefix).items.get(f"{self.prefix}{name}")
+        e = self.csrs.get("", name)
         return e.object() if e is not None else None
 
     # --- approver -------------------------------------------------------------------
@@ -526,7 +540,7 @@ class CsrControllers:
             resource=CSR_RESOURCE,
             subresource=subresource,
         )
-        return self.server.authorizer.authorize(attrs)[0] is Decision.ALLOW
+        return self.authorizer.authorize(attrs)[0] is Decision.ALLOW
 
     def approval_message(self, obj: dict) -> str | None:
         """The approval message if this request is to be auto-approved, else None."""
@@ -555,9 +569,7 @@ class CsrControllers:
         if signer == names.SIGNER_NODE_AGENT_SERVING and self.auto_approve_serving:
             if node_serving_problem(csr, usages) or user.name != cn or names.GROUP_NODES not in user.groups:
                 return None
-            node = self.server.cache.cache(self.node_prefix).items.get(
-                f"{self.node_prefix}{cn[len(names.NODE_USER_PREFIX) :]}"
-            )
+            node = self.nodes.get("", cn[len(names.NODE_USER_PREFIX) :])
             if node is not None and serving_sans_match(csr, node.object()):
                 return MSG_NODE_SERVING
         return None
@@ -585,9 +597,7 @@ class CsrControllers:
             )
             return cur
 
-        await self.store.update(
-            self.kind, "", name, compute, SYSTEM_USER, subresource="approval", field_manager=FIELD_MANAGER
-        )
+        await self.client.update(self.kind, "", name, compute, subresource="approval")
         log.info("csr %s: approved (%s)", name, message)
         return True
 
@@ -641,20 +651,18 @@ class CsrControllers:
                 )
             return cur
 
-        await self.store.update(
-            self.kind, "", name, compute, SYSTEM_USER, subresource="status", field_manager=FIELD_MANAGER
-        )
+        await self.client.update(self.kind, "", name, compute, subresource="status")
 
     # --- cleaner --------------------------------------------------------------------
     async def clean(self, name: str) -> bool:
-        e = self.server.cache.cache(self.prefix).items.get(f"{self.prefix}{name}")
+        e = self.csrs.get("", name)
         if e is None:
             return True
         deadline = cleanup_deadline(e.object())
         if deadline is None or deadline > _dt.datetime.now(_dt.timezone.utc):
             return True
         try:
-            await self.store.delete(self.kind, "", name, DeleteOptions(preconditions_uid=e.uid or None), SYSTEM_USER)
+            await self.client.delete(self.kind, "", name, DeleteOptions(preconditions_uid=e.uid or None))
         except st.ApiError as exc:
             if exc.code not in (404, 409):
                 raise

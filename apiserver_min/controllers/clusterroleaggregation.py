@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import TYPE_CHECKING
+from typing import Mapping
 
 from ..api import names
 from ..api import status as st
-from ..api.user import SYSTEM_USER
-from ..authz.rbac import RbacIndex
+from ..authz.rbac import ClusterRole, RbacIndex, parse_cluster_role
+from ..client.informer import InformerFactory
+from ..client.interface import Client
+from ..storage.cacher import CacheEvent
 from .queue import KeyQueue
-
-if TYPE_CHECKING:
-    from ..registry.store import Store
 
 log = logging.getLogger("orch-apiserver.rbac")
 
@@ -21,14 +20,14 @@ AGGREGATOR_FIELD_MANAGER = names.CONTROLLER_MANAGER_FIELD_MANAGER
 RBAC = names.RBAC_GROUP
 
 
-def aggregate_rules(index: RbacIndex, name: str) -> list[dict] | None:
+def aggregate_role_rules(roles: Mapping[str, ClusterRole], name: str) -> list[dict] | None:
     """The rules an aggregated ClusterRole should carry (None: not aggregated or gone):
     for each selector in order, the rules of the matching roles by name, each rule once."""
-    target = index.cluster_roles.get(name)
+    target = roles.get(name)
     if target is None or target.selectors is None:
         return None
     out: list[dict] = []
-    others = sorted((cr for cr in index.cluster_roles.values() if cr.name != name), key=lambda cr: cr.name)
+    others = sorted((cr for cr in roles.values() if cr.name != name), key=lambda cr: cr.name)
     for sel in target.selectors:
         for cr in others:
             if sel.matches(cr.labels):
@@ -38,27 +37,46 @@ def aggregate_rules(index: RbacIndex, name: str) -> list[dict] | None:
     return out
 
 
+def aggregate_rules(index: RbacIndex, name: str) -> list[dict] | None:
+    """:func:`aggregate_role_rules` over the authorizer's index."""
+    return aggregate_role_rules(index.cluster_roles, name)
+
+
 class ClusterRoleAggregator:
-    """Keeps every aggregated ClusterRole's rules the union of the roles it selects."""
+    """Keeps every aggregated ClusterRole's rules the union of the roles it selects,
+    reading ClusterRoles through their informer."""
 
     RETRY_DELAY = 1.0
 
-    def __init__(self, store: "Store", index: RbacIndex):
-        self.store = store
-        self.index = index
+    def __init__(self, client: Client, informers: InformerFactory):
+        self.client = client
+        self.kind = informers.kind(RBAC, "v1", "clusterroles")
+        self.cluster_roles = informers.for_kind(self.kind)
         self.queue = KeyQueue()
-        self.kind = store.registry.by_resource(RBAC, "v1", "clusterroles")
-        index.listeners.append(self.changed)
+        self._parsed: dict[str, tuple[int, ClusterRole]] = {}  # name -> (rv, parsed), parsed once per version
 
-    def changed(self, _name: str | None) -> None:
+    def start(self) -> None:
+        self.cluster_roles.add_handler(self.on_event)
+
+    def roles(self) -> dict[str, ClusterRole]:
+        out: dict[str, ClusterRole] = {}
+        for e in self.cluster_roles.list():
+            hit = self._parsed.get(e.name)
+            if hit is None or hit[0] != e.rv:
+                hit = self._parsed[e.name] = (e.rv, parse_cluster_role(e.object()))
+            out[e.name] = hit[1]
+        for gone in set(self._parsed) - set(out):
+            del self._parsed[gone]
+        return out
+
+    def on_event(self, _ev: CacheEvent | None) -> None:
         # Any ClusterRole may be selected by any aggregated one (labels can change):
         # look at every aggregated role again; a sync that changes nothing writes nothing.
-        for cr in self.index.cluster_roles.values():
+        for cr in self.roles().values():
             if cr.selectors is not None:
                 self.queue.add(cr.name)
 
     async def run(self) -> None:
-        self.changed(None)
         while True:
             name = await self.queue.get()
             try:
@@ -72,8 +90,9 @@ class ClusterRoleAggregator:
 
     async def sync(self, name: str) -> bool:
         """True if the role was rewritten."""
-        rules = aggregate_rules(self.index, name)
-        if rules is None or rules == self.index.cluster_roles[name].rules_raw:
+        roles = self.roles()
+        rules = aggregate_role_rules(roles, name)
+        if rules is None or rules == roles[name].rules_raw:
             return False
 
         changed = False
@@ -85,7 +104,7 @@ class ClusterRoleAggregator:
             return old
 
         try:
-            await self.store.update(self.kind, "", name, compute, SYSTEM_USER, field_manager=AGGREGATOR_FIELD_MANAGER)
+            await self.client.update(self.kind, "", name, compute)
         except st.ApiError as exc:
             if exc.code == 404:
                 return False

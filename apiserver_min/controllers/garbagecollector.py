@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TYPE_CHECKING
 
 from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
-from ..api.user import SYSTEM_USER
-from ..registry.store import DeleteOptions
-from ..storage.cacher import CacheEvent, Entry, ResourceCache
-from .queue import FIELD_MANAGER, RETRY_DELAY, KeyQueue
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
+from ..client.informer import Informer, InformerFactory
+from ..client.interface import Client, DeleteOptions
+from ..storage.cacher import CacheEvent, Entry
+from .queue import RETRY_DELAY, KeyQueue
 
 log = logging.getLogger("orch-apiserver.controllers")
 
@@ -22,9 +19,10 @@ log = logging.getLogger("orch-apiserver.controllers")
 class GarbageCollector:
     """Deletes dependents whose owners are gone; honours Orphan and Foreground deletion."""
 
-    def __init__(self, server: "ControllerHost"):
-        self.server = server
-        self.store = server.store
+    def __init__(self, client: Client, informers: InformerFactory):
+        self.client = client
+        self.informers = informers
+        self.by_prefix: dict[str, Informer] = {}
         self.uids: dict[str, tuple[str, str]] = {}  # uid -> (cache prefix, key)
         self.dependents: dict[str, set[tuple[str, str]]] = {}  # owner uid -> {(prefix, key)}
         self.queue = KeyQueue()
@@ -45,25 +43,43 @@ class GarbageCollector:
                 if not deps:
                     del self.dependents[owner[0]]
 
-    def on_event(self, cache: ResourceCache | None, ev: CacheEvent | None) -> None:
-        if cache is None:
-            self.uids.clear()
-            self.dependents.clear()
-            for c in self.server.cache.caches.values():
-                for e in c.items.values():
-                    self._index(c.prefix, e)
-            for c in self.server.cache.caches.values():
-                for e in c.items.values():
-                    if e.owners:
-                        self.queue.add(("dependent", c.prefix, e.key))
-                    if e.deleting and self._gc_finalizers(e):
-                        self.queue.add(("owner", c.prefix, e.key))
+    def start(self) -> None:
+        """Watch every kind (owners and dependents may be of any)."""
+        for inf in self.informers.all():
+            self.by_prefix[inf.prefix] = inf
+        for inf in self.by_prefix.values():
+            inf.add_handler(functools.partial(self.on_event, inf))
+
+    def _replay(self, inf: Informer) -> None:
+        """Index one kind afresh and look at each of its objects again."""
+        prefix = inf.prefix
+        for uid in [u for u, loc in self.uids.items() if loc[0] == prefix]:
+            del self.uids[uid]
+        for owner in list(self.dependents):
+            deps = {d for d in self.dependents[owner] if d[0] != prefix}
+            if deps:
+                self.dependents[owner] = deps
+            else:
+                del self.dependents[owner]
+        entries = inf.list()
+        for e in entries:
+            self._index(prefix, e)
+        for e in entries:
+            if e.owners:
+                self.queue.add(("dependent", prefix, e.key))
+            if e.deleting and self._gc_finalizers(e):
+                self.queue.add(("owner", prefix, e.key))
+
+    def on_event(self, inf: Informer, ev: CacheEvent | None) -> None:
+        if ev is None:
+            self._replay(inf)
             return
+        prefix = inf.prefix
         e, prev = ev.entry, ev.prev
         if prev is not None:
-            self._unindex(cache.prefix, prev)
+            self._unindex(prefix, prev)
         if ev.type == "DELETED":
-            self._unindex(cache.prefix, e)
+            self._unindex(prefix, e)
             for dep in self.dependents.get(e.uid, ()):
                 self.queue.add(("dependent",) + dep)
             # An owner waiting in foreground for this dependent may now be done.
@@ -72,22 +88,22 @@ class GarbageCollector:
                 if loc is not None:
                     self.queue.add(("owner",) + loc)
             return
-        self._index(cache.prefix, e)
+        self._index(prefix, e)
         if e.owners:
-            self.queue.add(("dependent", cache.prefix, e.key))
+            self.queue.add(("dependent", prefix, e.key))
         if e.deleting and self._gc_finalizers(e):
-            self.queue.add(("owner", cache.prefix, e.key))
+            self.queue.add(("owner", prefix, e.key))
 
     @staticmethod
     def _gc_finalizers(e: Entry) -> bool:
         return names.FINALIZER_ORPHAN in e.finalizers or names.FINALIZER_FOREGROUND in e.finalizers
 
     def _entry(self, prefix: str, key: str) -> tuple[KindInfo, Entry] | None:
-        cache = self.server.cache.caches.get(prefix)
-        if cache is None:
+        inf = self.by_prefix.get(prefix)
+        if inf is None:
             return None
-        e = cache.items.get(key)
-        return (cache.kind, e) if e is not None else None
+        e = inf.get_by_key(key)
+        return (inf.kind, e) if e is not None else None
 
     async def run(self) -> None:
         while True:
@@ -97,7 +113,7 @@ class GarbageCollector:
             except st.ApiError as exc:
                 log.warning("garbage collector: %s: %s", item[2], exc.message)
                 done = False
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - one bad item is retried; the queue goes on
                 log.exception("garbage collector: %s failed", item[2])
                 done = False
             if not done:
@@ -137,7 +153,7 @@ class GarbageCollector:
             "being deleted in the foreground" if foreground else "are gone",
         )
         try:
-            await self.store.delete(kind, e.namespace, e.name, DeleteOptions(propagation_policy=policy), SYSTEM_USER)
+            await self.client.delete(kind, e.namespace, e.name, DeleteOptions(propagation_policy=policy))
         except st.ApiError as exc:
             if exc.code != 404:
                 raise
@@ -150,10 +166,10 @@ class GarbageCollector:
         kind, e = found
         if not e.deleting:
             return True
-        deps = [d for d in self.dependents.get(e.uid, ()) if self._entry(*d) is not None]
+        # Looked up once: a dependent may go while the loop below awaits.
+        deps = [(d, found) for d in self.dependents.get(e.uid, ()) if (found := self._entry(*d)) is not None]
         if names.FINALIZER_ORPHAN in e.finalizers:
-            for d in deps:
-                dkind, de = self._entry(*d)
+            for _, (dkind, de) in deps:
 
                 def drop_ref(obj: dict, uid=e.uid) -> dict:
                     md = obj["metadata"]
@@ -165,9 +181,7 @@ class GarbageCollector:
                     return obj
 
                 try:
-                    await self.store.update(
-                        dkind, de.namespace, de.name, drop_ref, SYSTEM_USER, field_manager=FIELD_MANAGER
-                    )
+                    await self.client.update(dkind, de.namespace, de.name, drop_ref)
                 except st.ApiError as exc:
                     if exc.code != 404:
                         raise
@@ -175,8 +189,7 @@ class GarbageCollector:
             return True
         if names.FINALIZER_FOREGROUND in e.finalizers:
             pending = False
-            for d in deps:
-                dkind, de = self._entry(*d)
+            for d, (_, de) in deps:
                 pending = True
                 if not de.deleting:
                     self.queue.add(("dependent",) + d)
@@ -194,7 +207,7 @@ class GarbageCollector:
             return obj
 
         try:
-            await self.store.update(kind, e.namespace, e.name, drop, SYSTEM_USER, field_manager=FIELD_MANAGER)
+            await self.client.update(kind, e.namespace, e.name, drop)
         except st.ApiError as exc:
             if exc.code != 404:
                 raise

@@ -32,20 +32,20 @@ import logging
 import socket
 import time
 import uuid
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from ..api import names
 from ..api import status as st
+from ..api.kinds import Registry
 from ..api.timeutil import format_rfc3339_micro
 from ..api.timeutil import now as utc_now
-from ..api.user import SYSTEM_USER
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
+from ..client.informer import served_kind
+from ..client.interface import Client
 
 log = logging.getLogger("orch-apiserver.leaderelection")
 # The Lease writes are the controller manager's (upstream: kube-controller-manager's own
-# leader election), recorded so in managedFields.
+# leader election, as its own user), recorded so in managedFields: the client given is
+# the controller manager's, with this field manager.
 FIELD_MANAGER = names.CONTROLLER_MANAGER_FIELD_MANAGER
 
 
@@ -60,11 +60,13 @@ def default_identity() -> str:
 
 class LeaderElector:
     """Campaigns for one Lease; runs ``on_started`` when it leads, awaits ``on_stopped``
-    when it loses the lead (then campaigns again)."""
+    when it loses the lead (then campaigns again). The Lease is read and written
+    through ``client`` (a read-modify-write against storage, never the watch cache)."""
 
     def __init__(
         self,
-        server: "ControllerHost",
+        client: Client,
+        registry: Registry,
         *,
         name: str = names.CONTROLLERS_LEASE_NAME,
         namespace: str = names.NS_SYSTEM,
@@ -78,7 +80,7 @@ class LeaderElector:
     ) -> None:
         if not 0 < retry_period < renew_deadline < lease_duration:
             raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
-        self.server = server
+        self.client = client
         self.name, self.namespace = name, namespace
         self.identity = identity or default_identity()
         self.lease_duration = lease_duration
@@ -86,7 +88,7 @@ class LeaderElector:
         self.retry_period = retry_period
         self.on_started, self.on_stopped = on_started, on_stopped
         self.clock = clock
-        self.kind = server.registry.by_resource(names.COORDINATION_GROUP, "v1", "leases")
+        self.kind = served_kind(registry, names.COORDINATION_GROUP, "v1", "leases")
         self.leading = False
         self.transitions_seen = 0
         # What we last saw of the Lease and when (our clock): the freshness test.
@@ -183,8 +185,6 @@ class LeaderElector:
         return spec
 
     async def _try_acquire_or_renew(self) -> bool:
-        store = self.server.store
-
         def compute(old: dict) -> dict:
             spec = old.get("spec") or {}
             self._observe(spec)
@@ -204,16 +204,12 @@ class LeaderElector:
             }
 
         try:
-            obj, _, _ = await store.update(
-                self.kind,
-                self.namespace,
-                self.name,
-                compute,
-                SYSTEM_USER,
-                create_on_missing=True,
-                on_missing=create,
-                field_manager=FIELD_MANAGER,
-            )
+            try:
+                obj = await self.client.update(self.kind, self.namespace, self.name, compute)
+            except st.ApiError as exc:
+                if exc.code != 404:
+                    raise
+                obj = await self.client.create(self.kind, self.namespace, create())
         except _NotAcquirable:
             return False
         except st.ApiError as exc:
@@ -242,13 +238,11 @@ class LeaderElector:
 
         try:
             await asyncio.wait_for(
-                self.server.store.update(
-                    self.kind, self.namespace, self.name, compute, SYSTEM_USER, field_manager=FIELD_MANAGER
-                ),
+                self.client.update(self.kind, self.namespace, self.name, compute),
                 5,
             )
             log.info("released the lease %s/%s", self.namespace, self.name)
         except (_NotAcquirable, asyncio.TimeoutError, st.ApiError):
             pass
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - releasing is best effort at shutdown
             log.warning("leader election: cannot release lease %s/%s: %s", self.namespace, self.name, exc)

@@ -1,19 +1,34 @@
-"""Bundled controllers: namespace finalization and garbage collection.
+"""The bundled controllers and the scheduler: identities, informers, start and stop.
 
-Both are driven by watch-cache events in the same process and write through
-the generic store as the system user, exactly as an outside client would, their
-updates recorded in managedFields as the controller manager's (``FIELD_MANAGER``).
-Work is queued by object key and done by one task per controller; a failed
-item is retried after a short delay.
+Each controller is an API client in the server's process: it reads through informers
+over the watch cache and writes through its own :class:`~apiserver_min.client.local.LocalClient`,
+authorized and admitted as its service account ``system:serviceaccount:orch-system:<name>``
+(upstream's ``--use-service-account-credentials``), bound by the default policy to
+``system:controller:<name>``. Their updates are recorded in managedFields as the
+controller manager's (``FIELD_MANAGER``), the scheduler's as ``orch-scheduler``.
+
+The default RBAC policy is reconciled first, as the API server itself (the roles do
+not exist before it), and the watch cache is brought up to that write before any
+controller writes: RBAC reads its rules from the cache. A controller's failed item
+is retried after a short delay anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
+from ..api import names
+from ..api.kinds import Registry
+from ..api.user import UserInfo
+from ..authz.authorizer import Authorizer
+from ..client.informer import InformerFactory
+from ..client.local import LocalClient, controller_user
+from ..options import Options
+from ..registry.store import Store
+from ..scheduler.scheduler import FIELD_MANAGER as SCHEDULER_FIELD_MANAGER
 from ..scheduler.scheduler import Scheduler
+from ..storage.cacher import WatchCache
 from .bootstrap import BootstrapControllers
 from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
@@ -22,37 +37,61 @@ from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
+from .queue import FIELD_MANAGER
 from .serviceaccounts import ServiceAccountsController
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
 
 log = logging.getLogger("orch-apiserver.controllers")
 
+# The controller manager's own user: it holds the controllers' Lease (upstream's
+# kube-controller-manager elects as system:kube-controller-manager).
+CONTROLLER_MANAGER_USER = UserInfo(names.CONTROLLER_MANAGER_USER, groups=(names.GROUP_AUTHENTICATED,))
+
 
 class Controllers:
-    def __init__(self, server: "ControllerHost"):
-        self.server = server
-        self.namespaces = NamespaceController(server)
-        self.gc = GarbageCollector(server)
+    """Owns the controllers' tasks; ``ca_files`` are the cluster CA's certificate and key,
+    ``server_url`` the address ``cluster-info`` publishes."""
+
+    def __init__(
+        self,
+        opts: Options,
+        store: Store,
+        cache: WatchCache,
+        registry: Registry,
+        authorizer: Authorizer,
+        *,
+        ca_files: tuple[str, str],
+        server_url: str,
+    ):
+        self.opts = opts
+        self.store = store
+        self.cache = cache
+        self.registry = registry
+        self.authorizer = authorizer
+        self.ca_files = ca_files
+        self.server_url = server_url
+        self.informers: InformerFactory | None = None
         self._tasks: list[asyncio.Task] = []
-        # CSR approver/signer/cleaner; constructing it also installs the CSR strategy's
-        # admission hook, which must be in place before the first request.
-        self.csr = CsrControllers(server)
-        self.bootstrap = BootstrapControllers(server)
-        self.elector = None
+        self.bootstrap: BootstrapControllers | None = None
+        self.elector: LeaderElector | None = None
         self._elector_task: asyncio.Task | None = None
-        self._listeners: list = []
+
+    def client(self, controller: str, field_manager: str = FIELD_MANAGER) -> LocalClient:
+        """The client of one controller, as its service account."""
+        return LocalClient(self.store, self.authorizer, controller_user(controller), field_manager)
 
     async def start(self) -> None:
         """The default RBAC policy (every server reconciles it at start, as upstream's
         bootstrap-roles hook), then the controllers: at once with SQLite or without
         --leader-elect, else whenever this server holds the controllers' Lease."""
-        await reconcile_default_policy(self.server.store)
-        opts = self.server.opts
-        if getattr(opts, "leader_elect", False) and getattr(opts, "storage_backend", "sqlite") == "etcd3":
+        await reconcile_default_policy(self.store)
+        # RBAC authorizes from the watch cache: let it see the policy just written.
+        if await self.cache.sync(timeout=10.0) is None:
+            log.warning("the watch cache did not catch up with the default policy; controllers retry until it does")
+        opts = self.opts
+        if opts.leader_elect and opts.storage_backend == "etcd3":
             self.elector = LeaderElector(
-                self.server,
+                LocalClient(self.store, self.authorizer, CONTROLLER_MANAGER_USER, FIELD_MANAGER),
+                self.registry,
                 lease_duration=opts.leader_elect_lease_duration,
                 renew_deadline=opts.leader_elect_renew_deadline,
                 retry_period=opts.leader_elect_retry_period,
@@ -69,48 +108,66 @@ class Controllers:
         return self.elector.leading if self.elector is not None else bool(self._tasks)
 
     async def _start_controllers(self) -> None:
-        for c in (self.namespaces, self.gc):
-            self._listen(c.on_event)
-        self._tasks = [
-            asyncio.create_task(self.namespaces.run(), name="namespace-controller"),
-            asyncio.create_task(self.gc.run(), name="garbage-collector"),
-        ]
+        opts = self.opts
+        informers = self.informers = InformerFactory(self.cache, self.registry)
+        ca_cert = self.ca_files[0]
+        tasks: list[asyncio.Task] = []
+
+        namespaces = NamespaceController(self.client("namespace-controller"), informers)
+        gc = GarbageCollector(self.client("generic-garbage-collector"), informers)
         # The ClusterRole aggregation controller that fills admin/edit/view.
-        self.aggregator = ClusterRoleAggregator(self.server.store, self.server.rbac_index)
-        self._tasks.append(asyncio.create_task(self.aggregator.run(), name="clusterrole-aggregator"))
+        aggregator = ClusterRoleAggregator(self.client("clusterrole-aggregation-controller"), informers)
         # Every active namespace's default ServiceAccount and orch-root-ca.crt ConfigMap.
-        self.serviceaccounts = ServiceAccountsController(self.server)
-        self._listen(self.serviceaccounts.on_event)
-        self._tasks.append(asyncio.create_task(self.serviceaccounts.run(), name="serviceaccounts-controller"))
+        serviceaccounts = ServiceAccountsController(
+            self.client("service-account-controller"), self.client("root-ca-cert-publisher"), informers, ca_cert
+        )
+        for c in (namespaces, gc, aggregator, serviceaccounts):
+            c.start()
+        tasks += [
+            asyncio.create_task(namespaces.run(), name="namespace-controller"),
+            asyncio.create_task(gc.run(), name="garbage-collector"),
+            asyncio.create_task(aggregator.run(), name="clusterrole-aggregator"),
+            asyncio.create_task(serviceaccounts.run(), name="serviceaccounts-controller"),
+        ]
         # Certificate requests, then bootstrap tokens (bootstrap signer and token cleaner).
-        # (Their start() subscribes their listeners itself.)
-        self._tasks += self.csr.start()
-        self._tasks += self.bootstrap.start()
-        self._listeners += [self.csr.on_event, self.bootstrap.on_event]
+        csr = CsrControllers(
+            self.client("certificate-controller"),
+            informers,
+            self.authorizer,
+            ca_files=self.ca_files,
+            signing_files=opts.cluster_signing_files,
+            max_lifetime_seconds=opts.cluster_signing_duration,
+            auto_approve_serving=opts.auto_approve_node_serving_certificates,
+        )
+        tasks += csr.start()
+        self.bootstrap = BootstrapControllers(
+            self.client("bootstrap-signer"), self.client("token-cleaner"), informers, ca_cert, self.server_url
+        )
+        tasks += self.bootstrap.start()
         # Node heartbeats, condition taints and NoExecute evictions; then the scheduler
         # (--enable-scheduler), which places pods on the nodes that controller keeps honest.
-        self.nodelifecycle = NodeLifecycleController(self.server)
-        self._listen(self.nodelifecycle.on_event)
-        self._tasks.append(asyncio.create_task(self.nodelifecycle.run(), name="node-lifecycle-controller"))
-        if getattr(self.server.opts, "enable_scheduler", True):
-            self.scheduler = Scheduler(self.server)
-            self._listen(self.scheduler.on_event)
-            self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
-
-    def _listen(self, on_event) -> None:
-        """Subscribe a fresh controller to the watch cache, then replay what it holds."""
-        self.server.cache.listeners.append(on_event)
-        self._listeners.append(on_event)
-        on_event(None, None)
+        nodelifecycle = NodeLifecycleController(
+            self.client("node-controller"),
+            informers,
+            monitor_period=opts.node_monitor_period,
+            grace_period=opts.node_monitor_grace_period,
+            startup_grace_period=opts.node_startup_grace_period,
+        )
+        nodelifecycle.start()
+        tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        if opts.enable_scheduler:
+            scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
+            scheduler.start()
+            tasks.append(asyncio.create_task(scheduler.run(), name="scheduler"))
+        self._tasks = tasks
 
     async def _stop_controllers(self) -> None:
-        self.bootstrap.stop()
-        for fn in self._listeners:
-            try:
-                self.server.cache.listeners.remove(fn)
-            except ValueError:
-                pass
-        self._listeners = []
+        if self.bootstrap is not None:
+            self.bootstrap.stop()
+            self.bootstrap = None
+        if self.informers is not None:
+            self.informers.stop()
+            self.informers = None
         for t in reversed(self._tasks):
             t.cancel()
         for t in self._tasks:

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ..api import names
 from ..api import status as st
-from ..api.user import SYSTEM_USER
-from ..registry.store import DeleteOptions
-from ..storage.cacher import CacheEvent, ResourceCache
-from ..storage.keys import key_prefix
-from .queue import FIELD_MANAGER, RETRY_DELAY, KeyQueue
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
+from ..client.informer import InformerFactory
+from ..client.interface import Client, DeleteOptions
+from ..storage.cacher import CacheEvent
+from .queue import RETRY_DELAY, KeyQueue
 
 log = logging.getLogger("orch-apiserver.controllers")
 
@@ -22,20 +17,23 @@ log = logging.getLogger("orch-apiserver.controllers")
 class NamespaceController:
     """Empties a terminating namespace, then removes its ``orch`` finalizer."""
 
-    def __init__(self, server: "ControllerHost"):
-        self.server = server
-        self.store = server.store
-        self.kind = server.registry.by_resource("", "v1", "namespaces")
-        self.prefix = key_prefix(self.kind)
+    def __init__(self, client: Client, informers: InformerFactory):
+        self.client = client
+        self.informers = informers
+        self.kind = informers.kind("", "v1", "namespaces")
+        self.namespaces = informers.for_kind(self.kind)
         self.queue = KeyQueue()
 
-    def on_event(self, cache: ResourceCache | None, ev: CacheEvent | None) -> None:
-        if cache is None:
-            for e in self.server.cache.cache(self.prefix).items.values():
+    def start(self) -> None:
+        self.namespaces.add_handler(self.on_event)
+
+    def on_event(self, ev: CacheEvent | None) -> None:
+        if ev is None:
+            for e in self.namespaces.list():
                 if e.deleting:
                     self.queue.add(e.name)
             return
-        if cache.prefix == self.prefix and ev.type != "DELETED" and ev.entry.deleting:
+        if ev.type != "DELETED" and ev.entry.deleting:
             self.queue.add(ev.entry.name)
 
     async def run(self) -> None:
@@ -46,29 +44,26 @@ class NamespaceController:
             except st.ApiError as exc:
                 log.warning("namespace %s: %s", name, exc.message)
                 done = False
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - one bad item is retried; the queue goes on
                 log.exception("namespace %s: sync failed", name)
                 done = False
             if not done:
                 self.queue.add_after(name, RETRY_DELAY)
 
     async def sync(self, name: str) -> bool:
-        entry = self.server.cache.cache(self.prefix).items.get(f"{self.prefix}{name}")
+        entry = self.namespaces.get("", name)
         if entry is None or not entry.deleting:
             return True
         remaining = 0
-        for kind in self.server.registry.kinds:
+        for kind in self.informers.registry.kinds:
             if not kind.namespaced or "delete" not in kind.verbs:
                 continue
-            cache = self.server.cache.cache(key_prefix(kind))
-            for e in cache.sorted_entries(name):
+            for e in self.informers.for_kind(kind).list(name):
                 remaining += 1
                 if e.deleting:
                     continue
                 try:
-                    await self.store.delete(
-                        kind, name, e.name, DeleteOptions(propagation_policy="Background"), SYSTEM_USER
-                    )
+                    await self.client.delete(kind, name, e.name, DeleteOptions(propagation_policy="Background"))
                 except st.ApiError as exc:
                     if exc.code not in (404, 409):
                         raise
@@ -81,9 +76,7 @@ class NamespaceController:
             return obj
 
         try:
-            await self.store.update(
-                self.kind, "", name, drop_finalizer, SYSTEM_USER, subresource="finalize", field_manager=FIELD_MANAGER
-            )
+            await self.client.update(self.kind, "", name, drop_finalizer, subresource="finalize")
         except st.ApiError as exc:
             if exc.code != 404:
                 raise

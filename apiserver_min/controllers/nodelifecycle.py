@@ -37,7 +37,7 @@ import copy
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from ..api import names
 from ..api import status as st
@@ -52,15 +52,11 @@ from ..api.helpers import (
 )
 from ..api.timeutil import format_rfc3339, parse_rfc3339, parse_rfc3339_ns
 from ..api.timeutil import now as utc_now
-from ..api.user import SYSTEM_USER
 from ..client.events import EventRecorder
-from ..registry.store import DeleteOptions
-from ..storage.cacher import CacheEvent, ResourceCache
-from ..storage.keys import key_prefix
-from .queue import FIELD_MANAGER, KeyQueue
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
+from ..client.informer import InformerFactory
+from ..client.interface import Client, DeleteOptions
+from ..storage.cacher import CacheEvent
+from .queue import KeyQueue
 
 log = logging.getLogger("orch-apiserver.nodelifecycle")
 
@@ -213,28 +209,28 @@ class ScheduledEviction:
 
 
 class NodeLifecycleController:
+    """Runs as the node-controller's service account; the taint manager's events are
+    recorded as the ``taint-controller`` component through the same client."""
+
     def __init__(
         self,
-        server: "ControllerHost",
+        client: Client,
+        informers: InformerFactory,
         *,
-        monitor_period: float | None = None,
-        grace_period: float | None = None,
-        startup_grace_period: float | None = None,
+        monitor_period: float = NODE_MONITOR_PERIOD,
+        grace_period: float = NODE_MONITOR_GRACE_PERIOD,
+        startup_grace_period: float = NODE_STARTUP_GRACE_PERIOD,
     ):
-        opts = server.opts
-        self.server = server
-        self.store = server.store
-        self.monitor_period = monitor_period or getattr(opts, "node_monitor_period", NODE_MONITOR_PERIOD)
-        self.grace_period = grace_period or getattr(opts, "node_monitor_grace_period", NODE_MONITOR_GRACE_PERIOD)
-        self.startup_grace_period = startup_grace_period or getattr(
-            opts, "node_startup_grace_period", NODE_STARTUP_GRACE_PERIOD
-        )
-        reg = server.registry
-        self.nodes_kind = reg.by_resource("", "v1", "nodes")
-        self.pods_kind = reg.by_resource("", "v1", "pods")
-        self.node_prefix = key_prefix(self.nodes_kind)
-        self.pod_prefix = key_prefix(self.pods_kind)
-        self.lease_prefix = key_prefix(reg.by_resource(names.COORDINATION_GROUP, "v1", "leases"))
+        self.client = client
+        self.monitor_period = monitor_period
+        self.grace_period = grace_period
+        self.startup_grace_period = startup_grace_period
+        self.nodes_kind = informers.kind("", "v1", "nodes")
+        self.pods_kind = informers.kind("", "v1", "pods")
+        self.nodes = informers.for_kind(self.nodes_kind)
+        self.pods = informers.for_kind(self.pods_kind)
+        self.leases = informers.for_resource(names.COORDINATION_GROUP, "v1", "leases")
+        self.pod_prefix = self.pods.prefix
         self.health: dict[str, NodeHealth] = {}
         self.lease_renew: dict[str, int] = {}  # node -> renewTime (ns) last seen
         self.pods_on_node: dict[str, set[str]] = {}
@@ -242,28 +238,36 @@ class NodeLifecycleController:
         self.noexecute: dict[str, tuple[tuple[str, str], ...]] = {}
         self.evictions: dict[str, ScheduledEviction] = {}
         self.queue = KeyQueue()
-        self.node_events = EventRecorder(server.store, "node-controller", field_manager=FIELD_MANAGER)
-        self.taint_events = EventRecorder(server.store, "taint-controller", field_manager=FIELD_MANAGER)
+        self.node_events = EventRecorder(client, informers.registry, "node-controller")
+        self.taint_events = EventRecorder(client, informers.registry, "taint-controller")
         self._background: set[asyncio.Task] = set()
 
-    # --- cache events ---------------------------------------------------------------
-    def on_event(self, cache: ResourceCache | None, ev: CacheEvent | None) -> None:
-        if cache is None:
+    # --- informer events ------------------------------------------------------------
+    def start(self) -> None:
+        """Subscribe; the node informer's replay rebuilds everything (leases, nodes, pods)."""
+        self.leases.add_handler(self.on_lease)
+        self.pods.add_handler(self.on_pod)
+        self.nodes.add_handler(self.on_node)
+
+    def on_node(self, ev: CacheEvent | None) -> None:
+        if ev is None:
             self._rebuild()
-        elif cache.prefix == self.node_prefix:
+        else:
             self._node_event(ev)
-        elif cache.prefix == self.lease_prefix:
-            if ev.entry.namespace == names.NS_NODE_LEASE:
-                self._lease_event(ev)
-        elif cache.prefix == self.pod_prefix:
+
+    def on_lease(self, ev: CacheEvent | None) -> None:
+        if ev is not None and ev.entry.namespace == names.NS_NODE_LEASE:
+            self._lease_event(ev)
+
+    def on_pod(self, ev: CacheEvent | None) -> None:
+        if ev is not None:
             self._pod_event(ev)
 
     def _rebuild(self) -> None:
-        nodes = self.server.cache.cache(self.node_prefix).items
-        for e in self.server.cache.cache(self.lease_prefix).sorted_entries(names.NS_NODE_LEASE):
+        for e in self.leases.list(names.NS_NODE_LEASE):
             self._lease_event(CacheEvent("ADDED", e.rv, e, None, 0.0))
         names_now = set()
-        for e in nodes.values():
+        for e in self.nodes.list():
             names_now.add(e.name)
             node = e.object()
             self._observe_node(e.name, node)
@@ -274,18 +278,17 @@ class NodeLifecycleController:
             self.noexecute.pop(gone, None)
         self.pods_on_node.clear()
         self.pod_node.clear()
-        pods = self.server.cache.cache(self.pod_prefix).items
-        for e in pods.values():
-            node = e.fields.get("spec.nodeName") or ""
-            if node:
-                self._index_pod(e.key, node)
+        for e in self.pods.list():
+            pod_node = e.fields.get("spec.nodeName") or ""
+            if pod_node:
+                self._index_pod(e.key, pod_node)
         for key in list(self.evictions):
             if key not in self.pod_node:
                 self._cancel(key, announce=False)
-        for node, keys in self.pods_on_node.items():
-            if self.noexecute.get(node):
+        for node_name, keys in self.pods_on_node.items():
+            if self.noexecute.get(node_name):
                 for key in list(keys):
-                    self._process_pod(key, node)
+                    self._process_pod(key, node_name)
 
     def _observe_node(self, name: str, node: Mapping) -> None:
         ready = get_condition(node, "Ready")
@@ -381,7 +384,7 @@ class NodeLifecycleController:
 
     # --- the taint manager ------------------------------------------------------------
     def _process_pod(self, key: str, node: str) -> None:
-        e = self.server.cache.cache(self.pod_prefix).items.get(key)
+        e = self.pods.get_by_key(key)
         if e is None:
             return
         pod = e.object()
@@ -420,7 +423,7 @@ class NodeLifecycleController:
         if sched.handle is not None:
             sched.handle.cancel()
         if announce:
-            e = self.server.cache.cache(self.pod_prefix).items.get(key)
+            e = self.pods.get_by_key(key)
             if e is not None:
                 ref = object_reference(e.object(), "Pod")
                 self._spawn(
@@ -454,13 +457,13 @@ class NodeLifecycleController:
                 await self.monitor_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - the next monitor period tries again
                 log.exception("node health check failed")
 
     async def monitor_once(self) -> None:
         """Mark silent nodes Unknown; queue taint fixes the event path may have missed."""
         ts = format_rfc3339(utc_now())
-        for e in list(self.server.cache.cache(self.node_prefix).items.values()):
+        for e in self.nodes.list():
             name = e.name
             node = e.object()
             if reconcile_taints(node, ts) is not None:
@@ -476,9 +479,7 @@ class NodeLifecycleController:
                 return old
 
             try:
-                await self.store.update(
-                    self.nodes_kind, "", name, compute, SYSTEM_USER, subresource="status", field_manager=FIELD_MANAGER
-                )
+                await self.client.update(self.nodes_kind, "", name, compute, subresource="status")
                 log.info(
                     "node %s: no heartbeat for %.0fs; its conditions are now Unknown",
                     name,
@@ -510,12 +511,12 @@ class NodeLifecycleController:
             except st.ApiError as exc:
                 log.warning("node lifecycle: %s %s: %s", item[0], item[1], exc.message)
                 self.queue.add_after(item, RETRY_DELAY)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - one bad item is retried; the queue goes on
                 log.exception("node lifecycle: %s %s failed", item[0], item[1])
                 self.queue.add_after(item, RETRY_DELAY)
 
     async def _sync_taints(self, name: str) -> None:
-        e = self.server.cache.cache(self.node_prefix).items.get(f"{self.node_prefix}{name}")
+        e = self.nodes.get("", name)
         ts = format_rfc3339(utc_now())
         if e is None or reconcile_taints(e.object(), ts) is None:
             return
@@ -531,9 +532,7 @@ class NodeLifecycleController:
             return old
 
         try:
-            obj, _, _ = await self.store.update(
-                self.nodes_kind, "", name, compute, SYSTEM_USER, field_manager=FIELD_MANAGER
-            )
+            obj = await self.client.update(self.nodes_kind, "", name, compute)
         except st.ApiError as exc:
             if exc.code == 404:
                 return
@@ -543,7 +542,7 @@ class NodeLifecycleController:
         )
 
     async def _mark_pods_not_ready(self, name: str) -> None:
-        e = self.server.cache.cache(self.node_prefix).items.get(f"{self.node_prefix}{name}")
+        e = self.nodes.get("", name)
         if e is None:
             return
         node = e.object()
@@ -552,9 +551,8 @@ class NodeLifecycleController:
         await self.node_events.record(
             object_reference(node, "Node"), "Normal", "NodeNotReady", f"Node {name} status is now: NodeNotReady"
         )
-        pods = self.server.cache.cache(self.pod_prefix).items
         for key in sorted(self.pods_on_node.get(name, ())):
-            pe = pods.get(key)
+            pe = self.pods.get_by_key(key)
             if pe is None:
                 continue
             pod = pe.object()
@@ -569,15 +567,7 @@ class NodeLifecycleController:
                 return old
 
             try:
-                await self.store.update(
-                    self.pods_kind,
-                    pe.namespace,
-                    pe.name,
-                    compute,
-                    SYSTEM_USER,
-                    subresource="status",
-                    field_manager=FIELD_MANAGER,
-                )
+                await self.client.update(self.pods_kind, pe.namespace, pe.name, compute, subresource="status")
             except st.ApiError as exc:
                 if exc.code in (404, 409):
                     continue
@@ -588,7 +578,7 @@ class NodeLifecycleController:
         sched = self.evictions.get(key)
         if sched is None:
             return
-        e = self.server.cache.cache(self.pod_prefix).items.get(key)
+        e = self.pods.get_by_key(key)
         node = self.pod_node.get(key, "")
         if e is None or not node:
             self._cancel(key, announce=False)
@@ -624,18 +614,8 @@ class NodeLifecycleController:
             f"Marking for deletion Pod {e.namespace}/{e.name}",
         )
         try:
-            await self.store.update(
-                self.pods_kind,
-                e.namespace,
-                e.name,
-                add_condition,
-                SYSTEM_USER,
-                subresource="status",
-                field_manager=FIELD_MANAGER,
-            )
-            await self.store.delete(
-                self.pods_kind, e.namespace, e.name, DeleteOptions(preconditions_uid=uid), SYSTEM_USER
-            )
+            await self.client.update(self.pods_kind, e.namespace, e.name, add_condition, subresource="status")
+            await self.client.delete(self.pods_kind, e.namespace, e.name, DeleteOptions(preconditions_uid=uid))
         except st.ApiError as exc:
             if exc.code in (404, 409):
                 return

@@ -4,17 +4,14 @@ in every active namespace."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
 
 from ..api import names
 from ..api import status as st
-from ..api.user import SYSTEM_USER
-from ..storage.keys import key_prefix
+from ..api.kinds import KindInfo
+from ..client.informer import InformerFactory
+from ..client.interface import Client
+from ..storage.cacher import CacheEvent, Entry
 from .queue import RETRY_DELAY, KeyQueue
-
-if TYPE_CHECKING:
-    from ..api.kinds import KindInfo
-    from ..storage.cacher import CacheEvent, ResourceCache
 
 log = logging.getLogger("orch-apiserver.serviceaccounts")
 
@@ -31,48 +28,51 @@ class ServiceAccountsController:
     ``ca.crt``: the cluster CA) in every active namespace, as upstream's
     serviceaccount controller and root-ca-cert-publisher do: on namespace creation,
     at start for every namespace, and again when either object is deleted or the
-    ConfigMap is changed."""
+    ConfigMap is changed.
 
-    def __init__(self, server: Any, ca_file: str | None = None):
+    Two identities, as upstream's two controllers: ``sa_client`` (the
+    service-account-controller) creates ServiceAccounts, ``ca_client`` (the
+    root-ca-cert-publisher) writes the ConfigMaps."""
 
-        self.server = server
-        self.store = server.store
-        reg = server.registry
-        self.ns_kind = reg.by_resource("", "v1", "namespaces")
-        self.sa_kind = reg.by_resource("", "v1", "serviceaccounts")
-        self.cm_kind = reg.by_resource("", "v1", "configmaps")
-        self.ns_prefix, self.sa_prefix, self.cm_prefix = (
-            key_prefix(self.ns_kind),
-            key_prefix(self.sa_kind),
-            key_prefix(self.cm_kind),
-        )
+    def __init__(self, sa_client: Client, ca_client: Client, informers: InformerFactory, ca_file: str):
+        self.sa_client = sa_client
+        self.ca_client = ca_client
+        self.ns_kind = informers.kind("", "v1", "namespaces")
+        self.sa_kind = informers.kind("", "v1", "serviceaccounts")
+        self.cm_kind = informers.kind("", "v1", "configmaps")
+        self.namespaces = informers.for_kind(self.ns_kind)
+        self.service_accounts = informers.for_kind(self.sa_kind)
+        self.configmaps = informers.for_kind(self.cm_kind)
         self.ca_file = ca_file
         self._ca_pem: str | None = None
         self.queue = KeyQueue()
 
+    def start(self) -> None:
+        self.namespaces.add_handler(self.on_namespace)
+        self.service_accounts.add_handler(self.on_service_account)
+        self.configmaps.add_handler(self.on_configmap)
+
     def ca_pem(self) -> str:
         if self._ca_pem is None:
-            path = self.ca_file or self.server.pki.ca_cert
-            with open(path, encoding="ascii") as f:
+            with open(self.ca_file, encoding="ascii") as f:
                 self._ca_pem = f.read()
         return self._ca_pem
 
-    def on_event(self, cache: "ResourceCache | None", ev: "CacheEvent | None") -> None:
-        if cache is None:
-            for e in self.server.cache.cache(self.ns_prefix).items.values():
+    def on_namespace(self, ev: CacheEvent | None) -> None:
+        if ev is None:
+            for e in self.namespaces.list():
                 if not e.deleting:
                     self.queue.add(e.name)
-            return
-        e = ev.entry
-        if cache.prefix == self.ns_prefix:
-            if ev.type != "DELETED" and not e.deleting:
-                self.queue.add(e.name)
-        elif cache.prefix == self.sa_prefix:
-            if ev.type == "DELETED" and e.name == names.DEFAULT_SERVICE_ACCOUNT:
-                self.queue.add(e.namespace)
-        elif cache.prefix == self.cm_prefix:
-            if e.name == names.ROOT_CA_CONFIGMAP and ev.type in ("DELETED", "MODIFIED"):
-                self.queue.add(e.namespace)
+        elif ev.type != "DELETED" and not ev.entry.deleting:
+            self.queue.add(ev.entry.name)
+
+    def on_service_account(self, ev: CacheEvent | None) -> None:
+        if ev is not None and ev.type == "DELETED" and ev.entry.name == names.DEFAULT_SERVICE_ACCOUNT:
+            self.queue.add(ev.entry.namespace)
+
+    def on_configmap(self, ev: CacheEvent | None) -> None:
+        if ev is not None and ev.entry.name == names.ROOT_CA_CONFIGMAP and ev.type in ("DELETED", "MODIFIED"):
+            self.queue.add(ev.entry.namespace)
 
     async def run(self) -> None:
         while True:
@@ -88,24 +88,23 @@ class ServiceAccountsController:
             if not done:
                 self.queue.add_after(ns, RETRY_DELAY)
 
-    def _cached(self, prefix: str, key: str):
-        return self.server.cache.cache(prefix).items.get(key)
-
     async def sync(self, ns: str) -> bool:
         """True when done (or nothing to do); False to retry later."""
-        entry = self._cached(self.ns_prefix, f"{self.ns_prefix}{ns}")
+        entry = self.namespaces.get("", ns)
         if entry is None or entry.deleting:
             return True
         await self._create(
+            self.sa_client,
             self.sa_kind,
             ns,
             {"metadata": {"name": names.DEFAULT_SERVICE_ACCOUNT}},
-            self._cached(self.sa_prefix, f"{self.sa_prefix}{ns}/{names.DEFAULT_SERVICE_ACCOUNT}"),
+            self.service_accounts.get(ns, names.DEFAULT_SERVICE_ACCOUNT),
         )
         data = {"ca.crt": self.ca_pem()}
-        cm = self._cached(self.cm_prefix, f"{self.cm_prefix}{ns}/{names.ROOT_CA_CONFIGMAP}")
+        cm = self.configmaps.get(ns, names.ROOT_CA_CONFIGMAP)
         if cm is None:
             await self._create(
+                self.ca_client,
                 self.cm_kind,
                 ns,
                 {
@@ -131,24 +130,17 @@ class ServiceAccountsController:
             return current
 
         try:
-            await self.store.update(
-                self.cm_kind,
-                ns,
-                names.ROOT_CA_CONFIGMAP,
-                fix,
-                SYSTEM_USER,
-                field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER,
-            )
+            await self.ca_client.update(self.cm_kind, ns, names.ROOT_CA_CONFIGMAP, fix)
         except st.ApiError as exc:
             if exc.code not in (403, 404):
                 raise
         return True
 
-    async def _create(self, kind: "KindInfo", ns: str, obj: dict, cached: Any) -> None:
+    async def _create(self, client: Client, kind: KindInfo, ns: str, obj: dict, cached: Entry | None) -> None:
         if cached is not None:
             return
         try:
-            await self.store.create(kind, ns, obj, SYSTEM_USER, field_manager=names.CONTROLLER_MANAGER_FIELD_MANAGER)
+            await client.create(kind, ns, obj)
             log.info("created %s %s/%s", kind.kind, ns, obj["metadata"]["name"])
         except st.ApiError as exc:
             # 409: already there (the cache lagged); 403/404: the namespace is going away.

@@ -1,15 +1,15 @@
-"""The ``pods/binding`` write: a pod gets its node."""
+"""The ``pods/binding`` write: a pod gets its node (the sub-resource and the bundled scheduler)."""
 
 from __future__ import annotations
 
 from ..api import status as st
 from ..api.helpers import timestamp
 from ..api.user import SYSTEM_USER, UserInfo
-from .store import Store
+from .rest import ObjectStore
 
 
 async def bind_pod(
-    store: Store,
+    store: ObjectStore,
     namespace: str,
     name: str,
     node: str,
@@ -22,6 +22,7 @@ async def bind_pod(
     ``spec.nodeName`` and ``PodScheduled=True``. 409 when the pod is already bound or
     being deleted, or (with ``uid``) when the pod is another one of that name."""
     kind = store.registry.by_resource("", "v1", "pods")
+    assert kind is not None
 
     def compute(old: dict) -> dict:
         md = old["metadata"]

@@ -346,9 +346,7 @@ def _index_list(items: list, t: List, mode: int, where: tuple, unique: bool) -> 
     return keys, seen
 
 
-def _children(
-    value: Any, t: Type | None, mode: int, where: tuple
-) -> Iterator[tuple[str, Any, Type | None, bool, bool]]:
+def _children(value: Any, t: Any, mode: int, where: tuple) -> Iterator[tuple[str, Any, Type | None, bool, bool]]:
     """(path element, child value, child type, child atomic, named field) of a container."""
     if mode == STRUCT:
         for k, v in value.items():
@@ -431,20 +429,20 @@ def _all_nodes(value: Any, t: Type | None, atomic: bool, where: tuple) -> dict:
     return out
 
 
-def _nodes(value: Any, t: Type | None, mode: int, where: tuple, out: dict) -> None:
+def _nodes(value: Any, t: Any, mode: int, where: tuple, out: dict) -> None:
     """:func:`_all_nodes` of a container already known to be walked in ``mode``, into
     ``out``: one pass with the child's mode read from the walk table, no
     generator per level. A container child becomes a member node built in place
     (``{".": {}, <children>}``), or a leaf ``{}`` when it has no children."""
     if mode == STRUCT:
-        tab = _WALK_TABLES.get(id(t)) or _walk_table(t)  # type: ignore[arg-type]
+        tab = _WALK_TABLES.get(id(t)) or _walk_table(t)
         for k, v in value.items():
             e = tab.get(k)
             if e is None:
                 continue  # undeclared: owned by nobody
             cm = e[3]
             if cm != LEAF and v and type(v) is e[4]:
-                node = {DOT: {}}
+                node: dict = {DOT: {}}
                 _nodes(v, e[1], cm, where, node)
                 out[e[0]] = node if len(node) > 1 else {}
             else:
@@ -458,7 +456,7 @@ def _nodes(value: Any, t: Type | None, mode: int, where: tuple, out: dict) -> No
             else:
                 out["f:" + k] = {}
     elif mode == MAP:
-        vt = t.value_type  # type: ignore[union-attr]
+        vt = t.value_type
         cm, cont = _child_walk(vt, _type_atomic(vt))
         if cm == LEAF:
             for k in value:
@@ -472,10 +470,10 @@ def _nodes(value: Any, t: Type | None, mode: int, where: tuple, out: dict) -> No
                 else:
                     out["f:" + k] = {}
     else:
-        it = t.item_type  # type: ignore[union-attr]
+        it = t.item_type
         cm, cont = _child_walk(it, _type_atomic(it) if mode == LISTMAP else True)
         for item in value:
-            key = _item_key(item, t, mode, where)  # type: ignore[arg-type]
+            key = _item_key(item, t, mode, where)
             if cm != LEAF and item and type(item) is cont:
                 node = {DOT: {}}
                 _nodes(item, it, cm, where, node)
@@ -505,16 +503,16 @@ def _eq(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _paired(lhs: Any, rhs: Any, t: Type | None, mode: int, where: tuple):
+def _paired(lhs: Any, rhs: Any, t: Any, mode: int, where: tuple):
     """Children of two containers of the same mode, matched by path element."""
     if mode in (STRUCT, USTRUCT, MAP):
         if mode == MAP:
             vt = t.value_type
-            info = lambda k: (vt, _type_atomic(vt), True)  # noqa: E731
+            info = lambda k: (vt, _type_atomic(vt), True)  # noqa: E731 - one-line choice per branch
         elif mode == STRUCT:
-            info = lambda k: _struct_child(t, k)  # noqa: E731
+            info = lambda k: _struct_child(t, k)  # noqa: E731 - one-line choice per branch
         else:
-            info = lambda k: (None, False, True)  # noqa: E731
+            info = lambda k: (None, False, True)  # noqa: E731 - one-line choice per branch
         for k, lv in lhs.items():
             ct, ca, known = info(k)
             if known:
@@ -593,7 +591,7 @@ def _compare_child(
 # --- merge --------------------------------------------------------------------------------
 
 
-def merge(lhs: Any, rhs: Any, t: Type | None, atomic: bool = False, where: tuple = ()) -> Any:
+def merge(lhs: Any, rhs: Any, t: Any, atomic: bool = False, where: tuple = ()) -> Any:
     """The applied configuration ``rhs`` merged into the live value ``lhs``. Neither is
     modified; untouched subtrees of ``lhs`` are shared with the result."""
     if lhs is MISSING or lhs is None:
@@ -682,7 +680,7 @@ def _merge_list(lhs: list, rhs: list, t: List, mode: int, where: tuple) -> list:
 # --- prune --------------------------------------------------------------------------------
 
 
-def prune(value: Any, last: dict, owned: dict, t: Type | None, atomic: bool = False, where: tuple = ()) -> Any:
+def prune(value: Any, last: dict, owned: dict, t: Any, atomic: bool = False, where: tuple = ()) -> Any:
     """``value`` without what the applier applied before (``last``) and nobody owns now
     (``owned``: every manager's set, the applier's new one included). A struct
     field is owned when anything under it is (upstream EnsureNamedFieldsAreMembers);

@@ -374,6 +374,7 @@ class _Walker:
         if count:
             report.keys += len(d)
         unknown: list[Any] | None = None
+        ft: Any  # the field's type: a Struct where its code is _C_STRUCT
         for name, v in d.items():
             entry = fields.get(name)
             if entry is None:

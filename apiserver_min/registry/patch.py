@@ -135,7 +135,8 @@ def json_patch(doc: Any, ops: Any) -> Any:
             raise PatchError(f"json patch operation {i} is not an object")
         kind = op.get("op")
         path = op.get("path")
-        tokens = _split(path, i)
+        tokens = _split(path, i)  # a string path, or a PatchError
+        assert isinstance(path, str)
         if kind in ("add", "replace", "test") and "value" not in op:
             raise PatchError(f"json patch operation {i} ({kind}) has no 'value'")
         if kind == "add":

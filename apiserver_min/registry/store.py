@@ -42,8 +42,10 @@ from ..storage.interface import (
     UnavailableError,
 )
 from ..storage.keys import key_prefix, object_key, scope_prefix
+from .families import strategy_for
 from .managedfields import record_update
-from .strategy import Strategy, generate_suffix, strategy_for
+from .rest import DeleteOptions
+from .strategy import Strategy, generate_suffix
 
 log = logging.getLogger("orch-apiserver.store")
 
@@ -68,15 +70,6 @@ class ListResult:
     resource_version: int
     continue_token: str
     remaining: int | None
-
-
-@dataclasses.dataclass
-class DeleteOptions:
-    grace_period_seconds: int | None = None
-    propagation_policy: str | None = None
-    preconditions_uid: str | None = None
-    preconditions_rv: str | None = None
-    dry_run: bool = False
 
 
 def parse_rv(value: str | None, what: str = "resourceVersion") -> int | None:
@@ -165,6 +158,7 @@ class Store:
         is read from storage: a create right after an acknowledged namespace
         deletion must see it terminating."""
         ns_kind = self.registry.by_resource("", "v1", "namespaces")
+        assert ns_kind is not None
         key = object_key(ns_kind, "", name)
         entry = self.cache.cache(key_prefix(ns_kind)).items.get(key)
         deleted_at = self._recent_namespace_deletes.get(name)
@@ -206,8 +200,7 @@ class Store:
                 raise st.bad_request("resourceVersionMatch is forbidden when continue is provided")
             token_rv, start = decode_continue(cont)
             return await self._list_storage(kind, namespace, labels, fields, token_rv, start, limit)
-        exact = n not in (None, 0) and (rv_match == "Exact" or (not rv_match and limit > 0))
-        if exact:
+        if n and (rv_match == "Exact" or (not rv_match and limit > 0)):  # exactly that version
             return await self._list_storage(kind, namespace, labels, fields, n, "", limit)
         # Served from the cache: most recent (after a sync), any (0), or not older than n.
         if n is None:

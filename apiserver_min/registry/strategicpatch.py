@@ -402,7 +402,8 @@ def _index(items: list, value: Any, key: str) -> int:
 
 def _partition(merged: list, by: list, key: str) -> tuple[list, list]:
     """Items of ``merged`` present in ``by`` and the rest (the server-only items)."""
-    inside, outside = [], []
+    inside: list = []
+    outside: list = []
     for v in merged:
         (inside if _index(by, v, key) >= 0 else outside).append(v)
     return inside, outside
@@ -478,8 +479,8 @@ def _apply_set_element_order(original: dict, patch: dict, schema: Type | None, p
         lpath = _child(path, name)
         in_orig = name in original and original[name] is not None
         in_patch = name in patch and patch[name] is not None
-        orig_list = original.get(name) if in_orig else []
-        patch_list = patch.get(name) if in_patch else []
+        orig_list: Any = original.get(name) if in_orig else []
+        patch_list: Any = patch.get(name) if in_patch else []
         if in_orig and not isinstance(orig_list, list):
             raise PatchApplyError(f"{lpath}: is not a list in the object; {directive} needs one")
         if in_patch and not isinstance(patch_list, list):

@@ -16,12 +16,11 @@ finds nothing (no lower-priority victims, or a filter preemption cannot help).
 
 Unschedulable pods are tried again when a node's scheduling properties change,
 when a bound pod goes away, and every 30 s, with upstream's per-pod back-off
-(1 s doubling to 10 s). Binding goes through the store as the ``binding``
-sub-resource does (:func:`bind_pod`).
+(1 s doubling to 10 s). The scheduler reads pods and nodes through informers and
+writes through its client as ``system:serviceaccount:orch-system:scheduler``: a
+Binding created on the ``pods/binding`` sub-resource, pod status, events.
 
-Leader election is not done: one API server runs one scheduler. Several API
-servers sharing etcd would each schedule; a pod is still bound once (a second
-binding is refused with a conflict), but resource accounting can overshoot.
+It runs with the other bundled controllers, under their leader election.
 
 The fit and score logic is plain functions on dicts (:func:`find_node_for_pod`)
 so it is tested without a server.
@@ -35,7 +34,7 @@ import dataclasses
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..api import names
 from ..api import status as st
@@ -51,14 +50,10 @@ from ..api.helpers import (
 )
 from ..api.quantity import Quantity, QuantityError
 from ..api.selectors import DOES_NOT_EXIST, EXISTS, GREATER_THAN, IN, LESS_THAN, NOT_IN, SelectorError, new_requirement
-from ..api.user import SYSTEM_USER
 from ..client.events import EventRecorder
-from ..registry.binding import bind_pod
-from ..storage.cacher import CacheEvent, ResourceCache
-from ..storage.keys import key_prefix
-
-if TYPE_CHECKING:
-    from ..client.host import ControllerHost
+from ..client.informer import InformerFactory
+from ..client.interface import Client
+from ..storage.cacher import CacheEvent
 
 log = logging.getLogger("orch-apiserver.scheduler")
 
@@ -514,16 +509,21 @@ class Scheduler:
     :class:`NodeState`, one task places pods one at a time."""
 
     def __init__(
-        self, server: "ControllerHost", *, retry_interval: float = RETRY_INTERVAL, rng: random.Random | None = None
+        self,
+        client: Client,
+        informers: InformerFactory,
+        *,
+        retry_interval: float = RETRY_INTERVAL,
+        rng: random.Random | None = None,
     ):
-        self.server = server
-        self.pods_kind = server.registry.by_resource("", "v1", "pods")
-        self.nodes_kind = server.registry.by_resource("", "v1", "nodes")
-        self.pod_prefix = key_prefix(self.pods_kind)
-        self.node_prefix = key_prefix(self.nodes_kind)
+        self.client = client  # the scheduler's identity; its field manager is FIELD_MANAGER
+        self.pods_kind = informers.kind("", "v1", "pods")
+        self.nodes_kind = informers.kind("", "v1", "nodes")
+        self.pods = informers.for_kind(self.pods_kind)
+        self.node_informer = informers.for_kind(self.nodes_kind)
         self.retry_interval = retry_interval
         self.rng = rng or random.Random()
-        self.events = EventRecorder(server.store, DEFAULT_SCHEDULER_NAME, field_manager=FIELD_MANAGER)
+        self.events = EventRecorder(client, informers.registry, DEFAULT_SCHEDULER_NAME)
         self.nodes: dict[str, NodeState] = {}
         self._node_sig: dict[str, Any] = {}
         self.bound: dict[str, str] = {}  # pod key -> node, for pods counted on a node
@@ -533,25 +533,31 @@ class Scheduler:
         self._wake = asyncio.Event()
         self.attempts = 0  # scheduling attempts made (for tests and metrics)
 
-    # --- cache events ---------------------------------------------------------------
-    def on_event(self, cache: ResourceCache | None, ev: CacheEvent | None) -> None:
-        if cache is None:
+    # --- informer events ------------------------------------------------------------
+    def start(self) -> None:
+        """Subscribe; the node informer's replay rebuilds nodes and pods together."""
+        self.pods.add_handler(self.on_pod)
+        self.node_informer.add_handler(self.on_node)
+
+    def on_node(self, ev: CacheEvent | None) -> None:
+        if ev is None:
             self._rebuild()
-            return
-        if cache.prefix == self.node_prefix:
+        else:
             self._node_event(ev)
-        elif cache.prefix == self.pod_prefix:
+
+    def on_pod(self, ev: CacheEvent | None) -> None:
+        if ev is not None:
             self._pod_event(ev)
 
     def _rebuild(self) -> None:
         self.nodes.clear()
         self._node_sig.clear()
         self.bound.clear()
-        for e in self.server.cache.cache(self.node_prefix).items.values():
+        for e in self.node_informer.list():
             node = e.object()
             self.nodes[e.name] = NodeState(node)
             self._node_sig[e.name] = self._node_signature(node)
-        for e in self.server.cache.cache(self.pod_prefix).items.values():
+        for e in self.pods.list():
             self._pod_event(CacheEvent("ADDED", e.rv, e, None, 0.0))
         self._retry_unschedulable()
 
@@ -594,7 +600,7 @@ class Scheduler:
             self._retry_unschedulable()
 
     def _count_pod(self, key: str) -> None:
-        e = self.server.cache.cache(self.pod_prefix).items.get(key)
+        e = self.pods.get_by_key(key)
         node = self.bound.get(key)
         if e is not None and node in self.nodes:
             self.nodes[node].add(PodSummary.of(e.object(), key))
@@ -694,17 +700,16 @@ class Scheduler:
                         await self.schedule_one(key)
                     except asyncio.CancelledError:
                         raise
-                    except Exception:  # noqa: BLE001
+                    except Exception:  # noqa: BLE001 - the pod is retried; the scheduler goes on
                         log.exception("scheduling %s failed", key)
                         self._mark_unschedulable(key)
                     await asyncio.sleep(0)
 
     def _ordered(self, keys: list[str]) -> list[str]:
         """Upstream's PrioritySort: higher priority first, then older pods."""
-        pods = self.server.cache.cache(self.pod_prefix).items
 
         def rank(key: str) -> tuple:
-            e = pods.get(key)
+            e = self.pods.get_by_key(key)
             if e is None:
                 return (0, "", key)
             pod = e.object()
@@ -720,7 +725,7 @@ class Scheduler:
 
     async def schedule_one(self, key: str) -> str | None:
         """One attempt for one pod: the node it was bound to, or None."""
-        e = self.server.cache.cache(self.pod_prefix).items.get(key)
+        e = self.pods.get_by_key(key)
         pod = e.object() if e is not None else None
         if pod is None or not responsible_for(pod):
             self._forget(key)
@@ -743,7 +748,13 @@ class Scheduler:
             await self.events.record(ref, "Warning", "FailedScheduling", result.message, "Scheduling")
             return None
         try:
-            await bind_pod(self.server.store, ns, name, result.node, SYSTEM_USER, uid=md.get("uid"))
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": ns, "uid": md.get("uid")},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": result.node},
+            }
+            await self.client.create(self.pods_kind, ns, binding, subresource="binding")
         except st.ApiError as exc:
             if exc.code in (404, 409):
                 log.info("pod %s/%s not bound: %s", ns, name, exc.message)
@@ -782,9 +793,7 @@ class Scheduler:
             return old
 
         try:
-            await self.server.store.update(
-                self.pods_kind, ns, name, compute, SYSTEM_USER, subresource="status", field_manager=FIELD_MANAGER
-            )
+            await self.client.update(self.pods_kind, ns, name, compute, subresource="status")
         except st.ApiError as exc:
             if exc.code not in (404, 409):
                 log.warning("pod %s/%s: cannot set PodScheduled: %s", ns, name, exc.message)

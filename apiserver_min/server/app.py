@@ -46,9 +46,8 @@ from .impersonation import impersonate
 from .metrics import Metrics
 from .negotiation import error_body
 from .openapi import OpenAPI
-from .reviews import AuthnReviews, Reviews
+from .resttable import build_rest_table
 from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse
-from .tokenrequest import TokenRequests
 
 log = logging.getLogger("orch-apiserver")
 
@@ -61,19 +60,6 @@ def version_stage(version: str) -> str:
     if "beta" in version:
         return "beta"
     return "ga"
-
-
-def _is_crd_list(info: RequestInfo) -> bool:
-    """The CRD list on kubectl's hard-coded path (an alias of the orch group, which
-    serves no kinds yet): the one thing that alias answers."""
-    return (
-        info.alias_group == names.UPSTREAM_APIEXTENSIONS_GROUP
-        and info.version == "v1"
-        and info.resource == "customresourcedefinitions"
-        and info.verb == "list"
-        and not info.namespace
-        and not info.subresource
-    )
 
 
 class RuntimeConfig:
@@ -120,7 +106,6 @@ class ApiServer:
         # the RBAC index also serves the always-on role and binding write checks.
         self.rbac_index = RbacIndex.attach(self.cache, registry)
         self.authorizer = build_authorizer(opts.authorization_modes, self.cache, registry, self.rbac_index)
-        self.reviews = Reviews(self, lambda: self.authorizer)
         self.store.admission = build_chain(
             self, opts.admission_plugins, always=[RbacWriteGuard(self.authorizer, self.rbac_index)]
         )
@@ -138,17 +123,24 @@ class ApiServer:
         self.health = Health(opts.livez_grace_period)
         self.shutting_down = False
         self.post_start_done: dict[str, bool] = {}
-        self.controllers = Controllers(self)
         self._install_checks()
         self.pki = Pki(opts.data_dir)
+        # The bundled controllers: API clients of this process, each as its own identity.
+        self.controllers = Controllers(
+            opts,
+            self.store,
+            self.cache,
+            registry,
+            self.authorizer,
+            ca_files=(self.pki.ca_cert, self.pki.ca_key),
+            server_url=self.server_url,
+        )
         self.client_ca = opts.client_ca_file or self.pki.ca_cert
         # Authentication reads the token file and the service-account keys now (a bad one
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
         self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
-        self.authn_reviews = AuthnReviews(self)
-        self.token_requests = TokenRequests(
-            self, self.authn.issuer, opts.api_audiences, opts.service_account_max_token_expiration
-        )
+        # The REST objects of collections and sub-resources beyond the generic store.
+        self.rest = build_rest_table(self, lambda: self.authorizer, self.backend.current_revision)
         self._inflight = 0
 
     # --- health ---------------------------------------------------------------------
@@ -159,7 +151,7 @@ class ApiServer:
         async def storage() -> str | None:
             try:
                 await asyncio.wait_for(self.backend.current_revision(), 2.0)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - any storage failure is the health check's answer
                 return f"storage is unreachable: {exc}"
             return None
 
@@ -265,13 +257,7 @@ class ApiServer:
             user = await self.authenticate(request)
             request, user = impersonate(request, user, self.authorizer)  # Impersonate-* headers
             self.authorize(user, info, request.query)
-            if info.is_resource and self.reviews.handles(info):
-                resp = await self.reviews.handle(request, info, user_or_anonymous(user))
-            elif info.is_resource and self.authn_reviews.handles(info):
-                resp = await self.authn_reviews.handle(request, info, user_or_anonymous(user))
-            elif info.is_resource and info.kind is None and _is_crd_list(info):
-                resp = await self.crd_list(request)
-            elif info.is_resource:
+            if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self._deprecation(info, resp)
             else:
@@ -302,22 +288,6 @@ class ApiServer:
                     code,
                     time.perf_counter() - t0,
                 )
-
-    async def crd_list(self, request: web.Request) -> web.Response:
-        """``GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions``: the
-        custom resource definitions this server serves, which are none. kubectl
-        lists them (path hard-coded) before validating a kind that has no PATCH
-        operation; the request was authorized as that list, as upstream does."""
-        rv = await self.backend.current_revision()
-        return self.json(
-            request,
-            {
-                "kind": "CustomResourceDefinitionList",
-                "apiVersion": f"{names.UPSTREAM_APIEXTENSIONS_GROUP}/v1",
-                "metadata": {"resourceVersion": str(rv)},
-                "items": [],
-            },
-        )
 
     def _deprecation(self, info: RequestInfo, resp: web.StreamResponse) -> None:
         k = info.kind

@@ -13,8 +13,7 @@ from aiohttp import web
 
 from ..api import codec, names, protobuf
 from ..api import status as st
-from ..api.kinds import KindInfo
-from ..api.kinds import label_selector_text as kinds_label_selector_text
+from ..api.kinds import KindInfo, Subresource
 from ..api.schema import Struct
 from ..api.schemas import schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
@@ -22,18 +21,30 @@ from ..api.user import UserInfo
 from ..api.validation import FieldError, go_quote
 from ..api.validation import causes as strategy_causes
 from ..registry import fieldvalidation
-from ..registry.binding import bind_pod
 from ..registry.managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, manager_from_user_agent
 from ..registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
+from ..registry.rest import (
+    Connecter,
+    Creater,
+    Getter,
+    Lister,
+    Patcher,
+    RequestContext,
+    RestTable,
+    StoreSubresource,
+    Updater,
+    decodes_body,
+    validates_body_fields,
+)
 from ..registry.store import DeleteOptions, ListResult, parse_rv
 from ..registry.strategicpatch import strategic_merge_patch
 from ..storage.cacher import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
 from ..storage.interface import CompactedError
 from ..storage.keys import key_prefix
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
-from .podexec import serve_pod_stream
-from .podlogs import serve_pod_log
+from .reviews import review_protobuf_decoders
 from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, require_kind
+from .tokenrequest import decode_token_request
 
 if TYPE_CHECKING:
     from .context import ServerContext
@@ -44,8 +55,12 @@ BODY_TYPES_JSON = ("application/json", "")
 BODY_TYPES_YAML = ("application/yaml", "application/x-yaml", "text/yaml")
 PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
 FIELD_WARNINGS_KEY = "orch.field_warnings"  # request key: field-validation warnings for the response
-# The patch types of the scale sub-resource (server-side apply of a Scale is not served).
-SCALE_PATCH_TYPES = (names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH, names.MEDIA_STRATEGIC_MERGE_PATCH)
+# Request key: the alias group the body's apiVersion named where the path named none
+# (a TokenRequest in the upstream spelling); the reply answers in that spelling.
+BODY_ALIAS_KEY = "orch.body_group_alias"
+# Kinds whose protobuf bodies have their own decoder (the generic one reads only the
+# orch spelling of the envelope's apiVersion; kubectl sends these in upstream's).
+PROTOBUF_DECODERS = {**review_protobuf_decoders(), "TokenRequest": decode_token_request}
 WATCH_LIVENESS_CHECK = 5.0  # seconds between checks that an idle watch's client is still there
 
 
@@ -202,6 +217,15 @@ def _write_options(request: web.Request, options_kind: str, patch_type: str | No
     if not fm:
         fm = manager_from_user_agent(request.headers.get("User-Agent", "")) or "unknown"
     return fm, force
+
+
+def _body_alias(api_version: str, want_api_version: str) -> GroupAlias | None:
+    """The alias when ``api_version`` is an upstream spelling of ``want_api_version``'s group."""
+    group, _, version = api_version.rpartition("/")
+    served = names.GROUP_ALIASES.get(group)
+    if served is None or f"{served}/{version}" != want_api_version:
+        return None
+    return GroupAlias(group, served, version)
 
 
 def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelector | None]:
@@ -374,10 +398,19 @@ class ResourceHandlers:
         kind: KindInfo,
         expect_kind: str | None = None,
         expect_api_version: str | None = None,
+        validate: bool = True,
     ) -> dict:
+        """The request body as the object it must be (``expect_kind`` in
+        ``expect_api_version``; by default the kind itself), field-validated against
+        its schema unless ``validate`` is False."""
         ctype = _content_type(request)
         if ctype in PROTOBUF_TYPES:
-            decoded = self._decode_protobuf(await self._read_body(request))
+            body = await self._read_body(request)
+            special = PROTOBUF_DECODERS.get(expect_kind or kind.kind)
+            if special is not None:
+                decoded = codec.DecodedBody(special(body), "protobuf", body, {})
+            else:
+                decoded = self._decode_protobuf(body)
         elif ctype not in BODY_TYPES_JSON and ctype not in BODY_TYPES_YAML:
             raise st.unsupported_media_type(
                 f"the body of the request was in an unknown format ({ctype}) - accepted media types "
@@ -399,14 +432,19 @@ class ResourceHandlers:
         if got_kind not in (None, "") and got_kind != want_kind:
             raise st.bad_request(f"the kind in the data ({got_kind}) does not match the expected kind ({want_kind})")
         if got_av not in (None, "") and got_av != want_av and (alias is None or got_av != alias.requested_api_version):
-            raise st.bad_request(
-                f"the API version in the data ({got_av}) does not match the expected API version ({want_av})"
-            )
+            # Another kind's body (a sub-resource's) may name its group in an upstream spelling.
+            alias = _body_alias(got_av, want_av) if expect_api_version is not None and isinstance(got_av, str) else None
+            if alias is None:
+                raise st.bad_request(
+                    f"the API version in the data ({got_av}) does not match the expected API version ({want_av})"
+                )
+            request[BODY_ALIAS_KEY] = alias
         md = obj.get("metadata")
         if md is not None and not isinstance(md, dict):
             raise st.bad_request("metadata: must be an object")
         # Field validation may hand back a fresh decode (duplicate keys), so this comes after it.
-        obj = self._validate_fields(request, decoded, want_kind, want_av)
+        if validate:
+            obj = self._validate_fields(request, decoded, want_kind, want_av)
         if alias is not None:
             alias.to_served(obj)
         if obj.get("metadata") is None:
@@ -464,6 +502,18 @@ class ResourceHandlers:
         doc = codec.decode_object_body(body, "application/yaml").obj
         return codec.dumps(alias.to_served(doc)) if isinstance(doc, dict) else body
 
+    def _check_name_in_body(self, kind: KindInfo, info: RequestInfo, obj: dict) -> dict:
+        """An update's body: the namespace and name it names are the path's (400
+        otherwise), the name filled in when it names none. Returns its metadata."""
+        self._check_namespace_in_body(kind, info, obj)
+        md = obj["metadata"]
+        if md.get("name") not in (None, "") and md["name"] != info.name:
+            raise st.bad_request(
+                f"the name of the object ({md['name']}) does not match the name on the URL ({info.name})"
+            )
+        md["name"] = info.name
+        return md
+
     def _check_namespace_in_body(self, kind: KindInfo, info: RequestInfo, obj: dict) -> None:
         md = obj.setdefault("metadata", {})
         if kind.namespaced:
@@ -475,7 +525,9 @@ class ResourceHandlers:
 
     # --- dispatch ---------------------------------------------------------------------
     async def handle(self, request: web.Request, info: RequestInfo, user: UserInfo) -> web.StreamResponse:
-        kind = require_kind(info)
+        kind = info.kind
+        if kind is None:
+            return await self._unregistered(request, info, user)
         if kind.namespaced and info.verb in ("create", "update", "patch", "delete", "get") and not info.namespace:
             if info.verb == "create" and not info.name:
                 # A namespaced kind's all-namespaces collection only reads.
@@ -497,6 +549,9 @@ class ResourceHandlers:
         if verb == "create":
             if info.name:
                 raise st.method_not_allowed()
+            rest = self.server.rest.collections.get((kind.group, kind.resource))
+            if rest is not None:  # a kind served by its own REST object (the reviews)
+                return await self._rest_create(request, info, kind, user, rest)
             return await self.create(request, info, kind, user)
         if verb == "update":
             return await self.update(request, info, kind, user)
@@ -508,9 +563,98 @@ class ResourceHandlers:
             return await self.delete_collection(request, info, kind, user)
         raise st.method_not_allowed()
 
+    @property
+    def rest(self) -> RestTable:
+        return self.server.rest
+
+    async def _unregistered(self, request: web.Request, info: RequestInfo, user: UserInfo) -> web.StreamResponse:
+        """A path that only an alias group serves, without a kind of ours (older
+        SelfSubjectReview versions, the empty CRD list); anything else is a 404."""
+        rest = None
+        if info.alias is not None and not info.subresource and not info.name:
+            rest = self.rest.unregistered.get((info.group, info.version, info.resource))
+        if rest is None:
+            require_kind(info)  # the 404
+        if info.verb == "create" and not info.namespace and isinstance(rest, Creater):
+            return await self._rest_create(request, info, None, user, rest)
+        if info.verb == "list" and not info.namespace and isinstance(rest, Lister):
+            target = negotiate(request.headers.get("Accept"), table_ok=False)
+            out = await rest.list(self._context(request, info, None, user))
+            return self._respond_obj(request, out, 200, target)
+        if info.namespace:
+            raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise st.method_not_allowed(f"{info.verb} is not supported on {info.resource}")
+
+    def _context(
+        self,
+        request: web.Request,
+        info: RequestInfo,
+        kind: KindInfo | None,
+        user: UserInfo,
+        wp: WriteParams | None = None,
+    ) -> RequestContext:
+        return RequestContext(
+            user=user,
+            kind=kind,
+            verb=info.verb,
+            namespace=info.namespace,
+            name=info.name,
+            subresource=info.subresource,
+            version=info.version,
+            requested_group=info.requested_group,
+            dry_run=wp.dry_run if wp is not None else False,
+            field_manager=wp.field_manager if wp is not None else "",
+            field_validation=wp.field_validation if wp is not None else "Warn",
+            query=request.query,
+            authorize_as=lambda verb: self.server.authorize(user, dataclasses.replace(info, verb=verb), request.query),
+        )
+
+    @staticmethod
+    def _body_kind(kind: KindInfo | None, sub: Subresource | None) -> tuple[str | None, str | None]:
+        """The kind and apiVersion a body must name: the sub-resource's own kind
+        (Binding, Eviction, Scale, TokenRequest) or the kind itself (None: the
+        kind's, in either spelling on an alias group's path)."""
+        if sub is None:
+            return None, None
+        if sub.version:
+            return sub.kind, f"{sub.group}/{sub.version}" if sub.group else sub.version
+        return sub.kind, None
+
+    async def _rest_create(
+        self,
+        request: web.Request,
+        info: RequestInfo,
+        kind: KindInfo | None,
+        user: UserInfo,
+        rest: Creater,
+        sub: Subresource | None = None,
+    ) -> web.StreamResponse:
+        """POST to a REST object: options, the body decoded as its kind, the object's answer."""
+        wp = WriteParams.parse(request)
+        if not decodes_body(rest):
+            await self._read_body(request)
+            obj: dict = {}
+        else:
+            body_kind = kind or self.server.registry.by_resource(info.group, "v1", info.resource)
+            assert body_kind is not None
+            want_kind, want_av = self._body_kind(kind, sub)
+            obj = await self._decode_object(
+                request,
+                body_kind,
+                expect_kind=want_kind,
+                expect_api_version=want_av,
+                validate=validates_body_fields(rest),
+            )
+        code, out = await rest.create(self._context(request, info, kind, user, wp), obj)
+        body_alias = request.get(BODY_ALIAS_KEY)
+        if body_alias is not None:  # answered in the spelling the body used
+            body_alias.to_requested(out)
+        return self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
+
     async def _subresource(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
     ) -> web.StreamResponse:
+        """A declared sub-resource, served by the REST object its declaration names."""
         sub = kind.subresource(info.subresource)
         if sub is None:
             raise st.ApiError(
@@ -520,35 +664,73 @@ class ResourceHandlers:
             )
         if sub.verbs and info.verb not in sub.verbs:
             raise st.method_not_allowed(f"{info.verb} is not supported on {kind.resource}/{sub.name}")
-        name = sub.name
-        if name in ("status", "approval") or (name == "finalize" and kind.resource == "namespaces"):
-            if info.verb == "get":
+        rest = self.rest.subresource(kind, sub.name)
+        verb = info.verb
+        if isinstance(rest, StoreSubresource):
+            if verb == "get":
                 return await self.get(request, info, kind)
-            if info.verb == "update":
-                return await self.update(request, info, kind, user, subresource=name)
-            if info.verb == "patch":
-                return await self.patch(request, info, kind, user, subresource=name)
-        if name == "scale":
-            return await self.scale(request, info, kind, user)
-        if name == "binding" and kind.resource == "pods":
-            return await self.bind_pod(request, info, kind, user)
-        if name == "eviction" and kind.resource == "pods":
-            return await self.evict_pod(request, info, kind, user)
-        if name == "token" and kind.resource == "serviceaccounts":
-            # TokenRequest: issued by the authentication layer (auth/serviceaccount.py).
-            return await self.server.token_requests.create(request, info, kind, user)
-        if name == "log" and kind.resource == "pods":
-            # Proxied to the node agent's /containerLogs (server/podlogs.py).
-            return await serve_pod_log(self.server, request, info, kind)
-        if name in ("exec", "attach", "portforward") and kind.resource == "pods":
-            # WebSocket streams relayed to the node agent (server/podexec.py).
-            return await serve_pod_stream(self.server, request, info, kind, user)
+            if verb == "update":
+                return await self.update(request, info, kind, user, subresource=sub.name)
+            if verb == "patch":
+                return await self.patch(request, info, kind, user, subresource=sub.name)
+        elif isinstance(rest, Connecter):
+            return await rest.connect(self._context(request, info, kind, user), request)
+        elif verb == "create" and isinstance(rest, Creater):
+            return await self._rest_create(request, info, kind, user, rest, sub)
+        elif verb == "get" and isinstance(rest, Getter):
+            target = negotiate(request.headers.get("Accept"), table_ok=False)
+            return self._respond_obj(request, await rest.get(self._context(request, info, kind, user)), 200, target)
+        elif verb == "update" and isinstance(rest, Updater):
+            return await self._rest_update(request, info, kind, user, rest, sub)
+        elif verb == "patch" and isinstance(rest, Patcher):
+            return await self._rest_patch(request, info, kind, user, rest)
         raise st.ApiError(
             404,
             "NotFound",
             f"the server could not find the requested resource "
             f"({kind.resource}/{info.subresource}) for verb {info.verb}",
         )
+
+    async def _rest_update(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, rest: Updater, sub: Subresource
+    ) -> web.StreamResponse:
+        wp = WriteParams.parse(request, "UpdateOptions")
+        want_kind, want_av = self._body_kind(kind, sub)
+        obj = await self._decode_object(request, kind, expect_kind=want_kind, expect_api_version=want_av)
+        if want_kind == kind.kind and want_av is None:  # the object itself: it names this one
+            self._check_name_in_body(kind, info, obj)
+        code, out = await rest.update(self._context(request, info, kind, user, wp), obj)
+        return self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
+
+    async def _rest_patch(
+        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, rest: Patcher
+    ) -> web.StreamResponse:
+        ctype = _content_type(request)
+        if ctype not in rest.patch_types:
+            raise st.unsupported_media_type(
+                f"patches of the {info.subresource} sub-resource must be {', '.join(rest.patch_types)}, "
+                f"not {ctype or 'none'}"
+            )
+        body = await self._read_body(request)
+        wp = WriteParams.parse(request, "PatchOptions", ctype)
+        doc = self._patch_document(ctype, body)
+        # A strategic merge patch merges by the schema of what is patched (e.g. autoscaling/v1 Scale).
+        schema = schema_for(*rest.patch_kind)
+        code, out = await rest.patch(
+            self._context(request, info, kind, user, wp), lambda current: _apply_patch(ctype, current, doc, schema)
+        )
+        return self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
+
+    @staticmethod
+    def _patch_document(ctype: str, body: bytes) -> Any:
+        doc = codec.decode_body(body, "application/json")
+        if ctype == names.MEDIA_MERGE_PATCH and not isinstance(doc, dict):
+            raise st.bad_request("a merge patch must be a JSON object")
+        if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH and not isinstance(doc, dict):
+            raise st.bad_request("a strategic merge patch must be a JSON object")
+        if ctype == names.MEDIA_JSON_PATCH and not isinstance(doc, list):
+            raise st.bad_request("a json patch must be a JSON array of operations")
+        return doc
 
     # --- reads ------------------------------------------------------------------------
     async def get(self, request: web.Request, info: RequestInfo, kind: KindInfo) -> web.StreamResponse:
@@ -818,15 +1000,7 @@ class ResourceHandlers:
         wp = WriteParams.parse(request, "UpdateOptions")
         target, dry = wp.target, wp.dry_run
         body = await self._decode_object(request, kind)
-        self._check_namespace_in_body(kind, info, body)
-        md = body.setdefault("metadata", {})
-        if md.get("name") not in (None, "") and md["name"] != info.name:
-            raise st.bad_request(
-                f"the name of the object ({md['name']}) does not match the name on the URL ({info.name})"
-            )
-        md["name"] = info.name
-        if subresource == "finalize":
-            return await self._finalize(request, info, kind, user, body, dry, target, wp.field_manager)
+        md = self._check_name_in_body(kind, info, body)
         allow_create = kind.create_on_update and not subresource
 
         def compute(old: dict) -> dict:
@@ -851,23 +1025,6 @@ class ResourceHandlers:
             field_manager=wp.field_manager,
         )
         return self._respond_raw(request, raw, 201 if created else 200, target, kind)
-
-    async def _finalize(self, request, info, kind, user, body, dry, target, manager: str) -> web.StreamResponse:
-        """PUT namespaces/<name>/finalize: sets spec.finalizers only, recorded in
-        managedFields as ``manager``'s Update of the finalize sub-resource (as upstream)."""
-        fins = (body.get("spec") or {}).get("finalizers") or []
-        if not isinstance(fins, list) or not all(isinstance(f, str) for f in fins):
-            raise st.bad_request("spec.finalizers must be a list of strings")
-
-        def compute(old: dict) -> dict:
-            old.setdefault("spec", {})["finalizers"] = list(fins)
-            return old
-
-        # Finalize bypasses the namespace strategy, which otherwise keeps spec.finalizers.
-        obj, raw, _ = await self.store.update(
-            kind, "", info.name, compute, user, subresource="finalize", dry_run=dry, field_manager=manager
-        )
-        return self._respond_raw(request, raw, 200, target, kind)
 
     async def patch(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, subresource: str = ""
@@ -913,13 +1070,7 @@ class ResourceHandlers:
         # Options after the media type and the body, as upstream's patch handler orders them.
         wp = WriteParams.parse(request, "PatchOptions", ctype)
         target, dry = wp.target, wp.dry_run
-        doc = codec.decode_body(body, "application/json")
-        if ctype == names.MEDIA_MERGE_PATCH and not isinstance(doc, dict):
-            raise st.bad_request("a merge patch must be a JSON object")
-        if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH and not isinstance(doc, dict):
-            raise st.bad_request("a strategic merge patch must be a JSON object")
-        if ctype == names.MEDIA_JSON_PATCH and not isinstance(doc, list):
-            raise st.bad_request("a json patch must be a JSON array of operations")
+        doc = self._patch_document(ctype, body)
 
         def compute(old: dict) -> dict:
             new = _apply_patch(ctype, old, doc, smp_schema)
@@ -1021,134 +1172,3 @@ class ResourceHandlers:
                 if exc.code != 404:
                     raise
         return self._respond_obj(request, st.success_status(), 200, target)
-
-    # --- scale ------------------------------------------------------------------------
-    @staticmethod
-    def _to_scale(obj: dict) -> dict:
-        md = obj.get("metadata") or {}
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
-        sel = spec.get("selector")
-        if obj.get("kind") == "ReplicationController":
-            selector = ",".join(f"{k}={v}" for k, v in sorted((sel or {}).items()))
-        else:
-            selector = "" if not sel else kinds_label_selector_text(sel)
-        scale_md = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in md}
-        return {
-            "kind": "Scale",
-            "apiVersion": "autoscaling/v1",
-            "metadata": scale_md,
-            "spec": {"replicas": spec.get("replicas", 1)},
-            "status": {"replicas": status.get("replicas", 0), "selector": selector},
-        }
-
-    async def scale(
-        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
-    ) -> web.StreamResponse:
-        if info.verb == "get":
-            target = negotiate(request.headers.get("Accept"), table_ok=False)
-            obj = await self.store.get_object(kind, info.namespace, info.name)
-            return self._respond_obj(request, self._to_scale(obj), 200, target)
-        if info.verb == "update":
-            wp = WriteParams.parse(request, "UpdateOptions")
-            body = await self._decode_object(request, kind, expect_kind="Scale", expect_api_version="autoscaling/v1")
-            to_scale = lambda current: body  # noqa: E731
-        elif info.verb == "patch":
-            ctype = _content_type(request)
-            if ctype not in SCALE_PATCH_TYPES:
-                raise st.unsupported_media_type(
-                    f"patches of the scale sub-resource must be {', '.join(SCALE_PATCH_TYPES)}, not {ctype or 'none'}"
-                )
-            body_bytes = await self._read_body(request)
-            wp = WriteParams.parse(request, "PatchOptions", ctype)
-            doc = codec.decode_body(body_bytes, "application/json")
-            if ctype == names.MEDIA_JSON_PATCH:
-                if not isinstance(doc, list):
-                    raise st.bad_request("a json patch must be a JSON array of operations")
-            elif not isinstance(doc, dict):
-                raise st.bad_request(
-                    f"a {'strategic ' if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH else ''}"
-                    "merge patch must be a JSON object"
-                )
-            # A strategic merge patch of a Scale merges by the Scale schema (autoscaling/v1).
-            scale_schema = schema_for(names.AUTOSCALING_GROUP, "v1", "Scale")
-
-            def to_scale(current: dict) -> dict:
-                return _apply_patch(ctype, current, doc, scale_schema)
-        else:
-            raise st.method_not_allowed()
-
-        def compute(old: dict) -> dict:
-            current = self._to_scale(old)
-            wanted = to_scale(current)
-            if not isinstance(wanted, dict):
-                raise st.bad_request("a Scale must be an object")
-            for part in ("metadata", "spec"):
-                if wanted.get(part) is not None and not isinstance(wanted[part], dict):
-                    raise st.bad_request(f"Scale {part}: must be an object")
-            replicas = (wanted.get("spec") or {}).get("replicas")
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                raise st.invalid(
-                    "Scale",
-                    info.name,
-                    [
-                        {
-                            "reason": "FieldValueInvalid",
-                            "field": "spec.replicas",
-                            "message": "must be a non-negative integer",
-                        }
-                    ],
-                    "autoscaling",
-                )
-            rv = (wanted.get("metadata") or {}).get("resourceVersion")
-            if rv and rv != current["metadata"].get("resourceVersion"):
-                old["metadata"]["resourceVersion"] = rv  # a precondition: conflicts below
-            else:
-                old["metadata"].pop("resourceVersion", None)
-            old.setdefault("spec", {})["replicas"] = replicas
-            return old
-
-        obj, _, _ = await self.store.update(
-            kind, info.namespace, info.name, compute, user, dry_run=wp.dry_run, field_manager=wp.field_manager
-        )
-        return self._respond_obj(request, self._to_scale(obj), 200, JSON if wp.target.form == "table" else wp.target)
-
-    # --- pod sub-resources ------------------------------------------------------------
-    async def bind_pod(
-        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
-    ) -> web.StreamResponse:
-        body = await self._decode_object(request, kind, expect_kind="Binding", expect_api_version="v1")
-        target_ref = body.get("target") or {}
-        node = target_ref.get("name") if isinstance(target_ref, dict) else None
-        if not node:
-            raise st.invalid(
-                "Binding",
-                info.name,
-                [{"reason": "FieldValueRequired", "field": "target.name", "message": "Required value"}],
-            )
-
-        # One binding write for this sub-resource and the bundled scheduler.
-        await bind_pod(
-            self.server.store,
-            info.namespace,
-            info.name,
-            node,
-            user,
-            uid=(body.get("metadata") or {}).get("uid") or None,
-            dry_run=_dry_run(request.query, "CreateOptions"),
-        )
-        return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)
-
-    async def evict_pod(
-        self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
-    ) -> web.StreamResponse:
-        body = await self._decode_object(request, kind, expect_kind="Eviction", expect_api_version="policy/v1")
-        opts = DeleteOptions(dry_run=_dry_run(request.query, "CreateOptions"))
-        dopts = body.get("deleteOptions") or {}
-        if isinstance(dopts, dict):
-            if isinstance(dopts.get("gracePeriodSeconds"), int):
-                opts.grace_period_seconds = dopts["gracePeriodSeconds"]
-            pre = dopts.get("preconditions") or {}
-            opts.preconditions_uid = pre.get("uid") or None
-            opts.preconditions_rv = pre.get("resourceVersion") or None
-        await self.store.delete(kind, info.namespace, info.name, opts, user)
-        return self._respond_obj(request, st.status_object(201, "", "", None, failure=False), 201, target=JSON)

@@ -104,8 +104,8 @@ def _param_sub_schema(name: str, allow_empty: bool, required: tuple[str, ...] = 
 
 
 _LAYOUTS: dict[str, _Layout] = {
-    l.name: l
-    for l in [
+    layout.name: layout
+    for layout in [
         _Layout(
             "Document",
             [

@@ -37,6 +37,7 @@ from aiohttp import WSMsgType, web
 from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
+from ..registry.rest import RequestContext
 from .podlogs import (
     _CHAINED_BUT_INVALID,
     CONNECT_TIMEOUT,
@@ -47,10 +48,8 @@ from .podlogs import (
     agent_location,
     choose_container,
 )
-from .routing import RequestInfo
 
 if TYPE_CHECKING:
-    from ..authz.authorizer import UserInfo
     from .context import ServerContext
 
 log = logging.getLogger("orch-apiserver.podexec")
@@ -137,19 +136,19 @@ def _is_upgrade(request: web.Request, protocol: str) -> bool:
 
 
 async def serve_pod_stream(
-    server: "ServerContext", request: web.Request, info: RequestInfo, kind: KindInfo, user: "UserInfo"
+    server: "ServerContext", request: web.Request, ctx: RequestContext, kind: KindInfo
 ) -> web.StreamResponse:
     """``pods/exec``, ``pods/attach``, ``pods/portforward``: check, then relay to the agent."""
-    sub = info.subresource
-    if request.method == "GET":
+    sub = ctx.subresource
+    if request.method == "GET" and ctx.authorize_as is not None:
         # Compound authorization: opening a stream is creating something.
-        server.authorize(user, dataclasses.replace(info, verb="create"), request.query)
-    pod = await server.store.get_object(kind, info.namespace, info.name)
-    opts = parse_stream_options(request.query, sub, info.name)
+        ctx.authorize_as("create")
+    pod = await server.store.get_object(kind, ctx.namespace, ctx.name)
+    opts = parse_stream_options(request.query, sub, ctx.name)
     container = "" if sub == "portforward" else choose_container(pod, opts.container)
     node_name = (pod.get("spec") or {}).get("nodeName")
     if not node_name:
-        raise st.bad_request(f"pod {info.name} does not have a host assigned")
+        raise st.bad_request(f"pod {ctx.name} does not have a host assigned")
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
         raise st.bad_request(
@@ -173,14 +172,14 @@ async def serve_pod_stream(
     nodes = server.registry.by_resource("", "v1", "nodes")
     node = await server.store.get_object(nodes, "", node_name)
     address, port = agent_location(node)
-    parts = [info.namespace, info.name] + ([container] if container else [])
+    parts = [ctx.namespace, ctx.name] + ([container] if container else [])
     path = f"/{AGENT_PATHS[sub]}/" + "/".join(urllib.parse.quote(p, safe="") for p in parts)
     query = urllib.parse.urlencode(opts.agent_query(sub))
     url = f"https://{_host_for_url(address)}:{port}{path}" + (f"?{query}" if query else "")
 
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT, connect=CONNECT_TIMEOUT)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        agent_ws = await _connect_agent(server, session, url, wanted, info.name, sub)
+        agent_ws = await _connect_agent(server, session, url, wanted, ctx.name, sub)
         async with agent_ws:
             client_ws = web.WebSocketResponse(
                 protocols=(agent_ws.protocol,) if agent_ws.protocol else (), max_msg_size=MAX_MESSAGE
@@ -268,3 +267,15 @@ async def relay(client_ws: web.WebSocketResponse, agent_ws) -> None:
     else:
         if not agent_ws.closed:
             await agent_ws.close()
+
+
+class PodStreamREST:
+    """``pods/exec``, ``pods/attach`` and ``pods/portforward`` as a REST object
+    (``registry.rest.Connecter``)."""
+
+    def __init__(self, server: "ServerContext", kind: KindInfo):
+        self.server = server
+        self.kind = kind
+
+    async def connect(self, ctx: RequestContext, request: web.Request) -> web.StreamResponse:
+        return await serve_pod_stream(self.server, request, ctx, self.kind)

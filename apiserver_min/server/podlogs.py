@@ -50,7 +50,7 @@ from ..api import status as st
 from ..api.kinds import KindInfo
 from ..api.timeutil import format_rfc3339, parse_rfc3339
 from ..pki import cert_pem, key_pem, new_key, sign_leaf, write_private, write_public
-from .routing import RequestInfo
+from ..registry.rest import RequestContext
 
 if TYPE_CHECKING:
     from .context import ServerContext
@@ -366,11 +366,11 @@ def _host_for_url(address: str) -> str:
 
 
 async def serve_pod_log(
-    server: "ServerContext", request: web.Request, info: RequestInfo, kind: KindInfo
+    server: "ServerContext", request: web.Request, ctx: RequestContext, kind: KindInfo
 ) -> web.StreamResponse:
     """The ``pods/log`` sub-resource: validate, find the agent, stream its answer."""
-    pod = await server.store.get_object(kind, info.namespace, info.name)
-    opts = parse_log_options(request.query, info.name)
+    pod = await server.store.get_object(kind, ctx.namespace, ctx.name)
+    opts = parse_log_options(request.query, ctx.name)
     container = choose_container(pod, opts.container)
     node_name = (pod.get("spec") or {}).get("nodeName")
     if not node_name:
@@ -378,7 +378,7 @@ async def serve_pod_log(
     nodes = server.registry.by_resource("", "v1", "nodes")
     node = await server.store.get_object(nodes, "", node_name)
     address, port = agent_location(node)
-    path = "/containerLogs/" + "/".join(urllib.parse.quote(p, safe="") for p in (info.namespace, info.name, container))
+    path = "/containerLogs/" + "/".join(urllib.parse.quote(p, safe="") for p in (ctx.namespace, ctx.name, container))
     query = urllib.parse.urlencode(opts.agent_query())
     url = f"https://{_host_for_url(address)}:{port}{path}" + (f"?{query}" if query else "")
     client = agent_client(server)
@@ -391,7 +391,7 @@ async def serve_pod_log(
         async with upstream:
             if not 200 <= upstream.status <= 206:
                 body = await upstream.content.read(MAX_ERROR_BODY)
-                raise agent_error(upstream.status, body, info.name)
+                raise agent_error(upstream.status, body, ctx.name)
             out = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
             await out.prepare(request)
             await _pump(request, upstream, out)
@@ -415,3 +415,14 @@ async def _pump(request: web.Request, upstream: aiohttp.ClientResponse, out: web
         await out.write_eof()
     except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
         log.debug("log stream for %s ended early: %s", request.path, exc)
+
+
+class PodLogREST:
+    """The ``pods/log`` sub-resource as a REST object (``registry.rest.Connecter``)."""
+
+    def __init__(self, server: "ServerContext", kind: KindInfo):
+        self.server = server
+        self.kind = kind
+
+    async def connect(self, ctx: RequestContext, request: web.Request) -> web.StreamResponse:
+        return await serve_pod_log(self.server, request, ctx, self.kind)

@@ -1,4 +1,5 @@
-"""Access reviews (``authorization.orch.io/v1``): ask the authorizer a question.
+"""The reviews: access reviews (``authorization.orch.io/v1``) ask the authorizer a question;
+TokenReview and SelfSubjectReview (``authentication.orch.io/v1``) ask the authenticator.
 
 ``SubjectAccessReview`` (may user U do X?), ``LocalSubjectAccessReview`` (the
 same, within one namespace), ``SelfSubjectAccessReview`` (may I do X?) and
@@ -15,20 +16,15 @@ the client used. Field numbers are upstream's generated.proto (v1.27).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from aiohttp import web
-
-from ..api import codec, names
+from ..api import names
 from ..api import status as st
 from ..api.user import UserInfo
 from ..api.validation import FieldError, causes
 from ..authn.authenticator import Unauthorized
 from ..authz.authorizer import AuthzAttributes, Decision, Union
-
-if TYPE_CHECKING:
-    from .context import ServerContext
-    from .routing import RequestInfo
+from ..registry.rest import BodyIgnored, RequestContext, RestTable
 
 REVIEW_KINDS = {
     "subjectaccessreviews": "SubjectAccessReview",
@@ -36,7 +32,6 @@ REVIEW_KINDS = {
     "localsubjectaccessreviews": "LocalSubjectAccessReview",
     "selfsubjectrulesreviews": "SelfSubjectRulesReview",
 }
-PROTOBUF_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
 
 
 # --- protobuf -----------------------------------------------------------------------------
@@ -176,7 +171,10 @@ def decode_envelope(body: bytes) -> tuple[str, str, bytes]:
 def spec_attributes(user: UserInfo, spec: dict) -> AuthzAttributes:
     ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     if isinstance(ra, dict):
-        g = lambda k: str(ra.get(k) or "")  # noqa: E731
+
+        def g(k: str) -> str:
+            return str(ra.get(k) or "")
+
         return AuthzAttributes(
             user,
             g("verb"),
@@ -270,72 +268,16 @@ def _subject_user(spec: dict) -> UserInfo:
     )
 
 
-class Reviews:
-    """Answers the four review resources, on our group and on its aliases."""
+class AccessReviewREST:
+    """SubjectAccessReview, LocalSubjectAccessReview, SelfSubjectAccessReview and
+    SelfSubjectRulesReview: create-only, never stored; the answer is the status."""
 
-    def __init__(self, server: "ServerContext", authorizer: Callable[[], Union]):
-        self.server = server
+    def __init__(self, kind: str, authorizer: Callable[[], Union]):
+        self.kind = kind
         self._authorizer = authorizer
 
-    @staticmethod
-    def handles(info: "RequestInfo") -> bool:
-        return (
-            info.is_resource
-            and info.group == names.AUTHORIZATION_GROUP
-            and info.version == "v1"
-            and info.resource in REVIEW_KINDS
-        )
-
-    async def _body(self, request: web.Request, kind: str, group: str) -> dict:
-        """The review in the body; its apiVersion may name our group or ``group``, the
-        spelling the request's path used."""
-        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        body = await self.server.handlers._read_body(request)
-        if ctype in PROTOBUF_TYPES:
-            try:
-                api_version, got_kind, raw = decode_envelope(body)
-                obj = decode_review(kind, raw)
-            except ProtobufError as exc:
-                raise st.bad_request(f"the protobuf body of the {kind} could not be decoded: {exc}") from None
-            obj["apiVersion"], obj["kind"] = api_version, got_kind
-        elif ctype in ("application/json", "", "application/yaml", "application/x-yaml", "text/yaml"):
-            decoded = codec.decode_object_body(
-                body, "application/json" if ctype in ("application/json", "") else "application/yaml"
-            )
-            if not isinstance(decoded.obj, dict):
-                raise st.bad_request(f"the request body must be a {kind} object")
-            # Field validation as for any create (the schema is the same on both group
-            # spellings); its warnings go on the response.
-            obj = self.server.handlers._validate_fields(request, decoded, kind, f"{names.AUTHORIZATION_GROUP}/v1")
-        else:
-            raise st.unsupported_media_type(
-                f"the body of the request was in an unknown format ({ctype}) - accepted media types include: "
-                f"application/json, application/yaml, {names.MEDIA_PROTOBUF}"
-            )
-        if not isinstance(obj, dict):
-            raise st.bad_request(f"the request body must be a {kind} object")
-        got_kind, got_av = obj.get("kind"), obj.get("apiVersion")
-        if got_kind not in (None, "") and got_kind != kind:
-            raise st.bad_request(f"the kind in the data ({got_kind}) does not match the expected kind ({kind})")
-        if got_av not in (None, "", f"{names.AUTHORIZATION_GROUP}/v1", f"{group}/v1"):
-            raise st.bad_request(
-                f"the API version in the data ({got_av}) does not match the expected API version ({group}/v1)"
-            )
-        md = obj.get("metadata")
-        if md is not None and not isinstance(md, dict):
-            raise st.bad_request("metadata: must be an object")
-        return obj
-
-    async def handle(self, request: web.Request, info: "RequestInfo", user: UserInfo) -> web.Response:
-        kind = REVIEW_KINDS[info.resource]
-        if info.verb != "create" or info.name or info.subresource:
-            raise st.method_not_allowed(f"{info.verb} is not supported on {info.resource}: reviews are create-only")
-        if kind == "LocalSubjectAccessReview":
-            if not info.namespace:
-                raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
-        elif info.namespace:
-            raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
-        obj = await self._body(request, kind, info.requested_group)
+    async def create(self, ctx: RequestContext, obj: dict) -> tuple[int, dict]:
+        kind = self.kind
         spec = obj.get("spec")
         authorizer = self._authorizer()
         if kind == "SelfSubjectRulesReview":
@@ -344,30 +286,27 @@ class Reviews:
             namespace = spec.get("namespace") or ""
             if not isinstance(namespace, str) or not namespace:
                 raise st.bad_request("no namespace on request")
-            status = rules_status(authorizer, user, namespace)
+            status = rules_status(authorizer, ctx.user, namespace)
         else:
             validate_access_spec(kind, spec)
+            assert isinstance(spec, dict)
             if kind == "LocalSubjectAccessReview":
                 md_ns = (obj.get("metadata") or {}).get("namespace")
-                if md_ns not in (None, "") and md_ns != info.namespace:
+                if md_ns not in (None, "") and md_ns != ctx.namespace:
                     raise st.bad_request(
                         "the namespace of the provided object does not match the namespace sent on the request"
                     )
-                if (spec["resourceAttributes"].get("namespace") or "") != info.namespace:
-                    raise st.bad_request(f"spec.resourceAttributes.namespace must match namespace: {info.namespace}")
-            subject = user if kind == "SelfSubjectAccessReview" else _subject_user(spec)
+                if (spec["resourceAttributes"].get("namespace") or "") != ctx.namespace:
+                    raise st.bad_request(f"spec.resourceAttributes.namespace must match namespace: {ctx.namespace}")
+            subject = ctx.user if kind == "SelfSubjectAccessReview" else _subject_user(spec)
             status = access_status(authorizer, spec_attributes(subject, spec))
         md = dict(obj.get("metadata") or {})
         md.setdefault("creationTimestamp", None)
         if kind == "LocalSubjectAccessReview":
-            md["namespace"] = info.namespace
-        out = {"kind": kind, "apiVersion": f"{info.requested_group}/v1", "metadata": md, "spec": spec, "status": status}
-        accept = request.headers.get("Accept") or ""
-        if "yaml" in accept and "json" not in accept:
-            resp = web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
-        else:
-            resp = web.Response(body=codec.dumps(out), status=201, content_type="application/json")
-        return self.server.handlers._with_warnings(request, resp)
+            md["namespace"] = ctx.namespace
+        out = {"kind": kind, "apiVersion": f"{names.AUTHORIZATION_GROUP}/v1", "metadata": md, "spec": spec}
+        out["status"] = status
+        return 201, out
 
 
 REVIEW_RESOURCES = {"tokenreviews": "TokenReview", "selfsubjectreviews": "SelfSubjectReview"}
@@ -402,68 +341,76 @@ def _str_list(value: Any, field: str, kind: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-class AuthnReviews:
-    """TokenReview and SelfSubjectReview: ours, plus the upstream SelfSubjectReview
-    path kubectl hard-codes."""
+class TokenReviewREST:
+    """TokenReview: who a bearer token belongs to, by the authenticator chain."""
 
-    def __init__(self, server: "ServerContext"):
-        self.server = server
+    def __init__(self, authn: Any):
+        self.authn = authn  # authn.union.Authentication
 
-    @staticmethod
-    def handles(info: Any) -> bool:
-        """True for the review endpoints: ours (also on the group's upstream alias), plus
-        the older SelfSubjectReview versions kubectl hard-codes on the alias (served,
-        but not listed in discovery)."""
-        if not info.is_resource or info.resource not in REVIEW_RESOURCES or info.group != names.AUTHENTICATION_GROUP:
-            return False
-        if info.version == "v1" and info.kind is not None:  # registered and enabled
-            return True
-        return (
-            info.alias is not None
-            and info.resource == "selfsubjectreviews"
-            and info.version in UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS
-        )
-
-    async def handle(self, request: Any, info: Any, user: UserInfo) -> Any:
-        kind = REVIEW_RESOURCES[info.resource]
-        if info.verb != "create" or info.name or info.subresource:
-            raise st.method_not_allowed(f"{info.verb} is not supported on {info.resource}: reviews are create-only")
-        if info.namespace:
-            raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
-        handlers = self.server.handlers
-        api_version = f"{info.requested_group}/{info.version}"  # the spelling the client used
-        if kind == "SelfSubjectReview":
-            # The review needs no input; kubectl sends protobuf, which is read and ignored.
-            await handlers._read_body(request)
-            out: dict[str, Any] = {
-                "kind": kind,
-                "apiVersion": api_version,
-                "metadata": {"creationTimestamp": None},
-                "status": {"userInfo": user_info_json(user)},
-            }
+    async def create(self, ctx: RequestContext, obj: dict) -> tuple[int, dict]:
+        kind = "TokenReview"
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            raise st.bad_request("spec: must be an object")
+        token = spec.get("token")
+        if not isinstance(token, str) or not token:
+            raise st.bad_request("token is required for TokenReview")
+        audiences = _str_list(spec.get("audiences"), "spec.audiences", kind)
+        status: dict[str, Any] = {"authenticated": False, "user": {}}
+        try:
+            res = await self.authn.chain.review_token(token, audiences)
+        except Unauthorized as exc:
+            status["error"] = str(exc)
         else:
-            kind_info = info.kind
-            obj = await handlers._decode_object(request, kind_info, expect_kind=kind)
-            spec = obj.get("spec")
-            if not isinstance(spec, dict):
-                raise st.bad_request("spec: must be an object")
-            token = spec.get("token")
-            if not isinstance(token, str) or not token:
-                raise st.bad_request("token is required for TokenReview")
-            audiences = _str_list(spec.get("audiences"), "spec.audiences", kind)
-            status: dict[str, Any] = {"authenticated": False, "user": {}}
+            status = {"authenticated": True, "user": user_info_json(res.user), "audiences": list(res.audiences)}
+        md = dict(obj.get("metadata") or {})
+        md.setdefault("creationTimestamp", None)
+        out = {"kind": kind, "apiVersion": f"{names.AUTHENTICATION_GROUP}/v1", "metadata": md, "spec": spec}
+        out["status"] = status
+        return 201, out
+
+
+class SelfSubjectReviewREST(BodyIgnored):
+    """SelfSubjectReview: who the caller is. It needs no input; kubectl sends a
+    protobuf body, which is read and ignored. Served in every version kubectl asks
+    for on the upstream spelling (``UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS``)."""
+
+    async def create(self, ctx: RequestContext, obj: dict) -> tuple[int, dict]:
+        return 201, {
+            "kind": "SelfSubjectReview",
+            "apiVersion": f"{names.AUTHENTICATION_GROUP}/{ctx.version or 'v1'}",
+            "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": user_info_json(ctx.user)},
+        }
+
+
+def review_protobuf_decoders() -> dict[str, Callable[[bytes], dict]]:
+    """Protobuf body decoders of the authorization reviews, by kind: the envelope
+    and the review message (``kubectl auth can-i`` sends nothing else)."""
+
+    def decoder(kind: str) -> Callable[[bytes], dict]:
+        def decode(body: bytes) -> dict:
             try:
-                res = await self.server.authn.chain.review_token(token, audiences)
-            except Unauthorized as exc:
-                status["error"] = str(exc)
-            else:
-                status = {"authenticated": True, "user": user_info_json(res.user), "audiences": list(res.audiences)}
-            md = dict(obj.get("metadata") or {})
-            md.setdefault("creationTimestamp", None)
-            out = {"kind": kind, "apiVersion": api_version, "metadata": md, "spec": spec, "status": status}
-        accept = request.headers.get("Accept") or ""
-        if "yaml" in accept and "json" not in accept:
-            resp = web.Response(body=codec.dump_yaml(out), status=201, content_type="application/yaml")
-        else:
-            resp = web.Response(body=codec.dumps(out), status=201, content_type="application/json")
-        return handlers._with_warnings(request, resp)  # the body's field-validation warnings
+                api_version, got_kind, raw = decode_envelope(body)
+                obj = decode_review(kind, raw)
+            except ProtobufError as exc:
+                raise st.bad_request(f"the protobuf body of the {kind} could not be decoded: {exc}") from None
+            obj["apiVersion"], obj["kind"] = api_version, got_kind
+            return obj
+
+        return decode
+
+    return {kind: decoder(kind) for kind in REVIEW_KINDS.values()}
+
+
+def install(table: RestTable, authorizer: Callable[[], Union], authn: Any) -> None:
+    """The reviews as their kinds' collection REST objects (the older
+    SelfSubjectReview versions only on the upstream spelling of the group)."""
+    for resource, kind in REVIEW_KINDS.items():
+        table.add_collection(names.AUTHORIZATION_GROUP, resource, AccessReviewREST(kind, authorizer))
+    table.add_collection(names.AUTHENTICATION_GROUP, "tokenreviews", TokenReviewREST(authn))
+    ssr = SelfSubjectReviewREST()
+    table.add_collection(names.AUTHENTICATION_GROUP, "selfsubjectreviews", ssr)
+    for version in UPSTREAM_SELF_SUBJECT_REVIEW_VERSIONS:
+        if version != "v1":
+            table.add_unregistered(names.AUTHENTICATION_GROUP, version, "selfsubjectreviews", ssr)

@@ -259,7 +259,7 @@ class ResourceCache:
     def make_entry(self, key: str, raw: bytes, rv: int) -> Entry:
         obj = orjson.loads(raw)
         md = obj.get("metadata") or {}
-        owners = ()
+        owners: tuple[tuple[str, str, str, str], ...] = ()
         refs = md.get("ownerReferences")
         if refs:
             owners = tuple(
@@ -409,11 +409,11 @@ class WatchCache:
             c.history.clear()
             c.history_floor = res.revision
         for kv in res.items:
-            c = self.cache_for_key(kv.key)
-            if c is None:
+            cache = self.cache_for_key(kv.key)
+            if cache is None:
                 continue
             try:
-                c.items[kv.key] = c.make_entry(kv.key, kv.value, kv.mod_revision)
+                cache.items[kv.key] = cache.make_entry(kv.key, kv.value, kv.mod_revision)
             except orjson.JSONDecodeError:
                 log.error("stored object %s is not valid JSON; it is not served", kv.key)
         self.rv = res.revision
@@ -445,7 +445,7 @@ class WatchCache:
                 backoff = min(backoff * 2, 5.0)
                 try:
                     await self._initial_list()
-                except Exception as exc2:  # noqa: BLE001
+                except Exception as exc2:  # noqa: BLE001 - any failure: the loop relists again after the backoff
                     log.warning("relist failed: %s", exc2)
 
     def _dispatch(self, ev: Event) -> None:

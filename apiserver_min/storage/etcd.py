@@ -91,11 +91,11 @@ def progress_is_ordered(version: str) -> bool:
     m = _VERSION.match(version.strip())
     if not m:
         return False
-    v = tuple(int(x) for x in m.groups())
-    fixed = _ORDERED_PROGRESS_SINCE.get(v[:2])
+    major, minor, patch = (int(x) for x in m.groups())
+    fixed = _ORDERED_PROGRESS_SINCE.get((major, minor))
     if fixed is not None:
-        return v >= fixed
-    return v[:2] > (3, 5)
+        return (major, minor, patch) >= fixed
+    return (major, minor) > (3, 5)
 
 
 def _prefix_end(key: bytes) -> bytes:

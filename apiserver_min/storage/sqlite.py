@@ -28,6 +28,7 @@ counter lives in this process, so a second writer must not exist.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import logging
 import os
@@ -332,8 +333,14 @@ class SqliteBackend:
                 try:
                     db.executemany("INSERT INTO log (id, key, created, prev, value) VALUES (?, ?, ?, ?, ?)", rows)
                     touched = {row[1] for row in rows}
-                    live = [(k, state[k][0]) for k in touched if state[k] is not None]
-                    dead = [(k,) for k in touched if state[k] is None]
+                    live: list[tuple[str, int]] = []
+                    dead: list[tuple[str]] = []
+                    for k in touched:
+                        kept = state[k]
+                        if kept is None:
+                            dead.append((k,))
+                        else:
+                            live.append((k, kept[0]))
                     if live:
                         db.executemany(
                             "INSERT INTO current (key, id) VALUES (?, ?) "
@@ -482,7 +489,7 @@ class SqliteBackend:
     def watch(self, prefix: str, after_revision: int) -> AsyncIterator[Event]:
         return self._watch(prefix, after_revision)
 
-    def _history_page(self, prefix: str, after: int) -> list[Event]:
+    def _history_page(self, prefix: str, after: int) -> builtins.list[Event]:  # `list` is a method here
         where, args = _range_clause(prefix, "l.key")
         rows = (
             self._conn()

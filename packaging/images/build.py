@@ -85,8 +85,16 @@ MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
 MEDIA_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 
-_GOARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
-           "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
+_GOARCH = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
 
 
 class ImageBuildError(RuntimeError):
@@ -104,10 +112,10 @@ class ImageSpec:
 @dataclasses.dataclass(frozen=True)
 class BuiltImage:
     name: str
-    path: Path             # the OCI layout tarball
-    manifest_digest: str   # what containerd lists as the image's target digest
-    config_digest: str     # the CRI image ID (ImageStatus .image.id)
-    size: int              # bytes of config + layer, compressed
+    path: Path  # the OCI layout tarball
+    manifest_digest: str  # what containerd lists as the image's target digest
+    config_digest: str  # the CRI image ID (ImageStatus .image.id)
+    size: int  # bytes of config + layer, compressed
 
 
 IMAGES: dict[str, ImageSpec] = {
@@ -137,21 +145,20 @@ def _canonical_json(value) -> bytes:
 def busybox_applets(busybox: str | os.PathLike = DEFAULT_BUSYBOX) -> list[str]:
     """The applet names the binary itself reports (`busybox --list`)."""
     try:
-        out = subprocess.run([str(busybox), "--list"], capture_output=True, text=True,
-                             check=True, timeout=10).stdout
+        out = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, check=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        raise ImageBuildError(
-            f"cannot run {busybox} --list ({exc}); install Debian's busybox-static"
-        ) from exc
-    names = sorted({line.strip() for line in out.splitlines()
-                    if line.strip() and "/" not in line and line.strip() != "busybox"})
+        raise ImageBuildError(f"cannot run {busybox} --list ({exc}); install Debian's busybox-static") from exc
+    names = sorted(
+        {line.strip() for line in out.splitlines() if line.strip() and "/" not in line and line.strip() != "busybox"}
+    )
     if "sh" not in names or "sleep" not in names:
         raise ImageBuildError(f"{busybox} lacks the sh/sleep applets; is it busybox-static?")
     return names
 
 
-def _tar_info(name: str, *, type_: bytes = tarfile.REGTYPE, mode: int = 0o644,
-              size: int = 0, linkname: str = "") -> tarfile.TarInfo:
+def _tar_info(
+    name: str, *, type_: bytes = tarfile.REGTYPE, mode: int = 0o644, size: int = 0, linkname: str = ""
+) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = type_
     info.mode = mode
@@ -174,17 +181,28 @@ def _layer_tar(busybox: Path, applets: list[str]) -> bytes:
         "etc/resolv.conf": b"",
         "var/www/index.html": b"orch busybox\n",
     }
-    directories = {"bin": 0o755, "dev": 0o755, "etc": 0o755, "proc": 0o755, "root": 0o700,
-                   "sys": 0o755, "tmp": 0o1777, "usr": 0o755, "usr/bin": 0o755,
-                   "usr/sbin": 0o755, "sbin": 0o755, "var": 0o755, "var/www": 0o755}
+    directories = {
+        "bin": 0o755,
+        "dev": 0o755,
+        "etc": 0o755,
+        "proc": 0o755,
+        "root": 0o700,
+        "sys": 0o755,
+        "tmp": 0o1777,
+        "usr": 0o755,
+        "usr/bin": 0o755,
+        "usr/sbin": 0o755,
+        "sbin": 0o755,
+        "var": 0o755,
+        "var/www": 0o755,
+    }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name in sorted(directories):
             tar.addfile(_tar_info(name + "/", type_=tarfile.DIRTYPE, mode=directories[name]))
         tar.addfile(_tar_info("bin/busybox", mode=0o755, size=len(binary)), io.BytesIO(binary))
         for applet in applets:
-            tar.addfile(_tar_info(f"bin/{applet}", type_=tarfile.SYMTYPE, mode=0o777,
-                                  linkname="busybox"))
+            tar.addfile(_tar_info(f"bin/{applet}", type_=tarfile.SYMTYPE, mode=0o777, linkname="busybox"))
         for name in sorted(files):
             data = files[name]
             tar.addfile(_tar_info(name, size=len(data)), io.BytesIO(data))
@@ -200,10 +218,14 @@ def _gzip(data: bytes) -> bytes:
 
 
 def _cache_key(spec: ImageSpec, busybox_digest: str, arch: str) -> str:
-    material = _canonical_json({
-        "builder": BUILDER_VERSION, "spec": dataclasses.asdict(spec),
-        "busybox": busybox_digest, "arch": arch,
-    })
+    material = _canonical_json(
+        {
+            "builder": BUILDER_VERSION,
+            "spec": dataclasses.asdict(spec),
+            "busybox": busybox_digest,
+            "arch": arch,
+        }
+    )
     return hashlib.sha256(material).hexdigest()[:20]
 
 
@@ -211,8 +233,13 @@ def _safe_file_name(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
-def build_image(spec: ImageSpec, cache_dir: str | os.PathLike | None = None, *,
-                busybox: str | os.PathLike = DEFAULT_BUSYBOX, force: bool = False) -> BuiltImage:
+def build_image(
+    spec: ImageSpec,
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    busybox: str | os.PathLike = DEFAULT_BUSYBOX,
+    force: bool = False,
+) -> BuiltImage:
     """Build (or reuse from cache_dir) the OCI layout tarball for one image."""
     busybox = Path(busybox)
     if not busybox.is_file():
@@ -227,8 +254,7 @@ def build_image(spec: ImageSpec, cache_dir: str | os.PathLike | None = None, *,
     if not force and tar_path.is_file() and meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text())
-            return BuiltImage(spec.name, tar_path, meta["manifest_digest"],
-                              meta["config_digest"], meta["size"])
+            return BuiltImage(spec.name, tar_path, meta["manifest_digest"], meta["config_digest"], meta["size"])
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache entry: rebuild it
 
@@ -247,39 +273,46 @@ def build_image(spec: ImageSpec, cache_dir: str | os.PathLike | None = None, *,
         "created": "1970-01-01T00:00:00Z",
         "config": image_config,
         "rootfs": {"type": "layers", "diff_ids": [_sha256(layer)]},
-        "history": [{"created": "1970-01-01T00:00:00Z",
-                     "created_by": f"orch packaging/images/build.py ({busybox.name})"}],
+        "history": [
+            {"created": "1970-01-01T00:00:00Z", "created_by": f"orch packaging/images/build.py ({busybox.name})"}
+        ],
     }
     config_blob = _canonical_json(config)
     manifest = {
         "schemaVersion": 2,
         "mediaType": MEDIA_MANIFEST,
-        "config": {"mediaType": MEDIA_CONFIG, "digest": _sha256(config_blob),
-                   "size": len(config_blob)},
-        "layers": [{"mediaType": MEDIA_LAYER_GZIP, "digest": _sha256(layer_gz),
-                    "size": len(layer_gz)}],
+        "config": {"mediaType": MEDIA_CONFIG, "digest": _sha256(config_blob), "size": len(config_blob)},
+        "layers": [{"mediaType": MEDIA_LAYER_GZIP, "digest": _sha256(layer_gz), "size": len(layer_gz)}],
     }
     manifest_blob = _canonical_json(manifest)
     repository, _, tag = spec.name.rpartition(":")
     index = {
         "schemaVersion": 2,
         "mediaType": MEDIA_INDEX,
-        "manifests": [{
-            "mediaType": MEDIA_MANIFEST,
-            "digest": _sha256(manifest_blob),
-            "size": len(manifest_blob),
-            "platform": {"architecture": arch, "os": "linux"},
-            "annotations": {
-                "io.containerd.image.name": spec.name,
-                "org.opencontainers.image.ref.name": tag or "latest",
-            },
-        }],
+        "manifests": [
+            {
+                "mediaType": MEDIA_MANIFEST,
+                "digest": _sha256(manifest_blob),
+                "size": len(manifest_blob),
+                "platform": {"architecture": arch, "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": spec.name,
+                    "org.opencontainers.image.ref.name": tag or "latest",
+                },
+            }
+        ],
     }
-    members = [("oci-layout", _canonical_json({"imageLayoutVersion": "1.0.0"})),
-               ("index.json", _canonical_json(index))]
-    blobs = sorted({blob_digest: blob for blob_digest, blob in (
-        (_sha256(config_blob), config_blob), (_sha256(manifest_blob), manifest_blob),
-        (_sha256(layer_gz), layer_gz))}.items())
+    members = [("oci-layout", _canonical_json({"imageLayoutVersion": "1.0.0"})), ("index.json", _canonical_json(index))]
+    blobs = sorted(
+        {
+            blob_digest: blob
+            for blob_digest, blob in (
+                (_sha256(config_blob), config_blob),
+                (_sha256(manifest_blob), manifest_blob),
+                (_sha256(layer_gz), layer_gz),
+            )
+        }.items()
+    )
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for directory in ("blobs/", "blobs/sha256/"):
@@ -292,41 +325,49 @@ def build_image(spec: ImageSpec, cache_dir: str | os.PathLike | None = None, *,
         tmp.write(out.getvalue())
     os.chmod(tmp.name, 0o644)
     os.replace(tmp.name, tar_path)
-    built = BuiltImage(spec.name, tar_path, _sha256(manifest_blob), _sha256(config_blob),
-                       len(config_blob) + len(layer_gz))
-    meta_path.write_text(json.dumps({"name": spec.name, "manifest_digest": built.manifest_digest,
-                                     "config_digest": built.config_digest, "size": built.size},
-                                    indent=1))
+    built = BuiltImage(
+        spec.name, tar_path, _sha256(manifest_blob), _sha256(config_blob), len(config_blob) + len(layer_gz)
+    )
+    meta_path.write_text(
+        json.dumps(
+            {
+                "name": spec.name,
+                "manifest_digest": built.manifest_digest,
+                "config_digest": built.config_digest,
+                "size": built.size,
+            },
+            indent=1,
+        )
+    )
     return built
 
 
-def build_images(cache_dir: str | os.PathLike | None = None, *, names=None,
-                 busybox: str | os.PathLike = DEFAULT_BUSYBOX, force: bool = False
-                 ) -> dict[str, BuiltImage]:
+def build_images(
+    cache_dir: str | os.PathLike | None = None,
+    *,
+    names=None,
+    busybox: str | os.PathLike = DEFAULT_BUSYBOX,
+    force: bool = False,
+) -> dict[str, BuiltImage]:
     names = list(names) if names is not None else list(IMAGES)
     unknown = [name for name in names if name not in IMAGES]
     if unknown:
         raise ImageBuildError(f"unknown image(s) {unknown}; known: {sorted(IMAGES)}")
-    return {name: build_image(IMAGES[name], cache_dir, busybox=busybox, force=force)
-            for name in names}
+    return {name: build_image(IMAGES[name], cache_dir, busybox=busybox, force=force) for name in names}
 
 
-def _ctr(address: str, namespace: str, *args: str, timeout: float = 120
-         ) -> subprocess.CompletedProcess:
+def _ctr(address: str, namespace: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     ctr = shutil.which("ctr")
     if ctr is None:
         raise ImageBuildError("ctr not found on PATH (Debian package containerd)")
     argv = [ctr, "--address", address, "--namespace", namespace, *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
-        raise ImageBuildError(f"{' '.join(argv)} exited {result.returncode}: "
-                              f"{result.stderr.strip()}")
+        raise ImageBuildError(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()}")
     return result
 
 
-def image_digests_in_containerd(address: str, namespace: str = DEFAULT_NAMESPACE
-                                ) -> dict[str, str]:
+def image_digests_in_containerd(address: str, namespace: str = DEFAULT_NAMESPACE) -> dict[str, str]:
     """Image name -> target (manifest) digest, as `ctr images ls` reports them."""
     out = _ctr(address, namespace, "images", "ls").stdout
     found = {}
@@ -343,13 +384,17 @@ def import_image(address: str, image: BuiltImage, namespace: str = DEFAULT_NAMES
     _ctr(address, namespace, "images", "import", str(image.path))
     have = image_digests_in_containerd(address, namespace).get(image.name)
     if have != image.manifest_digest:
-        raise ImageBuildError(f"after import, {image.name} is {have!r} in containerd, "
-                              f"expected {image.manifest_digest}")
+        raise ImageBuildError(f"after import, {image.name} is {have!r} in containerd, expected {image.manifest_digest}")
 
 
-def ensure_images(containerd_address: str, *, namespace: str = DEFAULT_NAMESPACE,
-                  names=None, cache_dir: str | os.PathLike | None = None,
-                  busybox: str | os.PathLike = DEFAULT_BUSYBOX) -> dict[str, str]:
+def ensure_images(
+    containerd_address: str,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    names=None,
+    cache_dir: str | os.PathLike | None = None,
+    busybox: str | os.PathLike = DEFAULT_BUSYBOX,
+) -> dict[str, str]:
     """Build (cached) and import every image containerd lacks or holds in another
     version. containerd_address is the socket path (`ctr --address`); a
     `unix://` prefix is accepted. Returns image name -> CRI image ID."""
@@ -364,24 +409,33 @@ def ensure_images(containerd_address: str, *, namespace: str = DEFAULT_NAMESPACE
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build orch's busybox and pause OCI images.")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help=f"where tarballs are kept (default {default_cache_dir()})")
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help=f"where tarballs are kept (default {default_cache_dir()})"
+    )
     parser.add_argument("--busybox", default=DEFAULT_BUSYBOX, help="the busybox-static binary")
-    parser.add_argument("--import", dest="address", metavar="SOCKET", default=None,
-                        help="import into the containerd at this socket (ctr --address)")
+    parser.add_argument(
+        "--import",
+        dest="address",
+        metavar="SOCKET",
+        default=None,
+        help="import into the containerd at this socket (ctr --address)",
+    )
     parser.add_argument("--namespace", default=DEFAULT_NAMESPACE)
     parser.add_argument("--force", action="store_true", help="rebuild even when cached")
     parser.add_argument("names", nargs="*", help=f"images (default: {' '.join(IMAGES)})")
     args = parser.parse_args(argv)
     try:
-        built = build_images(args.cache_dir, names=args.names or None, busybox=args.busybox,
-                             force=args.force)
+        built = build_images(args.cache_dir, names=args.names or None, busybox=args.busybox, force=args.force)
         for image in built.values():
             print(f"{image.name}\t{image.config_digest}\t{image.path}")
         if args.address:
-            ids = ensure_images(args.address, namespace=args.namespace,
-                                names=args.names or None, cache_dir=args.cache_dir,
-                                busybox=args.busybox)
+            ids = ensure_images(
+                args.address,
+                namespace=args.namespace,
+                names=args.names or None,
+                cache_dir=args.cache_dir,
+                busybox=args.busybox,
+            )
             for name in ids:
                 print(f"imported {name}")
     except ImageBuildError as exc:

@@ -29,7 +29,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from apiserver_min.api import names  # noqa: E402
+from apiserver_min.api import names
 
 READY_TARGET_S = 1.5
 RSS_TARGET_MB = 60.0
@@ -114,7 +114,10 @@ def main() -> None:
     med, worst = statistics.median(readies), max(readies)
     modules = imported_modules()
     heavy = [m for m in HEAVY if m in modules]
-    ok = lambda good: "ok" if good else "OVER TARGET"  # noqa: E731
+
+    def ok(good):
+        return "ok" if good else "OVER TARGET"
+
     print(f"orch-agent ({' '.join(agent_argv())}), Python {sys.version.split()[0]}, {args.runs} runs")
     print(
         f"  start-up to READY=1: median {med:.3f} s, worst {worst:.3f} s "

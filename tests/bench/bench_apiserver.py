@@ -82,7 +82,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import orjson  # noqa: E402
+import orjson
 
 HOST = "127.0.0.1"
 CONNECTIONS = 64

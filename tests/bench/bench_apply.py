@@ -30,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import orjson  # noqa: E402
+import orjson
 
-from tests.bench.bench_apiserver import CProfileRun, HttpConn, Server, _pod, client_ssl, stop_all, use_uvloop  # noqa: E402
+from tests.bench.bench_apiserver import CProfileRun, HttpConn, Server, _pod, client_ssl, stop_all, use_uvloop
 
 APPLY_TYPE = b"application/apply-patch+yaml"
 NAMESPACE = "bench-apply"

@@ -156,7 +156,7 @@ async def load_worker(spec: dict) -> None:
         errors: collections.Counter = collections.Counter()
         first_error = ""
 
-        async def run(conn: HttpConn) -> None:
+        async def run(conn: HttpConn, start_pc: float, end_pc: float, errors: collections.Counter) -> None:
             nonlocal ok, first_error
             while time.perf_counter() < end_pc:
                 status, body = await conn.get()
@@ -170,7 +170,7 @@ async def load_worker(spec: dict) -> None:
                     if not first_error:
                         first_error = f"{status} {body[:200]!r}"
 
-        await asyncio.gather(*(run(c) for c in conns))
+        await asyncio.gather(*(run(c, start_pc, end_pc, errors) for c in conns))
         _say(
             "RESULT "
             + json.dumps({"ok": ok, "errors": {str(k): v for k, v in errors.items()}, "first_error": first_error})
@@ -429,7 +429,9 @@ def make_credentials(server: Server, root: Path) -> dict[str, dict]:
     with os.fdopen(fd, "wb") as fh:
         fh.write(key_pem(key))
 
-    b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+    def b64(s):
+        return base64.b64encode(s.encode()).decode()
+
     server.admin_request(
         "POST",
         f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets",

@@ -57,12 +57,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from apiserver_min.api import names  # noqa: E402
-from cri import api_pb2 as pb  # noqa: E402
-from cri.client import CriClient  # noqa: E402
-from tests.apiserver_fixtures import ApiServerProcess  # noqa: E402
-from tests.bench.bench_static_pods import make_cgroup_root, remove_cgroup_root  # noqa: E402
-from tests.components import Containerd, _unmount_all_under, free_port, image_builder  # noqa: E402
+from apiserver_min.api import names
+from cri import api_pb2 as pb
+from cri.client import CriClient
+from tests.apiserver_fixtures import ApiServerProcess
+from tests.bench.bench_static_pods import make_cgroup_root, remove_cgroup_root
+from tests.components import Containerd, _unmount_all_under, free_port, image_builder
 
 BUSYBOX = "orch.local/busybox:1"
 NODE = "bench-node"

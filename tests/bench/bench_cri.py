@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cri import api_pb2 as pb  # noqa: E402
-from cri.client import CriClient  # noqa: E402
-from tests.components import Containerd, image_builder  # noqa: E402
+from cri import api_pb2 as pb
+from cri.client import CriClient
+from tests.components import Containerd, image_builder
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 

@@ -31,15 +31,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cryptography import x509  # noqa: E402
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
-from apiserver_min.api import names  # noqa: E402
-from apiserver_min.pki import Pki, cert_pem, key_pem, sign_leaf  # noqa: E402
-from tests.apiserver_fixtures import ApiServerProcess  # noqa: E402
-from tests.components import free_port  # noqa: E402
+from apiserver_min.api import names
+from apiserver_min.pki import Pki, cert_pem, key_pem, sign_leaf
+from tests.apiserver_fixtures import ApiServerProcess
+from tests.components import free_port
 
 CSRS = f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests"
 TARGET_P99_MS = 500.0

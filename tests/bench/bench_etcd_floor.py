@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import itertools
 import json
@@ -78,10 +79,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import orjson  # noqa: E402
-import psutil  # noqa: E402
+import orjson
+import psutil
 
-from tests.bench import bench_apiserver as ba  # noqa: E402
+from tests.bench import bench_apiserver as ba
 
 HOST = ba.HOST
 CONNECTIONS = ba.CONNECTIONS
@@ -263,7 +264,9 @@ async def raw_phase(etcd, seconds: float, max_other: float, retries: int) -> lis
             ("EtcdBackend.create (Txn)", backend_create),
         ):
             out.append(
-                await aquietest(lambda: _measure(fn, seconds, CONNECTIONS, label, etcd.pid), max_other, retries, label)
+                await aquietest(
+                    functools.partial(_measure, fn, seconds, CONNECTIONS, label, etcd.pid), max_other, retries, label
+                )
             )
     finally:
         await store.close()
@@ -874,7 +877,7 @@ class Floor:
             "    phase  loader   req/s   /put   /txn | CPU us/req: server (per process)   etcd  load  other  idle |"
             " p50/p99 ms     err"
         )
-        for tag, desc, r in self.phases:
+        for tag, _desc, r in self.phases:
             per = "+".join(f"{c * 1e6:.0f}" for c in r["per_proc"]["server"])
             server = f"{r['cpu']['server'] * 1e6:.0f}" + (f" ({per})" if len(r["per_proc"]["server"]) > 1 else "")
             print(
@@ -884,7 +887,7 @@ class Floor:
             )
         print(f"\n    where the {ncpu} cores went (cores busy over the window):")
         print("    phase  loader   server (per process)   server loop thread(s)   etcd   load  other   idle")
-        for tag, desc, r in self.phases:
+        for tag, _desc, r in self.phases:
             sc = "+".join(f"{c:.2f}" for c in r["server_cores"])
             lc = "+".join(f"{c:.2f}" for c in r["loop_cores"])
             idle = max(0.0, ncpu - r["busy_cores"])

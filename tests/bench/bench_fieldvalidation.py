@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_apiserver as ba  # noqa: E402
+import bench_apiserver as ba
 
 CONNECTIONS = ba.CONNECTIONS
 NAMESPACE = "fv-bench"

@@ -60,11 +60,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from apiserver_min.api import names  # noqa: E402
-from cri import api_pb2 as pb  # noqa: E402
-from cri.client import CriClient, NotFoundError  # noqa: E402
-from tests.bench.bench_cri import container_config, sandbox_config  # noqa: E402
-from tests.components import Containerd, free_port, image_builder  # noqa: E402
+from apiserver_min.api import names
+from cri import api_pb2 as pb
+from cri.client import CriClient, NotFoundError
+from tests.bench.bench_cri import container_config, sandbox_config
+from tests.components import Containerd, free_port, image_builder
 
 BUSYBOX = "orch.local/busybox:1"
 NODE = "bench-node"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from apiserver_min.storage.etcd import EtcdBackend  # noqa: E402
-from apiserver_min.storage.sqlite import SqliteBackend  # noqa: E402
+from apiserver_min.storage.etcd import EtcdBackend
+from apiserver_min.storage.sqlite import SqliteBackend
 
 CONCURRENCY = 64
 CREATES = 20_000

@@ -393,7 +393,7 @@ def test_malformed_manifest_is_reported_and_others_run(agent):
 class _Manifests(http.server.BaseHTTPRequestHandler):
     body = b""
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):  # the handler method name http.server calls
         self.send_response(200)
         self.end_headers()
         self.wfile.write(type(self).body)

@@ -12,34 +12,19 @@ import queue
 import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 import yaml
 
 from tests.apiserver_fixtures import ROOT_CA_CONFIGMAP, create_namespace
+from tests.helpers import uniq
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-def uniq(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     return result.stdout
-
-
-def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def exists(server, path: str) -> bool:

@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 
 import pytest
 import yaml
 
 from tests.apiserver_fixtures import create_namespace
-
-
-def uniq(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+from tests.helpers import uniq
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
@@ -89,7 +85,10 @@ def test_server_side_apply_conflict_and_force(kubectl, ns):
     # team-a now sets replicas to what team-b chose (shared) and drops port 81,
     # which team-b still applies: it stays. Then team-b drops it too: it goes.
     ok(kubectl("apply", "--server-side", "--field-manager=team-a", "-f", "-", input=deployment(name, ns, 5, [80])))
-    ports = lambda o: [p["containerPort"] for p in o["spec"]["template"]["spec"]["containers"][0]["ports"]]  # noqa: E731
+
+    def ports(o):
+        return [p["containerPort"] for p in o["spec"]["template"]["spec"]["containers"][0]["ports"]]
+
     assert ports(owners(kubectl, ns, name)[1]) == [80, 81]
     ok(kubectl("apply", "--server-side", "--field-manager=team-b", "-f", "-", input=deployment(name, ns, 5, [80])))
     mf, obj = owners(kubectl, ns, name)

@@ -20,7 +20,7 @@ from agent.server import AgentServer, RuntimeStreaming
 from apiserver_min.api import names
 from tests.components import free_port
 from tests.e2e.test_cluster_join import cluster  # noqa: F401 - the module's cluster fixture
-from tests.e2e.test_cri_containerd import container_config, cri, pods, run_container  # noqa: F401
+from tests.e2e.test_cri_containerd import container_config, cri, pods, run_container  # noqa: F401 - fixtures, used by name
 
 V5, V4 = names.STREAM_PROTOCOL_V5, names.STREAM_PROTOCOL_V4
 
@@ -62,7 +62,7 @@ async def ws_session(
 # --- the agent's relay onto containerd ---------------------------------------------------------
 
 
-async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F811
+async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F811 - the imported fixtures are requested by name
     sandbox = pods.sandbox_config("ex")
     sandbox_id = await pods.run(sandbox)
     cid = await run_container(cri, sandbox_id, sandbox, container_config("app", ["sleep", "3600"]))
@@ -71,7 +71,10 @@ async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F8
         pod={"metadata": {"name": "ex", "namespace": "default", "uid": "u1"}},
         rp=types.SimpleNamespace(latest=lambda name: info if name == "app" else None),
     )
-    find = lambda ns, name: state if (ns, name) == ("default", "ex") else None  # noqa: E731
+
+    def find(ns, name):
+        return state if (ns, name) == ("default", "ex") else None
+
     server = AgentServer(
         address="127.0.0.1",
         port=0,
@@ -127,7 +130,7 @@ async def test_agent_relays_exec_to_containerd(cri, pods, tmp_path):  # noqa: F8
 
 
 @pytest.fixture(scope="module")
-def box(cluster):  # noqa: F811
+def box(cluster):  # noqa: F811 - pytest passes the imported cluster fixture by name
     """The cluster's node joined and a busybox pod running on it."""
     if cluster.agent is None or cluster.agent.poll() is not None:
         cluster.start_agent(cluster.agent_argv(cluster.token()))
@@ -149,14 +152,14 @@ def box(cluster):  # noqa: F811
     cluster.kubectl("delete", "pod", "box", "--grace-period=1", check=False)
 
 
-def kubectl_exec(cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:  # noqa: F811
+def kubectl_exec(box, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["kubectl", "--kubeconfig", cluster.kubeconfig, "exec", *args],
+        ["kubectl", "--kubeconfig", box.kubeconfig, "exec", *args],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "HOME": str(cluster.work)},
+        env={**os.environ, "HOME": str(box.work)},
     )
 
 

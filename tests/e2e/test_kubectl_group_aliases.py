@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import uuid
 
 import pytest
 import yaml
@@ -21,13 +20,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import Kubectl, create_namespace, kubectl_binary, wait_for
+from tests.apiserver_fixtures import Kubectl, create_namespace, kubectl_binary
+from tests.helpers import uniq, wait_for
 
 VERSIONS = ("1.27", "1.32")
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def ok(result: subprocess.CompletedProcess) -> str:

@@ -54,7 +54,7 @@ def test_wheel_contents(built):
         files = set(z.namelist())
     for f in (
         "agent/cli.py",
-        "agent/options.py",
+        "agent/options/__init__.py",
         "agent/process.py",
         "apiserver_min/cli.py",
         "apiserver_min/api/names.py",
@@ -94,7 +94,9 @@ def test_deb_contents(built):
     for dep in ("aiohttp", "grpc", "cryptography", "yaml", "orjson"):
         assert any(f"/site-packages/{dep}/__init__.py" in p for p in entries), dep
 
-    field = lambda name: run(["dpkg-deb", "-f", str(deb), name]).stdout.strip()  # noqa: E731
+    def field(name):
+        return run(["dpkg-deb", "-f", str(deb), name]).stdout.strip()
+
     assert field("Package") == "orch"
     assert field("Version") == __version__
     assert field("Architecture") == run(["dpkg", "--print-architecture"]).stdout.strip()

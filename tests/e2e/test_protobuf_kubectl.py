@@ -10,19 +10,15 @@ the server decoding and encoding upstream's wire format.
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from apiserver_min.api import names
 from apiserver_min.api import protobuf as pb
 from tests.apiserver_fixtures import create_namespace
+from tests.helpers import uniq
 
 PB = names.MEDIA_PROTOBUF_UPSTREAM
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def ok(result) -> str:

@@ -15,18 +15,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import uuid
 
 import pytest
 import yaml
 
 from tests.apiserver_fixtures import create_namespace
+from tests.helpers import uniq
 
 SMP = "application/strategic-merge-patch+json"
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def ok(result: subprocess.CompletedProcess) -> str:

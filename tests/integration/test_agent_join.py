@@ -14,7 +14,6 @@ import base64
 import datetime as dt
 import os
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,9 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from agent import bootstrap as bs
-from agent import certrotation, join
+from agent import join
+from agent.certificates import bootstrap as bs
+from agent.certificates import rotation as certrotation
 from agent.client.config import load_orchconfig, write_orchconfig
 from agent.client.informer import Informer
 from agent.client.rest import ApiClient, ApiError
@@ -31,17 +31,14 @@ from agent.config import from_argv
 from apiserver_min.api import bootstraptoken as bt
 from apiserver_min.api import names
 from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess
-from tests.components import REPO_ROOT, free_port
+from tests.components import free_port
+from tests.helpers import console_script, uniq
 
-AGENT_BIN = REPO_ROOT / ".venv" / "bin" / "orch-agent"
+AGENT_BIN = console_script("orch-agent")
 SECRETS = f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets"
 CLUSTER_INFO = join.cluster_info_path()
 WHOAMI = f"/apis/{names.AUTHENTICATION_GROUP}/v1/selfsubjectreviews"
 SERVER_ARGS = ["--enable-bootstrap-token-auth"]
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture(scope="module")

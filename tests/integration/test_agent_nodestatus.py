@@ -16,8 +16,8 @@ import yaml
 from agent.config import from_argv
 from agent.events import EventRecorder
 from agent.eventsink import ApiEventSink
-from agent.lease import LeaseManager, lease_path
-from agent.nodestatus import NodeStatusManager, go_arch
+from agent.status.lease import LeaseManager, lease_path
+from agent.status.nodestatus import NodeStatusManager, go_arch
 from apiserver_min.api import names
 from apiserver_min.api.timeutil import parse_rfc3339
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, new_key, sign_leaf

@@ -25,6 +25,7 @@ import pytest
 
 from apiserver_min.api import names
 from tests.components import REPO_ROOT, free_port
+from tests.helpers import wait_for as wait_until
 
 SWAPS_HEADER = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
 
@@ -175,17 +176,6 @@ def agents(tmp_path):
     yield make
     for a in started:
         a.close()
-
-
-def wait_until(predicate, timeout: float = 10, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(interval)
 
 
 # --- systemd notification ---------------------------------------------------------

@@ -402,13 +402,13 @@ def test_serving_cert_is_made_once_and_reused(tmp_path):
         ensure_serving_cert(str(cert_dir), "", [])
 
 
-# --- authentication and authorization over real TLS (agent.serverauth) --------------------------
+# --- authentication and authorization over real TLS (agent.server.auth) --------------------------
 
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402 - imports of this part of the file, kept beside its tests
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402 - imports of this part of the file, kept beside its tests
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402 - imports of this part of the file, kept beside its tests
 
-from agent import serverauth  # noqa: E402
+from agent.server import auth as serverauth  # noqa: E402 - imports of this part of the file, kept beside its tests
 
 
 def make_ca(cn: str):
@@ -591,14 +591,14 @@ def _stats_of(summary: dict):
 
 # --- the node's data: /logs/, /configz, /metrics, /stats/summary, /runningpods/ --------------------
 
-from agent.config import from_argv  # noqa: E402
-from agent.metrics import AgentMetrics  # noqa: E402
-from agent.runtime.manager import ContainerInfo, RuntimePod, SandboxInfo  # noqa: E402
-from agent.server import RuntimeStreaming, configz_document  # noqa: E402
-from agent.stats import StatsProvider  # noqa: E402
-from cri import api_pb2 as pb  # noqa: E402
-from cri.client import CriClient  # noqa: E402
-from cri.fake import ExecResult, FakeRuntime  # noqa: E402
+from agent.config import from_argv  # noqa: E402 - imports of this part of the file, kept beside its tests
+from agent.metrics import AgentMetrics  # noqa: E402 - imports of this part of the file, kept beside its tests
+from agent.runtime.manager import ContainerInfo, RuntimePod, SandboxInfo  # noqa: E402 - imports of this part of the file, kept beside its tests
+from agent.server import RuntimeStreaming, configz_document  # noqa: E402 - imports of this part of the file, kept beside its tests
+from agent.server.stats import StatsProvider  # noqa: E402 - imports of this part of the file, kept beside its tests
+from cri import api_pb2 as pb  # noqa: E402 - imports of this part of the file, kept beside its tests
+from cri.client import CriClient  # noqa: E402 - imports of this part of the file, kept beside its tests
+from cri.fake import ExecResult, FakeRuntime  # noqa: E402 - imports of this part of the file, kept beside its tests
 
 
 async def serve(server: AgentServer):
@@ -916,7 +916,7 @@ async def test_run_exec_attach_port_forward_through_the_runtime(tmp_path):
             state = await _pod_in_fake(fake, cri, tmp_path)
             fake.on_exec(["cat", "/etc/hostname"], ExecResult(stdout=b"web\n", stderr=b"warn\n"))
             fake.on_exec(["ls", "/nope"], ExecResult(exit_code=2, stderr=b"ls: /nope: No such file\n"))
-            find = lambda ns, name: state if (ns, name) == ("default", "web") else None  # noqa: E731
+            find = lambda ns, name: state if (ns, name) == ("default", "web") else None  # noqa: E731 - a one-line stand-in
             server = AgentServer(
                 address="127.0.0.1",
                 port=0,
@@ -971,8 +971,8 @@ async def test_run_exec_attach_port_forward_through_the_runtime(tmp_path):
 
 # --- pure parts of stats and metrics --------------------------------------------------------------
 
-from agent.metrics import Counter, Gauge, Histogram, Registry  # noqa: E402
-from agent.stats import read_cgroup_usage  # noqa: E402
+from agent.metrics import Counter, Gauge, Histogram, Registry  # noqa: E402 - imports of this part of the file, kept beside its tests
+from agent.server.stats import read_cgroup_usage  # noqa: E402 - imports of this part of the file, kept beside its tests
 
 
 def test_read_cgroup_usage_v2_and_missing(tmp_path):

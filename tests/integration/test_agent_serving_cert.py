@@ -25,13 +25,13 @@ import aiohttp
 import pytest
 from cryptography import x509
 
-from agent import bootstrap as bs
-from agent import serverauth
-from agent.certrotation import rotate_serving_certificate
+from agent.certificates import bootstrap as bs
+from agent.certificates.rotation import rotate_serving_certificate
 from agent.client.config import load_orchconfig, write_orchconfig
 from agent.client.rest import ApiClient
 from agent.config import from_argv
 from agent.server import AgentServer, LogTarget
+from agent.server import auth as serverauth
 from apiserver_min.api import bootstraptoken as bt
 from apiserver_min.api import names
 from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess

@@ -23,6 +23,7 @@ import yaml
 
 from tests.apiserver_fixtures import ROOT_CA_CONFIGMAP, ApiServerProcess, create_namespace, without_root_ca
 from tests.components import free_port
+from tests.helpers import require_binary, uniq, wait_for
 
 # --- helpers -----------------------------------------------------------------------------
 
@@ -30,21 +31,6 @@ TABLE_K8S = "application/json;as=Table;v=v1;g=meta.k8s.io"
 TABLE_ORCH = "application/json;as=Table;v=v1;g=meta.orch.io"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 JSONPATCH = {"Content-Type": "application/json-patch+json"}
-
-
-def uniq(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_for(predicate, timeout: float = 5.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def assert_status(doc, code: int, reason: str | None = None):
@@ -1623,6 +1609,7 @@ def test_openapi_v3_for_kubectl_validation(apiserver):
 
 
 def test_etcd_keys_live_under_the_prefix(apiserver_etcd, etcd):
+    require_binary("etcdctl", "etcd-client")
     ns = uniq("ns")
     apiserver_etcd.json("POST", "/api/v1/namespaces", {"metadata": {"name": ns}}, expect=201)
     create_cm(apiserver_etcd, ns, "in-etcd")
@@ -1920,6 +1907,7 @@ def test_json_patch_operations_and_escaping(apiserver, sq_ns):
 
 def test_compacted_versions_are_410_gone(apiserver_etcd, etcd):
     """After storage compaction: Exact lists and continue tokens at older versions answer 410."""
+    require_binary("etcdctl", "etcd-client")
     server = apiserver_etcd
     ns = uniq("ns")
     create_namespace(server, ns)

@@ -5,20 +5,16 @@ dry-run, request checks, and the ``kubernetes`` Python client applying."""
 from __future__ import annotations
 
 import json
-import uuid
 from urllib.parse import urlencode
 
 import pytest
 
 from tests.apiserver_fixtures import create_namespace
+from tests.helpers import uniq
 
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
 MERGE = {"Content-Type": "application/merge-patch+json"}
 JSONPATCH = {"Content-Type": "application/json-patch+json"}
-
-
-def uniq(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from apiserver_min.authn import jwt
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, make_ca, new_key, sign_leaf
 from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerError, ApiServerProcess
 from tests.components import free_port
+from tests.helpers import uniq, wait_for
 
 AUTHN = f"/apis/{names.AUTHENTICATION_GROUP}/v1"
 WHOAMI = f"{AUTHN}/selfsubjectreviews"
@@ -41,21 +42,6 @@ OLD_ISSUER = "https://old-issuer.test"
 NS = "authn"
 TOKENS_CSV = 'alice-token-0001,alice,uid-alice,"system:masters,devs"\n\nbob-token-0002,bob,uid-bob\n'
 SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]{5}"
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def wait_for(fn, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def pem_private(key) -> bytes:

@@ -3,6 +3,7 @@ users with client certificates signed by its CA, the real kubectl for ``auth can
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -288,8 +289,11 @@ def test_node_identity_is_confined(server):
     assert n1.json("DELETE", f"/api/v1/namespaces/{NS}/pods/p2")[0] == 403
     status, doc = n1.json("POST", f"/api/v1/namespaces/{NS}/pods", _pod("sneaky", "n1"))
     assert status == 403 and "can only create mirror pods" in doc["message"]
+
     # Its own lease only.
-    lease = lambda n: {"metadata": {"name": n}, "spec": {"holderIdentity": n}}  # noqa: E731
+    def lease(n):
+        return {"metadata": {"name": n}, "spec": {"holderIdentity": n}}
+
     leases = f"/apis/{names.COORDINATION_GROUP}/v1/namespaces/{names.NS_NODE_LEASE}/leases"
     assert n1.json("POST", leases, lease("n1"))[0] == 201
     assert n1.json("POST", leases, lease("n2"))[0] == 403
@@ -298,7 +302,10 @@ def test_node_identity_is_confined(server):
 
 def test_access_reviews(server, alice):
     wait_status(lambda: alice.json("GET", f"/api/v1/namespaces/{NS}/configmaps/allowed"), 200)
-    ra = lambda name: {"namespace": NS, "verb": "get", "resource": "configmaps", "name": name}  # noqa: E731
+
+    def ra(name):
+        return {"namespace": NS, "verb": "get", "resource": "configmaps", "name": name}
+
     doc = admin(
         server,
         "POST",
@@ -457,7 +464,7 @@ def writers(server):
     make_binding(server, "erin-creator", "Role", "cm-svc-creator", [user_subject("erin")])
     users = {"dave": User(server, "dave"), "erin": User(server, "erin")}
     for u in users.values():
-        wait_status(lambda: u.json("GET", f"/api/v1/namespaces/{NS}/configmaps"), 200)
+        wait_status(functools.partial(u.json, "GET", f"/api/v1/namespaces/{NS}/configmaps"), 200)
     return users
 
 

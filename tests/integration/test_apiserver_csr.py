@@ -17,7 +17,6 @@ import shutil
 import ssl
 import subprocess
 import time
-import uuid
 
 import pytest
 import yaml
@@ -32,6 +31,7 @@ from apiserver_min.controllers import certificates as cc
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, make_ca, sign_leaf
 from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerProcess
 from tests.components import free_port
+from tests.helpers import uniq, wait_for
 
 CSRS = f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests"
 WHOAMI = f"/apis/{names.AUTHENTICATION_GROUP}/v1/selfsubjectreviews"
@@ -39,21 +39,6 @@ SECRETS = f"/api/v1/namespaces/{names.NS_SYSTEM}/secrets"
 CLUSTER_INFO = f"/api/v1/namespaces/{names.NS_PUBLIC}/configmaps/{names.CLUSTER_INFO_CONFIGMAP}"
 NODE_CLIENT_USAGES = ["digital signature", "key encipherment", "client auth"]
 UTC = _dt.timezone.utc
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def wait_for(fn, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def b64(data: bytes | str) -> str:

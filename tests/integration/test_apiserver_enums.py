@@ -6,16 +6,11 @@ default tolerations) is validated and stored with the pod."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from apiserver_min.api import names
 from tests.apiserver_fixtures import create_namespace
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+from tests.helpers import uniq
 
 
 @pytest.fixture(scope="module")

@@ -13,20 +13,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 
 import pytest
 import yaml
 
 from tests.apiserver_fixtures import KUBECTL, Kubectl, create_namespace
+from tests.helpers import uniq
 
 MERGE = {"Content-Type": "application/merge-patch+json"}
 JSONPATCH = {"Content-Type": "application/json-patch+json"}
 YAML = {"Content-Type": "application/yaml"}
-
-
-def uniq(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def cm_path(ns: str, name: str = "") -> str:

@@ -26,7 +26,6 @@ import collections
 import copy
 import json
 import os
-import uuid
 from typing import Any
 from urllib.parse import quote
 
@@ -56,6 +55,7 @@ from apiserver_min.api.schema import (
 )
 from apiserver_min.api.schemas import schema_for
 from tests.apiserver_fixtures import create_namespace
+from tests.helpers import uniq
 
 NS = "fuzz"
 MERGE = names.MEDIA_MERGE_PATCH
@@ -212,10 +212,6 @@ def schema_of(obj: dict) -> Struct:
     s = schema_for(group, version, obj["kind"])
     assert s is not None, obj["kind"]
     return s
-
-
-def uniq(prefix: str = "fz") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 # --- checking answers -----------------------------------------------------------------------
@@ -532,7 +528,7 @@ def mutate(draw, obj: dict, schema: Struct, n_max: int = 4, protect_identity: bo
 def mutated_object(draw, kinds=KIND_NAMES) -> tuple[str, dict]:
     kind = draw(hs.sampled_from(kinds))
     factory, _ = KINDS[kind]
-    base = factory(uniq())
+    base = factory(uniq("fz"))
     return kind, mutate(draw, base, schema_of(base))
 
 
@@ -591,10 +587,10 @@ def test_fuzz_create_random_json(checker, kind, value, top, fmt):
     """Unstructured JSON: as the whole body, and as extra top-level fields and
     metadata of an otherwise valid object."""
     factory, collection = KINDS[kind]
-    obj = factory(uniq())
+    obj = factory(uniq("fz"))
     obj.update({k: v for k, v in top.items() if k not in ("apiVersion", "kind")})
     obj["metadata"] = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    obj["metadata"]["name"] = uniq()
+    obj["metadata"]["name"] = uniq("fz")
     for doc in (value, obj):
         body, ctype = (json_text(doc), "application/json") if fmt == "json" else (to_yaml(doc), "application/yaml")
         status, answer = checker.send("POST", collection, body, ctype, f"create {kind}")
@@ -626,7 +622,7 @@ def test_fuzz_duplicate_keys(checker, data):
             (
                 "ConfigMap",
                 '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"%s","name":"%s"},'
-                '"data":{"a":"1","a":2}}' % (uniq(), uniq()),
+                '"data":{"a":"1","a":2}}' % (uniq("fz"), uniq("fz")),
                 "application/json",
             ),
             # metadata: null with a duplicate key crashed create (the slow re-decode kept the null)
@@ -638,7 +634,7 @@ def test_fuzz_duplicate_keys(checker, data):
             (
                 "ConfigMap",
                 "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  name: %s\n"
-                "data:\n  a: '1'\n  a: {}\n" % (uniq(), uniq()),
+                "data:\n  a: '1'\n  a: {}\n" % (uniq("fz"), uniq("fz")),
                 "application/yaml",
             ),
         ]
@@ -716,7 +712,7 @@ YAML_SNIPPETS = [
 @example(template=YAML_SNIPPETS[14], level="", where="create")
 def test_fuzz_yaml_anchors_aliases_tags(checker, template, level, where):
     """YAML features beyond JSON: anchors, aliases, merge keys, tags, odd keys."""
-    name = uniq()
+    name = uniq("fz")
     text = template.format(name=name)
     try:
         kind = (yaml.safe_load(text) or {}).get("kind", "ConfigMap")
@@ -739,7 +735,7 @@ def test_fuzz_yaml_anchors_aliases_tags(checker, template, level, where):
 def protobuf_body(draw) -> tuple[str, str, bytes]:
     """(kind, name, body): an object of KIND named NAME, encoded and damaged."""
     kind = draw(hs.sampled_from(KIND_NAMES))
-    name = uniq()
+    name = uniq("fz")
     obj = KINDS[kind][0](name)
     if draw(hs.booleans()):
         mutated = mutate(draw, obj, schema_of(obj))
@@ -951,7 +947,7 @@ def strategic_patch(draw, obj: dict, schema: Struct) -> dict:
 
 def _created(checker, kind: str) -> tuple[dict, str]:
     factory, collection = KINDS[kind]
-    status, obj = checker.send("POST", collection, json_text(factory(uniq())), "application/json", "create base")
+    status, obj = checker.send("POST", collection, json_text(factory(uniq("fz"))), "application/json", "create base")
     assert status == 201, obj
     return obj, collection
 
@@ -1027,7 +1023,7 @@ def test_fuzz_apply_creates(checker, data, kind):
     """Server-side apply of a mutated object that does not exist yet (create
     through apply), twice with different managers."""
     factory, collection = KINDS[kind]
-    name = uniq()
+    name = uniq("fz")
     obj = mutate(data.draw, factory(name), schema_of(factory(name)))
     md = obj.get("metadata")
     if isinstance(md, dict):
@@ -1078,7 +1074,7 @@ def test_fuzz_delete_options(checker, kind, opts, fmt, collection_delete):
     """DeleteOptions bodies with random values (JSON and YAML), on one object and
     on a collection (narrowed by a label no other object has)."""
     factory, collection = KINDS[kind]
-    obj = factory(uniq())
+    obj = factory(uniq("fz"))
     label = uniq("del")
     obj["metadata"]["labels"] = {"fuzz-delete": label}
     status, created = checker.send("POST", collection, json_text(obj), "application/json", "create base")

@@ -10,7 +10,6 @@ import base64
 import http.client
 import json
 import ssl
-import uuid
 
 import pytest
 import yaml
@@ -22,7 +21,8 @@ from cryptography.x509.oid import NameOID
 from apiserver_min.api import names, protobuf
 from apiserver_min.api.schemas import schema_for
 from apiserver_min.pki import Pki, cert_pem, key_pem, new_key, sign_leaf
-from tests.apiserver_fixtures import create_namespace, wait_for
+from tests.apiserver_fixtures import create_namespace
+from tests.helpers import uniq, wait_for
 
 RBAC = f"/apis/{names.RBAC_GROUP}/v1"
 RBAC_ALIAS = f"/apis/{names.UPSTREAM_RBAC_GROUP}/v1"
@@ -31,10 +31,6 @@ ALIAS_AV = f"{names.UPSTREAM_RBAC_GROUP}/v1"
 CSR_ALIAS_AV = f"{names.UPSTREAM_CERTIFICATES_GROUP}/v1"
 PROTOBUF = names.MEDIA_PROTOBUF_UPSTREAM
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def role(name: str, api_version: str = ALIAS_AV) -> dict:

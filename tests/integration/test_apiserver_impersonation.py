@@ -22,8 +22,9 @@ from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, new_key, sign_leaf
-from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerProcess, wait_for
+from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerProcess
 from tests.components import free_port
+from tests.helpers import wait_for
 
 NS = "imp"
 RBAC = f"/apis/{names.RBAC_GROUP}/v1"

@@ -8,12 +8,11 @@ the options kind, as upstream answers."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import create_namespace, wait_for
+from tests.apiserver_fixtures import create_namespace
+from tests.helpers import uniq, wait_for
 
 CM = names.CONTROLLER_MANAGER_FIELD_MANAGER
 API = names.APISERVER_FIELD_MANAGER
@@ -23,10 +22,6 @@ MERGE = {"Content-Type": names.MEDIA_MERGE_PATCH}
 LEASE = f"/apis/{names.COORDINATION_GROUP}/v1/namespaces/{names.NS_SYSTEM}/leases/{names.CONTROLLERS_LEASE_NAME}"
 DRY_RUN_X = 'dryRun: Unsupported value: []string{"x"}: supported values: "All"'
 LEVEL_LOUD = 'fieldValidation: Unsupported value: "Loud": supported values: "", "Ignore", "Strict", "Warn"'
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def managers(obj: dict) -> dict[tuple[str, str], dict]:

@@ -10,21 +10,12 @@ import time
 import pytest
 
 from tests.apiserver_fixtures import ApiServerProcess
+from tests.helpers import wait_for
 
 LEASE = "/apis/coordination.orch.io/v1/namespaces/orch-system/leases/orch-controllers"
 FLAGS = ["--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=0.5s"]
 
 pytestmark = pytest.mark.slow
-
-
-def wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def leads(server: ApiServerProcess) -> int:
@@ -55,36 +46,36 @@ def test_one_leader_runs_the_controllers_and_hands_over(etcd, etcd_prefix, tmp_p
         shutil.copytree(a.data_dir / "pki", b.data_dir / "pki")
         shutil.copy(a.kubeconfig, b.kubeconfig)
         b.start()
-        wait(lambda: leads(a), 10, "the first server to lead")
-        first = wait(lambda: lease(a), 5, "the lease")
+        wait_for(lambda: leads(a), 10, "the first server to lead")
+        first = wait_for(lambda: lease(a), 5, "the lease")
         assert first["spec"]["leaseDurationSeconds"] == 3
         time.sleep(1.5)  # b campaigns meanwhile, in vain
         assert leads(b) == 0
         assert "waiting to lead the bundled controllers" in b.log_path.read_text()
         # The controllers act (the namespace's default ServiceAccount), whichever server was asked.
         b.json("POST", "/api/v1/namespaces", {"metadata": {"name": "le-one"}}, expect=201)
-        wait(lambda: default_sa(b, "le-one"), 10, "the default ServiceAccount")
-        renewed = wait(
-            lambda: (l := lease(b)) and l["spec"]["renewTime"] != first["spec"]["renewTime"] and l, 5, "a renewal"
+        wait_for(lambda: default_sa(b, "le-one"), 10, "the default ServiceAccount")
+        renewed = wait_for(
+            lambda: (cur := lease(b)) and cur["spec"]["renewTime"] != first["spec"]["renewTime"] and cur, 5, "a renewal"
         )
         assert renewed["spec"]["holderIdentity"] == first["spec"]["holderIdentity"]
 
         # A clean stop releases the lease: b leads at once, not a lease duration later.
         t0 = time.monotonic()
         a.stop()
-        wait(lambda: leads(b), 5, "the second server to lead")
+        wait_for(lambda: leads(b), 5, "the second server to lead")
         assert time.monotonic() - t0 < 5
         second = lease(b)
         assert second["spec"]["holderIdentity"] != first["spec"]["holderIdentity"]
         assert second["spec"]["leaseTransitions"] == first["spec"]["leaseTransitions"]  # released, not taken
         b.json("POST", "/api/v1/namespaces", {"metadata": {"name": "le-two"}}, expect=201)
-        wait(lambda: default_sa(b, "le-two"), 10, "the default ServiceAccount from the new leader")
+        wait_for(lambda: default_sa(b, "le-two"), 10, "the default ServiceAccount from the new leader")
 
         # A dead leader: the lease runs out and the restarted first server takes over.
         b.kill()
         before = leads(a)
         a.start()
-        wait(lambda: leads(a) > before, 15, "the first server to lead again after the lease expired")
+        wait_for(lambda: leads(a) > before, 15, "the first server to lead again after the lease expired")
         third = lease(a)
         assert third["spec"]["leaseTransitions"] == second["spec"]["leaseTransitions"] + 1
     finally:
@@ -95,7 +86,7 @@ def test_one_leader_runs_the_controllers_and_hands_over(etcd, etcd_prefix, tmp_p
 def test_sqlite_server_runs_controllers_without_a_lease(tmp_path):
     with ApiServerProcess(tmp_path / "s") as s:
         s.json("POST", "/api/v1/namespaces", {"metadata": {"name": "le-sqlite"}}, expect=201)
-        wait(lambda: default_sa(s, "le-sqlite"), 10, "the default ServiceAccount")
+        wait_for(lambda: default_sa(s, "le-sqlite"), 10, "the default ServiceAccount")
         assert lease(s) is None
 
 

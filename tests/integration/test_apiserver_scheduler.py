@@ -18,8 +18,9 @@ import pytest
 
 from apiserver_min.api import names
 from apiserver_min.pki import Pki, cert_pem, key_pem, make_ca, new_key, sign_leaf
-from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, wait_for
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess
 from tests.components import free_port
+from tests.helpers import wait_for
 
 GRACE = 2  # --node-monitor-grace-period, seconds
 PERIOD = 1  # --node-monitor-period

@@ -11,7 +11,6 @@ import datetime as _dt
 import json
 import time
 import urllib.parse
-import uuid
 
 import pytest
 from cryptography import x509
@@ -20,8 +19,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, create_namespace, wait_for
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, create_namespace
 from tests.components import free_port
+from tests.helpers import uniq, wait_for
 
 YAML = {"Content-Type": "application/yaml"}
 APPLY = {"Content-Type": names.MEDIA_APPLY_PATCH}
@@ -31,10 +31,6 @@ JSONPATCH = {"Content-Type": names.MEDIA_JSON_PATCH}
 CM = names.CONTROLLER_MANAGER_FIELD_MANAGER
 SCHED = names.SCHEDULER_FIELD_MANAGER
 CSRS = f"/apis/{names.CERTIFICATES_GROUP}/v1/certificatesigningrequests"
-
-
-def uniq(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture(scope="module")

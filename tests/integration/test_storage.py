@@ -30,6 +30,7 @@ from apiserver_min.storage.interface import (
 )
 from apiserver_min.storage.sqlite import SqliteBackend
 from tests.components import free_port
+from tests.helpers import require_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -458,6 +459,7 @@ async def test_etcd_unreachable():
 
 
 async def test_etcd_keys_live_under_prefix(etcd, etcd_prefix):
+    require_binary("etcdctl", "etcd-client")
     store = EtcdBackend([etcd.endpoint], prefix=etcd_prefix)
     await store.start()
     try:
@@ -470,6 +472,7 @@ async def test_etcd_keys_live_under_prefix(etcd, etcd_prefix):
 
 async def test_etcd_compaction_done_elsewhere(etcd, etcd_prefix):
     """etcd compacted by someone else (etcdctl, --auto-compaction): learnt from answers."""
+    require_binary("etcdctl", "etcd-client")
     store = EtcdBackend([etcd.endpoint], prefix=etcd_prefix)
     await store.start()
     try:

@@ -23,8 +23,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from agent import bootstrap as bs
-from agent import certrotation, join
+from agent import join
+from agent.certificates import bootstrap as bs
+from agent.certificates import rotation as certrotation
 from agent.client.config import Connection, OrchconfigError, load_orchconfig, write_orchconfig
 from agent.client.informer import Informer
 from agent.client.rest import ApiClient, ApiConnectionError, ApiError, TokenBucket, iter_watch_lines

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import logs as L
-from agent.logs import LogOptions, LogRotator, parse_line, read_log
+from agent.server import logs as L
+from agent.server.logs import LogOptions, LogRotator, parse_line, read_log
 
 BASE_NS = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z
 

@@ -14,8 +14,8 @@ import pytest
 from agent.config import from_argv
 from agent.events import EventRecorder
 from agent.eventsink import COMBINED_PREFIX, ApiEventSink, TokenBucket
-from agent.lease import LeaseManager, lease_path
-from agent.nodestatus import (
+from agent.status.lease import LeaseManager, lease_path
+from agent.status.nodestatus import (
     HostFiles,
     NodeStatusManager,
     go_arch,
@@ -302,7 +302,7 @@ def test_merge_patch_and_status_changed():
 
 
 def test_node_addresses():
-    detect = lambda v6: "fd00::9" if v6 else "192.0.2.9"  # noqa: E731
+    detect = lambda v6: "fd00::9" if v6 else "192.0.2.9"  # noqa: E731 - a one-line stand-in
     assert node_addresses("", "10.0.0.1", "h", detect) == [
         {"type": "InternalIP", "address": "10.0.0.1"},
         {"type": "Hostname", "address": "h"},

@@ -111,7 +111,7 @@ def B(flag, default, field=None, **kw) -> Case:
     return C(flag, default, valid, flipped, "maybe", file, **kw)
 
 
-def I(flag, default, valid, invalid, field=None, **kw) -> Case:
+def I(flag, default, valid, invalid, field=None, **kw) -> Case:  # noqa: E743 - the table below reads as one case per line
     file = (field, valid, valid) if field else None
     return C(flag, default, str(valid), valid, str(invalid), file, **kw)
 
@@ -809,7 +809,7 @@ def test_relative_paths_resolve_against_the_file_directory(tmp_path, monkeypatch
     conf_dir = tmp_path / "etc"
     conf_dir.mkdir()
     (conf_dir / "ca.crt").write_text("x")
-    path = write_config(
+    write_config(
         conf_dir,
         {
             "staticPodPath": "manifests",

@@ -1,4 +1,4 @@
-"""agent.serverauth: request attributes, the authenticator union, the review caches."""
+"""agent.server.auth: request attributes, the authenticator union, the review caches."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from agent import serverauth as sa
-from agent.serverauth import ANONYMOUS, UserInfo
+from agent.server import auth as sa
+from agent.server.auth import ANONYMOUS, UserInfo
 
 ALICE = UserInfo("alice", ("devs",))
 

@@ -292,7 +292,9 @@ def test_write_guard_escalate_and_bind(cluster):
         KIND["clusterroles"], role("secrets-reader", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}])
     )
 
-    run = lambda a: asyncio.run(guard.validate(a))  # noqa: E731
+    def run(a):
+        return asyncio.run(guard.validate(a))
+
     run(_attrs(KIND["roles"], "CREATE", role("ok", pods_get, ns="d"), BOB, ns="d"))  # held: allowed
     with pytest.raises(st.ApiError) as e:
         run(
@@ -440,7 +442,10 @@ def test_node_authorizer_uses_the_pod_graph(cluster):
         PODS, mkpod("mine", "n1", volumes=[{"name": "v", "secret": {"secretName": "s1"}}], serviceAccountName="sa1")
     )
     cluster.put(PODS, mkpod("theirs", "n2", volumes=[{"name": "v", "secret": {"secretName": "s2"}}]))
-    allow = lambda a: node.authorize(a)[0] is Decision.ALLOW  # noqa: E731
+
+    def allow(a):
+        return node.authorize(a)[0] is Decision.ALLOW
+
     assert allow(res(NODE1, "get", "secrets", "d", "s1"))
     assert allow(res(NODE1, "watch", "secrets", "d", "s1"))
     assert not allow(res(NODE1, "get", "secrets", "d", "s2"))
@@ -505,7 +510,9 @@ def test_forbidden_labels():
 def test_node_restriction_rules():
     node_obj = {"metadata": {"name": "n1", "uid": "node-uid"}}
     plugin = NodeRestriction(FakeStore({("nodes", "", "n1"): node_obj}), REGISTRY)
-    run = lambda a: asyncio.run(plugin.validate(a))  # noqa: E731
+
+    def run(a):
+        return asyncio.run(plugin.validate(a))
 
     def attrs(kind, op, obj=None, old=None, name="", ns="", sub="", user=NODE1):
         return Attributes(op, kind, ns, name, sub, obj, old, user, False)
@@ -515,7 +522,9 @@ def test_node_restriction_rules():
             run(a)
         assert e.value.code == 403 and text in e.value.message, e.value.message
 
-    labels = lambda d: {"metadata": {"name": "n1", "labels": d}, "spec": {}}  # noqa: E731
+    def labels(d):
+        return {"metadata": {"name": "n1", "labels": d}, "spec": {}}
+
     run(attrs(NODES, "CREATE", labels({names.LABEL_HOSTNAME: "n1"}), name="n1"))
     refused(attrs(NODES, "CREATE", labels({"node-restriction.orch.io/gpu": "y"}), name="n1"), "node-restriction")
     refused(attrs(NODES, "UPDATE", labels({}), labels({}), name="n2"), 'not allowed to modify node "n2"')
@@ -605,11 +614,14 @@ def test_certificate_approval_and_signing_need_signer_permissions(cluster):
     approval, signing = CertificateApproval(lambda: chain), CertificateSigning(lambda: chain)
     signer = names.SIGNER_APISERVER_CLIENT
     csr = {"metadata": {"name": "c"}, "spec": {"signerName": signer}, "status": {}}
-    approve = lambda: asyncio.run(
-        approval.validate(Attributes("UPDATE", CSRS, "", "c", "approval", csr, csr, BOB, False))
-    )  # noqa: E731
     signed = {**csr, "status": {"certificate": "Y2VydA=="}}
-    sign = lambda: asyncio.run(signing.validate(Attributes("UPDATE", CSRS, "", "c", "status", signed, csr, BOB, False)))  # noqa: E731
+
+    def approve() -> None:
+        asyncio.run(approval.validate(Attributes("UPDATE", CSRS, "", "c", "approval", csr, csr, BOB, False)))
+
+    def sign() -> None:
+        asyncio.run(signing.validate(Attributes("UPDATE", CSRS, "", "c", "status", signed, csr, BOB, False)))
+
     with pytest.raises(st.ApiError, match="not permitted to approve"):
         approve()
     with pytest.raises(st.ApiError, match="not permitted to sign"):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("grpc_tools", reason="grpcio-tools (test extra) regenerates the stubs")
+from cri import api_pb2 as pb
+from cri import generate
 
-from cri import api_pb2 as pb  # noqa: E402
-from cri import generate  # noqa: E402
+pytest.importorskip("grpc_tools", reason="grpcio-tools (test extra) regenerates the stubs")
 
 
 def test_committed_stubs_are_fresh():

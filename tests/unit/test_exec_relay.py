@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from multidict import MultiDict
 
-from agent import streaming
-from agent.streaming import (
+from agent.server import streaming
+from agent.server.streaming import (
     FLAG_FIN,
     PING,
     SYN_STREAM,

@@ -17,15 +17,17 @@ from aiohttp.test_utils import make_mocked_request
 from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.authz.rbac import RbacIndex, parse_cluster_role
+from apiserver_min.authz.authorizer import AlwaysAllow, Union
+from apiserver_min.client.local import LocalClient, controller_user
 from apiserver_min.controllers import bootstrappolicy
 from apiserver_min.controllers.clusterroleaggregation import ClusterRoleAggregator
 from apiserver_min.controllers.leaderelection import LeaderElector
 from apiserver_min.controllers.serviceaccounts import ServiceAccountsController
 from apiserver_min.registry import managedfields as mf
+from apiserver_min.registry.core import NamespaceFinalizeREST
+from apiserver_min.registry.rest import RequestContext
 from apiserver_min.server import handlers
 from apiserver_min.server.app import ApiServer
-from apiserver_min.server.negotiation import JSON
 
 CM = names.CONTROLLER_MANAGER_FIELD_MANAGER
 API = names.APISERVER_FIELD_MANAGER
@@ -107,6 +109,43 @@ def server_with(store: MemoryStore):
     return SimpleNamespace(registry=REGISTRY, store=store)
 
 
+def client_of(store: MemoryStore, controller: str = "test-controller") -> LocalClient:
+    """A controller's client over ``store``, everything allowed, as the controller manager."""
+    store.registry = REGISTRY
+    return LocalClient(store, Union([AlwaysAllow()]), controller_user(controller), CM)
+
+
+class FakeInformer:
+    """An informer holding the given entries by (namespace, name)."""
+
+    def __init__(self, entries: dict | None = None):
+        self.entries = entries or {}
+
+    def get(self, namespace, name):
+        return self.entries.get((namespace, name))
+
+    def list(self, namespace=None):
+        return list(self.entries.values())
+
+    def add_handler(self, fn):
+        fn(None)
+
+
+class FakeInformers:
+    """Informers by resource name; ``registry`` for the kinds."""
+
+    registry = REGISTRY
+
+    def __init__(self, **by_resource: FakeInformer):
+        self.by_resource = by_resource
+
+    def kind(self, group, version, resource):
+        return REGISTRY.by_resource(group, version, resource)
+
+    def for_kind(self, kind):
+        return self.by_resource.setdefault(kind.resource, FakeInformer())
+
+
 def only_entry(entries: list[dict]) -> dict:
     assert len(entries) == 1, entries
     return entries[0]
@@ -123,14 +162,18 @@ def test_the_api_server_manager_is_its_orch_name():
 def sa_controller(store: MemoryStore, cached_sa=None, cached_cm=None) -> ServiceAccountsController:
     """The controller over ``store``, its watch cache faked: the namespace active, the
     ServiceAccount and ConfigMap cached as given (None: not there)."""
-    ctl = ServiceAccountsController(server_with(store))
+    informers = FakeInformers(
+        namespaces=FakeInformer({("", "team"): SimpleNamespace(deleting=False)}),
+        serviceaccounts=FakeInformer({("team", names.DEFAULT_SERVICE_ACCOUNT): cached_sa} if cached_sa else {}),
+        configmaps=FakeInformer({("team", names.ROOT_CA_CONFIGMAP): cached_cm} if cached_cm else {}),
+    )
+    ctl = ServiceAccountsController(
+        client_of(store, "service-account-controller"),
+        client_of(store, "root-ca-cert-publisher"),
+        informers,
+        "/nonexistent/ca.crt",
+    )
     ctl._ca_pem = "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"
-    active_ns = SimpleNamespace(deleting=False)
-
-    def cached(prefix, key):
-        return {ctl.ns_prefix: active_ns, ctl.sa_prefix: cached_sa, ctl.cm_prefix: cached_cm}[prefix]
-
-    ctl._cached = cached
     return ctl
 
 
@@ -203,9 +246,15 @@ async def test_clusterrole_aggregation_is_the_controller_managers():
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
     }
     store.put(cr, "", agg)
-    index = RbacIndex({})
-    index.cluster_roles = {"agg": parse_cluster_role(agg), "part": parse_cluster_role(part)}
-    aggregator = ClusterRoleAggregator(server_with(store).store, index)
+    entries = {
+        ("", o["metadata"]["name"]): SimpleNamespace(
+            name=o["metadata"]["name"], rv=1, object=lambda o=o: copy.deepcopy(o)
+        )
+        for o in (agg, part)
+    }
+    aggregator = ClusterRoleAggregator(
+        client_of(store, "clusterrole-aggregation-controller"), FakeInformers(clusterroles=FakeInformer(entries))
+    )
     assert await aggregator.sync("agg") is True
     assert store.calls == [("update", "clusterroles", "agg", CM, "")]
     entry = only_entry(store.entries("clusterroles", "", "agg"))
@@ -219,7 +268,7 @@ async def test_leader_election_lease_writes_are_the_controller_managers():
     async def nothing():
         return None
 
-    elector = LeaderElector(server_with(store), identity="me", on_started=nothing, on_stopped=nothing)
+    elector = LeaderElector(client_of(store), REGISTRY, identity="me", on_started=nothing, on_stopped=nothing)
     assert await elector._try_acquire_or_renew() is True  # creates the Lease
     assert await elector._try_acquire_or_renew() is True  # renews it
     elector.leading = True
@@ -319,13 +368,11 @@ async def test_finalize_records_the_clients_update_of_the_finalize_subresource()
             "status": {"phase": "Terminating"},
         },
     )
-    h = handlers.ResourceHandlers.__new__(handlers.ResourceHandlers)
-    h.store = store
-    request = make_mocked_request("PUT", "/api/v1/namespaces/gone/finalize")
-    info = SimpleNamespace(name="gone", namespace="")
+    rest = NamespaceFinalizeREST(store, ns_kind)
+    ctx = RequestContext(user=None, kind=ns_kind, verb="update", name="gone", field_manager="my-finalizer")
     body = {"metadata": {"name": "gone"}, "spec": {"finalizers": ["kubernetes", "example.com/hold"]}}
-    resp = await h._finalize(request, info, ns_kind, None, body, False, JSON, "my-finalizer")
-    assert resp.status == 200
+    code, _ = await rest.update(ctx, body)
+    assert code == 200
     assert store.calls == [("update", "namespaces", "gone", "my-finalizer", "finalize")]
     entry = only_entry(store.entries("namespaces", "", "gone"))
     assert (entry["manager"], entry["operation"], entry["subresource"]) == ("my-finalizer", "Update", "finalize")

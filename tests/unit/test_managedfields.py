@@ -159,8 +159,11 @@ def test_conflict_then_force_moves_ownership():
     e = entries(out)
     assert "f:replicas" not in e[("alice", "Apply")]["f:spec"]
     assert "f:replicas" in e[("bob", "Apply")]["f:spec"]
+
     # Equal values are shared: both own the container image.
-    img = lambda f: f["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"c"}']["f:image"]  # noqa: E731
+    def img(f):
+        return f["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"c"}']["f:image"]
+
     assert img(e[("alice", "Apply")]) == {} and img(e[("bob", "Apply")]) == {}
 
 

@@ -1300,7 +1300,8 @@ def test_update_allows_existing_ephemeral_containers():
 
 def _pod_strategy():
     from apiserver_min.api.kinds import REGISTRY
-    from apiserver_min.registry.strategy import PodStrategy, strategy_for
+    from apiserver_min.registry.core import PodStrategy
+    from apiserver_min.registry.families import strategy_for
 
     strategy = strategy_for(REGISTRY.by_resource("", "v1", "pods"))
     assert isinstance(strategy, PodStrategy)

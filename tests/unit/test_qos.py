@@ -13,10 +13,11 @@ import pytest
 
 from agent.cm import pod_qos_class as agent_cm_qos
 from agent.runtime.container import pod_qos_class as agent_runtime_qos
-from agent.status import rejected_status
+from agent.status.podstatus import rejected_status
 from apiserver_min.api import qos
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.registry.strategy import PodStrategy, strategy_for
+from apiserver_min.registry.core import PodStrategy
+from apiserver_min.registry.families import strategy_for
 
 G, B, BE = "Guaranteed", "Burstable", "BestEffort"
 

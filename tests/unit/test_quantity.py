@@ -176,7 +176,7 @@ def test_comparison_with_other_types():
     assert Q("1") != 1
     assert (Q("1") == "1") is False
     with pytest.raises(TypeError):
-        Q("1") < 2  # noqa: B015
+        Q("1") < 2  # noqa: B015 - the comparison is what must raise; its value is unused
     with pytest.raises(TypeError):
         Q("1") + 1
 

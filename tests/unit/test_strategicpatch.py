@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from apiserver_min.api.schema import Boolean, Field, Integer, List, Map, Opaque, String, Struct
 from apiserver_min.api.schemas import schema_for
@@ -527,8 +529,6 @@ def test_status_conditions_merge_by_type():
 
 # --- random patches: a result or a clean patch error, never anything else --------------------
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as hst  # noqa: E402
 
 _KEYS = hst.sampled_from(
     [

@@ -3,6 +3,7 @@ with upstream's wording, because clients show these messages verbatim."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -278,7 +279,7 @@ def test_field_error_types_use_upstream_reasons():
 
 def test_field_error_is_frozen_and_hashable():
     e = FieldError.invalid("a", "b", "c")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         e.field = "x"  # type: ignore[misc]
     assert e == FieldError("FieldValueInvalid", "a", "b", "c")
     assert len({e, FieldError.invalid("a", "b", "c")}) == 1

@@ -15,9 +15,12 @@ from apiserver_min.api import codec, names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.schemas import schema_for
+from apiserver_min.authz.authorizer import AlwaysAllow, Union
+from apiserver_min.client.local import LocalClient, controller_user
 from apiserver_min.controllers.garbagecollector import GarbageCollector
 from apiserver_min.registry import fieldvalidation
 from apiserver_min.registry import managedfields as mf
+from apiserver_min.registry.scale import ScaleREST
 from apiserver_min.server import handlers
 from apiserver_min.storage.cacher import Entry
 
@@ -318,7 +321,7 @@ def test_repeated_warnings_are_sent_once():
 
 
 def test_scale_accepts_strategic_merge_patches():
-    assert names.MEDIA_STRATEGIC_MERGE_PATCH in handlers.SCALE_PATCH_TYPES
+    assert names.MEDIA_STRATEGIC_MERGE_PATCH in ScaleREST.patch_types
     scale = {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -354,6 +357,15 @@ class RecordingStore:
         return {}, b"", False
 
 
+def recording_client(store: RecordingStore) -> LocalClient:
+    return LocalClient(
+        store,
+        Union([AlwaysAllow()]),
+        controller_user("generic-garbage-collector"),
+        names.CONTROLLER_MANAGER_FIELD_MANAGER,
+    )
+
+
 def test_manager_names_are_distinct_orch_spellings():
     assert names.CONTROLLER_MANAGER_FIELD_MANAGER == "orch-controller-manager"
     assert names.SCHEDULER_FIELD_MANAGER == "orch-scheduler"
@@ -361,10 +373,11 @@ def test_manager_names_are_distinct_orch_spellings():
 
 async def test_garbage_collector_and_namespace_controller_writes_name_their_manager():
     gc = GarbageCollector.__new__(GarbageCollector)
-    gc.store = RecordingStore()
+    store = RecordingStore()
+    gc.client = recording_client(store)
     entry = Entry("/configmaps/ns/x", b"{}", 1, "ns", "x", {}, {})
     await gc._remove_finalizer(REGISTRY.by_resource("", "v1", "configmaps"), entry, names.FINALIZER_ORPHAN)
-    assert gc.store.calls == [{"field_manager": names.CONTROLLER_MANAGER_FIELD_MANAGER}]
+    assert store.calls == [{"subresource": "", "field_manager": names.CONTROLLER_MANAGER_FIELD_MANAGER}]
 
 
 # --- 6. the cap on Update entries ----------------------------------------------------------------

@@ -4,7 +4,7 @@ configured chain (--enable-admission-plugins / --disable-admission-plugins)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Iterable
 
 from ..chain import Chain, Plugin
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
@@ -140,7 +140,7 @@ def _plugin_factories() -> dict:
     }
 
 
-def build_chain(server: Any, plugin_names: tuple[str, ...] | list[str], always: list[Plugin] = ()) -> Chain:
+def build_chain(server: Any, plugin_names: tuple[str, ...] | list[str], always: Iterable[Plugin] = ()) -> Chain:
     """The chain for the enabled plugin names, then the always-on checks (``always``).
     ``server`` is what the plugins' factories take their parts from (store, registry,
     authorizer, flags)."""

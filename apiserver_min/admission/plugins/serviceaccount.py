@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from ...api import names
 from ...api import status as st
+from ...api.helpers import list_at
 from ...registry.lookup import ObjectLookup
 from ...registry.strategy import generate_suffix
 from ..chain import Attributes
@@ -47,7 +48,7 @@ def _containers(spec: dict, key: str) -> list[dict]:
 def mount_service_account_token(spec: dict, suffix: Callable[[], str]) -> None:
     """Mount the token volume read-only at the well-known path in every (init)
     container that has nothing there yet; add the volume if any container needs it."""
-    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
+    volumes = list_at(spec, "volumes")
     volume_name = ""
     for v in volumes:
         if isinstance(v, dict) and str(v.get("name", "")).startswith(names.SERVICEACCOUNT_VOLUME_PREFIX):
@@ -58,7 +59,7 @@ def mount_service_account_token(spec: dict, suffix: Callable[[], str]) -> None:
     needs_volume = False
     for key in ("initContainers", "containers"):
         for c in _containers(spec, key):
-            mounts = c.get("volumeMounts") if isinstance(c.get("volumeMounts"), list) else []
+            mounts = list_at(c, "volumeMounts")
             if any(isinstance(m, dict) and m.get("mountPath") == names.SERVICEACCOUNT_TOKEN_MOUNT_PATH for m in mounts):
                 continue
             c["volumeMounts"] = mounts + [

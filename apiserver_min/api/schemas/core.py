@@ -5,7 +5,7 @@ Field numbers, pointer-ness, list and patch markers follow upstream v1.27.
 
 from __future__ import annotations
 
-from ..schema import CONDITION, LABEL_SELECTOR, OBJECT_META, List, Map, Struct
+from ..schema import CONDITION, LABEL_SELECTOR, OBJECT_META, Field, List, Map, Struct
 from ._common import (
     BOOL,
     BYTES,
@@ -169,21 +169,26 @@ NFSVolumeSource = S(
     ],
 )
 
-_ISCSI_COMMON = lambda secret_ref: [  # noqa: E731 - the two iSCSI sources differ only here
-    req("targetPortal", STR, 1),
-    req("iqn", STR, 2),
-    req("lun", I32, 3),
-    F("iscsiInterface", STR, 4),
-    F("fsType", STR, 5),
-    F("readOnly", BOOL, 6),
-    F("portals", STR_LIST, 7),
-    F("chapAuthDiscovery", BOOL, 8),
-    F("chapAuthSession", BOOL, 11),
-    ptr("secretRef", secret_ref, 10),
-    ptr("initiatorName", STR, 12),
-]
-ISCSIVolumeSource = S("ISCSIVolumeSource", _ISCSI_COMMON(LocalObjectReference))
-ISCSIPersistentVolumeSource = S("ISCSIPersistentVolumeSource", _ISCSI_COMMON(SecretReference))
+
+def _iscsi_fields(secret_ref: Struct) -> list[Field]:
+    """The fields of both iSCSI sources: they differ only in the secret reference's type."""
+    return [
+        req("targetPortal", STR, 1),
+        req("iqn", STR, 2),
+        req("lun", I32, 3),
+        F("iscsiInterface", STR, 4),
+        F("fsType", STR, 5),
+        F("readOnly", BOOL, 6),
+        F("portals", STR_LIST, 7),
+        F("chapAuthDiscovery", BOOL, 8),
+        F("chapAuthSession", BOOL, 11),
+        ptr("secretRef", secret_ref, 10),
+        ptr("initiatorName", STR, 12),
+    ]
+
+
+ISCSIVolumeSource = S("ISCSIVolumeSource", _iscsi_fields(LocalObjectReference))
+ISCSIPersistentVolumeSource = S("ISCSIPersistentVolumeSource", _iscsi_fields(SecretReference))
 
 GlusterfsVolumeSource = S(
     "GlusterfsVolumeSource",

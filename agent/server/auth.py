@@ -40,7 +40,7 @@ from cryptography.x509.oid import NameOID
 from apiserver_min.api import names
 from apiserver_min.api.tlsverify import peer_certificates
 
-from . import logging as agent_logging
+from .. import logging as agent_logging
 
 __all__ = [
     "UserInfo",
@@ -374,7 +374,7 @@ class WebhookAuthorizer:
         self.reviews += 1
         try:
             result = await self.review(SUBJECT_ACCESS_REVIEW_PATH, self.review_body(attrs))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - any failure of the review is a refusal, never an answer
             raise AuthorizationError(f"subject access review failed: {exc}") from exc
         status = result.get("status") or {}
         allowed = bool(status.get("allowed")) and not status.get("denied")

@@ -7,7 +7,7 @@ Paths, as upstream serves them on its port 10250:
   (only when there are some; clients ignore unknown fields) and at
   ``/manifestProblems``;
 * ``/healthz`` - ``ok``, or 500 with the failing check;
-* ``/stats/summary`` - node and pod CPU, memory and file systems (:mod:`agent.stats`);
+* ``/stats/summary`` - node and pod CPU, memory and file systems (:mod:`agent.server.stats`);
 * ``/metrics`` and ``/metrics/resource`` - Prometheus text (:mod:`agent.metrics`);
 * with ``--enable-debugging-handlers`` (else 405 "Debug endpoints are disabled."):
   ``/containerLogs/<namespace>/<pod>/<container>`` (the container's log, with
@@ -17,14 +17,14 @@ Paths, as upstream serves them on its port 10250:
   ``/runningpods/`` (the pods in the runtime), ``/configz`` (the effective
   configuration), ``/run/...`` (a command through the runtime's ExecSync) and
   ``/exec/...``, ``/attach/...``, ``/portForward/...`` through the runtime's
-  streaming URL (WebSocket exec/attach relayed, see :mod:`agent.streaming`; other
+  streaming URL (WebSocket exec/attach relayed, see :mod:`agent.server.streaming`; other
   requests redirected there).
 
 Errors are plain text, as upstream's replies are. Every request is first
 authenticated (``authenticate(request) -> UserInfo | None``; None is a 401) and
 authorized (``authorize(RequestAttributes) -> bool | (bool, reason)``; no is a
-403, :class:`agent.serverauth.AuthorizationError` a 500), see
-:mod:`agent.serverauth`. The defaults are upstream's standalone defaults
+403, :class:`agent.server.auth.AuthorizationError` a 500), see
+:mod:`agent.server.auth`. The defaults are upstream's standalone defaults
 (anonymous allowed, AlwaysAllow); the agent plugs in the configured ones.
 
 Serving certificate: ``--tls-cert-file``/``--tls-private-key-file``; else a
@@ -60,10 +60,15 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agent import logging as agent_logging
 from agent import pods as podutil
-from agent import streaming
-from agent.logs import LogOptions, parse_bool, read_log
-from agent.serverauth import ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo, request_attributes
+from agent.metrics import resource_metrics
+from agent.options import BY_FIELD
 from apiserver_min.api import names, timeutil
+from apiserver_min.api.duration import format_duration
+from cri.client import CriError, NotFoundError
+
+from . import streaming
+from .auth import ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo, request_attributes
+from .logs import LogOptions, parse_bool, read_log
 
 __all__ = [
     "AgentServer",
@@ -512,12 +517,10 @@ class AgentServer:
         return web.Response(body=self._metrics().encode(), headers={"Content-Type": _METRICS_TYPE})
 
     async def _handle_resource_metrics(self, request: web.Request) -> web.Response:
-        from agent.metrics import resource_metrics
-
         assert self._stats is not None
         try:
             summary = await self._stats(True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a stats failure is logged and served as empty metrics
             log.error("Failed to get the stats for resource metrics", err=repr(exc))
             summary = None
         return web.Response(body=resource_metrics(summary).encode(), headers={"Content-Type": _METRICS_TYPE})
@@ -529,7 +532,7 @@ class AgentServer:
         assert self._running_pods is not None
         try:
             items = await self._running_pods()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - answered as a 500 naming the error
             log.error("Failed to list the running pods", err=repr(exc))
             return _text(500, f"Internal Error: {exc}")
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
@@ -597,7 +600,7 @@ class AgentServer:
     async def _handle_stream(self, request: web.Request) -> web.StreamResponse:
         """``/exec``, ``/attach``, ``/portForward``: ask the runtime for a streaming URL.
         A WebSocket request to ``/exec`` or ``/attach`` (what the API server sends) is
-        relayed there (:mod:`agent.streaming`), since the runtime's streaming server
+        relayed there (:mod:`agent.server.streaming`), since the runtime's streaming server
         listens on the node's loopback; any other request is redirected to it, for
         clients on the node that speak the runtime's protocols themselves."""
         assert self._streaming is not None
@@ -693,8 +696,6 @@ class RuntimeStreaming:
         return info.id
 
     async def _call(self, coro) -> Any:
-        from cri.client import CriError, NotFoundError
-
         try:
             return await coro
         except NotFoundError as exc:
@@ -745,8 +746,6 @@ class RuntimeStreaming:
 
 
 def _config_value(value: Any) -> Any:
-    from apiserver_min.api.duration import format_duration
-
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, _dt.timedelta):
@@ -774,8 +773,6 @@ def _config_value(value: Any) -> Any:
 def configz_document(cfg: Any) -> dict:
     """The effective configuration as upstream's ``/configz`` shows it: the
     ``AgentConfiguration`` fields (flags included) under one key."""
-    from agent.options import BY_FIELD
-
     doc: dict[str, Any] = {}
     for path, opt in sorted(BY_FIELD.items()):
         node = doc

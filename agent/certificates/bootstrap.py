@@ -21,7 +21,7 @@ restart, so a restarted agent does not leave a trail of keys nobody has.
 
 :func:`request_certificate` (create a request, wait for the certificate) and
 :class:`PairStore` are shared with certificate rotation and the serving
-certificate (:mod:`agent.certrotation`).
+certificate (:mod:`agent.certificates.rotation`).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from cryptography.x509.oid import NameOID
 
 from apiserver_min.api import names
 
-from . import logging as agent_logging
-from .client.config import Connection, OrchconfigError, load_orchconfig, write_orchconfig
-from .client.rest import ApiClient, ApiConnectionError, ApiError
+from .. import logging as agent_logging
+from ..client.config import Connection, OrchconfigError, load_orchconfig, write_orchconfig
+from ..client.rest import ApiClient, ApiConnectionError, ApiError
 
 __all__ = [
     "BootstrapError",

@@ -23,7 +23,7 @@ from apiserver_min.api import names
 from apiserver_min.api.timeutil import format_rfc3339_micro
 from apiserver_min.api.timeutil import now as utc_now
 
-from . import logging as agent_logging
+from .. import logging as agent_logging
 
 __all__ = ["LeaseManager", "lease_path", "RENEW_FRACTION", "MAX_UPDATE_RETRIES"]
 

@@ -36,8 +36,8 @@ import psutil
 
 from apiserver_min.api import names, timeutil
 
-from . import logging as agent_logging
-from . import pods as podutil
+from .. import logging as agent_logging
+from .. import pods as podutil
 
 __all__ = ["StatsProvider", "read_cgroup_usage", "CgroupUsage", "fs_stats"]
 
@@ -371,7 +371,7 @@ class StatsProvider:
         if self.cgroups is not None and getattr(self.cgroups, "per_qos", False):
             try:
                 dirs = self.cgroups.qos_cgroup_dirs("Guaranteed")
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a cgroup that cannot be read leaves its figures out
                 dirs = {}
             u = read_cgroup_usage(dirs) if dirs else None
             if u is not None:
@@ -392,7 +392,7 @@ class StatsProvider:
             return {}
         try:
             return {s.attributes.id: s for s in await self.cri.list_container_stats()}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the runtime's stats are optional; the summary goes on without them
             log.v(4).info("ListContainerStats failed", err=exc)
             return {}
 
@@ -487,7 +487,7 @@ class StatsProvider:
         if self.cgroups is not None and getattr(self.cgroups, "per_qos", False):
             try:
                 dirs = self.cgroups.pod_cgroup_dirs(uid)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a cgroup that cannot be read leaves its figures out
                 dirs = {}
         u = read_cgroup_usage(dirs) if dirs else None
         if u is not None:

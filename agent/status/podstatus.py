@@ -17,9 +17,9 @@ from typing import Callable, Mapping
 from apiserver_min.api.timeutil import format_rfc3339
 from apiserver_min.api.timeutil import now as _utcnow
 
-from . import pods as podutil
-from .cm import pod_qos_class
-from .runtime.manager import ContainerInfo, RuntimePod
+from .. import pods as podutil
+from ..cm import pod_qos_class
+from ..runtime.manager import ContainerInfo, RuntimePod
 
 __all__ = ["generate_pod_status", "container_id", "rejected_status", "pod_phase"]
 

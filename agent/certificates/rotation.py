@@ -6,7 +6,7 @@ not all renew at the same moment, and there is time left to retry). Renewal
 is a new key and a new CertificateSigningRequest made with the agent's current
 credentials, so the server's approver sees the node renewing its own
 certificate (``selfnodeclient``). The new pair is stored next to the old one
-and the ``-current.pem`` link moved (:class:`agent.bootstrap.PairStore`); the
+and the ``-current.pem`` link moved (:class:`agent.certificates.bootstrap.PairStore`); the
 client switches to it with :meth:`ApiClient.reload` without a restart.
 
 A failed renewal is retried with back-off; it is logged as an error once the
@@ -25,7 +25,9 @@ from cryptography import x509
 
 from apiserver_min.api import names
 
-from . import logging as agent_logging
+from .. import logging as agent_logging
+from ..client.config import load_orchconfig, write_orchconfig
+from ..client.rest import ApiClient, ApiConnectionError, ApiError
 from .bootstrap import (
     BOOTSTRAP_TIMEOUT,
     CLIENT_USAGES,
@@ -36,8 +38,6 @@ from .bootstrap import (
     obtain_pair,
     request_serving_certificate,
 )
-from .client.config import load_orchconfig, write_orchconfig
-from .client.rest import ApiClient, ApiConnectionError, ApiError
 
 __all__ = ["rotation_deadline", "rotate_client_once", "rotate_client_certificate", "rotate_serving_certificate"]
 

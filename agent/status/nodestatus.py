@@ -36,13 +36,15 @@ import time
 from fractions import Fraction
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
+from pyroute2 import IPRoute
+
 from apiserver_min.api import names
 from apiserver_min.api.quantity import Format, Quantity
 from apiserver_min.api.timeutil import format_rfc3339
 from apiserver_min.api.timeutil import now as utc_now
 
-from . import logging as agent_logging
-from .events import EventRecorder
+from .. import logging as agent_logging
+from ..events import EventRecorder
 
 __all__ = [
     "NodeStatusManager",
@@ -196,10 +198,6 @@ class HostFiles:
 
 def _route_source(dst: str) -> str:
     """The source address the kernel would use towards ``dst`` (RTA_PREFSRC), or ""."""
-    try:
-        from pyroute2 import IPRoute
-    except ImportError:
-        return ""
     try:
         with IPRoute() as ipr:
             for msg in ipr.route("get", dst=dst):

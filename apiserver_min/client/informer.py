@@ -1,0 +1,124 @@
+"""Informers: the controllers' read side, over the server's watch cache.
+
+An informer shows one kind as the watch cache holds it (``Entry``: stored bytes plus
+the parsed labels, fields, owners and finalizers) and calls its handlers with every
+change of that kind (a ``CacheEvent``), in revision order, synchronously from the
+cache's fan-out. A handler is called once with ``None`` when it is added, and again
+after every relist of the cache: "look at everything again" (the replay).
+
+One factory serves one set of controllers: it subscribes to the watch cache once and
+unsubscribes on :meth:`InformerFactory.stop`, so controllers stopped on losing a
+leader election hear nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from ..api.kinds import KindInfo, Registry
+from ..storage.cacher import CacheEvent, Entry, ResourceCache, WatchCache
+from ..storage.keys import key_prefix, object_key
+
+Handler = Callable[[CacheEvent | None], None]
+
+
+def served_kind(registry: Registry, group: str, version: str, resource: str) -> KindInfo:
+    """A kind the controllers rely on; its absence is a programming error."""
+    kind = registry.by_resource(group, version, resource)
+    if kind is None:
+        raise LookupError(f"no kind serves {group or 'core'}/{version} {resource}")
+    return kind
+
+
+class Informer:
+    """One kind's objects and changes."""
+
+    def __init__(self, cache: ResourceCache):
+        self._cache = cache
+        self.kind: KindInfo = cache.kind
+        self.prefix = cache.prefix
+        self._handlers: list[Handler] = []
+
+    def get(self, namespace: str, name: str) -> Entry | None:
+        return self._cache.items.get(object_key(self.kind, namespace, name))
+
+    def get_by_key(self, key: str) -> Entry | None:
+        """By storage key (``Entry.key``), which controllers use as their queue keys."""
+        return self._cache.items.get(key)
+
+    def list(self, namespace: str | None = None) -> list[Entry]:
+        """Every object (in no particular order), or one namespace's in key order."""
+        if namespace is None:
+            return list(self._cache.items.values())
+        return self._cache.sorted_entries(namespace)
+
+    def __len__(self) -> int:
+        return len(self._cache.items)
+
+    def add_handler(self, fn: Handler) -> None:
+        """Subscribe ``fn``, then call it with ``None`` (the replay)."""
+        self._handlers.append(fn)
+        fn(None)
+
+    def remove_handler(self, fn: Handler) -> None:
+        try:
+            self._handlers.remove(fn)
+        except ValueError:
+            pass
+
+    def _deliver(self, ev: CacheEvent | None) -> None:
+        for fn in list(self._handlers):
+            fn(ev)
+
+
+class InformerFactory:
+    """Informers for every kind of one watch cache, fed by one cache listener;
+    ``registry`` is where controllers look their kinds up."""
+
+    def __init__(self, cache: WatchCache, registry: Registry):
+        self._cache = cache
+        self.registry = registry
+        self._informers: dict[str, Informer] = {}
+        self._listening = False
+
+    def kind(self, group: str, version: str, resource: str) -> KindInfo:
+        return served_kind(self.registry, group, version, resource)
+
+    def for_resource(self, group: str, version: str, resource: str) -> Informer:
+        return self.for_kind(self.kind(group, version, resource))
+
+    def for_kind(self, kind: KindInfo) -> Informer:
+        prefix = key_prefix(kind)
+        found = self._informers.get(prefix)
+        inf = found if found is not None else Informer(self._cache.cache(prefix))
+        self._informers[prefix] = inf
+        if not self._listening:
+            self._cache.listeners.append(self._on_cache_event)
+            self._listening = True
+        return inf
+
+    def all(self) -> Iterator[Informer]:
+        """An informer for every kind the cache holds (the garbage collector watches all)."""
+        for c in list(self._cache.caches.values()):
+            yield self.for_kind(c.kind)
+
+    def _on_cache_event(self, cache: ResourceCache | None, ev: CacheEvent | None) -> None:
+        if cache is None:  # a relist: every informer replays
+            for inf in list(self._informers.values()):
+                inf._deliver(None)
+            return
+        target = self._informers.get(cache.prefix)
+        if target is not None:
+            target._deliver(ev)
+
+    def stop(self) -> None:
+        """No more events to anyone; handlers are dropped."""
+        if self._listening:
+            try:
+                self._cache.listeners.remove(self._on_cache_event)
+            except ValueError:
+                pass
+            self._listening = False
+        for inf in self._informers.values():
+            inf._handlers.clear()
+        self._informers.clear()

@@ -1,0 +1,63 @@
+"""The kind families: which strategy serves each kind, and the REST objects the
+families provide for the sub-resources the kinds declare (``Subresource.rest``).
+
+The server adds the implementations that need more than the store (the token
+signer, the node agent proxy) and builds its :class:`~.rest.RestTable` from both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api import names
+from ..api.kinds import KindInfo, Subresource
+from .admissionregistration import WebhookConfigurationStrategy
+from .certificates import CsrStrategy
+from .core import (
+    NamespaceFinalizeREST,
+    NamespaceStrategy,
+    NodeStrategy,
+    PodBindingREST,
+    PodEvictionREST,
+    PodStrategy,
+    ServiceStrategy,
+)
+from .rest import ObjectStore, RestFactory, StoreSubresource
+from .scale import ScaleREST
+from .strategy import PathNameStrategy, Strategy
+
+STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
+    ("", "namespaces"): NamespaceStrategy,
+    ("", "pods"): PodStrategy,
+    ("", "nodes"): NodeStrategy,
+    ("", "services"): ServiceStrategy,
+    (names.RBAC_GROUP, "roles"): PathNameStrategy,
+    (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
+    (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
+    (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
+    (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
+}
+
+STORE_SUBRESOURCE = StoreSubresource()
+
+
+def strategy_for(kind: KindInfo) -> Strategy:
+    return STRATEGIES.get((kind.group, kind.resource), Strategy)(kind)
+
+
+def rest_implementations(store: ObjectStore) -> dict[str, RestFactory]:
+    """The sub-resource implementations the families provide, by the name a
+    declaration gives (``Subresource.rest``)."""
+
+    def store_sub(kind: KindInfo, sub: Subresource | None) -> Any:
+        return STORE_SUBRESOURCE
+
+    return {
+        "store": store_sub,
+        "scale": lambda kind, sub: ScaleREST(store, kind),
+        "namespaces/finalize": lambda kind, sub: NamespaceFinalizeREST(store, kind),
+        "pods/binding": lambda kind, sub: PodBindingREST(store, kind),
+        "pods/eviction": lambda kind, sub: PodEvictionREST(store, kind),
+    }

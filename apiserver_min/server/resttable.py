@@ -1,0 +1,41 @@
+"""This server's REST objects: the kind families' (``registry.families``) plus those
+that need more than the store: the token signer, the node agent proxies, the
+authorizer and the authenticator (the reviews)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from ..api import names
+from ..authz.authorizer import Union
+from ..registry.apiextensions import EmptyCustomResourceDefinitionList
+from ..registry.core import ServiceAccountTokenREST
+from ..registry.families import rest_implementations
+from ..registry.rest import RestTable
+from . import reviews
+from .podexec import PodStreamREST
+from .podlogs import PodLogREST
+
+if TYPE_CHECKING:
+    from .context import ServerContext
+
+
+def build_rest_table(
+    server: "ServerContext", authorizer: Callable[[], Union], current_revision: Callable[[], Awaitable[int]]
+) -> RestTable:
+    opts = server.opts
+    impls = dict(rest_implementations(server.store))
+    impls["serviceaccounts/token"] = lambda kind, sub: ServiceAccountTokenREST(
+        server.store, kind, server.authn.issuer, opts.api_audiences, opts.service_account_max_token_expiration
+    )
+    impls["pods/log"] = lambda kind, sub: PodLogREST(server, kind)
+    impls["pods/stream"] = lambda kind, sub: PodStreamREST(server, kind)
+    table = RestTable.from_declarations(server.registry, impls)
+    reviews.install(table, authorizer, server.authn)
+    table.add_unregistered(
+        names.APIEXTENSIONS_GROUP,
+        "v1",
+        "customresourcedefinitions",
+        EmptyCustomResourceDefinitionList(current_revision),
+    )
+    return table
