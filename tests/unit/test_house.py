@@ -29,6 +29,9 @@ OPTIONAL_IMPORTS = {
     # The etcd3 backend, loaded when --storage-backend=etcd3 chooses it: its client
     # (aetcd, grpc) would add about 11 MiB to every SQLite server.
     "apiserver_min.storage.etcd",
+    # netlink, for detecting the node's address (the agent falls back without it);
+    # about 6 MB an agent that never detects an address does not load.
+    "pyroute2",
     "grpc_tools",  # CRI stub generation (a test-time dependency)
     "grpc_tools.protoc",
 }
