@@ -15,9 +15,29 @@ from pathlib import Path
 import aiohttp
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agent.config import from_argv
+from agent.metrics import AgentMetrics, Counter, Gauge, Histogram, Registry
 from agent.pods import ManifestProblem
-from agent.server import AgentServer, ListenError, LogTarget, UserInfo, ensure_serving_cert
+from agent.runtime.manager import ContainerInfo, RuntimePod, SandboxInfo
+from agent.server import (
+    AgentServer,
+    ListenError,
+    LogTarget,
+    RuntimeStreaming,
+    UserInfo,
+    configz_document,
+    ensure_serving_cert,
+)
+from agent.server import auth as serverauth
+from agent.server.stats import StatsProvider, read_cgroup_usage
+from cri import api_pb2 as pb
+from cri.client import CriClient
+from cri.fake import ExecResult, FakeRuntime
+from tests.helpers import FakeCgroups
 
 NODE = "node-a"
 
@@ -404,12 +424,6 @@ def test_serving_cert_is_made_once_and_reused(tmp_path):
 
 # --- authentication and authorization over real TLS (agent.server.auth) --------------------------
 
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402 - imports of this part of the file, kept beside its tests
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402 - imports of this part of the file, kept beside its tests
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402 - imports of this part of the file, kept beside its tests
-
-from agent.server import auth as serverauth  # noqa: E402 - imports of this part of the file, kept beside its tests
-
 
 def make_ca(cn: str):
     key = ec.generate_private_key(ec.SECP256R1())
@@ -591,15 +605,6 @@ def _stats_of(summary: dict):
 
 # --- the node's data: /logs/, /configz, /metrics, /stats/summary, /runningpods/ --------------------
 
-from agent.config import from_argv  # noqa: E402 - imports of this part of the file, kept beside its tests
-from agent.metrics import AgentMetrics  # noqa: E402 - imports of this part of the file, kept beside its tests
-from agent.runtime.manager import ContainerInfo, RuntimePod, SandboxInfo  # noqa: E402 - imports of this part of the file, kept beside its tests
-from agent.server import RuntimeStreaming, configz_document  # noqa: E402 - imports of this part of the file, kept beside its tests
-from agent.server.stats import StatsProvider  # noqa: E402 - imports of this part of the file, kept beside its tests
-from cri import api_pb2 as pb  # noqa: E402 - imports of this part of the file, kept beside its tests
-from cri.client import CriClient  # noqa: E402 - imports of this part of the file, kept beside its tests
-from cri.fake import ExecResult, FakeRuntime  # noqa: E402 - imports of this part of the file, kept beside its tests
-
 
 async def serve(server: AgentServer):
     started = asyncio.get_running_loop().create_future()
@@ -708,37 +713,6 @@ def test_configz_document_is_the_effective_configuration(tmp_path):
     import json
 
     json.dumps(doc)  # all plain JSON
-
-
-class FakeCgroups:
-    """The container manager's view of pod cgroups, on a directory tree (cgroup v1 files)."""
-
-    per_qos = True
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def _dirs(self, rel: str) -> dict[str, str]:
-        return {c: str(self.root / c / rel) for c in ("cpuacct", "memory", "pids")}
-
-    def write(self, rel: str, cpu_ns: int, usage: int, inactive_file: int, rss: int, pids: int) -> None:
-        d = self._dirs(rel)
-        for path in d.values():
-            os.makedirs(path, exist_ok=True)
-        Path(d["cpuacct"], "cpuacct.usage").write_text(f"{cpu_ns}\n")
-        Path(d["memory"], "memory.usage_in_bytes").write_text(f"{usage}\n")
-        Path(d["memory"], "memory.limit_in_bytes").write_text("9223372036854771712\n")
-        Path(d["memory"], "memory.stat").write_text(
-            f"cache 5\nrss {rss}\ntotal_rss {rss}\ntotal_inactive_file "
-            f"{inactive_file}\ntotal_pgfault 7\ntotal_pgmajfault 1\n"
-        )
-        Path(d["pids"], "pids.current").write_text(f"{pids}\n")
-
-    def pod_cgroup_dirs(self, uid: str) -> dict[str, str]:
-        return self._dirs(f"orchpods/pod{uid}")
-
-    def qos_cgroup_dirs(self, qos: str) -> dict[str, str]:
-        return self._dirs("orchpods")
 
 
 async def _pod_in_fake(fake: FakeRuntime, cri: CriClient, tmp_path: Path, name: str = "web"):
@@ -970,9 +944,6 @@ async def test_run_exec_attach_port_forward_through_the_runtime(tmp_path):
 
 
 # --- pure parts of stats and metrics --------------------------------------------------------------
-
-from agent.metrics import Counter, Gauge, Histogram, Registry  # noqa: E402 - imports of this part of the file, kept beside its tests
-from agent.server.stats import read_cgroup_usage  # noqa: E402 - imports of this part of the file, kept beside its tests
 
 
 def test_read_cgroup_usage_v2_and_missing(tmp_path):

@@ -30,6 +30,7 @@ from agent.status.nodestatus import (
 from apiserver_min.api import names
 from apiserver_min.api.timeutil import parse_rfc3339
 from cri import api_pb2 as pb
+from tests.helpers import FakeCgroups
 
 # --- a fake API ----------------------------------------------------------------------------
 
@@ -137,31 +138,6 @@ class FakeApi:
 
     def count(self, method: str, path: str | None = None) -> int:
         return sum(1 for c in self.calls if c[0] == method and (path is None or c[1] == path))
-
-
-class FakeCgroups:
-    def __init__(self, capacity=None, allocatable=None) -> None:
-        self.cap = capacity or {
-            "cpu": 4000,
-            "memory": 8 * 2**30,
-            "pods": 110,
-            "ephemeral-storage": 100 * 2**30,
-            "hugepages-2Mi": 0,
-            "pid": 4194304,
-        }
-        self.alloc = allocatable or {
-            "cpu": 3900,
-            "memory": 8 * 2**30 - 100 * 2**20,
-            "pods": 110,
-            "ephemeral-storage": 90 * 2**30,
-            "hugepages-2Mi": 0,
-        }
-
-    def capacity(self):
-        return dict(self.cap)
-
-    def allocatable(self):
-        return dict(self.alloc)
 
 
 class Runtime:

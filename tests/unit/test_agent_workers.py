@@ -44,6 +44,7 @@ from apiserver_min.api.defaults import apply_defaults
 from cri import api_pb2 as pb
 from cri.client import CriClient
 from cri.fake import ContainerBehavior, ExecResult, FakeRuntime
+from tests.helpers import FakeCgroups
 
 IMAGE = "orch.local/busybox:1"
 NODE = "node-1"
@@ -275,39 +276,6 @@ def test_dead_sandbox_of_onfailure_pod_restarts_only_failed_containers():
 # --- the pipeline against the fake runtime ------------------------------------------------------
 
 
-class FakeCgroups:
-    """The container manager's surface the pipeline and the runtime manager use."""
-
-    def __init__(self, fake: FakeRuntime, refuse: dict[str, AdmitResult] | None = None) -> None:
-        self.fake = fake
-        self.refuse = refuse or {}
-        self.ensured: list[tuple[str, int]] = []  # (uid, RunPodSandbox calls at that moment)
-        self.removed: list[str] = []
-        self.admitted: list[str] = []
-        self.qos_updates = 0
-
-    def ensure_pod(self, pod: dict) -> str:
-        uid = pod["metadata"]["uid"]
-        self.ensured.append((uid, self.fake.call_counts["RunPodSandbox"]))
-        return ""
-
-    def remove_pod(self, uid: str) -> None:
-        self.removed.append(uid)
-
-    def admit(self, pod: dict, active: list[dict]) -> AdmitResult:
-        name = pod["metadata"]["name"]
-        if name in self.refuse:
-            return self.refuse[name]
-        self.admitted.append(name)
-        return AdmitResult(True)
-
-    def pod_uids(self) -> list[str]:
-        return []
-
-    def update_qos(self, pods: list[dict]) -> None:
-        self.qos_updates += 1
-
-
 @dataclasses.dataclass
 class Agent:
     """One agent process's pod side: its own CRI client, runtime manager, config and pipeline."""
@@ -496,7 +464,7 @@ def record_starts(fake: FakeRuntime) -> list[tuple[float, str, int]]:
 async def test_pod_starts_sandbox_then_init_containers_in_order_then_apps(fake, make_agent):
     fake.set_behavior(ContainerBehavior(exit_after=0.1, exit_code=0), container="i1")
     fake.set_behavior(ContainerBehavior(exit_after=0.1, exit_code=0), container="i2")
-    cgroups = FakeCgroups(fake)
+    cgroups = FakeCgroups(runtime=fake)
     agent = make_agent(cgroups=cgroups)
     pod = make_pod("web", [container("app"), container("side")], init=[container("i1"), container("i2")])
     agent.start()
@@ -719,7 +687,7 @@ async def test_removed_pod_runs_prestop_then_stops_and_removes_everything(fake, 
         return ExecResult(exit_code=0)
 
     fake.on_exec(["/bin/sh", "-c", "echo bye"], pre_stop)
-    cgroups = FakeCgroups(fake)
+    cgroups = FakeCgroups(runtime=fake)
     agent = make_agent(cgroups=cgroups)
     lifecycle = {"preStop": {"exec": {"command": ["/bin/sh", "-c", "echo bye"]}}}
     pod = make_pod("gone", [container("app", lifecycle=lifecycle), container("plain")], grace=5)
@@ -876,7 +844,7 @@ async def test_housekeeping_removes_orphans_but_never_unmanaged_containers(fake,
 
 async def test_refused_pod_is_failed_with_the_reason_and_gets_no_sandbox(fake, make_agent):
     message = "Node didn't have enough resource: cpu, requested: 8000, used: 0, capacity: 4000"
-    cgroups = FakeCgroups(fake, refuse={"big": AdmitResult(False, "OutOfcpu", message)})
+    cgroups = FakeCgroups(runtime=fake, refuse={"big": AdmitResult(False, "OutOfcpu", message)})
     agent = make_agent(cgroups=cgroups)
     big = make_pod("big", [container("app")])
     small = make_pod("small", [container("app")])
