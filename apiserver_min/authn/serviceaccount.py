@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ..api import names
-from ..api.user import UserInfo
+from ..api.user import UserInfo, service_account_groups, service_account_username
 from ..api.validation import go_list
 from ..pki import key_pem, write_private
 from ..registry.lookup import ObjectLookup
@@ -50,18 +50,14 @@ GENERATED_KEY_NAME = "sa.key"
 GENERATED_KEY_BITS = 2048
 
 
-def username(namespace: str, name: str) -> str:
-    return f"{names.SERVICEACCOUNT_USER_PREFIX}{namespace}:{name}"
-
-
 def user_info(namespace: str, name: str, uid: str, pod: tuple[str, str] | None = None) -> UserInfo:
     extra: dict[str, tuple[str, ...]] = {}
     if pod is not None:
         extra = {names.USER_EXTRA_POD_NAME: (pod[0],), names.USER_EXTRA_POD_UID: (pod[1],)}
     return UserInfo(
-        username(namespace, name),
+        service_account_username(namespace, name),
         uid=uid,
-        groups=(names.GROUP_SERVICEACCOUNTS, names.GROUP_SERVICEACCOUNTS_PREFIX + namespace),
+        groups=service_account_groups(namespace),
         extra=extra,
     )
 
@@ -179,7 +175,7 @@ class TokenIssuer:
             "iat": now,
             "iss": self.issuer,
             "nbf": now,
-            "sub": username(namespace, name),
+            "sub": service_account_username(namespace, name),
             names.SERVICEACCOUNT_PRIVATE_CLAIM: private,
         }
         return jwt.encode(claims, self.key), exp
@@ -233,7 +229,7 @@ def parse_claims(claims: dict) -> BoundClaims:
     name, uid = _ref(sa, "serviceaccount") or ("", "")
     if not name:
         raise Unauthorized("service account token claims are malformed: no service account")
-    if claims.get("sub") != username(ns, name):
+    if claims.get("sub") != service_account_username(ns, name):
         raise Unauthorized("service account token claims are malformed: sub does not name the service account")
     aud = claims.get("aud")
     if isinstance(aud, str):

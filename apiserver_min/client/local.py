@@ -37,32 +37,21 @@ from ..api.codec import decode_stored
 from ..api.kinds import KindInfo
 from ..api.schemas import schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
-from ..api.user import UserInfo
+from ..api.user import UserInfo, service_account_groups, service_account_username
 from ..authz.authorizer import Authorizer, AuthzAttributes, Decision, forbidden_error
 from ..registry.binding import bind_pod
-from ..registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
+from ..registry.patching import PATCH_TYPES, patch_object
 from ..registry.rest import DeleteOptions
 from ..registry.store import Store
-from ..registry.strategicpatch import strategic_merge_patch
 from .interface import Mutate
-
-
-def service_account_user(namespace: str, name: str) -> UserInfo:
-    """The user a service account's token authenticates as (upstream's
-    --use-service-account-credentials gives each controller one)."""
-    return UserInfo(
-        f"{names.SERVICEACCOUNT_USER_PREFIX}{namespace}:{name}",
-        groups=(
-            names.GROUP_SERVICEACCOUNTS,
-            f"{names.GROUP_SERVICEACCOUNTS_PREFIX}{namespace}",
-            names.GROUP_AUTHENTICATED,
-        ),
-    )
 
 
 def controller_user(controller: str) -> UserInfo:
     """``system:serviceaccount:orch-system:<controller>``, bound to ``system:controller:<controller>``."""
-    return service_account_user(names.NS_SYSTEM, controller)
+    return UserInfo(
+        service_account_username(names.NS_SYSTEM, controller),
+        groups=(*service_account_groups(names.NS_SYSTEM), names.GROUP_AUTHENTICATED),
+    )
 
 
 class LocalClient:
@@ -155,30 +144,13 @@ class LocalClient:
     async def patch(
         self, kind: KindInfo, namespace: str, name: str, patch: Any, patch_type: str, *, subresource: str = ""
     ) -> dict:
-        if patch_type not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH, names.MEDIA_STRATEGIC_MERGE_PATCH):
+        if patch_type not in PATCH_TYPES:
             raise st.unsupported_media_type(f"patch type {patch_type!r} is not supported by this client")
         self.authorize("patch", kind, namespace, name, subresource)
         schema = schema_for(kind.group, kind.version, kind.kind)
 
         def compute(old: dict) -> dict:
-            old_rv = old["metadata"].get("resourceVersion")
-            try:
-                if patch_type == names.MEDIA_STRATEGIC_MERGE_PATCH:
-                    new = strategic_merge_patch(old, patch, schema)
-                elif patch_type == names.MEDIA_MERGE_PATCH:
-                    new = merge_patch(old, patch)
-                else:
-                    new = json_patch(old, patch)
-            except PatchError as exc:
-                raise st.bad_request(str(exc)) from None
-            except PatchApplyError as exc:
-                raise st.ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from None
-            if not isinstance(new, dict):
-                raise st.ApiError(422, "Invalid", "the patched document is not an object")
-            nmd = new.get("metadata")
-            if isinstance(nmd, dict) and nmd.get("resourceVersion") == old_rv:
-                nmd.pop("resourceVersion", None)  # a precondition only if the patch set one
-            return new
+            return patch_object(patch_type, old, patch, schema)
 
         new, _, _ = await self.store.update(
             kind, namespace, name, compute, self.user, subresource=subresource, field_manager=self.field_manager

@@ -14,7 +14,6 @@ from aiohttp import web
 from ..api import codec, names, protobuf
 from ..api import status as st
 from ..api.kinds import KindInfo, Subresource
-from ..api.schema import Struct
 from ..api.schemas import schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
 from ..api.user import UserInfo
@@ -22,7 +21,7 @@ from ..api.validation import FieldError, go_quote
 from ..api.validation import causes as strategy_causes
 from ..registry import fieldvalidation
 from ..registry.managedfields import FIELD_MANAGER_MAX_LENGTH, apply_request, manager_from_user_agent
-from ..registry.patch import PatchApplyError, PatchError, json_patch, merge_patch
+from ..registry.patching import apply_patch, patch_object
 from ..registry.rest import (
     Connecter,
     Creater,
@@ -37,7 +36,6 @@ from ..registry.rest import (
     validates_body_fields,
 )
 from ..registry.store import DeleteOptions, ListResult, parse_rv
-from ..registry.strategicpatch import strategic_merge_patch
 from ..storage.cacher import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
 from ..storage.interface import CompactedError
 from ..storage.keys import key_prefix
@@ -249,20 +247,6 @@ def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelect
     except ValueError as exc:
         raise st.bad_request(str(exc)) from None
     return ls, fs
-
-
-def _apply_patch(ctype: str, current: dict, doc, schema: Struct | None = None) -> object:
-    """A merge, strategic merge (under the kind's ``schema``) or JSON patch applied
-    to ``current``: 400 for a malformed patch, 422 for one that cannot apply to
-    this object."""
-    try:
-        if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH:
-            return strategic_merge_patch(current, doc, schema)
-        return merge_patch(current, doc) if ctype == names.MEDIA_MERGE_PATCH else json_patch(current, doc)
-    except PatchError as exc:
-        raise st.bad_request(str(exc)) from None
-    except PatchApplyError as exc:
-        raise st.ApiError(422, "Invalid", f"the patch cannot be applied: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -717,7 +701,7 @@ class ResourceHandlers:
         # A strategic merge patch merges by the schema of what is patched (e.g. autoscaling/v1 Scale).
         schema = schema_for(*rest.patch_kind)
         code, out = await rest.patch(
-            self._context(request, info, kind, user, wp), lambda current: _apply_patch(ctype, current, doc, schema)
+            self._context(request, info, kind, user, wp), lambda current: apply_patch(ctype, current, doc, schema)
         )
         return self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
 
@@ -1073,16 +1057,7 @@ class ResourceHandlers:
         doc = self._patch_document(ctype, body)
 
         def compute(old: dict) -> dict:
-            new = _apply_patch(ctype, old, doc, smp_schema)
-            if not isinstance(new, dict):
-                raise st.ApiError(422, "Invalid", "the patched document is not an object")
-            nmd = new.get("metadata")
-            if isinstance(nmd, dict):
-                # A resourceVersion is a precondition only if the patch itself set one.
-                patched_rv = nmd.get("resourceVersion")
-                old_rv = old["metadata"].get("resourceVersion")
-                if patched_rv == old_rv:
-                    nmd.pop("resourceVersion", None)
+            new = patch_object(ctype, old, doc, smp_schema)
             return self._validated_patch(request, kind, new, wp.field_validation, ctype, body)
 
         obj, raw, _ = await self.store.update(

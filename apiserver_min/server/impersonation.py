@@ -32,8 +32,7 @@ from multidict import CIMultiDict
 
 from ..api import names
 from ..api import status as st
-from ..api.user import UserInfo
-from ..api.validation import is_dns1123_label, is_dns1123_subdomain
+from ..api.user import UserInfo, service_account_groups, service_account_username, split_service_account
 from ..authz.authorizer import AuthzAttributes, Decision, forbidden_error, user_or_anonymous
 
 log = logging.getLogger("orch-apiserver.impersonation")
@@ -67,16 +66,6 @@ class Impersonation:
 def wants_impersonation(headers: Mapping[str, str]) -> bool:
     """Whether any ``Impersonate-*`` header is present (the cheap test every request makes)."""
     return any(k[:12].lower() == _PREFIX for k in headers.keys())
-
-
-def split_service_account(username: str) -> tuple[str, str] | None:
-    """(namespace, name) of a valid ``system:serviceaccount:NS:NAME``; None otherwise."""
-    if not username.startswith(names.SERVICEACCOUNT_USER_PREFIX):
-        return None
-    parts = username[len(names.SERVICEACCOUNT_USER_PREFIX) :].split(":")
-    if len(parts) != 2 or is_dns1123_label(parts[0]) or is_dns1123_subdomain(parts[1]):
-        return None
-    return parts[0], parts[1]
 
 
 def extra_key(header_suffix: str) -> str:
@@ -163,9 +152,9 @@ def impersonated_user(requestor: UserInfo, wanted: list[Impersonation], authoriz
         if decision is not Decision.ALLOW:
             raise forbidden_error(attrs, reason)
         if imp.kind == "ServiceAccount":
-            username = f"{names.SERVICEACCOUNT_USER_PREFIX}{imp.namespace}:{imp.name}"
+            username = service_account_username(imp.namespace, imp.name)
             if not groups_given:
-                groups = [names.GROUP_SERVICEACCOUNTS, names.GROUP_SERVICEACCOUNTS_PREFIX + imp.namespace]
+                groups = list(service_account_groups(imp.namespace))
         elif imp.kind == "User":
             username = imp.name
         elif imp.kind == "Group":

@@ -20,6 +20,7 @@ from apiserver_min.client.local import LocalClient, controller_user
 from apiserver_min.controllers.garbagecollector import GarbageCollector
 from apiserver_min.registry import fieldvalidation
 from apiserver_min.registry import managedfields as mf
+from apiserver_min.registry.patching import apply_patch
 from apiserver_min.registry.scale import ScaleREST
 from apiserver_min.server import handlers
 from apiserver_min.storage.cacher import Entry
@@ -329,14 +330,14 @@ def test_scale_accepts_strategic_merge_patches():
         "spec": {"replicas": 1},
         "status": {"replicas": 1, "selector": "app=d"},
     }
-    out = handlers._apply_patch(
+    out = apply_patch(
         names.MEDIA_STRATEGIC_MERGE_PATCH,
         scale,
         {"spec": {"replicas": 4}},
         schema_for(names.AUTOSCALING_GROUP, "v1", "Scale"),
     )
     assert out["spec"] == {"replicas": 4} and out["status"] == scale["status"]
-    out = handlers._apply_patch(
+    out = apply_patch(
         names.MEDIA_STRATEGIC_MERGE_PATCH,
         scale,
         {"spec": {"$patch": "replace"}},
