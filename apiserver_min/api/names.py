@@ -344,3 +344,6 @@ SCHEDULER_FIELD_MANAGER = "orch-scheduler"
 # The field manager of the API server's own writes (the default RBAC policy, the initial
 # namespaces): upstream records them under its user agent's product name, "kube-apiserver".
 APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
+
+# Workload controllers: a pod's cost of deletion when its controller scales down (lower goes first).
+ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
