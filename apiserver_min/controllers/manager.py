@@ -33,6 +33,7 @@ from .bootstrap import BootstrapControllers
 from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
+from .disruption import DisruptionController
 from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
@@ -155,6 +156,10 @@ class Controllers:
         )
         nodelifecycle.start()
         tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        # Disruption budgets' status, which pods/eviction charges.
+        disruption = DisruptionController(self.client("disruption-controller"), informers)
+        disruption.start()
+        tasks.append(asyncio.create_task(disruption.run(), name="disruption-controller"))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

@@ -18,10 +18,11 @@ from .core import (
     NamespaceStrategy,
     NodeStrategy,
     PodBindingREST,
-    PodEvictionREST,
     PodStrategy,
     ServiceStrategy,
 )
+from .eviction import PodEvictionREST
+from .policy import PodDisruptionBudgetStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
 from .strategy import PathNameStrategy, Strategy
@@ -36,6 +37,7 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
+    (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }
