@@ -92,6 +92,8 @@ class Options:
     node_monitor_grace_period: float = 40.0
     node_startup_grace_period: float = 60.0
     enable_scheduler: bool = True
+    # The resource metrics API (metrics.orch.io): how often node agents are scraped.
+    metric_resolution: float = 15.0
     # Leader election of the bundled controllers among API servers sharing one etcd.
     leader_elect: bool = True
     leader_elect_lease_duration: float = 15.0
@@ -335,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="true",
         help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).",
     )
+    n.add_argument(
+        "--metric-resolution",
+        default="15s",
+        help="How often the resource metrics API (metrics.orch.io, kubectl top) scrapes the node agents' "
+        "/metrics/resource; CPU usage is the rate over the last two scrapes (default %(default)s).",
+    )
     le = p.add_argument_group("leader election of the bundled controllers")
     le.add_argument(
         "--leader-elect",
@@ -528,6 +536,7 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--node-monitor-period", "node_monitor_period"),
             ("--node-monitor-grace-period", "node_monitor_grace_period"),
             ("--node-startup-grace-period", "node_startup_grace_period"),
+            ("--metric-resolution", "metric_resolution"),
             ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
             ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
             ("--leader-elect-retry-period", "leader_elect_retry_period"),

@@ -1139,6 +1139,9 @@ KINDS: tuple[KindInfo, ...] = (
     # authentication: create-only reviews, answered by the authenticator and never stored ---
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "tokenreviews", "TokenReview", False, verbs=("create",)),
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=("create",)),
+    # metrics: read-only, served from the node agents' resource metrics, never stored -----
+    KindInfo(names.METRICS_GROUP, "v1beta1", "nodes", "NodeMetrics", False, verbs=("get", "list")),
+    KindInfo(names.METRICS_GROUP, "v1beta1", "pods", "PodMetrics", True, verbs=("get", "list")),
     # node / scheduling / policy / storage / admissionregistration ----------------------
     KindInfo(
         names.NODE_GROUP,

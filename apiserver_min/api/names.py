@@ -61,6 +61,16 @@ GROUP_ALIASES = {
     UPSTREAM_METRICS_GROUP: METRICS_GROUP,
 }
 
+# Beta group versions served unless --runtime-config turns them off (other betas are off
+# by default, as upstream's): the resource metrics API, which upstream's metrics server
+# serves outside that rule.
+BETA_SERVED_BY_DEFAULT = frozenset({f"{METRICS_GROUP}/v1beta1"})
+
+# Alias groups discovery also lists under their upstream name, because clients look
+# for them by that name: kubectl top says the Metrics API is not available unless
+# metrics.k8s.io is among the server's groups.
+DISCOVERY_ALIAS_GROUPS = (UPSTREAM_METRICS_GROUP,)
+
 # kubectl commands that check, client-side, the group of an object they read through
 # discovery (which maps to the orch group): ``certificate approve|deny`` refuses any
 # CertificateSigningRequest whose apiVersion is not ``certificates.k8s.io/v1``. kubectl

@@ -45,6 +45,7 @@ from .impersonation import impersonate
 from .metrics import Metrics
 from .negotiation import error_body
 from .openapi import OpenAPI
+from .resourcemetrics import ResourceMetrics
 from .resttable import build_rest_table
 from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse
 
@@ -81,7 +82,7 @@ class RuntimeConfig:
             return e[f"api/{stage}"]
         if "api/all" in e:
             return e["api/all"]
-        return stage == "ga"
+        return stage == "ga" or gv in names.BETA_SERVED_BY_DEFAULT
 
 
 def load_backend(opts: Options) -> Backend:
@@ -142,7 +143,11 @@ class ApiServer:
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
         self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
         # The REST objects of collections and sub-resources beyond the generic store.
-        self.rest = build_rest_table(self, lambda: self.authorizer, self.backend.current_revision)
+        # The resource metrics API's scraper of the node agents (kubectl top).
+        self.resource_metrics = ResourceMetrics(self, self.cache, registry, opts.metric_resolution)
+        self.rest = build_rest_table(
+            self, lambda: self.authorizer, self.backend.current_revision, self.resource_metrics
+        )
         self._inflight = 0
 
     # --- health ---------------------------------------------------------------------
@@ -213,6 +218,7 @@ class ApiServer:
         self.post_start_done["bootstrap-namespaces"] = True
         await self.controllers.start()
         self.post_start_done["start-controllers"] = True
+        self.resource_metrics.start()
 
     async def bootstrap_namespaces(self) -> None:
         kind = self.registry.by_resource("", "v1", "namespaces")
@@ -227,6 +233,7 @@ class ApiServer:
                     raise
 
     async def stop_storage(self) -> None:
+        await self.resource_metrics.stop()
         await self.controllers.stop()
         await self.cache.stop()
         await self.backend.close()
