@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, Kubectl
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, Kubectl, kubectl_binary
 from tests.components import free_port
 from tests.helpers import uniq, wait_for
 
@@ -104,9 +104,12 @@ def make_namespace(server, labels: dict | None = None, annotations: dict | None 
     return name
 
 
-@pytest.fixture
-def kubectl(server, tmp_path):
-    return Kubectl(server, tmp_path)
+@pytest.fixture(params=["default", "1.27"])
+def kubectl(request, server, tmp_path):
+    """The installed kubectl (its dispatcher's choice), and kubectl 1.27 itself."""
+    if request.param == "default":
+        return Kubectl(server, tmp_path)
+    return Kubectl(server, tmp_path, binary=kubectl_binary(request.param))
 
 
 def test_enforce_restricted_refuses_a_privileged_pod_listing_every_violation(server, kubectl):
@@ -130,6 +133,24 @@ def test_warn_restricted_admits_the_pod_with_a_kubectl_warning(server, kubectl):
     assert result.returncode == 0, result.stderr
     assert f'Warning: would violate PodSecurity "restricted:v1.27": {RESTRICTED_VIOLATIONS}' in result.stderr
     assert "pod/warned created" in result.stdout
+
+
+def test_pod_controllers_get_warnings_never_refusals(server, kubectl):
+    # Only the enforce label: warnings default to the enforce level (since 1.26).
+    ns = make_namespace(server, {PS + "enforce": "restricted"})
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": privileged_pod("x")["spec"]},
+        },
+    }
+    result = kubectl("create", "-n", ns, "-f", "-", input=json.dumps(deployment))
+    assert result.returncode == 0, result.stderr
+    assert f'Warning: would violate PodSecurity "restricted:latest": {RESTRICTED_VIOLATIONS}' in result.stderr
+    assert "deployment.apps/web created" in result.stdout
 
 
 def test_baseline_allows_what_restricted_refuses(server):

@@ -267,3 +267,27 @@ async def test_pod_security_records_warnings_and_audit_annotations():
     await enforcing.validate(attrs(pod(hostPID=True, runtimeClassName="kata")))
     with pytest.raises(st.ApiError):
         await enforcing.validate(attrs(pod(hostPID=True)))
+
+
+async def test_pod_security_exempt_namespaces_pass_and_their_labels_draw_a_warning():
+    config = ps_config(
+        {
+            "apiVersion": f"{names.POD_SECURITY_CONFIG_GROUP}/v1",
+            "kind": "PodSecurityConfiguration",
+            "exemptions": {"namespaces": ["ops"]},
+        }
+    )
+    restricted = {names.POD_SECURITY_PREFIX + "enforce": "restricted"}
+    plugin = with_namespace(PodSecurity(SimpleNamespace(), config), labels=restricted, name="ops")
+    record, token = begin_request()
+    try:
+        await plugin.validate(attrs(pod(hostPID=True), ns="ops"))
+        namespaces = REGISTRY.by_resource("", "v1", "namespaces")
+        ns_obj = {"metadata": {"name": "ops", "labels": restricted}}
+        await plugin.validate(attrs(ns_obj, kind=namespaces, ns="", name="ops"))
+    finally:
+        end_request(token)
+    assert record.audit_annotations == {names.POD_SECURITY_PREFIX + "exempt": "namespace"}
+    assert record.warnings == [
+        'namespace "ops" is exempt from Pod Security, and the policy (enforce=restricted:latest) will be ignored'
+    ]
