@@ -14,7 +14,8 @@ import types
 import urllib.parse
 from typing import Mapping, Sequence
 
-from .admission.plugins import resolve_plugins
+from .admission import config as admission_config
+from .admission.plugins import CONFIGURABLE_NAMES, check_plugin_configs, resolve_plugins
 from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
@@ -70,6 +71,10 @@ class Options:
     # Authorization and admission (defaults as upstream, see auth/authz.py and server/admission.py).
     authorization_modes: tuple[str, ...] = ("Node", "RBAC")
     admission_plugins: tuple[str, ...] = dataclasses.field(default_factory=lambda: _admission_plugins("", ""))
+    admission_control_config_file: str = ""
+    admission_config: admission_config.AdmissionConfig = dataclasses.field(
+        default_factory=admission_config.AdmissionConfig
+    )
     default_not_ready_toleration_seconds: int = 300
     default_unreachable_toleration_seconds: int = 300
     # Authentication (see auth/authn.py; defaults as upstream).
@@ -246,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--disable-admission-plugins",
         default="",
         help="Admission plugins to disable, default ones included (comma list).",
+    )
+    z.add_argument(
+        "--admission-control-config-file",
+        default="",
+        help="AdmissionConfiguration file (YAML or JSON) giving admission plugins their "
+        "configuration, inline or by path (relative to the file's directory).",
     )
     z.add_argument(
         "--default-not-ready-toleration-seconds",
@@ -478,6 +489,7 @@ def parse(argv: Sequence[str]) -> Options:
     except FeatureGateError as exc:
         raise OptionsError(f"invalid value {ns.feature_gates!r} for flag --feature-gates: {exc}") from None
     warnings += gates.warnings
+    plugins = _admission_plugins(ns.enable_admission_plugins, ns.disable_admission_plugins)
     return Options(
         data_dir=ns.data_dir,
         bind_address=ns.bind_address,
@@ -502,7 +514,9 @@ def parse(argv: Sequence[str]) -> Options:
         verbosity=_int("-v", ns.verbosity, 0, 10),
         warnings=tuple(warnings),
         authorization_modes=_authorization_modes(ns.authorization_mode),
-        admission_plugins=_admission_plugins(ns.enable_admission_plugins, ns.disable_admission_plugins),
+        admission_plugins=plugins,
+        admission_control_config_file=ns.admission_control_config_file,
+        admission_config=_admission_config(ns.admission_control_config_file, plugins),
         default_not_ready_toleration_seconds=_int(
             "--default-not-ready-toleration-seconds", ns.default_not_ready_toleration_seconds, 0, 1 << 31
         ),
@@ -651,6 +665,18 @@ def _authorization_modes(value: str) -> tuple[str, ...]:
         return parse_modes(value)
     except ValueError as exc:
         raise OptionsError(f"invalid value {value!r} for flag --authorization-mode: {exc}") from None
+
+
+def _admission_config(path: str, plugins: tuple[str, ...]) -> admission_config.AdmissionConfig:
+    """The admission configuration file, read and checked for the enabled plugins."""
+    if not path:
+        return admission_config.AdmissionConfig()
+    try:
+        config = admission_config.load(path, CONFIGURABLE_NAMES)
+        check_plugin_configs(config, plugins)
+    except admission_config.AdmissionConfigError as exc:
+        raise OptionsError(f"invalid value {path!r} for flag --admission-control-config-file: {exc}") from None
+    return config
 
 
 def _admission_plugins(enable: str, disable: str) -> tuple[str, ...]:

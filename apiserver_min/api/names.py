@@ -357,3 +357,20 @@ APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
 
 # Workload controllers: a pod's cost of deletion when its controller scales down (lower goes first).
 ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
+
+# Admission configuration and the admission plugins' spellings: the PodSecurity namespace
+# labels and audit annotation prefix (upstream pod-security.kubernetes.io/), its
+# configuration group (pod-security.admission.config.k8s.io), the pod annotations its
+# checks read (upstream container.apparmor.security.beta.kubernetes.io/<container> and
+# the seccomp.security.alpha.kubernetes.io alpha annotations), and the scheduler
+# namespace annotations of PodNodeSelector and PodTolerationRestriction (upstream
+# scheduler.alpha.kubernetes.io/...) with the latter's configuration group.
+POD_SECURITY_PREFIX = f"pod-security.{DOMAIN}/"
+POD_SECURITY_CONFIG_GROUP = f"pod-security.admission.config.{DOMAIN}"
+ANNOTATION_APPARMOR_CONTAINER_PREFIX = f"container.apparmor.security.beta.{DOMAIN}/"
+ANNOTATION_SECCOMP_POD = f"seccomp.security.alpha.{DOMAIN}/pod"
+ANNOTATION_SECCOMP_CONTAINER_PREFIX = f"container.seccomp.security.alpha.{DOMAIN}/"
+ANNOTATION_NODE_SELECTOR = f"scheduler.alpha.{DOMAIN}/node-selector"
+ANNOTATION_DEFAULT_TOLERATIONS = f"scheduler.alpha.{DOMAIN}/defaultTolerations"
+ANNOTATION_TOLERATIONS_WHITELIST = f"scheduler.alpha.{DOMAIN}/tolerationsWhitelist"
+POD_TOLERATION_RESTRICTION_CONFIG_GROUP = f"podtolerationrestriction.admission.{DOMAIN}"

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..admission.chain import RequestRecord, begin_request, end_request
 from ..admission.plugins import build_chain
 from ..api import codec, names, tlsverify
 from ..api import status as st
@@ -32,6 +33,7 @@ from ..authz.rbac import RbacIndex, RbacWriteGuard
 from ..controllers.manager import Controllers
 from ..options import Options
 from ..pki import Pki, write_admin_config
+from ..registry.fieldvalidation import warning_header
 from ..registry.lookup import ObjectLookup
 from ..registry.store import Store
 from ..storage.cacher import WatchCache
@@ -60,6 +62,19 @@ def version_stage(version: str) -> str:
     if "beta" in version:
         return "beta"
     return "ga"
+
+
+def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.StreamResponse:
+    """Admission plugins' warnings as ``Warning`` headers (each once), as upstream's
+    warning recorder sends them; a response already streaming keeps what it sent."""
+    if record.warnings and not resp.prepared:
+        sent = set(resp.headers.getall("Warning", []))
+        for text in record.warnings:
+            value = warning_header(" ".join(text.splitlines()))
+            if value not in sent:
+                sent.add(value)
+                resp.headers.add("Warning", value)
+    return resp
 
 
 class RuntimeConfig:
@@ -262,6 +277,8 @@ class ApiServer:
         request[GROUP_ALIAS_KEY] = info.alias
         code = 500
         self._inflight += 1
+        # Admission plugins' warnings (and audit annotations) for this request.
+        record, record_token = begin_request()
         try:
             user = await self.authenticate(request)
             request, user = impersonate(request, user, self.authorizer)  # Impersonate-* headers
@@ -269,13 +286,14 @@ class ApiServer:
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self._deprecation(info, resp)
+                _admission_warnings(resp, record)
             else:
                 resp = await self.non_resource(request, info)
             code = resp.status
             return resp
         except st.ApiError as exc:
             code = exc.code
-            return self.error_response(request, exc)
+            return _admission_warnings(self.error_response(request, exc), record)
         except asyncio.CancelledError:
             code = 499
             raise
@@ -284,6 +302,7 @@ class ApiServer:
             code = 500
             return self.error_response(request, st.internal(f"{type(exc).__name__}: {exc}"))
         finally:
+            end_request(record_token)
             self._inflight -= 1
             if info.is_resource and info.kind is not None:
                 scope = "namespace" if info.namespace else ("resource" if info.name else "cluster")
