@@ -344,3 +344,8 @@ SCHEDULER_FIELD_MANAGER = "orch-scheduler"
 # The field manager of the API server's own writes (the default RBAC policy, the initial
 # namespaces): upstream records them under its user agent's product name, "kube-apiserver".
 APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
+
+# The Service every API server publishes itself behind (upstream's "kubernetes" Service in
+# "default", labelled provider=kubernetes), with its Endpoints and EndpointSlice.
+DEFAULT_SERVICE_NAME = "orch"
+DEFAULT_SERVICE_PROVIDER = "orch"

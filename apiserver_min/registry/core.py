@@ -19,9 +19,10 @@ from ..api import validation as v
 from ..api.kinds import KindInfo
 from ..api.qos import pod_qos_class
 from ..api.timeutil import format_rfc3339
+from . import services
 from .binding import bind_pod
 from .rest import DeleteOptions, ObjectStore, RequestContext
-from .strategy import Strategy
+from .strategy import Strategy, WriteTransaction
 
 # --- strategies -----------------------------------------------------------------------------
 
@@ -95,10 +96,49 @@ class NodeStrategy(Strategy):
 
 
 class ServiceStrategy(Strategy):
+    """Services: the clusterIP/clusterIPs pair kept in step, allocated values kept on
+    updates that leave them out, type-dependent fields erased on a type change, and
+    addresses and ports taken from the ranges (``allocators``, wired by the server;
+    without them nothing is allocated)."""
+
     name_rule = "dns1035"
+    allocators: services.ServiceAllocators | None = None
 
     def initial_status(self, obj: dict) -> dict:
         return {"loadBalancer": {}}
+
+    def prepare_for_create(self, obj: dict) -> None:
+        super().prepare_for_create(obj)
+        services.normalize_cluster_ips(obj, None)
+
+    def prepare_for_update(self, new: dict, old: dict) -> None:
+        super().prepare_for_update(new, old)
+        services.patch_allocated_values(new, old)
+        services.normalize_cluster_ips(new, old)
+
+    async def begin_create(self, obj: dict, dry_run: bool) -> WriteTransaction | None:
+        if self.allocators is None:
+            return None
+        return await self.allocators.allocate_create(obj, dry_run)
+
+    async def begin_update(self, new: dict, old: dict, dry_run: bool) -> WriteTransaction | None:
+        txn = await self.allocators.allocate_update(new, old, dry_run) if self.allocators is not None else None
+        services.drop_type_dependent_fields(new, old)
+        return txn
+
+    async def after_delete(self, obj: dict) -> None:
+        if self.allocators is not None:
+            await self.allocators.release_all(obj)
+
+    def validate(self, obj: dict) -> list[v.FieldError]:
+        return super().validate(obj) + services.validate_service(obj)
+
+    def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
+        errs = self.validate_metadata(new) + self.validate_enums(new) + self._finalizer_update_errors(new, old)
+        # A status or metadata write leaves the spec as stored (and checked) alone.
+        if new.get("spec") != old.get("spec"):
+            errs += services.validate_service_update(new, old)
+        return self.without_stored_enum_errors(errs, old)
 
 
 # --- namespaces/finalize --------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 from ..chain import Chain, Plugin
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
 from .defaulttolerationseconds import DefaultTolerationSeconds
+from .denyserviceexternalips import DenyServiceExternalIPs
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
 from .serviceaccount import ServiceAccountAdmission
@@ -92,6 +93,7 @@ KNOWN_PLUGINS = frozenset(
         "CertificateSigning",
         "CertificateSubjectRestriction",
         "DefaultTolerationSeconds",
+        "DenyServiceExternalIPs",
     }
 )
 
@@ -137,6 +139,7 @@ def _plugin_factories() -> dict:
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
         "ServiceAccount": ServiceAccountAdmission,
+        "DenyServiceExternalIPs": lambda server: DenyServiceExternalIPs(),
     }
 
 
