@@ -10,6 +10,7 @@ the server).
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 from typing import Any, Callable, Protocol
 
 from ..admission.chain import Attributes
@@ -19,10 +20,13 @@ from ..api import validation as v
 from ..api.kinds import KindInfo
 from ..api.qos import pod_qos_class
 from ..api.timeutil import format_rfc3339
+from ..api.user import SYSTEM_USER
 from . import services
 from .binding import bind_pod
 from .rest import DeleteOptions, ObjectStore, RequestContext
 from .strategy import Strategy, WriteTransaction
+
+log = logging.getLogger("orch-apiserver.registry")
 
 # --- strategies -----------------------------------------------------------------------------
 
@@ -126,9 +130,19 @@ class ServiceStrategy(Strategy):
         services.drop_type_dependent_fields(new, old)
         return txn
 
-    async def after_delete(self, obj: dict) -> None:
+    async def after_delete(self, obj: dict, store: Any) -> None:
         if self.allocators is not None:
             await self.allocators.release_all(obj)
+        # The Endpoints of the same name go with it (as upstream), so a Service created
+        # again under that name does not start with stale addresses.
+        md = obj.get("metadata") or {}
+        endpoints = store.registry.by_resource("", "v1", "endpoints")
+        if endpoints is not None:
+            try:
+                await store.delete(endpoints, md.get("namespace", ""), md.get("name", ""), DeleteOptions(), SYSTEM_USER)
+            except st.ApiError as exc:
+                if exc.code != 404:
+                    log.warning("deleting the endpoints of service %s/%s: %s", md.get("namespace"), md.get("name"), exc)
 
     def validate(self, obj: dict) -> list[v.FieldError]:
         return super().validate(obj) + services.validate_service(obj)
@@ -138,6 +152,8 @@ class ServiceStrategy(Strategy):
         # A status or metadata write leaves the spec as stored (and checked) alone.
         if new.get("spec") != old.get("spec"):
             errs += services.validate_service_update(new, old)
+        if new.get("status") != old.get("status"):
+            errs += services.validate_load_balancer_status(new)
         return self.without_stored_enum_errors(errs, old)
 
 

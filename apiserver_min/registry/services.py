@@ -947,3 +947,23 @@ def validate_service_update(new: dict, old: dict) -> list[FieldError]:
                 )
             )
     return errs + validate_service(new)
+
+
+def validate_load_balancer_status(svc: dict) -> list[FieldError]:
+    """status.loadBalancer.ingress entries (upstream ValidateLoadBalancerStatus)."""
+    status = svc.get("status")
+    lb = status.get("loadBalancer") if isinstance(status, dict) else None
+    ingress = lb.get("ingress") if isinstance(lb, dict) else None
+    errs: list[FieldError] = []
+    for i, entry in enumerate(ingress if isinstance(ingress, list) else []):
+        if not isinstance(entry, dict):
+            continue
+        path = f"status.loadBalancer.ingress[{i}]"
+        ip, host = entry.get("ip"), entry.get("hostname")
+        if ip and is_valid_ip(ip):
+            errs.append(FieldError.invalid(f"{path}.ip", ip, "must be a valid IP address"))
+        if isinstance(host, str) and host:
+            errs += [FieldError.invalid(f"{path}.hostname", host, m) for m in v.is_dns1123_subdomain(host)]
+            if not is_valid_ip(host):
+                errs.append(FieldError.invalid(f"{path}.hostname", host, "must be a DNS name, not an IP address"))
+    return errs

@@ -526,7 +526,7 @@ class Store:
                 return None
             except KeyNotFoundError:
                 raise st.not_found(kind.resource, name, kind.group) from None
-            await strategy.after_delete(new)
+            await strategy.after_delete(new, self)
             new["metadata"]["resourceVersion"] = str(rev)
             return new, splice_rv(raw, rev), False
         if self._same_object(new, old) or dry_run:
@@ -720,5 +720,5 @@ class Store:
             return None
         except KeyNotFoundError:
             raise st.not_found(kind.resource, name, kind.group) from None
-        await self.strategy(kind).after_delete(obj)
+        await self.strategy(kind).after_delete(obj, self)
         return obj, splice_rv(raw, kv.mod_revision), True

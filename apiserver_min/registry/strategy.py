@@ -92,8 +92,9 @@ class Strategy:
         """As :meth:`begin_create`, for an update of the main resource."""
         return None
 
-    async def after_delete(self, obj: dict) -> None:
-        """The object is gone from storage: give back what it held."""
+    async def after_delete(self, obj: dict, store: Any) -> None:
+        """The object is gone from storage: give back what it held, remove what only
+        it used (``store``: the generic store it was deleted from)."""
 
     # --- update -------------------------------------------------------------------
     def prepare_for_update(self, new: dict, old: dict) -> None:

@@ -269,3 +269,24 @@ def test_two_servers_on_one_etcd_share_the_ranges_and_the_endpoints(etcd, tmp_pa
         assert [a["ip"] for sub in ep["subsets"] for a in sub["addresses"]] == ["127.0.0.1"]
     finally:
         s1.stop()
+
+
+def test_apply_twice_keeps_the_allocated_values(kc, ns):
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "applied", "namespace": ns},
+        "spec": {"type": "NodePort", "selector": {"app": "a"}, "ports": [{"name": "http", "port": 80}]},
+    }
+    for extra in ((), ("--server-side",)):
+        name = "applied" + ("-ssa" if extra else "")
+        doc["metadata"]["name"] = name
+        kc("apply", *extra, "-f", "-", input=yaml.safe_dump(doc), check=True)
+        first = get_svc(kc, ns, name)["spec"]
+        doc["spec"]["selector"] = {"app": "b"}
+        kc("apply", *extra, "-f", "-", input=yaml.safe_dump(doc), check=True)
+        second = get_svc(kc, ns, name)["spec"]
+        assert second["selector"] == {"app": "b"}
+        assert second["clusterIP"] == first["clusterIP"]
+        assert second["ports"][0]["nodePort"] == first["ports"][0]["nodePort"]
+        doc["spec"]["selector"] = {"app": "a"}

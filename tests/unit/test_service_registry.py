@@ -324,3 +324,53 @@ async def test_dual_stack_policies(dual):
     assert down["spec"]["ipFamilies"] == ["IPv4"] and len(down["spec"]["clusterIPs"]) == 1
     v6_alloc = allocs.ips["IPv6"]
     assert await v6_alloc.allocated_indexes() == {v6_alloc.index_of(v6["clusterIPs"][0])}
+
+
+async def test_delete_takes_the_endpoints_of_the_same_name(env):
+    store, _ = env
+    endpoints = REGISTRY.by_resource("", "v1", "endpoints")
+    await create(store, svc("withep"))
+    await store.create(endpoints, "default", {"metadata": {"name": "withep"}, "subsets": []}, SYSTEM_USER)
+    await store.create(endpoints, "default", {"metadata": {"name": "other"}, "subsets": []}, SYSTEM_USER)
+    await store.delete(SVC, "default", "withep", DeleteOptions(), SYSTEM_USER)
+    with pytest.raises(st.ApiError) as e:
+        await store.get(endpoints, "default", "withep")
+    assert e.value.code == 404
+    await store.get(endpoints, "default", "other")
+
+
+async def test_status_load_balancer_ingress_is_checked(env):
+    store, _ = env
+    await create(store, svc("st", type="LoadBalancer"))
+
+    def set_status(ingress):
+        def compute(obj):
+            obj["status"] = {"loadBalancer": {"ingress": ingress}}
+            return obj
+
+        return compute
+
+    msgs = await refused(
+        store.update(
+            SVC,
+            "default",
+            "st",
+            set_status([{"ip": "300.1.1.1"}, {"hostname": "1.2.3.4"}]),
+            SYSTEM_USER,
+            subresource="status",
+        )
+    )
+    assert 'status.loadBalancer.ingress[0].ip: Invalid value: "300.1.1.1": must be a valid IP address' in msgs
+    assert (
+        'status.loadBalancer.ingress[1].hostname: Invalid value: "1.2.3.4": must be a DNS name, not an IP address'
+        in msgs
+    )
+    out, _, _ = await store.update(
+        SVC,
+        "default",
+        "st",
+        set_status([{"ip": "192.0.2.1"}, {"hostname": "lb.example"}]),
+        SYSTEM_USER,
+        subresource="status",
+    )
+    assert out["status"]["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.1"
