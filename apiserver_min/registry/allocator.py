@@ -114,17 +114,24 @@ class RangeStore:
         self.key = key
         self.range_spec = range_spec
         self.size = size
+        # The bitmap as of a revision this store read or wrote: decoding is skipped
+        # while storage still holds that revision.
+        self._known: tuple[int, int] = (0, 0)
 
     async def read(self) -> Snapshot:
         kv = await self.backend.get(self.key)
         if kv is None:
             return Snapshot(self.range_spec, 0, 0)
+        if kv.mod_revision == self._known[0]:
+            return Snapshot(self.range_spec, self._known[1], kv.mod_revision)
         obj = orjson.loads(kv.value)
         if obj.get("range") != self.range_spec:
             # Another range was configured before: its bitmap says nothing about this
             # one (the repair loop rebuilds it from the Services).
             return Snapshot(str(obj.get("range", "")), 0, kv.mod_revision)
-        return Snapshot(self.range_spec, decode_bitmap(obj.get("data", "")), kv.mod_revision)
+        bits = decode_bitmap(obj.get("data", ""))
+        self._known = (kv.mod_revision, bits)
+        return Snapshot(self.range_spec, bits, kv.mod_revision)
 
     def _encode(self, bits: int) -> bytes:
         return orjson.dumps(
@@ -141,11 +148,12 @@ class RangeStore:
         """Replace the bitmap read as ``snap``; False when it changed meanwhile."""
         try:
             if snap.revision == 0:
-                await self.backend.create(self.key, self._encode(bits))
+                rev = await self.backend.create(self.key, self._encode(bits))
             else:
-                await self.backend.update(self.key, self._encode(bits), snap.revision)
+                rev = await self.backend.update(self.key, self._encode(bits), snap.revision)
         except (ConflictError, KeyExistsError, KeyNotFoundError):
             return False
+        self._known = (rev, bits)
         return True
 
     async def change(self, fn: Callable[[int], int]) -> int:
