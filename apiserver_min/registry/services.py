@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, TypeGuard
 
+from ..api import names
 from ..api import status as st
 from ..api import validation as v
 from ..api.podvalidation import is_valid_port_name
@@ -34,7 +35,7 @@ SERVICE_TYPES = ("ClusterIP", "ExternalName", "LoadBalancer", "NodePort")
 IP_FAMILIES = ("IPv4", "IPv6")
 MAX_CLIENT_IP_AFFINITY_SECONDS = 86400
 DEFAULT_CLIENT_IP_AFFINITY_SECONDS = 10800
-NODE_AGENT_PORT = 10250
+NODE_AGENT_PORT = names.AGENT_DEFAULT_PORT
 
 
 # --- small readers ----------------------------------------------------------------------------
@@ -747,7 +748,7 @@ def validate_service(svc: dict) -> list[FieldError]:
                     FieldError.invalid(
                         f"spec.ports[{i}]",
                         NODE_AGENT_PORT,
-                        f"may not expose port {NODE_AGENT_PORT} externally since it is used by kubelet",
+                        f"may not expose port {NODE_AGENT_PORT} externally since it is used by {names.AGENT_NAME}",
                     )
                 )
         if headless:
