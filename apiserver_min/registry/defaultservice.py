@@ -210,9 +210,17 @@ class DefaultService:
 
     # --- the loop ------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.ensure_service()
+        """First reconcile. A failure is logged, not fatal (as upstream): the loop tries
+        again every renewal, and the rest of the API works meanwhile."""
+        try:
+            await self.ensure_service()
+        except st.ApiError as exc:
+            log.error("cannot create the Service %s/%s: %s", SERVICE_NAMESPACE, SERVICE_NAME, exc.message)
         await self.renew_lease()
-        await self.reconcile_endpoints()
+        try:
+            await self.reconcile_endpoints()
+        except st.ApiError as exc:
+            log.error("cannot write the endpoints of %s/%s: %s", SERVICE_NAMESPACE, SERVICE_NAME, exc.message)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -86,3 +86,18 @@ async def test_a_deleted_orch_service_comes_back_with_its_address(parts):
     # A second start (a restart) finds it and keeps it.
     await ds.start()
     assert (await store.get_object(SVC, "default", "orch"))["spec"]["clusterIP"] == "10.96.0.1"
+
+
+async def test_a_taken_first_address_is_logged_not_fatal(parts, caplog):
+    store, allocs = parts
+    taken = {"metadata": {"name": "squatter"}, "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}}
+    await store.create(SVC, "default", taken, SYSTEM_USER)
+    ds = DefaultService(store, REGISTRY, allocs, "192.0.2.1", 6443, Clock())
+    await ds.start()
+    assert "cannot create the Service default/orch" in caplog.text
+    assert "provided IP is already allocated" in caplog.text
+    assert await addresses(store) == [("192.0.2.1", 6443)]
+    # Once the address is free again, the next renewal creates it.
+    await store.delete(SVC, "default", "squatter", DeleteOptions(), SYSTEM_USER)
+    await ds.ensure_service(reconcile_ports=False)
+    assert (await store.get_object(SVC, "default", "orch"))["spec"]["clusterIP"] == "10.96.0.1"
