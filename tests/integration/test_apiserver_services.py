@@ -82,9 +82,11 @@ def test_cluster_ips_are_in_range_unique_and_immutable(kc, ns):
     assert all(ipaddress.ip_address(ip) in net for ip in ips)
     out = kc("get", "service", "exposed", "-n", ns, check=True).stdout
     assert ips[-1] in out
-    r = kc("patch", "service", "c0", "-n", ns, "-p", '{"spec":{"clusterIP":"10.97.0.60","clusterIPs":["10.97.0.60"]}}')
+    other = next(str(a) for a in net.hosts() if str(a) not in ips)
+    patch = json.dumps({"spec": {"clusterIP": other, "clusterIPs": [other]}})
+    r = kc("patch", "service", "c0", "-n", ns, "-p", patch)
     assert r.returncode != 0
-    assert 'spec.clusterIPs[0]: Invalid value: ["10.97.0.60"]: may not change once set' in r.stderr
+    assert f'spec.clusterIPs[0]: Invalid value: ["{other}"]: may not change once set' in r.stderr
     assert get_svc(kc, ns, "c0")["spec"]["clusterIP"] == ips[0]
 
 

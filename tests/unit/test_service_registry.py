@@ -236,8 +236,9 @@ async def test_immutability_and_type_changes(env):
     store, allocs = env
     out = await create(store, svc("t", type="LoadBalancer", externalTrafficPolicy="Local", loadBalancerClass="x.io/a"))
     ip = out["spec"]["clusterIP"]
-    msgs = await refused(update(store, "t", lambda s: s.update(clusterIP="10.96.0.200", clusterIPs=["10.96.0.200"])))
-    assert 'spec.clusterIPs[0]: Invalid value: ["10.96.0.200"]: may not change once set' in msgs
+    other = "10.96.0.200" if ip != "10.96.0.200" else "10.96.0.201"
+    msgs = await refused(update(store, "t", lambda s: s.update(clusterIP=other, clusterIPs=[other])))
+    assert f'spec.clusterIPs[0]: Invalid value: ["{other}"]: may not change once set' in msgs
     msgs = await refused(update(store, "t", lambda s: s.update(loadBalancerClass="x.io/b")))
     assert 'spec.loadBalancerClass: Invalid value: "x.io/b": may not change once set' in msgs
     hc = out["spec"]["healthCheckNodePort"]
