@@ -9,14 +9,9 @@ import pytest
 from apiserver_min.api import names
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import SYSTEM_USER
-from apiserver_min.registry.core import ServiceStrategy
 from apiserver_min.registry.defaultservice import LEASE_TTL_SECONDS, DefaultService
 from apiserver_min.registry.rest import DeleteOptions
-from apiserver_min.registry.services import ServiceAllocators
-from apiserver_min.registry.store import Store
-from apiserver_min.storage.cacher import WatchCache
-from apiserver_min.storage.keys import key_prefix
-from apiserver_min.storage.sqlite import SqliteBackend
+from tests.unit.test_service_registry import service_store
 
 SVC = REGISTRY.by_resource("", "v1", "services")
 EP = REGISTRY.by_resource("", "v1", "endpoints")
@@ -33,15 +28,8 @@ class Clock:
 
 @pytest.fixture
 async def parts(tmp_path):
-    backend = SqliteBackend(str(tmp_path / "state.db"), compaction_interval=0)
-    await backend.start()
-    store = Store(backend, REGISTRY, WatchCache(backend, list(REGISTRY.kinds), key_prefix))
-    allocs = ServiceAllocators(backend, ["10.96.0.0/12"], 30000, 2768)
-    strategy = store.strategy(SVC)
-    assert isinstance(strategy, ServiceStrategy)
-    strategy.allocators = allocs
-    yield store, allocs
-    await backend.close()
+    async with service_store(tmp_path / "state.db", ["10.96.0.0/12"], (30000, 2768)) as pair:
+        yield pair
 
 
 async def addresses(store) -> list[tuple[str, int]]:

@@ -4,6 +4,7 @@ messages, no leak on a failed write, dry-run, release on delete, and the repair 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import orjson
@@ -25,17 +26,27 @@ SVC = REGISTRY.by_resource("", "v1", "services")
 EVENTS = REGISTRY.by_resource("", "v1", "events")
 
 
+@contextlib.asynccontextmanager
+async def service_store(path, cidrs: list[str], ports: tuple[int, int] = (30000, 100)):
+    """A generic store on a fresh SQLite file with the Service allocators wired as the
+    server wires them: (store, allocators)."""
+    backend = SqliteBackend(str(path), compaction_interval=0)
+    await backend.start()
+    try:
+        store = Store(backend, REGISTRY, WatchCache(backend, list(REGISTRY.kinds), key_prefix))
+        allocs = ServiceAllocators(backend, cidrs, *ports)
+        strategy = store.strategy(SVC)
+        assert isinstance(strategy, ServiceStrategy)
+        strategy.allocators = allocs
+        yield store, allocs
+    finally:
+        await backend.close()
+
+
 @pytest.fixture
 async def env(tmp_path):
-    backend = SqliteBackend(str(tmp_path / "state.db"), compaction_interval=0)
-    await backend.start()
-    store = Store(backend, REGISTRY, WatchCache(backend, list(REGISTRY.kinds), key_prefix))
-    allocs = ServiceAllocators(backend, ["10.96.0.0/24"], 30000, 100)
-    strategy = store.strategy(SVC)
-    assert isinstance(strategy, ServiceStrategy)
-    strategy.allocators = allocs
-    yield store, allocs
-    await backend.close()
+    async with service_store(tmp_path / "state.db", ["10.96.0.0/24"]) as parts:
+        yield parts
 
 
 def svc(name="s", **spec) -> dict:
@@ -295,15 +306,8 @@ async def test_repair_frees_leaks_and_reports_duplicates(env):
 
 @pytest.fixture
 async def dual(tmp_path):
-    backend = SqliteBackend(str(tmp_path / "dual.db"), compaction_interval=0)
-    await backend.start()
-    store = Store(backend, REGISTRY, WatchCache(backend, list(REGISTRY.kinds), key_prefix))
-    allocs = ServiceAllocators(backend, ["10.96.0.0/24", "fd00::/120"], 30000, 100)
-    strategy = store.strategy(SVC)
-    assert isinstance(strategy, ServiceStrategy)
-    strategy.allocators = allocs
-    yield store, allocs
-    await backend.close()
+    async with service_store(tmp_path / "dual.db", ["10.96.0.0/24", "fd00::/120"]) as parts:
+        yield parts
 
 
 async def test_dual_stack_policies(dual):
