@@ -8,10 +8,10 @@ hand out one value twice, and allocations survive restarts.
 
 Bit ``i`` stands for the ``i``-th value of the range (IPs: the network address and,
 for IPv4, the broadcast address are never offered). A new value is picked at random,
-first in the upper part of the range; the lower part (the *static* subrange, e.g.
-``10.96.0.1`` for the ``orch`` Service) is offered only when the upper part is full,
-so addresses chosen by hand there rarely collide with automatic ones (as upstream's
-static subrange).
+for cluster IPs first in the upper part of the range; the lower part (the *static*
+subrange, e.g. ``10.96.0.1`` for the ``orch`` Service) is offered only when the upper
+part is full, so addresses chosen by hand there rarely collide with automatic ones (as
+upstream's static subrange). Node ports are picked uniformly, as in v1.27.
 """
 
 from __future__ import annotations
@@ -293,7 +293,9 @@ class PortAllocator(RangeAllocator):
     def __init__(self, backend: Backend, key: str, base: int, size: int, rand=None):
         self.base = base
         self.range_text = f"{base}-{base + size - 1}"
-        super().__init__(RangeStore(backend, key, self.range_text, size), static_offset(size, 16, 128, 32), rand)
+        # Node ports have no static subrange in v1.27 (its ServiceNodePortStaticSubrange
+        # gate is alpha, off): every free port is equally likely.
+        super().__init__(RangeStore(backend, key, self.range_text, size), 0, rand)
 
     def index_of(self, port: int) -> int:
         i = port - self.base

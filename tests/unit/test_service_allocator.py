@@ -36,11 +36,11 @@ async def backend(tmp_path):
 
 
 def test_static_offset_as_upstream():
-    # IPs: min(max(16, size/16), 256); ports: min(max(16, size/32), 128); nothing below 16.
+    # Cluster IPs: min(max(16, size/16), 256) of the CIDR's size; nothing for 16 or fewer.
     assert static_offset(1 << 20, 16, 256, 16) == 256
     assert static_offset(256, 16, 256, 16) == 16
     assert static_offset(16, 16, 256, 16) == 0
-    assert static_offset(2768, 16, 128, 32) == 86
+    assert static_offset(1 << 12, 16, 256, 16) == 256
 
 
 def test_pick_free_prefers_upper_subrange_then_lower():
@@ -102,9 +102,12 @@ async def test_port_allocator_messages(backend):
     with pytest.raises(NotInRangeError) as e:
         await a.allocate(5)
     assert str(e.value) == "provided port is not in the valid range. The range of valid ports is 30000-32767"
-    # Automatic choices come from the upper subrange while it has room (offset 86).
-    for _ in range(20):
-        assert await a.allocate_next() >= 30086
+    # Node ports have no static subrange (as v1.27): the whole range is used.
+    assert a.offset == 0
+    small = PortAllocator(backend, "/ranges/small", 31000, 20)
+    assert sorted([await small.allocate_next() for _ in range(20)]) == list(range(31000, 31020))
+    with pytest.raises(RangeFullError, match=ERR_FULL):
+        await small.allocate_next()
 
 
 async def test_two_allocators_on_one_database_never_hand_out_one_value_twice(backend):
