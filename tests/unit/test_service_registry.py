@@ -379,3 +379,22 @@ async def test_status_load_balancer_ingress_is_checked(env):
         subresource="status",
     )
     assert out["status"]["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.1"
+
+
+async def test_a_failed_update_after_allocation_leaks_nothing(env):
+    store, allocs = env
+    await create(store, svc("u"))
+
+    def bad_type_change(s):
+        s.update(type="NodePort", sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 0}})
+
+    msgs = await refused(update(store, "u", bad_type_change))
+    assert msgs == [
+        "spec.sessionAffinityConfig.clientIP.timeoutSeconds: Invalid value: 0: must be greater than 0 and less than 86400"
+    ]
+    assert await allocs.ports.allocated_indexes() == set()
+    # And a failed update never releases what the Service keeps.
+    np = await create(store, svc("keeps", type="NodePort"))
+    port = np["spec"]["ports"][0]["nodePort"]
+    msgs = await refused(update(store, "keeps", lambda s: s.update(type="ClusterIP", sessionAffinity="Sticky")))
+    assert await allocs.ports.allocated_indexes() == {port - 30000}
