@@ -726,7 +726,11 @@ _PORT_RANGE = "must be between 1 and 65535, inclusive"
 
 
 def _port_key(p: dict) -> str:
-    return v.GoValue(f'core.ServicePort{{Name:"", Protocol:"{p.get("protocol", "")}", Port:{p.get("port")}}}')
+    """The (protocol, port) pair as upstream prints it: a whole ServicePort, Go-style."""
+    return v.GoValue(
+        f'core.ServicePort{{Name:"", Protocol:"{p.get("protocol", "")}", AppProtocol:(*string)(nil), '
+        f'Port:{p.get("port")}, TargetPort:intstr.IntOrString{{Type:0, IntVal:0, StrVal:""}}, NodePort:0}}'
+    )
 
 
 def validate_service(svc: dict) -> list[FieldError]:
@@ -828,7 +832,7 @@ def validate_service(svc: dict) -> list[FieldError]:
                 errs.append(
                     FieldError.invalid(
                         "spec.LoadBalancerSourceRanges",
-                        v.GoValue("[" + " ".join(str(x) for x in ranges) + "]"),
+                        "[" + " ".join(str(x) for x in ranges) + "]",
                         "must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 ",
                     )
                 )

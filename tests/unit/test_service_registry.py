@@ -398,3 +398,17 @@ async def test_a_failed_update_after_allocation_leaks_nothing(env):
     port = np["spec"]["ports"][0]["nodePort"]
     msgs = await refused(update(store, "keeps", lambda s: s.update(type="ClusterIP", sessionAffinity="Sticky")))
     assert await allocs.ports.allocated_indexes() == {port - 30000}
+
+
+async def test_duplicate_ports_and_bad_source_ranges(env):
+    store, _ = env
+    msgs = await refused(create(store, svc("dp", ports=[{"port": 80, "name": "a"}, {"port": 80, "name": "b"}])))
+    assert msgs == [
+        'spec.ports[1]: Duplicate value: core.ServicePort{Name:"", Protocol:"TCP", AppProtocol:(*string)(nil), '
+        'Port:80, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:""}, NodePort:0}'
+    ]
+    msgs = await refused(create(store, svc("sr", type="LoadBalancer", loadBalancerSourceRanges=["10.0.0.0/33"])))
+    assert msgs == [
+        'spec.LoadBalancerSourceRanges: Invalid value: "[10.0.0.0/33]": must be a list of IP ranges. '
+        "For example, 10.240.0.0/24,10.250.0.0/24 "
+    ]
