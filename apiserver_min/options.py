@@ -104,6 +104,9 @@ class Options:
     leader_elect_lease_duration: float = 15.0
     leader_elect_renew_deadline: float = 10.0
     leader_elect_retry_period: float = 2.0
+    # Services: the cluster-IP ranges (one, or two of different families) and the node-port range.
+    service_cluster_ip_ranges: tuple[str, ...] = ("10.96.0.0/12",)
+    service_node_port_range: tuple[int, int] = (30000, 2768)  # (first port, number of ports)
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -354,6 +357,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="How often the resource metrics API (metrics.orch.io, kubectl top) scrapes the node agents' "
         "/metrics/resource; CPU usage is the rate over the last two scrapes (default %(default)s).",
     )
+    sv = p.add_argument_group("services")
+    sv.add_argument(
+        "--service-cluster-ip-range",
+        default="10.96.0.0/12",
+        help="CIDR the cluster IPs of Services come from; two CIDRs of different IP families, "
+        "comma-separated, make the cluster dual-stack (the first is the default family). The "
+        "first address goes to the 'orch' Service (default %(default)s).",
+    )
+    sv.add_argument(
+        "--service-node-port-range",
+        default="30000-32767",
+        help="Port range (inclusive, FIRST-LAST or FIRST+COUNT) node ports of NodePort and "
+        "LoadBalancer Services come from (default %(default)s).",
+    )
     le = p.add_argument_group("leader election of the bundled controllers")
     le.add_argument(
         "--leader-elect",
@@ -526,7 +543,65 @@ def parse(argv: Sequence[str]) -> Options:
         **_authentication_options(ns),
         **_certificate_options(ns),
         **_node_lifecycle_options(ns),
+        service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
+        service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
     )
+
+
+def parse_service_cidrs(value: str) -> tuple[str, ...]:
+    """One CIDR, or two of different families (dual-stack), in canonical form."""
+    flag = "--service-cluster-ip-range"
+    parts = [p.strip() for p in value.split(",")]
+    if not value.strip() or any(not p for p in parts):
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: expected one CIDR or two comma-separated CIDRs")
+    if len(parts) > 2:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: may be at most two CIDRs (one per IP family)")
+    nets = []
+    for part in parts:
+        try:
+            net = ipaddress.ip_network(part, strict=False)
+        except ValueError:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: {part!r} is not a CIDR") from None
+        if "/" not in part:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: {part!r} is not a CIDR (no prefix length)")
+        usable = net.num_addresses - (2 if net.version == 4 else 1)
+        if usable < 1:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: {part} holds no usable address")
+        if net.version == 6 and net.prefixlen < 108:
+            raise OptionsError(
+                f"invalid value {value!r} for flag {flag}: the IPv6 range {part} is too large (prefix at least /108)"
+            )
+        if net.version == 4 and net.prefixlen < 12:
+            raise OptionsError(
+                f"invalid value {value!r} for flag {flag}: the IPv4 range {part} is too large (prefix at least /12)"
+            )
+        nets.append(net)
+    if len(nets) == 2 and nets[0].version == nets[1].version:
+        raise OptionsError(
+            f"invalid value {value!r} for flag {flag}: two CIDRs must be of different IP families (dual-stack)"
+        )
+    return tuple(str(n) for n in nets)
+
+
+def parse_port_range(flag: str, value: str) -> tuple[int, int]:
+    """``FIRST-LAST`` (inclusive), ``FIRST+COUNT`` or a single port: (first, count)."""
+    text = value.strip()
+    try:
+        if "+" in text:
+            a, b = text.split("+", 1)
+            first, count = int(a), int(b) + 1
+        elif "-" in text:
+            a, b = text.split("-", 1)
+            first, count = int(a), int(b) - int(a) + 1
+        else:
+            first, count = int(text), 1
+    except ValueError:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: expected FIRST-LAST, e.g. 30000-32767") from None
+    if first < 1 or count < 1 or first + count - 1 > 65535:
+        raise OptionsError(
+            f"invalid value {value!r} for flag {flag}: must be a non-empty range of ports between 1 and 65535"
+        )
+    return first, count
 
 
 def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> dict:

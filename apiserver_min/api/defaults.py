@@ -376,11 +376,13 @@ def _service(obj: Obj) -> None:
         ):
             port["targetPort"] = port["port"]
     typ = spec.get("type")
-    if typ in ("NodePort", "LoadBalancer"):
+    # Externally accessible: a node port, a balancer, or external IPs on a ClusterIP service.
+    if typ in ("NodePort", "LoadBalancer") or (typ == "ClusterIP" and spec.get("externalIPs")):
         _setdefault(spec, "externalTrafficPolicy", "Cluster")
     if typ in ("ClusterIP", "NodePort", "LoadBalancer"):
+        # ipFamilyPolicy is not a static default: the Service allocator infers it from the
+        # request (headless without selector: RequireDualStack) or keeps the old one.
         _setdefault_ptr(spec, "internalTrafficPolicy", "Cluster")
-        _setdefault_ptr(spec, "ipFamilyPolicy", "SingleStack")
     if typ == "LoadBalancer":
         _setdefault_ptr(spec, "allocateLoadBalancerNodePorts", True)
 

@@ -374,3 +374,8 @@ ANNOTATION_NODE_SELECTOR = f"scheduler.alpha.{DOMAIN}/node-selector"
 ANNOTATION_DEFAULT_TOLERATIONS = f"scheduler.alpha.{DOMAIN}/defaultTolerations"
 ANNOTATION_TOLERATIONS_WHITELIST = f"scheduler.alpha.{DOMAIN}/tolerationsWhitelist"
 POD_TOLERATION_RESTRICTION_CONFIG_GROUP = f"podtolerationrestriction.admission.{DOMAIN}"
+
+# The Service every API server publishes itself behind (upstream's "kubernetes" Service in
+# "default", labelled provider=kubernetes), with its Endpoints and EndpointSlice.
+DEFAULT_SERVICE_NAME = "orch"
+DEFAULT_SERVICE_PROVIDER = "orch"

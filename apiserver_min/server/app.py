@@ -33,8 +33,12 @@ from ..authz.rbac import RbacIndex, RbacWriteGuard
 from ..controllers.manager import Controllers
 from ..options import Options
 from ..pki import Pki, write_admin_config
+from ..registry.core import ServiceStrategy
+from ..registry.defaultservice import DefaultService
 from ..registry.fieldvalidation import warning_header
 from ..registry.lookup import ObjectLookup
+from ..registry.servicerepair import ServiceRangeRepair
+from ..registry.services import ServiceAllocators
 from ..registry.store import Store
 from ..storage.cacher import WatchCache
 from ..storage.interface import Backend
@@ -120,6 +124,17 @@ class ApiServer:
         self.backend = backend or load_backend(opts)
         self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
         self.store = Store(self.backend, registry, self.cache)
+        # Service cluster IPs and node ports: allocated in the Service strategy's write
+        # hooks, repaired against the Services, and the 'orch' Service with its endpoints.
+        self.service_allocators = ServiceAllocators(
+            self.backend, list(opts.service_cluster_ip_ranges), *opts.service_node_port_range
+        )
+        service_strategy = self.store.strategy(registry.by_resource("", "v1", "services"))
+        assert isinstance(service_strategy, ServiceStrategy)
+        service_strategy.allocators = self.service_allocators
+        self.service_repair = ServiceRangeRepair(self.store, registry, self.service_allocators)
+        self._service_stop = asyncio.Event()
+        self._service_tasks: list[asyncio.Task] = []
         # Authorization reads the watch cache, so it is wired before the cache's first list;
         # the RBAC index also serves the always-on role and binding write checks.
         self.rbac_index = RbacIndex.attach(self.cache, registry)
@@ -137,6 +152,7 @@ class ApiServer:
             f"https://{host}:{opts.secure_port}" if ":" not in host else f"https://[{host}]:{opts.secure_port}"
         )
         self.discovery = Discovery(registry, self.runtime.enabled, f"{host}:{opts.secure_port}")
+        self.default_service = DefaultService(self.store, registry, self.service_allocators, host, opts.secure_port)
         self.openapi = OpenAPI(registry, self.runtime.enabled, self.discovery.group_versions())
         self.health = Health(opts.livez_grace_period)
         self.shutting_down = False
@@ -183,7 +199,7 @@ class ApiServer:
         self.health.add(Check("ping", ok))
         self.health.add(Check("log", ok))
         self.health.add(Check("etcd" if self.opts.storage_backend == "etcd3" else "sqlite", storage))
-        for hook in ("start-watch-cache", "bootstrap-namespaces", "start-controllers"):
+        for hook in ("start-watch-cache", "bootstrap-namespaces", "bootstrap-controller", "start-controllers"):
             self.post_start_done[hook] = False
 
             async def done(h=hook) -> str | None:
@@ -231,6 +247,8 @@ class ApiServer:
         self.post_start_done["start-watch-cache"] = True
         await self.bootstrap_namespaces()
         self.post_start_done["bootstrap-namespaces"] = True
+        await self.start_services()
+        self.post_start_done["bootstrap-controller"] = True
         await self.controllers.start()
         self.post_start_done["start-controllers"] = True
         self.resource_metrics.start()
@@ -247,8 +265,28 @@ class ApiServer:
                 if exc.code != 409:
                     raise
 
+    async def start_services(self) -> None:
+        """The Service ranges made to match the stored Services, the 'orch' Service and
+        its endpoints, then the loops that keep both so."""
+        await self.service_repair.repair()
+        await self.default_service.start()
+        self._service_stop.clear()
+        self._service_tasks = [
+            asyncio.create_task(self.service_repair.run(self._service_stop), name="service-range-repair"),
+            asyncio.create_task(self.default_service.run(self._service_stop), name="default-service-endpoints"),
+        ]
+
+    async def stop_services(self) -> None:
+        self._service_stop.set()
+        for task in self._service_tasks:
+            task.cancel()
+        await asyncio.gather(*self._service_tasks, return_exceptions=True)
+        self._service_tasks = []
+        await self.default_service.shutdown()
+
     async def stop_storage(self) -> None:
         await self.resource_metrics.stop()
+        await self.stop_services()
         await self.controllers.stop()
         await self.cache.stop()
         await self.backend.close()

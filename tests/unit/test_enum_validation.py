@@ -73,7 +73,11 @@ async def test_a_service_type_must_be_one_upstream_supports(store):
         await store.get(SERVICES, "default", "web")
     assert missing.value.code == 404
     # The default type and the supported ones are fine.
-    for name, spec in (("plain", {}), ("np", {"type": "NodePort"}), ("ext", {"type": "ExternalName"})):
+    for name, spec in (
+        ("plain", {}),
+        ("np", {"type": "NodePort"}),
+        ("ext", {"type": "ExternalName", "externalName": "db.example"}),
+    ):
         created, _ = await store.create(
             SERVICES, "default", {"metadata": {"name": name}, "spec": {**spec, "ports": [{"port": 80}]}}, SYSTEM_USER
         )

@@ -16,6 +16,7 @@ from .alwayspullimages import AlwaysPullImages
 from .antiaffinity import LimitPodHardAntiAffinityTopology
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
 from .defaulttolerationseconds import DefaultTolerationSeconds
+from .denyserviceexternalips import DenyServiceExternalIPs
 from .extendedresourcetoleration import ExtendedResourceToleration
 from .namespaceautoprovision import NamespaceAutoProvision
 from .namespaceexists import NamespaceExists
@@ -117,6 +118,7 @@ KNOWN_PLUGINS = frozenset(
         "ExtendedResourceToleration",
         "PodNodeSelector",
         "PodTolerationRestriction",
+        "DenyServiceExternalIPs",
     }
 )
 
@@ -214,6 +216,7 @@ def _plugin_factories() -> dict:
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
         "ServiceAccount": ServiceAccountAdmission,
+        "DenyServiceExternalIPs": lambda server: DenyServiceExternalIPs(),
     }
 
 
