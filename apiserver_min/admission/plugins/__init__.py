@@ -9,8 +9,11 @@ from typing import Any, Iterable
 from ..chain import Chain, Plugin
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
 from .defaulttolerationseconds import DefaultTolerationSeconds
+from .limitranger import plugin as limit_ranger_plugin
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
+from .priority import plugin as priority_plugin
+from .resourcequota import plugin as resource_quota_plugin
 from .serviceaccount import ServiceAccountAdmission
 
 log = logging.getLogger("orch-apiserver.admission")
@@ -92,6 +95,9 @@ KNOWN_PLUGINS = frozenset(
         "CertificateSigning",
         "CertificateSubjectRestriction",
         "DefaultTolerationSeconds",
+        "LimitRanger",
+        "Priority",
+        "ResourceQuota",
     }
 )
 
@@ -137,6 +143,9 @@ def _plugin_factories() -> dict:
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
         "ServiceAccount": ServiceAccountAdmission,
+        "LimitRanger": limit_ranger_plugin,
+        "Priority": priority_plugin,
+        "ResourceQuota": resource_quota_plugin,
     }
 
 
