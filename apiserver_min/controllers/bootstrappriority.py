@@ -1,18 +1,16 @@
 """The built-in PriorityClasses, created by every server at start when missing
-(upstream's bootstrap-system-priority-classes hook)."""
+(upstream's bootstrap-system-priority-classes hook), through a client acting as
+the API server itself."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ..api import names
 from ..api import status as st
-from ..api.user import SYSTEM_USER
+from ..api.kinds import Registry
 from ..client.informer import served_kind
-
-if TYPE_CHECKING:
-    from ..registry.store import Store
+from ..client.interface import Client
 
 log = logging.getLogger("orch-apiserver.priority")
 
@@ -29,20 +27,20 @@ def system_priority_classes() -> list[dict]:
     ]
 
 
-async def ensure_system_priority_classes(store: "Store") -> list[str]:
+async def ensure_system_priority_classes(client: Client, registry: Registry) -> list[str]:
     """Create the missing built-in classes; returns the names created. A class of that
     name with another value cannot be fixed (the value is immutable): it is reported."""
-    kind = served_kind(store.registry, names.SCHEDULING_GROUP, "v1", "priorityclasses")
+    kind = served_kind(registry, names.SCHEDULING_GROUP, "v1", "priorityclasses")
     created = []
     for pc in system_priority_classes():
         name = pc["metadata"]["name"]
         try:
-            current = await store.get_object(kind, "", name)
+            current = await client.get(kind, "", name)
         except st.ApiError as exc:
             if exc.code != 404:
                 raise
             try:
-                await store.create(kind, "", pc, SYSTEM_USER, field_manager=names.APISERVER_FIELD_MANAGER)
+                await client.create(kind, "", pc)
             except st.ApiError as exc2:
                 if exc2.code != 409:
                     raise

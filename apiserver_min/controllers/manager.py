@@ -20,7 +20,7 @@ import logging
 
 from ..api import names
 from ..api.kinds import Registry
-from ..api.user import UserInfo
+from ..api.user import SYSTEM_USER, UserInfo
 from ..authz.authorizer import Authorizer
 from ..client.informer import InformerFactory
 from ..client.local import LocalClient, controller_user
@@ -88,7 +88,9 @@ class Controllers:
         --leader-elect, else whenever this server holds the controllers' Lease."""
         await reconcile_default_policy(self.store)
         # The built-in PriorityClasses, as every upstream API server creates them.
-        await ensure_system_priority_classes(self.store)
+        await ensure_system_priority_classes(
+            LocalClient(self.store, self.authorizer, SYSTEM_USER, names.APISERVER_FIELD_MANAGER), self.registry
+        )
         # RBAC authorizes from the watch cache: let it see the policy just written.
         if await self.cache.sync(timeout=10.0) is None:
             log.warning("the watch cache did not catch up with the default policy; controllers retry until it does")

@@ -80,7 +80,7 @@ def test_dry_run_charges_nothing(apiserver, ns):
     assert _used(apiserver, ns, "pods-two") == {"pods": "0"}
 
 
-def test_fifty_concurrent_creates_against_ten_end_with_ten(apiserver, ns):
+def test_fifty_concurrent_creates_against_ten_end_with_ten(apiserver, kubectl, ns):
     _quota(apiserver, ns, "ten", {"pods": "10"})
 
     def create(i: int) -> int:
@@ -93,6 +93,11 @@ def test_fifty_concurrent_creates_against_ten_end_with_ten(apiserver, ns):
     _, pods = apiserver.json("GET", f"/api/v1/namespaces/{ns}/pods", expect=200)
     assert len(pods["items"]) == 10
     assert _used(apiserver, ns, "ten") == {"pods": "10"}
+    out = kubectl("-n", ns, "get", "quota", "ten", "--no-headers", "-o", "custom-columns=X:.status.used.pods")
+    assert out.stdout.strip() == "10"
+    table = kubectl("-n", ns, "get", "quota", "ten", check=True).stdout.splitlines()
+    assert table[0].split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
+    assert "pods: 10/10" in table[1]
 
 
 def test_deleting_a_pod_gives_its_usage_back(apiserver, ns):
@@ -233,3 +238,51 @@ def test_usage_recounted_on_restart_and_by_the_periodic_resync(tmp_path):
         )
         _, doc = on.json("POST", f"/api/v1/namespaces/{ns}/pods", _pod("p3"), expect=201)
         wait_for(lambda: _used(on, ns, "pods") == {"pods": "4"}, timeout=5, what="the new pod counted")
+
+
+def test_priority_class_rules(apiserver, ns):
+    name = uniq("default")
+    _, doc = apiserver.json("POST", PC, {"metadata": {"name": "system-mine"}, "value": 5}, expect=422)
+    assert doc["details"]["causes"] == [
+        {
+            "reason": "FieldValueForbidden",
+            "field": "metadata.name",
+            "message": "Forbidden: priority class names with 'system-' prefix are reserved for system use only. "
+            "error: system-mine is not a known system priority class",
+        }
+    ]
+    _, doc = apiserver.json("POST", PC, {"metadata": {"name": uniq("big")}, "value": 1000000001}, expect=422)
+    assert "value: Forbidden: maximum allowed value of a user defined priority is 1000000000" in doc["message"]
+    apiserver.json(
+        "POST",
+        PC,
+        {"metadata": {"name": name}, "value": 1000, "globalDefault": True, "preemptionPolicy": "Never"},
+        expect=201,
+    )
+    try:
+        _, doc = apiserver.json(
+            "POST", PC, {"metadata": {"name": uniq("second")}, "value": 1, "globalDefault": True}, expect=403
+        )
+        assert doc["message"].endswith(f"PriorityClass {name} is already marked as default. Only one default can exist")
+        _, doc = apiserver.json(
+            "PATCH",
+            f"{PC}/{name}",
+            {"value": 7},
+            headers={"Content-Type": "application/merge-patch+json"},
+            expect=422,
+        )
+        assert "value: Forbidden: may not be changed in an update." in doc["message"]
+        # The global default class is given to pods naming none (the cache learns of it at once).
+        _, pod = wait_for(
+            lambda: (
+                (r := apiserver.json("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", _pod("d")))[1]["spec"].get(
+                    "priorityClassName"
+                )
+                and r
+            ),
+            what="the default class in effect",
+        )
+        assert pod["spec"]["priorityClassName"] == name
+        assert pod["spec"]["priority"] == 1000 and pod["spec"]["preemptionPolicy"] == "Never"
+    finally:
+        apiserver.json("DELETE", f"{PC}/{name}", expect=200)

@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from ...api import quota as q
 from ...api import status as st
-from ...api.codec import decode_stored
 from ...api.user import SYSTEM_USER
+from ...storage.keys import key_prefix
 from ..chain import Attributes
 
 if TYPE_CHECKING:
     from ...api.kinds import KindInfo, Registry
     from ...registry.store import Store
+    from ...storage.cacher import WatchCache
 
 log = logging.getLogger("orch-apiserver.admission.resourcequota")
 
@@ -41,8 +42,9 @@ class ResourceQuotaAdmission:
     name = "ResourceQuota"
     resources = None  # any namespaced kind can be counted (count/<resource>.<group>)
 
-    def __init__(self, store: "Store", registry: "Registry"):
+    def __init__(self, store: "Store", cache: "WatchCache", registry: "Registry"):
         self.store = store
+        self.cache = cache
         self.registry = registry
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._quota_kind: KindInfo | None = None
@@ -67,16 +69,30 @@ class ResourceQuotaAdmission:
             return
         if not q.handles(k.group, k.resource, attrs.operation):
             return
+        # Most namespaces have no quota: the watch cache says so without a storage read. (A
+        # quota created a moment ago has no status.hard yet, so it would not charge anyway.)
+        if not self._cached_quotas(attrs.namespace):
+            return
         lock = self._locks.get(attrs.namespace)
         if lock is None:
             lock = self._locks[attrs.namespace] = asyncio.Lock()
         async with lock:
             await self._charge(attrs)
 
+    def _cached_quotas(self, namespace: str) -> list:
+        return self.cache.cache(key_prefix(self.quota_kind)).sorted_entries(namespace)
+
     async def _quotas(self, namespace: str) -> list[dict]:
-        kind = self.quota_kind
-        result = await self.store.list(kind, namespace, None, None, None, None, 0, None)
-        return [decode_stored(raw, rev) for raw, rev in result.items]
+        """The namespace's quotas (which ones: the watch cache; their state: storage, as the
+        compare-and-swap needs)."""
+        out = []
+        for entry in self._cached_quotas(namespace):
+            try:
+                out.append(await self.store.get_object(self.quota_kind, namespace, entry.name))
+            except st.ApiError as exc:
+                if exc.code != 404:
+                    raise
+        return out
 
     async def _charge(self, attrs: Attributes) -> None:
         charged: set[str] = set()
@@ -180,4 +196,4 @@ def _forbidden(attrs: Attributes, message: str) -> st.ApiError:
 
 
 def plugin(server: Any) -> ResourceQuotaAdmission:
-    return ResourceQuotaAdmission(server.store, server.registry)
+    return ResourceQuotaAdmission(server.store, server.cache, server.registry)
