@@ -5,6 +5,7 @@ creates, usage given back on delete, LimitRange defaults and bounds, priority cl
 from __future__ import annotations
 
 import json
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -286,3 +287,40 @@ def test_priority_class_rules(apiserver, ns):
         assert pod["spec"]["priority"] == 1000 and pod["spec"]["preemptionPolicy"] == "Never"
     finally:
         apiserver.json("DELETE", f"{PC}/{name}", expect=200)
+
+
+@pytest.mark.slow
+def test_two_servers_on_one_etcd_admit_exactly_the_quota(etcd, etcd_prefix, tmp_path):
+    """The charge is a compare-and-swap in storage: creates split over two API servers
+    (each serializing only its own) still end with exactly the quota's worth of pods."""
+    a = ApiServerProcess(
+        tmp_path / "a", free_port(), backend="etcd3", etcd_endpoint=etcd.endpoint, etcd_prefix=etcd_prefix
+    )
+    b = ApiServerProcess(
+        tmp_path / "b", free_port(), backend="etcd3", etcd_endpoint=etcd.endpoint, etcd_prefix=etcd_prefix
+    )
+    try:
+        a.start()
+        (tmp_path / "b").mkdir()
+        shutil.copytree(a.data_dir / "pki", b.data_dir / "pki")
+        shutil.copy(a.kubeconfig, b.kubeconfig)
+        b.start()
+        ns = "shared"
+        create_namespace(a, ns)
+        _quota(a, ns, "ten", {"pods": "10"})
+        # Both servers' caches know the quota before the race starts.
+        wait_for(lambda: _used(b, ns, "ten") == {"pods": "0"}, what="the quota on the second server")
+
+        def create(i: int) -> int:
+            server = a if i % 2 else b
+            return server.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(f"p{i}"))[0]
+
+        with ThreadPoolExecutor(max_workers=40) as pool:
+            codes = list(pool.map(create, range(40)))
+        assert codes.count(201) == 10, codes
+        _, pods = b.json("GET", f"/api/v1/namespaces/{ns}/pods", expect=200)
+        assert len(pods["items"]) == 10
+        assert _used(a, ns, "ten") == {"pods": "10"}
+    finally:
+        b.stop()
+        a.stop()

@@ -21,6 +21,7 @@ import logging
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from ...api import names
 from ...api import quota as q
 from ...api import status as st
 from ...api.user import SYSTEM_USER
@@ -130,7 +131,15 @@ class ResourceQuotaAdmission:
             return current
 
         try:
-            await self.store.update(self.quota_kind, namespace, md["name"], compute, SYSTEM_USER, subresource="status")
+            await self.store.update(
+                self.quota_kind,
+                namespace,
+                md["name"],
+                compute,
+                SYSTEM_USER,
+                subresource="status",
+                field_manager=names.APISERVER_FIELD_MANAGER,
+            )
         except st.ApiError as exc:
             if exc.code in (404, 409):
                 return False
