@@ -6,6 +6,8 @@ import datetime as dt
 
 import pytest
 
+from apiserver_min import options
+from apiserver_min.admission import plugins
 from apiserver_min.admission.chain import Attributes
 from apiserver_min.admission.plugins.resourcequota import evaluate
 from apiserver_min.api import quota as q
@@ -220,3 +222,18 @@ def test_evaluate_unscoped_kinds_and_updates():
     guaranteed = pod(ctr("a", limits={"cpu": "1", "memory": "1Gi"}))
     assert evaluate(_attrs(PODS, guaranteed), [_q("be", {"pods": "0"}, {"pods": "0"}, ["BestEffort"])]) == []
     assert evaluate(_attrs(CONFIGMAPS, {}), []) == []
+
+
+def test_resource_quota_sync_period_flag():
+    assert options.parse([]).resource_quota_sync_period == 300.0
+    assert options.parse(["--resource-quota-sync-period=30s"]).resource_quota_sync_period == 30.0
+    with pytest.raises(options.OptionsError, match="--resource-quota-sync-period"):
+        options.parse(["--resource-quota-sync-period=0s"])
+
+
+def test_the_three_plugins_are_on_by_default_in_upstreams_order():
+    chosen = plugins.resolve_plugins([], [])
+    assert {"LimitRanger", "Priority", "ResourceQuota"} <= set(chosen)
+    # ResourceQuota validates last, after every plugin that may still refuse the write.
+    assert chosen.index("LimitRanger") < chosen.index("Priority") < chosen.index("ResourceQuota") == len(chosen) - 1
+    assert "ResourceQuota" not in plugins.resolve_plugins([], ["ResourceQuota"])
