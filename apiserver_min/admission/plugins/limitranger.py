@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 class LimitRanger:
     name = "LimitRanger"
     resources = frozenset({("", "pods"), ("", "persistentvolumeclaims")})
-    operations = frozenset({"CREATE", "UPDATE"})
+    # The mutating phase fills defaults into new pods only (claims get none); the
+    # validating phase also checks claims on update.
+    operations = frozenset({"CREATE"})
 
     def __init__(self, cache: "WatchCache", registry: "Registry"):
         self.cache = cache
