@@ -22,7 +22,7 @@ from ..api.kinds import KindInfo
 from ..client.informer import Informer, InformerFactory
 from ..client.interface import Client
 from ..storage.cacher import CacheEvent
-from .queue import RETRY_DELAY, KeyQueue
+from .queue import RateLimitedQueue, run_worker
 
 log = logging.getLogger("orch-apiserver.resourcequota")
 
@@ -51,7 +51,7 @@ class ResourceQuotaController:
         self.quota_kind = informers.kind("", "v1", "resourcequotas")
         self.quotas = informers.for_kind(self.quota_kind)
         self.sync_period = sync_period
-        self.queue = KeyQueue()
+        self.queue = RateLimitedQueue()
         self._tracked: dict[tuple[str, str], Informer] = {}
 
     # --- informers ----------------------------------------------------------------
@@ -123,18 +123,7 @@ class ResourceQuotaController:
     async def run(self) -> None:
         resync = asyncio.create_task(self._resync(), name="resourcequota-resync")
         try:
-            while True:
-                key = await self.queue.get()
-                try:
-                    done = await self.sync(key)
-                except st.ApiError as exc:
-                    log.warning("quota %s: %s", key, exc.message)
-                    done = False
-                except Exception:  # noqa: BLE001 - keep the controller alive; retry the item
-                    log.exception("quota %s: sync failed", key)
-                    done = False
-                if not done:
-                    self.queue.add_after(key, RETRY_DELAY)
+            await run_worker(self.queue, self.sync, log, "quota")
         finally:
             resync.cancel()
 
@@ -156,11 +145,12 @@ class ResourceQuotaController:
             objects[gr] = [e.object() for e in inf.list(ns)]
         return q.namespace_usage(quota, objects)
 
-    async def sync(self, key: str) -> bool:
-        """True when done (or nothing to do); False to retry later."""
+    async def sync(self, key: str) -> None:
+        """Write the quota's recounted status if it changed. A conflict (admission charged
+        the quota meanwhile) raises: the item comes back once the informer has caught up."""
         entry = self.quotas.get_by_key(key)
         if entry is None:
-            return True
+            return
         quota = entry.object()
         hard = _hard(quota, "spec")
         status = quota.get("status") if isinstance(quota.get("status"), dict) else {}
@@ -168,16 +158,10 @@ class ResourceQuotaController:
         # Every hard resource is recounted; used values of resources no longer limited go.
         used = q.mask(self.usage_of(quota), hard)
         if q.equal(hard, _hard(quota, "status")) and q.equal(used, old_used):
-            return True
+            return
         quota["status"] = {"hard": q.format_list(hard), "used": q.format_list(used)}
         try:
             await self.client.update(self.quota_kind, entry.namespace, entry.name, quota, subresource="status")
         except st.ApiError as exc:
-            if exc.code == 404:
-                return True
-            if exc.code == 409:
-                # Admission charged it meanwhile: count again once the informer has caught up.
-                self.queue.add_after(key, 0.05)
-                return True
-            raise
-        return True
+            if exc.code != 404:
+                raise
