@@ -324,3 +324,35 @@ def test_two_servers_on_one_etcd_admit_exactly_the_quota(etcd, etcd_prefix, tmp_
     finally:
         b.stop()
         a.stop()
+
+
+def test_claims_bounded_by_limit_range_and_charged_to_storage_quota(apiserver, ns):
+    lr = {
+        "metadata": {"name": "storage"},
+        "spec": {"limits": [{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}, "max": {"storage": "5Gi"}}]},
+    }
+    apiserver.json("POST", f"/api/v1/namespaces/{ns}/limitranges", lr, expect=201)
+    _quota(apiserver, ns, "storage", {"requests.storage": "6Gi", "persistentvolumeclaims": "5"})
+
+    def claim(name: str, size: str) -> dict:
+        return {
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+        }
+
+    claims = f"/api/v1/namespaces/{ns}/persistentvolumeclaims"
+    _, doc = wait_for(
+        lambda: (r := apiserver.json("POST", claims, claim("huge", "10Gi")))[0] == 403 and r,
+        what="the LimitRange in effect",
+    )
+    assert doc["message"] == (
+        'persistentvolumeclaims "huge" is forbidden: '
+        "maximum storage usage per PersistentVolumeClaim is 5Gi, but request is 10Gi"
+    )
+    apiserver.json("POST", claims, claim("a", "4Gi"), expect=201)
+    _, doc = apiserver.json("POST", claims, claim("b", "4Gi"), expect=403)
+    assert doc["message"].endswith(
+        "exceeded quota: storage, requested: requests.storage=4Gi, used: requests.storage=4Gi, "
+        "limited: requests.storage=6Gi"
+    )
+    assert _used(apiserver, ns, "storage") == {"persistentvolumeclaims": "1", "requests.storage": "4Gi"}
