@@ -70,9 +70,13 @@ class ResourceQuotaAdmission:
             return
         if not q.handles(k.group, k.resource, attrs.operation):
             return
-        # Most namespaces have no quota: the watch cache says so without a storage read. (A
-        # quota created a moment ago has no status.hard yet, so it would not charge anyway.)
-        if not self._cached_quotas(attrs.namespace):
+        # Most namespaces have no quota limiting this kind: the watch cache says so without a
+        # storage read. (A quota created a moment ago has no status.hard yet: it would not
+        # charge anyway.)
+        if not any(
+            q.matching_resources(k.group, k.resource, _status_hard(e.object()))
+            for e in self._cached_quotas(attrs.namespace)
+        ):
             return
         lock = self._locks.get(attrs.namespace)
         if lock is None:
@@ -198,6 +202,12 @@ def evaluate(attrs: Attributes, quotas: list[dict]) -> list[tuple[dict, q.Resour
         if requested:
             out.append((quota, new_used))
     return out
+
+
+def _status_hard(quota: dict) -> list[str]:
+    status = quota.get("status")
+    hard = status.get("hard") if isinstance(status, dict) else None
+    return list(hard) if isinstance(hard, dict) else []
 
 
 def _forbidden(attrs: Attributes, message: str) -> st.ApiError:
