@@ -44,6 +44,9 @@ def _hard(obj: dict, where: str) -> q.ResourceList:
 
 
 class ResourceQuotaController:
+    """Recounts quotas from the informers and writes their status as the
+    resourcequota-controller; ``sync_period`` is --resource-quota-sync-period."""
+
     def __init__(self, client: Client, informers: InformerFactory, *, sync_period: float = 300.0):
         self.client = client
         self.informers = informers
