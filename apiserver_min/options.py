@@ -96,6 +96,8 @@ class Options:
     node_monitor_period: float = 5.0
     node_monitor_grace_period: float = 40.0
     node_startup_grace_period: float = 60.0
+    # How often the resource quota controller recounts every quota.
+    resource_quota_sync_period: float = 300.0
     enable_scheduler: bool = True
     # The resource metrics API (metrics.orch.io): how often node agents are scraped.
     metric_resolution: float = 15.0
@@ -343,6 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-startup-grace-period",
         default="1m",
         help="How long a new node may go without posting a Ready condition (default %(default)s).",
+    )
+    n.add_argument(
+        "--resource-quota-sync-period",
+        default="5m",
+        help="How often the resource quota controller recounts the usage of every quota (default %(default)s).",
     )
     n.add_argument(
         "--enable-scheduler",
@@ -626,6 +633,7 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--node-monitor-grace-period", "node_monitor_grace_period"),
             ("--node-startup-grace-period", "node_startup_grace_period"),
             ("--metric-resolution", "metric_resolution"),
+            ("--resource-quota-sync-period", "resource_quota_sync_period"),
             ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
             ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
             ("--leader-elect-retry-period", "leader_elect_retry_period"),

@@ -379,3 +379,21 @@ POD_TOLERATION_RESTRICTION_CONFIG_GROUP = f"podtolerationrestriction.admission.{
 # "default", labelled provider=kubernetes), with its Endpoints and EndpointSlice.
 DEFAULT_SERVICE_NAME = "orch"
 DEFAULT_SERVICE_PROVIDER = "orch"
+
+# The built-in PriorityClasses every API server creates at start (upstream's system
+# priority classes): name -> value. Other classes may not use the ``system-`` prefix
+# nor a value above HIGHEST_USER_DEFINABLE_PRIORITY.
+SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
+SYSTEM_CRITICAL_PRIORITY = 2 * 1_000_000_000
+SYSTEM_NODE_CRITICAL = "system-node-critical"
+SYSTEM_CLUSTER_CRITICAL = "system-cluster-critical"
+SYSTEM_PRIORITY_CLASSES = {
+    SYSTEM_NODE_CRITICAL: SYSTEM_CRITICAL_PRIORITY + 1000,
+    SYSTEM_CLUSTER_CRITICAL: SYSTEM_CRITICAL_PRIORITY,
+}
+SYSTEM_PRIORITY_CLASS_DESCRIPTIONS = {
+    SYSTEM_NODE_CRITICAL: "Used for system critical pods that must not be moved from their current node.",
+    SYSTEM_CLUSTER_CRITICAL: "Used for system critical pods that must run in the cluster, but can be moved to "
+    "another node if necessary.",
+}
+HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000

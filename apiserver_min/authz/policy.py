@@ -330,6 +330,11 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("create",), (AUTHORIZATION,), ("subjectaccessreviews",)),
             _events_rule(),
         ],
+        "resourcequota-controller": [
+            rule(("list", "watch"), ("*",), ("*",)),
+            rule(("update",), (CORE,), ("resourcequotas/status",)),
+            _events_rule(),
+        ],
         "node-controller": [
             rule(("get", "list", "update", "delete", "patch"), (CORE,), ("nodes",)),
             rule(("patch", "update"), (CORE,), ("nodes/status",)),

@@ -23,6 +23,7 @@ from .core import (
 )
 from .eviction import PodEvictionREST
 from .policy import PodDisruptionBudgetStrategy
+from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
 from .strategy import PathNameStrategy, Strategy
@@ -32,6 +33,9 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "limitranges"): LimitRangeStrategy,
+    ("", "resourcequotas"): ResourceQuotaStrategy,
+    (names.SCHEDULING_GROUP, "priorityclasses"): PriorityClassStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,

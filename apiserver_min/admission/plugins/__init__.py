@@ -18,6 +18,7 @@ from .certificates import CertificateApproval, CertificateSigning, CertificateSu
 from .defaulttolerationseconds import DefaultTolerationSeconds
 from .denyserviceexternalips import DenyServiceExternalIPs
 from .extendedresourcetoleration import ExtendedResourceToleration
+from .limitranger import plugin as limit_ranger_plugin
 from .namespaceautoprovision import NamespaceAutoProvision
 from .namespaceexists import NamespaceExists
 from .namespacelifecycle import NamespaceLifecycle
@@ -25,6 +26,8 @@ from .noderestriction import NodeRestriction
 from .podnodeselector import PodNodeSelector
 from .podsecurity import PodSecurity
 from .podtolerationrestriction import PodTolerationRestriction
+from .priority import plugin as priority_plugin
+from .resourcequota import plugin as resource_quota_plugin
 from .securitycontextdeny import SecurityContextDeny
 from .serviceaccount import ServiceAccountAdmission
 
@@ -119,6 +122,9 @@ KNOWN_PLUGINS = frozenset(
         "PodNodeSelector",
         "PodTolerationRestriction",
         "DenyServiceExternalIPs",
+        "LimitRanger",
+        "Priority",
+        "ResourceQuota",
     }
 )
 
@@ -217,6 +223,9 @@ def _plugin_factories() -> dict:
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
         "ServiceAccount": ServiceAccountAdmission,
         "DenyServiceExternalIPs": lambda server: DenyServiceExternalIPs(),
+        "LimitRanger": limit_ranger_plugin,
+        "Priority": priority_plugin,
+        "ResourceQuota": resource_quota_plugin,
     }
 
 
