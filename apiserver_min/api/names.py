@@ -347,3 +347,14 @@ APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
 
 # Workload controllers: a pod's cost of deletion when its controller scales down (lower goes first).
 ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
+
+# Jobs and cron jobs (upstream: batch.kubernetes.io/...). The unprefixed job labels are
+# the legacy spellings upstream 1.27 still puts on a job's pods beside the prefixed ones.
+BATCH_PREFIX = f"batch.{DOMAIN}"
+LABEL_JOB_NAME = f"{BATCH_PREFIX}/job-name"
+LABEL_JOB_CONTROLLER_UID = f"{BATCH_PREFIX}/controller-uid"
+LABEL_JOB_NAME_LEGACY = "job-name"
+LABEL_JOB_CONTROLLER_UID_LEGACY = "controller-uid"
+ANNOTATION_JOB_COMPLETION_INDEX = f"{BATCH_PREFIX}/job-completion-index"
+ANNOTATION_CRONJOB_SCHEDULED_TIMESTAMP = f"{BATCH_PREFIX}/cronjob-scheduled-timestamp"
+FINALIZER_JOB_TRACKING = f"{BATCH_PREFIX}/job-tracking"

@@ -337,6 +337,23 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("list", "delete"), (CORE,), ("pods",)),
             _events_rule(),
         ],
+        "job-controller": [
+            rule(("get", "list", "watch", "update", "patch"), (BATCH,), ("jobs",)),
+            rule(("update",), (BATCH,), ("jobs/status", "jobs/finalizers")),
+            rule(("list", "watch", "create", "delete", "patch"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "cronjob-controller": [
+            rule(("get", "list", "watch", "update"), (BATCH,), ("cronjobs",)),
+            rule(("get", "list", "watch", "create", "update", "delete", "patch"), (BATCH,), ("jobs",)),
+            rule(("update",), (BATCH,), ("cronjobs/status", "cronjobs/finalizers")),
+            rule(("list", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "ttl-after-finished-controller": [
+            rule(("get", "list", "watch", "delete"), (BATCH,), ("jobs",)),
+            _events_rule(),
+        ],
         "endpoint-controller": [
             rule(READ, (CORE,), ("services", "pods")),
             rule(("get", "list", "create", "update", "delete"), (CORE,), ("endpoints",)),

@@ -12,6 +12,7 @@ from typing import Any
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
 from .admissionregistration import WebhookConfigurationStrategy
+from .batch import CronJobStrategy, JobStrategy
 from .certificates import CsrStrategy
 from .core import (
     NamespaceFinalizeREST,
@@ -36,6 +37,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
+    (names.BATCH_GROUP, "jobs"): JobStrategy,
+    (names.BATCH_GROUP, "cronjobs"): CronJobStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }
