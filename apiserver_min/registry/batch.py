@@ -279,6 +279,9 @@ def validate_job_spec(spec: Any, path: str, *, template_of_cronjob: bool = False
 
 
 class JobStrategy(Strategy):
+    # batch/v1 keeps its first behaviour: a delete that names no policy orphans the pods.
+    default_propagation = "Orphan"
+
     def prepare_for_create(self, obj: dict) -> None:
         super().prepare_for_create(obj)
         spec = obj.get("spec")

@@ -334,3 +334,28 @@ def test_job_events(apiserver, ns):
         return {e["reason"] for e in body["items"]}
 
     wait_for(lambda: {"SuccessfulCreate", "Completed"} <= reasons(), 10, "the job's events")
+
+
+def test_deleting_a_job_orphans_its_pods_unless_told_otherwise(apiserver, ns, kubectl):
+    name = uniq("orph")
+    apiserver.json("POST", JOBS.format(ns=ns), _job(name), expect=201)
+    pod = wait_for(lambda: (_active(_pods(apiserver, ns, name)) or [None])[0], 10, "the job's pod")
+    apiserver.json("DELETE", JOBS.format(ns=ns) + f"/{name}", expect=200)  # batch/v1: Orphan by default
+    wait_for(lambda: apiserver.request("GET", JOBS.format(ns=ns) + f"/{name}")[0] == 404, 20, "job gone")
+
+    def released() -> dict | None:
+        _, p = apiserver.json("GET", PODS.format(ns=ns) + f"/{pod['metadata']['name']}", expect=200)
+        md = p["metadata"]
+        return (
+            p
+            if not md.get("ownerReferences") and names.FINALIZER_JOB_TRACKING not in (md.get("finalizers") or [])
+            else None
+        )
+
+    wait_for(released, 20, "the pod orphaned, its tracking finalizer removed")
+    other = uniq("casc")
+    apiserver.json("POST", JOBS.format(ns=ns), _job(other), expect=201)
+    wait_for(lambda: _active(_pods(apiserver, ns, other)), 10, "the second job's pod")
+    result = kubectl("delete", "-n", ns, f"job/{other}")  # kubectl asks for background propagation
+    assert result.returncode == 0, result.stderr
+    wait_for(lambda: _pods(apiserver, ns, other) == [], 20, "the second job's pods deleted")
