@@ -340,7 +340,9 @@ def _controller_roles() -> dict[str, list[dict]]:
         "job-controller": [
             rule(("get", "list", "watch", "update", "patch"), (BATCH,), ("jobs",)),
             rule(("update",), (BATCH,), ("jobs/status", "jobs/finalizers")),
-            rule(("list", "watch", "create", "delete", "patch"), (CORE,), ("pods",)),
+            # (upstream: no update; adoption and release here write the owner references
+            # with an update, podcontrol.claim)
+            rule(("list", "watch", "create", "delete", "patch", "update"), (CORE,), ("pods",)),
             _events_rule(),
         ],
         "cronjob-controller": [

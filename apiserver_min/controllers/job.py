@@ -435,8 +435,21 @@ class JobController:
             selector = label_selector_from_dict(dict_at(job, "spec").get("selector"))
         except SelectorError:
             return []
-        candidates = [e.object() for e in self.pods.list(ns)]
-        result = await pc.claim(self.client, self.pod_kind, job, self.job_kind, selector, candidates)
+        uid = dict_at(job, "metadata").get("uid")
+        # Only pods that match or name the job as an owner are decoded.
+        candidates = [
+            e.object() for e in self.pods.list(ns) if selector.matches(e.labels) or any(o[0] == uid for o in e.owners)
+        ]
+
+        async def fresh() -> dict | None:
+            try:
+                return await self.client.get(self.job_kind, ns, str(dict_at(job, "metadata").get("name", "")))
+            except st.ApiError as exc:
+                if exc.code == 404:
+                    return None
+                raise
+
+        result = await pc.claim(self.client, self.pod_kind, job, self.job_kind, selector, candidates, owner_fresh=fresh)
         if result.errors:
             raise result.errors[0]
         return result.pods

@@ -29,16 +29,14 @@ Errs = list[v.FieldError]
 
 NON_NEGATIVE = "must be greater than or equal to 0"
 MAX_INDEXED_COMPLETIONS = 100_000
-COMPLETION_MODES = ("NonIndexed", "Indexed")
 JOB_RESTART_POLICIES = ("OnFailure", "Never")
-CONCURRENCY_POLICIES = ("Allow", "Forbid", "Replace")
-FAILURE_POLICY_ACTIONS = ("FailJob", "Ignore", "Count")
-EXIT_CODE_OPERATORS = ("In", "NotIn")
 CONDITION_STATUSES = ("True", "False", "Unknown")
 MAX_FAILURE_POLICY_RULES = 20
 MAX_FAILURE_POLICY_VALUES = 255
 MAX_CRONJOB_NAME = 52  # the job name adds "-" and up to 10 digits of minutes
 IMMUTABLE = "field is immutable"
+TZ_REFUSED = "cannot use TZ or CRON_TZ in schedule, use timeZone field instead"
+TZ_BESIDE_TIME_ZONE = "cannot use both timeZone field and TZ or CRON_TZ in schedule"
 # What may change in the template of a suspended job that never started.
 _SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "schedulingGates")
 
@@ -129,9 +127,8 @@ def _validate_failure_policy(spec: dict, path: str, errs: Errs) -> None:
         if not isinstance(rule, dict):
             errs.append(v.FieldError.type_invalid(rpath, rule, "must be an object"))
             continue
-        action = rule.get("action")
-        if action not in FAILURE_POLICY_ACTIONS:
-            errs.append(v.FieldError.not_supported(f"{rpath}.action", action, FAILURE_POLICY_ACTIONS))
+        if not rule.get("action"):
+            errs.append(v.FieldError.required(f"{rpath}.action"))
         on_codes, on_conds = rule.get("onExitCodes"), rule.get("onPodConditions")
         if on_codes is not None and on_conds is not None:
             errs.append(
@@ -168,8 +165,8 @@ def _validate_exit_codes(req: dict, path: str, containers: set, errs: Errs) -> N
             )
         )
     op = req.get("operator")
-    if op not in EXIT_CODE_OPERATORS:
-        errs.append(v.FieldError.not_supported(f"{path}.operator", op, EXIT_CODE_OPERATORS))
+    if not op:
+        errs.append(v.FieldError.required(f"{path}.operator"))
     values = req.get("values")
     if not isinstance(values, list) or not values:
         errs.append(v.FieldError.invalid(f"{path}.values", values, "at least one value is required"))
@@ -207,10 +204,8 @@ def validate_job_spec(spec: Any, path: str, *, template_of_cronjob: bool = False
     errs: Errs = []
     for key in ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished"):
         _non_negative(spec, key, path, errs)
-    mode = spec.get("completionMode")
-    if mode is not None and mode not in COMPLETION_MODES:
-        errs.append(v.FieldError.not_supported(f"{path}.completionMode", mode, COMPLETION_MODES))
-    if mode == "Indexed":
+    # (Enumerated values, completionMode among them, are checked by the base strategy.)
+    if spec.get("completionMode") == "Indexed":
         completions, parallelism = spec.get("completions"), spec.get("parallelism")
         if completions is None:
             errs.append(v.FieldError.required(f"{path}.completions", "when completion mode is Indexed"))
@@ -363,7 +358,8 @@ def _only_scheduling_changed(new: Any, old: Any) -> bool:
     return strip(new) == strip(old)
 
 
-def validate_schedule(schedule: Any, time_zone: Any, allow_tz_in_schedule: bool) -> Errs:
+def validate_schedule(schedule: Any) -> Errs:
+    """A new schedule: it parses, and names no zone (``spec.timeZone`` does)."""
     path = "spec.schedule"
     if not isinstance(schedule, str) or not schedule:
         return [v.FieldError.required(path)]
@@ -373,14 +369,7 @@ def validate_schedule(schedule: Any, time_zone: Any, allow_tz_in_schedule: bool)
     except CronError as exc:
         errs.append(v.FieldError.invalid(path, schedule, str(exc)))
     if "TZ" in schedule:
-        if not allow_tz_in_schedule:
-            errs.append(
-                v.FieldError.invalid(path, schedule, "cannot use TZ or CRON_TZ in schedule, use timeZone field instead")
-            )
-        elif time_zone is not None:
-            errs.append(
-                v.FieldError.invalid(path, schedule, "cannot use both timeZone field and TZ or CRON_TZ in schedule")
-            )
+        errs.append(v.FieldError.invalid(path, schedule, TZ_REFUSED))
     return errs
 
 
@@ -407,7 +396,7 @@ def validate_time_zone(time_zone: Any) -> Errs:
 
 class CronJobStrategy(Strategy):
     def validate(self, obj: dict) -> Errs:
-        return super().validate(obj) + self._spec_errors(obj, allow_tz_in_schedule=False)
+        return super().validate(obj) + self._spec_errors(obj)
 
     def validate_name(self, name: str, path: str = "metadata.name") -> Errs:
         errs = super().validate_name(name, path)
@@ -417,27 +406,28 @@ class CronJobStrategy(Strategy):
 
     def validate_update(self, new: dict, old: dict) -> Errs:
         errs = super().validate_update(new, old)
-        if new.get("status") != old.get("status"):
-            return errs
-        # A schedule stored with TZ= before that was refused may keep it.
+        # A schedule stored with TZ= before that was refused may keep it (but not beside timeZone).
         old_schedule = dict_at(old, "spec").get("schedule")
-        allow = isinstance(old_schedule, str) and "TZ" in old_schedule
-        return errs + self._spec_errors(new, allow_tz_in_schedule=allow)
+        if isinstance(old_schedule, str) and "TZ" in old_schedule:
+            errs = [e for e in errs if e.detail != TZ_REFUSED]
+            spec = dict_at(new, "spec")
+            schedule = spec.get("schedule")
+            if isinstance(schedule, str) and "TZ" in schedule and spec.get("timeZone") is not None:
+                errs.append(v.FieldError.invalid("spec.schedule", schedule, TZ_BESIDE_TIME_ZONE))
+        return errs
 
     @staticmethod
-    def _spec_errors(obj: dict, *, allow_tz_in_schedule: bool) -> Errs:
+    def _spec_errors(obj: dict) -> Errs:
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return [v.FieldError.required("spec")]
-        errs = validate_schedule(spec.get("schedule"), spec.get("timeZone"), allow_tz_in_schedule)
+        errs = validate_schedule(spec.get("schedule"))
         errs += validate_time_zone(spec.get("timeZone"))
         for key in ("startingDeadlineSeconds", "successfulJobsHistoryLimit", "failedJobsHistoryLimit"):
             _non_negative(spec, key, "spec", errs)
         policy = spec.get("concurrencyPolicy")
-        if not policy:
+        if not policy:  # (a value outside the enumeration: the base strategy's enum check)
             errs.append(v.FieldError.required("spec.concurrencyPolicy"))
-        elif policy not in CONCURRENCY_POLICIES:
-            errs.append(v.FieldError.not_supported("spec.concurrencyPolicy", policy, CONCURRENCY_POLICIES))
         template = spec.get("jobTemplate")
         if not isinstance(template, dict):
             errs.append(v.FieldError.required("spec.jobTemplate"))

@@ -514,3 +514,33 @@ async def test_ttl_after_finished_deletes_when_it_expires(cluster):
     job = (_list(cache, JOBS) or [None])[0]
     # Foreground deletion: gone, or waiting for its dependents with the finalizer set.
     assert job is None or job["metadata"].get("deletionTimestamp")
+
+
+async def test_job_with_a_manual_selector_adopts_matching_orphans(cluster):
+    store, cache, informers, client = cluster
+    selector = {"matchLabels": {"app": "batch"}}
+    template = _template()
+    template["metadata"] = {"labels": {"app": "batch"}}
+    await store.create(
+        JOBS,
+        "team",
+        {
+            "metadata": {"name": "manual"},
+            "spec": {"manualSelector": True, "selector": selector, "parallelism": 1, "template": template},
+        },
+        SYSTEM_USER,
+    )
+    orphan = {"metadata": {"name": "stray", "labels": {"app": "batch"}}, "spec": template["spec"]}
+    await store.create(PODS, "team", orphan, SYSTEM_USER)
+    await cache.sync()
+    controller = jc.JobController(client("job-controller"), informers)
+    controller.start()
+    _capture_requeues(controller)
+    await controller.sync(object_key(JOBS, "team", "manual"))
+    await cache.sync()
+    pods = _list(cache, PODS)
+    assert [p["metadata"]["name"] for p in pods] == ["stray"]  # adopted: no second pod
+    assert pods[0]["metadata"]["ownerReferences"][0]["name"] == "manual"
+    job = await store.get_object(JOBS, "team", "manual")
+    assert job["status"]["active"] == 1
+    assert job["spec"]["selector"] == selector  # not generated
