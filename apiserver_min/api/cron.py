@@ -19,6 +19,7 @@ time repeated when clocks go back happens twice.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 import zoneinfo
 from typing import NamedTuple
@@ -65,6 +66,22 @@ def load_zone(name: str) -> _dt.tzinfo:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         raise ZoneError(f"unknown time zone {name}") from None
+
+
+def local_zone() -> _dt.tzinfo:
+    """This machine's zone (``TZ``, else ``/etc/localtime``, else UTC): a CronJob without
+    ``spec.timeZone`` runs on the controller manager's local time, as upstream's does."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    if name:
+        try:
+            return load_zone(name)
+        except ZoneError:
+            return UTC
+    try:
+        with open("/etc/localtime", "rb") as f:
+            return zoneinfo.ZoneInfo.from_file(f, key="localtime")
+    except (OSError, ValueError):
+        return UTC
 
 
 def valid_zone_name_parts(name: str) -> bool:

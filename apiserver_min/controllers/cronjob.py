@@ -9,7 +9,8 @@ the CronJob's creation), no earlier than ``startingDeadlineSeconds`` ago. It cre
 ``<cronjob>-<scheduled time in minutes since the epoch>`` from ``spec.jobTemplate``
 (annotated with the scheduled time), unless ``concurrencyPolicy: Forbid`` and a job is
 still active (``Replace`` deletes the active ones first), and is queued again for the
-next schedule time: no polling.
+next schedule time: no polling. Schedules run in ``spec.timeZone``, or without one in
+the server's local zone (``TZ``, ``/etc/localtime``), as upstream's controller manager.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from ..api import names
 from ..api import status as st
-from ..api.cron import CronError, Schedule, ZoneError, load_zone, parse_schedule
+from ..api.cron import CronError, Schedule, ZoneError, load_zone, local_zone, parse_schedule
 from ..api.helpers import dict_at, get_condition, list_at, object_reference
 from ..api.timeutil import format_rfc3339, parse_rfc3339
 from ..client.events import EventRecorder
@@ -125,10 +126,9 @@ def job_name(cronjob_name: str, scheduled: _dt.datetime) -> str:
 
 
 def rfc3339_in(t: _dt.datetime, zone: _dt.tzinfo) -> str:
-    """``t`` in ``zone`` as RFC 3339 with its offset ("Z" for UTC)."""
-    local = t.astimezone(zone)
-    text = local.replace(microsecond=0).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") and zone in (UTC,) else text
+    """``t`` in ``zone`` as RFC 3339 with its offset ("Z" for a zero offset, as Go writes it)."""
+    text = t.astimezone(zone).replace(microsecond=0).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def job_from_template(cj: Mapping, scheduled: _dt.datetime, zone: _dt.tzinfo) -> dict:
@@ -162,8 +162,17 @@ def _iso(t: _dt.datetime) -> str:
 
 
 class CronJobController:
-    def __init__(self, client: Client, informers: InformerFactory, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        client: Client,
+        informers: InformerFactory,
+        *,
+        clock: Callable[[], float] = time.time,
+        default_zone: _dt.tzinfo | None = None,
+    ):
         self.client = client
+        # Where a CronJob without spec.timeZone runs: the local zone, as upstream.
+        self.default_zone = default_zone or local_zone()
         self.cj_kind = informers.kind(names.BATCH_GROUP, "v1", "cronjobs")
         self.job_kind = informers.kind(names.BATCH_GROUP, "v1", "jobs")
         self.cronjobs = informers.for_kind(self.cj_kind)
@@ -259,7 +268,7 @@ class CronJobController:
             return
         zone_name = spec.get("timeZone")
         try:
-            zone = load_zone(zone_name) if isinstance(zone_name, str) else UTC
+            zone = load_zone(zone_name) if isinstance(zone_name, str) else self.default_zone
         except ZoneError as exc:
             await self.recorder.record(ref, "Warning", "UnknownTimeZone", f'invalid timeZone: "{zone_name}": {exc}')
             await self._write_status(key, cj, status, old_status)

@@ -11,7 +11,7 @@ import pytest
 
 from apiserver_min.admission.chain import Chain
 from apiserver_min.api import names
-from apiserver_min.api.cron import CronError, load_zone, parse_schedule
+from apiserver_min.api.cron import CronError, load_zone, local_zone, parse_schedule
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.timeutil import parse_rfc3339
 from apiserver_min.api.user import SYSTEM_USER
@@ -124,6 +124,13 @@ def test_schedule_across_daylight_saving_changes():
     assert s.next(b, ny).astimezone(UTC) == at(2026, 11, 2, 6, 30)
     # Every minute keeps running through the repeated hour.
     assert parse_schedule("* * * * *").next(at(2026, 11, 1, 5, 59), ny).astimezone(UTC) == at(2026, 11, 1, 6, 0)
+
+
+def test_the_local_zone_follows_tz(monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    assert local_zone().utcoffset(at(2026, 1, 1)) == _dt.timedelta(hours=5, minutes=30)
+    monkeypatch.setenv("TZ", "No/Such_Zone")
+    assert local_zone() == UTC
 
 
 def test_every_descriptor():
@@ -257,6 +264,8 @@ def test_job_from_template_names_and_annotates_the_schedule_time():
         ]
         == "2026-01-01T10:01:00Z"
     )
+    london_winter = cj.job_from_template(obj, at(2026, 1, 1, 10, 1), load_zone("Europe/London"))
+    assert london_winter["metadata"]["annotations"][names.ANNOTATION_CRONJOB_SCHEDULED_TIMESTAMP].endswith("10:01:00Z")
     assert md["labels"] == {"a": "b"} and job["spec"] == {"parallelism": 2}
     assert md["ownerReferences"] == [
         {
