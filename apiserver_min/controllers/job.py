@@ -283,10 +283,14 @@ def _pod_failed(pod: Mapping, has_policy: bool) -> bool:
     phase = dict_at(pod, "status").get("phase")
     if phase == pc.FAILED:
         return True
+    deleting = bool(dict_at(pod, "metadata").get("deletionTimestamp")) and phase != pc.SUCCEEDED
     if has_policy:
-        return False
+        # The policy looks at how the pod ended, so wait for a terminal phase; except for
+        # a pod never scheduled, which no node will ever finish (upstream's pod garbage
+        # collector marks those Failed).
+        return deleting and not dict_at(pod, "spec").get("nodeName")
     # Deleted before it could finish: counted as a failure (an orphan never reaches Failed).
-    return bool(dict_at(pod, "metadata").get("deletionTimestamp")) and phase != pc.SUCCEEDED
+    return deleting
 
 
 def generate_name_with_index(job_name: str, index: int) -> str:

@@ -553,3 +553,56 @@ async def test_job_with_a_manual_selector_adopts_matching_orphans(cluster):
     job = await store.get_object(JOBS, "team", "manual")
     assert job["status"]["active"] == 1
     assert job["spec"]["selector"] == selector  # not generated
+
+
+def test_a_deleted_pod_counts_as_failed_unless_a_policy_waits_for_its_phase():
+    deleting = {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"nodeName": "n1"}, "status": {}}
+    assert jc._pod_failed(deleting, has_policy=False)
+    assert not jc._pod_failed(deleting, has_policy=True)  # a node will report how it ended
+    never_scheduled = {"metadata": deleting["metadata"], "spec": {}, "status": {"phase": "Pending"}}
+    assert jc._pod_failed(never_scheduled, has_policy=True)
+    succeeded = {"metadata": deleting["metadata"], "spec": {}, "status": {"phase": "Succeeded"}}
+    assert not jc._pod_failed(succeeded, has_policy=False)
+
+
+async def test_cronjob_keeps_its_history_limits(cluster):
+    store, cache, informers, client = cluster
+    spec = {
+        "schedule": "@yearly",
+        "suspend": True,
+        "successfulJobsHistoryLimit": 1,
+        "failedJobsHistoryLimit": 1,
+        "jobTemplate": {"spec": {"template": _template()}},
+    }
+    owner, _ = await store.create(CRONJOBS, "team", {"metadata": {"name": "hist"}, "spec": spec}, SYSTEM_USER)
+    ref = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "name": "hist",
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    for name, outcome, started in (
+        ("hist-1", "Complete", "2026-01-01T00:00:00Z"),
+        ("hist-2", "Complete", "2026-01-02T00:00:00Z"),
+        ("hist-3", "Failed", "2026-01-01T00:00:00Z"),
+        ("hist-4", "Failed", "2026-01-02T00:00:00Z"),
+    ):
+        body = {"metadata": {"name": name, "ownerReferences": [ref]}, "spec": {"template": _template()}}
+        await store.create(JOBS, "team", body, SYSTEM_USER)
+
+        def finish(obj: dict, outcome=outcome, started=started) -> dict:
+            cond = {"type": outcome, "status": "True", "lastTransitionTime": started, "lastProbeTime": started}
+            obj["status"] = {"startTime": started, "conditions": [cond]}
+            return obj
+
+        await store.update(JOBS, "team", name, finish, SYSTEM_USER, subresource="status")
+    await cache.sync()
+    controller = cj.CronJobController(client("cronjob-controller"), informers)
+    _capture_requeues(controller)
+    await controller.sync(object_key(CRONJOBS, "team", "hist"))
+    await cache.sync()
+    left = sorted(j["metadata"]["name"] for j in _list(cache, JOBS) if not j["metadata"].get("deletionTimestamp"))
+    assert left == ["hist-2", "hist-4"]
+    assert "SuccessfulDelete" in _reasons(cache)
