@@ -252,26 +252,27 @@ def _set_condition(status: dict, ctype: str, cstatus: str, reason: str, message:
     conds = status.setdefault("conditions", [])
     for c in conds:
         if isinstance(c, dict) and c.get("type") == ctype:
-            if c.get("status") == cstatus and c.get("reason") == reason and c.get("message") == message:
+            if c.get("status") == cstatus and (c.get("reason") or "") == reason and (c.get("message") or "") == message:
                 return False
             if c.get("status") != cstatus:
                 c["lastTransitionTime"] = _iso(now)
-            c.update(status=cstatus, reason=reason, message=message, lastProbeTime=_iso(now))
+            c.update(status=cstatus, lastProbeTime=_iso(now))
+            for field, value in (("reason", reason), ("message", message)):
+                if value:
+                    c[field] = value
+                else:
+                    c.pop(field, None)
             return True
     if cstatus != "True":
         if not conds:
             status.pop("conditions", None)
         return False
-    conds.append(
-        {
-            "type": ctype,
-            "status": cstatus,
-            "lastProbeTime": _iso(now),
-            "lastTransitionTime": _iso(now),
-            "reason": reason,
-            "message": message,
-        }
-    )
+    cond = {"type": ctype, "status": cstatus, "lastProbeTime": _iso(now), "lastTransitionTime": _iso(now)}
+    if reason:
+        cond["reason"] = reason  # empty ones are omitted, as upstream's wire form omits them
+    if message:
+        cond["message"] = message
+    conds.append(cond)
     return True
 
 
