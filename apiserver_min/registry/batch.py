@@ -318,7 +318,11 @@ class JobStrategy(Strategy):
     def validate_update(self, new: dict, old: dict) -> Errs:
         errs = super().validate_update(new, old)
         if new.get("status") != old.get("status"):
-            return errs  # a status write: the spec is the old one
+            # A status write (the spec is the old one): counts are never negative.
+            status = dict_at(new, "status")
+            for key in ("active", "succeeded", "failed", "ready"):
+                _non_negative(status, key, "status", errs)
+            return errs
         nspec, ospec = dict_at(new, "spec"), dict_at(old, "spec")
         for key in ("completions", "selector", "completionMode", "podFailurePolicy"):
             if nspec.get(key) != ospec.get(key):

@@ -182,3 +182,12 @@ def test_a_stored_tz_schedule_may_stay_on_update():
     assert _messages(CRON.validate_update(new, old)) == [
         'spec.schedule: Invalid value: "TZ=UTC 0 * * * *": cannot use both timeZone field and TZ or CRON_TZ in schedule'
     ]
+
+
+def test_job_status_counts_are_never_negative():
+    old = _stored(_new_job())
+    new = copy.deepcopy(old)
+    new["status"] = {"active": -1, "succeeded": 2}
+    assert _messages(JOB.validate_update(new, old)) == [
+        "status.active: Invalid value: -1: must be greater than or equal to 0"
+    ]
