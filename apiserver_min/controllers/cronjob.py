@@ -236,15 +236,14 @@ class CronJobController:
             jmd = dict_at(j, "metadata")
             outcome = job_finished_as(j)
             if jmd.get("uid") not in active_uids and outcome is None:
-                if not self._ours_by_name(str(md.get("name", "")), str(jmd.get("name", ""))):
-                    await self.recorder.record(
-                        ref,
-                        "Warning",
-                        "UnexpectedJob",
-                        f"Saw a job that the controller did not create or forgot: {jmd.get('name')}",
-                    )
-                active.append(self._job_ref(j))
-                active_uids.add(jmd.get("uid"))
+                # Created by someone else (kubectl create job --from), or by us before a
+                # crash: reported, not adopted into status.active (as upstream).
+                await self.recorder.record(
+                    ref,
+                    "Warning",
+                    "UnexpectedJob",
+                    f"Saw a job that the controller did not create or forgot: {jmd.get('name')}",
+                )
             elif jmd.get("uid") in active_uids and outcome is not None:
                 active = [r for r in active if r.get("uid") != jmd.get("uid")]
                 active_uids.discard(jmd.get("uid"))
@@ -258,7 +257,7 @@ class CronJobController:
                     status["lastSuccessfulTime"] = _iso(done)
         mine_uids = {dict_at(j, "metadata").get("uid") for j in mine}
         for r in list(active):
-            if r.get("uid") not in mine_uids:
+            if r.get("uid") not in mine_uids and not await self._still_there(ns, r):
                 active.remove(r)
                 await self.recorder.record(ref, "Normal", "MissingJob", f"Active job went missing: {r.get('name')}")
         status["active"] = active
@@ -349,10 +348,16 @@ class CronJobController:
             if requeue is not None:
                 self.queue.add_after(key, requeue)
 
-    @staticmethod
-    def _ours_by_name(cj_name: str, name: str) -> bool:
-        prefix = cj_name + "-"
-        return name.startswith(prefix) and name[len(prefix) :].isdigit()
+    async def _still_there(self, ns: str, r: Mapping) -> bool:
+        """Whether the job ``r`` refers to exists (asked of the API: the informer may not
+        have seen a job just created)."""
+        try:
+            job = await self.client.get(self.job_kind, ns, str(r.get("name", "")))
+        except st.ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return dict_at(job, "metadata").get("uid") == r.get("uid")
 
     @staticmethod
     def _job_ref(job: Mapping) -> dict:

@@ -23,6 +23,7 @@ from apiserver_min.controllers import cronjob as cj
 from apiserver_min.controllers import job as jc
 from apiserver_min.controllers.bootstrappolicy import reconcile_default_policy
 from apiserver_min.controllers.ttlafterfinished import TTLAfterFinishedController
+from apiserver_min.registry.rest import DeleteOptions
 from apiserver_min.registry.store import Store
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.keys import key_prefix, object_key
@@ -364,6 +365,15 @@ async def test_cronjob_creates_its_job_at_the_schedule_time(cluster):
     # The same minute again: nothing more.
     await controller.sync(key)
     assert len(_list(cache, JOBS)) == 1
+    # The job deleted behind its back: it leaves status.active.
+    await store.delete(
+        JOBS, "team", f"tick-{minute // 60}", DeleteOptions(propagation_policy="Background"), SYSTEM_USER
+    )
+    await cache.sync()
+    await controller.sync(key)
+    await cache.sync()
+    assert "active" not in (await store.get_object(CRONJOBS, "team", "tick"))["status"]
+    assert "MissingJob" in _reasons(cache)
 
 
 async def test_cronjob_forbid_skips_while_a_job_runs_and_replace_replaces_it(cluster):
