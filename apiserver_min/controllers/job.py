@@ -39,7 +39,7 @@ from ..api.timeutil import format_rfc3339, parse_rfc3339
 from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client, DeleteOptions
-from ..storage.cacher import CacheEvent
+from ..storage.cacher import CacheEvent, Entry
 from . import podcontrol as pc
 from .queue import RateLimitedQueue, run_worker
 
@@ -382,32 +382,43 @@ class JobController:
             return None
         return entry.key
 
+    def _job_key_of_entry(self, entry: Entry) -> str | None:
+        """The queue key of the Job owning a pod (from the cache's parsed owners: no decoding)."""
+        for uid, _, kind, name in entry.owners:
+            if kind == "Job":
+                job = self.jobs.get(entry.namespace, name)
+                if job is not None and job.uid == uid:
+                    return job.key
+        return None
+
     def on_pod(self, ev: CacheEvent | None) -> None:
         if ev is None:
             return
-        pod = ev.entry.object()
-        key = self._job_key_of(pod)
+        e = ev.entry
+        key = self._job_key_of_entry(e)
+        pod_key = f"{e.namespace}/{e.name}"
         if ev.type == "DELETED":
-            self._finalizer_removed.discard(ev.entry.uid)
+            self._finalizer_removed.discard(e.uid)
             if key is not None:
-                self.expectations.deletion_observed(key, pc.pod_key(pod))
+                self.expectations.deletion_observed(key, pod_key)
                 self.queue.add(key)
             return
         if ev.type == "ADDED" and key is not None:
             self.expectations.creation_observed(key)
-        if ev.entry.deleting and key is not None:
-            self.expectations.deletion_observed(key, pc.pod_key(pod))
-        if names.FINALIZER_JOB_TRACKING not in ev.entry.finalizers:
-            self._finalizer_removed.discard(ev.entry.uid)
+        if e.deleting and key is not None:
+            self.expectations.deletion_observed(key, pod_key)
+        tracked = names.FINALIZER_JOB_TRACKING in e.finalizers
+        if not tracked:
+            self._finalizer_removed.discard(e.uid)
         if key is not None:
             self.queue.add(key)
             return
-        if pc.controller_of(pod) is None:
+        if not e.owners:
             # An orphan: a job whose selector matches may adopt it.
-            for e in self.jobs.list(ev.entry.namespace):
-                self.queue.add(e.key)
-        if names.FINALIZER_JOB_TRACKING in ev.entry.finalizers:
-            self.queue.add(("pod", ev.entry.key))
+            for j in self.jobs.list(e.namespace):
+                self.queue.add(j.key)
+        if tracked:
+            self.queue.add(("pod", e.key))
 
     # --- sync --------------------------------------------------------------------------
     async def sync(self, item: Any) -> None:
