@@ -201,12 +201,11 @@ class CronJobController:
     def on_job(self, ev: CacheEvent | None) -> None:
         if ev is None:
             return
-        ref = pc.controller_of(ev.entry.object())
-        if ref is None or ref.get("kind") != "CronJob":
-            return
-        owner = self.cronjobs.get(ev.entry.namespace, str(ref.get("name", "")))
-        if owner is not None and owner.uid == ref.get("uid"):
-            self.queue.add(owner.key)
+        for uid, _, kind, name in ev.entry.owners:
+            if kind == "CronJob":
+                owner = self.cronjobs.get(ev.entry.namespace, name)
+                if owner is not None and owner.uid == uid:
+                    self.queue.add(owner.key)
 
     def _now(self) -> _dt.datetime:
         return _dt.datetime.fromtimestamp(self.clock(), UTC)
