@@ -616,3 +616,37 @@ async def test_cronjob_keeps_its_history_limits(cluster):
     left = sorted(j["metadata"]["name"] for j in _list(cache, JOBS) if not j["metadata"].get("deletionTimestamp"))
     assert left == ["hist-2", "hist-4"]
     assert "SuccessfulDelete" in _reasons(cache)
+
+
+async def test_work_queue_job_stops_creating_after_a_success_and_completes_when_all_end(cluster):
+    store, cache, informers, client = cluster
+    created, _ = await store.create(
+        JOBS, "team", {"metadata": {"name": "queue"}, "spec": {"parallelism": 2, "template": _template()}}, SYSTEM_USER
+    )
+    assert "completions" not in created["spec"]  # work-queue mode
+    controller = jc.JobController(client("job-controller"), informers)
+    controller.start()
+    _capture_requeues(controller)
+    key = object_key(JOBS, "team", "queue")
+    await cache.sync()
+    await controller.sync(key)
+    await cache.sync()
+    pods = _list(cache, PODS)
+    assert len(pods) == 2
+    now = _dt.datetime.now(UTC)
+    await _set_pod_phase(store, pods[0], "Succeeded", 0, now)
+    await cache.sync()
+    await controller.sync(key)
+    await cache.sync()
+    assert len(_list(cache, PODS)) == 2  # no new pod after a success
+    job = await store.get_object(JOBS, "team", "queue")
+    assert job["status"]["succeeded"] == 1 and job["status"]["active"] == 1
+    assert "conditions" not in job["status"]
+    await _set_pod_phase(store, pods[1], "Succeeded", 0, now)
+    await cache.sync()
+    await controller.sync(key)
+    await cache.sync()
+    job = await store.get_object(JOBS, "team", "queue")
+    assert job["status"]["succeeded"] == 2
+    assert [c["type"] for c in job["status"]["conditions"]] == ["Complete"]
+    assert "Completed" in _reasons(cache)
