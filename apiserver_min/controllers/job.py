@@ -347,6 +347,7 @@ class JobController:
         self._backoff: dict[str, BackoffRecord] = {}
         self._written: dict[str, dict] = {}  # job key -> the job as this controller last wrote it
         self._finalizer_removed: set[str] = set()  # pod uids whose finalizer this controller removed
+        self._pod_errors: list[st.ApiError] = []  # creates and deletes that failed in the sync under way
 
     def start(self) -> None:
         self.jobs.add_handler(self.on_job)
@@ -483,6 +484,7 @@ class JobController:
 
     async def _sync_job(self, key: str, job: dict, pods: list[dict]) -> None:
         now = self.clock()
+        self._pod_errors = []
         spec = dict_at(job, "spec")
         old_status = copy.deepcopy(dict_at(job, "status"))
         status = copy.deepcopy(old_status)
@@ -648,6 +650,9 @@ class JobController:
             await self.recorder.record(ref, "Normal", *suspend_event)
         if finish_event is not None:
             await self.recorder.record(ref, *finish_event)
+        if self._pod_errors:
+            # A create or delete failed: the job comes back, rate-limited (status is written).
+            raise self._pod_errors[0]
 
     @staticmethod
     def _uncounted(succ: list[str], fail: list[str]) -> dict:
@@ -771,6 +776,7 @@ class JobController:
                     made = await self.client.create(self.pod_kind, ns, pod)
                 except st.ApiError as exc:
                     self.expectations.creation_observed(key)
+                    self._pod_errors.append(exc)
                     failed = True
                     await self.recorder.record(ref, "Warning", "FailedCreate", f"Error creating: {exc.message}")
                     continue
@@ -806,6 +812,7 @@ class JobController:
                 if exc.code == 404:
                     deleted += 1
                     continue
+                self._pod_errors.append(exc)
                 await self.recorder.record(ref, "Warning", "FailedDelete", f"Error deleting: {exc.message}")
                 continue
             deleted += 1

@@ -11,6 +11,7 @@ import pytest
 
 from apiserver_min.admission.chain import Chain
 from apiserver_min.api import names
+from apiserver_min.api import status as st
 from apiserver_min.api.cron import CronError, load_zone, local_zone, parse_schedule
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.timeutil import parse_rfc3339
@@ -650,3 +651,37 @@ async def test_work_queue_job_stops_creating_after_a_success_and_completes_when_
     assert job["status"]["succeeded"] == 2
     assert [c["type"] for c in job["status"]["conditions"]] == ["Complete"]
     assert "Completed" in _reasons(cache)
+
+
+class FlakyPods:
+    """A client whose first pod create fails (a quota, a webhook down, ...)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.failures = 1
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def create(self, kind, namespace, obj, **kw):
+        if kind.resource == "pods" and self.failures:
+            self.failures -= 1
+            raise st.ApiError(500, "InternalError", "the pod store hiccuped")
+        return await self.inner.create(kind, namespace, obj, **kw)
+
+
+async def test_a_failed_pod_create_brings_the_job_back(cluster):
+    store, cache, informers, client = cluster
+    await store.create(JOBS, "team", {"metadata": {"name": "flaky"}, "spec": {"template": _template()}}, SYSTEM_USER)
+    await cache.sync()
+    controller = jc.JobController(FlakyPods(client("job-controller")), informers)
+    controller.start()
+    _capture_requeues(controller)
+    key = object_key(JOBS, "team", "flaky")
+    with pytest.raises(st.ApiError):  # the worker puts the job back, rate-limited
+        await controller.sync(key)
+    await cache.sync()
+    assert _list(cache, PODS) == [] and "FailedCreate" in _reasons(cache)
+    await controller.sync(key)
+    await cache.sync()
+    assert len(_list(cache, PODS)) == 1
