@@ -34,6 +34,7 @@ from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
 from .cronjob import CronJobController
+from .disruption import DisruptionController
 from .garbagecollector import GarbageCollector
 from .job import JobController
 from .leaderelection import LeaderElector
@@ -170,6 +171,10 @@ class Controllers:
             asyncio.create_task(cronjobs.run(), name="cronjob-controller"),
             asyncio.create_task(ttl.run(), name="ttl-after-finished-controller"),
         ]
+        # Disruption budgets' status, which pods/eviction charges.
+        disruption = DisruptionController(self.client("disruption-controller"), informers)
+        disruption.start()
+        tasks.append(asyncio.create_task(disruption.run(), name="disruption-controller"))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

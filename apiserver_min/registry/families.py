@@ -19,10 +19,11 @@ from .core import (
     NamespaceStrategy,
     NodeStrategy,
     PodBindingREST,
-    PodEvictionREST,
     PodStrategy,
     ServiceStrategy,
 )
+from .eviction import PodEvictionREST
+from .policy import PodDisruptionBudgetStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
 from .strategy import PathNameStrategy, Strategy
@@ -39,6 +40,7 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
     (names.BATCH_GROUP, "jobs"): JobStrategy,
     (names.BATCH_GROUP, "cronjobs"): CronJobStrategy,
+    (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }
