@@ -685,3 +685,22 @@ async def test_a_failed_pod_create_brings_the_job_back(cluster):
     await controller.sync(key)
     await cache.sync()
     assert len(_list(cache, PODS)) == 1
+
+
+async def test_too_many_missed_start_times_warn_and_run_the_latest(cluster):
+    store, cache, informers, client = cluster
+    spec = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": _template()}}}
+    created, _ = await store.create(CRONJOBS, "team", {"metadata": {"name": "late"}, "spec": spec}, SYSTEM_USER)
+    await cache.sync()
+    t0 = parse_rfc3339(created["metadata"]["creationTimestamp"]).timestamp()
+    clock = Clock(t0 + 3 * 3600 + 5)  # the controller was away for three hours
+    controller = cj.CronJobController(client("cronjob-controller"), informers, clock=clock)
+    _capture_requeues(controller)
+    await controller.sync(object_key(CRONJOBS, "team", "late"))
+    await cache.sync()
+    latest = int(clock.t) // 60
+    assert [j["metadata"]["name"] for j in _list(cache, JOBS)] == [f"late-{latest}"]
+    warnings = [e for e in _list(cache, EVENTS) if e["reason"] == "TooManyMissedTimes"]
+    assert warnings and warnings[0]["type"] == "Warning"
+    assert warnings[0]["message"].startswith("too many missed start times: 18")
+    assert warnings[0]["message"].endswith(". Set or decrease .spec.startingDeadlineSeconds or check clock skew")
