@@ -397,3 +397,14 @@ SYSTEM_PRIORITY_CLASS_DESCRIPTIONS = {
     "another node if necessary.",
 }
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+
+# Jobs and cron jobs (upstream: batch.kubernetes.io/...). The unprefixed job labels are
+# the legacy spellings upstream 1.27 still puts on a job's pods beside the prefixed ones.
+BATCH_PREFIX = f"batch.{DOMAIN}"
+LABEL_JOB_NAME = f"{BATCH_PREFIX}/job-name"
+LABEL_JOB_CONTROLLER_UID = f"{BATCH_PREFIX}/controller-uid"
+LABEL_JOB_NAME_LEGACY = "job-name"
+LABEL_JOB_CONTROLLER_UID_LEGACY = "controller-uid"
+ANNOTATION_JOB_COMPLETION_INDEX = f"{BATCH_PREFIX}/job-completion-index"
+ANNOTATION_CRONJOB_SCHEDULED_TIMESTAMP = f"{BATCH_PREFIX}/cronjob-scheduled-timestamp"
+FINALIZER_JOB_TRACKING = f"{BATCH_PREFIX}/job-tracking"

@@ -342,6 +342,25 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("list", "delete"), (CORE,), ("pods",)),
             _events_rule(),
         ],
+        "job-controller": [
+            rule(("get", "list", "watch", "update", "patch"), (BATCH,), ("jobs",)),
+            rule(("update",), (BATCH,), ("jobs/status", "jobs/finalizers")),
+            # (upstream: no update; adoption and release here write the owner references
+            # with an update, podcontrol.claim)
+            rule(("list", "watch", "create", "delete", "patch", "update"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "cronjob-controller": [
+            rule(("get", "list", "watch", "update"), (BATCH,), ("cronjobs",)),
+            rule(("get", "list", "watch", "create", "update", "delete", "patch"), (BATCH,), ("jobs",)),
+            rule(("update",), (BATCH,), ("cronjobs/status", "cronjobs/finalizers")),
+            rule(("list", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "ttl-after-finished-controller": [
+            rule(("get", "list", "watch", "delete"), (BATCH,), ("jobs",)),
+            _events_rule(),
+        ],
         "disruption-controller": [
             rule(READ, (APPS,), ("deployments", "replicasets", "statefulsets")),
             rule(READ, (CORE,), ("replicationcontrollers", "pods")),

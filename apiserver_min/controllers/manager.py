@@ -34,14 +34,17 @@ from .bootstrappolicy import reconcile_default_policy
 from .bootstrappriority import ensure_system_priority_classes
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
+from .cronjob import CronJobController
 from .disruption import DisruptionController
 from .garbagecollector import GarbageCollector
+from .job import JobController
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
 from .queue import FIELD_MANAGER
 from .resourcequota import ResourceQuotaController
 from .serviceaccounts import ServiceAccountsController
+from .ttlafterfinished import TTLAfterFinishedController
 
 log = logging.getLogger("orch-apiserver.controllers")
 
@@ -167,6 +170,18 @@ class Controllers:
         )
         nodelifecycle.start()
         tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        # Jobs run their pods to completion; cron jobs create jobs on their schedule; finished
+        # jobs with ttlSecondsAfterFinished are deleted when it expires.
+        jobs = JobController(self.client("job-controller"), informers)
+        cronjobs = CronJobController(self.client("cronjob-controller"), informers)
+        ttl = TTLAfterFinishedController(self.client("ttl-after-finished-controller"), informers)
+        for batch_controller in (jobs, cronjobs, ttl):
+            batch_controller.start()
+        tasks += [
+            asyncio.create_task(jobs.run(), name="job-controller"),
+            asyncio.create_task(cronjobs.run(), name="cronjob-controller"),
+            asyncio.create_task(ttl.run(), name="ttl-after-finished-controller"),
+        ]
         # Disruption budgets' status, which pods/eviction charges.
         disruption = DisruptionController(self.client("disruption-controller"), informers)
         disruption.start()

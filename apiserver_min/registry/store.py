@@ -643,7 +643,7 @@ class Store:
             new = copy.deepcopy(obj)
             nmd = new["metadata"]
             grace = self._grace_period(kind, obj, opts)
-            policy = opts.propagation_policy
+            policy = opts.propagation_policy or self.strategy(kind).default_propagation
             fins = list(nmd.get("finalizers") or [])
             if policy == "Orphan" and names.FINALIZER_ORPHAN not in fins:
                 fins.append(names.FINALIZER_ORPHAN)

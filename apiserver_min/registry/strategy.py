@@ -52,6 +52,8 @@ class Strategy:
     keep_status_on_create = False
     # The enumerated fields this kind's validation enforces (api/enumvalidation.py).
     enum_rules: enumvalidation.Rules = enumvalidation.RULES
+    # What a delete naming no propagation policy does with dependents (None: Background).
+    default_propagation: str | None = None
 
     def __init__(self, kind: KindInfo):
         self.kind = kind

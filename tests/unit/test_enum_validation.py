@@ -152,6 +152,8 @@ async def test_core_v1_events_keep_any_type_as_upstream_legacy_validation_does(s
 # --- more kinds -----------------------------------------------------------------------------------
 
 TEMPLATE = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+# A job's pods may not restart Always (the Job strategy refuses the default).
+JOB_TEMPLATE = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}
 
 
 def with_template(spec: dict, template: dict | None = None) -> dict:
@@ -346,7 +348,7 @@ CASES = [
             "spec": {
                 "schedule": "* * * * *",
                 "concurrencyPolicy": "Sometimes",
-                "jobTemplate": {"spec": {"template": copy.deepcopy(TEMPLATE)}},
+                "jobTemplate": {"spec": {"template": copy.deepcopy(JOB_TEMPLATE)}},
             }
         },
         [
@@ -361,7 +363,7 @@ CASES = [
     pytest.param(
         "batch",
         "jobs",
-        {"spec": {"completionMode": "Partial", "template": copy.deepcopy(TEMPLATE)}},
+        {"spec": {"completionMode": "Partial", "template": copy.deepcopy(JOB_TEMPLATE)}},
         [
             (
                 NOT_SUPPORTED,
