@@ -347,3 +347,11 @@ APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
 
 # Workload controllers: a pod's cost of deletion when its controller scales down (lower goes first).
 ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
+
+# DaemonSets and StatefulSets: the label naming a pod's (and a ControllerRevision's) revision
+# hash, the DaemonSet's template generation (label on its pods, annotation on the set), and
+# the label naming a StatefulSet pod (upstream statefulset.kubernetes.io/pod-name).
+LABEL_CONTROLLER_REVISION_HASH = "controller-revision-hash"
+LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"
+ANNOTATION_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+LABEL_STATEFULSET_POD_NAME = f"statefulset.{DOMAIN}/pod-name"

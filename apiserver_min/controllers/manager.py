@@ -33,12 +33,14 @@ from .bootstrap import BootstrapControllers
 from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
+from .daemonset import DaemonSetController
 from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
 from .queue import FIELD_MANAGER
 from .serviceaccounts import ServiceAccountsController
+from .statefulset import StatefulSetController
 
 log = logging.getLogger("orch-apiserver.controllers")
 
@@ -155,6 +157,15 @@ class Controllers:
         )
         nodelifecycle.start()
         tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        # The workload controllers of apps/v1 with ControllerRevisions: DaemonSets and StatefulSets.
+        daemonsets = DaemonSetController(self.client("daemon-set-controller"), informers)
+        statefulsets = StatefulSetController(self.client("statefulset-controller"), informers)
+        for w in (daemonsets, statefulsets):
+            w.start()
+        tasks += [
+            asyncio.create_task(daemonsets.run(), name="daemon-set-controller"),
+            asyncio.create_task(statefulsets.run(), name="statefulset-controller"),
+        ]
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

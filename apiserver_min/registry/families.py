@@ -12,6 +12,8 @@ from typing import Any
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
 from .admissionregistration import WebhookConfigurationStrategy
+from .apps_daemonset import DaemonSetStrategy
+from .apps_statefulset import StatefulSetStrategy
 from .certificates import CsrStrategy
 from .core import (
     NamespaceFinalizeREST,
@@ -36,6 +38,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
+    (names.APPS_GROUP, "daemonsets"): DaemonSetStrategy,
+    (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }

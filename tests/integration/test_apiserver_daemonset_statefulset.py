@@ -1,0 +1,333 @@
+"""The DaemonSet and StatefulSet controllers in a real orch-apiserver: Nodes are
+created as admin (with labels and taints), no agent runs, and a pod's readiness is
+written through pods/status as admin."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+import uuid
+
+import pytest
+
+from apiserver_min.api import names
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess
+from tests.components import free_port
+from tests.helpers import wait_for
+
+MERGE = {"Content-Type": names.MEDIA_MERGE_PATCH}
+APPS = "/apis/apps/v1"
+TIMEOUT = 20
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not APISERVER_BIN.exists():
+        pytest.skip(f"{APISERVER_BIN} missing")
+    # No agent renews these nodes: keep the node lifecycle controller from marking them
+    # unreachable during the tests.
+    s = ApiServerProcess(
+        tmp_path_factory.mktemp("workloads"),
+        free_port(),
+        extra_args=["--node-monitor-grace-period=600s", "--node-startup-grace-period=600s"],
+    )
+    with s:
+        yield s
+
+
+@pytest.fixture
+def ns(server):
+    name = f"wl-{uuid.uuid4().hex[:6]}"
+    server.json("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=201)
+    return name
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_node(server, name, labels, taints=None):
+    ts = now()
+    server.json(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints or []},
+            "status": {
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "NodeReady",
+                        "message": "ready",
+                        "lastHeartbeatTime": ts,
+                        "lastTransitionTime": ts,
+                    }
+                ],
+            },
+        },
+        expect=201,
+    )
+
+
+def pods_of(server, ns, selector):
+    _, doc = server.json("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}", expect=200)
+    return doc["items"]
+
+
+def set_ready(server, ns, name, ready=True):
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": now()}],
+    }
+    server.json("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": status}, MERGE, expect=200)
+
+
+def finish_terminating(server, ns, pods):
+    """What the node agent does for a deleted pod: it stops it and removes it for good."""
+    for p in pods:
+        if p["metadata"].get("deletionTimestamp"):
+            server.json(
+                "DELETE",
+                f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}",
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": p["metadata"]["uid"]}},
+                expect=(200, 404, 409),
+            )
+
+
+def node_of(pod) -> str:
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    return terms[0]["matchFields"][0]["values"][0]
+
+
+def container(image="busybox:1"):
+    return [{"name": "c", "image": image}]
+
+
+# --- DaemonSet ------------------------------------------------------------------------------
+
+
+def test_daemonset_one_pod_per_eligible_node_and_rolling_update(server, ns):
+    zone = uuid.uuid4().hex[:6]
+    sel = {"ds-zone": zone}
+    make_node(server, f"{zone}-a", {**sel, "disk": "ssd"})
+    make_node(server, f"{zone}-b", {**sel, "disk": "ssd"})
+    make_node(server, f"{zone}-c", {**sel, "disk": "hdd"})  # not selected
+    make_node(server, f"{zone}-d", {**sel, "disk": "ssd"}, [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}])
+    ds = {
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"nodeSelector": {**sel, "disk": "ssd"}, "containers": container()},
+            },
+        },
+    }
+    _, created = server.json("POST", f"{APPS}/namespaces/{ns}/daemonsets", ds, expect=201)
+    assert created["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
+    assert created["metadata"]["annotations"][names.ANNOTATION_DS_TEMPLATE_GENERATION] == "1"
+
+    pods = wait_for(lambda: (p := pods_of(server, ns, "app=agent")) and len(p) == 2 and p, TIMEOUT, "two daemon pods")
+    assert sorted(node_of(p) for p in pods) == [f"{zone}-a", f"{zone}-b"]
+    p0 = pods[0]
+    keys = {(t["key"], t["effect"]) for t in p0["spec"]["tolerations"]}
+    assert (names.TAINT_NOT_READY, "NoExecute") in keys and (names.TAINT_UNSCHEDULABLE, "NoSchedule") in keys
+    assert all("tolerationSeconds" not in t for t in p0["spec"]["tolerations"])
+    assert p0["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet"
+    hash1 = p0["metadata"]["labels"][names.LABEL_CONTROLLER_REVISION_HASH]
+    assert p0["metadata"]["labels"][names.LABEL_POD_TEMPLATE_GENERATION] == "1"
+    _, revs = server.json("GET", f"{APPS}/namespaces/{ns}/controllerrevisions", expect=200)
+    assert [r["metadata"]["name"] for r in revs["items"]] == [f"agent-{hash1}"]
+    assert revs["items"][0]["revision"] == 1
+
+    # A new eligible node gets its pod.
+    make_node(server, f"{zone}-e", {**sel, "disk": "ssd"})
+    pods = wait_for(lambda: (p := pods_of(server, ns, "app=agent")) and len(p) == 3 and p, TIMEOUT, "three pods")
+    for p in pods:
+        set_ready(server, ns, p["metadata"]["name"])
+
+    def status():
+        _, d = server.json("GET", f"{APPS}/namespaces/{ns}/daemonsets/agent", expect=200)
+        return d["status"]
+
+    st = wait_for(lambda: (s := status()).get("numberReady") == 3 and s, TIMEOUT, "ready status")
+    assert st["desiredNumberScheduled"] == 3 and st["currentNumberScheduled"] == 3
+    assert st["updatedNumberScheduled"] == 3 and st["numberMisscheduled"] == 0
+    assert st["numberAvailable"] == 3 and "numberUnavailable" not in st
+    assert st["observedGeneration"] == 1
+
+    # A template change rolls through one node at a time (maxUnavailable 1).
+    patch = {"spec": {"template": {"spec": {"containers": container("busybox:2")}}}}
+    server.json("PATCH", f"{APPS}/namespaces/{ns}/daemonsets/agent", patch, MERGE, expect=200)
+    seen_unavailable = set()
+    deadline_pods: list = []
+
+    def progressed():
+        pods = pods_of(server, ns, "app=agent")
+        old = [p for p in pods if p["spec"]["containers"][0]["image"] == "busybox:1"]
+        new = [p for p in pods if p["spec"]["containers"][0]["image"] == "busybox:2"]
+        live_old = [p for p in old if not p["metadata"].get("deletionTimestamp")]
+        seen_unavailable.add(3 - len(live_old) - sum(1 for p in new if p["status"].get("phase") == "Running"))
+        for p in new:
+            if p["status"].get("phase") != "Running":
+                set_ready(server, ns, p["metadata"]["name"])
+        deadline_pods[:] = new
+        finish_terminating(server, ns, old)
+        return len(new) == 3 and not old
+
+    wait_for(progressed, 40, "the rolling update", interval=0.2)
+    assert max(seen_unavailable) <= 1
+    st = wait_for(
+        lambda: (s := status()).get("updatedNumberScheduled") == 3 and s.get("numberReady") == 3 and s, TIMEOUT
+    )
+    hash2 = deadline_pods[0]["metadata"]["labels"][names.LABEL_CONTROLLER_REVISION_HASH]
+    assert hash2 != hash1
+    assert deadline_pods[0]["metadata"]["labels"][names.LABEL_POD_TEMPLATE_GENERATION] == "2"
+    _, revs = server.json("GET", f"{APPS}/namespaces/{ns}/controllerrevisions", expect=200)
+    assert sorted((r["revision"], r["metadata"]["name"]) for r in revs["items"]) == [
+        (1, f"agent-{hash1}"),
+        (2, f"agent-{hash2}"),
+    ]
+
+
+def test_daemonset_validation(server, ns):
+    bad = {
+        "metadata": {"name": "bad"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {"labels": {"app": "y"}}, "spec": {"containers": container()}},
+        },
+    }
+    code, doc = server.json("POST", f"{APPS}/namespaces/{ns}/daemonsets", bad)
+    assert code == 422, doc
+    assert doc["details"]["causes"][0]["field"] == "spec.template.metadata.labels"
+    assert "`selector` does not match template `labels`" in doc["message"]
+
+
+# --- StatefulSet ---------------------------------------------------------------------------
+
+
+def sts_body(replicas=3, **spec):
+    return {
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": "web",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": container()}},
+            **spec,
+        },
+    }
+
+
+def names_of(server, ns, live_only=True):
+    return sorted(
+        p["metadata"]["name"]
+        for p in pods_of(server, ns, "app=web")
+        if not (live_only and p["metadata"].get("deletionTimestamp"))
+    )
+
+
+def test_statefulset_ordered_create_scale_down_and_partitioned_update(server, ns):
+    claims = [
+        {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+    ]
+    _, created = server.json(
+        "POST", f"{APPS}/namespaces/{ns}/statefulsets", sts_body(volumeClaimTemplates=claims), expect=201
+    )
+    assert created["spec"]["podManagementPolicy"] == "OrderedReady"
+    assert created["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+
+    wait_for(lambda: names_of(server, ns) == ["web-0"], TIMEOUT, "web-0")
+    _, pod = server.json("GET", f"/api/v1/namespaces/{ns}/pods/web-0", expect=200)
+    assert pod["spec"]["hostname"] == "web-0" and pod["spec"]["subdomain"] == "web"
+    assert pod["metadata"]["labels"][names.LABEL_STATEFULSET_POD_NAME] == "web-0"
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}} in pod["spec"]["volumes"]
+    _, pvc = server.json("GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data-web-0", expect=200)
+    assert pvc["metadata"]["labels"] == {"app": "web"}
+    # web-1 waits for web-0 to be Running and Ready.
+    time.sleep(1.0)
+    assert names_of(server, ns) == ["web-0"]
+    set_ready(server, ns, "web-0")
+    wait_for(lambda: names_of(server, ns) == ["web-0", "web-1"], TIMEOUT, "web-1")
+    set_ready(server, ns, "web-1")
+    wait_for(lambda: names_of(server, ns) == ["web-0", "web-1", "web-2"], TIMEOUT, "web-2")
+    set_ready(server, ns, "web-2")
+
+    def status():
+        _, d = server.json("GET", f"{APPS}/namespaces/{ns}/statefulsets/web", expect=200)
+        return d["status"]
+
+    st = wait_for(lambda: (s := status()).get("readyReplicas") == 3 and s, TIMEOUT, "3 ready")
+    rev1 = st["currentRevision"]
+    assert st["updateRevision"] == rev1 and st["currentReplicas"] == 3 and st["updatedReplicas"] == 3
+    assert st["availableReplicas"] == 3 and st["replicas"] == 3 and st["collisionCount"] == 0
+
+    # Scale down to 2: web-2 goes, its claim stays (whenScaled: Retain).
+    server.json("PATCH", f"{APPS}/namespaces/{ns}/statefulsets/web", {"spec": {"replicas": 2}}, MERGE, expect=200)
+
+    def scaled_down():
+        finish_terminating(server, ns, pods_of(server, ns, "app=web"))
+        return names_of(server, ns, live_only=False) == ["web-0", "web-1"]
+
+    wait_for(scaled_down, TIMEOUT, "web-2 deleted")
+    server.json("GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/data-web-2", expect=200)
+    server.json("PATCH", f"{APPS}/namespaces/{ns}/statefulsets/web", {"spec": {"replicas": 3}}, MERGE, expect=200)
+    wait_for(lambda: names_of(server, ns) == ["web-0", "web-1", "web-2"], TIMEOUT, "web-2 again")
+    set_ready(server, ns, "web-2")
+
+    # Rolling update with partition 1: web-2 then web-1 are replaced, web-0 is kept.
+    patch = {
+        "spec": {
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}},
+            "template": {"spec": {"containers": container("busybox:2")}},
+        }
+    }
+    server.json("PATCH", f"{APPS}/namespaces/{ns}/statefulsets/web", patch, MERGE, expect=200)
+    order = []
+
+    def image(name):
+        code, p = server.json("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        if code != 200 or p["metadata"].get("deletionTimestamp"):
+            return None, None
+        return p["spec"]["containers"][0]["image"], p
+
+    def rolled():
+        finish_terminating(server, ns, pods_of(server, ns, "app=web"))
+        for name in ("web-2", "web-1"):
+            img, p = image(name)
+            if img == "busybox:2" and p["status"].get("phase") != "Running":
+                order.append(name)
+                set_ready(server, ns, name)
+        return image("web-2")[0] == "busybox:2" and image("web-1")[0] == "busybox:2"
+
+    wait_for(rolled, 40, "web-2 and web-1 updated", interval=0.2)
+    assert order == ["web-2", "web-1"]
+    assert image("web-0")[0] == "busybox:1"
+    st = wait_for(lambda: (s := status()).get("updatedReplicas") == 2 and s.get("readyReplicas") == 3 and s, TIMEOUT)
+    assert st["currentRevision"] == rev1 and st["updateRevision"] != rev1 and st["currentReplicas"] == 1
+
+
+def test_statefulset_refuses_alpha_fields_and_immutable_spec(server, ns):
+    body = sts_body(updateStrategy={"type": "RollingUpdate", "rollingUpdate": {"partition": 0, "maxUnavailable": 2}})
+    code, doc = server.json("POST", f"{APPS}/namespaces/{ns}/statefulsets", body)
+    assert code == 422, doc
+    assert doc["details"]["causes"][0]["field"] == "spec.updateStrategy.rollingUpdate.maxUnavailable"
+    server.json("POST", f"{APPS}/namespaces/{ns}/statefulsets", sts_body(replicas=0), expect=201)
+    code, doc = server.json(
+        "PATCH", f"{APPS}/namespaces/{ns}/statefulsets/web", {"spec": {"serviceName": "other"}}, MERGE
+    )
+    assert code == 422, doc
+    assert "updates to statefulset spec for fields other than 'replicas'" in doc["message"]
