@@ -5,13 +5,16 @@ written through pods/status as admin."""
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
+import threading
 import time
 import uuid
 
 import pytest
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess
+from tests.apiserver_fixtures import APISERVER_BIN, KUBECTL, ApiServerProcess, Kubectl
 from tests.components import free_port
 from tests.helpers import wait_for
 
@@ -331,3 +334,65 @@ def test_statefulset_refuses_alpha_fields_and_immutable_spec(server, ns):
     )
     assert code == 422, doc
     assert "updates to statefulset spec for fields other than 'replicas'" in doc["message"]
+
+
+class ReadyPods:
+    """Stands in for node agents: every pod of the namespace turns Running and Ready, and
+    deleted pods are removed for good."""
+
+    def __init__(self, server, ns):
+        self.server, self.ns = server, ns
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.2):
+            try:
+                pods = pods_of(self.server, self.ns, "")
+                finish_terminating(self.server, self.ns, pods)
+                for p in pods:
+                    if not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") != "Running":
+                        set_ready(self.server, self.ns, p["metadata"]["name"])
+            except Exception:  # noqa: BLE001 - the next round tries again
+                pass
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+
+def test_kubectl_rollout_status(server, ns, tmp_path):
+    if not os.path.exists(KUBECTL):
+        pytest.skip(f"{KUBECTL} not installed")
+    kubectl = Kubectl(server, tmp_path)
+    zone = uuid.uuid4().hex[:6]
+    make_node(server, f"{zone}-a", {"rollout-zone": zone})
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"nodeSelector": {"rollout-zone": zone}, "containers": container()},
+            },
+        },
+    }
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", **sts_body(replicas=2)}
+    sts["metadata"]["namespace"] = ns
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [ds, sts]}), check=True)
+    with ReadyPods(server, ns):
+        out = kubectl("rollout", "status", "daemonset/agent", "-n", ns, "--timeout=30s", timeout=40, check=True)
+        assert 'daemon set "agent" successfully rolled out' in out.stdout
+        out = kubectl("rollout", "status", "statefulset/web", "-n", ns, "--timeout=30s", timeout=40, check=True)
+        assert "partitioned roll out complete: 2 new pods have been updated..." in out.stdout
+        kubectl("set", "image", "statefulset/web", "c=busybox:2", "-n", ns, check=True)
+        out = kubectl("rollout", "status", "statefulset/web", "-n", ns, "--timeout=30s", timeout=40, check=True)
+        assert "partitioned roll out complete: 2 new pods have been updated..." in out.stdout
+    out = kubectl("rollout", "history", "statefulset/web", "-n", ns, check=True)
+    assert out.stdout.split()[-2:] == ["2", "<none>"], out.stdout
