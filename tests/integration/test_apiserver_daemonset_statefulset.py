@@ -396,3 +396,74 @@ def test_kubectl_rollout_status(server, ns, tmp_path):
         assert "partitioned roll out complete: 2 new pods have been updated..." in out.stdout
     out = kubectl("rollout", "history", "statefulset/web", "-n", ns, check=True)
     assert out.stdout.split()[-2:] == ["2", "<none>"], out.stdout
+
+
+def test_statefulset_parallel_with_claims_deleted_on_scale_down(server, ns):
+    claims = [
+        {
+            "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+    ]
+    body = sts_body(
+        podManagementPolicy="Parallel",
+        volumeClaimTemplates=claims,
+        persistentVolumeClaimRetentionPolicy={"whenDeleted": "Retain", "whenScaled": "Delete"},
+    )
+    make_node(server, f"claims-{uuid.uuid4().hex[:6]}", {})
+    server.json("POST", f"{APPS}/namespaces/{ns}/statefulsets", body, expect=201)
+    # Parallel: all three at once, none waiting for another.
+    wait_for(lambda: names_of(server, ns) == ["web-0", "web-1", "web-2"], TIMEOUT, "three pods at once")
+    # Their claims are not bound to any volume: the scheduler keeps the pods waiting.
+    _, pod = wait_for(
+        lambda: (r := server.json("GET", f"/api/v1/namespaces/{ns}/pods/web-0"))[1]["status"].get("conditions") and r,
+        TIMEOUT,
+        "PodScheduled False",
+    )
+    cond = pod["status"]["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("PodScheduled", "False", "Unschedulable")
+    assert "pod has unbound immediate PersistentVolumeClaims" in cond["message"]
+    server.json("PATCH", f"{APPS}/namespaces/{ns}/statefulsets/web", {"spec": {"replicas": 1}}, MERGE, expect=200)
+
+    def claims_left():
+        finish_terminating(server, ns, pods_of(server, ns, "app=web"))
+        _, doc = server.json("GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", expect=200)
+        return sorted(c["metadata"]["name"] for c in doc["items"] if not c["metadata"].get("deletionTimestamp"))
+
+    wait_for(lambda: claims_left() == ["data-web-0"], TIMEOUT, "the scaled-down pods' claims deleted")
+    assert names_of(server, ns) == ["web-0"]
+
+
+def test_daemonset_replaces_a_failed_pod(server, ns):
+    zone = uuid.uuid4().hex[:6]
+    make_node(server, f"{zone}-a", {"fail-zone": zone})
+    ds = {
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "updateStrategy": {"type": "OnDelete"},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"nodeSelector": {"fail-zone": zone}, "containers": container()},
+            },
+        },
+    }
+    server.json("POST", f"{APPS}/namespaces/{ns}/daemonsets", ds, expect=201)
+    (pod,) = wait_for(lambda: pods_of(server, ns, "app=agent"), TIMEOUT, "the daemon pod")
+    server.json(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/status",
+        {"status": {"phase": "Failed"}},
+        MERGE,
+        expect=200,
+    )
+
+    def replaced():
+        pods = pods_of(server, ns, "app=agent")
+        finish_terminating(server, ns, pods)
+        return [p for p in pods if p["metadata"]["uid"] != pod["metadata"]["uid"]]
+
+    wait_for(replaced, TIMEOUT, "a new daemon pod")
+    _, events = server.json("GET", f"/api/v1/namespaces/{ns}/events", expect=200)
+    reasons = {e["reason"] for e in events["items"] if e["involvedObject"]["kind"] == "DaemonSet"}
+    assert {"SuccessfulCreate", "FailedDaemonPod", "SuccessfulDelete"} <= reasons
