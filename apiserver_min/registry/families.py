@@ -12,6 +12,7 @@ from typing import Any
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
 from .admissionregistration import WebhookConfigurationStrategy
+from .apps_controllerrevision import ControllerRevisionStrategy
 from .apps_daemonset import DaemonSetStrategy
 from .apps_statefulset import StatefulSetStrategy
 from .certificates import CsrStrategy
@@ -40,6 +41,7 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
     (names.APPS_GROUP, "daemonsets"): DaemonSetStrategy,
     (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
+    (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }

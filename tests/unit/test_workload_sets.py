@@ -9,11 +9,13 @@ import datetime as _dt
 import pytest
 
 from apiserver_min.api import names
+from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.controllers import daemonset as dsc
 from apiserver_min.controllers import history
 from apiserver_min.controllers import statefulset as ssc
 from apiserver_min.registry.apps_daemonset import validate_daemon_set_spec
 from apiserver_min.registry.apps_statefulset import validate_stateful_set_spec
+from apiserver_min.registry.families import strategy_for
 from apiserver_min.scheduler.scheduler import UNBOUND_CLAIMS, claims_problem, prefilter_message
 
 TEMPLATE = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
@@ -376,3 +378,15 @@ def test_pods_wait_for_their_claims():
         "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
         "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.."
     )
+
+
+def test_controller_revision_validation():
+    strategy = strategy_for(REGISTRY.by_resource("apps", "v1", "controllerrevisions"))
+    rev = {"metadata": {"name": "r-1", "namespace": "n"}, "revision": -1}
+    assert fields(strategy.validate(rev)) == [
+        ("data", "data is mandatory"),
+        ("revision", "must be greater than or equal to 0"),
+    ]
+    old = {**rev, "revision": 1, "data": {"a": 1}}
+    new = {**old, "data": {"a": 2}}
+    assert fields(strategy.validate_update(new, old)) == [("data", "field is immutable")]
