@@ -394,8 +394,18 @@ def test_kubectl_rollout_status(server, ns, tmp_path):
         kubectl("set", "image", "statefulset/web", "c=busybox:2", "-n", ns, check=True)
         out = kubectl("rollout", "status", "statefulset/web", "-n", ns, "--timeout=30s", timeout=40, check=True)
         assert "partitioned roll out complete: 2 new pods have been updated..." in out.stdout
+        out = kubectl("rollout", "history", "statefulset/web", "-n", ns, check=True)
+        assert out.stdout.split()[-4:] == ["1", "<none>", "2", "<none>"], out.stdout
+        # Back to the first template: its revision becomes the newest (3), with the pods.
+        kubectl("rollout", "undo", "statefulset/web", "-n", ns, check=True)
+        kubectl("rollout", "status", "statefulset/web", "-n", ns, "--timeout=30s", timeout=40, check=True)
+        wait_for(
+            lambda: {p["spec"]["containers"][0]["image"] for p in pods_of(server, ns, "app=web")} == {"busybox:1"},
+            TIMEOUT,
+            "the pods back at busybox:1",
+        )
     out = kubectl("rollout", "history", "statefulset/web", "-n", ns, check=True)
-    assert out.stdout.split()[-2:] == ["2", "<none>"], out.stdout
+    assert out.stdout.split()[-4:] == ["2", "<none>", "3", "<none>"], out.stdout
 
 
 def test_statefulset_parallel_with_claims_deleted_on_scale_down(server, ns):
