@@ -226,12 +226,12 @@ def _created(pod: Mapping) -> float:
 
 
 def oldest_first(pods: list[dict]) -> list[dict]:
-    """By creation time, running pods before others of the same age, then by name."""
+    """Scheduled pods before unscheduled ones, then by creation time, then by name."""
     return sorted(
         pods,
         key=lambda p: (
+            0 if dict_at(p, "spec").get("nodeName") else 1,
             _created(p),
-            0 if dict_at(p, "status").get("phase") == "Running" else 1,
             str(dict_at(p, "metadata").get("name", "")),
         ),
     )

@@ -87,54 +87,73 @@ def validate_daemon_set_spec(spec: Any) -> list[v.FieldError]:
     return errs
 
 
-def _int_or_percent(value: Any) -> int | None:
-    """The number in an int-or-percent value (None when malformed)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        text = value[:-1] if value.endswith("%") else value
-        try:
-            return int(text)
-        except ValueError:
-            return None
+PERCENT_MESSAGE = v.regex_error(
+    "a valid percent string must be a numeric string followed by an ending '%'", "[0-9]+%", "1%", "93%"
+)
+
+
+def _percent(value: Any) -> int | None:
+    """The number of a valid percent string, else None."""
+    if isinstance(value, str) and len(value) > 1 and value.endswith("%") and value[:-1].isdigit():
+        return int(value[:-1])
     return None
 
 
+def _int_or_percent_value(value: Any) -> int:
+    """As upstream reads an int-or-percent to see whether it is zero: a percent's number,
+    an int, a string's integer (0 when it is none)."""
+    pct = _percent(value)
+    if pct is not None:
+        return pct
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return 0
+    return 0
+
+
 def _positive_int_or_percent(value: Any, path: str) -> list[v.FieldError]:
-    if isinstance(value, str) and not value.endswith("%"):
-        return [
-            v.FieldError.invalid(
-                path, value, "a valid percent string must be a numeric string followed by an ending '%'"
-            )
-        ]
-    n = _int_or_percent(value)
-    if n is None:
-        return [v.FieldError.invalid(path, value, "must be an integer or percentage (e.g '5%')")]
-    if n < 0:
-        return [v.FieldError.invalid(path, value, NONNEGATIVE)]
-    return []
+    shown = v.GoValue(str(value))
+    if isinstance(value, str):
+        return [] if _percent(value) is not None else [v.FieldError.invalid(path, shown, PERCENT_MESSAGE)]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [v.FieldError.invalid(path, value, NONNEGATIVE)] if value < 0 else []
+    return [v.FieldError.invalid(path, shown, "must be an integer or percentage (e.g '5%')")]
 
 
 def validate_update_strategy(strategy: dict) -> list[v.FieldError]:
-    """RollingUpdate: maxUnavailable and maxSurge non-negative, at most 100%, not both zero."""
+    """RollingUpdate needs ``rollingUpdate`` with exactly one of maxUnavailable and maxSurge
+    non-zero, each a non-negative number or a percentage of at most 100%."""
     path = "spec.updateStrategy"
-    errs: list[v.FieldError] = []
     if strategy.get("type") != "RollingUpdate":
-        return errs
+        return []
     rolling = strategy.get("rollingUpdate")
     if not isinstance(rolling, dict):
         return [v.FieldError.required(f"{path}.rollingUpdate")]
     rpath = f"{path}.rollingUpdate"
-    unavailable, surge = rolling.get("maxUnavailable", 0), rolling.get("maxSurge", 0)
-    errs += _positive_int_or_percent(unavailable, f"{rpath}.maxUnavailable")
-    errs += _positive_int_or_percent(surge, f"{rpath}.maxSurge")
-    for value, field in ((unavailable, "maxUnavailable"), (surge, "maxSurge")):
-        if isinstance(value, str) and value.endswith("%") and (_int_or_percent(value) or 0) > 100:
-            errs.append(v.FieldError.invalid(f"{rpath}.{field}", value, "must not be greater than 100%"))
-    if not errs and _int_or_percent(unavailable) == 0 and _int_or_percent(surge) == 0:
-        errs.append(v.FieldError.invalid(f"{rpath}.maxUnavailable", unavailable, "may not be 0 when `maxSurge` is 0"))
+    errs: list[v.FieldError] = []
+    present = {}
+    for field in ("maxUnavailable", "maxSurge"):
+        value = rolling.get(field)
+        present[field] = value is not None and _int_or_percent_value(value) != 0
+        if present[field]:
+            errs += _positive_int_or_percent(value, f"{rpath}.{field}")
+            pct = _percent(value)
+            if pct is not None and pct > 100:
+                errs.append(v.FieldError.invalid(f"{rpath}.{field}", v.GoValue(value), "must not be greater than 100%"))
+    if present["maxUnavailable"] and present["maxSurge"]:
+        errs.append(
+            v.FieldError.invalid(
+                f"{rpath}.maxSurge",
+                v.GoValue(str(rolling.get("maxSurge"))),
+                "may not be set when maxUnavailable is non-zero",
+            )
+        )
+    elif not present["maxUnavailable"] and not present["maxSurge"]:
+        errs.append(v.FieldError.required(f"{rpath}.maxUnavailable", "cannot be 0 when maxSurge is 0"))
     return errs
 
 

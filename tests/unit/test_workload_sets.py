@@ -340,7 +340,21 @@ def test_daemonset_validation():
     spec["selector"] = {"matchLabels": {"app": "d"}}
     spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}}
     assert fields(validate_daemon_set_spec(spec)) == [
-        ("spec.updateStrategy.rollingUpdate.maxUnavailable", "may not be 0 when `maxSurge` is 0")
+        ("spec.updateStrategy.rollingUpdate.maxUnavailable", "cannot be 0 when maxSurge is 0")
+    ]
+    spec["updateStrategy"]["rollingUpdate"] = {"maxUnavailable": 1, "maxSurge": "10%"}
+    assert fields(validate_daemon_set_spec(spec)) == [
+        ("spec.updateStrategy.rollingUpdate.maxSurge", "may not be set when maxUnavailable is non-zero")
+    ]
+    spec["updateStrategy"]["rollingUpdate"] = {"maxUnavailable": "150%", "maxSurge": 0}
+    assert fields(validate_daemon_set_spec(spec)) == [
+        ("spec.updateStrategy.rollingUpdate.maxUnavailable", "must not be greater than 100%")
+    ]
+    # A string that is a number but no percentage ("5"); one that is neither reads as 0.
+    spec["updateStrategy"]["rollingUpdate"] = {"maxUnavailable": "5", "maxSurge": 0}
+    assert [e.message() for e in validate_daemon_set_spec(spec)] == [
+        "spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: 5: a valid percent string must be a "
+        "numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')"
     ]
 
 
