@@ -314,7 +314,8 @@ def test_statefulset_ordered_create_scale_down_and_partitioned_update(server, ns
             if img == "busybox:2" and p["status"].get("phase") != "Running":
                 order.append(name)
                 set_ready(server, ns, name)
-        return image("web-2")[0] == "busybox:2" and image("web-1")[0] == "busybox:2"
+        done = [image(name) for name in ("web-2", "web-1")]
+        return all(img == "busybox:2" and p["status"].get("phase") == "Running" for img, p in done)
 
     wait_for(rolled, 40, "web-2 and web-1 updated", interval=0.2)
     assert order == ["web-2", "web-1"]
