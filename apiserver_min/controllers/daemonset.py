@@ -46,11 +46,11 @@ from ..client.interface import Client, DeleteOptions
 from ..scheduler.scheduler import node_matches_pod
 from ..storage.cacher import CacheEvent
 from . import history
+from .ownerindex import SelectorCache, owner_keys
 from .podcontrol import (
     FAILED,
     Expectations,
     claim,
-    controller_of,
     is_available,
     is_ready,
     pod_from_template,
@@ -321,6 +321,8 @@ class DaemonSetController:
         self.queue = RateLimitedQueue()
         self.expectations = Expectations()
         self.events = EventRecorder(client, informers.registry, COMPONENT)
+        self.selectors = SelectorCache(self.sets)
+        self._node_sig: dict[str, tuple[str, str]] = {}  # what placement reads of each node
         # (set key, node) -> (current delay, monotonic time of the last failure handled)
         self.backoff: dict[tuple[str, str], tuple[float, float]] = {}
 
@@ -344,55 +346,43 @@ class DaemonSetController:
             self.expectations.forget(key)
         self.queue.add(key)
 
-    def _owner_key(self, obj: Mapping, namespace: str) -> str | None:
-        ref = controller_of(obj)
-        if ref is None or ref.get("kind") != "DaemonSet" or not str(ref.get("apiVersion", "")).startswith("apps/"):
-            return None
-        return f"{namespace}/{ref.get('name')}"
-
     def on_pod(self, ev: CacheEvent | None) -> None:
         if ev is None:
             return
-        pod = ev.entry.object()
-        key = self._owner_key(pod, ev.entry.namespace)
-        if key is None:
-            if ev.type != "DELETED":
-                self._enqueue_matching(ev.entry.namespace, ev.entry.labels)
+        e = ev.entry
+        keys = owner_keys(e, "DaemonSet")
+        if not keys:
+            if not e.owners and ev.type != "DELETED":  # an orphan some set may adopt
+                for key in self.selectors.matching(e.namespace, e.labels):
+                    self.queue.add(key)
             return
-        if ev.type == "ADDED":
-            self.expectations.creation_observed(key)
-        elif ev.type == "DELETED":
-            self.expectations.deletion_observed(key, pod_key(pod))
-        self.queue.add(key)
-
-    def _enqueue_matching(self, namespace: str, labels: Mapping[str, str]) -> None:
-        for e in self.sets.list(namespace):
-            try:
-                sel = label_selector_from_dict(dict_at(e.object(), "spec").get("selector"))
-            except SelectorError:
-                continue
-            if sel.matches(labels):
-                self.queue.add(f"{e.namespace}/{e.name}")
+        for key in keys:
+            if ev.type == "ADDED":
+                self.expectations.creation_observed(key)
+            elif ev.type == "DELETED":
+                self.expectations.deletion_observed(key, f"{e.namespace}/{e.name}")
+            self.queue.add(key)
 
     def on_node(self, ev: CacheEvent | None) -> None:
+        """Nodes added or removed, or their labels or taints changed (not heartbeats):
+        every set looks again."""
         if ev is None:
             return
-        if ev.type == "MODIFIED" and ev.prev is not None:
-            old, new = ev.prev.object(), ev.entry.object()
-            if (
-                dict_at(old, "metadata").get("labels") == dict_at(new, "metadata").get("labels")
-                and taints_of(old) == taints_of(new)
-                and dict_at(old, "spec").get("unschedulable") == dict_at(new, "spec").get("unschedulable")
-            ):
+        name = ev.entry.name
+        if ev.type == "DELETED":
+            self._node_sig.pop(name, None)
+        else:
+            node = ev.entry.object()
+            sig = (repr(sorted(ev.entry.labels.items())), repr(taints_of(node)))
+            if self._node_sig.get(name) == sig:
                 return
+            self._node_sig[name] = sig
         self._enqueue_all()
 
     def on_revision(self, ev: CacheEvent | None) -> None:
-        if ev is None:
-            return
-        key = self._owner_key(ev.entry.object(), ev.entry.namespace)
-        if key is not None:
-            self.queue.add(key)
+        if ev is not None:
+            for key in owner_keys(ev.entry, "DaemonSet"):
+                self.queue.add(key)
 
     async def run(self) -> None:
         await run_worker(self.queue, self.sync, log, "daemonset")

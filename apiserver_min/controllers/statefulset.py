@@ -47,7 +47,8 @@ from ..client.informer import InformerFactory
 from ..client.interface import Client, DeleteOptions
 from ..storage.cacher import CacheEvent
 from . import history
-from .podcontrol import FAILED, RUNNING, SUCCEEDED, claim, controller_of, is_available, is_ready, pod_from_template
+from .ownerindex import SelectorCache, owner_keys
+from .podcontrol import FAILED, RUNNING, SUCCEEDED, claim, is_available, is_ready, pod_from_template
 from .queue import RateLimitedQueue, run_worker
 
 log = logging.getLogger("orch-apiserver.statefulset")
@@ -376,6 +377,7 @@ class StatefulSetController:
         self.revisions = informers.for_kind(self.rev_kind)
         self.queue = RateLimitedQueue()
         self.events = EventRecorder(client, informers.registry, COMPONENT)
+        self.selectors = SelectorCache(self.sets)
 
     def start(self) -> None:
         self.sets.add_handler(self.on_set)
@@ -389,33 +391,20 @@ class StatefulSetController:
             return
         self.queue.add(f"{ev.entry.namespace}/{ev.entry.name}")
 
-    def _owner_key(self, obj: Mapping, namespace: str) -> str | None:
-        ref = controller_of(obj)
-        if ref is None or ref.get("kind") != "StatefulSet" or not str(ref.get("apiVersion", "")).startswith("apps/"):
-            return None
-        return f"{namespace}/{ref.get('name')}"
-
     def on_pod(self, ev: CacheEvent | None) -> None:
         if ev is None:
             return
-        key = self._owner_key(ev.entry.object(), ev.entry.namespace)
-        if key is not None:
+        e = ev.entry
+        keys = owner_keys(e, "StatefulSet")
+        for key in keys:
             self.queue.add(key)
-            return
-        if ev.type == "DELETED":
-            return
-        for e in self.sets.list(ev.entry.namespace):
-            try:
-                sel = label_selector_from_dict(dict_at(e.object(), "spec").get("selector"))
-            except SelectorError:
-                continue
-            if sel.matches(ev.entry.labels):
-                self.queue.add(f"{e.namespace}/{e.name}")
+        if not e.owners and ev.type != "DELETED":  # an orphan some set may adopt
+            for key in self.selectors.matching(e.namespace, e.labels):
+                self.queue.add(key)
 
     def on_revision(self, ev: CacheEvent | None) -> None:
         if ev is not None:
-            key = self._owner_key(ev.entry.object(), ev.entry.namespace)
-            if key is not None:
+            for key in owner_keys(ev.entry, "StatefulSet"):
                 self.queue.add(key)
 
     async def run(self) -> None:
