@@ -141,6 +141,14 @@ def test_daemonset_one_pod_per_eligible_node_and_rolling_update(server, ns):
 
     pods = wait_for(lambda: (p := pods_of(server, ns, "app=agent")) and len(p) == 2 and p, TIMEOUT, "two daemon pods")
     assert sorted(node_of(p) for p in pods) == [f"{zone}-a", f"{zone}-b"]
+
+    # The scheduler places each on the node its affinity names.
+    def all_bound():
+        pods = pods_of(server, ns, "app=agent")
+        return all(q["spec"].get("nodeName") for q in pods) and pods
+
+    bound = wait_for(all_bound, TIMEOUT, "daemon pods bound")
+    assert all(q["spec"]["nodeName"] == node_of(q) for q in bound)
     p0 = pods[0]
     keys = {(t["key"], t["effect"]) for t in p0["spec"]["tolerations"]}
     assert (names.TAINT_NOT_READY, "NoExecute") in keys and (names.TAINT_UNSCHEDULABLE, "NoSchedule") in keys
@@ -390,6 +398,18 @@ def test_kubectl_rollout_status(server, ns, tmp_path):
     with ReadyPods(server, ns):
         out = kubectl("rollout", "status", "daemonset/agent", "-n", ns, "--timeout=30s", timeout=40, check=True)
         assert 'daemon set "agent" successfully rolled out' in out.stdout
+        kubectl("set", "image", "daemonset/agent", "c=busybox:2", "-n", ns, check=True)
+        kubectl("rollout", "status", "daemonset/agent", "-n", ns, "--timeout=30s", timeout=40, check=True)
+        kubectl("rollout", "undo", "daemonset/agent", "-n", ns, check=True)
+        out = kubectl("rollout", "status", "daemonset/agent", "-n", ns, "--timeout=30s", timeout=40, check=True)
+        assert 'daemon set "agent" successfully rolled out' in out.stdout
+        wait_for(
+            lambda: [p["spec"]["containers"][0]["image"] for p in pods_of(server, ns, "app=agent")] == ["busybox:1"],
+            TIMEOUT,
+            "the daemon pod back at busybox:1",
+        )
+        out = kubectl("rollout", "history", "daemonset/agent", "-n", ns, check=True)
+        assert out.stdout.split()[-4:] == ["2", "<none>", "3", "<none>"], out.stdout
         out = kubectl("rollout", "status", "statefulset/web", "-n", ns, "--timeout=30s", timeout=40, check=True)
         assert "partitioned roll out complete: 2 new pods have been updated..." in out.stdout
         kubectl("set", "image", "statefulset/web", "c=busybox:2", "-n", ns, check=True)
@@ -474,7 +494,27 @@ def test_daemonset_replaces_a_failed_pod(server, ns):
         finish_terminating(server, ns, pods)
         return [p for p in pods if p["metadata"]["uid"] != pod["metadata"]["uid"]]
 
-    wait_for(replaced, TIMEOUT, "a new daemon pod")
+    (new,) = wait_for(replaced, TIMEOUT, "a new daemon pod")
+    # OnDelete: a template change leaves the pod alone until it is deleted.
+    patch = {"spec": {"template": {"spec": {"containers": container("busybox:2")}}}}
+    server.json("PATCH", f"{APPS}/namespaces/{ns}/daemonsets/agent", patch, MERGE, expect=200)
+    wait_for(
+        lambda: (
+            server.json("GET", f"{APPS}/namespaces/{ns}/daemonsets/agent")[1]["status"].get("observedGeneration") == 2
+        ),
+        TIMEOUT,
+        "the change observed",
+    )
+    time.sleep(0.5)
+    assert [p["metadata"]["uid"] for p in pods_of(server, ns, "app=agent")] == [new["metadata"]["uid"]]
+    server.json(
+        "DELETE", f"/api/v1/namespaces/{ns}/pods/{new['metadata']['name']}", {"gracePeriodSeconds": 0}, expect=200
+    )
+    wait_for(
+        lambda: [p["spec"]["containers"][0]["image"] for p in pods_of(server, ns, "app=agent")] == ["busybox:2"],
+        TIMEOUT,
+        "the pod made again from the new template",
+    )
     _, events = server.json("GET", f"/api/v1/namespaces/{ns}/events", expect=200)
     reasons = {e["reason"] for e in events["items"] if e["involvedObject"]["kind"] == "DaemonSet"}
     assert {"SuccessfulCreate", "FailedDaemonPod", "SuccessfulDelete"} <= reasons
