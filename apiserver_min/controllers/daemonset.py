@@ -344,6 +344,8 @@ class DaemonSetController:
         key = f"{ev.entry.namespace}/{ev.entry.name}"
         if ev.type == "DELETED":
             self.expectations.forget(key)
+            for gone in [k for k in self.backoff if k[0] == key]:
+                del self.backoff[gone]
         self.queue.add(key)
 
     def on_pod(self, ev: CacheEvent | None) -> None:

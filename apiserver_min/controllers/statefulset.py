@@ -351,6 +351,18 @@ def claim_owner_changes(sts: Mapping, claim_obj: Mapping, pod: Mapping) -> list[
     return None if out == refs else out
 
 
+def stale_claim(sts: Mapping, claim_obj: Mapping, pod_name_: str) -> bool:
+    """With ``whenScaled: Delete``, a claim still owned by an earlier pod of the same name
+    is about to be collected with it: the new pod must not take it."""
+    policy = dict_at(dict_at(sts, "spec"), "persistentVolumeClaimRetentionPolicy")
+    if (policy.get("whenScaled") or RETAIN) != DELETE:
+        return False
+    return any(
+        isinstance(r, dict) and r.get("kind") == "Pod" and r.get("name") == pod_name_
+        for r in list_at(dict_at(claim_obj, "metadata"), "ownerReferences")
+    )
+
+
 def complete_rolling_update(sts: Mapping, status: dict) -> None:
     if (
         dict_at(dict_at(sts, "spec"), "updateStrategy").get("type") == "RollingUpdate"
@@ -552,9 +564,9 @@ class StatefulSetController:
             cname = c["metadata"]["name"]
             existing = self.claims.get(ns, cname)
             if existing is not None:
-                if existing.deleting:
+                if existing.deleting or stale_claim(sts, existing.object(), pname):
                     raise st.ApiError(
-                        409, "Conflict", f"claim {cname} for pod {pname} is being deleted; waiting for it to go"
+                        409, "Conflict", f"claim {cname} for pod {pname} is going away; waiting for it to be deleted"
                     )
                 continue
             try:

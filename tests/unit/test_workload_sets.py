@@ -319,6 +319,9 @@ def test_claim_retention_owner_references():
     refs = ssc.claim_owner_changes(deleted, {"metadata": {}}, spod(1))
     assert refs == [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "su"}]
     assert ssc.claim_owner_changes(keep, {"metadata": {"ownerReferences": refs}}, spod(1)) == []
+    # A claim still owned by the pod that went is not taken by the new pod of that name.
+    owned = {"metadata": {"ownerReferences": [{"kind": "Pod", "name": "web-4", "uid": "old"}]}}
+    assert ssc.stale_claim(scaled, owned, "web-4") and not ssc.stale_claim(keep, owned, "web-4")
 
 
 # --- validation ------------------------------------------------------------------------------
