@@ -46,7 +46,7 @@ from ..client.interface import Client, DeleteOptions
 from ..scheduler.scheduler import node_matches_pod
 from ..storage.cacher import CacheEvent
 from . import history
-from .ownerindex import SelectorCache, owner_keys
+from .ownerindex import SelectorCache, claim_candidates, owner_keys
 from .podcontrol import (
     FAILED,
     Expectations,
@@ -421,7 +421,7 @@ class DaemonSetController:
 
     async def _claim_pods(self, ds: dict, selector: LabelSelector) -> list[dict]:
         ns = str(dict_at(ds, "metadata").get("namespace", ""))
-        candidates = [e.object() for e in self.pods.list(ns)]
+        candidates = claim_candidates(self.pods, ns, str(dict_at(ds, "metadata").get("uid", "")), selector)
         result = await claim(
             self.client,
             self.pods_kind,
@@ -462,7 +462,7 @@ class DaemonSetController:
             ds,
             self.ds_kind,
             selector,
-            [e.object() for e in self.revisions.list(ns)],
+            claim_candidates(self.revisions, ns, str(md.get("uid", "")), selector),
             owner_fresh=lambda: self._fresh(ds),
         )
         if claimed.errors:

@@ -47,7 +47,7 @@ from ..client.informer import InformerFactory
 from ..client.interface import Client, DeleteOptions
 from ..storage.cacher import CacheEvent
 from . import history
-from .ownerindex import SelectorCache, owner_keys
+from .ownerindex import SelectorCache, claim_candidates, owner_keys
 from .podcontrol import FAILED, RUNNING, SUCCEEDED, claim, is_available, is_ready, pod_from_template
 from .queue import RateLimitedQueue, run_worker
 
@@ -443,13 +443,14 @@ class StatefulSetController:
         except SelectorError as exc:
             await self.events.record(self._ref(sts), "Warning", "InvalidSelector", str(exc))
             return
+        uid = str(dict_at(sts, "metadata").get("uid", ""))
         claimed = await claim(
             self.client,
             self.pods_kind,
             sts,
             self.sts_kind,
             selector,
-            [e.object() for e in self.pods.list(namespace)],
+            claim_candidates(self.pods, namespace, uid, selector),
             owner_fresh=lambda: self._fresh(sts),
         )
         if claimed.errors:
@@ -461,7 +462,7 @@ class StatefulSetController:
             sts,
             self.sts_kind,
             selector,
-            [e.object() for e in self.revisions.list(namespace)],
+            claim_candidates(self.revisions, namespace, uid, selector),
             owner_fresh=lambda: self._fresh(sts),
         )
         if revisions.errors:
