@@ -411,7 +411,10 @@ class DaemonSetController:
         current, old_revisions, collision = await self._construct_history(ds, selector)
         hash_ = dict_at(dict_at(current, "metadata"), "labels").get(history.HASH_LABEL, "")
         if self.expectations.satisfied(key):
-            node_pods = self._node_pods(pods)
+            # A finished pod on its way out no longer holds its node.
+            node_pods = self._node_pods(
+                [p for p in pods if not (dict_at(p, "metadata").get("deletionTimestamp") and self._terminal(p))]
+            )
             busy = await self._manage(key, ds, nodes, node_pods, hash_)
             strategy = dict_at(dict_at(ds, "spec"), "updateStrategy").get("type")
             if not busy and self.expectations.satisfied(key) and strategy == "RollingUpdate":

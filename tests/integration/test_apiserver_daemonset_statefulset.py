@@ -209,6 +209,20 @@ def test_daemonset_one_pod_per_eligible_node_and_rolling_update(server, ns):
         (2, f"agent-{hash2}"),
     ]
 
+    # A NoSchedule taint keeps the pod there (misscheduled); a node no longer selected loses it.
+    taint = {"spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}}
+    server.json("PATCH", f"/api/v1/nodes/{zone}-a", taint, MERGE, expect=200)
+    st = wait_for(lambda: (s := status()).get("numberMisscheduled") == 1 and s, TIMEOUT, "one misscheduled")
+    assert st["desiredNumberScheduled"] == 2 and st["currentNumberScheduled"] == 2
+    server.json("PATCH", f"/api/v1/nodes/{zone}-b", {"metadata": {"labels": {"disk": "hdd"}}}, MERGE, expect=200)
+
+    def left():
+        pods = pods_of(server, ns, "app=agent")
+        finish_terminating(server, ns, pods)
+        return sorted(node_of(p) for p in pods)
+
+    wait_for(lambda: left() == [f"{zone}-a", f"{zone}-e"], TIMEOUT, "the pod on the unselected node deleted")
+
 
 def test_daemonset_validation(server, ns):
     bad = {
