@@ -48,7 +48,7 @@ from ..client.interface import Client, DeleteOptions
 from ..storage.cacher import CacheEvent
 from . import history
 from .ownerindex import SelectorCache, claim_candidates, owner_keys
-from .podcontrol import FAILED, RUNNING, SUCCEEDED, claim, is_available, is_ready, pod_from_template
+from .podcontrol import FAILED, PENDING, RUNNING, SUCCEEDED, claim, is_available, is_ready, pod_from_template
 from .queue import RateLimitedQueue, run_worker
 
 log = logging.getLogger("orch-apiserver.statefulset")
@@ -286,6 +286,8 @@ def plan(sts: Mapping, pods: list[dict], current: str, update: str, now: float) 
             if monotonic:
                 return Plan(steps, status)
             continue
+        if phase(p) == PENDING and claim_templates(sts):
+            steps.append(Step("claims", ordinal, p))  # made again if someone deleted one
         if is_terminating(p) and monotonic:
             return Plan(steps, status)
         if not running_and_ready(p) and monotonic:
@@ -351,14 +353,15 @@ def claim_owner_changes(sts: Mapping, claim_obj: Mapping, pod: Mapping) -> list[
     return None if out == refs else out
 
 
-def stale_claim(sts: Mapping, claim_obj: Mapping, pod_name_: str) -> bool:
+def stale_claim(sts: Mapping, claim_obj: Mapping, pod_name_: str, pod_uid: str = "") -> bool:
     """With ``whenScaled: Delete``, a claim still owned by an earlier pod of the same name
-    is about to be collected with it: the new pod must not take it."""
+    (not ``pod_uid``; any, for a pod not made yet) is about to be collected with it: the
+    pod must not take it."""
     policy = dict_at(dict_at(sts, "spec"), "persistentVolumeClaimRetentionPolicy")
     if (policy.get("whenScaled") or RETAIN) != DELETE:
         return False
     return any(
-        isinstance(r, dict) and r.get("kind") == "Pod" and r.get("name") == pod_name_
+        isinstance(r, dict) and r.get("kind") == "Pod" and r.get("name") == pod_name_ and r.get("uid") != pod_uid
         for r in list_at(dict_at(claim_obj, "metadata"), "ownerReferences")
     )
 
@@ -546,6 +549,9 @@ class StatefulSetController:
                 await self._delete_pod(sts, s.pod)
             elif s.action == "identity" and s.pod is not None:
                 await self._fix_identity(sts, s.pod)
+            elif s.action == "claims":
+                uid = str(dict_at(s.pod, "metadata").get("uid", "")) if s.pod is not None else ""
+                await self._create_claims(sts, s.ordinal, pod_name(set_name, s.ordinal), uid)
         if creates:
             # Several creates only with Parallel management: at once, as a batch.
             results = await asyncio.gather(
@@ -561,11 +567,32 @@ class StatefulSetController:
         set_name = str(dict_at(sts, "metadata").get("name", ""))
         pod = new_pod(sts, self.sts_kind, template, ordinal, revision)
         pname = pod["metadata"]["name"]
+        await self._create_claims(sts, ordinal, pname)
+        try:
+            await self.client.create(self.pods_kind, ns, pod)
+        except st.ApiError as exc:
+            if exc.code == 409 and exc.reason == "AlreadyExists":
+                return  # made by the last sync; the informer has not shown it yet
+            await self.events.record(
+                self._ref(sts),
+                "Warning",
+                "FailedCreate",
+                f"create Pod {pname} in StatefulSet {set_name} failed error: {exc.message}",
+            )
+            raise
+        await self.events.record(
+            self._ref(sts), "Normal", "SuccessfulCreate", f"create Pod {pname} in StatefulSet {set_name} successful"
+        )
+
+    async def _create_claims(self, sts: dict, ordinal: int, pname: str, pod_uid: str = "") -> None:
+        """The claims of the pod at ``ordinal`` that do not exist yet."""
+        ns = str(dict_at(sts, "metadata").get("namespace", ""))
+        set_name = str(dict_at(sts, "metadata").get("name", ""))
         for c in new_claims(sts, ordinal):
             cname = c["metadata"]["name"]
             existing = self.claims.get(ns, cname)
             if existing is not None:
-                if existing.deleting or stale_claim(sts, existing.object(), pname):
+                if existing.deleting or stale_claim(sts, existing.object(), pname, pod_uid):
                     raise st.ApiError(
                         409, "Conflict", f"claim {cname} for pod {pname} is going away; waiting for it to be deleted"
                     )
@@ -588,21 +615,6 @@ class StatefulSetController:
                 "SuccessfulCreate",
                 f"create Claim {cname} Pod {pname} in StatefulSet {set_name} success",
             )
-        try:
-            await self.client.create(self.pods_kind, ns, pod)
-        except st.ApiError as exc:
-            if exc.code == 409 and exc.reason == "AlreadyExists":
-                return  # made by the last sync; the informer has not shown it yet
-            await self.events.record(
-                self._ref(sts),
-                "Warning",
-                "FailedCreate",
-                f"create Pod {pname} in StatefulSet {set_name} failed error: {exc.message}",
-            )
-            raise
-        await self.events.record(
-            self._ref(sts), "Normal", "SuccessfulCreate", f"create Pod {pname} in StatefulSet {set_name} successful"
-        )
 
     async def _delete_pod(self, sts: dict, pod: dict) -> None:
         ns = str(dict_at(sts, "metadata").get("namespace", ""))

@@ -322,6 +322,14 @@ def test_claim_retention_owner_references():
     # A claim still owned by the pod that went is not taken by the new pod of that name.
     owned = {"metadata": {"ownerReferences": [{"kind": "Pod", "name": "web-4", "uid": "old"}]}}
     assert ssc.stale_claim(scaled, owned, "web-4") and not ssc.stale_claim(keep, owned, "web-4")
+    assert not ssc.stale_claim(scaled, owned, "web-4", "old")
+
+
+def test_pending_pods_get_their_missing_claims():
+    now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+    claims = [{"metadata": {"name": "data"}, "spec": {}}]
+    steps = actions(ssc.plan(sts(volumeClaimTemplates=claims), [spod(0, phase="Pending")], "r1", "r1", now))
+    assert steps == [("claims", 0)]
 
 
 # --- validation ------------------------------------------------------------------------------
