@@ -532,3 +532,42 @@ def test_daemonset_replaces_a_failed_pod(server, ns):
     _, events = server.json("GET", f"/api/v1/namespaces/{ns}/events", expect=200)
     reasons = {e["reason"] for e in events["items"] if e["involvedObject"]["kind"] == "DaemonSet"}
     assert {"SuccessfulCreate", "FailedDaemonPod", "SuccessfulDelete"} <= reasons
+
+
+def test_daemonset_surge_starts_the_new_pod_before_deleting_the_old(server, ns):
+    zone = uuid.uuid4().hex[:6]
+    make_node(server, f"{zone}-a", {"surge-zone": zone})
+    ds = {
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {"nodeSelector": {"surge-zone": zone}, "containers": container()},
+            },
+        },
+    }
+    server.json("POST", f"{APPS}/namespaces/{ns}/daemonsets", ds, expect=201)
+    (old,) = wait_for(lambda: pods_of(server, ns, "app=agent"), TIMEOUT, "the daemon pod")
+    set_ready(server, ns, old["metadata"]["name"])
+    wait_for(
+        lambda: server.json("GET", f"{APPS}/namespaces/{ns}/daemonsets/agent")[1]["status"].get("numberAvailable"),
+        TIMEOUT,
+        "available",
+    )
+    patch = {"spec": {"template": {"spec": {"containers": container("busybox:2")}}}}
+    server.json("PATCH", f"{APPS}/namespaces/{ns}/daemonsets/agent", patch, MERGE, expect=200)
+    both = wait_for(lambda: (p := pods_of(server, ns, "app=agent")) and len(p) == 2 and p, TIMEOUT, "a surge pod")
+    new = next(p for p in both if p["metadata"]["uid"] != old["metadata"]["uid"])
+    assert new["spec"]["containers"][0]["image"] == "busybox:2"
+    time.sleep(0.5)  # the old pod stays while the new one is not ready
+    assert all(not p["metadata"].get("deletionTimestamp") for p in pods_of(server, ns, "app=agent"))
+    set_ready(server, ns, new["metadata"]["name"])
+
+    def only_new():
+        pods = pods_of(server, ns, "app=agent")
+        finish_terminating(server, ns, pods)
+        return [p["metadata"]["uid"] for p in pods] == [new["metadata"]["uid"]]
+
+    wait_for(only_new, TIMEOUT, "the old pod deleted once the new one is ready")
