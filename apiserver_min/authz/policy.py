@@ -337,6 +337,14 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("list", "delete"), (CORE,), ("pods",)),
             _events_rule(),
         ],
+        "disruption-controller": [
+            rule(READ, (APPS,), ("deployments", "replicasets", "statefulsets")),
+            rule(READ, (CORE,), ("replicationcontrollers", "pods")),
+            rule(READ, (POLICY,), ("poddisruptionbudgets",)),
+            rule(("update",), (POLICY,), ("poddisruptionbudgets/status",)),
+            rule(("get",), ("*",), ("*/scale",)),
+            _events_rule(),
+        ],
         "endpoint-controller": [
             rule(READ, (CORE,), ("services", "pods")),
             rule(("get", "list", "create", "update", "delete"), (CORE,), ("endpoints",)),

@@ -34,6 +34,7 @@ from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
 from .daemonset import DaemonSetController
+from .disruption import DisruptionController
 from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
@@ -166,6 +167,10 @@ class Controllers:
             asyncio.create_task(daemonsets.run(), name="daemon-set-controller"),
             asyncio.create_task(statefulsets.run(), name="statefulset-controller"),
         ]
+        # Disruption budgets' status, which pods/eviction charges.
+        disruption = DisruptionController(self.client("disruption-controller"), informers)
+        disruption.start()
+        tasks.append(asyncio.create_task(disruption.run(), name="disruption-controller"))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

@@ -1,8 +1,8 @@
 """The core family: namespaces, pods, nodes, services and service accounts.
 
 Strategies of the core kinds that differ from the base, and the REST objects of
-their sub-resources: ``namespaces/finalize``, ``pods/binding``, ``pods/eviction``
-and ``serviceaccounts/token`` (``status`` is the generic store's; ``pods/log``,
+their sub-resources: ``namespaces/finalize``, ``pods/binding`` and
+``serviceaccounts/token`` (``pods/eviction`` is ``eviction.py``) (``status`` is the generic store's; ``pods/log``,
 ``exec``, ``attach`` and ``portforward`` proxy HTTP to the node agent and live in
 the server).
 """
@@ -20,7 +20,7 @@ from ..api.kinds import KindInfo
 from ..api.qos import pod_qos_class
 from ..api.timeutil import format_rfc3339
 from .binding import bind_pod
-from .rest import DeleteOptions, ObjectStore, RequestContext
+from .rest import ObjectStore, RequestContext
 from .strategy import Strategy
 
 # --- strategies -----------------------------------------------------------------------------
@@ -166,26 +166,6 @@ class PodBindingREST:
             uid=(obj.get("metadata") or {}).get("uid") or None,
             dry_run=ctx.dry_run,
         )
-        return 201, _created()
-
-
-class PodEvictionREST:
-    """POST pods/<name>/eviction: the pod deleted with the eviction's delete options."""
-
-    def __init__(self, store: ObjectStore, kind: KindInfo):
-        self.store = store
-        self.kind = kind
-
-    async def create(self, ctx: RequestContext, obj: dict) -> tuple[int, dict]:
-        opts = DeleteOptions(dry_run=ctx.dry_run)
-        dopts = obj.get("deleteOptions") or {}
-        if isinstance(dopts, dict):
-            if isinstance(dopts.get("gracePeriodSeconds"), int):
-                opts.grace_period_seconds = dopts["gracePeriodSeconds"]
-            pre = dopts.get("preconditions") or {}
-            opts.preconditions_uid = pre.get("uid") or None
-            opts.preconditions_rv = pre.get("resourceVersion") or None
-        await self.store.delete(self.kind, ctx.namespace, ctx.name, opts, ctx.user)
         return 201, _created()
 
 

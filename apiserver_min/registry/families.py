@@ -21,10 +21,11 @@ from .core import (
     NamespaceStrategy,
     NodeStrategy,
     PodBindingREST,
-    PodEvictionREST,
     PodStrategy,
     ServiceStrategy,
 )
+from .eviction import PodEvictionREST
+from .policy import PodDisruptionBudgetStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
 from .strategy import PathNameStrategy, Strategy
@@ -42,6 +43,7 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.APPS_GROUP, "daemonsets"): DaemonSetStrategy,
     (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
     (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
+    (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }
