@@ -157,6 +157,35 @@ def validate_update_strategy(strategy: dict) -> list[v.FieldError]:
     return errs
 
 
+DS_STATUS_COUNTS = (
+    "currentNumberScheduled",
+    "numberMisscheduled",
+    "desiredNumberScheduled",
+    "numberReady",
+    "observedGeneration",
+    "updatedNumberScheduled",
+    "numberAvailable",
+    "numberUnavailable",
+    "collisionCount",
+)
+
+
+def status_counts_nonnegative(status: Any, counts: tuple[str, ...]) -> list[v.FieldError]:
+    status = status if isinstance(status, dict) else {}
+    errs: list[v.FieldError] = []
+    for field in counts:
+        errs += nonnegative(status, field, f"status.{field}")
+    return errs
+
+
+def collision_not_decremented(new: dict, old: dict) -> list[v.FieldError]:
+    before = dict_at(old, "status").get("collisionCount")
+    after = dict_at(new, "status").get("collisionCount")
+    if isinstance(before, int) and (not isinstance(after, int) or after < before):
+        return [v.FieldError.invalid("status.collisionCount", after or 0, "cannot be decremented")]
+    return []
+
+
 class DaemonSetStrategy(Strategy):
     def initial_status(self, obj: dict) -> dict:
         return {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}
@@ -187,9 +216,15 @@ class DaemonSetStrategy(Strategy):
         return super().validate(obj) + validate_daemon_set_spec(obj.get("spec"))
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
-        errs = super().validate_update(new, old)
         if new.get("status") != old.get("status"):
-            return errs  # a status write: the spec is the stored one
+            # A status write (the spec is the stored one, not checked again, as upstream).
+            errs = self.validate_metadata(new) + self._finalizer_update_errors(new, old)
+            return (
+                errs
+                + status_counts_nonnegative(new.get("status"), DS_STATUS_COUNTS)
+                + collision_not_decremented(new, old)
+            )
+        errs = super().validate_update(new, old)
         new_sel = dict_at(new, "spec").get("selector")
         if new_sel != dict_at(old, "spec").get("selector"):
             errs.append(v.FieldError.invalid("spec.selector", new_sel, "field is immutable"))

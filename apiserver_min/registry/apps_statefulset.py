@@ -13,7 +13,7 @@ from typing import Any
 
 from ..api import validation as v
 from ..api.helpers import dict_at
-from .apps_daemonset import nonnegative, template_matches_selector
+from .apps_daemonset import collision_not_decremented, nonnegative, status_counts_nonnegative, template_matches_selector
 from .strategy import Strategy
 
 MUTABLE_SPEC_FIELDS = (
@@ -84,6 +84,38 @@ def validate_stateful_set_spec(spec: Any) -> list[v.FieldError]:
     return errs
 
 
+STS_STATUS_COUNTS = (
+    "replicas",
+    "readyReplicas",
+    "currentReplicas",
+    "updatedReplicas",
+    "availableReplicas",
+    "observedGeneration",
+    "collisionCount",
+)
+
+
+def validate_stateful_set_status(status: Any) -> list[v.FieldError]:
+    """Counts not negative, none above ``replicas``, available ones not above ready ones."""
+    errs = status_counts_nonnegative(status, STS_STATUS_COUNTS)
+    status = status if isinstance(status, dict) else {}
+
+    def count(field: str) -> int:
+        n = status.get(field)
+        return n if isinstance(n, int) and not isinstance(n, bool) else 0
+
+    for field in ("readyReplicas", "currentReplicas", "updatedReplicas", "availableReplicas"):
+        if count(field) > count("replicas"):
+            errs.append(v.FieldError.invalid(f"status.{field}", count(field), "cannot be greater than status.replicas"))
+    if count("availableReplicas") > count("readyReplicas"):
+        errs.append(
+            v.FieldError.invalid(
+                "status.availableReplicas", count("availableReplicas"), "cannot be greater than status.readyReplicas"
+            )
+        )
+    return errs
+
+
 class StatefulSetStrategy(Strategy):
     def initial_status(self, obj: dict) -> dict:
         return {"replicas": 0, "availableReplicas": 0}
@@ -92,9 +124,11 @@ class StatefulSetStrategy(Strategy):
         return super().validate(obj) + validate_stateful_set_spec(obj.get("spec"))
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
-        errs = super().validate_update(new, old)
         if new.get("status") != old.get("status"):
-            return errs  # a status write: the spec is the stored one
+            # A status write (the spec is the stored one, not checked again, as upstream).
+            errs = self.validate_metadata(new) + self._finalizer_update_errors(new, old)
+            return errs + validate_stateful_set_status(new.get("status")) + collision_not_decremented(new, old)
+        errs = super().validate_update(new, old)
         new_spec, old_spec = dict_at(new, "spec"), dict_at(old, "spec")
         fixed_new = {k: val for k, val in new_spec.items() if k not in MUTABLE_SPEC_FIELDS}
         fixed_old = {k: val for k, val in old_spec.items() if k not in MUTABLE_SPEC_FIELDS}

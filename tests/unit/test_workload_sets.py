@@ -415,3 +415,30 @@ def test_controller_revision_validation():
     old = {**rev, "revision": 1, "data": {"a": 1}}
     new = {**old, "data": {"a": 2}}
     assert fields(strategy.validate_update(new, old)) == [("data", "field is immutable")]
+
+
+def test_status_writes_are_validated():
+    ds_strategy = strategy_for(REGISTRY.by_resource("apps", "v1", "daemonsets"))
+    old = {"metadata": {"name": "d", "namespace": "n"}, "spec": {}, "status": {"collisionCount": 2}}
+    new = {**old, "status": {"numberReady": -1, "collisionCount": 1}}
+    assert fields(ds_strategy.validate_update(new, old)) == [
+        ("status.numberReady", "must be greater than or equal to 0"),
+        ("status.collisionCount", "cannot be decremented"),
+    ]
+    sts_strategy = strategy_for(REGISTRY.by_resource("apps", "v1", "statefulsets"))
+    old = {"metadata": {"name": "s", "namespace": "n"}, "spec": {}, "status": {"replicas": 0}}
+    new = {**old, "status": {"replicas": 2, "readyReplicas": 1, "availableReplicas": 2}}
+    assert fields(sts_strategy.validate_update(new, old)) == [
+        ("status.availableReplicas", "cannot be greater than status.readyReplicas")
+    ]
+
+
+def test_daemonset_selector_is_immutable():
+    strategy = strategy_for(REGISTRY.by_resource("apps", "v1", "daemonsets"))
+    spec = ds()["spec"]
+    spec.update(selector={"matchLabels": {"app": "d"}}, updateStrategy={"type": "OnDelete"})
+    spec["template"]["spec"]["restartPolicy"] = "Always"
+    old = {"metadata": {"name": "d", "namespace": "n"}, "spec": spec}
+    new_spec = {**spec, "selector": {"matchLabels": {"app": "d"}, "matchExpressions": []}}
+    new = {"metadata": {"name": "d", "namespace": "n"}, "spec": new_spec}
+    assert fields(strategy.validate_update(new, old)) == [("spec.selector", "field is immutable")]
