@@ -513,6 +513,11 @@ def _stateful_set(obj: Obj) -> None:
         rolling = _dict(strategy, "rollingUpdate")
         if strategy.get("type") == "RollingUpdate" and rolling is not None:
             _setdefault_ptr(rolling, "partition", 0)
+    # StatefulSetAutoDeletePVC (beta, on in v1.27): claims are kept unless asked otherwise.
+    retention = _dict(spec, "persistentVolumeClaimRetentionPolicy", create=True)
+    if retention is not None:
+        _setdefault(retention, "whenDeleted", "Retain")
+        _setdefault(retention, "whenScaled", "Retain")
     _setdefault_ptr(spec, "replicas", 1)
     _setdefault_ptr(spec, "revisionHistoryLimit", 10)
 

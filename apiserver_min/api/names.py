@@ -408,3 +408,11 @@ LABEL_JOB_CONTROLLER_UID_LEGACY = "controller-uid"
 ANNOTATION_JOB_COMPLETION_INDEX = f"{BATCH_PREFIX}/job-completion-index"
 ANNOTATION_CRONJOB_SCHEDULED_TIMESTAMP = f"{BATCH_PREFIX}/cronjob-scheduled-timestamp"
 FINALIZER_JOB_TRACKING = f"{BATCH_PREFIX}/job-tracking"
+
+# DaemonSets and StatefulSets: the label naming a pod's (and a ControllerRevision's) revision
+# hash, the DaemonSet's template generation (label on its pods, annotation on the set), and
+# the label naming a StatefulSet pod (upstream statefulset.kubernetes.io/pod-name).
+LABEL_CONTROLLER_REVISION_HASH = "controller-revision-hash"
+LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"
+ANNOTATION_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+LABEL_STATEFULSET_POD_NAME = f"statefulset.{DOMAIN}/pod-name"

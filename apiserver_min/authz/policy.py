@@ -380,6 +380,27 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("get", "list", "create", "update", "delete"), (DISCOVERY,), ("endpointslices",)),
             _events_rule(),
         ],
+        "daemon-set-controller": [
+            rule(("get", "list", "watch"), (APPS,), ("daemonsets",)),
+            rule(("update",), (APPS,), ("daemonsets/status", "daemonsets/finalizers")),
+            rule(("list", "watch"), (CORE,), ("nodes",)),
+            # update: adoption and release of pods write their owner references (podcontrol.claim)
+            rule(("list", "watch", "create", "delete", "patch", "update"), (CORE,), ("pods",)),
+            rule(("create",), (CORE,), ("pods/binding",)),
+            rule(("get", "list", "watch", "create", "delete", "update", "patch"), (APPS,), ("controllerrevisions",)),
+            _events_rule(),
+        ],
+        "statefulset-controller": [
+            rule(("list", "watch"), (CORE,), ("pods",)),
+            rule(("get", "list", "watch"), (APPS,), ("statefulsets",)),
+            rule(("update",), (APPS,), ("statefulsets/status", "statefulsets/finalizers")),
+            rule(("get", "create", "delete", "update", "patch"), (CORE,), ("pods",)),
+            rule(("get", "create", "delete", "update", "patch", "list", "watch"), (APPS,), ("controllerrevisions",)),
+            rule(("get", "create"), (CORE,), ("persistentvolumeclaims",)),
+            # the claims' owner references of persistentVolumeClaimRetentionPolicy
+            rule(("update", "delete"), (CORE,), ("persistentvolumeclaims",)),
+            _events_rule(),
+        ],
         "scheduler": [
             _events_rule(),
             rule(("create",), (COORDINATION,), ("leases",)),

@@ -35,6 +35,7 @@ from .bootstrappriority import ensure_system_priority_classes
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
 from .cronjob import CronJobController
+from .daemonset import DaemonSetController
 from .disruption import DisruptionController
 from .garbagecollector import GarbageCollector
 from .job import JobController
@@ -44,6 +45,7 @@ from .nodelifecycle import NodeLifecycleController
 from .queue import FIELD_MANAGER
 from .resourcequota import ResourceQuotaController
 from .serviceaccounts import ServiceAccountsController
+from .statefulset import StatefulSetController
 from .ttlafterfinished import TTLAfterFinishedController
 
 log = logging.getLogger("orch-apiserver.controllers")
@@ -181,6 +183,15 @@ class Controllers:
             asyncio.create_task(jobs.run(), name="job-controller"),
             asyncio.create_task(cronjobs.run(), name="cronjob-controller"),
             asyncio.create_task(ttl.run(), name="ttl-after-finished-controller"),
+        ]
+        # The workload controllers of apps/v1 with ControllerRevisions: DaemonSets and StatefulSets.
+        daemonsets = DaemonSetController(self.client("daemon-set-controller"), informers)
+        statefulsets = StatefulSetController(self.client("statefulset-controller"), informers)
+        for w in (daemonsets, statefulsets):
+            w.start()
+        tasks += [
+            asyncio.create_task(daemonsets.run(), name="daemon-set-controller"),
+            asyncio.create_task(statefulsets.run(), name="statefulset-controller"),
         ]
         # Disruption budgets' status, which pods/eviction charges.
         disruption = DisruptionController(self.client("disruption-controller"), informers)

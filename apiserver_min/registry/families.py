@@ -12,6 +12,9 @@ from typing import Any
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
 from .admissionregistration import WebhookConfigurationStrategy
+from .apps_controllerrevision import ControllerRevisionStrategy
+from .apps_daemonset import DaemonSetStrategy
+from .apps_statefulset import StatefulSetStrategy
 from .batch import CronJobStrategy, JobStrategy
 from .certificates import CsrStrategy
 from .core import (
@@ -44,6 +47,9 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
     (names.BATCH_GROUP, "jobs"): JobStrategy,
     (names.BATCH_GROUP, "cronjobs"): CronJobStrategy,
+    (names.APPS_GROUP, "daemonsets"): DaemonSetStrategy,
+    (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
+    (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
     (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
