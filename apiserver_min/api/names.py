@@ -115,6 +115,10 @@ LABEL_ZONE = f"topology.{DOMAIN}/zone"
 LABEL_REGION = f"topology.{DOMAIN}/region"
 LABEL_SERVICE_NAME = f"{DOMAIN}/service-name"
 LABEL_MANAGED_BY_SLICE = f"endpointslice.{DOMAIN}/managed-by"
+# A Service with this label is served by the proxy it names, never by the node agent's proxy.
+LABEL_SERVICE_PROXY_NAME = f"service.{DOMAIN}/service-proxy-name"
+# The node service proxy's nftables table (family ip).
+PROXY_NFT_TABLE = f"{DOMAIN.split('.')[0]}-proxy"
 NODE_RESTRICTION_LABEL_PREFIX = f"node-restriction.{DOMAIN}/"
 NODE_AGENT_LABEL_PREFIXES = (f"kubelet.{DOMAIN}/", f"node.{DOMAIN}/")
 
