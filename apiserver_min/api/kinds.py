@@ -17,6 +17,8 @@ from . import names
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list", "watch")
+# The proxy sub-resources: one verb per HTTP method (GET and HEAD get, POST create, ...).
+PROXY_VERBS = ("create", "delete", "get", "patch", "update")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +65,7 @@ class KindInfo:
     short_names: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
     # Served sub-resources only: discovery lists each one, so a declared one must answer
-    # (nodes/services/pods proxy and pods/ephemeralcontainers wait for their handlers).
+    # (pods/ephemeralcontainers waits for its handler).
     subresources: tuple[Subresource, ...] = ()
     categories: tuple[str, ...] = ()
     # Extra field-selector fields beyond metadata.name / metadata.namespace.
@@ -556,6 +558,7 @@ KINDS: tuple[KindInfo, ...] = (
             _sub("exec", "PodExecOptions", ("create", "get"), rest="pods/stream"),
             _sub("attach", "PodAttachOptions", ("create", "get"), rest="pods/stream"),
             _sub("portforward", "PodPortForwardOptions", ("create", "get"), rest="pods/stream"),
+            _sub("proxy", "PodProxyOptions", PROXY_VERBS, rest="proxy"),
         ),
         field_getters={
             "spec.nodeName": _getter("spec", "nodeName"),
@@ -598,7 +601,7 @@ KINDS: tuple[KindInfo, ...] = (
         "Node",
         False,
         short_names=("no",),
-        subresources=(_status("Node"),),
+        subresources=(_status("Node"), _sub("proxy", "NodeProxyOptions", PROXY_VERBS, rest="proxy")),
         field_getters={"spec.unschedulable": lambda o: bool(dig(o, "spec", "unschedulable", default=False))},
         columns=(
             NAME,
@@ -627,7 +630,7 @@ KINDS: tuple[KindInfo, ...] = (
         short_names=("svc",),
         categories=("all",),
         create_on_update=True,
-        subresources=(_status("Service"),),
+        subresources=(_status("Service"), _sub("proxy", "ServiceProxyOptions", PROXY_VERBS, rest="proxy")),
         field_getters={"spec.clusterIP": _getter("spec", "clusterIP"), "spec.type": _getter("spec", "type")},
         columns=(
             NAME,

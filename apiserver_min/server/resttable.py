@@ -15,6 +15,7 @@ from ..registry.rest import RestTable
 from . import reviews
 from .podexec import PodStreamREST
 from .podlogs import PodLogREST
+from .proxy import ProxyREST
 from .resourcemetrics import NodeMetricsREST, PodMetricsREST, ResourceMetrics
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def build_rest_table(
     )
     impls["pods/log"] = lambda kind, sub: PodLogREST(server, kind)
     impls["pods/stream"] = lambda kind, sub: PodStreamREST(server, kind)
+    impls["proxy"] = lambda kind, sub: ProxyREST(server, kind)
     table = RestTable.from_declarations(server.registry, impls)
     reviews.install(table, authorizer, server.authn)
     # The resource metrics API: read-only collections answered from the agents' scrapes.

@@ -123,6 +123,7 @@ class RequestInfo:
 
 
 _HTTP_TO_VERB = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
+_PROXY_VERBS = {**_HTTP_TO_VERB, "HEAD": "get"}
 
 
 def _truthy(value: str | None) -> bool:
@@ -177,6 +178,9 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
     resource = rest[0]
     name = rest[1] if len(rest) >= 2 else ""
     sub = "/".join(rest[2:]) if len(rest) >= 3 else ""
+    proxy = len(rest) >= 3 and rest[2] == "proxy"
+    if proxy:
+        sub = "proxy"  # what follows is the path on the target, not part of the sub-resource
     kind = registry.by_resource(group, version, resource)
     info.is_resource = True
     info.resource, info.name, info.subresource, info.namespace = resource, name, sub, namespace
@@ -188,6 +192,10 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
         if rest[0] == "namespaces" and kind.resource == "namespaces" and len(rest) >= 2:
             info.namespace = ""
     m = method.upper()
+    if proxy:
+        # One verb per HTTP method, as upstream's request info has it (no list or watch).
+        info.verb = _PROXY_VERBS.get(m, m.lower())
+        return info
     if m in ("GET", "HEAD"):
         if watch_path or ("watch" in query and _truthy(query.get("watch"))):
             info.verb = "watch"

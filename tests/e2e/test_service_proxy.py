@@ -180,3 +180,87 @@ async def test_service_proxy_end_to_end(apiserver, netlab: NetLab):
     )
     assert done.returncode == 0, done.stderr
     assert subprocess.run(["nft", "list", "table", "ip", ruleset.TABLE], capture_output=True).returncode != 0
+
+
+# --- the API server's proxy sub-resources -------------------------------------------------
+
+
+def _pod(ns: str, name: str, ip: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"containers": [{"name": "web", "image": "busybox", "ports": [{"containerPort": BACKEND_PORT}]}]},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]},
+    }
+
+
+def test_proxy_subresources_through_the_apiserver(apiserver, netlab: NetLab, kubectl):
+    ns = "proxy-sub"
+    create_namespace(apiserver, ns)
+    a, b = netlab.ip["a"], netlab.ip["b"]
+    for name, ip in (("pod-a", a), ("pod-b", b)):
+        apiserver.json("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, name, ip), expect=201)
+        apiserver.json("PUT", f"/api/v1/namespaces/{ns}/pods/{name}/status", _pod(ns, name, ip), expect=200)
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": BACKEND_PORT}]},
+    }
+    apiserver.json("POST", f"/api/v1/namespaces/{ns}/services", svc, expect=201)
+    base = f"/api/v1/namespaces/{ns}/services"
+    slices = f"/apis/{names.DISCOVERY_GROUP}/v1/namespaces/{ns}/endpointslices"
+
+    # No endpoints yet: 503.
+    status, doc = apiserver.json("GET", f"{base}/web:80/proxy/")
+    assert status == 503 and doc["message"] == 'no endpoints available for service "web"', doc
+
+    sl = _slice(ns, [(a, NODE)])
+    sl["endpoints"][0]["targetRef"] = {"kind": "Pod", "namespace": ns, "name": "pod-a"}
+    # An endpoint whose pod does not have that IP is never used.
+    sl["endpoints"].append({"addresses": [b], "targetRef": {"kind": "Pod", "namespace": ns, "name": "pod-a"}})
+    apiserver.json("POST", slices, sl, expect=201)
+
+    # kubectl get --raw, by port number and by port name.
+    for ident in ("web:80", "web:http", "http:web:http"):
+        out = kubectl("get", "--raw", f"{base}/{ident}/proxy/", check=True)
+        assert out.stdout.strip() == "backend-a", (ident, out.stdout)
+    status, _, body = apiserver.request("GET", f"{base}/web:80/proxy/index.html?x=1")
+    assert status == 200 and body.strip() == b"backend-a"
+    # Without the trailing slash: redirected to it.
+    status, hdrs, _ = apiserver.request("GET", f"{base}/web:80/proxy?x=1")
+    assert status == 301 and hdrs["location"] == f"{base}/web:80/proxy/?x=1"
+    # Other methods reach the backend (http.server answers 501 to POST), the body streamed.
+    status, _, _ = apiserver.request("POST", f"{base}/web:80/proxy/", b"hello", {"Content-Type": "text/plain"})
+    assert status == 501
+    # A port the service does not have, a bad name.
+    status, doc = apiserver.json("GET", f"{base}/web:81/proxy/")
+    assert status == 503 and "no service port 81" in doc["message"]
+    status, doc = apiserver.json("GET", f"{base}/ftp:web:80/proxy/")
+    assert status == 400 and doc["message"] == 'invalid service request "ftp:web:80"'
+    # Upgrades are refused.
+    status, doc = apiserver.json(
+        "GET", f"{base}/web:80/proxy/", headers={"Connection": "Upgrade", "Upgrade": "websocket"}
+    )
+    assert status == 400 and "not supported" in doc["message"]
+
+    # pods/proxy: the pod's first container port by default.
+    out = kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/pod-b/proxy/", check=True)
+    assert out.stdout.strip() == "backend-b"
+    status, _, body = apiserver.request("GET", f"/api/v1/namespaces/{ns}/pods/pod-a:{BACKEND_PORT}/proxy/")
+    assert status == 200 and body.strip() == b"backend-a"
+
+    # nodes/proxy to a port other than the agent's: plain HTTP to the node's address.
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "proxy-node"}}
+    apiserver.json("POST", "/api/v1/nodes", node, expect=201)
+    node_status = dict(node, status={"addresses": [{"type": "InternalIP", "address": b}]})
+    apiserver.json("PUT", "/api/v1/nodes/proxy-node/status", node_status, expect=200)
+    out = kubectl("get", "--raw", f"/api/v1/nodes/proxy-node:{BACKEND_PORT}/proxy/", check=True)
+    assert out.stdout.strip() == "backend-b"
+    # A loopback node address is refused.
+    node_status["status"]["addresses"][0]["address"] = "127.0.0.1"
+    apiserver.json("PUT", "/api/v1/nodes/proxy-node/status", node_status, expect=200)
+    status, doc = apiserver.json("GET", f"/api/v1/nodes/proxy-node:{BACKEND_PORT}/proxy/")
+    assert status == 400 and doc["message"] == "address not allowed"
+    apiserver.json("DELETE", "/api/v1/nodes/proxy-node", expect=200)
