@@ -20,7 +20,7 @@ from apiserver_min.api import names
 from .. import logging as agent_logging
 from ..client.informer import Informer, object_key
 from . import model, ruleset
-from .nft import NftError, NftRunner
+from .nft import LibNftRunner, NftError, NftRunner, make_runner
 
 __all__ = ["ServiceProxy", "ServiceIndex", "cleanup"]
 
@@ -132,7 +132,7 @@ class ServiceProxy:
     ) -> None:
         self.index = ServiceIndex(node_name, cluster_cidr)
         self.mark = 1 << masquerade_bit
-        self.runner: Runner = runner if runner is not None else NftRunner()
+        self.runner: Runner = runner if runner is not None else make_runner()
         self.min_sync_interval = min_sync_interval
         self.services = informer_factory(client, SERVICES_PATH, name="proxy-services")
         self.slices = informer_factory(client, SLICES_PATH, name="proxy-endpointslices")
@@ -225,6 +225,7 @@ class ServiceProxy:
             log.info(
                 "Service proxy started",
                 mode="nftables",
+                via=getattr(self.runner, "path", type(self.runner).__name__),
                 table=f"{ruleset.FAMILY} {ruleset.TABLE}",
                 node=self.index.node,
                 clusterCIDR=self.index.cluster_cidr or None,
@@ -250,9 +251,9 @@ class ServiceProxy:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def cleanup(runner: NftRunner | None = None) -> bool:
+def cleanup(runner: LibNftRunner | NftRunner | None = None) -> bool:
     """Remove the proxy's table (``--proxy-cleanup``); True if there was one."""
-    runner = runner or NftRunner()
+    runner = runner or make_runner()
     existed = runner.table_exists(ruleset.FAMILY, ruleset.TABLE)
     runner.apply_sync(ruleset.delete_script())
     return existed

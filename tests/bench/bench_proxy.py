@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from agent.proxy import ruleset  # noqa: E402 - after the path set-up
-from agent.proxy.nft import NftRunner  # noqa: E402 - after the path set-up
+from agent.proxy.nft import make_runner  # noqa: E402 - after the path set-up
 from agent.proxy.proxier import ServiceProxy  # noqa: E402 - after the path set-up
 from apiserver_min.api import names  # noqa: E402 - after the path set-up
 
@@ -71,7 +71,8 @@ def eps(i: int, n: int, shift: int = 0) -> dict:
 
 
 async def run(n_services: int, n_eps: int, changes: int, apply: bool) -> None:
-    runner = NftRunner() if apply else RenderOnly()
+    runner = make_runner() if apply else RenderOnly()
+    print(f"applied through: {getattr(runner, 'path', '(rendering only)')}")
     proxy = ServiceProxy(None, "n1", runner=runner, informer_factory=FeedInformer)
     add_svc = proxy.services.handlers[0][0]
     add_slice, update_slice = proxy.slices.handlers[0][0], proxy.slices.handlers[0][1]

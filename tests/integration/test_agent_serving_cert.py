@@ -87,6 +87,7 @@ async def join_node(server: ApiServerProcess, tmp: Path, node: str) -> tuple[Api
     write_orchconfig(str(boot), server=server.url, ca_data=server.ca_cert.read_bytes(), token=str(token))
     cfg = from_argv(
         ["--root-dir", str(tmp), "--orchconfig", str(tmp / "agent.orchconfig"), "--bootstrap-orchconfig", str(boot)]
+        + ["--proxy-mode=none"]
     )
     try:
         path = await bs.ensure_client_certificate(cfg, node, timeout=15)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.proxy import model, ruleset
-from agent.proxy.nft import NftError
+from agent.proxy import model, nft, ruleset
+from agent.proxy.nft import LibNftRunner, NftError, NftRunner
 from agent.proxy.proxier import ServiceIndex, ServiceProxy
 from apiserver_min.api import names
 
@@ -260,3 +260,16 @@ def test_slices_move_between_services():
     assert idx.set_slice(moved) == ["default/web", "default/db"]
     assert "default/web" not in idx.slices or not idx.slices["default/web"]
     assert idx.delete_slice(moved) == ["default/db"]
+
+
+def test_runner_refuses_a_missing_library_and_command(monkeypatch):
+    with pytest.raises(NftError, match="cannot load"):
+        LibNftRunner("libnftables-missing.so.0")
+    monkeypatch.setattr(nft, "nft_path", lambda: None)
+    with pytest.raises(NftError, match="nft command was not found"):
+        NftRunner()
+    # Without the library the command is used.
+    monkeypatch.setattr(nft, "LIBRARY", "libnftables-missing.so.0")
+    monkeypatch.setattr(nft.LibNftRunner.__init__, "__defaults__", ("libnftables-missing.so.0",))
+    monkeypatch.setattr(nft, "nft_path", lambda: "/usr/sbin/nft")
+    assert isinstance(nft.make_runner(), NftRunner)
