@@ -86,7 +86,10 @@ async def test_service_proxy_end_to_end(apiserver, netlab: NetLab):
     a, b = netlab.ip["a"], netlab.ip["b"]
     apiserver.json("POST", slices, _slice(ns, [(a, NODE), (b, "node-b")]), expect=201)
 
-    client = ApiClient(load_orchconfig(str(apiserver.kubeconfig)), qps=100, burst=100)
+    # Protobuf, as the agent asks by default (--orch-api-content-type).
+    client = ApiClient(
+        load_orchconfig(str(apiserver.kubeconfig)), qps=100, burst=100, content_type=names.MEDIA_PROTOBUF
+    )
     proxy = ServiceProxy(client, NODE, cluster_cidr=f"{netlab.ip['a'].rsplit('.', 1)[0]}.0/24", min_sync_interval=0.02)
     task = asyncio.create_task(proxy.run())
     url = f"http://{CLUSTER_IP}:80/"

@@ -8,6 +8,9 @@ from agent.proxy import model, nft, ruleset
 from agent.proxy.nft import LibNftRunner, NftError, NftRunner
 from agent.proxy.proxier import ServiceIndex, ServiceProxy
 from apiserver_min.api import names
+from apiserver_min.api.user import UserInfo
+from apiserver_min.authz.authorizer import AuthzAttributes, Decision
+from apiserver_min.authz.node import NodeAuthorizer, NodeGraph
 
 T = "ip orch-proxy"
 
@@ -273,3 +276,14 @@ def test_runner_refuses_a_missing_library_and_command(monkeypatch):
     monkeypatch.setattr(nft.LibNftRunner.__init__, "__defaults__", ("libnftables-missing.so.0",))
     monkeypatch.setattr(nft, "nft_path", lambda: "/usr/sbin/nft")
     assert isinstance(nft.make_runner(), NftRunner)
+
+
+def test_nodes_may_read_services_and_endpointslices():
+    node = NodeAuthorizer(NodeGraph("pods/", "pvcs/"))
+    user = UserInfo("system:node:n1", groups=(names.GROUP_NODES,))
+    for group, resource in (("", "services"), (names.DISCOVERY_GROUP, "endpointslices")):
+        for verb in ("list", "watch", "get"):
+            attrs = AuthzAttributes(user, verb, True, api_group=group, api_version="v1", resource=resource)
+            assert node.authorize(attrs)[0] is Decision.ALLOW, (resource, verb)
+    write = AuthzAttributes(user, "create", True, api_group=names.DISCOVERY_GROUP, resource="endpointslices")
+    assert node.authorize(write)[0] is not Decision.ALLOW
