@@ -1105,8 +1105,9 @@ OPTIONS: tuple[Option, ...] = (
         STRING,
         "nftables",
         "The node service proxy (cluster mode): nftables programs Service cluster IPs, external IPs "
-        "and node ports in the nftables table 'ip orch-proxy'; none runs no proxy. In standalone mode "
-        "there are no Services and no proxy runs.",
+        "and node ports in the nftables table 'ip orch-proxy' (node ports on the node's addresses, never on "
+        "127.0.0.0/8, which would need route_localnet); none runs no proxy. In standalone mode there are "
+        "no Services and no proxy runs.",
         G_NETWORK,
         choices=("nftables", "none"),
     ),

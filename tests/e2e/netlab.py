@@ -73,6 +73,9 @@ class NetLab:
                 sh("ip", "addr", "add", f"{CLIENT_NET}.1/24", "dev", self.veth[k])
             else:
                 sh("ip", "link", "set", self.veth[k], "master", self.bridge)
+                # As the CNI bridge plugin's hairpinMode: with br_netfilter on, a pod's connection
+                # to a service that lands on the same pod is bridged back out of its own port.
+                sh("ip", "link", "set", "dev", self.veth[k], "type", "bridge_slave", "hairpin", "on")
             sh("ip", "link", "set", self.veth[k], "up")
             sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.ip[k]}/24", "dev", "eth0")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")

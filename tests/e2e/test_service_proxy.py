@@ -22,11 +22,25 @@ from agent.client import ApiClient, load_orchconfig
 from agent.proxy import ruleset
 from agent.proxy.proxier import ServiceProxy
 from apiserver_min.api import names
-from tests.apiserver_fixtures import create_namespace
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, create_namespace
+from tests.components import free_port
 from tests.e2e.netlab import BACKEND_PORT, NetLab
+from tests.integration.test_agent_join import bootstrap_node
 
 CLUSTER_IP = "10.111.77.10"
 NODE = "node-a"
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory):
+    """The module's API server, with bootstrap tokens on so the proxy can run as a node."""
+    if not APISERVER_BIN.exists():
+        pytest.skip(f"{APISERVER_BIN} missing (run tests/run.sh once to create .venv)")
+    proc = ApiServerProcess(
+        tmp_path_factory.mktemp("apiserver"), free_port(), extra_args=["--enable-bootstrap-token-auth"]
+    )
+    with proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +81,7 @@ def _fetch(lab: NetLab, url: str, n: int, timeout: float = 2.0) -> list[str]:
     return lab.fetch("c", url, n, timeout)
 
 
-async def test_service_proxy_end_to_end(apiserver, netlab: NetLab):
+async def test_service_proxy_end_to_end(apiserver, netlab: NetLab, tmp_path):
     ns = "proxy-e2e"
     create_namespace(apiserver, ns)
     svc = {
@@ -86,10 +100,10 @@ async def test_service_proxy_end_to_end(apiserver, netlab: NetLab):
     a, b = netlab.ip["a"], netlab.ip["b"]
     apiserver.json("POST", slices, _slice(ns, [(a, NODE), (b, "node-b")]), expect=201)
 
-    # Protobuf, as the agent asks by default (--orch-api-content-type).
-    client = ApiClient(
-        load_orchconfig(str(apiserver.kubeconfig)), qps=100, burst=100, content_type=names.MEDIA_PROTOBUF
-    )
+    # As the node itself (its client certificate from TLS bootstrap: the Node authorizer
+    # decides), in protobuf, as the agent asks by default (--orch-api-content-type).
+    node_config = await bootstrap_node(apiserver, tmp_path, NODE)
+    client = ApiClient(load_orchconfig(node_config), qps=100, burst=100, content_type=names.MEDIA_PROTOBUF)
     proxy = ServiceProxy(client, NODE, cluster_cidr=f"{netlab.ip['a'].rsplit('.', 1)[0]}.0/24", min_sync_interval=0.02)
     task = asyncio.create_task(proxy.run())
     url = f"http://{CLUSTER_IP}:80/"
@@ -129,6 +143,9 @@ async def test_service_proxy_end_to_end(apiserver, netlab: NetLab):
         )
         await _until(lambda: not proxy.applied[f"{ns}/web"].sets, 2, "affinity removed")
         seen = await loop.run_in_executor(None, _fetch, netlab, url, 8)
+        assert set(seen) == {"backend-a"}, seen
+        # Hairpin: pod a reaching itself through the service works only when masqueraded.
+        seen = await loop.run_in_executor(None, netlab.fetch, "a", url, 3)
         assert set(seen) == {"backend-a"}, seen
         apiserver.json(
             "PATCH",
