@@ -69,6 +69,10 @@ class NftRunner:
         done = subprocess.run([self.path, "list", "table", family, table], capture_output=True, check=False)
         return done.returncode == 0
 
+    def chain_exists(self, family: str, table: str, chain: str) -> bool:
+        done = subprocess.run([self.path, "list", "chain", family, table, chain], capture_output=True, check=False)
+        return done.returncode == 0
+
 
 LIBRARY = "libnftables.so.1"
 
@@ -115,6 +119,13 @@ class LibNftRunner:
     def table_exists(self, family: str, table: str) -> bool:
         try:
             self.apply_sync(f"list table {family} {table}\n")
+        except NftError:
+            return False
+        return True
+
+    def chain_exists(self, family: str, table: str, chain: str) -> bool:
+        try:
+            self.apply_sync(f"list chain {family} {table} {chain}\n")
         except NftError:
             return False
         return True

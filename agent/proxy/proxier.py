@@ -129,11 +129,13 @@ class ServiceProxy:
         runner: Runner | None = None,
         informer_factory: Callable[..., Informer] = Informer,
         min_sync_interval: float = 0.05,
+        check_period: float = 30.0,
     ) -> None:
         self.index = ServiceIndex(node_name, cluster_cidr)
         self.mark = 1 << masquerade_bit
         self.runner: Runner = runner if runner is not None else make_runner()
         self.min_sync_interval = min_sync_interval
+        self.check_period = check_period  # seconds without events after which the table is checked
         self.services = informer_factory(client, SERVICES_PATH, name="proxy-services")
         self.slices = informer_factory(client, SLICES_PATH, name="proxy-endpointslices")
         self.services.add_handler(
@@ -168,6 +170,12 @@ class ServiceProxy:
         self._mark(self.index.delete_slice(sl))
 
     # --- syncing ------------------------------------------------------------------------
+    async def _table_intact(self) -> bool:
+        check = getattr(self.runner, "chain_exists", None)
+        if check is None:
+            return True
+        return bool(await asyncio.to_thread(check, ruleset.FAMILY, ruleset.TABLE, "services"))
+
     async def sync(self) -> None:
         """Apply what changed since the last sync (everything, the first time or after a failure)."""
         started = time.monotonic()
@@ -243,7 +251,17 @@ class ServiceProxy:
                     await asyncio.sleep(min(30.0, 0.5 * 2**failures))
                     self._wake.set()
                     continue
-                await self._wake.wait()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.check_period)
+                except asyncio.TimeoutError:
+                    # Quiet for a while: make sure nobody removed or flushed the table.
+                    if not await self._table_intact():
+                        log.warning(
+                            "The service proxy's table is missing or damaged; writing it again",
+                            table=f"{ruleset.FAMILY} {ruleset.TABLE}",
+                        )
+                        self._need_full = True
+                    continue
                 await asyncio.sleep(self.min_sync_interval)  # gather a burst of events into one sync
         finally:
             for t in tasks:

@@ -104,7 +104,13 @@ async def test_service_proxy_end_to_end(apiserver, netlab: NetLab, tmp_path):
     # decides), in protobuf, as the agent asks by default (--orch-api-content-type).
     node_config = await bootstrap_node(apiserver, tmp_path, NODE)
     client = ApiClient(load_orchconfig(node_config), qps=100, burst=100, content_type=names.MEDIA_PROTOBUF)
-    proxy = ServiceProxy(client, NODE, cluster_cidr=f"{netlab.ip['a'].rsplit('.', 1)[0]}.0/24", min_sync_interval=0.02)
+    proxy = ServiceProxy(
+        client,
+        NODE,
+        cluster_cidr=f"{netlab.ip['a'].rsplit('.', 1)[0]}.0/24",
+        min_sync_interval=0.02,
+        check_period=0.3,
+    )
     task = asyncio.create_task(proxy.run())
     url = f"http://{CLUSTER_IP}:80/"
     loop = asyncio.get_running_loop()
@@ -188,6 +194,20 @@ async def test_service_proxy_end_to_end(apiserver, netlab: NetLab, tmp_path):
         await _until(lambda: f"{ns}/web" not in proxy.applied, 1.0, "service removal")
         listing = subprocess.run(["nft", "list", "table", "ip", ruleset.TABLE], capture_output=True, text=True)
         assert CLUSTER_IP not in listing.stdout and f"-{ns}/web/" not in listing.stdout
+
+        # Someone removes the table: written again after a quiet check period.
+        subprocess.run(["nft", "delete", "table", "ip", ruleset.TABLE], check=True)
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if (
+                subprocess.run(
+                    ["nft", "list", "chain", "ip", ruleset.TABLE, "services"], capture_output=True
+                ).returncode
+                == 0
+            ):
+                break
+        else:
+            raise AssertionError("the table was not written again")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
