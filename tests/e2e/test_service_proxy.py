@@ -10,10 +10,13 @@ client network namespace to two backends in namespaces of their own
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import shutil
+import ssl
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -22,6 +25,7 @@ from agent.client import ApiClient, load_orchconfig
 from agent.proxy import ruleset
 from agent.proxy.proxier import ServiceProxy
 from apiserver_min.api import names
+from apiserver_min.pki import cert_pem, key_pem, make_ca, new_key, sign_leaf
 from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, create_namespace
 from tests.components import free_port
 from tests.e2e.netlab import BACKEND_PORT, NetLab
@@ -304,3 +308,54 @@ def test_proxy_subresources_through_the_apiserver(apiserver, netlab: NetLab, kub
     status, doc = apiserver.json("GET", f"/api/v1/nodes/proxy-node:{BACKEND_PORT}/proxy/")
     assert status == 400 and doc["message"] == "address not allowed"
     apiserver.json("DELETE", "/api/v1/nodes/proxy-node", expect=200)
+
+
+class _WhoAmI(http.server.BaseHTTPRequestHandler):
+    """Answers with the common name of the client certificate and the path asked for."""
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib handler's naming
+        cert = self.connection.getpeercert() or {}
+        cn = next((v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"), "")
+        body = f"{cn} {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_node_proxy_reaches_the_agent_port_with_the_client_certificate(apiserver, netlab: NetLab, tmp_path):
+    """A stand-in agent on the node's address (a local address of the test bridge) with a
+    certificate from a CA of its own; it requires a client certificate from the cluster CA."""
+    ca_cert, ca_key = make_ca("stand-in-agent-ca")
+    key = new_key()
+    address = netlab.gateway["a"]
+    cert = sign_leaf(ca_cert, ca_key, key.public_key(), "stand-in-agent", server=True, ips=[address])
+    (tmp_path / "tls.crt").write_bytes(cert_pem(cert))
+    (tmp_path / "tls.key").write_bytes(key_pem(key))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(apiserver.ca_cert))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    httpd = http.server.ThreadingHTTPServer((address, 0), _WhoAmI)
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "agent-node"}}
+        apiserver.json("POST", "/api/v1/nodes", node, expect=201)
+        node["status"] = {
+            "addresses": [{"type": "InternalIP", "address": address}],
+            "daemonEndpoints": {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": port}},
+        }
+        apiserver.json("PUT", "/api/v1/nodes/agent-node/status", node, expect=200)
+        for ident in ("agent-node", f"agent-node:{port}"):
+            status, _, body = apiserver.request("GET", f"/api/v1/nodes/{ident}/proxy/healthz?verbose")
+            assert status == 200, body
+            assert body.decode() == f"{names.APISERVER_AGENT_CLIENT_USER} /healthz?verbose"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        apiserver.json("DELETE", "/api/v1/nodes/agent-node")
