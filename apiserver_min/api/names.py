@@ -375,6 +375,19 @@ ANNOTATION_DEFAULT_TOLERATIONS = f"scheduler.alpha.{DOMAIN}/defaultTolerations"
 ANNOTATION_TOLERATIONS_WHITELIST = f"scheduler.alpha.{DOMAIN}/tolerationsWhitelist"
 POD_TOLERATION_RESTRICTION_CONFIG_GROUP = f"podtolerationrestriction.admission.{DOMAIN}"
 
+# Admission webhooks and the image policy backend: the review groups (upstream
+# admission.k8s.io and imagepolicy.k8s.io), the audit annotations mutating webhooks
+# leave (upstream mutation.webhook.admission.k8s.io/round_<r>_index_<i> and
+# patch.webhook.admission.k8s.io/...), and the pod annotations ImagePolicyWebhook
+# passes to its backend (keys of the form <anything>.image-policy.k8s.io/<anything>).
+ADMISSION_GROUP = f"admission.{DOMAIN}"
+IMAGEPOLICY_GROUP = f"imagepolicy.{DOMAIN}"
+WEBHOOK_MUTATION_ANNOTATION_PREFIX = f"mutation.webhook.admission.{DOMAIN}/"
+WEBHOOK_PATCH_ANNOTATION_PREFIX = f"patch.webhook.admission.{DOMAIN}/"
+IMAGE_POLICY_ANNOTATION_DOMAIN = f".image-policy.{DOMAIN}/"
+IMAGE_POLICY_FAILED_OPEN_ANNOTATION = f"alpha.image-policy.{DOMAIN}/failed-open"
+IMAGE_POLICY_AUDIT_PREFIX = f"imagepolicywebhook.image-policy.{DOMAIN}/"
+
 # The Service every API server publishes itself behind (upstream's "kubernetes" Service in
 # "default", labelled provider=kubernetes), with its Endpoints and EndpointSlice.
 DEFAULT_SERVICE_NAME = "orch"

@@ -357,6 +357,8 @@ class Store:
         attrs = Attributes(
             "CREATE", kind, namespace, name if isinstance(name, str) else "", subresource, obj, None, user, dry_run
         )
+        if field_manager is not None:
+            attrs.options["fieldManager"] = field_manager
         if await self.admission.admit(attrs):
             self._prepare_create_again(kind, strategy, obj, user, subresource)
             md = obj["metadata"]
@@ -476,6 +478,8 @@ class Store:
             # again, as upstream (mutating admission, then PrepareForUpdate) would. Then
             # validation, then validating admission.
             attrs = Attributes(operation, kind, namespace, name, subresource, new, old, user, dry_run)
+            if field_manager is not None:
+                attrs.options["fieldManager"] = field_manager
             if await self.admission.admit(attrs):
                 self._prepare_update(strategy, subresource, new, old)
                 apply_defaults(kind.group, kind.version, kind.kind, new)

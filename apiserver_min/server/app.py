@@ -21,6 +21,7 @@ from aiohttp import web
 
 from ..admission.chain import RequestRecord, begin_request, end_request
 from ..admission.plugins import build_chain
+from ..admission.webhook.metrics import WebhookMetrics
 from ..api import codec, names, tlsverify
 from ..api import status as st
 from ..api.kinds import REGISTRY, Registry
@@ -139,11 +140,13 @@ class ApiServer:
         # the RBAC index also serves the always-on role and binding write checks.
         self.rbac_index = RbacIndex.attach(self.cache, registry)
         self.authorizer = build_authorizer(opts.authorization_modes, self.cache, registry, self.rbac_index)
+        self.admission_webhook_metrics = WebhookMetrics()
         self.store.admission = build_chain(
             self, opts.admission_plugins, always=[RbacWriteGuard(self.authorizer, self.rbac_index)]
         )
         self.metrics = Metrics()
         self.metrics.object_counts = self.cache.object_counts
+        self.metrics.sources.append(self.admission_webhook_metrics.render)
         self.handlers = ResourceHandlers(self)
         host = opts.advertise_address or (
             opts.bind_address if opts.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from ..chain import Chain, Plugin
 from ..config import AdmissionConfig
 from ..podsecurity import policy as podsecurity_policy
-from . import podnodeselector, podtolerationrestriction
+from . import podnodeselector, podtolerationrestriction, webhooks
 from .alwaysadmit import AlwaysAdmit
 from .alwaysdeny import AlwaysDeny
 from .alwayspullimages import AlwaysPullImages
@@ -125,6 +125,8 @@ KNOWN_PLUGINS = frozenset(
         "LimitRanger",
         "Priority",
         "ResourceQuota",
+        "MutatingAdmissionWebhook",
+        "ValidatingAdmissionWebhook",
     }
 )
 
@@ -138,6 +140,8 @@ CONFIG_PARSERS: dict[str, Any] = {
     "PodSecurity": podsecurity_policy.parse_configuration,
     "PodNodeSelector": podnodeselector.parse_configuration,
     "PodTolerationRestriction": podtolerationrestriction.parse_configuration,
+    "MutatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
+    "ValidatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
 }
 
 
@@ -226,6 +230,8 @@ def _plugin_factories() -> dict:
         "LimitRanger": limit_ranger_plugin,
         "Priority": priority_plugin,
         "ResourceQuota": resource_quota_plugin,
+        "MutatingAdmissionWebhook": lambda server: webhooks.mutating(server, _admission_config(server)),
+        "ValidatingAdmissionWebhook": lambda server: webhooks.validating(server, _admission_config(server)),
     }
 
 
