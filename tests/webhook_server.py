@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import ssl
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -18,8 +19,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from apiserver_min import pki
-
-from .components import free_port
+from tests.components import free_port
 
 DENY_MESSAGE = "no thanks"
 WARNING = "careful: this object is watched"
@@ -49,6 +49,8 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self.hang_seconds = 5.0
+        self.keep_reviews = True
+        self.calls = 0
 
     @property
     def ca_bundle(self) -> str:
@@ -66,9 +68,11 @@ class WebhookServer:
     async def _handle(self, request: web.Request) -> web.Response:
         review = await request.json()
         path = request.path
-        self.reviews.append((path, review))
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
-        self.client_certs.append(peer)
+        self.calls += 1
+        if self.keep_reviews:
+            self.reviews.append((path, review))
+            peer = request.transport.get_extra_info("peercert") if request.transport else None
+            self.client_certs.append(peer)
         req = review.get("request") or {}
         response: dict = {"uid": req.get("uid"), "allowed": True}
         if path == "/deny":
@@ -128,3 +132,16 @@ class WebhookServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def main() -> None:
+    """Run the webhook in a process of its own (benchmarks): prints its port and CA
+    bundle as one JSON line, then serves until its standard input closes."""
+    with WebhookServer() as w:
+        w.keep_reviews = False
+        print(json.dumps({"port": w.port, "caBundle": w.ca_bundle}), flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

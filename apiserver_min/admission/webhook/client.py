@@ -20,10 +20,12 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ...api import names
 from .credentials import ClientCredentials, CredentialResolver
 from .source import ClusterLookup, ResolveError
 
 MAX_RESPONSE_BYTES = 3 * 1024 * 1024
+USER_AGENT = f"{names.APISERVER_NAME}/webhook"
 
 
 class CallError(Exception):
@@ -64,7 +66,7 @@ def describe_exception(exc: BaseException, address: str) -> str:
         if isinstance(os_error, ConnectionRefusedError):
             return f"dial tcp {address}: connect: connection refused"
         return f"dial tcp {address}: {os_error.strerror or os_error}"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, asyncio.IncompleteReadError)):
         return "EOF"
     return str(exc) or type(exc).__name__
 
@@ -85,7 +87,10 @@ class WebhookClients:
         ca_pem = base64.b64decode(ca) if isinstance(ca, str) and ca else b""
         creds = self.credentials.resolve(server_name)
         connector = aiohttp.TCPConnector(ssl=_ssl_context(ca_pem, creds), limit=100, keepalive_timeout=30)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        # No cookies, no tracing: a webhook call is one POST on a kept-alive connection.
+        session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",)
+        )
         self._sessions[key] = (session, creds.headers())
         return self._sessions[key]
 
@@ -131,19 +136,28 @@ class WebhookClients:
             dialed = parsed.netloc if parsed.port else f"{parsed.hostname}:443"
             headers_host = ""
         session, auth = self._session(key, client_config, server_name)
-        headers = {"Content-Type": "application/json", "Accept": "application/json", **auth}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+            **auth,
+        }
         if headers_host:
             headers["Host"] = headers_host
         try:
-            async with asyncio.timeout(timeout):
-                async with session.post(
-                    url, data=body, headers=headers, server_hostname=server_hostname, allow_redirects=False
-                ) as resp:
-                    data = await resp.content.read(MAX_RESPONSE_BYTES + 1)
-                    status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ssl.SSLError) as exc:
+            async with session.post(
+                url,
+                data=body,
+                headers=headers,
+                server_hostname=server_hostname,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                status = resp.status
+                data = await _read_body(resp)
+        except (aiohttp.ClientError, asyncio.TimeoutError, asyncio.IncompleteReadError, OSError, ssl.SSLError) as exc:
             raise CallError(f'Post "{shown}": {describe_exception(exc, dialed)}') from None
-        if len(data) > MAX_RESPONSE_BYTES:
+        if data is None:
             raise CallError(f"the response of {shown} is larger than {MAX_RESPONSE_BYTES} bytes")
         if status < 200 or status > 299:
             raise CallError(_status_error(status, data))
@@ -151,6 +165,21 @@ class WebhookClients:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise CallError(f"the response is not JSON: {exc}") from None
+
+
+async def _read_body(resp: aiohttp.ClientResponse) -> bytes | None:
+    """The whole body, or None when it is larger than MAX_RESPONSE_BYTES."""
+    length = resp.content_length
+    if length is not None:
+        return None if length > MAX_RESPONSE_BYTES else await resp.content.readexactly(length)
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in resp.content.iter_any():
+        total += len(chunk)
+        if total > MAX_RESPONSE_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _host(address: str) -> str:

@@ -17,7 +17,7 @@ import orjson
 
 from ...api import names
 from ...api import status as st
-from ...registry.patch import PatchError, json_patch
+from ...registry.patch import PatchApplyError, PatchError, json_patch
 from ..chain import Attributes
 from .client import CallError, WebhookClients
 from .matching import (
@@ -25,7 +25,7 @@ from .matching import (
     is_namespace_request,
     namespace_labels_from_request,
     object_selector_matches,
-    rules_match,
+    request_shape,
 )
 from .metrics import APISERVER_INTERNAL_ERROR, CALLING_WEBHOOK_ERROR, NO_ERROR, WebhookMetrics
 from .review import InvalidResponse, build_request, new_uid, read_answer, review_body, review_version
@@ -93,8 +93,7 @@ class _Dispatcher:
         return hooks
 
     async def _matches(self, hook: Webhook, attrs: Attributes) -> bool:
-        if not rules_match(hook.spec, attrs):
-            return False
+        """Selectors (rules are matched by the source, per request shape)."""
         if not hook.namespace_selector.empty and (attrs.namespace or is_namespace_request(attrs)):
             labels = namespace_labels_from_request(attrs)
             if labels is None:
@@ -110,7 +109,7 @@ class _Dispatcher:
         hooks = self._hooks()
         if not hooks:
             return []
-        found = [h for h in hooks if await self._matches(h, attrs)]
+        found = [h for h in self.source.matching_rules(request_shape(attrs)) if await self._matches(h, attrs)]
         if attrs.dry_run:
             for h in found:
                 if h.spec.get("sideEffects") not in NO_SIDE_EFFECTS:
@@ -193,9 +192,8 @@ class MutatingWebhookPlugin(_Dispatcher):
         reinvoke: set[str] = set()
         for rnd in (0, 1):
             for hook in hooks:
-                if rnd == 1:
-                    if hook.client_key not in reinvoke or not await self._matches(hook, attrs):
-                        continue
+                if rnd == 1 and (hook.client_key not in reinvoke or not await self._matches(hook, attrs)):
+                    continue
                 changed = await self._call_one(hook, attrs, request)
                 attrs.annotate(
                     f"{names.WEBHOOK_MUTATION_ANNOTATION_PREFIX}round_{rnd}_index_{hook.index}",
@@ -229,7 +227,7 @@ class MutatingWebhookPlugin(_Dispatcher):
             return False
         try:
             patched = json_patch(attrs.obj, answer.patch)
-        except PatchError as exc:
+        except (PatchError, PatchApplyError) as exc:
             self.metrics.rejected(hook.name, self.phase, attrs.operation, APISERVER_INTERNAL_ERROR, 500)
             raise st.internal(str(exc)) from None
         if not isinstance(patched, dict):

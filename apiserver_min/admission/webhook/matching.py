@@ -70,16 +70,21 @@ def rule_matches(
     )
 
 
-def rules_match(hook: Mapping, attrs: Attributes) -> bool:
-    k = attrs.kind
+def rules_match_shape(
+    hook: Mapping, operation: str, group: str, version: str, resource: str, sub: str, namespaced: bool
+) -> bool:
     rules = hook.get("rules")
     if not isinstance(rules, list):
         return False
     return any(
-        isinstance(r, dict)
-        and rule_matches(r, attrs.operation, k.group, k.version, k.resource, attrs.subresource, k.namespaced)
-        for r in rules
+        isinstance(r, dict) and rule_matches(r, operation, group, version, resource, sub, namespaced) for r in rules
     )
+
+
+def request_shape(attrs: Attributes) -> tuple:
+    """What rules look at in a request."""
+    k = attrs.kind
+    return (attrs.operation, k.group, k.version, k.resource, attrs.subresource, k.namespaced)
 
 
 def parse_selector(d: Any) -> LabelSelector:

@@ -15,7 +15,7 @@ from ...api import names
 from ...api import status as st
 from ...api.selectors import LabelSelector
 from ...storage.keys import key_prefix, object_key
-from .matching import parse_selector
+from .matching import parse_selector, rules_match_shape
 
 if TYPE_CHECKING:
     from ...api.kinds import KindInfo, Registry
@@ -54,12 +54,17 @@ class WebhookSource:
         self.kind = _served(registry, names.ADMISSIONREGISTRATION_GROUP, resource)
         self._cache: ResourceCache = cache.cache(key_prefix(self.kind))
         self._hooks: list[Webhook] | None = None
+        # The webhooks whose rules match, by (operation, group, version, resource,
+        # sub-resource, namespaced): rules depend on nothing else, so this is worked
+        # out once per request shape and configuration.
+        self._by_shape: dict[tuple, list[Webhook]] = {}
         self.on_change: list[Callable[[], None]] = []
         cache.listeners.append(self._on_cache_event)
 
     def _on_cache_event(self, cache: "ResourceCache | None", ev: "CacheEvent | None") -> None:
         if cache is None or cache is self._cache:
             self._hooks = None
+            self._by_shape = {}
             for fn in self.on_change:
                 fn()
 
@@ -67,6 +72,17 @@ class WebhookSource:
         if self._hooks is None:
             self._hooks = self._build()
         return self._hooks
+
+    def matching_rules(self, shape: tuple) -> list[Webhook]:
+        """The webhooks whose rules match requests of SHAPE (see ``_by_shape``)."""
+        found = self._by_shape.get(shape)
+        if found is None:
+            op, group, version, resource, sub, namespaced = shape
+            found = [
+                h for h in self.hooks() if rules_match_shape(h.spec, op, group, version, resource, sub, namespaced)
+            ]
+            self._by_shape[shape] = found
+        return found
 
     def _build(self) -> list[Webhook]:
         found: list[Webhook] = []

@@ -1,0 +1,269 @@
+"""The webhook plugins' logic without a server: rule matching, the dry-run refusal
+of webhooks with side effects, reinvocation, answers that cannot be used, the
+credential look-up by host name and service endpoint resolution."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import pytest
+
+from apiserver_min.admission.chain import Attributes
+from apiserver_min.admission.webhook.client import CallError, WebhookClients
+from apiserver_min.admission.webhook.credentials import ClientCredentials, CredentialResolver
+from apiserver_min.admission.webhook.dispatcher import MutatingWebhookPlugin, ValidatingWebhookPlugin
+from apiserver_min.admission.webhook.matching import parse_selector, rule_matches, rules_match_shape
+from apiserver_min.admission.webhook.metrics import WebhookMetrics
+from apiserver_min.admission.webhook.source import ResolveError, Webhook
+from apiserver_min.api import names
+from apiserver_min.api import status as st
+from apiserver_min.api.kinds import REGISTRY
+from apiserver_min.api.user import UserInfo
+
+CONFIGMAPS = REGISTRY.by_resource("", "v1", "configmaps")
+ADMIN = UserInfo("alice", groups=("devs",))
+
+
+def rule(**kw) -> dict:
+    r = {"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "scope": "*"}
+    r.update(kw)
+    return r
+
+
+@pytest.mark.parametrize(
+    "resources, sub, expected",
+    [
+        (["*"], "", True),
+        (["*"], "status", False),
+        (["*/*"], "status", True),
+        (["pods/*"], "status", True),
+        (["pods/*"], "", True),  # upstream: "/*" also covers the resource itself
+        (["*/status"], "status", True),
+        (["pods/status"], "binding", False),
+        (["pods"], "", True),
+    ],
+)
+def test_resource_patterns(resources, sub, expected):
+    assert rule_matches(rule(resources=resources), "UPDATE", "", "v1", "pods", sub, True) is expected
+
+
+def test_scope_operations_groups_and_versions():
+    assert rule_matches(rule(scope="Cluster"), "CREATE", "", "v1", "namespaces", "", False)
+    assert not rule_matches(rule(scope="Namespaced"), "CREATE", "", "v1", "namespaces", "", False)
+    assert rule_matches(rule(scope="Namespaced"), "CREATE", "", "v1", "pods", "", True)
+    assert not rule_matches(rule(operations=["CREATE"]), "DELETE", "", "v1", "pods", "", True)
+    assert rule_matches(rule(operations=["CONNECT"]), "CONNECT", "", "v1", "pods", "", True)
+    assert not rule_matches(rule(apiGroups=["apps"]), "CREATE", "", "v1", "pods", "", True)
+    assert not rule_matches(rule(apiVersions=["v1beta1"]), "CREATE", "", "v1", "pods", "", True)
+
+
+class FakeSource:
+    def __init__(self, specs: list[dict]):
+        self.on_change: list = []
+        self._hooks = [
+            Webhook(
+                "cfg",
+                i,
+                s,
+                parse_selector(s.get("namespaceSelector")),
+                parse_selector(s.get("objectSelector")),
+                f"k{i}",
+            )
+            for i, s in enumerate(specs)
+        ]
+
+    def hooks(self) -> list[Webhook]:
+        return self._hooks
+
+    def matching_rules(self, shape: tuple) -> list[Webhook]:
+        return [h for h in self._hooks if rules_match_shape(h.spec, *shape)]
+
+
+class ScriptedClients(WebhookClients):
+    """Answers by URL path with a function of the review."""
+
+    def __init__(self, answers: dict):
+        super().__init__(None, CredentialResolver())  # type: ignore[arg-type]
+        self.answers = answers
+        self.calls: list[str] = []
+
+    async def post(self, key, client_config, body, timeout):
+        path = client_config["url"].rsplit("/", 1)[-1]
+        self.calls.append(path)
+        review = json.loads(body)
+        answer = self.answers[path]
+        if isinstance(answer, Exception):
+            raise answer
+        response = answer(review["request"])
+        return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+
+
+def hook(name: str, path: str, **extra) -> dict:
+    h = {
+        "name": name,
+        "clientConfig": {"url": f"https://127.0.0.1/{path}"},
+        "rules": [rule()],
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "failurePolicy": "Fail",
+    }
+    h.update(extra)
+    return h
+
+
+def attrs(obj: dict | None = None, dry_run: bool = False) -> Attributes:
+    obj = obj if obj is not None else {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}}
+    return Attributes("CREATE", CONFIGMAPS, "", "c", "", obj, None, ADMIN, dry_run)
+
+
+def patch_answer(ops: list):
+    def answer(req):
+        return {
+            "uid": req["uid"],
+            "allowed": True,
+            "patchType": "JSONPatch",
+            "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
+        }
+
+    return answer
+
+
+def allow(req):
+    return {"uid": req["uid"], "allowed": True}
+
+
+def plugin(cls, specs, answers):
+    clients = ScriptedClients(answers)
+    return cls(FakeSource(specs), None, clients, WebhookMetrics()), clients
+
+
+def test_dry_run_refuses_a_webhook_with_side_effects_before_calling_it():
+    p, clients = plugin(ValidatingWebhookPlugin, [hook("fx.hooks.test", "fx", sideEffects="Some")], {"fx": allow})
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(p.validate(attrs(dry_run=True)))
+    assert (err.value.code, err.value.message) == (400, 'admission webhook "fx.hooks.test" does not support dry run')
+    assert clients.calls == []
+    asyncio.run(p.validate(attrs()))  # a real request calls it
+    assert clients.calls == ["fx"]
+
+
+def test_if_needed_webhooks_are_reinvoked_once_after_a_later_change():
+    specs = [
+        hook("first.hooks.test", "first", reinvocationPolicy="IfNeeded"),
+        hook("second.hooks.test", "second"),
+    ]
+    answers = {"first": allow, "second": patch_answer([{"op": "add", "path": "/data/x", "value": "1"}])}
+    p, clients = plugin(MutatingWebhookPlugin, specs, answers)
+    a = attrs()
+    assert asyncio.run(p.admit(a)) is True
+    assert a.obj["data"] == {"x": "1"}
+    assert clients.calls == ["first", "second", "first"]
+
+
+def test_webhooks_that_change_nothing_are_not_reinvoked_and_report_no_change():
+    specs = [hook("first.hooks.test", "first", reinvocationPolicy="IfNeeded"), hook("second.hooks.test", "second")]
+    p, clients = plugin(MutatingWebhookPlugin, specs, {"first": allow, "second": allow})
+    assert asyncio.run(p.admit(attrs())) is False
+    assert clients.calls == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    "response, detail",
+    [
+        (lambda req: {"uid": "other", "allowed": True}, 'expected response.uid="{uid}", got "other"'),
+        (
+            lambda req: {"uid": req["uid"], "allowed": True, "patch": "W10="},
+            "webhook returned response.patch but not response.patchType",
+        ),
+        (
+            lambda req: {"uid": req["uid"], "allowed": True, "patchType": "JSONPatch", "patch": "W10="},
+            "validating webhook may not return response.patch",
+        ),
+    ],
+)
+def test_unusable_answers_fail_closed_with_upstreams_words(response, detail):
+    seen: list[str] = []
+
+    def answer(req):
+        seen.append(req["uid"])
+        return response(req)
+
+    p, _ = plugin(ValidatingWebhookPlugin, [hook("v.hooks.test", "v")], {"v": answer})
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(p.validate(attrs()))
+    assert err.value.code == 500
+    assert err.value.message == (
+        'Internal error occurred: failed calling webhook "v.hooks.test": received invalid webhook response: '
+        + detail.format(uid=seen[0])
+    )
+
+
+def test_ignore_admits_on_call_errors_and_a_patch_that_does_not_apply_is_an_internal_error():
+    p, _ = plugin(
+        ValidatingWebhookPlugin, [hook("i.hooks.test", "i", failurePolicy="Ignore")], {"i": CallError("Post: boom")}
+    )
+    asyncio.run(p.validate(attrs()))
+    p, _ = plugin(
+        MutatingWebhookPlugin,
+        [hook("m.hooks.test", "m", failurePolicy="Ignore")],
+        {"m": patch_answer([{"op": "replace", "path": "/nope/x", "value": 1}])},
+    )
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(p.admit(attrs()))
+    assert err.value.code == 500 and err.value.reason == "InternalError"
+
+
+def test_denial_passes_the_status_through():
+    def deny(req):
+        return {"uid": req["uid"], "allowed": False, "status": {"code": 422, "reason": "Invalid", "message": "bad"}}
+
+    def deny_silently(req):
+        return {"uid": req["uid"], "allowed": False, "status": {"code": 200}}
+
+    p, _ = plugin(ValidatingWebhookPlugin, [hook("d.hooks.test", "d")], {"d": deny})
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(p.validate(attrs()))
+    assert (err.value.code, err.value.reason) == (422, "Invalid")
+    assert err.value.message == 'admission webhook "d.hooks.test" denied the request: bad'
+    p, _ = plugin(ValidatingWebhookPlugin, [hook("d.hooks.test", "d")], {"d": deny_silently})
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(p.validate(attrs()))
+    assert err.value.code == 400
+    assert err.value.message == 'admission webhook "d.hooks.test" denied the request without explanation'
+
+
+def test_configuration_objects_are_never_sent_to_webhooks():
+    p, clients = plugin(ValidatingWebhookPlugin, [hook("all.hooks.test", "all")], {"all": allow})
+    kind = REGISTRY.by_resource(names.ADMISSIONREGISTRATION_GROUP, "v1", "validatingwebhookconfigurations")
+    a = Attributes("CREATE", kind, "", "x", "", {"metadata": {"name": "x"}}, None, ADMIN, False)
+    asyncio.run(p.validate(a))
+    assert clients.calls == []
+
+
+def test_credentials_by_host_name_with_wildcards_and_default():
+    token = ClientCredentials(token="t")
+    cert = ClientCredentials(cert_pem=b"c", key_pem=b"k")
+    default = ClientCredentials(username="u", password="p")
+    r = CredentialResolver({"hook.ns.svc": token, "*.other.svc": cert, "*": default})
+    assert r.resolve("hook.ns.svc") is token
+    assert r.resolve("hook.ns.svc:443") is token
+    assert r.resolve("x.other.svc") is cert
+    assert r.resolve("hook.ns.svc:8443") is default
+    assert token.headers() == {"Authorization": "Bearer t"}
+    assert default.headers() == {"Authorization": "Basic " + base64.b64encode(b"u:p").decode()}
+
+
+def test_a_service_without_ready_endpoints_fails_as_upstream():
+    class Lookup:
+        def resolve_service(self, namespace, name, port):
+            raise ResolveError(f'no endpoints available for service "{name}"')
+
+    clients = WebhookClients(Lookup(), CredentialResolver())  # type: ignore[arg-type]
+    config = {"service": {"namespace": "ops", "name": "hook", "path": "/check", "port": 443}}
+    with pytest.raises(CallError) as err:
+        asyncio.run(clients.post("k", config, b"{}", 10))
+    assert (
+        str(err.value) == 'Post "https://hook.ops.svc:443/check?timeout=10s": no endpoints available for service "hook"'
+    )
