@@ -2,7 +2,9 @@
 127.0.0.1 in a thread of its own, with a certificate from a CA the test makes.
 
 Each path answers one way (``/allow``, ``/deny``, ``/patch``, ``/warn``, ``/hang``,
-``/garbage``); every review received is kept in ``reviews`` (path, review)."""
+``/garbage``); an ImageReview (any path) is answered as an image policy backend
+allowing images under ``good/``. Every review received is kept in ``reviews``
+(path, review)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,15 @@ from tests.components import free_port
 
 DENY_MESSAGE = "no thanks"
 WARNING = "careful: this object is watched"
+
+
+def image_review_answer(review: dict) -> dict:
+    """The image policy backend: images under ``good/`` only."""
+    bad = [c["image"] for c in review["spec"].get("containers") or [] if not c["image"].startswith("good/")]
+    status: dict = {"allowed": not bad, "auditAnnotations": {"checked": str(len(review["spec"]["containers"]))}}
+    if bad:
+        status["reason"] = f"image {bad[0]} is not allowed"
+    return {"apiVersion": review["apiVersion"], "kind": "ImageReview", "status": status}
 
 
 class WebhookServer:
@@ -73,6 +84,8 @@ class WebhookServer:
             self.reviews.append((path, review))
             peer = request.transport.get_extra_info("peercert") if request.transport else None
             self.client_certs.append(peer)
+        if review.get("kind") == "ImageReview":
+            return web.json_response(image_review_answer(review))
         req = review.get("request") or {}
         response: dict = {"uid": req.get("uid"), "allowed": True}
         if path == "/deny":

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from ..chain import Chain, Plugin
 from ..config import AdmissionConfig
 from ..podsecurity import policy as podsecurity_policy
-from . import podnodeselector, podtolerationrestriction, webhooks
+from . import imagepolicywebhook, podnodeselector, podtolerationrestriction, webhooks
 from .alwaysadmit import AlwaysAdmit
 from .alwaysdeny import AlwaysDeny
 from .alwayspullimages import AlwaysPullImages
@@ -127,6 +127,7 @@ KNOWN_PLUGINS = frozenset(
         "ResourceQuota",
         "MutatingAdmissionWebhook",
         "ValidatingAdmissionWebhook",
+        "ImagePolicyWebhook",
     }
 )
 
@@ -142,6 +143,7 @@ CONFIG_PARSERS: dict[str, Any] = {
     "PodTolerationRestriction": podtolerationrestriction.parse_configuration,
     "MutatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
     "ValidatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
+    "ImagePolicyWebhook": imagepolicywebhook.parse_configuration,
 }
 
 
@@ -212,6 +214,7 @@ def _plugin_factories() -> dict:
         "PodSecurity": configured(PodSecurity),
         "PodNodeSelector": configured(PodNodeSelector),
         "PodTolerationRestriction": configured(PodTolerationRestriction),
+        "ImagePolicyWebhook": configured(imagepolicywebhook.ImagePolicyWebhook),
         "AlwaysAdmit": lambda server: AlwaysAdmit(),
         "AlwaysDeny": lambda server: AlwaysDeny(),
         "AlwaysPullImages": lambda server: AlwaysPullImages(),

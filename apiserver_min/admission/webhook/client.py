@@ -32,7 +32,7 @@ class CallError(Exception):
     """The call did not produce an answer (connection, TLS, timeout, HTTP status, body)."""
 
 
-def _ssl_context(ca_pem: bytes, creds: ClientCredentials) -> ssl.SSLContext:
+def ssl_context(ca_pem: bytes, creds: ClientCredentials) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cadata=ca_pem.decode("latin-1")) if ca_pem else ssl.create_default_context()
     if creds.cert_pem and creds.key_pem:
         # The ssl module loads a client certificate from files only: a private file,
@@ -86,7 +86,7 @@ class WebhookClients:
         ca = client_config.get("caBundle") or ""
         ca_pem = base64.b64decode(ca) if isinstance(ca, str) and ca else b""
         creds = self.credentials.resolve(server_name)
-        connector = aiohttp.TCPConnector(ssl=_ssl_context(ca_pem, creds), limit=100, keepalive_timeout=30)
+        connector = aiohttp.TCPConnector(ssl=ssl_context(ca_pem, creds), limit=100, keepalive_timeout=30)
         # No cookies, no tracing: a webhook call is one POST on a kept-alive connection.
         session = aiohttp.ClientSession(
             connector=connector, cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",)
