@@ -41,6 +41,7 @@ class WebhookServer:
         self.port = free_port()
         self.reviews: list[tuple[str, dict]] = []
         self.client_certs: list[dict | None] = []
+        self.authorizations: list[str] = []
         ca_cert, ca_key = pki.make_ca("webhook-test-ca")
         key = ec.generate_private_key(ec.SECP256R1())
         cert = pki.sign_leaf(
@@ -84,6 +85,7 @@ class WebhookServer:
             self.reviews.append((path, review))
             peer = request.transport.get_extra_info("peercert") if request.transport else None
             self.client_certs.append(peer)
+            self.authorizations.append(request.headers.get("Authorization", ""))
         if review.get("kind") == "ImageReview":
             return web.json_response(image_review_answer(review))
         req = review.get("request") or {}

@@ -10,9 +10,15 @@ import json
 
 import pytest
 
+from apiserver_min import pki
 from apiserver_min.admission.chain import Attributes
+from apiserver_min.admission.plugins import imagepolicywebhook as imagepolicy
 from apiserver_min.admission.webhook.client import CallError, WebhookClients
-from apiserver_min.admission.webhook.credentials import ClientCredentials, CredentialResolver
+from apiserver_min.admission.webhook.credentials import (
+    ClientCredentials,
+    CredentialResolver,
+    parse_webhook_admission_config,
+)
 from apiserver_min.admission.webhook.dispatcher import MutatingWebhookPlugin, ValidatingWebhookPlugin
 from apiserver_min.admission.webhook.matching import parse_selector, rule_matches, rules_match_shape
 from apiserver_min.admission.webhook.metrics import WebhookMetrics
@@ -21,6 +27,7 @@ from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import UserInfo
+from tests.webhook_server import WebhookServer
 
 CONFIGMAPS = REGISTRY.by_resource("", "v1", "configmaps")
 ADMIN = UserInfo("alice", groups=("devs",))
@@ -267,3 +274,124 @@ def test_a_service_without_ready_endpoints_fails_as_upstream():
     assert (
         str(err.value) == 'Post "https://hook.ops.svc:443/check?timeout=10s": no endpoints available for service "hook"'
     )
+
+
+# --- ImagePolicyWebhook -----------------------------------------------------------------
+
+
+def backend_config(tmp_path, server: str = "https://127.0.0.1:1/review") -> str:
+    path = tmp_path / "backend.orchconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "b", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "c", "context": {"cluster": "b", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return str(path)
+
+
+def test_image_policy_configuration_defaults_and_bounds(tmp_path):
+    path = backend_config(tmp_path)
+    cfg = imagepolicy.parse_configuration({"imagePolicy": {"kubeConfigFile": path}})
+    assert (cfg.allow_ttl, cfg.deny_ttl, cfg.retry_backoff, cfg.default_allow) == (300.0, 30.0, 0.5, False)
+    cfg = imagepolicy.parse_configuration({"imagePolicy": {"kubeConfigFile": path, "allowTTL": -1}})
+    assert cfg.allow_ttl == 0.0
+    with pytest.raises(ValueError, match=r"valid value is between 1s and 30m0s, got 40m0s for allow cache"):
+        imagepolicy.parse_configuration({"imagePolicy": {"kubeConfigFile": path, "allowTTL": 2400}})
+    with pytest.raises(ValueError, match=r"unknown field\(s\) cacheSize"):
+        imagepolicy.parse_configuration({"imagePolicy": {"kubeConfigFile": path, "cacheSize": 3}})
+    with pytest.raises(ValueError, match="must be served over TLS"):
+        imagepolicy.parse_configuration({"imagePolicy": {"kubeConfigFile": backend_config(tmp_path, "http://a/b")}})
+
+
+def pod_attrs(image: str = "good/app") -> Attributes:
+    pods = REGISTRY.by_resource("", "v1", "pods")
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"image": image}]}}
+    return Attributes("CREATE", pods, "ns", "p", "", obj, None, ADMIN, False)
+
+
+def test_image_policy_backend_failure_fails_closed_or_open_by_default_allow(tmp_path):
+    path = backend_config(tmp_path)  # nothing listens on port 1
+    closed = imagepolicy.ImagePolicyWebhook(
+        imagepolicy.parse_configuration({"imagePolicy": {"kubeConfigFile": path, "retryBackoff": 1}})
+    )
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(closed.validate(pod_attrs()))
+    assert err.value.code == 403
+    assert err.value.message == (
+        'pods "p" is forbidden: Post "https://127.0.0.1:1/review": dial tcp 127.0.0.1:1: connect: connection refused'
+    )
+    open_ = imagepolicy.ImagePolicyWebhook(
+        imagepolicy.parse_configuration({"imagePolicy": {"kubeConfigFile": path, "defaultAllow": True}})
+    )
+    a = pod_attrs()
+    asyncio.run(open_.validate(a))
+    assert a.obj["metadata"]["annotations"] == {names.IMAGE_POLICY_FAILED_OPEN_ANNOTATION: "true"}
+
+
+def test_credentials_from_the_kubeconfig_file_reach_the_webhook(tmp_path):
+    ca, ca_key = pki.make_ca("client-ca")
+    key = pki.new_key()
+    cert = pki.sign_leaf(ca, ca_key, key.public_key(), "orch-apiserver", client=True)
+    config = tmp_path / "webhook.orchconfig"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "users": [
+                    {
+                        "name": "127.0.0.1:*",
+                        "user": {"token": "unused"},
+                    },
+                    {
+                        "name": "*",
+                        "user": {
+                            "client-certificate-data": base64.b64encode(pki.cert_pem(cert)).decode(),
+                            "client-key-data": base64.b64encode(pki.key_pem(key)).decode(),
+                            "token": "t0ken",
+                        },
+                    },
+                ],
+            }
+        )
+    )
+    path = parse_webhook_admission_config(
+        {
+            "apiVersion": f"apiserver.config.{names.DOMAIN}/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(config),
+        }
+    )
+    with WebhookServer(client_ca_pem=pki.cert_pem(ca)) as hook_server:
+        clients = WebhookClients(None, CredentialResolver.from_file(path))  # type: ignore[arg-type]
+
+        async def call():
+            try:
+                return await clients.post(
+                    "k",
+                    hook_server.client_config("/allow"),
+                    json.dumps({"apiVersion": "x", "kind": "AdmissionReview", "request": {"uid": "u"}}).encode(),
+                    5,
+                )
+            finally:
+                await clients.close()
+
+        answer = asyncio.run(call())
+    assert answer["response"] == {"uid": "u", "allowed": True}
+    assert hook_server.authorizations == ["Bearer t0ken"]
+    assert dict(x[0] for x in hook_server.client_certs[0]["subject"])["commonName"] == "orch-apiserver"
+    with pytest.raises(ValueError, match="must be an absolute file path"):
+        parse_webhook_admission_config(
+            {
+                "apiVersion": f"apiserver.config.{names.DOMAIN}/v1",
+                "kind": "WebhookAdmissionConfiguration",
+                "kubeConfigFile": "rel",
+            }
+        )
