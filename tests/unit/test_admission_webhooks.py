@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -395,3 +398,49 @@ def test_credentials_from_the_kubeconfig_file_reach_the_webhook(tmp_path):
                 "kubeConfigFile": "rel",
             }
         )
+
+
+def test_a_kept_alive_connection_the_webhook_closed_is_replaced_and_chunked_answers_read():
+    """The webhook closes every connection after answering (without saying so) and
+    answers in chunks: each call still gets its answer."""
+    ca, ca_key = pki.make_ca("t")
+    key = pki.new_key()
+    cert = pki.sign_leaf(ca, ca_key, key.public_key(), "hook", server=True, ips=["127.0.0.1"])
+    d = tempfile.mkdtemp(prefix="orch-wt-test-")
+    Path(d, "c.pem").write_bytes(pki.cert_pem(cert) + pki.key_pem(key))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(Path(d, "c.pem")))
+    connections = 0
+
+    async def handle(reader, writer):
+        nonlocal connections
+        connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        req = json.loads(await reader.readexactly(length))
+        body = json.dumps({"response": {"uid": req["request"]["uid"], "allowed": True}}).encode()
+        half = len(body) // 2
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:])
+        )
+        await writer.drain()
+        writer.close()
+
+    async def main():
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
+        port = srv.sockets[0].getsockname()[1]
+        clients = WebhookClients(None, CredentialResolver())  # type: ignore[arg-type]
+        config = {"url": f"https://127.0.0.1:{port}/x", "caBundle": base64.b64encode(pki.cert_pem(ca)).decode()}
+        answers = []
+        for uid in ("a", "b", "c"):
+            body = json.dumps({"request": {"uid": uid}}).encode()
+            answers.append(await clients.post("k", config, body, 5))
+        await clients.close()
+        srv.close()
+        await srv.wait_closed()
+        return answers
+
+    answers = asyncio.run(main())
+    assert [a["response"]["uid"] for a in answers] == ["a", "b", "c"]
+    assert connections == 3

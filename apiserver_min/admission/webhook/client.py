@@ -1,6 +1,7 @@
 """Calling a webhook: HTTPS POST of a JSON body, with the webhook's CA bundle (or the
 system roots), the credentials the server presents to that host, the service's
-endpoint resolved from the cache, and a timeout; one connection pool per webhook.
+endpoint resolved from the cache, and a timeout; one pool of kept-alive connections
+per webhook.
 
 Failures raise :class:`CallError` whose text follows upstream's client (``Post
 "https://host/path?timeout=10s": <cause>``), which the dispatcher wraps into
@@ -12,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import socket
 import ssl
 import tempfile
 import urllib.parse
@@ -68,7 +70,121 @@ def describe_exception(exc: BaseException, address: str) -> str:
         return f"dial tcp {address}: {os_error.strerror or os_error}"
     if isinstance(exc, (aiohttp.ServerDisconnectedError, asyncio.IncompleteReadError)):
         return "EOF"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"tls: failed to verify certificate: x509: {exc.verify_message}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"dial tcp {address}: connect: connection refused"
+    if isinstance(exc, socket.gaierror):
+        return f"dial tcp: lookup {address.rpartition(':')[0]}: no such host"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"dial tcp {address}: {exc.strerror.lower()}"
     return str(exc) or type(exc).__name__
+
+
+class _Pool:
+    """Kept-alive HTTPS connections to one webhook. Calls are plain HTTP/1.1 POSTs on
+    asyncio streams: per call this costs a fraction of a general client's work, and
+    admission adds a call to every matching write."""
+
+    MAX_IDLE = 64
+
+    def __init__(self, ctx: ssl.SSLContext, auth: dict[str, str]):
+        self.ctx = ctx
+        self.auth = "".join(f"{k}: {v}\r\n" for k, v in auth.items())
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        for _, writer in self.idle:
+            writer.close()
+        self.idle.clear()
+
+    async def post(
+        self, host: str, port: int, server_hostname: str, target: str, host_header: str, body: bytes
+    ) -> tuple[int, bytes | None]:
+        head = (
+            f"POST {target} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: {USER_AGENT}\r\n"
+            f"Content-Type: application/json\r\nAccept: application/json\r\n{self.auth}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode("latin-1") + body
+        while self.idle:  # a kept-alive connection the webhook may have closed meanwhile
+            conn = self.idle.pop()
+            try:
+                return await self._exchange(conn, head)
+            except _Stale:
+                continue
+        conn = await asyncio.open_connection(host, port, ssl=self.ctx, server_hostname=server_hostname, limit=1 << 16)
+        try:
+            return await self._exchange(conn, head)
+        except _Stale:
+            raise asyncio.IncompleteReadError(b"", None) from None
+
+    async def _exchange(
+        self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], head: bytes
+    ) -> tuple[int, bytes | None]:
+        reader, writer = conn
+        keep = False
+        try:
+            writer.write(head)
+            try:
+                raw = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
+                if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
+                    raise
+                raise _Stale() from None
+            lines = raw.decode("latin-1").split("\r\n")
+            version, _, rest = lines[0].partition(" ")
+            status = int(rest[:3])
+            headers = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            data: bytes | None
+            if "content-length" in headers:
+                length = int(headers["content-length"])
+                data = None if length > MAX_RESPONSE_BYTES else await reader.readexactly(length)
+                keep = data is not None
+            elif "chunked" in headers.get("transfer-encoding", "").lower():
+                data = await _read_chunked(reader)
+                keep = data is not None
+            else:
+                data = await reader.read(MAX_RESPONSE_BYTES + 1)
+                while data and len(data) <= MAX_RESPONSE_BYTES:
+                    more = await reader.read(MAX_RESPONSE_BYTES + 1 - len(data))
+                    if not more:
+                        break
+                    data += more
+                if len(data) > MAX_RESPONSE_BYTES:
+                    data = None
+            keep = keep and version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+            return status, data
+        finally:
+            if keep and not self.closed and len(self.idle) < self.MAX_IDLE:
+                self.idle.append(conn)
+            else:
+                writer.close()
+
+
+class _Stale(Exception):
+    """A kept-alive connection closed before answering: the call goes on a new one."""
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes | None:
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, then the end
+                pass
+            return b"".join(parts)
+        chunk = await reader.readexactly(size + 2)
+        total += size
+        if total > MAX_RESPONSE_BYTES:
+            return None
+        parts.append(chunk[:-2])
 
 
 class WebhookClients:
@@ -77,41 +193,33 @@ class WebhookClients:
     def __init__(self, lookup: ClusterLookup, credentials: CredentialResolver):
         self.lookup = lookup
         self.credentials = credentials
-        self._sessions: dict[str, tuple[aiohttp.ClientSession, dict[str, str]]] = {}
+        self._pools: dict[str, _Pool] = {}
 
-    def _session(self, key: str, client_config: dict, server_name: str) -> tuple[aiohttp.ClientSession, dict]:
-        found = self._sessions.get(key)
-        if found is not None and not found[0].closed:
+    def _pool(self, key: str, client_config: dict, server_name: str) -> _Pool:
+        found = self._pools.get(key)
+        if found is not None:
             return found
         ca = client_config.get("caBundle") or ""
         ca_pem = base64.b64decode(ca) if isinstance(ca, str) and ca else b""
         creds = self.credentials.resolve(server_name)
-        connector = aiohttp.TCPConnector(ssl=ssl_context(ca_pem, creds), limit=100, keepalive_timeout=30)
-        # No cookies, no tracing: a webhook call is one POST on a kept-alive connection.
-        session = aiohttp.ClientSession(
-            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",)
-        )
-        self._sessions[key] = (session, creds.headers())
-        return self._sessions[key]
+        pool = self._pools[key] = _Pool(ssl_context(ca_pem, creds), creds.headers())
+        return pool
 
     def forget_except(self, keep: set[str]) -> None:
         """Close the pools of webhooks that are gone (a configuration changed)."""
-        for key in list(self._sessions):
+        for key in list(self._pools):
             if key not in keep:
-                session, _ = self._sessions.pop(key)
-                with contextlib.suppress(RuntimeError):
-                    asyncio.get_running_loop().create_task(session.close(), name="webhook-session-close")
+                self._pools.pop(key).close()
 
     async def close(self) -> None:
-        for session, _ in self._sessions.values():
-            await session.close()
-        self._sessions.clear()
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
 
     async def post(self, key: str, client_config: dict, body: bytes, timeout: float) -> Any:
         """POST BODY and return the decoded JSON answer; CallError naming the URL."""
         query = f"?timeout={_go_duration(timeout)}"
         service = client_config.get("service")
-        server_hostname: str | None = None
         if isinstance(service, dict):
             ns, name = str(service.get("namespace") or ""), str(service.get("name") or "")
             given = service.get("port")
@@ -121,41 +229,31 @@ class WebhookClients:
             shown = f"https://{host}:{port}{path}{query}"
             server_name = host if port == 443 else f"{host}:{port}"
             try:
-                address, target_port = self.lookup.resolve_service(ns, name, port)
+                address, dial_port = self.lookup.resolve_service(ns, name, port)
             except ResolveError as exc:
                 raise CallError(f'Post "{shown}": {exc}') from None
-            url = f"https://{_host(address)}:{target_port}{path}{query}"
-            server_hostname = host
-            dialed = f"{_host(address)}:{target_port}"
-            headers_host = f"{host}:{port}"
+            target, host_header, tls_name = f"{path}{query}", f"{host}:{port}", host
         else:
             raw = str(client_config.get("url") or "")
             parsed = urllib.parse.urlsplit(raw)
-            url = shown = raw + query
+            shown = raw + query
             server_name = parsed.netloc
-            dialed = parsed.netloc if parsed.port else f"{parsed.hostname}:443"
-            headers_host = ""
-        session, auth = self._session(key, client_config, server_name)
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "User-Agent": USER_AGENT,
-            **auth,
-        }
-        if headers_host:
-            headers["Host"] = headers_host
+            address = parsed.hostname or ""
+            dial_port = parsed.port or 443
+            target = (parsed.path or "/") + query
+            host_header, tls_name = parsed.netloc, address
+        dialed = f"{_host(address)}:{dial_port}"
+        pool = self._pool(key, client_config, server_name)
         try:
-            async with session.post(
-                url,
-                data=body,
-                headers=headers,
-                server_hostname=server_hostname,
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as resp:
-                status = resp.status
-                data = await _read_body(resp)
-        except (aiohttp.ClientError, asyncio.TimeoutError, asyncio.IncompleteReadError, OSError, ssl.SSLError) as exc:
+            async with asyncio.timeout(timeout):
+                status, data = await pool.post(address, dial_port, tls_name, target, host_header, body)
+        except (
+            asyncio.TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            OSError,
+            ValueError,
+        ) as exc:
             raise CallError(f'Post "{shown}": {describe_exception(exc, dialed)}') from None
         if data is None:
             raise CallError(f"the response of {shown} is larger than {MAX_RESPONSE_BYTES} bytes")
@@ -165,21 +263,6 @@ class WebhookClients:
             return orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise CallError(f"the response is not JSON: {exc}") from None
-
-
-async def _read_body(resp: aiohttp.ClientResponse) -> bytes | None:
-    """The whole body, or None when it is larger than MAX_RESPONSE_BYTES."""
-    length = resp.content_length
-    if length is not None:
-        return None if length > MAX_RESPONSE_BYTES else await resp.content.readexactly(length)
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in resp.content.iter_any():
-        total += len(chunk)
-        if total > MAX_RESPONSE_BYTES:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _host(address: str) -> str:
