@@ -37,7 +37,7 @@ def image_review_answer(review: dict) -> dict:
 
 
 class WebhookServer:
-    def __init__(self, client_ca_pem: bytes | None = None):
+    def __init__(self, client_ca_pem: bytes | None = None, dns: tuple[str, ...] = ()):
         self.port = free_port()
         self.reviews: list[tuple[str, dict]] = []
         self.client_certs: list[dict | None] = []
@@ -45,7 +45,7 @@ class WebhookServer:
         ca_cert, ca_key = pki.make_ca("webhook-test-ca")
         key = ec.generate_private_key(ec.SECP256R1())
         cert = pki.sign_leaf(
-            ca_cert, ca_key, key.public_key(), "webhook", server=True, ips=["127.0.0.1"], dns=["localhost"]
+            ca_cert, ca_key, key.public_key(), "webhook", server=True, ips=["127.0.0.1"], dns=["localhost", *dns]
         )
         self.ca_pem = pki.cert_pem(ca_cert)
         self._dir = tempfile.TemporaryDirectory(prefix="orch-webhook-test-")

@@ -25,11 +25,13 @@ from apiserver_min.admission.webhook.credentials import (
 from apiserver_min.admission.webhook.dispatcher import MutatingWebhookPlugin, ValidatingWebhookPlugin
 from apiserver_min.admission.webhook.matching import parse_selector, rule_matches, rules_match_shape
 from apiserver_min.admission.webhook.metrics import WebhookMetrics
-from apiserver_min.admission.webhook.source import ResolveError, Webhook
+from apiserver_min.admission.webhook.source import ClusterLookup, ResolveError, Webhook
 from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import UserInfo
+from apiserver_min.storage.cacher import WatchCache
+from apiserver_min.storage.keys import key_prefix, object_key
 from tests.webhook_server import WebhookServer
 
 CONFIGMAPS = REGISTRY.by_resource("", "v1", "configmaps")
@@ -444,3 +446,48 @@ def test_a_kept_alive_connection_the_webhook_closed_is_replaced_and_chunked_answ
     answers = asyncio.run(main())
     assert [a["response"]["uid"] for a in answers] == ["a", "b", "c"]
     assert connections == 3
+
+
+def test_a_service_reference_is_called_at_a_ready_endpoint_with_the_service_name_for_tls():
+    cache = WatchCache(None, list(REGISTRY.kinds), key_prefix)  # type: ignore[arg-type]
+    services = REGISTRY.by_resource("", "v1", "services")
+    endpoints = REGISTRY.by_resource("", "v1", "endpoints")
+
+    def put(kind, obj):
+        key = object_key(kind, "ops", obj["metadata"]["name"])
+        c = cache.cache(key_prefix(kind))
+        c.items[key] = c.make_entry(key, json.dumps(obj).encode(), 7)
+
+    with WebhookServer(dns=("hook.ops.svc",)) as hook_server:
+        put(
+            services,
+            {"metadata": {"name": "hook", "namespace": "ops"}, "spec": {"ports": [{"name": "https", "port": 443}]}},
+        )
+        put(
+            endpoints,
+            {
+                "metadata": {"name": "hook", "namespace": "ops"},
+                "subsets": [
+                    {
+                        "notReadyAddresses": [{"ip": "127.0.0.2"}],
+                        "addresses": [{"ip": "127.0.0.1"}],
+                        "ports": [{"name": "https", "port": hook_server.port}],
+                    }
+                ],
+            },
+        )
+        lookup = ClusterLookup(cache, REGISTRY, None)
+        assert lookup.resolve_service("ops", "hook", 443) == ("127.0.0.1", hook_server.port)
+        with pytest.raises(ResolveError, match='no service port 8443 found for service "hook"'):
+            lookup.resolve_service("ops", "hook", 8443)
+        clients = WebhookClients(lookup, CredentialResolver())
+        config = {"service": {"namespace": "ops", "name": "hook", "path": "/allow"}, "caBundle": hook_server.ca_bundle}
+
+        async def call():
+            body = json.dumps({"apiVersion": "x", "kind": "AdmissionReview", "request": {"uid": "s"}}).encode()
+            try:
+                return await clients.post("k", config, body, 5)
+            finally:
+                await clients.close()
+
+        assert asyncio.run(call())["response"] == {"uid": "s", "allowed": True}
