@@ -491,3 +491,23 @@ def test_a_service_reference_is_called_at_a_ready_endpoint_with_the_service_name
                 await clients.close()
 
         assert asyncio.run(call())["response"] == {"uid": "s", "allowed": True}
+
+
+def test_patched_objects_lose_unknown_fields_and_wrong_types_are_internal_errors():
+    specs = [hook("m.hooks.test", "m")]
+    p, _ = plugin(
+        MutatingWebhookPlugin,
+        specs,
+        {
+            "m": patch_answer(
+                [{"op": "add", "path": "/data/x", "value": "1"}, {"op": "add", "path": "/bogus", "value": 1}]
+            )
+        },
+    )
+    a = attrs()
+    assert asyncio.run(p.admit(a)) is True
+    assert a.obj == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"x": "1"}}
+    p, _ = plugin(MutatingWebhookPlugin, specs, {"m": patch_answer([{"op": "add", "path": "/data/x", "value": 5}])})
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(p.admit(attrs()))
+    assert err.value.code == 500 and err.value.reason == "InternalError"

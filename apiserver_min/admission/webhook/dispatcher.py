@@ -17,6 +17,8 @@ import orjson
 
 from ...api import names
 from ...api import status as st
+from ...api.schemas import schema_for
+from ...registry.fieldvalidation import FieldTypeError, walk
 from ...registry.patch import PatchApplyError, PatchError, json_patch
 from ..chain import Attributes
 from .client import CallError, WebhookClients
@@ -175,6 +177,11 @@ class _Dispatcher:
         return err
 
 
+def _group_version(obj: dict) -> tuple[str, str]:
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
+    return group, version
+
+
 class MutatingWebhookPlugin(_Dispatcher):
     name = "MutatingAdmissionWebhook"
     phase = "admit"
@@ -233,8 +240,16 @@ class MutatingWebhookPlugin(_Dispatcher):
         if not isinstance(patched, dict):
             self.metrics.rejected(hook.name, self.phase, attrs.operation, APISERVER_INTERNAL_ERROR, 500)
             raise st.internal(f'the patch of webhook "{hook.name}" did not leave an object')
-        # The kind stays what was requested; the store keeps using this very dict.
+        # The kind stays what was requested; what the schema does not know is dropped and
+        # a value of the wrong type refused, as decoding the patched object does upstream.
         patched["apiVersion"], patched["kind"] = attrs.obj.get("apiVersion"), attrs.obj.get("kind")
+        schema = schema_for(*_group_version(patched), str(patched.get("kind") or ""))
+        if schema is not None:
+            try:
+                walk(patched, schema)
+            except FieldTypeError as exc:
+                self.metrics.rejected(hook.name, self.phase, attrs.operation, APISERVER_INTERNAL_ERROR, 500)
+                raise st.internal(str(exc)) from None
         if patched == attrs.obj:
             return False
         attrs.obj.clear()
