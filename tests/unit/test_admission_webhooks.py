@@ -476,8 +476,25 @@ def test_a_service_reference_is_called_at_a_ready_endpoint_with_the_service_name
                 ],
             },
         )
+        put(
+            services,
+            {"metadata": {"name": "sliced", "namespace": "ops"}, "spec": {"ports": [{"name": "https", "port": 443}]}},
+        )
+        put(
+            REGISTRY.by_resource(names.DISCOVERY_GROUP, "v1", "endpointslices"),
+            {
+                "metadata": {"name": "sliced-x1", "namespace": "ops", "labels": {names.LABEL_SERVICE_NAME: "sliced"}},
+                "addressType": "IPv4",
+                "endpoints": [
+                    {"addresses": ["127.0.0.3"], "conditions": {"ready": False}},
+                    {"addresses": ["127.0.0.1"], "conditions": {"ready": True}},
+                ],
+                "ports": [{"name": "https", "port": 9443}],
+            },
+        )
         lookup = ClusterLookup(cache, REGISTRY, None)
         assert lookup.resolve_service("ops", "hook", 443) == ("127.0.0.1", hook_server.port)
+        assert lookup.resolve_service("ops", "sliced", 443) == ("127.0.0.1", 9443)
         with pytest.raises(ResolveError, match='no service port 8443 found for service "hook"'):
             lookup.resolve_service("ops", "hook", 8443)
         clients = WebhookClients(lookup, CredentialResolver())

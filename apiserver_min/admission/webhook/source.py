@@ -115,9 +115,11 @@ class ClusterLookup:
         self._ns_kind = _served(registry, "", "namespaces")
         self._svc_kind = _served(registry, "", "services")
         self._ep_kind = _served(registry, "", "endpoints")
+        self._slice_kind = _served(registry, names.DISCOVERY_GROUP, "endpointslices")
         self._namespaces = cache.cache(key_prefix(self._ns_kind))
         self._services = cache.cache(key_prefix(self._svc_kind))
         self._endpoints = cache.cache(key_prefix(self._ep_kind))
+        self._slices = cache.cache(key_prefix(self._slice_kind))
 
     async def namespace_labels(self, name: str) -> dict:
         """The namespace's labels; 404 when it does not exist (as upstream)."""
@@ -158,7 +160,32 @@ class ClusterLookup:
                 addresses = [str(a["ip"]) for a in subset.get("addresses") or [] if isinstance(a, dict) and a.get("ip")]
                 if isinstance(target, int) and addresses:
                     return random.choice(addresses), target
+        found = self._from_slices(namespace, name, svc_port.get("name") or "")
+        if found is not None:
+            return found
         raise ResolveError(f'no endpoints available for service "{name}"')
+
+    def _from_slices(self, namespace: str, name: str, port_name: str) -> tuple[str, int] | None:
+        """A ready address of the service's EndpointSlices (when it has no Endpoints)."""
+        for entry in self._slices.sorted_entries(namespace):
+            if entry.labels.get(names.LABEL_SERVICE_NAME) != name:
+                continue
+            obj = entry.object()
+            target = None
+            for p in obj.get("ports") or []:
+                if isinstance(p, dict) and (p.get("name") or "") == port_name:
+                    target = p.get("port")
+            if not isinstance(target, int):
+                continue
+            ready = [
+                str(a)
+                for ep in obj.get("endpoints") or []
+                if isinstance(ep, dict) and (ep.get("conditions") or {}).get("ready") is not False
+                for a in ep.get("addresses") or []
+            ]
+            if ready:
+                return random.choice(ready), target
+        return None
 
 
 class ResolveError(Exception):
