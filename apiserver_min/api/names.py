@@ -347,3 +347,13 @@ APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
 
 # Workload controllers: a pod's cost of deletion when its controller scales down (lower goes first).
 ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
+
+# Deployments: the label that tells a Deployment's ReplicaSets (and their pods) apart, valued by
+# a hash of the pod template (upstream's, unprefixed); the revision annotations on a Deployment
+# and its ReplicaSets keep upstream's spelling because kubectl reads them (``rollout history``
+# and ``rollout undo`` find revisions by them); the replica-count annotations are ours.
+LABEL_POD_TEMPLATE_HASH = "pod-template-hash"
+ANNOTATION_DEPLOYMENT_REVISION = "deployment.kubernetes.io/revision"
+ANNOTATION_DEPLOYMENT_REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
+ANNOTATION_DEPLOYMENT_DESIRED_REPLICAS = f"deployment.{DOMAIN}/desired-replicas"
+ANNOTATION_DEPLOYMENT_MAX_REPLICAS = f"deployment.{DOMAIN}/max-replicas"

@@ -337,6 +337,30 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("list", "delete"), (CORE,), ("pods",)),
             _events_rule(),
         ],
+        "replicaset-controller": [
+            rule(("get", "list", "watch", "update"), (APPS,), ("replicasets",)),
+            rule(("update",), (APPS,), ("replicasets/status",)),
+            rule(("update",), (APPS,), ("replicasets/finalizers",)),
+            # (upstream adopts and releases with patch; claims here are updates)
+            rule(("list", "watch", "patch", "update", "create", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "replication-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("replicationcontrollers",)),
+            rule(("update",), (CORE,), ("replicationcontrollers/status",)),
+            rule(("update",), (CORE,), ("replicationcontrollers/finalizers",)),
+            rule(("list", "watch", "patch", "update", "create", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "deployment-controller": [
+            rule(("get", "list", "watch", "update"), (APPS,), ("deployments",)),
+            rule(("update",), (APPS,), ("deployments/status",)),
+            rule(("update",), (APPS,), ("deployments/finalizers",)),
+            rule(("get", "list", "watch", "create", "update", "patch", "delete"), (APPS,), ("replicasets",)),
+            # (upstream reads pods to wait for Recreate rollouts)
+            rule(("get", "list", "watch", "update"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
         "endpoint-controller": [
             rule(READ, (CORE,), ("services", "pods")),
             rule(("get", "list", "create", "update", "delete"), (CORE,), ("endpoints",)),

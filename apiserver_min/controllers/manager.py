@@ -33,11 +33,13 @@ from .bootstrap import BootstrapControllers
 from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
+from .deployment import DeploymentController
 from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
 from .queue import FIELD_MANAGER
+from .replicaset import ReplicaSetController
 from .serviceaccounts import ServiceAccountsController
 
 log = logging.getLogger("orch-apiserver.controllers")
@@ -155,6 +157,25 @@ class Controllers:
         )
         nodelifecycle.start()
         tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        # Workloads: ReplicaSets and ReplicationControllers keep their pods, Deployments their ReplicaSets.
+        workloads = {
+            "replicaset-controller": ReplicaSetController(
+                self.client("replicaset-controller"),
+                informers,
+                informers.kind(names.APPS_GROUP, "v1", "replicasets"),
+                "replicaset-controller",
+            ),
+            "replication-controller": ReplicaSetController(
+                self.client("replication-controller"),
+                informers,
+                informers.kind("", "v1", "replicationcontrollers"),
+                "replication-controller",
+            ),
+            "deployment-controller": DeploymentController(self.client("deployment-controller"), informers),
+        }
+        for task_name, controller in workloads.items():
+            controller.start()
+            tasks.append(asyncio.create_task(controller.run(), name=task_name))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

@@ -12,6 +12,7 @@ from typing import Any
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
 from .admissionregistration import WebhookConfigurationStrategy
+from .apps import DeploymentStrategy, ReplicaSetStrategy, ReplicationControllerStrategy
 from .certificates import CsrStrategy
 from .core import (
     NamespaceFinalizeREST,
@@ -31,6 +32,9 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "replicationcontrollers"): ReplicationControllerStrategy,
+    (names.APPS_GROUP, "deployments"): DeploymentStrategy,
+    (names.APPS_GROUP, "replicasets"): ReplicaSetStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
