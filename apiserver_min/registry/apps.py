@@ -14,7 +14,7 @@ import copy
 import re
 from typing import Any, TypeGuard
 
-from ..api import podvalidation
+from ..api import enumvalidation, podvalidation
 from ..api import validation as v
 from ..api.helpers import dict_at
 from ..api.selectors import LabelSelector, SelectorError, label_selector_from_dict, validate_label_selector
@@ -198,6 +198,8 @@ def _selector_immutable(new: dict, old: dict) -> Errs:
 
 
 class _WorkloadStrategy(Strategy):
+    enum_rules = enumvalidation.POD_RULES  # validate_template checks the pod template's own
+
     def validate_spec(self, spec: dict) -> Errs:
         raise NotImplementedError
 
