@@ -4,13 +4,15 @@ through ``pods/status`` as the administrator, as an agent would report it."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 
 import pytest
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import create_namespace
+from tests.apiserver_fixtures import Kubectl, create_namespace, kubectl_binary
 from tests.helpers import uniq, wait_for
 
 HASH = names.LABEL_POD_TEMPLATE_HASH
@@ -191,6 +193,11 @@ class PodWatch:
 
     def close(self) -> None:
         self._stop = True
+        sock = self.stream.conn.sock
+        if sock is not None:
+            # Wakes the reader blocked in recv (closing the TLS socket under it would wait for it).
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        self._thread.join(5)
         self.stream.close()
 
 
@@ -227,8 +234,9 @@ def test_rolling_update_keeps_availability_and_undo_restores(apiserver, kubectl,
         time.sleep(0.3)
     finally:
         watch.close()
-    assert watch.min_ready >= 3, f"{watch.min_ready} ready at one point (maxUnavailable 1 of 4)"
-    assert watch.max_live <= 5, f"{watch.max_live} pods at one point (maxSurge 1 over 4)"
+    # never fewer than 4 - maxUnavailable ready, never more than 4 + maxSurge pods; both budgets used
+    assert watch.min_ready == 3, f"{watch.min_ready} ready at one point (maxUnavailable 1 of 4)"
+    assert watch.max_live == 5, f"{watch.max_live} pods at one point (maxSurge 1 over 4)"
     images = {p["spec"]["containers"][0]["image"] for p in live(list_pods(apiserver, ns, "app=roll"))}
     assert images == {"orch.local/busybox:2"}
     rss = replica_sets(apiserver, ns, "app=roll")
@@ -491,3 +499,33 @@ def test_validation_as_upstream(apiserver, ns):
     out = wait_for(put, 10, "an update")
     assert out["metadata"]["generation"] == 2
     assert out.get("status", {}).get("replicas") != 99
+
+
+@pytest.mark.parametrize("version", ["1.27", "1.32"])
+def test_rollout_undo_to_revision(apiserver, ns, tmp_path, version):
+    binary = kubectl_binary(version)
+    if not os.path.exists(binary):
+        pytest.skip(f"{binary} not installed")
+    kc = Kubectl(apiserver, tmp_path, binary)
+    name = f"undo{version.replace('.', '')}"
+    kc("-n", ns, "create", "deployment", name, f"--image={IMAGE}", "--replicas=1", check=True)
+    for tag in ("2", "3"):
+        wait_for(lambda: deployment_done_after_ready(apiserver, ns, name, 1), 20, "rollout")
+        kc("-n", ns, "set", "image", f"deployment/{name}", f"busybox=orch.local/busybox:{tag}", check=True)
+    wait_for(lambda: deployment_done_after_ready(apiserver, ns, name, 1), 20, "third rollout")
+    out = kc("-n", ns, "rollout", "history", f"deployment/{name}", "--revision=2", check=True).stdout
+    assert "orch.local/busybox:2" in out
+    kc("-n", ns, "rollout", "undo", f"deployment/{name}", "--to-revision=1", check=True)
+    d = wait_for(lambda: deployment_done_after_ready(apiserver, ns, name, 1), 20, "rolled back")
+    assert d["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    assert d["metadata"]["annotations"][REVISION] == "4"
+    assert len(replica_sets(apiserver, ns, f"app={name}")) == 3  # revision 1's set came back as 4
+    bad = kc("-n", ns, "rollout", "undo", f"deployment/{name}", "--to-revision=9")
+    assert bad.returncode != 0 and "unable to find specified revision 9" in bad.stderr
+
+
+def deployment_done_after_ready(server, ns: str, name: str, want: int) -> dict | None:
+    for p in live(list_pods(server, ns, f"app={name}")):
+        if not is_ready(p):
+            mark_ready(server, p)
+    return deployment_done(server, ns, name, want)
