@@ -529,3 +529,57 @@ def deployment_done_after_ready(server, ns: str, name: str, want: int) -> dict |
         if not is_ready(p):
             mark_ready(server, p)
     return deployment_done(server, ns, name, want)
+
+
+def test_min_ready_seconds_delays_availability(apiserver, ns):
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "slow"},
+        "spec": {
+            "replicas": 1,
+            "minReadySeconds": 2,
+            "selector": {"matchLabels": {"app": "slow"}},
+            "template": {
+                "metadata": {"labels": {"app": "slow"}},
+                "spec": {"containers": [{"name": "c", "image": IMAGE}]},
+            },
+        },
+    }
+    apiserver.json("POST", apps_path(ns, "replicasets"), rs, expect=201)
+    ready_all(apiserver, ns, "app=slow", 1)
+    status = wait_for(
+        lambda: (
+            (s := get(apiserver, apps_path(ns, "replicasets", "slow")).get("status", {})).get("readyReplicas") and s
+        ),
+        10,
+        "ready",
+    )
+    assert "availableReplicas" not in status
+    t0 = time.monotonic()
+    wait_for(
+        lambda: get(apiserver, apps_path(ns, "replicasets", "slow"))["status"].get("availableReplicas") == 1,
+        10,
+        "available after minReadySeconds",
+    )
+    assert time.monotonic() - t0 < 4  # requeued for the moment it turns available, not a resync
+
+
+def test_progress_deadline_exceeded(apiserver, kubectl, ns):
+    body = _deployment("stuck", progressDeadlineSeconds=1)
+    apiserver.json("POST", apps_path(ns, "deployments"), body, expect=201)
+
+    def timed_out():
+        d = get(apiserver, apps_path(ns, "deployments", "stuck"))
+        c = [c for c in d.get("status", {}).get("conditions", []) if c["type"] == "Progressing"]
+        return c and c[0]["reason"] == "ProgressDeadlineExceeded" and c[0]
+
+    cond = wait_for(timed_out, 10, "ProgressDeadlineExceeded")
+    assert cond["status"] == "False"
+    assert cond["message"].startswith('ReplicaSet "stuck-') and cond["message"].endswith('" has timed out progressing.')
+    out = kubectl("-n", ns, "rollout", "status", "deployment/stuck", "--timeout=10s")
+    assert out.returncode != 0 and 'deployment "stuck" exceeded its progress deadline' in out.stderr
+    # pods turning ready bring it back
+    ready_all(apiserver, ns, "app=stuck", 1)
+    wait_for(lambda: deployment_done(apiserver, ns, "stuck", 1), 10, "complete after all")
+    kubectl("-n", ns, "rollout", "status", "deployment/stuck", "--timeout=10s", check=True)
