@@ -647,6 +647,13 @@ class DeploymentController:
             return None, old_rss
         return await self._create_new_rs(d, old_rss, new_revision), old_rss
 
+    async def new_and_old(self, d: dict, rs_list: list[dict]) -> tuple[dict, list[dict]]:
+        """:meth:`sync_revision` making the new set when missing."""
+        new_rs, old_rss = await self.sync_revision(d, rs_list, create=True)
+        if new_rs is None:  # (sync_revision makes it or raises)
+            raise RuntimeError("no new replica set after creating it")
+        return new_rs, old_rss
+
     async def _create_new_rs(self, d: dict, old_rss: list[dict], new_revision: str) -> dict:
         md, spec = d["metadata"], d["spec"]
         ns = md["namespace"]
@@ -798,8 +805,7 @@ class DeploymentController:
     # --- rolling update ------------------------------------------------------------------
 
     async def rollout_rolling(self, d: dict, rs_list: list[dict]) -> None:
-        new_rs, old_rss = await self.sync_revision(d, rs_list, create=True)
-        assert new_rs is not None
+        new_rs, old_rss = await self.new_and_old(d, rs_list)
         all_rss = old_rss + [new_rs]
         if await self.reconcile_new_rs(all_rss, new_rs, d):
             await self.sync_rollout_status(all_rss, new_rs, d)
@@ -877,8 +883,7 @@ class DeploymentController:
             await self.sync_rollout_status(all_rss, new_rs, d)
             return
         if new_rs is None:
-            new_rs, old_rss = await self.sync_revision(d, rs_list, create=True)
-            assert new_rs is not None
+            new_rs, old_rss = await self.new_and_old(d, rs_list)
             all_rss = old_rss + [new_rs]
         await self.scale_rs_and_record(new_rs, replicas(d), d)
         if deployment_complete(d, dict_at(d, "status")):
