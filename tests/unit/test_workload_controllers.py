@@ -437,3 +437,36 @@ def test_replication_controller_validation():
     assert _messages(apps.validate_replication_controller_spec({"template": spec["template"]})) == [
         "spec.selector: Required value"
     ]
+
+
+def test_a_name_collision_bumps_collision_count_and_changes_the_hash():
+    d = deployment(replicas=2, progressDeadlineSeconds=600)
+    d["metadata"]["resourceVersion"] = "5"
+    squatter = replica_set("other", 1)
+    squatter["spec"]["template"]["spec"]["containers"][0]["image"] = "someone-else"
+
+    class Colliding(FakeClient):
+        async def create(self, kind, namespace, obj, *, subresource=""):
+            self.creates.append(obj)
+            if len(self.creates) == 1:
+                raise st.ApiError(409, "AlreadyExists", "already exists")
+            return copy.deepcopy(obj)
+
+        async def get(self, kind, namespace, name):
+            return squatter
+
+    client = Colliding()
+    c = deployment_controller(client)
+    with pytest.raises(st.ApiError):
+        asyncio.run(c.sync_revision(d, [], create=True))
+    assert d["status"]["collisionCount"] == 1
+    assert client.writes[-1]["status"]["collisionCount"] == 1
+    first = client.creates[0]["metadata"]["name"]
+    rs, _ = asyncio.run(c.sync_revision(d, [], create=True))
+    assert rs["metadata"]["name"] != first
+    assert rs["metadata"]["name"] == f"web-{pc.template_hash(d['spec']['template'], 1)}"
+    assert rs["spec"]["selector"]["matchLabels"][names.LABEL_POD_TEMPLATE_HASH] == rs["metadata"]["name"][4:]
+    assert rs["spec"]["replicas"] == 2  # 25% surge of 2 rounds up to 1: room for both new pods
+    progressing = dc.get_condition(d["status"], dc.PROGRESSING)
+    assert progressing["reason"] == dc.NEW_RS_CREATED
+    assert d["metadata"]["annotations"][names.ANNOTATION_DEPLOYMENT_REVISION] == "1"
