@@ -498,6 +498,10 @@ def test_validation_as_upstream(apiserver, ns):
 
     out = wait_for(put, 10, "an update")
     assert out["metadata"]["generation"] == 2
+    # annotations are copied to ReplicaSets: a change of them is a new generation too
+    patch = {"metadata": {"annotations": {"team": "a"}}}
+    _, out = apiserver.json("PATCH", apps_path(ns, "deployments", "v4"), patch, headers=MERGE, expect=200)
+    assert out["metadata"]["generation"] == 3
     assert out.get("status", {}).get("replicas") != 99
 
 
