@@ -4,7 +4,8 @@ template ("revision"), rolled from the old to the new as upstream's controller d
 Each template gets the ReplicaSet ``<deployment>-<hash>``, where the hash (of the
 template, salted by ``status.collisionCount`` after a name collision) is also the
 ``pod-template-hash`` label of its selector, template and pods, which keeps the sets'
-pods apart. A sync claims the sets the selector matches, then, in upstream's order:
+pods apart (the hash DaemonSets use for their revisions, ``history.template_hash``).
+A sync claims the sets the selector matches, then, in upstream's order:
 
 - being deleted: only the status is brought up to date;
 - paused, or only ``spec.replicas`` changed (a set's ``desired-replicas`` annotation
@@ -45,6 +46,7 @@ from ..client.interface import Client
 from ..registry.apps import int_or_percent_value
 from ..storage.cacher import CacheEvent, Entry
 from . import podcontrol as pc
+from .history import template_hash
 from .queue import RateLimitedQueue, run_worker
 
 log = logging.getLogger("orch-apiserver.deployment")
@@ -660,7 +662,7 @@ class DeploymentController:
         collision = dict_at(d, "status").get("collisionCount")
         collision = collision if isinstance(collision, int) else None
         template = copy.deepcopy(dict_at(spec, "template"))
-        pod_hash = pc.template_hash(template, collision)
+        pod_hash = template_hash(template, collision)
         template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
         selector = copy.deepcopy(dict_at(spec, "selector"))
         selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash

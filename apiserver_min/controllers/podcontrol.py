@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import time
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
@@ -374,20 +373,3 @@ def ready_to_available_delay(pods: Iterable[Mapping], min_ready_seconds: int, no
         if left > 0 and (best is None or left < best):
             best = left
     return best
-
-
-_SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-
-
-def template_hash(template: Mapping, collision_count: int | None = None) -> str:
-    """A short, label-safe hash of a pod template (the ``pod-template-hash`` of a
-    Deployment's ReplicaSets; ControllerRevision names): FNV-1a (32 bits) of the
-    template's canonical JSON, salted with ``collision_count`` when given, its decimal
-    digits spelled with consonants and digits as upstream does (no vowels, no words)."""
-    h = 0x811C9DC5
-    data = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
-    if collision_count is not None:
-        data += (collision_count & 0xFFFFFFFF).to_bytes(4, "little") + bytes(4)
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return "".join(_SAFE_ALPHABET[ord(c) % len(_SAFE_ALPHABET)] for c in str(h))

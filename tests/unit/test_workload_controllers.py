@@ -17,6 +17,7 @@ from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.controllers import deployment as dc
 from apiserver_min.controllers import podcontrol as pc
 from apiserver_min.controllers import replicaset as rsc
+from apiserver_min.controllers.history import template_hash
 from apiserver_min.controllers.queue import RateLimitedQueue
 from apiserver_min.registry import apps
 from apiserver_min.storage.cacher import Entry
@@ -58,15 +59,15 @@ def replica_set(name, replicas, created="2026-01-01T00:00:00Z", available=0, ann
 
 
 def test_template_hash_is_stable_safe_and_salted():
-    h = pc.template_hash(TEMPLATE)
+    h = template_hash(TEMPLATE, None)
     assert re.fullmatch(r"[bcdfghjklmnpqrstvwxz2456789]{1,10}", h)
     reordered = json.loads(json.dumps({"spec": TEMPLATE["spec"], "metadata": TEMPLATE["metadata"]}))
-    assert pc.template_hash(reordered) == h
+    assert template_hash(reordered, None) == h
     changed = copy.deepcopy(TEMPLATE)
     changed["spec"]["containers"][0]["image"] = "busybox:2"
-    assert pc.template_hash(changed) != h
-    assert pc.template_hash(TEMPLATE, 0) != h  # a collision count (even 0) salts the hash
-    assert pc.template_hash(TEMPLATE, 1) != pc.template_hash(TEMPLATE, 0)
+    assert template_hash(changed, None) != h
+    assert template_hash(TEMPLATE, 0) != h  # a collision count (even 0) salts the hash
+    assert template_hash(TEMPLATE, 1) != template_hash(TEMPLATE, 0)
 
 
 def test_equal_ignore_hash_reads_empty_fields_as_absent():
@@ -464,7 +465,7 @@ def test_a_name_collision_bumps_collision_count_and_changes_the_hash():
     first = client.creates[0]["metadata"]["name"]
     rs, _ = asyncio.run(c.sync_revision(d, [], create=True))
     assert rs["metadata"]["name"] != first
-    assert rs["metadata"]["name"] == f"web-{pc.template_hash(d['spec']['template'], 1)}"
+    assert rs["metadata"]["name"] == f"web-{template_hash(d['spec']['template'], 1)}"
     assert rs["spec"]["selector"]["matchLabels"][names.LABEL_POD_TEMPLATE_HASH] == rs["metadata"]["name"][4:]
     assert rs["spec"]["replicas"] == 2  # 25% surge of 2 rounds up to 1: room for both new pods
     progressing = dc.get_condition(d["status"], dc.PROGRESSING)
