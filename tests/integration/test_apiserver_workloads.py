@@ -587,3 +587,42 @@ def test_progress_deadline_exceeded(apiserver, kubectl, ns):
     ready_all(apiserver, ns, "app=stuck", 1)
     wait_for(lambda: deployment_done(apiserver, ns, "stuck", 1), 10, "complete after all")
     kubectl("-n", ns, "rollout", "status", "deployment/stuck", "--timeout=10s", check=True)
+
+
+def test_quota_stops_creates_until_raised(apiserver):
+    qns = uniq("wlq")
+    create_namespace(apiserver, qns)
+    quota = {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "1"}}}
+    apiserver.json("POST", f"/api/v1/namespaces/{qns}/resourcequotas", quota, expect=201)
+    wait_for(
+        lambda: get(apiserver, f"/api/v1/namespaces/{qns}/resourcequotas/q").get("status", {}).get("hard"),
+        10,
+        "quota status",
+    )
+    rs = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "q"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "q"}},
+            "template": {
+                "metadata": {"labels": {"app": "q"}},
+                "spec": {"containers": [{"name": "c", "image": IMAGE}]},
+            },
+        },
+    }
+    apiserver.json("POST", apps_path(qns, "replicasets"), rs, expect=201)
+
+    def failure():
+        s = get(apiserver, apps_path(qns, "replicasets", "q")).get("status", {})
+        return next((c for c in s.get("conditions", []) if c["type"] == "ReplicaFailure"), None)
+
+    cond = wait_for(failure, 10, "ReplicaFailure")
+    assert cond["reason"] == "FailedCreate" and "exceeded quota" in cond["message"], cond
+    assert len(list_pods(apiserver, qns, "app=q")) == 1
+    apiserver.json(
+        "PATCH", f"/api/v1/namespaces/{qns}/resourcequotas/q", {"spec": {"hard": {"pods": "5"}}}, headers=MERGE
+    )
+    wait_for(lambda: len(list_pods(apiserver, qns, "app=q")) == 3, 30, "the rest once the quota allows")
+    wait_for(lambda: failure() is None, 10, "ReplicaFailure removed")
