@@ -33,6 +33,9 @@ from .bootstrap import BootstrapControllers
 from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
+from .endpoints import EndpointsController
+from .endpointslice import EndpointSliceController
+from .endpointslicemirroring import EndpointSliceMirroringController
 from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
@@ -155,6 +158,22 @@ class Controllers:
         )
         nodelifecycle.start()
         tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        # Endpoints and EndpointSlices that follow the pods of Services with a selector, and
+        # slices mirrored from the Endpoints others write for Services without one.
+        endpoints = EndpointsController(self.client("endpoint-controller"), informers)
+        slices = EndpointSliceController(
+            self.client("endpointslice-controller"), informers, opts.max_endpoints_per_slice
+        )
+        mirroring = EndpointSliceMirroringController(
+            self.client("endpointslicemirroring-controller"), informers, opts.mirroring_max_endpoints_per_subset
+        )
+        for ctl, task_name in (
+            (endpoints, "endpoint-controller"),
+            (slices, "endpointslice-controller"),
+            (mirroring, "endpointslicemirroring-controller"),
+        ):
+            ctl.start()
+            tasks.append(asyncio.create_task(ctl.run(), name=task_name))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

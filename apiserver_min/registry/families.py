@@ -22,6 +22,7 @@ from .core import (
     PodStrategy,
     ServiceStrategy,
 )
+from .endpoints import EndpointSliceStrategy, EndpointsStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
 from .strategy import PathNameStrategy, Strategy
@@ -31,6 +32,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "endpoints"): EndpointsStrategy,
+    (names.DISCOVERY_GROUP, "endpointslices"): EndpointSliceStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
