@@ -25,6 +25,7 @@ import orjson
 from ..api import names
 from ..api import status as st
 from ..api.helpers import dict_at
+from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client
 from ..storage.cacher import CacheEvent
@@ -244,6 +245,7 @@ class EndpointsController:
         self.pod_views: Views[PodView] = Views(pod_view)
         self.triggers = TriggerTimeTracker()
         self.queue = RateLimitedQueue()
+        self.events = EventRecorder(client, informers.registry, "endpoint-controller")
         self._written: dict[tuple[str, str], int] = {}  # key -> revision of this controller's last write
 
     def start(self) -> None:
@@ -277,7 +279,9 @@ class EndpointsController:
                     self.queue.add((e.namespace, e.name))
             return
         if ev.type == "DELETED":
-            self.queue.add((ev.entry.namespace, ev.entry.name))
+            key = (ev.entry.namespace, ev.entry.name)
+            self._written.pop(key, None)  # whatever this controller wrote last is gone
+            self.queue.add(key)
 
     async def run(self) -> None:
         await run_worker(self.queue, self.sync, log, "endpoints")
@@ -305,6 +309,7 @@ class EndpointsController:
         if written and (cur is None or cur.rv < written):
             self.queue.add_after(key, STALE_RETRY)  # our own last write is not in the informer yet
             return
+        self._written.pop(key, None)
         current = cur.object() if cur is not None else None
         new = desired_endpoints(svc, build_subsets(svc, pods), current, trigger)
         if new is None:
@@ -317,6 +322,12 @@ class EndpointsController:
         except st.ApiError as exc:
             if current is None and exc.code == 403 and namespace_terminating(exc):
                 return  # creates keep failing in a terminating namespace; drop the item
+            ref = {"kind": "Endpoints", "namespace": ns, "name": name, "apiVersion": "v1"}
+            if current is None:
+                what = ("FailedToCreateEndpoint", f"Failed to create endpoint for service {ns}/{name}: {exc.message}")
+            else:
+                what = ("FailedToUpdateEndpoint", f"Failed to update endpoint {ns}/{name}: {exc.message}")
+            await self.events.record(ref, "Warning", *what)
             raise
         self._written[key] = int(out["metadata"]["resourceVersion"])
 

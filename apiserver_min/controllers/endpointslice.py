@@ -26,6 +26,7 @@ from typing import Callable
 
 from ..api import names
 from ..api import status as st
+from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client
 from ..storage.cacher import CacheEvent, Entry
@@ -412,6 +413,12 @@ class SliceTracker:
     def deleted(self, key: tuple[str, str], name: str) -> None:
         self._expected.setdefault(key, {})[name] = DELETED
 
+    def observed_deletion(self, key: tuple[str, str], name: str) -> None:
+        """The informer saw the slice go (whoever deleted it): nothing more to wait for."""
+        expected = self._expected.get(key)
+        if expected is not None:
+            expected.pop(name, None)
+
     def stale(self, key: tuple[str, str], lookup: Callable[[str], Entry | None]) -> bool:
         expected = self._expected.get(key)
         if not expected:
@@ -449,6 +456,7 @@ class EndpointSliceController:
         self.triggers = TriggerTimeTracker()
         self.tracker = SliceTracker()
         self.queue = RateLimitedQueue()
+        self.events = EventRecorder(client, informers.registry, "endpoint-slice-controller")
 
     def start(self) -> None:
         self.services.add_handler(self.on_service)
@@ -482,7 +490,10 @@ class EndpointSliceController:
             return
         svc = labels.get(names.LABEL_SERVICE_NAME)
         if svc:
-            self.queue.add((ev.entry.namespace, svc))
+            key = (ev.entry.namespace, svc)
+            if ev.type == "DELETED":
+                self.tracker.observed_deletion(key, ev.entry.name)
+            self.queue.add(key)
 
     def on_node(self, ev: CacheEvent | None) -> None:
         """A node that appears, goes or changes zone: resync the Services of its pods."""
@@ -534,7 +545,13 @@ class EndpointSliceController:
         existing = [e.object() for e in self.service_slices(ns, name, names.ENDPOINTSLICE_CONTROLLER_NAME)]
         trigger = self.triggers.compute(svc, pods)
         plan = reconcile(svc, pods, existing, self.node_zone, self.max_per_slice, trigger)
-        await self.apply(key, plan)
+        try:
+            await self.apply(key, plan)
+        except st.ApiError as exc:
+            ref = {"kind": "Service", "namespace": ns, "name": name, "uid": svc.uid, "apiVersion": "v1"}
+            message = f"Error updating Endpoint Slices for Service {ns}/{name}: {exc.message}"
+            await self.events.record(ref, "Warning", "FailedToUpdateEndpointSlices", message)
+            raise
         if plan.missing_nodes and not svc.publish_not_ready:
             raise st.ApiError(
                 404,

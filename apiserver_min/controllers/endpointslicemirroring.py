@@ -21,6 +21,7 @@ import logging
 
 from ..api import names
 from ..api import status as st
+from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client
 from ..storage.cacher import CacheEvent, Entry
@@ -208,6 +209,7 @@ class EndpointSliceMirroringController:
         self.svc_views: Views[ServiceView] = Views(service_view)
         self.tracker = SliceTracker()
         self.queue = RateLimitedQueue()
+        self.events = EventRecorder(client, informers.registry, "endpoint-slice-mirroring-controller")
 
     def start(self) -> None:
         self.endpoints.add_handler(self.on_endpoints)
@@ -231,15 +233,17 @@ class EndpointSliceMirroringController:
     def on_slice(self, ev: CacheEvent | None) -> None:
         if ev is None:
             for e in self.slices.list():
-                self._slice_changed(e)
+                self._slice_changed(e, False)
             return
-        self._slice_changed(ev.entry)
+        self._slice_changed(ev.entry, ev.type == "DELETED")
 
-    def _slice_changed(self, e: Entry) -> None:
+    def _slice_changed(self, e: Entry, deleted: bool) -> None:
         if e.labels.get(names.LABEL_MANAGED_BY_SLICE) != names.ENDPOINTSLICE_MIRRORING_CONTROLLER_NAME:
             return
         svc = e.labels.get(names.LABEL_SERVICE_NAME)
         if svc:
+            if deleted:
+                self.tracker.observed_deletion((e.namespace, svc), e.name)
             self.queue.add((e.namespace, svc))
 
     async def run(self) -> None:
@@ -268,16 +272,17 @@ class EndpointSliceMirroringController:
             return
         existing = [e.object() for e in self.mirrored(ns, name) if not e.deleting]
         plan = mirror(endpoints, existing, self.max_per_subset)
+        uid = ep_entry.uid if ep_entry is not None else ""
+        ref = {"kind": "Endpoints", "namespace": ns, "name": name, "uid": uid, "apiVersion": "v1"}
         if plan.invalid:
-            log.warning("Endpoints %s/%s: skipped %d invalid IP addresses when mirroring", ns, name, plan.invalid)
+            message = f"Skipped {plan.invalid} invalid IP addresses when mirroring to EndpointSlices"
+            await self.events.record(ref, "Warning", "InvalidIPAddress", message)
         if plan.skipped > plan.invalid:
-            log.warning(
-                "Endpoints %s/%s: a max of %d addresses can be mirrored per subset; %d addresses were skipped",
-                ns,
-                name,
-                self.max_per_subset,
-                plan.skipped - plan.invalid,
+            message = (
+                f"A max of {self.max_per_subset} addresses can be mirrored to EndpointSlices per Endpoints subset. "
+                f"{plan.skipped} addresses were skipped"
             )
+            await self.events.record(ref, "Warning", "TooManyAddressesToMirror", message)
         if not (endpoints.get("metadata") or {}).get("deletionTimestamp"):
             for s in plan.create:
                 try:
