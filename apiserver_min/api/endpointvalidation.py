@@ -4,7 +4,8 @@ The rules, messages and field paths are upstream's (1.27): addresses must be IP
 addresses of the slice's ``addressType`` (or domain names for FQDN), and neither
 unspecified, loopback, link-local nor link-local multicast; at most 1000 endpoints per
 slice, 1 to 100 addresses per endpoint, at most 100 ports with unique names that are
-empty or DNS labels; protocols TCP, UDP or SCTP; ``addressType`` immutable. Endpoints
+empty or DNS labels; ``addressType`` immutable. (``addressType`` and the ports'
+``protocol`` are enumerations, checked with the other enumerated fields.) Endpoints
 subsets need addresses (ready or not) and, with more than one port, port names.
 """
 
@@ -32,8 +33,6 @@ __all__ = [
     "validate_non_special_ip",
 ]
 
-SUPPORTED_ADDRESS_TYPES = ("FQDN", "IPv4", "IPv6")
-SUPPORTED_PROTOCOLS = ("SCTP", "TCP", "UDP")
 MAX_ENDPOINTS = 1000
 MAX_ADDRESSES = 100
 MAX_PORTS = 100
@@ -122,14 +121,6 @@ def _node_name(value: Any, path: str) -> Errs:
     return [FieldError.invalid(path, value, m) for m in is_dns1123_subdomain(value)]
 
 
-def _protocol(value: Any, path: str) -> Errs:
-    if value is None or value == "":
-        return [FieldError.required(path)]
-    if value not in SUPPORTED_PROTOCOLS:
-        return [FieldError.not_supported(path, value, SUPPORTED_PROTOCOLS)]
-    return []
-
-
 def _app_protocol(value: Any, path: str) -> Errs:
     if value is None:
         return []
@@ -198,7 +189,6 @@ def _endpoints_port(port: Any, require_name: bool, path: str) -> Errs:
     number = port.get("port", 0)
     if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= 65535:
         errs.append(FieldError.invalid(f"{path}.port", number, "must be between 1 and 65535, inclusive"))
-    errs += _protocol(port.get("protocol"), f"{path}.protocol")
     errs += _app_protocol(port.get("appProtocol"), f"{path}.appProtocol")
     return errs
 
@@ -209,11 +199,9 @@ def _endpoints_port(port: Any, require_name: bool, path: str) -> Errs:
 def validate_endpoint_slice(obj: dict) -> Errs:
     """``addressType``, ``endpoints`` and ``ports`` of an EndpointSlice."""
     errs: Errs = []
+    # ``addressType`` and the ports' ``protocol`` are enumerations: the enumerated-field
+    # rules (api/enumvalidation.py) check them, with upstream's messages.
     address_type = obj.get("addressType")
-    if not address_type:
-        errs.append(FieldError.required("addressType"))
-    elif address_type not in SUPPORTED_ADDRESS_TYPES:
-        errs.append(FieldError.not_supported("addressType", address_type, SUPPORTED_ADDRESS_TYPES))
     errs += _slice_endpoints(obj.get("endpoints"), address_type)
     errs += _slice_ports(obj.get("ports"))
     return errs
@@ -316,6 +304,5 @@ def _slice_ports(ports: Any) -> Errs:
         number = port.get("port")
         if number is not None and (not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= 65535):
             errs.append(FieldError.invalid(f"{path}.port", number, "must be between 0 and 65535, inclusive"))
-        errs += _protocol(port.get("protocol"), f"{path}.protocol")
         errs += _app_protocol(port.get("appProtocol"), f"{path}.appProtocol")
     return errs
