@@ -211,7 +211,10 @@ def desired_endpoints(svc: ServiceView, subsets: list[dict], current: dict | Non
         labels.pop(names.LABEL_HEADLESS_SERVICE, None)
     else:
         labels[names.LABEL_HEADLESS_SERVICE] = ""
-    md["labels"] = labels
+    if labels:
+        md["labels"] = labels
+    else:
+        md.pop("labels", None)
     annotations = dict(md.get("annotations") or {})
     if trigger_time:
         annotations[names.ANNOTATION_ENDPOINTS_LAST_CHANGE_TRIGGER_TIME] = format_trigger_time(trigger_time)

@@ -9,10 +9,12 @@ import itertools
 
 from apiserver_min.api import endpointvalidation as ev
 from apiserver_min.api import names
+from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.controllers.endpoints import build_subsets, desired_endpoints, repack_subsets, truncate_subsets
 from apiserver_min.controllers.endpointslice import Plan, reconcile
 from apiserver_min.controllers.endpointslicemirroring import mirror
 from apiserver_min.controllers.endpointsutil import TriggerTimeTracker, pod_view, service_view
+from apiserver_min.registry.endpoints import EndpointSliceStrategy
 
 
 def pod(name: str, ip: str, ready: bool = True, *, labels=None, ports=None, deleting=False, phase="Running", node="n1"):
@@ -368,3 +370,29 @@ def test_slice_validation_messages():
     assert 'ports[1].name: Duplicate value: "x"' in got
     errs = ev.validate_endpoint_slice({"addressType": "IPv4", "endpoints": [], "ports": [{}] * 101})
     assert [e.message() for e in errs] == ["ports: Too many: 101: must have at most 100 items"]
+
+
+def test_deprecated_topology_is_read_only_in_v1():
+    strategy = EndpointSliceStrategy(REGISTRY.by_resource(names.DISCOVERY_GROUP, "v1", "endpointslices"))
+    topo = {names.LABEL_HOSTNAME: "node-a", "rack": "r1"}
+    created = {"metadata": {"name": "s"}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}]}
+    created["endpoints"][0]["deprecatedTopology"] = dict(topo)
+    strategy.prepare_for_create(created)
+    assert "deprecatedTopology" not in created["endpoints"][0]
+    # Stored (as by an older version) with a topology: an update that leaves the endpoints alone keeps it ...
+    old = {
+        "metadata": {"name": "s", "uid": "u", "generation": 1},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.1"], "deprecatedTopology": dict(topo)}],
+    }
+    same = copy.deepcopy(old)
+    same["metadata"]["labels"] = {"x": "y"}
+    strategy.prepare_for_update(same, old)
+    assert same["endpoints"][0]["deprecatedTopology"] == topo and same["metadata"]["generation"] == 1
+    # ... one that changes them drops it, keeping the node it named as nodeName.
+    changed = copy.deepcopy(old)
+    changed["endpoints"][0]["conditions"] = {"ready": False}
+    strategy.prepare_for_update(changed, old)
+    assert "deprecatedTopology" not in changed["endpoints"][0]
+    assert changed["endpoints"][0]["nodeName"] == "node-a"
+    assert changed["metadata"]["generation"] == 2
