@@ -14,7 +14,8 @@ import types
 import urllib.parse
 from typing import Mapping, Sequence
 
-from .admission.plugins import resolve_plugins
+from .admission import config as admission_config
+from .admission.plugins import CONFIGURABLE_NAMES, check_plugin_configs, resolve_plugins
 from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
@@ -70,6 +71,10 @@ class Options:
     # Authorization and admission (defaults as upstream, see auth/authz.py and server/admission.py).
     authorization_modes: tuple[str, ...] = ("Node", "RBAC")
     admission_plugins: tuple[str, ...] = dataclasses.field(default_factory=lambda: _admission_plugins("", ""))
+    admission_control_config_file: str = ""
+    admission_config: admission_config.AdmissionConfig = dataclasses.field(
+        default_factory=admission_config.AdmissionConfig
+    )
     default_not_ready_toleration_seconds: int = 300
     default_unreachable_toleration_seconds: int = 300
     # Authentication (see auth/authn.py; defaults as upstream).
@@ -91,15 +96,22 @@ class Options:
     node_monitor_period: float = 5.0
     node_monitor_grace_period: float = 40.0
     node_startup_grace_period: float = 60.0
+    # How often the resource quota controller recounts every quota.
+    resource_quota_sync_period: float = 300.0
     enable_scheduler: bool = True
     # The endpoint slice controllers (controllers/endpointslice.py, endpointslicemirroring.py).
     max_endpoints_per_slice: int = 100
     mirroring_max_endpoints_per_subset: int = 1000
+    # The resource metrics API (metrics.orch.io): how often node agents are scraped.
+    metric_resolution: float = 15.0
     # Leader election of the bundled controllers among API servers sharing one etcd.
     leader_elect: bool = True
     leader_elect_lease_duration: float = 15.0
     leader_elect_renew_deadline: float = 10.0
     leader_elect_retry_period: float = 2.0
+    # Services: the cluster-IP ranges (one, or two of different families) and the node-port range.
+    service_cluster_ip_ranges: tuple[str, ...] = ("10.96.0.0/12",)
+    service_node_port_range: tuple[int, int] = (30000, 2768)  # (first port, number of ports)
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -249,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Admission plugins to disable, default ones included (comma list).",
     )
     z.add_argument(
+        "--admission-control-config-file",
+        default="",
+        help="AdmissionConfiguration file (YAML or JSON) giving admission plugins their "
+        "configuration, inline or by path (relative to the file's directory).",
+    )
+    z.add_argument(
         "--default-not-ready-toleration-seconds",
         default="300",
         help="tolerationSeconds DefaultTolerationSeconds gives new pods for the not-ready taint.",
@@ -332,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="How long a new node may go without posting a Ready condition (default %(default)s).",
     )
     n.add_argument(
+        "--resource-quota-sync-period",
+        default="5m",
+        help="How often the resource quota controller recounts the usage of every quota (default %(default)s).",
+    )
+    n.add_argument(
         "--enable-scheduler",
         nargs="?",
         const="true",
@@ -350,6 +373,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="1000",
         help="The most addresses of one Endpoints subset the mirroring controller puts in an "
         "EndpointSlice, 1 to 1000 (default %(default)s).",
+    )
+    n.add_argument(
+        "--metric-resolution",
+        default="15s",
+        help="How often the resource metrics API (metrics.orch.io, kubectl top) scrapes the node agents' "
+        "/metrics/resource; CPU usage is the rate over the last two scrapes (default %(default)s).",
+    )
+    sv = p.add_argument_group("services")
+    sv.add_argument(
+        "--service-cluster-ip-range",
+        default="10.96.0.0/12",
+        help="CIDR the cluster IPs of Services come from; two CIDRs of different IP families, "
+        "comma-separated, make the cluster dual-stack (the first is the default family). The "
+        "first address goes to the 'orch' Service (default %(default)s).",
+    )
+    sv.add_argument(
+        "--service-node-port-range",
+        default="30000-32767",
+        help="Port range (inclusive, FIRST-LAST or FIRST+COUNT) node ports of NodePort and "
+        "LoadBalancer Services come from (default %(default)s).",
     )
     le = p.add_argument_group("leader election of the bundled controllers")
     le.add_argument(
@@ -486,6 +529,7 @@ def parse(argv: Sequence[str]) -> Options:
     except FeatureGateError as exc:
         raise OptionsError(f"invalid value {ns.feature_gates!r} for flag --feature-gates: {exc}") from None
     warnings += gates.warnings
+    plugins = _admission_plugins(ns.enable_admission_plugins, ns.disable_admission_plugins)
     return Options(
         data_dir=ns.data_dir,
         bind_address=ns.bind_address,
@@ -510,7 +554,9 @@ def parse(argv: Sequence[str]) -> Options:
         verbosity=_int("-v", ns.verbosity, 0, 10),
         warnings=tuple(warnings),
         authorization_modes=_authorization_modes(ns.authorization_mode),
-        admission_plugins=_admission_plugins(ns.enable_admission_plugins, ns.disable_admission_plugins),
+        admission_plugins=plugins,
+        admission_control_config_file=ns.admission_control_config_file,
+        admission_config=_admission_config(ns.admission_control_config_file, plugins),
         default_not_ready_toleration_seconds=_int(
             "--default-not-ready-toleration-seconds", ns.default_not_ready_toleration_seconds, 0, 1 << 31
         ),
@@ -520,7 +566,65 @@ def parse(argv: Sequence[str]) -> Options:
         **_authentication_options(ns),
         **_certificate_options(ns),
         **_node_lifecycle_options(ns),
+        service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
+        service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
     )
+
+
+def parse_service_cidrs(value: str) -> tuple[str, ...]:
+    """One CIDR, or two of different families (dual-stack), in canonical form."""
+    flag = "--service-cluster-ip-range"
+    parts = [p.strip() for p in value.split(",")]
+    if not value.strip() or any(not p for p in parts):
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: expected one CIDR or two comma-separated CIDRs")
+    if len(parts) > 2:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: may be at most two CIDRs (one per IP family)")
+    nets = []
+    for part in parts:
+        try:
+            net = ipaddress.ip_network(part, strict=False)
+        except ValueError:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: {part!r} is not a CIDR") from None
+        if "/" not in part:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: {part!r} is not a CIDR (no prefix length)")
+        usable = net.num_addresses - (2 if net.version == 4 else 1)
+        if usable < 1:
+            raise OptionsError(f"invalid value {value!r} for flag {flag}: {part} holds no usable address")
+        if net.version == 6 and net.prefixlen < 108:
+            raise OptionsError(
+                f"invalid value {value!r} for flag {flag}: the IPv6 range {part} is too large (prefix at least /108)"
+            )
+        if net.version == 4 and net.prefixlen < 12:
+            raise OptionsError(
+                f"invalid value {value!r} for flag {flag}: the IPv4 range {part} is too large (prefix at least /12)"
+            )
+        nets.append(net)
+    if len(nets) == 2 and nets[0].version == nets[1].version:
+        raise OptionsError(
+            f"invalid value {value!r} for flag {flag}: two CIDRs must be of different IP families (dual-stack)"
+        )
+    return tuple(str(n) for n in nets)
+
+
+def parse_port_range(flag: str, value: str) -> tuple[int, int]:
+    """``FIRST-LAST`` (inclusive), ``FIRST+COUNT`` or a single port: (first, count)."""
+    text = value.strip()
+    try:
+        if "+" in text:
+            a, b = text.split("+", 1)
+            first, count = int(a), int(b) + 1
+        elif "-" in text:
+            a, b = text.split("-", 1)
+            first, count = int(a), int(b) - int(a) + 1
+        else:
+            first, count = int(text), 1
+    except ValueError:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: expected FIRST-LAST, e.g. 30000-32767") from None
+    if first < 1 or count < 1 or first + count - 1 > 65535:
+        raise OptionsError(
+            f"invalid value {value!r} for flag {flag}: must be a non-empty range of ports between 1 and 65535"
+        )
+    return first, count
 
 
 def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> dict:
@@ -544,6 +648,8 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--node-monitor-period", "node_monitor_period"),
             ("--node-monitor-grace-period", "node_monitor_grace_period"),
             ("--node-startup-grace-period", "node_startup_grace_period"),
+            ("--metric-resolution", "metric_resolution"),
+            ("--resource-quota-sync-period", "resource_quota_sync_period"),
             ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
             ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
             ("--leader-elect-retry-period", "leader_elect_retry_period"),
@@ -679,6 +785,18 @@ def _authorization_modes(value: str) -> tuple[str, ...]:
         return parse_modes(value)
     except ValueError as exc:
         raise OptionsError(f"invalid value {value!r} for flag --authorization-mode: {exc}") from None
+
+
+def _admission_config(path: str, plugins: tuple[str, ...]) -> admission_config.AdmissionConfig:
+    """The admission configuration file, read and checked for the enabled plugins."""
+    if not path:
+        return admission_config.AdmissionConfig()
+    try:
+        config = admission_config.load(path, CONFIGURABLE_NAMES)
+        check_plugin_configs(config, plugins)
+    except admission_config.AdmissionConfigError as exc:
+        raise OptionsError(f"invalid value {path!r} for flag --admission-control-config-file: {exc}") from None
+    return config
 
 
 def _admission_plugins(enable: str, disable: str) -> tuple[str, ...]:

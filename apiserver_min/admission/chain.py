@@ -8,6 +8,7 @@ adds plugins here; this module fixes the shape they plug into.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,6 +17,32 @@ from ..api.user import UserInfo
 
 if TYPE_CHECKING:
     pass
+
+
+@dataclasses.dataclass
+class RequestRecord:
+    """What admission plugins hand back besides their decision, for one request:
+    warnings for the client (the response's ``Warning`` headers) and audit
+    annotations (``key -> value``, for the request's audit event)."""
+
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    audit_annotations: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+# The record of the request being served (set by the HTTP layer around each request;
+# None for writes no client is waiting on, such as the bundled controllers' own).
+_RECORD: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar("orch_admission_record", default=None)
+
+
+def begin_request() -> tuple[RequestRecord, contextvars.Token]:
+    """Start collecting plugins' warnings and audit annotations for this request
+    (this task and what it awaits); ``end_request(token)`` when it is answered."""
+    record = RequestRecord()
+    return record, _RECORD.set(record)
+
+
+def end_request(token: contextvars.Token) -> None:
+    _RECORD.reset(token)
 
 
 @dataclasses.dataclass
@@ -30,6 +57,18 @@ class Attributes:
     user: UserInfo
     dry_run: bool
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def warn(self, text: str) -> None:
+        """A warning for the client, sent as a ``Warning`` header of the response."""
+        record = _RECORD.get()
+        if record is not None:
+            record.warnings.append(text)
+
+    def annotate(self, key: str, value: str) -> None:
+        """An audit annotation of this request."""
+        record = _RECORD.get()
+        if record is not None:
+            record.audit_annotations[key] = value
 
 
 class Plugin(Protocol):

@@ -376,11 +376,13 @@ def _service(obj: Obj) -> None:
         ):
             port["targetPort"] = port["port"]
     typ = spec.get("type")
-    if typ in ("NodePort", "LoadBalancer"):
+    # Externally accessible: a node port, a balancer, or external IPs on a ClusterIP service.
+    if typ in ("NodePort", "LoadBalancer") or (typ == "ClusterIP" and spec.get("externalIPs")):
         _setdefault(spec, "externalTrafficPolicy", "Cluster")
     if typ in ("ClusterIP", "NodePort", "LoadBalancer"):
+        # ipFamilyPolicy is not a static default: the Service allocator infers it from the
+        # request (headless without selector: RequireDualStack) or keeps the old one.
         _setdefault_ptr(spec, "internalTrafficPolicy", "Cluster")
-        _setdefault_ptr(spec, "ipFamilyPolicy", "SingleStack")
     if typ == "LoadBalancer":
         _setdefault_ptr(spec, "allocateLoadBalancerNodePorts", True)
 
@@ -511,6 +513,11 @@ def _stateful_set(obj: Obj) -> None:
         rolling = _dict(strategy, "rollingUpdate")
         if strategy.get("type") == "RollingUpdate" and rolling is not None:
             _setdefault_ptr(rolling, "partition", 0)
+    # StatefulSetAutoDeletePVC (beta, on in v1.27): claims are kept unless asked otherwise.
+    retention = _dict(spec, "persistentVolumeClaimRetentionPolicy", create=True)
+    if retention is not None:
+        _setdefault(retention, "whenDeleted", "Retain")
+        _setdefault(retention, "whenScaled", "Retain")
     _setdefault_ptr(spec, "replicas", 1)
     _setdefault_ptr(spec, "revisionHistoryLimit", 10)
 

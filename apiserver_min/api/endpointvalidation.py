@@ -136,8 +136,9 @@ def _dicts(value: Any) -> list:
 # --- Endpoints ---------------------------------------------------------------------------------
 
 
-def validate_endpoints(obj: dict) -> Errs:
-    """The ``subsets`` of an Endpoints object (metadata is checked by the strategy)."""
+def validate_endpoints(obj: dict, *, allow_loopback: bool = False) -> Errs:
+    """The ``subsets`` of an Endpoints object (metadata is checked by the strategy).
+    ``allow_loopback`` lets addresses be loopback ones (the API server's own Endpoints)."""
     errs: Errs = []
     for i, subset in enumerate(_dicts(obj.get("subsets"))):
         path = f"subsets[{i}]"
@@ -148,16 +149,16 @@ def validate_endpoints(obj: dict) -> Errs:
         if not addresses and not not_ready:
             errs.append(FieldError.required(path, "must specify `addresses` or `notReadyAddresses`"))
         for j, a in enumerate(addresses):
-            errs += _endpoint_address(a, f"{path}.addresses[{j}]")
+            errs += _endpoint_address(a, f"{path}.addresses[{j}]", allow_loopback)
         for j, a in enumerate(not_ready):
-            errs += _endpoint_address(a, f"{path}.notReadyAddresses[{j}]")
+            errs += _endpoint_address(a, f"{path}.notReadyAddresses[{j}]", allow_loopback)
         ports = _dicts(subset.get("ports"))
         for j, p in enumerate(ports):
             errs += _endpoints_port(p, len(ports) > 1, f"{path}.ports[{j}]")
     return errs
 
 
-def _endpoint_address(addr: Any, path: str) -> Errs:
+def _endpoint_address(addr: Any, path: str, allow_loopback: bool = False) -> Errs:
     if not isinstance(addr, dict):
         return [FieldError.type_invalid(path, addr, "must be an object")]
     errs: Errs = []
@@ -173,8 +174,7 @@ def _endpoint_address(addr: Any, path: str) -> Errs:
         errs += _label(hostname, f"{path}.hostname")
     if addr.get("nodeName") is not None:
         errs += _node_name(addr["nodeName"], f"{path}.nodeName")
-    errs += validate_non_special_ip(ip, f"{path}.ip")
-    return errs
+    return errs + _special(ip, f"{path}.ip", allow_loopback)
 
 
 def _endpoints_port(port: Any, require_name: bool, path: str) -> Errs:
@@ -196,13 +196,13 @@ def _endpoints_port(port: Any, require_name: bool, path: str) -> Errs:
 # --- EndpointSlice -----------------------------------------------------------------------------
 
 
-def validate_endpoint_slice(obj: dict) -> Errs:
-    """``addressType``, ``endpoints`` and ``ports`` of an EndpointSlice."""
+def validate_endpoint_slice(obj: dict, *, allow_loopback: bool = False) -> Errs:
+    """``endpoints`` and ``ports`` of an EndpointSlice; ``allow_loopback`` as for Endpoints."""
     errs: Errs = []
     # ``addressType`` and the ports' ``protocol`` are enumerations: the enumerated-field
     # rules (api/enumvalidation.py) check them, with upstream's messages.
     address_type = obj.get("addressType")
-    errs += _slice_endpoints(obj.get("endpoints"), address_type)
+    errs += _slice_endpoints(obj.get("endpoints"), address_type, allow_loopback)
     errs += _slice_ports(obj.get("ports"))
     return errs
 
@@ -214,7 +214,12 @@ def validate_endpoint_slice_update(new: dict, old: dict) -> Errs:
     return errs
 
 
-def _slice_endpoints(endpoints: Any, address_type: Any) -> Errs:
+def _special(address: str, path: str, allow_loopback: bool) -> Errs:
+    errs = validate_non_special_ip(address, path)
+    return [e for e in errs if "loopback" not in e.detail] if allow_loopback else errs
+
+
+def _slice_endpoints(endpoints: Any, address_type: Any, allow_loopback: bool = False) -> Errs:
     eps = _dicts(endpoints)
     if len(eps) > MAX_ENDPOINTS:
         return [_too_many("endpoints", len(eps), MAX_ENDPOINTS)]
@@ -238,11 +243,11 @@ def _slice_endpoints(endpoints: Any, address_type: Any) -> Errs:
             if address_type == "IPv4":
                 if not _is_ipv4(address):
                     errs.append(FieldError.invalid(p, address, "must be a valid IPv4 address"))
-                errs += validate_non_special_ip(address, p)
+                errs += _special(address, p, allow_loopback)
             elif address_type == "IPv6":
                 if not _is_ipv6(address):
                     errs.append(FieldError.invalid(p, address, "must be a valid IPv6 address"))
-                errs += validate_non_special_ip(address, p)
+                errs += _special(address, p, allow_loopback)
             elif address_type == "FQDN":
                 errs += _fqdn(address, p)
         if ep.get("nodeName") is not None:

@@ -144,9 +144,12 @@ def _quota_scopes(path: str, value: Any, parent: dict) -> FieldError:
 
 
 def _external_traffic_policy(path: str, value: Any, parent: dict) -> FieldError:
-    if parent.get("type") in ("NodePort", "LoadBalancer"):
+    # Externally accessible: a node port, a balancer, or external IPs on a ClusterIP service
+    # (the Service strategy refuses a supported value on any other service the same way).
+    typ = parent.get("type")
+    if typ in ("NodePort", "LoadBalancer") or (typ == "ClusterIP" and parent.get("externalIPs")):
         return FieldError.not_supported(path, value, ("Cluster", "Local"))
-    return FieldError.invalid(path, value, "may only be set when `type` is 'NodePort' or 'LoadBalancer'")
+    return FieldError.invalid(path, value, "may only be set for externally-accessible services")
 
 
 def _event_type(path: str, value: Any, parent: dict) -> FieldError:

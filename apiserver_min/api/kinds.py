@@ -187,6 +187,19 @@ def human_duration(seconds: float) -> str:
     return f"{y}y"
 
 
+def _quota_cell(obj: dict, limits: bool) -> str:
+    """``name: used/hard`` of a quota's status, sorted by name: the limits.* resources or the others."""
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    hard = (status or {}).get("hard") or {}
+    used = (status or {}).get("used") or {}
+    if not isinstance(hard, dict) or not isinstance(used, dict):
+        return ""
+    cells = [
+        f"{name}: {used.get(name, '0')}/{hard[name]}" for name in sorted(hard) if name.startswith("limits.") == limits
+    ]
+    return ", ".join(cells)
+
+
 def age(timestamp: str | None, now: _dt.datetime | None = None) -> str:
     if not timestamp:
         return "<unknown>"
@@ -725,7 +738,22 @@ KINDS: tuple[KindInfo, ...] = (
         True,
         short_names=("quota",),
         subresources=(_status("ResourceQuota"),),
-        columns=(NAME, AGE),
+        columns=(
+            NAME,
+            AGE,
+            col(
+                "Request",
+                "string",
+                lambda o: _quota_cell(o, False),
+                description="Used/hard of the quota's resources other than limits.*.",
+            ),
+            col(
+                "Limit",
+                "string",
+                lambda o: _quota_cell(o, True),
+                description="Used/hard of the quota's limits.* resources.",
+            ),
+        ),
     ),
     KindInfo(
         _CORE,
@@ -1139,6 +1167,9 @@ KINDS: tuple[KindInfo, ...] = (
     # authentication: create-only reviews, answered by the authenticator and never stored ---
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "tokenreviews", "TokenReview", False, verbs=("create",)),
     KindInfo(names.AUTHENTICATION_GROUP, "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=("create",)),
+    # metrics: read-only, served from the node agents' resource metrics, never stored -----
+    KindInfo(names.METRICS_GROUP, "v1beta1", "nodes", "NodeMetrics", False, verbs=("get", "list")),
+    KindInfo(names.METRICS_GROUP, "v1beta1", "pods", "PodMetrics", True, verbs=("get", "list")),
     # node / scheduling / policy / storage / admissionregistration ----------------------
     KindInfo(
         names.NODE_GROUP,

@@ -61,6 +61,16 @@ GROUP_ALIASES = {
     UPSTREAM_METRICS_GROUP: METRICS_GROUP,
 }
 
+# Beta group versions served unless --runtime-config turns them off (other betas are off
+# by default, as upstream's): the resource metrics API, which upstream's metrics server
+# serves outside that rule.
+BETA_SERVED_BY_DEFAULT = frozenset({f"{METRICS_GROUP}/v1beta1"})
+
+# Alias groups discovery also lists under their upstream name, because clients look
+# for them by that name: kubectl top says the Metrics API is not available unless
+# metrics.k8s.io is among the server's groups.
+DISCOVERY_ALIAS_GROUPS = (UPSTREAM_METRICS_GROUP,)
+
 # kubectl commands that check, client-side, the group of an object they read through
 # discovery (which maps to the orch group): ``certificate approve|deny`` refuses any
 # CertificateSigningRequest whose apiVersion is not ``certificates.k8s.io/v1``. kubectl
@@ -352,8 +362,8 @@ ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
 # controllers, their validation, the node agent's service environment variables): upstream's
 # endpoints.kubernetes.io/*, endpointslice.kubernetes.io/*, service.kubernetes.io/headless,
 # the controllers' managed-by values (*.k8s.io), the leader-election record annotation that
-# keeps an Endpoints object from being mirrored, and the default namespace's service whose
-# variables every pod gets (upstream "kubernetes").
+# keeps an Endpoints object from being mirrored. (Every pod gets the variables of the
+# DEFAULT_SERVICE_NAME Service below.)
 ANNOTATION_ENDPOINTS_LAST_CHANGE_TRIGGER_TIME = f"endpoints.{DOMAIN}/last-change-trigger-time"
 ANNOTATION_ENDPOINTS_OVER_CAPACITY = f"endpoints.{DOMAIN}/over-capacity"
 ANNOTATION_LEADER_ELECTION_RECORD = f"control-plane.alpha.{DOMAIN}/leader"
@@ -361,4 +371,62 @@ LABEL_HEADLESS_SERVICE = f"service.{DOMAIN}/headless"
 LABEL_SKIP_MIRROR = f"endpointslice.{DOMAIN}/skip-mirror"
 ENDPOINTSLICE_CONTROLLER_NAME = f"endpointslice-controller.{DOMAIN}"
 ENDPOINTSLICE_MIRRORING_CONTROLLER_NAME = f"endpointslicemirroring-controller.{DOMAIN}"
+
+# Admission configuration and the admission plugins' spellings: the PodSecurity namespace
+# labels and audit annotation prefix (upstream pod-security.kubernetes.io/), its
+# configuration group (pod-security.admission.config.k8s.io), the pod annotations its
+# checks read (upstream container.apparmor.security.beta.kubernetes.io/<container> and
+# the seccomp.security.alpha.kubernetes.io alpha annotations), and the scheduler
+# namespace annotations of PodNodeSelector and PodTolerationRestriction (upstream
+# scheduler.alpha.kubernetes.io/...) with the latter's configuration group.
+POD_SECURITY_PREFIX = f"pod-security.{DOMAIN}/"
+POD_SECURITY_CONFIG_GROUP = f"pod-security.admission.config.{DOMAIN}"
+ANNOTATION_APPARMOR_CONTAINER_PREFIX = f"container.apparmor.security.beta.{DOMAIN}/"
+ANNOTATION_SECCOMP_POD = f"seccomp.security.alpha.{DOMAIN}/pod"
+ANNOTATION_SECCOMP_CONTAINER_PREFIX = f"container.seccomp.security.alpha.{DOMAIN}/"
+ANNOTATION_NODE_SELECTOR = f"scheduler.alpha.{DOMAIN}/node-selector"
+ANNOTATION_DEFAULT_TOLERATIONS = f"scheduler.alpha.{DOMAIN}/defaultTolerations"
+ANNOTATION_TOLERATIONS_WHITELIST = f"scheduler.alpha.{DOMAIN}/tolerationsWhitelist"
+POD_TOLERATION_RESTRICTION_CONFIG_GROUP = f"podtolerationrestriction.admission.{DOMAIN}"
+
+# The Service every API server publishes itself behind (upstream's "kubernetes" Service in
+# "default", labelled provider=kubernetes), with its Endpoints and EndpointSlice.
 DEFAULT_SERVICE_NAME = "orch"
+DEFAULT_SERVICE_PROVIDER = "orch"
+
+# The built-in PriorityClasses every API server creates at start (upstream's system
+# priority classes): name -> value. Other classes may not use the ``system-`` prefix
+# nor a value above HIGHEST_USER_DEFINABLE_PRIORITY.
+SYSTEM_PRIORITY_CLASS_PREFIX = "system-"
+SYSTEM_CRITICAL_PRIORITY = 2 * 1_000_000_000
+SYSTEM_NODE_CRITICAL = "system-node-critical"
+SYSTEM_CLUSTER_CRITICAL = "system-cluster-critical"
+SYSTEM_PRIORITY_CLASSES = {
+    SYSTEM_NODE_CRITICAL: SYSTEM_CRITICAL_PRIORITY + 1000,
+    SYSTEM_CLUSTER_CRITICAL: SYSTEM_CRITICAL_PRIORITY,
+}
+SYSTEM_PRIORITY_CLASS_DESCRIPTIONS = {
+    SYSTEM_NODE_CRITICAL: "Used for system critical pods that must not be moved from their current node.",
+    SYSTEM_CLUSTER_CRITICAL: "Used for system critical pods that must run in the cluster, but can be moved to "
+    "another node if necessary.",
+}
+HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+
+# Jobs and cron jobs (upstream: batch.kubernetes.io/...). The unprefixed job labels are
+# the legacy spellings upstream 1.27 still puts on a job's pods beside the prefixed ones.
+BATCH_PREFIX = f"batch.{DOMAIN}"
+LABEL_JOB_NAME = f"{BATCH_PREFIX}/job-name"
+LABEL_JOB_CONTROLLER_UID = f"{BATCH_PREFIX}/controller-uid"
+LABEL_JOB_NAME_LEGACY = "job-name"
+LABEL_JOB_CONTROLLER_UID_LEGACY = "controller-uid"
+ANNOTATION_JOB_COMPLETION_INDEX = f"{BATCH_PREFIX}/job-completion-index"
+ANNOTATION_CRONJOB_SCHEDULED_TIMESTAMP = f"{BATCH_PREFIX}/cronjob-scheduled-timestamp"
+FINALIZER_JOB_TRACKING = f"{BATCH_PREFIX}/job-tracking"
+
+# DaemonSets and StatefulSets: the label naming a pod's (and a ControllerRevision's) revision
+# hash, the DaemonSet's template generation (label on its pods, annotation on the set), and
+# the label naming a StatefulSet pod (upstream statefulset.kubernetes.io/pod-name).
+LABEL_CONTROLLER_REVISION_HASH = "controller-revision-hash"
+LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"
+ANNOTATION_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+LABEL_STATEFULSET_POD_NAME = f"statefulset.{DOMAIN}/pod-name"

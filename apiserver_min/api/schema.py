@@ -835,4 +835,6 @@ def proto_package(group: str, version: str) -> str:
     if not group:
         return f"k8s.io.api.core.{version}"
     first = group.split(".", 1)[0]
+    if first == "metrics":  # the resource metrics API lives outside k8s.io/api upstream
+        return f"k8s.io.metrics.pkg.apis.metrics.{version}"
     return f"k8s.io.api.{first}.{version}"

@@ -330,11 +330,43 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("create",), (AUTHORIZATION,), ("subjectaccessreviews",)),
             _events_rule(),
         ],
+        "resourcequota-controller": [
+            rule(("list", "watch"), ("*",), ("*",)),
+            rule(("update",), (CORE,), ("resourcequotas/status",)),
+            _events_rule(),
+        ],
         "node-controller": [
             rule(("get", "list", "update", "delete", "patch"), (CORE,), ("nodes",)),
             rule(("patch", "update"), (CORE,), ("nodes/status",)),
             rule(("update",), (CORE,), ("pods/status",)),
             rule(("list", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "job-controller": [
+            rule(("get", "list", "watch", "update", "patch"), (BATCH,), ("jobs",)),
+            rule(("update",), (BATCH,), ("jobs/status", "jobs/finalizers")),
+            # (upstream: no update; adoption and release here write the owner references
+            # with an update, podcontrol.claim)
+            rule(("list", "watch", "create", "delete", "patch", "update"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "cronjob-controller": [
+            rule(("get", "list", "watch", "update"), (BATCH,), ("cronjobs",)),
+            rule(("get", "list", "watch", "create", "update", "delete", "patch"), (BATCH,), ("jobs",)),
+            rule(("update",), (BATCH,), ("cronjobs/status", "cronjobs/finalizers")),
+            rule(("list", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "ttl-after-finished-controller": [
+            rule(("get", "list", "watch", "delete"), (BATCH,), ("jobs",)),
+            _events_rule(),
+        ],
+        "disruption-controller": [
+            rule(READ, (APPS,), ("deployments", "replicasets", "statefulsets")),
+            rule(READ, (CORE,), ("replicationcontrollers", "pods")),
+            rule(READ, (POLICY,), ("poddisruptionbudgets",)),
+            rule(("update",), (POLICY,), ("poddisruptionbudgets/status",)),
+            rule(("get",), ("*",), ("*/scale",)),
             _events_rule(),
         ],
         "endpoint-controller": [
@@ -355,6 +387,27 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("update",), (CORE,), ("services/finalizers",)),
             rule(("update",), (CORE,), ("endpoints/finalizers",)),
             rule(("get", "list", "create", "update", "delete"), (DISCOVERY,), ("endpointslices",)),
+            _events_rule(),
+        ],
+        "daemon-set-controller": [
+            rule(("get", "list", "watch"), (APPS,), ("daemonsets",)),
+            rule(("update",), (APPS,), ("daemonsets/status", "daemonsets/finalizers")),
+            rule(("list", "watch"), (CORE,), ("nodes",)),
+            # update: adoption and release of pods write their owner references (podcontrol.claim)
+            rule(("list", "watch", "create", "delete", "patch", "update"), (CORE,), ("pods",)),
+            rule(("create",), (CORE,), ("pods/binding",)),
+            rule(("get", "list", "watch", "create", "delete", "update", "patch"), (APPS,), ("controllerrevisions",)),
+            _events_rule(),
+        ],
+        "statefulset-controller": [
+            rule(("list", "watch"), (CORE,), ("pods",)),
+            rule(("get", "list", "watch"), (APPS,), ("statefulsets",)),
+            rule(("update",), (APPS,), ("statefulsets/status", "statefulsets/finalizers")),
+            rule(("get", "create", "delete", "update", "patch"), (CORE,), ("pods",)),
+            rule(("get", "create", "delete", "update", "patch", "list", "watch"), (APPS,), ("controllerrevisions",)),
+            rule(("get", "create"), (CORE,), ("persistentvolumeclaims",)),
+            # the claims' owner references of persistentVolumeClaimRetentionPolicy
+            rule(("update", "delete"), (CORE,), ("persistentvolumeclaims",)),
             _events_rule(),
         ],
         "scheduler": [

@@ -20,7 +20,7 @@ import logging
 
 from ..api import names
 from ..api.kinds import Registry
-from ..api.user import UserInfo
+from ..api.user import SYSTEM_USER, UserInfo
 from ..authz.authorizer import Authorizer
 from ..client.informer import InformerFactory
 from ..client.local import LocalClient, controller_user
@@ -31,17 +31,25 @@ from ..scheduler.scheduler import Scheduler
 from ..storage.cacher import WatchCache
 from .bootstrap import BootstrapControllers
 from .bootstrappolicy import reconcile_default_policy
+from .bootstrappriority import ensure_system_priority_classes
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
+from .cronjob import CronJobController
+from .daemonset import DaemonSetController
+from .disruption import DisruptionController
 from .endpoints import EndpointsController
 from .endpointslice import EndpointSliceController
 from .endpointslicemirroring import EndpointSliceMirroringController
 from .garbagecollector import GarbageCollector
+from .job import JobController
 from .leaderelection import LeaderElector
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
 from .queue import FIELD_MANAGER
+from .resourcequota import ResourceQuotaController
 from .serviceaccounts import ServiceAccountsController
+from .statefulset import StatefulSetController
+from .ttlafterfinished import TTLAfterFinishedController
 
 log = logging.getLogger("orch-apiserver.controllers")
 
@@ -87,6 +95,10 @@ class Controllers:
         bootstrap-roles hook), then the controllers: at once with SQLite or without
         --leader-elect, else whenever this server holds the controllers' Lease."""
         await reconcile_default_policy(self.store)
+        # The built-in PriorityClasses, as every upstream API server creates them.
+        await ensure_system_priority_classes(
+            LocalClient(self.store, self.authorizer, SYSTEM_USER, names.APISERVER_FIELD_MANAGER), self.registry
+        )
         # RBAC authorizes from the watch cache: let it see the policy just written.
         if await self.cache.sync(timeout=10.0) is None:
             log.warning("the watch cache did not catch up with the default policy; controllers retry until it does")
@@ -124,13 +136,18 @@ class Controllers:
         serviceaccounts = ServiceAccountsController(
             self.client("service-account-controller"), self.client("root-ca-cert-publisher"), informers, ca_cert
         )
-        for c in (namespaces, gc, aggregator, serviceaccounts):
+        # Every quota's status: hard from the spec, used recounted from the informers.
+        quotas = ResourceQuotaController(
+            self.client("resourcequota-controller"), informers, sync_period=opts.resource_quota_sync_period
+        )
+        for c in (namespaces, gc, aggregator, serviceaccounts, quotas):
             c.start()
         tasks += [
             asyncio.create_task(namespaces.run(), name="namespace-controller"),
             asyncio.create_task(gc.run(), name="garbage-collector"),
             asyncio.create_task(aggregator.run(), name="clusterrole-aggregator"),
             asyncio.create_task(serviceaccounts.run(), name="serviceaccounts-controller"),
+            asyncio.create_task(quotas.run(), name="resourcequota-controller"),
         ]
         # Certificate requests, then bootstrap tokens (bootstrap signer and token cleaner).
         csr = CsrControllers(
@@ -174,6 +191,31 @@ class Controllers:
         ):
             ctl.start()
             tasks.append(asyncio.create_task(ctl.run(), name=task_name))
+        # Jobs run their pods to completion; cron jobs create jobs on their schedule; finished
+        # jobs with ttlSecondsAfterFinished are deleted when it expires.
+        jobs = JobController(self.client("job-controller"), informers)
+        cronjobs = CronJobController(self.client("cronjob-controller"), informers)
+        ttl = TTLAfterFinishedController(self.client("ttl-after-finished-controller"), informers)
+        for batch_controller in (jobs, cronjobs, ttl):
+            batch_controller.start()
+        tasks += [
+            asyncio.create_task(jobs.run(), name="job-controller"),
+            asyncio.create_task(cronjobs.run(), name="cronjob-controller"),
+            asyncio.create_task(ttl.run(), name="ttl-after-finished-controller"),
+        ]
+        # The workload controllers of apps/v1 with ControllerRevisions: DaemonSets and StatefulSets.
+        daemonsets = DaemonSetController(self.client("daemon-set-controller"), informers)
+        statefulsets = StatefulSetController(self.client("statefulset-controller"), informers)
+        for w in (daemonsets, statefulsets):
+            w.start()
+        tasks += [
+            asyncio.create_task(daemonsets.run(), name="daemon-set-controller"),
+            asyncio.create_task(statefulsets.run(), name="statefulset-controller"),
+        ]
+        # Disruption budgets' status, which pods/eviction charges.
+        disruption = DisruptionController(self.client("disruption-controller"), informers)
+        disruption.start()
+        tasks.append(asyncio.create_task(disruption.run(), name="disruption-controller"))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

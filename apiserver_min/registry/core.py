@@ -1,8 +1,8 @@
 """The core family: namespaces, pods, nodes, services and service accounts.
 
 Strategies of the core kinds that differ from the base, and the REST objects of
-their sub-resources: ``namespaces/finalize``, ``pods/binding``, ``pods/eviction``
-and ``serviceaccounts/token`` (``status`` is the generic store's; ``pods/log``,
+their sub-resources: ``namespaces/finalize``, ``pods/binding`` and
+``serviceaccounts/token`` (``pods/eviction`` is ``eviction.py``) (``status`` is the generic store's; ``pods/log``,
 ``exec``, ``attach`` and ``portforward`` proxy HTTP to the node agent and live in
 the server).
 """
@@ -10,6 +10,7 @@ the server).
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 from typing import Any, Callable, Protocol
 
 from ..admission.chain import Attributes
@@ -19,9 +20,13 @@ from ..api import validation as v
 from ..api.kinds import KindInfo
 from ..api.qos import pod_qos_class
 from ..api.timeutil import format_rfc3339
+from ..api.user import SYSTEM_USER
+from . import services
 from .binding import bind_pod
 from .rest import DeleteOptions, ObjectStore, RequestContext
-from .strategy import Strategy
+from .strategy import Strategy, WriteTransaction
+
+log = logging.getLogger("orch-apiserver.registry")
 
 # --- strategies -----------------------------------------------------------------------------
 
@@ -95,10 +100,61 @@ class NodeStrategy(Strategy):
 
 
 class ServiceStrategy(Strategy):
+    """Services: the clusterIP/clusterIPs pair kept in step, allocated values kept on
+    updates that leave them out, type-dependent fields erased on a type change, and
+    addresses and ports taken from the ranges (``allocators``, wired by the server;
+    without them nothing is allocated)."""
+
     name_rule = "dns1035"
+    allocators: services.ServiceAllocators | None = None
 
     def initial_status(self, obj: dict) -> dict:
         return {"loadBalancer": {}}
+
+    def prepare_for_create(self, obj: dict) -> None:
+        super().prepare_for_create(obj)
+        services.normalize_cluster_ips(obj, None)
+
+    def prepare_for_update(self, new: dict, old: dict) -> None:
+        super().prepare_for_update(new, old)
+        services.patch_allocated_values(new, old)
+        services.normalize_cluster_ips(new, old)
+
+    async def begin_create(self, obj: dict, dry_run: bool) -> WriteTransaction | None:
+        if self.allocators is None:
+            return None
+        return await self.allocators.allocate_create(obj, dry_run)
+
+    async def begin_update(self, new: dict, old: dict, dry_run: bool) -> WriteTransaction | None:
+        txn = await self.allocators.allocate_update(new, old, dry_run) if self.allocators is not None else None
+        services.drop_type_dependent_fields(new, old)
+        return txn
+
+    async def after_delete(self, obj: dict, store: Any) -> None:
+        if self.allocators is not None:
+            await self.allocators.release_all(obj)
+        # The Endpoints of the same name go with it (as upstream), so a Service created
+        # again under that name does not start with stale addresses.
+        md = obj.get("metadata") or {}
+        endpoints = store.registry.by_resource("", "v1", "endpoints")
+        if endpoints is not None:
+            try:
+                await store.delete(endpoints, md.get("namespace", ""), md.get("name", ""), DeleteOptions(), SYSTEM_USER)
+            except st.ApiError as exc:
+                if exc.code != 404:
+                    log.warning("deleting the endpoints of service %s/%s: %s", md.get("namespace"), md.get("name"), exc)
+
+    def validate(self, obj: dict) -> list[v.FieldError]:
+        return super().validate(obj) + services.validate_service(obj)
+
+    def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
+        errs = self.validate_metadata(new) + self.validate_enums(new) + self._finalizer_update_errors(new, old)
+        # A status or metadata write leaves the spec as stored (and checked) alone.
+        if new.get("spec") != old.get("spec"):
+            errs += services.validate_service_update(new, old)
+        if new.get("status") != old.get("status"):
+            errs += services.validate_load_balancer_status(new)
+        return self.without_stored_enum_errors(errs, old)
 
 
 # --- namespaces/finalize --------------------------------------------------------------------
@@ -166,26 +222,6 @@ class PodBindingREST:
             uid=(obj.get("metadata") or {}).get("uid") or None,
             dry_run=ctx.dry_run,
         )
-        return 201, _created()
-
-
-class PodEvictionREST:
-    """POST pods/<name>/eviction: the pod deleted with the eviction's delete options."""
-
-    def __init__(self, store: ObjectStore, kind: KindInfo):
-        self.store = store
-        self.kind = kind
-
-    async def create(self, ctx: RequestContext, obj: dict) -> tuple[int, dict]:
-        opts = DeleteOptions(dry_run=ctx.dry_run)
-        dopts = obj.get("deleteOptions") or {}
-        if isinstance(dopts, dict):
-            if isinstance(dopts.get("gracePeriodSeconds"), int):
-                opts.grace_period_seconds = dopts["gracePeriodSeconds"]
-            pre = dopts.get("preconditions") or {}
-            opts.preconditions_uid = pre.get("uid") or None
-            opts.preconditions_rv = pre.get("resourceVersion") or None
-        await self.store.delete(self.kind, ctx.namespace, ctx.name, opts, ctx.user)
         return 201, _created()
 
 

@@ -12,17 +12,23 @@ from typing import Any
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
 from .admissionregistration import WebhookConfigurationStrategy
+from .apps_controllerrevision import ControllerRevisionStrategy
+from .apps_daemonset import DaemonSetStrategy
+from .apps_statefulset import StatefulSetStrategy
+from .batch import CronJobStrategy, JobStrategy
 from .certificates import CsrStrategy
 from .core import (
     NamespaceFinalizeREST,
     NamespaceStrategy,
     NodeStrategy,
     PodBindingREST,
-    PodEvictionREST,
     PodStrategy,
     ServiceStrategy,
 )
 from .endpoints import EndpointSliceStrategy, EndpointsStrategy
+from .eviction import PodEvictionREST
+from .policy import PodDisruptionBudgetStrategy
+from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
 from .strategy import PathNameStrategy, Strategy
@@ -34,11 +40,20 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "services"): ServiceStrategy,
     ("", "endpoints"): EndpointsStrategy,
     (names.DISCOVERY_GROUP, "endpointslices"): EndpointSliceStrategy,
+    ("", "limitranges"): LimitRangeStrategy,
+    ("", "resourcequotas"): ResourceQuotaStrategy,
+    (names.SCHEDULING_GROUP, "priorityclasses"): PriorityClassStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
+    (names.BATCH_GROUP, "jobs"): JobStrategy,
+    (names.BATCH_GROUP, "cronjobs"): CronJobStrategy,
+    (names.APPS_GROUP, "daemonsets"): DaemonSetStrategy,
+    (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
+    (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
+    (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }

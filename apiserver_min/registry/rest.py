@@ -73,6 +73,20 @@ class ObjectStore(Protocol):
 
     async def get_object(self, kind: KindInfo, namespace: str, name: str) -> dict: ...
 
+    async def list(
+        self,
+        kind: KindInfo,
+        namespace: str | None,
+        labels: Any,
+        fields: Any,
+        rv: str | None,
+        rv_match: str | None,
+        limit: int,
+        cont: str | None,
+    ) -> Any:
+        """A ``ListResult``: ``items`` are (stored bytes, revision) pairs."""
+        ...
+
     async def update(
         self,
         kind: KindInfo,

@@ -360,22 +360,37 @@ class Store:
         if await self.admission.admit(attrs):
             self._prepare_create_again(kind, strategy, obj, user, subresource)
             md = obj["metadata"]
-        errs = strategy.validate(obj)
-        if errs:
-            raise st.invalid(kind.kind, str(md.get("name") or md.get("generateName") or ""), causes(errs), kind.group)
-        await self.admission.validate(attrs)
-        raw = encode_for_storage(obj)
-        key = object_key(kind, namespace, md["name"])
-        if dry_run:
-            if await self._read(key) is not None:
-                raise st.already_exists(kind.resource, md["name"], kind.group)
-            return obj, raw
+        # What the object takes from outside itself (a Service's addresses and ports) is
+        # given back unless the write lands.
+        txn = await strategy.begin_create(obj, dry_run) if not subresource else None
         try:
-            rev = await self.backend.create(key, raw)
-        except KeyExistsError:
-            raise st.already_exists(kind.resource, md["name"], kind.group) from None
-        except UnavailableError as exc:
-            raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
+            errs = strategy.validate(obj)
+            if errs:
+                raise st.invalid(
+                    kind.kind, str(md.get("name") or md.get("generateName") or ""), causes(errs), kind.group
+                )
+            await self.admission.validate(attrs)
+            raw = encode_for_storage(obj)
+            key = object_key(kind, namespace, md["name"])
+            if dry_run:
+                if await self._read(key) is not None:
+                    raise st.already_exists(kind.resource, md["name"], kind.group)
+                rev = 0
+            else:
+                try:
+                    rev = await self.backend.create(key, raw)
+                except KeyExistsError:
+                    raise st.already_exists(kind.resource, md["name"], kind.group) from None
+                except UnavailableError as exc:
+                    raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
+        except BaseException:
+            if txn is not None:
+                await txn.revert()
+            raise
+        if txn is not None:
+            await txn.commit()
+        if dry_run:
+            return obj, raw
         md["resourceVersion"] = str(rev)
         return obj, splice_rv(raw, rev)
 
@@ -465,42 +480,70 @@ class Store:
                 self._prepare_update(strategy, subresource, new, old)
                 apply_defaults(kind.group, kind.version, kind.kind, new)
                 strategy.prepare_for_request(new, old, user, subresource)
-            errs = strategy.validate_update(new, old)
-            if errs:
-                raise st.invalid(kind.kind, name, causes(errs), kind.group)
-            await self.admission.validate(attrs)
-            remove = self._should_delete_on_update(kind, new, old)
-            raw = encode_for_storage(new)
-            if remove:
-                if dry_run:
-                    return new, raw, False
-                try:
-                    rev, _ = await self.backend.delete(key, kv.mod_revision)
-                except ConflictError:
-                    continue
-                except KeyNotFoundError:
-                    raise st.not_found(kind.resource, name, kind.group) from None
-                new["metadata"]["resourceVersion"] = str(rev)
-                return new, splice_rv(raw, rev), False
-            if self._same_object(new, old):
-                new["metadata"]["resourceVersion"] = str(kv.mod_revision)
-                return new, splice_rv(raw, kv.mod_revision), False
-            if dry_run:
-                new["metadata"]["resourceVersion"] = str(kv.mod_revision)
-                return new, splice_rv(raw, kv.mod_revision), False
+            txn = await strategy.begin_update(new, old, dry_run) if not subresource else None
             try:
-                rev = await self.backend.update(key, raw, kv.mod_revision)
-            except ConflictError:
-                if given_rv not in (None, ""):
-                    raise st.conflict(kind.resource, name, kind.group) from None
+                result = await self._finish_update(kind, strategy, key, name, kv, new, old, attrs, dry_run, given_rv)
+            except BaseException:
+                if txn is not None:
+                    await txn.revert()
+                raise
+            if result is None:  # lost a compare-and-swap race: compute again
+                if txn is not None:
+                    await txn.revert()
                 continue
+            if txn is not None:
+                await txn.commit()
+            return result
+        raise st.conflict(kind.resource, name, kind.group, "too many concurrent writers; try again")
+
+    async def _finish_update(
+        self,
+        kind: KindInfo,
+        strategy: Strategy,
+        key: str,
+        name: str,
+        kv: KeyValue,
+        new: dict,
+        old: dict,
+        attrs: Attributes,
+        dry_run: bool,
+        given_rv: object,
+    ) -> tuple[dict, bytes, bool] | None:
+        """Validate and write a computed update; None when the stored object changed
+        meanwhile (the caller computes it again)."""
+        errs = strategy.validate_update(new, old)
+        if errs:
+            raise st.invalid(kind.kind, name, causes(errs), kind.group)
+        await self.admission.validate(attrs)
+        remove = self._should_delete_on_update(kind, new, old)
+        raw = encode_for_storage(new)
+        if remove:
+            if dry_run:
+                return new, raw, False
+            try:
+                rev, _ = await self.backend.delete(key, kv.mod_revision)
+            except ConflictError:
+                return None
             except KeyNotFoundError:
                 raise st.not_found(kind.resource, name, kind.group) from None
-            except UnavailableError as exc:
-                raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
+            await strategy.after_delete(new, self)
             new["metadata"]["resourceVersion"] = str(rev)
             return new, splice_rv(raw, rev), False
-        raise st.conflict(kind.resource, name, kind.group, "too many concurrent writers; try again")
+        if self._same_object(new, old) or dry_run:
+            new["metadata"]["resourceVersion"] = str(kv.mod_revision)
+            return new, splice_rv(raw, kv.mod_revision), False
+        try:
+            rev = await self.backend.update(key, raw, kv.mod_revision)
+        except ConflictError:
+            if given_rv not in (None, ""):
+                raise st.conflict(kind.resource, name, kind.group) from None
+            return None
+        except KeyNotFoundError:
+            raise st.not_found(kind.resource, name, kind.group) from None
+        except UnavailableError as exc:
+            raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
+        new["metadata"]["resourceVersion"] = str(rev)
+        return new, splice_rv(raw, rev), False
 
     @staticmethod
     def _prepare_create_again(kind: KindInfo, strategy: Strategy, obj: dict, user: UserInfo, subresource: str) -> None:
@@ -600,7 +643,7 @@ class Store:
             new = copy.deepcopy(obj)
             nmd = new["metadata"]
             grace = self._grace_period(kind, obj, opts)
-            policy = opts.propagation_policy
+            policy = opts.propagation_policy or self.strategy(kind).default_propagation
             fins = list(nmd.get("finalizers") or [])
             if policy == "Orphan" and names.FINALIZER_ORPHAN not in fins:
                 fins.append(names.FINALIZER_ORPHAN)
@@ -677,4 +720,5 @@ class Store:
             return None
         except KeyNotFoundError:
             raise st.not_found(kind.resource, name, kind.group) from None
+        await self.strategy(kind).after_delete(obj, self)
         return obj, splice_rv(raw, kv.mod_revision), True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import secrets
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from ..api import enumvalidation
 from ..api import validation as v
@@ -36,6 +36,11 @@ def generate_suffix(n: int = 5) -> str:
     return "".join(out)
 
 
+class WriteTransaction(Protocol):
+    async def commit(self) -> None: ...
+    async def revert(self) -> None: ...
+
+
 def _spec_part(obj: dict) -> dict:
     return {k: val for k, val in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
@@ -47,6 +52,8 @@ class Strategy:
     keep_status_on_create = False
     # The enumerated fields this kind's validation enforces (api/enumvalidation.py).
     enum_rules: enumvalidation.Rules = enumvalidation.RULES
+    # What a delete naming no propagation policy does with dependents (None: Background).
+    default_propagation: str | None = None
 
     def __init__(self, kind: KindInfo):
         self.kind = kind
@@ -75,6 +82,21 @@ class Strategy:
         request: who writes (``user``) and through which sub-resource. The store calls
         it after recording managedFields (so what it fills is not the writer's) and
         again whenever it prepares the object again."""
+
+    # --- around the write ------------------------------------------------------------
+    async def begin_create(self, obj: dict, dry_run: bool) -> WriteTransaction | None:
+        """Take what the object needs from outside itself (a Service's addresses and
+        ports) just before validation; the store commits the returned transaction once
+        the write landed and reverts it when anything fails."""
+        return None
+
+    async def begin_update(self, new: dict, old: dict, dry_run: bool) -> WriteTransaction | None:
+        """As :meth:`begin_create`, for an update of the main resource."""
+        return None
+
+    async def after_delete(self, obj: dict, store: Any) -> None:
+        """The object is gone from storage: give back what it held, remove what only
+        it used (``store``: the generic store it was deleted from)."""
 
     # --- update -------------------------------------------------------------------
     def prepare_for_update(self, new: dict, old: dict) -> None:
@@ -130,11 +152,12 @@ class Strategy:
         return enumvalidation.validate(self.schema, obj, self.enum_rules)
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
-        errs = self.validate(new) + self._finalizer_update_errors(new, old)
+        return self.without_stored_enum_errors(self.validate(new) + self._finalizer_update_errors(new, old), old)
+
+    def without_stored_enum_errors(self, errs: list[v.FieldError], old: dict) -> list[v.FieldError]:
+        """An enumerated value the stored object already had (stored before these checks
+        existed) does not block updates that leave it alone, such as status writes."""
         if errs:
-            # An enumerated value the stored object already had (stored before these
-            # checks existed) does not block updates that leave it alone, such as
-            # status writes.
             before = {(e.type, e.field, repr(e.value)) for e in self.validate_enums(old)}
             if before:
                 errs = [e for e in errs if (e.type, e.field, repr(e.value)) not in before]

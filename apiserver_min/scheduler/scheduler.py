@@ -8,6 +8,9 @@ at its first filter as upstream; the least-allocated score (the mean free
 fraction of cpu and memory, with upstream's non-zero defaults for pods that
 request nothing) ranks the rest and a tie is broken at random.
 
+A pod whose PersistentVolumeClaims are missing or not bound to a volume waits (the
+pre-filter of upstream's VolumeBinding; no volumes are provisioned here).
+
 A pod that fits nowhere gets ``PodScheduled=False`` (reason ``Unschedulable``)
 with upstream's summary ("0/3 nodes are available: 1 Insufficient cpu, ...
 preemption: ..."), and a ``FailedScheduling`` event. Preemption itself is not
@@ -34,7 +37,7 @@ import dataclasses
 import logging
 import random
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..api import names
 from ..api import status as st
@@ -463,6 +466,39 @@ def preemption_message(
     return "preemption: " + fit_error_message(len(states), per_node)
 
 
+# --- volumes ------------------------------------------------------------------------------
+
+UNBOUND_CLAIMS = "pod has unbound immediate PersistentVolumeClaims"
+
+
+def claims_problem(pod: Mapping, get_claim: Callable[[str, str], Mapping | None]) -> str | None:
+    """Upstream's VolumeBinding pre-filter, without volume provisioning (nothing here
+    binds claims to volumes): a claim the pod uses that is missing, being deleted or not
+    yet bound keeps the pod from every node."""
+    ns = _dig(pod, "metadata", "namespace") or ""
+    unbound = False
+    for vol in _list(_dig(pod, "spec", "volumes")):
+        if not isinstance(vol, dict) or not isinstance(vol.get("persistentVolumeClaim"), dict):
+            continue
+        name = vol["persistentVolumeClaim"].get("claimName") or ""
+        claim = get_claim(ns, name)
+        if claim is None:
+            return f'persistentvolumeclaim "{name}" not found'
+        if _dig(claim, "metadata", "deletionTimestamp"):
+            return f'persistentvolumeclaim "{name}" is being deleted'
+        if not _dig(claim, "spec", "volumeName"):
+            unbound = True
+    return UNBOUND_CLAIMS if unbound else None
+
+
+def prefilter_message(num_nodes: int, problem: str) -> str:
+    """A pre-filter failure: the problem, then that preemption cannot help on any node."""
+    post = fit_error_message(
+        num_nodes, {str(i): FilterFailure((PREEMPTION_NOT_HELPFUL,), True) for i in range(num_nodes)}
+    )
+    return f"0/{num_nodes} nodes are available: {problem}. preemption: {post}."
+
+
 @dataclasses.dataclass(frozen=True)
 class ScheduleResult:
     node: str | None
@@ -521,6 +557,7 @@ class Scheduler:
         self.nodes_kind = informers.kind("", "v1", "nodes")
         self.pods = informers.for_kind(self.pods_kind)
         self.node_informer = informers.for_kind(self.nodes_kind)
+        self.claims = informers.for_resource("", "v1", "persistentvolumeclaims")
         self.retry_interval = retry_interval
         self.rng = rng or random.Random()
         self.events = EventRecorder(client, informers.registry, DEFAULT_SCHEDULER_NAME)
@@ -538,6 +575,16 @@ class Scheduler:
         """Subscribe; the node informer's replay rebuilds nodes and pods together."""
         self.pods.add_handler(self.on_pod)
         self.node_informer.add_handler(self.on_node)
+        self.claims.add_handler(self.on_claim)
+
+    def on_claim(self, ev: CacheEvent | None) -> None:
+        """A claim made or bound may let waiting pods go."""
+        if ev is not None and ev.type != "DELETED":
+            self._retry_unschedulable()
+
+    def _claim(self, namespace: str, name: str) -> dict | None:
+        e = self.claims.get(namespace, name)
+        return e.object() if e is not None else None
 
     def on_node(self, ev: CacheEvent | None) -> None:
         if ev is None:
@@ -739,7 +786,13 @@ class Scheduler:
             )
             self.unschedulable[key] = _Backoff(0, float("inf"))  # released by a spec change only
             return None
-        result = find_node_for_pod(pod, self.nodes, self.rng)
+        problem = claims_problem(pod, self._claim)
+        if problem is not None:
+            result = ScheduleResult(
+                None, prefilter_message(len(self.nodes), problem) if self.nodes else NO_NODES_AVAILABLE
+            )
+        else:
+            result = find_node_for_pod(pod, self.nodes, self.rng)
         ref = object_reference(pod, "Pod")
         if result.node is None:
             log.info("pod %s/%s is unschedulable: %s", ns, name, result.message)

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..admission.chain import RequestRecord, begin_request, end_request
 from ..admission.plugins import build_chain
 from ..api import codec, names, tlsverify
 from ..api import status as st
@@ -32,7 +33,12 @@ from ..authz.rbac import RbacIndex, RbacWriteGuard
 from ..controllers.manager import Controllers
 from ..options import Options
 from ..pki import Pki, write_admin_config
+from ..registry.core import ServiceStrategy
+from ..registry.defaultservice import DefaultService
+from ..registry.fieldvalidation import warning_header
 from ..registry.lookup import ObjectLookup
+from ..registry.servicerepair import ServiceRangeRepair
+from ..registry.services import ServiceAllocators
 from ..registry.store import Store
 from ..storage.cacher import WatchCache
 from ..storage.interface import Backend
@@ -45,6 +51,7 @@ from .impersonation import impersonate
 from .metrics import Metrics
 from .negotiation import error_body
 from .openapi import OpenAPI
+from .resourcemetrics import ResourceMetrics
 from .resttable import build_rest_table
 from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse
 
@@ -59,6 +66,19 @@ def version_stage(version: str) -> str:
     if "beta" in version:
         return "beta"
     return "ga"
+
+
+def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.StreamResponse:
+    """Admission plugins' warnings as ``Warning`` headers (each once), as upstream's
+    warning recorder sends them; a response already streaming keeps what it sent."""
+    if record.warnings and not resp.prepared:
+        sent = set(resp.headers.getall("Warning", []))
+        for text in record.warnings:
+            value = warning_header(" ".join(text.splitlines()))
+            if value not in sent:
+                sent.add(value)
+                resp.headers.add("Warning", value)
+    return resp
 
 
 class RuntimeConfig:
@@ -81,7 +101,7 @@ class RuntimeConfig:
             return e[f"api/{stage}"]
         if "api/all" in e:
             return e["api/all"]
-        return stage == "ga"
+        return stage == "ga" or gv in names.BETA_SERVED_BY_DEFAULT
 
 
 def load_backend(opts: Options) -> Backend:
@@ -104,6 +124,17 @@ class ApiServer:
         self.backend = backend or load_backend(opts)
         self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
         self.store = Store(self.backend, registry, self.cache)
+        # Service cluster IPs and node ports: allocated in the Service strategy's write
+        # hooks, repaired against the Services, and the 'orch' Service with its endpoints.
+        self.service_allocators = ServiceAllocators(
+            self.backend, list(opts.service_cluster_ip_ranges), *opts.service_node_port_range
+        )
+        service_strategy = self.store.strategy(registry.by_resource("", "v1", "services"))
+        assert isinstance(service_strategy, ServiceStrategy)
+        service_strategy.allocators = self.service_allocators
+        self.service_repair = ServiceRangeRepair(self.store, registry, self.service_allocators)
+        self._service_stop = asyncio.Event()
+        self._service_tasks: list[asyncio.Task] = []
         # Authorization reads the watch cache, so it is wired before the cache's first list;
         # the RBAC index also serves the always-on role and binding write checks.
         self.rbac_index = RbacIndex.attach(self.cache, registry)
@@ -121,6 +152,7 @@ class ApiServer:
             f"https://{host}:{opts.secure_port}" if ":" not in host else f"https://[{host}]:{opts.secure_port}"
         )
         self.discovery = Discovery(registry, self.runtime.enabled, f"{host}:{opts.secure_port}")
+        self.default_service = DefaultService(self.store, registry, self.service_allocators, host, opts.secure_port)
         self.openapi = OpenAPI(registry, self.runtime.enabled, self.discovery.group_versions())
         self.health = Health(opts.livez_grace_period)
         self.shutting_down = False
@@ -142,7 +174,11 @@ class ApiServer:
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
         self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
         # The REST objects of collections and sub-resources beyond the generic store.
-        self.rest = build_rest_table(self, lambda: self.authorizer, self.backend.current_revision)
+        # The resource metrics API's scraper of the node agents (kubectl top).
+        self.resource_metrics = ResourceMetrics(self, self.cache, registry, opts.metric_resolution)
+        self.rest = build_rest_table(
+            self, lambda: self.authorizer, self.backend.current_revision, self.resource_metrics
+        )
         self._inflight = 0
 
     # --- health ---------------------------------------------------------------------
@@ -163,7 +199,7 @@ class ApiServer:
         self.health.add(Check("ping", ok))
         self.health.add(Check("log", ok))
         self.health.add(Check("etcd" if self.opts.storage_backend == "etcd3" else "sqlite", storage))
-        for hook in ("start-watch-cache", "bootstrap-namespaces", "start-controllers"):
+        for hook in ("start-watch-cache", "bootstrap-namespaces", "bootstrap-controller", "start-controllers"):
             self.post_start_done[hook] = False
 
             async def done(h=hook) -> str | None:
@@ -211,8 +247,11 @@ class ApiServer:
         self.post_start_done["start-watch-cache"] = True
         await self.bootstrap_namespaces()
         self.post_start_done["bootstrap-namespaces"] = True
+        await self.start_services()
+        self.post_start_done["bootstrap-controller"] = True
         await self.controllers.start()
         self.post_start_done["start-controllers"] = True
+        self.resource_metrics.start()
 
     async def bootstrap_namespaces(self) -> None:
         kind = self.registry.by_resource("", "v1", "namespaces")
@@ -226,7 +265,28 @@ class ApiServer:
                 if exc.code != 409:
                     raise
 
+    async def start_services(self) -> None:
+        """The Service ranges made to match the stored Services, the 'orch' Service and
+        its endpoints, then the loops that keep both so."""
+        await self.service_repair.repair()
+        await self.default_service.start()
+        self._service_stop.clear()
+        self._service_tasks = [
+            asyncio.create_task(self.service_repair.run(self._service_stop), name="service-range-repair"),
+            asyncio.create_task(self.default_service.run(self._service_stop), name="default-service-endpoints"),
+        ]
+
+    async def stop_services(self) -> None:
+        self._service_stop.set()
+        for task in self._service_tasks:
+            task.cancel()
+        await asyncio.gather(*self._service_tasks, return_exceptions=True)
+        self._service_tasks = []
+        await self.default_service.shutdown()
+
     async def stop_storage(self) -> None:
+        await self.resource_metrics.stop()
+        await self.stop_services()
         await self.controllers.stop()
         await self.cache.stop()
         await self.backend.close()
@@ -255,6 +315,8 @@ class ApiServer:
         request[GROUP_ALIAS_KEY] = info.alias
         code = 500
         self._inflight += 1
+        # Admission plugins' warnings (and audit annotations) for this request.
+        record, record_token = begin_request()
         try:
             user = await self.authenticate(request)
             request, user = impersonate(request, user, self.authorizer)  # Impersonate-* headers
@@ -262,13 +324,14 @@ class ApiServer:
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self._deprecation(info, resp)
+                _admission_warnings(resp, record)
             else:
                 resp = await self.non_resource(request, info)
             code = resp.status
             return resp
         except st.ApiError as exc:
             code = exc.code
-            return self.error_response(request, exc)
+            return _admission_warnings(self.error_response(request, exc), record)
         except asyncio.CancelledError:
             code = 499
             raise
@@ -277,6 +340,7 @@ class ApiServer:
             code = 500
             return self.error_response(request, st.internal(f"{type(exc).__name__}: {exc}"))
         finally:
+            end_request(record_token)
             self._inflight -= 1
             if info.is_resource and info.kind is not None:
                 scope = "namespace" if info.namespace else ("resource" if info.name else "cluster")

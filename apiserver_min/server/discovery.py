@@ -11,6 +11,7 @@ import platform
 import sys
 from typing import Callable
 
+from ..api import names
 from ..api.kinds import KindInfo, Registry
 from ..version import __version__
 
@@ -42,6 +43,11 @@ def _storage_hash(k: KindInfo) -> str:
     return hashlib.sha256(f"{k.group}/{k.version}/{k.kind}".encode()).digest()[:8].hex()
 
 
+def _listed_alias(group: str) -> str | None:
+    """The orch group an alias group stands for, when discovery lists it (None otherwise)."""
+    return names.GROUP_ALIASES[group] if group in names.DISCOVERY_ALIAS_GROUPS else None
+
+
 class Discovery:
     def __init__(self, registry: Registry, enabled: Callable[[str, str, str], bool], server_address: str):
         self.registry = registry
@@ -63,7 +69,8 @@ class Discovery:
         }
 
     def _group(self, group: str) -> dict | None:
-        versions = [v for g, v in self.group_versions() if g == group]
+        served = _listed_alias(group) or group
+        versions = [v for g, v in self.group_versions() if g == served]
         if not versions:
             return None
         gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
@@ -76,6 +83,10 @@ class Discovery:
             if g and g not in seen:
                 seen.add(g)
                 groups.append(self._group(g))
+        for alias in names.DISCOVERY_ALIAS_GROUPS:
+            listed = self._group(alias)
+            if listed is not None:
+                groups.append(listed)
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
     def api_group(self, group: str) -> dict | None:
@@ -85,6 +96,12 @@ class Discovery:
         return {"kind": "APIGroup", "apiVersion": "v1", **g}
 
     def resource_list(self, group: str, version: str) -> dict | None:
+        served = _listed_alias(group)
+        if served is not None:
+            doc = self.resource_list(served, version)
+            if doc is not None:
+                doc["groupVersion"] = f"{group}/{version}"
+            return doc
         kinds = [k for k in self.registry.in_group_version(group, version) if self.enabled(group, version, k.resource)]
         if not kinds:
             return None

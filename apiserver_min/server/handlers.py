@@ -524,6 +524,16 @@ class ResourceHandlers:
         verb = info.verb
         if verb not in kind.verbs:
             raise st.method_not_allowed(f"{verb} is not supported on resources of kind {kind.qualified_resource}")
+        if verb in ("get", "list"):
+            rest = self.server.rest.collections.get((kind.group, kind.resource))
+            if rest is not None:  # a kind served by its own REST object (the resource metrics)
+                target = negotiate(request.headers.get("Accept"), table_ok=False)
+                ctx = self._context(request, info, kind, user)
+                if verb == "get" and isinstance(rest, Getter):
+                    return self._respond_obj(request, await rest.get(ctx), 200, target)
+                if verb == "list" and isinstance(rest, Lister):
+                    return self._respond_obj(request, await rest.list(ctx), 200, target)
+                raise st.method_not_allowed(f"{verb} is not supported on {kind.qualified_resource}")
         if verb == "get":
             return await self.get(request, info, kind)
         if verb == "list":

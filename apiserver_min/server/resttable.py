@@ -15,13 +15,17 @@ from ..registry.rest import RestTable
 from . import reviews
 from .podexec import PodStreamREST
 from .podlogs import PodLogREST
+from .resourcemetrics import NodeMetricsREST, PodMetricsREST, ResourceMetrics
 
 if TYPE_CHECKING:
     from .context import ServerContext
 
 
 def build_rest_table(
-    server: "ServerContext", authorizer: Callable[[], Union], current_revision: Callable[[], Awaitable[int]]
+    server: "ServerContext",
+    authorizer: Callable[[], Union],
+    current_revision: Callable[[], Awaitable[int]],
+    resource_metrics: ResourceMetrics,
 ) -> RestTable:
     opts = server.opts
     impls = dict(rest_implementations(server.store))
@@ -32,6 +36,9 @@ def build_rest_table(
     impls["pods/stream"] = lambda kind, sub: PodStreamREST(server, kind)
     table = RestTable.from_declarations(server.registry, impls)
     reviews.install(table, authorizer, server.authn)
+    # The resource metrics API: read-only collections answered from the agents' scrapes.
+    table.add_collection(names.METRICS_GROUP, "nodes", NodeMetricsREST(resource_metrics))
+    table.add_collection(names.METRICS_GROUP, "pods", PodMetricsREST(resource_metrics))
     table.add_unregistered(
         names.APIEXTENSIONS_GROUP,
         "v1",

@@ -43,7 +43,12 @@ def cluster(containerd, cri_images, tmp_path_factory):
     with ApiServerProcess(
         str(work / "api"),
         free_port(),
-        extra_args=["--enable-bootstrap-token-auth", "--node-monitor-grace-period=6s", "--node-monitor-period=1s"],
+        extra_args=[
+            "--enable-bootstrap-token-auth",
+            "--node-monitor-grace-period=6s",
+            "--node-monitor-period=1s",
+            "--metric-resolution=2s",
+        ],
     ) as api:
         c = Cluster(work, api, containerd, cg)
         yield c
@@ -417,3 +422,40 @@ def test_stopped_agent_turns_node_unknown_and_back(cluster):
         "mirror status",
     )
     assert next(s["containerID"] for s in mirror["status"]["containerStatuses"]) == cid
+
+
+def test_kubectl_top_node_and_pod(cluster):
+    """The resource metrics API from the agent's /metrics/resource: kubectl top (which asks
+    for metrics.k8s.io) prints the node's and the static pod's usage."""
+    assert cluster.node_ready() == "True"
+    pod = f"st-{NODE}"
+
+    stderr = [""]
+
+    def top(*args: str) -> str:
+        r = cluster.kubectl("top", *args, check=False)
+        stderr[0] = r.stderr
+        return r.stdout if r.returncode == 0 else ""
+
+    def wait_top(*args: str) -> str:
+        try:
+            return cluster.wait(lambda: top(*args), 30, f"kubectl top {' '.join(args)}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nkubectl said: {stderr[0]}") from None
+
+    out = wait_top("node", NODE)
+    header, row = out.splitlines()[:2]
+    assert header.split()[:2] == ["NAME", "CPU(cores)"] and "MEMORY(bytes)" in header.split(), header
+    cells = row.split()
+    assert cells[0] == NODE and cells[1].endswith("m") and cells[2].endswith("%") and cells[3].endswith("Mi"), row
+    out = wait_top("pod", pod)
+    assert out.splitlines()[1].split()[0] == pod
+    containers = cluster.kubectl("top", "pod", pod, "--containers").stdout
+    assert containers.splitlines()[1].split()[:2] == [pod, "c"]
+    # The API itself, in both group spellings.
+    metrics = json.loads(cluster.kubectl("get", "--raw", f"/apis/metrics.orch.io/v1beta1/nodes/{NODE}").stdout)
+    assert metrics["kind"] == "NodeMetrics" and metrics["apiVersion"] == "metrics.orch.io/v1beta1"
+    assert set(metrics["usage"]) == {"cpu", "memory"} and metrics["window"].endswith("s")
+    listed = json.loads(cluster.kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods").stdout)
+    assert listed["apiVersion"] == "metrics.k8s.io/v1beta1"
+    assert pod in [p["metadata"]["name"] for p in listed["items"]]

@@ -52,10 +52,12 @@ async def test_service_cache_renders_the_pods_variables(apiserver):
         assert env["MY_WEB_SERVICE_HOST"] == ip
         assert env["MY_WEB_SERVICE_PORT_WEB"] == "8080"
         assert env["MY_WEB_PORT"] == f"tcp://{ip}:8080"
-        # Without service links only the default namespace's orch Service would be given.
+        # Without service links only the default namespace's orch Service is given.
         pod["spec"]["enableServiceLinks"] = False
         assert not any(k.startswith("MY_WEB_") for k in cache.env_for(pod))
-        assert all(k.startswith(f"{names.DEFAULT_SERVICE_NAME.upper()}_") for k in cache.env_for(pod))
+        only_orch = cache.env_for(pod)
+        assert only_orch["ORCH_SERVICE_PORT_HTTPS"] == "443" and only_orch["ORCH_SERVICE_HOST"]
+        assert all(k.startswith(f"{names.DEFAULT_SERVICE_NAME.upper()}_") for k in only_orch)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -332,3 +332,20 @@ def test_kubectl_shows_endpoints_and_slices(apiserver, kubectl, ns):
     assert header == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
     row = [line for line in out.split("\n")[1:] if "IPv4" in line][0].split()
     assert row[0].startswith("kc-") and row[2] == "8080" and row[3] == "10.30.0.1"
+
+
+def test_the_api_servers_own_endpoints_are_not_mirrored_and_only_it_may_list_loopback(apiserver):
+    ep = wait_for(lambda: endpoints(apiserver, names.NS_DEFAULT, names.DEFAULT_SERVICE_NAME), 10, "orch endpoints")
+    assert ep["metadata"]["labels"][names.LABEL_SKIP_MIRROR] == "true"
+    mirrored = [
+        s
+        for s in slices(apiserver, names.NS_DEFAULT, names.DEFAULT_SERVICE_NAME)
+        if s["metadata"]["labels"].get(names.LABEL_MANAGED_BY_SLICE) == names.ENDPOINTSLICE_MIRRORING_CONTROLLER_NAME
+    ]
+    assert mirrored == []
+    # An administrator writing the same object is held to the rules (dry run: nothing changes).
+    ep["subsets"] = [{"addresses": [{"ip": "127.0.0.9"}], "ports": [{"name": "https", "port": 443}]}]
+    path = f"/api/v1/namespaces/{names.NS_DEFAULT}/endpoints/{names.DEFAULT_SERVICE_NAME}?dryRun=All"
+    code, status = apiserver.json("PUT", path, ep)
+    assert code == 422, status
+    assert status["details"]["causes"][0]["field"] == "subsets[0].addresses[0].ip"

@@ -292,6 +292,16 @@ class Checker:
         ):
             md.pop(k, None)
         md["name"] = uniq("copy")
+        if copy_.get("kind") == "Service" and isinstance(copy_.get("spec"), dict):
+            # A Service's addresses and node ports are its own: a copy asks for new ones
+            # (the same values would be refused as already allocated, as upstream).
+            spec = copy_["spec"]
+            for f in ("clusterIP", "clusterIPs", "healthCheckNodePort"):
+                if spec.get("clusterIP") != "None" or f == "healthCheckNodePort":
+                    spec.pop(f, None)
+            for port in spec.get("ports") or []:
+                if isinstance(port, dict):
+                    port.pop("nodePort", None)
         status, doc = self.send(
             "POST", f"{collection}?dryRun=All", json.dumps(copy_), "application/json", "dry-run create of a copy"
         )

@@ -182,6 +182,7 @@ def test_every_controller_identity_has_a_role_and_binding():
         "service-account-controller",
         "root-ca-cert-publisher",
         "node-controller",
+        "resourcequota-controller",
         "scheduler",
     ):
         role = names.CONTROLLER_ROLE_PREFIX + controller

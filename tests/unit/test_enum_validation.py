@@ -73,7 +73,11 @@ async def test_a_service_type_must_be_one_upstream_supports(store):
         await store.get(SERVICES, "default", "web")
     assert missing.value.code == 404
     # The default type and the supported ones are fine.
-    for name, spec in (("plain", {}), ("np", {"type": "NodePort"}), ("ext", {"type": "ExternalName"})):
+    for name, spec in (
+        ("plain", {}),
+        ("np", {"type": "NodePort"}),
+        ("ext", {"type": "ExternalName", "externalName": "db.example"}),
+    ):
         created, _ = await store.create(
             SERVICES, "default", {"metadata": {"name": name}, "spec": {**spec, "ports": [{"port": 80}]}}, SYSTEM_USER
         )
@@ -148,6 +152,8 @@ async def test_core_v1_events_keep_any_type_as_upstream_legacy_validation_does(s
 # --- more kinds -----------------------------------------------------------------------------------
 
 TEMPLATE = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+# A job's pods may not restart Always (the Job strategy refuses the default).
+JOB_TEMPLATE = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}
 
 
 def with_template(spec: dict, template: dict | None = None) -> dict:
@@ -342,7 +348,7 @@ CASES = [
             "spec": {
                 "schedule": "* * * * *",
                 "concurrencyPolicy": "Sometimes",
-                "jobTemplate": {"spec": {"template": copy.deepcopy(TEMPLATE)}},
+                "jobTemplate": {"spec": {"template": copy.deepcopy(JOB_TEMPLATE)}},
             }
         },
         [
@@ -357,7 +363,7 @@ CASES = [
     pytest.param(
         "batch",
         "jobs",
-        {"spec": {"completionMode": "Partial", "template": copy.deepcopy(TEMPLATE)}},
+        {"spec": {"completionMode": "Partial", "template": copy.deepcopy(JOB_TEMPLATE)}},
         [
             (
                 NOT_SUPPORTED,

@@ -52,8 +52,10 @@ def test_groups_use_the_project_domain():
 
 
 def test_resolve_by_plural_singular_short_name_and_kind():
-    for typed in ("pods", "pod", "po", "Pod", "POD"):
-        assert [k.resource for k in REGISTRY.resolve(typed)] == ["pods"], typed
+    for typed in ("pod", "po", "Pod", "POD"):
+        assert [(k.group, k.resource) for k in REGISTRY.resolve(typed)] == [("", "pods")], typed
+    # The plural also names the pods' resource metrics (metrics.orch.io, as upstream's metrics server).
+    assert sorted(k.group for k in REGISTRY.resolve("pods")) == ["", names.METRICS_GROUP]
     assert [k.resource for k in REGISTRY.resolve("ns")] == ["namespaces"]
     assert [k.resource for k in REGISTRY.resolve("deploy")] == ["deployments"]
     assert [k.resource for k in REGISTRY.resolve("csr")] == ["certificatesigningrequests"]

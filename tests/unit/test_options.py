@@ -270,3 +270,32 @@ def test_endpoint_slice_limits():
         parse(["--mirroring-max-endpoints-per-subset", "0"])
     with pytest.raises(OptionsError, match="invalid value 'x' for flag --max-endpoints-per-slice"):
         parse(["--max-endpoints-per-slice", "x"])
+
+
+def test_service_ranges_defaults_and_values():
+    opts = parse([])
+    assert opts.service_cluster_ip_ranges == ("10.96.0.0/12",)
+    assert opts.service_node_port_range == (30000, 2768)
+    opts = parse(["--service-cluster-ip-range=10.0.0.0/24,fd00::/112", "--service-node-port-range=20000-20099"])
+    assert opts.service_cluster_ip_ranges == ("10.0.0.0/24", "fd00::/112")
+    assert opts.service_node_port_range == (20000, 100)
+    assert parse(["--service-node-port-range=31000+9"]).service_node_port_range == (31000, 10)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--service-cluster-ip-range=bogus"], "'bogus' is not a CIDR"),
+        (["--service-cluster-ip-range=10.0.0.0/24,10.1.0.0/24"], "must be of different IP families"),
+        (["--service-cluster-ip-range=10.0.0.0/24,fd00::/112,10.1.0.0/24"], "at most two CIDRs"),
+        (["--service-cluster-ip-range=10.0.0.0/8"], "too large"),
+        (["--service-cluster-ip-range=10.0.0.1/32"], "holds no usable address"),
+        (["--service-node-port-range=32767-30000"], "non-empty range"),
+        (["--service-node-port-range=abc"], "expected FIRST-LAST"),
+    ],
+)
+def test_service_ranges_bad_values(argv, message):
+    flag = argv[0].split("=")[0]
+    with pytest.raises(OptionsError) as e:
+        parse(argv)
+    assert flag in str(e.value) and message in str(e.value)

@@ -54,9 +54,16 @@ def test_upstream_namespace_spellings_name_ours_on_alias_paths_only():
     assert _parse("GET", "/api/v1/namespaces/kube-system/configmaps").namespace == "kube-system"
 
 
-@pytest.mark.parametrize(
-    "alias,version", [(names.UPSTREAM_METRICS_GROUP, "v1beta1"), (names.UPSTREAM_APIEXTENSIONS_GROUP, "v1")]
-)
+def test_the_metrics_alias_names_the_resource_metrics():
+    info = _parse("GET", f"/apis/{names.UPSTREAM_METRICS_GROUP}/v1beta1/nodes")
+    assert (
+        info.kind is not None and info.kind.kind == "NodeMetrics" and info.alias_group == names.UPSTREAM_METRICS_GROUP
+    )
+    info = _parse("GET", f"/apis/{names.UPSTREAM_METRICS_GROUP}/v1beta1/namespaces/default/pods")
+    assert info.kind is not None and info.kind.kind == "PodMetrics" and info.namespace == "default"
+
+
+@pytest.mark.parametrize("alias,version", [(names.UPSTREAM_APIEXTENSIONS_GROUP, "v1")])
 def test_an_alias_of_a_group_without_kinds_is_not_found_in_its_own_spelling(alias, version):
     info = _parse("GET", f"/apis/{alias}/{version}/nodes")
     assert info.kind is None and info.alias_group == alias

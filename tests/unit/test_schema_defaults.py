@@ -273,7 +273,8 @@ def test_service_defaults():
     assert "sessionAffinityConfig" not in svc
     assert svc["ports"][0] == {"port": 80, "protocol": "TCP", "targetPort": 80}
     assert svc["ports"][1]["targetPort"] == "dns"
-    assert svc["internalTrafficPolicy"] == "Cluster" and svc["ipFamilyPolicy"] == "SingleStack"
+    # ipFamilyPolicy is the Service allocator's to infer (registry/services.py), not a static default.
+    assert svc["internalTrafficPolicy"] == "Cluster" and "ipFamilyPolicy" not in svc
     assert "externalTrafficPolicy" not in svc and "allocateLoadBalancerNodePorts" not in svc
 
 

@@ -7,10 +7,28 @@ import logging
 from typing import Any, Iterable
 
 from ..chain import Chain, Plugin
+from ..config import AdmissionConfig
+from ..podsecurity import policy as podsecurity_policy
+from . import podnodeselector, podtolerationrestriction
+from .alwaysadmit import AlwaysAdmit
+from .alwaysdeny import AlwaysDeny
+from .alwayspullimages import AlwaysPullImages
+from .antiaffinity import LimitPodHardAntiAffinityTopology
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
 from .defaulttolerationseconds import DefaultTolerationSeconds
+from .denyserviceexternalips import DenyServiceExternalIPs
+from .extendedresourcetoleration import ExtendedResourceToleration
+from .limitranger import plugin as limit_ranger_plugin
+from .namespaceautoprovision import NamespaceAutoProvision
+from .namespaceexists import NamespaceExists
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
+from .podnodeselector import PodNodeSelector
+from .podsecurity import PodSecurity
+from .podtolerationrestriction import PodTolerationRestriction
+from .priority import plugin as priority_plugin
+from .resourcequota import plugin as resource_quota_plugin
+from .securitycontextdeny import SecurityContextDeny
 from .serviceaccount import ServiceAccountAdmission
 
 log = logging.getLogger("orch-apiserver.admission")
@@ -92,8 +110,54 @@ KNOWN_PLUGINS = frozenset(
         "CertificateSigning",
         "CertificateSubjectRestriction",
         "DefaultTolerationSeconds",
+        "PodSecurity",
+        "AlwaysAdmit",
+        "AlwaysDeny",
+        "AlwaysPullImages",
+        "SecurityContextDeny",
+        "NamespaceAutoProvision",
+        "NamespaceExists",
+        "LimitPodHardAntiAffinityTopology",
+        "ExtendedResourceToleration",
+        "PodNodeSelector",
+        "PodTolerationRestriction",
+        "DenyServiceExternalIPs",
+        "LimitRanger",
+        "Priority",
+        "ResourceQuota",
     }
 )
+
+# Names an admission configuration file may configure: the plugins of this server and
+# the rest of upstream's list (configuration for a plugin not enabled is kept unused).
+CONFIGURABLE_NAMES = frozenset(KNOWN_PLUGINS | set(PLUGIN_ORDER))
+
+# Plugins that read a configuration from the admission configuration file: name ->
+# parser (the configuration dict, or None -> the parsed form; ValueError when unusable).
+CONFIG_PARSERS: dict[str, Any] = {
+    "PodSecurity": podsecurity_policy.parse_configuration,
+    "PodNodeSelector": podnodeselector.parse_configuration,
+    "PodTolerationRestriction": podtolerationrestriction.parse_configuration,
+}
+
+
+def check_plugin_configs(config: AdmissionConfig, enabled: Iterable[str]) -> None:
+    """Parse the configuration of every enabled plugin that has one, so a bad one is a
+    start-up error (AdmissionConfigError naming the file, the plugin and the problem)."""
+    for name in enabled:
+        parser = CONFIG_PARSERS.get(name)
+        doc = config.for_plugin(name)
+        if parser is None or doc is None:
+            continue
+        try:
+            parser(doc)
+        except ValueError as exc:
+            raise config.error(name, str(exc)) from None
+
+
+def _admission_config(server: Any) -> AdmissionConfig:
+    config = getattr(getattr(server, "opts", None), "admission_config", None)
+    return config if isinstance(config, AdmissionConfig) else AdmissionConfig()
 
 
 DEFAULT_PLUGINS = tuple(p for p in SPEC_DEFAULT_PLUGINS if p in KNOWN_PLUGINS)
@@ -129,14 +193,39 @@ def _plugin_factories() -> dict:
             getattr(opts, "default_unreachable_toleration_seconds", 300),
         )
 
+    def configured(cls):
+        def make(server):
+            config = _admission_config(server)
+            try:
+                return cls.from_config(server, config.for_plugin(cls.name))
+            except ValueError as exc:
+                raise config.error(cls.name, str(exc)) from None
+
+        return make
+
     return {
         "NamespaceLifecycle": lambda server: NamespaceLifecycle(server.store),
+        "PodSecurity": configured(PodSecurity),
+        "PodNodeSelector": configured(PodNodeSelector),
+        "PodTolerationRestriction": configured(PodTolerationRestriction),
+        "AlwaysAdmit": lambda server: AlwaysAdmit(),
+        "AlwaysDeny": lambda server: AlwaysDeny(),
+        "AlwaysPullImages": lambda server: AlwaysPullImages(),
+        "SecurityContextDeny": lambda server: SecurityContextDeny(),
+        "NamespaceAutoProvision": lambda server: NamespaceAutoProvision(server.store, server.registry),
+        "NamespaceExists": lambda server: NamespaceExists(server.store),
+        "LimitPodHardAntiAffinityTopology": lambda server: LimitPodHardAntiAffinityTopology(),
+        "ExtendedResourceToleration": lambda server: ExtendedResourceToleration(),
         "NodeRestriction": lambda server: NodeRestriction(server.store, server.registry),
         "DefaultTolerationSeconds": toleration,
         "CertificateApproval": lambda server: CertificateApproval(lambda: server.authorizer),
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
         "ServiceAccount": ServiceAccountAdmission,
+        "DenyServiceExternalIPs": lambda server: DenyServiceExternalIPs(),
+        "LimitRanger": limit_ranger_plugin,
+        "Priority": priority_plugin,
+        "ResourceQuota": resource_quota_plugin,
     }
 
 

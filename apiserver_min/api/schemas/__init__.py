@@ -28,6 +28,7 @@ from . import (
     core,
     discovery,
     events,
+    metrics,
     networking,
     node,
     policy,
@@ -56,6 +57,7 @@ GROUP_MODULES = {
     (names.STORAGE_GROUP, "v1"): storage,
     (names.ADMISSIONREGISTRATION_GROUP, "v1"): admissionregistration,
     (names.AUTHORIZATION_GROUP, "v1"): authorization,
+    (names.METRICS_GROUP, "v1beta1"): metrics,
 }
 
 

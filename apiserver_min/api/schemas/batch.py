@@ -30,7 +30,8 @@ PodFailurePolicyRule = S(
     [
         req("action", enum("Count", "FailJob", "Ignore"), 1),
         ptr("onExitCodes", PodFailurePolicyOnExitCodesRequirement, 2),
-        req("onPodConditions", List(PodFailurePolicyOnPodConditionsPattern, "atomic"), 3),
+        # Optional, whatever the generated OpenAPI of some releases said: a rule on exit codes has none.
+        F("onPodConditions", List(PodFailurePolicyOnPodConditionsPattern, "atomic"), 3),
     ],
 )
 

@@ -1,0 +1,1 @@
+"""Pod Security admission: the standards' checks and the policies that choose them."""
