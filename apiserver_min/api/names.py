@@ -44,6 +44,7 @@ UPSTREAM_METRICS_GROUP = "metrics.k8s.io"
 # operation, such as the reviews) lists custom resource definitions at this fixed
 # upstream path; this server defines none, and says so with an empty list there.
 UPSTREAM_APIEXTENSIONS_GROUP = "apiextensions.k8s.io"
+UPSTREAM_ENDPOINTSLICE_GROUP = "discovery.k8s.io"
 
 # Group aliases: kubectl compiles these upstream group names into some commands
 # (create role|rolebinding, certificate approve, describe node's lease, top, its CRD
@@ -59,6 +60,8 @@ GROUP_ALIASES = {
     UPSTREAM_AUTHENTICATION_GROUP: AUTHENTICATION_GROUP,
     UPSTREAM_APIEXTENSIONS_GROUP: APIEXTENSIONS_GROUP,
     UPSTREAM_METRICS_GROUP: METRICS_GROUP,
+    # kubectl describe service (1.32) lists a Service's EndpointSlices there.
+    UPSTREAM_ENDPOINTSLICE_GROUP: DISCOVERY_GROUP,
 }
 
 # Beta group versions served unless --runtime-config turns them off (other betas are off
@@ -114,6 +117,10 @@ LABEL_INSTANCE_TYPE = f"node.{DOMAIN}/instance-type"
 LABEL_ZONE = f"topology.{DOMAIN}/zone"
 LABEL_REGION = f"topology.{DOMAIN}/region"
 LABEL_SERVICE_NAME = f"{DOMAIN}/service-name"
+# Label keys in the upstream spelling that select by ours in requests on an alias group's
+# path: kubectl describe service asks for discovery.k8s.io EndpointSlices by
+# kubernetes.io/service-name.
+LABEL_ALIASES = {"kubernetes.io/service-name": LABEL_SERVICE_NAME}
 LABEL_MANAGED_BY_SLICE = f"endpointslice.{DOMAIN}/managed-by"
 NODE_RESTRICTION_LABEL_PREFIX = f"node-restriction.{DOMAIN}/"
 NODE_AGENT_LABEL_PREFIXES = (f"kubelet.{DOMAIN}/", f"node.{DOMAIN}/")
