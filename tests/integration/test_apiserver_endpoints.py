@@ -6,11 +6,12 @@ without a selector, both kinds are validated, and kubectl shows them."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import create_namespace
+from tests.apiserver_fixtures import Kubectl, create_namespace, kubectl_binary
 from tests.helpers import uniq, wait_for
 
 SLICES = f"/apis/{names.DISCOVERY_GROUP}/v1"
@@ -319,19 +320,34 @@ def test_endpoints_validation(apiserver, ns):
     assert ("subsets[1].ports[1].name", "Required value") in causes
 
 
-def test_kubectl_shows_endpoints_and_slices(apiserver, kubectl, ns):
-    make_pod(apiserver, ns, "kc-1", "10.30.0.1", True, labels={"app": "kc"})
-    make_service(apiserver, ns, "kc", selector={"app": "kc"})
-    wait_for(lambda: ips(endpoints(apiserver, ns, "kc")) == ["10.30.0.1"], 5, "endpoints of kc")
-    wait_for(lambda: slice_endpoints(apiserver, ns, "kc", True) == ["10.30.0.1"], 5, "slice of kc")
-    out = kubectl("get", "endpoints", "kc", "-n", ns, check=True).stdout
+@pytest.fixture(params=["1.27", "1.32"])
+def kubectl_version(request, apiserver, tmp_path):
+    binary = kubectl_binary(request.param)
+    if not Path(binary).exists():
+        pytest.skip(f"{binary} not installed")
+    return Kubectl(apiserver, tmp_path, binary=binary)
+
+
+def test_kubectl_shows_endpoints_and_slices(apiserver, kubectl_version, ns):
+    kubectl = kubectl_version
+    app = uniq("kc")
+    ip = "10.30.0.1" if kubectl.binary.endswith("1.27") else "10.30.0.2"
+    make_pod(apiserver, ns, f"{app}-1", ip, True, labels={"app": app})
+    make_service(apiserver, ns, app, selector={"app": app})
+    wait_for(lambda: ips(endpoints(apiserver, ns, app)) == [ip], 5, "endpoints of the service")
+    wait_for(lambda: slice_endpoints(apiserver, ns, app, True) == [ip], 5, "slice of the service")
+    out = kubectl("get", "endpoints", app, "-n", ns, check=True).stdout
     assert out.split("\n")[0].split() == ["NAME", "ENDPOINTS", "AGE"]
-    assert "10.30.0.1:8080" in out
-    out = kubectl("get", "endpointslices", "-n", ns, "-l", f"{names.LABEL_SERVICE_NAME}=kc", check=True).stdout
+    assert f"{ip}:8080" in out
+    out = kubectl("get", "endpointslices", "-n", ns, "-l", f"{names.LABEL_SERVICE_NAME}={app}", check=True).stdout
     header = out.split("\n")[0].split()
     assert header == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
     row = [line for line in out.split("\n")[1:] if "IPv4" in line][0].split()
-    assert row[0].startswith("kc-") and row[2] == "8080" and row[3] == "10.30.0.1"
+    assert row[0].startswith(f"{app}-") and row[2] == "8080" and row[3] == ip
+    # describe service lists the endpoints (from the Endpoints or, in newer kubectl, the slices).
+    out = kubectl("describe", "service", app, "-n", ns, check=True).stdout
+    line = [x for x in out.split("\n") if x.startswith("Endpoints:")][0]
+    assert f"{ip}:8080" in line
 
 
 def test_the_api_servers_own_endpoints_are_not_mirrored_and_only_it_may_list_loopback(apiserver):
