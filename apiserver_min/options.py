@@ -99,6 +99,9 @@ class Options:
     # How often the resource quota controller recounts every quota.
     resource_quota_sync_period: float = 300.0
     enable_scheduler: bool = True
+    # The endpoint slice controllers (controllers/endpointslice.py, endpointslicemirroring.py).
+    max_endpoints_per_slice: int = 100
+    mirroring_max_endpoints_per_subset: int = 1000
     # The resource metrics API (metrics.orch.io): how often node agents are scraped.
     metric_resolution: float = 15.0
     # Leader election of the bundled controllers among API servers sharing one etcd.
@@ -357,6 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
         const="true",
         default="true",
         help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).",
+    )
+    eps = p.add_argument_group("endpoint slices")
+    eps.add_argument(
+        "--max-endpoints-per-slice",
+        default="100",
+        help="The most endpoints the endpoint slice controller puts in one EndpointSlice, "
+        "1 to 1000 (default %(default)s).",
+    )
+    eps.add_argument(
+        "--mirroring-max-endpoints-per-subset",
+        default="1000",
+        help="The most addresses of one Endpoints subset the mirroring controller puts in an "
+        "EndpointSlice, 1 to 1000 (default %(default)s).",
     )
     n.add_argument(
         "--metric-resolution",
@@ -639,12 +655,33 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--leader-elect-retry-period", "leader_elect_retry_period"),
         ),
     )
+    out["max_endpoints_per_slice"] = _slice_limit(
+        "--max-endpoints-per-slice", "endpoint slice max endpoints per slice", ns.max_endpoints_per_slice
+    )
+    out["mirroring_max_endpoints_per_subset"] = _slice_limit(
+        "--mirroring-max-endpoints-per-subset",
+        "mirroring max endpoints per subset",
+        ns.mirroring_max_endpoints_per_subset,
+    )
     out["enable_scheduler"] = parse_bool("--enable-scheduler", ns.enable_scheduler)
     out["leader_elect"] = parse_bool("--leader-elect", ns.leader_elect)
     if out["leader_elect_renew_deadline"] >= out["leader_elect_lease_duration"]:
         raise OptionsError("--leader-elect-renew-deadline must be less than --leader-elect-lease-duration")
         raise OptionsError("--leader-elect-retry-period must be less than --leader-elect-renew-deadline")
     return out
+
+
+def _slice_limit(flag: str, what: str, value: str) -> int:
+    """An endpoints-per-slice limit: an integer from 1 to 1000 (upstream's bounds and words)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: must be an integer") from None
+    if n < 1:
+        raise OptionsError(f"{what} must not be less than 1, but got {n}")
+    if n > 1000:
+        raise OptionsError(f"{what} must not be more than 1000, but got {n}")
+    return n
 
 
 # --cluster-signing-<flag>-{cert,key}-file: per-signer CA files (upstream's per-controller flags).

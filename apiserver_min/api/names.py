@@ -365,6 +365,20 @@ APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
 # Workload controllers: a pod's cost of deletion when its controller scales down (lower goes first).
 ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
 
+# Endpoints, EndpointSlices and service links (the endpoints, endpoint slice and mirroring
+# controllers, their validation, the node agent's service environment variables): upstream's
+# endpoints.kubernetes.io/*, endpointslice.kubernetes.io/*, service.kubernetes.io/headless,
+# the controllers' managed-by values (*.k8s.io), the leader-election record annotation that
+# keeps an Endpoints object from being mirrored. (Every pod gets the variables of the
+# DEFAULT_SERVICE_NAME Service below.)
+ANNOTATION_ENDPOINTS_LAST_CHANGE_TRIGGER_TIME = f"endpoints.{DOMAIN}/last-change-trigger-time"
+ANNOTATION_ENDPOINTS_OVER_CAPACITY = f"endpoints.{DOMAIN}/over-capacity"
+ANNOTATION_LEADER_ELECTION_RECORD = f"control-plane.alpha.{DOMAIN}/leader"
+LABEL_HEADLESS_SERVICE = f"service.{DOMAIN}/headless"
+LABEL_SKIP_MIRROR = f"endpointslice.{DOMAIN}/skip-mirror"
+ENDPOINTSLICE_CONTROLLER_NAME = f"endpointslice-controller.{DOMAIN}"
+ENDPOINTSLICE_MIRRORING_CONTROLLER_NAME = f"endpointslicemirroring-controller.{DOMAIN}"
+
 # Admission configuration and the admission plugins' spellings: the PodSecurity namespace
 # labels and audit annotation prefix (upstream pod-security.kubernetes.io/), its
 # configuration group (pod-security.admission.config.k8s.io), the pod annotations its

@@ -401,6 +401,15 @@ def _controller_roles() -> dict[str, list[dict]]:
         ],
         "endpointslice-controller": [
             rule(READ, (CORE,), ("services", "pods", "nodes")),
+            # (upstream: to own slices with blockOwnerDeletion, a Service's finalizers must be settable)
+            rule(("update",), (CORE,), ("services/finalizers",)),
+            rule(("get", "list", "create", "update", "delete"), (DISCOVERY,), ("endpointslices",)),
+            _events_rule(),
+        ],
+        "endpointslicemirroring-controller": [
+            rule(READ, (CORE,), ("services", "endpoints")),
+            rule(("update",), (CORE,), ("services/finalizers",)),
+            rule(("update",), (CORE,), ("endpoints/finalizers",)),
             rule(("get", "list", "create", "update", "delete"), (DISCOVERY,), ("endpointslices",)),
             _events_rule(),
         ],

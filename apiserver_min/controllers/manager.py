@@ -38,6 +38,9 @@ from .cronjob import CronJobController
 from .daemonset import DaemonSetController
 from .deployment import DeploymentController
 from .disruption import DisruptionController
+from .endpoints import EndpointsController
+from .endpointslice import EndpointSliceController
+from .endpointslicemirroring import EndpointSliceMirroringController
 from .garbagecollector import GarbageCollector
 from .job import JobController
 from .leaderelection import LeaderElector
@@ -174,6 +177,22 @@ class Controllers:
         )
         nodelifecycle.start()
         tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        # Endpoints and EndpointSlices that follow the pods of Services with a selector, and
+        # slices mirrored from the Endpoints others write for Services without one.
+        endpoints = EndpointsController(self.client("endpoint-controller"), informers)
+        slices = EndpointSliceController(
+            self.client("endpointslice-controller"), informers, opts.max_endpoints_per_slice
+        )
+        mirroring = EndpointSliceMirroringController(
+            self.client("endpointslicemirroring-controller"), informers, opts.mirroring_max_endpoints_per_subset
+        )
+        for ctl, task_name in (
+            (endpoints, "endpoint-controller"),
+            (slices, "endpointslice-controller"),
+            (mirroring, "endpointslicemirroring-controller"),
+        ):
+            ctl.start()
+            tasks.append(asyncio.create_task(ctl.run(), name=task_name))
         # Jobs run their pods to completion; cron jobs create jobs on their schedule; finished
         # jobs with ttlSecondsAfterFinished are deleted when it expires.
         jobs = JobController(self.client("job-controller"), informers)

@@ -26,6 +26,7 @@ from .core import (
     PodStrategy,
     ServiceStrategy,
 )
+from .endpoints import EndpointSliceStrategy, EndpointsStrategy
 from .eviction import PodEvictionREST
 from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
@@ -41,6 +42,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "replicationcontrollers"): ReplicationControllerStrategy,
     (names.APPS_GROUP, "deployments"): DeploymentStrategy,
     (names.APPS_GROUP, "replicasets"): ReplicaSetStrategy,
+    ("", "endpoints"): EndpointsStrategy,
+    (names.DISCOVERY_GROUP, "endpointslices"): EndpointSliceStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
     (names.SCHEDULING_GROUP, "priorityclasses"): PriorityClassStrategy,

@@ -269,6 +269,59 @@ def test_kubectl_logs_follow_tail_and_previous(cluster):
     cluster.kubectl("delete", "pod", "talker", "--grace-period=1")
 
 
+def test_service_endpoints_and_variables_follow_real_pods(cluster):
+    """A Service selecting a pod on containerd: its Endpoints and EndpointSlice list the pod's
+    real IP once it runs, the container got the service variables, and the pod's deletion
+    empties them."""
+    cluster.kubectl("create", "service", "clusterip", "echo", "--tcp=80:8080")
+    svc = cluster.get("service", "echo")
+    cluster_ip = svc["spec"]["clusterIP"]
+    orch_ip = cluster.get("service", "orch")["spec"]["clusterIP"]
+    cluster.kubectl(
+        "run",
+        "echo",
+        "--labels=app=echo",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "env | sort; exec httpd -f -p 8080",
+    )
+    pod = cluster.wait(
+        lambda: (
+            (p := cluster.get("pod", "echo"))
+            and p["status"].get("podIP")
+            and p["status"].get("phase") == "Running"
+            and p
+        ),
+        30,
+        "echo Running",
+    )
+    ip = pod["status"]["podIP"]
+
+    def endpoint_ips() -> list[str]:
+        ep = cluster.get("endpoints", "echo") or {}
+        return [
+            f"{a['ip']}:{p['port']}"
+            for ss in ep.get("subsets") or []
+            for a in ss.get("addresses") or []
+            for p in ss["ports"]
+        ]
+
+    cluster.wait(lambda: endpoint_ips() == [f"{ip}:8080"], 10, "the pod in the Endpoints")
+    slices = cluster.get("endpointslices", "-l", "orch.io/service-name=echo")["items"]
+    [ep] = [e for s in slices for e in s.get("endpoints") or []]
+    assert ep["addresses"] == [ip] and ep["conditions"]["ready"] is True and ep["nodeName"] == NODE
+    env = cluster.wait(lambda: cluster.kubectl("logs", "echo", check=False).stdout, 10, "the pod's environment")
+    assert f"ECHO_SERVICE_HOST={cluster_ip}" in env and "ECHO_SERVICE_PORT_80_8080=80" in env, env
+    assert f"ORCH_SERVICE_HOST={orch_ip}" in env and f"ECHO_PORT=tcp://{cluster_ip}:80" in env, env
+    cluster.kubectl("delete", "pod", "echo", "--grace-period=1", timeout=60)
+    cluster.wait(lambda: endpoint_ips() == [], 10, "the Endpoints emptied")
+    cluster.kubectl("delete", "service", "echo")
+
+
 def test_stopped_agent_turns_node_unknown_and_back(cluster):
     assert cluster.node_ready() == "True"
     mirror = cluster.wait(
