@@ -97,6 +97,10 @@ class Options:
     leader_elect_lease_duration: float = 15.0
     leader_elect_renew_deadline: float = 10.0
     leader_elect_retry_period: float = 2.0
+    # The bundled local-path provisioner (controllers/localpath.py, k3s's local-path provisioner).
+    local_path_provisioner: bool = True
+    local_path_dir: str = names.LOCAL_PATH_DIR
+    local_path_helper_image: str = names.LOCAL_PATH_HELPER_IMAGE
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -335,6 +339,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="true",
         help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).",
     )
+    lp = p.add_argument_group("local volumes")
+    lp.add_argument(
+        "--local-path-provisioner",
+        nargs="?",
+        const="true",
+        default="true",
+        help=f"Run the bundled local-path provisioner and create its default StorageClass "
+        f"{names.LOCAL_PATH_STORAGE_CLASS} (provisioner {names.LOCAL_PATH_PROVISIONER}) when absent (default true).",
+    )
+    lp.add_argument(
+        "--local-path-dir",
+        default=names.LOCAL_PATH_DIR,
+        help="The directory on each node under which local-path volumes are made (default %(default)s).",
+    )
+    lp.add_argument(
+        "--local-path-helper-image",
+        default=names.LOCAL_PATH_HELPER_IMAGE,
+        help="The image of the helper pods that remove deleted local-path volumes' directories on their "
+        "nodes; it needs rm (default %(default)s).",
+    )
     le = p.add_argument_group("leader election of the bundled controllers")
     le.add_argument(
         "--leader-elect",
@@ -504,7 +528,25 @@ def parse(argv: Sequence[str]) -> Options:
         **_authentication_options(ns),
         **_certificate_options(ns),
         **_node_lifecycle_options(ns),
+        **_local_path_options(ns),
     )
+
+
+def _local_path_options(ns: argparse.Namespace) -> dict:
+    """The local-path provisioner's switch, directory (absolute, not the root) and helper image."""
+    directory = ns.local_path_dir.strip()
+    if not directory.startswith("/") or os.path.normpath(directory) == "/":
+        raise OptionsError(
+            f"invalid value {ns.local_path_dir!r} for flag --local-path-dir: must be an absolute path other than /"
+        )
+    image = ns.local_path_helper_image.strip()
+    if not image or any(c.isspace() for c in image):
+        raise OptionsError(f"invalid value {ns.local_path_helper_image!r} for flag --local-path-helper-image")
+    return {
+        "local_path_provisioner": parse_bool("--local-path-provisioner", ns.local_path_provisioner),
+        "local_path_dir": os.path.normpath(directory),
+        "local_path_helper_image": image,
+    }
 
 
 def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> dict:

@@ -356,6 +356,25 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("get", "list", "create", "update", "delete"), (DISCOVERY,), ("endpointslices",)),
             _events_rule(),
         ],
+        # Upstream's system:controller:persistent-volume-binder.
+        "persistent-volume-binder": [
+            rule(("create", "delete", "get", "list", "update", "watch"), (CORE,), ("persistentvolumes",)),
+            rule(("update",), (CORE,), ("persistentvolumes/status",)),
+            rule(("get", "list", "update", "watch"), (CORE,), ("persistentvolumeclaims",)),
+            rule(("update",), (CORE,), ("persistentvolumeclaims/status",)),
+            rule(READ, (CORE,), ("pods", "nodes")),
+            rule(READ, (STORAGE,), ("storageclasses",)),
+            _events_rule(),
+        ],
+        # k3s's local-path-provisioner ClusterRole, plus the default class it makes.
+        "local-path-provisioner": [
+            rule(READ, (CORE,), ("nodes", "persistentvolumeclaims")),
+            rule(("create", "delete", "get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
+            rule(("update",), (CORE,), ("persistentvolumes/status",)),
+            rule(("create", "delete", "get", "list", "watch"), (CORE,), ("pods",)),
+            rule(READ + ("create",), (STORAGE,), ("storageclasses",)),
+            _events_rule(),
+        ],
         "scheduler": [
             _events_rule(),
             rule(("create",), (COORDINATION,), ("leases",)),
@@ -378,6 +397,8 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(READ, (APPS,), ("replicasets", "statefulsets")),
             rule(READ, (POLICY,), ("poddisruptionbudgets",)),
             rule(READ, (STORAGE,), ("storageclasses",)),
+            # Upstream's system:volume-scheduler: static volumes bound and claims given their node.
+            rule(READ + ("patch", "update"), (CORE,), ("persistentvolumes", "persistentvolumeclaims")),
         ],
     }
 

@@ -36,8 +36,10 @@ from .clusterroleaggregation import ClusterRoleAggregator
 from .disruption import DisruptionController
 from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
+from .localpath import LocalPathProvisioner
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
+from .persistentvolume import PersistentVolumeController
 from .queue import FIELD_MANAGER
 from .serviceaccounts import ServiceAccountsController
 
@@ -160,6 +162,19 @@ class Controllers:
         disruption = DisruptionController(self.client("disruption-controller"), informers)
         disruption.start()
         tasks.append(asyncio.create_task(disruption.run(), name="disruption-controller"))
+        # Claims bound to volumes; the bundled local-path provisioner (--local-path-provisioner).
+        binder = PersistentVolumeController(self.client("persistent-volume-binder"), informers)
+        binder.start()
+        tasks.append(asyncio.create_task(binder.run(), name="persistent-volume-binder"))
+        if opts.local_path_provisioner:
+            localpath = LocalPathProvisioner(
+                self.client("local-path-provisioner"),
+                informers,
+                base_dir=opts.local_path_dir,
+                helper_image=opts.local_path_helper_image,
+            )
+            localpath.start()
+            tasks.append(asyncio.create_task(localpath.run(), name="local-path-provisioner"))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

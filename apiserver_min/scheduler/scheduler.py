@@ -34,7 +34,7 @@ import dataclasses
 import logging
 import random
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..api import names
 from ..api import status as st
@@ -54,6 +54,7 @@ from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client
 from ..storage.cacher import CacheEvent
+from .volumebinding import Decision, VolumeBinding
 
 log = logging.getLogger("orch-apiserver.scheduler")
 
@@ -429,13 +430,18 @@ def score_node(summary: PodSummary, state: NodeState) -> int:
     ) // 2
 
 
-def fit_error_message(num_nodes: int, failures: Mapping[str, FilterFailure], post: str = "") -> str:
+def fit_error_message(
+    num_nodes: int, failures: Mapping[str, FilterFailure], post: str = "", pre_filter: str = ""
+) -> str:
     """Upstream's FitError text: "0/N nodes are available: <count reason>, ... ." with
-    the counts sorted as strings, then the post-filter (preemption) message."""
+    the counts sorted as strings (or the pre-filter's message, which rejected the pod
+    before any node was tried), then the post-filter (preemption) message."""
     counts: collections.Counter = collections.Counter(r for f in failures.values() for r in f.reasons)
     msg = f"0/{num_nodes} nodes are available:"
     histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
-    if histogram:
+    if pre_filter:
+        msg += f" {pre_filter}."
+    elif histogram:
         msg += f" {', '.join(histogram)}."
     if post:
         msg += f" {post}."
@@ -463,6 +469,23 @@ def preemption_message(
     return "preemption: " + fit_error_message(len(states), per_node)
 
 
+def pre_filter_message(pod: Mapping, states: Mapping[str, NodeState], reason: str) -> str:
+    """The FitError of a pod a pre-filter rejected: every node fails with ``reason``,
+    which preemption cannot help."""
+    if not states:
+        return NO_NODES_AVAILABLE
+    failures = {name: FilterFailure((reason,), True) for name in states}
+    post = preemption_message(pod, PodSummary.of(pod), states, failures)
+    return fit_error_message(len(states), failures, post, pre_filter=reason)
+
+
+def volume_affinity_matches(required: Mapping, node: Mapping) -> bool:
+    """A volume's required node affinity (any of its terms) holds for ``node``."""
+    labels = _dig(node, "metadata", "labels") or {}
+    name = _dig(node, "metadata", "name") or ""
+    return any(_term_matches(t, labels, name) for t in _list(required.get("nodeSelectorTerms")))
+
+
 @dataclasses.dataclass(frozen=True)
 class ScheduleResult:
     node: str | None
@@ -471,9 +494,14 @@ class ScheduleResult:
 
 
 def find_node_for_pod(
-    pod: Mapping, states: Mapping[str, NodeState], rng: random.Random | None = None, summary: PodSummary | None = None
+    pod: Mapping,
+    states: Mapping[str, NodeState],
+    rng: random.Random | None = None,
+    summary: PodSummary | None = None,
+    extra_filter: Callable[[NodeState], FilterFailure | None] | None = None,
 ) -> ScheduleResult:
-    """Filter, score and pick; the message of a pod that fits nowhere."""
+    """Filter, score and pick; the message of a pod that fits nowhere. ``extra_filter``
+    runs after the built-in filters (the volume binding)."""
     if not states:
         return ScheduleResult(None, NO_NODES_AVAILABLE)
     summary = summary or PodSummary.of(pod)
@@ -481,6 +509,8 @@ def find_node_for_pod(
     scores: dict[str, int] = {}
     for name, state in states.items():
         failure = filter_node(pod, summary, state)
+        if failure is None and extra_filter is not None:
+            failure = extra_filter(state)
         if failure is None:
             scores[name] = score_node(summary, state)
         else:
@@ -524,6 +554,7 @@ class Scheduler:
         self.retry_interval = retry_interval
         self.rng = rng or random.Random()
         self.events = EventRecorder(client, informers.registry, DEFAULT_SCHEDULER_NAME)
+        self.volume_binding = VolumeBinding(informers, volume_affinity_matches)
         self.nodes: dict[str, NodeState] = {}
         self._node_sig: dict[str, Any] = {}
         self.bound: dict[str, str] = {}  # pod key -> node, for pods counted on a node
@@ -538,6 +569,12 @@ class Scheduler:
         """Subscribe; the node informer's replay rebuilds nodes and pods together."""
         self.pods.add_handler(self.on_pod)
         self.node_informer.add_handler(self.on_node)
+        self.volume_binding.handlers(self.on_volume_change)
+
+    def on_volume_change(self, ev: CacheEvent | None) -> None:
+        """A claim, volume or class changed: pods waiting for one may fit now."""
+        if ev is not None:
+            self._retry_unschedulable()
 
     def on_node(self, ev: CacheEvent | None) -> None:
         if ev is None:
@@ -739,14 +776,37 @@ class Scheduler:
             )
             self.unschedulable[key] = _Backoff(0, float("inf"))  # released by a spec change only
             return None
-        result = find_node_for_pod(pod, self.nodes, self.rng)
         ref = object_reference(pod, "Pod")
+        claims, rejected = self.volume_binding.pre_filter(pod)
+        decisions: dict[str, Decision] = {}
+
+        def volumes_fit(state: NodeState) -> FilterFailure | None:
+            if claims is None or not (claims.bound or claims.to_bind):
+                return None
+            reasons, decision = self.volume_binding.filter(claims, state.node)
+            if decision is None:
+                return FilterFailure(reasons, True)
+            decisions[state.name] = decision
+            return None
+
+        if claims is None:
+            result = ScheduleResult(None, pre_filter_message(pod, self.nodes, rejected))
+        else:
+            result = find_node_for_pod(pod, self.nodes, self.rng, extra_filter=volumes_fit)
         if result.node is None:
             log.info("pod %s/%s is unschedulable: %s", ns, name, result.message)
             self._mark_unschedulable(key)
             await self._set_unschedulable_condition(ns, name, md.get("uid"), "Unschedulable", result.message)
             await self.events.record(ref, "Warning", "FailedScheduling", result.message, "Scheduling")
             return None
+        decision = decisions.get(result.node)
+        if decision is not None and (decision.static or decision.provision):
+            try:
+                await self.volume_binding.pre_bind(self.client, decision, result.node)
+            except st.ApiError as exc:
+                log.info("pod %s/%s: binding its volumes on %s failed: %s", ns, name, result.node, exc.message)
+                self._mark_unschedulable(key)
+                return None
         try:
             binding = {
                 "apiVersion": "v1",

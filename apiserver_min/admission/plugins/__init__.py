@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 from ..chain import Chain, Plugin
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
+from .defaultstorageclass import DefaultStorageClass
 from .defaulttolerationseconds import DefaultTolerationSeconds
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
@@ -92,6 +93,7 @@ KNOWN_PLUGINS = frozenset(
         "CertificateSigning",
         "CertificateSubjectRestriction",
         "DefaultTolerationSeconds",
+        "DefaultStorageClass",
     }
 )
 
@@ -133,6 +135,7 @@ def _plugin_factories() -> dict:
         "NamespaceLifecycle": lambda server: NamespaceLifecycle(server.store),
         "NodeRestriction": lambda server: NodeRestriction(server.store, server.registry),
         "DefaultTolerationSeconds": toleration,
+        "DefaultStorageClass": lambda server: DefaultStorageClass(server.store, server.registry),
         "CertificateApproval": lambda server: CertificateApproval(lambda: server.authorizer),
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),

@@ -1,0 +1,229 @@
+"""Which volume a claim binds to; the local-path provisioner's volumes, paths and helper
+pods; the scheduler's volume binding messages; the default storage class."""
+
+from __future__ import annotations
+
+import pytest
+
+from apiserver_min.api import names
+from apiserver_min.api import persistentvolumes as pvs
+from apiserver_min.controllers import localpath
+from apiserver_min.scheduler.scheduler import NodeState, pre_filter_message, volume_affinity_matches
+
+
+def claim(name="data", ns="default", uid="u-1", size="1Gi", modes=("ReadWriteOnce",), cls="", **spec) -> dict:
+    out = {
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": size}}, **spec},
+    }
+    if cls is not None:
+        out["spec"]["storageClassName"] = cls
+    return out
+
+
+def volume(name, size="1Gi", modes=("ReadWriteOnce",), cls="", phase="Available", labels=None, **spec) -> dict:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"capacity": {"storage": size}, "accessModes": list(modes), "storageClassName": cls, **spec},
+        "status": {"phase": phase},
+    }
+
+
+def name_of(v) -> str | None:
+    return v["metadata"]["name"] if v is not None else None
+
+
+def test_smallest_fitting_volume_wins():
+    vols = [volume("big", "10Gi"), volume("small", "500Mi"), volume("fit", "2Gi"), volume("exact", "1Gi")]
+    assert name_of(pvs.find_matching_volume(claim(), vols)) == "exact"
+    assert name_of(pvs.find_matching_volume(claim(size="1500Mi"), vols)) == "fit"
+    assert pvs.find_matching_volume(claim(size="20Gi"), vols) is None
+
+
+def test_class_must_match_including_legacy_annotation():
+    vols = [volume("fast", cls="fast"), volume("none")]
+    assert name_of(pvs.find_matching_volume(claim(cls="fast"), vols)) == "fast"
+    assert name_of(pvs.find_matching_volume(claim(cls=""), vols)) == "none"
+    legacy = claim(cls="")
+    legacy["metadata"]["annotations"] = {names.ANNOTATION_STORAGE_CLASS_BETA: "fast"}
+    assert pvs.claim_class(legacy) == "fast"
+    assert name_of(pvs.find_matching_volume(legacy, vols)) == "fast"
+    assert pvs.find_matching_volume(claim(cls="slow"), vols) is None
+
+
+def test_access_modes_superset_and_fewest_modes_first():
+    rwo = volume("rwo", "5Gi")
+    rwx = volume("rwx", "1Gi", modes=("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany"))
+    # The group with fewer modes is tried first, even though its volume is bigger.
+    assert name_of(pvs.find_matching_volume(claim(), [rwx, rwo])) == "rwo"
+    assert name_of(pvs.find_matching_volume(claim(modes=("ReadWriteMany",)), [rwx, rwo])) == "rwx"
+    assert pvs.find_matching_volume(claim(modes=("ReadWriteOncePod",)), [rwx, rwo]) is None
+
+
+def test_volume_mode_phase_and_deletion_filter():
+    block = volume("block", volumeMode="Block")
+    bound = volume("bound", phase="Bound", claimRef={"namespace": "default", "name": "other", "uid": "x"})
+    released = volume("released", phase="Released")
+    deleting = volume("deleting")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    vols = [block, bound, released, deleting]
+    assert pvs.find_matching_volume(claim(), vols) is None
+    assert name_of(pvs.find_matching_volume(claim(volumeMode="Block"), vols)) == "block"
+
+
+def test_selector():
+    vols = [volume("a", labels={"tier": "gold"}), volume("b", "500Gi", labels={"tier": "silver"})]
+    assert name_of(pvs.find_matching_volume(claim(selector={"matchLabels": {"tier": "silver"}}), vols)) == "b"
+    expr = {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gold"]}]}
+    assert name_of(pvs.find_matching_volume(claim(selector=expr), vols)) == "b"
+    assert pvs.find_matching_volume(claim(selector={"matchLabels": {"tier": "bronze"}}), vols) is None
+    # A malformed selector selects nothing rather than everything.
+    bad = {"matchExpressions": [{"key": "tier", "operator": "Near"}]}
+    assert pvs.find_matching_volume(claim(selector=bad), vols) is None
+
+
+def test_claim_ref_prebinding_wins_and_excludes_others():
+    prebound = volume("mine", "100Gi", claimRef={"namespace": "default", "name": "data"})
+    other = volume("theirs", claimRef={"namespace": "default", "name": "other"})
+    assert name_of(pvs.find_matching_volume(claim(), [volume("free"), prebound, other])) == "mine"
+    # A claimRef with another uid (an older claim of that name) does not bind the new claim.
+    stale = volume("stale", claimRef={"namespace": "default", "name": "data", "uid": "old"})
+    assert pvs.find_matching_volume(claim(), [stale]) is None
+    assert pvs.bound_to_claim(prebound, claim()) and not pvs.bound_to_claim(stale, claim())
+
+
+def test_delay_binding_only_prebound_without_node():
+    free, prebound = volume("free"), volume("pre", claimRef={"namespace": "default", "name": "data"})
+    assert pvs.find_matching_volume(claim(), [free], delay_binding=True) is None
+    assert name_of(pvs.find_matching_volume(claim(), [free, prebound], delay_binding=True)) == "pre"
+    # With a node (the scheduler): node affinity decides.
+    assert name_of(pvs.find_matching_volume(claim(), [free], delay_binding=True, node_ok=lambda v: True)) == "free"
+    assert pvs.find_matching_volume(claim(), [free], node_ok=lambda v: False) is None
+    assert pvs.find_matching_volume(claim(), [free], node_ok=lambda v: True, excluded=frozenset({"free"})) is None
+
+
+def test_volume_name_mismatch_reasons():
+    assert pvs.volume_mismatch(volume("v"), claim()) == ""
+    assert pvs.volume_mismatch(volume("v", "1Mi"), claim()) == "requested PV is too small"
+    assert pvs.volume_mismatch(volume("v", cls="x"), claim()) == "storageClassName does not match"
+    assert pvs.volume_mismatch(volume("v", volumeMode="Block"), claim()) == "incompatible volumeMode"
+    assert pvs.volume_mismatch(volume("v"), claim(modes=("ReadWriteMany",))) == "incompatible accessMode"
+
+
+def test_default_class_newest_then_name():
+    def sc(name, ts, default=True, beta=False):
+        key = names.ANNOTATION_DEFAULT_STORAGE_CLASS_BETA if beta else names.ANNOTATION_DEFAULT_STORAGE_CLASS
+        return {"metadata": {"name": name, "creationTimestamp": ts, "annotations": {key: str(default).lower()}}}
+
+    assert pvs.default_storage_class([sc("a", "2026-01-01T00:00:00Z", default=False)]) is None
+    classes = [sc("old", "2026-01-01T00:00:00Z"), sc("zz", "2026-02-01T00:00:00Z"), sc("aa", "2026-02-01T00:00:00Z")]
+    assert pvs.default_storage_class(classes)["metadata"]["name"] == "aa"
+    assert pvs.default_storage_class([sc("beta", "2026-01-01T00:00:00Z", beta=True)])["metadata"]["name"] == "beta"
+    unset, empty = claim(cls=None), claim(cls="")
+    assert pvs.claim_class_unset(unset) and not pvs.claim_class_unset(empty)
+
+
+def test_pod_claim_names():
+    pod = {
+        "metadata": {"name": "web-0"},
+        "spec": {
+            "volumes": [
+                {"name": "a", "persistentVolumeClaim": {"claimName": "data-web-0"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "e", "emptyDir": {}},
+            ]
+        },
+    }
+    assert pvs.pod_claim_names(pod) == ["data-web-0", "web-0-scratch"]
+
+
+# --- the local-path provisioner -------------------------------------------------------------
+
+
+def local_class(**extra) -> dict:
+    return dict(localpath.default_storage_class(), **extra)
+
+
+def test_default_class_shape():
+    sc = localpath.default_storage_class()
+    assert sc["metadata"]["name"] == "local-path"
+    assert sc["metadata"]["annotations"] == {names.ANNOTATION_DEFAULT_STORAGE_CLASS: "true"}
+    assert sc["provisioner"] == "orch.io/local-path"
+    assert (sc["volumeBindingMode"], sc["reclaimPolicy"]) == ("WaitForFirstConsumer", "Delete")
+
+
+def test_provisioned_volume_names_path_and_affinity():
+    c = claim(name="data-web-0", ns="shop", uid="abc", size="2Gi", cls="local-path")
+    c["metadata"]["resourceVersion"] = "42"
+    node = {"metadata": {"name": "n1", "labels": {names.LABEL_HOSTNAME: "host-1"}}}
+    pv = localpath.build_volume(c, local_class(reclaimPolicy="Retain"), node, "/var/lib/orch/storage")
+    assert pv["metadata"]["name"] == "pvc-abc"
+    assert pv["metadata"]["annotations"] == {names.ANNOTATION_PROVISIONED_BY: "orch.io/local-path"}
+    spec = pv["spec"]
+    assert spec["hostPath"] == {"path": "/var/lib/orch/storage/pvc-abc_shop_data-web-0", "type": "DirectoryOrCreate"}
+    assert spec["capacity"] == {"storage": "2Gi"} and spec["accessModes"] == ["ReadWriteOnce"]
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain" and spec["storageClassName"] == "local-path"
+    assert spec["claimRef"] == {
+        "kind": "PersistentVolumeClaim",
+        "namespace": "shop",
+        "name": "data-web-0",
+        "uid": "abc",
+        "apiVersion": "v1",
+        "resourceVersion": "42",
+    }
+    term = spec["nodeAffinity"]["required"]["nodeSelectorTerms"][0]
+    assert term == {"matchExpressions": [{"key": names.LABEL_HOSTNAME, "operator": "In", "values": ["host-1"]}]}
+    assert localpath.volume_node(pv) == "host-1"
+    assert volume_affinity_matches(spec["nodeAffinity"]["required"], node)
+    assert not volume_affinity_matches(
+        spec["nodeAffinity"]["required"], {"metadata": {"name": "n2", "labels": {names.LABEL_HOSTNAME: "host-2"}}}
+    )
+    # A node without the hostname label is pinned by name.
+    bare = localpath.build_volume(c, local_class(), {"metadata": {"name": "n9"}}, "/srv/vols")
+    assert bare["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
+    assert localpath.volume_node(bare) == "n9"
+    assert volume_affinity_matches(bare["spec"]["nodeAffinity"]["required"], {"metadata": {"name": "n9"}})
+
+
+@pytest.mark.parametrize(
+    "claim_extra, class_extra, words",
+    [
+        ({}, {"parameters": {"nodePath": "/x"}}, r"takes no class parameters \(given: nodePath\)"),
+        ({}, {"mountOptions": ["ro"]}, "mountOptions"),
+        ({}, {"volumeBindingMode": "Immediate"}, "no node was specified"),
+        ({}, {"allowedTopologies": [{}]}, "allowedTopologies"),
+        ({"selector": {"matchLabels": {"a": "b"}}}, {}, "claim Selector is not supported"),
+        ({"dataSource": {"kind": "PersistentVolumeClaim", "name": "x"}}, {}, "dataSource"),
+        ({"volumeMode": "Block"}, {}, "only Filesystem"),
+    ],
+)
+def test_provisioner_refuses_what_it_cannot_do(claim_extra, class_extra, words):
+    with pytest.raises(localpath.ProvisioningRefused, match=words):
+        localpath.check_provisionable(claim(cls="local-path", **claim_extra), local_class(**class_extra))
+    localpath.check_provisionable(claim(cls="local-path"), local_class())
+
+
+def test_helper_pod_removes_only_the_volume_directory():
+    c = claim(uid="abc", cls="local-path")
+    pv = localpath.build_volume(c, local_class(), {"metadata": {"name": "n1"}}, "/var/lib/orch/storage")
+    assert localpath.path_is_ours(pv, "/var/lib/orch/storage")
+    assert localpath.path_is_ours(pv, "/var/lib/orch/storage/")
+    assert not localpath.path_is_ours(pv, "/srv")
+    pod = localpath.helper_pod(pv, "n1", "/var/lib/orch/storage", "orch.local/busybox:1")
+    assert pod["metadata"]["name"] == "helper-pod-delete-pvc-abc" and pod["metadata"]["namespace"] == "orch-system"
+    assert pod["spec"]["nodeName"] == "n1" and pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["containers"][0]["command"] == ["rm", "-rf", "/data/pvc-abc_default_data"]
+    assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/var/lib/orch/storage"
+    for evil in ("/", "/var/lib/orch/storage", "/var/lib/orch/storage/../../etc", "/etc/pvc-x"):
+        pv["spec"]["hostPath"]["path"] = evil
+        assert not localpath.path_is_ours(pv, "/var/lib/orch/storage"), evil
+
+
+def test_pre_filter_message_upstream_shape():
+    pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+    states = {"n1": NodeState({"metadata": {"name": "n1"}})}
+    assert pre_filter_message(pod, states, "pod has unbound immediate PersistentVolumeClaims") == (
+        "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.."
+    )
+    assert pre_filter_message(pod, {}, 'persistentvolumeclaim "x" not found') == "no nodes available to schedule pods"
