@@ -797,7 +797,7 @@ def _setup_claim_path(target: _ClaimPath) -> str:
     if target.host_path_type == "DirectoryOrCreate" and not os.path.exists(path):
         os.makedirs(path, mode=target.create_mode, exist_ok=True)
         os.chmod(path, target.create_mode)
-        log.info("Created the directory of a persistent volume", path=path, mode=oct(target.create_mode))
+        log.info("Created the directory of a persistent volume", path=path, mode=f"{target.create_mode:04o}")
         return path
     return _setup_host_path({"path": path, "type": target.host_path_type})
 
