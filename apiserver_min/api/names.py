@@ -371,3 +371,10 @@ LOCAL_PATH_DIR = "/var/lib/orch/storage"
 LOCAL_PATH_HELPER_IMAGE = "orch.local/busybox:1"
 LOCAL_PATH_HELPER_POD_PREFIX = "helper-pod-delete-"
 LABEL_LOCAL_PATH_HELPER = f"local-path.{DOMAIN}/volume"
+# Storage object in-use protection (upstream kubernetes.io/pvc-protection and kubernetes.io/pv-protection).
+FINALIZER_PVC_PROTECTION = f"{DOMAIN}/pvc-protection"
+FINALIZER_PV_PROTECTION = f"{DOMAIN}/pv-protection"
+# The finalizer a provisioner keeps on the volumes it must delete (upstream's
+# external-provisioner.volume.kubernetes.io/finalizer): a volume deleted by hand while
+# bound still has its storage removed once released.
+FINALIZER_PROVISIONER = f"external-provisioner.volume.{DOMAIN}/finalizer"

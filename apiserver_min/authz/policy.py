@@ -366,6 +366,15 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(READ, (STORAGE,), ("storageclasses",)),
             _events_rule(),
         ],
+        "pvc-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumeclaims",)),
+            rule(("get", "list", "watch"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "pv-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
+            _events_rule(),
+        ],
         # k3s's local-path-provisioner ClusterRole, plus the default class it makes.
         "local-path-provisioner": [
             rule(READ, (CORE,), ("nodes", "persistentvolumeclaims")),

@@ -23,7 +23,9 @@ The directory itself is made on the node, not here (the API server is in general
 on that node): the node agent creates it, mode 0777, when it first mounts the volume.
 
 Deletion: a volume of this provisioner that the binder marked ``Released`` with reclaim
-policy ``Delete`` has its directory removed by a helper pod, as k3s does it: the pod
+policy ``Delete`` (or that was deleted by hand and is not bound: such volumes carry the
+finalizer ``external-provisioner.volume.orch.io/finalizer`` until their directory is
+gone, as upstream's external provisioners do) has its directory removed by a helper pod, as k3s does it: the pod
 ``helper-pod-delete-<volume>`` in ``orch-system``, bound straight to the volume's node
 (``spec.nodeName``, tolerating every taint), mounts the provisioner's directory and runs
 ``rm -rf`` on the volume's directory only. The node agent runs it like any pod: no new
@@ -51,6 +53,7 @@ from ..client.informer import InformerFactory
 from ..client.interface import Client, DeleteOptions
 from ..storage.cacher import CacheEvent
 from .persistentvolume import claim_ref
+from .protection import remove_finalizer
 from .queue import RateLimitedQueue, run_worker
 
 log = logging.getLogger("orch-apiserver.controllers.localpath")
@@ -128,17 +131,21 @@ def build_volume(claim: Mapping, storage_class: Mapping, node: Mapping, base_dir
     """The volume for ``claim`` on ``node`` (see the module text)."""
     spec = dict_at(claim, "spec")
     requests = dict_at(dict_at(spec, "resources"), "requests")
+    policy = storage_class.get("reclaimPolicy") or "Delete"
+    metadata: dict = {
+        "name": volume_name(claim),
+        "annotations": {names.ANNOTATION_PROVISIONED_BY: names.LOCAL_PATH_PROVISIONER},
+    }
+    if policy == "Delete":
+        metadata["finalizers"] = [names.FINALIZER_PROVISIONER]
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {
-            "name": volume_name(claim),
-            "annotations": {names.ANNOTATION_PROVISIONED_BY: names.LOCAL_PATH_PROVISIONER},
-        },
+        "metadata": metadata,
         "spec": {
             "capacity": {"storage": str(requests.get("storage") or "0")},
             "accessModes": list(pvs.access_modes(claim)),
-            "persistentVolumeReclaimPolicy": storage_class.get("reclaimPolicy") or "Delete",
+            "persistentVolumeReclaimPolicy": policy,
             "storageClassName": dict_at(storage_class, "metadata").get("name", ""),
             "volumeMode": "Filesystem",
             "claimRef": claim_ref(claim),
@@ -346,11 +353,12 @@ class LocalPathProvisioner:
         if pvs.annotations_of(volume).get(names.ANNOTATION_PROVISIONED_BY) != names.LOCAL_PATH_PROVISIONER:
             return
         spec = dict_at(volume, "spec")
-        if (
-            spec.get("persistentVolumeReclaimPolicy") != "Delete"
-            or dict_at(volume, "status").get("phase") != pvs.VOLUME_RELEASED
-            or pvs.being_deleted(volume)
-        ):
+        phase = dict_at(volume, "status").get("phase")
+        # Released with Delete; or deleted by hand and not bound (kept by our finalizer).
+        deleted_by_hand = pvs.being_deleted(volume) and names.FINALIZER_PROVISIONER in _finalizers(volume)
+        if spec.get("persistentVolumeReclaimPolicy") != "Delete" or phase == pvs.VOLUME_BOUND:
+            return
+        if phase != pvs.VOLUME_RELEASED and not deleted_by_hand:
             return
         name = str(dict_at(volume, "metadata").get("name") or "")
         uid = str(dict_at(volume, "metadata").get("uid") or "")
@@ -385,12 +393,12 @@ class LocalPathProvisioner:
                 "volume %s: helper pod %s removes %s on node %s", name, helper_name, spec["hostPath"]["path"], node
             )
             return
-        phase = dict_at(helper.object(), "status").get("phase")
-        if phase == "Succeeded":
+        helper_phase = dict_at(helper.object(), "status").get("phase")
+        if helper_phase == "Succeeded":
             await self._delete_volume(name, uid)
             await self._delete_pod(helper_name)
             log.info("volume %s deleted with its directory", name)
-        elif phase == "Failed":
+        elif helper_phase == "Failed":
             message = (
                 f"helper pod {names.NS_SYSTEM}/{helper_name} failed to remove the volume's directory on node {node}"
             )
@@ -413,7 +421,9 @@ class LocalPathProvisioner:
         await self.client.update(self.pv_kind, "", name, dict(volume, status=status), subresource="status")
 
     async def _delete_volume(self, name: str, uid: str) -> None:
+        """Our finalizer off (the storage is gone), then the volume."""
         self._deleted.add(uid)
+        await remove_finalizer(self.client, self.pv_kind, "", name, uid, names.FINALIZER_PROVISIONER)
         try:
             await self.client.delete(self.pv_kind, "", name)
         except st.ApiError as exc:
@@ -427,3 +437,8 @@ class LocalPathProvisioner:
         except st.ApiError as exc:
             if exc.code != 404:
                 raise
+
+
+def _finalizers(obj: Mapping) -> list:
+    found = dict_at(obj, "metadata").get("finalizers")
+    return found if isinstance(found, list) else []

@@ -40,6 +40,7 @@ from .localpath import LocalPathProvisioner
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
 from .persistentvolume import PersistentVolumeController
+from .protection import PvcProtectionController, PvProtectionController
 from .queue import FIELD_MANAGER
 from .serviceaccounts import ServiceAccountsController
 
@@ -166,6 +167,13 @@ class Controllers:
         binder = PersistentVolumeController(self.client("persistent-volume-binder"), informers)
         binder.start()
         tasks.append(asyncio.create_task(binder.run(), name="persistent-volume-binder"))
+        # The finalizers StorageObjectInUseProtection puts on claims and volumes.
+        pvc_protection = PvcProtectionController(self.client("pvc-protection-controller"), informers)
+        pv_protection = PvProtectionController(self.client("pv-protection-controller"), informers)
+        for p in (pvc_protection, pv_protection):
+            p.start()
+        tasks.append(asyncio.create_task(pvc_protection.run(), name="pvc-protection-controller"))
+        tasks.append(asyncio.create_task(pv_protection.run(), name="pv-protection-controller"))
         if opts.local_path_provisioner:
             localpath = LocalPathProvisioner(
                 self.client("local-path-provisioner"),

@@ -277,3 +277,30 @@ def test_scheduler_waits_for_claims(server, ns):
         20,
         "scheduled once the claim exists",
     )
+
+
+def test_claim_in_use_is_kept_until_its_pod_goes(server, ns):
+    node = uniq("node")
+    make_node(server, node)
+    make_claim(server, ns, "busy")
+    make_pod(server, ns, "user", "busy", node)
+    claim = wait_for(lambda: (c := get(server, f"{pvcs(ns)}/busy")) and phase(c) == "Bound" and c, 15, "claim bound")
+    assert names.FINALIZER_PVC_PROTECTION in claim["metadata"]["finalizers"]
+    volume = claim["spec"]["volumeName"]
+    assert names.FINALIZER_PV_PROTECTION in get(server, f"{PVS}/{volume}")["metadata"]["finalizers"]
+
+    # The volume cannot go while bound; the claim not while a pod uses it.
+    server.json("DELETE", f"{PVS}/{volume}", expect=200)
+    server.json("DELETE", f"{pvcs(ns)}/busy", expect=200)
+    time.sleep(1.5)
+    claim = get(server, f"{pvcs(ns)}/busy")
+    assert claim is not None and claim["metadata"].get("deletionTimestamp")
+    assert phase(get(server, f"{PVS}/{volume}")) == "Bound"
+
+    delete_pod(server, ns, "user")
+    wait_for(lambda: get(server, f"{pvcs(ns)}/busy") is None, 10, "claim gone with its pod")
+    helper_path = f"/api/v1/namespaces/{names.NS_SYSTEM}/pods/helper-pod-delete-{volume}"
+    helper = wait_for(lambda: get(server, helper_path), 15, "helper pod")
+    helper["status"] = {"phase": "Succeeded"}
+    server.json("PUT", f"{helper_path}/status", helper, expect=200)
+    wait_for(lambda: get(server, f"{PVS}/{volume}") is None, 15, "volume gone")

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from apiserver_min.admission.chain import Attributes
+from apiserver_min.admission.plugins.storageobjectinuseprotection import StorageObjectInUseProtection
 from apiserver_min.api import names
 from apiserver_min.api import persistentvolumes as pvs
+from apiserver_min.api.kinds import REGISTRY
+from apiserver_min.api.user import SYSTEM_USER
 from apiserver_min.controllers import localpath
+from apiserver_min.controllers.protection import pod_uses_claim
 from apiserver_min.scheduler.scheduler import NodeState, pre_filter_message, volume_affinity_matches
 
 
@@ -163,6 +168,7 @@ def test_provisioned_volume_names_path_and_affinity():
     assert spec["hostPath"] == {"path": "/var/lib/orch/storage/pvc-abc_shop_data-web-0", "type": "DirectoryOrCreate"}
     assert spec["capacity"] == {"storage": "2Gi"} and spec["accessModes"] == ["ReadWriteOnce"]
     assert spec["persistentVolumeReclaimPolicy"] == "Retain" and spec["storageClassName"] == "local-path"
+    assert "finalizers" not in pv["metadata"]  # nothing to delete: no provisioner finalizer
     assert spec["claimRef"] == {
         "kind": "PersistentVolumeClaim",
         "namespace": "shop",
@@ -181,6 +187,7 @@ def test_provisioned_volume_names_path_and_affinity():
     # A node without the hostname label is pinned by name.
     bare = localpath.build_volume(c, local_class(), {"metadata": {"name": "n9"}}, "/srv/vols")
     assert bare["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
+    assert bare["metadata"]["finalizers"] == [names.FINALIZER_PROVISIONER]
     assert localpath.volume_node(bare) == "n9"
     assert volume_affinity_matches(bare["spec"]["nodeAffinity"]["required"], {"metadata": {"name": "n9"}})
 
@@ -227,3 +234,37 @@ def test_pre_filter_message_upstream_shape():
         "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.."
     )
     assert pre_filter_message(pod, {}, 'persistentvolumeclaim "x" not found') == "no nodes available to schedule pods"
+
+
+def test_pod_uses_claim_only_once_scheduled():
+    pod = {
+        "metadata": {"name": "web-0"},
+        "spec": {
+            "volumes": [
+                {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {}}},
+            ]
+        },
+        "status": {"phase": "Pending"},
+    }
+    assert not pod_uses_claim(pod, "data")  # not scheduled: the agent will refuse a terminating claim
+    pod["spec"]["nodeName"] = "n1"
+    assert pod_uses_claim(pod, "data") and pod_uses_claim(pod, "web-0-tmp") and not pod_uses_claim(pod, "other")
+    pod["status"]["phase"] = "Succeeded"
+    assert pod_uses_claim(pod, "data") and not pod_uses_claim(pod, "web-0-tmp")
+
+
+async def test_protection_finalizers_on_create():
+    plugin = StorageObjectInUseProtection()
+    for resource, finalizer in (
+        ("persistentvolumeclaims", names.FINALIZER_PVC_PROTECTION),
+        ("persistentvolumes", names.FINALIZER_PV_PROTECTION),
+    ):
+        kind = REGISTRY.by_resource("", "v1", resource)
+        obj: dict = {"metadata": {"name": "x", "finalizers": ["keep"]}}
+        await plugin.admit(Attributes("CREATE", kind, "", "x", "", obj, None, SYSTEM_USER, False))
+        await plugin.admit(Attributes("CREATE", kind, "", "x", "", obj, None, SYSTEM_USER, False))
+        assert obj["metadata"]["finalizers"] == ["keep", finalizer]
+        updated: dict = {"metadata": {"name": "x"}}
+        await plugin.admit(Attributes("UPDATE", kind, "", "x", "", updated, {}, SYSTEM_USER, False))
+        assert "finalizers" not in updated["metadata"]

@@ -13,6 +13,7 @@ from .defaulttolerationseconds import DefaultTolerationSeconds
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
 from .serviceaccount import ServiceAccountAdmission
+from .storageobjectinuseprotection import StorageObjectInUseProtection
 
 log = logging.getLogger("orch-apiserver.admission")
 
@@ -94,6 +95,7 @@ KNOWN_PLUGINS = frozenset(
         "CertificateSubjectRestriction",
         "DefaultTolerationSeconds",
         "DefaultStorageClass",
+        "StorageObjectInUseProtection",
     }
 )
 
@@ -136,6 +138,7 @@ def _plugin_factories() -> dict:
         "NodeRestriction": lambda server: NodeRestriction(server.store, server.registry),
         "DefaultTolerationSeconds": toleration,
         "DefaultStorageClass": lambda server: DefaultStorageClass(server.store, server.registry),
+        "StorageObjectInUseProtection": lambda server: StorageObjectInUseProtection(),
         "CertificateApproval": lambda server: CertificateApproval(lambda: server.authorizer),
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
