@@ -63,6 +63,7 @@ from typing import Any
 from agent import pods as podutil
 from agent.logging import get_logger
 from apiserver_min.api import names
+from apiserver_min.api.persistentvolumes import volume_sources
 from apiserver_min.api.quantity import QuantityError, parse_quantity
 from apiserver_min.api.validation import go_quote
 
@@ -91,22 +92,8 @@ _MNT_DETACH = 2
 
 # Volume source fields this manager understands, by the plugin directory they use.
 _SUPPORTED = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "persistentVolumeClaim")
-# Persistent volume sources this agent mounts, and the fields of a PersistentVolume's
-# spec that are not its source.
+# Persistent volume sources this agent mounts.
 _PV_SOURCES = ("local", "hostPath")
-_PV_SPEC_FIELDS = frozenset(
-    {
-        "accessModes",
-        "capacity",
-        "claimRef",
-        "mountOptions",
-        "nodeAffinity",
-        "persistentVolumeReclaimPolicy",
-        "storageClassName",
-        "volumeMode",
-        "volumeAttributesClassName",
-    }
-)
 _LOCAL_PATH_MODE = 0o777
 KIND_CLAIM = "PersistentVolumeClaim"
 KIND_VOLUME = "PersistentVolume"
@@ -551,7 +538,7 @@ class VolumeManager:
                 False,
                 _LOCAL_PATH_MODE if local_path else 0o755,
             )
-        kind = next((k for k in spec if k not in _PV_SPEC_FIELDS), "none")
+        kind = next(iter(volume_sources(pv)), "none")
         raise _MountFailed(
             f"persistent volume {go_quote(volume_name)} has a {go_quote(kind)} source, which this node agent "
             f"cannot mount (supported: {', '.join(_PV_SOURCES)})"

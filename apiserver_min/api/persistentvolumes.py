@@ -41,6 +41,27 @@ CLAIM_PENDING, CLAIM_BOUND, CLAIM_LOST = "Pending", "Bound", "Lost"
 
 ANNOTATION_YES = "yes"
 
+# The fields of a PersistentVolume's spec that are not its volume source.
+VOLUME_SPEC_FIELDS = frozenset(
+    {
+        "accessModes",
+        "capacity",
+        "claimRef",
+        "mountOptions",
+        "nodeAffinity",
+        "persistentVolumeReclaimPolicy",
+        "storageClassName",
+        "volumeMode",
+        "volumeAttributesClassName",
+    }
+)
+
+
+def volume_sources(volume: Mapping) -> list[str]:
+    """The volume source fields a PersistentVolume's spec sets (exactly one when valid)."""
+    spec = dict_at(volume, "spec")
+    return sorted(k for k, v in spec.items() if k not in VOLUME_SPEC_FIELDS and v is not None)
+
 
 def annotations_of(obj: Mapping) -> Mapping[str, str]:
     ann = dict_at(obj, "metadata").get("annotations")

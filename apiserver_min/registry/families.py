@@ -25,6 +25,7 @@ from .eviction import PodEvictionREST
 from .policy import PodDisruptionBudgetStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
+from .storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from .strategy import PathNameStrategy, Strategy
 
 STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
@@ -32,6 +33,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "persistentvolumes"): PersistentVolumeStrategy,
+    ("", "persistentvolumeclaims"): PersistentVolumeClaimStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,

@@ -13,6 +13,7 @@ from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import SYSTEM_USER
 from apiserver_min.controllers import localpath
 from apiserver_min.controllers.protection import pod_uses_claim
+from apiserver_min.registry.storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from apiserver_min.scheduler.scheduler import NodeState, pre_filter_message, volume_affinity_matches
 
 
@@ -268,3 +269,69 @@ async def test_protection_finalizers_on_create():
         updated: dict = {"metadata": {"name": "x"}}
         await plugin.admit(Attributes("UPDATE", kind, "", "x", "", updated, {}, SYSTEM_USER, False))
         assert "finalizers" not in updated["metadata"]
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def _errors(errs) -> list[str]:
+    return sorted(f"{e.field}: {e.type}" for e in errs)
+
+
+def test_claim_validation_and_immutability():
+    strategy = PersistentVolumeClaimStrategy(REGISTRY.by_resource("", "v1", "persistentvolumeclaims"))
+    good = claim(cls="local-path")
+    assert strategy.validate(good) == []
+    bad = claim(modes=(), size="0", cls="Not_A_Name")
+    assert _errors(strategy.validate(bad)) == [
+        "spec.accessModes: FieldValueRequired",
+        "spec.resources[storage]: FieldValueInvalid",
+        "spec.storageClassName: FieldValueInvalid",
+    ]
+    del bad["spec"]["resources"]
+    assert "spec.resources[storage]: FieldValueRequired" in _errors(strategy.validate(bad))
+    rwop = claim(modes=("ReadWriteOncePod", "ReadWriteOnce"))
+    assert _errors(strategy.validate(rwop)) == ["spec.accessModes: FieldValueForbidden"]
+
+    old = claim(cls=None)
+    old["metadata"]["resourceVersion"] = "1"
+    # What binding writes: the volume name once, the default class once.
+    bound = claim(cls="local-path", volumeName="pv-1")
+    assert strategy.validate_update(bound, old) == []
+    changed = claim(cls=None, modes=("ReadWriteMany",))
+    errs = strategy.validate_update(changed, old)
+    assert [e.field for e in errs] == ["spec"] and "changed: accessModes" in errs[0].detail
+    # A bound claim may grow, never shrink; an unbound one may not change its request.
+    old_bound = claim(volumeName="pv-1")
+    old_bound["status"] = {"phase": "Bound"}
+    assert strategy.validate_update(claim(size="2Gi", volumeName="pv-1"), old_bound) == []
+    assert _errors(strategy.validate_update(claim(size="1Mi", volumeName="pv-1"), old_bound)) == [
+        "spec.resources.requests.storage: FieldValueForbidden"
+    ]
+    assert _errors(strategy.validate_update(claim(size="2Gi"), claim())) == ["spec: FieldValueForbidden"]
+    assert _errors(strategy.validate_update(claim(volumeName="b"), claim(volumeName="a"))) == [
+        "spec: FieldValueForbidden"
+    ]
+
+
+def test_volume_validation_and_immutability():
+    strategy = PersistentVolumeStrategy(REGISTRY.by_resource("", "v1", "persistentvolumes"))
+    good = volume("v", hostPath={"path": "/srv/v"})
+    assert strategy.validate(good) == []
+    none = volume("v", modes=())
+    none["spec"]["capacity"] = {"storage": "1Gi", "cpu": "1"}
+    assert _errors(strategy.validate(none)) == [
+        "spec.accessModes: FieldValueRequired",
+        "spec.capacity: FieldValueNotSupported",
+        "spec: FieldValueRequired",
+    ]
+    two = volume("v", hostPath={"path": "/a"}, local={"path": "/b"})
+    assert _errors(strategy.validate(two)) == [
+        "spec.local: FieldValueForbidden",
+        "spec.nodeAffinity: FieldValueRequired",
+    ]
+    assert _errors(strategy.validate(volume("v", hostPath={}))) == ["spec.hostPath.path: FieldValueRequired"]
+    moved = volume("v", hostPath={"path": "/elsewhere"})
+    assert _errors(strategy.validate_update(moved, good)) == ["spec.persistentvolumesource: FieldValueForbidden"]
+    claimed = volume("v", hostPath={"path": "/srv/v"}, claimRef={"namespace": "a", "name": "b"})
+    assert strategy.validate_update(claimed, good) == []
