@@ -64,6 +64,10 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 # sub-resource writes storage directly.
 FIELD_MANAGER = names.SCHEDULER_FIELD_MANAGER
 RETRY_INTERVAL = 30.0
+# How long a pod's claims may take to be bound before its scheduling is given up and
+# tried again (upstream's VolumeBinding bindTimeoutSeconds), and how often to look.
+VOLUME_BIND_TIMEOUT = 600.0
+VOLUME_BIND_POLL = 0.1
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 10.0
 # Upstream's defaults for containers that request nothing, used only for scoring.
@@ -545,8 +549,12 @@ class Scheduler:
         *,
         retry_interval: float = RETRY_INTERVAL,
         rng: random.Random | None = None,
+        volume_bind_timeout: float = VOLUME_BIND_TIMEOUT,
     ):
         self.client = client  # the scheduler's identity; its field manager is FIELD_MANAGER
+        self.volume_bind_timeout = volume_bind_timeout
+        # Pods placed on a node whose claims are being bound there: their Binding waits.
+        self._waiting: dict[str, asyncio.Task] = {}
         self.pods_kind = informers.kind("", "v1", "pods")
         self.nodes_kind = informers.kind("", "v1", "nodes")
         self.pods = informers.for_kind(self.pods_kind)
@@ -654,6 +662,12 @@ class Scheduler:
     def _pod_event(self, ev: CacheEvent) -> None:
         e = ev.entry
         key = e.key
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            if ev.type != "DELETED":
+                return  # counted on its node already; its task binds it or gives up
+            waiting.cancel()
+            self._waiting.pop(key, None)
         if ev.type == "DELETED":
             self._forget(key)
             if self._uncount(key):
@@ -716,9 +730,13 @@ class Scheduler:
 
     # --- the loop -------------------------------------------------------------------
     async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._flush_loop(), name="scheduler-flush")
-            tg.create_task(self._schedule_loop(), name="scheduler-loop")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._flush_loop(), name="scheduler-flush")
+                tg.create_task(self._schedule_loop(), name="scheduler-loop")
+        finally:
+            for task in list(self._waiting.values()):
+                task.cancel()
 
     async def _flush_loop(self) -> None:
         while True:
@@ -764,7 +782,7 @@ class Scheduler:
         """One attempt for one pod: the node it was bound to, or None."""
         e = self.pods.get_by_key(key)
         pod = e.object() if e is not None else None
-        if pod is None or not responsible_for(pod):
+        if pod is None or not responsible_for(pod) or key in self._waiting:
             self._forget(key)
             return None
         self.attempts += 1
@@ -807,32 +825,82 @@ class Scheduler:
                 log.info("pod %s/%s: binding its volumes on %s failed: %s", ns, name, result.node, exc.message)
                 self._mark_unschedulable(key)
                 return None
+            # The pod holds its place on the node while its claims are bound; then the Binding.
+            self._assume(key, pod, result.node)
+            self._waiting[key] = asyncio.create_task(
+                self._bind_after_volumes(key, pod, result.node, decision), name=f"volume-binding {ns}/{name}"
+            )
+            return result.node
+        return result.node if await self._bind(key, pod, result.node) else None
+
+    def _assume(self, key: str, pod: dict, node: str) -> None:
+        """Count the pod on its node now: the cache event that confirms it comes later,
+        and the next pod must not see the node emptier than it is."""
+        self._forget(key)
+        self.bound[key] = node
+        state = self.nodes.get(node)
+        if state is not None:
+            state.add(PodSummary.of(pod, key))
+        self.unschedulable.pop(key, None)
+
+    async def _bind_after_volumes(self, key: str, pod: dict, node: str, decision: Decision) -> None:
+        """Upstream's PreBind wait: the Binding once every claim the pod's placement chose
+        or asked to be provisioned is bound; otherwise the pod goes back to the queue."""
+        md = pod["metadata"]
+        ns, name = md.get("namespace", ""), md.get("name", "")
+        deadline = time.monotonic() + self.volume_bind_timeout
+        try:
+            while True:
+                problem = self.volume_binding.binding_problem(decision, node)
+                if problem is None:
+                    break
+                if not problem and time.monotonic() > deadline:
+                    problem = "binding volumes: timed out waiting for the condition"
+                if problem:
+                    problem = f'running PreBind plugin "VolumeBinding": {problem}'
+                    log.info("pod %s/%s: its volumes were not bound on %s: %s", ns, name, node, problem)
+                    self._uncount(key)
+                    self._mark_unschedulable(key)
+                    await self._set_unschedulable_condition(ns, name, md.get("uid"), "SchedulerError", problem)
+                    await self.events.record(
+                        object_reference(pod, "Pod"), "Warning", "FailedScheduling", problem, "Scheduling"
+                    )
+                    return
+                await asyncio.sleep(VOLUME_BIND_POLL)
+            self._waiting.pop(key, None)
+            if not await self._bind(key, pod, node):
+                self._uncount(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the pod is retried; the scheduler goes on
+            log.exception("binding pod %s/%s after its volumes failed", ns, name)
+            self._uncount(key)
+            self._mark_unschedulable(key)
+        finally:
+            self._waiting.pop(key, None)
+
+    async def _bind(self, key: str, pod: dict, node: str) -> bool:
+        """The Binding of the pod to ``node``, then its Scheduled event."""
+        md = pod["metadata"]
+        ns, name = md.get("namespace", ""), md.get("name", "")
+        ref = object_reference(pod, "Pod")
         try:
             binding = {
                 "apiVersion": "v1",
                 "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns, "uid": md.get("uid")},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": result.node},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             }
             await self.client.create(self.pods_kind, ns, binding, subresource="binding")
         except st.ApiError as exc:
             if exc.code in (404, 409):
                 log.info("pod %s/%s not bound: %s", ns, name, exc.message)
-                return None
+                return False
             raise
-        # Count the pod on its node now: the cache event that confirms it comes later,
-        # and the next pod must not see the node emptier than it is.
-        self._forget(key)
-        self.bound[key] = result.node
-        state = self.nodes.get(result.node)
-        if state is not None:
-            state.add(PodSummary.of(pod, key))
-        self.unschedulable.pop(key, None)
-        log.info("pod %s/%s bound to %s", ns, name, result.node)
-        await self.events.record(
-            ref, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {result.node}", "Binding"
-        )
-        return result.node
+        self._assume(key, pod, node)
+        log.info("pod %s/%s bound to %s", ns, name, node)
+        await self.events.record(ref, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}", "Binding")
+        return True
 
     async def _set_unschedulable_condition(
         self, ns: str, name: str, uid: str | None, reason: str, message: str

@@ -15,9 +15,10 @@ When a node is chosen (pre-bind), each unbound claim is settled before the pod's
 Binding: the chosen static volume is bound to it (``spec.claimRef``, marked
 ``bound-by-controller``; the binder completes the claim's side), or the claim gets
 ``volume.orch.io/selected-node`` so its provisioner makes a volume on that node.
-Upstream's scheduler then waits for the claims to be bound before binding the pod;
-this one binds the pod at once and the node agent waits for the claims (the pod stays
-``ContainerCreating`` with ``FailedMount`` until they are bound).
+The scheduler then waits, holding the pod's place on the node, until those claims are
+bound (:meth:`VolumeBinding.binding_problem`), and only then binds the pod, as upstream:
+the node agent sees the pod once its volumes are there. A claim that disappears or is
+given another node, or ten minutes without binding, sends the pod back to the queue.
 """
 
 from __future__ import annotations
@@ -179,3 +180,32 @@ def _topology_terms(allowed: list) -> list[dict]:
         ]
         terms.append({"matchExpressions": exprs})
     return terms
+
+    def binding_problem(self, decision: Decision, node_name: str) -> str | None:
+        """None when every claim of the decision is bound; "" while binding goes on;
+        otherwise why it cannot succeed."""
+        claims = [claim for _volume, claim in decision.static] + list(decision.provision)
+        for claim in claims:
+            md = dict_at(claim, "metadata")
+            ns, name = str(md.get("namespace") or ""), str(md.get("name") or "")
+            e = self.claims.get(ns, name)
+            if e is None or e.uid != md.get("uid"):
+                return f'persistentvolumeclaim "{name}" not found'
+            current = e.object()
+            if claim in decision.provision and pvs.annotations_of(current).get(names.ANNOTATION_SELECTED_NODE) != (
+                node_name
+            ):
+                if not dict_at(current, "spec").get("volumeName"):
+                    return f'selectedNode annotation reset for PVC "{name}"'
+            volume_name = dict_at(current, "spec").get("volumeName")
+            # Fully bound, status too: the node agent mounts only claims whose phase is Bound.
+            if (
+                not volume_name
+                or not pvs.annotations_of(current).get(names.ANNOTATION_BIND_COMPLETED)
+                or dict_at(current, "status").get("phase") != pvs.CLAIM_BOUND
+            ):
+                return ""
+            volume = self.volumes.get("", str(volume_name))
+            if volume is None or not pvs.bound_to_claim(volume.object(), current):
+                return ""
+        return None

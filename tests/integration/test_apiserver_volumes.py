@@ -136,6 +136,8 @@ def test_wait_for_consumer_then_provision_on_the_pods_node_then_delete(server, n
         "pod scheduled",
     )
     assert pod["spec"]["nodeName"] == node
+    # The scheduler binds the pod only once its claim is bound (the agent then mounts at once).
+    assert phase(get(server, f"{pvcs(ns)}/data")) == "Bound"
     claim = wait_for(lambda: (c := get(server, f"{pvcs(ns)}/data")) and phase(c) == "Bound" and c, 15, "claim bound")
     uid = claim["metadata"]["uid"]
     ann = claim["metadata"]["annotations"]
@@ -288,6 +290,11 @@ def test_claim_in_use_is_kept_until_its_pod_goes(server, ns):
     assert names.FINALIZER_PVC_PROTECTION in claim["metadata"]["finalizers"]
     volume = claim["spec"]["volumeName"]
     assert names.FINALIZER_PV_PROTECTION in get(server, f"{PVS}/{volume}")["metadata"]["finalizers"]
+    wait_for(
+        lambda: (get(server, f"/api/v1/namespaces/{ns}/pods/user") or {}).get("spec", {}).get("nodeName"),
+        10,
+        "pod scheduled",
+    )
 
     # The volume cannot go while bound; the claim not while a pod uses it.
     server.json("DELETE", f"{PVS}/{volume}", expect=200)
