@@ -56,6 +56,9 @@ class Decision:
 
     static: list[tuple[dict, dict]]  # (volume, claim)
     provision: list[dict]  # claims to annotate with the node
+    # The resource versions pre-bind wrote, by claim (namespace, name): an older copy in
+    # the informer has not seen the write yet.
+    written: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
 
 
 class VolumeBinding:
@@ -166,20 +169,9 @@ class VolumeBinding:
             new = copy.deepcopy(claim)
             new.setdefault("metadata", {}).setdefault("annotations", {})[names.ANNOTATION_SELECTED_NODE] = node_name
             md = dict_at(claim, "metadata")
-            await client.update(self.pvc_kind, str(md.get("namespace") or ""), str(md.get("name") or ""), new)
-
-
-def _topology_terms(allowed: list) -> list[dict]:
-    """A class's ``allowedTopologies`` (label requirements) as node selector terms."""
-    terms = []
-    for term in allowed:
-        exprs = [
-            {"key": e.get("key", ""), "operator": "In", "values": list(e.get("values") or [])}
-            for e in (term or {}).get("matchLabelExpressions") or []
-            if isinstance(e, dict)
-        ]
-        terms.append({"matchExpressions": exprs})
-    return terms
+            ns, name = str(md.get("namespace") or ""), str(md.get("name") or "")
+            out = await client.update(self.pvc_kind, ns, name, new)
+            decision.written[(ns, name)] = int(dict_at(out, "metadata").get("resourceVersion") or 0)
 
     def binding_problem(self, decision: Decision, node_name: str) -> str | None:
         """None when every claim of the decision is bound; "" while binding goes on;
@@ -191,6 +183,8 @@ def _topology_terms(allowed: list) -> list[dict]:
             e = self.claims.get(ns, name)
             if e is None or e.uid != md.get("uid"):
                 return f'persistentvolumeclaim "{name}" not found'
+            if e.rv < decision.written.get((ns, name), 0):
+                return ""  # the informer has not seen the node written on it yet
             current = e.object()
             if claim in decision.provision and pvs.annotations_of(current).get(names.ANNOTATION_SELECTED_NODE) != (
                 node_name
@@ -209,3 +203,16 @@ def _topology_terms(allowed: list) -> list[dict]:
             if volume is None or not pvs.bound_to_claim(volume.object(), current):
                 return ""
         return None
+
+
+def _topology_terms(allowed: list) -> list[dict]:
+    """A class's ``allowedTopologies`` (label requirements) as node selector terms."""
+    terms = []
+    for term in allowed:
+        exprs = [
+            {"key": e.get("key", ""), "operator": "In", "values": list(e.get("values") or [])}
+            for e in (term or {}).get("matchLabelExpressions") or []
+            if isinstance(e, dict)
+        ]
+        terms.append({"matchExpressions": exprs})
+    return terms

@@ -3,6 +3,7 @@ pods; the scheduler's volume binding messages; the default storage class."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from apiserver_min.admission.chain import Attributes
@@ -15,6 +16,8 @@ from apiserver_min.controllers import localpath
 from apiserver_min.controllers.protection import pod_uses_claim
 from apiserver_min.registry.storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from apiserver_min.scheduler.scheduler import NodeState, pre_filter_message, volume_affinity_matches
+from apiserver_min.scheduler.volumebinding import VolumeBinding
+from apiserver_min.storage.cacher import Entry
 
 
 def claim(name="data", ns="default", uid="u-1", size="1Gi", modes=("ReadWriteOnce",), cls="", **spec) -> dict:
@@ -335,3 +338,109 @@ def test_volume_validation_and_immutability():
     assert _errors(strategy.validate_update(moved, good)) == ["spec.persistentvolumesource: FieldValueForbidden"]
     claimed = volume("v", hostPath={"path": "/srv/v"}, claimRef={"namespace": "a", "name": "b"})
     assert strategy.validate_update(claimed, good) == []
+
+
+# --- the scheduler's volume binding over fake informers --------------------------------------------
+
+
+class FakeInformer:
+    def __init__(self, objs):
+        self.entries = {}
+        for o in objs:
+            md = o["metadata"]
+            self.entries[(md.get("namespace", ""), md["name"])] = Entry(
+                f"{md.get('namespace', '')}/{md['name']}",
+                orjson.dumps(o),
+                1,
+                md.get("namespace", ""),
+                md["name"],
+                md.get("labels") or {},
+                {},
+                md.get("uid", ""),
+            )
+
+    def get(self, namespace, name):
+        return self.entries.get((namespace, name))
+
+    def list(self, namespace=None):
+        return [e for (ns, _), e in self.entries.items() if namespace is None or ns == namespace]
+
+    def add_handler(self, fn):
+        fn(None)
+
+
+class FakeInformers:
+    def __init__(self, claims=(), volumes=(), classes=()):
+        self.by_resource = {
+            "persistentvolumeclaims": FakeInformer(claims),
+            "persistentvolumes": FakeInformer(volumes),
+            "storageclasses": FakeInformer(classes),
+        }
+
+    def kind(self, group, version, resource):
+        return REGISTRY.by_resource(group, version, resource)
+
+    def for_kind(self, kind):
+        return self.by_resource[kind.resource]
+
+    def for_resource(self, group, version, resource):
+        return self.by_resource[resource]
+
+
+def binder(**objs) -> VolumeBinding:
+    return VolumeBinding(FakeInformers(**objs), volume_affinity_matches)  # type: ignore[arg-type]
+
+
+def test_volume_binding_filter_and_binding_progress():
+    wffc = dict(localpath.default_storage_class(), metadata={"name": "local-path"})
+    pinned = volume(
+        "pinned",
+        cls="local-path",
+        nodeAffinity={
+            "required": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+            }
+        },  # fmt: skip
+    )
+    unbound = claim(cls="local-path")
+    pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"volumes": [
+        {"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}  # fmt: skip
+    vb = binder(claims=[unbound], volumes=[pinned], classes=[wffc])
+    claims, why = vb.pre_filter(pod)
+    assert why == "" and claims is not None and claims.to_bind and not claims.bound
+    # n1 takes the static volume; n2 gets a provisioned one (the class has a provisioner).
+    reasons, decision = vb.filter(claims, {"metadata": {"name": "n1"}})
+    assert reasons == () and decision is not None and [v["metadata"]["name"] for v, _ in decision.static] == ["pinned"]
+    reasons, decision = vb.filter(claims, {"metadata": {"name": "n2"}})
+    assert decision is not None and decision.provision and not decision.static
+    # Pre-bind's write not seen yet: wait; seen, annotated and not bound yet: wait.
+    decision.written[("default", "data")] = 5
+    assert vb.binding_problem(decision, "n2") == ""
+    decision.written.clear()
+    assert vb.binding_problem(decision, "n2") == 'selectedNode annotation reset for PVC "data"'
+    annotated = claim(cls="local-path")
+    annotated["metadata"]["annotations"] = {names.ANNOTATION_SELECTED_NODE: "n2"}
+    assert binder(claims=[annotated], volumes=[pinned], classes=[wffc]).binding_problem(decision, "n2") == ""
+    # A class without a provisioner cannot help n2.
+    static_only = dict(wffc, provisioner=names.NO_PROVISIONER)
+    vb2 = binder(claims=[unbound], volumes=[pinned], classes=[static_only])
+    assert vb2.filter(claims, {"metadata": {"name": "n2"}}) == (
+        ("node(s) didn't find available persistent volumes to bind",),
+        None,
+    )
+    # Bound (volume name, bind-completed, status) on the node chosen: done.
+    done = claim(cls="local-path", volumeName="pinned")
+    done["metadata"]["annotations"] = {names.ANNOTATION_BIND_COMPLETED: "yes", names.ANNOTATION_SELECTED_NODE: "n2"}
+    done["status"] = {"phase": "Bound"}
+    bound_pv = dict(pinned, spec=dict(pinned["spec"], claimRef={"namespace": "default", "name": "data", "uid": "u-1"}))
+    assert binder(claims=[done], volumes=[bound_pv], classes=[wffc]).binding_problem(decision, "n2") is None
+    # The claim gone (or another of that name): give up.
+    assert binder(volumes=[pinned], classes=[wffc]).binding_problem(decision, "n2") == (
+        'persistentvolumeclaim "data" not found'
+    )
+    # A bound claim's volume pins the pod to its node.
+    claims2, _ = binder(claims=[done], volumes=[bound_pv], classes=[wffc]).pre_filter(pod)
+    assert claims2 is not None and claims2.bound
+    vb3 = binder(claims=[done], volumes=[bound_pv], classes=[wffc])
+    assert vb3.filter(claims2, {"metadata": {"name": "n2"}})[0] == ("node(s) had volume node affinity conflict",)
+    assert vb3.filter(claims2, {"metadata": {"name": "n1"}})[0] == ()
