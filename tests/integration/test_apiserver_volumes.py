@@ -311,3 +311,24 @@ def test_claim_in_use_is_kept_until_its_pod_goes(server, ns):
     helper["status"] = {"phase": "Succeeded"}
     server.json("PUT", f"{helper_path}/status", helper, expect=200)
     wait_for(lambda: get(server, f"{PVS}/{volume}") is None, 15, "volume gone")
+
+
+def test_delete_policy_without_provisioner_fails_the_volume(server, ns):
+    name = uniq("pv-del")
+    spec = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "",
+        "persistentVolumeReclaimPolicy": "Delete",
+        "hostPath": {"path": f"/tmp/{name}"},
+        "claimRef": {"namespace": ns, "name": "once"},
+    }
+    server.json("POST", PVS, {"metadata": {"name": name}, "spec": spec}, expect=201)
+    make_claim(server, ns, "once", cls="")
+    wait_for(lambda: phase(get(server, f"{pvcs(ns)}/once")) == "Bound", 10, "claim bound")
+    server.json("DELETE", f"{pvcs(ns)}/once", expect=200)
+    pv = wait_for(lambda: (v := get(server, f"{PVS}/{name}")) and phase(v) == "Failed" and v, 10, "volume failed")
+    assert "no deletable volume plugin matched" in pv["status"]["message"]
+    assert events(server, "default", name, "VolumeFailedDelete")
+    server.json("DELETE", f"{PVS}/{name}", expect=200)
+    wait_for(lambda: get(server, f"{PVS}/{name}") is None, 10, "failed volume deleted by hand")

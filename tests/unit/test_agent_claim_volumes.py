@@ -10,6 +10,8 @@ import stat
 
 import pytest
 
+from agent.client.rest import ApiError
+from agent.objectcache import ObjectCache
 from agent.runtime.container import build_container_config
 from agent.runtime.context import NodeContext
 from agent.runtime.errors import PodConfigError
@@ -166,3 +168,37 @@ def test_read_only_claim_mounts_read_only(ctx):
         )
         mount = next(m for m in config.config.mounts if m.container_path == "/d")
         assert mount.host_path == "/srv/x" and mount.readonly is read_only
+
+
+class FakeClient:
+    """GETs answered from a dict of paths, counted."""
+
+    def __init__(self, objects: dict):
+        self.objects = objects
+        self.gets: list[str] = []
+
+    async def get(self, path: str) -> dict:
+        self.gets.append(path)
+        if path not in self.objects:
+            raise ApiError(404, "NotFound", f"{path} not found")
+        return self.objects[path]
+
+
+async def test_object_cache_reads_claims_until_bound_then_keeps_them():
+    pvc_path = "/api/v1/namespaces/shop/persistentvolumeclaims/data"
+    client = FakeClient({pvc_path: claim(phase="Pending", volume="")})
+    cache = ObjectCache(client, watch=False)  # type: ignore[arg-type]
+    await cache.prefetch(pod())
+    assert cache.get("PersistentVolumeClaim", "shop", "data")["status"]["phase"] == "Pending"
+    # Bound now: the claim is read again, then its volume; after that nothing more is read.
+    client.objects[pvc_path] = claim()
+    client.objects["/api/v1/persistentvolumes/pv-1"] = volume({"hostPath": {"path": "/srv"}})
+    await cache.prefetch(pod())
+    assert cache.get("PersistentVolume", "", "pv-1")["spec"]["hostPath"] == {"path": "/srv"}
+    reads = len(client.gets)
+    await cache.prefetch(pod())
+    assert len(client.gets) == reads == 3
+    # The pod gone: nothing kept.
+    cache.forget("pod-uid")
+    assert cache.get("PersistentVolumeClaim", "shop", "data") is None
+    assert cache.get("PersistentVolume", "", "pv-1") is None
