@@ -76,6 +76,8 @@ def test_claim_data_outlives_the_pod_and_goes_with_the_claim(cluster):
     apply(cluster, CLAIM)
     apply(cluster, POD.replace("POD", "writer").replace("SCRIPT", "echo persisted > /data/f"))
     cluster.wait(lambda: running(cluster, "writer"), 90, "writer Running")
+    assert "local-path (default)" in cluster.kubectl("get", "storageclass").stdout
+    assert "Bound" in cluster.kubectl("get", "pvc", "data").stdout
     claim = cluster.get("pvc", "data")
     assert claim["status"]["phase"] == "Bound" and claim["spec"]["storageClassName"] == "local-path"
     pv = cluster.get("pv", claim["spec"]["volumeName"])
