@@ -39,6 +39,7 @@ marked ``Failed``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import posixpath
@@ -274,8 +275,21 @@ class LocalPathProvisioner:
             self.queue.add(("pv", "", volume))
 
     async def run(self) -> None:
-        await self.ensure_default_class()
-        await run_worker(self.queue, self.sync, log, "local-path item")
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._default_class_until_done(), name="local-path-default-class")
+            tg.create_task(run_worker(self.queue, self.sync, log, "local-path item"), name="local-path-provisioner")
+
+    async def _default_class_until_done(self) -> None:
+        """:meth:`ensure_default_class`, retried (1 s doubling to 30 s) until it lands."""
+        delay = 1.0
+        while True:
+            try:
+                await self.ensure_default_class()
+                return
+            except st.ApiError as exc:
+                log.warning("cannot create the default StorageClass yet: %s (retrying in %.0fs)", exc.message, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     async def sync(self, key: tuple[str, str, str]) -> None:
         what, namespace, name = key

@@ -14,6 +14,7 @@ from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import SYSTEM_USER
 from apiserver_min.controllers import localpath
 from apiserver_min.controllers.protection import pod_uses_claim
+from apiserver_min.options import OptionsError, parse
 from apiserver_min.registry.storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from apiserver_min.scheduler.scheduler import NodeState, pre_filter_message, volume_affinity_matches
 from apiserver_min.scheduler.volumebinding import VolumeBinding
@@ -444,3 +445,22 @@ def test_volume_binding_filter_and_binding_progress():
     vb3 = binder(claims=[done], volumes=[bound_pv], classes=[wffc])
     assert vb3.filter(claims2, {"metadata": {"name": "n2"}})[0] == ("node(s) had volume node affinity conflict",)
     assert vb3.filter(claims2, {"metadata": {"name": "n1"}})[0] == ()
+
+
+def test_local_path_flags():
+    o = parse([])
+    assert (o.local_path_provisioner, o.local_path_dir, o.local_path_helper_image) == (
+        True,
+        "/var/lib/orch/storage",
+        "orch.local/busybox:1",
+    )
+    o = parse(["--local-path-provisioner=false", "--local-path-dir=/srv/vols/", "--local-path-helper-image=x/bb:2"])
+    assert (o.local_path_provisioner, o.local_path_dir, o.local_path_helper_image) == (False, "/srv/vols", "x/bb:2")
+    for argv, words in (
+        (["--local-path-dir=relative"], "--local-path-dir: must be an absolute path other than /"),
+        (["--local-path-dir=/"], "--local-path-dir"),
+        (["--local-path-provisioner=maybe"], "--local-path-provisioner"),
+        (["--local-path-helper-image="], "--local-path-helper-image"),
+    ):
+        with pytest.raises(OptionsError, match=words):
+            parse(argv)
