@@ -129,6 +129,19 @@ def claim_key(claim: Mapping) -> tuple[str, str]:
     return str(md.get("namespace") or ""), str(md.get("name") or "")
 
 
+def claim_ref(claim: Mapping) -> dict:
+    """A volume's ``claimRef`` naming ``claim`` (its uid and resource version too)."""
+    md = dict_at(claim, "metadata")
+    return {
+        "kind": "PersistentVolumeClaim",
+        "namespace": md.get("namespace", ""),
+        "name": md.get("name", ""),
+        "uid": md.get("uid", ""),
+        "apiVersion": "v1",
+        "resourceVersion": str(md.get("resourceVersion") or ""),
+    }
+
+
 def bound_to_claim(volume: Mapping, claim: Mapping) -> bool:
     """The volume's ``claimRef`` names this claim (with its uid, or no uid yet)."""
     ref = claim_ref_of(volume)

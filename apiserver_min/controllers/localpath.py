@@ -53,7 +53,6 @@ from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client, DeleteOptions
 from ..storage.cacher import CacheEvent
-from .persistentvolume import claim_ref
 from .protection import remove_finalizer
 from .queue import RateLimitedQueue, run_worker
 
@@ -149,7 +148,7 @@ def build_volume(claim: Mapping, storage_class: Mapping, node: Mapping, base_dir
             "persistentVolumeReclaimPolicy": policy,
             "storageClassName": dict_at(storage_class, "metadata").get("name", ""),
             "volumeMode": "Filesystem",
-            "claimRef": claim_ref(claim),
+            "claimRef": pvs.claim_ref(claim),
             "hostPath": {"path": volume_path(base_dir, claim), "type": "DirectoryOrCreate"},
             "nodeAffinity": node_affinity(node),
         },

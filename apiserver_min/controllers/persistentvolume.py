@@ -74,18 +74,6 @@ def no_deleter_message(volume_name: str) -> str:
     )
 
 
-def claim_ref(claim: Mapping) -> dict:
-    md = dict_at(claim, "metadata")
-    return {
-        "kind": "PersistentVolumeClaim",
-        "namespace": md.get("namespace", ""),
-        "name": md.get("name", ""),
-        "uid": md.get("uid", ""),
-        "apiVersion": "v1",
-        "resourceVersion": str(md.get("resourceVersion") or ""),
-    }
-
-
 def _set_annotation(obj: dict, key: str, value: str) -> bool:
     md = obj.setdefault("metadata", {})
     ann = md.get("annotations")
@@ -320,7 +308,7 @@ class PersistentVolumeController:
             new = copy.deepcopy(volume)
             if not pvs.bound_to_claim(volume, claim):
                 _set_annotation(new, names.ANNOTATION_BOUND_BY_CONTROLLER, pvs.ANNOTATION_YES)
-            new.setdefault("spec", {})["claimRef"] = claim_ref(claim)
+            new.setdefault("spec", {})["claimRef"] = pvs.claim_ref(claim)
             volume = await self._update(self.pv_kind, "", new)
             log.info("volume %s bound to claim %s/%s", volume_name, ns, name)
         volume = await self._volume_status(volume, pvs.VOLUME_BOUND)

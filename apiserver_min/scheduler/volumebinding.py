@@ -151,19 +151,11 @@ class VolumeBinding:
     async def pre_bind(self, client: Client, decision: Decision, node_name: str) -> None:
         """Write the decision: static volumes bound to their claims, the node on claims to provision."""
         for volume, claim in decision.static:
-            md = dict_at(claim, "metadata")
             new = copy.deepcopy(volume)
             new.setdefault("metadata", {}).setdefault("annotations", {})[names.ANNOTATION_BOUND_BY_CONTROLLER] = (
                 pvs.ANNOTATION_YES
             )
-            new.setdefault("spec", {})["claimRef"] = {
-                "kind": "PersistentVolumeClaim",
-                "namespace": md.get("namespace", ""),
-                "name": md.get("name", ""),
-                "uid": md.get("uid", ""),
-                "apiVersion": "v1",
-                "resourceVersion": str(md.get("resourceVersion") or ""),
-            }
+            new.setdefault("spec", {})["claimRef"] = pvs.claim_ref(claim)
             await client.update(self.pv_kind, "", str(dict_at(volume, "metadata").get("name")), new)
         for claim in decision.provision:
             new = copy.deepcopy(claim)
