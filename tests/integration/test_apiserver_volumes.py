@@ -188,6 +188,19 @@ def test_retain_policy_releases_the_volume(server, ns):
     claim = wait_for(lambda: (c := get(server, f"{pvcs(ns)}/kept")) and phase(c) == "Bound" and c, 15, "claim bound")
     name = claim["spec"]["volumeName"]
     assert get(server, f"{PVS}/{name}")["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    # Growing the claim: refused, the class does not allow expansion; shrinking: invalid.
+    merge = {"Content-Type": names.MEDIA_MERGE_PATCH}
+    grow = {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}
+    _, err = server.json("PATCH", f"{pvcs(ns)}/kept", grow, headers=merge, expect=403)
+    assert err["message"] == (
+        'persistentvolumeclaims "kept" is forbidden: only dynamically provisioned pvc can be resized and '
+        "the storageclass that provisions the pvc must support resize"
+    )
+    shrink = {"spec": {"resources": {"requests": {"storage": "1Mi"}}}}
+    _, err = server.json("PATCH", f"{pvcs(ns)}/kept", shrink, headers=merge, expect=422)
+    assert "field can not be less than previous value" in err["message"]
+    _, err = server.json("PATCH", f"{pvcs(ns)}/kept", {"spec": {"accessModes": ["ReadWriteMany"]}}, headers=merge)
+    assert "spec is immutable after creation except resources.requests for bound claims" in err["message"]
     delete_pod(server, ns, "p")
     server.json("DELETE", f"{pvcs(ns)}/kept", expect=200)
     wait_for(lambda: phase(get(server, f"{PVS}/{name}")) == "Released", 10, "volume released")

@@ -12,6 +12,7 @@ from .defaultstorageclass import DefaultStorageClass
 from .defaulttolerationseconds import DefaultTolerationSeconds
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
+from .persistentvolumeclaimresize import PersistentVolumeClaimResize
 from .serviceaccount import ServiceAccountAdmission
 from .storageobjectinuseprotection import StorageObjectInUseProtection
 
@@ -96,6 +97,7 @@ KNOWN_PLUGINS = frozenset(
         "DefaultTolerationSeconds",
         "DefaultStorageClass",
         "StorageObjectInUseProtection",
+        "PersistentVolumeClaimResize",
     }
 )
 
@@ -139,6 +141,7 @@ def _plugin_factories() -> dict:
         "DefaultTolerationSeconds": toleration,
         "DefaultStorageClass": lambda server: DefaultStorageClass(server.store, server.registry),
         "StorageObjectInUseProtection": lambda server: StorageObjectInUseProtection(),
+        "PersistentVolumeClaimResize": lambda server: PersistentVolumeClaimResize(server.store, server.registry),
         "CertificateApproval": lambda server: CertificateApproval(lambda: server.authorizer),
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
