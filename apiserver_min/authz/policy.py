@@ -377,7 +377,8 @@ def _controller_roles() -> dict[str, list[dict]]:
         ],
         # k3s's local-path-provisioner ClusterRole, plus the default class it makes.
         "local-path-provisioner": [
-            rule(READ, (CORE,), ("nodes", "persistentvolumeclaims")),
+            rule(READ, (CORE,), ("nodes",)),
+            rule(READ + ("update",), (CORE,), ("persistentvolumeclaims",)),
             rule(("create", "delete", "get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
             rule(("update",), (CORE,), ("persistentvolumes/status",)),
             rule(("create", "delete", "get", "list", "watch"), (CORE,), ("pods",)),

@@ -332,7 +332,9 @@ class LocalPathProvisioner:
             return  # the scheduler has not chosen a node yet
         node = self.nodes.get("", node_name)
         if node is None:
+            # Give the choice back to the scheduler (upstream's rescheduling of a claim).
             await self._refused(ref, f'node "{node_name}" not found')
+            await self._forget_selected_node(claim)
             return
         await self.events.record(
             ref, "Normal", "Provisioning", f'External provisioner is provisioning volume for claim "{ns}/{name}"'
@@ -356,6 +358,22 @@ class LocalPathProvisioner:
         await self.events.record(
             ref, "Normal", "ProvisioningSucceeded", f"Successfully provisioned volume {volume['metadata']['name']}"
         )
+
+    async def _forget_selected_node(self, claim: dict) -> None:
+        ns, name = pvs.claim_key(claim)
+        uid = dict_at(claim, "metadata").get("uid")
+
+        def drop(obj: dict) -> dict:
+            ann = dict_at(obj, "metadata").get("annotations")
+            if dict_at(obj, "metadata").get("uid") == uid and isinstance(ann, dict):
+                ann.pop(names.ANNOTATION_SELECTED_NODE, None)
+            return obj
+
+        try:
+            await self.client.update(self.pvc_kind, ns, name, drop)
+        except st.ApiError as exc:
+            if exc.code != 404:
+                raise
 
     async def _refused(self, ref: dict, message: str) -> None:
         log.info("claim %s/%s not provisioned: %s", ref.get("namespace"), ref.get("name"), message)

@@ -97,6 +97,10 @@ class PersistentVolumeController:
         self.pods = informers.for_resource("", "v1", "pods")
         self.events = EventRecorder(client, informers.registry, COMPONENT)
         self.queue = RateLimitedQueue()
+        # The resource version of this controller's last write of each object: a cache
+        # copy older than that is skipped (the newer one's event queues the key again),
+        # instead of acting on it and losing a conflict.
+        self._written: dict[tuple[str, str, str], int] = {}
 
     # --- events ------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,6 +120,8 @@ class PersistentVolumeController:
             return
         if ev.type != "DELETED":
             self.queue.add(("pv", "", ev.entry.name))
+        else:
+            self._written.pop(("pv", "", ev.entry.name), None)
         for entry in (ev.entry, ev.prev):
             ref = pvs.claim_ref_of(entry.object()) if entry is not None else None
             if ref is not None:
@@ -131,6 +137,7 @@ class PersistentVolumeController:
                 self.queue.add(("pv", "", str(volume_name)))
             return
         # A deleted claim releases the volumes bound to it.
+        self._written.pop(("pvc", ev.entry.namespace, ev.entry.name), None)
         for e in self.volumes.list():
             ref = pvs.claim_ref_of(e.object())
             if ref is not None and ref.get("name") == ev.entry.name and ref.get("namespace") == ev.entry.namespace:
@@ -157,11 +164,11 @@ class PersistentVolumeController:
         what, namespace, name = key
         if what == "pv":
             entry = self.volumes.get("", name)
-            if entry is not None:
+            if entry is not None and entry.rv >= self._written.get(key, 0):
                 await self.sync_volume(entry.object())
             return
         entry = self.claims.get(namespace, name)
-        if entry is None:
+        if entry is None or entry.rv < self._written.get(key, 0):
             return
         claim = entry.object()
         if pvs.annotations_of(claim).get(names.ANNOTATION_BIND_COMPLETED):
@@ -324,9 +331,13 @@ class PersistentVolumeController:
             log.info("claim %s/%s bound to volume %s", ns, name, volume_name)
         await self._claim_status(claim, pvs.CLAIM_BOUND, volume)
 
-    async def _update(self, kind, namespace: str, obj: dict) -> dict:
+    async def _update(self, kind, namespace: str, obj: dict, subresource: str = "") -> dict:
         md = dict_at(obj, "metadata")
-        return await self.client.update(kind, namespace, str(md.get("name") or ""), obj)
+        name = str(md.get("name") or "")
+        out = await self.client.update(kind, namespace, name, obj, subresource=subresource)
+        what = "pv" if kind is self.pv_kind else "pvc"
+        self._written[(what, namespace, name)] = int(dict_at(out, "metadata").get("resourceVersion") or 0)
+        return out
 
     async def _claim_status(self, claim: dict, phase: str, volume: Mapping | None) -> None:
         status = dict(dict_at(claim, "status"))
@@ -341,8 +352,7 @@ class PersistentVolumeController:
         if new_status == status:
             return
         body = dict(claim, status=new_status)
-        ns, name = pvs.claim_key(claim)
-        await self.client.update(self.pvc_kind, ns, name, body, subresource="status")
+        await self._update(self.pvc_kind, pvs.claim_key(claim)[0], body, subresource="status")
 
     async def _volume_status(self, volume: dict, phase: str, message: str = "", reason: str = "") -> dict:
         status = dict(dict_at(volume, "status"))
@@ -354,9 +364,7 @@ class PersistentVolumeController:
             new_status["reason"] = reason
         if new_status == status:
             return volume
-        body = dict(volume, status=new_status)
-        name = str(dict_at(volume, "metadata").get("name") or "")
-        return await self.client.update(self.pv_kind, "", name, body, subresource="status")
+        return await self._update(self.pv_kind, "", dict(volume, status=new_status), subresource="status")
 
     # --- volumes -----------------------------------------------------------------------
     async def sync_volume(self, volume: dict) -> None:

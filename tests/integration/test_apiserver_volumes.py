@@ -345,3 +345,19 @@ def test_delete_policy_without_provisioner_fails_the_volume(server, ns):
     assert events(server, "default", name, "VolumeFailedDelete")
     server.json("DELETE", f"{PVS}/{name}", expect=200)
     wait_for(lambda: get(server, f"{PVS}/{name}") is None, 10, "failed volume deleted by hand")
+
+
+def test_claim_for_a_missing_node_goes_back_to_the_scheduler(server, ns):
+    body = {
+        "metadata": {"name": "lost", "annotations": {names.ANNOTATION_SELECTED_NODE: "ghost-node"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    server.json("POST", pvcs(ns), body, expect=201)
+    event = wait_for(lambda: events(server, ns, "lost", "ProvisioningFailed"), 10, "ProvisioningFailed")
+    assert event[0]["message"] == 'node "ghost-node" not found'
+    wait_for(
+        lambda: names.ANNOTATION_SELECTED_NODE not in (get(server, f"{pvcs(ns)}/lost")["metadata"]["annotations"]),
+        10,
+        "selected node removed",
+    )
+    assert phase(get(server, f"{pvcs(ns)}/lost")) == "Pending"
