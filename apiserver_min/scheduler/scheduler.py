@@ -1,10 +1,11 @@
 """The bundled scheduler: binds pending pods to nodes that fit.
 
 Upstream's default profile, cut down to the plugins that decide anything in a
-cluster without volumes or inter-pod affinity: NodeUnschedulable,
-TaintToleration, NodeAffinity (``nodeSelector`` and required node affinity),
-NodePorts and NodeResourcesFit filter the nodes, in that order, a node failing
-at its first filter as upstream; the least-allocated score (the mean free
+cluster without inter-pod affinity: NodeUnschedulable, TaintToleration,
+NodeAffinity (``nodeSelector`` and required node affinity), NodePorts,
+NodeResourcesFit and VolumeBinding (``volumebinding.py``: claims, their volumes'
+node affinity, binding on first consumer) filter the nodes, in that order, a
+node failing at its first filter as upstream; the least-allocated score (the mean free
 fraction of cpu and memory, with upstream's non-zero defaults for pods that
 request nothing) ranks the rest and a tie is broken at random.
 
