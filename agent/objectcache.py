@@ -7,6 +7,7 @@ import time
 from typing import Callable
 
 from apiserver_min.api import names
+from apiserver_min.api.persistentvolumes import ephemeral_claim_names
 
 from . import logging as agent_logging
 from . import pods as podutil
@@ -170,7 +171,7 @@ class ObjectCache:
             (v.get("persistentVolumeClaim") or {}).get("claimName")
             for v in podutil.spec(pod).get("volumes") or []
             if (v.get("persistentVolumeClaim") or {}).get("claimName")
-        ]
+        ] + sorted(ephemeral_claim_names(pod))
         claim_keys: set[tuple[str, str, str]] = set()
         for claim_name in claims:
             key = (KIND_CLAIM, ns, claim_name)

@@ -10,7 +10,8 @@ containers:
   recorded (:meth:`VolumeManager.empty_dir_size_limits`) for eviction.
 * ``hostPath`` - the path itself, after upstream's ``type`` check (the ``*OrCreate``
   types create what is missing).
-* ``persistentVolumeClaim`` - the path of the claim's bound volume, when that volume
+* ``persistentVolumeClaim`` and ``ephemeral`` (the claim ``<pod>-<volume>`` the
+  control plane makes for the pod, which the pod must own) - the path of the claim's bound volume, when that volume
   is a ``local`` one (the path must exist) or a ``hostPath`` one (its ``type`` check, as
   above; a directory the bundled local-path provisioner planned, annotated
   ``pv.orch.io/provisioned-by: orch.io/local-path``, is created mode 0777 here, on the
@@ -63,7 +64,7 @@ from typing import Any
 from agent import pods as podutil
 from agent.logging import get_logger
 from apiserver_min.api import names
-from apiserver_min.api.persistentvolumes import volume_sources
+from apiserver_min.api.persistentvolumes import claim_controlled_by, volume_sources
 from apiserver_min.api.quantity import QuantityError, parse_quantity
 from apiserver_min.api.validation import go_quote
 
@@ -91,7 +92,16 @@ _EMPTY_DIR_MODE = 0o777
 _MNT_DETACH = 2
 
 # Volume source fields this manager understands, by the plugin directory they use.
-_SUPPORTED = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected", "persistentVolumeClaim")
+_SUPPORTED = (
+    "emptyDir",
+    "hostPath",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+    "persistentVolumeClaim",
+    "ephemeral",
+)
 # Persistent volume sources this agent mounts.
 _PV_SOURCES = ("local", "hostPath")
 _LOCAL_PATH_MODE = 0o777
@@ -343,7 +353,7 @@ class VolumeManager:
             plans: list[tuple[dict, _Payload | _ClaimPath | None]] = []
             for volume in podutil.spec(pod).get("volumes") or []:
                 try:
-                    if volume.get("persistentVolumeClaim") is not None:
+                    if volume.get("persistentVolumeClaim") is not None or volume.get("ephemeral") is not None:
                         plans.append((volume, self._claim_path(pod, volume)))
                     else:
                         plans.append((volume, self._payload(pod, volume)))
@@ -481,7 +491,11 @@ class VolumeManager:
 
     def _claim_path(self, pod: dict, volume: dict) -> _ClaimPath:
         """The bound volume of the claim ``volume`` names, as a path on this node."""
-        claim_name = (volume.get("persistentVolumeClaim") or {}).get("claimName") or ""
+        ephemeral = volume.get("ephemeral") is not None
+        if ephemeral:
+            claim_name = f"{podutil.name(pod)}-{volume.get('name') or ''}"
+        else:
+            claim_name = (volume.get("persistentVolumeClaim") or {}).get("claimName") or ""
         if self.objects is None:
             raise _MountFailed(
                 "persistentVolumeClaim volumes need an API server connection; this node agent "
@@ -496,6 +510,10 @@ class VolumeManager:
         if claim is None:
             raise _ClaimNotReady(
                 f'{prefix}: failed to fetch PVC from API server: persistentvolumeclaims "{claim_name}" not found'
+            )
+        if ephemeral and not claim_controlled_by(claim, podutil.uid(pod)):
+            raise _MountFailed(
+                f"PVC {namespace}/{claim_name} was not created for pod {namespace}/{podutil.name(pod)} (pod is not owner)"
             )
         if (claim.get("metadata") or {}).get("deletionTimestamp"):
             raise _ClaimNotReady(f"{prefix}: can't start pod because PVC {namespace}/{claim_name} is being deleted")

@@ -274,6 +274,24 @@ def is_default_class(storage_class: Mapping) -> bool:
     )
 
 
+def claim_controlled_by(claim: Mapping, pod_uid: str) -> bool:
+    """The claim's controller reference names the pod (an ephemeral volume's claim)."""
+    for ref in dict_at(claim, "metadata").get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return ref.get("kind") == "Pod" and ref.get("uid") == pod_uid
+    return False
+
+
+def ephemeral_claim_names(pod: Mapping) -> set[str]:
+    """The claims of the pod's generic ephemeral volumes (``<pod>-<volume>``)."""
+    pod_name = dict_at(pod, "metadata").get("name") or ""
+    return {
+        f"{pod_name}-{vol.get('name') or ''}"
+        for vol in dict_at(pod, "spec").get("volumes") or []
+        if isinstance(vol, dict) and isinstance(vol.get("ephemeral"), dict)
+    }
+
+
 def pod_claim_names(pod: Mapping) -> list[str]:
     """The claims a pod's volumes use: ``persistentVolumeClaim`` volumes and generic
     ephemeral volumes (whose claim is ``<pod>-<volume>``), in volume order."""

@@ -366,6 +366,12 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(READ, (STORAGE,), ("storageclasses",)),
             _events_rule(),
         ],
+        "ephemeral-volume-controller": [
+            rule(READ, (CORE,), ("pods",)),
+            rule(("update",), (CORE,), ("pods/finalizers",)),
+            rule(("get", "list", "watch", "create"), (CORE,), ("persistentvolumeclaims",)),
+            _events_rule(),
+        ],
         "pvc-protection-controller": [
             rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumeclaims",)),
             rule(("get", "list", "watch"), (CORE,), ("pods",)),

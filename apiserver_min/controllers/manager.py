@@ -34,6 +34,7 @@ from .bootstrappolicy import reconcile_default_policy
 from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
 from .disruption import DisruptionController
+from .ephemeral import EphemeralVolumeController
 from .garbagecollector import GarbageCollector
 from .leaderelection import LeaderElector
 from .localpath import LocalPathProvisioner
@@ -167,6 +168,10 @@ class Controllers:
         binder = PersistentVolumeController(self.client("persistent-volume-binder"), informers)
         binder.start()
         tasks.append(asyncio.create_task(binder.run(), name="persistent-volume-binder"))
+        # The claims of pods' generic ephemeral volumes.
+        ephemeral = EphemeralVolumeController(self.client("ephemeral-volume-controller"), informers)
+        ephemeral.start()
+        tasks.append(asyncio.create_task(ephemeral.run(), name="ephemeral-volume-controller"))
         # The finalizers StorageObjectInUseProtection puts on claims and volumes.
         pvc_protection = PvcProtectionController(self.client("pvc-protection-controller"), informers)
         pv_protection = PvProtectionController(self.client("pv-protection-controller"), informers)

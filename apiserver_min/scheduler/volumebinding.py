@@ -85,11 +85,20 @@ class VolumeBinding:
         bound: list[dict] = []
         to_bind: list[dict] = []
         immediate_unbound = False
+        ephemeral = pvs.ephemeral_claim_names(pod)
+        pod_uid = str(dict_at(pod, "metadata").get("uid") or "")
         for name in pvs.pod_claim_names(pod):
             e = self.claims.get(ns, name)
             if e is None:
                 return None, f'persistentvolumeclaim "{name}" not found'
             claim = e.object()
+            if name in ephemeral and not pvs.claim_controlled_by(claim, pod_uid):
+                pod_name = dict_at(pod, "metadata").get("name") or ""
+                return (
+                    None,
+                    f'persistentvolumeclaim "{name}" was not created for pod "{ns}/{pod_name}" (pod is not owner)',
+                )
+
             if pvs.being_deleted(claim):
                 return None, f'persistentvolumeclaim "{name}" is being deleted'
             if dict_at(claim, "spec").get("volumeName"):

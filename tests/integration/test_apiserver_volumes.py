@@ -361,3 +361,59 @@ def test_claim_for_a_missing_node_goes_back_to_the_scheduler(server, ns):
         "selected node removed",
     )
     assert phase(get(server, f"{pvcs(ns)}/lost")) == "Pending"
+
+
+def test_ephemeral_volume_claim_lives_and_dies_with_its_pod(server, ns):
+    node = uniq("node")
+    make_node(server, node)
+    pod = {
+        "metadata": {"name": "eph"},
+        "spec": {
+            "nodeSelector": {"group": node},
+            "containers": [{"name": "c", "image": "orch.local/busybox:1"}],
+            "volumes": [
+                {
+                    "name": "scratch",
+                    "ephemeral": {
+                        "volumeClaimTemplate": {
+                            "metadata": {"labels": {"kind": "scratch"}},
+                            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    _, created = server.json("POST", f"/api/v1/namespaces/{ns}/pods", pod, expect=201)
+    claim = wait_for(lambda: (c := get(server, f"{pvcs(ns)}/eph-scratch")) and phase(c) == "Bound" and c, 15, "bound")
+    owner = claim["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "Pod",
+        "eph",
+        created["metadata"]["uid"],
+        True,
+    )
+    assert claim["metadata"]["labels"] == {"kind": "scratch"} and claim["spec"]["storageClassName"] == "local-path"
+    wait_for(lambda: get(server, f"/api/v1/namespaces/{ns}/pods/eph")["spec"].get("nodeName") == node, 10, "pod bound")
+    delete_pod(server, ns, "eph")
+    wait_for(lambda: get(server, f"{pvcs(ns)}/eph-scratch") is None, 15, "claim collected with its pod")
+
+    # A claim of that name the pod does not own is not used.
+    server.json("POST", f"/api/v1/namespaces/{ns}/pods", dict(pod, metadata={"name": "eph2"}), expect=201)
+    wait_for(lambda: get(server, f"{pvcs(ns)}/eph2-scratch"), 10, "claim made")
+    make_claim(server, ns, "eph3-scratch")
+    server.json("POST", f"/api/v1/namespaces/{ns}/pods", dict(pod, metadata={"name": "eph3"}), expect=201)
+    wait_for(lambda: events(server, ns, "eph3", "FailedBinding"), 10, "not-owner event")
+    msg = wait_for(
+        lambda: next(
+            (
+                c.get("message")
+                for c in (get(server, f"/api/v1/namespaces/{ns}/pods/eph3").get("status") or {}).get("conditions") or []
+                if c["type"] == "PodScheduled"
+            ),  # fmt: skip
+            "",
+        ),
+        10,
+        "unschedulable",
+    )
+    assert f'persistentvolumeclaim "eph3-scratch" was not created for pod "{ns}/eph3" (pod is not owner)' in msg

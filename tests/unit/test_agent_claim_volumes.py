@@ -202,3 +202,22 @@ async def test_object_cache_reads_claims_until_bound_then_keeps_them():
     cache.forget("pod-uid")
     assert cache.get("PersistentVolumeClaim", "shop", "data") is None
     assert cache.get("PersistentVolume", "", "pv-1") is None
+
+
+async def test_ephemeral_volume_uses_the_claim_the_pod_owns(ctx, tmp_path):
+    p = pod()
+    p["spec"]["volumes"] = [{"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]
+    target = str(tmp_path / "eph")
+    owned = claim(ownerReferences=[{"kind": "Pod", "name": "web-0", "uid": "pod-uid", "controller": True}])
+    owned["metadata"]["name"] = "web-0-d"
+    objs = {
+        ("PersistentVolumeClaim", "shop", "web-0-d"): owned,
+        ("PersistentVolume", "", "pv-1"): volume({"hostPath": {"path": target, "type": "DirectoryOrCreate"}}),
+    }
+    assert await manager(ctx, objs).setup(p) == {"d": target}
+    foreign = claim(ownerReferences=[{"kind": "Pod", "name": "web-0", "uid": "old-pod", "controller": True}])
+    objs[("PersistentVolumeClaim", "shop", "web-0-d")] = foreign
+    with pytest.raises(
+        PodConfigError, match=r"PVC shop/web-0-d was not created for pod shop/web-0 \(pod is not owner\)"
+    ):
+        await manager(ctx, objs).setup(p)
