@@ -11,9 +11,9 @@ containers:
 * ``hostPath`` - the path itself, after upstream's ``type`` check (the ``*OrCreate``
   types create what is missing).
 * ``persistentVolumeClaim`` and ``ephemeral`` (the claim ``<pod>-<volume>`` the
-  control plane makes for the pod, which the pod must own) - the path of the claim's bound volume, when that volume
-  is a ``local`` one (the path must exist) or a ``hostPath`` one (its ``type`` check, as
-  above; a directory the bundled local-path provisioner planned, annotated
+  control plane makes for the pod, which the pod must own) - the path of the claim's
+  bound volume, when that volume is a ``local`` one (the path must exist) or a
+  ``hostPath`` one (its ``type`` check, as above; a directory the bundled local-path provisioner planned, annotated
   ``pv.orch.io/provisioned-by: orch.io/local-path``, is created mode 0777 here, on the
   node, as k3s's provisioner does). The claim and volume come from the object getter
   (cluster mode: the object cache reads them, as the Node authorizer allows). While the
