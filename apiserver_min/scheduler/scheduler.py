@@ -556,6 +556,7 @@ class Scheduler:
         self.volume_bind_timeout = volume_bind_timeout
         # Pods placed on a node whose claims are being bound there: their Binding waits.
         self._waiting: dict[str, asyncio.Task] = {}
+        self._waiting_node: dict[str, str] = {}
         self.pods_kind = informers.kind("", "v1", "pods")
         self.nodes_kind = informers.kind("", "v1", "nodes")
         self.pods = informers.for_kind(self.pods_kind)
@@ -605,6 +606,9 @@ class Scheduler:
             self._node_sig[e.name] = self._node_signature(node)
         for e in self.pods.list():
             self._pod_event(CacheEvent("ADDED", e.rv, e, None, 0.0))
+        for key, node_name in self._waiting_node.items():  # still holding their places
+            self.bound[key] = node_name
+            self._count_pod(key)
         self._retry_unschedulable()
 
     @staticmethod
@@ -669,6 +673,7 @@ class Scheduler:
                 return  # counted on its node already; its task binds it or gives up
             waiting.cancel()
             self._waiting.pop(key, None)
+            self._waiting_node.pop(key, None)
         if ev.type == "DELETED":
             self._forget(key)
             if self._uncount(key):
@@ -828,6 +833,7 @@ class Scheduler:
                 return None
             # The pod holds its place on the node while its claims are bound; then the Binding.
             self._assume(key, pod, result.node)
+            self._waiting_node[key] = result.node
             self._waiting[key] = asyncio.create_task(
                 self._bind_after_volumes(key, pod, result.node, decision), name=f"volume-binding {ns}/{name}"
             )
@@ -869,6 +875,7 @@ class Scheduler:
                     return
                 await asyncio.sleep(VOLUME_BIND_POLL)
             self._waiting.pop(key, None)
+            self._waiting_node.pop(key, None)
             if not await self._bind(key, pod, node):
                 self._uncount(key)
         except asyncio.CancelledError:
@@ -879,6 +886,7 @@ class Scheduler:
             self._mark_unschedulable(key)
         finally:
             self._waiting.pop(key, None)
+            self._waiting_node.pop(key, None)
 
     async def _bind(self, key: str, pod: dict, node: str) -> bool:
         """The Binding of the pod to ``node``, then its Scheduled event."""

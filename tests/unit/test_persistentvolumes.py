@@ -3,6 +3,8 @@ pods; the scheduler's volume binding messages; the default storage class."""
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
 
@@ -16,9 +18,9 @@ from apiserver_min.controllers import localpath
 from apiserver_min.controllers.protection import pod_uses_claim
 from apiserver_min.options import OptionsError, parse
 from apiserver_min.registry.storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
-from apiserver_min.scheduler.scheduler import NodeState, pre_filter_message, volume_affinity_matches
+from apiserver_min.scheduler.scheduler import NodeState, Scheduler, pre_filter_message, volume_affinity_matches
 from apiserver_min.scheduler.volumebinding import VolumeBinding
-from apiserver_min.storage.cacher import Entry
+from apiserver_min.storage.cacher import CacheEvent, Entry
 
 
 def claim(name="data", ns="default", uid="u-1", size="1Gi", modes=("ReadWriteOnce",), cls="", **spec) -> dict:
@@ -363,6 +365,9 @@ class FakeInformer:
     def get(self, namespace, name):
         return self.entries.get((namespace, name))
 
+    def get_by_key(self, key):
+        return next((e for e in self.entries.values() if e.key == key), None)
+
     def list(self, namespace=None):
         return [e for (ns, _), e in self.entries.items() if namespace is None or ns == namespace]
 
@@ -382,7 +387,7 @@ class FakeInformers:
         return REGISTRY.by_resource(group, version, resource)
 
     def for_kind(self, kind):
-        return self.by_resource[kind.resource]
+        return self.by_resource.setdefault(kind.resource, FakeInformer([]))
 
     def for_resource(self, group, version, resource):
         return self.by_resource[resource]
@@ -464,3 +469,82 @@ def test_local_path_flags():
     ):
         with pytest.raises(OptionsError, match=words):
             parse(argv)
+
+
+# --- the scheduler waiting for a pod's claims ----------------------------------------------------
+
+
+class FakeClient:
+    """Writes recorded; updates answered with a newer resource version."""
+
+    def __init__(self, objects: dict):
+        self.objects = objects  # (resource, namespace, name) -> object
+        self.bindings: list[dict] = []
+        self.updates: list[tuple[str, str, str]] = []
+
+    async def create(self, kind, namespace, obj, *, subresource=""):
+        if subresource == "binding":
+            self.bindings.append(obj)
+        return obj
+
+    async def update(self, kind, namespace, name, obj_or_mutate, *, subresource=""):
+        self.updates.append((kind.resource, name, subresource))
+        if callable(obj_or_mutate):
+            current = self.objects.get((kind.resource, namespace, name), {"metadata": {"name": name}})
+            out = obj_or_mutate(current)
+        else:
+            out = dict(obj_or_mutate)
+        self.objects[(kind.resource, namespace, name)] = out
+        out.setdefault("metadata", {})["resourceVersion"] = "5"
+        return out
+
+
+def ready_node(name: str) -> dict:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+async def test_scheduler_gives_up_when_claims_are_not_bound_in_time():
+    wffc = dict(localpath.default_storage_class(), metadata={"name": "local-path"})
+    pod_obj = {
+        "metadata": {"name": "p", "namespace": "default", "uid": "pod-1"},
+        "spec": {
+            "containers": [{"name": "c", "image": "i"}],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    informers = FakeInformers(claims=[claim(cls="local-path")], classes=[wffc])
+    informers.by_resource["pods"] = FakeInformer([pod_obj])
+    informers.by_resource["nodes"] = FakeInformer([ready_node("n1")])
+    informers.by_resource["events"] = FakeInformer([])
+    informers.registry = REGISTRY
+    client = FakeClient({("pods", "default", "p"): pod_obj})
+    sched = Scheduler(client, informers, volume_bind_timeout=0.3)  # type: ignore[arg-type]
+    sched.start()
+    key = informers.by_resource["pods"].get("default", "p").key
+    assert await sched.schedule_one(key) == "n1"
+    # The claim got its node; the pod holds its place but is not bound yet.
+    assert ("persistentvolumeclaims", "data", "") in client.updates and not client.bindings
+    assert sched.bound[key] == "n1" and key in sched._waiting
+    await asyncio.wait_for(sched._waiting[key], 5)
+    assert not client.bindings and key not in sched.bound and key in sched.unschedulable
+    cond = client.objects[("pods", "default", "p")]["status"]["conditions"][0]
+    assert cond["reason"] == "SchedulerError"
+    assert (
+        cond["message"]
+        == 'running PreBind plugin "VolumeBinding": binding volumes: timed out waiting for the condition'
+    )
+
+    # Tried again: a pod deleted while it waits is let go.
+    assert await sched.schedule_one(key) == "n1"
+    entry = informers.by_resource["pods"].get("default", "p")
+    task = sched._waiting[key]
+    sched.on_pod(CacheEvent("DELETED", 2, entry, None, 0.0))
+    await asyncio.sleep(0)
+    assert task.cancelled() and key not in sched.bound and key not in sched._waiting
