@@ -112,6 +112,10 @@ class Options:
     # Services: the cluster-IP ranges (one, or two of different families) and the node-port range.
     service_cluster_ip_ranges: tuple[str, ...] = ("10.96.0.0/12",)
     service_node_port_range: tuple[int, int] = (30000, 2768)  # (first port, number of ports)
+    # The bundled local-path provisioner (controllers/localpath.py, k3s's local-path provisioner).
+    local_path_provisioner: bool = True
+    local_path_dir: str = names.LOCAL_PATH_DIR
+    local_path_helper_image: str = names.LOCAL_PATH_HELPER_IMAGE
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -394,6 +398,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="Port range (inclusive, FIRST-LAST or FIRST+COUNT) node ports of NodePort and "
         "LoadBalancer Services come from (default %(default)s).",
     )
+    lp = p.add_argument_group("local volumes")
+    lp.add_argument(
+        "--local-path-provisioner",
+        nargs="?",
+        const="true",
+        default="true",
+        help=f"Run the bundled local-path provisioner and create its default StorageClass "
+        f"{names.LOCAL_PATH_STORAGE_CLASS} (provisioner {names.LOCAL_PATH_PROVISIONER}) when absent (default true).",
+    )
+    lp.add_argument(
+        "--local-path-dir",
+        default=names.LOCAL_PATH_DIR,
+        help="The directory on each node under which local-path volumes are made (default %(default)s).",
+    )
+    lp.add_argument(
+        "--local-path-helper-image",
+        default=names.LOCAL_PATH_HELPER_IMAGE,
+        help="The image of the helper pods that remove deleted local-path volumes' directories on their "
+        "nodes; it needs rm (default %(default)s).",
+    )
     le = p.add_argument_group("leader election of the bundled controllers")
     le.add_argument(
         "--leader-elect",
@@ -568,6 +592,7 @@ def parse(argv: Sequence[str]) -> Options:
         **_node_lifecycle_options(ns),
         service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
         service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
+        **_local_path_options(ns),
     )
 
 
@@ -625,6 +650,23 @@ def parse_port_range(flag: str, value: str) -> tuple[int, int]:
             f"invalid value {value!r} for flag {flag}: must be a non-empty range of ports between 1 and 65535"
         )
     return first, count
+
+
+def _local_path_options(ns: argparse.Namespace) -> dict:
+    """The local-path provisioner's switch, directory (absolute, not the root) and helper image."""
+    directory = ns.local_path_dir.strip()
+    if not directory.startswith("/") or os.path.normpath(directory) == "/":
+        raise OptionsError(
+            f"invalid value {ns.local_path_dir!r} for flag --local-path-dir: must be an absolute path other than /"
+        )
+    image = ns.local_path_helper_image.strip()
+    if not image or any(c.isspace() for c in image):
+        raise OptionsError(f"invalid value {ns.local_path_helper_image!r} for flag --local-path-helper-image")
+    return {
+        "local_path_provisioner": parse_bool("--local-path-provisioner", ns.local_path_provisioner),
+        "local_path_dir": os.path.normpath(directory),
+        "local_path_helper_image": image,
+    }
 
 
 def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> dict:

@@ -415,7 +415,9 @@ def _volume_mounts(
         if propagation_mode not in _PROPAGATION:
             raise _config_error(f'invalid MountPropagation mode: "{propagation_mode}"')
         volume = _pod_volume(pod, volume_name) or {}
-        forced_ro = any(volume.get(kind) is not None for kind in _READ_ONLY_VOLUME_TYPES)
+        forced_ro = any(volume.get(kind) is not None for kind in _READ_ONLY_VOLUME_TYPES) or bool(
+            (volume.get("persistentVolumeClaim") or {}).get("readOnly")
+        )
         mounts.append(
             pb.Mount(
                 container_path=container_path,

@@ -447,3 +447,34 @@ ANNOTATION_DEPLOYMENT_REVISION = "deployment.kubernetes.io/revision"
 ANNOTATION_DEPLOYMENT_REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
 ANNOTATION_DEPLOYMENT_DESIRED_REPLICAS = f"deployment.{DOMAIN}/desired-replicas"
 ANNOTATION_DEPLOYMENT_MAX_REPLICAS = f"deployment.{DOMAIN}/max-replicas"
+
+# Persistent volumes, their binder, the scheduler's volume binding and the bundled
+# local-path provisioner: upstream's pv.kubernetes.io/*, volume.kubernetes.io/*,
+# volume.beta.kubernetes.io/* and storageclass.kubernetes.io/* annotations, and the
+# provisioner name, class and directory of k3s's local-path provisioner, renamed
+# (rancher.io/local-path, /var/lib/rancher/k3s/storage).
+ANNOTATION_BIND_COMPLETED = f"pv.{DOMAIN}/bind-completed"
+ANNOTATION_BOUND_BY_CONTROLLER = f"pv.{DOMAIN}/bound-by-controller"
+ANNOTATION_PROVISIONED_BY = f"pv.{DOMAIN}/provisioned-by"
+ANNOTATION_STORAGE_PROVISIONER = f"volume.{DOMAIN}/storage-provisioner"
+ANNOTATION_STORAGE_PROVISIONER_BETA = f"volume.beta.{DOMAIN}/storage-provisioner"
+ANNOTATION_SELECTED_NODE = f"volume.{DOMAIN}/selected-node"
+ANNOTATION_STORAGE_CLASS_BETA = f"volume.beta.{DOMAIN}/storage-class"
+ANNOTATION_DEFAULT_STORAGE_CLASS = f"storageclass.{DOMAIN}/is-default-class"
+ANNOTATION_DEFAULT_STORAGE_CLASS_BETA = f"storageclass.beta.{DOMAIN}/is-default-class"
+NO_PROVISIONER = f"{DOMAIN}/no-provisioner"
+LOCAL_PATH_PROVISIONER = f"{DOMAIN}/local-path"
+LOCAL_PATH_STORAGE_CLASS = "local-path"
+LOCAL_PATH_DIR = "/var/lib/orch/storage"
+# The image of the provisioner's helper pods, which remove a deleted volume's directory
+# on its node (k3s: a busybox image); the local image packaging/images builds.
+LOCAL_PATH_HELPER_IMAGE = "orch.local/busybox:1"
+LOCAL_PATH_HELPER_POD_PREFIX = "helper-pod-delete-"
+LABEL_LOCAL_PATH_HELPER = f"local-path.{DOMAIN}/volume"
+# Storage object in-use protection (upstream kubernetes.io/pvc-protection and kubernetes.io/pv-protection).
+FINALIZER_PVC_PROTECTION = f"{DOMAIN}/pvc-protection"
+FINALIZER_PV_PROTECTION = f"{DOMAIN}/pv-protection"
+# The finalizer a provisioner keeps on the volumes it must delete (upstream's
+# external-provisioner.volume.kubernetes.io/finalizer): a volume deleted by hand while
+# bound still has its storage removed once released.
+FINALIZER_PROVISIONER = f"external-provisioner.volume.{DOMAIN}/finalizer"

@@ -434,6 +434,41 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("update", "delete"), (CORE,), ("persistentvolumeclaims",)),
             _events_rule(),
         ],
+        # Upstream's system:controller:persistent-volume-binder.
+        "persistent-volume-binder": [
+            rule(("create", "delete", "get", "list", "update", "watch"), (CORE,), ("persistentvolumes",)),
+            rule(("update",), (CORE,), ("persistentvolumes/status",)),
+            rule(("get", "list", "update", "watch"), (CORE,), ("persistentvolumeclaims",)),
+            rule(("update",), (CORE,), ("persistentvolumeclaims/status",)),
+            rule(READ, (CORE,), ("pods", "nodes")),
+            rule(READ, (STORAGE,), ("storageclasses",)),
+            _events_rule(),
+        ],
+        "ephemeral-volume-controller": [
+            rule(READ, (CORE,), ("pods",)),
+            rule(("update",), (CORE,), ("pods/finalizers",)),
+            rule(("get", "list", "watch", "create"), (CORE,), ("persistentvolumeclaims",)),
+            _events_rule(),
+        ],
+        "pvc-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumeclaims",)),
+            rule(("get", "list", "watch"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "pv-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
+            _events_rule(),
+        ],
+        # k3s's local-path-provisioner ClusterRole, plus the default class it makes.
+        "local-path-provisioner": [
+            rule(READ, (CORE,), ("nodes",)),
+            rule(READ + ("update",), (CORE,), ("persistentvolumeclaims",)),
+            rule(("create", "delete", "get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
+            rule(("update",), (CORE,), ("persistentvolumes/status",)),
+            rule(("create", "delete", "get", "list", "watch"), (CORE,), ("pods",)),
+            rule(READ + ("create",), (STORAGE,), ("storageclasses",)),
+            _events_rule(),
+        ],
         "scheduler": [
             _events_rule(),
             rule(("create",), (COORDINATION,), ("leases",)),
@@ -456,6 +491,8 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(READ, (APPS,), ("replicasets", "statefulsets")),
             rule(READ, (POLICY,), ("poddisruptionbudgets",)),
             rule(READ, (STORAGE,), ("storageclasses",)),
+            # Upstream's system:volume-scheduler: static volumes bound and claims given their node.
+            rule(READ + ("patch", "update"), (CORE,), ("persistentvolumes", "persistentvolumeclaims")),
         ],
     }
 

@@ -41,11 +41,15 @@ from .disruption import DisruptionController
 from .endpoints import EndpointsController
 from .endpointslice import EndpointSliceController
 from .endpointslicemirroring import EndpointSliceMirroringController
+from .ephemeral import EphemeralVolumeController
 from .garbagecollector import GarbageCollector
 from .job import JobController
 from .leaderelection import LeaderElector
+from .localpath import LocalPathProvisioner
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
+from .persistentvolume import PersistentVolumeController
+from .protection import PvcProtectionController, PvProtectionController
 from .queue import FIELD_MANAGER
 from .replicaset import ReplicaSetController
 from .resourcequota import ResourceQuotaController
@@ -237,6 +241,30 @@ class Controllers:
         for task_name, controller in workloads.items():
             controller.start()
             tasks.append(asyncio.create_task(controller.run(), name=task_name))
+        # Claims bound to volumes; the bundled local-path provisioner (--local-path-provisioner).
+        binder = PersistentVolumeController(self.client("persistent-volume-binder"), informers)
+        binder.start()
+        tasks.append(asyncio.create_task(binder.run(), name="persistent-volume-binder"))
+        # The claims of pods' generic ephemeral volumes.
+        ephemeral = EphemeralVolumeController(self.client("ephemeral-volume-controller"), informers)
+        ephemeral.start()
+        tasks.append(asyncio.create_task(ephemeral.run(), name="ephemeral-volume-controller"))
+        # The finalizers StorageObjectInUseProtection puts on claims and volumes.
+        pvc_protection = PvcProtectionController(self.client("pvc-protection-controller"), informers)
+        pv_protection = PvProtectionController(self.client("pv-protection-controller"), informers)
+        for p in (pvc_protection, pv_protection):
+            p.start()
+        tasks.append(asyncio.create_task(pvc_protection.run(), name="pvc-protection-controller"))
+        tasks.append(asyncio.create_task(pv_protection.run(), name="pv-protection-controller"))
+        if opts.local_path_provisioner:
+            localpath = LocalPathProvisioner(
+                self.client("local-path-provisioner"),
+                informers,
+                base_dir=opts.local_path_dir,
+                helper_image=opts.local_path_helper_image,
+            )
+            localpath.start()
+            tasks.append(asyncio.create_task(localpath.run(), name="local-path-provisioner"))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

@@ -32,6 +32,7 @@ from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
+from .storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from .strategy import PathNameStrategy, Strategy
 
 STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
@@ -47,6 +48,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "limitranges"): LimitRangeStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
     (names.SCHEDULING_GROUP, "priorityclasses"): PriorityClassStrategy,
+    ("", "persistentvolumes"): PersistentVolumeStrategy,
+    ("", "persistentvolumeclaims"): PersistentVolumeClaimStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
