@@ -416,3 +416,19 @@ LABEL_CONTROLLER_REVISION_HASH = "controller-revision-hash"
 LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"
 ANNOTATION_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 LABEL_STATEFULSET_POD_NAME = f"statefulset.{DOMAIN}/pod-name"
+
+# Ingress and IngressClass (upstream kubernetes.io/ingress.class, the legacy class annotation,
+# and ingressclass.kubernetes.io/is-default-class, which DefaultIngressClass reads).
+ANNOTATION_INGRESS_CLASS = f"{DOMAIN}/ingress.class"
+ANNOTATION_IS_DEFAULT_INGRESS_CLASS = f"ingressclass.{DOMAIN}/is-default-class"
+
+# Volume protection (StorageObjectInUseProtection and the pvc-/pv-protection controllers;
+# upstream kubernetes.io/pvc-protection and kubernetes.io/pv-protection).
+FINALIZER_PVC_PROTECTION = f"{DOMAIN}/pvc-protection"
+FINALIZER_PV_PROTECTION = f"{DOMAIN}/pv-protection"
+
+# EventRateLimit's configuration group (upstream eventratelimit.admission.k8s.io).
+EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
+# A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
+# which wins over spec.storageClassName where set.
+ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"

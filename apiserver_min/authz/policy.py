@@ -369,6 +369,15 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("get",), ("*",), ("*/scale",)),
             _events_rule(),
         ],
+        "pvc-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumeclaims",)),
+            rule(("list", "watch", "get"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "pv-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
+            _events_rule(),
+        ],
         "endpoint-controller": [
             rule(READ, (CORE,), ("services", "pods")),
             rule(("get", "list", "create", "update", "delete"), (CORE,), ("endpoints",)),

@@ -47,6 +47,7 @@ from .resourcequota import ResourceQuotaController
 from .serviceaccounts import ServiceAccountsController
 from .statefulset import StatefulSetController
 from .ttlafterfinished import TTLAfterFinishedController
+from .volumeprotection import PvcProtectionController, PvProtectionController
 
 log = logging.getLogger("orch-apiserver.controllers")
 
@@ -197,6 +198,16 @@ class Controllers:
         disruption = DisruptionController(self.client("disruption-controller"), informers)
         disruption.start()
         tasks.append(asyncio.create_task(disruption.run(), name="disruption-controller"))
+        # The protection finalizers of claims and volumes (StorageObjectInUseProtection),
+        # removed once no pod uses the claim / the volume is not bound.
+        pvc_protection = PvcProtectionController(self.client("pvc-protection-controller"), informers)
+        pv_protection = PvProtectionController(self.client("pv-protection-controller"), informers)
+        for p in (pvc_protection, pv_protection):
+            p.start()
+        tasks += [
+            asyncio.create_task(pvc_protection.run(), name="pvc-protection-controller"),
+            asyncio.create_task(pv_protection.run(), name="pv-protection-controller"),
+        ]
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

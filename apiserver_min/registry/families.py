@@ -26,6 +26,7 @@ from .core import (
     ServiceStrategy,
 )
 from .eviction import PodEvictionREST
+from .networking import IngressClassStrategy, IngressStrategy
 from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
@@ -51,6 +52,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
     (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
     (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
+    (names.NETWORKING_GROUP, "ingresses"): IngressStrategy,
+    (names.NETWORKING_GROUP, "ingressclasses"): IngressClassStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }
