@@ -365,3 +365,30 @@ def test_ingress_class_controller_is_immutable():
     assert errors(new, old, kind=CLASSES) == ['spec.controller: Invalid value: "example.com/b": field is immutable']
     same = ingress_class({"controller": "example.com/a", "parameters": {"kind": "P", "name": "q"}})
     assert errors(same, old, kind=CLASSES) == []
+
+
+def _cells(kind, obj: dict) -> dict:
+    return {c.name: c.cell(obj) for c in kind.table_columns()}
+
+
+def test_printer_columns_as_kubectl_shows_them():
+    hosts = [{"host": h} for h in ("", "a.com", "b.com", "c.com")]
+    obj = ingress({"rules": hosts, "tls": [{"hosts": ["a.com"]}], "ingressClassName": "main"})
+    obj["status"] = {
+        "loadBalancer": {"ingress": [{"ip": "10.0.0.2"}, {"hostname": "lb.example.com"}, {"ip": "10.0.0.2"}]}
+    }
+    cells = _cells(INGRESS, obj)
+    assert [c.name for c in INGRESS.table_columns()] == ["Name", "Class", "Hosts", "Address", "Ports", "Age"]
+    assert (cells["Class"], cells["Hosts"], cells["Address"], cells["Ports"]) == (
+        "main",
+        "a.com,b.com,c.com",
+        "10.0.0.2,lb.example.com",
+        "80, 443",
+    )
+    many = ingress({"rules": [{"host": f"h{i}.com"} for i in range(5)]})
+    assert _cells(INGRESS, many)["Hosts"] == "h0.com,h1.com,h2.com + 2 more..."
+    assert _cells(INGRESS, ingress({"defaultBackend": SVC}))["Hosts"] == "*"
+    assert [c.name for c in CLASSES.table_columns()] == ["Name", "Controller", "Parameters", "Age"]
+    params = {"controller": "example.com/c", "parameters": {"apiGroup": "k8s.example.com", "kind": "P", "name": "p"}}
+    assert _cells(CLASSES, ingress_class(params))["Parameters"] == "P.k8s.example.com/p"
+    assert _cells(CLASSES, ingress_class({"controller": "example.com/c"}))["Parameters"] == "<none>"
