@@ -17,6 +17,7 @@ immutable; ``parameters`` a reference with ``kind`` and ``name``, ``scope``
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Any
 
 from ..admission.chain import warn
@@ -35,7 +36,14 @@ DEPRECATED_CLASS_ANNOTATION_WARNING = (
 )
 
 
+_DOTTED_QUAD = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+
+
 def _is_ip(value: str) -> bool:
+    """An IPv4 or IPv6 address, IPv4 parts with leading zeros included (upstream's
+    sloppy parse reads ``010.0.0.1`` as an address, where Python refuses it)."""
+    if _DOTTED_QUAD.fullmatch(value):
+        return all(int(part) <= 255 for part in value.split("."))
     try:
         ipaddress.ip_address(value)
     except ValueError:

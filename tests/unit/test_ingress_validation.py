@@ -123,6 +123,22 @@ P = "spec.rules[0].http.paths[0]"
             id="ip-host",
         ),
         pytest.param(
+            {"rules": [rule(host="010.0.0.1")]},
+            ['spec.rules[0].host: Invalid value: "010.0.0.1": must be a DNS name, not an IP address'],
+            id="ip-host-leading-zeros",
+        ),
+        pytest.param(
+            {"rules": [rule(host="::1")]},
+            [
+                'spec.rules[0].host: Invalid value: "::1": must be a DNS name, not an IP address',
+                'spec.rules[0].host: Invalid value: "::1": a lowercase RFC 1123 subdomain must consist of lower '
+                "case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
+                "(e.g. 'example.com', regex used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            ],
+            id="ipv6-host",
+        ),
+        pytest.param(
             {"rules": [rule(host="Foo.com")]},
             [
                 'spec.rules[0].host: Invalid value: "Foo.com": a lowercase RFC 1123 subdomain must consist of lower '
