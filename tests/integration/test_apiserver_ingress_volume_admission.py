@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, Kubectl, create_namespace
+from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, Kubectl, create_namespace, kubectl_binary
 from tests.components import free_port
 from tests.helpers import uniq, wait_for
 
@@ -54,9 +54,12 @@ def server(tmp_path_factory):
         yield s
 
 
-@pytest.fixture
-def kubectl(server, tmp_path):
-    return Kubectl(server, tmp_path)
+@pytest.fixture(params=["default", "1.27"])
+def kubectl(request, server, tmp_path):
+    """The installed kubectl, and kubectl 1.27 itself."""
+    if request.param == "default":
+        return Kubectl(server, tmp_path)
+    return Kubectl(server, tmp_path, binary=kubectl_binary(request.param))
 
 
 def namespace(server) -> str:
