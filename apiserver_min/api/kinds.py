@@ -245,6 +245,33 @@ def _join(values: Iterable[Any], empty: str = "<none>") -> str:
 # --- per-kind cells ------------------------------------------------------------------
 
 
+def _ingress_hosts_cell(o: dict) -> str:
+    """The rules' hosts, the first three and how many rules more (``*``: none)."""
+    rules = [r for r in dig(o, "spec", "rules", default=[]) or [] if isinstance(r, dict)]
+    shown: list[str] = []
+    more = False
+    for r in rules:
+        if len(shown) == 3:
+            more = True
+            break
+        if r.get("host"):
+            shown.append(str(r["host"]))
+    if not shown:
+        return "*"
+    return ",".join(shown) + (f" + {len(rules) - 3} more..." if more else "")
+
+
+def _ingress_class_parameters_cell(o: dict) -> str:
+    """``Kind[.apiGroup]/name`` of the class's parameters, ``<none>`` without."""
+    params = dig(o, "spec", "parameters")
+    if not isinstance(params, dict):
+        return "<none>"
+    kind = str(params.get("kind") or "")
+    if params.get("apiGroup") is not None:
+        kind += f".{params['apiGroup']}"
+    return f"{kind}/{params.get('name') or ''}"
+
+
 def pod_ready(obj: dict) -> str:
     statuses = dig(obj, "status", "containerStatuses", default=[]) or []
     total = len(dig(obj, "spec", "containers", default=[]) or [])
@@ -1040,20 +1067,18 @@ KINDS: tuple[KindInfo, ...] = (
         columns=(
             NAME,
             col("Class", "string", _or_none(_getter("spec", "ingressClassName"))),
-            col(
-                "Hosts",
-                "string",
-                lambda o: _join((r.get("host") for r in dig(o, "spec", "rules", default=[]) or []), "*"),
-            ),
+            col("Hosts", "string", _ingress_hosts_cell),
             col(
                 "Address",
                 "string",
-                lambda o: _join(
-                    (
-                        i.get("ip") or i.get("hostname")
-                        for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []
-                    ),
-                    "",
+                lambda o: ",".join(
+                    sorted(
+                        {
+                            str(i.get("ip") or i.get("hostname"))
+                            for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []
+                            if isinstance(i, dict) and (i.get("ip") or i.get("hostname"))
+                        }
+                    )
                 ),
             ),
             col("Ports", "string", lambda o: "80, 443" if dig(o, "spec", "tls") else "80"),
@@ -1069,15 +1094,7 @@ KINDS: tuple[KindInfo, ...] = (
         columns=(
             NAME,
             col("Controller", "string", _getter("spec", "controller")),
-            col(
-                "Parameters",
-                "string",
-                lambda o: (
-                    "<none>"
-                    if not dig(o, "spec", "parameters")
-                    else f"{dig(o, 'spec', 'parameters', 'kind')}/{dig(o, 'spec', 'parameters', 'name')}"
-                ),
-            ),
+            col("Parameters", "string", _ingress_class_parameters_cell),
             AGE,
         ),
     ),

@@ -478,3 +478,14 @@ FINALIZER_PV_PROTECTION = f"{DOMAIN}/pv-protection"
 # external-provisioner.volume.kubernetes.io/finalizer): a volume deleted by hand while
 # bound still has its storage removed once released.
 FINALIZER_PROVISIONER = f"external-provisioner.volume.{DOMAIN}/finalizer"
+
+# Ingress and IngressClass (upstream kubernetes.io/ingress.class, the legacy class annotation,
+# and ingressclass.kubernetes.io/is-default-class, which DefaultIngressClass reads).
+ANNOTATION_INGRESS_CLASS = f"{DOMAIN}/ingress.class"
+ANNOTATION_IS_DEFAULT_INGRESS_CLASS = f"ingressclass.{DOMAIN}/is-default-class"
+
+# EventRateLimit's configuration group (upstream eventratelimit.admission.k8s.io).
+EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
+# A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
+# which wins over spec.storageClassName where set.
+ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"

@@ -28,6 +28,7 @@ from .core import (
 )
 from .endpoints import EndpointSliceStrategy, EndpointsStrategy
 from .eviction import PodEvictionREST
+from .networking import IngressClassStrategy, IngressStrategy
 from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
@@ -61,6 +62,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
     (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
     (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
+    (names.NETWORKING_GROUP, "ingresses"): IngressStrategy,
+    (names.NETWORKING_GROUP, "ingressclasses"): IngressClassStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
 }
