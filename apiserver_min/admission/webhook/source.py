@@ -52,14 +52,14 @@ class WebhookSource:
 
     def __init__(self, cache: "WatchCache", registry: "Registry", resource: str):
         self.kind = _served(registry, names.ADMISSIONREGISTRATION_GROUP, resource)
-        self._cache: ResourceCache = cache.cache(key_prefix(self.kind))
+        self._watch_cache = cache
+        self._cache: ResourceCache | None = None  # subscribed on first use
         self._hooks: list[Webhook] | None = None
         # The webhooks whose rules match, by (operation, group, version, resource,
         # sub-resource, namespaced): rules depend on nothing else, so this is worked
         # out once per request shape and configuration.
         self._by_shape: dict[tuple, list[Webhook]] = {}
         self.on_change: list[Callable[[], None]] = []
-        cache.listeners.append(self._on_cache_event)
 
     def _on_cache_event(self, cache: "ResourceCache | None", ev: "CacheEvent | None") -> None:
         if cache is None or cache is self._cache:
@@ -69,6 +69,9 @@ class WebhookSource:
                 fn()
 
     def hooks(self) -> list[Webhook]:
+        if self._cache is None:
+            self._cache = self._watch_cache.cache(key_prefix(self.kind))
+            self._watch_cache.listeners.append(self._on_cache_event)
         if self._hooks is None:
             self._hooks = self._build()
         return self._hooks
@@ -86,6 +89,7 @@ class WebhookSource:
 
     def _build(self) -> list[Webhook]:
         found: list[Webhook] = []
+        assert self._cache is not None
         for entry in sorted(self._cache.items.values(), key=lambda e: e.name):
             obj = entry.object()
             uid = str((obj.get("metadata") or {}).get("uid") or "")
@@ -116,10 +120,24 @@ class ClusterLookup:
         self._svc_kind = _served(registry, "", "services")
         self._ep_kind = _served(registry, "", "endpoints")
         self._slice_kind = _served(registry, names.DISCOVERY_GROUP, "endpointslices")
-        self._namespaces = cache.cache(key_prefix(self._ns_kind))
-        self._services = cache.cache(key_prefix(self._svc_kind))
-        self._endpoints = cache.cache(key_prefix(self._ep_kind))
-        self._slices = cache.cache(key_prefix(self._slice_kind))
+        self._watch_cache = cache
+
+    # The caches, looked up on use (the watch cache is the server's, wired before start).
+    @property
+    def _namespaces(self) -> "ResourceCache":
+        return self._watch_cache.cache(key_prefix(self._ns_kind))
+
+    @property
+    def _services(self) -> "ResourceCache":
+        return self._watch_cache.cache(key_prefix(self._svc_kind))
+
+    @property
+    def _endpoints(self) -> "ResourceCache":
+        return self._watch_cache.cache(key_prefix(self._ep_kind))
+
+    @property
+    def _slices(self) -> "ResourceCache":
+        return self._watch_cache.cache(key_prefix(self._slice_kind))
 
     async def namespace_labels(self, name: str) -> dict:
         """The namespace's labels; 404 when it does not exist (as upstream)."""
