@@ -384,7 +384,6 @@ class HorizontalPodAutoscalerController:
             )
             message = f"invalid metrics ({failures} invalid out of {len(specs)}), first error is: {first_failure}"
             await self.events.record(_ref(hpa), "Warning", "FailedComputeMetricsReplicas", message)
-            status["currentMetrics"] = statuses
             return None, "", statuses
         set_condition(
             status,

@@ -416,7 +416,7 @@ class ScalingHistory:
 
     def forget(self, key: str) -> None:
         for d in (self.recommendations, self.ups, self.downs):
-            d.pop(key, None)  # type: ignore[attr-defined]
+            d.pop(key, None)
 
     def record_initial(self, key: str, current: int) -> None:
         if not self.recommendations.get(key):

@@ -30,8 +30,11 @@ from apiserver_min.controllers.hpacalc import (
     scale_down_limit,
     scale_up_limit,
 )
+from apiserver_min.options import OptionsError, parse
 from apiserver_min.registry.autoscaling import validate_hpa_spec
+from apiserver_min.registry.autoscaling_v1 import from_v1, to_v1
 from apiserver_min.registry.store import Store
+from apiserver_min.server.resourcemetrics import ResourceMetrics, parse_resource_metrics
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.keys import key_prefix, object_key
 from apiserver_min.storage.sqlite import SqliteBackend
@@ -581,3 +584,127 @@ async def test_the_controller_identity_may_not_write_what_its_role_does_not_gran
     with pytest.raises(st.ApiError) as info:
         await client.create(DEPLOYMENTS, "team", {"metadata": {"name": "x"}, "spec": {}})
     assert info.value.code == 403
+
+
+# --- autoscaling/v1 by conversion, flags ---------------------------------------------------------
+
+
+def test_v1_converts_to_the_stored_v2_and_back():
+    v1 = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "team"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "minReplicas": 2,
+            "maxReplicas": 6,
+            "targetCPUUtilizationPercentage": 70,
+        },
+    }
+    v2 = from_v1(v1)
+    assert v2["apiVersion"] == "autoscaling/v2"
+    assert v2["spec"]["metrics"] == [
+        {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}
+    ]
+    v2["status"] = {
+        "currentReplicas": 2,
+        "desiredReplicas": 3,
+        "currentMetrics": [
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "current": {"averageUtilization": 90, "averageValue": "90m"}},
+            }
+        ],
+        "conditions": [{"type": "AbleToScale", "status": "True", "reason": "SucceededRescale", "message": "m"}],
+    }
+    back = to_v1(v2)
+    assert back["spec"] == v1["spec"]
+    assert back["status"] == {"currentReplicas": 2, "desiredReplicas": 3, "currentCPUUtilizationPercentage": 90}
+    conditions = back["metadata"]["annotations"][names.HPA_V1_CONDITIONS_ANNOTATION]
+    assert '"SucceededRescale"' in conditions
+    # What v1 cannot hold shows in annotations; a v1 write may not set them.
+    v2["spec"]["metrics"].append(
+        {"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue", "averageValue": "1"}}}
+    )
+    shown = to_v1(v2)
+    assert '"qps"' in shown["metadata"]["annotations"][names.HPA_V1_METRICS_ANNOTATION]
+    with pytest.raises(st.ApiError) as info:
+        from_v1(shown)
+    assert info.value.code == 422 and names.HPA_V1_METRICS_ANNOTATION in info.value.message
+
+
+def test_autoscaler_flags_parse_as_durations_with_upstreams_defaults(tmp_path):
+    opts = parse(["--data-dir", str(tmp_path)])
+    assert (
+        opts.horizontal_pod_autoscaler_sync_period,
+        opts.horizontal_pod_autoscaler_tolerance,
+        opts.horizontal_pod_autoscaler_cpu_initialization_period,
+        opts.horizontal_pod_autoscaler_initial_readiness_delay,
+        opts.horizontal_pod_autoscaler_downscale_stabilization,
+    ) == (15.0, 0.1, 300.0, 30.0, 300.0)
+    opts = parse(
+        [
+            "--data-dir",
+            str(tmp_path),
+            "--horizontal-pod-autoscaler-sync-period=5s",
+            "--horizontal-pod-autoscaler-tolerance=0.2",
+            "--horizontal-pod-autoscaler-downscale-stabilization=1m",
+        ]
+    )
+    assert (opts.horizontal_pod_autoscaler_sync_period, opts.horizontal_pod_autoscaler_tolerance) == (5.0, 0.2)
+    assert opts.horizontal_pod_autoscaler_downscale_stabilization == 60.0
+    with pytest.raises(OptionsError, match="--horizontal-pod-autoscaler-tolerance"):
+        parse(["--data-dir", str(tmp_path), "--horizontal-pod-autoscaler-tolerance=-1"])
+    with pytest.raises(OptionsError, match="--horizontal-pod-autoscaler-sync-period"):
+        parse(["--data-dir", str(tmp_path), "--horizontal-pod-autoscaler-sync-period=0s"])
+
+
+def _agent_scrape(cpu_seconds: float, at: float) -> str:
+    lines = []
+    for pod_name in ("web-0", "web-1"):
+        labels = f'container="c",namespace="team",pod="{pod_name}"'
+        lines += [
+            f"container_cpu_usage_seconds_total{{{labels}}} {cpu_seconds} {int(at * 1000)}",
+            f"container_memory_working_set_bytes{{{labels}}} 10485760 {int(at * 1000)}",
+            f"container_start_time_seconds{{{labels}}} {T0 - 3600}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+async def test_controller_reads_the_servers_resource_metrics_api(cluster):
+    """The real metrics source the server passes in: two scrapes of an agent's
+    /metrics/resource, 15 s apart, with each pod's container using 150m of CPU."""
+    store, cache, informers, client = cluster
+    await _deployment_with_pods(store, 2)
+    await store.create(
+        HPAS,
+        "team",
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "maxReplicas": 10,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {"name": "cpu", "target": {"type": "AverageValue", "averageValue": "50m"}},
+                    }
+                ],  # fmt: skip
+            },
+        },
+        SYSTEM_USER,
+    )
+    await cache.sync()
+    resource_metrics = ResourceMetrics(None, cache, REGISTRY, 15.0)  # no server: this one never scrapes
+    resource_metrics.usage.record("node-a", parse_resource_metrics(_agent_scrape(10.0, T0 - 25), T0))
+    resource_metrics.usage.record("node-a", parse_resource_metrics(_agent_scrape(12.25, T0 - 10), T0))
+    controller = HorizontalPodAutoscalerController(client, informers, resource_metrics, clock=Clock())
+    await controller.sync(object_key(HPAS, "team", "web"))
+    await cache.sync()
+    # 150m a pod against 50m: three times the pods (the default scale-up limit allows 4 from 2).
+    assert (await store.get_object(DEPLOYMENTS, "team", "web"))["spec"]["replicas"] == 4
+    hpa = await store.get_object(HPAS, "team", "web")
+    assert hpa["status"]["currentMetrics"] == [
+        {"type": "Resource", "resource": {"name": "cpu", "current": {"averageValue": "150m"}}}
+    ]
+    assert _conditions(hpa)["ScalingLimited"] == ("True", "ScaleUpLimit")
