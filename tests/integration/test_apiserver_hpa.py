@@ -82,6 +82,13 @@ def test_kubectl_autoscale_creates_an_autoscaler_the_controller_reports_on(apise
     # The short name and the "all" category.
     assert "horizontalpodautoscaler.autoscaling/web" in kubectl("get", "all", "-n", ns, "-o", "name", check=True).stdout
 
+    # kubectl describe reads it (autoscaling/v2) with its conditions.
+    described = kubectl("describe", "hpa", "web", "-n", ns, check=True).stdout
+    assert "Deployment/web" in described and "FailedGetResourceMetric" in described
+    # The v1 view of the same object.
+    _, v1 = apiserver.json("GET", f"/apis/autoscaling/v1/namespaces/{ns}/horizontalpodautoscalers/web", expect=200)
+    assert v1["spec"]["targetCPUUtilizationPercentage"] == 50 and v1["status"]["currentReplicas"] == 2
+
     # The events name the failure as upstream's.
     events = kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=web", check=True).stdout
     assert "FailedGetResourceMetric" in events
