@@ -562,6 +562,22 @@ def _or_none(fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
     return cell
 
 
+def _storage_class_name(o: dict) -> str:
+    """The name, marked `` (default)`` for the default class (as upstream's printer)."""
+    ann = dig(o, "metadata", "annotations", default={}) or {}
+    default = "true" in (
+        ann.get(names.ANNOTATION_DEFAULT_STORAGE_CLASS),
+        ann.get(names.ANNOTATION_DEFAULT_STORAGE_CLASS_BETA),
+    )
+    name = dig(o, "metadata", "name", default="") or ""
+    return f"{name} (default)" if default else name
+
+
+_STORAGE_CLASS_NAME = Column(
+    "Name", "string", _storage_class_name, format="name", description="Name must be unique within a namespace."
+)
+
+
 def col(
     name: str, typ: str, fn: Callable[[dict], Any], priority: int = 0, description: str = "", fmt: str = ""
 ) -> Column:
@@ -1338,7 +1354,7 @@ KINDS: tuple[KindInfo, ...] = (
         False,
         short_names=("sc",),
         columns=(
-            NAME,
+            _STORAGE_CLASS_NAME,
             col("Provisioner", "string", _getter("provisioner")),
             col("ReclaimPolicy", "string", lambda o: o.get("reclaimPolicy") or "Delete"),
             col("VolumeBindingMode", "string", lambda o: o.get("volumeBindingMode") or "Immediate"),

@@ -12,6 +12,7 @@ from typing import Any
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
 from .admissionregistration import WebhookConfigurationStrategy
+from .apps import DeploymentStrategy, ReplicaSetStrategy, ReplicationControllerStrategy
 from .apps_controllerrevision import ControllerRevisionStrategy
 from .apps_daemonset import DaemonSetStrategy
 from .apps_statefulset import StatefulSetStrategy
@@ -26,11 +27,13 @@ from .core import (
     PodStrategy,
     ServiceStrategy,
 )
+from .endpoints import EndpointSliceStrategy, EndpointsStrategy
 from .eviction import PodEvictionREST
 from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
+from .storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from .strategy import PathNameStrategy, Strategy
 
 STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
@@ -38,9 +41,16 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "replicationcontrollers"): ReplicationControllerStrategy,
+    (names.APPS_GROUP, "deployments"): DeploymentStrategy,
+    (names.APPS_GROUP, "replicasets"): ReplicaSetStrategy,
+    ("", "endpoints"): EndpointsStrategy,
+    (names.DISCOVERY_GROUP, "endpointslices"): EndpointSliceStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
     (names.SCHEDULING_GROUP, "priorityclasses"): PriorityClassStrategy,
+    ("", "persistentvolumes"): PersistentVolumeStrategy,
+    ("", "persistentvolumeclaims"): PersistentVolumeClaimStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,

@@ -15,6 +15,7 @@ from .alwaysdeny import AlwaysDeny
 from .alwayspullimages import AlwaysPullImages
 from .antiaffinity import LimitPodHardAntiAffinityTopology
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
+from .defaultstorageclass import DefaultStorageClass
 from .defaulttolerationseconds import DefaultTolerationSeconds
 from .denyserviceexternalips import DenyServiceExternalIPs
 from .extendedresourcetoleration import ExtendedResourceToleration
@@ -23,6 +24,7 @@ from .namespaceautoprovision import NamespaceAutoProvision
 from .namespaceexists import NamespaceExists
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
+from .persistentvolumeclaimresize import PersistentVolumeClaimResize
 from .podnodeselector import PodNodeSelector
 from .podsecurity import PodSecurity
 from .podtolerationrestriction import PodTolerationRestriction
@@ -30,6 +32,7 @@ from .priority import plugin as priority_plugin
 from .resourcequota import plugin as resource_quota_plugin
 from .securitycontextdeny import SecurityContextDeny
 from .serviceaccount import ServiceAccountAdmission
+from .storageobjectinuseprotection import StorageObjectInUseProtection
 
 log = logging.getLogger("orch-apiserver.admission")
 
@@ -125,6 +128,9 @@ KNOWN_PLUGINS = frozenset(
         "LimitRanger",
         "Priority",
         "ResourceQuota",
+        "DefaultStorageClass",
+        "StorageObjectInUseProtection",
+        "PersistentVolumeClaimResize",
     }
 )
 
@@ -218,6 +224,9 @@ def _plugin_factories() -> dict:
         "ExtendedResourceToleration": lambda server: ExtendedResourceToleration(),
         "NodeRestriction": lambda server: NodeRestriction(server.store, server.registry),
         "DefaultTolerationSeconds": toleration,
+        "DefaultStorageClass": lambda server: DefaultStorageClass(server.store, server.registry),
+        "StorageObjectInUseProtection": lambda server: StorageObjectInUseProtection(),
+        "PersistentVolumeClaimResize": lambda server: PersistentVolumeClaimResize(server.store, server.registry),
         "CertificateApproval": lambda server: CertificateApproval(lambda: server.authorizer),
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
