@@ -708,3 +708,44 @@ async def test_controller_reads_the_servers_resource_metrics_api(cluster):
         {"type": "Resource", "resource": {"name": "cpu", "current": {"averageValue": "150m"}}}
     ]
     assert _conditions(hpa)["ScalingLimited"] == ("True", "ScaleUpLimit")
+
+
+async def test_controller_brings_a_stateful_set_inside_the_bounds_without_metrics(cluster):
+    store, cache, informers, client = cluster
+    sts_kind = REGISTRY.by_resource("apps", "v1", "statefulsets")
+    template = {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    await store.create(
+        sts_kind,
+        "team",
+        {
+            "metadata": {"name": "db"},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": template,
+            },
+        },
+        SYSTEM_USER,
+    )
+    spec = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"},
+        "minReplicas": 3,
+        "maxReplicas": 5,
+    }
+    await store.create(HPAS, "team", {"metadata": {"name": "db"}, "spec": spec}, SYSTEM_USER)
+    await cache.sync()
+    metrics = FakeMetrics()
+    controller = HorizontalPodAutoscalerController(client, informers, metrics, clock=Clock())
+    await controller.sync(object_key(HPAS, "team", "db"))
+    await cache.sync()
+    assert (await store.get_object(sts_kind, "team", "db"))["spec"]["replicas"] == 3
+    assert metrics.asked == []  # outside the bounds, no metric is read
+    hpa = await store.get_object(HPAS, "team", "db")
+    assert (hpa["status"]["currentReplicas"], hpa["status"]["desiredReplicas"]) == (1, 3)
+    assert "currentMetrics" not in hpa["status"]
+    assert (
+        "Normal",
+        "SuccessfulRescale",
+        "New size: 3; reason: Current number of replicas below Spec.MinReplicas",
+    ) in _events(cache)
