@@ -99,6 +99,12 @@ class Options:
     # How often the resource quota controller recounts every quota.
     resource_quota_sync_period: float = 300.0
     enable_scheduler: bool = True
+    # The horizontal pod autoscaler controller (upstream's --horizontal-pod-autoscaler-* flags).
+    horizontal_pod_autoscaler_sync_period: float = 15.0
+    horizontal_pod_autoscaler_tolerance: float = 0.1
+    horizontal_pod_autoscaler_cpu_initialization_period: float = 300.0
+    horizontal_pod_autoscaler_initial_readiness_delay: float = 30.0
+    horizontal_pod_autoscaler_downscale_stabilization: float = 300.0
     # The endpoint slice controllers (controllers/endpointslice.py, endpointslicemirroring.py).
     max_endpoints_per_slice: int = 100
     mirroring_max_endpoints_per_subset: int = 1000
@@ -384,6 +390,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="How often the resource metrics API (metrics.orch.io, kubectl top) scrapes the node agents' "
         "/metrics/resource; CPU usage is the rate over the last two scrapes (default %(default)s).",
     )
+    hpa = p.add_argument_group("horizontal pod autoscaler")
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-sync-period",
+        default="15s",
+        help="How often the horizontal pod autoscaler controller reconciles each autoscaler (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-tolerance",
+        default="0.1",
+        help="How far the ratio of a metric to its target may stray from 1.0 before the autoscaler "
+        "scales (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-cpu-initialization-period",
+        default="5m",
+        help="After a pod starts, how long its CPU samples count only once it is ready and a full "
+        "sample window passed since (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-initial-readiness-delay",
+        default="30s",
+        help="After a pod starts, how long readiness changes are taken as its initial readiness (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-downscale-stabilization",
+        default="5m",
+        help="How far back the autoscaler looks for the highest recommendation before scaling down, "
+        "for autoscalers whose behavior does not set a scale-down window (default %(default)s).",
+    )
     sv = p.add_argument_group("services")
     sv.add_argument(
         "--service-cluster-ip-range",
@@ -590,6 +625,7 @@ def parse(argv: Sequence[str]) -> Options:
         **_authentication_options(ns),
         **_certificate_options(ns),
         **_node_lifecycle_options(ns),
+        **_autoscaler_options(ns),
         service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
         service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
         **_local_path_options(ns),
@@ -710,6 +746,32 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
     if out["leader_elect_renew_deadline"] >= out["leader_elect_lease_duration"]:
         raise OptionsError("--leader-elect-renew-deadline must be less than --leader-elect-lease-duration")
         raise OptionsError("--leader-elect-retry-period must be less than --leader-elect-renew-deadline")
+    return out
+
+
+def _autoscaler_options(ns: argparse.Namespace) -> dict:
+    """The horizontal pod autoscaler's flags: a positive sync period, non-negative
+    durations, a non-negative tolerance."""
+    out = _positive_durations(
+        ns, (("--horizontal-pod-autoscaler-sync-period", "horizontal_pod_autoscaler_sync_period"),)
+    )
+    for flag, attr in (
+        (
+            "--horizontal-pod-autoscaler-cpu-initialization-period",
+            "horizontal_pod_autoscaler_cpu_initialization_period",
+        ),
+        ("--horizontal-pod-autoscaler-initial-readiness-delay", "horizontal_pod_autoscaler_initial_readiness_delay"),
+        ("--horizontal-pod-autoscaler-downscale-stabilization", "horizontal_pod_autoscaler_downscale_stabilization"),
+    ):
+        out[attr] = _duration_seconds(flag, getattr(ns, attr))
+    flag, value = "--horizontal-pod-autoscaler-tolerance", ns.horizontal_pod_autoscaler_tolerance
+    try:
+        tolerance = float(value)
+    except ValueError:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: not a number") from None
+    if not tolerance >= 0 or tolerance == float("inf"):
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: must be a non-negative number")
+    out["horizontal_pod_autoscaler_tolerance"] = tolerance
     return out
 
 

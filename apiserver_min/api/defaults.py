@@ -28,7 +28,14 @@ from . import names
 from .schema import List, Map, Struct
 from .schemas import core, schema_for
 
-__all__ = ["apply_defaults", "default_pull_policy", "image_tag"]
+__all__ = [
+    "apply_defaults",
+    "default_pull_policy",
+    "image_tag",
+    "hpa_default_scale_up",
+    "hpa_default_scale_down",
+    "HPA_DEFAULT_CPU_UTILIZATION",
+]
 
 Obj = dict[str, Any]
 
@@ -624,6 +631,60 @@ def _webhook_service(ref: Obj) -> None:
     _setdefault_ptr(ref, "port", 443)
 
 
+# The autoscaler: minReplicas 1, 80% average CPU utilization when no metric is given, and a
+# behavior that is given completed with the default rules of each direction (the scale-down
+# window stays unset: the controller's --horizontal-pod-autoscaler-downscale-stabilization).
+HPA_DEFAULT_CPU_UTILIZATION = 80
+
+
+def hpa_default_scale_up() -> Obj:
+    return {
+        "stabilizationWindowSeconds": 0,
+        "selectPolicy": "Max",
+        "policies": [
+            {"type": "Pods", "value": 4, "periodSeconds": 15},
+            {"type": "Percent", "value": 100, "periodSeconds": 15},
+        ],
+    }
+
+
+def hpa_default_scale_down() -> Obj:
+    return {"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+
+
+def _hpa_rules(behavior: Obj, key: str, defaults: Obj) -> None:
+    rules = behavior.get(key)
+    if rules is None:
+        behavior[key] = defaults
+        return
+    if not isinstance(rules, dict):
+        return
+    for field, value in defaults.items():
+        if rules.get(field) is None:
+            rules[field] = value
+
+
+def _horizontal_pod_autoscaler(obj: Obj) -> None:
+    spec = _dict(obj, "spec")
+    if spec is None:
+        return
+    _setdefault_ptr(spec, "minReplicas", 1)
+    if not spec.get("metrics"):
+        spec["metrics"] = [
+            {
+                "type": "Resource",
+                "resource": {
+                    "name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": HPA_DEFAULT_CPU_UTILIZATION},
+                },
+            }
+        ]
+    behavior = spec.get("behavior")
+    if isinstance(behavior, dict):
+        _hpa_rules(behavior, "scaleUp", hpa_default_scale_up())
+        _hpa_rules(behavior, "scaleDown", hpa_default_scale_down())
+
+
 _CORE = "k8s.io.api.core.v1."
 _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     _CORE + "Pod": _pod,
@@ -664,6 +725,7 @@ _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     "k8s.io.api.apps.v1.StatefulSet": _stateful_set,
     "k8s.io.api.batch.v1.Job": _job,
     "k8s.io.api.batch.v1.CronJob": _cron_job,
+    "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler": _horizontal_pod_autoscaler,
     "k8s.io.api.discovery.v1.EndpointPort": _protocol_tcp_ptr,
     "k8s.io.api.networking.v1.NetworkPolicy": _network_policy,
     "k8s.io.api.networking.v1.NetworkPolicyPort": _protocol_tcp_ptr,

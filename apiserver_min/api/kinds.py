@@ -14,6 +14,7 @@ import datetime as _dt
 from typing import Any, Callable, Iterable
 
 from . import names
+from .quantity import QuantityError, parse_quantity
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list", "watch")
@@ -440,6 +441,75 @@ def _replicas(obj: dict) -> Any:
 
 def _ready_of(obj: dict) -> str:
     return f"{dig(obj, 'status', 'readyReplicas', default=0) or 0}/{_replicas(obj)}"
+
+
+def _quantity_text(value: Any) -> str:
+    """A quantity as upstream prints one (its canonical form)."""
+    try:
+        return parse_quantity(value).canonical()
+    except (QuantityError, TypeError, ValueError):
+        return str(value)
+
+
+def _as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _hpa_metric_text(spec: dict, status: dict | None) -> str:
+    """One metric of ``kubectl get hpa``'s TARGETS: ``current/target``, current ``<unknown>``
+    until the controller reported it."""
+    typ = spec.get("type")
+    key = {
+        "External": "external",
+        "Pods": "pods",
+        "Object": "object",
+        "Resource": "resource",
+        "ContainerResource": "containerResource",
+    }.get(typ or "")
+    if key is None:
+        return "<unknown type>"
+    source = _as_dict(spec.get(key))
+    target = _as_dict(source.get("target"))
+    found = _as_dict(status.get(key)) if isinstance(status, dict) and isinstance(status.get(key), dict) else None
+    current = _as_dict((found or {}).get("current"))
+    if key in ("external", "object"):
+        if target.get("averageValue") is not None:
+            now = _quantity_text(current["averageValue"]) if current.get("averageValue") is not None else "<unknown>"
+            return f"{now}/{_quantity_text(target['averageValue'])} (avg)"
+        now = (
+            _quantity_text(current["value"]) if found is not None and current.get("value") is not None else "<unknown>"
+        )
+        return f"{now}/{_quantity_text(target.get('value', '0'))}"
+    if key == "pods":
+        now = _quantity_text(current["averageValue"]) if current.get("averageValue") is not None else "<unknown>"
+        return f"{now}/{_quantity_text(target.get('averageValue', '0'))}"
+    if target.get("averageValue") is not None:
+        now = _quantity_text(current["averageValue"]) if current.get("averageValue") is not None else "<unknown>"
+        return f"{now}/{_quantity_text(target['averageValue'])}"
+    now = f"{current['averageUtilization']}%" if current.get("averageUtilization") is not None else "<unknown>"
+    goal = f"{target['averageUtilization']}%" if target.get("averageUtilization") is not None else "<auto>"
+    return f"{now}/{goal}"
+
+
+def hpa_targets(obj: dict) -> str:
+    """The TARGETS cell: the first two metrics (each matched to the status entry at its
+    index, as upstream's printer does), then how many more."""
+    specs = dig(obj, "spec", "metrics", default=[]) or []
+    if not specs:
+        return "<none>"
+    statuses = dig(obj, "status", "currentMetrics", default=[]) or []
+    texts = [
+        _hpa_metric_text(s if isinstance(s, dict) else {}, statuses[i] if i < len(statuses) else None)
+        for i, s in enumerate(specs)
+    ]
+    if len(texts) > 2:
+        return ", ".join(texts[:2]) + f" + {len(texts) - 2} more..."
+    return ", ".join(texts)
+
+
+def _hpa_min_pods(obj: dict) -> str:
+    value = dig(obj, "spec", "minReplicas")
+    return "<unset>" if value is None else str(value)
 
 
 def _job_status(obj: dict) -> str:
@@ -965,6 +1035,55 @@ KINDS: tuple[KindInfo, ...] = (
             col("Revision", "integer", _getter("revision")),
             AGE,
         ),
+    ),
+    # autoscaling/v2, then v1 (a view of the same stored objects: the first declaration of a
+    # resource is the one stored and watched, the later ones are served by conversion) --------------------------------------------------------------------
+    KindInfo(
+        names.AUTOSCALING_GROUP,
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        short_names=("hpa",),
+        categories=("all",),
+        subresources=(_status("HorizontalPodAutoscaler"),),
+        columns=(
+            NAME,
+            col(
+                "Reference",
+                "string",
+                lambda o: (
+                    f"{dig(o, 'spec', 'scaleTargetRef', 'kind', default='')}/"
+                    f"{dig(o, 'spec', 'scaleTargetRef', 'name', default='')}"
+                ),
+                description="The target whose scale the autoscaler sets.",
+            ),
+            col("Targets", "string", hpa_targets, description="The metrics: current value / target."),
+            col("MinPods", "string", _hpa_min_pods, description="The fewest replicas the autoscaler sets."),
+            col(
+                "MaxPods",
+                "integer",
+                lambda o: dig(o, "spec", "maxReplicas", default=0),
+                description="The most replicas the autoscaler sets.",
+            ),
+            col(
+                "Replicas",
+                "integer",
+                lambda o: dig(o, "status", "currentReplicas", default=0),
+                description="The replicas the target had when the autoscaler last looked.",
+            ),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.AUTOSCALING_GROUP,
+        "v1",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        short_names=("hpa",),
+        # Tables, watches and writes other than create go to the stored version (v2).
+        verbs=("create", "get", "list"),
     ),
     # batch/v1 --------------------------------------------------------------------------
     KindInfo(

@@ -28,6 +28,15 @@ AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
 METRICS_GROUP = f"metrics.{DOMAIN}"
+# The custom and external metrics APIs: named for the autoscaler's messages; this server serves neither.
+CUSTOM_METRICS_GROUP = f"custom.metrics.{DOMAIN}"
+EXTERNAL_METRICS_GROUP = f"external.metrics.{DOMAIN}"
+# What an autoscaling/v1 HorizontalPodAutoscaler cannot hold in its fields, shown in
+# these annotations (JSON of the autoscaling/v2 values) when read through v1.
+HPA_V1_METRICS_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/metrics"
+HPA_V1_CURRENT_METRICS_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/current-metrics"
+HPA_V1_CONDITIONS_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/conditions"
+HPA_V1_BEHAVIOR_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/behavior"
 META_GROUP = f"meta.{DOMAIN}"
 
 # Spellings upstream clients hard-code; accepted in negotiation and as group

@@ -393,6 +393,17 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("get",), ("*",), ("*/scale",)),
             _events_rule(),
         ],
+        "horizontal-pod-autoscaler": [
+            rule(("get", "list", "watch"), (AUTOSCALING,), ("horizontalpodautoscalers",)),
+            rule(("update",), (AUTOSCALING,), ("horizontalpodautoscalers/status",)),
+            rule(("get", "update"), ("*",), ("*/scale",)),
+            rule(("list",), (CORE,), ("pods",)),
+            # the metrics APIs it reads (here: the resource metrics, given to it in process)
+            rule(("list",), (names.METRICS_GROUP,), ("pods",)),
+            rule(("get", "list"), (names.CUSTOM_METRICS_GROUP,), ("*",)),
+            rule(("get", "list"), (names.EXTERNAL_METRICS_GROUP,), ("*",)),
+            _events_rule(),
+        ],
         "endpoint-controller": [
             rule(READ, (CORE,), ("services", "pods")),
             rule(("get", "list", "create", "update", "delete"), (CORE,), ("endpoints",)),

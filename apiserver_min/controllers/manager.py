@@ -43,6 +43,7 @@ from .endpointslice import EndpointSliceController
 from .endpointslicemirroring import EndpointSliceMirroringController
 from .ephemeral import EphemeralVolumeController
 from .garbagecollector import GarbageCollector
+from .horizontalpodautoscaler import HorizontalPodAutoscalerController, PodMetricsSource
 from .job import JobController
 from .leaderelection import LeaderElector
 from .localpath import LocalPathProvisioner
@@ -66,7 +67,8 @@ CONTROLLER_MANAGER_USER = UserInfo(names.CONTROLLER_MANAGER_USER, groups=(names.
 
 class Controllers:
     """Owns the controllers' tasks; ``ca_files`` are the cluster CA's certificate and key,
-    ``server_url`` the address ``cluster-info`` publishes."""
+    ``server_url`` the address ``cluster-info`` publishes, ``pod_metrics`` where the
+    horizontal pod autoscaler reads pods' resource usage (the resource metrics API)."""
 
     def __init__(
         self,
@@ -78,6 +80,7 @@ class Controllers:
         *,
         ca_files: tuple[str, str],
         server_url: str,
+        pod_metrics: PodMetricsSource,
     ):
         self.opts = opts
         self.store = store
@@ -86,6 +89,7 @@ class Controllers:
         self.authorizer = authorizer
         self.ca_files = ca_files
         self.server_url = server_url
+        self.pod_metrics = pod_metrics
         self.informers: InformerFactory | None = None
         self._tasks: list[asyncio.Task] = []
         self.bootstrap: BootstrapControllers | None = None
@@ -218,6 +222,19 @@ class Controllers:
             asyncio.create_task(daemonsets.run(), name="daemon-set-controller"),
             asyncio.create_task(statefulsets.run(), name="statefulset-controller"),
         ]
+        # Horizontal pod autoscalers: each target's scale from its pods' metrics.
+        autoscaler = HorizontalPodAutoscalerController(
+            self.client("horizontal-pod-autoscaler"),
+            informers,
+            self.pod_metrics,
+            sync_period=opts.horizontal_pod_autoscaler_sync_period,
+            tolerance=opts.horizontal_pod_autoscaler_tolerance,
+            cpu_initialization_period=opts.horizontal_pod_autoscaler_cpu_initialization_period,
+            initial_readiness_delay=opts.horizontal_pod_autoscaler_initial_readiness_delay,
+            downscale_stabilization=opts.horizontal_pod_autoscaler_downscale_stabilization,
+        )
+        autoscaler.start()
+        tasks.append(asyncio.create_task(autoscaler.run(), name="horizontal-pod-autoscaler"))
         # Disruption budgets' status, which pods/eviction charges.
         disruption = DisruptionController(self.client("disruption-controller"), informers)
         disruption.start()

@@ -16,6 +16,7 @@ from .apps import DeploymentStrategy, ReplicaSetStrategy, ReplicationControllerS
 from .apps_controllerrevision import ControllerRevisionStrategy
 from .apps_daemonset import DaemonSetStrategy
 from .apps_statefulset import StatefulSetStrategy
+from .autoscaling import HorizontalPodAutoscalerStrategy
 from .batch import CronJobStrategy, JobStrategy
 from .certificates import CsrStrategy
 from .core import (
@@ -57,6 +58,7 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
     (names.BATCH_GROUP, "jobs"): JobStrategy,
+    (names.AUTOSCALING_GROUP, "horizontalpodautoscalers"): HorizontalPodAutoscalerStrategy,
     (names.BATCH_GROUP, "cronjobs"): CronJobStrategy,
     (names.APPS_GROUP, "daemonsets"): DaemonSetStrategy,
     (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,

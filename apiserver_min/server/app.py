@@ -162,6 +162,9 @@ class ApiServer:
         self.post_start_done: dict[str, bool] = {}
         self._install_checks()
         self.pki = Pki(opts.data_dir)
+        # The resource metrics API's scraper of the node agents (kubectl top); the horizontal
+        # pod autoscaler reads pods' usage from it.
+        self.resource_metrics = ResourceMetrics(self, self.cache, registry, opts.metric_resolution)
         # The bundled controllers: API clients of this process, each as its own identity.
         self.controllers = Controllers(
             opts,
@@ -171,14 +174,13 @@ class ApiServer:
             self.authorizer,
             ca_files=(self.pki.ca_cert, self.pki.ca_key),
             server_url=self.server_url,
+            pod_metrics=self.resource_metrics,
         )
         self.client_ca = opts.client_ca_file or self.pki.ca_cert
         # Authentication reads the token file and the service-account keys now (a bad one
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
         self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
         # The REST objects of collections and sub-resources beyond the generic store.
-        # The resource metrics API's scraper of the node agents (kubectl top).
-        self.resource_metrics = ResourceMetrics(self, self.cache, registry, opts.metric_resolution)
         self.rest = build_rest_table(
             self, lambda: self.authorizer, self.backend.current_revision, self.resource_metrics
         )

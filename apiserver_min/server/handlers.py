@@ -529,7 +529,7 @@ class ResourceHandlers:
         if verb not in kind.verbs:
             raise st.method_not_allowed(f"{verb} is not supported on resources of kind {kind.qualified_resource}")
         if verb in ("get", "list"):
-            rest = self.server.rest.collections.get((kind.group, kind.resource))
+            rest = self.rest.collection(kind)
             if rest is not None:  # a kind served by its own REST object (the resource metrics)
                 target = negotiate(request.headers.get("Accept"), table_ok=False)
                 ctx = self._context(request, info, kind, user)
@@ -547,7 +547,7 @@ class ResourceHandlers:
         if verb == "create":
             if info.name:
                 raise st.method_not_allowed()
-            rest = self.server.rest.collections.get((kind.group, kind.resource))
+            rest = self.rest.collection(kind)
             if rest is not None:  # a kind served by its own REST object (the reviews)
                 return await self._rest_create(request, info, kind, user, rest)
             return await self.create(request, info, kind, user)

@@ -34,6 +34,7 @@ def cluster(containerd, cri_images, tmp_path_factory):
             "--node-monitor-grace-period=6s",
             "--node-monitor-period=1s",
             "--metric-resolution=2s",
+            "--horizontal-pod-autoscaler-sync-period=2s",
         ],
     ) as api:
         c = Cluster(work, api, containerd, cg)
@@ -380,3 +381,34 @@ def test_kubectl_top_node_and_pod(cluster):
     listed = json.loads(cluster.kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods").stdout)
     assert listed["apiVersion"] == "metrics.k8s.io/v1beta1"
     assert pod in [p["metadata"]["name"] for p in listed["items"]]
+
+
+def test_horizontal_pod_autoscaler_scales_a_busy_deployment(cluster):
+    """kubectl autoscale on a Deployment whose pod keeps its CPU busy (limited to 200m
+    against a 100m request): the controller reads the pod's usage from the agent through
+    the resource metrics API and scales the Deployment up."""
+    assert cluster.node_ready() == "True"
+    cluster.kubectl(
+        "create", "deployment", "burn", "--image=orch.local/busybox:1", "--", "sh", "-c", "while :; do :; done"
+    )
+    cluster.kubectl("set", "resources", "deployment", "burn", "--requests=cpu=100m", "--limits=cpu=200m")
+    cluster.kubectl("autoscale", "deployment", "burn", "--cpu-percent=50", "--min=1", "--max=3")
+    try:
+        cluster.wait(lambda: (d := cluster.get("deployment", "burn")) and d["spec"]["replicas"] >= 2, 120, "a scale-up")
+        hpa = cluster.get("hpa", "burn")
+        conditions = {c["type"]: c for c in hpa["status"]["conditions"]}
+        assert conditions["ScalingActive"]["reason"] == "ValidMetricFound", conditions
+        events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=burn").stdout
+        assert "SuccessfulRescale" in events and "cpu resource utilization (percentage of request) above target" in (
+            events
+        ), events
+        table = cluster.kubectl("get", "hpa", "burn").stdout.splitlines()
+        row = table[1].split()
+        assert row[1] == "Deployment/burn" and row[2].endswith("%/50%"), table
+    finally:
+        cluster.kubectl("delete", "hpa", "burn", check=False)
+        cluster.kubectl("delete", "deployment", "burn", "--wait=false", check=False)
+        # The agent must see the pods go (their volumes unmounted) before the module stops it.
+        cluster.wait(
+            lambda: not (cluster.get("pods", "-l", "app=burn") or {"items": [1]})["items"], 60, "the burn pods gone"
+        )
