@@ -30,6 +30,7 @@ from .priority import plugin as priority_plugin
 from .resourcequota import plugin as resource_quota_plugin
 from .securitycontextdeny import SecurityContextDeny
 from .serviceaccount import ServiceAccountAdmission
+from .validatingadmissionpolicy import plugin as validating_admission_policy_plugin
 
 log = logging.getLogger("orch-apiserver.admission")
 
@@ -125,6 +126,7 @@ KNOWN_PLUGINS = frozenset(
         "LimitRanger",
         "Priority",
         "ResourceQuota",
+        "ValidatingAdmissionPolicy",
     }
 )
 
@@ -226,6 +228,7 @@ def _plugin_factories() -> dict:
         "LimitRanger": limit_ranger_plugin,
         "Priority": priority_plugin,
         "ResourceQuota": resource_quota_plugin,
+        "ValidatingAdmissionPolicy": validating_admission_policy_plugin,
     }
 
 
