@@ -36,6 +36,21 @@ class EvalError(RuntimeError):
 
 
 _ENGINE_PREFIX = re.compile(r"^[A-Z_]+: ")
+# The engine's wording of common evaluation errors, and upstream's.
+_ERROR_WORDING = (
+    (re.compile(r'^Key not found in map : "?(.*?)"?$'), r"no such key: \1"),
+    (re.compile(r"^No matching overloads found : (.*)$"), r"no such overload: \1"),
+    (re.compile(r"^divide by zero$"), "division by zero"),
+    (re.compile(r"^modulus by zero$"), "modulus by zero"),
+)
+
+
+def _error_text(text: str) -> str:
+    text = _ENGINE_PREFIX.sub("", text, count=1)
+    for pattern, wording in _ERROR_WORDING:
+        if pattern.match(text):
+            return pattern.sub(wording, text)
+    return text
 
 
 def _compile_detail(exc: Exception) -> str:
@@ -66,29 +81,42 @@ def _prune(value: Any, paths: frozenset[tuple[str, ...]]) -> Any:
     return out
 
 
+def merge_paths(programs: Iterable["Program"]) -> Paths:
+    """The parts of the variables any of ``programs`` reads."""
+    out: dict[str, set[tuple[str, ...]]] = {}
+    for program in programs:
+        for name, paths in program.paths.items():
+            out.setdefault(name, set()).update(paths)
+    return {name: frozenset(paths) for name, paths in out.items()}
+
+
 class Activation:
-    """The variables of one evaluation. Each program converts for the engine only the
-    parts of them it reads (converting a whole 2 KB object costs several times the
-    evaluation); the conversion is cached per set of parts, so a request's programs
-    that read the same fields share one."""
+    """The variables of one evaluation. Only the parts of them a program reads are
+    converted for the engine (converting a whole 2 KB object costs several times the
+    evaluation); the conversion is cached per set of parts. With ``paths`` (the parts
+    a group of programs reads, ``merge_paths``) one conversion serves them all."""
 
-    __slots__ = ("env", "data", "_converted", "_sizes")
+    __slots__ = ("env", "data", "paths", "_converted")
 
-    def __init__(self, env: Any, data: Mapping[str, Any]):
+    def __init__(self, env: Any, data: Mapping[str, Any], paths: Paths | None = None):
         self.env = env
         self.data = data
+        self.paths = paths
         self._converted: dict[Any, tuple[Any, tuple[int, int] | None]] = {}
 
     def converted(self, program: "Program") -> tuple[Any, tuple[int, int]]:
         """The engine's activation of what ``program`` reads, and its largest list and
         string (the sizes its actual cost is bounded by)."""
-        key = program.paths_key
+        shared = self.paths is not None
+        key = None if shared else program.paths_key
         found = self._converted.get(key)
-        if found is None or found[1] is None:
-            pruned = {
-                name: _prune(self.data[name], paths) for name, paths in program.paths.items() if name in self.data
-            }
-            found = (self.env.Activation(pruned), cost.sizes(list(pruned.values())) if program.size_dependent else None)
+        if found is None or (found[1] is None and program.size_dependent):
+            paths = self.paths if self.paths is not None else program.paths
+            pruned = {name: _prune(self.data[name], p) for name, p in paths.items() if name in self.data}
+            found = (
+                found[0] if found is not None else self.env.Activation(pruned),
+                cost.sizes(list(pruned.values())) if program.size_dependent else None,
+            )
             self._converted[key] = found
         return found[0], found[1] or (0, 0)
 
@@ -128,7 +156,7 @@ class Program:
             raise EvalError(cost.ACTUAL_COST_EXCEEDED)
         value = self.compiled.eval(converted)
         if value.type() == C.Type.ERROR:
-            raise EvalError(_ENGINE_PREFIX.sub("", str(value.value()), count=1))
+            raise EvalError(_error_text(str(value.value())))
         return _plain(value.value())
 
 
@@ -206,9 +234,10 @@ class Compiler:
             return CompileError(expression, cost.exceeds_message(estimate, self.cost_limit), cost_exceeded=True)
         return Program(self._env, expression, compiled, shape, estimate, read_paths(expression, self.variables))
 
-    def activation(self, data: Mapping[str, Any]) -> Activation:
-        """An activation for this compiler's programs (undeclared names are dropped)."""
-        return Activation(self._env, {k: v for k, v in data.items() if k in self.variables})
+    def activation(self, data: Mapping[str, Any], paths: Paths | None = None) -> Activation:
+        """An activation for this compiler's programs (undeclared names are dropped);
+        ``paths``: convert these parts once for every program run with it."""
+        return Activation(self._env, {k: v for k, v in data.items() if k in self.variables}, paths)
 
 
-__all__ = ["Activation", "CompileError", "Compiler", "EvalError", "Program"]
+__all__ = ["Activation", "CompileError", "Compiler", "EvalError", "Program", "merge_paths", "read_paths"]

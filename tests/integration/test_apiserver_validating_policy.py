@@ -130,8 +130,23 @@ def test_deny_binding_refuses_over_the_limit_and_admits_within(server, kubectl):
     )
     # The policy's status: generation observed, no type warnings for declared fields.
     _, stored = server.json("GET", f"{POLICIES}/{name}", expect=200)
-    assert stored["status"]["observedGeneration"] == 1
+    assert stored["status"] == {"observedGeneration": 1, "typeChecking": {}}
     assert stored["spec"]["failurePolicy"] == "Fail"
+    # A misspelt field: the policy is stored, its status warns.
+    typo = uniq("typo")
+    server.json("POST", POLICIES, policy(typo, ns, [{"expression": "object.spec.replicaz <= 5"}]), expect=201)
+    out = kubectl("get", "validatingadmissionpolicy", typo, "-o", "jsonpath={.status.typeChecking}", check=True)
+    assert json.loads(out.stdout) == {
+        "expressionWarnings": [
+            {
+                "fieldRef": "spec.validations[0].expression",
+                "warning": "apps/v1, Kind=Deployment: undefined field 'replicaz' in object.spec.replicaz",
+            }
+        ]
+    }
+    listed = kubectl("get", "validatingadmissionpolicies", name, check=True).stdout.split("\n")
+    assert listed[0].split() == ["NAME", "VALIDATIONS", "PARAMKIND", "AGE"]
+    assert listed[1].split()[:3] == [name, "1", "<unset>"]
 
 
 def test_warn_binding_admits_with_a_kubectl_warning(server, kubectl):

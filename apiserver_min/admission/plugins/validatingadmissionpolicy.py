@@ -23,7 +23,6 @@ from ...api.selectors import SelectorError, label_selector_from_dict
 from ...api.user import UserInfo
 from ...authz.authorizer import AuthzAttributes, Decision
 from ..chain import Attributes
-from ..policy.matching import matches
 from ..policy.source import PolicySource
 from ..policy.validator import REASON_CODES, CompiledPolicy, Failure
 
@@ -87,15 +86,14 @@ class ValidatingAdmissionPolicy:
         audit_failures: list[dict] = []
         token = cel.CURRENT_AUTHORIZER.set(self._checker(attrs.user))
         try:
-            base = self._base_data(attrs)
-            for policy, binding in self.source.pairs():
+            base: dict[str, Any] = {"object": attrs.obj, "oldObject": attrs.old}
+            for policy, binding, binding_matcher in self.source.pairs():
                 spec = binding.get("spec") or {}
-                if not matches(policy.spec.get("matchConstraints"), attrs, self.source.namespace_labels):
+                if not policy.matcher.matches(attrs, self.source.namespace_labels):
                     continue
-                if spec.get("matchResources") and not matches(
-                    spec["matchResources"], attrs, self.source.namespace_labels
-                ):
+                if not binding_matcher.matches(attrs, self.source.namespace_labels):
                     continue
+                self._complete(base, policy.reads, attrs)
                 failures = self._evaluate(policy, binding, attrs, base, annotations)
                 actions = spec.get("validationActions") or []
                 for failure in failures:
@@ -128,24 +126,25 @@ class ValidatingAdmissionPolicy:
 
     # --- evaluation ----------------------------------------------------------------------
 
-    def _base_data(self, attrs: Attributes) -> dict:
+    def _complete(self, base: dict[str, Any], reads: frozenset[str], attrs: Attributes) -> None:
+        """Add to ``base`` the variables ``reads`` names that it lacks (computed once per
+        request, and only when an expression reads them)."""
         kind = attrs.kind
-        namespace_object = self.source.namespace(attrs.namespace) if kind.namespaced and attrs.namespace else None
-        request_resource = {
-            cel.TYPE_KEY: "ResourceCheck",
-            "group": kind.group,
-            "resource": kind.resource,
-            "subresource": attrs.subresource,
-            "namespace": attrs.namespace,
-            "name": attrs.name,
-        }
-        return {
-            "object": attrs.obj,
-            "oldObject": attrs.old,
-            "request": request_value(attrs),
-            "namespaceObject": namespace_object,
-            "authorizer": dict(cel.authorizer_value(), requestResource=request_resource),
-        }
+        if "namespaceObject" in reads and "namespaceObject" not in base:
+            namespaced = kind.namespaced and attrs.namespace
+            base["namespaceObject"] = self.source.namespace(attrs.namespace) if namespaced else None
+        if "request" in reads and "request" not in base:
+            base["request"] = request_value(attrs)
+        if "authorizer" in reads and "authorizer" not in base:
+            request_resource = {
+                cel.TYPE_KEY: "ResourceCheck",
+                "group": kind.group,
+                "resource": kind.resource,
+                "subresource": attrs.subresource,
+                "namespace": attrs.namespace,
+                "name": attrs.name,
+            }
+            base["authorizer"] = dict(cel.authorizer_value(), requestResource=request_resource)
 
     def _evaluate(
         self, policy: CompiledPolicy, binding: dict, attrs: Attributes, base: dict, annotations: dict[str, str]

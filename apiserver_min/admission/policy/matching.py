@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...api import names
-from ...api.selectors import SelectorError, label_selector_from_dict
+from ...api.selectors import LabelSelector, SelectorError, label_selector_from_dict
 from ..chain import Attributes
 
 
@@ -66,43 +66,61 @@ def _labels(obj: Any) -> dict:
     return labels if isinstance(labels, dict) else {}
 
 
-def _selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
+def _selector(selector: Any) -> LabelSelector | None:
+    """The parsed selector; None for an empty one (matches everything); one that
+    matches nothing for a selector that does not parse (validation refuses those)."""
     if not selector:
-        return True
+        return None
     try:
-        return label_selector_from_dict(selector).matches(labels)
+        return label_selector_from_dict(selector)
     except SelectorError:
-        return False
+        return LabelSelector.nothing()
+
+
+def _selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    return selector is None or selector.matches(labels)
+
+
+class Matcher:
+    """A ``matchConstraints``/``matchResources`` with its selectors parsed once."""
+
+    def __init__(self, match: Any):
+        self.match = match if isinstance(match, dict) else None
+        match = self.match or {}
+        self.equivalent = (match.get("matchPolicy") or "Equivalent") == "Equivalent"
+        self.rules = [r for r in match.get("resourceRules") or [] if isinstance(r, dict)]
+        self.excluded = [r for r in match.get("excludeResourceRules") or [] if isinstance(r, dict)]
+        self.namespace_selector = _selector(match.get("namespaceSelector"))
+        self.object_selector = _selector(match.get("objectSelector"))
+
+    def matches(self, attrs: Attributes, namespace_labels: Callable[[str], Mapping[str, str] | None]) -> bool:
+        """Whether the request is one this selects (always, for no ``match`` at all).
+        ``namespace_labels(name)``: a namespace's labels (None: no such namespace)."""
+        if self.match is None:
+            return True
+        if not any(rule_matches(r, attrs, self.equivalent) for r in self.rules):
+            return False
+        if any(rule_matches(r, attrs, self.equivalent) for r in self.excluded):
+            return False
+        if self.namespace_selector is not None:
+            kind = attrs.kind
+            if kind.group == "" and kind.resource == "namespaces":
+                if not _selects(self.namespace_selector, _labels(attrs.obj) or _labels(attrs.old)):
+                    return False
+            elif kind.namespaced and attrs.namespace:
+                if not _selects(self.namespace_selector, namespace_labels(attrs.namespace) or {}):
+                    return False
+        if self.object_selector is not None:
+            if not (
+                _selects(self.object_selector, _labels(attrs.obj)) or _selects(self.object_selector, _labels(attrs.old))
+            ):
+                return False
+        return True
 
 
 def matches(
     match: Mapping[str, Any] | None, attrs: Attributes, namespace_labels: Callable[[str], Mapping[str, str] | None]
 ) -> bool:
-    """Whether the request is one ``match`` selects. ``namespace_labels(name)``: the
-    labels of a namespace (None when there is no such namespace)."""
-    if not isinstance(match, dict):
-        return True
-    equivalent = (match.get("matchPolicy") or "Equivalent") == "Equivalent"
-    rules = match.get("resourceRules") or []
-    if not any(isinstance(r, dict) and rule_matches(r, attrs, equivalent) for r in rules):
-        return False
-    for r in match.get("excludeResourceRules") or []:
-        if isinstance(r, dict) and rule_matches(r, attrs, equivalent):
-            return False
-    ns_selector = match.get("namespaceSelector")
-    if ns_selector:
-        kind = attrs.kind
-        if kind.group == "" and kind.resource == "namespaces":
-            if not _selector_matches(ns_selector, _labels(attrs.obj) or _labels(attrs.old)):
-                return False
-        elif kind.namespaced and attrs.namespace:
-            labels = namespace_labels(attrs.namespace)
-            if not _selector_matches(ns_selector, labels or {}):
-                return False
-    obj_selector = match.get("objectSelector")
-    if obj_selector:
-        if not (
-            _selector_matches(obj_selector, _labels(attrs.obj)) or _selector_matches(obj_selector, _labels(attrs.old))
-        ):
-            return False
-    return True
+    """Whether the request is one ``match`` selects (parsing it each time: ``Matcher``
+    keeps it parsed)."""
+    return Matcher(match).matches(attrs, namespace_labels)

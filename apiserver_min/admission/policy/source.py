@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...api import names
 from ...storage.keys import key_prefix, object_key
+from .matching import Matcher
 from .validator import CompiledPolicy
 
 if TYPE_CHECKING:
@@ -29,8 +30,8 @@ class PolicySource:
         self.policy_prefix = key_prefix(policy_kind)
         self.binding_prefix = key_prefix(binding_kind)
         self.namespace_kind = namespace_kind
-        # key -> (resourceVersion, parsed object / compiled policy)
-        self._bindings: dict[str, tuple[int, dict]] = {}
+        # key -> (resourceVersion, parsed object and its matchResources / compiled policy)
+        self._bindings: dict[str, tuple[int, dict, Matcher]] = {}
         self._policies: dict[str, tuple[int, CompiledPolicy]] = {}
         self._compiled: dict[tuple[str, Any], CompiledPolicy] = {}
 
@@ -40,8 +41,9 @@ class PolicySource:
     def has_bindings(self) -> bool:
         return bool(self._binding_items())
 
-    def pairs(self) -> list[tuple[CompiledPolicy, dict]]:
-        """(policy, binding) for every binding whose policy exists, in binding name order."""
+    def pairs(self) -> list[tuple[CompiledPolicy, dict, Matcher]]:
+        """(policy, binding, the binding's matcher) for every binding whose policy
+        exists, in binding name order."""
         items = self._binding_items()
         if len(self._bindings) != len(items) or any(k not in items for k in self._bindings):
             self._bindings = {k: v for k, v in self._bindings.items() if k in items}
@@ -50,11 +52,12 @@ class PolicySource:
             entry = items[key]
             cached = self._bindings.get(key)
             if cached is None or cached[0] != entry.rv:
-                cached = self._bindings[key] = (entry.rv, entry.object())
-            binding = cached[1]
+                obj = entry.object()
+                cached = self._bindings[key] = (entry.rv, obj, Matcher((obj.get("spec") or {}).get("matchResources")))
+            _, binding, matcher = cached
             policy = self.policy((binding.get("spec") or {}).get("policyName") or "")
             if policy is not None:
-                out.append((policy, binding))
+                out.append((policy, binding, matcher))
         return out
 
     def policy(self, name: str) -> CompiledPolicy | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import cel
 from ...cel import environments
+from .matching import Matcher
 
 REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestEntityTooLarge": 413}
 
@@ -84,6 +85,14 @@ class CompiledPolicy:
             for x in spec.get("auditAnnotations") or []
             if isinstance(x, dict)
         ]
+        self.matcher = Matcher(spec.get("matchConstraints"))
+        programs = [q for _, p, m in self.validations for q in (p, m) if isinstance(q, cel.Program)]
+        programs += [p for _, _, p in self.audits if isinstance(p, cel.Program)]
+        # What the validations and audit annotations read, converted once per evaluation.
+        self.final_paths = cel.merge_paths(programs)
+        every = programs + [p for _, _, p in self.match_conditions + self.variables if isinstance(p, cel.Program)]
+        # The variables any expression reads: the others need not be computed.
+        self.reads = frozenset(name for p in every for name in p.paths)
 
     # --- evaluation --------------------------------------------------------------------
 
@@ -132,7 +141,7 @@ class CompiledPolicy:
         # The variables as the validations see them: failed ones are absent (reading one
         # is the variable's error, raised by _run).
         final = dict(data, variables={k: v for k, v in variables.items() if not isinstance(v, _VariableError)})
-        activation = environments.policy_compiler(self.param_kind is not None).activation(final)
+        activation = environments.policy_compiler(self.param_kind is not None).activation(final, self.final_paths)
 
         for index, (spec, program, message_program) in enumerate(self.validations):
             expression = spec.get("expression")
