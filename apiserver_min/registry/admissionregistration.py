@@ -45,7 +45,6 @@ class WebhookConfigurationStrategy(Strategy):
 # --- validating admission policies and their bindings -------------------------------------
 
 _REASONS = ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge")
-_OPERATIONS = ("*", "CONNECT", "CREATE", "DELETE", "UPDATE")
 _CEL_IDENT = re.compile(r"[_a-zA-Z][_a-zA-Z0-9]*")
 
 
@@ -86,9 +85,6 @@ def _validate_rules(rules: Any, path: str) -> list[v.FieldError]:
                 errs.append(
                     v.FieldError.invalid(f"{p}.{name}", values, "if '*' is present, must not specify other values")
                 )
-        for j, op in enumerate(rule.get("operations") or []):
-            if op not in _OPERATIONS:
-                errs.append(v.FieldError.not_supported(f"{p}.operations[{j}]", op, _OPERATIONS))
         for j, res in enumerate(rule.get("resources") or []):
             if not isinstance(res, str) or not res:
                 errs.append(v.FieldError.required(f"{p}.resources[{j}]", ""))
