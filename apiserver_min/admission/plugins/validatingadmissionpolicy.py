@@ -53,7 +53,7 @@ def request_value(attrs: Attributes) -> dict:
         "name": attrs.name,
         "namespace": attrs.namespace,
         "operation": attrs.operation,
-        "userInfo": _user_info(attrs.user),
+        "userInfo": _user_info(attrs.user or UserInfo("")),
         "dryRun": bool(attrs.dry_run),
         "options": dict(attrs.options or {}),
     }
