@@ -31,6 +31,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+import re2
 from cel_expr_python import cel as C
 
 from ..api.quantity import Quantity, QuantityError
@@ -161,12 +162,19 @@ def _ascii(s: str, upper: bool) -> str:
 # --- regex ---------------------------------------------------------------------------
 
 
+# RE2, as upstream's regular expressions: linear time, so no pattern can stall the
+# server (Python's backtracking ``re`` can, on patterns such as ``(a+)+$``).
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
 @functools.lru_cache(maxsize=256)
-def _regex(pattern: str) -> re.Pattern:
+def _regex(pattern: str) -> Any:
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"error parsing regexp: {exc}") from None
+        return re2.compile(pattern, options=_RE2_OPTIONS)
+    except re2.error as exc:
+        detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ValueError(f"error parsing regexp: {detail}") from None
 
 
 def _find(s: str, pattern: str) -> str:

@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from apiserver_min import cel
-from apiserver_min.cel import cost
+from apiserver_min.cel import cost, library
 from apiserver_min.cel.engine import read_paths
 
 DEPLOYMENT = {
@@ -208,3 +208,12 @@ def test_authorizer_checks_through_the_injected_function(compiler):
     assert asked[0] == {"group": "apps", "resource": "deployments", "namespace": "ns", "name": "x", "verb": "get"}
     assert asked[2] == {"path": "/healthz", "verb": "get"}
     assert asked[3]["user"] == "system:serviceaccount:ns:sa"
+
+
+def test_regex_library_runs_in_linear_time_and_names_bad_patterns(compiler):
+    # A pattern that makes a backtracking engine take exponential time: RE2 runs it.
+    assert type(library._regex("(a+)+$")).__module__.startswith("re2")
+    assert run(compiler, "object.s.find('(a+)+$')", object={"s": "a" * 22 + "b"}) == ""
+    with pytest.raises(cel.EvalError) as err:
+        run(compiler, "'x'.find('(')")
+    assert str(err.value) == "error parsing regexp: missing ): ("
