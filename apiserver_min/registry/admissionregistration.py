@@ -230,7 +230,8 @@ class ValidatingAdmissionPolicyStrategy(Strategy):
 def type_check_status(policy: dict) -> dict:
     """The status of a policy at its generation: ``typeChecking.expressionWarnings``
     for fields of ``object``/``oldObject`` the expressions read that the matched
-    kinds do not declare (the kinds named exactly in ``matchConstraints``)."""
+    kinds do not declare (the kinds named exactly in ``matchConstraints``), and for
+    fields of ``request`` an admission request does not have."""
     spec = policy.get("spec") or {}
     kinds = _matched_kinds(spec.get("matchConstraints"))
     warnings: list[dict] = []
@@ -250,10 +251,14 @@ def type_check_status(policy: dict) -> dict:
         if isinstance(x, dict)
     ]
     for field_ref, expression in entries:
-        if not isinstance(expression, str) or not kinds:
+        if not isinstance(expression, str):
             continue
-        paths = cel.read_paths(expression, ("object", "oldObject"))
-        problems = []
+        paths = cel.read_paths(expression, ("object", "oldObject", "request"))
+        problems = [
+            f"ERROR: undefined field '{missing}' in request.{'.'.join(path)}"
+            for path in sorted(paths.get("request", ()))
+            if (missing := _undefined_request_field(path))
+        ]
         for kind in kinds:
             schema = schema_for(kind.group, kind.version, kind.kind)
             for var in ("object", "oldObject"):
@@ -268,6 +273,36 @@ def type_check_status(policy: dict) -> dict:
     status: dict[str, Any] = {"observedGeneration": (policy.get("metadata") or {}).get("generation", 1)}
     status["typeChecking"] = {"expressionWarnings": warnings} if warnings else {}
     return status
+
+
+# The ``request`` variable is typed (an admission request): its fields and theirs.
+_GVK = frozenset({"group", "version", "kind"})
+_GVR = frozenset({"group", "version", "resource"})
+_REQUEST_FIELDS: dict[str, frozenset[str] | None] = {
+    "kind": _GVK,
+    "resource": _GVR,
+    "subResource": None,
+    "requestKind": _GVK,
+    "requestResource": _GVR,
+    "requestSubResource": None,
+    "name": None,
+    "namespace": None,
+    "operation": None,
+    "userInfo": frozenset({"username", "uid", "groups", "extra"}),
+    "dryRun": None,
+    "options": None,
+}
+
+
+def _undefined_request_field(path: tuple[str, ...]) -> str | None:
+    if not path:
+        return None
+    if path[0] not in _REQUEST_FIELDS:
+        return path[0]
+    inner = _REQUEST_FIELDS[path[0]]
+    if inner is not None and len(path) > 1 and path[1] not in inner:
+        return path[1]
+    return None
 
 
 def _matched_kinds(match: Any) -> list[KindInfo]:

@@ -191,6 +191,25 @@ def test_binding_validation():
     assert make_binding(paramRef={"name": "x"})["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
 
 
+def test_status_warns_of_request_fields_an_admission_request_lacks():
+    strategy = ValidatingAdmissionPolicyStrategy(POLICY_KIND)
+    obj = make_policy(
+        validations=[
+            {"expression": "request.userInfo.username != '' && request.operation == 'CREATE'"},
+            {"expression": "request.user == 'x'"},
+            {"expression": "request.userInfo.name == 'x'"},
+        ]
+    )
+    warnings = strategy.initial_status(obj)["typeChecking"]["expressionWarnings"]
+    assert warnings == [
+        {"fieldRef": "spec.validations[1].expression", "warning": "ERROR: undefined field 'user' in request.user"},
+        {
+            "fieldRef": "spec.validations[2].expression",
+            "warning": "ERROR: undefined field 'name' in request.userInfo.name",
+        },
+    ]
+
+
 def test_status_warns_of_fields_the_matched_kind_does_not_declare():
     strategy = ValidatingAdmissionPolicyStrategy(POLICY_KIND)
     obj = make_policy(
