@@ -99,6 +99,9 @@ class Options:
     # How often the resource quota controller recounts every quota.
     resource_quota_sync_period: float = 300.0
     enable_scheduler: bool = True
+    # The endpoint slice controllers (controllers/endpointslice.py, endpointslicemirroring.py).
+    max_endpoints_per_slice: int = 100
+    mirroring_max_endpoints_per_subset: int = 1000
     # The resource metrics API (metrics.orch.io): how often node agents are scraped.
     metric_resolution: float = 15.0
     # Leader election of the bundled controllers among API servers sharing one etcd.
@@ -109,6 +112,10 @@ class Options:
     # Services: the cluster-IP ranges (one, or two of different families) and the node-port range.
     service_cluster_ip_ranges: tuple[str, ...] = ("10.96.0.0/12",)
     service_node_port_range: tuple[int, int] = (30000, 2768)  # (first port, number of ports)
+    # The bundled local-path provisioner (controllers/localpath.py, k3s's local-path provisioner).
+    local_path_provisioner: bool = True
+    local_path_dir: str = names.LOCAL_PATH_DIR
+    local_path_helper_image: str = names.LOCAL_PATH_HELPER_IMAGE
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -358,6 +365,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="true",
         help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).",
     )
+    eps = p.add_argument_group("endpoint slices")
+    eps.add_argument(
+        "--max-endpoints-per-slice",
+        default="100",
+        help="The most endpoints the endpoint slice controller puts in one EndpointSlice, "
+        "1 to 1000 (default %(default)s).",
+    )
+    eps.add_argument(
+        "--mirroring-max-endpoints-per-subset",
+        default="1000",
+        help="The most addresses of one Endpoints subset the mirroring controller puts in an "
+        "EndpointSlice, 1 to 1000 (default %(default)s).",
+    )
     n.add_argument(
         "--metric-resolution",
         default="15s",
@@ -377,6 +397,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="30000-32767",
         help="Port range (inclusive, FIRST-LAST or FIRST+COUNT) node ports of NodePort and "
         "LoadBalancer Services come from (default %(default)s).",
+    )
+    lp = p.add_argument_group("local volumes")
+    lp.add_argument(
+        "--local-path-provisioner",
+        nargs="?",
+        const="true",
+        default="true",
+        help=f"Run the bundled local-path provisioner and create its default StorageClass "
+        f"{names.LOCAL_PATH_STORAGE_CLASS} (provisioner {names.LOCAL_PATH_PROVISIONER}) when absent (default true).",
+    )
+    lp.add_argument(
+        "--local-path-dir",
+        default=names.LOCAL_PATH_DIR,
+        help="The directory on each node under which local-path volumes are made (default %(default)s).",
+    )
+    lp.add_argument(
+        "--local-path-helper-image",
+        default=names.LOCAL_PATH_HELPER_IMAGE,
+        help="The image of the helper pods that remove deleted local-path volumes' directories on their "
+        "nodes; it needs rm (default %(default)s).",
     )
     le = p.add_argument_group("leader election of the bundled controllers")
     le.add_argument(
@@ -552,6 +592,7 @@ def parse(argv: Sequence[str]) -> Options:
         **_node_lifecycle_options(ns),
         service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
         service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
+        **_local_path_options(ns),
     )
 
 
@@ -611,6 +652,23 @@ def parse_port_range(flag: str, value: str) -> tuple[int, int]:
     return first, count
 
 
+def _local_path_options(ns: argparse.Namespace) -> dict:
+    """The local-path provisioner's switch, directory (absolute, not the root) and helper image."""
+    directory = ns.local_path_dir.strip()
+    if not directory.startswith("/") or os.path.normpath(directory) == "/":
+        raise OptionsError(
+            f"invalid value {ns.local_path_dir!r} for flag --local-path-dir: must be an absolute path other than /"
+        )
+    image = ns.local_path_helper_image.strip()
+    if not image or any(c.isspace() for c in image):
+        raise OptionsError(f"invalid value {ns.local_path_helper_image!r} for flag --local-path-helper-image")
+    return {
+        "local_path_provisioner": parse_bool("--local-path-provisioner", ns.local_path_provisioner),
+        "local_path_dir": os.path.normpath(directory),
+        "local_path_helper_image": image,
+    }
+
+
 def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> dict:
     """(flag, attribute) pairs parsed as durations that must be positive: attribute -> seconds."""
     out: dict = {}
@@ -639,12 +697,33 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--leader-elect-retry-period", "leader_elect_retry_period"),
         ),
     )
+    out["max_endpoints_per_slice"] = _slice_limit(
+        "--max-endpoints-per-slice", "endpoint slice max endpoints per slice", ns.max_endpoints_per_slice
+    )
+    out["mirroring_max_endpoints_per_subset"] = _slice_limit(
+        "--mirroring-max-endpoints-per-subset",
+        "mirroring max endpoints per subset",
+        ns.mirroring_max_endpoints_per_subset,
+    )
     out["enable_scheduler"] = parse_bool("--enable-scheduler", ns.enable_scheduler)
     out["leader_elect"] = parse_bool("--leader-elect", ns.leader_elect)
     if out["leader_elect_renew_deadline"] >= out["leader_elect_lease_duration"]:
         raise OptionsError("--leader-elect-renew-deadline must be less than --leader-elect-lease-duration")
         raise OptionsError("--leader-elect-retry-period must be less than --leader-elect-renew-deadline")
     return out
+
+
+def _slice_limit(flag: str, what: str, value: str) -> int:
+    """An endpoints-per-slice limit: an integer from 1 to 1000 (upstream's bounds and words)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: must be an integer") from None
+    if n < 1:
+        raise OptionsError(f"{what} must not be less than 1, but got {n}")
+    if n > 1000:
+        raise OptionsError(f"{what} must not be more than 1000, but got {n}")
+    return n
 
 
 # --cluster-signing-<flag>-{cert,key}-file: per-signer CA files (upstream's per-controller flags).

@@ -45,6 +45,14 @@ def end_request(token: contextvars.Token) -> None:
     _RECORD.reset(token)
 
 
+def warn(text: str) -> None:
+    """A warning for the client of the request being served (a ``Warning`` header of
+    its response); for strategies' warnings (upstream's WarningsOnCreate)."""
+    record = _RECORD.get()
+    if record is not None:
+        record.warnings.append(text)
+
+
 @dataclasses.dataclass
 class Attributes:
     operation: str  # CREATE | UPDATE | DELETE | CONNECT

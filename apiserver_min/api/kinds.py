@@ -260,6 +260,33 @@ def _join(values: Iterable[Any], empty: str = "<none>") -> str:
 # --- per-kind cells ------------------------------------------------------------------
 
 
+def _ingress_hosts_cell(o: dict) -> str:
+    """The rules' hosts, the first three and how many rules more (``*``: none)."""
+    rules = [r for r in dig(o, "spec", "rules", default=[]) or [] if isinstance(r, dict)]
+    shown: list[str] = []
+    more = False
+    for r in rules:
+        if len(shown) == 3:
+            more = True
+            break
+        if r.get("host"):
+            shown.append(str(r["host"]))
+    if not shown:
+        return "*"
+    return ",".join(shown) + (f" + {len(rules) - 3} more..." if more else "")
+
+
+def _ingress_class_parameters_cell(o: dict) -> str:
+    """``Kind[.apiGroup]/name`` of the class's parameters, ``<none>`` without."""
+    params = dig(o, "spec", "parameters")
+    if not isinstance(params, dict):
+        return "<none>"
+    kind = str(params.get("kind") or "")
+    if params.get("apiGroup") is not None:
+        kind += f".{params['apiGroup']}"
+    return f"{kind}/{params.get('name') or ''}"
+
+
 def pod_ready(obj: dict) -> str:
     statuses = dig(obj, "status", "containerStatuses", default=[]) or []
     total = len(dig(obj, "spec", "containers", default=[]) or [])
@@ -505,6 +532,22 @@ def _or_none(fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
         return "<none>" if v in (None, "") else v
 
     return cell
+
+
+def _storage_class_name(o: dict) -> str:
+    """The name, marked `` (default)`` for the default class (as upstream's printer)."""
+    ann = dig(o, "metadata", "annotations", default={}) or {}
+    default = "true" in (
+        ann.get(names.ANNOTATION_DEFAULT_STORAGE_CLASS),
+        ann.get(names.ANNOTATION_DEFAULT_STORAGE_CLASS_BETA),
+    )
+    name = dig(o, "metadata", "name", default="") or ""
+    return f"{name} (default)" if default else name
+
+
+_STORAGE_CLASS_NAME = Column(
+    "Name", "string", _storage_class_name, format="name", description="Name must be unique within a namespace."
+)
 
 
 def col(
@@ -1039,20 +1082,18 @@ KINDS: tuple[KindInfo, ...] = (
         columns=(
             NAME,
             col("Class", "string", _or_none(_getter("spec", "ingressClassName"))),
-            col(
-                "Hosts",
-                "string",
-                lambda o: _join((r.get("host") for r in dig(o, "spec", "rules", default=[]) or []), "*"),
-            ),
+            col("Hosts", "string", _ingress_hosts_cell),
             col(
                 "Address",
                 "string",
-                lambda o: _join(
-                    (
-                        i.get("ip") or i.get("hostname")
-                        for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []
-                    ),
-                    "",
+                lambda o: ",".join(
+                    sorted(
+                        {
+                            str(i.get("ip") or i.get("hostname"))
+                            for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []
+                            if isinstance(i, dict) and (i.get("ip") or i.get("hostname"))
+                        }
+                    )
                 ),
             ),
             col("Ports", "string", lambda o: "80, 443" if dig(o, "spec", "tls") else "80"),
@@ -1068,15 +1109,7 @@ KINDS: tuple[KindInfo, ...] = (
         columns=(
             NAME,
             col("Controller", "string", _getter("spec", "controller")),
-            col(
-                "Parameters",
-                "string",
-                lambda o: (
-                    "<none>"
-                    if not dig(o, "spec", "parameters")
-                    else f"{dig(o, 'spec', 'parameters', 'kind')}/{dig(o, 'spec', 'parameters', 'name')}"
-                ),
-            ),
+            col("Parameters", "string", _ingress_class_parameters_cell),
             AGE,
         ),
     ),
@@ -1234,7 +1267,7 @@ KINDS: tuple[KindInfo, ...] = (
         False,
         short_names=("sc",),
         columns=(
-            NAME,
+            _STORAGE_CLASS_NAME,
             col("Provisioner", "string", _getter("provisioner")),
             col("ReclaimPolicy", "string", lambda o: o.get("reclaimPolicy") or "Delete"),
             col("VolumeBindingMode", "string", lambda o: o.get("volumeBindingMode") or "Immediate"),

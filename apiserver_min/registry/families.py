@@ -16,6 +16,7 @@ from .admissionregistration import (
     ValidatingAdmissionPolicyStrategy,
     WebhookConfigurationStrategy,
 )
+from .apps import DeploymentStrategy, ReplicaSetStrategy, ReplicationControllerStrategy
 from .apps_controllerrevision import ControllerRevisionStrategy
 from .apps_daemonset import DaemonSetStrategy
 from .apps_statefulset import StatefulSetStrategy
@@ -29,11 +30,14 @@ from .core import (
     PodStrategy,
     ServiceStrategy,
 )
+from .endpoints import EndpointSliceStrategy, EndpointsStrategy
 from .eviction import PodEvictionREST
+from .networking import IngressClassStrategy, IngressStrategy
 from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
+from .storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from .strategy import PathNameStrategy, Strategy
 
 STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
@@ -41,9 +45,16 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "replicationcontrollers"): ReplicationControllerStrategy,
+    (names.APPS_GROUP, "deployments"): DeploymentStrategy,
+    (names.APPS_GROUP, "replicasets"): ReplicaSetStrategy,
+    ("", "endpoints"): EndpointsStrategy,
+    (names.DISCOVERY_GROUP, "endpointslices"): EndpointSliceStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
     (names.SCHEDULING_GROUP, "priorityclasses"): PriorityClassStrategy,
+    ("", "persistentvolumes"): PersistentVolumeStrategy,
+    ("", "persistentvolumeclaims"): PersistentVolumeClaimStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
@@ -55,6 +66,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
     (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
     (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
+    (names.NETWORKING_GROUP, "ingresses"): IngressStrategy,
+    (names.NETWORKING_GROUP, "ingressclasses"): IngressClassStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
