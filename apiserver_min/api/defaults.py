@@ -627,6 +627,20 @@ def _webhook_rule(rule: Obj) -> None:
     _setdefault_ptr(rule, "scope", "*")
 
 
+def _policy_spec(spec: Obj) -> None:
+    _setdefault_ptr(spec, "failurePolicy", "Fail")
+
+
+def _match_resources(match: Obj) -> None:
+    _setdefault_ptr(match, "matchPolicy", "Equivalent")
+    _setdefault_ptr(match, "namespaceSelector", {})
+    _setdefault_ptr(match, "objectSelector", {})
+
+
+def _param_ref(ref: Obj) -> None:
+    _setdefault_ptr(ref, "parameterNotFoundAction", "Deny")
+
+
 def _webhook_service(ref: Obj) -> None:
     _setdefault_ptr(ref, "port", 443)
 
@@ -740,6 +754,9 @@ _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     "k8s.io.api.admissionregistration.v1.MutatingWebhook": _mutating_webhook,
     "k8s.io.api.admissionregistration.v1.Rule": _webhook_rule,
     "k8s.io.api.admissionregistration.v1.ServiceReference": _webhook_service,
+    "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicySpec": _policy_spec,
+    "k8s.io.api.admissionregistration.v1.MatchResources": _match_resources,
+    "k8s.io.api.admissionregistration.v1.ParamRef": _param_ref,
 }
 
 

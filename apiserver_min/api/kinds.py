@@ -150,6 +150,21 @@ def dig(obj: Any, *path: str | int, default: Any = None) -> Any:
     return cur
 
 
+def _param_kind(policy: dict) -> str:
+    kind = (policy.get("spec") or {}).get("paramKind")
+    if not isinstance(kind, dict):
+        return "<unset>"
+    return f"{kind.get('apiVersion') or ''}/{kind.get('kind') or ''}"
+
+
+def _param_ref(binding: dict) -> str:
+    ref = (binding.get("spec") or {}).get("paramRef")
+    if not isinstance(ref, dict):
+        return "<unset>"
+    name = ref.get("name") or ("*" if ref.get("selector") is not None else "")
+    return f"{ref['namespace']}/{name}" if ref.get("namespace") else name
+
+
 def _getter(*path: str) -> Callable[[dict], Any]:
     return lambda obj: dig(obj, *path, default="")
 
@@ -1394,6 +1409,35 @@ KINDS: tuple[KindInfo, ...] = (
         "MutatingWebhookConfiguration",
         False,
         columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE),
+    ),
+    KindInfo(
+        names.ADMISSIONREGISTRATION_GROUP,
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+        subresources=(Subresource("status", "ValidatingAdmissionPolicy", ("get", "patch", "update")),),
+        categories=("api-extensions",),
+        columns=(
+            NAME,
+            col("Validations", "integer", lambda o: len((o.get("spec") or {}).get("validations") or [])),
+            col("ParamKind", "string", lambda o: _param_kind(o)),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.ADMISSIONREGISTRATION_GROUP,
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+        categories=("api-extensions",),
+        columns=(
+            NAME,
+            col("PolicyName", "string", lambda o: (o.get("spec") or {}).get("policyName") or ""),
+            col("ParamRef", "string", lambda o: _param_ref(o)),
+            AGE,
+        ),
     ),
 )
 

@@ -11,7 +11,11 @@ from typing import Any
 
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
-from .admissionregistration import WebhookConfigurationStrategy
+from .admissionregistration import (
+    ValidatingAdmissionPolicyBindingStrategy,
+    ValidatingAdmissionPolicyStrategy,
+    WebhookConfigurationStrategy,
+)
 from .apps import DeploymentStrategy, ReplicaSetStrategy, ReplicationControllerStrategy
 from .apps_controllerrevision import ControllerRevisionStrategy
 from .apps_daemonset import DaemonSetStrategy
@@ -68,6 +72,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.NETWORKING_GROUP, "ingressclasses"): IngressClassStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
 }
 
 STORE_SUBRESOURCE = StoreSubresource()

@@ -40,6 +40,7 @@ from .securitycontextdeny import SecurityContextDeny
 from .serviceaccount import ServiceAccountAdmission
 from .storageobjectinuseprotection import StorageObjectInUseProtection
 from .taintnodesbycondition import plugin as taint_nodes_plugin
+from .validatingadmissionpolicy import plugin as validating_admission_policy_plugin
 
 log = logging.getLogger("orch-apiserver.admission")
 
@@ -148,6 +149,7 @@ KNOWN_PLUGINS = frozenset(
         "MutatingAdmissionWebhook",
         "ValidatingAdmissionWebhook",
         "ImagePolicyWebhook",
+        "ValidatingAdmissionPolicy",
     }
 )
 
@@ -266,6 +268,7 @@ def _plugin_factories() -> dict:
         "ClusterTrustBundleAttest": cluster_trust_bundle_attest_plugin,
         "MutatingAdmissionWebhook": lambda server: webhooks.mutating(server, _admission_config(server)),
         "ValidatingAdmissionWebhook": lambda server: webhooks.validating(server, _admission_config(server)),
+        "ValidatingAdmissionPolicy": validating_admission_policy_plugin,
     }
 
 
