@@ -52,6 +52,7 @@ from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
 from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator, api_review
 from .server.logs import LogRotator
 from .server.stats import StatsProvider
+from .services import ServiceCache
 from .sources.apiserver import ApiPodSource
 from .sources.file import FileSource
 from .sources.merge import PodConfig
@@ -372,6 +373,9 @@ class NodeAgent:
             self.volumes.objects = objects.get
             self.volumes.tokens = objects.token
             self.volumes.prefetch = objects.prefetch
+            # Every Service, for the containers' service variables (enableServiceLinks).
+            services = ServiceCache(client)
+            self.runtime.service_env = services.env_for
             self.podmanager.mirror_client = MirrorClient(client, self.node_name, lambda: status.node_uid)
             statuses = StatusManager(client, mirrors=self.podmanager)
             self.podmanager.on_mirror_created = statuses.resend
@@ -392,7 +396,7 @@ class NodeAgent:
                 duration_seconds=cfg.node_lease_duration_seconds,
                 node_uid=lambda: status.node_uid,
             )
-            runs = [status.run(), lease.run(), source.run(), statuses.run(), self.podmanager.run()]
+            runs = [status.run(), lease.run(), source.run(), statuses.run(), self.podmanager.run(), services.run()]
             if cfg.proxy_mode == "nftables":
                 runs.append(self._run_proxy(client))
             else:

@@ -7,13 +7,22 @@ import time
 from typing import Callable
 
 from apiserver_min.api import names
+from apiserver_min.api.persistentvolumes import ephemeral_claim_names
 
 from . import logging as agent_logging
 from . import pods as podutil
 from .client.informer import Informer
 from .client.rest import ApiClient, ApiError
+from .runtime.volumes import KIND_CLAIM, KIND_VOLUME
 
 __all__ = ["ObjectCache"]
+
+_CLAIM_KINDS = (KIND_CLAIM, KIND_VOLUME)
+
+
+def _claim_bound(claim: dict | None) -> bool:
+    return bool(claim) and ((claim or {}).get("status") or {}).get("phase") == "Bound"
+
 
 log = agent_logging.get_logger("objects")
 
@@ -109,7 +118,8 @@ class ObjectCache:
         ns = podutil.namespace(pod)
         uid = podutil.uid(pod)
         keys = {(kind, ns, name) for kind, name in self.references(pod)}
-        self._track(uid, keys)
+        # Claims and volumes known from earlier syncs stay tracked until re-read below.
+        self._track(uid, keys | {k for k in self._pod_refs.get(uid, ()) if k[0] in _CLAIM_KINDS})
         for key in keys:
             watched = self._informers.get(key)
             if watched is not None and watched[0].synced:
@@ -122,6 +132,7 @@ class ObjectCache:
                     raise
                 self._objects[key] = None
             self._start_watch(key)
+        await self._prefetch_claims(pod, ns, uid, keys)
         sa = podutil.spec(pod).get("serviceAccountName") or "default"
         for vol in podutil.spec(pod).get("volumes") or []:
             for src in (vol.get("projected") or {}).get("sources") or []:
@@ -151,6 +162,39 @@ class ObjectCache:
                 token = (reply.get("status") or {}).get("token", "")
                 if token:
                     self._tokens[key] = (token, now, now + key[2])
+
+    async def _prefetch_claims(self, pod: dict, ns: str, uid: str, keys: set[tuple[str, str, str]]) -> None:
+        """The pod's PersistentVolumeClaims and their volumes. The Node authorizer lets a
+        node get (not watch) exactly these, so a claim is read again on every sync until it
+        is bound; a bound claim and its volume are kept while pods use them."""
+        claims = [
+            (v.get("persistentVolumeClaim") or {}).get("claimName")
+            for v in podutil.spec(pod).get("volumes") or []
+            if (v.get("persistentVolumeClaim") or {}).get("claimName")
+        ] + sorted(ephemeral_claim_names(pod))
+        claim_keys: set[tuple[str, str, str]] = set()
+        for claim_name in claims:
+            key = (KIND_CLAIM, ns, claim_name)
+            claim_keys.add(key)
+            claim = self._objects.get(key)
+            if claim is None or not _claim_bound(claim):
+                claim = await self._get_or_none(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim_name}")
+                self._objects[key] = claim
+            volume_name = ((claim or {}).get("spec") or {}).get("volumeName") if _claim_bound(claim) else ""
+            if volume_name:
+                vkey = (KIND_VOLUME, "", volume_name)
+                claim_keys.add(vkey)
+                if self._objects.get(vkey) is None:
+                    self._objects[vkey] = await self._get_or_none(f"/api/v1/persistentvolumes/{volume_name}")
+        self._track(uid, keys | claim_keys)
+
+    async def _get_or_none(self, path: str) -> dict | None:
+        try:
+            return await self.client.get(path)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return None
 
     # --- watches of referenced objects ----------------------------------------------------
 

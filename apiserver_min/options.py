@@ -99,6 +99,15 @@ class Options:
     # How often the resource quota controller recounts every quota.
     resource_quota_sync_period: float = 300.0
     enable_scheduler: bool = True
+    # The horizontal pod autoscaler controller (upstream's --horizontal-pod-autoscaler-* flags).
+    horizontal_pod_autoscaler_sync_period: float = 15.0
+    horizontal_pod_autoscaler_tolerance: float = 0.1
+    horizontal_pod_autoscaler_cpu_initialization_period: float = 300.0
+    horizontal_pod_autoscaler_initial_readiness_delay: float = 30.0
+    horizontal_pod_autoscaler_downscale_stabilization: float = 300.0
+    # The endpoint slice controllers (controllers/endpointslice.py, endpointslicemirroring.py).
+    max_endpoints_per_slice: int = 100
+    mirroring_max_endpoints_per_subset: int = 1000
     # The resource metrics API (metrics.orch.io): how often node agents are scraped.
     metric_resolution: float = 15.0
     # Leader election of the bundled controllers among API servers sharing one etcd.
@@ -109,6 +118,10 @@ class Options:
     # Services: the cluster-IP ranges (one, or two of different families) and the node-port range.
     service_cluster_ip_ranges: tuple[str, ...] = ("10.96.0.0/12",)
     service_node_port_range: tuple[int, int] = (30000, 2768)  # (first port, number of ports)
+    # The bundled local-path provisioner (controllers/localpath.py, k3s's local-path provisioner).
+    local_path_provisioner: bool = True
+    local_path_dir: str = names.LOCAL_PATH_DIR
+    local_path_helper_image: str = names.LOCAL_PATH_HELPER_IMAGE
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -358,11 +371,53 @@ def build_parser() -> argparse.ArgumentParser:
         default="true",
         help="Run the bundled scheduler, which binds pods naming default-scheduler (default true).",
     )
+    eps = p.add_argument_group("endpoint slices")
+    eps.add_argument(
+        "--max-endpoints-per-slice",
+        default="100",
+        help="The most endpoints the endpoint slice controller puts in one EndpointSlice, "
+        "1 to 1000 (default %(default)s).",
+    )
+    eps.add_argument(
+        "--mirroring-max-endpoints-per-subset",
+        default="1000",
+        help="The most addresses of one Endpoints subset the mirroring controller puts in an "
+        "EndpointSlice, 1 to 1000 (default %(default)s).",
+    )
     n.add_argument(
         "--metric-resolution",
         default="15s",
         help="How often the resource metrics API (metrics.orch.io, kubectl top) scrapes the node agents' "
         "/metrics/resource; CPU usage is the rate over the last two scrapes (default %(default)s).",
+    )
+    hpa = p.add_argument_group("horizontal pod autoscaler")
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-sync-period",
+        default="15s",
+        help="How often the horizontal pod autoscaler controller reconciles each autoscaler (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-tolerance",
+        default="0.1",
+        help="How far the ratio of a metric to its target may stray from 1.0 before the autoscaler "
+        "scales (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-cpu-initialization-period",
+        default="5m",
+        help="After a pod starts, how long its CPU samples count only once it is ready and a full "
+        "sample window passed since (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-initial-readiness-delay",
+        default="30s",
+        help="After a pod starts, how long readiness changes are taken as its initial readiness (default %(default)s).",
+    )
+    hpa.add_argument(
+        "--horizontal-pod-autoscaler-downscale-stabilization",
+        default="5m",
+        help="How far back the autoscaler looks for the highest recommendation before scaling down, "
+        "for autoscalers whose behavior does not set a scale-down window (default %(default)s).",
     )
     sv = p.add_argument_group("services")
     sv.add_argument(
@@ -377,6 +432,26 @@ def build_parser() -> argparse.ArgumentParser:
         default="30000-32767",
         help="Port range (inclusive, FIRST-LAST or FIRST+COUNT) node ports of NodePort and "
         "LoadBalancer Services come from (default %(default)s).",
+    )
+    lp = p.add_argument_group("local volumes")
+    lp.add_argument(
+        "--local-path-provisioner",
+        nargs="?",
+        const="true",
+        default="true",
+        help=f"Run the bundled local-path provisioner and create its default StorageClass "
+        f"{names.LOCAL_PATH_STORAGE_CLASS} (provisioner {names.LOCAL_PATH_PROVISIONER}) when absent (default true).",
+    )
+    lp.add_argument(
+        "--local-path-dir",
+        default=names.LOCAL_PATH_DIR,
+        help="The directory on each node under which local-path volumes are made (default %(default)s).",
+    )
+    lp.add_argument(
+        "--local-path-helper-image",
+        default=names.LOCAL_PATH_HELPER_IMAGE,
+        help="The image of the helper pods that remove deleted local-path volumes' directories on their "
+        "nodes; it needs rm (default %(default)s).",
     )
     le = p.add_argument_group("leader election of the bundled controllers")
     le.add_argument(
@@ -550,8 +625,10 @@ def parse(argv: Sequence[str]) -> Options:
         **_authentication_options(ns),
         **_certificate_options(ns),
         **_node_lifecycle_options(ns),
+        **_autoscaler_options(ns),
         service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
         service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
+        **_local_path_options(ns),
     )
 
 
@@ -611,6 +688,23 @@ def parse_port_range(flag: str, value: str) -> tuple[int, int]:
     return first, count
 
 
+def _local_path_options(ns: argparse.Namespace) -> dict:
+    """The local-path provisioner's switch, directory (absolute, not the root) and helper image."""
+    directory = ns.local_path_dir.strip()
+    if not directory.startswith("/") or os.path.normpath(directory) == "/":
+        raise OptionsError(
+            f"invalid value {ns.local_path_dir!r} for flag --local-path-dir: must be an absolute path other than /"
+        )
+    image = ns.local_path_helper_image.strip()
+    if not image or any(c.isspace() for c in image):
+        raise OptionsError(f"invalid value {ns.local_path_helper_image!r} for flag --local-path-helper-image")
+    return {
+        "local_path_provisioner": parse_bool("--local-path-provisioner", ns.local_path_provisioner),
+        "local_path_dir": os.path.normpath(directory),
+        "local_path_helper_image": image,
+    }
+
+
 def _positive_durations(ns: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> dict:
     """(flag, attribute) pairs parsed as durations that must be positive: attribute -> seconds."""
     out: dict = {}
@@ -639,12 +733,59 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--leader-elect-retry-period", "leader_elect_retry_period"),
         ),
     )
+    out["max_endpoints_per_slice"] = _slice_limit(
+        "--max-endpoints-per-slice", "endpoint slice max endpoints per slice", ns.max_endpoints_per_slice
+    )
+    out["mirroring_max_endpoints_per_subset"] = _slice_limit(
+        "--mirroring-max-endpoints-per-subset",
+        "mirroring max endpoints per subset",
+        ns.mirroring_max_endpoints_per_subset,
+    )
     out["enable_scheduler"] = parse_bool("--enable-scheduler", ns.enable_scheduler)
     out["leader_elect"] = parse_bool("--leader-elect", ns.leader_elect)
     if out["leader_elect_renew_deadline"] >= out["leader_elect_lease_duration"]:
         raise OptionsError("--leader-elect-renew-deadline must be less than --leader-elect-lease-duration")
         raise OptionsError("--leader-elect-retry-period must be less than --leader-elect-renew-deadline")
     return out
+
+
+def _autoscaler_options(ns: argparse.Namespace) -> dict:
+    """The horizontal pod autoscaler's flags: a positive sync period, non-negative
+    durations, a non-negative tolerance."""
+    out = _positive_durations(
+        ns, (("--horizontal-pod-autoscaler-sync-period", "horizontal_pod_autoscaler_sync_period"),)
+    )
+    for flag, attr in (
+        (
+            "--horizontal-pod-autoscaler-cpu-initialization-period",
+            "horizontal_pod_autoscaler_cpu_initialization_period",
+        ),
+        ("--horizontal-pod-autoscaler-initial-readiness-delay", "horizontal_pod_autoscaler_initial_readiness_delay"),
+        ("--horizontal-pod-autoscaler-downscale-stabilization", "horizontal_pod_autoscaler_downscale_stabilization"),
+    ):
+        out[attr] = _duration_seconds(flag, getattr(ns, attr))
+    flag, value = "--horizontal-pod-autoscaler-tolerance", ns.horizontal_pod_autoscaler_tolerance
+    try:
+        tolerance = float(value)
+    except ValueError:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: not a number") from None
+    if not tolerance >= 0 or tolerance == float("inf"):
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: must be a non-negative number")
+    out["horizontal_pod_autoscaler_tolerance"] = tolerance
+    return out
+
+
+def _slice_limit(flag: str, what: str, value: str) -> int:
+    """An endpoints-per-slice limit: an integer from 1 to 1000 (upstream's bounds and words)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise OptionsError(f"invalid value {value!r} for flag {flag}: must be an integer") from None
+    if n < 1:
+        raise OptionsError(f"{what} must not be less than 1, but got {n}")
+    if n > 1000:
+        raise OptionsError(f"{what} must not be more than 1000, but got {n}")
+    return n
 
 
 # --cluster-signing-<flag>-{cert,key}-file: per-signer CA files (upstream's per-controller flags).

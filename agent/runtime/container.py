@@ -141,6 +141,7 @@ def build_container_config(
     pod_ips: Sequence[str] = (),
     volume_paths: Mapping[str, str],
     objects: ObjectGetter | None = None,
+    service_env: Mapping[str, str] | None = None,
     image_uid: int | None = None,
     image_username: str = "",
 ) -> ContainerSetup:
@@ -149,10 +150,13 @@ def build_container_config(
     ``volume_paths`` maps the pod's volume names to their host paths (from
     VolumeManager.setup). ``image_uid``/``image_username`` are the image's user
     from ImageStatus, when known (runAsNonRoot checks and the default user).
+    ``service_env`` holds the pod's service variables (:func:`~.env.service_environment`).
     Raises PodConfigError(CreateContainerConfigError).
     """
     name = container.get("name") or ""
-    env = make_environment(pod, container, ctx, pod_ip=pod_ip, pod_ips=pod_ips, objects=objects)
+    env = make_environment(
+        pod, container, ctx, pod_ip=pod_ip, pod_ips=pod_ips, objects=objects, service_env=service_env
+    )
     env_map = dict(env)
     verify_run_as_non_root(pod, container, image_uid, image_username)
 
@@ -411,7 +415,9 @@ def _volume_mounts(
         if propagation_mode not in _PROPAGATION:
             raise _config_error(f'invalid MountPropagation mode: "{propagation_mode}"')
         volume = _pod_volume(pod, volume_name) or {}
-        forced_ro = any(volume.get(kind) is not None for kind in _READ_ONLY_VOLUME_TYPES)
+        forced_ro = any(volume.get(kind) is not None for kind in _READ_ONLY_VOLUME_TYPES) or bool(
+            (volume.get("persistentVolumeClaim") or {}).get("readOnly")
+        )
         mounts.append(
             pb.Mount(
                 container_path=container_path,

@@ -17,8 +17,10 @@ getter that raises makes the container config fail with the exception's text.
 Without a getter (standalone mode) every reference is "not found", which an
 ``optional`` reference tolerates.
 
-Service environment variables (``enableServiceLinks``) need Services from an
-API server and are not produced here.
+Service environment variables (:func:`service_environment`) are rendered here
+from the Services the caller hands in (the agent's Service cache in cluster mode):
+a container's own ``env`` and ``envFrom`` variables win over them, and ``$(VAR)``
+in ``env`` values, command and args may refer to them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 import psutil
 
+from apiserver_min.api import names
 from apiserver_min.api.quantity import Quantity, QuantityError, parse_quantity
 from apiserver_min.api.validation import go_quote, is_qualified_name
 
@@ -55,9 +58,16 @@ __all__ = [
     "secret_data",
     "configmap_data",
     "ordered_pod_ips",
+    "service_environment",
+    "service_env_vars",
 ]
 
 ObjectGetter = Callable[[str, str, str], "dict | None"]
+
+# The default namespace's Service whose variables every pod gets, even with
+# enableServiceLinks false (upstream's "kubernetes" master service).
+MASTER_SERVICE_NAMESPACE = names.NS_DEFAULT
+MASTER_SERVICES = frozenset({names.DEFAULT_SERVICE_NAME})
 
 _OPERATOR = "$"
 _OPENER = "("
@@ -390,6 +400,7 @@ def make_environment(
     pod_ip: str = "",
     pod_ips: Sequence[str] = (),
     objects: ObjectGetter | None = None,
+    service_env: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """The container's environment as ordered (name, value) pairs.
 
@@ -398,8 +409,13 @@ def make_environment(
     already present keeps its position and takes the new value. Raises
     PodConfigError(CreateContainerConfigError) for a missing non-optional
     source or key and for an unusable fieldRef or resourceFieldRef.
+
+    ``service_env`` (from :func:`service_environment`) comes last, in sorted order,
+    each variable only where the container did not set it; ``$(VAR)`` in ``env``
+    values sees it after the container's own variables (as upstream).
     """
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+    services = service_env or {}
     sources = _Sources(objects, namespace)
     env: dict[str, str] = {}
 
@@ -426,7 +442,7 @@ def make_environment(
         value = var.get("value") or ""
         source = var.get("valueFrom")
         if value:
-            value = expand(value, env)
+            value = expand(value, _Chain(env, services) if services else env)
         elif source:
             try:
                 resolved = _value_from(pod, container, ctx, source, sources, pod_ip=pod_ip, pod_ips=pod_ips)
@@ -436,7 +452,94 @@ def make_environment(
                 continue  # an optional reference that is absent: no variable at all
             value = resolved
         env[name] = value
-    return list(env.items())
+    out = list(env.items())
+    out += [(k, services[k]) for k in sorted(services) if k not in env]
+    return out
+
+
+class _Chain(Mapping[str, str]):
+    """The container's variables, then the service variables: what ``$(VAR)`` sees."""
+
+    def __init__(self, first: Mapping[str, str], second: Mapping[str, str]) -> None:
+        self.first, self.second = first, second
+
+    def __getitem__(self, key: str) -> str:
+        if key in self.first:
+            return self.first[key]
+        return self.second[key]
+
+    def __iter__(self):
+        yield from self.first
+        yield from (k for k in self.second if k not in self.first)
+
+    def __len__(self) -> int:
+        return len(set(self.first) | set(self.second))
+
+
+# --- service links ----------------------------------------------------------------------
+
+
+def _env_name(name: str) -> str:
+    return name.replace("-", "_").upper()
+
+
+def _service_ip_set(svc: Mapping[str, Any]) -> bool:
+    ip = (svc.get("spec") or {}).get("clusterIP") or ""
+    return ip not in ("", "None")
+
+
+def service_env_vars(services: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The variables of each Service with a cluster IP (upstream's FromServices):
+    ``<NAME>_SERVICE_HOST``, ``<NAME>_SERVICE_PORT`` (the first port),
+    ``<NAME>_SERVICE_PORT_<PORTNAME>`` per named port, and the Docker-link style
+    ``<NAME>_PORT`` (the first port), ``<NAME>_PORT_<port>_<PROTO>`` with its
+    ``_PROTO``, ``_PORT`` and ``_ADDR``. Names upper-cased, dashes as underscores."""
+    out: list[tuple[str, str]] = []
+    for svc in services:
+        spec = svc.get("spec") or {}
+        ports = [p for p in spec.get("ports") or [] if isinstance(p, dict)]
+        if not _service_ip_set(svc) or not ports:
+            continue
+        prefix = _env_name(str((svc.get("metadata") or {}).get("name") or ""))
+        ip = str(spec.get("clusterIP"))
+        out.append((f"{prefix}_SERVICE_HOST", ip))
+        out.append((f"{prefix}_SERVICE_PORT", str(ports[0].get("port"))))
+        for p in ports:
+            if p.get("name"):
+                out.append((f"{prefix}_SERVICE_PORT_{_env_name(str(p['name']))}", str(p.get("port"))))
+        for i, p in enumerate(ports):
+            proto = str(p.get("protocol") or "TCP")
+            host_port = f"[{ip}]:{p.get('port')}" if ":" in ip else f"{ip}:{p.get('port')}"
+            url = f"{proto.lower()}://{host_port}"
+            if i == 0:
+                out.append((f"{prefix}_PORT", url))
+            port_prefix = f"{prefix}_PORT_{p.get('port')}_{proto.upper()}"
+            out += [
+                (port_prefix, url),
+                (f"{port_prefix}_PROTO", proto.lower()),
+                (f"{port_prefix}_PORT", str(p.get("port"))),
+                (f"{port_prefix}_ADDR", ip),
+            ]
+    return out
+
+
+def service_environment(
+    services: Sequence[Mapping[str, Any]], namespace: str, enable_service_links: bool
+) -> dict[str, str]:
+    """The service variables of a pod in ``namespace`` (upstream getServiceEnvVarMap): the
+    Services with a cluster IP of that namespace when ``enable_service_links``, and
+    always the default namespace's ``orch`` Service."""
+    chosen: dict[str, Mapping[str, Any]] = {}
+    for svc in services:
+        md = svc.get("metadata") or {}
+        name, ns = md.get("name") or "", md.get("namespace") or ""
+        if not _service_ip_set(svc):
+            continue
+        if ns == MASTER_SERVICE_NAMESPACE and name in MASTER_SERVICES:
+            chosen.setdefault(name, svc)
+        elif ns == namespace and enable_service_links:
+            chosen[name] = svc
+    return dict(service_env_vars([chosen[n] for n in sorted(chosen)]))
 
 
 def _value_from(

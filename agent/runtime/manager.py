@@ -33,7 +33,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from apiserver_min.api import names
 from cri import api_pb2 as pb
@@ -352,6 +352,9 @@ class RuntimeManager:
         self.events: EventSink = events or (lambda pod, type_, reason, message: None)
         self.backoff = backoff or Backoff()
         self.hooks = hooks  # the prober's hooks module (run_handler), injectable
+        # The pod's service variables (cluster mode: the agent's Service cache); None: no API server.
+        # It raises PodConfigError while the Services were never listed.
+        self.service_env: Callable[[dict], Mapping[str, str]] | None = None
         self._status_cache: dict[str, ContainerInfo] = {}  # exited containers never change
         # The image the runtime itself runs sandboxes from (containerd's sandbox_image), as its
         # verbose Status reports it; "" until it answered or when it does not say.
@@ -654,6 +657,7 @@ class RuntimeManager:
                 pod_ips=pod_ips,
                 volume_paths=volume_paths,
                 objects=self.volumes.objects,
+                service_env=self.service_env(pod) if self.service_env is not None else None,
             )
         except PodConfigError as exc:
             self.events(pod, "Warning", "Failed", f"Error: {exc.message}")

@@ -10,6 +10,17 @@ containers:
   recorded (:meth:`VolumeManager.empty_dir_size_limits`) for eviction.
 * ``hostPath`` - the path itself, after upstream's ``type`` check (the ``*OrCreate``
   types create what is missing).
+* ``persistentVolumeClaim`` and ``ephemeral`` (the claim ``<pod>-<volume>`` the
+  control plane makes for the pod, which the pod must own) - the path of the claim's
+  bound volume, when that volume is a ``local`` one (the path must exist) or a
+  ``hostPath`` one (its ``type`` check, as above; a directory the bundled local-path provisioner planned, annotated
+  ``pv.orch.io/provisioned-by: orch.io/local-path``, is created mode 0777 here, on the
+  node, as k3s's provisioner does). The claim and volume come from the object getter
+  (cluster mode: the object cache reads them, as the Node authorizer allows). While the
+  claim is missing, terminating or not yet bound the pod waits (``FailedMount``, retried);
+  other volume sources, block volumes and ``mountOptions`` are refused naming what is
+  not supported. The claim's ``readOnly`` makes every mount of it read-only
+  (``container.py``).
 * ``downwardAPI`` - files of pod fields and container resources, needing nothing
   but the pod, so it works in standalone mode too.
 * ``configMap``, ``secret`` and ``projected`` (configMap, secret and downwardAPI
@@ -30,8 +41,9 @@ refreshes the data volumes. File-system work runs in a worker thread (a hung
 hostPath must not stall the event loop); the object getter is called on the
 event loop beforehand.
 
-Not done: fsGroup ownership of volume files, hugepage-backed emptyDirs,
-persistent volumes, and the other in-tree volume types (they are refused).
+Not done: fsGroup ownership of volume files, hugepage-backed emptyDirs, persistent
+volume sources other than ``local`` and ``hostPath``, and the other in-tree volume
+types (they are refused).
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ from typing import Any
 from agent import pods as podutil
 from agent.logging import get_logger
 from apiserver_min.api import names
+from apiserver_min.api.persistentvolumes import claim_controlled_by, volume_sources
 from apiserver_min.api.quantity import QuantityError, parse_quantity
 from apiserver_min.api.validation import go_quote
 
@@ -79,7 +92,21 @@ _EMPTY_DIR_MODE = 0o777
 _MNT_DETACH = 2
 
 # Volume source fields this manager understands, by the plugin directory they use.
-_SUPPORTED = ("emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected")
+_SUPPORTED = (
+    "emptyDir",
+    "hostPath",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+    "persistentVolumeClaim",
+    "ephemeral",
+)
+# Persistent volume sources this agent mounts.
+_PV_SOURCES = ("local", "hostPath")
+_LOCAL_PATH_MODE = 0o777
+KIND_CLAIM = "PersistentVolumeClaim"
+KIND_VOLUME = "PersistentVolume"
 # Volumes whose files the agent writes from API objects and the pod itself: kept up
 # to date while the pod runs. Volume source key -> plugin directory name.
 _DATA_VOLUME_KEYS = {
@@ -100,6 +127,20 @@ class _Payload:
 
 class _MountFailed(Exception):
     """One volume's set-up failure, in upstream's words (wrapped with the volume name)."""
+
+
+class _ClaimNotReady(Exception):
+    """A claim the pod waits for (missing, terminating, unbound): retried on later syncs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _ClaimPath:
+    """Where a claim's volume is on this node, and how to check or create it."""
+
+    path: str
+    host_path_type: str  # a hostPath type; "" for a local volume (the path must exist)
+    local: bool
+    create_mode: int  # the mode of a directory created for it (DirectoryOrCreate)
 
 
 # --- mounts -------------------------------------------------------------------------------------
@@ -309,12 +350,22 @@ class VolumeManager:
         if self.prefetch is not None:
             await self.prefetch(pod)
         async with self._lock(uid):
-            plans: list[tuple[dict, _Payload | None]] = []
+            plans: list[tuple[dict, _Payload | _ClaimPath | None]] = []
             for volume in podutil.spec(pod).get("volumes") or []:
                 try:
-                    plans.append((volume, self._payload(pod, volume)))
+                    if volume.get("persistentVolumeClaim") is not None or volume.get("ephemeral") is not None:
+                        plans.append((volume, self._claim_path(pod, volume)))
+                    else:
+                        plans.append((volume, self._payload(pod, volume)))
                 except _MountFailed as exc:
                     raise self._failed(volume, str(exc)) from None
+                except _ClaimNotReady as exc:
+                    name = volume.get("name") or ""
+                    raise PodConfigError(
+                        REASON_FAILED_MOUNT,
+                        f"Unable to attach or mount volumes: unmounted volumes=[{name}], "
+                        f"unattached volumes=[{name}]: {exc}",
+                    ) from None
             paths, limits = await asyncio.to_thread(self._setup_all, pod, plans)
             self._size_limits[uid] = limits
             return paths
@@ -376,7 +427,7 @@ class VolumeManager:
         )
 
     def _setup_all(
-        self, pod: dict, plans: list[tuple[dict, _Payload | None]]
+        self, pod: dict, plans: list[tuple[dict, _Payload | _ClaimPath | None]]
     ) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
         """In a worker thread: every volume's file-system work; (paths, disk size limits)."""
         paths: dict[str, str] = {}
@@ -390,9 +441,13 @@ class VolumeManager:
                 raise self._failed(volume, _os_error_text(exc)) from None
         return paths, limits
 
-    def _setup_one(self, pod: dict, volume: dict, payload: _Payload | None, limits: dict[str, tuple[str, int]]) -> str:
+    def _setup_one(
+        self, pod: dict, volume: dict, payload: _Payload | _ClaimPath | None, limits: dict[str, tuple[str, int]]
+    ) -> str:
         uid = podutil.uid(pod)
         name = volume.get("name") or ""
+        if isinstance(payload, _ClaimPath):
+            return _setup_claim_path(payload)
         if volume.get("emptyDir") is not None:
             source = volume["emptyDir"]
             path = self.volume_dir(uid, names.VOLUME_PLUGIN_EMPTY_DIR, name)
@@ -431,6 +486,81 @@ class VolumeManager:
             size = size_limit
         log.v(3).info("Mounting tmpfs for volume", pod=podutil.uid(pod), path=path, size=size)
         _mount_tmpfs(path, size)
+
+    # -- persistent volume claims (on the event loop: they call the object getter) -----------------
+
+    def _claim_path(self, pod: dict, volume: dict) -> _ClaimPath:
+        """The bound volume of the claim ``volume`` names, as a path on this node."""
+        ephemeral = volume.get("ephemeral") is not None
+        if ephemeral:
+            claim_name = f"{podutil.name(pod)}-{volume.get('name') or ''}"
+        else:
+            claim_name = (volume.get("persistentVolumeClaim") or {}).get("claimName") or ""
+        if self.objects is None:
+            raise _MountFailed(
+                "persistentVolumeClaim volumes need an API server connection; this node agent "
+                f"runs without one (claim {go_quote(claim_name)})"
+            )
+        namespace = podutil.namespace(pod)
+        prefix = f"error processing PVC {namespace}/{claim_name}"
+        try:
+            claim = get_object(self.objects, KIND_CLAIM, namespace, claim_name)
+        except PodConfigError as exc:
+            raise _ClaimNotReady(f"{prefix}: {exc.message}") from None
+        if claim is None:
+            raise _ClaimNotReady(
+                f'{prefix}: failed to fetch PVC from API server: persistentvolumeclaims "{claim_name}" not found'
+            )
+        if ephemeral and not claim_controlled_by(claim, podutil.uid(pod)):
+            raise _MountFailed(
+                f"PVC {namespace}/{claim_name} was not created for pod {namespace}/{podutil.name(pod)} (pod is not owner)"
+            )
+        if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            raise _ClaimNotReady(f"{prefix}: can't start pod because PVC {namespace}/{claim_name} is being deleted")
+        volume_name = (claim.get("spec") or {}).get("volumeName") or ""
+        if (claim.get("status") or {}).get("phase") != "Bound" or not volume_name:
+            raise _ClaimNotReady(f"{prefix}: PVC is not bound")
+        try:
+            pv = get_object(self.objects, KIND_VOLUME, "", volume_name)
+        except PodConfigError as exc:
+            raise _ClaimNotReady(f"{prefix}: {exc.message}") from None
+        if pv is None:
+            raise _ClaimNotReady(
+                f'{prefix}: failed to fetch PV "{volume_name}" from API server: '
+                f'persistentvolumes "{volume_name}" not found'
+            )
+        spec = pv.get("spec") or {}
+        ref = spec.get("claimRef") or {}
+        claim_uid = (claim.get("metadata") or {}).get("uid") or ""
+        if ref.get("uid") and ref.get("uid") != claim_uid:
+            raise _ClaimNotReady(
+                f'{prefix}: expected PV "{volume_name}" to be bound to PVC {namespace}/{claim_name} '
+                f'(UID "{claim_uid}") but its claimRef names UID "{ref.get("uid")}"'
+            )
+        if (spec.get("volumeMode") or "Filesystem") != "Filesystem":
+            raise _MountFailed(f'volumeMode "{spec.get("volumeMode")}" is not supported by this node agent')
+        if spec.get("mountOptions"):
+            raise _MountFailed(
+                f"persistent volume {go_quote(volume_name)}: mountOptions are not supported for local and "
+                "hostPath volumes"
+            )
+        if isinstance(spec.get("local"), dict):
+            return _ClaimPath(str(spec["local"].get("path") or ""), "", True, 0o755)
+        if isinstance(spec.get("hostPath"), dict):
+            source = spec["hostPath"]
+            annotations = (pv.get("metadata") or {}).get("annotations") or {}
+            local_path = annotations.get(names.ANNOTATION_PROVISIONED_BY) == names.LOCAL_PATH_PROVISIONER
+            return _ClaimPath(
+                str(source.get("path") or ""),
+                str(source.get("type") or ""),
+                False,
+                _LOCAL_PATH_MODE if local_path else 0o755,
+            )
+        kind = next(iter(volume_sources(pv)), "none")
+        raise _MountFailed(
+            f"persistent volume {go_quote(volume_name)} has a {go_quote(kind)} source, which this node agent "
+            f"cannot mount (supported: {', '.join(_PV_SOURCES)})"
+        )
 
     # -- data volume payloads (on the event loop: they may call the object getter) ---------------
 
@@ -656,6 +786,25 @@ _TYPE_WORDS = {
     "CharDevice": "a character device",
     "BlockDevice": "a block device",
 }
+
+
+def _setup_claim_path(target: _ClaimPath) -> str:
+    """A claim's volume path on this node: a local volume's must exist; a hostPath
+    volume's is checked (or created) by its type, a created directory getting the
+    planned mode whatever the umask."""
+    path = target.path
+    if not path.startswith("/") or ".." in path.split("/"):
+        raise _MountFailed(f"invalid volume path {go_quote(path)}: must be absolute, without '..'")
+    if target.local:
+        if not os.path.exists(path):
+            raise _MountFailed(f"path {go_quote(path)} does not exist")
+        return path
+    if target.host_path_type == "DirectoryOrCreate" and not os.path.exists(path):
+        os.makedirs(path, mode=target.create_mode, exist_ok=True)
+        os.chmod(path, target.create_mode)
+        log.info("Created the directory of a persistent volume", path=path, mode=f"{target.create_mode:04o}")
+        return path
+    return _setup_host_path({"path": path, "type": target.host_path_type})
 
 
 def _setup_host_path(source: Mapping[str, Any]) -> str:

@@ -45,6 +45,14 @@ def end_request(token: contextvars.Token) -> None:
     _RECORD.reset(token)
 
 
+def warn(text: str) -> None:
+    """A warning for the client of the request being served (a ``Warning`` header of
+    its response); for strategies' warnings (upstream's WarningsOnCreate)."""
+    record = _RECORD.get()
+    if record is not None:
+        record.warnings.append(text)
+
+
 @dataclasses.dataclass
 class Attributes:
     operation: str  # CREATE | UPDATE | DELETE | CONNECT
@@ -80,11 +88,13 @@ class Plugin(Protocol):
     nothing the strategy's preparation derives anything from (as upstream's
     built-in plugins write it). After any other mutating plugin (a webhook, say) the
     store prepares and defaults the object again, as upstream defaults what
-    webhooks return; validation always follows the mutating phase."""
+    webhooks return; validation always follows the mutating phase. A ``complete``
+    plugin whose ``admit`` returns True says it changed the object in a way that needs
+    that preparation this time (the webhook plugin, when a webhook patched it)."""
 
     name: str
 
-    async def admit(self, attrs: Attributes) -> None:
+    async def admit(self, attrs: Attributes) -> bool | None:
         """Mutating phase: may change ``attrs.obj``."""
 
     async def validate(self, attrs: Attributes) -> None:
@@ -150,9 +160,11 @@ class Chain:
         if chosen is None:
             handling = [(a, complete) for a, ops, complete in admitters if ops is None or attrs.operation in ops]
             chosen = self._admitters[key] = ([a for a, _ in handling], not all(c for _, c in handling))
+        again = chosen[1]
         for admit in chosen[0]:
-            await admit(attrs)
-        return chosen[1]
+            if await admit(attrs) is True:
+                again = True
+        return again
 
     async def validate(self, attrs: Attributes) -> None:
         """The validating phase: every plugin's ``validate``, on the final object."""

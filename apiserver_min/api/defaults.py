@@ -28,7 +28,14 @@ from . import names
 from .schema import List, Map, Struct
 from .schemas import core, schema_for
 
-__all__ = ["apply_defaults", "default_pull_policy", "image_tag"]
+__all__ = [
+    "apply_defaults",
+    "default_pull_policy",
+    "image_tag",
+    "hpa_default_scale_up",
+    "hpa_default_scale_down",
+    "HPA_DEFAULT_CPU_UTILIZATION",
+]
 
 Obj = dict[str, Any]
 
@@ -620,8 +627,76 @@ def _webhook_rule(rule: Obj) -> None:
     _setdefault_ptr(rule, "scope", "*")
 
 
+def _policy_spec(spec: Obj) -> None:
+    _setdefault_ptr(spec, "failurePolicy", "Fail")
+
+
+def _match_resources(match: Obj) -> None:
+    _setdefault_ptr(match, "matchPolicy", "Equivalent")
+    _setdefault_ptr(match, "namespaceSelector", {})
+    _setdefault_ptr(match, "objectSelector", {})
+
+
+def _param_ref(ref: Obj) -> None:
+    _setdefault_ptr(ref, "parameterNotFoundAction", "Deny")
+
+
 def _webhook_service(ref: Obj) -> None:
     _setdefault_ptr(ref, "port", 443)
+
+
+# The autoscaler: minReplicas 1, 80% average CPU utilization when no metric is given, and a
+# behavior that is given completed with the default rules of each direction (the scale-down
+# window stays unset: the controller's --horizontal-pod-autoscaler-downscale-stabilization).
+HPA_DEFAULT_CPU_UTILIZATION = 80
+
+
+def hpa_default_scale_up() -> Obj:
+    return {
+        "stabilizationWindowSeconds": 0,
+        "selectPolicy": "Max",
+        "policies": [
+            {"type": "Pods", "value": 4, "periodSeconds": 15},
+            {"type": "Percent", "value": 100, "periodSeconds": 15},
+        ],
+    }
+
+
+def hpa_default_scale_down() -> Obj:
+    return {"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+
+
+def _hpa_rules(behavior: Obj, key: str, defaults: Obj) -> None:
+    rules = behavior.get(key)
+    if rules is None:
+        behavior[key] = defaults
+        return
+    if not isinstance(rules, dict):
+        return
+    for field, value in defaults.items():
+        if rules.get(field) is None:
+            rules[field] = value
+
+
+def _horizontal_pod_autoscaler(obj: Obj) -> None:
+    spec = _dict(obj, "spec")
+    if spec is None:
+        return
+    _setdefault_ptr(spec, "minReplicas", 1)
+    if not spec.get("metrics"):
+        spec["metrics"] = [
+            {
+                "type": "Resource",
+                "resource": {
+                    "name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": HPA_DEFAULT_CPU_UTILIZATION},
+                },
+            }
+        ]
+    behavior = spec.get("behavior")
+    if isinstance(behavior, dict):
+        _hpa_rules(behavior, "scaleUp", hpa_default_scale_up())
+        _hpa_rules(behavior, "scaleDown", hpa_default_scale_down())
 
 
 _CORE = "k8s.io.api.core.v1."
@@ -664,6 +739,7 @@ _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     "k8s.io.api.apps.v1.StatefulSet": _stateful_set,
     "k8s.io.api.batch.v1.Job": _job,
     "k8s.io.api.batch.v1.CronJob": _cron_job,
+    "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler": _horizontal_pod_autoscaler,
     "k8s.io.api.discovery.v1.EndpointPort": _protocol_tcp_ptr,
     "k8s.io.api.networking.v1.NetworkPolicy": _network_policy,
     "k8s.io.api.networking.v1.NetworkPolicyPort": _protocol_tcp_ptr,
@@ -678,6 +754,9 @@ _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     "k8s.io.api.admissionregistration.v1.MutatingWebhook": _mutating_webhook,
     "k8s.io.api.admissionregistration.v1.Rule": _webhook_rule,
     "k8s.io.api.admissionregistration.v1.ServiceReference": _webhook_service,
+    "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicySpec": _policy_spec,
+    "k8s.io.api.admissionregistration.v1.MatchResources": _match_resources,
+    "k8s.io.api.admissionregistration.v1.ParamRef": _param_ref,
 }
 
 

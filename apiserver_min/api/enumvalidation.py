@@ -271,6 +271,13 @@ RULES: dict[tuple[str, str], Rule] = {
     (ADMISSION + "MutatingWebhook", "matchPolicy"): Rule(),
     (ADMISSION + "MutatingWebhook", "sideEffects"): _SIDE_EFFECTS,
     (ADMISSION + "MutatingWebhook", "reinvocationPolicy"): Rule(),
+    # validating admission policies and their bindings
+    (ADMISSION + "NamedRuleWithOperations", "operations"): Rule(),
+    (ADMISSION + "NamedRuleWithOperations", "scope"): Rule(),
+    (ADMISSION + "MatchResources", "matchPolicy"): Rule(),
+    (ADMISSION + "ValidatingAdmissionPolicySpec", "failurePolicy"): Rule(),
+    (ADMISSION + "ParamRef", "parameterNotFoundAction"): Rule(),
+    (ADMISSION + "ValidatingAdmissionPolicyBindingSpec", "validationActions"): Rule(),
     # events.orch.io/v1 (upstream's strict events.k8s.io validation); not a schema
     # enumeration, and core/v1 Events keep any type, as upstream's legacy validation does.
     ("k8s.io.api.events.v1.Event", "type"): Rule(("Normal", "Warning"), absent=CHECK, error=_event_type),

@@ -14,6 +14,7 @@ import datetime as _dt
 from typing import Any, Callable, Iterable
 
 from . import names
+from .quantity import QuantityError, parse_quantity
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list", "watch")
@@ -151,6 +152,21 @@ def dig(obj: Any, *path: str | int, default: Any = None) -> Any:
     return cur
 
 
+def _param_kind(policy: dict) -> str:
+    kind = (policy.get("spec") or {}).get("paramKind")
+    if not isinstance(kind, dict):
+        return "<unset>"
+    return f"{kind.get('apiVersion') or ''}/{kind.get('kind') or ''}"
+
+
+def _param_ref(binding: dict) -> str:
+    ref = (binding.get("spec") or {}).get("paramRef")
+    if not isinstance(ref, dict):
+        return "<unset>"
+    name = ref.get("name") or ("*" if ref.get("selector") is not None else "")
+    return f"{ref['namespace']}/{name}" if ref.get("namespace") else name
+
+
 def _getter(*path: str) -> Callable[[dict], Any]:
     return lambda obj: dig(obj, *path, default="")
 
@@ -245,6 +261,33 @@ def _join(values: Iterable[Any], empty: str = "<none>") -> str:
 
 
 # --- per-kind cells ------------------------------------------------------------------
+
+
+def _ingress_hosts_cell(o: dict) -> str:
+    """The rules' hosts, the first three and how many rules more (``*``: none)."""
+    rules = [r for r in dig(o, "spec", "rules", default=[]) or [] if isinstance(r, dict)]
+    shown: list[str] = []
+    more = False
+    for r in rules:
+        if len(shown) == 3:
+            more = True
+            break
+        if r.get("host"):
+            shown.append(str(r["host"]))
+    if not shown:
+        return "*"
+    return ",".join(shown) + (f" + {len(rules) - 3} more..." if more else "")
+
+
+def _ingress_class_parameters_cell(o: dict) -> str:
+    """``Kind[.apiGroup]/name`` of the class's parameters, ``<none>`` without."""
+    params = dig(o, "spec", "parameters")
+    if not isinstance(params, dict):
+        return "<none>"
+    kind = str(params.get("kind") or "")
+    if params.get("apiGroup") is not None:
+        kind += f".{params['apiGroup']}"
+    return f"{kind}/{params.get('name') or ''}"
 
 
 def pod_ready(obj: dict) -> str:
@@ -417,6 +460,75 @@ def _ready_of(obj: dict) -> str:
     return f"{dig(obj, 'status', 'readyReplicas', default=0) or 0}/{_replicas(obj)}"
 
 
+def _quantity_text(value: Any) -> str:
+    """A quantity as upstream prints one (its canonical form)."""
+    try:
+        return parse_quantity(value).canonical()
+    except (QuantityError, TypeError, ValueError):
+        return str(value)
+
+
+def _as_dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _hpa_metric_text(spec: dict, status: dict | None) -> str:
+    """One metric of ``kubectl get hpa``'s TARGETS: ``current/target``, current ``<unknown>``
+    until the controller reported it."""
+    typ = spec.get("type")
+    key = {
+        "External": "external",
+        "Pods": "pods",
+        "Object": "object",
+        "Resource": "resource",
+        "ContainerResource": "containerResource",
+    }.get(typ or "")
+    if key is None:
+        return "<unknown type>"
+    source = _as_dict(spec.get(key))
+    target = _as_dict(source.get("target"))
+    found = _as_dict(status.get(key)) if isinstance(status, dict) and isinstance(status.get(key), dict) else None
+    current = _as_dict((found or {}).get("current"))
+    if key in ("external", "object"):
+        if target.get("averageValue") is not None:
+            now = _quantity_text(current["averageValue"]) if current.get("averageValue") is not None else "<unknown>"
+            return f"{now}/{_quantity_text(target['averageValue'])} (avg)"
+        now = (
+            _quantity_text(current["value"]) if found is not None and current.get("value") is not None else "<unknown>"
+        )
+        return f"{now}/{_quantity_text(target.get('value', '0'))}"
+    if key == "pods":
+        now = _quantity_text(current["averageValue"]) if current.get("averageValue") is not None else "<unknown>"
+        return f"{now}/{_quantity_text(target.get('averageValue', '0'))}"
+    if target.get("averageValue") is not None:
+        now = _quantity_text(current["averageValue"]) if current.get("averageValue") is not None else "<unknown>"
+        return f"{now}/{_quantity_text(target['averageValue'])}"
+    now = f"{current['averageUtilization']}%" if current.get("averageUtilization") is not None else "<unknown>"
+    goal = f"{target['averageUtilization']}%" if target.get("averageUtilization") is not None else "<auto>"
+    return f"{now}/{goal}"
+
+
+def hpa_targets(obj: dict) -> str:
+    """The TARGETS cell: the first two metrics (each matched to the status entry at its
+    index, as upstream's printer does), then how many more."""
+    specs = dig(obj, "spec", "metrics", default=[]) or []
+    if not specs:
+        return "<none>"
+    statuses = dig(obj, "status", "currentMetrics", default=[]) or []
+    texts = [
+        _hpa_metric_text(s if isinstance(s, dict) else {}, statuses[i] if i < len(statuses) else None)
+        for i, s in enumerate(specs)
+    ]
+    if len(texts) > 2:
+        return ", ".join(texts[:2]) + f" + {len(texts) - 2} more..."
+    return ", ".join(texts)
+
+
+def _hpa_min_pods(obj: dict) -> str:
+    value = dig(obj, "spec", "minReplicas")
+    return "<unset>" if value is None else str(value)
+
+
 def _job_status(obj: dict) -> str:
     for c in dig(obj, "status", "conditions", default=[]) or []:
         if c.get("status") == "True" and c.get("type") in ("Complete", "Failed", "Suspended"):
@@ -492,6 +604,22 @@ def _or_none(fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
         return "<none>" if v in (None, "") else v
 
     return cell
+
+
+def _storage_class_name(o: dict) -> str:
+    """The name, marked `` (default)`` for the default class (as upstream's printer)."""
+    ann = dig(o, "metadata", "annotations", default={}) or {}
+    default = "true" in (
+        ann.get(names.ANNOTATION_DEFAULT_STORAGE_CLASS),
+        ann.get(names.ANNOTATION_DEFAULT_STORAGE_CLASS_BETA),
+    )
+    name = dig(o, "metadata", "name", default="") or ""
+    return f"{name} (default)" if default else name
+
+
+_STORAGE_CLASS_NAME = Column(
+    "Name", "string", _storage_class_name, format="name", description="Name must be unique within a namespace."
+)
 
 
 def col(
@@ -926,6 +1054,55 @@ KINDS: tuple[KindInfo, ...] = (
             AGE,
         ),
     ),
+    # autoscaling/v2, then v1 (a view of the same stored objects: the first declaration of a
+    # resource is the one stored and watched, the later ones are served by conversion) --------------------------------------------------------------------
+    KindInfo(
+        names.AUTOSCALING_GROUP,
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        short_names=("hpa",),
+        categories=("all",),
+        subresources=(_status("HorizontalPodAutoscaler"),),
+        columns=(
+            NAME,
+            col(
+                "Reference",
+                "string",
+                lambda o: (
+                    f"{dig(o, 'spec', 'scaleTargetRef', 'kind', default='')}/"
+                    f"{dig(o, 'spec', 'scaleTargetRef', 'name', default='')}"
+                ),
+                description="The target whose scale the autoscaler sets.",
+            ),
+            col("Targets", "string", hpa_targets, description="The metrics: current value / target."),
+            col("MinPods", "string", _hpa_min_pods, description="The fewest replicas the autoscaler sets."),
+            col(
+                "MaxPods",
+                "integer",
+                lambda o: dig(o, "spec", "maxReplicas", default=0),
+                description="The most replicas the autoscaler sets.",
+            ),
+            col(
+                "Replicas",
+                "integer",
+                lambda o: dig(o, "status", "currentReplicas", default=0),
+                description="The replicas the target had when the autoscaler last looked.",
+            ),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.AUTOSCALING_GROUP,
+        "v1",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        short_names=("hpa",),
+        # Tables, watches and writes other than create go to the stored version (v2).
+        verbs=("create", "get", "list"),
+    ),
     # batch/v1 --------------------------------------------------------------------------
     KindInfo(
         "batch",
@@ -1027,20 +1204,18 @@ KINDS: tuple[KindInfo, ...] = (
         columns=(
             NAME,
             col("Class", "string", _or_none(_getter("spec", "ingressClassName"))),
-            col(
-                "Hosts",
-                "string",
-                lambda o: _join((r.get("host") for r in dig(o, "spec", "rules", default=[]) or []), "*"),
-            ),
+            col("Hosts", "string", _ingress_hosts_cell),
             col(
                 "Address",
                 "string",
-                lambda o: _join(
-                    (
-                        i.get("ip") or i.get("hostname")
-                        for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []
-                    ),
-                    "",
+                lambda o: ",".join(
+                    sorted(
+                        {
+                            str(i.get("ip") or i.get("hostname"))
+                            for i in dig(o, "status", "loadBalancer", "ingress", default=[]) or []
+                            if isinstance(i, dict) and (i.get("ip") or i.get("hostname"))
+                        }
+                    )
                 ),
             ),
             col("Ports", "string", lambda o: "80, 443" if dig(o, "spec", "tls") else "80"),
@@ -1056,15 +1231,7 @@ KINDS: tuple[KindInfo, ...] = (
         columns=(
             NAME,
             col("Controller", "string", _getter("spec", "controller")),
-            col(
-                "Parameters",
-                "string",
-                lambda o: (
-                    "<none>"
-                    if not dig(o, "spec", "parameters")
-                    else f"{dig(o, 'spec', 'parameters', 'kind')}/{dig(o, 'spec', 'parameters', 'name')}"
-                ),
-            ),
+            col("Parameters", "string", _ingress_class_parameters_cell),
             AGE,
         ),
     ),
@@ -1222,7 +1389,7 @@ KINDS: tuple[KindInfo, ...] = (
         False,
         short_names=("sc",),
         columns=(
-            NAME,
+            _STORAGE_CLASS_NAME,
             col("Provisioner", "string", _getter("provisioner")),
             col("ReclaimPolicy", "string", lambda o: o.get("reclaimPolicy") or "Delete"),
             col("VolumeBindingMode", "string", lambda o: o.get("volumeBindingMode") or "Immediate"),
@@ -1245,6 +1412,35 @@ KINDS: tuple[KindInfo, ...] = (
         "MutatingWebhookConfiguration",
         False,
         columns=(NAME, col("Webhooks", "integer", lambda o: len(o.get("webhooks") or [])), AGE),
+    ),
+    KindInfo(
+        names.ADMISSIONREGISTRATION_GROUP,
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+        subresources=(Subresource("status", "ValidatingAdmissionPolicy", ("get", "patch", "update")),),
+        categories=("api-extensions",),
+        columns=(
+            NAME,
+            col("Validations", "integer", lambda o: len((o.get("spec") or {}).get("validations") or [])),
+            col("ParamKind", "string", lambda o: _param_kind(o)),
+            AGE,
+        ),
+    ),
+    KindInfo(
+        names.ADMISSIONREGISTRATION_GROUP,
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+        categories=("api-extensions",),
+        columns=(
+            NAME,
+            col("PolicyName", "string", lambda o: (o.get("spec") or {}).get("policyName") or ""),
+            col("ParamRef", "string", lambda o: _param_ref(o)),
+            AGE,
+        ),
     ),
 )
 

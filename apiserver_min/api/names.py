@@ -28,6 +28,15 @@ AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
 METRICS_GROUP = f"metrics.{DOMAIN}"
+# The custom and external metrics APIs: named for the autoscaler's messages; this server serves neither.
+CUSTOM_METRICS_GROUP = f"custom.metrics.{DOMAIN}"
+EXTERNAL_METRICS_GROUP = f"external.metrics.{DOMAIN}"
+# What an autoscaling/v1 HorizontalPodAutoscaler cannot hold in its fields, shown in
+# these annotations (JSON of the autoscaling/v2 values) when read through v1.
+HPA_V1_METRICS_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/metrics"
+HPA_V1_CURRENT_METRICS_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/current-metrics"
+HPA_V1_CONDITIONS_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/conditions"
+HPA_V1_BEHAVIOR_ANNOTATION = f"autoscaling.alpha.{DOMAIN}/behavior"
 META_GROUP = f"meta.{DOMAIN}"
 
 # Spellings upstream clients hard-code; accepted in negotiation and as group
@@ -44,6 +53,7 @@ UPSTREAM_METRICS_GROUP = "metrics.k8s.io"
 # operation, such as the reviews) lists custom resource definitions at this fixed
 # upstream path; this server defines none, and says so with an empty list there.
 UPSTREAM_APIEXTENSIONS_GROUP = "apiextensions.k8s.io"
+UPSTREAM_ENDPOINTSLICE_GROUP = "discovery.k8s.io"
 
 # Group aliases: kubectl compiles these upstream group names into some commands
 # (create role|rolebinding, certificate approve, describe node's lease, top, its CRD
@@ -59,6 +69,8 @@ GROUP_ALIASES = {
     UPSTREAM_AUTHENTICATION_GROUP: AUTHENTICATION_GROUP,
     UPSTREAM_APIEXTENSIONS_GROUP: APIEXTENSIONS_GROUP,
     UPSTREAM_METRICS_GROUP: METRICS_GROUP,
+    # kubectl describe service (1.32) lists a Service's EndpointSlices there.
+    UPSTREAM_ENDPOINTSLICE_GROUP: DISCOVERY_GROUP,
 }
 
 # Beta group versions served unless --runtime-config turns them off (other betas are off
@@ -114,6 +126,10 @@ LABEL_INSTANCE_TYPE = f"node.{DOMAIN}/instance-type"
 LABEL_ZONE = f"topology.{DOMAIN}/zone"
 LABEL_REGION = f"topology.{DOMAIN}/region"
 LABEL_SERVICE_NAME = f"{DOMAIN}/service-name"
+# Label keys in the upstream spelling that select by ours in requests on an alias group's
+# path: kubectl describe service asks for discovery.k8s.io EndpointSlices by
+# kubernetes.io/service-name.
+LABEL_ALIASES = {"kubernetes.io/service-name": LABEL_SERVICE_NAME}
 LABEL_MANAGED_BY_SLICE = f"endpointslice.{DOMAIN}/managed-by"
 # A Service with this label is served by the proxy it names, never by the node agent's proxy.
 LABEL_SERVICE_PROXY_NAME = f"service.{DOMAIN}/service-proxy-name"
@@ -362,6 +378,20 @@ APISERVER_FIELD_MANAGER = APISERVER_NAME  # "orch-apiserver"
 # Workload controllers: a pod's cost of deletion when its controller scales down (lower goes first).
 ANNOTATION_POD_DELETION_COST = f"controller.{DOMAIN}/pod-deletion-cost"
 
+# Endpoints, EndpointSlices and service links (the endpoints, endpoint slice and mirroring
+# controllers, their validation, the node agent's service environment variables): upstream's
+# endpoints.kubernetes.io/*, endpointslice.kubernetes.io/*, service.kubernetes.io/headless,
+# the controllers' managed-by values (*.k8s.io), the leader-election record annotation that
+# keeps an Endpoints object from being mirrored. (Every pod gets the variables of the
+# DEFAULT_SERVICE_NAME Service below.)
+ANNOTATION_ENDPOINTS_LAST_CHANGE_TRIGGER_TIME = f"endpoints.{DOMAIN}/last-change-trigger-time"
+ANNOTATION_ENDPOINTS_OVER_CAPACITY = f"endpoints.{DOMAIN}/over-capacity"
+ANNOTATION_LEADER_ELECTION_RECORD = f"control-plane.alpha.{DOMAIN}/leader"
+LABEL_HEADLESS_SERVICE = f"service.{DOMAIN}/headless"
+LABEL_SKIP_MIRROR = f"endpointslice.{DOMAIN}/skip-mirror"
+ENDPOINTSLICE_CONTROLLER_NAME = f"endpointslice-controller.{DOMAIN}"
+ENDPOINTSLICE_MIRRORING_CONTROLLER_NAME = f"endpointslicemirroring-controller.{DOMAIN}"
+
 # Admission configuration and the admission plugins' spellings: the PodSecurity namespace
 # labels and audit annotation prefix (upstream pod-security.kubernetes.io/), its
 # configuration group (pod-security.admission.config.k8s.io), the pod annotations its
@@ -378,6 +408,19 @@ ANNOTATION_NODE_SELECTOR = f"scheduler.alpha.{DOMAIN}/node-selector"
 ANNOTATION_DEFAULT_TOLERATIONS = f"scheduler.alpha.{DOMAIN}/defaultTolerations"
 ANNOTATION_TOLERATIONS_WHITELIST = f"scheduler.alpha.{DOMAIN}/tolerationsWhitelist"
 POD_TOLERATION_RESTRICTION_CONFIG_GROUP = f"podtolerationrestriction.admission.{DOMAIN}"
+
+# Admission webhooks and the image policy backend: the review groups (upstream
+# admission.k8s.io and imagepolicy.k8s.io), the audit annotations mutating webhooks
+# leave (upstream mutation.webhook.admission.k8s.io/round_<r>_index_<i> and
+# patch.webhook.admission.k8s.io/...), and the pod annotations ImagePolicyWebhook
+# passes to its backend (keys of the form <anything>.image-policy.k8s.io/<anything>).
+ADMISSION_GROUP = f"admission.{DOMAIN}"
+IMAGEPOLICY_GROUP = f"imagepolicy.{DOMAIN}"
+WEBHOOK_MUTATION_ANNOTATION_PREFIX = f"mutation.webhook.admission.{DOMAIN}/"
+WEBHOOK_PATCH_ANNOTATION_PREFIX = f"patch.webhook.admission.{DOMAIN}/"
+IMAGE_POLICY_ANNOTATION_DOMAIN = f".image-policy.{DOMAIN}/"
+IMAGE_POLICY_FAILED_OPEN_ANNOTATION = f"alpha.image-policy.{DOMAIN}/failed-open"
+IMAGE_POLICY_AUDIT_PREFIX = f"imagepolicywebhook.image-policy.{DOMAIN}/"
 
 # The Service every API server publishes itself behind (upstream's "kubernetes" Service in
 # "default", labelled provider=kubernetes), with its Endpoints and EndpointSlice.
@@ -420,3 +463,55 @@ LABEL_CONTROLLER_REVISION_HASH = "controller-revision-hash"
 LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"
 ANNOTATION_DS_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 LABEL_STATEFULSET_POD_NAME = f"statefulset.{DOMAIN}/pod-name"
+
+# Deployments: the label that tells a Deployment's ReplicaSets (and their pods) apart, valued by
+# a hash of the pod template (upstream's, unprefixed); the revision annotations on a Deployment
+# and its ReplicaSets keep upstream's spelling because kubectl reads them (``rollout history``
+# and ``rollout undo`` find revisions by them); the replica-count annotations are ours.
+LABEL_POD_TEMPLATE_HASH = "pod-template-hash"
+ANNOTATION_DEPLOYMENT_REVISION = "deployment.kubernetes.io/revision"
+ANNOTATION_DEPLOYMENT_REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
+ANNOTATION_DEPLOYMENT_DESIRED_REPLICAS = f"deployment.{DOMAIN}/desired-replicas"
+ANNOTATION_DEPLOYMENT_MAX_REPLICAS = f"deployment.{DOMAIN}/max-replicas"
+
+# Persistent volumes, their binder, the scheduler's volume binding and the bundled
+# local-path provisioner: upstream's pv.kubernetes.io/*, volume.kubernetes.io/*,
+# volume.beta.kubernetes.io/* and storageclass.kubernetes.io/* annotations, and the
+# provisioner name, class and directory of k3s's local-path provisioner, renamed
+# (rancher.io/local-path, /var/lib/rancher/k3s/storage).
+ANNOTATION_BIND_COMPLETED = f"pv.{DOMAIN}/bind-completed"
+ANNOTATION_BOUND_BY_CONTROLLER = f"pv.{DOMAIN}/bound-by-controller"
+ANNOTATION_PROVISIONED_BY = f"pv.{DOMAIN}/provisioned-by"
+ANNOTATION_STORAGE_PROVISIONER = f"volume.{DOMAIN}/storage-provisioner"
+ANNOTATION_STORAGE_PROVISIONER_BETA = f"volume.beta.{DOMAIN}/storage-provisioner"
+ANNOTATION_SELECTED_NODE = f"volume.{DOMAIN}/selected-node"
+ANNOTATION_STORAGE_CLASS_BETA = f"volume.beta.{DOMAIN}/storage-class"
+ANNOTATION_DEFAULT_STORAGE_CLASS = f"storageclass.{DOMAIN}/is-default-class"
+ANNOTATION_DEFAULT_STORAGE_CLASS_BETA = f"storageclass.beta.{DOMAIN}/is-default-class"
+NO_PROVISIONER = f"{DOMAIN}/no-provisioner"
+LOCAL_PATH_PROVISIONER = f"{DOMAIN}/local-path"
+LOCAL_PATH_STORAGE_CLASS = "local-path"
+LOCAL_PATH_DIR = "/var/lib/orch/storage"
+# The image of the provisioner's helper pods, which remove a deleted volume's directory
+# on its node (k3s: a busybox image); the local image packaging/images builds.
+LOCAL_PATH_HELPER_IMAGE = "orch.local/busybox:1"
+LOCAL_PATH_HELPER_POD_PREFIX = "helper-pod-delete-"
+LABEL_LOCAL_PATH_HELPER = f"local-path.{DOMAIN}/volume"
+# Storage object in-use protection (upstream kubernetes.io/pvc-protection and kubernetes.io/pv-protection).
+FINALIZER_PVC_PROTECTION = f"{DOMAIN}/pvc-protection"
+FINALIZER_PV_PROTECTION = f"{DOMAIN}/pv-protection"
+# The finalizer a provisioner keeps on the volumes it must delete (upstream's
+# external-provisioner.volume.kubernetes.io/finalizer): a volume deleted by hand while
+# bound still has its storage removed once released.
+FINALIZER_PROVISIONER = f"external-provisioner.volume.{DOMAIN}/finalizer"
+
+# Ingress and IngressClass (upstream kubernetes.io/ingress.class, the legacy class annotation,
+# and ingressclass.kubernetes.io/is-default-class, which DefaultIngressClass reads).
+ANNOTATION_INGRESS_CLASS = f"{DOMAIN}/ingress.class"
+ANNOTATION_IS_DEFAULT_INGRESS_CLASS = f"ingressclass.{DOMAIN}/is-default-class"
+
+# EventRateLimit's configuration group (upstream eventratelimit.admission.k8s.io).
+EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
+# A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
+# which wins over spec.storageClassName where set.
+ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"

@@ -44,6 +44,8 @@ __all__ = [
     "empty_error",
     "is_dns1123_subdomain",
     "is_dns1123_label",
+    "is_wildcard_dns1123_subdomain",
+    "validate_domain_prefixed_path",
     "is_dns1035_label",
     "is_qualified_name",
     "is_valid_label_value",
@@ -278,6 +280,42 @@ def is_dns1123_subdomain(value: str) -> list[str]:
         errs.append(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH))
     if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
         errs.append(regex_error(_DNS1123_SUBDOMAIN_ERR_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
+    return errs
+
+
+_WILDCARD_DNS1123_SUBDOMAIN_FMT = "\\*\\." + _DNS1123_SUBDOMAIN_FMT
+_WILDCARD_DNS1123_SUBDOMAIN_ERR_MSG = (
+    "a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, "
+    "which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character"
+)
+_WILDCARD_DNS1123_SUBDOMAIN_RE = re.compile(_WILDCARD_DNS1123_SUBDOMAIN_FMT)
+
+
+def is_wildcard_dns1123_subdomain(value: str) -> list[str]:
+    """``*.`` followed by a DNS-1123 subdomain (upstream IsWildcardDNS1123Subdomain)."""
+    errs: list[str] = []
+    if _byte_len(value) > DNS1123_SUBDOMAIN_MAX_LENGTH:
+        errs.append(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH))
+    if not _WILDCARD_DNS1123_SUBDOMAIN_RE.fullmatch(value):
+        errs.append(regex_error(_WILDCARD_DNS1123_SUBDOMAIN_ERR_MSG, _WILDCARD_DNS1123_SUBDOMAIN_FMT, "*.example.com"))
+    return errs
+
+
+_HTTP_PATH_FMT = "[A-Za-z0-9/\\-._~%!$&'()*+,;=:]+"
+_HTTP_PATH_RE = re.compile(_HTTP_PATH_FMT)
+
+
+def validate_domain_prefixed_path(path: str, value: str) -> list[FieldError]:
+    """A path prefixed by a DNS subdomain, as ``example.com/controller``
+    (upstream IsDomainPrefixedPath)."""
+    if not value:
+        return [FieldError.required(path)]
+    host, sep, rest = value.partition("/")
+    if not sep or not host or not rest:
+        return [FieldError.invalid(path, value, 'must be a domain-prefixed path (such as "acme.io/foo")')]
+    errs = [FieldError.invalid(path, host, msg) for msg in is_dns1123_subdomain(host)]
+    if not _HTTP_PATH_RE.fullmatch(rest):
+        errs.append(FieldError.invalid(path, rest, regex_error("Invalid path", _HTTP_PATH_FMT)))
     return errs
 
 

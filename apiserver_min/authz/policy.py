@@ -344,6 +344,30 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("list", "delete"), (CORE,), ("pods",)),
             _events_rule(),
         ],
+        "replicaset-controller": [
+            rule(("get", "list", "watch", "update"), (APPS,), ("replicasets",)),
+            rule(("update",), (APPS,), ("replicasets/status",)),
+            rule(("update",), (APPS,), ("replicasets/finalizers",)),
+            # (upstream adopts and releases with patch; claims here are updates)
+            rule(("list", "watch", "patch", "update", "create", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "replication-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("replicationcontrollers",)),
+            rule(("update",), (CORE,), ("replicationcontrollers/status",)),
+            rule(("update",), (CORE,), ("replicationcontrollers/finalizers",)),
+            rule(("list", "watch", "patch", "update", "create", "delete"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "deployment-controller": [
+            rule(("get", "list", "watch", "update"), (APPS,), ("deployments",)),
+            rule(("update",), (APPS,), ("deployments/status",)),
+            rule(("update",), (APPS,), ("deployments/finalizers",)),
+            rule(("get", "list", "watch", "create", "update", "patch", "delete"), (APPS,), ("replicasets",)),
+            # (upstream reads pods to wait for Recreate rollouts)
+            rule(("get", "list", "watch", "update"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
         "job-controller": [
             rule(("get", "list", "watch", "update", "patch"), (BATCH,), ("jobs",)),
             rule(("update",), (BATCH,), ("jobs/status", "jobs/finalizers")),
@@ -371,6 +395,17 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("get",), ("*",), ("*/scale",)),
             _events_rule(),
         ],
+        "horizontal-pod-autoscaler": [
+            rule(("get", "list", "watch"), (AUTOSCALING,), ("horizontalpodautoscalers",)),
+            rule(("update",), (AUTOSCALING,), ("horizontalpodautoscalers/status",)),
+            rule(("get", "update"), ("*",), ("*/scale",)),
+            rule(("list",), (CORE,), ("pods",)),
+            # the metrics APIs it reads (here: the resource metrics, given to it in process)
+            rule(("list",), (names.METRICS_GROUP,), ("pods",)),
+            rule(("get", "list"), (names.CUSTOM_METRICS_GROUP,), ("*",)),
+            rule(("get", "list"), (names.EXTERNAL_METRICS_GROUP,), ("*",)),
+            _events_rule(),
+        ],
         "endpoint-controller": [
             rule(READ, (CORE,), ("services", "pods")),
             rule(("get", "list", "create", "update", "delete"), (CORE,), ("endpoints",)),
@@ -379,6 +414,15 @@ def _controller_roles() -> dict[str, list[dict]]:
         ],
         "endpointslice-controller": [
             rule(READ, (CORE,), ("services", "pods", "nodes")),
+            # (upstream: to own slices with blockOwnerDeletion, a Service's finalizers must be settable)
+            rule(("update",), (CORE,), ("services/finalizers",)),
+            rule(("get", "list", "create", "update", "delete"), (DISCOVERY,), ("endpointslices",)),
+            _events_rule(),
+        ],
+        "endpointslicemirroring-controller": [
+            rule(READ, (CORE,), ("services", "endpoints")),
+            rule(("update",), (CORE,), ("services/finalizers",)),
+            rule(("update",), (CORE,), ("endpoints/finalizers",)),
             rule(("get", "list", "create", "update", "delete"), (DISCOVERY,), ("endpointslices",)),
             _events_rule(),
         ],
@@ -403,6 +447,41 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(("update", "delete"), (CORE,), ("persistentvolumeclaims",)),
             _events_rule(),
         ],
+        # Upstream's system:controller:persistent-volume-binder.
+        "persistent-volume-binder": [
+            rule(("create", "delete", "get", "list", "update", "watch"), (CORE,), ("persistentvolumes",)),
+            rule(("update",), (CORE,), ("persistentvolumes/status",)),
+            rule(("get", "list", "update", "watch"), (CORE,), ("persistentvolumeclaims",)),
+            rule(("update",), (CORE,), ("persistentvolumeclaims/status",)),
+            rule(READ, (CORE,), ("pods", "nodes")),
+            rule(READ, (STORAGE,), ("storageclasses",)),
+            _events_rule(),
+        ],
+        "ephemeral-volume-controller": [
+            rule(READ, (CORE,), ("pods",)),
+            rule(("update",), (CORE,), ("pods/finalizers",)),
+            rule(("get", "list", "watch", "create"), (CORE,), ("persistentvolumeclaims",)),
+            _events_rule(),
+        ],
+        "pvc-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumeclaims",)),
+            rule(("get", "list", "watch"), (CORE,), ("pods",)),
+            _events_rule(),
+        ],
+        "pv-protection-controller": [
+            rule(("get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
+            _events_rule(),
+        ],
+        # k3s's local-path-provisioner ClusterRole, plus the default class it makes.
+        "local-path-provisioner": [
+            rule(READ, (CORE,), ("nodes",)),
+            rule(READ + ("update",), (CORE,), ("persistentvolumeclaims",)),
+            rule(("create", "delete", "get", "list", "watch", "update"), (CORE,), ("persistentvolumes",)),
+            rule(("update",), (CORE,), ("persistentvolumes/status",)),
+            rule(("create", "delete", "get", "list", "watch"), (CORE,), ("pods",)),
+            rule(READ + ("create",), (STORAGE,), ("storageclasses",)),
+            _events_rule(),
+        ],
         "scheduler": [
             _events_rule(),
             rule(("create",), (COORDINATION,), ("leases",)),
@@ -425,6 +504,8 @@ def _controller_roles() -> dict[str, list[dict]]:
             rule(READ, (APPS,), ("replicasets", "statefulsets")),
             rule(READ, (POLICY,), ("poddisruptionbudgets",)),
             rule(READ, (STORAGE,), ("storageclasses",)),
+            # Upstream's system:volume-scheduler: static volumes bound and claims given their node.
+            rule(READ + ("patch", "update"), (CORE,), ("persistentvolumes", "persistentvolumeclaims")),
         ],
     }
 

@@ -27,7 +27,9 @@ class Client(Protocol):
     user: UserInfo
     field_manager: str
 
-    async def get(self, kind: KindInfo, namespace: str, name: str) -> dict: ...
+    async def get(self, kind: KindInfo, namespace: str, name: str, *, subresource: str = "") -> dict:
+        """An object; with ``subresource="scale"`` on a scalable kind, its ``autoscaling/v1`` Scale."""
+        ...
 
     async def list(
         self, kind: KindInfo, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
@@ -42,7 +44,8 @@ class Client(Protocol):
     ) -> dict:
         """An object: replaced if its ``metadata.resourceVersion`` is still current (409
         otherwise). A function old -> new: applied to the current object, retried on
-        conflict until it lands."""
+        conflict until it lands. With ``subresource="scale"``, ``obj_or_mutate`` is a
+        Scale (or a function of the current Scale) whose ``spec.replicas`` is written."""
         ...
 
     async def patch(

@@ -41,7 +41,8 @@ from ..api.user import UserInfo, service_account_groups, service_account_usernam
 from ..authz.authorizer import Authorizer, AuthzAttributes, Decision, forbidden_error
 from ..registry.binding import bind_pod
 from ..registry.patching import PATCH_TYPES, patch_object
-from ..registry.rest import DeleteOptions
+from ..registry.rest import DeleteOptions, RequestContext
+from ..registry.scale import ScaleREST
 from ..registry.store import Store
 from .interface import Mutate
 
@@ -86,9 +87,32 @@ class LocalClient:
             raise forbidden_error(attrs, reason)
 
     # --- reads ------------------------------------------------------------------------------
-    async def get(self, kind: KindInfo, namespace: str, name: str) -> dict:
+    async def get(self, kind: KindInfo, namespace: str, name: str, *, subresource: str = "") -> dict:
+        if subresource:
+            self.authorize("get", kind, namespace, name, subresource)
+            return await self._scale(kind, subresource).get(self._context(kind, "get", namespace, name, subresource))
         self.authorize("get", kind, namespace, name)
         return await self.store.get_object(kind, namespace, name)
+
+    def _scale(self, kind: KindInfo, subresource: str) -> ScaleREST:
+        """The ``scale`` sub-resource, served by the same REST object as over HTTP."""
+        sub = kind.subresource(subresource)
+        if subresource != "scale" or sub is None:
+            raise st.method_not_allowed(f"{kind.resource}/{subresource} is not served by this client")
+        return ScaleREST(self.store, kind)
+
+    def _context(self, kind: KindInfo, verb: str, namespace: str, name: str, subresource: str) -> RequestContext:
+        return RequestContext(
+            self.user,
+            kind,
+            verb,
+            namespace=namespace,
+            name=name,
+            subresource=subresource,
+            version=kind.version,
+            requested_group=kind.group,
+            field_manager=self.field_manager,
+        )
 
     async def list(
         self, kind: KindInfo, namespace: str | None = None, label_selector: str = "", field_selector: str = ""
@@ -128,6 +152,14 @@ class LocalClient:
         self, kind: KindInfo, namespace: str, name: str, obj_or_mutate: dict | Mutate, *, subresource: str = ""
     ) -> dict:
         self.authorize("update", kind, namespace, name, subresource)
+        if subresource == "scale":
+            scale = self._scale(kind, subresource)
+            ctx = self._context(kind, "update", namespace, name, subresource)
+            if isinstance(obj_or_mutate, dict):
+                _, written = await scale.update(ctx, obj_or_mutate)
+            else:
+                _, written = await scale.patch(ctx, obj_or_mutate)
+            return written
         if isinstance(obj_or_mutate, dict):
             body = obj_or_mutate
 

@@ -36,13 +36,23 @@ from .certificates import CsrControllers
 from .clusterroleaggregation import ClusterRoleAggregator
 from .cronjob import CronJobController
 from .daemonset import DaemonSetController
+from .deployment import DeploymentController
 from .disruption import DisruptionController
+from .endpoints import EndpointsController
+from .endpointslice import EndpointSliceController
+from .endpointslicemirroring import EndpointSliceMirroringController
+from .ephemeral import EphemeralVolumeController
 from .garbagecollector import GarbageCollector
+from .horizontalpodautoscaler import HorizontalPodAutoscalerController, PodMetricsSource
 from .job import JobController
 from .leaderelection import LeaderElector
+from .localpath import LocalPathProvisioner
 from .namespace import NamespaceController
 from .nodelifecycle import NodeLifecycleController
+from .persistentvolume import PersistentVolumeController
+from .protection import PvcProtectionController, PvProtectionController
 from .queue import FIELD_MANAGER
+from .replicaset import ReplicaSetController
 from .resourcequota import ResourceQuotaController
 from .serviceaccounts import ServiceAccountsController
 from .statefulset import StatefulSetController
@@ -57,7 +67,8 @@ CONTROLLER_MANAGER_USER = UserInfo(names.CONTROLLER_MANAGER_USER, groups=(names.
 
 class Controllers:
     """Owns the controllers' tasks; ``ca_files`` are the cluster CA's certificate and key,
-    ``server_url`` the address ``cluster-info`` publishes."""
+    ``server_url`` the address ``cluster-info`` publishes, ``pod_metrics`` where the
+    horizontal pod autoscaler reads pods' resource usage (the resource metrics API)."""
 
     def __init__(
         self,
@@ -69,6 +80,7 @@ class Controllers:
         *,
         ca_files: tuple[str, str],
         server_url: str,
+        pod_metrics: PodMetricsSource,
     ):
         self.opts = opts
         self.store = store
@@ -77,6 +89,7 @@ class Controllers:
         self.authorizer = authorizer
         self.ca_files = ca_files
         self.server_url = server_url
+        self.pod_metrics = pod_metrics
         self.informers: InformerFactory | None = None
         self._tasks: list[asyncio.Task] = []
         self.bootstrap: BootstrapControllers | None = None
@@ -172,6 +185,22 @@ class Controllers:
         )
         nodelifecycle.start()
         tasks.append(asyncio.create_task(nodelifecycle.run(), name="node-lifecycle-controller"))
+        # Endpoints and EndpointSlices that follow the pods of Services with a selector, and
+        # slices mirrored from the Endpoints others write for Services without one.
+        endpoints = EndpointsController(self.client("endpoint-controller"), informers)
+        slices = EndpointSliceController(
+            self.client("endpointslice-controller"), informers, opts.max_endpoints_per_slice
+        )
+        mirroring = EndpointSliceMirroringController(
+            self.client("endpointslicemirroring-controller"), informers, opts.mirroring_max_endpoints_per_subset
+        )
+        for ctl, task_name in (
+            (endpoints, "endpoint-controller"),
+            (slices, "endpointslice-controller"),
+            (mirroring, "endpointslicemirroring-controller"),
+        ):
+            ctl.start()
+            tasks.append(asyncio.create_task(ctl.run(), name=task_name))
         # Jobs run their pods to completion; cron jobs create jobs on their schedule; finished
         # jobs with ttlSecondsAfterFinished are deleted when it expires.
         jobs = JobController(self.client("job-controller"), informers)
@@ -193,10 +222,66 @@ class Controllers:
             asyncio.create_task(daemonsets.run(), name="daemon-set-controller"),
             asyncio.create_task(statefulsets.run(), name="statefulset-controller"),
         ]
+        # Horizontal pod autoscalers: each target's scale from its pods' metrics.
+        autoscaler = HorizontalPodAutoscalerController(
+            self.client("horizontal-pod-autoscaler"),
+            informers,
+            self.pod_metrics,
+            sync_period=opts.horizontal_pod_autoscaler_sync_period,
+            tolerance=opts.horizontal_pod_autoscaler_tolerance,
+            cpu_initialization_period=opts.horizontal_pod_autoscaler_cpu_initialization_period,
+            initial_readiness_delay=opts.horizontal_pod_autoscaler_initial_readiness_delay,
+            downscale_stabilization=opts.horizontal_pod_autoscaler_downscale_stabilization,
+        )
+        autoscaler.start()
+        tasks.append(asyncio.create_task(autoscaler.run(), name="horizontal-pod-autoscaler"))
         # Disruption budgets' status, which pods/eviction charges.
         disruption = DisruptionController(self.client("disruption-controller"), informers)
         disruption.start()
         tasks.append(asyncio.create_task(disruption.run(), name="disruption-controller"))
+        # Workloads: ReplicaSets and ReplicationControllers keep their pods, Deployments their ReplicaSets.
+        workloads = {
+            "replicaset-controller": ReplicaSetController(
+                self.client("replicaset-controller"),
+                informers,
+                informers.kind(names.APPS_GROUP, "v1", "replicasets"),
+                "replicaset-controller",
+            ),
+            "replication-controller": ReplicaSetController(
+                self.client("replication-controller"),
+                informers,
+                informers.kind("", "v1", "replicationcontrollers"),
+                "replication-controller",
+            ),
+            "deployment-controller": DeploymentController(self.client("deployment-controller"), informers),
+        }
+        for task_name, controller in workloads.items():
+            controller.start()
+            tasks.append(asyncio.create_task(controller.run(), name=task_name))
+        # Claims bound to volumes; the bundled local-path provisioner (--local-path-provisioner).
+        binder = PersistentVolumeController(self.client("persistent-volume-binder"), informers)
+        binder.start()
+        tasks.append(asyncio.create_task(binder.run(), name="persistent-volume-binder"))
+        # The claims of pods' generic ephemeral volumes.
+        ephemeral = EphemeralVolumeController(self.client("ephemeral-volume-controller"), informers)
+        ephemeral.start()
+        tasks.append(asyncio.create_task(ephemeral.run(), name="ephemeral-volume-controller"))
+        # The finalizers StorageObjectInUseProtection puts on claims and volumes.
+        pvc_protection = PvcProtectionController(self.client("pvc-protection-controller"), informers)
+        pv_protection = PvProtectionController(self.client("pv-protection-controller"), informers)
+        for p in (pvc_protection, pv_protection):
+            p.start()
+        tasks.append(asyncio.create_task(pvc_protection.run(), name="pvc-protection-controller"))
+        tasks.append(asyncio.create_task(pv_protection.run(), name="pv-protection-controller"))
+        if opts.local_path_provisioner:
+            localpath = LocalPathProvisioner(
+                self.client("local-path-provisioner"),
+                informers,
+                base_dir=opts.local_path_dir,
+                helper_image=opts.local_path_helper_image,
+            )
+            localpath.start()
+            tasks.append(asyncio.create_task(localpath.run(), name="local-path-provisioner"))
         if opts.enable_scheduler:
             scheduler = Scheduler(self.client("scheduler", SCHEDULER_FIELD_MANAGER), informers)
             scheduler.start()

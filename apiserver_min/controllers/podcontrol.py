@@ -17,9 +17,10 @@ is left alone. A controller being deleted adopts nothing.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from ..api import names
 from ..api import status as st
@@ -317,3 +318,58 @@ def deletion_order(pods: list[dict], related: Iterable[Mapping] = ()) -> list[di
 def pod_key(pod: Mapping) -> str:
     md = dict_at(pod, "metadata")
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+# --- writing many at once ----------------------------------------------------------------
+
+# At most this many pods created or deleted by one sync (upstream's burstReplicas).
+BURST_REPLICAS = 500
+# The first batch of a slow start (upstream's SlowStartInitialBatchSize).
+SLOW_START_INITIAL_BATCH = 1
+
+
+async def slow_start_batch(count: int, initial: int, fn: Callable[[], Awaitable[None]]) -> tuple[int, Exception | None]:
+    """Call ``fn`` ``count`` times in batches of ``initial``, then twice as many each
+    round (1, 2, 4, ...), the calls of a batch at once; stop after the first batch in
+    which a call failed. Returns how many calls succeeded and the first failure: a
+    request that fails for everyone (a quota, a bad template) is sent a few times, not
+    ``count`` times."""
+    remaining, successes, batch = count, 0, min(count, initial)
+    while batch > 0:
+        results = await asyncio.gather(*(fn() for _ in range(batch)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        successes += batch - len(errors)
+        for r in errors:
+            if not isinstance(r, Exception):
+                raise r  # cancellation
+        if errors:
+            return successes, errors[0]  # type: ignore[return-value]
+        remaining -= batch
+        batch = min(remaining, 2 * batch)
+    return successes, None
+
+
+def object_reference(obj: Mapping, kind: KindInfo) -> dict:
+    """The ``involvedObject`` of an event about ``obj``."""
+    md = dict_at(obj, "metadata")
+    ref = {"kind": kind.kind, "apiVersion": api_version_of(kind)}
+    for field in ("namespace", "name", "uid", "resourceVersion"):
+        if md.get(field):
+            ref[field] = md[field]
+    return ref
+
+
+def ready_to_available_delay(pods: Iterable[Mapping], min_ready_seconds: int, now: float) -> float | None:
+    """Seconds until the first ready but not yet available pod of ``pods`` becomes
+    available (``min_ready_seconds`` after turning ready); None when there is none."""
+    if min_ready_seconds <= 0:
+        return None
+    best: float | None = None
+    for p in pods:
+        since = ready_since(p)
+        if since is None:
+            continue
+        left = since + min_ready_seconds - now
+        if left > 0 and (best is None or left < best):
+            best = left
+    return best

@@ -168,7 +168,9 @@ class DefaultService:
             {"addresses": [{"ip": a} for a in addrs], "ports": [{"name": PORT_NAME, "port": port, "protocol": "TCP"}]}
             for port, addrs in live.items()
         ]
-        await self._put(self.endpoints, {"subsets": subsets})
+        # Labelled not to be mirrored into slices (upstream's skip-mirror): the slice below is its own.
+        labels = {names.LABEL_SKIP_MIRROR: "true"}
+        await self._put(self.endpoints, {"metadata": {"labels": labels}, "subsets": subsets})
         # One slice holds one port list: the servers serving on this server's port.
         addresses = live.get(self.port, [])
         ports = [{"name": PORT_NAME, "port": self.port, "protocol": "TCP"}]

@@ -11,10 +11,16 @@ from typing import Any
 
 from ..api import names
 from ..api.kinds import KindInfo, Subresource
-from .admissionregistration import WebhookConfigurationStrategy
+from .admissionregistration import (
+    ValidatingAdmissionPolicyBindingStrategy,
+    ValidatingAdmissionPolicyStrategy,
+    WebhookConfigurationStrategy,
+)
+from .apps import DeploymentStrategy, ReplicaSetStrategy, ReplicationControllerStrategy
 from .apps_controllerrevision import ControllerRevisionStrategy
 from .apps_daemonset import DaemonSetStrategy
 from .apps_statefulset import StatefulSetStrategy
+from .autoscaling import HorizontalPodAutoscalerStrategy
 from .batch import CronJobStrategy, JobStrategy
 from .certificates import CsrStrategy
 from .core import (
@@ -25,11 +31,14 @@ from .core import (
     PodStrategy,
     ServiceStrategy,
 )
+from .endpoints import EndpointSliceStrategy, EndpointsStrategy
 from .eviction import PodEvictionREST
+from .networking import IngressClassStrategy, IngressStrategy
 from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
 from .rest import ObjectStore, RestFactory, StoreSubresource
 from .scale import ScaleREST
+from .storage import PersistentVolumeClaimStrategy, PersistentVolumeStrategy
 from .strategy import PathNameStrategy, Strategy
 
 STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
@@ -37,22 +46,34 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "replicationcontrollers"): ReplicationControllerStrategy,
+    (names.APPS_GROUP, "deployments"): DeploymentStrategy,
+    (names.APPS_GROUP, "replicasets"): ReplicaSetStrategy,
+    ("", "endpoints"): EndpointsStrategy,
+    (names.DISCOVERY_GROUP, "endpointslices"): EndpointSliceStrategy,
     ("", "limitranges"): LimitRangeStrategy,
     ("", "resourcequotas"): ResourceQuotaStrategy,
     (names.SCHEDULING_GROUP, "priorityclasses"): PriorityClassStrategy,
+    ("", "persistentvolumes"): PersistentVolumeStrategy,
+    ("", "persistentvolumeclaims"): PersistentVolumeClaimStrategy,
     (names.RBAC_GROUP, "roles"): PathNameStrategy,
     (names.RBAC_GROUP, "rolebindings"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterroles"): PathNameStrategy,
     (names.RBAC_GROUP, "clusterrolebindings"): PathNameStrategy,
     (names.CERTIFICATES_GROUP, "certificatesigningrequests"): CsrStrategy,
     (names.BATCH_GROUP, "jobs"): JobStrategy,
+    (names.AUTOSCALING_GROUP, "horizontalpodautoscalers"): HorizontalPodAutoscalerStrategy,
     (names.BATCH_GROUP, "cronjobs"): CronJobStrategy,
     (names.APPS_GROUP, "daemonsets"): DaemonSetStrategy,
     (names.APPS_GROUP, "statefulsets"): StatefulSetStrategy,
     (names.APPS_GROUP, "controllerrevisions"): ControllerRevisionStrategy,
     (names.POLICY_GROUP, "poddisruptionbudgets"): PodDisruptionBudgetStrategy,
+    (names.NETWORKING_GROUP, "ingresses"): IngressStrategy,
+    (names.NETWORKING_GROUP, "ingressclasses"): IngressClassStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
+    (names.ADMISSIONREGISTRATION_GROUP, "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
 }
 
 STORE_SUBRESOURCE = StoreSubresource()

@@ -188,6 +188,7 @@ class RestTable:
     def __init__(self) -> None:
         self.subresources: dict[tuple[str, str, str], Any] = {}
         self.collections: dict[tuple[str, str], Any] = {}
+        self.versioned_collections: dict[tuple[str, str, str], Any] = {}
         self.unregistered: dict[tuple[str, str, str], Any] = {}
 
     @classmethod
@@ -206,8 +207,12 @@ class RestTable:
                 table.subresources[(kind.group, kind.resource, sub.name)] = factory(kind, sub)
         return table
 
-    def add_collection(self, group: str, resource: str, rest: Any) -> None:
-        self.collections[(group, resource)] = rest
+    def add_collection(self, group: str, resource: str, rest: Any, version: str = "") -> None:
+        """``version``: only that version's collection (a version served by conversion)."""
+        if version:
+            self.versioned_collections[(group, version, resource)] = rest
+        else:
+            self.collections[(group, resource)] = rest
 
     def add_unregistered(self, group: str, version: str, resource: str, rest: Any) -> None:
         self.unregistered[(group, version, resource)] = rest
@@ -216,4 +221,5 @@ class RestTable:
         return self.subresources.get((kind.group, kind.resource, name))
 
     def collection(self, kind: KindInfo) -> Any:
-        return self.collections.get((kind.group, kind.resource))
+        found = self.versioned_collections.get((kind.group, kind.version, kind.resource))
+        return found if found is not None else self.collections.get((kind.group, kind.resource))

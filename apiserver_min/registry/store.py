@@ -357,6 +357,8 @@ class Store:
         attrs = Attributes(
             "CREATE", kind, namespace, name if isinstance(name, str) else "", subresource, obj, None, user, dry_run
         )
+        if field_manager is not None:
+            attrs.options["fieldManager"] = field_manager
         if await self.admission.admit(attrs):
             self._prepare_create_again(kind, strategy, obj, user, subresource)
             md = obj["metadata"]
@@ -476,10 +478,17 @@ class Store:
             # again, as upstream (mutating admission, then PrepareForUpdate) would. Then
             # validation, then validating admission.
             attrs = Attributes(operation, kind, namespace, name, subresource, new, old, user, dry_run)
+            if field_manager is not None:
+                attrs.options["fieldManager"] = field_manager
             if await self.admission.admit(attrs):
+                # managedFields stay as recorded before admission (a status write's
+                # preparation copies the old metadata, which would drop this write's entry).
+                recorded = (new.get("metadata") or {}).get("managedFields")
                 self._prepare_update(strategy, subresource, new, old)
                 apply_defaults(kind.group, kind.version, kind.kind, new)
                 strategy.prepare_for_request(new, old, user, subresource)
+                if recorded is not None:
+                    new.setdefault("metadata", {})["managedFields"] = recorded
             txn = await strategy.begin_update(new, old, dry_run) if not subresource else None
             try:
                 result = await self._finish_update(kind, strategy, key, name, kv, new, old, attrs, dry_run, given_rv)

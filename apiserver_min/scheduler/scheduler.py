@@ -1,10 +1,11 @@
 """The bundled scheduler: binds pending pods to nodes that fit.
 
 Upstream's default profile, cut down to the plugins that decide anything in a
-cluster without volumes or inter-pod affinity: NodeUnschedulable,
-TaintToleration, NodeAffinity (``nodeSelector`` and required node affinity),
-NodePorts and NodeResourcesFit filter the nodes, in that order, a node failing
-at its first filter as upstream; the least-allocated score (the mean free
+cluster without inter-pod affinity: NodeUnschedulable, TaintToleration,
+NodeAffinity (``nodeSelector`` and required node affinity), NodePorts,
+NodeResourcesFit and VolumeBinding (``volumebinding.py``: claims, their volumes'
+node affinity, binding on first consumer) filter the nodes, in that order, a
+node failing at its first filter as upstream; the least-allocated score (the mean free
 fraction of cpu and memory, with upstream's non-zero defaults for pods that
 request nothing) ranks the rest and a tie is broken at random.
 
@@ -57,6 +58,7 @@ from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client
 from ..storage.cacher import CacheEvent
+from .volumebinding import Decision, VolumeBinding
 
 log = logging.getLogger("orch-apiserver.scheduler")
 
@@ -66,6 +68,10 @@ DEFAULT_SCHEDULER_NAME = "default-scheduler"
 # sub-resource writes storage directly.
 FIELD_MANAGER = names.SCHEDULER_FIELD_MANAGER
 RETRY_INTERVAL = 30.0
+# How long a pod's claims may take to be bound before its scheduling is given up and
+# tried again (upstream's VolumeBinding bindTimeoutSeconds), and how often to look.
+VOLUME_BIND_TIMEOUT = 600.0
+VOLUME_BIND_POLL = 0.1
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 10.0
 # Upstream's defaults for containers that request nothing, used only for scoring.
@@ -432,13 +438,18 @@ def score_node(summary: PodSummary, state: NodeState) -> int:
     ) // 2
 
 
-def fit_error_message(num_nodes: int, failures: Mapping[str, FilterFailure], post: str = "") -> str:
+def fit_error_message(
+    num_nodes: int, failures: Mapping[str, FilterFailure], post: str = "", pre_filter: str = ""
+) -> str:
     """Upstream's FitError text: "0/N nodes are available: <count reason>, ... ." with
-    the counts sorted as strings, then the post-filter (preemption) message."""
+    the counts sorted as strings (or the pre-filter's message, which rejected the pod
+    before any node was tried), then the post-filter (preemption) message."""
     counts: collections.Counter = collections.Counter(r for f in failures.values() for r in f.reasons)
     msg = f"0/{num_nodes} nodes are available:"
     histogram = sorted(f"{n} {reason}" for reason, n in counts.items())
-    if histogram:
+    if pre_filter:
+        msg += f" {pre_filter}."
+    elif histogram:
         msg += f" {', '.join(histogram)}."
     if post:
         msg += f" {post}."
@@ -466,37 +477,21 @@ def preemption_message(
     return "preemption: " + fit_error_message(len(states), per_node)
 
 
-# --- volumes ------------------------------------------------------------------------------
-
-UNBOUND_CLAIMS = "pod has unbound immediate PersistentVolumeClaims"
-
-
-def claims_problem(pod: Mapping, get_claim: Callable[[str, str], Mapping | None]) -> str | None:
-    """Upstream's VolumeBinding pre-filter, without volume provisioning (nothing here
-    binds claims to volumes): a claim the pod uses that is missing, being deleted or not
-    yet bound keeps the pod from every node."""
-    ns = _dig(pod, "metadata", "namespace") or ""
-    unbound = False
-    for vol in _list(_dig(pod, "spec", "volumes")):
-        if not isinstance(vol, dict) or not isinstance(vol.get("persistentVolumeClaim"), dict):
-            continue
-        name = vol["persistentVolumeClaim"].get("claimName") or ""
-        claim = get_claim(ns, name)
-        if claim is None:
-            return f'persistentvolumeclaim "{name}" not found'
-        if _dig(claim, "metadata", "deletionTimestamp"):
-            return f'persistentvolumeclaim "{name}" is being deleted'
-        if not _dig(claim, "spec", "volumeName"):
-            unbound = True
-    return UNBOUND_CLAIMS if unbound else None
+def pre_filter_message(pod: Mapping, states: Mapping[str, NodeState], reason: str) -> str:
+    """The FitError of a pod a pre-filter rejected: every node fails with ``reason``,
+    which preemption cannot help."""
+    if not states:
+        return NO_NODES_AVAILABLE
+    failures = {name: FilterFailure((reason,), True) for name in states}
+    post = preemption_message(pod, PodSummary.of(pod), states, failures)
+    return fit_error_message(len(states), failures, post, pre_filter=reason)
 
 
-def prefilter_message(num_nodes: int, problem: str) -> str:
-    """A pre-filter failure: the problem, then that preemption cannot help on any node."""
-    post = fit_error_message(
-        num_nodes, {str(i): FilterFailure((PREEMPTION_NOT_HELPFUL,), True) for i in range(num_nodes)}
-    )
-    return f"0/{num_nodes} nodes are available: {problem}. preemption: {post}."
+def volume_affinity_matches(required: Mapping, node: Mapping) -> bool:
+    """A volume's required node affinity (any of its terms) holds for ``node``."""
+    labels = _dig(node, "metadata", "labels") or {}
+    name = _dig(node, "metadata", "name") or ""
+    return any(_term_matches(t, labels, name) for t in _list(required.get("nodeSelectorTerms")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -507,9 +502,14 @@ class ScheduleResult:
 
 
 def find_node_for_pod(
-    pod: Mapping, states: Mapping[str, NodeState], rng: random.Random | None = None, summary: PodSummary | None = None
+    pod: Mapping,
+    states: Mapping[str, NodeState],
+    rng: random.Random | None = None,
+    summary: PodSummary | None = None,
+    extra_filter: Callable[[NodeState], FilterFailure | None] | None = None,
 ) -> ScheduleResult:
-    """Filter, score and pick; the message of a pod that fits nowhere."""
+    """Filter, score and pick; the message of a pod that fits nowhere. ``extra_filter``
+    runs after the built-in filters (the volume binding)."""
     if not states:
         return ScheduleResult(None, NO_NODES_AVAILABLE)
     summary = summary or PodSummary.of(pod)
@@ -517,6 +517,8 @@ def find_node_for_pod(
     scores: dict[str, int] = {}
     for name, state in states.items():
         failure = filter_node(pod, summary, state)
+        if failure is None and extra_filter is not None:
+            failure = extra_filter(state)
         if failure is None:
             scores[name] = score_node(summary, state)
         else:
@@ -551,8 +553,13 @@ class Scheduler:
         *,
         retry_interval: float = RETRY_INTERVAL,
         rng: random.Random | None = None,
+        volume_bind_timeout: float = VOLUME_BIND_TIMEOUT,
     ):
         self.client = client  # the scheduler's identity; its field manager is FIELD_MANAGER
+        self.volume_bind_timeout = volume_bind_timeout
+        # Pods placed on a node whose claims are being bound there: their Binding waits.
+        self._waiting: dict[str, asyncio.Task] = {}
+        self._waiting_node: dict[str, str] = {}
         self.pods_kind = informers.kind("", "v1", "pods")
         self.nodes_kind = informers.kind("", "v1", "nodes")
         self.pods = informers.for_kind(self.pods_kind)
@@ -561,6 +568,7 @@ class Scheduler:
         self.retry_interval = retry_interval
         self.rng = rng or random.Random()
         self.events = EventRecorder(client, informers.registry, DEFAULT_SCHEDULER_NAME)
+        self.volume_binding = VolumeBinding(informers, volume_affinity_matches)
         self.nodes: dict[str, NodeState] = {}
         self._node_sig: dict[str, Any] = {}
         self.bound: dict[str, str] = {}  # pod key -> node, for pods counted on a node
@@ -575,16 +583,12 @@ class Scheduler:
         """Subscribe; the node informer's replay rebuilds nodes and pods together."""
         self.pods.add_handler(self.on_pod)
         self.node_informer.add_handler(self.on_node)
-        self.claims.add_handler(self.on_claim)
+        self.volume_binding.handlers(self.on_volume_change)
 
-    def on_claim(self, ev: CacheEvent | None) -> None:
-        """A claim made or bound may let waiting pods go."""
-        if ev is not None and ev.type != "DELETED":
+    def on_volume_change(self, ev: CacheEvent | None) -> None:
+        """A claim, volume or class changed: pods waiting for one may fit now."""
+        if ev is not None:
             self._retry_unschedulable()
-
-    def _claim(self, namespace: str, name: str) -> dict | None:
-        e = self.claims.get(namespace, name)
-        return e.object() if e is not None else None
 
     def on_node(self, ev: CacheEvent | None) -> None:
         if ev is None:
@@ -606,6 +610,9 @@ class Scheduler:
             self._node_sig[e.name] = self._node_signature(node)
         for e in self.pods.list():
             self._pod_event(CacheEvent("ADDED", e.rv, e, None, 0.0))
+        for key, node_name in self._waiting_node.items():  # still holding their places
+            self.bound[key] = node_name
+            self._count_pod(key)
         self._retry_unschedulable()
 
     @staticmethod
@@ -664,6 +671,13 @@ class Scheduler:
     def _pod_event(self, ev: CacheEvent) -> None:
         e = ev.entry
         key = e.key
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            if ev.type != "DELETED":
+                return  # counted on its node already; its task binds it or gives up
+            waiting.cancel()
+            self._waiting.pop(key, None)
+            self._waiting_node.pop(key, None)
         if ev.type == "DELETED":
             self._forget(key)
             if self._uncount(key):
@@ -726,9 +740,13 @@ class Scheduler:
 
     # --- the loop -------------------------------------------------------------------
     async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._flush_loop(), name="scheduler-flush")
-            tg.create_task(self._schedule_loop(), name="scheduler-loop")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._flush_loop(), name="scheduler-flush")
+                tg.create_task(self._schedule_loop(), name="scheduler-loop")
+        finally:
+            for task in list(self._waiting.values()):
+                task.cancel()
 
     async def _flush_loop(self) -> None:
         while True:
@@ -774,7 +792,7 @@ class Scheduler:
         """One attempt for one pod: the node it was bound to, or None."""
         e = self.pods.get_by_key(key)
         pod = e.object() if e is not None else None
-        if pod is None or not responsible_for(pod):
+        if pod is None or not responsible_for(pod) or key in self._waiting:
             self._forget(key)
             return None
         self.attempts += 1
@@ -786,46 +804,116 @@ class Scheduler:
             )
             self.unschedulable[key] = _Backoff(0, float("inf"))  # released by a spec change only
             return None
-        problem = claims_problem(pod, self._claim)
-        if problem is not None:
-            result = ScheduleResult(
-                None, prefilter_message(len(self.nodes), problem) if self.nodes else NO_NODES_AVAILABLE
-            )
-        else:
-            result = find_node_for_pod(pod, self.nodes, self.rng)
         ref = object_reference(pod, "Pod")
+        claims, rejected = self.volume_binding.pre_filter(pod)
+        decisions: dict[str, Decision] = {}
+
+        def volumes_fit(state: NodeState) -> FilterFailure | None:
+            if claims is None or not (claims.bound or claims.to_bind):
+                return None
+            reasons, decision = self.volume_binding.filter(claims, state.node)
+            if decision is None:
+                return FilterFailure(reasons, True)
+            decisions[state.name] = decision
+            return None
+
+        if claims is None:
+            result = ScheduleResult(None, pre_filter_message(pod, self.nodes, rejected))
+        else:
+            result = find_node_for_pod(pod, self.nodes, self.rng, extra_filter=volumes_fit)
         if result.node is None:
             log.info("pod %s/%s is unschedulable: %s", ns, name, result.message)
             self._mark_unschedulable(key)
             await self._set_unschedulable_condition(ns, name, md.get("uid"), "Unschedulable", result.message)
             await self.events.record(ref, "Warning", "FailedScheduling", result.message, "Scheduling")
             return None
+        decision = decisions.get(result.node)
+        if decision is not None and (decision.static or decision.provision):
+            try:
+                await self.volume_binding.pre_bind(self.client, decision, result.node)
+            except st.ApiError as exc:
+                log.info("pod %s/%s: binding its volumes on %s failed: %s", ns, name, result.node, exc.message)
+                self._mark_unschedulable(key)
+                return None
+            # The pod holds its place on the node while its claims are bound; then the Binding.
+            self._assume(key, pod, result.node)
+            self._waiting_node[key] = result.node
+            self._waiting[key] = asyncio.create_task(
+                self._bind_after_volumes(key, pod, result.node, decision), name=f"volume-binding {ns}/{name}"
+            )
+            return result.node
+        return result.node if await self._bind(key, pod, result.node) else None
+
+    def _assume(self, key: str, pod: dict, node: str) -> None:
+        """Count the pod on its node now: the cache event that confirms it comes later,
+        and the next pod must not see the node emptier than it is."""
+        self._forget(key)
+        self.bound[key] = node
+        state = self.nodes.get(node)
+        if state is not None:
+            state.add(PodSummary.of(pod, key))
+        self.unschedulable.pop(key, None)
+
+    async def _bind_after_volumes(self, key: str, pod: dict, node: str, decision: Decision) -> None:
+        """Upstream's PreBind wait: the Binding once every claim the pod's placement chose
+        or asked to be provisioned is bound; otherwise the pod goes back to the queue."""
+        md = pod["metadata"]
+        ns, name = md.get("namespace", ""), md.get("name", "")
+        deadline = time.monotonic() + self.volume_bind_timeout
+        try:
+            while True:
+                problem = self.volume_binding.binding_problem(decision, node)
+                if problem is None:
+                    break
+                if not problem and time.monotonic() > deadline:
+                    problem = "binding volumes: timed out waiting for the condition"
+                if problem:
+                    problem = f'running PreBind plugin "VolumeBinding": {problem}'
+                    log.info("pod %s/%s: its volumes were not bound on %s: %s", ns, name, node, problem)
+                    self._uncount(key)
+                    self._mark_unschedulable(key)
+                    await self._set_unschedulable_condition(ns, name, md.get("uid"), "SchedulerError", problem)
+                    await self.events.record(
+                        object_reference(pod, "Pod"), "Warning", "FailedScheduling", problem, "Scheduling"
+                    )
+                    return
+                await asyncio.sleep(VOLUME_BIND_POLL)
+            self._waiting.pop(key, None)
+            self._waiting_node.pop(key, None)
+            if not await self._bind(key, pod, node):
+                self._uncount(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the pod is retried; the scheduler goes on
+            log.exception("binding pod %s/%s after its volumes failed", ns, name)
+            self._uncount(key)
+            self._mark_unschedulable(key)
+        finally:
+            self._waiting.pop(key, None)
+            self._waiting_node.pop(key, None)
+
+    async def _bind(self, key: str, pod: dict, node: str) -> bool:
+        """The Binding of the pod to ``node``, then its Scheduled event."""
+        md = pod["metadata"]
+        ns, name = md.get("namespace", ""), md.get("name", "")
+        ref = object_reference(pod, "Pod")
         try:
             binding = {
                 "apiVersion": "v1",
                 "kind": "Binding",
                 "metadata": {"name": name, "namespace": ns, "uid": md.get("uid")},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": result.node},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
             }
             await self.client.create(self.pods_kind, ns, binding, subresource="binding")
         except st.ApiError as exc:
             if exc.code in (404, 409):
                 log.info("pod %s/%s not bound: %s", ns, name, exc.message)
-                return None
+                return False
             raise
-        # Count the pod on its node now: the cache event that confirms it comes later,
-        # and the next pod must not see the node emptier than it is.
-        self._forget(key)
-        self.bound[key] = result.node
-        state = self.nodes.get(result.node)
-        if state is not None:
-            state.add(PodSummary.of(pod, key))
-        self.unschedulable.pop(key, None)
-        log.info("pod %s/%s bound to %s", ns, name, result.node)
-        await self.events.record(
-            ref, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {result.node}", "Binding"
-        )
-        return result.node
+        self._assume(key, pod, node)
+        log.info("pod %s/%s bound to %s", ns, name, node)
+        await self.events.record(ref, "Normal", "Scheduled", f"Successfully assigned {ns}/{name} to {node}", "Binding")
+        return True
 
     async def _set_unschedulable_condition(
         self, ns: str, name: str, uid: str | None, reason: str, message: str

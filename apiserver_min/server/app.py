@@ -21,6 +21,7 @@ from aiohttp import web
 
 from ..admission.chain import RequestRecord, begin_request, end_request
 from ..admission.plugins import build_chain
+from ..admission.webhook.metrics import WebhookMetrics
 from ..api import codec, names, tlsverify
 from ..api import status as st
 from ..api.kinds import REGISTRY, Registry
@@ -139,11 +140,13 @@ class ApiServer:
         # the RBAC index also serves the always-on role and binding write checks.
         self.rbac_index = RbacIndex.attach(self.cache, registry)
         self.authorizer = build_authorizer(opts.authorization_modes, self.cache, registry, self.rbac_index)
+        self.admission_webhook_metrics = WebhookMetrics()
         self.store.admission = build_chain(
             self, opts.admission_plugins, always=[RbacWriteGuard(self.authorizer, self.rbac_index)]
         )
         self.metrics = Metrics()
         self.metrics.object_counts = self.cache.object_counts
+        self.metrics.sources.append(self.admission_webhook_metrics.render)
         self.handlers = ResourceHandlers(self)
         host = opts.advertise_address or (
             opts.bind_address if opts.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"
@@ -159,6 +162,9 @@ class ApiServer:
         self.post_start_done: dict[str, bool] = {}
         self._install_checks()
         self.pki = Pki(opts.data_dir)
+        # The resource metrics API's scraper of the node agents (kubectl top); the horizontal
+        # pod autoscaler reads pods' usage from it.
+        self.resource_metrics = ResourceMetrics(self, self.cache, registry, opts.metric_resolution)
         # The bundled controllers: API clients of this process, each as its own identity.
         self.controllers = Controllers(
             opts,
@@ -168,14 +174,13 @@ class ApiServer:
             self.authorizer,
             ca_files=(self.pki.ca_cert, self.pki.ca_key),
             server_url=self.server_url,
+            pod_metrics=self.resource_metrics,
         )
         self.client_ca = opts.client_ca_file or self.pki.ca_cert
         # Authentication reads the token file and the service-account keys now (a bad one
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
         self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
         # The REST objects of collections and sub-resources beyond the generic store.
-        # The resource metrics API's scraper of the node agents (kubectl top).
-        self.resource_metrics = ResourceMetrics(self, self.cache, registry, opts.metric_resolution)
         self.rest = build_rest_table(
             self, lambda: self.authorizer, self.backend.current_revision, self.resource_metrics
         )

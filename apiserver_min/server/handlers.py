@@ -226,7 +226,9 @@ def _body_alias(api_version: str, want_api_version: str) -> GroupAlias | None:
     return GroupAlias(group, served, version)
 
 
-def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelector | None]:
+def _selectors(kind: KindInfo, query, alias: Any = None) -> tuple[LabelSelector | None, FieldSelector | None]:
+    """The request's label and field selectors; on an alias group's path, label keys in
+    the upstream spelling (``names.LABEL_ALIASES``) select by ours."""
     ls = fs = None
     try:
         raw = query.get("labelSelector", "")
@@ -234,6 +236,8 @@ def _selectors(kind: KindInfo, query) -> tuple[LabelSelector | None, FieldSelect
             ls = parse_label_selector(raw)
             if ls.empty:
                 ls = None
+            elif alias is not None and any(r.key in names.LABEL_ALIASES for r in ls.requirements):
+                ls = LabelSelector(r._replace(key=names.LABEL_ALIASES.get(r.key, r.key)) for r in ls.requirements)
         raw = query.get("fieldSelector", "")
         if raw:
             fs = parse_field_selector(raw)
@@ -525,7 +529,7 @@ class ResourceHandlers:
         if verb not in kind.verbs:
             raise st.method_not_allowed(f"{verb} is not supported on resources of kind {kind.qualified_resource}")
         if verb in ("get", "list"):
-            rest = self.server.rest.collections.get((kind.group, kind.resource))
+            rest = self.rest.collection(kind)
             if rest is not None:  # a kind served by its own REST object (the resource metrics)
                 target = negotiate(request.headers.get("Accept"), table_ok=False)
                 ctx = self._context(request, info, kind, user)
@@ -543,7 +547,7 @@ class ResourceHandlers:
         if verb == "create":
             if info.name:
                 raise st.method_not_allowed()
-            rest = self.server.rest.collections.get((kind.group, kind.resource))
+            rest = self.rest.collection(kind)
             if rest is not None:  # a kind served by its own REST object (the reviews)
                 return await self._rest_create(request, info, kind, user, rest)
             return await self.create(request, info, kind, user)
@@ -737,7 +741,7 @@ class ResourceHandlers:
         q = request.query
         target = negotiate(request.headers.get("Accept"))
         include = validate_include_object(q.get("includeObject"))
-        ls, fs = _selectors(kind, q)
+        ls, fs = _selectors(kind, q, request.get(GROUP_ALIAS_KEY))
         limit = _int_param(q, "limit")
         if limit < 0:
             raise st.bad_request(f"invalid limit {limit}: must not be negative")
@@ -788,7 +792,7 @@ class ResourceHandlers:
         q = request.query
         target = negotiate(request.headers.get("Accept"))
         include = validate_include_object(q.get("includeObject"))
-        ls, fs = _selectors(kind, q)
+        ls, fs = _selectors(kind, q, request.get(GROUP_ALIAS_KEY))
         bookmarks = _bool_param(q, "allowWatchBookmarks")
         send_initial = _bool_param(q, "sendInitialEvents") if "sendInitialEvents" in q else None
         rv_match = q.get("resourceVersionMatch", "")
@@ -1147,7 +1151,7 @@ class ResourceHandlers:
         q = request.query
         target = negotiate(request.headers.get("Accept"))
         opts = await self._delete_options(request)
-        ls, fs = _selectors(kind, q)
+        ls, fs = _selectors(kind, q, request.get(GROUP_ALIAS_KEY))
         res = await self.store.list(kind, info.namespace or None, ls, fs, None, None, 0, None)
         for raw, rev in res.items:
             md = codec.decode_stored(raw, rev)["metadata"]

@@ -28,6 +28,8 @@ class Metrics:
         self.deprecated: set[tuple] = set()
         self.watchers: collections.Counter = collections.Counter()
         self.object_counts: Callable[[], dict[str, int]] = lambda: {}
+        # Other parts' metrics (admission webhooks, say): each gives its exposition lines.
+        self.sources: list[Callable[[], list[str]]] = []
 
     def observe(
         self,
@@ -97,4 +99,6 @@ class Metrics:
         ]
         for res, n in sorted(self.object_counts().items()):
             out.append(f'apiserver_storage_objects{{resource="{_esc(res)}"}} {n}')
+        for source in self.sources:
+            out += source()
         return "\n".join(out) + "\n"

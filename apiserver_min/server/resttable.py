@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from ..api import names
 from ..authz.authorizer import Union
 from ..registry.apiextensions import EmptyCustomResourceDefinitionList
+from ..registry.autoscaling_v1 import HorizontalPodAutoscalerV1REST
 from ..registry.core import ServiceAccountTokenREST
 from ..registry.families import rest_implementations
 from ..registry.rest import RestTable
@@ -41,6 +42,15 @@ def build_rest_table(
     # The resource metrics API: read-only collections answered from the agents' scrapes.
     table.add_collection(names.METRICS_GROUP, "nodes", NodeMetricsREST(resource_metrics))
     table.add_collection(names.METRICS_GROUP, "pods", PodMetricsREST(resource_metrics))
+    # autoscaling/v1 autoscalers: create, get and list converted from the stored v2 objects.
+    stored_hpa = server.registry.by_resource(names.AUTOSCALING_GROUP, "v2", "horizontalpodautoscalers")
+    assert stored_hpa is not None
+    table.add_collection(
+        names.AUTOSCALING_GROUP,
+        "horizontalpodautoscalers",
+        HorizontalPodAutoscalerV1REST(server.store, stored_hpa),
+        version="v1",
+    )
     table.add_unregistered(
         names.APIEXTENSIONS_GROUP,
         "v1",

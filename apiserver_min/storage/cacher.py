@@ -364,6 +364,8 @@ class WatchCache:
         self._by_prefix: list[tuple[str, ResourceCache]] = []
         for k in kinds:
             p = key_prefix(k)
+            if p in self.caches:
+                continue  # another version of a kind already cached: its first declaration is the stored one
             c = ResourceCache(k, p)
             self.caches[p] = c
             self._by_prefix.append((p, c))

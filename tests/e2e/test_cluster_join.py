@@ -6,34 +6,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 
 from tests.apiserver_fixtures import ApiServerProcess
 from tests.components import REPO_ROOT, free_port
-
-NODE = "n1"
-CGROUP_FS = Path("/sys/fs/cgroup")
-
-
-def _hierarchies() -> list[Path]:
-    if (CGROUP_FS / "cgroup.controllers").exists():
-        return [CGROUP_FS]
-    return [p for p in CGROUP_FS.iterdir() if p.is_dir() and not p.is_symlink()]
+from tests.e2e.harness import NODE, Cluster, new_cgroup_root
 
 
 @pytest.fixture(scope="module")
 def cluster(containerd, cri_images, tmp_path_factory):
     work = tmp_path_factory.mktemp("cluster")
-    cg = f"/orch-join-{uuid.uuid4().hex[:8]}"
-    for root in _hierarchies():
-        (root / cg.strip("/")).mkdir(exist_ok=True)
+    cg = new_cgroup_root()
     (work / "manifests").mkdir()
     (work / "manifests" / "st.yaml").write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: st}\nspec:\n  terminationGracePeriodSeconds: 1\n"
@@ -48,131 +34,13 @@ def cluster(containerd, cri_images, tmp_path_factory):
             "--node-monitor-grace-period=6s",
             "--node-monitor-period=1s",
             "--metric-resolution=2s",
+            "--horizontal-pod-autoscaler-sync-period=2s",
         ],
     ) as api:
         c = Cluster(work, api, containerd, cg)
         yield c
         c.stop_agent()
         c.cleanup()
-
-
-class Cluster:
-    def __init__(self, work: Path, api, containerd, cgroup_root: str) -> None:
-        self.work, self.api, self.containerd, self.cg = work, api, containerd, cgroup_root
-        self.kubeconfig = str(work / "api" / "admin.orchconfig")
-        self.agent: subprocess.Popen | None = None
-        self.join_argv: list[str] = []
-        self.log = work / "agent.log"
-
-    def token(self, *extra: str) -> list[str]:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "apiserver_min.cli",
-                "token",
-                "create",
-                "--data-dir",
-                str(self.work / "api"),
-                "--print-join-command",
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            timeout=30,
-        )
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip().split()
-
-    def agent_argv(self, join: list[str]) -> list[str]:
-        # A lease renewed every 2 s: the API server here gives up on a node after 6 s.
-        config = self.work / "agent-config.yaml"
-        config.write_text(
-            "kind: AgentConfiguration\napiVersion: agent.config.orch.io/v1beta1\nnodeLeaseDurationSeconds: 8\n"
-        )
-        return [
-            sys.executable,
-            "-m",
-            "agent.cli",
-            *join[1:],
-            f"--config={config}",
-            f"--root-dir={self.work}/root",
-            f"--pod-manifest-path={self.work}/manifests",
-            f"--hostname-override={NODE}",
-            f"--container-runtime-endpoint=unix://{self.containerd.socket}",
-            f"--port={free_port()}",
-            "--address=127.0.0.1",
-            "--node-ip=127.0.0.1",
-            "--healthz-port=0",
-            "--proxy-mode=none",  # the service proxy has its own test (test_service_proxy.py)
-            f"--cert-dir={self.work}/pki",
-            f"--cgroup-root={self.cg}",
-            "--fail-swap-on=false",
-            "--deprecation-warnings=false",
-            "-v=2",
-        ]
-
-    def start_agent(self, argv: list[str]) -> subprocess.Popen:
-        self.agent = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
-        return self.agent
-
-    def stop_agent(self) -> None:
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.send_signal(signal.SIGTERM)
-            try:
-                self.agent.wait(20)
-            except subprocess.TimeoutExpired:
-                self.agent.kill()
-                self.agent.wait(5)
-
-    def kubectl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        r = subprocess.run(
-            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "HOME": str(self.work)},
-        )
-        if check:
-            assert r.returncode == 0, (args, r.stdout, r.stderr)
-        return r
-
-    def get(self, *args: str) -> dict | None:
-        r = self.kubectl("get", *args, "-o", "json", check=False)
-        return json.loads(r.stdout) if r.returncode == 0 else None
-
-    def wait(self, predicate, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = predicate()
-            if last:
-                return last
-            time.sleep(0.2)
-        log = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}\n{log}")
-
-    def node_ready(self) -> str:
-        node = self.get("node", NODE)
-        if not node:
-            return ""
-        for c in node.get("status", {}).get("conditions", []):
-            if c["type"] == "Ready":
-                return c["status"]
-        return ""
-
-    def cleanup(self) -> None:
-        for root in _hierarchies():
-            base = root / self.cg.strip("/")
-            if base.is_dir():
-                for d in sorted(
-                    (p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-                ) + [base]:
-                    try:
-                        d.rmdir()
-                    except OSError:
-                        pass
 
 
 def test_join_refuses_wrong_token_and_pin(cluster):
@@ -402,6 +270,59 @@ def test_kubectl_logs_follow_tail_and_previous(cluster):
     cluster.kubectl("delete", "pod", "talker", "--grace-period=1")
 
 
+def test_service_endpoints_and_variables_follow_real_pods(cluster):
+    """A Service selecting a pod on containerd: its Endpoints and EndpointSlice list the pod's
+    real IP once it runs, the container got the service variables, and the pod's deletion
+    empties them."""
+    cluster.kubectl("create", "service", "clusterip", "echo", "--tcp=80:8080")
+    svc = cluster.get("service", "echo")
+    cluster_ip = svc["spec"]["clusterIP"]
+    orch_ip = cluster.get("service", "orch")["spec"]["clusterIP"]
+    cluster.kubectl(
+        "run",
+        "echo",
+        "--labels=app=echo",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "env | sort; exec httpd -f -p 8080",
+    )
+    pod = cluster.wait(
+        lambda: (
+            (p := cluster.get("pod", "echo"))
+            and p["status"].get("podIP")
+            and p["status"].get("phase") == "Running"
+            and p
+        ),
+        30,
+        "echo Running",
+    )
+    ip = pod["status"]["podIP"]
+
+    def endpoint_ips() -> list[str]:
+        ep = cluster.get("endpoints", "echo") or {}
+        return [
+            f"{a['ip']}:{p['port']}"
+            for ss in ep.get("subsets") or []
+            for a in ss.get("addresses") or []
+            for p in ss["ports"]
+        ]
+
+    cluster.wait(lambda: endpoint_ips() == [f"{ip}:8080"], 10, "the pod in the Endpoints")
+    slices = cluster.get("endpointslices", "-l", "orch.io/service-name=echo")["items"]
+    [ep] = [e for s in slices for e in s.get("endpoints") or []]
+    assert ep["addresses"] == [ip] and ep["conditions"]["ready"] is True and ep["nodeName"] == NODE
+    env = cluster.wait(lambda: cluster.kubectl("logs", "echo", check=False).stdout, 10, "the pod's environment")
+    assert f"ECHO_SERVICE_HOST={cluster_ip}" in env and "ECHO_SERVICE_PORT_80_8080=80" in env, env
+    assert f"ORCH_SERVICE_HOST={orch_ip}" in env and f"ECHO_PORT=tcp://{cluster_ip}:80" in env, env
+    cluster.kubectl("delete", "pod", "echo", "--grace-period=1", timeout=60)
+    cluster.wait(lambda: endpoint_ips() == [], 10, "the Endpoints emptied")
+    cluster.kubectl("delete", "service", "echo")
+
+
 def test_stopped_agent_turns_node_unknown_and_back(cluster):
     assert cluster.node_ready() == "True"
     mirror = cluster.wait(
@@ -460,3 +381,34 @@ def test_kubectl_top_node_and_pod(cluster):
     listed = json.loads(cluster.kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods").stdout)
     assert listed["apiVersion"] == "metrics.k8s.io/v1beta1"
     assert pod in [p["metadata"]["name"] for p in listed["items"]]
+
+
+def test_horizontal_pod_autoscaler_scales_a_busy_deployment(cluster):
+    """kubectl autoscale on a Deployment whose pod keeps its CPU busy (limited to 200m
+    against a 100m request): the controller reads the pod's usage from the agent through
+    the resource metrics API and scales the Deployment up."""
+    assert cluster.node_ready() == "True"
+    cluster.kubectl(
+        "create", "deployment", "burn", "--image=orch.local/busybox:1", "--", "sh", "-c", "while :; do :; done"
+    )
+    cluster.kubectl("set", "resources", "deployment", "burn", "--requests=cpu=100m", "--limits=cpu=200m")
+    cluster.kubectl("autoscale", "deployment", "burn", "--cpu-percent=50", "--min=1", "--max=3")
+    try:
+        cluster.wait(lambda: (d := cluster.get("deployment", "burn")) and d["spec"]["replicas"] >= 2, 120, "a scale-up")
+        hpa = cluster.get("hpa", "burn")
+        conditions = {c["type"]: c for c in hpa["status"]["conditions"]}
+        assert conditions["ScalingActive"]["reason"] == "ValidMetricFound", conditions
+        events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=burn").stdout
+        assert "SuccessfulRescale" in events and "cpu resource utilization (percentage of request) above target" in (
+            events
+        ), events
+        table = cluster.kubectl("get", "hpa", "burn").stdout.splitlines()
+        row = table[1].split()
+        assert row[1] == "Deployment/burn" and row[2].endswith("%/50%"), table
+    finally:
+        cluster.kubectl("delete", "hpa", "burn", check=False)
+        cluster.kubectl("delete", "deployment", "burn", "--wait=false", check=False)
+        # The agent must see the pods go (their volumes unmounted) before the module stops it.
+        cluster.wait(
+            lambda: not (cluster.get("pods", "-l", "app=burn") or {"items": [1]})["items"], 60, "the burn pods gone"
+        )

@@ -193,7 +193,9 @@ def test_kubectl_apply_deployment_three_times(kubectl, apiserver, ns, patch_meta
     out = ok(run_kubectl(kubectl, "apply", "-f", "-", input=yaml.safe_dump(v3), env=env))
     assert "unchanged" in out
     _, again = apiserver.json("GET", path, expect=200)
-    assert again["metadata"]["resourceVersion"] == live["metadata"]["resourceVersion"]
+    # (the deployment controller writes the status meanwhile: the spec and its generation tell)
+    assert again["metadata"]["generation"] == live["metadata"]["generation"]
+    assert again["spec"] == live["spec"] and again["metadata"]["labels"] == live["metadata"]["labels"]
 
 
 def test_kubectl_apply_pod_removes_label(kubectl, apiserver, ns):

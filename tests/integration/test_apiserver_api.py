@@ -1448,9 +1448,9 @@ def test_generation_counts_spec_changes(apiserver, sq_ns):
     assert obj["status"]["replicas"] == 3
     assert obj["spec"]["replicas"] == 3
     assert obj["metadata"]["generation"] == 2
-    # And the main resource ignores status.
+    # And the main resource ignores status (which the deployment controller keeps writing).
     _, obj = apiserver.json("PATCH", f"{path}/gen", {"status": {"replicas": 7}}, headers=MERGE, expect=200)
-    assert obj["status"]["replicas"] == 3
+    assert obj["status"]["replicas"] != 7
 
 
 def test_concurrent_patches_all_apply(server, ns):

@@ -120,7 +120,10 @@ def test_apply_conflict_is_rejected_and_changes_nothing(apiserver, ns):
     ]
     _, now = apiserver.json("GET", deploy_path(ns, name), expect=200)
     assert now["spec"]["replicas"] == 2
-    assert now["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    # (the deployment controller writes the status meanwhile: the spec's generation tells)
+    assert now["metadata"]["generation"] == first["metadata"]["generation"]
+    assert managers(now)[("alice", "Apply")] == managers(first)[("alice", "Apply")]
+    assert not any(m == "bob" for m, _ in managers(now))
 
 
 def test_force_takes_sole_ownership(apiserver, ns):

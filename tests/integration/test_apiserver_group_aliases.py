@@ -371,3 +371,32 @@ def test_discovery_lists_no_subresource_that_is_not_found(apiserver, ns):
         status, reply = apiserver.json(method, f"{items[resource]}/{sub}?dryRun=All", {} if method == "POST" else None)
         message = reply.get("message", "") if isinstance(reply, dict) else str(reply)
         assert not (status == 404 and "could not find the requested resource" in message), (r["name"], status, reply)
+
+
+def test_endpointslices_by_upstream_group_and_label(apiserver, ns):
+    """kubectl describe service (1.32) lists discovery.k8s.io EndpointSlices by the label
+    kubernetes.io/service-name: both name ours."""
+    eps = {
+        "metadata": {"name": "web-abc", "labels": {names.LABEL_SERVICE_NAME: "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.1.2.3"], "conditions": {"ready": True}}],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+    }
+    apiserver.json("POST", f"/apis/{names.DISCOVERY_GROUP}/v1/namespaces/{ns}/endpointslices", eps, expect=201)
+    other = dict(eps, metadata={"name": "db-abc", "labels": {names.LABEL_SERVICE_NAME: "db"}})
+    apiserver.json("POST", f"/apis/{names.DISCOVERY_GROUP}/v1/namespaces/{ns}/endpointslices", other, expect=201)
+    _, lst = apiserver.json(
+        "GET",
+        f"/apis/{names.UPSTREAM_ENDPOINTSLICE_GROUP}/v1/namespaces/{ns}/endpointslices"
+        "?labelSelector=kubernetes.io%2Fservice-name%3Dweb",
+        expect=200,
+    )
+    assert lst["apiVersion"] == f"{names.UPSTREAM_ENDPOINTSLICE_GROUP}/v1"
+    assert [i["metadata"]["name"] for i in lst["items"]] == ["web-abc"]
+    # On our own group the upstream key is just another label (nothing carries it).
+    _, ours = apiserver.json(
+        "GET",
+        f"/apis/{names.DISCOVERY_GROUP}/v1/namespaces/{ns}/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dweb",
+        expect=200,
+    )
+    assert ours["items"] == []

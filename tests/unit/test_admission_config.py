@@ -14,6 +14,7 @@ from apiserver_min.admission.plugins import CONFIGURABLE_NAMES, build_chain
 from apiserver_min.admission.plugins.podnodeselector import PodNodeSelector
 from apiserver_min.admission.plugins.podsecurity import PodSecurity
 from apiserver_min.api import names
+from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.options import OptionsError, parse
 
 API_VERSION = f"apiserver.config.{names.DOMAIN}/v1"
@@ -145,7 +146,7 @@ def test_plugins_get_their_configuration_through_the_chain(tmp_path):
         ]
     )
 
-    server = SimpleNamespace(opts=opts, store=None, registry=None, cache=None, authorizer=None)
+    server = SimpleNamespace(opts=opts, store=None, registry=REGISTRY, cache=None, authorizer=None)
     chain = build_chain(server, opts.admission_plugins)
     ps = next(p for p in chain.plugins if isinstance(p, PodSecurity))
     assert str(ps.config.defaults.enforce) == "baseline:latest"

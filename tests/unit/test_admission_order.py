@@ -281,3 +281,20 @@ async def test_a_nameless_object_is_still_a_422(make_store):
             await store.create(CONFIGMAPS, "default", {"metadata": metadata}, SYSTEM_USER)
         assert info.value.code == 422 and causes_of(info.value)[0][0] == "metadata.name"
     assert recorder.seen == []
+
+
+async def test_a_status_write_keeps_its_managed_fields_after_a_mutating_plugin(make_store):
+    store = await make_store()
+    await store.create(PODS, "default", pod(), SYSTEM_USER, field_manager="creator")
+    store.admission.plugins.append(Mutator(lambda obj, attrs: None, operations=frozenset({"UPDATE"})))
+
+    def set_phase(obj):
+        obj["status"] = {"phase": "Running"}
+        return obj
+
+    new, _, _ = await store.update(
+        PODS, "default", "p", set_phase, SYSTEM_USER, subresource="status", field_manager="agent"
+    )
+    entries = {(m["manager"], m.get("subresource", "")) for m in new["metadata"]["managedFields"]}
+    assert ("agent", "status") in entries and ("creator", "") in entries
+    assert new["status"]["phase"] == "Running"

@@ -28,7 +28,7 @@ from agent.runtime.container import (
     read_termination_message,
 )
 from agent.runtime.context import NodeContext
-from agent.runtime.env import expand, make_environment
+from agent.runtime.env import expand, make_environment, service_environment
 from agent.runtime.errors import PodConfigError
 from agent.runtime.sandbox import (
     build_sandbox_config,
@@ -1294,3 +1294,96 @@ async def test_runtime_refuses_what_the_builder_prevents(ctx):
         broken.metadata.attempt = 1
         with pytest.raises(Exception, match="hostname"):
             await cri.run_pod_sandbox(broken)
+
+
+# --- service environment variables ----------------------------------------------------------------
+
+
+def _svc(name: str, namespace: str, ip: str, ports: list[dict]) -> dict:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"clusterIP": ip, "ports": ports}}
+
+
+SERVICES = [
+    _svc("orch", "default", "10.96.0.1", [{"name": "https", "port": 443, "protocol": "TCP"}]),
+    _svc(
+        "my-db",
+        "shop",
+        "10.96.0.5",
+        [{"name": "pg", "port": 5432, "protocol": "TCP"}, {"name": "stats-udp", "port": 9125, "protocol": "UDP"}],
+    ),
+    _svc("v6", "shop", "fd00::10", [{"port": 80}]),
+    _svc("headless", "shop", "None", [{"port": 80}]),
+    _svc("pending", "shop", "", [{"port": 80}]),
+    _svc("other", "elsewhere", "10.96.0.9", [{"port": 80}]),
+]
+
+
+def test_service_variables_are_rendered_as_upstream():
+    env = service_environment(SERVICES, "shop", True)
+    assert env == {
+        "ORCH_SERVICE_HOST": "10.96.0.1",
+        "ORCH_SERVICE_PORT": "443",
+        "ORCH_SERVICE_PORT_HTTPS": "443",
+        "ORCH_PORT": "tcp://10.96.0.1:443",
+        "ORCH_PORT_443_TCP": "tcp://10.96.0.1:443",
+        "ORCH_PORT_443_TCP_PROTO": "tcp",
+        "ORCH_PORT_443_TCP_PORT": "443",
+        "ORCH_PORT_443_TCP_ADDR": "10.96.0.1",
+        "MY_DB_SERVICE_HOST": "10.96.0.5",
+        "MY_DB_SERVICE_PORT": "5432",
+        "MY_DB_SERVICE_PORT_PG": "5432",
+        "MY_DB_SERVICE_PORT_STATS_UDP": "9125",
+        "MY_DB_PORT": "tcp://10.96.0.5:5432",
+        "MY_DB_PORT_5432_TCP": "tcp://10.96.0.5:5432",
+        "MY_DB_PORT_5432_TCP_PROTO": "tcp",
+        "MY_DB_PORT_5432_TCP_PORT": "5432",
+        "MY_DB_PORT_5432_TCP_ADDR": "10.96.0.5",
+        "MY_DB_PORT_9125_UDP": "udp://10.96.0.5:9125",
+        "MY_DB_PORT_9125_UDP_PROTO": "udp",
+        "MY_DB_PORT_9125_UDP_PORT": "9125",
+        "MY_DB_PORT_9125_UDP_ADDR": "10.96.0.5",
+        "V6_SERVICE_HOST": "fd00::10",
+        "V6_SERVICE_PORT": "80",
+        "V6_PORT": "tcp://[fd00::10]:80",
+        "V6_PORT_80_TCP": "tcp://[fd00::10]:80",
+        "V6_PORT_80_TCP_PROTO": "tcp",
+        "V6_PORT_80_TCP_PORT": "80",
+        "V6_PORT_80_TCP_ADDR": "fd00::10",
+    }
+
+
+def test_without_service_links_only_the_orch_service_is_given():
+    env = service_environment(SERVICES, "shop", False)
+    assert sorted(env) == [
+        "ORCH_PORT",
+        "ORCH_PORT_443_TCP",
+        "ORCH_PORT_443_TCP_ADDR",
+        "ORCH_PORT_443_TCP_PORT",
+        "ORCH_PORT_443_TCP_PROTO",
+        "ORCH_SERVICE_HOST",
+        "ORCH_SERVICE_PORT",
+        "ORCH_SERVICE_PORT_HTTPS",
+    ]
+    # A Service of the pod's own namespace named like the orch Service wins over it.
+    own = _svc("orch", "shop", "10.96.7.7", [{"port": 81}])
+    assert service_environment([*SERVICES, own], "shop", True)["ORCH_SERVICE_HOST"] == "10.96.7.7"
+    assert service_environment([own, *SERVICES], "shop", True)["ORCH_SERVICE_HOST"] == "10.96.7.7"
+
+
+def test_service_variables_come_last_and_lose_to_the_containers_own(ctx):
+    c = {
+        "name": "c",
+        "image": "busybox",
+        "env": [
+            {"name": "MY_DB_SERVICE_HOST", "value": "mine"},
+            {"name": "DSN", "value": "postgres://$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT)/x"},
+        ],
+    }
+    pod = make_pod([c])
+    pod["metadata"]["namespace"] = "shop"
+    services = service_environment(SERVICES, "shop", True)
+    env = make_environment(pod, c, ctx, pod_ip="", pod_ips=(), objects=None, service_env=services)
+    assert env[:2] == [("MY_DB_SERVICE_HOST", "mine"), ("DSN", "postgres://mine:5432/x")]
+    rest = dict(env[2:])
+    assert "MY_DB_SERVICE_HOST" not in rest and rest["MY_DB_SERVICE_PORT"] == "5432"
+    assert [k for k, _ in env[2:]] == sorted(rest)

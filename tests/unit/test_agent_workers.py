@@ -37,6 +37,7 @@ from agent.runtime.context import NodeContext
 from agent.runtime.images import ImageManager
 from agent.runtime.manager import ContainerInfo, RuntimeManager, RuntimePod, SandboxInfo, compute_pod_actions
 from agent.runtime.volumes import VolumeManager
+from agent.services import NOT_SYNCED, ServiceCache
 from agent.sources.merge import PodConfig
 from agent.workers import PodPipeline
 from apiserver_min.api import names
@@ -938,3 +939,52 @@ async def test_image_pull_failure_waits_then_runs_once_pullable(fake, make_agent
         lambda: agent.container_status(pod, "app").get("state", {}).get("running"), "the running state in the status"
     )
     assert agent.container_status(pod, "app")["imageID"].startswith("registry.test/app@sha256:")
+
+
+# --- service environment variables ----------------------------------------------------------------
+
+
+def _service(name: str, namespace: str, ip: str, ports: list[dict]) -> dict:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"clusterIP": ip, "ports": ports}}
+
+
+async def test_containers_get_service_variables_once_services_are_listed(fake, make_agent):
+    agent = make_agent(sources=("api",))
+    services = ServiceCache(None)  # type: ignore[arg-type]  # fed by hand below, never run
+    agent.runtime.service_env = services.env_for
+    c = container(
+        "app",
+        env=[
+            {"name": "WEB_SERVICE_PORT", "value": "override"},
+            {"name": "ORCH_URL", "value": "https://$(ORCH_SERVICE_HOST):$(ORCH_SERVICE_PORT)"},
+        ],
+    )
+    pod = make_pod("svc-env", [c], namespace="shop")
+    agent.start()
+    agent.push(pod, source="api")
+    # Never listed yet: the container waits, with upstream's reason.
+    await until(
+        lambda: agent.container_status(pod, "app").get("state", {}).get("waiting", {}).get("message") == NOT_SYNCED,
+        "the container to wait for the services",
+    )
+    assert fake_containers(fake, pod, "app") == []
+
+    for svc in (
+        _service("orch", "default", "10.96.0.1", [{"name": "https", "port": 443, "protocol": "TCP"}]),
+        _service("web", "shop", "10.96.0.20", [{"name": "http-alt", "port": 8080, "protocol": "TCP"}]),
+        _service("headless", "shop", "None", [{"port": 80}]),
+        _service("elsewhere", "other", "10.96.0.30", [{"port": 80}]),
+    ):
+        services.informer.cache[f"{svc['metadata']['namespace']}/{svc['metadata']['name']}"] = svc
+    services.informer._synced.set()
+    agent.pipeline.wake(pod["metadata"]["uid"])
+    await until(lambda: running(fake, pod, "app"), "the container to run", timeout=15)
+    (app,) = running(fake, pod, "app")
+    env = {kv.key: kv.value for kv in app.config.envs}
+    assert env["ORCH_SERVICE_HOST"] == "10.96.0.1" and env["ORCH_SERVICE_PORT_HTTPS"] == "443"
+    assert env["ORCH_URL"] == "https://10.96.0.1:443"
+    assert env["WEB_SERVICE_HOST"] == "10.96.0.20"
+    assert env["WEB_SERVICE_PORT"] == "override"  # the container's own variable wins
+    assert env["WEB_SERVICE_PORT_HTTP_ALT"] == "8080"
+    assert env["WEB_PORT_8080_TCP_ADDR"] == "10.96.0.20"
+    assert not any(k.startswith(("HEADLESS_", "ELSEWHERE_")) for k in env)

@@ -306,6 +306,12 @@ CASES = [
                 'Unsupported value: "Sometimes": supported values: "Always", "OnFailure", "Never"',
             ),
             (
+                # and again as a ReplicaSet's template, which restarts Always
+                NOT_SUPPORTED,
+                "spec.template.spec.restartPolicy",
+                'Unsupported value: "Sometimes": supported values: "Always"',
+            ),
+            (
                 NOT_SUPPORTED,
                 "spec.template.spec.containers[0].imagePullPolicy",
                 'Unsupported value: "Maybe": supported values: "Always", "IfNotPresent", "Never"',

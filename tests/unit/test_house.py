@@ -180,6 +180,10 @@ ABOVE_REGISTRY = (
         (f"{P}.api", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
         (f"{P}.storage", (f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
         (f"{P}.admission.chain", (f"{P}.registry",) + ABOVE_REGISTRY),
+        # The expression language depends only on the contract: policies, custom resources'
+        # validation rules and the registry's checks of both use it.
+        (f"{P}.cel", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
+        (f"{P}.admission.policy", (f"{P}.registry",) + ABOVE_REGISTRY),
         (f"{P}.registry", ABOVE_REGISTRY),
     ],
 )

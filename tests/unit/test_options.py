@@ -257,6 +257,21 @@ def test_authentication_bad_values(argv, message):
     assert message in str(info.value)
 
 
+def test_endpoint_slice_limits():
+    opts = parse([])
+    assert (opts.max_endpoints_per_slice, opts.mirroring_max_endpoints_per_subset) == (100, 1000)
+    opts = parse(["--max-endpoints-per-slice", "5", "--mirroring-max-endpoints-per-subset", "7"])
+    assert (opts.max_endpoints_per_slice, opts.mirroring_max_endpoints_per_subset) == (5, 7)
+    with pytest.raises(
+        OptionsError, match="endpoint slice max endpoints per slice must not be more than 1000, but got 1001"
+    ):
+        parse(["--max-endpoints-per-slice", "1001"])
+    with pytest.raises(OptionsError, match="mirroring max endpoints per subset must not be less than 1, but got 0"):
+        parse(["--mirroring-max-endpoints-per-subset", "0"])
+    with pytest.raises(OptionsError, match="invalid value 'x' for flag --max-endpoints-per-slice"):
+        parse(["--max-endpoints-per-slice", "x"])
+
+
 def test_service_ranges_defaults_and_values():
     opts = parse([])
     assert opts.service_cluster_ip_ranges == ("10.96.0.0/12",)

@@ -16,7 +16,6 @@ from apiserver_min.controllers import statefulset as ssc
 from apiserver_min.registry.apps_daemonset import validate_daemon_set_spec
 from apiserver_min.registry.apps_statefulset import validate_stateful_set_spec
 from apiserver_min.registry.families import strategy_for
-from apiserver_min.scheduler.scheduler import UNBOUND_CLAIMS, claims_problem, prefilter_message
 
 TEMPLATE = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
 
@@ -386,23 +385,6 @@ def test_statefulset_validation():
         ("spec.replicas", "must be greater than or equal to 0"),
         ("spec.template.spec.restartPolicy", 'supported values: "Always"'),
     ]
-
-
-# --- the scheduler waits for claims -------------------------------------------------------------
-
-
-def test_pods_wait_for_their_claims():
-    pod = {
-        "metadata": {"namespace": "n"},
-        "spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]},
-    }
-    assert claims_problem(pod, lambda ns, name: None) == 'persistentvolumeclaim "c" not found'
-    assert claims_problem(pod, lambda ns, name: {"spec": {}}) == UNBOUND_CLAIMS
-    assert claims_problem(pod, lambda ns, name: {"spec": {"volumeName": "pv1"}}) is None
-    assert prefilter_message(2, UNBOUND_CLAIMS) == (
-        "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
-        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.."
-    )
 
 
 def test_controller_revision_validation():

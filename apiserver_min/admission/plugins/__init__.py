@@ -9,27 +9,38 @@ from typing import Any, Iterable
 from ..chain import Chain, Plugin
 from ..config import AdmissionConfig
 from ..podsecurity import policy as podsecurity_policy
-from . import podnodeselector, podtolerationrestriction
+from . import eventratelimit, imagepolicywebhook, podnodeselector, podtolerationrestriction, webhooks
 from .alwaysadmit import AlwaysAdmit
 from .alwaysdeny import AlwaysDeny
 from .alwayspullimages import AlwaysPullImages
 from .antiaffinity import LimitPodHardAntiAffinityTopology
 from .certificates import CertificateApproval, CertificateSigning, CertificateSubjectRestriction
+from .clustertrustbundleattest import plugin as cluster_trust_bundle_attest_plugin
+from .defaultingressclass import plugin as default_ingress_class_plugin
+from .defaultstorageclass import DefaultStorageClass
 from .defaulttolerationseconds import DefaultTolerationSeconds
 from .denyserviceexternalips import DenyServiceExternalIPs
+from .eventratelimit import EventRateLimit
 from .extendedresourcetoleration import ExtendedResourceToleration
 from .limitranger import plugin as limit_ranger_plugin
 from .namespaceautoprovision import NamespaceAutoProvision
 from .namespaceexists import NamespaceExists
 from .namespacelifecycle import NamespaceLifecycle
 from .noderestriction import NodeRestriction
+from .ownerreferences import plugin as owner_references_plugin
+from .persistentvolumeclaimresize import PersistentVolumeClaimResize
+from .persistentvolumelabel import plugin as persistent_volume_label_plugin
 from .podnodeselector import PodNodeSelector
 from .podsecurity import PodSecurity
 from .podtolerationrestriction import PodTolerationRestriction
 from .priority import plugin as priority_plugin
 from .resourcequota import plugin as resource_quota_plugin
+from .runtimeclass import plugin as runtime_class_plugin
 from .securitycontextdeny import SecurityContextDeny
 from .serviceaccount import ServiceAccountAdmission
+from .storageobjectinuseprotection import StorageObjectInUseProtection
+from .taintnodesbycondition import plugin as taint_nodes_plugin
+from .validatingadmissionpolicy import plugin as validating_admission_policy_plugin
 
 log = logging.getLogger("orch-apiserver.admission")
 
@@ -125,6 +136,20 @@ KNOWN_PLUGINS = frozenset(
         "LimitRanger",
         "Priority",
         "ResourceQuota",
+        "DefaultStorageClass",
+        "StorageObjectInUseProtection",
+        "PersistentVolumeClaimResize",
+        "DefaultIngressClass",
+        "RuntimeClass",
+        "EventRateLimit",
+        "OwnerReferencesPermissionEnforcement",
+        "PersistentVolumeLabel",
+        "TaintNodesByCondition",
+        "ClusterTrustBundleAttest",
+        "MutatingAdmissionWebhook",
+        "ValidatingAdmissionWebhook",
+        "ImagePolicyWebhook",
+        "ValidatingAdmissionPolicy",
     }
 )
 
@@ -138,6 +163,10 @@ CONFIG_PARSERS: dict[str, Any] = {
     "PodSecurity": podsecurity_policy.parse_configuration,
     "PodNodeSelector": podnodeselector.parse_configuration,
     "PodTolerationRestriction": podtolerationrestriction.parse_configuration,
+    "EventRateLimit": eventratelimit.parse_configuration,
+    "MutatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
+    "ValidatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
+    "ImagePolicyWebhook": imagepolicywebhook.parse_configuration,
 }
 
 
@@ -208,6 +237,7 @@ def _plugin_factories() -> dict:
         "PodSecurity": configured(PodSecurity),
         "PodNodeSelector": configured(PodNodeSelector),
         "PodTolerationRestriction": configured(PodTolerationRestriction),
+        "ImagePolicyWebhook": configured(imagepolicywebhook.ImagePolicyWebhook),
         "AlwaysAdmit": lambda server: AlwaysAdmit(),
         "AlwaysDeny": lambda server: AlwaysDeny(),
         "AlwaysPullImages": lambda server: AlwaysPullImages(),
@@ -218,6 +248,9 @@ def _plugin_factories() -> dict:
         "ExtendedResourceToleration": lambda server: ExtendedResourceToleration(),
         "NodeRestriction": lambda server: NodeRestriction(server.store, server.registry),
         "DefaultTolerationSeconds": toleration,
+        "DefaultStorageClass": lambda server: DefaultStorageClass(server.store, server.registry),
+        "StorageObjectInUseProtection": lambda server: StorageObjectInUseProtection(),
+        "PersistentVolumeClaimResize": lambda server: PersistentVolumeClaimResize(server.store, server.registry),
         "CertificateApproval": lambda server: CertificateApproval(lambda: server.authorizer),
         "CertificateSigning": lambda server: CertificateSigning(lambda: server.authorizer),
         "CertificateSubjectRestriction": lambda server: CertificateSubjectRestriction(),
@@ -226,6 +259,16 @@ def _plugin_factories() -> dict:
         "LimitRanger": limit_ranger_plugin,
         "Priority": priority_plugin,
         "ResourceQuota": resource_quota_plugin,
+        "DefaultIngressClass": default_ingress_class_plugin,
+        "RuntimeClass": runtime_class_plugin,
+        "EventRateLimit": configured(EventRateLimit),
+        "OwnerReferencesPermissionEnforcement": owner_references_plugin,
+        "PersistentVolumeLabel": persistent_volume_label_plugin,
+        "TaintNodesByCondition": taint_nodes_plugin,
+        "ClusterTrustBundleAttest": cluster_trust_bundle_attest_plugin,
+        "MutatingAdmissionWebhook": lambda server: webhooks.mutating(server, _admission_config(server)),
+        "ValidatingAdmissionWebhook": lambda server: webhooks.validating(server, _admission_config(server)),
+        "ValidatingAdmissionPolicy": validating_admission_policy_plugin,
     }
 
 

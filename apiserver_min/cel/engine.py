@@ -1,0 +1,243 @@
+"""Compiling and evaluating expressions on the chosen engine (``cel-expr-python``).
+
+A :class:`Compiler` holds an environment: the declared variables (all dynamically
+typed: the objects are JSON documents) and the Kubernetes libraries. ``compile``
+checks an expression once and caches the program by its text; a program is then
+evaluated any number of times with an activation (variable name -> JSON value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cel_expr_python import cel as C
+
+from . import cost, library
+
+
+class CompileError(ValueError):
+    """An expression that does not compile (syntax, undeclared names, types) or whose
+    estimated cost is over the limit (``cost_exceeded``)."""
+
+    def __init__(self, expression: str, detail: str, cost_exceeded: bool = False):
+        super().__init__(detail)
+        self.expression = expression
+        self.detail = detail
+        self.cost_exceeded = cost_exceeded
+
+
+class EvalError(RuntimeError):
+    """An evaluation that failed: no such key, overflow, division by zero, a library
+    function's error, or the cost budget spent."""
+
+
+_ENGINE_PREFIX = re.compile(r"^[A-Z_]+: ")
+# The engine's wording of common evaluation errors, and upstream's.
+_ERROR_WORDING = (
+    (re.compile(r'^Key not found in map : "?(.*?)"?$'), r"no such key: \1"),
+    (re.compile(r"^No matching overloads found : (.*)$"), r"no such overload: \1"),
+    (re.compile(r"^divide by zero$"), "division by zero"),
+    (re.compile(r"^modulus by zero$"), "modulus by zero"),
+)
+
+
+def _error_text(text: str) -> str:
+    text = _ENGINE_PREFIX.sub("", text, count=1)
+    for pattern, wording in _ERROR_WORDING:
+        if pattern.match(text):
+            return pattern.sub(wording, text)
+    return text
+
+
+def _compile_detail(exc: Exception) -> str:
+    """The engine's message without its status code prefix and suffix, in upstream's
+    shape: ``ERROR: <input>:1:8: Syntax error: ...`` followed by the marked source."""
+    text = str(exc)
+    text = _ENGINE_PREFIX.sub("", text, count=1)
+    return re.sub(r"\s*\[[A-Z_]+\]\s*$", "", text).rstrip()
+
+
+# The parts of a variable a program reads: field paths from the variable (an empty
+# path: the whole value).
+Paths = dict[str, frozenset[tuple[str, ...]]]
+
+
+def _prune(value: Any, paths: frozenset[tuple[str, ...]]) -> Any:
+    """``value`` with only the subtrees at ``paths`` (a path that is absent is left
+    out, so ``has()`` and a missing key read as on the whole value)."""
+    if () in paths or not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    heads: dict[str, set[tuple[str, ...]]] = {}
+    for path in paths:
+        heads.setdefault(path[0], set()).add(path[1:])
+    for key, rests in heads.items():
+        if key in value:
+            out[key] = _prune(value[key], frozenset(rests))
+    return out
+
+
+def merge_paths(programs: Iterable["Program"]) -> Paths:
+    """The parts of the variables any of ``programs`` reads."""
+    out: dict[str, set[tuple[str, ...]]] = {}
+    for program in programs:
+        for name, paths in program.paths.items():
+            out.setdefault(name, set()).update(paths)
+    return {name: frozenset(paths) for name, paths in out.items()}
+
+
+class Activation:
+    """The variables of one evaluation. Only the parts of them a program reads are
+    converted for the engine (converting a whole 2 KB object costs several times the
+    evaluation); the conversion is cached per set of parts. With ``paths`` (the parts
+    a group of programs reads, ``merge_paths``) one conversion serves them all."""
+
+    __slots__ = ("env", "data", "paths", "_converted")
+
+    def __init__(self, env: Any, data: Mapping[str, Any], paths: Paths | None = None):
+        self.env = env
+        self.data = data
+        self.paths = paths
+        self._converted: dict[Any, tuple[Any, tuple[int, int] | None]] = {}
+
+    def converted(self, program: "Program") -> tuple[Any, tuple[int, int]]:
+        """The engine's activation of what ``program`` reads, and its largest list and
+        string (the sizes its actual cost is bounded by)."""
+        shared = self.paths is not None
+        key = None if shared else program.paths_key
+        found = self._converted.get(key)
+        if found is None or (found[1] is None and program.size_dependent):
+            paths = self.paths if self.paths is not None else program.paths
+            pruned = {name: _prune(self.data[name], p) for name, p in paths.items() if name in self.data}
+            found = (
+                found[0] if found is not None else self.env.Activation(pruned),
+                cost.sizes(list(pruned.values())) if program.size_dependent else None,
+            )
+            self._converted[key] = found
+        return found[0], found[1] or (0, 0)
+
+
+@dataclasses.dataclass
+class Program:
+    env: Any
+    expression: str
+    compiled: Any
+    shape: cost.Shape
+    estimated_cost: int
+    paths: Paths
+
+    def __post_init__(self) -> None:
+        self.paths_key = tuple(sorted((k, tuple(sorted(v))) for k, v in self.paths.items()))
+        self.size_dependent = self.shape.size_dependent
+
+    @property
+    def result_type(self) -> str:
+        """The checked type of the result: ``bool``, ``string``, ``int``, ... or ``dyn``
+        when it depends on untyped variables."""
+        return str(self.compiled.return_type().name()).lower()
+
+    @property
+    def references(self) -> frozenset[str]:
+        """The variables the expression reads."""
+        return frozenset(self.paths)
+
+    def run(self, activation: "Activation | Mapping[str, Any]") -> Any:
+        """Evaluate with an activation (or a plain mapping of variable -> value); the
+        plain Python result. Raises EvalError, also when the actual cost of this
+        evaluation, bounded by the sizes of what it reads, is over the budget."""
+        if not isinstance(activation, Activation):
+            activation = Activation(self.env, activation)
+        converted, sizes = activation.converted(self)
+        if self.size_dependent and self.shape.cost(*sizes) > cost.PER_CALL_LIMIT:
+            raise EvalError(cost.ACTUAL_COST_EXCEEDED)
+        value = self.compiled.eval(converted)
+        if value.type() == C.Type.ERROR:
+            raise EvalError(_error_text(str(value.value())))
+        return _plain(value.value())
+
+
+def _plain(v: Any) -> Any:
+    """Values the engine hands back, as JSON-like Python values (timestamps and
+    durations stay datetime objects)."""
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if hasattr(v, "plain_value"):
+        return _plain(v.plain_value())
+    return v
+
+
+def read_paths(expression: str, variables: Iterable[str]) -> Paths:
+    """The field paths of each variable ``expression`` reads: every chain of field
+    selections from the variable's name (``object.spec.replicas``); a chain followed
+    by a call (``object.spec.x.size()``) stops before the function's name."""
+    toks = cost.tokens(expression)
+    names = set(variables)
+    out: dict[str, set[tuple[str, ...]]] = {}
+    for i, (kind, text) in enumerate(toks):
+        if kind != "id" or text not in names or (i > 0 and toks[i - 1][1] == "."):
+            continue
+        path: list[str] = []
+        j = i + 1
+        while j + 1 < len(toks) and toks[j][1] == "." and toks[j + 1][0] == "id":
+            if j + 2 < len(toks) and toks[j + 2][1] == "(":
+                break  # a method call on the value selected so far
+            path.append(toks[j + 1][1])
+            j += 2
+        out.setdefault(text, set()).add(tuple(path))
+    return {name: frozenset(paths) for name, paths in out.items()}
+
+
+class Compiler:
+    """An environment with ``variables`` declared and the libraries; programs are cached
+    by expression. Thread-safe for compile; evaluation holds no shared state."""
+
+    def __init__(self, variables: Iterable[str], *, cost_limit: int = cost.ESTIMATED_COST_LIMIT):
+        self.variables = tuple(variables)
+        self.cost_limit = cost_limit
+        self._env = C.NewEnv(
+            variables={name: C.Type.DYN for name in self.variables},
+            functions=library.declarations(),
+        )
+        self._cache: dict[str, Program | CompileError] = {}
+        self._lock = threading.Lock()
+
+    def compile(self, expression: str) -> Program:
+        """The program for ``expression``; CompileError (cached too) when it does not
+        compile or costs too much."""
+        found = self._cache.get(expression)
+        if found is None:
+            found = self._compile(expression)
+            with self._lock:
+                if len(self._cache) > 4096:
+                    self._cache.clear()
+                self._cache[expression] = found
+        if isinstance(found, CompileError):
+            raise found
+        return found
+
+    def _compile(self, expression: str) -> Program | CompileError:
+        if not expression.strip():
+            return CompileError(expression, "expression must not be empty")
+        try:
+            compiled = self._env.compile(expression)
+        except RuntimeError as exc:
+            return CompileError(expression, _compile_detail(exc))
+        shape = cost.shape(expression)
+        estimate = shape.cost(cost.LIST_BOUND, cost.STRING_BOUND)
+        if estimate > self.cost_limit:
+            return CompileError(expression, cost.exceeds_message(estimate, self.cost_limit), cost_exceeded=True)
+        return Program(self._env, expression, compiled, shape, estimate, read_paths(expression, self.variables))
+
+    def activation(self, data: Mapping[str, Any], paths: Paths | None = None) -> Activation:
+        """An activation for this compiler's programs (undeclared names are dropped);
+        ``paths``: convert these parts once for every program run with it."""
+        return Activation(self._env, {k: v for k, v in data.items() if k in self.variables}, paths)
+
+
+__all__ = ["Activation", "CompileError", "Compiler", "EvalError", "Program", "merge_paths", "read_paths"]

@@ -1,0 +1,18 @@
+"""The declared variables of each place expressions are written, and one compiler
+(with its program cache) per environment."""
+
+from __future__ import annotations
+
+import functools
+
+from .engine import Compiler
+
+# A validating admission policy's variables (``params`` only with a ``paramKind``).
+POLICY_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "authorizer", "variables")
+
+
+@functools.cache
+def policy_compiler(with_params: bool) -> Compiler:
+    """The compiler of policy expressions: ``params`` is declared only for a policy
+    with a ``paramKind`` (elsewhere it is "undeclared reference to 'params'")."""
+    return Compiler(POLICY_VARIABLES + (("params",) if with_params else ()))
