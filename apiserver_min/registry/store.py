@@ -123,6 +123,13 @@ class Store:
     def strategy(self, kind: KindInfo) -> Strategy:
         return self.strategies[key_prefix(kind)]
 
+    def set_strategy(self, kind: KindInfo, strategy: Strategy) -> None:
+        """The strategy of a kind defined at run time (or one the server supplies)."""
+        self.strategies[key_prefix(kind)] = strategy
+
+    def remove_strategy(self, kind: KindInfo) -> None:
+        self.strategies.pop(key_prefix(kind), None)
+
     # --- reads ------------------------------------------------------------------------
     async def _read(self, key: str) -> KeyValue | None:
         try:

@@ -523,6 +523,8 @@ class ResourceHandlers:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         if not kind.namespaced and info.namespace:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if kind.custom:
+            self._custom_media(request, info)
         if info.subresource:
             return await self._subresource(request, info, kind, user)
         verb = info.verb
@@ -560,6 +562,20 @@ class ResourceHandlers:
         if verb == "deletecollection":
             return await self.delete_collection(request, info, kind, user)
         raise st.method_not_allowed()
+
+    @staticmethod
+    def _custom_media(request: web.Request, info: RequestInfo) -> None:
+        """Custom resources have no protobuf form: a request that accepts only protobuf
+        is answered 406, a protobuf body 415 (as upstream). The scale sub-resource is a
+        built-in kind and keeps every form."""
+        if info.subresource == "scale":
+            return
+        negotiate(request.headers.get("Accept"), protobuf_ok=False)
+        if request.method in ("POST", "PUT") and _content_type(request) in PROTOBUF_TYPES:
+            raise st.unsupported_media_type(
+                f"the body of the request was in an unknown format ({_content_type(request)}) - accepted media "
+                "types include: application/json, application/yaml"
+            )
 
     @property
     def rest(self) -> RestTable:

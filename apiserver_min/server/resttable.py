@@ -4,11 +4,10 @@ authorizer and the authenticator (the reviews)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..api import names
 from ..authz.authorizer import Union
-from ..registry.apiextensions import EmptyCustomResourceDefinitionList
 from ..registry.core import ServiceAccountTokenREST
 from ..registry.families import rest_implementations
 from ..registry.rest import RestTable
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 def build_rest_table(
     server: "ServerContext",
     authorizer: Callable[[], Union],
-    current_revision: Callable[[], Awaitable[int]],
     resource_metrics: ResourceMetrics,
 ) -> RestTable:
     opts = server.opts
@@ -39,10 +37,4 @@ def build_rest_table(
     # The resource metrics API: read-only collections answered from the agents' scrapes.
     table.add_collection(names.METRICS_GROUP, "nodes", NodeMetricsREST(resource_metrics))
     table.add_collection(names.METRICS_GROUP, "pods", PodMetricsREST(resource_metrics))
-    table.add_unregistered(
-        names.APIEXTENSIONS_GROUP,
-        "v1",
-        "customresourcedefinitions",
-        EmptyCustomResourceDefinitionList(current_revision),
-    )
     return table

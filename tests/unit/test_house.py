@@ -180,7 +180,9 @@ ABOVE_REGISTRY = (
         (f"{P}.api", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
         (f"{P}.storage", (f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
         (f"{P}.admission.chain", (f"{P}.registry",) + ABOVE_REGISTRY),
-        (f"{P}.registry", ABOVE_REGISTRY),
+        (f"{P}.registry", ABOVE_REGISTRY + (f"{P}.apiextensions",)),
+        # Custom resources sit on the store: api, storage, registry and the admission chain only.
+        (f"{P}.apiextensions", ABOVE_REGISTRY + (f"{P}.admission.plugins", f"{P}.admission.config")),
     ],
 )
 def test_lower_layers_do_not_import_upper_ones(layer, forbidden):

@@ -1,0 +1,319 @@
+"""Custom resource definitions against the real server, kubectl and the kubernetes
+Python client: a CronTab definition is applied, becomes Established, and its objects
+are created, listed with the printer columns, defaulted, pruned, refused with the
+schema's messages; status changes only through the status sub-resource; the scale
+sub-resource serves ``kubectl scale``; deleting the definition deletes its objects.
+A restarted server serves the definition again; a second server on the same etcd
+serves a definition created on the first."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+import yaml
+
+from apiserver_min.api import names
+from tests.apiserver_fixtures import ApiServerProcess, Kubectl, create_namespace, free_port
+from tests.helpers import uniq, wait_for
+
+GROUP = "stable.example.com"
+CRD_PATH = f"/apis/{names.APIEXTENSIONS_GROUP}/v1/customresourcedefinitions"
+
+
+def crontab_crd(plural: str = "crontabs", kind: str = "CronTab", short: str = "ct") -> dict:
+    return {
+        "apiVersion": f"{names.APIEXTENSIONS_GROUP}/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "plural": plural,
+                "singular": kind.lower(),
+                "kind": kind,
+                "shortNames": [short],
+                "categories": ["all"],
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.labelSelector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Spec", "type": "string", "jsonPath": ".spec.cronSpec"},
+                        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+                        {"name": "Image", "type": "string", "jsonPath": ".spec.image", "priority": 1},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A CronTab runs an image on a schedule.",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {
+                                        "cronSpec": {
+                                            "type": "string",
+                                            "pattern": r"^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$",
+                                            "description": "The schedule, in cron format.",
+                                        },
+                                        "image": {"type": "string", "description": "The image to run."},
+                                        "replicas": {
+                                            "type": "integer",
+                                            "minimum": 1,
+                                            "maximum": 10,
+                                            "default": 1,
+                                        },
+                                        "tags": {
+                                            "type": "array",
+                                            "items": {"type": "string"},
+                                            "x-kubernetes-list-type": "set",
+                                        },
+                                        "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                    },
+                                },
+                                "status": {
+                                    "type": "object",
+                                    "properties": {
+                                        "replicas": {"type": "integer"},
+                                        "labelSelector": {"type": "string"},
+                                        "phase": {"type": "string"},
+                                    },
+                                },
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def crontab(name: str, **spec) -> dict:
+    return {"apiVersion": f"{GROUP}/v1", "kind": "CronTab", "metadata": {"name": name}, "spec": spec}
+
+
+def wait_established(server: ApiServerProcess, name: str, timeout: float = 10.0) -> dict:
+    def established():
+        status, crd = server.json("GET", f"{CRD_PATH}/{name}")
+        if status != 200:
+            return None
+        for c in (crd.get("status") or {}).get("conditions") or ():
+            if c["type"] == "Established" and c["status"] == "True":
+                return crd
+        return None
+
+    return wait_for(established, timeout=timeout, what=f"{name} Established")
+
+
+def served(server: ApiServerProcess, plural: str = "crontabs") -> bool:
+    status, doc = server.json("GET", f"/apis/{GROUP}/v1")
+    return status == 200 and any(r["name"] == plural for r in doc["resources"])
+
+
+@pytest.fixture(scope="module")
+def kctl(apiserver, tmp_path_factory):
+    return Kubectl(apiserver, tmp_path_factory.mktemp("kubectl-crd"))
+
+
+@pytest.fixture(scope="module")
+def crd(apiserver, kctl):
+    kctl("apply", "-f", "-", input=yaml.safe_dump(crontab_crd()), check=True)
+    kctl("wait", "--for=condition=Established", f"crd/crontabs.{GROUP}", "--timeout=10s", check=True)
+    yield f"crontabs.{GROUP}"
+
+
+@pytest.fixture
+def ns(apiserver):
+    name = uniq("crd")
+    create_namespace(apiserver, name)
+    return name
+
+
+def test_definition_status_names_and_finalizer(apiserver, crd):
+    _, obj = apiserver.json("GET", f"{CRD_PATH}/{crd}", expect=200)
+    assert names.CRD_CLEANUP_FINALIZER in obj["metadata"]["finalizers"]
+    conds = {c["type"]: c for c in obj["status"]["conditions"]}
+    assert conds["NamesAccepted"]["status"] == "True" and conds["NamesAccepted"]["reason"] == "NoConflicts"
+    assert conds["Established"]["reason"] == "InitialNamesAccepted"
+    assert obj["status"]["acceptedNames"]["plural"] == "crontabs"
+    assert obj["status"]["acceptedNames"]["shortNames"] == ["ct"]
+    assert obj["status"]["storedVersions"] == ["v1"]
+    assert obj["spec"]["names"]["listKind"] == "CronTabList"
+    # The upstream spelling kubectl hard-codes serves the same definitions.
+    _, lst = apiserver.json("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", expect=200)
+    assert lst["apiVersion"] == "apiextensions.k8s.io/v1" and crd in [i["metadata"]["name"] for i in lst["items"]]
+    _, doc = apiserver.json("GET", f"/apis/{GROUP}/v1", expect=200)
+    res = {r["name"]: r for r in doc["resources"]}
+    assert res["crontabs"]["shortNames"] == ["ct"] and res["crontabs"]["categories"] == ["all"]
+    assert res["crontabs"]["kind"] == "CronTab" and res["crontabs"]["namespaced"] is True
+    assert set(res) == {"crontabs", "crontabs/status", "crontabs/scale"}
+
+
+def test_kubectl_objects_columns_defaults_and_errors(apiserver, kctl, crd, ns):
+    good = crontab("nightly", cronSpec="* * * * */5", image="busybox")
+    kctl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(good), check=True)
+    out = kctl("-n", ns, "get", "ct", check=True).stdout.split("\n")
+    assert out[0].split() == ["NAME", "SPEC", "REPLICAS", "AGE"]
+    assert out[1].split()[:4] == ["nightly", "*", "*", "*"] and out[1].split()[6] == "1"
+    wide = kctl("-n", ns, "get", "crontabs", "-o", "wide", check=True).stdout.split("\n")[0].split()
+    assert wide == ["NAME", "SPEC", "REPLICAS", "IMAGE", "AGE"]
+    assert "crontab.stable.example.com/nightly" in kctl("-n", ns, "get", "all", check=True).stdout
+    got = json.loads(kctl("-n", ns, "get", "ct", "nightly", "-o", "json", check=True).stdout)
+    assert got["spec"]["replicas"] == 1  # the schema's default
+    bad = crontab("toomany", cronSpec="* * * * */5", replicas=20)
+    r = kctl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(bad))
+    assert r.returncode != 0
+    assert "spec.replicas: Invalid value: 20: spec.replicas in body should be less than or equal to 10" in r.stderr
+    r = kctl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(crontab("badspec", cronSpec="often")))
+    assert "spec.cronSpec in body should match" in r.stderr, r.stderr
+    # Unknown fields sent past kubectl's own check are pruned (extra keeps its own).
+    unknown = crontab("pruned", cronSpec="* * * * *", bogus=1, extra={"anything": {"goes": True}})
+    unknown["topLevel"] = "x"
+    kctl("-n", ns, "create", "--validate=false", "-f", "-", input=yaml.safe_dump(unknown), check=True)
+    _, stored = apiserver.json("GET", f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs/pruned", expect=200)
+    assert "bogus" not in stored["spec"] and "topLevel" not in stored
+    assert stored["spec"]["extra"] == {"anything": {"goes": True}}
+
+
+def test_status_subresource_and_scale(apiserver, kctl, crd, ns):
+    base = f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs"
+    apiserver.json("POST", base, crontab("s1", cronSpec="* * * * *", replicas=2), expect=201)
+    # The main resource ignores status; the status sub-resource ignores everything else.
+    patch = {"spec": {"image": "x"}, "status": {"phase": "Running"}}
+    hdr = {"Content-Type": "application/merge-patch+json"}
+    _, obj = apiserver.json("PATCH", f"{base}/s1", patch, hdr, expect=200)
+    assert obj["spec"]["image"] == "x" and "status" not in obj
+    kctl(
+        "-n", ns, "patch", "ct", "s1", "--subresource=status", "--type=merge", "-p",
+        json.dumps({"spec": {"image": "y"}, "status": {"phase": "Running", "replicas": 2}}), check=True,
+    )  # fmt: skip
+    _, obj = apiserver.json("GET", f"{base}/s1", expect=200)
+    assert obj["status"] == {"phase": "Running", "replicas": 2} and obj["spec"]["image"] == "x"
+    kctl("-n", ns, "scale", "crontab/s1", "--replicas=5", check=True)
+    _, scale = apiserver.json("GET", f"{base}/s1/scale", expect=200)
+    assert scale["spec"]["replicas"] == 5 and scale["status"]["replicas"] == 2
+    # Protobuf is not offered for custom resources.
+    status, _, _ = apiserver.request("GET", f"{base}/s1", headers={"Accept": names.MEDIA_PROTOBUF_UPSTREAM})
+    assert status == 406
+    status, _, _ = apiserver.request(
+        "PATCH", f"{base}/s1", b"{}", headers={"Content-Type": "application/strategic-merge-patch+json"}
+    )
+    assert status == 415
+
+
+def test_python_client_custom_objects(apiserver, k8s_client, crd, ns):
+    kubernetes = pytest.importorskip("kubernetes")
+    api = kubernetes.client.CustomObjectsApi(k8s_client)
+    api.create_namespaced_custom_object(GROUP, "v1", ns, "crontabs", crontab("py1", cronSpec="0 * * * *"))
+    api.create_namespaced_custom_object(GROUP, "v1", ns, "crontabs", crontab("py2", cronSpec="0 * * * *"))
+    lst = api.list_namespaced_custom_object(GROUP, "v1", ns, "crontabs", field_selector="metadata.name=py2")
+    assert [i["metadata"]["name"] for i in lst["items"]] == ["py2"]
+    page = api.list_namespaced_custom_object(GROUP, "v1", ns, "crontabs", limit=1)
+    assert len(page["items"]) == 1 and page["metadata"]["continue"]
+    with pytest.raises(kubernetes.client.ApiException) as err:
+        api.create_namespaced_custom_object(GROUP, "v1", ns, "crontabs", crontab("py3", replicas=0))
+    assert err.value.status == 422
+    assert "spec.replicas in body should be greater than or equal to 1" in err.value.body
+
+
+def test_definition_validation_messages(apiserver):
+    bad = crontab_crd("widgets", "Widget", "wd")
+    bad["metadata"]["name"] = "wrong.example.com"
+    spec = bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    spec["untyped"] = {"description": "no type"}
+    spec["rules"] = {"type": "string", "x-kubernetes-validations": [{"rule": "self.size() > 1"}]}
+    status, doc = apiserver.json("POST", CRD_PATH, bad)
+    assert status == 422, doc
+    msgs = [f"{c['field']}: {c['message']}" for c in doc["details"]["causes"]]
+    path = "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties"
+    assert 'metadata.name: Invalid value: "wrong.example.com": must be spec.names.plural+"."+spec.group' in msgs
+    assert f"{path}[untyped].type: Required value: must not be empty for specified object fields" in msgs
+    assert (
+        f"{path}[rules].x-kubernetes-validations: Forbidden: validation rules (x-kubernetes-validations) are"
+        in (doc["message"])
+    )
+    webhook = crontab_crd("gadgets", "Gadget", "gd")
+    webhook["spec"]["conversion"] = {"strategy": "Webhook"}
+    status, doc = apiserver.json("POST", CRD_PATH, webhook)
+    assert status == 422 and "spec.conversion.strategy: Forbidden" in doc["message"]
+
+
+def test_name_conflict_is_not_accepted(apiserver, crd):
+    other = crontab_crd("crontabs2", "CronTabTwo", "ct2")
+    other["spec"]["names"]["singular"] = "crontab"  # taken by the first definition
+    apiserver.json("POST", CRD_PATH, other, expect=201)
+
+    def refused():
+        _, obj = apiserver.json("GET", f"{CRD_PATH}/crontabs2.{GROUP}")
+        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
+        return conds.get("NamesAccepted", {}).get("status") == "False" and conds["NamesAccepted"]
+
+    cond = wait_for(refused, timeout=5, what="NamesAccepted False")
+    assert cond["reason"] == "SingularConflict" and cond["message"] == '"crontab" is already in use'
+    assert not served(apiserver, "crontabs2")
+    apiserver.json("DELETE", f"{CRD_PATH}/crontabs2.{GROUP}", expect=200)
+
+
+def test_explain_and_delete_definition_removes_objects(apiserver, kctl, crd, ns):
+    r = kctl("explain", "crontabs.spec.cronSpec")
+    if r.returncode == 0:
+        assert "The schedule, in cron format." in r.stdout
+    kctl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(crontab("doomed", cronSpec="* * * * *")), check=True)
+    kctl("delete", "crd", crd, "--timeout=20s", check=True)
+    assert apiserver.json("GET", f"{CRD_PATH}/{crd}")[0] == 404
+    wait_for(lambda: not served(apiserver), timeout=5, what="crontabs no longer served")
+    # Created again: no object of the old definition is left.
+    apiserver.json("POST", CRD_PATH, crontab_crd(), expect=201)
+    wait_established(apiserver, crd)
+    wait_for(lambda: served(apiserver), timeout=5, what="crontabs served again")
+    _, lst = apiserver.json("GET", f"/apis/{GROUP}/v1/crontabs", expect=200)
+    assert lst["items"] == [] and lst["kind"] == "CronTabList"
+
+
+def test_restart_serves_definitions_and_objects(tmp_path):
+    with ApiServerProcess(tmp_path / "data", free_port()) as server:
+        server.json("POST", CRD_PATH, crontab_crd(), expect=201)
+        wait_established(server, f"crontabs.{GROUP}")
+        create_namespace(server, "keep")
+        server.json(
+            "POST", f"/apis/{GROUP}/v1/namespaces/keep/crontabs", crontab("a", cronSpec="* * * * *"), expect=201
+        )
+        server.stop()
+        server.start()
+        _, obj = server.json("GET", f"/apis/{GROUP}/v1/namespaces/keep/crontabs/a", expect=200)
+        assert obj["spec"]["replicas"] == 1
+
+
+def test_second_server_on_the_same_etcd(etcd, tmp_path):
+    prefix = f"/orch-test/{uuid.uuid4().hex}"
+    kw = {"backend": "etcd", "etcd_endpoint": etcd.endpoint, "etcd_prefix": prefix}
+    with (
+        ApiServerProcess(tmp_path / "one", free_port(), **kw) as one,
+        ApiServerProcess(tmp_path / "two", free_port(), **kw) as two,
+    ):
+        assert not served(two)
+        one.json("POST", CRD_PATH, crontab_crd(), expect=201)
+        t0 = time.monotonic()
+        wait_for(lambda: served(two), timeout=5, what="the second server serves crontabs")
+        assert time.monotonic() - t0 < 2.0
+        create_namespace(one, "shared")
+        one.json("POST", f"/apis/{GROUP}/v1/namespaces/shared/crontabs", crontab("x", cronSpec="* * * * *"), expect=201)
+        wait_for(
+            lambda: two.json("GET", f"/apis/{GROUP}/v1/namespaces/shared/crontabs/x")[0] == 200,
+            timeout=5,
+            what="the object on the second server",
+        )
