@@ -117,6 +117,7 @@ class Definition:
             columns=printer_columns(s.columns),
             custom=True,
             custom_list_kind=self.list_kind,
+            custom_schema=s.schema,
         )
 
 
@@ -197,6 +198,9 @@ class CustomResourceStrategy(Strategy):
         _, _, version = str(obj.get("apiVersion", "")).rpartition("/")
         served = self.definition.served(version)
         return served.schema if served is not None else None
+
+    def unknown_fields(self, obj: dict) -> list[str] | None:
+        return values.unknown_fields(obj, self._schema(obj))
 
     def _shape(self, obj: dict) -> None:
         schema = self._schema(obj)

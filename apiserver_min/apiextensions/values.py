@@ -38,19 +38,29 @@ def _child(path: str, name: str) -> str:
 # --- pruning ------------------------------------------------------------------------------
 
 
-def prune(obj: Any, schema: dict | None, root: bool = True) -> None:
+def prune(obj: Any, schema: dict | None, root: bool = True) -> list[str]:
     """Drop, in place, the fields the schema does not specify (upstream's pruning),
-    except under ``x-kubernetes-preserve-unknown-fields``."""
-    if schema is None:
-        return
+    except under ``x-kubernetes-preserve-unknown-fields``. Returns the paths dropped."""
+    pruned: list[str] = []
+    if schema is not None:
+        _prune(obj, schema, root, "", pruned)
+    return pruned
+
+
+def unknown_fields(obj: Any, schema: dict | None) -> list[str]:
+    """The paths pruning would drop from ``obj`` (which is left as it is)."""
+    return prune(copy.deepcopy(obj), schema)
+
+
+def _prune(obj: Any, schema: dict, root: bool, path: str, pruned: list[str]) -> None:
     if isinstance(obj, dict):
         props = schema.get("properties")
         addl = schema.get("additionalProperties")
         keep_meta = root or schema.get(EMBEDDED)
         if isinstance(props, dict) or not schema.get(PRESERVE):
             if isinstance(addl, dict):
-                for value in obj.values():
-                    prune(value, addl, False)
+                for key, value in obj.items():
+                    _prune(value, addl, False, _child(path, str(key)), pruned)
                 return
             if addl is True:
                 return
@@ -62,13 +72,14 @@ def prune(obj: Any, schema: dict | None, root: bool = True) -> None:
                 if sub is None:
                     if not schema.get(PRESERVE):
                         del obj[key]
+                        pruned.append(_child(path, key))
                     continue
-                prune(obj[key], sub, False)
+                _prune(obj[key], sub, False, _child(path, key), pruned)
     elif isinstance(obj, list):
         items = schema.get("items")
         if isinstance(items, dict):
-            for item in obj:
-                prune(item, items, False)
+            for i, item in enumerate(obj):
+                _prune(item, items, False, f"{path}[{i}]", pruned)
 
 
 # --- defaults -----------------------------------------------------------------------------

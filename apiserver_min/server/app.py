@@ -161,6 +161,9 @@ class ApiServer:
         self.discovery = Discovery(registry, self.enabled, f"{host}:{opts.secure_port}")
         self.default_service = DefaultService(self.store, registry, self.service_allocators, host, opts.secure_port)
         self.openapi = OpenAPI(registry, self.enabled, self.discovery.group_versions())
+        registry.listeners.append(
+            lambda added, removed: self.openapi.set_custom_kinds(k for k in registry.kinds if k.custom)
+        )
         self.health = Health(opts.livez_grace_period)
         self.shutting_down = False
         self.post_start_done: dict[str, bool] = {}

@@ -448,6 +448,9 @@ class ResourceHandlers:
         group, _, version = api_version.rpartition("/")
         schema = schema_for(group, version, kind_name)
         if schema is None:
+            custom = self.server.registry.by_kind(group, version, kind_name)
+            if custom is not None and custom.custom and isinstance(decoded.obj, dict):
+                self._unknown_custom_fields(request, custom, decoded.obj, _field_validation(request.query))
             return decoded.obj
         obj, warnings = fieldvalidation.validate_decoded(
             decoded, schema, _field_validation(request.query), kind=kind_name, version=version, group=group
@@ -465,6 +468,8 @@ class ResourceHandlers:
         update, so the warnings are replaced, not added to."""
         schema = schema_for(kind.group, kind.version, kind.kind)
         if schema is None:
+            if kind.custom:
+                self._unknown_custom_fields(request, kind, new, level)
             return new
         dups: list[str] = []
         if level != "Ignore" and ctype in (
@@ -478,6 +483,20 @@ class ResourceHandlers:
         )
         request[FIELD_WARNINGS_KEY] = warnings
         return new
+
+    def _unknown_custom_fields(self, request: web.Request, kind: KindInfo, obj: dict, level: str) -> None:
+        """Field validation of a custom resource: the fields its schema would prune are
+        refused (Strict) or named in warnings (Warn); Ignore lets pruning drop them."""
+        if level == "Ignore":
+            return
+        unknown = self.store.strategy(kind).unknown_fields({**obj, "apiVersion": kind.api_version}) or []
+        problems = [fieldvalidation.unknown_field(p) for p in unknown]
+        if problems and level == "Strict":
+            raise st.bad_request(
+                f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+                f"strict decoding error: {', '.join(problems)}"
+            )
+        request[FIELD_WARNINGS_KEY] = problems
 
     @staticmethod
     def _served_apply_body(request: web.Request, body: bytes) -> bytes:

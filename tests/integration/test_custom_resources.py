@@ -180,6 +180,14 @@ def test_kubectl_objects_columns_defaults_and_errors(apiserver, kctl, crd, ns):
     assert "spec.replicas: Invalid value: 20: spec.replicas in body should be less than or equal to 10" in r.stderr
     r = kctl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(crontab("badspec", cronSpec="often")))
     assert "spec.cronSpec in body should match" in r.stderr, r.stderr
+    # kubectl leaves field validation to the server (Strict): unknown fields are refused.
+    r = kctl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(crontab("strict", cronSpec="* * * * *", bogus=1)))
+    assert r.returncode != 0 and 'strict decoding error: unknown field "spec.bogus"' in r.stderr, r.stderr
+    r = kctl(
+        "-n", ns, "apply", "--validate=warn", "-f", "-",
+        input=yaml.safe_dump(crontab("warned", cronSpec="* * * * *", bogus=1)),
+    )  # fmt: skip
+    assert r.returncode == 0 and 'unknown field "spec.bogus"' in r.stderr, r.stderr
     # Unknown fields sent past kubectl's own check are pruned (extra keeps its own).
     unknown = crontab("pruned", cronSpec="* * * * *", bogus=1, extra={"anything": {"goes": True}})
     unknown["topLevel"] = "x"
@@ -269,9 +277,9 @@ def test_name_conflict_is_not_accepted(apiserver, crd):
 
 
 def test_explain_and_delete_definition_removes_objects(apiserver, kctl, crd, ns):
-    r = kctl("explain", "crontabs.spec.cronSpec")
-    if r.returncode == 0:
-        assert "The schedule, in cron format." in r.stdout
+    r = kctl("explain", "crontabs.spec.cronSpec", check=True)
+    assert "The schedule, in cron format." in r.stdout
+    assert "A CronTab runs an image on a schedule." in kctl("explain", "ct", check=True).stdout
     kctl("-n", ns, "create", "-f", "-", input=yaml.safe_dump(crontab("doomed", cronSpec="* * * * *")), check=True)
     kctl("delete", "crd", crd, "--timeout=20s", check=True)
     assert apiserver.json("GET", f"{CRD_PATH}/{crd}")[0] == 404
