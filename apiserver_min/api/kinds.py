@@ -79,6 +79,7 @@ class KindInfo:
     # only (no protobuf), their list kind named by the definition.
     custom: bool = False
     custom_list_kind: str = ""
+    custom_storage_version: str = ""  # the version its objects are stored in
     # A custom kind's openAPIV3Schema as its definition gives it (OpenAPI, kubectl explain).
     custom_schema: Any = dataclasses.field(default=None, compare=False, repr=False)
 

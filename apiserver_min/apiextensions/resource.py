@@ -117,6 +117,7 @@ class Definition:
             columns=printer_columns(s.columns),
             custom=True,
             custom_list_kind=self.list_kind,
+            custom_storage_version=self.storage,
             custom_schema=s.schema,
         )
 
@@ -198,6 +199,10 @@ class CustomResourceStrategy(Strategy):
         _, _, version = str(obj.get("apiVersion", "")).rpartition("/")
         served = self.definition.served(version)
         return served.schema if served is not None else None
+
+    def to_storage(self, obj: dict) -> None:
+        # None conversion: the versions differ only in apiVersion.
+        obj["apiVersion"] = f"{self.definition.group}/{self.definition.storage}"
 
     def unknown_fields(self, obj: dict) -> list[str] | None:
         return values.unknown_fields(obj, self._schema(obj))

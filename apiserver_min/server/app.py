@@ -55,7 +55,7 @@ from .negotiation import error_body
 from .openapi import OpenAPI
 from .resourcemetrics import ResourceMetrics
 from .resttable import build_rest_table
-from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse
+from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse, storage_version_alias
 
 log = logging.getLogger("orch-apiserver")
 
@@ -332,7 +332,7 @@ class ApiServer:
         command_alias(info, request.headers.get(names.KUBECTL_COMMAND_HEADER))
         # For the edges (body decoding, response writing), which answer an alias group in its
         # spelling; set on every request, as a hit is cheaper than a missing key's KeyError.
-        request[GROUP_ALIAS_KEY] = info.alias
+        request[GROUP_ALIAS_KEY] = info.alias or storage_version_alias(info)
         code = 500
         self._inflight += 1
         # Admission plugins' warnings (and audit annotations) for this request.

@@ -41,7 +41,7 @@ from ..storage.interface import CompactedError
 from ..storage.keys import key_prefix
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .reviews import review_protobuf_decoders
-from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, require_kind
+from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, StorageVersionAlias, require_kind
 from .tokenrequest import decode_token_request
 
 if TYPE_CHECKING:
@@ -1105,7 +1105,11 @@ class ResourceHandlers:
         target, dry = wp.target, wp.dry_run
         doc = self._patch_document(ctype, body)
 
+        alias = request.get(GROUP_ALIAS_KEY)
+
         def compute(old: dict) -> dict:
+            if isinstance(alias, StorageVersionAlias):  # patched in the version the client asked for
+                alias.to_requested(old)
             new = patch_object(ctype, old, doc, smp_schema)
             return self._validated_patch(request, kind, new, wp.field_validation, ctype, body)
 

@@ -96,6 +96,34 @@ class GroupAlias:
         return codec.dumps(event) + b"\n"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StorageVersionAlias(GroupAlias):
+    """A request on a custom resource version other than the one its objects are stored
+    in (``served_version``): answers are rewritten from the stored ``apiVersion`` to the
+    requested one, as an alias group's are (the definitions convert with ``None``:
+    only ``apiVersion`` differs). A body stays in the requested version, which the
+    strategy validates by that version's schema and stores in the storage version."""
+
+    served_version: str = ""
+
+    @property
+    def served_api_version(self) -> str:
+        return f"{self.served}/{self.served_version}"
+
+    def to_served(self, obj: Any) -> Any:
+        return obj
+
+
+def storage_version_alias(info: "RequestInfo") -> GroupAlias | None:
+    """The conversion a request on a custom resource version needs (None: the stored one)."""
+    k = info.kind
+    if k is None or not k.custom or info.alias is not None:
+        return None
+    if not k.custom_storage_version or k.custom_storage_version == k.version:
+        return None
+    return StorageVersionAlias(k.group, k.group, k.version, k.custom_storage_version)
+
+
 @dataclasses.dataclass
 class RequestInfo:
     is_resource: bool

@@ -325,3 +325,33 @@ def test_second_server_on_the_same_etcd(etcd, tmp_path):
             timeout=5,
             what="the object on the second server",
         )
+
+
+def test_versions_convert_by_api_version_and_store_the_storage_version(apiserver, ns):
+    crd = crontab_crd("dials", "Dial", "dl")
+    v1 = crd["spec"]["versions"][0]
+    v1beta1 = json.loads(json.dumps(v1))
+    v1beta1.update(name="v1beta1", storage=False)
+    v1beta1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["legacy"] = {"type": "string"}
+    crd["spec"]["versions"] = [v1beta1, v1]
+    apiserver.json("POST", CRD_PATH, crd, expect=201)
+    wait_established(apiserver, f"dials.{GROUP}")
+    wait_for(lambda: served(apiserver, "dials"), timeout=5, what="dials served")
+    old = f"/apis/{GROUP}/v1beta1/namespaces/{ns}/dials"
+    new = f"/apis/{GROUP}/v1/namespaces/{ns}/dials"
+    body = {**crontab("d1", cronSpec="* * * * *", legacy="kept"), "apiVersion": f"{GROUP}/v1beta1", "kind": "Dial"}
+    _, created = apiserver.json("POST", old, body, expect=201)
+    # Validated and pruned by v1beta1's schema; answered in v1beta1; stored in v1.
+    assert created["apiVersion"] == f"{GROUP}/v1beta1" and created["spec"]["legacy"] == "kept"
+    _, got = apiserver.json("GET", f"{new}/d1", expect=200)
+    assert got["apiVersion"] == f"{GROUP}/v1"
+    _, lst = apiserver.json("GET", old, expect=200)
+    assert lst["apiVersion"] == f"{GROUP}/v1beta1" and lst["items"][0]["apiVersion"] == f"{GROUP}/v1beta1"
+    hdr = {"Content-Type": "application/merge-patch+json"}
+    _, patched = apiserver.json("PATCH", f"{old}/d1", {"spec": {"replicas": 3}}, hdr, expect=200)
+    assert patched["apiVersion"] == f"{GROUP}/v1beta1" and patched["spec"]["replicas"] == 3
+    with apiserver.watch(f"{old}?watch=1&resourceVersion=0") as w:
+        ev = w.next()
+    assert ev["type"] == "ADDED" and ev["object"]["apiVersion"] == f"{GROUP}/v1beta1"
+    _, obj = apiserver.json("GET", f"{CRD_PATH}/dials.{GROUP}", expect=200)
+    assert obj["status"]["storedVersions"] == ["v1"]
