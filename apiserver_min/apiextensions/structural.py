@@ -12,6 +12,7 @@ that says so, never accepted and ignored.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from typing import Any
 
@@ -254,8 +255,10 @@ def _metadata(node: dict, path: str, errs: list[v.FieldError]) -> None:
                     )
 
 
-def _defaults(node: Any, path: str, errs: list[v.FieldError], root: bool = True) -> None:
-    """Every ``default`` must pass its own schema once pruned and defaulted itself."""
+def _defaults(node: Any, path: str, errs: list[v.FieldError], root: bool = True, body: str = "") -> None:
+    """Every ``default`` must pass its own schema once pruned and defaulted itself; an
+    error names the default's path and says what is wrong with the value where it lands
+    (``body``, the field's path in an object)."""
     if not isinstance(node, dict):
         return
     if "default" in node and not root:
@@ -266,14 +269,15 @@ def _defaults(node: Any, path: str, errs: list[v.FieldError], root: bool = True)
             errs.append(v.FieldError.invalid(f"{path}.default", node["default"], "must not have unknown fields"))
         else:
             values.apply_defaults(value, node)
-            for e in values.validate(value, node, f"{path}.default"):
-                errs.append(v.FieldError.invalid(f"{path}.default", node["default"], e.message()))
+            for e in values.validate(value, node, body):
+                errs.append(dataclasses.replace(e, field=f"{path}.default"))
     props = node.get("properties")
     if isinstance(props, dict):
         for name, sub in props.items():
             if root and name == "metadata":
                 continue
-            _defaults(sub, f"{path}.properties[{name}]", errs, root=False)
-    for key in ("items", "additionalProperties"):
-        if isinstance(node.get(key), dict):
-            _defaults(node[key], f"{path}.{key}", errs, root=False)
+            _defaults(sub, f"{path}.properties[{name}]", errs, False, f"{body}.{name}" if body else name)
+    if isinstance(node.get("items"), dict):
+        _defaults(node["items"], f"{path}.items", errs, False, f"{body}[*]")
+    if isinstance(node.get("additionalProperties"), dict):
+        _defaults(node["additionalProperties"], f"{path}.additionalProperties", errs, False, f"{body}[*]")
