@@ -83,6 +83,19 @@ def crontab_crd(plural: str = "crontabs", kind: str = "CronTab", short: str = "c
                                             "x-kubernetes-list-type": "set",
                                         },
                                         "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                        "ports": {
+                                            "type": "array",
+                                            "x-kubernetes-list-type": "map",
+                                            "x-kubernetes-list-map-keys": ["name"],
+                                            "items": {
+                                                "type": "object",
+                                                "required": ["name"],
+                                                "properties": {
+                                                    "name": {"type": "string"},
+                                                    "port": {"type": "integer"},
+                                                },
+                                            },
+                                        },
                                     },
                                 },
                                 "status": {
@@ -221,6 +234,25 @@ def test_status_subresource_and_scale(apiserver, kctl, crd, ns):
         "PATCH", f"{base}/s1", b"{}", headers={"Content-Type": "application/strategic-merge-patch+json"}
     )
     assert status == 415
+
+
+def test_server_side_apply_merges_by_the_schemas_list_map_keys(apiserver, crd, ns):
+    path = f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs/ssa"
+    hdr = {"Content-Type": "application/apply-patch+yaml"}
+
+    def apply(manager: str, ports: list, expect=200, force=False):
+        body = crontab("ssa", cronSpec="* * * * *", ports=ports)
+        q = f"?fieldManager={manager}" + ("&force=true" if force else "")
+        return apiserver.json("PATCH", path + q, body, hdr, expect=expect)
+
+    apply("alpha", [{"name": "http", "port": 80}], expect=201)
+    _, obj = apply("beta", [{"name": "https", "port": 443}])
+    # A list-map: each manager owns its own entry, both are kept.
+    assert sorted(p["name"] for p in obj["spec"]["ports"]) == ["http", "https"]
+    managers = {m["manager"]: m for m in obj["metadata"]["managedFields"]}
+    assert 'k:{"name":"https"}' in managers["beta"]["fieldsV1"]["f:spec"]["f:ports"]
+    status, doc = apply("beta", [{"name": "http", "port": 8080}], expect=409)
+    assert doc["reason"] == "Conflict" and "alpha" in doc["message"]
 
 
 def test_python_client_custom_objects(apiserver, k8s_client, crd, ns):
