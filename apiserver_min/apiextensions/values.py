@@ -113,6 +113,32 @@ def apply_defaults(obj: Any, schema: dict | None) -> None:
                 apply_defaults(item, items)
 
 
+_HAS_DEFAULTS: dict[int, tuple[Any, bool]] = {}
+
+
+def has_defaults(schema: Any) -> bool:
+    """Whether any node of the schema declares a ``default`` (remembered per schema object)."""
+    cached = _HAS_DEFAULTS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    found = _has_defaults(schema)
+    if len(_HAS_DEFAULTS) > 1024:
+        _HAS_DEFAULTS.clear()
+    _HAS_DEFAULTS[id(schema)] = (schema, found)
+    return found
+
+
+def _has_defaults(schema: Any) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    if "default" in schema:
+        return True
+    props = schema.get("properties")
+    if isinstance(props, dict) and any(_has_defaults(s) for s in props.values()):
+        return True
+    return _has_defaults(schema.get("items")) or _has_defaults(schema.get("additionalProperties"))
+
+
 # --- value validation ---------------------------------------------------------------------
 
 

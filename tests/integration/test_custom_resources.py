@@ -387,3 +387,28 @@ def test_versions_convert_by_api_version_and_store_the_storage_version(apiserver
     assert ev["type"] == "ADDED" and ev["object"]["apiVersion"] == f"{GROUP}/v1beta1"
     _, obj = apiserver.json("GET", f"{CRD_PATH}/dials.{GROUP}", expect=200)
     assert obj["status"]["storedVersions"] == ["v1"]
+
+
+def test_defaults_apply_to_objects_read_from_storage(apiserver, ns):
+    crd = crontab_crd("knobs", "Knob", "kn")
+    apiserver.json("POST", CRD_PATH, crd, expect=201)
+    wait_established(apiserver, f"knobs.{GROUP}")
+    wait_for(lambda: served(apiserver, "knobs"), timeout=5, what="knobs served")
+    base = f"/apis/{GROUP}/v1/namespaces/{ns}/knobs"
+    apiserver.json("POST", base, {**crontab("k1", cronSpec="* * * * *"), "kind": "Knob"}, expect=201)
+    # A default declared later: the stored object reads with it (get, list, watch), unwritten.
+    _, current = apiserver.json("GET", f"{CRD_PATH}/knobs.{GROUP}", expect=200)
+    spec_props = current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    spec_props["level"] = {"type": "string", "default": "medium"}
+    apiserver.json("PUT", f"{CRD_PATH}/knobs.{GROUP}", current, expect=200)
+
+    def defaulted():
+        return apiserver.json("GET", f"{base}/k1")[1]["spec"].get("level") == "medium"
+
+    wait_for(defaulted, timeout=5, what="the new default on read")
+    _, lst = apiserver.json("GET", base, expect=200)
+    assert lst["items"][0]["spec"]["level"] == "medium"
+    with apiserver.watch(f"{base}?watch=1&resourceVersion=0") as w:
+        assert w.next()["object"]["spec"]["level"] == "medium"
+    status, _, body = apiserver.request("GET", base, headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    assert status == 200 and json.loads(body)["rows"][0]["cells"][0] == "k1"
