@@ -344,6 +344,10 @@ def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldErr
     for name in schema.get("required") or ():
         if name not in value:
             errs.append(v.FieldError.required(_child(path, name)))
+    if schema.get(EMBEDDED):  # an embedded object names what it is
+        for name in ("apiVersion", "kind"):
+            if not value.get(name):
+                errs.append(v.FieldError.required(_child(path, name), "must not be empty"))
     props = schema.get("properties")
     if isinstance(props, dict):
         for key, sub in props.items():

@@ -9,6 +9,7 @@ serves a definition created on the first."""
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from apiserver_min.api import names
-from tests.apiserver_fixtures import ApiServerProcess, Kubectl, create_namespace, free_port
+from tests.apiserver_fixtures import ApiServerProcess, Kubectl, create_namespace, free_port, kubectl_binary
 from tests.helpers import uniq, wait_for
 
 GROUP = "stable.example.com"
@@ -412,3 +413,18 @@ def test_defaults_apply_to_objects_read_from_storage(apiserver, ns):
         assert w.next()["object"]["spec"]["level"] == "medium"
     status, _, body = apiserver.request("GET", base, headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
     assert status == 200 and json.loads(body)["rows"][0]["cells"][0] == "k1"
+
+
+def test_kubectl_1_27_reads_and_writes_custom_resources(apiserver, crd, ns, tmp_path):
+    binary = kubectl_binary("1.27")
+    if not os.path.exists(binary):
+        pytest.skip(f"{binary} not installed")
+    k = Kubectl(apiserver, tmp_path, binary)
+    k("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(crontab("old", cronSpec="*/5 * * * *")), check=True)
+    out = k("-n", ns, "get", "ct", "-o", "wide", check=True).stdout.split("\n")
+    assert out[0].split() == ["NAME", "SPEC", "REPLICAS", "IMAGE", "AGE"] and out[1].startswith("old ")
+    assert "The schedule, in cron format." in k("explain", "crontab.spec.cronSpec", check=True).stdout
+    r = k("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(crontab("old2", cronSpec="* * * * *", replicas=11)))
+    assert "spec.replicas in body should be less than or equal to 10" in r.stderr, r.stderr
+    k("-n", ns, "scale", "ct/old", "--replicas=3", check=True)
+    assert json.loads(k("-n", ns, "get", "ct", "old", "-o", "json", check=True).stdout)["spec"]["replicas"] == 3

@@ -110,6 +110,26 @@ def test_value_errors_read_as_upstream_writes_them():
     ]
 
 
+def test_embedded_resources_keep_and_need_their_type():
+    schema = {
+        "type": "object",
+        "properties": {
+            "template": {
+                "type": "object",
+                "x-kubernetes-embedded-resource": True,
+                "properties": {"spec": {"type": "object", "properties": {"x": {"type": "string"}}}},
+            }
+        },
+    }
+    obj = {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": "1", "y": 2}}}
+    assert values.prune(obj, schema) == ["template.spec.y"]
+    assert obj["template"]["metadata"] == {"name": "p"} and values.validate(obj, schema) == []
+    assert [e.message() for e in values.validate({"template": {"spec": {}}}, schema)] == [
+        "template.apiVersion: Required value: must not be empty",
+        "template.kind: Required value: must not be empty",
+    ]
+
+
 def test_pruning_keeps_type_meta_metadata_and_preserved_fields():
     obj = {
         "apiVersion": "x/v1",
