@@ -90,7 +90,13 @@ class InformerFactory:
     def for_kind(self, kind: KindInfo) -> Informer:
         prefix = key_prefix(kind)
         found = self._informers.get(prefix)
-        inf = found if found is not None else Informer(self._cache.cache(prefix))
+        current = self._cache.cache(prefix)
+        if found is not None and found._cache is not current:
+            # A custom resource's kind served again (its definition was deleted and made
+            # anew): the informer follows the new cache, and its handlers see a replay.
+            found._cache, found.kind = current, current.kind
+            found._deliver(None)
+        inf = found if found is not None else Informer(current)
         self._informers[prefix] = inf
         if not self._listening:
             self._cache.listeners.append(self._on_cache_event)

@@ -237,6 +237,16 @@ def test_status_subresource_and_scale(apiserver, kctl, crd, ns):
     assert status == 415
 
 
+def test_namespace_deletion_deletes_its_custom_resources(apiserver, kctl, crd):
+    ns = uniq("crdns")
+    create_namespace(apiserver, ns)
+    apiserver.json("POST", f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs", crontab("c", cronSpec="* * * * *"), expect=201)
+    assert kctl("get", "crd", check=True).stdout.split("\n")[0].split() == ["NAME", "CREATED", "AT"]
+    apiserver.json("DELETE", f"/api/v1/namespaces/{ns}", expect=200)
+    wait_for(lambda: apiserver.json("GET", f"/api/v1/namespaces/{ns}")[0] == 404, timeout=15, what="namespace gone")
+    assert apiserver.json("GET", f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs/c")[0] == 404
+
+
 def test_server_side_apply_merges_by_the_schemas_list_map_keys(apiserver, crd, ns):
     path = f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs/ssa"
     hdr = {"Content-Type": "application/apply-patch+yaml"}
