@@ -21,7 +21,10 @@ for exactly the verbs and sub-resources each kind declares (create-only review
 kinds get ``POST`` only).
 
 The documents are generated once when the server starts (they depend only on
-the declarations and ``--runtime-config``) and served from memory with an
+the declarations and ``--runtime-config``); custom resources' group versions are
+added and removed as their definitions come and go (``set_custom_kinds``: a v3
+document each, built from the definition's schema, and their part of v2). All are
+served from memory with an
 ``ETag`` (upstream: the upper-case hex SHA-512 of the body), ``Last-Modified``,
 conditional ``304`` answers, and, for URLs carrying the ``hash`` of the current
 document (as ``/openapi/v3`` hands them out), ``Cache-Control: public,
@@ -44,7 +47,7 @@ fails ("Path not found for GVK") and it falls back to its v2 check, which
 downloads ``/openapi/v2`` asking for protobuf alone and then lists
 ``customresourcedefinitions`` in ``apiextensions.k8s.io/v1`` (hard-coded in
 kubectl) to see whether the kind is a custom resource. The server answers that
-list with the definitions it serves -- none (``app.crd_list``) -- and kubectl
+list with the definitions it serves (none defines a review kind), and kubectl
 then validates the review client-side against the protobuf document: unknown
 fields fail in kubectl, ``--validate=warn`` skips the check with a warning.
 ``explain --output=plaintext-openapiv2`` reads the same document.
