@@ -15,6 +15,7 @@ status they write is the same, so they agree.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from ..api import names
@@ -324,6 +325,10 @@ class DefinitionController:
         prev = self.served.get(name)
         if prev is not None:
             kind = prev[1][0]
+            if not prev[0].terminating:  # no object is created from now on
+                d = dataclasses.replace(prev[0], terminating=True)
+                self.store.set_strategy(kind, CustomResourceStrategy(kind, d))
+                self.served[name] = (d, prev[1])
             remaining = await self._delete_instances(kind)
             if remaining:
                 await self._terminating(name, "InstanceDeletionInProgress", "CustomResource deletion is in progress")

@@ -14,11 +14,12 @@ import re
 from typing import Any
 
 from ..api import names
+from ..api import status as st
 from ..api import validation as v
 from ..api.kinds import AGE, NAME, Column, KindInfo, Subresource, age, dig
 from ..registry.rest import ObjectStore
 from ..registry.scale import ScaleREST
-from ..registry.strategy import Strategy
+from ..registry.strategy import Strategy, WriteTransaction
 from . import values
 from .definition import storage_version
 
@@ -53,6 +54,7 @@ class Definition:
     namespaced: bool
     storage: str
     versions: tuple[Served, ...]
+    terminating: bool = False  # being deleted: its objects are deleted, none created
 
     @classmethod
     def from_object(cls, crd: dict) -> "Definition":
@@ -199,6 +201,11 @@ class CustomResourceStrategy(Strategy):
         _, _, version = str(obj.get("apiVersion", "")).rpartition("/")
         served = self.definition.served(version)
         return served.schema if served is not None else None
+
+    async def begin_create(self, obj: dict, dry_run: bool) -> WriteTransaction | None:
+        if self.definition.terminating:
+            raise st.method_not_allowed("create not allowed while custom resource definition is terminating")
+        return None
 
     def to_storage(self, obj: dict) -> None:
         # None conversion: the versions differ only in apiVersion.

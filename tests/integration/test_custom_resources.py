@@ -438,3 +438,27 @@ def test_kubectl_1_27_reads_and_writes_custom_resources(apiserver, crd, ns, tmp_
     assert "spec.replicas in body should be less than or equal to 10" in r.stderr, r.stderr
     k("-n", ns, "scale", "ct/old", "--replicas=3", check=True)
     assert json.loads(k("-n", ns, "get", "ct", "old", "-o", "json", check=True).stdout)["spec"]["replicas"] == 3
+
+
+def test_definition_waits_for_objects_with_finalizers_and_refuses_creates(apiserver, ns):
+    apiserver.json("POST", CRD_PATH, crontab_crd("holds", "Hold", "hd"), expect=201)
+    wait_established(apiserver, f"holds.{GROUP}")
+    wait_for(lambda: served(apiserver, "holds"), timeout=5, what="holds served")
+    base = f"/apis/{GROUP}/v1/namespaces/{ns}/holds"
+    held = {**crontab("h", cronSpec="* * * * *"), "kind": "Hold"}
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    apiserver.json("POST", base, held, expect=201)
+    apiserver.json("DELETE", f"{CRD_PATH}/holds.{GROUP}", expect=200)
+
+    def terminating():
+        _, obj = apiserver.json("GET", f"{CRD_PATH}/holds.{GROUP}")
+        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
+        return conds.get("Terminating", {}).get("reason") == "InstanceDeletionInProgress"
+
+    wait_for(terminating, timeout=5, what="Terminating InstanceDeletionInProgress")
+    status, doc = apiserver.json("POST", base, {**crontab("new", cronSpec="* * * * *"), "kind": "Hold"})
+    assert status == 405 and doc["message"] == "create not allowed while custom resource definition is terminating"
+    hdr = {"Content-Type": "application/merge-patch+json"}
+    apiserver.json("PATCH", f"{base}/h", {"metadata": {"finalizers": None}}, hdr, expect=200)
+    wait_for(lambda: apiserver.json("GET", f"{CRD_PATH}/holds.{GROUP}")[0] == 404, timeout=10, what="definition gone")
+    wait_for(lambda: not served(apiserver, "holds"), timeout=5, what="holds no longer served")
