@@ -17,6 +17,7 @@ from ..api import names
 from ..api import status as st
 from ..api import validation as v
 from ..api.kinds import AGE, NAME, Column, KindInfo, Subresource, age, dig
+from ..api.schema import OBJECT_META
 from ..registry.rest import ObjectStore
 from ..registry.scale import ScaleREST
 from ..registry.strategy import Strategy, WriteTransaction
@@ -25,6 +26,7 @@ from .definition import storage_version
 
 _SCALE = Subresource("scale", "Scale", ("get", "patch", "update"), names.AUTOSCALING_GROUP, "v1", rest="scale")
 _STATUS_VERBS = ("get", "patch", "update")
+_OBJECT_META_FIELDS = frozenset(OBJECT_META.json_fields())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,10 +214,16 @@ class CustomResourceStrategy(Strategy):
         obj["apiVersion"] = f"{self.definition.group}/{self.definition.storage}"
 
     def unknown_fields(self, obj: dict) -> list[str] | None:
-        return values.unknown_fields(obj, self._schema(obj))
+        md = obj.get("metadata")
+        extra = [f"metadata.{k}" for k in md if k not in _OBJECT_META_FIELDS] if isinstance(md, dict) else []
+        return extra + values.unknown_fields(obj, self._schema(obj))
 
     def _shape(self, obj: dict) -> None:
         schema = self._schema(obj)
+        md = obj.get("metadata")
+        if isinstance(md, dict):  # metadata is ObjectMeta whatever the schema says
+            for key in [k for k in md if k not in _OBJECT_META_FIELDS]:
+                del md[key]
         values.prune(obj, schema)
         values.apply_defaults(obj, schema)
 

@@ -275,7 +275,10 @@ def test_custom_strategy_prunes_defaults_and_validates_by_version():
     s = CustomResourceStrategy(kind, d)
     w = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "n"}}
     w["spec"] = {"image": "i", "junk": 1}
+    w["metadata"]["bogus"] = 1
+    assert s.unknown_fields(w) == ["metadata.bogus", "spec.junk"]
     s.prepare_for_create(w)
+    assert "bogus" not in w["metadata"]
     assert w["spec"] == {"image": "i", "replicas": 1, "nested": {"level": 3}}
     assert s.validate(w) == []
     w["spec"]["replicas"] = 11
