@@ -462,3 +462,20 @@ def test_definition_waits_for_objects_with_finalizers_and_refuses_creates(apiser
     apiserver.json("PATCH", f"{base}/h", {"metadata": {"finalizers": None}}, hdr, expect=200)
     wait_for(lambda: apiserver.json("GET", f"{CRD_PATH}/holds.{GROUP}")[0] == 404, timeout=10, what="definition gone")
     wait_for(lambda: not served(apiserver, "holds"), timeout=5, what="holds no longer served")
+
+
+def test_garbage_collector_knows_custom_resource_owners(apiserver, crd, ns):
+    _, owner = apiserver.json(
+        "POST", f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs", crontab("owner", cronSpec="* * * * *"), expect=201
+    )
+    ref = {"apiVersion": f"{GROUP}/v1", "kind": "CronTab", "name": "owner", "uid": owner["metadata"]["uid"]}
+    cm = {"metadata": {"name": "dependent", "ownerReferences": [ref]}, "data": {"a": "b"}}
+    apiserver.json("POST", f"/api/v1/namespaces/{ns}/configmaps", cm, expect=201)
+    time.sleep(1.5)  # a live owner: the dependent stays
+    assert apiserver.json("GET", f"/api/v1/namespaces/{ns}/configmaps/dependent")[0] == 200
+    apiserver.json("DELETE", f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs/owner", expect=200)
+    wait_for(
+        lambda: apiserver.json("GET", f"/api/v1/namespaces/{ns}/configmaps/dependent")[0] == 404,
+        timeout=10,
+        what="the dependent collected",
+    )
