@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 
+import orjson
 import pytest
 
 from apiserver_min.api.codec import encode_for_storage
@@ -15,6 +16,8 @@ from apiserver_min.apiextensions import values
 from apiserver_min.apiextensions.definition import DefinitionStrategy, validate_spec
 from apiserver_min.apiextensions.resource import CustomResourceStrategy, Definition, parse_path
 from apiserver_min.apiextensions.structural import validate_schema
+from apiserver_min.server.openapi import OpenAPI
+from apiserver_min.server.routing import StorageVersionAlias
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.sqlite import SqliteBackend
@@ -329,3 +332,36 @@ async def test_watch_cache_adds_a_kind_with_what_storage_holds(tmp_path):
     finally:
         await cache.stop()
         await backend.close()
+
+
+def test_openapi_serves_custom_kinds_from_their_schemas():
+    reg = REGISTRY.copy()
+    docs = OpenAPI(reg, lambda g, v, r="": True, [(g, v) for g, v in reg.group_versions()][:3])
+    before = set(docs.hashes)
+    obj = crd()
+    obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = {**SCHEMA, "description": "A widget."}
+    kinds = Definition.from_object(obj).kinds()
+    docs.set_custom_kinds(kinds)
+    assert set(docs.hashes) - before == {"apis/example.com/v1"}
+    v3 = orjson.loads(docs.docs["apis/example.com/v1"])
+    widget = v3["components"]["schemas"]["com.example.v1.Widget"]
+    assert widget["description"] == "A widget." and widget["x-kubernetes-group-version-kind"] == [
+        {"group": "example.com", "version": "v1", "kind": "Widget"}
+    ]
+    assert widget["properties"]["spec"]["properties"]["replicas"]["maximum"] == 10
+    patch = v3["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]
+    assert any(p["name"] == "fieldValidation" for p in patch["parameters"])
+    v2 = orjson.loads(docs.v2)
+    assert "com.example.v1.Widget" in v2["definitions"] and "/apis/example.com/v1/widgets" in v2["paths"]
+    docs.set_custom_kinds([])
+    assert set(docs.hashes) == before and "com.example.v1.Widget" not in orjson.loads(docs.v2)["definitions"]
+
+
+def test_reads_in_another_version_are_rewritten_and_defaulted():
+    alias = StorageVersionAlias("example.com", "example.com", "v1beta1", "v1", SCHEMA, "Widget")
+    stored = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"image": "i"}}
+    lst = {"apiVersion": "example.com/v1beta1", "kind": "WidgetList", "items": [copy.deepcopy(stored)]}
+    alias.to_requested(lst)
+    assert lst["items"][0]["apiVersion"] == "example.com/v1beta1" and lst["items"][0]["spec"]["replicas"] == 1
+    assert "spec" not in lst  # the list itself is not an object of the kind
+    assert alias.to_served({"apiVersion": "example.com/v1beta1"}) == {"apiVersion": "example.com/v1beta1"}
