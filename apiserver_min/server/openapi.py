@@ -114,6 +114,8 @@ _PATCH_TYPES = (
     names.MEDIA_STRATEGIC_MERGE_PATCH,
 )
 
+_CUSTOM_PATCH_TYPES = (names.MEDIA_APPLY_PATCH, names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH)
+
 _PATCH_DEF = f"{S.META}.Patch"
 _WATCH_EVENT = S.Struct(
     f"{S.META}.WatchEvent",
@@ -451,6 +453,9 @@ class _PathBuilder:
     paths: dict[str, dict] = dataclasses.field(default_factory=dict)
     # Schemas of kinds that have no declaration (custom resources), by (group, version, kind).
     structs: dict[tuple[str, str, str], S.Struct] = dataclasses.field(default_factory=dict)
+    # What PATCH accepts: custom resources take no strategic merge patch, and kubectl's
+    # apply computes one only for kinds whose PATCH lists it.
+    patch_types: tuple[str, ...] = _PATCH_TYPES
 
     def _schema_for(self, group: str, version: str, kind: str) -> S.Struct | None:
         return self.structs.get((group, version, kind)) or schema_for(group, version, kind)
@@ -583,7 +588,7 @@ class _PathBuilder:
 
     def _patch(self, op_id: str, gvk: dict, kind: str, ref: str) -> dict:
         patch_ref = self.schemas.name(S.Opaque(_PATCH_DEF))
-        body = {"content": _content(patch_ref, _PATCH_TYPES), "required": True}
+        body = {"content": _content(patch_ref, self.patch_types), "required": True}
         return self._op(
             op_id,
             gvk,
@@ -733,7 +738,7 @@ def custom_definition_name(group: str, version: str, kind: str) -> str:
 
 def _custom_paths(group: str, version: str, kinds: list[KindInfo], schemas: SchemaBuilder) -> _PathBuilder:
     """The paths of a custom group version; its kinds' schemas are their definitions' own."""
-    pb = _PathBuilder(group, version, schemas)
+    pb = _PathBuilder(group, version, schemas, patch_types=_CUSTOM_PATCH_TYPES)
     meta = schemas.name(S.OBJECT_META)
     for k in kinds:
         placeholder = S.Struct(custom_definition_name(k.group, k.version, k.kind), [])

@@ -188,6 +188,11 @@ def test_kubectl_objects_columns_defaults_and_errors(apiserver, kctl, crd, ns):
     assert "crontab.stable.example.com/nightly" in kctl("-n", ns, "get", "all", check=True).stdout
     got = json.loads(kctl("-n", ns, "get", "ct", "nightly", "-o", "json", check=True).stdout)
     assert got["spec"]["replicas"] == 1  # the schema's default
+    good["spec"]["image"] = "busybox:2"
+    kctl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(good), check=True)  # a merge patch
+    assert json.loads(kctl("-n", ns, "get", "ct", "nightly", "-o", "json", check=True).stdout)["spec"]["image"] == (
+        "busybox:2"
+    )
     bad = crontab("toomany", cronSpec="* * * * */5", replicas=20)
     r = kctl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(bad))
     assert r.returncode != 0
@@ -436,8 +441,21 @@ def test_kubectl_1_27_reads_and_writes_custom_resources(apiserver, crd, ns, tmp_
     assert "The schedule, in cron format." in k("explain", "crontab.spec.cronSpec", check=True).stdout
     r = k("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(crontab("old2", cronSpec="* * * * *", replicas=11)))
     assert "spec.replicas in body should be less than or equal to 10" in r.stderr, r.stderr
+    again = crontab("old", cronSpec="*/5 * * * *", image="busybox:2")
+    k("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(again), check=True)  # a merge patch this time
+    k(
+        "-n",
+        ns,
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        input=yaml.safe_dump(crontab("ssa127", cronSpec="* * * * *")),
+        check=True,
+    )
     k("-n", ns, "scale", "ct/old", "--replicas=3", check=True)
-    assert json.loads(k("-n", ns, "get", "ct", "old", "-o", "json", check=True).stdout)["spec"]["replicas"] == 3
+    got = json.loads(k("-n", ns, "get", "ct", "old", "-o", "json", check=True).stdout)
+    assert got["spec"]["replicas"] == 3 and got["spec"]["image"] == "busybox:2"
 
 
 def test_definition_waits_for_objects_with_finalizers_and_refuses_creates(apiserver, ns):

@@ -351,6 +351,8 @@ def test_openapi_serves_custom_kinds_from_their_schemas():
     assert widget["properties"]["spec"]["properties"]["replicas"]["maximum"] == 10
     patch = v3["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]
     assert any(p["name"] == "fieldValidation" for p in patch["parameters"])
+    # No strategic merge patch for custom resources: kubectl's apply sends a merge patch.
+    assert "application/strategic-merge-patch+json" not in patch["requestBody"]["content"]
     v2 = orjson.loads(docs.v2)
     assert "com.example.v1.Widget" in v2["definitions"] and "/apis/example.com/v1/widgets" in v2["paths"]
     docs.set_custom_kinds([])
