@@ -1085,6 +1085,11 @@ class ResourceHandlers:
         # Strategic merge patch reads its merge keys from the kind's schema (the same one
         # for the main resource and its status); a kind without one cannot take it.
         smp_schema = None
+        if kind.custom and ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH):
+            raise st.unsupported_media_type(
+                "the body of the request was in an unknown format - accepted media types include: "
+                f"{names.MEDIA_JSON_PATCH}, {names.MEDIA_MERGE_PATCH}, {names.MEDIA_APPLY_PATCH}"
+            )
         if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH:
             smp_schema = schema_for(kind.group, kind.version, kind.kind)
             if smp_schema is None:

@@ -183,6 +183,13 @@ def test_kubectl_objects_columns_defaults_and_errors(apiserver, kctl, crd, ns):
     out = kctl("-n", ns, "get", "ct", check=True).stdout.split("\n")
     assert out[0].split() == ["NAME", "SPEC", "REPLICAS", "AGE"]
     assert out[1].split()[:4] == ["nightly", "*", "*", "*"] and out[1].split()[6] == "1"
+    kctl("-n", ns, "label", "ct", "nightly", "tier=batch", check=True)
+    kctl("-n", ns, "annotate", "ct", "nightly", "note=x", check=True)
+    assert kctl("-n", ns, "get", "ct", "-l", "tier=batch", "-o", "name", check=True).stdout.strip() == (
+        "crontab.stable.example.com/nightly"
+    )
+    r = kctl("-n", ns, "patch", "ct", "nightly", "-p", '{"spec":{"image":"z"}}')
+    assert r.returncode != 0 and "application/merge-patch+json" in r.stderr, r.stderr
     wide = kctl("-n", ns, "get", "crontabs", "-o", "wide", check=True).stdout.split("\n")[0].split()
     assert wide == ["NAME", "SPEC", "REPLICAS", "IMAGE", "AGE"]
     assert "crontab.stable.example.com/nightly" in kctl("-n", ns, "get", "all", check=True).stdout
