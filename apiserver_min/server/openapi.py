@@ -134,7 +134,10 @@ def gv_path(group: str, version: str) -> str:
 def definition_name(message: str) -> str:
     """Upstream's OpenAPI definition name of a proto message (``k8s.io.api.core.v1.Pod``
     -> ``io.k8s.api.core.v1.Pod``)."""
-    return "io.k8s." + message[len("k8s.io.") :] if message.startswith("k8s.io.") else message
+    if not message.startswith("k8s.io."):
+        return message
+    # The definitions' package is a Go module path with a dash, which proto names cannot carry.
+    return "io.k8s." + message[len("k8s.io.") :].replace("apiextensions_apiserver.", "apiextensions-apiserver.", 1)
 
 
 # --- descriptions ------------------------------------------------------------------------

@@ -157,7 +157,8 @@ def ns(apiserver):
     return name
 
 
-def test_definition_status_names_and_finalizer(apiserver, crd):
+def test_definition_status_names_and_finalizer(apiserver, kctl, crd):
+    assert "The plural name of the resource" in kctl("explain", "crd.spec.names.plural", check=True).stdout
     _, obj = apiserver.json("GET", f"{CRD_PATH}/{crd}", expect=200)
     assert names.CRD_CLEANUP_FINALIZER in obj["metadata"]["finalizers"]
     conds = {c["type"]: c for c in obj["status"]["conditions"]}
