@@ -27,6 +27,8 @@ AUTHENTICATION_GROUP = f"authentication.{DOMAIN}"
 AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
+# The finalizer a CustomResourceDefinition carries until its objects are deleted.
+CRD_CLEANUP_FINALIZER = f"customresourcecleanup.apiextensions.{DOMAIN}"
 METRICS_GROUP = f"metrics.{DOMAIN}"
 # The custom and external metrics APIs: named for the autoscaler's messages; this server serves neither.
 CUSTOM_METRICS_GROUP = f"custom.metrics.{DOMAIN}"
