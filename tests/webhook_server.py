@@ -3,7 +3,8 @@
 
 Each path answers one way (``/allow``, ``/deny``, ``/patch``, ``/warn``, ``/hang``,
 ``/garbage``); an ImageReview (any path) is answered as an image policy backend
-allowing images under ``good/``. Every review received is kept in ``reviews``
+allowing images under ``good/``; a ConversionReview as a conversion webhook
+(:func:`conversion_answer`). Every review received is kept in ``reviews``
 (path, review)."""
 
 from __future__ import annotations
@@ -34,6 +35,46 @@ def image_review_answer(review: dict) -> dict:
     if bad:
         status["reason"] = f"image {bad[0]} is not allowed"
     return {"apiVersion": review["apiVersion"], "kind": "ImageReview", "status": status}
+
+
+CONVERT_FAILURE = "the converter is out of order"
+
+
+def convert_endpoint(obj: dict, desired: str) -> dict:
+    """An Endpoint object between its two versions: v1 has ``spec.host`` and
+    ``spec.port``, v2 ``spec.hostPort`` ("host:port"). Other fields are kept; the
+    webhook adds the label ``converted-to``."""
+    out = json.loads(json.dumps(obj))
+    spec = out.setdefault("spec", {})
+    if desired.endswith("/v2") and ("host" in spec or "port" in spec):
+        spec["hostPort"] = f"{spec.pop('host', '')}:{spec.pop('port', '')}"
+    elif desired.endswith("/v1") and "hostPort" in spec:
+        host, _, port = spec.pop("hostPort").rpartition(":")
+        spec["host"] = host
+        if port:
+            spec["port"] = int(port)
+    out["apiVersion"] = desired
+    out.setdefault("metadata", {}).setdefault("labels", {})["converted-to"] = desired.rpartition("/")[2]
+    return out
+
+
+def conversion_answer(path: str, review: dict) -> dict:
+    """``/convert``: converts (:func:`convert_endpoint`); ``/convert-fail``: answers a
+    Failure; ``/convert-short``: drops the last object; ``/convert-rename``: changes
+    the objects' names (not allowed)."""
+    req = review.get("request") or {}
+    desired = req.get("desiredAPIVersion", "")
+    objs = [convert_endpoint(o, desired) for o in req.get("objects") or []]
+    result: dict = {"status": "Success"}
+    if path == "/convert-fail":
+        objs, result = [], {"status": "Failure", "message": CONVERT_FAILURE}
+    elif path == "/convert-short":
+        objs = objs[:-1]
+    elif path == "/convert-rename":
+        for o in objs:
+            o["metadata"]["name"] = "renamed"
+    response = {"uid": req.get("uid"), "result": result, "convertedObjects": objs}
+    return {"apiVersion": review.get("apiVersion"), "kind": "ConversionReview", "response": response}
 
 
 class WebhookServer:
@@ -88,6 +129,8 @@ class WebhookServer:
             self.authorizations.append(request.headers.get("Authorization", ""))
         if review.get("kind") == "ImageReview":
             return web.json_response(image_review_answer(review))
+        if review.get("kind") == "ConversionReview":
+            return web.json_response(conversion_answer(path, review))
         req = review.get("request") or {}
         response: dict = {"uid": req.get("uid"), "allowed": True}
         if path == "/deny":

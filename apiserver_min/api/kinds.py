@@ -85,6 +85,8 @@ class KindInfo:
     custom_storage_version: str = ""  # the version its objects are stored in
     # A custom kind's openAPIV3Schema as its definition gives it (OpenAPI, kubectl explain).
     custom_schema: Any = dataclasses.field(default=None, compare=False, repr=False)
+    # How objects change version (apiextensions.conversion.WebhookConverter), None: only apiVersion changes.
+    custom_converter: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def api_version(self) -> str:

@@ -14,11 +14,14 @@ from typing import Any
 
 from ..api import names
 from ..api import validation as v
+from ..registry import admissionregistration
 from ..registry.strategy import Strategy
 from . import structural
 
 SCOPES = ("Cluster", "Namespaced")
 CONVERSION_STRATEGIES = ("None", "Webhook")
+# The ConversionReview versions this server sends, in its order of preference.
+CONVERSION_REVIEW_VERSIONS = ("v1", "v1beta1")
 COLUMN_TYPES = ("integer", "number", "string", "boolean", "date")
 COLUMN_FORMATS = ("int32", "int64", "float", "double", "byte", "date", "date-time", "password")
 
@@ -220,18 +223,61 @@ def validate_spec(crd: dict) -> list[v.FieldError]:
         if strategy not in CONVERSION_STRATEGIES:
             errs.append(v.FieldError.not_supported("spec.conversion.strategy", strategy, CONVERSION_STRATEGIES))
         elif strategy == "Webhook":
-            errs.append(
-                v.FieldError.forbidden(
-                    "spec.conversion.strategy", "conversion webhooks (Webhook) are not supported by this server yet"
+            errs += _validate_conversion_webhook(conv.get("webhook"))
+        elif isinstance(conv.get("webhook"), dict):
+            # Upstream checks its internal form, whose paths these are.
+            if conv["webhook"].get("clientConfig") is not None:
+                errs.append(
+                    v.FieldError.forbidden(_CLIENT_CONFIG, "should not be set when strategy is not set to Webhook")
                 )
-            )
-        elif conv.get("webhook") is not None:
-            errs.append(
-                v.FieldError.forbidden(
-                    "spec.conversion.webhook", "should not be set when strategy is not set to Webhook"
+            if conv["webhook"].get("conversionReviewVersions"):
+                errs.append(
+                    v.FieldError.forbidden(_REVIEW_VERSIONS, "should not be set when strategy is not set to Webhook")
                 )
-            )
     errs += _validate_versions(spec.get("versions"))
+    return errs
+
+
+# Where upstream reports a conversion webhook's errors: the paths of its internal form.
+_CLIENT_CONFIG = "spec.conversion.webhookClientConfig"
+_REVIEW_VERSIONS = "spec.conversion.conversionReviewVersions"
+
+
+def _validate_conversion_webhook(webhook: Any) -> list[v.FieldError]:
+    """``spec.conversion.webhook`` of a definition converting with a webhook: where to call
+    (exactly one of url and service) and which ConversionReview versions it understands."""
+    webhook = webhook if isinstance(webhook, dict) else {}
+    errs: list[v.FieldError] = []
+    cc = webhook.get("clientConfig")
+    cc_path = _CLIENT_CONFIG
+    if not isinstance(cc, dict):
+        errs.append(v.FieldError.required(cc_path, "required when strategy is set to Webhook"))
+    elif (cc.get("url") is None) == (cc.get("service") is None):
+        errs.append(v.FieldError.required(cc_path, "exactly one of url or service is required"))
+    elif cc.get("url") is not None:
+        errs += admissionregistration.validate_url(str(cc["url"]), f"{cc_path}.url")
+    else:
+        errs += admissionregistration.validate_service(cc["service"], f"{cc_path}.service")
+    versions = webhook.get("conversionReviewVersions")
+    vpath = _REVIEW_VERSIONS
+    if not isinstance(versions, list) or not versions:
+        errs.append(v.FieldError.required(vpath, ""))
+        return errs
+    seen: set[str] = set()
+    for i, ver in enumerate(versions):
+        if ver in seen:
+            errs.append(v.FieldError.invalid(f"{vpath}[{i}]", ver, "duplicate version"))
+            continue
+        seen.add(ver)
+        errs += [v.FieldError.invalid(f"{vpath}[{i}]", ver, msg) for msg in v.is_dns1035_label(str(ver))]
+    if not seen & set(CONVERSION_REVIEW_VERSIONS):
+        errs.append(
+            v.FieldError.invalid(
+                vpath,
+                ",".join(str(x) for x in versions),
+                f"must include at least one of {', '.join(CONVERSION_REVIEW_VERSIONS)}",
+            )
+        )
     return errs
 
 

@@ -22,6 +22,7 @@ from ..registry.rest import ObjectStore
 from ..registry.scale import ScaleREST
 from ..registry.strategy import Strategy, WriteTransaction
 from . import values
+from .conversion import ConversionError, WebhookConverter
 from .definition import storage_version
 
 _SCALE = Subresource("scale", "Scale", ("get", "patch", "update"), names.AUTOSCALING_GROUP, "v1", rest="scale")
@@ -57,6 +58,8 @@ class Definition:
     storage: str
     versions: tuple[Served, ...]
     terminating: bool = False  # being deleted: its objects are deleted, none created
+    # The conversion webhook (strategy Webhook), None: versions differ only in apiVersion.
+    converter: WebhookConverter | None = dataclasses.field(default=None, compare=False)
 
     @classmethod
     def from_object(cls, crd: dict) -> "Definition":
@@ -91,6 +94,7 @@ class Definition:
             spec.get("scope") == "Namespaced",
             storage_version(crd),
             tuple(served),
+            converter=_converter(spec),
         )
 
     def served(self, version: str) -> Served | None:
@@ -123,7 +127,15 @@ class Definition:
             custom_list_kind=self.list_kind,
             custom_storage_version=self.storage,
             custom_schema=s.schema,
+            custom_converter=self.converter,
         )
+
+
+def _converter(spec: dict) -> WebhookConverter | None:
+    conv = spec.get("conversion")
+    if not isinstance(conv, dict) or conv.get("strategy") != "Webhook" or not isinstance(conv.get("webhook"), dict):
+        return None
+    return WebhookConverter(spec.get("group", ""), conv["webhook"])
 
 
 # --- printer columns ------------------------------------------------------------------------
@@ -209,9 +221,18 @@ class CustomResourceStrategy(Strategy):
             raise st.method_not_allowed("create not allowed while custom resource definition is terminating")
         return None
 
-    def to_storage(self, obj: dict) -> None:
-        # None conversion: the versions differ only in apiVersion.
-        obj["apiVersion"] = f"{self.definition.group}/{self.definition.storage}"
+    async def to_storage(self, obj: dict) -> None:
+        converter = self.definition.converter
+        if converter is None:  # None conversion: the versions differ only in apiVersion.
+            obj["apiVersion"] = f"{self.definition.group}/{self.definition.storage}"
+            return
+        try:
+            (converted,) = await converter.convert([obj], self.definition.storage)
+        except ConversionError as exc:
+            raise exc.api_error() from None
+        if converted is not obj:
+            obj.clear()
+            obj.update(converted)
 
     def unknown_fields(self, obj: dict) -> list[str] | None:
         md = obj.get("metadata")

@@ -128,6 +128,11 @@ def _service(svc: Any, path: str) -> list[v.FieldError]:
     return errs
 
 
+# The client configuration checks, shared with a CustomResourceDefinition's conversion webhook.
+validate_url = _url
+validate_service = _service
+
+
 def _review_versions(versions: Any, path: str, require_known: bool) -> list[v.FieldError]:
     versions = _strings(versions)
     if not versions:

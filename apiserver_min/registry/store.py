@@ -379,7 +379,7 @@ class Store:
                     kind.kind, str(md.get("name") or md.get("generateName") or ""), causes(errs), kind.group
                 )
             await self.admission.validate(attrs)
-            strategy.to_storage(obj)
+            await strategy.to_storage(obj)
             raw = encode_for_storage(obj)
             key = object_key(kind, namespace, md["name"])
             if dry_run:
@@ -532,7 +532,7 @@ class Store:
         if errs:
             raise st.invalid(kind.kind, name, causes(errs), kind.group)
         await self.admission.validate(attrs)
-        strategy.to_storage(new)
+        await strategy.to_storage(new)
         remove = self._should_delete_on_update(kind, new, old)
         raw = encode_for_storage(new)
         if remove:

@@ -151,7 +151,7 @@ class Strategy:
     def validate_enums(self, obj: dict) -> list[v.FieldError]:
         return enumvalidation.validate(self.schema, obj, self.enum_rules)
 
-    def to_storage(self, obj: dict) -> None:
+    async def to_storage(self, obj: dict) -> None:
         """The object as it is stored, in place (a custom resource: in its storage version)."""
 
     def unknown_fields(self, obj: dict) -> list[str] | None:

@@ -287,7 +287,7 @@ class ResourceHandlers:
         self.cache = server.cache
 
     # --- response helpers ------------------------------------------------------------
-    def _respond_raw(
+    async def _respond_raw(
         self,
         request: web.Request,
         raw: bytes,
@@ -299,9 +299,9 @@ class ResourceHandlers:
         if target.form == "json" and not self._pretty(request) and request.get(GROUP_ALIAS_KEY) is None:
             return self._with_warnings(request, web.Response(body=raw, status=code, content_type="application/json"))
         obj = codec.load_json(raw)
-        return self._respond_obj(request, obj, code, target, kind, include)
+        return await self._respond_obj(request, obj, code, target, kind, include)
 
-    def _respond_obj(
+    async def _respond_obj(
         self,
         request: web.Request,
         obj: Any,
@@ -312,7 +312,7 @@ class ResourceHandlers:
     ) -> web.Response:
         alias = request.get(GROUP_ALIAS_KEY)
         if alias is not None:  # a request on an alias group: answered in the client's spelling
-            obj = alias.to_requested(obj)
+            obj = alias.to_requested(await alias.convert(obj))
         if target.form == "table" and kind is not None and isinstance(obj, dict) and obj.get("kind") == kind.kind:
             obj = table(
                 kind, [obj], target, include, resource_version=(obj.get("metadata") or {}).get("resourceVersion", "")
@@ -555,9 +555,9 @@ class ResourceHandlers:
                 target = negotiate(request.headers.get("Accept"), table_ok=False)
                 ctx = self._context(request, info, kind, user)
                 if verb == "get" and isinstance(rest, Getter):
-                    return self._respond_obj(request, await rest.get(ctx), 200, target)
+                    return await self._respond_obj(request, await rest.get(ctx), 200, target)
                 if verb == "list" and isinstance(rest, Lister):
-                    return self._respond_obj(request, await rest.list(ctx), 200, target)
+                    return await self._respond_obj(request, await rest.list(ctx), 200, target)
                 raise st.method_not_allowed(f"{verb} is not supported on {kind.qualified_resource}")
         if verb == "get":
             return await self.get(request, info, kind)
@@ -613,7 +613,7 @@ class ResourceHandlers:
         if info.verb == "list" and not info.namespace and isinstance(rest, Lister):
             target = negotiate(request.headers.get("Accept"), table_ok=False)
             out = await rest.list(self._context(request, info, None, user))
-            return self._respond_obj(request, out, 200, target)
+            return await self._respond_obj(request, out, 200, target)
         if info.namespace:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         raise st.method_not_allowed(f"{info.verb} is not supported on {info.resource}")
@@ -682,7 +682,7 @@ class ResourceHandlers:
         body_alias = request.get(BODY_ALIAS_KEY)
         if body_alias is not None:  # answered in the spelling the body used
             body_alias.to_requested(out)
-        return self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
+        return await self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
 
     async def _subresource(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
@@ -712,7 +712,9 @@ class ResourceHandlers:
             return await self._rest_create(request, info, kind, user, rest, sub)
         elif verb == "get" and isinstance(rest, Getter):
             target = negotiate(request.headers.get("Accept"), table_ok=False)
-            return self._respond_obj(request, await rest.get(self._context(request, info, kind, user)), 200, target)
+            return await self._respond_obj(
+                request, await rest.get(self._context(request, info, kind, user)), 200, target
+            )
         elif verb == "update" and isinstance(rest, Updater):
             return await self._rest_update(request, info, kind, user, rest, sub)
         elif verb == "patch" and isinstance(rest, Patcher):
@@ -733,7 +735,7 @@ class ResourceHandlers:
         if want_kind == kind.kind and want_av is None:  # the object itself: it names this one
             self._check_name_in_body(kind, info, obj)
         code, out = await rest.update(self._context(request, info, kind, user, wp), obj)
-        return self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
+        return await self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
 
     async def _rest_patch(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, rest: Patcher
@@ -752,7 +754,7 @@ class ResourceHandlers:
         code, out = await rest.patch(
             self._context(request, info, kind, user, wp), lambda current: apply_patch(ctype, current, doc, schema)
         )
-        return self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
+        return await self._respond_obj(request, out, code, JSON if wp.target.form == "table" else wp.target)
 
     @staticmethod
     def _patch_document(ctype: str, body: bytes) -> Any:
@@ -770,7 +772,7 @@ class ResourceHandlers:
         target = negotiate(request.headers.get("Accept"))
         include = validate_include_object(request.query.get("includeObject"))
         raw, rev = await self.store.get(kind, info.namespace, info.name, request.query.get("resourceVersion"))
-        return self._respond_raw(request, codec.splice_rv(raw, rev), 200, target, kind, include)
+        return await self._respond_raw(request, codec.splice_rv(raw, rev), 200, target, kind, include)
 
     async def list(self, request: web.Request, info: RequestInfo, kind: KindInfo) -> web.StreamResponse:
         q = request.query
@@ -793,9 +795,14 @@ class ResourceHandlers:
         if target.form == "json" and not self._pretty(request):
             body = self._list_bytes(kind, res)
             alias = request.get(GROUP_ALIAS_KEY)
-            return web.Response(body=body if alias is None else alias.json_bytes(body), content_type="application/json")
+            if alias is not None:
+                body = codec.dumps(alias.to_requested(await alias.convert(codec.load_json(body))))
+            return web.Response(body=body, content_type="application/json")
         if target.form == "table":
             objs = [codec.decode_stored(raw, rev) for raw, rev in res.items]
+            alias = request.get(GROUP_ALIAS_KEY)
+            if alias is not None:  # the columns read the objects in the requested version
+                objs = (await alias.convert({"kind": "List", "items": objs}))["items"]
             body = table(
                 kind,
                 objs,
@@ -805,8 +812,8 @@ class ResourceHandlers:
                 continue_token=res.continue_token,
                 remaining=res.remaining,
             )
-            return self._respond_obj(request, body, 200, JSON)
-        return self._respond_obj(request, codec.load_json(self._list_bytes(kind, res)), 200, target)
+            return await self._respond_obj(request, body, 200, JSON)
+        return await self._respond_obj(request, codec.load_json(self._list_bytes(kind, res)), 200, target)
 
     @staticmethod
     def _list_bytes(kind: KindInfo, res: ListResult) -> bytes:
@@ -897,18 +904,20 @@ class ResourceHandlers:
                 if target.form == "table":
                     obj = codec.decode_stored(raw, rv)
                     if alias is not None:
-                        alias.to_requested(obj)
+                        obj = alias.to_requested(await alias.convert(obj))
                     tbl = table(kind, [obj], target, include, resource_version=str(rv), with_columns=not sent_columns)
                     sent_columns = True
                     await resp.write(codec.dumps({"type": ev_type, "object": tbl}) + b"\n")
                 elif target.form == "protobuf":
                     obj = codec.decode_stored(raw, rv)
                     await resp.write(
-                        self._watch_frame(target, ev_type, obj if alias is None else alias.to_requested(obj))
+                        self._watch_frame(
+                            target, ev_type, obj if alias is None else alias.to_requested(await alias.convert(obj))
+                        )
                     )
                 else:
                     frame = b'{"type":"%s","object":%s}\n' % (ev_type.encode(), codec.splice_rv(raw, rv))
-                    await resp.write(frame if alias is None else alias.watch_frame(frame))
+                    await resp.write(frame if alias is None else await alias.watch_frame_converted(frame))
 
             for e in initial:
                 await send("ADDED", (e.raw, e.rv))
@@ -1025,7 +1034,7 @@ class ResourceHandlers:
         _, raw = await self.store.create(
             kind, info.namespace, obj, user, dry_run=wp.dry_run, field_manager=wp.field_manager
         )
-        return self._respond_raw(request, raw, 201, wp.target, kind)
+        return await self._respond_raw(request, raw, 201, wp.target, kind)
 
     async def update(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, subresource: str = ""
@@ -1057,7 +1066,7 @@ class ResourceHandlers:
             on_missing=on_missing,
             field_manager=wp.field_manager,
         )
-        return self._respond_raw(request, raw, 201 if created else 200, target, kind)
+        return await self._respond_raw(request, raw, 201 if created else 200, target, kind)
 
     async def patch(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo, subresource: str = ""
@@ -1081,7 +1090,7 @@ class ResourceHandlers:
                 validate=lambda new: self._validated_patch(request, kind, new, wp.field_validation, ctype, apply_body),
                 authorize_create=lambda: self._authorize_create(info, user),
             )
-            return self._respond_raw(request, raw, 201 if created else 200, wp.target, kind)
+            return await self._respond_raw(request, raw, 201 if created else 200, wp.target, kind)
         # Strategic merge patch reads its merge keys from the kind's schema (the same one
         # for the main resource and its status); a kind without one cannot take it.
         smp_schema = None
@@ -1129,7 +1138,7 @@ class ResourceHandlers:
             operation="UPDATE",
             field_manager=wp.field_manager,
         )
-        return self._respond_raw(request, raw, 200, target, kind)
+        return await self._respond_raw(request, raw, 200, target, kind)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
         q = request.query
@@ -1182,12 +1191,12 @@ class ResourceHandlers:
         opts = await self._delete_options(request)
         obj, raw, deleted = await self.store.delete(kind, info.namespace, info.name, opts, user)
         if not deleted or kind.resource == "pods":
-            return self._respond_raw(request, raw, 200, target, kind)
+            return await self._respond_raw(request, raw, 200, target, kind)
         md = obj.get("metadata") or {}
         status = st.success_status(
             {"name": md.get("name", ""), "group": kind.group, "kind": kind.resource, "uid": md.get("uid", "")}
         )
-        return self._respond_obj(request, status, 200, target)
+        return await self._respond_obj(request, status, 200, target)
 
     async def delete_collection(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
@@ -1204,4 +1213,4 @@ class ResourceHandlers:
             except st.ApiError as exc:
                 if exc.code != 404:
                     raise
-        return self._respond_obj(request, st.success_status(), 200, target)
+        return await self._respond_obj(request, st.success_status(), 200, target)

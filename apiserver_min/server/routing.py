@@ -21,6 +21,7 @@ from ..api import codec, names
 from ..api import status as st
 from ..api.kinds import KindInfo, Registry
 from ..apiextensions import values
+from ..apiextensions.conversion import ConversionError
 
 # Request key (aiohttp request mapping) under which the server puts the GroupAlias of a
 # request on an alias group (None for any other), for the body decoder and the response writers.
@@ -90,6 +91,18 @@ class GroupAlias:
         """JSON bytes of an object or list, re-encoded in the client's spelling."""
         return codec.dumps(self.to_requested(codec.load_json(raw)))
 
+    async def convert(self, obj: Any) -> Any:
+        """``obj`` (an object, a list or a Table) with what it holds in the requested
+        version, before :meth:`to_requested`; only a custom resource with a conversion
+        webhook has anything to do (the objects are converted in one call)."""
+        return obj
+
+    async def watch_frame_converted(self, frame: bytes) -> bytes:
+        """:meth:`watch_frame`, the event's object converted first."""
+        event = codec.load_json(frame)
+        event["object"] = self.to_requested(await self.convert(event.get("object")))
+        return codec.dumps(event) + b"\n"
+
     def watch_frame(self, frame: bytes) -> bytes:
         """One JSON watch event line (``{"type":..,"object":..}``) in the client's spelling."""
         event = codec.load_json(frame)
@@ -111,6 +124,7 @@ class StorageVersionAlias(GroupAlias):
     served_version: str = ""
     schema: Any = None
     object_kind: str = ""
+    converter: Any = None  # apiextensions.conversion.WebhookConverter, None: only apiVersion differs
 
     @property
     def served_api_version(self) -> str:
@@ -118,6 +132,34 @@ class StorageVersionAlias(GroupAlias):
 
     def to_served(self, obj: Any) -> Any:
         return obj
+
+    async def convert(self, obj: Any) -> Any:
+        if self.converter is None or not isinstance(obj, dict):
+            return obj
+        kind = obj.get("kind")
+        if kind == self.object_kind:
+            (converted,) = await self._converted([obj], f"{self.served}/{self.served_version}, Kind={kind}")
+            return converted
+        if kind == "Table":
+            rows = [r for r in obj.get("rows") or () if isinstance(r, dict) and isinstance(r.get("object"), dict)]
+            objs = await self._converted([r["object"] for r in rows], "")
+            for row, new in zip(rows, objs, strict=True):
+                row["object"] = new
+            return obj
+        items = obj.get("items")
+        if isinstance(items, list):
+            batch = [i for i in items if isinstance(i, dict) and i.get("kind") == self.object_kind]
+            new_items = iter(await self._converted(batch, f"{self.served}/{self.served_version}, Kind={kind}"))
+            obj["items"] = [
+                next(new_items) if isinstance(i, dict) and i.get("kind") == self.object_kind else i for i in items
+            ]
+        return obj
+
+    async def _converted(self, objs: list[dict], what: str) -> list[dict]:
+        try:
+            return await self.converter.convert(objs, self.version, what)
+        except ConversionError as exc:
+            raise exc.api_error() from None
 
     def to_requested(self, obj: Any) -> Any:
         obj = GroupAlias.to_requested(self, obj)
@@ -144,7 +186,7 @@ def storage_version_alias(info: "RequestInfo") -> GroupAlias | None:
     stored = k.custom_storage_version or k.version
     if stored == k.version and schema is None:
         return None
-    return StorageVersionAlias(k.group, k.group, k.version, stored, schema, k.kind)
+    return StorageVersionAlias(k.group, k.group, k.version, stored, schema, k.kind, k.custom_converter)
 
 
 @dataclasses.dataclass

@@ -313,7 +313,11 @@ def test_definition_validation_messages(apiserver):
     webhook = crontab_crd("gadgets", "Gadget", "gd")
     webhook["spec"]["conversion"] = {"strategy": "Webhook"}
     status, doc = apiserver.json("POST", CRD_PATH, webhook)
-    assert status == 422 and "spec.conversion.strategy: Forbidden" in doc["message"]
+    assert status == 422
+    assert (
+        "spec.conversion.webhookClientConfig: Required value: required when strategy is set to Webhook"
+        in (doc["message"])
+    )
 
 
 def test_name_conflict_is_not_accepted(apiserver, crd):

@@ -206,7 +206,32 @@ def test_definition_checks():
         "to true in spec.versions[*].schema instead"
     ]
     assert spec_messages(crd(conversion={"strategy": "Webhook"})) == [
-        "spec.conversion.strategy: Forbidden: conversion webhooks (Webhook) are not supported by this server yet"
+        "spec.conversion.webhookClientConfig: Required value: required when strategy is set to Webhook",
+        "spec.conversion.conversionReviewVersions: Required value",
+    ]
+    both = {"url": "https://a.example/x", "service": {"namespace": "n", "name": "s"}}
+    assert spec_messages(crd(conversion={"strategy": "Webhook", "webhook": {"clientConfig": both}})) == [
+        "spec.conversion.webhookClientConfig: Required value: exactly one of url or service is required",
+        "spec.conversion.conversionReviewVersions: Required value",
+    ]
+    bad_url = {"clientConfig": {"url": "http://a.example/x?y=1"}, "conversionReviewVersions": ["v2", "v2"]}
+    assert spec_messages(crd(conversion={"strategy": "Webhook", "webhook": bad_url})) == [
+        "spec.conversion.webhookClientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme",
+        'spec.conversion.webhookClientConfig.url: Invalid value: "y=1": query parameters are not permitted in the URL',
+        'spec.conversion.conversionReviewVersions[1]: Invalid value: "v2": duplicate version',
+        'spec.conversion.conversionReviewVersions: Invalid value: "v2,v2": must include at least one of v1, v1beta1',
+    ]
+    svc = {"clientConfig": {"service": {"name": "conv", "port": 0}}, "conversionReviewVersions": ["v1beta1"]}
+    assert spec_messages(crd(conversion={"strategy": "Webhook", "webhook": svc})) == [
+        "spec.conversion.webhookClientConfig.service.namespace: Required value: service namespace is required",
+        "spec.conversion.webhookClientConfig.service.port: Invalid value: 0: port is not valid: must be between 1 "
+        "and 65535, inclusive",
+    ]
+    good = {"clientConfig": {"url": "https://a.example/convert"}, "conversionReviewVersions": ["v9", "v1"]}
+    assert spec_messages(crd(conversion={"strategy": "Webhook", "webhook": good})) == []
+    assert spec_messages(crd(conversion={"strategy": "None", "webhook": good})) == [
+        "spec.conversion.webhookClientConfig: Forbidden: should not be set when strategy is not set to Webhook",
+        "spec.conversion.conversionReviewVersions: Forbidden: should not be set when strategy is not set to Webhook",
     ]
 
 
