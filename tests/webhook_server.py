@@ -61,7 +61,9 @@ def convert_endpoint(obj: dict, desired: str) -> dict:
 def conversion_answer(path: str, review: dict) -> dict:
     """``/convert``: converts (:func:`convert_endpoint`); ``/convert-fail``: answers a
     Failure; ``/convert-short``: drops the last object; ``/convert-rename``: changes
-    the objects' names (not allowed)."""
+    the objects' names (not allowed); ``/convert-meta``: changes annotations (allowed)
+    and the generation (given back); ``/convert-kind``, ``/convert-version``: a wrong
+    kind or apiVersion; ``/convert-uid``: a wrong response uid."""
     req = review.get("request") or {}
     desired = req.get("desiredAPIVersion", "")
     objs = [convert_endpoint(o, desired) for o in req.get("objects") or []]
@@ -73,7 +75,18 @@ def conversion_answer(path: str, review: dict) -> dict:
     elif path == "/convert-rename":
         for o in objs:
             o["metadata"]["name"] = "renamed"
-    response = {"uid": req.get("uid"), "result": result, "convertedObjects": objs}
+    elif path == "/convert-meta":
+        for o in objs:
+            o["metadata"]["annotations"] = {"converted": "yes"}
+            o["metadata"]["generation"] = 99
+    elif path == "/convert-kind":
+        for o in objs:
+            o["kind"] = "Other"
+    elif path == "/convert-version":
+        for o in objs:
+            o["apiVersion"] = "other.example.com/v1"
+    uid = "not-yours" if path == "/convert-uid" else req.get("uid")
+    response = {"uid": uid, "result": result, "convertedObjects": objs}
     return {"apiVersion": review.get("apiVersion"), "kind": "ConversionReview", "response": response}
 
 
@@ -130,6 +143,8 @@ class WebhookServer:
         if review.get("kind") == "ImageReview":
             return web.json_response(image_review_answer(review))
         if review.get("kind") == "ConversionReview":
+            if path == "/convert-hang":
+                await asyncio.sleep(self.hang_seconds)
             return web.json_response(conversion_answer(path, review))
         req = review.get("request") or {}
         response: dict = {"uid": req.get("uid"), "allowed": True}

@@ -18,6 +18,7 @@ import base64
 import copy
 import json
 import ssl
+import urllib.parse
 import uuid
 from typing import Any
 
@@ -26,6 +27,7 @@ import aiohttp
 from ..api import names
 from ..api import status as st
 from ..api import validation as v
+from ..webhookclient.errors import describe_exception, go_duration
 from .definition import CONVERSION_REVIEW_VERSIONS
 
 DEFAULT_TIMEOUT = 30.0
@@ -58,8 +60,13 @@ def _address(client_config: dict, timeout: float) -> str:
         svc = client_config.get("service") or {}
         path = svc.get("path") or ""
         url = f"https://{svc.get('name')}.{svc.get('namespace')}.svc:{svc.get('port') or 443}{path}"
-    seconds = f"{int(timeout)}s" if timeout == int(timeout) else f"{timeout}s"
-    return f"{url}{'&' if '?' in url else '?'}timeout={seconds}"
+    return f"{url}{'&' if '?' in url else '?'}timeout={go_duration(timeout)}"
+
+
+def _dialed(address: str) -> str:
+    """host:port of a URL, as a dial error names it."""
+    u = urllib.parse.urlsplit(address)
+    return f"{u.hostname}:{u.port or 443}"
 
 
 def _ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
@@ -140,7 +147,8 @@ class WebhookConverter:
                 raise ConversionError(
                     f"{prefix}: invalid kind (expected {original.get('kind')}, received {new.get('kind', '')})"
                 )
-            got_md = new.get("metadata") if isinstance(new.get("metadata"), dict) else {}
+            got = new.get("metadata")
+            got_md: dict = got if isinstance(got, dict) else {}
             want_md = original.get("metadata") or {}
             for field, word in (("name", "name"), ("namespace", "namespace"), ("uid", "UID")):
                 if want_md.get(field, "") != got_md.get(field, ""):
@@ -178,14 +186,8 @@ class WebhookConverter:
                             f"the server responded with the status code {resp.status} but did not return more "
                             "information"
                         )
-        except asyncio.TimeoutError:
-            raise ConversionError(f'Post "{address}": context deadline exceeded') from None
-        except aiohttp.ClientConnectorCertificateError as exc:
-            raise ConversionError(
-                f'Post "{address}": tls: failed to verify certificate: {exc.certificate_error}'
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise ConversionError(f'Post "{address}": {exc}') from None
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ConversionError(f'Post "{address}": {describe_exception(exc, _dialed(address))}') from None
         if len(data) > MAX_RESPONSE_BYTES:
             raise ConversionError("the response is too large")
         try:

@@ -1121,9 +1121,9 @@ class ResourceHandlers:
 
         alias = request.get(GROUP_ALIAS_KEY)
 
-        def compute(old: dict) -> dict:
+        async def compute(old: dict) -> dict:
             if isinstance(alias, StorageVersionAlias):  # patched in the version the client asked for
-                alias.to_requested(old)
+                old = alias.to_requested(await alias.convert(old))
             new = patch_object(ctype, old, doc, smp_schema)
             return self._validated_patch(request, kind, new, wp.field_validation, ctype, body)
 

@@ -142,6 +142,11 @@ def test_written_in_either_version_read_in_the_other(apiserver, hook, endpoints,
     _, updated = apiserver.json("PUT", f"{v2}/b", b, expect=200)
     assert updated["spec"] == {"hostPort": "z:8443"}
     assert stored(apiserver, ns, "endpoints", "b")["spec"] == {"host": "z", "port": 8443}
+    # A merge patch in v2: applied to the object converted to v2, stored in v1.
+    hdr = {"Content-Type": "application/merge-patch+json"}
+    _, patched = apiserver.json("PATCH", f"{v2}/b", {"spec": {"hostPort": "w:9"}}, hdr, expect=200)
+    assert patched["apiVersion"] == f"{GROUP}/v2" and patched["spec"] == {"hostPort": "w:9"}
+    assert stored(apiserver, ns, "endpoints", "b")["spec"] == {"host": "w", "port": 9}
 
 
 def test_kubectl_reads_both_versions(apiserver, endpoints, ns, tmp_path):

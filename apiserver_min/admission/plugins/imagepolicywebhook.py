@@ -27,9 +27,10 @@ import orjson
 
 from ...api import names
 from ...api import status as st
+from ...webhookclient.errors import describe_exception
 from ..chain import Attributes
 from ..config import strict_fields
-from ..webhook.client import describe_exception, ssl_context
+from ..webhook.client import ssl_context
 from ..webhook.credentials import ClientCredentials, load_orchconfig, parse_user
 
 log = logging.getLogger("orch-apiserver.admission.imagepolicy")

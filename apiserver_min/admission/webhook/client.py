@@ -13,16 +13,15 @@ import asyncio
 import base64
 import contextlib
 import os
-import socket
 import ssl
 import tempfile
 import urllib.parse
 from typing import Any
 
-import aiohttp
 import orjson
 
 from ...api import names
+from ...webhookclient.errors import describe_exception, go_duration
 from .credentials import ClientCredentials, CredentialResolver
 from .source import ClusterLookup, ResolveError
 
@@ -48,37 +47,6 @@ def ssl_context(ca_pem: bytes, creds: ClientCredentials) -> ssl.SSLContext:
             with contextlib.suppress(OSError):
                 os.unlink(path)
     return ctx
-
-
-def _go_duration(seconds: float) -> str:
-    return f"{int(seconds)}s" if seconds == int(seconds) else f"{seconds}s"
-
-
-def describe_exception(exc: BaseException, address: str) -> str:
-    """The cause in the words of upstream's Go client where there is a counterpart."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return "context deadline exceeded"
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        cert_error = exc.certificate_error
-        if isinstance(cert_error, ssl.SSLCertVerificationError):
-            return f"tls: failed to verify certificate: x509: {cert_error.verify_message}"
-        return f"tls: {cert_error}"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        if isinstance(os_error, ConnectionRefusedError):
-            return f"dial tcp {address}: connect: connection refused"
-        return f"dial tcp {address}: {os_error.strerror or os_error}"
-    if isinstance(exc, (aiohttp.ServerDisconnectedError, asyncio.IncompleteReadError)):
-        return "EOF"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"tls: failed to verify certificate: x509: {exc.verify_message}"
-    if isinstance(exc, ConnectionRefusedError):
-        return f"dial tcp {address}: connect: connection refused"
-    if isinstance(exc, socket.gaierror):
-        return f"dial tcp: lookup {address.rpartition(':')[0]}: no such host"
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"dial tcp {address}: {exc.strerror.lower()}"
-    return str(exc) or type(exc).__name__
 
 
 class _Pool:
@@ -218,7 +186,7 @@ class WebhookClients:
 
     async def post(self, key: str, client_config: dict, body: bytes, timeout: float) -> Any:
         """POST BODY and return the decoded JSON answer; CallError naming the URL."""
-        query = f"?timeout={_go_duration(timeout)}"
+        query = f"?timeout={go_duration(timeout)}"
         service = client_config.get("service")
         if isinstance(service, dict):
             ns, name = str(service.get("namespace") or ""), str(service.get("name") or "")

@@ -1,0 +1,1 @@
+"""What every caller of an HTTPS webhook shares (see ``errors``)."""
