@@ -966,6 +966,9 @@ class ResourceHandlers:
                 else:
                     for cev in batch:
                         await send(cev.type, (cev.entry.raw, cev.entry.rv), cev)
+        except st.ApiError as exc:
+            # An event that cannot be shown (a conversion webhook failed): an ERROR event ends the watch.
+            await resp.write(self._watch_frame(target, "ERROR", exc.to_status()))
         except WatcherClosed as exc:
             # Dropped for falling behind, a cache resync or shutdown: the stream just
             # ends, and the client watches again from the last version it saw.

@@ -177,6 +177,21 @@ def test_failing_webhook_gives_upstreams_error(apiserver, hook, ns, path, messag
     what = f"conversion webhook for {GROUP}/v2, Kind={kind}"
     if path == "/convert-fail":
         assert doc["message"] == f"{what} failed: {message}"
+        # Stored in v1 (nothing to convert), then read in v2: get, list and watch fail alike.
+        body = {**body, "apiVersion": f"{GROUP}/v1", "spec": {"host": "x", "port": 1}}
+        apiserver.json("POST", f"/apis/{GROUP}/v1/namespaces/{ns}/{plural}", body, expect=201)
+        v2 = f"/apis/{GROUP}/v2/namespaces/{ns}/{plural}"
+        from_v1 = f"conversion webhook for {GROUP}/v1, Kind={kind} failed: {message}"
+        status, doc = apiserver.json("GET", f"{v2}/f")
+        assert (status, doc["message"]) == (500, from_v1)
+        status, doc = apiserver.json("GET", v2)
+        assert (status, doc["message"]) == (
+            500,
+            f"conversion webhook for {GROUP}/v1, Kind={kind}List failed: {message}",
+        )
+        with apiserver.watch(f"{v2}?watch=1&resourceVersion=0") as w:
+            ev = w.next()
+        assert ev is not None and ev["type"] == "ERROR" and ev["object"]["message"] == from_v1
     else:
         assert doc["message"] == f"{what} {message}"
 
