@@ -589,19 +589,25 @@ async def apply_request(
     subresource: str = "",
     validate: Callable[[dict], dict] | None = None,
     authorize_create: Callable[[], None] | None = None,
+    convert_old: Callable[[dict], Awaitable[dict]] | None = None,
 ) -> tuple[dict, bytes, bool]:
     """Serve one apply PATCH through the generic store (create when absent).
     ``validate`` is the request's field validation of the merged object (it may
     drop unknown fields or raise). ``authorize_create`` runs before an absent
     object is created (it raises when the requester may not create one: upstream
-    authorizes a create-through-apply as ``create``). Returns (object, response
-    bytes, created)."""
+    authorizes a create-through-apply as ``create``). ``convert_old`` brings the
+    stored object to the requested version before the merge (a custom resource with a
+    conversion webhook). Returns (object, response bytes, created)."""
     config = parse_config(kind, body, namespace, name)
     raw_config = orjson.dumps(config)
 
     def fresh_config() -> dict:
         # Each attempt gets its own copy: the store mutates what compute returns.
         return orjson.loads(raw_config)
+
+    async def converted_compute(old: dict) -> dict:
+        assert convert_old is not None
+        return compute(await convert_old(old))
 
     def compute(old: dict) -> dict:
         # A private copy: the store defaults and prepares what compute returns in place,
@@ -632,7 +638,7 @@ async def apply_request(
         kind,
         namespace,
         name,
-        compute,
+        compute if convert_old is None else converted_compute,
         user,
         subresource=subresource,
         dry_run=dry_run,

@@ -1079,6 +1079,7 @@ class ResourceHandlers:
             # Server-side apply: the merge, field ownership and conflicts live in managedfields.
             apply_body = await self._read_body(request)
             wp = WriteParams.parse(request, "PatchOptions", ctype)
+            alias = request.get(GROUP_ALIAS_KEY)
             _, raw, created = await apply_request(
                 self.store,
                 kind,
@@ -1092,6 +1093,7 @@ class ResourceHandlers:
                 subresource=subresource,
                 validate=lambda new: self._validated_patch(request, kind, new, wp.field_validation, ctype, apply_body),
                 authorize_create=lambda: self._authorize_create(info, user),
+                convert_old=alias.convert if isinstance(alias, StorageVersionAlias) and alias.converter else None,
             )
             return await self._respond_raw(request, raw, 201 if created else 200, wp.target, kind)
         # Strategic merge patch reads its merge keys from the kind's schema (the same one

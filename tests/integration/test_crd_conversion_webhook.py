@@ -157,6 +157,10 @@ def test_kubectl_reads_both_versions(apiserver, endpoints, ns, tmp_path):
     assert got["apiVersion"] == f"{GROUP}/v1" and got["spec"] == {"host": "h", "port": 1}
     got = json.loads(kctl("get", "-n", ns, f"endpoints.v2.{GROUP}", "-o", "json", check=True).stdout)
     assert [i["spec"] for i in got["items"]] == [{"hostPort": "h:1"}]
+    # Server-side apply in v2 on the object stored in v1: merged in v2.
+    obj["spec"]["hostPort"] = "h:2"
+    kctl("apply", "--server-side", "--force-conflicts", "-n", ns, "-f", "-", input=yaml.safe_dump(obj), check=True)
+    assert stored(apiserver, ns, "endpoints", "k")["spec"] == {"host": "h", "port": 2}
 
 
 @pytest.mark.parametrize(
