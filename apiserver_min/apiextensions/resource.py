@@ -2,7 +2,8 @@
 
 One :class:`~apiserver_min.api.kinds.KindInfo` per served version (all sharing one
 storage prefix, ``/<group>/<plural>/``); objects are stored in the storage version
-(``None`` conversion: only ``apiVersion`` changes between versions). On every write
+(``None`` conversion: only ``apiVersion`` changes between versions; ``Webhook``: the
+definition's conversion webhook converts them, see ``conversion``). On every write
 the object is pruned to its version's schema, defaulted and validated with it.
 """
 
@@ -58,6 +59,8 @@ class Definition:
     storage: str
     versions: tuple[Served, ...]
     terminating: bool = False  # being deleted: its objects are deleted, none created
+    # spec.conversion as JSON: a definition whose conversion changed is served again.
+    conversion: str = ""
     # The conversion webhook (strategy Webhook), None: versions differ only in apiVersion.
     converter: WebhookConverter | None = dataclasses.field(default=None, compare=False)
 
@@ -94,6 +97,7 @@ class Definition:
             spec.get("scope") == "Namespaced",
             storage_version(crd),
             tuple(served),
+            conversion=json.dumps(spec.get("conversion"), sort_keys=True),
             converter=_converter(spec),
         )
 

@@ -115,8 +115,9 @@ class StorageVersionAlias(GroupAlias):
     """How a custom resource is read, where the stored bytes are not the answer as they
     are: in a version other than the one its objects are stored in (``served_version``),
     answers are rewritten from the stored ``apiVersion`` to the requested one, as an
-    alias group's are (the definitions convert with ``None``: only ``apiVersion``
-    differs); with a schema that declares defaults (``schema``), every object read is
+    alias group's are (``None`` conversion: only ``apiVersion`` differs), or, for a
+    definition with a conversion webhook (``converter``), converted by it first
+    (:meth:`convert`, which the handlers await before :meth:`to_requested`); with a schema that declares defaults (``schema``), every object read is
     defaulted, so objects stored before a default was declared read with it. A body
     stays in the requested version, which the strategy validates by that version's
     schema and stores in the storage version."""

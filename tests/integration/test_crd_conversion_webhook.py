@@ -196,6 +196,12 @@ def test_failing_webhook_gives_upstreams_error(apiserver, hook, ns, path, messag
         with apiserver.watch(f"{v2}?watch=1&resourceVersion=0") as w:
             ev = w.next()
         assert ev is not None and ev["type"] == "ERROR" and ev["object"]["message"] == from_v1
+        # The webhook's address changed: the definition is served with the new one.
+        _, crd = apiserver.json("GET", f"{CRD_PATH}/{plural}.{GROUP}", expect=200)
+        crd["spec"]["conversion"]["webhook"]["clientConfig"] = hook.client_config("/convert")
+        apiserver.json("PUT", f"{CRD_PATH}/{plural}.{GROUP}", crd, expect=200)
+        wait_for(lambda: apiserver.json("GET", f"{v2}/f")[0] == 200, timeout=10, what="the new webhook used")
+        assert apiserver.json("GET", f"{v2}/f")[1]["spec"] == {"hostPort": "x:1"}
     else:
         assert doc["message"] == f"{what} {message}"
 
