@@ -29,6 +29,7 @@ from ..registry.rest import DeleteOptions, RestTable
 from ..registry.store import Store
 from ..storage.cacher import CacheEvent, ResourceCache, WatchCache
 from ..storage.keys import key_prefix, object_key
+from ..webhookclient.lookup import ClusterLookup
 from .resource import CustomResourceStrategy, CustomScaleREST, Definition
 
 log = logging.getLogger("orch-apiserver.apiextensions")
@@ -88,6 +89,7 @@ class DefinitionController:
         self._queued: set[str] = set()
         self._task: asyncio.Task | None = None
         self._retries: set[asyncio.TimerHandle] = set()
+        self._lookup: ClusterLookup | None = None  # services of conversion webhooks, made on first need
         cache.listeners.append(self._on_event)
 
     # --- events -------------------------------------------------------------------------
@@ -279,6 +281,10 @@ class DefinitionController:
         prev = self.served.get(name)
         if prev is not None and prev[0] == d:
             return
+        if d.converter is not None:
+            if self._lookup is None:
+                self._lookup = ClusterLookup(self.cache, self.registry, self.store)
+            d.converter.lookup = self._lookup
         kinds = d.kinds()
         if not kinds:
             await self.unserve(name)

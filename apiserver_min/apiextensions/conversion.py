@@ -28,6 +28,7 @@ from ..api import names
 from ..api import status as st
 from ..api import validation as v
 from ..webhookclient.errors import describe_exception, go_duration
+from ..webhookclient.lookup import ClusterLookup, ResolveError
 from .definition import CONVERSION_REVIEW_VERSIONS
 
 DEFAULT_TIMEOUT = 30.0
@@ -109,6 +110,7 @@ class WebhookConverter:
         self.client_config: dict = webhook.get("clientConfig") or {}
         self.review_version = _review_version(webhook)
         self.timeout = timeout
+        self.lookup: ClusterLookup | None = None  # resolves a service reference (set by the server)
         self._ssl: ssl.SSLContext | None = None
 
     def _context(self) -> ssl.SSLContext:
@@ -172,13 +174,28 @@ class WebhookConverter:
             "request": {"uid": uid, "desiredAPIVersion": desired, "objects": objs},
         }
         address = _address(self.client_config, self.timeout)
+        target, dialed = address, _dialed(address)
+        headers = {"Accept": "application/json", "User-Agent": f"{names.APISERVER_NAME}/conversion"}
+        server_name: str | None = None
+        svc = self.client_config.get("service")
+        if isinstance(svc, dict) and self.lookup is not None:
+            # Called at a ready endpoint of the service, verified as the service's DNS name.
+            given = svc.get("port")
+            port = given if isinstance(given, int) else 443
+            u = urllib.parse.urlsplit(address)
+            try:
+                ip, dial_port = self.lookup.resolve_service(str(svc.get("namespace")), str(svc.get("name")), port)
+            except ResolveError as exc:
+                raise ConversionError(f'Post "{address}": {exc}') from None
+            host = f"[{ip}]" if ":" in ip else ip
+            dialed = f"{host}:{dial_port}"
+            target = urllib.parse.urlunsplit(("https", dialed, u.path, u.query, ""))
+            server_name = u.hostname
+            headers["Host"] = u.netloc
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as session:
                 async with session.post(
-                    address,
-                    json=review,
-                    ssl=self._context(),
-                    headers={"Accept": "application/json", "User-Agent": f"{names.APISERVER_NAME}/conversion"},
+                    target, json=review, ssl=self._context(), headers=headers, server_hostname=server_name
                 ) as resp:
                     data = await resp.content.read(MAX_RESPONSE_BYTES + 1)
                     if resp.status < 200 or resp.status > 299:
@@ -187,7 +204,7 @@ class WebhookConverter:
                             "information"
                         )
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ConversionError(f'Post "{address}": {describe_exception(exc, _dialed(address))}') from None
+            raise ConversionError(f'Post "{address}": {describe_exception(exc, dialed)}') from None
         if len(data) > MAX_RESPONSE_BYTES:
             raise ConversionError("the response is too large")
         try:

@@ -5,11 +5,16 @@ with upstream's words."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from apiserver_min.api import names
+from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.apiextensions.conversion import ConversionError, WebhookConverter
+from apiserver_min.storage.cacher import WatchCache
+from apiserver_min.storage.keys import key_prefix, object_key
+from apiserver_min.webhookclient.lookup import ClusterLookup
 from tests.webhook_server import CONVERT_FAILURE, WebhookServer
 
 GROUP = "conv.example.com"
@@ -105,3 +110,41 @@ def test_unknown_certificate_authority(hook):
     with pytest.raises(ConversionError) as err:
         asyncio.run(WebhookConverter(GROUP, webhook).convert([endpoint("h")], "v2"))
     assert str(err.value).startswith(f'{WHAT} failed: Post "{hook.url("/convert")}?timeout=30s": tls: ')
+
+
+def test_a_service_reference_is_called_at_a_ready_endpoint_as_the_service_name():
+    cache = WatchCache(None, list(REGISTRY.kinds), key_prefix)  # type: ignore[arg-type]
+
+    def put(resource: str, obj: dict) -> None:
+        kind = REGISTRY.by_resource("", "v1", resource)
+        assert kind is not None
+        key = object_key(kind, "ops", obj["metadata"]["name"])
+        c = cache.cache(key_prefix(kind))
+        c.items[key] = c.make_entry(key, json.dumps(obj).encode(), 7)
+
+    with WebhookServer(dns=("conv.ops.svc",)) as server:
+        put("services", {"metadata": {"name": "conv", "namespace": "ops"}, "spec": {"ports": [{"port": 8443}]}})
+        put(
+            "endpoints",
+            {
+                "metadata": {"name": "conv", "namespace": "ops"},
+                "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": server.port}]}],
+            },
+        )
+        service = {"namespace": "ops", "name": "conv", "path": "/convert", "port": 8443}
+        webhook = {
+            "clientConfig": {"service": service, "caBundle": server.ca_bundle},
+            "conversionReviewVersions": ["v1"],
+        }
+        converter = WebhookConverter(GROUP, webhook)
+        converter.lookup = ClusterLookup(cache, REGISTRY, None)
+        (out,) = asyncio.run(converter.convert([endpoint("s", host="h", port=5)], "v2"))
+        assert out["spec"] == {"hostPort": "h:5"}
+        missing = {**service, "name": "gone"}
+        converter = WebhookConverter(GROUP, {**webhook, "clientConfig": {"service": missing}})
+        converter.lookup = ClusterLookup(cache, REGISTRY, None)
+        with pytest.raises(ConversionError) as err:
+            asyncio.run(converter.convert([endpoint("t")], "v2"))
+        assert str(err.value) == (
+            f'{WHAT} failed: Post "https://gone.ops.svc:8443/convert?timeout=30s": service "gone" not found'
+        )

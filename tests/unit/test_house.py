@@ -185,11 +185,9 @@ ABOVE_REGISTRY = (
         (f"{P}.cel", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
         (f"{P}.admission.policy", (f"{P}.registry",) + ABOVE_REGISTRY),
         (f"{P}.registry", ABOVE_REGISTRY + (f"{P}.apiextensions",)),
-        # What every caller of a webhook shares depends on no room of the project.
-        (
-            f"{P}.webhookclient",
-            (f"{P}.storage", f"{P}.registry", f"{P}.admission", f"{P}.apiextensions") + ABOVE_REGISTRY,
-        ),
+        # What every caller of a webhook shares (admission webhooks, custom resources'
+        # conversion webhooks) depends on the contract and the storage only.
+        (f"{P}.webhookclient", (f"{P}.registry", f"{P}.admission", f"{P}.apiextensions") + ABOVE_REGISTRY),
         # Custom resources sit on the store: api, storage, registry and the admission chain only.
         (f"{P}.apiextensions", ABOVE_REGISTRY + (f"{P}.admission.plugins", f"{P}.admission.config")),
     ],
