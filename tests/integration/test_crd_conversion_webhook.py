@@ -88,8 +88,8 @@ def ns(apiserver):
 
 
 def stored(server: ApiServerProcess, ns: str, plural: str, name: str) -> dict:
-    """The object as etcd holds it (the server's own storage read, via the debug-free
-    route: a v1 read with no conversion needed, so what is stored comes back as is)."""
+    """The object as stored: read in the storage version v1, which needs no conversion
+    (no review is sent), so the stored object comes back as it is."""
     _, obj = server.json("GET", f"/apis/{GROUP}/v1/namespaces/{ns}/{plural}/{name}", expect=200)
     return obj
 
