@@ -306,12 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--authentication-token-webhook-cache-ttl",
-        default="2m",
+        default=None,
         help="How long the webhook's answers are cached (default 2m).",
     )
     a.add_argument(
         "--authentication-token-webhook-version",
-        default="v1",
+        default=None,
         help="The TokenReview version sent to the webhook: v1 (default) or v1beta1.",
     )
     a.add_argument(
@@ -1004,11 +1004,17 @@ def _oidc_options(ns: argparse.Namespace) -> dict:
     else:
         for flag, value in (
             ("--oidc-client-id", ns.oidc_client_id),
+            ("--oidc-username-prefix", ns.oidc_username_prefix),
             ("--oidc-groups-claim", ns.oidc_groups_claim),
+            ("--oidc-groups-prefix", ns.oidc_groups_prefix),
+            ("--oidc-required-claim", ns.oidc_required_claim),
             ("--oidc-ca-file", ns.oidc_ca_file),
+            ("--oidc-signing-algs", ns.oidc_signing_algs),
         ):
             if value:
                 raise OptionsError(f"{flag} needs --oidc-issuer-url")
+    if ns.oidc_groups_prefix and not ns.oidc_groups_claim:
+        raise OptionsError("--oidc-groups-prefix needs --oidc-groups-claim")
     if ns.oidc_ca_file and not os.path.isfile(ns.oidc_ca_file):
         raise OptionsError(f"invalid value {ns.oidc_ca_file!r} for flag --oidc-ca-file: no such file")
     return {
@@ -1028,7 +1034,14 @@ def _token_webhook_options(ns: argparse.Namespace) -> dict:
     path = ns.authentication_token_webhook_config_file
     if path and not os.path.isfile(path):
         raise OptionsError(f"invalid value {path!r} for flag --authentication-token-webhook-config-file: no such file")
-    version = ns.authentication_token_webhook_version
+    if not path:
+        for flag, value in (
+            ("--authentication-token-webhook-cache-ttl", ns.authentication_token_webhook_cache_ttl),
+            ("--authentication-token-webhook-version", ns.authentication_token_webhook_version),
+        ):
+            if value is not None:
+                raise OptionsError(f"{flag} needs --authentication-token-webhook-config-file")
+    version = ns.authentication_token_webhook_version or "v1"
     if version not in ("v1", "v1beta1"):
         raise OptionsError(
             f"invalid value {version!r} for flag --authentication-token-webhook-version: must be v1 or v1beta1"
@@ -1036,7 +1049,7 @@ def _token_webhook_options(ns: argparse.Namespace) -> dict:
     return {
         "authentication_token_webhook_config_file": path,
         "authentication_token_webhook_cache_ttl": _duration_seconds(
-            "--authentication-token-webhook-cache-ttl", ns.authentication_token_webhook_cache_ttl
+            "--authentication-token-webhook-cache-ttl", ns.authentication_token_webhook_cache_ttl or "2m"
         ),
         "authentication_token_webhook_version": version,
     }

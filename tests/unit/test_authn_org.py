@@ -335,6 +335,7 @@ def test_flags(tmp_path):
             "--oidc-signing-algs=RS256,ES256",
             f"--requestheader-client-ca-file={tmp_path / 'ca'}",
             "--requestheader-username-headers=X-Remote-User",
+            f"--authentication-token-webhook-config-file={tmp_path / 'ca'}",
             "--authentication-token-webhook-cache-ttl=30s",
         ]
     )
@@ -354,7 +355,13 @@ def test_flags(tmp_path):
         (["--oidc-issuer-url=https://i", "--oidc-client-id=x", "--oidc-signing-algs=HS256"], "--oidc-signing-algs"),
         (["--oidc-issuer-url=https://i", "--oidc-client-id=x", "--oidc-required-claim=novalue"], "key=value"),
         (["--requestheader-username-headers=X-Remote-User"], "needs --requestheader-client-ca-file"),
-        (["--authentication-token-webhook-version=v2"], "v1 or v1beta1"),
+        (
+            [f"--authentication-token-webhook-config-file={__file__}", "--authentication-token-webhook-version=v2"],
+            "v1 or v1beta1",
+        ),
+        (["--authentication-token-webhook-cache-ttl=1m"], "needs --authentication-token-webhook-config-file"),
+        (["--oidc-groups-prefix=g:"], "needs --oidc-issuer-url"),
+        (["--oidc-issuer-url=https://i", "--oidc-client-id=x", "--oidc-groups-prefix=g:"], "needs --oidc-groups-claim"),
         (["--authentication-token-webhook-config-file=/nonexistent"], "no such file"),
     ],
 )
