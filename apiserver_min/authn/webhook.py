@@ -13,12 +13,14 @@ server presents (a client certificate and key, or a token).
 
 Answers are cached for ``--authentication-token-webhook-cache-ttl`` (2m by
 default), "yes" and "no" alike, by the SHA-256 of the token and the audiences.
-A backend that cannot be reached or answers nonsense makes the token fail (401)
-and is logged; such failures are not cached.
+A backend that cannot be reached or answers 429 or 5xx is asked again with a
+growing delay (five tries in all, as upstream); one that still fails, or answers
+nonsense, makes the token fail (401) and is logged; such failures are not cached.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import hashlib
@@ -45,6 +47,9 @@ VERSIONS = ("v1", "v1beta1")
 REQUEST_TIMEOUT_SECONDS = 30.0
 CACHE_SIZE = 4096
 MAX_RESPONSE_BYTES = 1 << 20
+RETRY_STEPS = 5
+RETRY_INITIAL_SECONDS = 0.5
+RETRY_FACTOR = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +165,10 @@ def user_from_status(status: dict) -> UserInfo:
     return UserInfo(username, uid=uid, groups=_strings(user.get("groups"), "status.user.groups"), extra=extra)
 
 
+class _Retryable(Exception):
+    pass
+
+
 class WebhookTokenAuthenticator:
     """Asks the backend about tokens (see the module doc)."""
 
@@ -171,6 +180,7 @@ class WebhookTokenAuthenticator:
         version: str = "v1",
         cache_ttl: float = DEFAULT_CACHE_TTL_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
+        retry_backoff: float = RETRY_INITIAL_SECONDS,
     ):
         if version not in VERSIONS:
             raise AuthConfigError(
@@ -180,6 +190,7 @@ class WebhookTokenAuthenticator:
         self.api_version = f"{names.AUTHENTICATION_GROUP}/{version}"
         self.cache_ttl = cache_ttl
         self.monotonic = monotonic
+        self.retry_backoff = retry_backoff
         self._ssl = backend_ssl_context(backend)
         self._session: aiohttp.ClientSession | None = None
         # (sha256(token), audiences) -> (until, result or None for "not authenticated")
@@ -212,6 +223,27 @@ class WebhookTokenAuthenticator:
             self._cache[key] = (now + self.cache_ttl, result)
         return result
 
+    async def _post(self, body: bytes, headers: dict[str, str]) -> bytes:
+        """POST the review; a connection error, 429 or 5xx is retried with a growing
+        delay (upstream's backoff: 0.5 s, x1.5, RETRY_STEPS tries in all)."""
+        delay = self.retry_backoff
+        for attempt in range(RETRY_STEPS):
+            self.calls += 1
+            try:
+                async with self._client().post(self.backend.url, data=body, headers=headers) as resp:
+                    raw = await resp.content.read(MAX_RESPONSE_BYTES + 1)
+                    if resp.status == 429 or resp.status >= 500:
+                        raise _Retryable(f"HTTP {resp.status}")
+                    if resp.status < 200 or resp.status >= 300:
+                        raise ValueError(f"HTTP {resp.status}")
+                    return raw
+            except (aiohttp.ClientConnectionError, TimeoutError, _Retryable) as exc:
+                if attempt + 1 >= RETRY_STEPS:
+                    raise ValueError(str(exc) or type(exc).__name__) from None
+            await asyncio.sleep(delay)
+            delay *= RETRY_FACTOR
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
     async def _review(self, token: str, audiences: tuple[str, ...]) -> TokenResult | None:
         spec: dict[str, Any] = {"token": token}
         if audiences:
@@ -220,12 +252,8 @@ class WebhookTokenAuthenticator:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.backend.token:
             headers["Authorization"] = "Bearer " + self.backend.token
-        self.calls += 1
         try:
-            async with self._client().post(self.backend.url, data=body, headers=headers) as resp:
-                raw = await resp.content.read(MAX_RESPONSE_BYTES + 1)
-                if resp.status < 200 or resp.status >= 300:
-                    raise ValueError(f"HTTP {resp.status}")
+            raw = await self._post(body, headers)
             if len(raw) > MAX_RESPONSE_BYTES:
                 raise ValueError("response too large")
             review = orjson.loads(raw)

@@ -231,7 +231,9 @@ def test_webhook_refusals_and_failures_are_401(org):
     org.idp.webhook_fail = True
     try:
         org.idp.webhook_users["broken-backend"] = {"username": "y"}
+        calls = len(org.idp.reviews)
         assert_401(*org.whoami("broken-backend"))
+        assert len(org.idp.reviews) - calls == 5  # retried with backoff, then given up
     finally:
         org.idp.webhook_fail = False
     assert "token webhook" in org.proc.log_path.read_text(errors="replace")
