@@ -20,7 +20,8 @@ a client that sends the same token on every request pays for one signature check
 Why a token was refused goes to the log and TokenReview's error; a client only
 ever sees 401.
 
-PyJWT does the JOSE part (signatures, key sets, the registered claims).
+PyJWT (the top-level ``jwt`` package, not this package's jwt.py, which signs and
+verifies service-account tokens) does the JOSE part: signatures, key sets, iss and aud.
 """
 
 from __future__ import annotations
