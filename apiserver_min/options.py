@@ -87,6 +87,26 @@ class Options:
     service_account_lookup: bool = True
     service_account_max_token_expiration: float = 0.0
     api_audiences: tuple[str, ...] = (names.DEFAULT_SERVICE_ACCOUNT_ISSUER,)
+    # OpenID Connect (authn/oidc.py): off while oidc_issuer_url is empty.
+    oidc_issuer_url: str = ""
+    oidc_client_id: str = ""
+    oidc_username_claim: str = "sub"
+    oidc_username_prefix: str = ""
+    oidc_groups_claim: str = ""
+    oidc_groups_prefix: str = ""
+    oidc_required_claims: tuple[tuple[str, str], ...] = ()
+    oidc_ca_file: str = ""
+    oidc_signing_algs: tuple[str, ...] = ("RS256",)
+    # Webhook token authentication (authn/webhook.py): off while the config file is empty.
+    authentication_token_webhook_config_file: str = ""
+    authentication_token_webhook_cache_ttl: float = 120.0
+    authentication_token_webhook_version: str = "v1"
+    # Front-proxy authentication (authn/requestheader.py): off while the CA file is empty.
+    requestheader_client_ca_file: str = ""
+    requestheader_allowed_names: tuple[str, ...] = ()
+    requestheader_username_headers: tuple[str, ...] = ()
+    requestheader_group_headers: tuple[str, ...] = ()
+    requestheader_extra_headers_prefix: tuple[str, ...] = ()
     # Bundled certificate controllers (see server/csrcontrollers.py): the signing lifetime,
     # the signing CA files (empty: the cluster CA) per built-in signer, serving auto-approval.
     cluster_signing_duration: float = 365 * 24 * 3600.0
@@ -251,6 +271,77 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="Audiences of this API (comma list, repeatable): service-account tokens must be "
         "bound to one of them. Default: the first --service-account-issuer.",
+    )
+    a.add_argument("--oidc-issuer-url", default="", help="HTTPS URL of the one trusted OpenID Connect issuer.")
+    a.add_argument("--oidc-client-id", default="", help="The client ID ID tokens must be issued for (aud).")
+    a.add_argument(
+        "--oidc-username-claim",
+        default="sub",
+        help="The claim that is the user name (default sub); claims other than email get a prefix.",
+    )
+    a.add_argument(
+        "--oidc-username-prefix",
+        default="",
+        help="Prefix of OIDC user names; '-' disables it. Unset: '<issuer URL>#' unless the claim is email.",
+    )
+    a.add_argument("--oidc-groups-claim", default="", help="The claim holding the user's groups (string or list).")
+    a.add_argument("--oidc-groups-prefix", default="", help="Prefix of OIDC group names.")
+    a.add_argument(
+        "--oidc-required-claim",
+        action="append",
+        default=[],
+        help="key=value a token must carry (comma list, repeatable).",
+    )
+    a.add_argument("--oidc-ca-file", default="", help="CA bundle of the issuer's web certificate; default host roots.")
+    a.add_argument(
+        "--oidc-signing-algs",
+        action="append",
+        default=[],
+        help="Accepted signing algorithms (comma list, repeatable; default RS256).",
+    )
+    a.add_argument(
+        "--authentication-token-webhook-config-file",
+        default="",
+        help="An orchconfig naming the HTTPS backend that reviews bearer tokens (TokenReview).",
+    )
+    a.add_argument(
+        "--authentication-token-webhook-cache-ttl",
+        default=None,
+        help="How long the webhook's answers are cached (default 2m).",
+    )
+    a.add_argument(
+        "--authentication-token-webhook-version",
+        default=None,
+        help="The TokenReview version sent to the webhook: v1 (default) or v1beta1.",
+    )
+    a.add_argument(
+        "--requestheader-client-ca-file",
+        default="",
+        help="CA bundle of the front proxy's client certificates; without it the request headers are never trusted.",
+    )
+    a.add_argument(
+        "--requestheader-allowed-names",
+        action="append",
+        default=[],
+        help="Common names the front proxy's certificate may have (comma list, repeatable; empty: any).",
+    )
+    a.add_argument(
+        "--requestheader-username-headers",
+        action="append",
+        default=[],
+        help="Headers naming the user, first non-empty wins (comma list, repeatable), e.g. X-Remote-User.",
+    )
+    a.add_argument(
+        "--requestheader-group-headers",
+        action="append",
+        default=[],
+        help="Headers naming the user's groups (comma list, repeatable), e.g. X-Remote-Group.",
+    )
+    a.add_argument(
+        "--requestheader-extra-headers-prefix",
+        action="append",
+        default=[],
+        help="Header prefixes of the user's extra attributes (comma list, repeatable), e.g. X-Remote-Extra-.",
     )
     z = p.add_argument_group("authorization and admission")
     z.add_argument(
@@ -871,6 +962,125 @@ def _authentication_options(ns: argparse.Namespace) -> dict:
         "service_account_lookup": parse_bool("--service-account-lookup", ns.service_account_lookup),
         "service_account_max_token_expiration": _max_token_expiration(ns.service_account_max_token_expiration),
         "api_audiences": tuple(dict.fromkeys(audiences)) or (issuers[0],),
+        **_oidc_options(ns),
+        **_token_webhook_options(ns),
+        **_requestheader_options(ns),
+    }
+
+
+def _comma_list(values: list[str]) -> tuple[str, ...]:
+    """A string-slice flag: comma lists, repeatable, blanks dropped."""
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+# Upstream's accepted OIDC signing algorithms (asymmetric only: never none, never HMAC).
+OIDC_SIGNING_ALGS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512")
+
+
+def _oidc_options(ns: argparse.Namespace) -> dict:
+    issuer = ns.oidc_issuer_url
+    required: list[tuple[str, str]] = []
+    for pair in _comma_list(ns.oidc_required_claim):
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise OptionsError(f"invalid value {pair!r} for flag --oidc-required-claim: expected key=value")
+        required.append((key, value))
+    algs = _comma_list(ns.oidc_signing_algs) or ("RS256",)
+    for alg in algs:
+        if alg not in OIDC_SIGNING_ALGS:
+            raise OptionsError(
+                f"invalid value {alg!r} for flag --oidc-signing-algs: not one of {', '.join(OIDC_SIGNING_ALGS)}"
+            )
+    if issuer:
+        u = urllib.parse.urlsplit(issuer)
+        if u.scheme != "https" or not u.netloc:
+            raise OptionsError(f"invalid value {issuer!r} for flag --oidc-issuer-url: must be an https:// URL")
+        if u.query or u.fragment:
+            raise OptionsError(f"invalid value {issuer!r} for flag --oidc-issuer-url: no query or fragment allowed")
+        if not ns.oidc_client_id:
+            raise OptionsError("--oidc-client-id must be given with --oidc-issuer-url")
+        if not ns.oidc_username_claim:
+            raise OptionsError("invalid value '' for flag --oidc-username-claim: must not be empty")
+    else:
+        for flag, value in (
+            ("--oidc-client-id", ns.oidc_client_id),
+            ("--oidc-username-prefix", ns.oidc_username_prefix),
+            ("--oidc-groups-claim", ns.oidc_groups_claim),
+            ("--oidc-groups-prefix", ns.oidc_groups_prefix),
+            ("--oidc-required-claim", ns.oidc_required_claim),
+            ("--oidc-ca-file", ns.oidc_ca_file),
+            ("--oidc-signing-algs", ns.oidc_signing_algs),
+        ):
+            if value:
+                raise OptionsError(f"{flag} needs --oidc-issuer-url")
+    if ns.oidc_groups_prefix and not ns.oidc_groups_claim:
+        raise OptionsError("--oidc-groups-prefix needs --oidc-groups-claim")
+    if ns.oidc_ca_file and not os.path.isfile(ns.oidc_ca_file):
+        raise OptionsError(f"invalid value {ns.oidc_ca_file!r} for flag --oidc-ca-file: no such file")
+    return {
+        "oidc_issuer_url": issuer,
+        "oidc_client_id": ns.oidc_client_id,
+        "oidc_username_claim": ns.oidc_username_claim,
+        "oidc_username_prefix": ns.oidc_username_prefix,
+        "oidc_groups_claim": ns.oidc_groups_claim,
+        "oidc_groups_prefix": ns.oidc_groups_prefix,
+        "oidc_required_claims": tuple(required),
+        "oidc_ca_file": ns.oidc_ca_file,
+        "oidc_signing_algs": algs,
+    }
+
+
+def _token_webhook_options(ns: argparse.Namespace) -> dict:
+    path = ns.authentication_token_webhook_config_file
+    if path and not os.path.isfile(path):
+        raise OptionsError(f"invalid value {path!r} for flag --authentication-token-webhook-config-file: no such file")
+    if not path:
+        for flag, value in (
+            ("--authentication-token-webhook-cache-ttl", ns.authentication_token_webhook_cache_ttl),
+            ("--authentication-token-webhook-version", ns.authentication_token_webhook_version),
+        ):
+            if value is not None:
+                raise OptionsError(f"{flag} needs --authentication-token-webhook-config-file")
+    version = ns.authentication_token_webhook_version or "v1"
+    if version not in ("v1", "v1beta1"):
+        raise OptionsError(
+            f"invalid value {version!r} for flag --authentication-token-webhook-version: must be v1 or v1beta1"
+        )
+    return {
+        "authentication_token_webhook_config_file": path,
+        "authentication_token_webhook_cache_ttl": _duration_seconds(
+            "--authentication-token-webhook-cache-ttl", ns.authentication_token_webhook_cache_ttl or "2m"
+        ),
+        "authentication_token_webhook_version": version,
+    }
+
+
+def _requestheader_options(ns: argparse.Namespace) -> dict:
+    ca = ns.requestheader_client_ca_file
+    if ca and not os.path.isfile(ca):
+        raise OptionsError(f"invalid value {ca!r} for flag --requestheader-client-ca-file: no such file")
+    usernames = _comma_list(ns.requestheader_username_headers)
+    if not ca:
+        for flag, values in (
+            ("--requestheader-allowed-names", ns.requestheader_allowed_names),
+            ("--requestheader-username-headers", ns.requestheader_username_headers),
+            ("--requestheader-group-headers", ns.requestheader_group_headers),
+            ("--requestheader-extra-headers-prefix", ns.requestheader_extra_headers_prefix),
+        ):
+            if _comma_list(values):
+                raise OptionsError(
+                    f"{flag} needs --requestheader-client-ca-file (headers are trusted only from the proxy)"
+                )
+    if ca and not usernames:
+        raise OptionsError(
+            "--requestheader-username-headers must name at least one header with --requestheader-client-ca-file"
+        )
+    return {
+        "requestheader_client_ca_file": ca,
+        "requestheader_allowed_names": _comma_list(ns.requestheader_allowed_names),
+        "requestheader_username_headers": usernames,
+        "requestheader_group_headers": _comma_list(ns.requestheader_group_headers),
+        "requestheader_extra_headers_prefix": _comma_list(ns.requestheader_extra_headers_prefix),
     }
 
 

@@ -302,6 +302,8 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 SERVICEACCOUNT_VOLUME_PREFIX = "orch-api-access-"
 SERVICEACCOUNT_TOKEN_MOUNT_PATH = f"/var/run/secrets/{DOMAIN}/serviceaccount"
 ROOT_CA_CONFIGMAP = "orch-root-ca.crt"
+# Published in orch-system at start: the client CA and the front-proxy settings, for extension servers.
+EXTENSION_AUTHENTICATION_CONFIGMAP = "extension-apiserver-authentication"
 ANNOTATION_DESCRIPTION = f"{DOMAIN}/description"
 
 # Node agent probes and lifecycle hooks: the User-Agent product names (upstream

@@ -257,6 +257,8 @@ class ApiServer:
         key = self.opts.tls_private_key_file or self.pki.serving_key
         ctx.load_cert_chain(cert, key)
         ctx.load_verify_locations(self.client_ca)
+        if self.opts.requestheader_client_ca_file:
+            ctx.load_verify_locations(self.opts.requestheader_client_ca_file)
         ctx.verify_mode = ssl.CERT_OPTIONAL
         # Ask for a client certificate but accept any in the handshake: the x509
         # authenticator verifies it and answers 401 (upstream's RequestClientCert). When
@@ -271,6 +273,8 @@ class ApiServer:
         self.post_start_done["start-watch-cache"] = True
         await self.bootstrap_namespaces()
         self.post_start_done["bootstrap-namespaces"] = True
+        await self.authn.start()
+        await self.publish_authentication_configmap()
         await self.start_services()
         self.post_start_done["bootstrap-controller"] = True
         await self.controllers.start()
@@ -288,6 +292,33 @@ class ApiServer:
             except st.ApiError as exc:
                 if exc.code != 409:
                     raise
+
+    async def publish_authentication_configmap(self) -> None:
+        """orch-system/extension-apiserver-authentication: the client CA and the front
+        proxy's settings, kept as this server sees them (upstream publishes the same)."""
+        data = self.authn.published_configmap_data()
+        kind = self.registry.by_resource("", "v1", "configmaps")
+        name = names.EXTENSION_AUTHENTICATION_CONFIGMAP
+
+        def with_data(obj: dict) -> dict:
+            obj["data"] = dict(data)
+            return obj
+
+        def fresh() -> dict:
+            return with_data(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": names.NS_SYSTEM}}
+            )
+
+        await self.store.update(
+            kind,
+            names.NS_SYSTEM,
+            name,
+            with_data,
+            SYSTEM_USER,
+            create_on_missing=True,
+            on_missing=fresh,
+            field_manager=names.APISERVER_FIELD_MANAGER,
+        )
 
     async def start_services(self) -> None:
         """The Service ranges made to match the stored Services, the 'orch' Service and
@@ -313,6 +344,7 @@ class ApiServer:
         await self.stop_services()
         await self.controllers.stop()
         await self.definitions.stop()
+        await self.authn.stop()
         await self.cache.stop()
         await self.backend.close()
 
@@ -344,6 +376,7 @@ class ApiServer:
         record, record_token = begin_request()
         try:
             user = await self.authenticate(request)
+            request = self.authn.strip_proxy_headers(request)
             request, user = impersonate(request, user, self.authorizer)  # Impersonate-* headers
             self.authorize(user, info, request.query)
             if info.is_resource:
