@@ -42,6 +42,7 @@ from ..registry.servicerepair import ServiceRangeRepair
 from ..registry.services import ServiceAllocators
 from ..registry.store import Store
 from ..storage.cacher import WatchCache
+from ..storage.encryption import EncryptingBackend
 from ..storage.interface import Backend
 from ..storage.keys import key_prefix
 from ..storage.sqlite import SqliteBackend
@@ -122,8 +123,15 @@ class ApiServer:
         self.opts = opts
         self.registry = registry
         self.runtime = RuntimeConfig(opts.runtime_config)
-        self.backend = backend or load_backend(opts)
-        self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
+        raw_backend = backend or load_backend(opts)
+        self.backend: Backend = raw_backend
+        decode = None
+        if opts.encryption is not None:
+            # Encryption at rest: the store and every direct user write and read through the
+            # wrapper; the watch cache decrypts each value itself (see storage/encryption.py).
+            self.backend = EncryptingBackend(raw_backend, opts.encryption)
+            decode = opts.encryption.from_storage
+        self.cache = WatchCache(raw_backend, list(registry.kinds), key_prefix, decode)
         self.store = Store(self.backend, registry, self.cache)
         # Service cluster IPs and node ports: allocated in the Service strategy's write
         # hooks, repaired against the Services, and the 'orch' Service with its endpoints.

@@ -37,7 +37,7 @@ import orjson
 from ..api.codec import splice_rv
 from ..api.kinds import KindInfo
 from ..api.selectors import FieldSelector, LabelSelector
-from .interface import Backend, CompactedError, Event, StorageError
+from .interface import Backend, CompactedError, Event, KeyValue, StorageError
 
 log = logging.getLogger("orch-apiserver.watchcache")
 
@@ -255,6 +255,19 @@ class ResourceCache:
         # offered only to watchers that can see it.
         self.watchers_by_ns: dict[str | None, set[Watcher]] = {}
         self._sorted_keys: list[str] | None = None
+        # Keys whose stored value no configured key decrypts, with the reason: not
+        # served, and reads and lists that would include them fail (see encryption.py).
+        self.undecryptable: dict[str, str] = {}
+
+    def undecryptable_in(self, namespace: str | None) -> str | None:
+        """The reason of one undecryptable object in the scope, or None when there is none."""
+        if not self.undecryptable:
+            return None
+        scope = self.prefix if namespace is None else f"{self.prefix}{namespace}/"
+        for key, reason in self.undecryptable.items():
+            if key.startswith(scope):
+                return reason
+        return None
 
     def make_entry(self, key: str, raw: bytes, rv: int) -> Entry:
         obj = orjson.loads(raw)
@@ -358,8 +371,17 @@ class ResourceCache:
 class WatchCache:
     """All resource caches, fed by one storage watch."""
 
-    def __init__(self, backend: Backend, kinds: list[KindInfo], key_prefix: Callable[[KindInfo], str]):
+    def __init__(
+        self,
+        backend: Backend,
+        kinds: list[KindInfo],
+        key_prefix: Callable[[KindInfo], str],
+        decode: Callable[[str, bytes], bytes] | None = None,
+    ):
         self.backend = backend
+        # Turns a stored value into the object's JSON (decryption at rest), raising
+        # StorageError for a value it cannot; None when values are stored as they are.
+        self.decode = decode
         self.caches: dict[str, ResourceCache] = {}
         self._by_prefix: list[tuple[str, ResourceCache]] = []
         for k in kinds:
@@ -410,12 +432,19 @@ class WatchCache:
             c._sorted_keys = None
             c.history.clear()
             c.history_floor = res.revision
+            c.undecryptable.clear()
         for kv in res.items:
             cache = self.cache_for_key(kv.key)
             if cache is None:
                 continue
             try:
-                cache.items[kv.key] = cache.make_entry(kv.key, kv.value, kv.mod_revision)
+                value = self.decode(kv.key, kv.value) if self.decode is not None else kv.value
+            except StorageError as exc:
+                cache.undecryptable[kv.key] = str(exc)
+                log.error("watch cache: %s; the object is not served", exc)
+                continue
+            try:
+                cache.items[kv.key] = cache.make_entry(kv.key, value, kv.mod_revision)
             except orjson.JSONDecodeError:
                 log.error("stored object %s is not valid JSON; it is not served", kv.key)
         self.rv = res.revision
@@ -458,7 +487,9 @@ class WatchCache:
             return
         now = time.monotonic()
         c = self.cache_for_key(ev.kv.key)
-        if c is not None:
+        if c is not None and self.decode is not None:
+            ev = self._decoded(c, ev)
+        if c is not None and not (ev.type == "PUT" and ev.kv.key in c.undecryptable):
             try:
                 cev = c.apply(ev, now)
             except (orjson.JSONDecodeError, StorageError) as exc:
@@ -469,6 +500,30 @@ class WatchCache:
         if ev.kv.mod_revision > self.rv:
             self.rv = ev.kv.mod_revision
             self._signal()
+
+    def _decoded(self, c: ResourceCache, ev: Event) -> Event:
+        """The event with its values decoded; an undecryptable value is remembered, not served."""
+        assert self.decode is not None
+        key = ev.kv.key
+        prev = ev.prev
+        if prev is not None:
+            try:
+                prev = KeyValue(key, self.decode(key, prev.value), prev.mod_revision, prev.create_revision)
+            except StorageError:
+                prev = None  # the cache's own entry (if any) stands in for it
+        if ev.type != "PUT":
+            c.undecryptable.pop(key, None)
+            return Event(ev.type, ev.kv, prev)
+        try:
+            kv = KeyValue(key, self.decode(key, ev.kv.value), ev.kv.mod_revision, ev.kv.create_revision)
+        except StorageError as exc:
+            log.error("watch cache: %s; the object is not served", exc)
+            c.undecryptable[key] = str(exc)
+            if c.items.pop(key, None) is not None:
+                c._sorted_keys = None
+            return ev
+        c.undecryptable.pop(key, None)
+        return Event(ev.type, kv, prev)
 
     async def wait_for(self, rv: int, timeout: float) -> bool:
         """Wait until the cache has seen revision ``rv``; False on timeout."""
