@@ -213,14 +213,35 @@ class ResourceTransformer:
 class Transformers:
     """Which providers each stored resource uses, by storage key prefix."""
 
-    def __init__(self, by_key_prefix: dict[str, ResourceTransformer]):
+    def __init__(self, by_key_prefix: dict[str, ResourceTransformer], groups: Iterable[str] = ()):
         self._by_prefix = sorted(by_key_prefix.items(), key=lambda kv: -len(kv[0]))
+        # Every value read or written asks for its key's transformer (the watch cache too,
+        # for unencrypted resources): remember the answer per resource prefix, which is
+        # the key's first segment, or its first two when the first is an API group.
+        self._groups = frozenset(f"/{g}/" for g in groups)
+        self._memo: dict[str, ResourceTransformer | None] = {}
 
-    def for_key(self, key: str) -> ResourceTransformer | None:
+    def _scan(self, key: str) -> ResourceTransformer | None:
         for p, t in self._by_prefix:
             if key.startswith(p):
                 return t
         return None
+
+    def for_key(self, key: str) -> ResourceTransformer | None:
+        i = key.find("/", 1)
+        if i < 0:
+            return self._scan(key)
+        seg = key[: i + 1]
+        if seg in self._groups:
+            j = key.find("/", i + 1)
+            if j < 0:
+                return self._scan(key)
+            seg = key[: j + 1]
+        try:
+            return self._memo[seg]
+        except KeyError:
+            t = self._memo[seg] = self._scan(seg)
+            return t
 
     def to_storage(self, key: str, value: bytes) -> bytes:
         t = self.for_key(key)
@@ -333,6 +354,7 @@ def _provider(where: str, spec: Any) -> Provider:
 
 def parse(doc: Any, kinds: Iterable[KindInfo]) -> Transformers:
     """Build the transformers from a decoded configuration (errors name the field)."""
+    kinds = list(kinds)
     if not isinstance(doc, dict):
         raise EncryptionConfigError("the document must be an object")
     if doc.get("kind") != KIND:
@@ -386,7 +408,7 @@ def parse(doc: Any, kinds: Iterable[KindInfo]) -> Transformers:
             if _covers(norm, kind.resource, kind.group):
                 by_prefix[prefix] = t
                 break
-    return Transformers(by_prefix)
+    return Transformers(by_prefix, {k.group for k in kinds if k.group})
 
 
 def load(path: str, kinds: Iterable[KindInfo]) -> Transformers:

@@ -119,6 +119,11 @@ def test_resources_not_listed_are_untouched_and_wildcards_match_groups():
     assert t.for_key("/batch/jobs/default/j") is None
     everything = build(config(keyed("aesgcm", ("k1", K32)), resources=("*.*",)))
     assert everything.for_key("/configmaps/default/c") is not None
+    assert everything.for_key("/nodes/n1") is not None  # cluster-scoped, core
+    rbac = build(config(keyed("aesgcm", ("k1", K32)), resources=("clusterroles.rbac.orch.io",)))
+    assert rbac.for_key("/rbac.orch.io/clusterroles/admin") is not None
+    assert rbac.for_key("/rbac.orch.io/roles/default/r") is None
+    assert rbac.for_key("/clusterroles/admin") is None
     core = build(config(keyed("aesgcm", ("k1", K32)), resources=("*.",)))
     assert core.for_key("/configmaps/default/c") is not None
     assert core.for_key("/apps/deployments/default/d") is None
