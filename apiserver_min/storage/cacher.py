@@ -255,6 +255,9 @@ class ResourceCache:
         # offered only to watchers that can see it.
         self.watchers_by_ns: dict[str | None, set[Watcher]] = {}
         self._sorted_keys: list[str] | None = None
+        # While a cache added at run time lists its prefix, the storage events for it
+        # wait here (None once filled): those the list already saw are then dropped.
+        self.pending: list[Event] | None = None
         # Keys whose stored value no configured key decrypts, with the reason: not
         # served, and reads and lists that would include them fail (see encryption.py).
         self.undecryptable: dict[str, str] = {}
@@ -379,6 +382,7 @@ class WatchCache:
         decode: Callable[[str, bytes], bytes] | None = None,
     ):
         self.backend = backend
+        self.key_prefix = key_prefix
         # Turns a stored value into the object's JSON (decryption at rest), raising
         # StorageError for a value it cannot; None when values are stored as they are.
         self.decode = decode
@@ -411,6 +415,58 @@ class WatchCache:
     def cache(self, prefix: str) -> ResourceCache:
         return self.caches[prefix]
 
+    async def add_kind(self, kind: KindInfo) -> ResourceCache:
+        """A cache for a kind defined at run time (another version of a kind already
+        cached shares its cache): its prefix is listed from storage, and the storage
+        events that arrive meanwhile are applied after the list, those it saw dropped."""
+        p = self.key_prefix(kind)
+        existing = self.caches.get(p)
+        if existing is not None:
+            return existing
+        c = ResourceCache(kind, p)
+        c.pending = []
+        self.caches[p] = c
+        self._by_prefix.append((p, c))
+        self._by_prefix.sort(key=lambda pc: -len(pc[0]))
+        try:
+            res = await self.backend.list(p)
+        except BaseException:
+            self._drop(p)
+            raise
+        for kv in res.items:
+            self._fill(c, kv)
+        c.history_floor = res.revision
+        pending, c.pending = c.pending, None
+        for ev in pending:
+            if ev.kv.mod_revision > res.revision:
+                self._apply(c, ev)
+        return c
+
+    def remove_kind(self, kind: KindInfo) -> None:
+        """Forget a kind's cache (its definition is gone): its watchers are closed."""
+        p = self.key_prefix(kind)
+        c = self._drop(p)
+        if c is not None:
+            c.close_watchers(f"the resource {kind.qualified_resource} is no longer served")
+
+    def _drop(self, prefix: str) -> ResourceCache | None:
+        c = self.caches.pop(prefix, None)
+        self._by_prefix = [(p, x) for p, x in self._by_prefix if p != prefix]
+        return c
+
+    def _fill(self, cache: ResourceCache, kv: KeyValue) -> None:
+        """Put one listed object into its cache (decoded; an undecryptable one is remembered)."""
+        try:
+            value = self.decode(kv.key, kv.value) if self.decode is not None else kv.value
+        except StorageError as exc:
+            cache.undecryptable[kv.key] = str(exc)
+            log.error("watch cache: %s; the object is not served", exc)
+            return
+        try:
+            cache.items[kv.key] = cache.make_entry(kv.key, value, kv.mod_revision)
+        except orjson.JSONDecodeError:
+            log.error("stored object %s is not valid JSON; it is not served", kv.key)
+
     async def start(self) -> None:
         await self._initial_list()
         self._task = asyncio.create_task(self._run(), name="watch-cache")
@@ -437,16 +493,7 @@ class WatchCache:
             cache = self.cache_for_key(kv.key)
             if cache is None:
                 continue
-            try:
-                value = self.decode(kv.key, kv.value) if self.decode is not None else kv.value
-            except StorageError as exc:
-                cache.undecryptable[kv.key] = str(exc)
-                log.error("watch cache: %s; the object is not served", exc)
-                continue
-            try:
-                cache.items[kv.key] = cache.make_entry(kv.key, value, kv.mod_revision)
-            except orjson.JSONDecodeError:
-                log.error("stored object %s is not valid JSON; it is not served", kv.key)
+            self._fill(cache, kv)
         self.rv = res.revision
         self.ready.set()
         self._signal()
@@ -485,21 +532,28 @@ class WatchCache:
                 self.rv = ev.kv.mod_revision
                 self._signal()
             return
-        now = time.monotonic()
         c = self.cache_for_key(ev.kv.key)
-        if c is not None and self.decode is not None:
-            ev = self._decoded(c, ev)
-        if c is not None and not (ev.type == "PUT" and ev.kv.key in c.undecryptable):
-            try:
-                cev = c.apply(ev, now)
-            except (orjson.JSONDecodeError, StorageError) as exc:
-                log.error("watch cache: skipping event for %s: %s", ev.kv.key, exc)
+        if c is not None:
+            if c.pending is not None:
+                c.pending.append(ev)
             else:
-                for listener in self.listeners:
-                    listener(c, cev)
+                self._apply(c, ev)
         if ev.kv.mod_revision > self.rv:
             self.rv = ev.kv.mod_revision
             self._signal()
+
+    def _apply(self, c: ResourceCache, ev: Event) -> None:
+        if self.decode is not None:
+            ev = self._decoded(c, ev)
+            if ev.type == "PUT" and ev.kv.key in c.undecryptable:
+                return
+        try:
+            cev = c.apply(ev, time.monotonic())
+        except (orjson.JSONDecodeError, StorageError) as exc:
+            log.error("watch cache: skipping event for %s: %s", ev.kv.key, exc)
+        else:
+            for listener in self.listeners:
+                listener(c, cev)
 
     def _decoded(self, c: ResourceCache, ev: Event) -> Event:
         """The event with its values decoded; an undecryptable value is remembered, not served."""

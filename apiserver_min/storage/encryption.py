@@ -213,8 +213,16 @@ class ResourceTransformer:
 class Transformers:
     """Which providers each stored resource uses, by storage key prefix."""
 
-    def __init__(self, by_key_prefix: dict[str, ResourceTransformer], groups: Iterable[str] = ()):
+    def __init__(
+        self,
+        by_key_prefix: dict[str, ResourceTransformer],
+        groups: Iterable[str] = (),
+        rules: Iterable[tuple[str, ResourceTransformer]] = (),
+    ):
         self._by_prefix = sorted(by_key_prefix.items(), key=lambda kv: -len(kv[0]))
+        # The configuration's resource[.group] rules, in order: resources defined at run time
+        # (custom resources, whose groups always hold a dot) are matched against them.
+        self._rules = list(rules)
         # Every value read or written asks for its key's transformer (the watch cache too,
         # for unencrypted resources): remember the answer per resource prefix, which is
         # the key's first segment, or its first two when the first is an API group.
@@ -225,6 +233,11 @@ class Transformers:
         for p, t in self._by_prefix:
             if key.startswith(p):
                 return t
+        parts = key.split("/")
+        if len(parts) > 3 and "." in parts[1]:  # /<group>/<resource>/...: a kind not known at start
+            for rule, t in self._rules:
+                if _covers(rule, parts[2], parts[1]):
+                    return t
         return None
 
     def for_key(self, key: str) -> ResourceTransformer | None:
@@ -232,7 +245,7 @@ class Transformers:
         if i < 0:
             return self._scan(key)
         seg = key[: i + 1]
-        if seg in self._groups:
+        if seg in self._groups or "." in seg:
             j = key.find("/", i + 1)
             if j < 0:
                 return self._scan(key)
@@ -408,7 +421,7 @@ def parse(doc: Any, kinds: Iterable[KindInfo]) -> Transformers:
             if _covers(norm, kind.resource, kind.group):
                 by_prefix[prefix] = t
                 break
-    return Transformers(by_prefix, {k.group for k in kinds if k.group})
+    return Transformers(by_prefix, {k.group for k in kinds if k.group}, rules)
 
 
 def load(path: str, kinds: Iterable[KindInfo]) -> Transformers:

@@ -124,6 +124,12 @@ def test_resources_not_listed_are_untouched_and_wildcards_match_groups():
     assert rbac.for_key("/rbac.orch.io/clusterroles/admin") is not None
     assert rbac.for_key("/rbac.orch.io/roles/default/r") is None
     assert rbac.for_key("/clusterroles/admin") is None
+    # Custom resources, defined after start: matched by their group and resource.
+    cr = build(config(keyed("aesgcm", ("k1", K32)), resources=("widgets.example.com", "*.acme.io")))
+    assert cr.for_key("/example.com/widgets/default/w") is not None
+    assert cr.for_key("/example.com/gadgets/default/g") is None
+    assert cr.for_key("/acme.io/anvils/a") is not None
+    assert everything.for_key("/example.com/widgets/default/w") is not None
     core = build(config(keyed("aesgcm", ("k1", K32)), resources=("*.",)))
     assert core.for_key("/configmaps/default/c") is not None
     assert core.for_key("/apps/deployments/default/d") is None
