@@ -19,7 +19,9 @@ from .admission.plugins import CONFIGURABLE_NAMES, check_plugin_configs, resolve
 from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
+from .api.kinds import REGISTRY
 from .authz.authorizer import parse_modes
+from .storage import encryption
 from .version import __version__
 
 
@@ -77,6 +79,9 @@ class Options:
     )
     default_not_ready_toleration_seconds: int = 300
     default_unreachable_toleration_seconds: int = 300
+    # Encryption at rest (storage/encryption.py): the file, and the transformers it gives.
+    encryption_provider_config: str = ""
+    encryption: encryption.Transformers | None = None
     # Authentication (see auth/authn.py; defaults as upstream).
     anonymous_auth: bool = True
     token_auth_file: str = ""
@@ -385,6 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Comma-separated etcd client URLs (http://host:port), with --storage-backend=etcd3.",
     )
     e.add_argument("--etcd-prefix", default="/registry", help="Key prefix in etcd (default %(default)s).")
+    e.add_argument(
+        "--encryption-provider-config",
+        default="",
+        help="EncryptionConfiguration file (YAML or JSON): which resources are encrypted in "
+        "storage, by which providers (identity, aescbc, aesgcm, secretbox) and keys.",
+    )
     c = p.add_argument_group("certificate controllers")
     c.add_argument(
         "--cluster-signing-duration",
@@ -707,6 +718,8 @@ def parse(argv: Sequence[str]) -> Options:
         admission_plugins=plugins,
         admission_control_config_file=ns.admission_control_config_file,
         admission_config=_admission_config(ns.admission_control_config_file, plugins),
+        encryption_provider_config=ns.encryption_provider_config,
+        encryption=_encryption(ns.encryption_provider_config),
         default_not_ready_toleration_seconds=_int(
             "--default-not-ready-toleration-seconds", ns.default_not_ready_toleration_seconds, 0, 1 << 31
         ),
@@ -1111,6 +1124,15 @@ def _admission_config(path: str, plugins: tuple[str, ...]) -> admission_config.A
     except admission_config.AdmissionConfigError as exc:
         raise OptionsError(f"invalid value {path!r} for flag --admission-control-config-file: {exc}") from None
     return config
+
+
+def _encryption(path: str) -> encryption.Transformers | None:
+    if not path:
+        return None
+    try:
+        return encryption.load(path, REGISTRY.kinds)
+    except encryption.EncryptionConfigError as exc:
+        raise OptionsError(f"invalid value {path!r} for flag --encryption-provider-config: {exc}") from None
 
 
 def _admission_plugins(enable: str, disable: str) -> tuple[str, ...]:

@@ -519,3 +519,9 @@ EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
 # A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
 # which wins over spec.storageClassName where set.
 ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"
+
+# Encryption at rest: values a provider encrypted start with this, then the provider
+# name, "v1", the key's name and a colon. Upstream's spelling is kept on purpose: it
+# marks bytes in storage, never an API string, and tools that recognise encrypted
+# values look for it.
+ENCRYPTED_VALUE_PREFIX = "k8s:enc:"

@@ -44,6 +44,7 @@ from ..registry.servicerepair import ServiceRangeRepair
 from ..registry.services import ServiceAllocators
 from ..registry.store import Store
 from ..storage.cacher import WatchCache
+from ..storage.encryption import EncryptingBackend
 from ..storage.interface import Backend
 from ..storage.keys import key_prefix
 from ..storage.sqlite import SqliteBackend
@@ -126,8 +127,15 @@ class ApiServer:
         registry = registry.copy()
         self.registry = registry
         self.runtime = RuntimeConfig(opts.runtime_config)
-        self.backend = backend or load_backend(opts)
-        self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
+        raw_backend = backend or load_backend(opts)
+        self.backend: Backend = raw_backend
+        decode = None
+        if opts.encryption is not None:
+            # Encryption at rest: the store and every direct user write and read through the
+            # wrapper; the watch cache decrypts each value itself (see storage/encryption.py).
+            self.backend = EncryptingBackend(raw_backend, opts.encryption)
+            decode = opts.encryption.from_storage
+        self.cache = WatchCache(raw_backend, list(registry.kinds), key_prefix, decode)
         self.store = Store(self.backend, registry, self.cache)
         crd_kind = registry.by_resource(names.APIEXTENSIONS_GROUP, "v1", "customresourcedefinitions")
         assert crd_kind is not None
