@@ -131,6 +131,13 @@ class PodPipeline:
                 return state
         return None
 
+    def has_pod(self, uid: str) -> bool:
+        """The pod is the agent's (desired, terminating, or an orphan being removed)."""
+        return uid in self.pods or uid in self._orphans
+
+    def sources_seen(self) -> bool:
+        return self.config.seen_all(self.sources)
+
     def running_logs(self) -> list[tuple[str, str]]:
         out = []
         for state in self.pods.values():
