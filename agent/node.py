@@ -189,6 +189,7 @@ class NodeAgent:
             rotator=rotator,
             beat=beat,
             tick=tick,
+            keep_terminated_pod_volumes=cfg.keep_terminated_pod_volumes,
         )
         pipeline = self.pipeline
         self.container_gc = ContainerGC(

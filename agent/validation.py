@@ -174,12 +174,6 @@ def validate(cfg: AgentConfig) -> list[str]:
             cfg.image_gc_low_threshold,
             f"must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {cfg.image_gc_high_threshold}",
         )
-    # The deprecated debug aid is not implemented: refused rather than silently accepted.
-    if cfg.keep_terminated_pod_volumes:
-        c.forbidden(
-            "keep_terminated_pod_volumes",
-            "not supported on this node (deprecated upstream); remove the flag",
-        )
 
     # iptables marks: distinct bits.
     if cfg.iptables_drop_bit == cfg.iptables_masquerade_bit:

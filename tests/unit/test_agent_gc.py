@@ -245,8 +245,6 @@ def test_validation_of_the_flags():
     )
     assert any("between 0 and 100" in p for p in _problems("--image-gc-high-threshold=101"))
     assert not _problems("--image-gc-high-threshold=1", "--image-gc-low-threshold=0")
-    refused = [p for p in _problems("--keep-terminated-pod-volumes") if "keep-terminated" in p]
-    assert refused and "not supported on this node" in refused[0]
 
 
 # --- container GC -----------------------------------------------------------------------
