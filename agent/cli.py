@@ -23,6 +23,8 @@ from .config import ConfigError, build_config
 from .join import main as join
 from .options import FlagError, format_help, parse_args
 from .process import StartError, run_agent
+from .proxy.nft import NftError
+from .proxy.proxier import cleanup as proxy_cleanup
 from .validation import validate
 
 EXIT_OK = 0
@@ -99,6 +101,19 @@ def main(argv: list[str] | None = None) -> int:
         config=cfg.config_file or None,
         python=platform.python_version(),
     )
+
+    if cfg.proxy_cleanup:
+        try:
+            existed = proxy_cleanup()
+        except NftError as exc:
+            log.error("Removing the service proxy rules failed", err=exc)
+            return EXIT_FAILED
+        log.info(
+            "Removed the service proxy rules" if existed else "No service proxy rules to remove",
+            table=names.PROXY_NFT_TABLE,
+        )
+        agent_logging.flush()
+        return EXIT_OK
 
     try:
         return run_agent(cfg, version=__version__)

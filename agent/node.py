@@ -42,6 +42,8 @@ from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
 from .prober import ProbeManager
 from .prober import hooks as prober_hooks
+from .proxy.nft import NftError
+from .proxy.proxier import ServiceProxy
 from .runtime.backoff import Backoff
 from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_from
 from .runtime.images import ImageManager
@@ -424,6 +426,10 @@ class NodeAgent:
                 node_uid=lambda: status.node_uid,
             )
             runs = [status.run(), lease.run(), source.run(), statuses.run(), self.podmanager.run(), services.run()]
+            if cfg.proxy_mode == "nftables":
+                runs.append(self._run_proxy(client))
+            else:
+                log.info("Service proxy off", proxyMode=cfg.proxy_mode)
             if cfg.rotate_certificates:
                 runs.append(rotate_client_certificate(cfg, self.node_name, client))
             if cfg.rotate_server_certificates and self.server is not None and not cfg.tls_cert_file:
@@ -448,6 +454,22 @@ class NodeAgent:
             if self.objects is not None:
                 await self.objects.close()
             await client.close()
+
+    async def _run_proxy(self, client) -> None:
+        """The node service proxy; a failure to start it (no nft command) is logged, and the
+        node keeps running its pods."""
+        cfg = self.cfg
+        try:
+            proxy = ServiceProxy(
+                client,
+                self.node_name,
+                cluster_cidr=cfg.cluster_cidr,
+                masquerade_bit=cfg.iptables_masquerade_bit,
+            )
+        except NftError as exc:
+            log.error("Service proxy not started", err=exc)
+            return
+        await proxy.run()
 
     # --- tasks --------------------------------------------------------------------------
 

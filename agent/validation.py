@@ -175,6 +175,15 @@ def validate(cfg: AgentConfig) -> list[str]:
             f"must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {cfg.image_gc_high_threshold}",
         )
 
+    # The service proxy's pod range.
+    if cfg.cluster_cidr:
+        try:
+            net = ipaddress.ip_network(cfg.cluster_cidr, strict=False)
+        except ValueError:
+            net = None
+        if net is None or net.version != 4:
+            c.invalid("cluster_cidr", cfg.cluster_cidr, "must be an IPv4 CIDR such as 10.88.0.0/16")
+
     # iptables marks: distinct bits.
     if cfg.iptables_drop_bit == cfg.iptables_masquerade_bit:
         c.invalid(

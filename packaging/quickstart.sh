@@ -59,7 +59,7 @@ static_pod="$repo_root/configs/agent/manifests/static-web.yaml"
 apiserver_bin="$venv/bin/orch-apiserver"
 agent_bin="$venv/bin/orch-agent"
 node_name="${ORCH_NODE_NAME:-$(hostname | tr 'A-Z' 'a-z')}"
-apt_packages=(containerd runc containernetworking-plugins busybox-static etcd-server curl)
+apt_packages=(containerd runc containernetworking-plugins busybox-static etcd-server curl nftables)
 
 # runc lives in /usr/sbin, which a non-login root shell may not have on PATH.
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH ;; esac
@@ -515,6 +515,11 @@ unmount_pod_volumes() {  # tmpfs volumes (secrets, tokens) the agent mounted for
 cmd_stop() {
     [[ $(id -u) -eq 0 ]] || die "run this as root"
     stop_daemon orch-agent 30
+    # The agent leaves its service rules in place when it stops (so a restart does not
+    # cut connections); stopping the whole cluster removes them.
+    if [[ -x "$agent_bin" ]]; then
+        "$agent_bin" --proxy-cleanup >>"$(log_file orch-agent)" 2>&1 || say "could not remove the service proxy rules (see $(log_file orch-agent))"
+    fi
     remove_pod_sandboxes
     unmount_pod_volumes
     stop_daemon containerd 30

@@ -1101,6 +1101,33 @@ OPTIONS: tuple[Option, ...] = (
         range=(0, 31),
     ),
     _o(
+        "proxy-mode",
+        STRING,
+        "nftables",
+        "The node service proxy (cluster mode): nftables programs Service cluster IPs, external IPs "
+        "and node ports in the nftables table 'ip orch-proxy' (node ports on the node's addresses, never on "
+        "127.0.0.0/8, which would need route_localnet); none runs no proxy. In standalone mode there are "
+        "no Services and no proxy runs.",
+        G_NETWORK,
+        choices=("nftables", "none"),
+    ),
+    _o(
+        "proxy-cleanup",
+        BOOL,
+        False,
+        "Remove the service proxy's nftables table and exit (as upstream kube-proxy --cleanup).",
+        G_NETWORK,
+    ),
+    _o(
+        "cluster-cidr",
+        STRING,
+        "",
+        "The pods' address range (CIDR, IPv4). When set, the service proxy masquerades cluster-IP "
+        "traffic from outside it, and pods' traffic to external IPs of externalTrafficPolicy Local "
+        "services keeps cluster behaviour. Empty: no such masquerading.",
+        G_NETWORK,
+    ),
+    _o(
         "allowed-unsafe-sysctls",
         STRINGS,
         (),

@@ -288,6 +288,8 @@ POD_RULES: dict[tuple[str, str], Rule] = {k: r for k, r in RULES.items() if k no
 
 # Declared enumerations upstream's validation does not enforce (or enforces elsewhere).
 _STATUS = "status, written by controllers and agents; upstream's status validation does not check it"
+_APIEXT = "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1."
+
 NOT_ENFORCED: dict[tuple[str, str], str] = {
     (CORE + "PodStatus", "phase"): _STATUS,
     (CORE + "PodStatus", "qosClass"): _STATUS,
@@ -301,6 +303,15 @@ NOT_ENFORCED: dict[tuple[str, str], str] = {
     (CORE + "PortStatus", "protocol"): _STATUS + " (ValidateLoadBalancerStatus checks addresses only)",
     ("k8s.io.api.networking.v1.IngressPortStatus", "protocol"): _STATUS,
     ("k8s.io.apimachinery.pkg.apis.meta.v1.Condition", "status"): _STATUS,
+    (_APIEXT + "CustomResourceDefinitionCondition", "status"): _STATUS,
+    (
+        _APIEXT + "CustomResourceDefinitionSpec",
+        "scope",
+    ): "checked by the definition strategy (apiextensions/definition.py)",
+    (
+        _APIEXT + "CustomResourceConversion",
+        "strategy",
+    ): "checked by the definition strategy (apiextensions/definition.py)",
     (
         CORE + "ContainerResizePolicy",
         "restartPolicy",

@@ -18,6 +18,8 @@ from .quantity import QuantityError, parse_quantity
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 READ_VERBS = ("get", "list", "watch")
+# The proxy sub-resources: one verb per HTTP method (GET and HEAD get, POST create, ...).
+PROXY_VERBS = ("create", "delete", "get", "patch", "update")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +66,7 @@ class KindInfo:
     short_names: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
     # Served sub-resources only: discovery lists each one, so a declared one must answer
-    # (nodes/services/pods proxy and pods/ephemeralcontainers wait for their handlers).
+    # (pods/ephemeralcontainers waits for its handler).
     subresources: tuple[Subresource, ...] = ()
     categories: tuple[str, ...] = ()
     # Extra field-selector fields beyond metadata.name / metadata.namespace.
@@ -76,6 +78,13 @@ class KindInfo:
     create_on_update: bool = False
     deprecated: bool = False
     removed_release: str = ""
+    # Kinds defined at run time by a CustomResourceDefinition: served in JSON and YAML
+    # only (no protobuf), their list kind named by the definition.
+    custom: bool = False
+    custom_list_kind: str = ""
+    custom_storage_version: str = ""  # the version its objects are stored in
+    # A custom kind's openAPIV3Schema as its definition gives it (OpenAPI, kubectl explain).
+    custom_schema: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def api_version(self) -> str:
@@ -87,7 +96,7 @@ class KindInfo:
 
     @property
     def list_kind(self) -> str:
-        return self.kind + "List"
+        return self.custom_list_kind or self.kind + "List"
 
     @property
     def singular_name(self) -> str:
@@ -684,6 +693,7 @@ KINDS: tuple[KindInfo, ...] = (
             _sub("exec", "PodExecOptions", ("create", "get"), rest="pods/stream"),
             _sub("attach", "PodAttachOptions", ("create", "get"), rest="pods/stream"),
             _sub("portforward", "PodPortForwardOptions", ("create", "get"), rest="pods/stream"),
+            _sub("proxy", "PodProxyOptions", PROXY_VERBS, rest="proxy"),
         ),
         field_getters={
             "spec.nodeName": _getter("spec", "nodeName"),
@@ -726,7 +736,7 @@ KINDS: tuple[KindInfo, ...] = (
         "Node",
         False,
         short_names=("no",),
-        subresources=(_status("Node"),),
+        subresources=(_status("Node"), _sub("proxy", "NodeProxyOptions", PROXY_VERBS, rest="proxy")),
         field_getters={"spec.unschedulable": lambda o: bool(dig(o, "spec", "unschedulable", default=False))},
         columns=(
             NAME,
@@ -755,7 +765,7 @@ KINDS: tuple[KindInfo, ...] = (
         short_names=("svc",),
         categories=("all",),
         create_on_update=True,
-        subresources=(_status("Service"),),
+        subresources=(_status("Service"), _sub("proxy", "ServiceProxyOptions", PROXY_VERBS, rest="proxy")),
         field_getters={"spec.clusterIP": _getter("spec", "clusterIP"), "spec.type": _getter("spec", "type")},
         columns=(
             NAME,
@@ -1439,22 +1449,60 @@ KINDS: tuple[KindInfo, ...] = (
             AGE,
         ),
     ),
+    KindInfo(
+        names.APIEXTENSIONS_GROUP,
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        short_names=("crd", "crds"),
+        categories=("api-extensions",),
+        subresources=(_status("CustomResourceDefinition"),),
+        columns=(NAME, col("Created At", "date", lambda o: dig(o, "metadata", "creationTimestamp", default=""))),
+    ),
 )
 
 
 class Registry:
-    """Look-ups over the declarations, by resource, by kind and by group version."""
+    """Look-ups over the declarations, by resource, by kind and by group version.
+
+    The built-in kinds are given at construction; kinds defined at run time (custom
+    resources) are added and removed with :meth:`add` and :meth:`remove`. Each change
+    is announced to the listeners (``listener(added, removed)``), so the parts that
+    keep something per kind (the watch cache, the store's strategies, OpenAPI) follow.
+    """
 
     def __init__(self, kinds: Iterable[KindInfo]):
-        self.kinds = tuple(kinds)
+        self.kinds: tuple[KindInfo, ...] = ()
         self._by_resource: dict[tuple[str, str, str], KindInfo] = {}
         self._by_kind: dict[tuple[str, str, str], KindInfo] = {}
-        for k in self.kinds:
+        self.listeners: list[Callable[[tuple[KindInfo, ...], tuple[KindInfo, ...]], None]] = []
+        self._index(tuple(kinds))
+
+    def _index(self, kinds: tuple[KindInfo, ...]) -> None:
+        by_resource: dict[tuple[str, str, str], KindInfo] = {}
+        by_kind: dict[tuple[str, str, str], KindInfo] = {}
+        for k in kinds:
             key = (k.group, k.version, k.resource)
-            if key in self._by_resource:
+            if key in by_resource:
                 raise ValueError(f"kind registry: {k.qualified_resource}/{k.version} declared twice")
-            self._by_resource[key] = k
-            self._by_kind[(k.group, k.version, k.kind)] = k
+            by_resource[key] = k
+            by_kind[(k.group, k.version, k.kind)] = k
+        self.kinds, self._by_resource, self._by_kind = kinds, by_resource, by_kind
+
+    def copy(self) -> "Registry":
+        """A registry of the same kinds, without listeners (one per server)."""
+        return Registry(self.kinds)
+
+    def replace(self, add: Iterable[KindInfo] = (), remove: Iterable[KindInfo] = ()) -> None:
+        """Remove ``remove`` and add (or replace, by group, version and resource) ``add``
+        in one step, then tell the listeners."""
+        added, removed = tuple(add), tuple(remove)
+        gone = {(k.group, k.version, k.resource) for k in removed + added}
+        kept = tuple(k for k in self.kinds if (k.group, k.version, k.resource) not in gone)
+        self._index(kept + added)
+        for listener in tuple(self.listeners):
+            listener(added, removed)
 
     def by_resource(self, group: str, version: str, resource: str) -> KindInfo | None:
         return self._by_resource.get((group, version, resource))

@@ -27,6 +27,8 @@ AUTHENTICATION_GROUP = f"authentication.{DOMAIN}"
 AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
+# The finalizer a CustomResourceDefinition carries until its objects are deleted.
+CRD_CLEANUP_FINALIZER = f"customresourcecleanup.apiextensions.{DOMAIN}"
 METRICS_GROUP = f"metrics.{DOMAIN}"
 # The custom and external metrics APIs: named for the autoscaler's messages; this server serves neither.
 CUSTOM_METRICS_GROUP = f"custom.metrics.{DOMAIN}"
@@ -131,6 +133,10 @@ LABEL_SERVICE_NAME = f"{DOMAIN}/service-name"
 # kubernetes.io/service-name.
 LABEL_ALIASES = {"kubernetes.io/service-name": LABEL_SERVICE_NAME}
 LABEL_MANAGED_BY_SLICE = f"endpointslice.{DOMAIN}/managed-by"
+# A Service with this label is served by the proxy it names, never by the node agent's proxy.
+LABEL_SERVICE_PROXY_NAME = f"service.{DOMAIN}/service-proxy-name"
+# The node service proxy's nftables table (family ip).
+PROXY_NFT_TABLE = f"{DOMAIN.split('.')[0]}-proxy"
 NODE_RESTRICTION_LABEL_PREFIX = f"node-restriction.{DOMAIN}/"
 NODE_AGENT_LABEL_PREFIXES = (f"kubelet.{DOMAIN}/", f"node.{DOMAIN}/")
 

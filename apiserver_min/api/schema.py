@@ -837,4 +837,6 @@ def proto_package(group: str, version: str) -> str:
     first = group.split(".", 1)[0]
     if first == "metrics":  # the resource metrics API lives outside k8s.io/api upstream
         return f"k8s.io.metrics.pkg.apis.metrics.{version}"
+    if first == "apiextensions":  # so do custom resource definitions
+        return f"k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.{version}"
     return f"k8s.io.api.{first}.{version}"

@@ -147,6 +147,8 @@ def node_rule_dicts() -> list[dict]:
         rule(READ, (CORE,), ("secrets", "configmaps")),
         rule(("get",), (CORE,), ("persistentvolumeclaims", "persistentvolumes")),
         rule(READ, (CORE,), ("endpoints",)),
+        # The node agent runs the service proxy (upstream grants it through the node-proxier role).
+        rule(READ, (DISCOVERY,), ("endpointslices",)),
         rule(("create", "get", "list", "watch"), (CERTIFICATES,), ("certificatesigningrequests",)),
         rule(("get", "create", "update", "patch", "delete"), (COORDINATION,), ("leases",)),
         rule(("create",), (CORE,), ("serviceaccounts/token",)),

@@ -80,6 +80,7 @@ class InformerFactory:
         self.registry = registry
         self._informers: dict[str, Informer] = {}
         self._listening = False
+        self._new_kind_handlers: list[Callable[[Informer], None]] = []
 
     def kind(self, group: str, version: str, resource: str) -> KindInfo:
         return served_kind(self.registry, group, version, resource)
@@ -90,7 +91,13 @@ class InformerFactory:
     def for_kind(self, kind: KindInfo) -> Informer:
         prefix = key_prefix(kind)
         found = self._informers.get(prefix)
-        inf = found if found is not None else Informer(self._cache.cache(prefix))
+        current = self._cache.cache(prefix)
+        if found is not None and found._cache is not current:
+            # A custom resource's kind served again (its definition was deleted and made
+            # anew): the informer follows the new cache, and its handlers see a replay.
+            found._cache, found.kind = current, current.kind
+            found._deliver(None)
+        inf = found if found is not None else Informer(current)
         self._informers[prefix] = inf
         if not self._listening:
             self._cache.listeners.append(self._on_cache_event)
@@ -108,8 +115,26 @@ class InformerFactory:
                 inf._deliver(None)
             return
         target = self._informers.get(cache.prefix)
+        if target is None and self._new_kind_handlers and self._cache.caches.get(cache.prefix) is cache:
+            # A kind served since the watchers of every kind started (a custom resource):
+            # their handlers subscribe now, and the replay they get covers this event.
+            target = self.for_kind(cache.kind)
+            for fn in list(self._new_kind_handlers):
+                fn(target)
+            return
+        if target is not None and target._cache is not cache:
+            self.for_kind(cache.kind)  # the kind's cache was made anew: follow it (a replay)
+            return
         if target is not None:
             target._deliver(ev)
+
+    def on_new_kind(self, fn: Callable[[Informer], None]) -> None:
+        """Call ``fn`` with the informer of each kind whose cache appears after
+        :meth:`all` was listed (on the kind's first event)."""
+        self._new_kind_handlers.append(fn)
+        if not self._listening:
+            self._cache.listeners.append(self._on_cache_event)
+            self._listening = True
 
     def stop(self) -> None:
         """No more events to anyone; handlers are dropped."""

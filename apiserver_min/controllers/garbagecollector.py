@@ -49,6 +49,13 @@ class GarbageCollector:
             self.by_prefix[inf.prefix] = inf
         for inf in self.by_prefix.values():
             inf.add_handler(functools.partial(self.on_event, inf))
+        # Kinds served later (custom resources) are watched from their first event.
+        self.informers.on_new_kind(self._watch_new_kind)
+
+    def _watch_new_kind(self, inf: Informer) -> None:
+        if inf.prefix not in self.by_prefix:
+            self.by_prefix[inf.prefix] = inf
+            inf.add_handler(functools.partial(self.on_event, inf))
 
     def _replay(self, inf: Informer) -> None:
         """Index one kind afresh and look at each of its objects again."""

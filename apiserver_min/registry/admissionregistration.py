@@ -196,14 +196,9 @@ def _webhook(hook: Any, path: str, require_known_versions: bool) -> list[v.Field
         errs += _url(str(cc["url"]), f"{path}.clientConfig.url")
     else:
         errs += _service(cc["service"], f"{path}.clientConfig.service")
-    if hook.get("matchConditions"):
-        errs.append(
-            v.FieldError.forbidden(
-                f"{path}.matchConditions",
-                "not supported by this server yet (match conditions need the rule expression engine); "
-                "remove the field or use namespaceSelector, objectSelector and rules",
-            )
-        )
+    errs += _validate_match_conditions(
+        hook.get("matchConditions"), f"{path}.matchConditions", environments.webhook_match_compiler()
+    )
     return errs
 
 
@@ -333,9 +328,21 @@ def _validate_match_resources(match: Any, path: str, *, required: bool) -> list[
     return errs
 
 
+MAX_MATCH_CONDITIONS = 64
+
+
 def _validate_match_conditions(conditions: Any, path: str, compiler: cel.Compiler) -> list[v.FieldError]:
+    """A policy's or a webhook's ``matchConditions``: at most 64, each named by a
+    qualified name unique in the list, each expression compiled for ``compiler``'s
+    variables to a boolean within the cost limit."""
     errs: list[v.FieldError] = []
     seen: set[str] = set()
+    if isinstance(conditions, list) and len(conditions) > MAX_MATCH_CONDITIONS:
+        errs.append(
+            v.FieldError(
+                v.FIELD_VALUE_TOO_MANY, path, len(conditions), f"must have at most {MAX_MATCH_CONDITIONS} items"
+            )
+        )
     for i, cond in enumerate(conditions if isinstance(conditions, list) else []):
         p = f"{path}[{i}]"
         if not isinstance(cond, dict):

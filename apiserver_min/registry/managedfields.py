@@ -36,6 +36,7 @@ import orjson
 
 from ..api import codec
 from ..api import status as st
+from ..api.jsonschema import kind_struct
 from ..api.kinds import KindInfo
 from ..api.schema import Struct
 from ..api.schemas import schema_for
@@ -333,6 +334,8 @@ def _ignored(kind: KindInfo, subresource: str) -> tuple[str, ...]:
 
 
 def _schema(kind: KindInfo) -> Struct | None:
+    if kind.custom:  # a custom resource: its definition's schema, with its list and map types
+        return kind_struct(kind.custom_schema, f"{kind.group}.{kind.version}.{kind.kind}")
     return schema_for(kind.group, kind.version, kind.kind)
 
 

@@ -40,8 +40,15 @@ class ScaleREST:
         self.store = store
         self.kind = kind
 
+    def to_scale(self, obj: dict) -> dict:
+        """The object seen as a Scale (a custom resource reads its own paths)."""
+        return to_scale(obj)
+
+    def set_replicas(self, obj: dict, replicas: int) -> None:
+        obj.setdefault("spec", {})["replicas"] = replicas
+
     async def get(self, ctx: RequestContext) -> dict:
-        return to_scale(await self.store.get_object(self.kind, ctx.namespace, ctx.name))
+        return self.to_scale(await self.store.get_object(self.kind, ctx.namespace, ctx.name))
 
     async def update(self, ctx: RequestContext, obj: dict) -> tuple[int, dict]:
         return await self._write(ctx, lambda current: obj)
@@ -51,7 +58,7 @@ class ScaleREST:
 
     async def _write(self, ctx: RequestContext, wanted_from: Callable[[dict], Any]) -> tuple[int, dict]:
         def compute(old: dict) -> dict:
-            current = to_scale(old)
+            current = self.to_scale(old)
             wanted = wanted_from(current)
             if not isinstance(wanted, dict):
                 raise st.bad_request("a Scale must be an object")
@@ -77,7 +84,7 @@ class ScaleREST:
                 old["metadata"]["resourceVersion"] = rv  # a precondition: conflicts below
             else:
                 old["metadata"].pop("resourceVersion", None)
-            old.setdefault("spec", {})["replicas"] = replicas
+            self.set_replicas(old, replicas)
             return old
 
         obj, _, _ = await self.store.update(
@@ -89,4 +96,4 @@ class ScaleREST:
             dry_run=ctx.dry_run,
             field_manager=ctx.field_manager,
         )
-        return 200, to_scale(obj)
+        return 200, self.to_scale(obj)

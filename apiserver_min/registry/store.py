@@ -123,6 +123,13 @@ class Store:
     def strategy(self, kind: KindInfo) -> Strategy:
         return self.strategies[key_prefix(kind)]
 
+    def set_strategy(self, kind: KindInfo, strategy: Strategy) -> None:
+        """The strategy of a kind defined at run time (or one the server supplies)."""
+        self.strategies[key_prefix(kind)] = strategy
+
+    def remove_strategy(self, kind: KindInfo) -> None:
+        self.strategies.pop(key_prefix(kind), None)
+
     # --- reads ------------------------------------------------------------------------
     async def _read(self, key: str) -> KeyValue | None:
         try:
@@ -372,6 +379,7 @@ class Store:
                     kind.kind, str(md.get("name") or md.get("generateName") or ""), causes(errs), kind.group
                 )
             await self.admission.validate(attrs)
+            strategy.to_storage(obj)
             raw = encode_for_storage(obj)
             key = object_key(kind, namespace, md["name"])
             if dry_run:
@@ -524,6 +532,7 @@ class Store:
         if errs:
             raise st.invalid(kind.kind, name, causes(errs), kind.group)
         await self.admission.validate(attrs)
+        strategy.to_storage(new)
         remove = self._should_delete_on_update(kind, new, old)
         raw = encode_for_storage(new)
         if remove:

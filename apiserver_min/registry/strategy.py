@@ -151,6 +151,15 @@ class Strategy:
     def validate_enums(self, obj: dict) -> list[v.FieldError]:
         return enumvalidation.validate(self.schema, obj, self.enum_rules)
 
+    def to_storage(self, obj: dict) -> None:
+        """The object as it is stored, in place (a custom resource: in its storage version)."""
+
+    def unknown_fields(self, obj: dict) -> list[str] | None:
+        """For a kind whose schema is not a declared struct (a custom resource): the
+        paths of the fields ``obj`` has and the schema does not, which field validation
+        reports. None: the declared struct is the schema (the HTTP layer checks it)."""
+        return None
+
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
         return self.without_stored_enum_errors(self.validate(new) + self._finalizer_update_errors(new, old), old)
 

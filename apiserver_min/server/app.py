@@ -26,6 +26,8 @@ from ..api import codec, names, tlsverify
 from ..api import status as st
 from ..api.kinds import REGISTRY, Registry
 from ..api.user import SYSTEM_USER, UserInfo
+from ..apiextensions.controller import DefinitionController
+from ..apiextensions.definition import DefinitionStrategy
 from ..authn.union import Authentication
 from ..authz.authorizer import Decision as AuthzDecision
 from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
@@ -54,7 +56,7 @@ from .negotiation import error_body
 from .openapi import OpenAPI
 from .resourcemetrics import ResourceMetrics
 from .resttable import build_rest_table
-from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse
+from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse, storage_version_alias
 
 log = logging.getLogger("orch-apiserver")
 
@@ -120,11 +122,16 @@ def load_backend(opts: Options) -> Backend:
 class ApiServer:
     def __init__(self, opts: Options, backend: Backend | None = None, registry: Registry = REGISTRY):
         self.opts = opts
+        # This server's own registry: custom resource definitions add kinds to it at run time.
+        registry = registry.copy()
         self.registry = registry
         self.runtime = RuntimeConfig(opts.runtime_config)
         self.backend = backend or load_backend(opts)
         self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
         self.store = Store(self.backend, registry, self.cache)
+        crd_kind = registry.by_resource(names.APIEXTENSIONS_GROUP, "v1", "customresourcedefinitions")
+        assert crd_kind is not None
+        self.store.set_strategy(crd_kind, DefinitionStrategy(crd_kind))
         # Service cluster IPs and node ports: allocated in the Service strategy's write
         # hooks, repaired against the Services, and the 'orch' Service with its endpoints.
         self.service_allocators = ServiceAllocators(
@@ -154,9 +161,12 @@ class ApiServer:
         self.server_url = (
             f"https://{host}:{opts.secure_port}" if ":" not in host else f"https://[{host}]:{opts.secure_port}"
         )
-        self.discovery = Discovery(registry, self.runtime.enabled, f"{host}:{opts.secure_port}")
+        self.discovery = Discovery(registry, self.enabled, f"{host}:{opts.secure_port}")
         self.default_service = DefaultService(self.store, registry, self.service_allocators, host, opts.secure_port)
-        self.openapi = OpenAPI(registry, self.runtime.enabled, self.discovery.group_versions())
+        self.openapi = OpenAPI(registry, self.enabled, self.discovery.group_versions())
+        registry.listeners.append(
+            lambda added, removed: self.openapi.set_custom_kinds(k for k in registry.kinds if k.custom)
+        )
         self.health = Health(opts.livez_grace_period)
         self.shutting_down = False
         self.post_start_done: dict[str, bool] = {}
@@ -181,10 +191,18 @@ class ApiServer:
         # stops the start) and generates DATA_DIR/pki/sa.key on first start.
         self.authn = Authentication(opts, ObjectLookup(self.cache, registry, self.store), self.client_ca)
         # The REST objects of collections and sub-resources beyond the generic store.
-        self.rest = build_rest_table(
-            self, lambda: self.authorizer, self.backend.current_revision, self.resource_metrics
-        )
+        self.rest = build_rest_table(self, lambda: self.authorizer, self.resource_metrics)
+        # Custom resource definitions: the kinds they define are served while they last.
+        self.definitions = DefinitionController(self.store, self.cache, registry, self.rest)
         self._inflight = 0
+
+    def enabled(self, group: str, version: str, resource: str = "") -> bool:
+        """Whether a group version (or resource) is served: --runtime-config decides for the
+        built-in kinds; a custom resource's versions are served as its definition says."""
+        kind = self.registry.by_resource(group, version, resource) if resource else None
+        if kind is not None and kind.custom:
+            return True
+        return self.runtime.enabled(group, version, resource)
 
     # --- health ---------------------------------------------------------------------
     def _install_checks(self) -> None:
@@ -249,6 +267,7 @@ class ApiServer:
     async def start_storage(self) -> None:
         await self.backend.start()
         await self.cache.start()
+        await self.definitions.start()
         self.post_start_done["start-watch-cache"] = True
         await self.bootstrap_namespaces()
         self.post_start_done["bootstrap-namespaces"] = True
@@ -293,6 +312,7 @@ class ApiServer:
         await self.resource_metrics.stop()
         await self.stop_services()
         await self.controllers.stop()
+        await self.definitions.stop()
         await self.cache.stop()
         await self.backend.close()
 
@@ -313,11 +333,11 @@ class ApiServer:
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
-        info = parse(request.method, request.path, request.query, self.registry, self.runtime.enabled)
+        info = parse(request.method, request.path, request.query, self.registry, self.enabled)
         command_alias(info, request.headers.get(names.KUBECTL_COMMAND_HEADER))
         # For the edges (body decoding, response writing), which answer an alias group in its
         # spelling; set on every request, as a hit is cheaper than a missing key's KeyError.
-        request[GROUP_ALIAS_KEY] = info.alias
+        request[GROUP_ALIAS_KEY] = info.alias or storage_version_alias(info)
         code = 500
         self._inflight += 1
         # Admission plugins' warnings (and audit annotations) for this request.

@@ -41,7 +41,7 @@ from ..storage.interface import CompactedError
 from ..storage.keys import key_prefix
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .reviews import review_protobuf_decoders
-from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, require_kind
+from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, StorageVersionAlias, require_kind
 from .tokenrequest import decode_token_request
 
 if TYPE_CHECKING:
@@ -448,6 +448,9 @@ class ResourceHandlers:
         group, _, version = api_version.rpartition("/")
         schema = schema_for(group, version, kind_name)
         if schema is None:
+            custom = self.server.registry.by_kind(group, version, kind_name)
+            if custom is not None and custom.custom and isinstance(decoded.obj, dict):
+                self._unknown_custom_fields(request, custom, decoded.obj, _field_validation(request.query))
             return decoded.obj
         obj, warnings = fieldvalidation.validate_decoded(
             decoded, schema, _field_validation(request.query), kind=kind_name, version=version, group=group
@@ -465,6 +468,8 @@ class ResourceHandlers:
         update, so the warnings are replaced, not added to."""
         schema = schema_for(kind.group, kind.version, kind.kind)
         if schema is None:
+            if kind.custom:
+                self._unknown_custom_fields(request, kind, new, level)
             return new
         dups: list[str] = []
         if level != "Ignore" and ctype in (
@@ -478,6 +483,20 @@ class ResourceHandlers:
         )
         request[FIELD_WARNINGS_KEY] = warnings
         return new
+
+    def _unknown_custom_fields(self, request: web.Request, kind: KindInfo, obj: dict, level: str) -> None:
+        """Field validation of a custom resource: the fields its schema would prune are
+        refused (Strict) or named in warnings (Warn); Ignore lets pruning drop them."""
+        if level == "Ignore":
+            return
+        unknown = self.store.strategy(kind).unknown_fields({**obj, "apiVersion": kind.api_version}) or []
+        problems = [fieldvalidation.unknown_field(p) for p in unknown]
+        if problems and level == "Strict":
+            raise st.bad_request(
+                f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+                f"strict decoding error: {', '.join(problems)}"
+            )
+        request[FIELD_WARNINGS_KEY] = problems
 
     @staticmethod
     def _served_apply_body(request: web.Request, body: bytes) -> bytes:
@@ -523,6 +542,8 @@ class ResourceHandlers:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
         if not kind.namespaced and info.namespace:
             raise st.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if kind.custom:
+            self._custom_media(request, info)
         if info.subresource:
             return await self._subresource(request, info, kind, user)
         verb = info.verb
@@ -560,6 +581,20 @@ class ResourceHandlers:
         if verb == "deletecollection":
             return await self.delete_collection(request, info, kind, user)
         raise st.method_not_allowed()
+
+    @staticmethod
+    def _custom_media(request: web.Request, info: RequestInfo) -> None:
+        """Custom resources have no protobuf form: a request that accepts only protobuf
+        is answered 406, a protobuf body 415 (as upstream). The scale sub-resource is a
+        built-in kind and keeps every form."""
+        if info.subresource == "scale":
+            return
+        negotiate(request.headers.get("Accept"), protobuf_ok=False)
+        if request.method in ("POST", "PUT") and _content_type(request) in PROTOBUF_TYPES:
+            raise st.unsupported_media_type(
+                f"the body of the request was in an unknown format ({_content_type(request)}) - accepted media "
+                "types include: application/json, application/yaml"
+            )
 
     @property
     def rest(self) -> RestTable:
@@ -1050,6 +1085,11 @@ class ResourceHandlers:
         # Strategic merge patch reads its merge keys from the kind's schema (the same one
         # for the main resource and its status); a kind without one cannot take it.
         smp_schema = None
+        if kind.custom and ctype not in (names.MEDIA_MERGE_PATCH, names.MEDIA_JSON_PATCH):
+            raise st.unsupported_media_type(
+                "the body of the request was in an unknown format - accepted media types include: "
+                f"{names.MEDIA_JSON_PATCH}, {names.MEDIA_MERGE_PATCH}, {names.MEDIA_APPLY_PATCH}"
+            )
         if ctype == names.MEDIA_STRATEGIC_MERGE_PATCH:
             smp_schema = schema_for(kind.group, kind.version, kind.kind)
             if smp_schema is None:
@@ -1070,7 +1110,11 @@ class ResourceHandlers:
         target, dry = wp.target, wp.dry_run
         doc = self._patch_document(ctype, body)
 
+        alias = request.get(GROUP_ALIAS_KEY)
+
         def compute(old: dict) -> dict:
+            if isinstance(alias, StorageVersionAlias):  # patched in the version the client asked for
+                alias.to_requested(old)
             new = patch_object(ctype, old, doc, smp_schema)
             return self._validated_patch(request, kind, new, wp.field_validation, ctype, body)
 

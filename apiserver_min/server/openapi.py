@@ -21,7 +21,10 @@ for exactly the verbs and sub-resources each kind declares (create-only review
 kinds get ``POST`` only).
 
 The documents are generated once when the server starts (they depend only on
-the declarations and ``--runtime-config``) and served from memory with an
+the declarations and ``--runtime-config``); custom resources' group versions are
+added and removed as their definitions come and go (``set_custom_kinds``: a v3
+document each, built from the definition's schema, and their part of v2). All are
+served from memory with an
 ``ETag`` (upstream: the upper-case hex SHA-512 of the body), ``Last-Modified``,
 conditional ``304`` answers, and, for URLs carrying the ``hash`` of the current
 document (as ``/openapi/v3`` hands them out), ``Cache-Control: public,
@@ -44,7 +47,7 @@ fails ("Path not found for GVK") and it falls back to its v2 check, which
 downloads ``/openapi/v2`` asking for protobuf alone and then lists
 ``customresourcedefinitions`` in ``apiextensions.k8s.io/v1`` (hard-coded in
 kubectl) to see whether the kind is a custom resource. The server answers that
-list with the definitions it serves -- none (``app.crd_list``) -- and kubectl
+list with the definitions it serves (none defines a review kind), and kubectl
 then validates the review client-side against the protobuf document: unknown
 fields fail in kubectl, ``--validate=warn`` skips the check with a warning.
 ``explain --output=plaintext-openapiv2`` reads the same document.
@@ -111,6 +114,8 @@ _PATCH_TYPES = (
     names.MEDIA_STRATEGIC_MERGE_PATCH,
 )
 
+_CUSTOM_PATCH_TYPES = (names.MEDIA_APPLY_PATCH, names.MEDIA_JSON_PATCH, names.MEDIA_MERGE_PATCH)
+
 _PATCH_DEF = f"{S.META}.Patch"
 _WATCH_EVENT = S.Struct(
     f"{S.META}.WatchEvent",
@@ -129,7 +134,10 @@ def gv_path(group: str, version: str) -> str:
 def definition_name(message: str) -> str:
     """Upstream's OpenAPI definition name of a proto message (``k8s.io.api.core.v1.Pod``
     -> ``io.k8s.api.core.v1.Pod``)."""
-    return "io.k8s." + message[len("k8s.io.") :] if message.startswith("k8s.io.") else message
+    if not message.startswith("k8s.io."):
+        return message
+    # The definitions' package is a Go module path with a dash, which proto names cannot carry.
+    return "io.k8s." + message[len("k8s.io.") :].replace("apiextensions_apiserver.", "apiextensions-apiserver.", 1)
 
 
 # --- descriptions ------------------------------------------------------------------------
@@ -446,6 +454,14 @@ class _PathBuilder:
     version: str
     schemas: SchemaBuilder
     paths: dict[str, dict] = dataclasses.field(default_factory=dict)
+    # Schemas of kinds that have no declaration (custom resources), by (group, version, kind).
+    structs: dict[tuple[str, str, str], S.Struct] = dataclasses.field(default_factory=dict)
+    # What PATCH accepts: custom resources take no strategic merge patch, and kubectl's
+    # apply computes one only for kinds whose PATCH lists it.
+    patch_types: tuple[str, ...] = _PATCH_TYPES
+
+    def _schema_for(self, group: str, version: str, kind: str) -> S.Struct | None:
+        return self.structs.get((group, version, kind)) or schema_for(group, version, kind)
 
     @property
     def base(self) -> str:
@@ -482,12 +498,12 @@ class _PathBuilder:
         return op
 
     def add_kind(self, k: KindInfo) -> None:
-        struct = schema_for(k.group, k.version, k.kind)
+        struct = self._schema_for(k.group, k.version, k.kind)
         if struct is None:
             raise ValueError(f"OpenAPI: kind {k.api_version} {k.kind} has no schema declaration")
         name = self.schemas.name(struct)
         gvk = {"group": k.group, "version": k.version, "kind": k.kind}
-        lst = list_schema(k.group, k.version, k.kind)
+        lst = self.structs.get((k.group, k.version, k.list_kind)) or list_schema(k.group, k.version, k.kind)
         list_name = None
         if lst is not None and ("list" in k.verbs or "watch" in k.verbs):
             self.schemas.add_gvk(lst, {"group": k.group, "kind": k.list_kind, "version": k.version})
@@ -575,7 +591,7 @@ class _PathBuilder:
 
     def _patch(self, op_id: str, gvk: dict, kind: str, ref: str) -> dict:
         patch_ref = self.schemas.name(S.Opaque(_PATCH_DEF))
-        body = {"content": _content(patch_ref, _PATCH_TYPES), "required": True}
+        body = {"content": _content(patch_ref, self.patch_types), "required": True}
         return self._op(
             op_id,
             gvk,
@@ -623,7 +639,7 @@ class _PathBuilder:
     ) -> None:
         # A sub-resource names its kind's group version when it differs (scale, eviction, token).
         group, version = (sub.group, sub.version) if sub.version else (k.group, k.version)
-        struct = schema_for(group, version, sub.kind)
+        struct = self._schema_for(group, version, sub.kind)
         gvk = {"group": group, "version": version, "kind": sub.kind}
         title = sub.name.title().replace("containers", "Containers")
         path = f"{item}/{sub.name}"
@@ -709,7 +725,55 @@ _SECURITY_SCHEMES = {
 
 
 def _kinds(registry: Registry, group: str, version: str, enabled: Callable[[str, str, str], bool]) -> list[KindInfo]:
-    return [k for k in registry.in_group_version(group, version) if enabled(group, version, k.resource)]
+    """The declared kinds of a group version (custom resources have documents of their own)."""
+    return [
+        k for k in registry.in_group_version(group, version) if not k.custom and enabled(group, version, k.resource)
+    ]
+
+
+_CUSTOM_METADATA = "The object's metadata: its name, namespace, labels, annotations and what the system records."
+
+
+def custom_definition_name(group: str, version: str, kind: str) -> str:
+    """A custom kind's definition name, as upstream names it: the group reversed (``com.example.v1.CronTab``)."""
+    return ".".join([*reversed(group.split(".")), version, kind])
+
+
+def _custom_paths(group: str, version: str, kinds: list[KindInfo], schemas: SchemaBuilder) -> _PathBuilder:
+    """The paths of a custom group version; its kinds' schemas are their definitions' own."""
+    pb = _PathBuilder(group, version, schemas, patch_types=_CUSTOM_PATCH_TYPES)
+    meta = schemas.name(S.OBJECT_META)
+    for k in kinds:
+        placeholder = S.Struct(custom_definition_name(k.group, k.version, k.kind), [])
+        pb.structs[(k.group, k.version, k.kind)] = placeholder
+        pb.structs[(k.group, k.version, k.list_kind)] = S.Struct(
+            custom_definition_name(k.group, k.version, k.list_kind),
+            [S.Field("metadata", S.LIST_META, 1), S.Field("items", S.List(placeholder), 2, required=True)],
+        )
+    for k in kinds:
+        pb.add_kind(k)
+        name = definition_name(pb.structs[(k.group, k.version, k.kind)].name)
+        schema = dict(k.custom_schema) if isinstance(k.custom_schema, dict) else {"type": "object"}
+        props = dict(schema.get("properties") or {})
+        props["apiVersion"] = {"type": "string", "description": _COMMON_FIELDS["apiVersion"]}
+        props["kind"] = {"type": "string", "description": _COMMON_FIELDS["kind"]}
+        props["metadata"] = {"allOf": [{"$ref": V3_REF + meta}], "description": _CUSTOM_METADATA}
+        schema["properties"] = props
+        schema["x-kubernetes-group-version-kind"] = [{"group": k.group, "version": k.version, "kind": k.kind}]
+        schemas.definitions[name] = schema
+    return pb
+
+
+def custom_group_version_document(group: str, version: str, kinds: list[KindInfo]) -> dict:
+    """The OpenAPI v3 document of a custom resource group version."""
+    schemas = SchemaBuilder({})
+    pb = _custom_paths(group, version, kinds, schemas)
+    return {
+        "openapi": "3.0.0",
+        "info": _info(),
+        "paths": pb.paths,
+        "components": {"schemas": schemas.definitions, "securitySchemes": _SECURITY_SCHEMES},
+    }
 
 
 def group_version_document(
@@ -795,6 +859,26 @@ def _v2_param(p: dict) -> dict:
     return out
 
 
+def _v2_paths(pb: _PathBuilder) -> dict[str, dict]:
+    paths: dict[str, dict] = {}
+    for path, entry in pb.paths.items():
+        v2 = {m: _v2_operation(op) for m, op in entry.items() if m != "parameters"}
+        v2["parameters"] = [_v2_param(p) for p in entry.get("parameters", [])]
+        paths[path] = v2
+    return paths
+
+
+def _v2_definitions(schemas: SchemaBuilder) -> dict[str, dict]:
+    return {
+        name: (
+            _to_v2(d)
+            if name not in _V2_SCALARS
+            else {**{k: v for k, v in d.items() if k == "description"}, **_V2_SCALARS[name]}
+        )
+        for name, d in schemas.definitions.items()
+    }
+
+
 def swagger_document(
     registry: Registry,
     group_versions: Iterable[tuple[str, str]],
@@ -808,22 +892,12 @@ def swagger_document(
         pb = _PathBuilder(group, version, schemas)
         for k in _kinds(registry, group, version, enabled):
             pb.add_kind(k)
-        for path, entry in pb.paths.items():
-            v2 = {m: _v2_operation(op) for m, op in entry.items() if m != "parameters"}
-            v2["parameters"] = [_v2_param(p) for p in entry.get("parameters", [])]
-            paths[path] = v2
-    definitions = {}
-    for name, d in schemas.definitions.items():
-        definitions[name] = (
-            _to_v2(d)
-            if name not in _V2_SCALARS
-            else {**{k: v for k, v in d.items() if k == "description"}, **_V2_SCALARS[name]}
-        )
+        paths.update(_v2_paths(pb))
     return {
         "swagger": "2.0",
         "info": _info(),
         "paths": paths,
-        "definitions": definitions,
+        "definitions": _v2_definitions(schemas),
         "securityDefinitions": _SECURITY_SCHEMES,
         "security": [{"BearerToken": []}],
     }
@@ -916,16 +990,14 @@ class OpenAPI:
         v2 = orjson.dumps(swagger_document(registry, group_versions, enabled, gvks), option=orjson.OPT_SORT_KEYS)
         self._v2 = _Doc(v2, _etag(v2))
         self.v2 = v2
+        # The declared kinds' parts, kept for when custom resources come and go.
+        self._builtin_v2 = orjson.loads(v2)
+        self._builtin_v3 = dict(self._v3)
         t1 = time.perf_counter()
         self.v2_protobuf: bytes | None = None
         self._v2_pb: _Doc | None = None
-        try:
-            self.v2_protobuf = openapi_pb.document_bytes(orjson.loads(v2))
-        except ValueError:  # a declaration gnostic's schema cannot carry: JSON only, loudly
-            log.exception("OpenAPI v2: the protobuf form is not served")
-        else:
-            # upstream re-uses the JSON document's ETag for the protobuf form
-            self._v2_pb = _Doc(self.v2_protobuf, self._v2.etag, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
+        self._v2_pb_stale = False
+        self._build_v2_protobuf()
         self.v2_protobuf_seconds = time.perf_counter() - t1
         self.last_modified = time.time()
         self.build_seconds = time.perf_counter() - t0
@@ -941,6 +1013,45 @@ class OpenAPI:
             pb_size // 1024,
             self.v2_protobuf_seconds * 1000,
         )
+
+    def _build_v2_protobuf(self) -> None:
+        self._v2_pb_stale = False
+        self.v2_protobuf, self._v2_pb = None, None
+        try:
+            self.v2_protobuf = openapi_pb.document_bytes(orjson.loads(self.v2))
+        except ValueError:  # a declaration gnostic's schema cannot carry: JSON only, loudly
+            log.exception("OpenAPI v2: the protobuf form is not served")
+        else:
+            # upstream re-uses the JSON document's ETag for the protobuf form
+            self._v2_pb = _Doc(self.v2_protobuf, self._v2.etag, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
+
+    def set_custom_kinds(self, kinds: Iterable[KindInfo]) -> None:
+        """Serve the custom resources' kinds (all of them, replacing those served before):
+        a v3 document per group version, their paths and definitions in v2. The v2
+        protobuf form is converted again when next asked for."""
+        by_gv: dict[tuple[str, str], list[KindInfo]] = {}
+        for k in kinds:
+            by_gv.setdefault((k.group, k.version), []).append(k)
+        self._v3 = dict(self._builtin_v3)
+        self.docs = {key: doc.body for key, doc in self._v3.items()}
+        v2_paths: dict[str, dict] = {}
+        v2_schemas = SchemaBuilder({})
+        for (g, v), gv_kinds in sorted(by_gv.items()):
+            body = orjson.dumps(custom_group_version_document(g, v, gv_kinds), option=orjson.OPT_SORT_KEYS)
+            key = gv_path(g, v)
+            self._v3[key] = _Doc(body, _etag(body))
+            self.docs[key] = body
+            v2_paths.update(_v2_paths(_custom_paths(g, v, gv_kinds, v2_schemas)))
+        self.hashes = {key: doc.etag for key, doc in self._v3.items()}
+        index = orjson.dumps(self.index(), option=orjson.OPT_SORT_KEYS)
+        self._index = _Doc(index, _etag(index))
+        doc = dict(self._builtin_v2)
+        doc["paths"] = {**doc["paths"], **v2_paths}
+        doc["definitions"] = {**doc["definitions"], **_v2_definitions(v2_schemas)}
+        self.v2 = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        self._v2 = _Doc(self.v2, _etag(self.v2))
+        self._v2_pb_stale = True
+        self.last_modified = time.time()
 
     def index(self) -> dict:
         """``/openapi/v3``: each group version's document URL, pinned by its hash."""
@@ -981,12 +1092,16 @@ class OpenAPI:
             return self._serve(request, doc, media, extra)
         if path == "/openapi/v2":
             # Upstream's order: JSON first (what */* gets), then both protobuf spellings.
-            offered = (names.MEDIA_JSON,) if self._v2_pb is None else _V2_MEDIA
+            offered = (names.MEDIA_JSON,) if self._v2_pb is None and not self._v2_pb_stale else _V2_MEDIA
             media = _negotiate(request.headers.get("Accept"), offered)
             if media is None:
                 return self._not_acceptable(request, offered)
             if media == names.MEDIA_JSON:
                 return self._serve(request, self._v2, media)
+            if self._v2_pb_stale:
+                self._build_v2_protobuf()
+            if self._v2_pb is None:
+                return self._not_acceptable(request, (names.MEDIA_JSON,))
             return self._serve(request, self._v2_pb, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
         return None
 

@@ -4,11 +4,10 @@ authorizer and the authenticator (the reviews)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..api import names
 from ..authz.authorizer import Union
-from ..registry.apiextensions import EmptyCustomResourceDefinitionList
 from ..registry.autoscaling_v1 import HorizontalPodAutoscalerV1REST
 from ..registry.core import ServiceAccountTokenREST
 from ..registry.families import rest_implementations
@@ -16,6 +15,7 @@ from ..registry.rest import RestTable
 from . import reviews
 from .podexec import PodStreamREST
 from .podlogs import PodLogREST
+from .proxy import ProxyREST
 from .resourcemetrics import NodeMetricsREST, PodMetricsREST, ResourceMetrics
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 def build_rest_table(
     server: "ServerContext",
     authorizer: Callable[[], Union],
-    current_revision: Callable[[], Awaitable[int]],
     resource_metrics: ResourceMetrics,
 ) -> RestTable:
     opts = server.opts
@@ -35,6 +34,7 @@ def build_rest_table(
     )
     impls["pods/log"] = lambda kind, sub: PodLogREST(server, kind)
     impls["pods/stream"] = lambda kind, sub: PodStreamREST(server, kind)
+    impls["proxy"] = lambda kind, sub: ProxyREST(server, kind)
     table = RestTable.from_declarations(server.registry, impls)
     reviews.install(table, authorizer, server.authn)
     # The resource metrics API: read-only collections answered from the agents' scrapes.
@@ -48,11 +48,5 @@ def build_rest_table(
         "horizontalpodautoscalers",
         HorizontalPodAutoscalerV1REST(server.store, stored_hpa),
         version="v1",
-    )
-    table.add_unregistered(
-        names.APIEXTENSIONS_GROUP,
-        "v1",
-        "customresourcedefinitions",
-        EmptyCustomResourceDefinitionList(current_revision),
     )
     return table

@@ -20,6 +20,7 @@ from urllib.parse import unquote
 from ..api import codec, names
 from ..api import status as st
 from ..api.kinds import KindInfo, Registry
+from ..apiextensions import values
 
 # Request key (aiohttp request mapping) under which the server puts the GroupAlias of a
 # request on an alias group (None for any other), for the body decoder and the response writers.
@@ -96,6 +97,56 @@ class GroupAlias:
         return codec.dumps(event) + b"\n"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StorageVersionAlias(GroupAlias):
+    """How a custom resource is read, where the stored bytes are not the answer as they
+    are: in a version other than the one its objects are stored in (``served_version``),
+    answers are rewritten from the stored ``apiVersion`` to the requested one, as an
+    alias group's are (the definitions convert with ``None``: only ``apiVersion``
+    differs); with a schema that declares defaults (``schema``), every object read is
+    defaulted, so objects stored before a default was declared read with it. A body
+    stays in the requested version, which the strategy validates by that version's
+    schema and stores in the storage version."""
+
+    served_version: str = ""
+    schema: Any = None
+    object_kind: str = ""
+
+    @property
+    def served_api_version(self) -> str:
+        return f"{self.served}/{self.served_version}"
+
+    def to_served(self, obj: Any) -> Any:
+        return obj
+
+    def to_requested(self, obj: Any) -> Any:
+        obj = GroupAlias.to_requested(self, obj)
+        if self.schema is not None and isinstance(obj, dict):
+            kind = obj.get("kind")
+            if kind == self.object_kind:
+                nested = [obj]
+            elif kind == "Table":
+                nested = [r.get("object") for r in obj.get("rows") or () if isinstance(r, dict)]
+            else:
+                nested = obj.get("items") if isinstance(obj.get("items"), list) else []
+            for item in nested:
+                if isinstance(item, dict) and item.get("kind") == self.object_kind:
+                    values.apply_defaults(item, self.schema)
+        return obj
+
+
+def storage_version_alias(info: "RequestInfo") -> GroupAlias | None:
+    """How a request on a custom resource reads its objects (None: as they are stored)."""
+    k = info.kind
+    if k is None or not k.custom or info.alias is not None:
+        return None
+    schema = k.custom_schema if values.has_defaults(k.custom_schema) else None
+    stored = k.custom_storage_version or k.version
+    if stored == k.version and schema is None:
+        return None
+    return StorageVersionAlias(k.group, k.group, k.version, stored, schema, k.kind)
+
+
 @dataclasses.dataclass
 class RequestInfo:
     is_resource: bool
@@ -123,6 +174,7 @@ class RequestInfo:
 
 
 _HTTP_TO_VERB = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "GET": "get"}
+_PROXY_VERBS = {**_HTTP_TO_VERB, "HEAD": "get"}
 
 
 def _truthy(value: str | None) -> bool:
@@ -177,6 +229,9 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
     resource = rest[0]
     name = rest[1] if len(rest) >= 2 else ""
     sub = "/".join(rest[2:]) if len(rest) >= 3 else ""
+    proxy = len(rest) >= 3 and rest[2] == "proxy"
+    if proxy:
+        sub = "proxy"  # what follows is the path on the target, not part of the sub-resource
     kind = registry.by_resource(group, version, resource)
     info.is_resource = True
     info.resource, info.name, info.subresource, info.namespace = resource, name, sub, namespace
@@ -188,6 +243,10 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
         if rest[0] == "namespaces" and kind.resource == "namespaces" and len(rest) >= 2:
             info.namespace = ""
     m = method.upper()
+    if proxy:
+        # One verb per HTTP method, as upstream's request info has it (no list or watch).
+        info.verb = _PROXY_VERBS.get(m, m.lower())
+        return info
     if m in ("GET", "HEAD"):
         if watch_path or ("watch" in query and _truthy(query.get("watch"))):
             info.verb = "watch"

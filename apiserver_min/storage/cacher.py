@@ -255,6 +255,9 @@ class ResourceCache:
         # offered only to watchers that can see it.
         self.watchers_by_ns: dict[str | None, set[Watcher]] = {}
         self._sorted_keys: list[str] | None = None
+        # While a cache added at run time lists its prefix, the storage events for it
+        # wait here (None once filled): those the list already saw are then dropped.
+        self.pending: list[Event] | None = None
 
     def make_entry(self, key: str, raw: bytes, rv: int) -> Entry:
         obj = orjson.loads(raw)
@@ -360,6 +363,7 @@ class WatchCache:
 
     def __init__(self, backend: Backend, kinds: list[KindInfo], key_prefix: Callable[[KindInfo], str]):
         self.backend = backend
+        self.key_prefix = key_prefix
         self.caches: dict[str, ResourceCache] = {}
         self._by_prefix: list[tuple[str, ResourceCache]] = []
         for k in kinds:
@@ -388,6 +392,48 @@ class WatchCache:
 
     def cache(self, prefix: str) -> ResourceCache:
         return self.caches[prefix]
+
+    async def add_kind(self, kind: KindInfo) -> ResourceCache:
+        """A cache for a kind defined at run time (another version of a kind already
+        cached shares its cache): its prefix is listed from storage, and the storage
+        events that arrive meanwhile are applied after the list, those it saw dropped."""
+        p = self.key_prefix(kind)
+        existing = self.caches.get(p)
+        if existing is not None:
+            return existing
+        c = ResourceCache(kind, p)
+        c.pending = []
+        self.caches[p] = c
+        self._by_prefix.append((p, c))
+        self._by_prefix.sort(key=lambda pc: -len(pc[0]))
+        try:
+            res = await self.backend.list(p)
+        except BaseException:
+            self._drop(p)
+            raise
+        for kv in res.items:
+            try:
+                c.items[kv.key] = c.make_entry(kv.key, kv.value, kv.mod_revision)
+            except orjson.JSONDecodeError:
+                log.error("stored object %s is not valid JSON; it is not served", kv.key)
+        c.history_floor = res.revision
+        pending, c.pending = c.pending, None
+        for ev in pending:
+            if ev.kv.mod_revision > res.revision:
+                self._apply(c, ev)
+        return c
+
+    def remove_kind(self, kind: KindInfo) -> None:
+        """Forget a kind's cache (its definition is gone): its watchers are closed."""
+        p = self.key_prefix(kind)
+        c = self._drop(p)
+        if c is not None:
+            c.close_watchers(f"the resource {kind.qualified_resource} is no longer served")
+
+    def _drop(self, prefix: str) -> ResourceCache | None:
+        c = self.caches.pop(prefix, None)
+        self._by_prefix = [(p, x) for p, x in self._by_prefix if p != prefix]
+        return c
 
     async def start(self) -> None:
         await self._initial_list()
@@ -456,19 +502,24 @@ class WatchCache:
                 self.rv = ev.kv.mod_revision
                 self._signal()
             return
-        now = time.monotonic()
         c = self.cache_for_key(ev.kv.key)
         if c is not None:
-            try:
-                cev = c.apply(ev, now)
-            except (orjson.JSONDecodeError, StorageError) as exc:
-                log.error("watch cache: skipping event for %s: %s", ev.kv.key, exc)
+            if c.pending is not None:
+                c.pending.append(ev)
             else:
-                for listener in self.listeners:
-                    listener(c, cev)
+                self._apply(c, ev)
         if ev.kv.mod_revision > self.rv:
             self.rv = ev.kv.mod_revision
             self._signal()
+
+    def _apply(self, c: ResourceCache, ev: Event) -> None:
+        try:
+            cev = c.apply(ev, time.monotonic())
+        except (orjson.JSONDecodeError, StorageError) as exc:
+            log.error("watch cache: skipping event for %s: %s", ev.kv.key, exc)
+        else:
+            for listener in self.listeners:
+                listener(c, cev)
 
     async def wait_for(self, rv: int, timeout: float) -> bool:
         """Wait until the cache has seen revision ``rv``; False on timeout."""

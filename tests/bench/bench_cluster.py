@@ -191,6 +191,7 @@ class Cluster:
             "--address=127.0.0.1",
             "--node-ip=127.0.0.1",
             "--healthz-port=0",
+            "--proxy-mode=none",
             f"--cert-dir={self.work}/pki",
             f"--cgroup-root={self.cg}",
             "--fail-swap-on=false",

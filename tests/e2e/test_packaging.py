@@ -147,6 +147,7 @@ def test_the_packaged_agent_starts_with_the_packaged_config(unpacked, tmp_path):
             f"--config={unpacked}/etc/orch/agent/config.yaml",
             "--runonce",
             "--healthz-port=0",
+            "--proxy-mode=none",  # the service proxy has its own test (test_service_proxy.py)
             f"--root-dir={tmp_path / 'state'}",
             "--deprecation-warnings=false",
             *driver,

@@ -41,7 +41,7 @@ def qs(tmp_path_factory):
         "ORCH_PORT": str(free_port()),
         "ORCH_AGENT_ROOT": str(base / "agent"),
         "ORCH_AGENT_PORT": str(free_port()),
-        "ORCH_AGENT_FLAGS": "--healthz-port=0",
+        "ORCH_AGENT_FLAGS": "--healthz-port=0 --proxy-mode=none",
         "ORCH_MANIFEST_DIR": str(base / "manifests"),
         "ORCH_CONTAINERD_DIR": str(base / "ctrd"),
         "ORCH_CNI_CONF_DIR": str(base / "cni"),

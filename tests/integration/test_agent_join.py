@@ -78,7 +78,7 @@ async def new_token(client: ApiClient) -> bt.Token:
 
 
 def agent_cfg(tmp: Path, *extra: str, bootstrap: str = ""):
-    argv = ["--root-dir", str(tmp), "--orchconfig", str(tmp / "agent.orchconfig"), *extra]
+    argv = ["--root-dir", str(tmp), "--orchconfig", str(tmp / "agent.orchconfig"), "--proxy-mode=none", *extra]
     if bootstrap:
         argv += ["--bootstrap-orchconfig", bootstrap]
     return from_argv(argv)

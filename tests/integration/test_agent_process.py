@@ -56,6 +56,7 @@ class Agent:
             "agent.cli",
             f"--root-dir={workdir / 'root'}",
             f"--healthz-port={self.port}",
+            "--proxy-mode=none",
             "--deprecation-warnings=false",
             # The process, not the pods: no HTTPS view, no runtime, no cgroup tree.
             "--enable-server=false",

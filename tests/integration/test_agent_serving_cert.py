@@ -28,7 +28,7 @@ from cryptography import x509
 from agent.certificates import bootstrap as bs
 from agent.certificates.rotation import rotate_serving_certificate
 from agent.client.config import load_orchconfig, write_orchconfig
-from agent.client.rest import ApiClient
+from agent.client.rest import ApiClient, ApiError
 from agent.config import from_argv
 from agent.server import AgentServer, LogTarget
 from agent.server import auth as serverauth
@@ -87,6 +87,7 @@ async def join_node(server: ApiServerProcess, tmp: Path, node: str) -> tuple[Api
     write_orchconfig(str(boot), server=server.url, ca_data=server.ca_cert.read_bytes(), token=str(token))
     cfg = from_argv(
         ["--root-dir", str(tmp), "--orchconfig", str(tmp / "agent.orchconfig"), "--bootstrap-orchconfig", str(boot)]
+        + ["--proxy-mode=none"]
     )
     try:
         path = await bs.ensure_client_certificate(cfg, node, timeout=15)
@@ -206,11 +207,18 @@ async def test_serving_certificate_rotation_and_webhook_auth_with_the_apiserver(
         node_obj = await client.create(
             "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
         )
-        node_obj["status"] = {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": node}],
-            "daemonEndpoints": {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": server.port}},
-        }
-        await client.update(f"/api/v1/nodes/{node}/status", node_obj)
+        for _ in range(10):  # a bundled controller may write the new Node first: read it again
+            node_obj["status"] = {
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": node}],
+                "daemonEndpoints": {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": server.port}},
+            }
+            try:
+                await client.update(f"/api/v1/nodes/{node}/status", node_obj)
+                break
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                node_obj = await client.get(f"/api/v1/nodes/{node}")
         await a.create(
             "/api/v1/namespaces/default/pods",
             {

@@ -3,8 +3,10 @@ servers on 127.0.0.1: a mutating webhook's JSONPatch reaches the stored object, 
 webhook that cannot be reached fails closed or open by its failurePolicy (only for
 the namespaces its selector matches), a hanging webhook is cut off at
 timeoutSeconds, denials and warnings reach kubectl, configuration changes take
-effect within a second, dry-run requests carry the flag, and /metrics counts the
-calls. Each test scopes its webhooks to a namespace of its own by label."""
+effect within a second, dry-run requests carry the flag, /metrics counts the
+calls, and match conditions decide which objects a webhook sees (an expression that
+does not compile is refused on create). Each test scopes its webhooks to a namespace
+of its own by label."""
 
 from __future__ import annotations
 
@@ -304,8 +306,13 @@ def test_webhook_configuration_validation(server):
             'webhooks[0].sideEffects: Unsupported value: "Some": supported values: "None", "NoneOnDryRun"',
         ),
         (
-            {**base, "matchConditions": [{"name": "a", "expression": "true"}]},
-            "webhooks[0].matchConditions: Forbidden: not supported by this server yet",
+            {**base, "matchConditions": [{"name": "a", "expression": "true"}, {"name": "a", "expression": "true"}]},
+            'webhooks[0].matchConditions[1].name: Duplicate value: "a"',
+        ),
+        (
+            {**base, "matchConditions": [{"name": "web", "expression": "object.metadata.name.startsWith("}]},
+            'webhooks[0].matchConditions[0].expression: Invalid value: "object.metadata.name.startsWith(": '
+            "compilation failed: ERROR: <input>:1:33: Syntax error:",
         ),
     ]
     for hook, message in cases:
@@ -344,5 +351,81 @@ def test_metrics_count_calls_and_rejections(server, hook_server):
             'operation="CREATE",rejection_code="403",type="validating"}'
         ) in text
         assert 'apiserver_admission_webhook_admission_duration_seconds_count{name="metered.hooks.orch.test"' in text
+    finally:
+        remove(server, "validatingwebhookconfigurations", cfg)
+
+
+IS_WEB = {"name": "is-web", "expression": "object.metadata.name.startsWith('web-')"}
+
+
+def test_match_conditions_decide_which_objects_a_webhook_sees(server, hook_server):
+    ns = namespace(server)
+    cfg = install(
+        server,
+        "mutatingwebhookconfigurations",
+        [webhook("web.patch.hooks.orch.test", hook_server.client_config("/patch"), ns, matchConditions=[IS_WEB])],
+    )
+    try:
+        wait_for(
+            lambda: create_cm(server, ns, uniq("web-p"), expect=201)[1]["metadata"].get("labels"),
+            timeout=5,
+            what="the mutating webhook to take effect",
+        )
+        _, other = create_cm(server, ns, "db-1", expect=201)
+        assert "labels" not in other["metadata"]
+        _, web = create_cm(server, ns, "web-1", expect=201)
+        assert web["metadata"]["labels"] == {"patched": "yes"}
+        seen = [r["request"]["name"] for r in hook_server.reviews_for("/patch") if r["request"]["namespace"] == ns]
+        assert "web-1" in seen and all(name.startswith("web-") for name in seen), seen
+    finally:
+        remove(server, "mutatingwebhookconfigurations", cfg)
+    # A validating webhook that denies: only the objects its condition selects are refused.
+    ns = namespace(server)
+    cfg = install(
+        server,
+        "validatingwebhookconfigurations",
+        [webhook("web.deny.hooks.orch.test", hook_server.client_config("/deny"), ns, matchConditions=[IS_WEB])],
+    )
+    try:
+        wait_for(lambda: create_cm(server, ns, uniq("web-d"))[0] == 403, timeout=5, what="the webhook to deny")
+        create_cm(server, ns, "db-1", expect=201)
+        status, doc = create_cm(server, ns, "web-1")
+        assert (status, doc["message"]) == (
+            403,
+            f'admission webhook "web.deny.hooks.orch.test" denied the request: {DENY_MESSAGE}',
+        )
+    finally:
+        remove(server, "validatingwebhookconfigurations", cfg)
+
+
+def test_a_condition_that_fails_to_evaluate_follows_the_failure_policy(server, hook_server):
+    broken = {"name": "tier", "expression": "object.metadata.labels.tier == 'web'"}  # no labels: an error
+    fail_ns, ignore_ns = namespace(server), namespace(server)
+    cfg = install(
+        server,
+        "validatingwebhookconfigurations",
+        [
+            webhook("fail.tier.hooks.orch.test", hook_server.client_config("/deny"), fail_ns, matchConditions=[broken]),
+            webhook(
+                "ignore.tier.hooks.orch.test",
+                hook_server.client_config("/deny"),
+                ignore_ns,
+                failurePolicy="Ignore",
+                matchConditions=[broken],
+            ),
+        ],
+    )
+    try:
+        status, doc = wait_for(
+            lambda: (r := create_cm(server, fail_ns, uniq("c")))[0] == 403 and r,
+            timeout=5,
+            what="the Fail webhook's condition to refuse",
+        )
+        assert doc["reason"] == "Forbidden"
+        assert doc["message"].endswith(
+            "is forbidden: expression 'object.metadata.labels.tier == 'web'' resulted in error: no such key: labels"
+        ), doc["message"]
+        create_cm(server, ignore_ns, "skipped", expect=201)  # Ignore: the webhook (which denies) is not called
+        assert not [r for r in hook_server.reviews_for("/deny") if r["request"]["namespace"] in (fail_ns, ignore_ns)]
     finally:
         remove(server, "validatingwebhookconfigurations", cfg)

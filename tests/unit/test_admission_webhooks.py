@@ -1,6 +1,8 @@
 """The webhook plugins' logic without a server: rule matching, the dry-run refusal
 of webhooks with side effects, reinvocation, answers that cannot be used, the
-credential look-up by host name and service endpoint resolution."""
+credential look-up by host name and service endpoint resolution, and match
+conditions (evaluation, failure policy, the authorizer, their validation on write and
+their compilation once per configuration generation)."""
 
 from __future__ import annotations
 
@@ -25,11 +27,13 @@ from apiserver_min.admission.webhook.credentials import (
 from apiserver_min.admission.webhook.dispatcher import MutatingWebhookPlugin, ValidatingWebhookPlugin
 from apiserver_min.admission.webhook.matching import parse_selector, rule_matches, rules_match_shape
 from apiserver_min.admission.webhook.metrics import WebhookMetrics
-from apiserver_min.admission.webhook.source import ClusterLookup, ResolveError, Webhook
+from apiserver_min.admission.webhook.source import ClusterLookup, ResolveError, Webhook, WebhookSource
 from apiserver_min.api import names
 from apiserver_min.api import status as st
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import UserInfo
+from apiserver_min.authz.authorizer import Decision
+from apiserver_min.registry.admissionregistration import validate_webhooks
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.keys import key_prefix, object_key
 from tests.webhook_server import WebhookServer
@@ -146,9 +150,9 @@ def allow(req):
     return {"uid": req["uid"], "allowed": True}
 
 
-def plugin(cls, specs, answers):
+def plugin(cls, specs, answers, authorizer=None):
     clients = ScriptedClients(answers)
-    return cls(FakeSource(specs), None, clients, WebhookMetrics()), clients
+    return cls(FakeSource(specs), None, clients, WebhookMetrics(), lambda: authorizer), clients
 
 
 def test_dry_run_refuses_a_webhook_with_side_effects_before_calling_it():
@@ -528,3 +532,223 @@ def test_patched_objects_lose_unknown_fields_and_wrong_types_are_internal_errors
     with pytest.raises(st.ApiError) as err:
         asyncio.run(p.admit(attrs()))
     assert err.value.code == 500 and err.value.reason == "InternalError"
+
+
+# --- match conditions -------------------------------------------------------------------
+
+IS_WEB = {"name": "is-web", "expression": "object.metadata.name.startsWith('web-')"}
+
+
+def named(name: str, **data) -> Attributes:
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+    return Attributes("CREATE", CONFIGMAPS, "ops", name, "", obj, None, ADMIN, False)
+
+
+def test_a_false_condition_skips_the_webhook_and_true_ones_call_it():
+    specs = [hook("v.hooks.test", "v", matchConditions=[{"name": "always", "expression": "true"}, IS_WEB])]
+    p, clients = plugin(ValidatingWebhookPlugin, specs, {"v": allow})
+    asyncio.run(p.validate(named("db-1")))
+    assert clients.calls == []
+    asyncio.run(p.validate(named("web-1")))
+    assert clients.calls == ["v"]
+    assert p.metrics.condition_exclusions == {("webhook", "v.hooks.test", "CREATE", "validating"): 1}
+    assert not p.metrics.condition_errors
+
+
+def test_the_request_and_old_object_are_there_to_read():
+    cond = {
+        "name": "update-by-alice",
+        "expression": "request.operation == 'UPDATE' && request.userInfo.username == 'alice'"
+        " && oldObject.data.v != object.data.v && request.resource.resource == 'configmaps'",
+    }
+    p, clients = plugin(ValidatingWebhookPlugin, [hook("v.hooks.test", "v", matchConditions=[cond])], {"v": allow})
+    a = named("c", v="2")
+    asyncio.run(p.validate(a))  # a create (oldObject null): false on the operation
+    assert clients.calls == []
+    a.operation, a.old = "UPDATE", {"metadata": {"name": "c"}, "data": {"v": "1"}}
+    asyncio.run(p.validate(a))
+    assert clients.calls == ["v"]
+
+
+@pytest.mark.parametrize("cls", [ValidatingWebhookPlugin, MutatingWebhookPlugin])
+def test_an_evaluation_error_fails_closed_or_skips_the_webhook_by_failure_policy(cls):
+    broken = {"name": "has-tier", "expression": "object.metadata.labels.tier == 'web'"}
+    p, clients = plugin(cls, [hook("f.hooks.test", "f", matchConditions=[broken])], {"f": allow})
+    run = p.validate if cls is ValidatingWebhookPlugin else p.admit
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(run(named("web-1")))
+    assert (err.value.code, err.value.reason) == (403, "Forbidden")
+    assert err.value.message == (
+        "configmaps \"web-1\" is forbidden: expression 'object.metadata.labels.tier == 'web'' resulted in error: "
+        "no such key: labels"
+    )
+    assert clients.calls == []
+    phase = "validating" if cls is ValidatingWebhookPlugin else "admit"
+    assert p.metrics.condition_errors == {("webhook", "f.hooks.test", "CREATE", phase): 1}
+    p, clients = plugin(
+        cls, [hook("i.hooks.test", "i", failurePolicy="Ignore", matchConditions=[broken])], {"i": allow}
+    )
+    run = p.validate if cls is ValidatingWebhookPlugin else p.admit
+    asyncio.run(run(named("web-1")))
+    assert clients.calls == []
+    # A false condition wins over an error, whatever the failure policy says.
+    p, clients = plugin(cls, [hook("f.hooks.test", "f", matchConditions=[broken, IS_WEB])], {"f": allow})
+    run = p.validate if cls is ValidatingWebhookPlugin else p.admit
+    asyncio.run(run(named("db-1")))
+    assert clients.calls == []
+
+
+def test_several_errors_are_reported_together_and_the_first_failing_webhook_decides():
+    conds = [
+        {"name": "a", "expression": "object.nope == 1"},
+        {"name": "b", "expression": "1 / object.data.size() == 1"},
+    ]
+    specs = [hook("ok.hooks.test", "ok"), hook("f.hooks.test", "f", matchConditions=conds)]
+    p, clients = plugin(ValidatingWebhookPlugin, specs, {"ok": allow, "f": allow})
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(p.validate(named("web-1")))
+    assert err.value.message == (
+        "configmaps \"web-1\" is forbidden: [expression 'object.nope == 1' resulted in error: no such key: nope, "
+        "expression '1 / object.data.size() == 1' resulted in error: division by zero]"
+    )
+    assert clients.calls == []  # refused before any webhook is called
+
+
+def test_the_authorizer_checks_the_requesting_user():
+    class FakeAuthorizer:
+        def __init__(self):
+            self.seen = []
+
+        def authorize(self, attrs):
+            self.seen.append(attrs)
+            allowed = attrs.user.name == "alice" and attrs.verb == "breakglass"
+            return (Decision.ALLOW if allowed else Decision.NO_OPINION), ""
+
+    authorizer = FakeAuthorizer()
+    breakglass = {
+        "name": "breakglass",
+        "expression": "!authorizer.group('orch.test').resource('webhooks').name('v').check('breakglass').allowed()",
+    }
+    may_update = {"name": "may-update", "expression": "!authorizer.requestResource.check('update').allowed()"}
+    specs = [hook("v.hooks.test", "v", matchConditions=[breakglass, may_update])]
+    p, clients = plugin(ValidatingWebhookPlugin, specs, {"v": allow}, authorizer)
+    asyncio.run(p.validate(named("web-1")))  # alice may break the glass: not sent
+    assert clients.calls == []
+    assert [(a.verb, a.api_group, a.resource, a.name) for a in authorizer.seen] == [
+        ("breakglass", "orch.test", "webhooks", "v")
+    ]
+    bob = named("web-1")
+    bob.user = UserInfo("bob")
+    asyncio.run(p.validate(bob))
+    assert clients.calls == ["v"]
+    last = authorizer.seen[-1]
+    assert (last.user.name, last.verb, last.api_group, last.resource, last.namespace, last.name) == (
+        "bob",
+        "update",
+        "",
+        "configmaps",
+        "ops",
+        "web-1",
+    )
+    # Without an authorizer the decision is an error: the check is denied, not failed.
+    p, clients = plugin(ValidatingWebhookPlugin, specs, {"v": allow}, None)
+    asyncio.run(p.validate(named("web-1")))
+    assert clients.calls == ["v"]
+
+
+def test_mutating_conditions_see_the_object_as_earlier_webhooks_left_it():
+    specs = [
+        hook("first.hooks.test", "first"),
+        hook("second.hooks.test", "second", matchConditions=[{"name": "x", "expression": "has(object.data.x)"}]),
+    ]
+    answers = {"first": patch_answer([{"op": "add", "path": "/data/x", "value": "1"}]), "second": allow}
+    p, clients = plugin(MutatingWebhookPlugin, specs, answers)
+    assert asyncio.run(p.admit(named("c"))) is True
+    assert clients.calls == ["first", "second"]
+    p, clients = plugin(MutatingWebhookPlugin, specs[1:], answers)
+    assert asyncio.run(p.admit(named("c"))) is False
+    assert clients.calls == []
+
+
+@pytest.mark.parametrize("cls", [ValidatingWebhookPlugin, MutatingWebhookPlugin])
+def test_dry_run_is_refused_only_by_webhooks_whose_conditions_match(cls):
+    specs = [hook("fx.hooks.test", "fx", sideEffects="Some", matchConditions=[IS_WEB])]
+    p, clients = plugin(cls, specs, {"fx": allow})
+    run = p.validate if cls is ValidatingWebhookPlugin else p.admit
+    a = named("db-1")
+    a.dry_run = True
+    asyncio.run(run(a))
+    a = named("web-1")
+    a.dry_run = True
+    with pytest.raises(st.ApiError) as err:
+        asyncio.run(run(a))
+    assert err.value.message == 'admission webhook "fx.hooks.test" does not support dry run'
+    assert clients.calls == []
+
+
+def test_conditions_are_compiled_once_per_configuration_generation():
+    cache = WatchCache(None, list(REGISTRY.kinds), key_prefix)  # type: ignore[arg-type]
+    source = WebhookSource(cache, REGISTRY, "validatingwebhookconfigurations")
+    kind = source.kind
+
+    def put(generation: int, expression: str):
+        obj = {
+            "metadata": {"name": "cfg", "uid": "u1", "generation": generation},
+            "webhooks": [hook("v.hooks.test", "v", matchConditions=[{"name": "c", "expression": expression}])],
+        }
+        key = object_key(kind, "", "cfg")
+        c = cache.cache(key_prefix(kind))
+        c.items[key] = c.make_entry(key, json.dumps(obj).encode(), generation)
+        source._on_cache_event(None, None)  # what the cache's fan-out does on a change
+
+    source.hooks()
+    put(1, "true")
+    first = source.hooks()[0].conditions
+    assert first is not None and [c.expression for c in first.conditions] == ["true"]
+    put(1, "true")  # another event (a label, say): the same generation
+    assert source.hooks()[0].conditions is first
+    put(2, "false")
+    second = source.hooks()[0].conditions
+    assert second is not first and second is not None and [c.expression for c in second.conditions] == ["false"]
+
+
+def webhook_errors(conditions) -> list[str]:
+    cfg = {"metadata": {"name": "cfg"}, "webhooks": [hook("v.hooks.test", "v", matchConditions=conditions)]}
+    return [f"{e.field}: {e.type}: {e.detail}" for e in validate_webhooks(cfg)]
+
+
+def test_conditions_are_validated_and_compiled_on_write():
+    assert (
+        webhook_errors([IS_WEB, {"name": "example.com/ok", "expression": "authorizer.requestResource != null"}]) == []
+    )
+    errs = webhook_errors(
+        [
+            {"name": "syntax", "expression": "object.metadata.name.startsWith("},
+            {"name": "ns", "expression": "namespaceObject.metadata.name == 'x'"},
+            {"name": "params", "expression": "params.x == 1"},
+            {"name": "not-bool", "expression": "'x' + 'y'"},
+            {"name": "costly", "expression": "object.a.all(x, object.b.all(y, x == y))"},
+            {"name": "ns", "expression": "true"},
+            {"name": "-bad-", "expression": "true"},
+            {"name": "", "expression": " "},
+        ]
+    )
+    text = "\n".join(errs)
+    p = "webhooks[0].matchConditions"
+    assert f"{p}[0].expression: FieldValueInvalid: compilation failed: ERROR: <input>:1:" in text
+    assert (
+        f"{p}[1].expression: FieldValueInvalid: compilation failed: ERROR: <input>:1:25: undeclared reference to 'namespaceObject"
+        in text
+    )
+    assert (
+        f"{p}[2].expression: FieldValueInvalid: compilation failed: ERROR: <input>:1:7: undeclared reference to 'params"
+        in text
+    )
+    assert f"{p}[3].expression: FieldValueInvalid: compilation failed: must evaluate to bool" in text
+    assert f"{p}[4].expression: FieldValueForbidden: estimated rule cost exceeds budget" in text
+    assert f"{p}[5].name: FieldValueDuplicate" in text
+    assert f"{p}[6].name: FieldValueInvalid: name part must consist of alphanumeric characters" in text
+    assert f"{p}[7].name: FieldValueRequired" in text and f"{p}[7].expression: FieldValueRequired" in text
+    many = [{"name": f"c{i}", "expression": "true"} for i in range(65)]
+    assert webhook_errors(many) == [f"{p}: FieldValueTooMany: must have at most 64 items"]
+    assert webhook_errors(many[:64]) == []

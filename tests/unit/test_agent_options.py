@@ -66,7 +66,8 @@ volume-stats-agg-period v vmodule version help
 """.split()
 
 # Ours: silences rule 6's deprecation warnings.
-EXTRA_FLAGS = {"deprecation-warnings"}
+# Beyond the seed's list: the service proxy's (upstream kube-proxy's --proxy-mode, --cleanup, --cluster-cidr).
+EXTRA_FLAGS = {"deprecation-warnings", "proxy-mode", "proxy-cleanup", "cluster-cidr"}
 
 MISSING = "<missing argument>"  # invalid case for free-form strings: the flag without a value
 
@@ -479,6 +480,9 @@ CASES = [
     S("cluster-domain", "", "cluster.local", "bad_domain!", "clusterDomain"),
     S("resolv-conf", "/etc/resolv.conf", "/run/systemd/resolve/resolv.conf", field="resolvConf"),
     S("hairpin-mode", "promiscuous-bridge", "hairpin-veth", "always", "hairpinMode"),
+    S("proxy-mode", "nftables", "none", "iptables"),
+    B("proxy-cleanup", False),
+    S("cluster-cidr", "", "10.88.0.0/16", "fd00::/64"),
     B("make-iptables-util-chains", True, "makeIPTablesUtilChains"),
     I("iptables-masquerade-bit", 14, 13, 32, "iptablesMasqueradeBit"),
     I("iptables-drop-bit", 15, 16, -1, "iptablesDropBit"),

@@ -184,7 +184,9 @@ ABOVE_REGISTRY = (
         # validation rules and the registry's checks of both use it.
         (f"{P}.cel", (f"{P}.storage", f"{P}.registry", f"{P}.admission") + ABOVE_REGISTRY),
         (f"{P}.admission.policy", (f"{P}.registry",) + ABOVE_REGISTRY),
-        (f"{P}.registry", ABOVE_REGISTRY),
+        (f"{P}.registry", ABOVE_REGISTRY + (f"{P}.apiextensions",)),
+        # Custom resources sit on the store: api, storage, registry and the admission chain only.
+        (f"{P}.apiextensions", ABOVE_REGISTRY + (f"{P}.admission.plugins", f"{P}.admission.config")),
     ],
 )
 def test_lower_layers_do_not_import_upper_ones(layer, forbidden):

@@ -293,12 +293,15 @@ def test_subresources(core, docs):
     assert binding["x-kubernetes-group-version-kind"]["kind"] == "Binding"
     assert p["/api/v1/namespaces/{name}/finalize"].keys() == {"put", "parameters"}
     # Sub-resources not served yet are neither in discovery nor here.
-    assert not {
+    assert "/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers" not in p
+    # The proxy sub-resources: one connect operation per HTTP method.
+    for path in (
         "/api/v1/nodes/{name}/proxy",
         "/api/v1/namespaces/{namespace}/services/{name}/proxy",
         "/api/v1/namespaces/{namespace}/pods/{name}/proxy",
-        "/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers",
-    } & set(p)
+    ):
+        assert {m for m in p[path] if m != "parameters"} == {"get", "post", "put", "patch", "delete"}, path
+        assert p[path]["get"]["x-kubernetes-action"] == "connect"
     scale = docs["apis/apps/v1"]["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"]
     assert scale["patch"]["x-kubernetes-group-version-kind"] == {
         "group": "autoscaling",

@@ -25,7 +25,7 @@ from apiserver_min.registry.rest import (
 from apiserver_min.registry.scale import ScaleREST
 
 USER = UserInfo("alice")
-SERVER_SIDE = ("serviceaccounts/token", "pods/log", "pods/stream")  # provided by the server
+SERVER_SIDE = ("serviceaccounts/token", "pods/log", "pods/stream", "proxy")  # provided by the server
 
 
 class Stub:

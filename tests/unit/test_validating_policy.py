@@ -17,6 +17,7 @@ from apiserver_min.admission.plugins.validatingadmissionpolicy import (
 )
 from apiserver_min.admission.policy.matching import Matcher
 from apiserver_min.admission.policy.source import PolicySource
+from apiserver_min.admission.policy.validator import CompiledPolicy
 from apiserver_min.api import defaults, names
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.status import ApiError
@@ -412,3 +413,23 @@ async def test_changes_apply_at_once_and_programs_are_compiled_per_generation(en
     cache.put(POLICY_KIND, newer)
     assert plugin.source.policy("p") is not first
     await admit(plugin, deployment(9))
+
+
+@pytest.mark.parametrize("failure_policy", ["Fail", "Ignore"])
+def test_match_condition_errors_are_upstreams_and_a_false_condition_wins(failure_policy):
+    broken = {"name": "broken", "expression": "object.nope == 1"}
+    false = {"name": "false", "expression": "false"}
+    base = {"object": deployment(), "oldObject": None}
+    outcome = CompiledPolicy(
+        make_policy(validations=[{"expression": "false"}], matchConditions=[broken], failurePolicy=failure_policy)
+    ).evaluate(base)
+    expected = (
+        ["expression 'object.nope == 1' resulted in error: no such key: nope"] if failure_policy == "Fail" else []
+    )
+    assert [f.message for f in outcome.failures] == expected
+    outcome = CompiledPolicy(
+        make_policy(
+            validations=[{"expression": "false"}], matchConditions=[broken, false], failurePolicy=failure_policy
+        )
+    ).evaluate(base)
+    assert (outcome.matched, outcome.failures) == (False, [])

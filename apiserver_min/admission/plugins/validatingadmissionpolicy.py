@@ -20,52 +20,12 @@ from ... import cel
 from ...api import names
 from ...api import status as st
 from ...api.selectors import SelectorError, label_selector_from_dict
-from ...api.user import UserInfo
-from ...authz.authorizer import AuthzAttributes, Decision
+from ..celvars import authorizer_check, authorizer_value, request_value
 from ..chain import Attributes
 from ..policy.source import PolicySource
 from ..policy.validator import REASON_CODES, CompiledPolicy, Failure
 
 VALIDATION_FAILURE_ANNOTATION = f"validation.policy.admission.{names.DOMAIN}/validation_failure"
-
-
-def _user_info(user: UserInfo) -> dict:
-    return {
-        "username": user.name,
-        "uid": user.uid,
-        "groups": list(user.groups),
-        "extra": {k: list(v) for k, v in user.extra.items()},
-    }
-
-
-def request_value(attrs: Attributes) -> dict:
-    """The ``request`` variable: the admission request's fields."""
-    kind = attrs.kind
-    gvk = {"group": kind.group, "version": kind.version, "kind": kind.kind}
-    gvr = {"group": kind.group, "version": kind.version, "resource": kind.resource}
-    return {
-        "kind": gvk,
-        "resource": gvr,
-        "subResource": attrs.subresource,
-        "requestKind": gvk,
-        "requestResource": gvr,
-        "requestSubResource": attrs.subresource,
-        "name": attrs.name,
-        "namespace": attrs.namespace,
-        "operation": attrs.operation,
-        "userInfo": _user_info(attrs.user or UserInfo("")),
-        "dryRun": bool(attrs.dry_run),
-        "options": dict(attrs.options or {}),
-    }
-
-
-def _service_account_user(spec: str) -> UserInfo:
-    _, _, rest = spec.partition("system:serviceaccount:")
-    namespace = rest.split(":", 1)[0]
-    return UserInfo(
-        spec,
-        groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}", names.GROUP_AUTHENTICATED),
-    )
 
 
 class ValidatingAdmissionPolicy:
@@ -84,7 +44,7 @@ class ValidatingAdmissionPolicy:
         denied: tuple[CompiledPolicy, dict, Failure] | None = None
         annotations: dict[str, str] = {}
         audit_failures: list[dict] = []
-        token = cel.CURRENT_AUTHORIZER.set(self._checker(attrs.user))
+        token = cel.CURRENT_AUTHORIZER.set(authorizer_check(self._authorizer, attrs.user))
         try:
             base: dict[str, Any] = {"object": attrs.obj, "oldObject": attrs.old}
             for policy, binding, binding_matcher in self.source.pairs():
@@ -136,15 +96,7 @@ class ValidatingAdmissionPolicy:
         if "request" in reads and "request" not in base:
             base["request"] = request_value(attrs)
         if "authorizer" in reads and "authorizer" not in base:
-            request_resource = {
-                cel.TYPE_KEY: "ResourceCheck",
-                "group": kind.group,
-                "resource": kind.resource,
-                "subresource": attrs.subresource,
-                "namespace": attrs.namespace,
-                "name": attrs.name,
-            }
-            base["authorizer"] = dict(cel.authorizer_value(), requestResource=request_resource)
+            base["authorizer"] = authorizer_value(attrs)
 
     def _evaluate(
         self, policy: CompiledPolicy, binding: dict, attrs: Attributes, base: dict, annotations: dict[str, str]
@@ -191,33 +143,6 @@ class ValidatingAdmissionPolicy:
             annotations.update(outcome.annotations)
             failures += outcome.failures
         return failures
-
-    def _checker(self, user: UserInfo) -> Callable[[dict[str, str]], tuple[bool, str, str]]:
-        def check(request: dict[str, str]) -> tuple[bool, str, str]:
-            authorizer = self._authorizer()
-            if authorizer is None:
-                return False, "", "no authorizer is configured"
-            who = _service_account_user(request["user"]) if request.get("user") else user
-            if "path" in request:
-                attrs = AuthzAttributes(who, request["verb"], False, path=request["path"])
-            else:
-                attrs = AuthzAttributes(
-                    who,
-                    request["verb"],
-                    True,
-                    namespace=request.get("namespace", ""),
-                    api_group=names.GROUP_ALIASES.get(request.get("group", ""), request.get("group", "")),
-                    resource=request.get("resource", ""),
-                    subresource=request.get("subresource", ""),
-                    name=request.get("name", ""),
-                )
-            try:
-                decision, reason = authorizer.authorize(attrs)
-            except Exception as exc:  # noqa: BLE001 - an authorizer failure is the decision's error()
-                return False, "", str(exc)
-            return decision == Decision.ALLOW, reason or "", ""
-
-        return check
 
     @staticmethod
     def _denial(attrs: Attributes, policy: CompiledPolicy, binding: dict, failure: Failure) -> st.ApiError:

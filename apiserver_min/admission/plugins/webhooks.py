@@ -33,7 +33,12 @@ def _parts(server: Any, config: AdmissionConfig, name: str, resource: str) -> tu
     credentials = CredentialResolver.from_file(path) if path else CredentialResolver()
     lookup = ClusterLookup(server.cache, server.registry, server.store)
     source = WebhookSource(server.cache, server.registry, resource)
-    return source, lookup, WebhookClients(lookup, credentials), _metrics(server)
+
+    def authorizer() -> Any:
+        """The server's authorizer, which match conditions' checks ask (looked up on use)."""
+        return getattr(server, "authorizer", None)
+
+    return source, lookup, WebhookClients(lookup, credentials), _metrics(server), authorizer
 
 
 def mutating(server: Any, config: AdmissionConfig) -> MutatingWebhookPlugin:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import cel
 from ...cel import environments
+from ..matchconditions import MatchConditions
 from .matching import Matcher
 
 REASON_CODES = {"Unauthorized": 401, "Forbidden": 403, "Invalid": 422, "RequestEntityTooLarge": 413}
@@ -61,11 +62,7 @@ class CompiledPolicy:
             (param_kind.get("apiVersion") or "", param_kind.get("kind") or "") if isinstance(param_kind, dict) else None
         )
         compiler = environments.policy_compiler(self.param_kind is not None)
-        self.match_conditions = [
-            (c.get("name") or "", c.get("expression"), _compile(compiler, c.get("expression")))
-            for c in spec.get("matchConditions") or []
-            if isinstance(c, dict)
-        ]
+        self.match_conditions = MatchConditions(spec.get("matchConditions"), compiler)
         self.variables = [
             (x.get("name") or "", x.get("expression"), _compile(compiler, x.get("expression")))
             for x in spec.get("variables") or []
@@ -90,7 +87,8 @@ class CompiledPolicy:
         programs += [p for _, _, p in self.audits if isinstance(p, cel.Program)]
         # What the validations and audit annotations read, converted once per evaluation.
         self.final_paths = cel.merge_paths(programs)
-        every = programs + [p for _, _, p in self.match_conditions + self.variables if isinstance(p, cel.Program)]
+        every = programs + self.match_conditions.programs
+        every += [p for _, _, p in self.variables if isinstance(p, cel.Program)]
         # The variables any expression reads: the others need not be computed.
         self.reads = frozenset(name for p in every for name in p.paths)
 
@@ -117,20 +115,14 @@ class CompiledPolicy:
         variables: dict[str, Any] = {}
         data = dict(data, variables=variables)
 
-        for name, _expression, program in self.match_conditions:
-            try:
-                result = self._run(program, data, variables)
-            except cel.EvalError as exc:
-                if fail:
-                    out.failures.append(Failure(f"failed to evaluate match condition '{name}': {exc}"))
-                return out
-            if result is not True:
-                if result is not False:
-                    if fail:
-                        out.failures.append(Failure(f"match condition '{name}' must evaluate to bool"))
-                    return out
-                out.matched = False
-                return out
+        matched = self.match_conditions.evaluate(data)
+        if matched.error is not None:
+            if fail:
+                out.failures.append(Failure(matched.error))
+            return out
+        if not matched.matches:
+            out.matched = False
+            return out
 
         for name, _expression, program in self.variables:
             clean = {k: v for k, v in variables.items() if not isinstance(v, _VariableError)}

@@ -4,22 +4,29 @@ Mutating webhooks run one after another (configurations by name, webhooks in lis
 order); each JSONPatch answer is applied before the next call, and webhooks with
 ``reinvocationPolicy: IfNeeded`` are called once more when a later webhook changed
 the object. Validating webhooks run concurrently on the final object; the first
-(in order) that denies or fails closed decides the request's error."""
+(in order) that denies or fails closed decides the request's error.
+
+A webhook whose rules and selectors match is called when all its ``matchConditions``
+are true: one that is false leaves it out; an evaluation error leaves it out under
+``failurePolicy: Ignore`` and refuses the request (403) under ``Fail``. Mutating
+webhooks' conditions see the object as the webhooks before them left it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
+from ... import cel
 from ...api import names
 from ...api import status as st
 from ...api.schemas import schema_for
 from ...registry.fieldvalidation import FieldTypeError, walk
 from ...registry.patch import PatchApplyError, PatchError, json_patch
+from ..celvars import authorizer_check, authorizer_value, request_value
 from ..chain import Attributes
 from .client import CallError, WebhookClients
 from .matching import (
@@ -74,11 +81,20 @@ class _Dispatcher:
 
     phase = ""  # the metric's type label
 
-    def __init__(self, source: WebhookSource, lookup: ClusterLookup, clients: WebhookClients, metrics: WebhookMetrics):
+    def __init__(
+        self,
+        source: WebhookSource,
+        lookup: ClusterLookup,
+        clients: WebhookClients,
+        metrics: WebhookMetrics,
+        authorizer: Callable[[], Any] | None = None,
+    ):
         self.source = source
         self.lookup = lookup
         self.clients = clients
         self.metrics = metrics
+        # The server's authorizer, for match conditions' ``authorizer`` checks.
+        self.authorizer: Callable[[], Any] = authorizer or (lambda: None)
         source.on_change.append(self._configuration_changed)
 
     def _configuration_changed(self) -> None:
@@ -111,18 +127,52 @@ class _Dispatcher:
         hooks = self._hooks()
         if not hooks:
             return []
-        found = [h for h in self.source.matching_rules(request_shape(attrs)) if await self._matches(h, attrs)]
+        return [h for h in self.source.matching_rules(request_shape(attrs)) if await self._matches(h, attrs)]
+
+    @staticmethod
+    def _refuse_dry_run(hooks: list[Webhook], attrs: Attributes) -> None:
+        """A dry-run request is refused by the first webhook to call that may have side
+        effects."""
         if attrs.dry_run:
-            for h in found:
+            for h in hooks:
                 if h.spec.get("sideEffects") not in NO_SIDE_EFFECTS:
                     raise st.bad_request(f'admission webhook "{h.name}" does not support dry run')
-        return found
+
+    def _conditions_match(self, hook: Webhook, attrs: Attributes, inputs: dict[str, Any]) -> bool:
+        """Whether the webhook's match conditions let it be called (always without any).
+        ``inputs``: the request's variables, worked out once per request."""
+        conditions = hook.conditions
+        if not conditions:
+            return True
+        if "request" in conditions.reads and "request" not in inputs:
+            inputs["request"] = request_value(attrs)
+        if "authorizer" in conditions.reads and "authorizer" not in inputs:
+            inputs["authorizer"] = authorizer_value(attrs)
+        token = cel.CURRENT_AUTHORIZER.set(authorizer_check(self.authorizer, attrs.user))
+        try:
+            result = conditions.evaluate(dict(inputs, object=attrs.obj, oldObject=attrs.old))
+        finally:
+            cel.CURRENT_AUTHORIZER.reset(token)
+        self.metrics.condition_outcome(hook.name, self.phase, attrs.operation, len(result.errors), not result.matches)
+        if result.matches:
+            return True
+        if not result.errors:
+            log.debug("webhook %s left out: match condition %r is false", hook.name, result.failed)
+            return False
+        if hook.spec.get("failurePolicy") == "Ignore":
+            log.warning(
+                "webhook %s: match conditions failed to evaluate, failure policy is Ignore, the webhook is "
+                "left out: %s",
+                hook.name,
+                result.error,
+            )
+            return False
+        log.warning("webhook %s: match conditions failed to evaluate, failing closed: %s", hook.name, result.error)
+        raise st.forbidden(attrs.kind.resource, attrs.name, attrs.kind.group, str(result.error))
 
     async def _call(self, hook: Webhook, attrs: Attributes, request: dict, mutating: bool) -> Any:
         """One call; the Answer, or CallingError."""
         spec = hook.spec
-        if spec.get("matchConditions"):
-            raise CallingError(hook.name, "matchConditions are not supported by this server yet")
         api_version = review_version(spec)
         if api_version is None:
             raise CallingError(
@@ -193,7 +243,10 @@ class MutatingWebhookPlugin(_Dispatcher):
         hooks = await self._matching(attrs)
         if not hooks:
             return False
+        # Those without conditions are known to be called: refused before any call.
+        self._refuse_dry_run([h for h in hooks if not h.conditions], attrs)
         request = build_request(attrs)
+        inputs: dict[str, Any] = {}
         changed_any = False
         reinvocable: list[str] = []  # IfNeeded webhooks called since the last change
         reinvoke: set[str] = set()
@@ -201,6 +254,10 @@ class MutatingWebhookPlugin(_Dispatcher):
             for hook in hooks:
                 if rnd == 1 and (hook.client_key not in reinvoke or not await self._matches(hook, attrs)):
                     continue
+                if hook.conditions:
+                    if not self._conditions_match(hook, attrs, inputs):
+                        continue
+                    self._refuse_dry_run([hook], attrs)
                 changed = await self._call_one(hook, attrs, request)
                 attrs.annotate(
                     f"{names.WEBHOOK_MUTATION_ANNOTATION_PREFIX}round_{rnd}_index_{hook.index}",
@@ -272,6 +329,11 @@ class ValidatingWebhookPlugin(_Dispatcher):
         hooks = await self._matching(attrs)
         if not hooks:
             return
+        inputs: dict[str, Any] = {}
+        hooks = [h for h in hooks if self._conditions_match(h, attrs, inputs)]
+        if not hooks:
+            return
+        self._refuse_dry_run(hooks, attrs)
         request = build_request(attrs)
         if len(hooks) == 1:
             results: list[Any] = [await self._outcome(hooks[0], attrs, request)]

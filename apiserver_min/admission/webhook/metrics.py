@@ -1,5 +1,6 @@
-"""Per-webhook metrics with upstream's names: calls, rejections and latencies. The
-server renders them on ``/metrics`` (``render()`` gives the exposition lines)."""
+"""Per-webhook metrics with upstream's names: calls, rejections and latencies, and
+the match conditions' evaluation errors and exclusions. The server renders them on
+``/metrics`` (``render()`` gives the exposition lines)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,14 @@ class WebhookMetrics:
     DURATION_LABELS = ("name", "operation", "rejected", "type")
     REQUEST_LABELS = ("code", "name", "operation", "rejected", "type")
     REJECTION_LABELS = ("error_type", "name", "operation", "rejection_code", "type")
+    CONDITION_LABELS = ("kind", "name", "operation", "type")
 
     def __init__(self) -> None:
         self.durations: dict[tuple, list] = {}
         self.requests: collections.Counter = collections.Counter()
         self.rejections: collections.Counter = collections.Counter()
+        self.condition_errors: collections.Counter = collections.Counter()
+        self.condition_exclusions: collections.Counter = collections.Counter()
 
     def observe(self, name: str, phase: str, operation: str, rejected: bool, code: int, seconds: float) -> None:
         """One call: PHASE is ``admit`` or ``validating``; CODE the HTTP status the
@@ -48,6 +52,15 @@ class WebhookMetrics:
 
     def rejected(self, name: str, phase: str, operation: str, error_type: str, code: int) -> None:
         self.rejections[(error_type, name, operation, str(code), phase)] += 1
+
+    def condition_outcome(self, name: str, phase: str, operation: str, errors: int, excluded: bool) -> None:
+        """One evaluation of a webhook's match conditions: how many conditions failed to
+        evaluate, and whether the webhook was left out because of them."""
+        key = ("webhook", name, operation, phase)
+        if errors:
+            self.condition_errors[key] += errors
+        if excluded:
+            self.condition_exclusions[key] += 1
 
     def render(self) -> list[str]:
         out = [
@@ -80,4 +93,20 @@ class WebhookMetrics:
         ]
         for key, n in sorted(self.rejections.items()):
             out.append(f"apiserver_admission_webhook_rejection_count{{{_labels(self.REJECTION_LABELS, key)}}} {n}")
+        for metric, help_text, counts in (
+            (
+                "apiserver_admission_match_condition_evaluation_errors_total",
+                "Match conditions that failed to evaluate, by webhook name, admission type and operation.",
+                self.condition_errors,
+            ),
+            (
+                "apiserver_admission_match_condition_exclusions_total",
+                "Requests a webhook was left out of by its match conditions, by webhook name, admission type and "
+                "operation.",
+                self.condition_exclusions,
+            ),
+        ):
+            out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
+            for key, n in sorted(counts.items()):
+                out.append(f"{metric}{{{_labels(self.CONDITION_LABELS, key)}}} {n}")
         return out

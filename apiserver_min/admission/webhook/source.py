@@ -3,7 +3,8 @@ the watch cache as informers read it.
 
 The list of webhooks is rebuilt on the first request after a configuration changed
 (the cache's fan-out marks it stale), so a change takes effect as soon as the
-watch cache has it: no polling."""
+watch cache has it: no polling. A webhook's ``matchConditions`` are compiled once
+per configuration generation."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...api import names
 from ...api import status as st
 from ...api.selectors import LabelSelector
+from ...cel import environments
 from ...storage.keys import key_prefix, object_key
+from ..matchconditions import MatchConditions
 from .matching import parse_selector, rules_match_shape
 
 if TYPE_CHECKING:
@@ -33,10 +36,21 @@ class Webhook:
     namespace_selector: LabelSelector
     object_selector: LabelSelector
     client_key: str  # what its connection depends on (configuration uid, name, clientConfig)
+    # Its ``matchConditions``, compiled (from the spec when not given).
+    conditions: MatchConditions | None = None
+
+    def __post_init__(self) -> None:
+        if self.conditions is None:
+            object.__setattr__(self, "conditions", compile_conditions(self.spec))
 
     @property
     def name(self) -> str:
         return str(self.spec.get("name") or "")
+
+
+def compile_conditions(spec: dict) -> MatchConditions:
+    """A webhook's ``matchConditions``, compiled for its environment."""
+    return MatchConditions(spec.get("matchConditions"), environments.webhook_match_compiler())
 
 
 def _served(registry: "Registry", group: str, resource: str) -> "KindInfo":
@@ -59,6 +73,8 @@ class WebhookSource:
         # sub-resource, namespaced): rules depend on nothing else, so this is worked
         # out once per request shape and configuration.
         self._by_shape: dict[tuple, list[Webhook]] = {}
+        # Compiled match conditions by (configuration uid, generation, webhook index).
+        self._conditions: dict[tuple[str, Any, int], MatchConditions] = {}
         self.on_change: list[Callable[[], None]] = []
 
     def _on_cache_event(self, cache: "ResourceCache | None", ev: "CacheEvent | None") -> None:
@@ -89,15 +105,22 @@ class WebhookSource:
 
     def _build(self) -> list[Webhook]:
         found: list[Webhook] = []
+        compiled: dict[tuple[str, Any, int], MatchConditions] = {}
         assert self._cache is not None
         for entry in sorted(self._cache.items.values(), key=lambda e: e.name):
             obj = entry.object()
-            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            md = obj.get("metadata") or {}
+            uid = str(md.get("uid") or "")
             hooks = obj.get("webhooks")
             for i, spec in enumerate(hooks if isinstance(hooks, list) else []):
                 if not isinstance(spec, dict):
                     continue
                 key = f"{uid}/{spec.get('name')}/{spec.get('clientConfig')!r}"
+                generation = (uid, md.get("generation"), i)
+                conditions = self._conditions.get(generation) if md.get("generation") is not None else None
+                if conditions is None:
+                    conditions = compile_conditions(spec)
+                compiled[generation] = conditions
                 found.append(
                     Webhook(
                         entry.name,
@@ -106,8 +129,10 @@ class WebhookSource:
                         parse_selector(spec.get("namespaceSelector")),
                         parse_selector(spec.get("objectSelector")),
                         key,
+                        conditions,
                     )
                 )
+        self._conditions = compiled
         return found
 
 

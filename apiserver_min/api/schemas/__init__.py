@@ -18,6 +18,7 @@ from .. import names
 from ..schema import DELETE_OPTIONS, LIST_META, STATUS, Field, List, Struct
 from . import (
     admissionregistration,
+    apiextensions,
     apps,
     authentication,
     authorization,
@@ -60,6 +61,7 @@ GROUP_MODULES = {
     (names.ADMISSIONREGISTRATION_GROUP, "v1"): admissionregistration,
     (names.AUTHORIZATION_GROUP, "v1"): authorization,
     (names.METRICS_GROUP, "v1beta1"): metrics,
+    (names.APIEXTENSIONS_GROUP, "v1"): apiextensions,
 }
 
 
@@ -84,6 +86,7 @@ KIND_SCHEMAS: dict[tuple[str, str, str], Struct] = _build()
 
 # One line per kind for OpenAPI and ``kubectl explain`` (our words, not upstream's).
 _DESCRIPTIONS = {
+    "CustomResourceDefinition": "A resource type added at run time: its names, versions and schema.",
     "Pod": "A group of containers that share a node, network and storage, run together.",
     "Node": "A machine that runs pods, registered and kept up to date by its node agent.",
     "Namespace": "A scope for names; deleting it deletes everything inside it.",

@@ -1,0 +1,359 @@
+"""Objects against a definition's structural schema (an ``openAPIV3Schema`` node as
+the definition gives it, a dict): pruning of unknown fields, defaults, and the value
+checks with upstream's messages and field paths.
+
+Paths are written as upstream writes them: ``spec.replicas``, ``spec.items[0]``,
+``spec.labels[key]``; value errors read ``<path> in body should ...``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import datetime as _dt
+import json
+import re
+import uuid
+from functools import lru_cache
+from typing import Any
+
+from ..api import validation as v
+
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+EMBEDDED = "x-kubernetes-embedded-resource"
+INT_OR_STRING = "x-kubernetes-int-or-string"
+LIST_TYPE = "x-kubernetes-list-type"
+LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
+MAP_TYPE = "x-kubernetes-map-type"
+
+# What every object keeps whatever its schema says (the root, and embedded resources).
+_TYPE_META = ("apiVersion", "kind", "metadata")
+
+
+def _child(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+# --- pruning ------------------------------------------------------------------------------
+
+
+def prune(obj: Any, schema: dict | None, root: bool = True) -> list[str]:
+    """Drop, in place, the fields the schema does not specify (upstream's pruning),
+    except under ``x-kubernetes-preserve-unknown-fields``. Returns the paths dropped."""
+    pruned: list[str] = []
+    if schema is not None:
+        _prune(obj, schema, root, "", pruned)
+    return pruned
+
+
+def unknown_fields(obj: Any, schema: dict | None) -> list[str]:
+    """The paths pruning would drop from ``obj`` (which is left as it is)."""
+    return prune(copy.deepcopy(obj), schema)
+
+
+def _prune(obj: Any, schema: dict, root: bool, path: str, pruned: list[str]) -> None:
+    if isinstance(obj, dict):
+        props = schema.get("properties")
+        addl = schema.get("additionalProperties")
+        keep_meta = root or schema.get(EMBEDDED)
+        if isinstance(props, dict) or not schema.get(PRESERVE):
+            if isinstance(addl, dict):
+                for key, value in obj.items():
+                    _prune(value, addl, False, _child(path, str(key)), pruned)
+                return
+            if addl is True:
+                return
+            props = props if isinstance(props, dict) else {}
+            for key in list(obj):
+                if keep_meta and key in _TYPE_META:
+                    continue
+                sub = props.get(key)
+                if sub is None:
+                    if not schema.get(PRESERVE):
+                        del obj[key]
+                        pruned.append(_child(path, key))
+                    continue
+                _prune(obj[key], sub, False, _child(path, key), pruned)
+    elif isinstance(obj, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for i, item in enumerate(obj):
+                _prune(item, items, False, f"{path}[{i}]", pruned)
+
+
+# --- defaults -----------------------------------------------------------------------------
+
+
+def apply_defaults(obj: Any, schema: dict | None) -> None:
+    """Fill in, in place, the ``default`` of every absent (or null, where not nullable)
+    property, from the top down: a default given is itself defaulted further."""
+    if schema is None:
+        return
+    if isinstance(obj, dict):
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            for key, sub in props.items():
+                if not isinstance(sub, dict) or "default" not in sub:
+                    continue
+                if key not in obj or (obj[key] is None and not sub.get("nullable")):
+                    obj[key] = copy.deepcopy(sub["default"])
+            for key, value in obj.items():
+                sub = props.get(key)
+                if isinstance(sub, dict):
+                    apply_defaults(value, sub)
+        addl = schema.get("additionalProperties")
+        if isinstance(addl, dict):
+            for value in obj.values():
+                apply_defaults(value, addl)
+    elif isinstance(obj, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for item in obj:
+                apply_defaults(item, items)
+
+
+_HAS_DEFAULTS: dict[int, tuple[Any, bool]] = {}
+
+
+def has_defaults(schema: Any) -> bool:
+    """Whether any node of the schema declares a ``default`` (remembered per schema object)."""
+    cached = _HAS_DEFAULTS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    found = _has_defaults(schema)
+    if len(_HAS_DEFAULTS) > 1024:
+        _HAS_DEFAULTS.clear()
+    _HAS_DEFAULTS[id(schema)] = (schema, found)
+    return found
+
+
+def _has_defaults(schema: Any) -> bool:
+    if not isinstance(schema, dict):
+        return False
+    if "default" in schema:
+        return True
+    props = schema.get("properties")
+    if isinstance(props, dict) and any(_has_defaults(s) for s in props.values()):
+        return True
+    return _has_defaults(schema.get("items")) or _has_defaults(schema.get("additionalProperties"))
+
+
+# --- value validation ---------------------------------------------------------------------
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _is_type(value: Any, typ: str) -> bool:
+    if typ == "object":
+        return isinstance(value, dict)
+    if typ == "array":
+        return isinstance(value, list)
+    if typ == "string":
+        return isinstance(value, str)
+    if typ == "boolean":
+        return isinstance(value, bool)
+    if typ == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if typ == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return True
+
+
+def _type_error(path: str, value: Any, typ: str) -> v.FieldError:
+    got = _type_name(value)
+    return v.FieldError.invalid(path, got, f"{path} in body must be of type {typ}: {v.go_quote(got)}")
+
+
+@lru_cache(maxsize=512)
+def compile_pattern(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
+
+
+def _format_ok(fmt: str, value: str) -> bool:
+    try:
+        if fmt == "date-time":
+            _dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+            return "T" in value or "t" in value or " " in value
+        if fmt == "date":
+            _dt.date.fromisoformat(value)
+            return True
+        if fmt == "byte":
+            base64.b64decode(value, validate=True)
+            return True
+        if fmt == "uuid":
+            uuid.UUID(value)
+            return bool(
+                re.fullmatch(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}", value)
+            )
+    except (ValueError, binascii.Error):
+        return False
+    return True  # formats this server does not know are not checked, as upstream
+
+
+def _num(n: Any) -> str:
+    if isinstance(n, float) and n.is_integer():
+        return str(int(n))
+    return str(n)
+
+
+def validate(value: Any, schema: dict | None, path: str = "") -> list[v.FieldError]:
+    """Every error of ``value`` against ``schema`` (the root object's own apiVersion,
+    kind and metadata are not the schema's business)."""
+    errs: list[v.FieldError] = []
+    if schema is not None:
+        _validate(value, schema, path, errs, root=True)
+    return errs
+
+
+def _validate(value: Any, schema: dict, path: str, errs: list[v.FieldError], root: bool = False) -> None:
+    if value is None:
+        if not schema.get("nullable") and (schema.get("type") or schema.get(INT_OR_STRING)):
+            typ = schema.get("type") or "integer-or-string"
+            errs.append(v.FieldError.invalid(path, "null", f'{path} in body must be of type {typ}: "null"'))
+        return
+    typ = schema.get("type")
+    if schema.get(INT_OR_STRING):
+        if not (isinstance(value, str) or _is_type(value, "integer")):
+            errs.append(_type_error(path, value, "integer-or-string"))
+            return
+    elif typ and not _is_type(value, typ):
+        errs.append(_type_error(path, value, typ))
+        return
+    enum = schema.get("enum")
+    if isinstance(enum, list) and value not in enum:
+        errs.append(v.FieldError.not_supported(path, value, [_enum_text(e) for e in enum]))
+    if isinstance(value, str):
+        _validate_string(value, schema, path, errs)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        _validate_number(value, schema, path, errs)
+    elif isinstance(value, list):
+        _validate_array(value, schema, path, errs)
+    elif isinstance(value, dict):
+        _validate_object(value, schema, path, errs, root)
+
+
+def _enum_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _validate_string(value: str, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+    n = len(value)
+    if "maxLength" in schema and n > schema["maxLength"]:
+        errs.append(v.FieldError(v.FIELD_VALUE_TOO_LONG, path, value, f"may not be longer than {schema['maxLength']}"))
+    if "minLength" in schema and n < schema["minLength"]:
+        errs.append(
+            v.FieldError.invalid(path, value, f"{path} in body should be at least {schema['minLength']} chars long")
+        )
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):
+        try:
+            matched = compile_pattern(pattern).search(value) is not None
+        except re.error:
+            matched = True  # refused when the definition was written; never here
+        if not matched:
+            errs.append(v.FieldError.invalid(path, value, f"{path} in body should match '{pattern}'"))
+    fmt = schema.get("format")
+    if isinstance(fmt, str) and fmt and not _format_ok(fmt, value):
+        errs.append(v.FieldError.invalid(path, value, f"{path} in body must be of type {fmt}: {v.go_quote(value)}"))
+
+
+def _validate_number(value: float, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+    if "maximum" in schema:
+        mx = schema["maximum"]
+        if schema.get("exclusiveMaximum"):
+            if value >= mx:
+                errs.append(v.FieldError.invalid(path, value, f"{path} in body should be less than {_num(mx)}"))
+        elif value > mx:
+            errs.append(v.FieldError.invalid(path, value, f"{path} in body should be less than or equal to {_num(mx)}"))
+    if "minimum" in schema:
+        mn = schema["minimum"]
+        if schema.get("exclusiveMinimum"):
+            if value <= mn:
+                errs.append(v.FieldError.invalid(path, value, f"{path} in body should be greater than {_num(mn)}"))
+        elif value < mn:
+            errs.append(
+                v.FieldError.invalid(path, value, f"{path} in body should be greater than or equal to {_num(mn)}")
+            )
+    mult = schema.get("multipleOf")
+    if isinstance(mult, (int, float)) and mult > 0:
+        q = value / mult
+        if abs(q - round(q)) > 1e-9:
+            errs.append(v.FieldError.invalid(path, value, f"{path} in body should be a multiple of {_num(mult)}"))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+    n = len(value)
+    if "maxItems" in schema and n > schema["maxItems"]:
+        errs.append(v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxItems']} items"))
+    if "minItems" in schema and n < schema["minItems"]:
+        errs.append(v.FieldError.invalid(path, n, f"{path} in body should have at least {schema['minItems']} items"))
+    list_type = schema.get(LIST_TYPE)
+    if schema.get("uniqueItems") or list_type == "set":
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            c = _canonical(item)
+            if c in seen:
+                errs.append(v.FieldError.duplicate(f"{path}[{i}]", item))
+            seen.add(c)
+    elif list_type == "map":
+        keys = schema.get(LIST_MAP_KEYS) or []
+        seen_keys: set[str] = set()
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                continue
+            c = _canonical({k: item.get(k) for k in keys})
+            if c in seen_keys:
+                errs.append(v.FieldError.duplicate(f"{path}[{i}]", {k: item.get(k) for k in keys}))
+            seen_keys.add(c)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        for i, item in enumerate(value):
+            _validate(item, items, f"{path}[{i}]", errs)
+
+
+def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+    own = [k for k in value if not (root and k in _TYPE_META)]
+    n = len(own)
+    if "maxProperties" in schema and n > schema["maxProperties"]:
+        errs.append(v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxProperties']} items"))
+    if "minProperties" in schema and n < schema["minProperties"]:
+        errs.append(
+            v.FieldError.invalid(path, n, f"{path} in body should have at least {schema['minProperties']} properties")
+        )
+    for name in schema.get("required") or ():
+        if name not in value:
+            errs.append(v.FieldError.required(_child(path, name)))
+    if schema.get(EMBEDDED):  # an embedded object names what it is
+        for name in ("apiVersion", "kind"):
+            if not value.get(name):
+                errs.append(v.FieldError.required(_child(path, name), "must not be empty"))
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for key, sub in props.items():
+            if key in value and isinstance(sub, dict) and not (root and key == "metadata"):
+                _validate(value[key], sub, _child(path, key), errs)
+    addl = schema.get("additionalProperties")
+    if isinstance(addl, dict):
+        for key, item in value.items():
+            _validate(item, addl, f"{path}[{key}]" if path else key, errs)
