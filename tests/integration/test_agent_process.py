@@ -204,7 +204,9 @@ def test_ready_then_watchdog_then_stopping(agents, sig):
     assert agent.fields()[stopping + 1] == "STATUS=Shutting down"
     out = agent.output()
     assert f'"Received signal, shutting down" signal="{sig.name}"' in out
-    assert 'stop_order=["watchdog","container-gc","image-gc","sync-loop","pod-sources","health-server","log-flush"]' in out
+    assert (
+        'stop_order=["watchdog","container-gc","image-gc","sync-loop","pod-sources","health-server","log-flush"]' in out
+    )
 
 
 def test_bad_connection_config_fails_the_start(agents, tmp_path):
