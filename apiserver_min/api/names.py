@@ -239,6 +239,10 @@ AGENT_CONFIG_FILE = f"{CONFIG_DIR}/agent/config.yaml"
 ENV_AGENT_TEST_PROC_SWAPS = "ORCH_AGENT_TEST_PROC_SWAPS"
 ENV_AGENT_TEST_STALL_FILE = "ORCH_AGENT_TEST_STALL_FILE"
 ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD = "ORCH_AGENT_TEST_SYNC_LOOP_THRESHOLD"
+# Shorter periods of the image and container garbage collectors (Go durations; upstream's are
+# fixed at 5m and 1m with no config field).
+ENV_AGENT_TEST_IMAGE_GC_PERIOD = "ORCH_AGENT_TEST_IMAGE_GC_PERIOD"
+ENV_AGENT_TEST_CONTAINER_GC_PERIOD = "ORCH_AGENT_TEST_CONTAINER_GC_PERIOD"
 
 # Node agent runtime: CRI annotations on the containers it creates (upstream io.kubernetes.*),
 # read back after an agent restart to stop containers of pods whose spec is gone, and the
