@@ -511,3 +511,13 @@ EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
 # A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
 # which wins over spec.storageClassName where set.
 ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"
+
+# Audit logging: the group of the Policy file and of the events (upstream audit.k8s.io),
+# the annotations the server itself puts on events, and the request/response header.
+AUDIT_GROUP = f"audit.{DOMAIN}"
+AUDIT_VERSION = "v1"
+AUDIT_API_VERSION = f"{AUDIT_GROUP}/{AUDIT_VERSION}"
+AUDIT_ID_HEADER = "Audit-ID"
+AUDIT_DECISION_ANNOTATION = f"authorization.{DOMAIN}/decision"
+AUDIT_REASON_ANNOTATION = f"authorization.{DOMAIN}/reason"
+AUDIT_DEPRECATED_ANNOTATION = f"{DOMAIN}/deprecated"

@@ -1,0 +1,50 @@
+"""The auditor: the policy's decision for a request, and each stage's event handed to
+every backend."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from .event import RequestAudit
+from .policy import NOT_RECORDED, Decision, Policy, RequestFacts
+
+log = logging.getLogger("orch-apiserver.audit")
+
+
+class Backend(Protocol):
+    def process(self, event: dict[str, Any]) -> None:
+        """Take one event; only a blocking-strict backend may raise (for RequestReceived)."""
+
+    def start(self) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+class Auditor:
+    def __init__(self, policy: Policy, backends: list[Backend]):
+        self.policy = policy
+        self.backends = backends
+
+    def decide(self, facts: RequestFacts) -> Decision:
+        if not self.backends:
+            return NOT_RECORDED
+        return self.policy.decide(facts)
+
+    def emit(self, record: RequestAudit, stage: str) -> None:
+        if not record.wants(stage):
+            return
+        event = record.event(stage)
+        for backend in self.backends:
+            backend.process(event)
+
+    def start(self) -> None:
+        for backend in self.backends:
+            backend.start()
+
+    async def shutdown(self) -> None:
+        for backend in self.backends:
+            try:
+                await backend.shutdown()
+            except Exception:  # noqa: BLE001 - one backend's failure must not stop the others' flush
+                log.exception("audit backend shutdown failed")
