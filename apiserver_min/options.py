@@ -24,6 +24,9 @@ from .audit.logbackend import LogOptions as AuditLogOptions
 from .audit.policy import Policy as AuditPolicy
 from .audit.policy import PolicyError as AuditPolicyError
 from .audit.policy import load_policy as load_audit_policy
+from .audit.webhook import WebhookConfigError as AuditWebhookConfigError
+from .audit.webhook import WebhookOptions as AuditWebhookOptions
+from .audit.webhook import load_webhook_config as load_audit_webhook_config
 from .authz.authorizer import parse_modes
 from .version import __version__
 
@@ -130,6 +133,7 @@ class Options:
     # Audit logging (--audit-policy-file, --audit-log-*): no policy, no auditing.
     audit_policy: AuditPolicy | None = None
     audit_log: AuditLogOptions | None = None
+    audit_webhook: AuditWebhookOptions | None = None
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -309,6 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--audit-log-batch-buffer-size", default="10000", help="Events buffered in batch mode.")
     au.add_argument("--audit-log-batch-max-size", default="1", help="Most events in one batch.")
     au.add_argument("--audit-log-batch-max-wait", default="0s", help="Longest wait before a partial batch is written.")
+    au.add_argument("--audit-webhook-config-file", default="", help="orchconfig file naming the audit webhook.")
+    au.add_argument("--audit-webhook-mode", default="batch", help="batch (requests never wait for the webhook).")
+    au.add_argument("--audit-webhook-batch-buffer-size", default="10000", help="Events buffered for the webhook.")
+    au.add_argument("--audit-webhook-batch-max-size", default="400", help="Most events in one webhook batch.")
+    au.add_argument(
+        "--audit-webhook-batch-max-wait", default="30s", help="Longest wait before a partial batch is sent."
+    )
+    au.add_argument("--audit-webhook-initial-backoff", default="10s", help="Wait before the first retry of a batch.")
     e = p.add_argument_group("storage")
     e.add_argument("--storage-backend", default="sqlite", help="sqlite (default) or etcd3.")
     e.add_argument(
@@ -679,7 +691,29 @@ def _audit_options(ns: argparse.Namespace) -> dict:
             policy = load_audit_policy(ns.audit_policy_file)
         except AuditPolicyError as exc:
             raise OptionsError(f"invalid value {ns.audit_policy_file!r} for flag --audit-policy-file: {exc}") from None
-    return {"audit_policy": policy, "audit_log": log_opts if ns.audit_log_path else None}
+    webhook = None
+    if ns.audit_webhook_mode != "batch":
+        raise OptionsError(
+            f"invalid value {ns.audit_webhook_mode!r} for flag --audit-webhook-mode: only batch is supported "
+            "(requests never wait for the audit webhook)"
+        )
+    wait = _duration_seconds("--audit-webhook-batch-max-wait", ns.audit_webhook_batch_max_wait)
+    backoff = _duration_seconds("--audit-webhook-initial-backoff", ns.audit_webhook_initial_backoff)
+    buffer_size = _int("--audit-webhook-batch-buffer-size", ns.audit_webhook_batch_buffer_size, 1, 1 << 24)
+    max_size = _int("--audit-webhook-batch-max-size", ns.audit_webhook_batch_max_size, 1, 1 << 20)
+    if ns.audit_webhook_config_file:
+        try:
+            target = load_audit_webhook_config(ns.audit_webhook_config_file)
+        except AuditWebhookConfigError as exc:
+            raise OptionsError(
+                f"invalid value {ns.audit_webhook_config_file!r} for flag --audit-webhook-config-file: {exc}"
+            ) from None
+        webhook = AuditWebhookOptions(target, buffer_size, max_size, wait, backoff)
+    return {
+        "audit_policy": policy,
+        "audit_log": log_opts if ns.audit_log_path else None,
+        "audit_webhook": webhook,
+    }
 
 
 def parse_service_cidrs(value: str) -> tuple[str, ...]:

@@ -13,6 +13,9 @@ log = logging.getLogger("orch-apiserver.audit")
 
 
 class Backend(Protocol):
+    name: str  # the metrics' plugin label: log, webhook
+    dropped: int  # events not delivered
+
     def process(self, event: dict[str, Any]) -> None:
         """Take one event; only a blocking-strict backend may raise (for RequestReceived)."""
 
@@ -25,6 +28,7 @@ class Auditor:
     def __init__(self, policy: Policy, backends: list[Backend]):
         self.policy = policy
         self.backends = backends
+        self.events = 0
 
     def decide(self, facts: RequestFacts) -> Decision:
         if not self.backends:
@@ -35,6 +39,7 @@ class Auditor:
         if not record.wants(stage):
             return
         event = record.event(stage)
+        self.events += 1
         for backend in self.backends:
             backend.process(event)
 
@@ -48,3 +53,15 @@ class Auditor:
                 await backend.shutdown()
             except Exception:  # noqa: BLE001 - one backend's failure must not stop the others' flush
                 log.exception("audit backend shutdown failed")
+
+    def render_metrics(self) -> list[str]:
+        """Upstream's audit counters: events generated, and events a backend failed to deliver."""
+        lines = [
+            "# HELP apiserver_audit_event_total Counter of audit events generated and sent to the audit backend.",
+            "# TYPE apiserver_audit_event_total counter",
+            f"apiserver_audit_event_total {self.events}",
+            "# HELP apiserver_audit_error_total Counter of audit events that failed to be audited properly.",
+            "# TYPE apiserver_audit_error_total counter",
+        ]
+        lines += [f'apiserver_audit_error_total{{plugin="{b.name}"}} {b.dropped}' for b in self.backends]
+        return lines

@@ -124,6 +124,8 @@ class _Stdout:
 
 
 class LogBackend:
+    name = "log"
+
     def __init__(self, opts: LogOptions):
         self.opts = opts
         self._out: RotatingFile | _Stdout = (
@@ -132,7 +134,6 @@ class LogBackend:
             else RotatingFile(opts.path, opts.max_size_mb * 1024 * 1024, opts.max_backups, opts.max_age_days)
         )
         self.dropped = 0
-        self.errors = 0
         self._buffer: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -151,7 +152,7 @@ class LogBackend:
         try:
             self._write([event])
         except OSError as exc:
-            self.errors += 1
+            self.dropped += 1
             log.error("cannot write the audit event %s: %s", event.get("auditID"), exc)
             if self.opts.mode == "blocking-strict" and event.get("stage") == "RequestReceived":
                 raise AuditWriteError(f"the audit log could not be written: {exc}") from None
@@ -189,7 +190,7 @@ class LogBackend:
             try:
                 self._write(batch)
             except OSError as exc:
-                self.errors += 1
+                self.dropped += len(batch)
                 log.error("cannot write %d audit events: %s", len(batch), exc)
             await asyncio.sleep(0)
 

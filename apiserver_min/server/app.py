@@ -30,6 +30,7 @@ from ..audit.auditor import Auditor
 from ..audit.auditor import Backend as AuditBackend
 from ..audit.event import RequestAudit
 from ..audit.logbackend import AuditWriteError, LogBackend
+from ..audit.webhook import WebhookBackend
 from ..authn.union import Authentication
 from ..authz.authorizer import Decision as AuthzDecision
 from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
@@ -194,9 +195,13 @@ class ApiServer:
         audit_backends: list[AuditBackend] = []
         if opts.audit_log is not None:
             audit_backends.append(LogBackend(opts.audit_log))
+        if opts.audit_webhook is not None:
+            audit_backends.append(WebhookBackend(opts.audit_webhook))
         self.auditor: Auditor | None = (
             Auditor(opts.audit_policy, audit_backends) if opts.audit_policy is not None and audit_backends else None
         )
+        if self.auditor is not None:
+            self.metrics.sources.append(self.auditor.render_metrics)
 
     # --- health ---------------------------------------------------------------------
     def _install_checks(self) -> None:

@@ -6,8 +6,11 @@ stopping the start with the file's name."""
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -233,3 +236,133 @@ def test_a_bad_policy_stops_the_start_naming_the_file(tmp_path):
     )
     assert result.returncode != 0
     assert "bad-policy.yaml" in result.stderr and "rules[0].level" in result.stderr
+
+
+class Receiver:
+    """An audit webhook on 127.0.0.1: answers ``fail_first`` POSTs with 500, then 200,
+    keeping every EventList it accepted."""
+
+    def __init__(self, fail_first: int):
+        self.fail_left = fail_first
+        self.failed = 0
+        self.batches: list[dict] = []
+        self.auth: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the name http.server calls
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.auth.append(self.headers.get("Authorization", ""))
+                if outer.fail_left > 0:
+                    outer.fail_left -= 1
+                    outer.failed += 1
+                    self.send_response(500)
+                else:
+                    outer.batches.append(json.loads(body))
+                    self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/audit"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def webhook_server(tmp: Path, url: str) -> ApiServerProcess:
+    policy = tmp / "policy.yaml"
+    policy.write_text(
+        yaml.safe_dump({"apiVersion": names.AUDIT_API_VERSION, "kind": "Policy", "rules": [{"level": "Metadata"}]})
+    )
+    config = tmp / "webhook.orchconfig"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "audit", "cluster": {"server": url}}],
+                "users": [{"name": "apiserver", "user": {"token": "audit-token"}}],
+                "contexts": [{"name": "default", "context": {"cluster": "audit", "user": "apiserver"}}],
+                "current-context": "default",
+            }
+        )
+    )
+    return ApiServerProcess(
+        tmp / "data",
+        free_port(),
+        extra_args=[
+            "--audit-policy-file",
+            str(policy),
+            "--audit-webhook-config-file",
+            str(config),
+            "--audit-webhook-batch-max-wait",
+            "200ms",
+            "--audit-webhook-batch-max-size",
+            "50",
+            "--audit-webhook-initial-backoff",
+            "100ms",
+        ],
+    )
+
+
+def audit_errors(server: ApiServerProcess) -> int:
+    _, _, body = server.request("GET", "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith('apiserver_audit_error_total{plugin="webhook"}'):
+            return int(line.split()[-1])
+    raise AssertionError("no webhook error counter")
+
+
+def test_an_unreachable_webhook_never_fails_requests(tmp_path):
+    if not APISERVER_BIN.exists():
+        pytest.skip(f"{APISERVER_BIN} missing")
+    with webhook_server(tmp_path, f"http://127.0.0.1:{free_port()}/audit") as server:  # connection refused
+        ns = uniq("awr")
+        create_namespace(server, ns)
+        for i in range(20):
+            server.json("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": f"c{i}"}}, expect=201)
+        # Four attempts 0.1s, 0.2s, 0.4s apart, then the batch is dropped and counted.
+        wait_for(lambda: audit_errors(server) > 0, timeout=15, what="dropped events counted")
+        server.json("GET", f"/api/v1/namespaces/{ns}/configmaps", expect=200)
+
+
+def test_a_failing_then_working_webhook_receives_batches(tmp_path):
+    if not APISERVER_BIN.exists():
+        pytest.skip(f"{APISERVER_BIN} missing")
+    receiver = Receiver(fail_first=2)
+    try:
+        with webhook_server(tmp_path, receiver.url) as server:
+            ns = uniq("awb")
+            create_namespace(server, ns)
+            started = time.monotonic()
+            for i in range(20):
+                server.json("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": f"c{i}"}}, expect=201)
+            assert time.monotonic() - started < 10  # nobody waited for the webhook's 500s
+
+            def creates() -> list[dict]:
+                return [
+                    e
+                    for b in receiver.batches
+                    for e in b["items"]
+                    if e["verb"] == "create"
+                    and e.get("objectRef", {}).get("namespace") == ns
+                    and e["stage"] == "ResponseComplete"
+                ]
+
+            wait_for(lambda: len(creates()) == 20 or None, timeout=20, what="the 20 creates' events")
+            assert receiver.failed == 2  # the 500s were retried
+            batch = receiver.batches[0]
+            assert batch["kind"] == "EventList" and batch["apiVersion"] == names.AUDIT_API_VERSION
+            assert max(len(b["items"]) for b in receiver.batches) > 1  # events travel in batches
+            assert all(len(b["items"]) <= 50 for b in receiver.batches)
+            assert set(receiver.auth) == {"Bearer audit-token"}
+            assert audit_errors(server) == 0
+    finally:
+        receiver.close()
