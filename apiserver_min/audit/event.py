@@ -14,7 +14,7 @@ from ..api.user import UserInfo
 from .policy import Decision, level_at_least
 
 # A client's Audit-ID is kept when it is short and made of safe characters.
-_AUDIT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_AUDIT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 # Resources whose objects' contents never appear in an event: (group, resource) -> keys dropped.
 _REDACTED_KEYS = {
@@ -34,7 +34,7 @@ def now_stamp() -> str:
 
 def audit_id(header: str | None) -> str:
     """The client's Audit-ID when valid, otherwise a new one."""
-    if header and _AUDIT_ID_RE.match(header):
+    if header and _AUDIT_ID_RE.fullmatch(header):
         return header
     return str(uuid.uuid4())
 
