@@ -9,6 +9,8 @@ import re
 import uuid
 from typing import Any
 
+import orjson
+
 from ..api import names
 from ..api.user import UserInfo
 from .policy import Decision, level_at_least
@@ -79,6 +81,12 @@ def redact(obj: Any, group: str, resource: str, subresource: str) -> Any:
         if isinstance(inner, dict) and field in inner:
             return {**obj, part: {**inner, field: REDACTED}}
     return obj
+
+
+def _may_need_redaction(group: str, resource: str) -> bool:
+    return (group, resource) in _REDACTED_KEYS or any(
+        (g, r) == (group, resource) for g, r, _ in _REDACTED_TOKEN_RESOURCES
+    )
 
 
 def _without_managed_fields(obj: Any) -> Any:
@@ -178,6 +186,10 @@ class RequestAudit:
         return ev
 
     def _clean(self, obj: Any) -> Any:
+        if isinstance(obj, bytes):  # a JSON body as served: spliced in whole unless something must go
+            if not self.decision.omit_managed_fields and not _may_need_redaction(self.group, self.resource):
+                return orjson.Fragment(obj)
+            obj = orjson.loads(obj)
         obj = redact(obj, self.group, self.resource, self.subresource)
         if self.decision.omit_managed_fields:
             obj = _without_managed_fields(obj)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as _dt
-import json
 import logging
 import os
 import sys
 import time
 from typing import IO, Any
+
+import orjson
 
 log = logging.getLogger("orch-apiserver.audit")
 
@@ -158,7 +159,7 @@ class LogBackend:
                 raise AuditWriteError(f"the audit log could not be written: {exc}") from None
 
     def _write(self, events: list[dict[str, Any]]) -> None:
-        data = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in events)
+        data = b"".join([orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in events])
         self._out.write(data)
 
     # --- batch mode -----------------------------------------------------------------

@@ -9,7 +9,6 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import ssl
@@ -19,6 +18,7 @@ import urllib.parse
 from typing import Any
 
 import aiohttp
+import orjson
 
 from ..api import codec, names
 
@@ -184,10 +184,9 @@ class WebhookBackend:
                 await self._send(batch)
 
     async def _send(self, batch: list[dict[str, Any]]) -> None:
-        body = json.dumps(
-            {"kind": "EventList", "apiVersion": names.AUDIT_API_VERSION, "metadata": {}, "items": batch},
-            separators=(",", ":"),
-        ).encode()
+        body = orjson.dumps(
+            {"kind": "EventList", "apiVersion": names.AUDIT_API_VERSION, "metadata": {}, "items": batch}
+        )
         headers = {"Content-Type": "application/json"}
         if self.opts.target.token:
             headers["Authorization"] = f"Bearer {self.opts.target.token}"

@@ -115,15 +115,15 @@ def capture_bodies(record: RequestAudit, request: web.Request, resp: web.StreamR
     level = record.decision.level
     if level_at_least(level, "Request"):
         obj = request.get(REQUEST_OBJECT_KEY)
-        if obj is None:
-            body = request.get(REQUEST_BODY_KEY)  # a patch, say: recorded as sent
-            if isinstance(body, bytes):
-                obj = _decode(body, request.content_type)
+        body = request.get(REQUEST_BODY_KEY)
+        one_line = isinstance(body, bytes) and b"\n" not in body and b"\r" not in body
+        if obj is not None and one_line and "json" in request.content_type:
+            obj = body  # decoded fine: recorded as the client sent it (see RequestAudit)
+        elif obj is None and isinstance(body, bytes):
+            obj = _decode(body, request.content_type)  # a patch, say
         record.set_request_object(obj)
     if level_at_least(level, "RequestResponse"):
-        obj = request.get(RESPONSE_OBJECT_KEY)
-        if isinstance(obj, bytes):
-            obj = _decode(obj, "application/json")
+        obj = request.get(RESPONSE_OBJECT_KEY)  # JSON bytes are kept as they are (see RequestAudit)
         if obj is None and isinstance(resp, web.Response) and isinstance(resp.body, bytes):
             obj = _decode(resp.body, resp.content_type)  # an error's Status, a review's answer
         record.set_response_object(obj)

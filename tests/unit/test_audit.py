@@ -258,3 +258,16 @@ def test_blocking_strict_fails_an_unwritable_request_received():
     lenient = LogBackend(LogOptions("/dev/full", mode="blocking"))
     lenient.process({"auditID": "1", "stage": "RequestReceived"})
     assert lenient.dropped == 1
+
+
+def test_json_bodies_are_spliced_whole_and_secrets_still_redacted(tmp_path):
+    pod = record(resource="pods")
+    pod.set_response_object(b'{"kind":"Pod","metadata":{"name":"p"}}')
+    secret = record(resource="secrets")
+    secret.set_response_object(b'{"kind":"Secret","data":{"k":"c2VjcmV0"}}')
+    b = LogBackend(LogOptions(str(tmp_path / "a.log")))
+    b.process(pod.event("ResponseComplete"))
+    b.process(secret.event("ResponseComplete"))
+    lines = [json.loads(x) for x in (tmp_path / "a.log").read_text().splitlines()]
+    assert lines[0]["responseObject"] == {"kind": "Pod", "metadata": {"name": "p"}}
+    assert lines[1]["responseObject"] == {"kind": "Secret", "data": {"k": REDACTED}}
