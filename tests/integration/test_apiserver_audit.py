@@ -129,6 +129,19 @@ def test_a_client_audit_id_is_kept_and_a_failure_has_its_reason(audited):
     assert got[0]["responseStatus"]["code"] == 404 and got[0]["responseStatus"]["reason"] == "NotFound"
 
 
+def test_an_impersonated_request_names_both_users(audited):
+    server, log, _ = audited
+    status, _headers, _body = server.request(
+        "GET", "/api/v1/namespaces", headers={"Impersonate-User": "bob", "Audit-ID": "imp-1"}
+    )
+    assert status == 403
+    got = wait_for(lambda: by_id(log, "imp-1") or None, what="the impersonated request's event")
+    assert got[-1]["user"]["username"] == "orch-admin"
+    assert got[-1]["impersonatedUser"]["username"] == "bob"
+    assert got[-1]["annotations"][names.AUDIT_DECISION_ANNOTATION] == "forbid"
+    assert got[-1]["responseStatus"]["code"] == 403
+
+
 def test_a_watch_records_response_started(audited):
     server, log, tmp = audited
     ns = uniq("aw")
