@@ -351,7 +351,16 @@ class ApiServer:
         status: dict[str, Any] | None = None
         stage = "ResponseComplete"
         try:
-            user = await self.authenticate(request)
+            try:
+                user = await self.authenticate(request)
+            except st.ApiError as exc:
+                if self.auditor is not None and exc.code == 401:
+                    # As upstream: one ResponseStarted event, with no user, for a failed authentication.
+                    audit = auditing.begin(self.auditor, request, info, None)
+                    if audit is not None:
+                        audit.base["user"] = {}
+                        stage = "ResponseStarted"
+                raise
             if self.auditor is not None:
                 audit = auditing.begin(self.auditor, request, info, user)
             real_user = user

@@ -142,6 +142,17 @@ def test_an_impersonated_request_names_both_users(audited):
     assert got[-1]["responseStatus"]["code"] == 403
 
 
+def test_a_failed_authentication_is_one_response_started_event(audited):
+    server, log, _ = audited
+    status, _headers, _body = server.request(
+        "GET", "/api/v1/pods", headers={"Authorization": "Bearer nonsense", "Audit-ID": "authn-1"}, client_cert=False
+    )
+    assert status == 401
+    got = wait_for(lambda: by_id(log, "authn-1") or None, what="the failed authentication's event")
+    assert [e["stage"] for e in got] == ["ResponseStarted"]
+    assert got[0]["user"] == {} and got[0]["responseStatus"]["code"] == 401
+
+
 def test_a_watch_records_response_started(audited):
     server, log, tmp = audited
     ns = uniq("aw")
