@@ -20,6 +20,14 @@ from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
 from .api.kinds import REGISTRY
+from .audit.logbackend import MODES as AUDIT_MODES
+from .audit.logbackend import LogOptions as AuditLogOptions
+from .audit.policy import Policy as AuditPolicy
+from .audit.policy import PolicyError as AuditPolicyError
+from .audit.policy import load_policy as load_audit_policy
+from .audit.webhook import WebhookConfigError as AuditWebhookConfigError
+from .audit.webhook import WebhookOptions as AuditWebhookOptions
+from .audit.webhook import load_webhook_config as load_audit_webhook_config
 from .authz.authorizer import parse_modes
 from .storage import encryption
 from .version import __version__
@@ -147,6 +155,10 @@ class Options:
     local_path_provisioner: bool = True
     local_path_dir: str = names.LOCAL_PATH_DIR
     local_path_helper_image: str = names.LOCAL_PATH_HELPER_IMAGE
+    # Audit logging (--audit-policy-file, --audit-log-*): no policy, no auditing.
+    audit_policy: AuditPolicy | None = None
+    audit_log: AuditLogOptions | None = None
+    audit_webhook: AuditWebhookOptions | None = None
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -382,6 +394,29 @@ def build_parser() -> argparse.ArgumentParser:
         default="300",
         help="tolerationSeconds DefaultTolerationSeconds gives new pods for the unreachable taint.",
     )
+    au = p.add_argument_group("auditing")
+    au.add_argument(
+        "--audit-policy-file", default="", help="Audit Policy file (YAML or JSON); without it nothing is audited."
+    )
+    au.add_argument("--audit-log-path", default="", help="Write audit events to this file ('-': standard output).")
+    au.add_argument("--audit-log-maxage", default="0", help="Days to keep rotated audit logs (0: no limit).")
+    au.add_argument("--audit-log-maxbackup", default="0", help="Rotated audit logs to keep (0: all).")
+    au.add_argument(
+        "--audit-log-maxsize", default="0", help="Megabytes an audit log grows to before rotation (0: never)."
+    )
+    au.add_argument("--audit-log-format", default="json", help="Format of the audit log lines: json.")
+    au.add_argument("--audit-log-mode", default="blocking", help="batch, blocking or blocking-strict.")
+    au.add_argument("--audit-log-batch-buffer-size", default="10000", help="Events buffered in batch mode.")
+    au.add_argument("--audit-log-batch-max-size", default="1", help="Most events in one batch.")
+    au.add_argument("--audit-log-batch-max-wait", default="0s", help="Longest wait before a partial batch is written.")
+    au.add_argument("--audit-webhook-config-file", default="", help="orchconfig file naming the audit webhook.")
+    au.add_argument("--audit-webhook-mode", default="batch", help="batch (requests never wait for the webhook).")
+    au.add_argument("--audit-webhook-batch-buffer-size", default="10000", help="Events buffered for the webhook.")
+    au.add_argument("--audit-webhook-batch-max-size", default="400", help="Most events in one webhook batch.")
+    au.add_argument(
+        "--audit-webhook-batch-max-wait", default="30s", help="Longest wait before a partial batch is sent."
+    )
+    au.add_argument("--audit-webhook-initial-backoff", default="10s", help="Wait before the first retry of a batch.")
     e = p.add_argument_group("storage")
     e.add_argument("--storage-backend", default="sqlite", help="sqlite (default) or etcd3.")
     e.add_argument(
@@ -733,7 +768,56 @@ def parse(argv: Sequence[str]) -> Options:
         service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
         service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
         **_local_path_options(ns),
+        **_audit_options(ns),
     )
+
+
+def _audit_options(ns: argparse.Namespace) -> dict:
+    if ns.audit_log_format != "json":
+        raise OptionsError(f"invalid value {ns.audit_log_format!r} for flag --audit-log-format: only json is supported")
+    if ns.audit_log_mode not in AUDIT_MODES:
+        raise OptionsError(
+            f"invalid value {ns.audit_log_mode!r} for flag --audit-log-mode: must be one of {', '.join(AUDIT_MODES)}"
+        )
+    log_opts = AuditLogOptions(
+        path=ns.audit_log_path,
+        max_age_days=_int("--audit-log-maxage", ns.audit_log_maxage, 0, 1 << 20),
+        max_backups=_int("--audit-log-maxbackup", ns.audit_log_maxbackup, 0, 1 << 20),
+        max_size_mb=_int("--audit-log-maxsize", ns.audit_log_maxsize, 0, 1 << 20),
+        mode=ns.audit_log_mode,
+        batch_buffer_size=_int("--audit-log-batch-buffer-size", ns.audit_log_batch_buffer_size, 1, 1 << 24),
+        batch_max_size=_int("--audit-log-batch-max-size", ns.audit_log_batch_max_size, 1, 1 << 20),
+        batch_max_wait=_duration_seconds("--audit-log-batch-max-wait", ns.audit_log_batch_max_wait),
+    )
+    policy = None
+    if ns.audit_policy_file:
+        try:
+            policy = load_audit_policy(ns.audit_policy_file)
+        except AuditPolicyError as exc:
+            raise OptionsError(f"invalid value {ns.audit_policy_file!r} for flag --audit-policy-file: {exc}") from None
+    webhook = None
+    if ns.audit_webhook_mode != "batch":
+        raise OptionsError(
+            f"invalid value {ns.audit_webhook_mode!r} for flag --audit-webhook-mode: only batch is supported "
+            "(requests never wait for the audit webhook)"
+        )
+    wait = _duration_seconds("--audit-webhook-batch-max-wait", ns.audit_webhook_batch_max_wait)
+    backoff = _duration_seconds("--audit-webhook-initial-backoff", ns.audit_webhook_initial_backoff)
+    buffer_size = _int("--audit-webhook-batch-buffer-size", ns.audit_webhook_batch_buffer_size, 1, 1 << 24)
+    max_size = _int("--audit-webhook-batch-max-size", ns.audit_webhook_batch_max_size, 1, 1 << 20)
+    if ns.audit_webhook_config_file:
+        try:
+            target = load_audit_webhook_config(ns.audit_webhook_config_file)
+        except AuditWebhookConfigError as exc:
+            raise OptionsError(
+                f"invalid value {ns.audit_webhook_config_file!r} for flag --audit-webhook-config-file: {exc}"
+            ) from None
+        webhook = AuditWebhookOptions(target, buffer_size, max_size, wait, backoff)
+    return {
+        "audit_policy": policy,
+        "audit_log": log_opts if ns.audit_log_path else None,
+        "audit_webhook": webhook,
+    }
 
 
 def parse_service_cidrs(value: str) -> tuple[str, ...]:

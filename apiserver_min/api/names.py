@@ -529,3 +529,13 @@ ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"
 # marks bytes in storage, never an API string, and tools that recognise encrypted
 # values look for it.
 ENCRYPTED_VALUE_PREFIX = "k8s:enc:"
+
+# Audit logging: the group of the Policy file and of the events (upstream audit.k8s.io),
+# the annotations the server itself puts on events, and the request/response header.
+AUDIT_GROUP = f"audit.{DOMAIN}"
+AUDIT_VERSION = "v1"
+AUDIT_API_VERSION = f"{AUDIT_GROUP}/{AUDIT_VERSION}"
+AUDIT_ID_HEADER = "Audit-ID"
+AUDIT_DECISION_ANNOTATION = f"authorization.{DOMAIN}/decision"
+AUDIT_REASON_ANNOTATION = f"authorization.{DOMAIN}/reason"
+AUDIT_DEPRECATED_ANNOTATION = f"{DOMAIN}/deprecated"
