@@ -263,7 +263,7 @@ class CustomResourceStrategy(Strategy):
         if validator is not None:
             # The rules run on a well-typed object only (as upstream).
             if rules.has_blocking_errors(errs):
-                errs.append(v.FieldError.invalid("", "null", rules.NOT_CHECKED))
+                errs.append(v.FieldError.invalid(rules.ROOT_PATH, "null", rules.NOT_CHECKED))
             else:
                 errs += validator.validate(obj, old)
         return errs

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +29,8 @@ PER_CRD_LIMIT = 100 * celcost.ESTIMATED_COST_LIMIT  # upstream's StaticEstimated
 RUNTIME_BUDGET = 10 * celcost.PER_CALL_LIMIT  # upstream's RuntimeCELCostBudget, per object write
 REASONS = ("FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired")
 MAX_MESSAGE_EXPRESSION_LENGTH = 5000
+# How upstream names the root of an object in an error (a nil field path).
+ROOT_PATH = "<nil>"
 BUDGET_SPENT = "validation failed due to running out of cost budget, no further validation rules will be run"
 
 _KEYWORDS = frozenset(
@@ -329,6 +330,7 @@ class Validator:
         root: bool,
     ) -> None:
         kind = "" if node.get(values.INT_OR_STRING) else node.get("type", "")
+        shown = path or ROOT_PATH
         data: dict[str, Any] = {"self": to_cel(value, node, root)}
         if old is not None:
             data["oldSelf"] = to_cel(old, node, root)
@@ -339,7 +341,7 @@ class Validator:
             spent = rule.program.shape.cost(*sizes) if rule.program.size_dependent else len(rule.program.shape.terms)
             budget[0] -= max(spent, 1)
             if budget[0] < 0:
-                errs.append(v.FieldError.invalid(path, kind, BUDGET_SPENT))
+                errs.append(v.FieldError.invalid(shown, kind, BUDGET_SPENT))
                 return
             try:
                 result = rule.program.run(data)
@@ -348,7 +350,7 @@ class Validator:
                 if text.startswith(celcost.ACTUAL_COST_EXCEEDED):
                     errs.append(
                         v.FieldError.invalid(
-                            path,
+                            shown,
                             kind,
                             f"'{text}': no further validation rules will be run due to call cost exceeds limit "
                             f"for rule: {rule.error_text()}",
@@ -363,7 +365,7 @@ class Validator:
                     )
                 else:
                     detail = f"{text} evaluating rule: {rule.error_text()}"
-                errs.append(v.FieldError.invalid(path, kind, detail))
+                errs.append(v.FieldError.invalid(shown, kind, detail))
                 continue
             if result is True:
                 continue
@@ -378,7 +380,7 @@ class Validator:
                     text = None
                 if isinstance(text, str) and text.strip() and "\n" not in text and len(text) <= 5000:
                     message = text
-            errs.append(_error(rule.reason, where, kind, message))
+            errs.append(_error(rule.reason, where or ROOT_PATH, kind, message))
 
 
 def _error(reason: str, path: str, kind: str, message: str) -> v.FieldError:
@@ -435,8 +437,6 @@ def to_cel(value: Any, node: Any, root: bool = False) -> Any:
             else:
                 out[key] = item  # kept unknown fields, or apiVersion and kind
         return out
-    if isinstance(value, float) and math.isnan(value):
-        return value
     return value
 
 

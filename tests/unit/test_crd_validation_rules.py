@@ -59,7 +59,7 @@ def test_rules_at_the_root_see_type_meta_and_name_only():
     assert messages(s, labelled) == []  # labels are not visible to rules
     s = schema(REPLICAS, root_rules=[{"rule": "self.kind == 'Gadget'"}])
     assert messages(s, obj({"replicas": 3, "minReplicas": 1})) == [
-        ": Invalid value: \"object\": failed rule: self.kind == 'Gadget'"
+        "<nil>: Invalid value: \"object\": failed rule: self.kind == 'Gadget'"
     ]
 
 
@@ -251,7 +251,7 @@ def test_strategy_runs_rules_after_defaults_and_schema_checks_and_on_status_writ
     # A wrong type stops the rules from running, as upstream.
     wrong = obj({"replicas": "one", "minReplicas": 5})
     assert [e.message() for e in strategy.validate(wrong)][-1] == (
-        ': Invalid value: "null": some validation rules were not checked because the object was invalid; correct '
+        '<nil>: Invalid value: "null": some validation rules were not checked because the object was invalid; correct '
         "the existing errors to complete validation"
     )
     stored = obj({"replicas": 3, "minReplicas": 1}, status={"ready": 1})
