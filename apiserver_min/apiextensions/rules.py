@@ -338,8 +338,7 @@ class Validator:
         for rule in rules:
             if rule.transition and old is None:
                 continue
-            spent = rule.program.shape.cost(*sizes) if rule.program.size_dependent else len(rule.program.shape.terms)
-            budget[0] -= max(spent, 1)
+            budget[0] -= max(rule.program.shape.cost(*sizes), 1)
             if budget[0] < 0:
                 errs.append(v.FieldError.invalid(shown, kind, BUDGET_SPENT))
                 return

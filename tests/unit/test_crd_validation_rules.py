@@ -281,3 +281,23 @@ def test_runtime_errors_and_cost_budget():
         "spec: Invalid value: \"array\": 'operation cancelled: actual cost limit exceeded': no further validation "
         "rules will be run due to call cost exceeds limit for rule: self.all(x, self.all(y, x == y || x != y))"
     ]
+
+
+def test_the_cost_budget_of_one_write_stops_further_rules(monkeypatch):
+    s = schema(
+        {
+            "type": "array",
+            "maxItems": 10,
+            "items": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 100"}]},
+        }
+    )
+    assert validate_schema(s, "X") == []
+    validator = rules.Validator(s)
+    assert len(validator.validate(obj(list(range(10))))) == 10
+    monkeypatch.setattr(rules, "RUNTIME_BUDGET", 7)  # three runs of the rule (2 each: self and >)
+    assert [e.message() for e in validator.validate(obj(list(range(10))))] == [
+        'spec[0]: Invalid value: "integer": failed rule: self > 100',
+        'spec[1]: Invalid value: "integer": failed rule: self > 100',
+        'spec[2]: Invalid value: "integer": failed rule: self > 100',
+        f'spec[3]: Invalid value: "integer": {rules.BUDGET_SPENT}',
+    ]
