@@ -233,6 +233,11 @@ def _walk(node: Any, path: str, cardinality: int) -> Iterator[tuple[dict, str, i
         yield from _walk(addl, f"{path}.additionalProperties", cardinality * _max_elements(node, "maxProperties", addl))
 
 
+def has_rules(schema: Any) -> bool:
+    """Whether any node of ``schema`` declares validation rules."""
+    return any(node.get(KEY) for node, _, _ in _walk(schema, "", 1))
+
+
 def validate_schema_rules(schema: Any, path: str) -> list[v.FieldError]:
     """Every reason the rules of ``schema`` (at ``path``) cannot be served."""
     errs: list[v.FieldError] = []
@@ -279,10 +284,12 @@ class Validator:
     def empty(self) -> bool:
         return not self._rules
 
-    def validate(self, obj: Any, old: Any = None) -> list[v.FieldError]:
+    def validate(self, obj: Any, old: Any = None, path: str = "", root: bool = True) -> list[v.FieldError]:
+        """The errors of ``obj`` (an object, or with ``root`` False the value of a
+        field at ``path``); transition rules run where ``old`` has a value."""
         errs: list[v.FieldError] = []
         budget = [RUNTIME_BUDGET]
-        self._node(obj, old, self.schema, "", errs, budget, root=True)
+        self._node(obj, old, self.schema, path, errs, budget, root=root)
         return errs
 
     def _node(

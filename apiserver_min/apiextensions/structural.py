@@ -97,9 +97,9 @@ def validate_schema(schema: Any, path: str) -> list[v.FieldError]:
     if isinstance(props, dict) and isinstance(props.get("metadata"), dict):
         _metadata(props["metadata"], f"{path}.properties[metadata]", errs)
     if not errs:
-        _defaults(schema, path, errs)
-    if not errs:
         errs += rules.validate_schema_rules(schema, path)
+    if not errs:
+        _defaults(schema, path, errs)
     return errs
 
 
@@ -271,7 +271,11 @@ def _defaults(node: Any, path: str, errs: list[v.FieldError], root: bool = True,
             errs.append(v.FieldError.invalid(f"{path}.default", node["default"], "must not have unknown fields"))
         else:
             values.apply_defaults(value, node)
-            for e in values.validate(value, node, body):
+            found = values.validate(value, node, body)
+            if not found and rules.has_rules(node):
+                # A default passes the rules of its field too (never transition rules).
+                found = rules.Validator(node).validate(value, path=body, root=False)
+            for e in found:
                 errs.append(dataclasses.replace(e, field=f"{path}.default"))
     props = node.get("properties")
     if isinstance(props, dict):

@@ -301,3 +301,23 @@ def test_the_cost_budget_of_one_write_stops_further_rules(monkeypatch):
         'spec[2]: Invalid value: "integer": failed rule: self > 100',
         f'spec[3]: Invalid value: "integer": {rules.BUDGET_SPENT}',
     ]
+
+
+def test_defaults_must_pass_the_rules_of_their_field():
+    spec = {
+        "type": "object",
+        "properties": {
+            "limits": {
+                "type": "object",
+                "properties": {"low": INT, "high": INT},
+                "default": {"low": 5, "high": 1},
+                "x-kubernetes-validations": [{"rule": "self.low <= self.high", "message": "low above high"}],
+            },
+            "size": {"type": "integer", "default": 1, "x-kubernetes-validations": [{"rule": "self >= oldSelf"}]},
+        },
+    }
+    assert [e.message() for e in validate_schema(schema(spec), "X")] == [
+        'X.properties[spec].properties[limits].default: Invalid value: "object": low above high'
+    ]
+    spec["properties"]["limits"]["default"] = {"low": 1, "high": 5}
+    assert validate_schema(schema(spec), "X") == []
