@@ -35,6 +35,7 @@ from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
 from .events import EventRecorder
 from .eventsink import ApiEventSink
+from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
 from .objectcache import ObjectCache
 from .podmanager import MirrorClient, PodManager
@@ -134,6 +135,19 @@ class NodeAgent:
             events=self.events,
             hooks=prober_hooks,
         )
+        # The container GC below keeps the dead instances the policy asks for; no pruning at start.
+        self.runtime.dead_containers_kept = None
+        self.image_gc = ImageGCManager(
+            self.cri,
+            ImageGCPolicy(
+                high_threshold=cfg.image_gc_high_threshold,
+                low_threshold=cfg.image_gc_low_threshold,
+                min_age=cfg.minimum_image_ttl_duration.total_seconds(),
+            ),
+            kept=self.runtime.images_kept_from_gc,
+            prepare=self.runtime.learn_sandbox_image,
+            events=self.events,
+        )
         self.config = PodConfig(self.node_name)
         sources = []
         self.sources: list = []
@@ -177,6 +191,21 @@ class NodeAgent:
             rotator=rotator,
             beat=beat,
             tick=tick,
+            keep_terminated_pod_volumes=cfg.keep_terminated_pod_volumes,
+        )
+        pipeline = self.pipeline
+        self.container_gc = ContainerGC(
+            self.cri,
+            ContainerGCPolicy(
+                min_age=cfg.minimum_container_ttl_duration.total_seconds(),
+                max_per_pod_container=cfg.maximum_dead_containers_per_container,
+                max_containers=cfg.maximum_dead_containers,
+            ),
+            pod_known=pipeline.has_pod,
+            sources_ready=pipeline.sources_seen,
+            pod_logs_dir=self.ctx.pod_logs_dir,
+            forget=self.runtime.forget_container,
+            events=self.events,
         )
         self.client = None  # the API client, once joined (cluster mode)
         self.server: AgentServer | None = None
@@ -452,6 +481,12 @@ class NodeAgent:
     async def run_server(self, started: asyncio.Future | None = None) -> None:
         assert self.server is not None
         await self.server.serve(started)
+
+    async def run_image_gc(self, period: float | None = None) -> None:
+        await self.image_gc.run(period or IMAGE_GC_PERIOD)
+
+    async def run_container_gc(self, period: float | None = None) -> None:
+        await self.container_gc.run(period or CONTAINER_GC_PERIOD)
 
     async def run_pipeline(self) -> None:
         assert self.pipeline is not None

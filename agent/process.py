@@ -80,20 +80,26 @@ class TestHooks:
     proc_swaps: str = "/proc/swaps"
     stall_file: str = ""
     sync_loop_threshold: float | None = None
+    image_gc_period: float | None = None
+    container_gc_period: float | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "TestHooks":
-        threshold = None
-        raw = environ.get(names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD, "")
-        if raw:
+        def seconds(var: str) -> float | None:
+            raw = environ.get(var, "")
+            if not raw:
+                return None
             try:
-                threshold = parse_duration(raw).total_seconds()
+                return parse_duration(raw).total_seconds()
             except DurationError as exc:
-                raise StartError(f"{names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD}: {exc}") from None
+                raise StartError(f"{var}: {exc}") from None
+
         return cls(
             proc_swaps=environ.get(names.ENV_AGENT_TEST_PROC_SWAPS, "") or "/proc/swaps",
             stall_file=environ.get(names.ENV_AGENT_TEST_STALL_FILE, ""),
-            sync_loop_threshold=threshold,
+            sync_loop_threshold=seconds(names.ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD),
+            image_gc_period=seconds(names.ENV_AGENT_TEST_IMAGE_GC_PERIOD),
+            container_gc_period=seconds(names.ENV_AGENT_TEST_CONTAINER_GC_PERIOD),
         )
 
 
@@ -594,6 +600,13 @@ class AgentProcess:
                 specs.append(TaskSpec("cluster", self.node.run_cluster))
         # The sync loop is the pod pipeline (pod workers, relist, housekeeping).
         specs.append(TaskSpec("sync-loop", self._sync_loop))
+        if self.node is not None:
+            # Garbage collection beside the pipeline (upstream's image and container GC loops).
+            hooks = self.hooks
+            specs.append(TaskSpec("image-gc", lambda: self.node.run_image_gc(hooks.image_gc_period), critical=False))
+            specs.append(
+                TaskSpec("container-gc", lambda: self.node.run_container_gc(hooks.container_gc_period), critical=False)
+            )
         # The API server pod source, node status and lease come here (cluster mode).
         specs.extend(self.extra_tasks)
         if cfg.exit_on_lock_contention and self.lock is not None:

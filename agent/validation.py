@@ -167,13 +167,12 @@ def validate(cfg: AgentConfig) -> list[str]:
             "must not exceed shutdownGracePeriod",
         )
 
-    # Image garbage collection: low never above high.
-    if cfg.image_gc_low_threshold > cfg.image_gc_high_threshold:
+    # Image garbage collection: low below high, as upstream's validation (high=100 disables).
+    if cfg.image_gc_low_threshold >= cfg.image_gc_high_threshold:
         c.invalid(
             "image_gc_low_threshold",
             cfg.image_gc_low_threshold,
-            f"must not be greater than imageGCHighThresholdPercent (--image-gc-high-threshold) "
-            f"{cfg.image_gc_high_threshold}",
+            f"must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {cfg.image_gc_high_threshold}",
         )
 
     # The service proxy's pod range.

@@ -93,8 +93,10 @@ class PodPipeline:
         on_terminated: Callable[[dict], None] | None = None,
         beat: Callable[[], None] = lambda: None,
         tick: float = 1.0,
+        keep_terminated_pod_volumes: bool = False,
     ) -> None:
         self.config = config
+        self.keep_terminated_pod_volumes = keep_terminated_pod_volumes
         self.tick = tick
         self.runtime = runtime
         self.podmanager = podmanager or PodManager()
@@ -130,6 +132,13 @@ class PodPipeline:
             if podutil.name(state.pod) == name and podutil.namespace(state.pod) == namespace:
                 return state
         return None
+
+    def has_pod(self, uid: str) -> bool:
+        """The pod is the agent's (desired, terminating, or an orphan being removed)."""
+        return uid in self.pods or uid in self._orphans
+
+    def sources_seen(self) -> bool:
+        return self.config.seen_all(self.sources)
 
     def running_logs(self) -> list[tuple[str, str]]:
         out = []
@@ -309,6 +318,8 @@ class PodPipeline:
             if not state.terminal_stopped:
                 await self.runtime.kill_pod(pod, rp, reason="pod finished")
                 state.terminal_stopped = True
+                if not self.keep_terminated_pod_volumes:
+                    await self._unmount_finished(pod)
                 rp = await self.runtime.runtime_pod(uid)
         else:
             result = await self.runtime.sync_pod(pod, rp)
@@ -356,6 +367,16 @@ class PodPipeline:
             state.retry_at = time.monotonic() + result.retry_in
         if not self.synced_once.is_set():
             self.synced_once.set()
+
+    async def _unmount_finished(self, pod: dict) -> None:
+        """A finished pod's volumes go as upstream's volume manager unmounts them
+        (``--keep-terminated-pod-volumes`` keeps them until the pod is deleted)."""
+        try:
+            await self.runtime.volumes.teardown(podutil.uid(pod))
+        except OSError as exc:
+            log.error("Failed to unmount the volumes of a finished pod", pod=podutil.full_name(pod), err=exc)
+        else:
+            log.v(2).info("Unmounted the volumes of a finished pod", pod=podutil.full_name(pod))
 
     async def _terminate_pod(self, state: PodState) -> None:
         pod = state.pod

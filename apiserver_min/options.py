@@ -19,7 +19,17 @@ from .admission.plugins import CONFIGURABLE_NAMES, check_plugin_configs, resolve
 from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
+from .api.kinds import REGISTRY
+from .audit.logbackend import MODES as AUDIT_MODES
+from .audit.logbackend import LogOptions as AuditLogOptions
+from .audit.policy import Policy as AuditPolicy
+from .audit.policy import PolicyError as AuditPolicyError
+from .audit.policy import load_policy as load_audit_policy
+from .audit.webhook import WebhookConfigError as AuditWebhookConfigError
+from .audit.webhook import WebhookOptions as AuditWebhookOptions
+from .audit.webhook import load_webhook_config as load_audit_webhook_config
 from .authz.authorizer import parse_modes
+from .storage import encryption
 from .version import __version__
 
 
@@ -77,6 +87,9 @@ class Options:
     )
     default_not_ready_toleration_seconds: int = 300
     default_unreachable_toleration_seconds: int = 300
+    # Encryption at rest (storage/encryption.py): the file, and the transformers it gives.
+    encryption_provider_config: str = ""
+    encryption: encryption.Transformers | None = None
     # Authentication (see auth/authn.py; defaults as upstream).
     anonymous_auth: bool = True
     token_auth_file: str = ""
@@ -87,6 +100,26 @@ class Options:
     service_account_lookup: bool = True
     service_account_max_token_expiration: float = 0.0
     api_audiences: tuple[str, ...] = (names.DEFAULT_SERVICE_ACCOUNT_ISSUER,)
+    # OpenID Connect (authn/oidc.py): off while oidc_issuer_url is empty.
+    oidc_issuer_url: str = ""
+    oidc_client_id: str = ""
+    oidc_username_claim: str = "sub"
+    oidc_username_prefix: str = ""
+    oidc_groups_claim: str = ""
+    oidc_groups_prefix: str = ""
+    oidc_required_claims: tuple[tuple[str, str], ...] = ()
+    oidc_ca_file: str = ""
+    oidc_signing_algs: tuple[str, ...] = ("RS256",)
+    # Webhook token authentication (authn/webhook.py): off while the config file is empty.
+    authentication_token_webhook_config_file: str = ""
+    authentication_token_webhook_cache_ttl: float = 120.0
+    authentication_token_webhook_version: str = "v1"
+    # Front-proxy authentication (authn/requestheader.py): off while the CA file is empty.
+    requestheader_client_ca_file: str = ""
+    requestheader_allowed_names: tuple[str, ...] = ()
+    requestheader_username_headers: tuple[str, ...] = ()
+    requestheader_group_headers: tuple[str, ...] = ()
+    requestheader_extra_headers_prefix: tuple[str, ...] = ()
     # Bundled certificate controllers (see server/csrcontrollers.py): the signing lifetime,
     # the signing CA files (empty: the cluster CA) per built-in signer, serving auto-approval.
     cluster_signing_duration: float = 365 * 24 * 3600.0
@@ -122,6 +155,10 @@ class Options:
     local_path_provisioner: bool = True
     local_path_dir: str = names.LOCAL_PATH_DIR
     local_path_helper_image: str = names.LOCAL_PATH_HELPER_IMAGE
+    # Audit logging (--audit-policy-file, --audit-log-*): no policy, no auditing.
+    audit_policy: AuditPolicy | None = None
+    audit_log: AuditLogOptions | None = None
+    audit_webhook: AuditWebhookOptions | None = None
 
     def feature(self, name: str) -> bool:
         return name in self.feature_gates and self.feature_gates.enabled(name)
@@ -252,6 +289,77 @@ def build_parser() -> argparse.ArgumentParser:
         help="Audiences of this API (comma list, repeatable): service-account tokens must be "
         "bound to one of them. Default: the first --service-account-issuer.",
     )
+    a.add_argument("--oidc-issuer-url", default="", help="HTTPS URL of the one trusted OpenID Connect issuer.")
+    a.add_argument("--oidc-client-id", default="", help="The client ID ID tokens must be issued for (aud).")
+    a.add_argument(
+        "--oidc-username-claim",
+        default="sub",
+        help="The claim that is the user name (default sub); claims other than email get a prefix.",
+    )
+    a.add_argument(
+        "--oidc-username-prefix",
+        default="",
+        help="Prefix of OIDC user names; '-' disables it. Unset: '<issuer URL>#' unless the claim is email.",
+    )
+    a.add_argument("--oidc-groups-claim", default="", help="The claim holding the user's groups (string or list).")
+    a.add_argument("--oidc-groups-prefix", default="", help="Prefix of OIDC group names.")
+    a.add_argument(
+        "--oidc-required-claim",
+        action="append",
+        default=[],
+        help="key=value a token must carry (comma list, repeatable).",
+    )
+    a.add_argument("--oidc-ca-file", default="", help="CA bundle of the issuer's web certificate; default host roots.")
+    a.add_argument(
+        "--oidc-signing-algs",
+        action="append",
+        default=[],
+        help="Accepted signing algorithms (comma list, repeatable; default RS256).",
+    )
+    a.add_argument(
+        "--authentication-token-webhook-config-file",
+        default="",
+        help="An orchconfig naming the HTTPS backend that reviews bearer tokens (TokenReview).",
+    )
+    a.add_argument(
+        "--authentication-token-webhook-cache-ttl",
+        default=None,
+        help="How long the webhook's answers are cached (default 2m).",
+    )
+    a.add_argument(
+        "--authentication-token-webhook-version",
+        default=None,
+        help="The TokenReview version sent to the webhook: v1 (default) or v1beta1.",
+    )
+    a.add_argument(
+        "--requestheader-client-ca-file",
+        default="",
+        help="CA bundle of the front proxy's client certificates; without it the request headers are never trusted.",
+    )
+    a.add_argument(
+        "--requestheader-allowed-names",
+        action="append",
+        default=[],
+        help="Common names the front proxy's certificate may have (comma list, repeatable; empty: any).",
+    )
+    a.add_argument(
+        "--requestheader-username-headers",
+        action="append",
+        default=[],
+        help="Headers naming the user, first non-empty wins (comma list, repeatable), e.g. X-Remote-User.",
+    )
+    a.add_argument(
+        "--requestheader-group-headers",
+        action="append",
+        default=[],
+        help="Headers naming the user's groups (comma list, repeatable), e.g. X-Remote-Group.",
+    )
+    a.add_argument(
+        "--requestheader-extra-headers-prefix",
+        action="append",
+        default=[],
+        help="Header prefixes of the user's extra attributes (comma list, repeatable), e.g. X-Remote-Extra-.",
+    )
     z = p.add_argument_group("authorization and admission")
     z.add_argument(
         "--authorization-mode",
@@ -286,6 +394,29 @@ def build_parser() -> argparse.ArgumentParser:
         default="300",
         help="tolerationSeconds DefaultTolerationSeconds gives new pods for the unreachable taint.",
     )
+    au = p.add_argument_group("auditing")
+    au.add_argument(
+        "--audit-policy-file", default="", help="Audit Policy file (YAML or JSON); without it nothing is audited."
+    )
+    au.add_argument("--audit-log-path", default="", help="Write audit events to this file ('-': standard output).")
+    au.add_argument("--audit-log-maxage", default="0", help="Days to keep rotated audit logs (0: no limit).")
+    au.add_argument("--audit-log-maxbackup", default="0", help="Rotated audit logs to keep (0: all).")
+    au.add_argument(
+        "--audit-log-maxsize", default="0", help="Megabytes an audit log grows to before rotation (0: never)."
+    )
+    au.add_argument("--audit-log-format", default="json", help="Format of the audit log lines: json.")
+    au.add_argument("--audit-log-mode", default="blocking", help="batch, blocking or blocking-strict.")
+    au.add_argument("--audit-log-batch-buffer-size", default="10000", help="Events buffered in batch mode.")
+    au.add_argument("--audit-log-batch-max-size", default="1", help="Most events in one batch.")
+    au.add_argument("--audit-log-batch-max-wait", default="0s", help="Longest wait before a partial batch is written.")
+    au.add_argument("--audit-webhook-config-file", default="", help="orchconfig file naming the audit webhook.")
+    au.add_argument("--audit-webhook-mode", default="batch", help="batch (requests never wait for the webhook).")
+    au.add_argument("--audit-webhook-batch-buffer-size", default="10000", help="Events buffered for the webhook.")
+    au.add_argument("--audit-webhook-batch-max-size", default="400", help="Most events in one webhook batch.")
+    au.add_argument(
+        "--audit-webhook-batch-max-wait", default="30s", help="Longest wait before a partial batch is sent."
+    )
+    au.add_argument("--audit-webhook-initial-backoff", default="10s", help="Wait before the first retry of a batch.")
     e = p.add_argument_group("storage")
     e.add_argument("--storage-backend", default="sqlite", help="sqlite (default) or etcd3.")
     e.add_argument(
@@ -294,6 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Comma-separated etcd client URLs (http://host:port), with --storage-backend=etcd3.",
     )
     e.add_argument("--etcd-prefix", default="/registry", help="Key prefix in etcd (default %(default)s).")
+    e.add_argument(
+        "--encryption-provider-config",
+        default="",
+        help="EncryptionConfiguration file (YAML or JSON): which resources are encrypted in "
+        "storage, by which providers (identity, aescbc, aesgcm, secretbox) and keys.",
+    )
     c = p.add_argument_group("certificate controllers")
     c.add_argument(
         "--cluster-signing-duration",
@@ -616,6 +753,8 @@ def parse(argv: Sequence[str]) -> Options:
         admission_plugins=plugins,
         admission_control_config_file=ns.admission_control_config_file,
         admission_config=_admission_config(ns.admission_control_config_file, plugins),
+        encryption_provider_config=ns.encryption_provider_config,
+        encryption=_encryption(ns.encryption_provider_config),
         default_not_ready_toleration_seconds=_int(
             "--default-not-ready-toleration-seconds", ns.default_not_ready_toleration_seconds, 0, 1 << 31
         ),
@@ -629,7 +768,56 @@ def parse(argv: Sequence[str]) -> Options:
         service_cluster_ip_ranges=parse_service_cidrs(ns.service_cluster_ip_range),
         service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
         **_local_path_options(ns),
+        **_audit_options(ns),
     )
+
+
+def _audit_options(ns: argparse.Namespace) -> dict:
+    if ns.audit_log_format != "json":
+        raise OptionsError(f"invalid value {ns.audit_log_format!r} for flag --audit-log-format: only json is supported")
+    if ns.audit_log_mode not in AUDIT_MODES:
+        raise OptionsError(
+            f"invalid value {ns.audit_log_mode!r} for flag --audit-log-mode: must be one of {', '.join(AUDIT_MODES)}"
+        )
+    log_opts = AuditLogOptions(
+        path=ns.audit_log_path,
+        max_age_days=_int("--audit-log-maxage", ns.audit_log_maxage, 0, 1 << 20),
+        max_backups=_int("--audit-log-maxbackup", ns.audit_log_maxbackup, 0, 1 << 20),
+        max_size_mb=_int("--audit-log-maxsize", ns.audit_log_maxsize, 0, 1 << 20),
+        mode=ns.audit_log_mode,
+        batch_buffer_size=_int("--audit-log-batch-buffer-size", ns.audit_log_batch_buffer_size, 1, 1 << 24),
+        batch_max_size=_int("--audit-log-batch-max-size", ns.audit_log_batch_max_size, 1, 1 << 20),
+        batch_max_wait=_duration_seconds("--audit-log-batch-max-wait", ns.audit_log_batch_max_wait),
+    )
+    policy = None
+    if ns.audit_policy_file:
+        try:
+            policy = load_audit_policy(ns.audit_policy_file)
+        except AuditPolicyError as exc:
+            raise OptionsError(f"invalid value {ns.audit_policy_file!r} for flag --audit-policy-file: {exc}") from None
+    webhook = None
+    if ns.audit_webhook_mode != "batch":
+        raise OptionsError(
+            f"invalid value {ns.audit_webhook_mode!r} for flag --audit-webhook-mode: only batch is supported "
+            "(requests never wait for the audit webhook)"
+        )
+    wait = _duration_seconds("--audit-webhook-batch-max-wait", ns.audit_webhook_batch_max_wait)
+    backoff = _duration_seconds("--audit-webhook-initial-backoff", ns.audit_webhook_initial_backoff)
+    buffer_size = _int("--audit-webhook-batch-buffer-size", ns.audit_webhook_batch_buffer_size, 1, 1 << 24)
+    max_size = _int("--audit-webhook-batch-max-size", ns.audit_webhook_batch_max_size, 1, 1 << 20)
+    if ns.audit_webhook_config_file:
+        try:
+            target = load_audit_webhook_config(ns.audit_webhook_config_file)
+        except AuditWebhookConfigError as exc:
+            raise OptionsError(
+                f"invalid value {ns.audit_webhook_config_file!r} for flag --audit-webhook-config-file: {exc}"
+            ) from None
+        webhook = AuditWebhookOptions(target, buffer_size, max_size, wait, backoff)
+    return {
+        "audit_policy": policy,
+        "audit_log": log_opts if ns.audit_log_path else None,
+        "audit_webhook": webhook,
+    }
 
 
 def parse_service_cidrs(value: str) -> tuple[str, ...]:
@@ -871,6 +1059,125 @@ def _authentication_options(ns: argparse.Namespace) -> dict:
         "service_account_lookup": parse_bool("--service-account-lookup", ns.service_account_lookup),
         "service_account_max_token_expiration": _max_token_expiration(ns.service_account_max_token_expiration),
         "api_audiences": tuple(dict.fromkeys(audiences)) or (issuers[0],),
+        **_oidc_options(ns),
+        **_token_webhook_options(ns),
+        **_requestheader_options(ns),
+    }
+
+
+def _comma_list(values: list[str]) -> tuple[str, ...]:
+    """A string-slice flag: comma lists, repeatable, blanks dropped."""
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+# Upstream's accepted OIDC signing algorithms (asymmetric only: never none, never HMAC).
+OIDC_SIGNING_ALGS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512")
+
+
+def _oidc_options(ns: argparse.Namespace) -> dict:
+    issuer = ns.oidc_issuer_url
+    required: list[tuple[str, str]] = []
+    for pair in _comma_list(ns.oidc_required_claim):
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise OptionsError(f"invalid value {pair!r} for flag --oidc-required-claim: expected key=value")
+        required.append((key, value))
+    algs = _comma_list(ns.oidc_signing_algs) or ("RS256",)
+    for alg in algs:
+        if alg not in OIDC_SIGNING_ALGS:
+            raise OptionsError(
+                f"invalid value {alg!r} for flag --oidc-signing-algs: not one of {', '.join(OIDC_SIGNING_ALGS)}"
+            )
+    if issuer:
+        u = urllib.parse.urlsplit(issuer)
+        if u.scheme != "https" or not u.netloc:
+            raise OptionsError(f"invalid value {issuer!r} for flag --oidc-issuer-url: must be an https:// URL")
+        if u.query or u.fragment:
+            raise OptionsError(f"invalid value {issuer!r} for flag --oidc-issuer-url: no query or fragment allowed")
+        if not ns.oidc_client_id:
+            raise OptionsError("--oidc-client-id must be given with --oidc-issuer-url")
+        if not ns.oidc_username_claim:
+            raise OptionsError("invalid value '' for flag --oidc-username-claim: must not be empty")
+    else:
+        for flag, value in (
+            ("--oidc-client-id", ns.oidc_client_id),
+            ("--oidc-username-prefix", ns.oidc_username_prefix),
+            ("--oidc-groups-claim", ns.oidc_groups_claim),
+            ("--oidc-groups-prefix", ns.oidc_groups_prefix),
+            ("--oidc-required-claim", ns.oidc_required_claim),
+            ("--oidc-ca-file", ns.oidc_ca_file),
+            ("--oidc-signing-algs", ns.oidc_signing_algs),
+        ):
+            if value:
+                raise OptionsError(f"{flag} needs --oidc-issuer-url")
+    if ns.oidc_groups_prefix and not ns.oidc_groups_claim:
+        raise OptionsError("--oidc-groups-prefix needs --oidc-groups-claim")
+    if ns.oidc_ca_file and not os.path.isfile(ns.oidc_ca_file):
+        raise OptionsError(f"invalid value {ns.oidc_ca_file!r} for flag --oidc-ca-file: no such file")
+    return {
+        "oidc_issuer_url": issuer,
+        "oidc_client_id": ns.oidc_client_id,
+        "oidc_username_claim": ns.oidc_username_claim,
+        "oidc_username_prefix": ns.oidc_username_prefix,
+        "oidc_groups_claim": ns.oidc_groups_claim,
+        "oidc_groups_prefix": ns.oidc_groups_prefix,
+        "oidc_required_claims": tuple(required),
+        "oidc_ca_file": ns.oidc_ca_file,
+        "oidc_signing_algs": algs,
+    }
+
+
+def _token_webhook_options(ns: argparse.Namespace) -> dict:
+    path = ns.authentication_token_webhook_config_file
+    if path and not os.path.isfile(path):
+        raise OptionsError(f"invalid value {path!r} for flag --authentication-token-webhook-config-file: no such file")
+    if not path:
+        for flag, value in (
+            ("--authentication-token-webhook-cache-ttl", ns.authentication_token_webhook_cache_ttl),
+            ("--authentication-token-webhook-version", ns.authentication_token_webhook_version),
+        ):
+            if value is not None:
+                raise OptionsError(f"{flag} needs --authentication-token-webhook-config-file")
+    version = ns.authentication_token_webhook_version or "v1"
+    if version not in ("v1", "v1beta1"):
+        raise OptionsError(
+            f"invalid value {version!r} for flag --authentication-token-webhook-version: must be v1 or v1beta1"
+        )
+    return {
+        "authentication_token_webhook_config_file": path,
+        "authentication_token_webhook_cache_ttl": _duration_seconds(
+            "--authentication-token-webhook-cache-ttl", ns.authentication_token_webhook_cache_ttl or "2m"
+        ),
+        "authentication_token_webhook_version": version,
+    }
+
+
+def _requestheader_options(ns: argparse.Namespace) -> dict:
+    ca = ns.requestheader_client_ca_file
+    if ca and not os.path.isfile(ca):
+        raise OptionsError(f"invalid value {ca!r} for flag --requestheader-client-ca-file: no such file")
+    usernames = _comma_list(ns.requestheader_username_headers)
+    if not ca:
+        for flag, values in (
+            ("--requestheader-allowed-names", ns.requestheader_allowed_names),
+            ("--requestheader-username-headers", ns.requestheader_username_headers),
+            ("--requestheader-group-headers", ns.requestheader_group_headers),
+            ("--requestheader-extra-headers-prefix", ns.requestheader_extra_headers_prefix),
+        ):
+            if _comma_list(values):
+                raise OptionsError(
+                    f"{flag} needs --requestheader-client-ca-file (headers are trusted only from the proxy)"
+                )
+    if ca and not usernames:
+        raise OptionsError(
+            "--requestheader-username-headers must name at least one header with --requestheader-client-ca-file"
+        )
+    return {
+        "requestheader_client_ca_file": ca,
+        "requestheader_allowed_names": _comma_list(ns.requestheader_allowed_names),
+        "requestheader_username_headers": usernames,
+        "requestheader_group_headers": _comma_list(ns.requestheader_group_headers),
+        "requestheader_extra_headers_prefix": _comma_list(ns.requestheader_extra_headers_prefix),
     }
 
 
@@ -901,6 +1208,15 @@ def _admission_config(path: str, plugins: tuple[str, ...]) -> admission_config.A
     except admission_config.AdmissionConfigError as exc:
         raise OptionsError(f"invalid value {path!r} for flag --admission-control-config-file: {exc}") from None
     return config
+
+
+def _encryption(path: str) -> encryption.Transformers | None:
+    if not path:
+        return None
+    try:
+        return encryption.load(path, REGISTRY.kinds)
+    except encryption.EncryptionConfigError as exc:
+        raise OptionsError(f"invalid value {path!r} for flag --encryption-provider-config: {exc}") from None
 
 
 def _admission_plugins(enable: str, disable: str) -> tuple[str, ...]:

@@ -360,6 +360,9 @@ class RuntimeManager:
         # verbose Status reports it; "" until it answered or when it does not say.
         self.runtime_sandbox_image = ""
         self._sandbox_image_known = False
+        # Dead instances kept per container when a new one starts; None leaves it all to the
+        # container garbage collector (the agent's own setting, where the GC task runs).
+        self.dead_containers_kept: int | None = 1
 
     # -- the sandbox image ---------------------------------------------------------------
     #
@@ -699,10 +702,16 @@ class RuntimeManager:
         await self._prune_dead(rp, name)
         return None
 
+    def forget_container(self, cid: str) -> None:
+        """Drop what is cached of a container removed elsewhere (the container GC)."""
+        self._status_cache.pop(cid, None)
+
     async def _prune_dead(self, rp: RuntimePod, name: str) -> None:
-        """Keep one dead instance per container (lastState, logs --previous); remove older ones."""
+        """Keep ``dead_containers_kept`` dead instances per container (lastState, logs --previous)."""
+        if self.dead_containers_kept is None or self.dead_containers_kept < 0:
+            return
         dead = [c for c in rp.of(name) if c.exited]
-        for old in dead[1:]:
+        for old in dead[self.dead_containers_kept :]:
             try:
                 await self.cri.remove_container(old.id)
             except CriError as exc:

@@ -239,6 +239,10 @@ AGENT_CONFIG_FILE = f"{CONFIG_DIR}/agent/config.yaml"
 ENV_AGENT_TEST_PROC_SWAPS = "ORCH_AGENT_TEST_PROC_SWAPS"
 ENV_AGENT_TEST_STALL_FILE = "ORCH_AGENT_TEST_STALL_FILE"
 ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD = "ORCH_AGENT_TEST_SYNC_LOOP_THRESHOLD"
+# Shorter periods of the image and container garbage collectors (Go durations; upstream's are
+# fixed at 5m and 1m with no config field).
+ENV_AGENT_TEST_IMAGE_GC_PERIOD = "ORCH_AGENT_TEST_IMAGE_GC_PERIOD"
+ENV_AGENT_TEST_CONTAINER_GC_PERIOD = "ORCH_AGENT_TEST_CONTAINER_GC_PERIOD"
 
 # Node agent runtime: CRI annotations on the containers it creates (upstream io.kubernetes.*),
 # read back after an agent restart to stop containers of pods whose spec is gone, and the
@@ -302,6 +306,8 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 SERVICEACCOUNT_VOLUME_PREFIX = "orch-api-access-"
 SERVICEACCOUNT_TOKEN_MOUNT_PATH = f"/var/run/secrets/{DOMAIN}/serviceaccount"
 ROOT_CA_CONFIGMAP = "orch-root-ca.crt"
+# Published in orch-system at start: the client CA and the front-proxy settings, for extension servers.
+EXTENSION_AUTHENTICATION_CONFIGMAP = "extension-apiserver-authentication"
 ANNOTATION_DESCRIPTION = f"{DOMAIN}/description"
 
 # Node agent probes and lifecycle hooks: the User-Agent product names (upstream
@@ -517,3 +523,19 @@ EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
 # A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
 # which wins over spec.storageClassName where set.
 ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"
+
+# Encryption at rest: values a provider encrypted start with this, then the provider
+# name, "v1", the key's name and a colon. Upstream's spelling is kept on purpose: it
+# marks bytes in storage, never an API string, and tools that recognise encrypted
+# values look for it.
+ENCRYPTED_VALUE_PREFIX = "k8s:enc:"
+
+# Audit logging: the group of the Policy file and of the events (upstream audit.k8s.io),
+# the annotations the server itself puts on events, and the request/response header.
+AUDIT_GROUP = f"audit.{DOMAIN}"
+AUDIT_VERSION = "v1"
+AUDIT_API_VERSION = f"{AUDIT_GROUP}/{AUDIT_VERSION}"
+AUDIT_ID_HEADER = "Audit-ID"
+AUDIT_DECISION_ANNOTATION = f"authorization.{DOMAIN}/decision"
+AUDIT_REASON_ANNOTATION = f"authorization.{DOMAIN}/reason"
+AUDIT_DEPRECATED_ANNOTATION = f"{DOMAIN}/deprecated"

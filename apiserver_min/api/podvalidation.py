@@ -243,7 +243,8 @@ def _env_var_name_problems(value: str) -> list[str]:
     return errs + _has_chdir_prefix(value)
 
 
-def _is_config_map_key(value: str) -> list[str]:
+def is_config_map_key(value: str) -> list[str]:
+    """A key of a ConfigMap's or Secret's data (upstream IsConfigMapKey)."""
     errs: list[str] = []
     if len(value) > 253:
         errs.append("must be no more than 253 characters")
@@ -1052,7 +1053,7 @@ def _env(ctr: dict, path: str) -> Errs:
             if not key:
                 errs.append(FieldError.required(f"{kpath}.key"))
             else:
-                errs += _invalid_all(f"{kpath}.key", key, _is_config_map_key(key))
+                errs += _invalid_all(f"{kpath}.key", key, is_config_map_key(key))
         if count == 0:
             errs.append(
                 FieldError.invalid(

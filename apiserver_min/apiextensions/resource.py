@@ -22,7 +22,7 @@ from ..api.schema import OBJECT_META
 from ..registry.rest import ObjectStore
 from ..registry.scale import ScaleREST
 from ..registry.strategy import Strategy, WriteTransaction
-from . import values
+from . import rules, values
 from .conversion import ConversionError, WebhookConverter
 from .definition import storage_version
 
@@ -214,6 +214,17 @@ class CustomResourceStrategy(Strategy):
         # The status sub-resource is per version; the generic rules follow the storage version's.
         stored = definition.served(definition.storage) or (definition.versions[0] if definition.versions else None)
         self.has_status = bool(stored and stored.status)
+        # The compiled validation rules of each version, built once per definition
+        # (a changed definition gets a new strategy).
+        self._validators: dict[str, rules.Validator | None] = {}
+
+    def _validator(self, obj: dict) -> rules.Validator | None:
+        _, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+        if version not in self._validators:
+            schema = self._schema(obj)
+            validator = rules.Validator(schema) if schema is not None else None
+            self._validators[version] = validator if validator is not None and not validator.empty else None
+        return self._validators[version]
 
     def _schema(self, obj: dict) -> dict | None:
         _, _, version = str(obj.get("apiVersion", "")).rpartition("/")
@@ -268,12 +279,22 @@ class CustomResourceStrategy(Strategy):
         self._shape(new)
 
     def validate(self, obj: dict) -> list[v.FieldError]:
+        return self._validate(obj, None)
+
+    def _validate(self, obj: dict, old: dict | None) -> list[v.FieldError]:
         errs = self.validate_metadata(obj)
         errs += values.validate({k: val for k, val in obj.items() if k != "metadata"}, self._schema(obj))
+        validator = self._validator(obj)
+        if validator is not None:
+            # The rules run on a well-typed object only (as upstream).
+            if rules.has_blocking_errors(errs):
+                errs.append(v.FieldError.invalid(rules.ROOT_PATH, "null", rules.NOT_CHECKED))
+            else:
+                errs += validator.validate(obj, old)
         return errs
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
-        return self.validate(new) + self._finalizer_update_errors(new, old)
+        return self._validate(new, old) + self._finalizer_update_errors(new, old)
 
     def validate_enums(self, obj: dict) -> list[v.FieldError]:
         return []

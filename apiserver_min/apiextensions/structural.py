@@ -4,9 +4,9 @@ the keywords and extensions this server implements, defaults that pass their own
 schema.
 
 Keywords a schema may use and this server does not evaluate (the logical
-junctors ``allOf``/``anyOf``/``oneOf``/``not``, and ``x-kubernetes-validations``,
-whose expression language is not in this server yet) are refused with a message
-that says so, never accepted and ignored.
+junctors ``allOf``/``anyOf``/``oneOf``/``not``) are refused with a message that says
+so, never accepted and ignored. Validation rules (``x-kubernetes-validations``) are
+checked by ``rules``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from ..api import validation as v
-from . import values
+from . import rules, values
 
 # JSONSchemaProps fields (apiextensions v1) this server implements.
 _KNOWN = frozenset(
@@ -56,6 +56,7 @@ _KNOWN = frozenset(
         values.LIST_TYPE,
         values.LIST_MAP_KEYS,
         values.MAP_TYPE,
+        rules.KEY,
     }
 )
 # Fields v1 forbids outright (upstream's messages).
@@ -67,7 +68,6 @@ _FORBIDDEN_V1 = {
     "definitions": "definitions is not supported",
 }
 _NOT_YET = {
-    "x-kubernetes-validations": "validation rules (x-kubernetes-validations) are not supported by this server yet",
     "allOf": "allOf is not supported by this server yet",
     "anyOf": "anyOf is not supported by this server yet",
     "oneOf": "oneOf is not supported by this server yet",
@@ -96,6 +96,8 @@ def validate_schema(schema: Any, path: str) -> list[v.FieldError]:
     props = schema.get("properties")
     if isinstance(props, dict) and isinstance(props.get("metadata"), dict):
         _metadata(props["metadata"], f"{path}.properties[metadata]", errs)
+    if not errs:
+        errs += rules.validate_schema_rules(schema, path)
     if not errs:
         _defaults(schema, path, errs)
     return errs
@@ -269,7 +271,11 @@ def _defaults(node: Any, path: str, errs: list[v.FieldError], root: bool = True,
             errs.append(v.FieldError.invalid(f"{path}.default", node["default"], "must not have unknown fields"))
         else:
             values.apply_defaults(value, node)
-            for e in values.validate(value, node, body):
+            found = values.validate(value, node, body)
+            if not found and rules.has_rules(node):
+                # A default passes the rules of its field too (never transition rules).
+                found = rules.Validator(node).validate(value, path=body, root=False)
+            for e in found:
                 errs.append(dataclasses.replace(e, field=f"{path}.default"))
     props = node.get("properties")
     if isinstance(props, dict):

@@ -23,6 +23,7 @@ from .apps_statefulset import StatefulSetStrategy
 from .autoscaling import HorizontalPodAutoscalerStrategy
 from .batch import CronJobStrategy, JobStrategy
 from .certificates import CsrStrategy
+from .configdata import ConfigMapStrategy, SecretStrategy
 from .core import (
     NamespaceFinalizeREST,
     NamespaceStrategy,
@@ -46,6 +47,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     ("", "pods"): PodStrategy,
     ("", "nodes"): NodeStrategy,
     ("", "services"): ServiceStrategy,
+    ("", "secrets"): SecretStrategy,
+    ("", "configmaps"): ConfigMapStrategy,
     ("", "replicationcontrollers"): ReplicationControllerStrategy,
     (names.APPS_GROUP, "deployments"): DeploymentStrategy,
     (names.APPS_GROUP, "replicasets"): ReplicaSetStrategy,

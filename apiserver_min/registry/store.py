@@ -39,6 +39,7 @@ from ..storage.interface import (
     KeyExistsError,
     KeyNotFoundError,
     KeyValue,
+    TransformError,
     UnavailableError,
 )
 from ..storage.keys import key_prefix, object_key, scope_prefix
@@ -134,6 +135,8 @@ class Store:
     async def _read(self, key: str) -> KeyValue | None:
         try:
             return await self.backend.get(key)
+        except TransformError as exc:
+            raise st.internal(str(exc)) from None
         except UnavailableError as exc:
             raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
 
@@ -148,8 +151,11 @@ class Store:
             return kv.value, kv.mod_revision
         if n > 0 and not await self.cache.wait_for(n, 3.0):
             raise st.too_large_resource_version(n, self.cache.rv)
-        entry = self.cache.cache(key_prefix(kind)).items.get(key)
+        cache = self.cache.cache(key_prefix(kind))
+        entry = cache.items.get(key)
         if entry is None:
+            if key in cache.undecryptable:
+                raise st.internal(cache.undecryptable[key])
             raise st.not_found(kind.resource, name, kind.group)
         return entry.raw, entry.rv
 
@@ -232,6 +238,9 @@ class Store:
         limit: int,
     ) -> ListResult:
         cache = self.cache.cache(key_prefix(kind))
+        broken = cache.undecryptable_in(namespace if kind.namespaced else None)
+        if broken is not None:
+            raise st.internal(broken)  # as upstream, a list fails on an object it cannot decrypt
         rv = self.cache.rv
         entries = cache.sorted_entries(namespace if kind.namespaced else None)
         filtered = labels is not None or fields is not None
@@ -305,6 +314,8 @@ class Store:
             ) from None
         except FutureRevisionError as exc:
             raise st.too_large_resource_version(revision, exc.current) from None
+        except TransformError as exc:
+            raise st.internal(str(exc)) from None
         except UnavailableError as exc:
             raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
         token = encode_continue(revision, out[-1][2][len(base) :]) if more and out else ""

@@ -28,6 +28,11 @@ from ..api.kinds import REGISTRY, Registry
 from ..api.user import SYSTEM_USER, UserInfo
 from ..apiextensions.controller import DefinitionController
 from ..apiextensions.definition import DefinitionStrategy
+from ..audit.auditor import Auditor
+from ..audit.auditor import Backend as AuditBackend
+from ..audit.event import RequestAudit
+from ..audit.logbackend import AuditWriteError, LogBackend
+from ..audit.webhook import WebhookBackend
 from ..authn.union import Authentication
 from ..authz.authorizer import Decision as AuthzDecision
 from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
@@ -44,9 +49,11 @@ from ..registry.servicerepair import ServiceRangeRepair
 from ..registry.services import ServiceAllocators
 from ..registry.store import Store
 from ..storage.cacher import WatchCache
+from ..storage.encryption import EncryptingBackend
 from ..storage.interface import Backend
 from ..storage.keys import key_prefix
 from ..storage.sqlite import SqliteBackend
+from . import auditing
 from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
 from .health import Check, Health
@@ -126,8 +133,15 @@ class ApiServer:
         registry = registry.copy()
         self.registry = registry
         self.runtime = RuntimeConfig(opts.runtime_config)
-        self.backend = backend or load_backend(opts)
-        self.cache = WatchCache(self.backend, list(registry.kinds), key_prefix)
+        raw_backend = backend or load_backend(opts)
+        self.backend: Backend = raw_backend
+        decode = None
+        if opts.encryption is not None:
+            # Encryption at rest: the store and every direct user write and read through the
+            # wrapper; the watch cache decrypts each value itself (see storage/encryption.py).
+            self.backend = EncryptingBackend(raw_backend, opts.encryption)
+            decode = opts.encryption.from_storage
+        self.cache = WatchCache(raw_backend, list(registry.kinds), key_prefix, decode)
         self.store = Store(self.backend, registry, self.cache)
         crd_kind = registry.by_resource(names.APIEXTENSIONS_GROUP, "v1", "customresourcedefinitions")
         assert crd_kind is not None
@@ -195,6 +209,17 @@ class ApiServer:
         # Custom resource definitions: the kinds they define are served while they last.
         self.definitions = DefinitionController(self.store, self.cache, registry, self.rest)
         self._inflight = 0
+        # Audit logging: a policy and at least one backend, or nothing is recorded.
+        audit_backends: list[AuditBackend] = []
+        if opts.audit_log is not None:
+            audit_backends.append(LogBackend(opts.audit_log))
+        if opts.audit_webhook is not None:
+            audit_backends.append(WebhookBackend(opts.audit_webhook))
+        self.auditor: Auditor | None = (
+            Auditor(opts.audit_policy, audit_backends) if opts.audit_policy is not None and audit_backends else None
+        )
+        if self.auditor is not None:
+            self.metrics.sources.append(self.auditor.render_metrics)
 
     def enabled(self, group: str, version: str, resource: str = "") -> bool:
         """Whether a group version (or resource) is served: --runtime-config decides for the
@@ -257,6 +282,8 @@ class ApiServer:
         key = self.opts.tls_private_key_file or self.pki.serving_key
         ctx.load_cert_chain(cert, key)
         ctx.load_verify_locations(self.client_ca)
+        if self.opts.requestheader_client_ca_file:
+            ctx.load_verify_locations(self.opts.requestheader_client_ca_file)
         ctx.verify_mode = ssl.CERT_OPTIONAL
         # Ask for a client certificate but accept any in the handshake: the x509
         # authenticator verifies it and answers 401 (upstream's RequestClientCert). When
@@ -271,6 +298,8 @@ class ApiServer:
         self.post_start_done["start-watch-cache"] = True
         await self.bootstrap_namespaces()
         self.post_start_done["bootstrap-namespaces"] = True
+        await self.authn.start()
+        await self.publish_authentication_configmap()
         await self.start_services()
         self.post_start_done["bootstrap-controller"] = True
         await self.controllers.start()
@@ -288,6 +317,33 @@ class ApiServer:
             except st.ApiError as exc:
                 if exc.code != 409:
                     raise
+
+    async def publish_authentication_configmap(self) -> None:
+        """orch-system/extension-apiserver-authentication: the client CA and the front
+        proxy's settings, kept as this server sees them (upstream publishes the same)."""
+        data = self.authn.published_configmap_data()
+        kind = self.registry.by_resource("", "v1", "configmaps")
+        name = names.EXTENSION_AUTHENTICATION_CONFIGMAP
+
+        def with_data(obj: dict) -> dict:
+            obj["data"] = dict(data)
+            return obj
+
+        def fresh() -> dict:
+            return with_data(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": names.NS_SYSTEM}}
+            )
+
+        await self.store.update(
+            kind,
+            names.NS_SYSTEM,
+            name,
+            with_data,
+            SYSTEM_USER,
+            create_on_missing=True,
+            on_missing=fresh,
+            field_manager=names.APISERVER_FIELD_MANAGER,
+        )
 
     async def start_services(self) -> None:
         """The Service ranges made to match the stored Services, the 'orch' Service and
@@ -313,6 +369,7 @@ class ApiServer:
         await self.stop_services()
         await self.controllers.stop()
         await self.definitions.stop()
+        await self.authn.stop()
         await self.cache.stop()
         await self.backend.close()
 
@@ -323,12 +380,19 @@ class ApiServer:
         credential."""
         return await self.authn.authenticate(request)
 
-    def authorize(self, user: UserInfo | None, info: RequestInfo, query=None) -> None:
+    def authorize(
+        self, user: UserInfo | None, info: RequestInfo, query=None, audit: RequestAudit | None = None
+    ) -> None:
         """Ask the authorizer chain (--authorization-mode); anything not allowed is a 403
-        naming the user, verb and resource. ``None`` is the anonymous user."""
+        naming the user, verb and resource. ``None`` is the anonymous user. The decision
+        and its reason go on the request's audit event."""
         attrs = request_attributes(user, info, query)
         decision, reason = self.authorizer.authorize(attrs)
-        if decision is not AuthzDecision.ALLOW:
+        allowed = decision is AuthzDecision.ALLOW
+        if audit is not None:
+            audit.annotations[names.AUDIT_DECISION_ANNOTATION] = "allow" if allowed else "forbid"
+            audit.annotations[names.AUDIT_REASON_ANNOTATION] = reason  # also when empty, as upstream
+        if not allowed:
             raise forbidden_error(attrs, reason)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -342,10 +406,32 @@ class ApiServer:
         self._inflight += 1
         # Admission plugins' warnings (and audit annotations) for this request.
         record, record_token = begin_request()
+        audit: RequestAudit | None = None
+        resp: web.StreamResponse | None = None
+        status: dict[str, Any] | None = None
+        stage = "ResponseComplete"
         try:
-            user = await self.authenticate(request)
+            try:
+                user = await self.authenticate(request)
+            except st.ApiError as exc:
+                if self.auditor is not None and exc.code == 401:
+                    # As upstream: one ResponseStarted event, with no user, for a failed authentication.
+                    audit = auditing.begin(self.auditor, request, info, None)
+                    if audit is not None:
+                        audit.base["user"] = {}
+                        stage = "ResponseStarted"
+                raise
+            request = self.authn.strip_proxy_headers(request)
+            if self.auditor is not None:
+                audit = auditing.begin(self.auditor, request, info, user)
+            real_user = user
             request, user = impersonate(request, user, self.authorizer)  # Impersonate-* headers
-            self.authorize(user, info, request.query)
+            if audit is not None:
+                if user is not real_user:
+                    audit.impersonated(real_user, user)
+                assert self.auditor is not None
+                self.auditor.emit(audit, "RequestReceived")
+            self.authorize(user, info, request.query, audit)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self._deprecation(info, resp)
@@ -356,16 +442,30 @@ class ApiServer:
             return resp
         except st.ApiError as exc:
             code = exc.code
-            return _admission_warnings(self.error_response(request, exc), record)
+            status = exc.to_status()
+            resp = _admission_warnings(self.error_response(request, exc), record)
+            return resp
+        except AuditWriteError as exc:  # blocking-strict: the request is not served unaudited
+            code = 500
+            audit = None
+            auditing.CURRENT.set(None)
+            resp = self.error_response(request, st.internal(str(exc)))
+            return resp
         except asyncio.CancelledError:
             code = 499
             raise
         except Exception as exc:  # noqa: BLE001 - never let a bug answer a non-Status body
             log.exception("internal error serving %s %s", request.method, request.path)
             code = 500
-            return self.error_response(request, st.internal(f"{type(exc).__name__}: {exc}"))
+            stage = "Panic"
+            err = st.internal(f"{type(exc).__name__}: {exc}")
+            status = err.to_status()
+            resp = self.error_response(request, err)
+            return resp
         finally:
             end_request(record_token)
+            if audit is not None:
+                self._audit_finish(audit, request, info, resp, code, status, record, stage)
             self._inflight -= 1
             if info.is_resource and info.kind is not None:
                 scope = "namespace" if info.namespace else ("resource" if info.name else "cluster")
@@ -379,6 +479,32 @@ class ApiServer:
                     code,
                     time.perf_counter() - t0,
                 )
+
+    def _audit_finish(
+        self,
+        audit: RequestAudit,
+        request: web.Request,
+        info: RequestInfo,
+        resp: web.StreamResponse | None,
+        code: int,
+        status: dict[str, Any] | None,
+        record: RequestRecord,
+        stage: str,
+    ) -> None:
+        """The last event of a recorded request: ResponseComplete (Panic after a bug)."""
+        assert self.auditor is not None
+        auditing.capture_bodies(audit, request, resp)
+        auditing.complete(audit, code, status)
+        audit.annotations.update(record.audit_annotations)
+        if info.kind is not None and info.kind.deprecated:
+            audit.annotations[names.AUDIT_DEPRECATED_ANNOTATION] = "true"
+        if resp is not None and not resp.prepared:
+            resp.headers[names.AUDIT_ID_HEADER] = audit.id
+        try:
+            self.auditor.emit(audit, stage)
+        except AuditWriteError:
+            log.error("audit event %s (%s) was not written", audit.id, stage)
+        auditing.CURRENT.set(None)
 
     def _deprecation(self, info: RequestInfo, resp: web.StreamResponse) -> None:
         k = info.kind
@@ -459,6 +585,8 @@ class ApiServer:
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.opts.max_request_body_bytes + 1024)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        if self.auditor is not None:
+            app.on_response_prepare.append(auditing.on_response_prepare)
         return app
 
     async def serve(self, stop: asyncio.Event) -> int:
@@ -466,6 +594,8 @@ class ApiServer:
         for path in created:
             log.info("created %s", path)
         await self.start_storage()
+        if self.auditor is not None:
+            self.auditor.start()
         app = self.make_app()
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
         await runner.setup()
@@ -512,6 +642,8 @@ class ApiServer:
             await asyncio.sleep(self.opts.shutdown_watch_termination_grace_period)
         await self.cache.stop()  # ends every watch stream
         await runner.cleanup()  # waits for in-flight requests
+        if self.auditor is not None:
+            await self.auditor.shutdown()
         await self.stop_storage()
         log.info("stopped")
         return 0

@@ -39,6 +39,7 @@ from ..registry.store import DeleteOptions, ListResult, parse_rv
 from ..storage.cacher import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
 from ..storage.interface import CompactedError
 from ..storage.keys import key_prefix
+from .auditing import REQUEST_BODY_KEY, REQUEST_OBJECT_KEY, RESPONSE_OBJECT_KEY
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .reviews import review_protobuf_decoders
 from .routing import GROUP_ALIAS_KEY, GroupAlias, RequestInfo, StorageVersionAlias, require_kind
@@ -297,6 +298,7 @@ class ResourceHandlers:
         include: str = "Metadata",
     ) -> web.Response:
         if target.form == "json" and not self._pretty(request) and request.get(GROUP_ALIAS_KEY) is None:
+            request[RESPONSE_OBJECT_KEY] = raw  # decoded only for an audit event that records it
             return self._with_warnings(request, web.Response(body=raw, status=code, content_type="application/json"))
         obj = codec.load_json(raw)
         return await self._respond_obj(request, obj, code, target, kind, include)
@@ -313,6 +315,7 @@ class ResourceHandlers:
         alias = request.get(GROUP_ALIAS_KEY)
         if alias is not None:  # a request on an alias group: answered in the client's spelling
             obj = alias.to_requested(await alias.convert(obj))
+        request[RESPONSE_OBJECT_KEY] = obj
         if target.form == "table" and kind is not None and isinstance(obj, dict) and obj.get("kind") == kind.kind:
             obj = table(
                 kind, [obj], target, include, resource_version=(obj.get("metadata") or {}).get("resourceVersion", "")
@@ -363,7 +366,9 @@ class ResourceHandlers:
             if size > limit:
                 raise st.request_entity_too_large(f"the request body is larger than {limit} bytes")
             chunks.append(chunk)
-        return b"".join(chunks)
+        body = b"".join(chunks)
+        request[REQUEST_BODY_KEY] = body  # for the audit event at the Request level
+        return body
 
     @staticmethod
     def _decode_protobuf(body: bytes) -> codec.DecodedBody:
@@ -412,6 +417,7 @@ class ResourceHandlers:
         obj = decoded.obj
         if not isinstance(obj, dict):
             raise st.bad_request("the request body must be a JSON or YAML object")
+        request[REQUEST_OBJECT_KEY] = obj
         want_kind = expect_kind or kind.kind
         want_av = expect_api_version or kind.api_version
         # On an alias group's path the body may name the group either way (kind's own API only).

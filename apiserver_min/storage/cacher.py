@@ -37,7 +37,7 @@ import orjson
 from ..api.codec import splice_rv
 from ..api.kinds import KindInfo
 from ..api.selectors import FieldSelector, LabelSelector
-from .interface import Backend, CompactedError, Event, StorageError
+from .interface import Backend, CompactedError, Event, KeyValue, StorageError
 
 log = logging.getLogger("orch-apiserver.watchcache")
 
@@ -258,6 +258,19 @@ class ResourceCache:
         # While a cache added at run time lists its prefix, the storage events for it
         # wait here (None once filled): those the list already saw are then dropped.
         self.pending: list[Event] | None = None
+        # Keys whose stored value no configured key decrypts, with the reason: not
+        # served, and reads and lists that would include them fail (see encryption.py).
+        self.undecryptable: dict[str, str] = {}
+
+    def undecryptable_in(self, namespace: str | None) -> str | None:
+        """The reason of one undecryptable object in the scope, or None when there is none."""
+        if not self.undecryptable:
+            return None
+        scope = self.prefix if namespace is None else f"{self.prefix}{namespace}/"
+        for key, reason in self.undecryptable.items():
+            if key.startswith(scope):
+                return reason
+        return None
 
     def make_entry(self, key: str, raw: bytes, rv: int) -> Entry:
         obj = orjson.loads(raw)
@@ -361,9 +374,18 @@ class ResourceCache:
 class WatchCache:
     """All resource caches, fed by one storage watch."""
 
-    def __init__(self, backend: Backend, kinds: list[KindInfo], key_prefix: Callable[[KindInfo], str]):
+    def __init__(
+        self,
+        backend: Backend,
+        kinds: list[KindInfo],
+        key_prefix: Callable[[KindInfo], str],
+        decode: Callable[[str, bytes], bytes] | None = None,
+    ):
         self.backend = backend
         self.key_prefix = key_prefix
+        # Turns a stored value into the object's JSON (decryption at rest), raising
+        # StorageError for a value it cannot; None when values are stored as they are.
+        self.decode = decode
         self.caches: dict[str, ResourceCache] = {}
         self._by_prefix: list[tuple[str, ResourceCache]] = []
         for k in kinds:
@@ -412,10 +434,7 @@ class WatchCache:
             self._drop(p)
             raise
         for kv in res.items:
-            try:
-                c.items[kv.key] = c.make_entry(kv.key, kv.value, kv.mod_revision)
-            except orjson.JSONDecodeError:
-                log.error("stored object %s is not valid JSON; it is not served", kv.key)
+            self._fill(c, kv)
         c.history_floor = res.revision
         pending, c.pending = c.pending, None
         for ev in pending:
@@ -434,6 +453,19 @@ class WatchCache:
         c = self.caches.pop(prefix, None)
         self._by_prefix = [(p, x) for p, x in self._by_prefix if p != prefix]
         return c
+
+    def _fill(self, cache: ResourceCache, kv: KeyValue) -> None:
+        """Put one listed object into its cache (decoded; an undecryptable one is remembered)."""
+        try:
+            value = self.decode(kv.key, kv.value) if self.decode is not None else kv.value
+        except StorageError as exc:
+            cache.undecryptable[kv.key] = str(exc)
+            log.error("watch cache: %s; the object is not served", exc)
+            return
+        try:
+            cache.items[kv.key] = cache.make_entry(kv.key, value, kv.mod_revision)
+        except orjson.JSONDecodeError:
+            log.error("stored object %s is not valid JSON; it is not served", kv.key)
 
     async def start(self) -> None:
         await self._initial_list()
@@ -456,14 +488,12 @@ class WatchCache:
             c._sorted_keys = None
             c.history.clear()
             c.history_floor = res.revision
+            c.undecryptable.clear()
         for kv in res.items:
             cache = self.cache_for_key(kv.key)
             if cache is None:
                 continue
-            try:
-                cache.items[kv.key] = cache.make_entry(kv.key, kv.value, kv.mod_revision)
-            except orjson.JSONDecodeError:
-                log.error("stored object %s is not valid JSON; it is not served", kv.key)
+            self._fill(cache, kv)
         self.rv = res.revision
         self.ready.set()
         self._signal()
@@ -513,6 +543,10 @@ class WatchCache:
             self._signal()
 
     def _apply(self, c: ResourceCache, ev: Event) -> None:
+        if self.decode is not None:
+            ev = self._decoded(c, ev)
+            if ev.type == "PUT" and ev.kv.key in c.undecryptable:
+                return
         try:
             cev = c.apply(ev, time.monotonic())
         except (orjson.JSONDecodeError, StorageError) as exc:
@@ -520,6 +554,30 @@ class WatchCache:
         else:
             for listener in self.listeners:
                 listener(c, cev)
+
+    def _decoded(self, c: ResourceCache, ev: Event) -> Event:
+        """The event with its values decoded; an undecryptable value is remembered, not served."""
+        assert self.decode is not None
+        key = ev.kv.key
+        prev = ev.prev
+        if prev is not None:
+            try:
+                prev = KeyValue(key, self.decode(key, prev.value), prev.mod_revision, prev.create_revision)
+            except StorageError:
+                prev = None  # the cache's own entry (if any) stands in for it
+        if ev.type != "PUT":
+            c.undecryptable.pop(key, None)
+            return Event(ev.type, ev.kv, prev)
+        try:
+            kv = KeyValue(key, self.decode(key, ev.kv.value), ev.kv.mod_revision, ev.kv.create_revision)
+        except StorageError as exc:
+            log.error("watch cache: %s; the object is not served", exc)
+            c.undecryptable[key] = str(exc)
+            if c.items.pop(key, None) is not None:
+                c._sorted_keys = None
+            return ev
+        c.undecryptable.pop(key, None)
+        return Event(ev.type, kv, prev)
 
     async def wait_for(self, rv: int, timeout: float) -> bool:
         """Wait until the cache has seen revision ``rv``; False on timeout."""

@@ -52,6 +52,16 @@ class FutureRevisionError(StorageError):
         self.revision, self.current = revision, current
 
 
+class TransformError(StorageError):
+    """A stored value cannot be turned back into the object (encryption at rest: no
+    configured key decrypts it). Reads of that object fail; others are unaffected."""
+
+    def __init__(self, key: str, reason: str):
+        super().__init__(f"unable to transform key {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
 class UnavailableError(StorageError):
     """The backend cannot be reached (etcd down, database closed)."""
 

@@ -204,7 +204,9 @@ def test_ready_then_watchdog_then_stopping(agents, sig):
     assert agent.fields()[stopping + 1] == "STATUS=Shutting down"
     out = agent.output()
     assert f'"Received signal, shutting down" signal="{sig.name}"' in out
-    assert 'stop_order=["watchdog","sync-loop","pod-sources","health-server","log-flush"]' in out
+    assert (
+        'stop_order=["watchdog","container-gc","image-gc","sync-loop","pod-sources","health-server","log-flush"]' in out
+    )
 
 
 def test_bad_connection_config_fails_the_start(agents, tmp_path):
@@ -309,7 +311,7 @@ def test_healthz_port_zero_disables_the_server(agents):
     assert agent.wait() == 0
     out = agent.output()
     assert "Serving health checks" not in out
-    assert 'stop_order=["sync-loop","pod-sources","log-flush"]' in out
+    assert 'stop_order=["container-gc","image-gc","sync-loop","pod-sources","log-flush"]' in out
 
 
 def test_healthz_port_in_use_fails_start(agents):

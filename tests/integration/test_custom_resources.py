@@ -299,17 +299,12 @@ def test_definition_validation_messages(apiserver):
     bad["metadata"]["name"] = "wrong.example.com"
     spec = bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     spec["untyped"] = {"description": "no type"}
-    spec["rules"] = {"type": "string", "x-kubernetes-validations": [{"rule": "self.size() > 1"}]}
     status, doc = apiserver.json("POST", CRD_PATH, bad)
     assert status == 422, doc
     msgs = [f"{c['field']}: {c['message']}" for c in doc["details"]["causes"]]
     path = "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties"
     assert 'metadata.name: Invalid value: "wrong.example.com": must be spec.names.plural+"."+spec.group' in msgs
     assert f"{path}[untyped].type: Required value: must not be empty for specified object fields" in msgs
-    assert (
-        f"{path}[rules].x-kubernetes-validations: Forbidden: validation rules (x-kubernetes-validations) are"
-        in (doc["message"])
-    )
     webhook = crontab_crd("gadgets", "Gadget", "gd")
     webhook["spec"]["conversion"] = {"strategy": "Webhook"}
     status, doc = apiserver.json("POST", CRD_PATH, webhook)
@@ -509,3 +504,63 @@ def test_garbage_collector_knows_custom_resource_owners(apiserver, crd, ns):
         timeout=10,
         what="the dependent collected",
     )
+
+
+def rules_crd(rules: list, size_rules: list, plural: str = "ruletabs", kind: str = "RuleTab") -> dict:
+    """A CronTab-like definition whose spec carries validation rules."""
+    out = crontab_crd(plural, kind, plural[:3])
+    version = out["spec"]["versions"][0]
+    version.pop("additionalPrinterColumns")
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["minReplicas"] = {"type": "integer"}
+    spec["properties"]["size"] = {"type": "integer", "x-kubernetes-validations": size_rules}
+    spec["x-kubernetes-validations"] = rules
+    return out
+
+
+def test_validation_rules_refuse_objects_with_their_messages(apiserver, kctl, ns):
+    rules = [{"rule": "self.minReplicas <= self.replicas", "message": "minReplicas must not exceed replicas"}]
+    size_rules = [{"rule": "self >= oldSelf", "message": "size may not be lowered"}]
+    kctl("apply", "-f", "-", input=yaml.safe_dump(rules_crd(rules, size_rules)), check=True)
+    kctl("wait", "--for=condition=Established", f"crd/ruletabs.{GROUP}", "--timeout=10s", check=True)
+    wait_for(lambda: served(apiserver, "ruletabs"), timeout=10, what="ruletabs served")
+    good = {**crontab("ok", replicas=3, minReplicas=2, size=5), "kind": "RuleTab"}
+    kctl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(good), check=True)
+    bad = {**crontab("bad", replicas=2, minReplicas=5), "kind": "RuleTab"}
+    r = kctl("-n", ns, "apply", "-f", "-", input=yaml.safe_dump(bad))
+    assert r.returncode != 0
+    assert 'spec: Invalid value: "object": minReplicas must not exceed replicas' in r.stderr, r.stderr
+    # A transition rule: raising is fine, lowering is refused; the create ran no transition rule.
+    kctl("-n", ns, "patch", "ruletab", "ok", "--type=merge", "-p", '{"spec":{"size":7}}', check=True)
+    r = kctl("-n", ns, "patch", "ruletab", "ok", "--type=merge", "-p", '{"spec":{"size":4}}')
+    assert r.returncode != 0
+    assert 'spec.size: Invalid value: "integer": size may not be lowered' in r.stderr, r.stderr
+    _, stored = apiserver.json("GET", f"/apis/{GROUP}/v1/namespaces/{ns}/ruletabs/ok", expect=200)
+    assert stored["spec"]["size"] == 7
+    apiserver.json("DELETE", f"{CRD_PATH}/ruletabs.{GROUP}", expect=200)
+
+
+def test_definitions_with_rules_that_fail_to_compile_or_cost_too_much_are_refused(apiserver, kctl):
+    expensive = rules_crd([], [], "costtabs", "CostTab")
+    spec = expensive["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["tags"]["x-kubernetes-validations"] = [{"rule": "self.all(x, self.all(y, x != y || x == y))"}]
+    r = kctl("apply", "-f", "-", input=yaml.safe_dump(expensive))
+    assert r.returncode != 0
+    path = "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[tags].x-kubernetes-validations[0]"
+    assert f"{path}.rule: Forbidden: estimated rule cost exceeds budget by factor of" in r.stderr, r.stderr
+    # maxItems and maxLength bound the estimate: the same rule is accepted.
+    spec["properties"]["tags"]["maxItems"] = 50
+    spec["properties"]["tags"]["items"]["maxLength"] = 20
+    kctl("apply", "-f", "-", input=yaml.safe_dump(expensive), check=True)
+    broken = rules_crd([{"rule": "self.replicas >"}], [], "brokentabs", "BrokenTab")
+    status, doc = apiserver.json("POST", CRD_PATH, broken)
+    assert status == 422, doc
+    msgs = [f"{c['field']}: {c['message']}" for c in doc["details"]["causes"]]
+    assert any(
+        m.startswith(
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: "
+            'Invalid value: "self.replicas >": compilation failed: ERROR: <input>:'
+        )
+        for m in msgs
+    ), msgs
+    apiserver.json("DELETE", f"{CRD_PATH}/costtabs.{GROUP}", expect=200)

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from apiserver_min.storage.encryption import AESGCMProvider, EncryptingBackend, ResourceTransformer, Transformers
 from apiserver_min.storage.etcd import EtcdBackend
 from apiserver_min.storage.interface import (
+    Backend,
     CompactedError,
     ConflictError,
     Event,
@@ -35,14 +37,20 @@ from tests.helpers import require_binary
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sqlite", "etcd"])
+@pytest.fixture(params=["sqlite", "etcd", "sqlite+aesgcm", "etcd+aesgcm"])
 async def backend(request, tmp_path):
-    if request.param == "sqlite":
-        store = SqliteBackend(str(tmp_path / "orch.db"), compaction_interval=0)
+    inner: Backend
+    if request.param.startswith("sqlite"):
+        inner = SqliteBackend(str(tmp_path / "orch.db"), compaction_interval=0)
     else:
         etcd = request.getfixturevalue("etcd")
         prefix = request.getfixturevalue("etcd_prefix")
-        store = EtcdBackend([etcd.endpoint], prefix=prefix, timeout=10)
+        inner = EtcdBackend([etcd.endpoint], prefix=prefix, timeout=10)
+    store = inner
+    if request.param.endswith("+aesgcm"):
+        # The encryption-at-rest wrapper keeps the contract: every key encrypted with aesgcm.
+        aesgcm = AESGCMProvider([("k1", os.urandom(32))])
+        store = EncryptingBackend(inner, Transformers({"/": ResourceTransformer("*.*", [aesgcm])}))
     await store.start()
     try:
         yield store

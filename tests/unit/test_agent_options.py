@@ -503,7 +503,8 @@ CASES = [
     ),
     T("volume-stats-agg-period", "1m", "0s", "1minute", "volumeStatsAggPeriod"),
     B("enable-controller-attach-detach", True, "enableControllerAttachDetach"),
-    B("keep-terminated-pod-volumes", False),
+    # Accepted only as false: keeping terminated pods' volumes is refused (not supported on this node).
+    C("keep-terminated-pod-volumes", False, ["--keep-terminated-pod-volumes=false"], False, "maybe"),
     S("experimental-mounter-path", "mount", "/usr/bin/mount"),
     # Process
     S("lock-file", "", "/tmp/orch-agent.lock", "/nonexistent/dir/orch-agent.lock"),
@@ -956,7 +957,7 @@ def test_all_validation_errors_are_reported_together():
     errors = validate(cfg)
     expected = [
         "oomScoreAdj (--oom-score-adj): Invalid value: 2000: must be between -1000 and 1000, inclusive",
-        "imageGCLowThresholdPercent (--image-gc-low-threshold): Invalid value: 60: must not be greater "
+        "imageGCLowThresholdPercent (--image-gc-low-threshold): Invalid value: 60: must be less "
         "than imageGCHighThresholdPercent (--image-gc-high-threshold) 50",
         "iptablesMasqueradeBit (--iptables-masquerade-bit): Invalid value: 40: must be between 0 and 31, inclusive",
         "containerLogMaxFiles (--container-log-max-files): Invalid value: 1: must be at least 2",
@@ -970,8 +971,13 @@ def test_all_validation_errors_are_reported_together():
     assert len(errors) == len(expected)
 
 
-def test_gc_thresholds_may_be_equal():
-    assert validate(from_argv(["--image-gc-high-threshold=80", "--image-gc-low-threshold=80"])) == []
+def test_gc_thresholds_may_not_be_equal():
+    # As upstream's configuration validation: the low threshold strictly below the high one.
+    assert validate(from_argv(["--image-gc-high-threshold=80", "--image-gc-low-threshold=80"])) == [
+        "imageGCLowThresholdPercent (--image-gc-low-threshold): Invalid value: 80: must be less "
+        "than imageGCHighThresholdPercent (--image-gc-high-threshold) 80"
+    ]
+    assert validate(from_argv(["--image-gc-high-threshold=1", "--image-gc-low-threshold=0"])) == []
 
 
 def test_reserved_levels_need_their_cgroups():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -360,6 +361,7 @@ async def make_agent(fake, ctx):
         backoff: Backoff | None = None,
         probes: bool = False,
         sources: tuple[str, ...] = ("file",),
+        keep_terminated_pod_volumes: bool = False,
     ) -> Agent:
         cri = CriClient(fake.endpoint, request_timeout=5, max_reconnect_backoff=0.1)
         events = EventRecorder(NODE)
@@ -393,6 +395,7 @@ async def make_agent(fake, ctx):
             tick=0.05,
             on_status=lambda pod, st: statuses.append((pod["metadata"]["uid"], st)),
             on_terminated=lambda pod: terminated.append(pod["metadata"]["uid"]),
+            keep_terminated_pod_volumes=keep_terminated_pod_volumes,
         )
         holder["p"] = pipeline
         agent = Agent(cri, runtime, config, pipeline, events, statuses, terminated, probes=probe_manager)
@@ -591,6 +594,29 @@ async def test_onfailure_exit_zero_succeeds(fake, make_agent):
     )
     await asyncio.sleep(0.3)
     assert len(calls(fake, "CreateContainer")) == 1
+
+
+@pytest.mark.parametrize("keep", [False, True])
+async def test_a_finished_pods_volumes_go_unless_kept(fake, make_agent, ctx, keep):
+    """Upstream unmounts the volumes of a finished pod; --keep-terminated-pod-volumes keeps them."""
+    fake.set_behavior(ContainerBehavior(exit_after=0.05, exit_code=0), container="job")
+    agent = make_agent(keep_terminated_pod_volumes=keep)
+    pod = make_pod("vols", [container("job")], policy="Never")
+    pod["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    volumes = os.path.join(ctx.pod_dir(pod["metadata"]["uid"]), "volumes")
+    agent.start()
+    agent.push(pod)
+    await until(lambda: os.path.isdir(volumes), "the pod's volumes")
+    await until(lambda: agent.status(pod).get("phase") == "Succeeded", "phase Succeeded")
+    await until(
+        lambda: fake_sandboxes(fake, pod)[0].state == pb.SANDBOX_NOTREADY, "the sandbox of the completed pod to stop"
+    )
+    if keep:
+        await asyncio.sleep(0.3)
+        assert os.path.isdir(volumes)
+    else:
+        await until(lambda: not os.path.exists(volumes), "the finished pod's volumes to go")
+    assert os.path.isdir(ctx.pod_dir(pod["metadata"]["uid"])), "the pod's directory stays until deletion"
 
 
 async def test_failed_init_container_with_never_fails_the_pod_before_apps(fake, make_agent):

@@ -252,9 +252,9 @@ def test_definition_checks():
             "generateName",
         ),
         (
-            {"properties": {"a": {"type": "string", "x-kubernetes-validations": [{"rule": "true"}]}}},
-            "X.properties[a].x-kubernetes-validations: Forbidden: validation rules (x-kubernetes-validations) are not "
-            "supported by this server yet",
+            {"properties": {"a": {"type": "string", "x-kubernetes-validations": [{"rule": "1"}]}}},
+            'X.properties[a].x-kubernetes-validations[0].rule: Invalid value: "1": cel expression must evaluate to '
+            "a bool",
         ),
         (
             {"properties": {"a": {"type": "string", "x-bogus": 1}}},

@@ -225,3 +225,9 @@ def test_only_app_and_the_cli_import_the_app():
 def test_agent_shares_only_the_contract():
     bad = _violations(("agent", "cri"), (P,), allowed=(f"{P}.api", f"{P}.version"))
     assert not bad, "the agent imports API-server code beyond the contract:\n" + "\n".join(bad)
+
+
+def test_audit_depends_only_on_the_contract():
+    """Audit logging (policy, events, backends) is used by the server and reads only ``api``."""
+    bad = _violations((f"{P}.audit",), (P,), allowed=(f"{P}.api", f"{P}.audit"))
+    assert not bad, "audit imports beyond the contract:\n" + "\n".join(bad)

@@ -19,7 +19,14 @@ README = (REPO / "README.md").read_text()
 # path that holds it. A phrase may stand in the picture or "Works now" only when
 # its path exists.
 CAPABILITIES = {
-    "eviction": "agent/eviction",
+    # The node's eviction manager (pods/eviction and kubectl drain are the API server's).
+    "eviction manager": "agent/eviction",
+    "node pressure": "agent/eviction",
+    "pods/eviction": "apiserver_min/registry/eviction.py",
+    "resource metrics API": "apiserver_min/server/resourcemetrics.py",
+    "audit": "apiserver_min/audit",
+    "encrypt": "apiserver_min/storage/encryption.py",
+    "OpenID Connect": "apiserver_min/authn/oidc.py",
     "image/container GC": "agent/images",
     "image garbage collection": "agent/images",
     "service proxy": "agent/proxy",

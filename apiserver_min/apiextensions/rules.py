@@ -1,0 +1,456 @@
+"""Validation rules of custom resources (``x-kubernetes-validations``): checked when
+a definition is written (each rule compiles, returns a bool, and its estimated cost
+fits the per-rule and per-definition limits) and evaluated on every write of an
+object, after pruning, defaults and the schema's own checks.
+
+A rule sees its node's value as ``self`` (objects as maps whose property names are
+escaped as upstream: ``foo-bar`` reads ``self.foo__dash__bar``; numbers typed by the
+schema) and, for a transition rule, the stored object's value at the same place as
+``oldSelf``: such a rule runs only on an update that has an old value there (list
+items are matched by their keys in a ``map`` list, never in other lists).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ..api import validation as v
+from ..cel import CompileError, Compiler, EvalError, Program
+from ..cel import cost as celcost
+from . import values
+
+KEY = "x-kubernetes-validations"
+VARIABLES = ("self", "oldSelf")
+PER_CRD_LIMIT = 100 * celcost.ESTIMATED_COST_LIMIT  # upstream's StaticEstimatedCRDCostLimit
+RUNTIME_BUDGET = 10 * celcost.PER_CALL_LIMIT  # upstream's RuntimeCELCostBudget, per object write
+REASONS = ("FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired")
+MAX_MESSAGE_EXPRESSION_LENGTH = 5000
+# How upstream names the root of an object in an error (a nil field path).
+ROOT_PATH = "<nil>"
+BUDGET_SPENT = "validation failed due to running out of cost budget, no further validation rules will be run"
+
+_KEYWORDS = frozenset(
+    "true false null in as break const continue else for function if import let loop package namespace return "
+    "var void while".split()
+)
+_IDENT = re.compile(r"^[a-zA-Z_.\-/][a-zA-Z0-9_.\-/]*$")
+
+
+def escape(name: str) -> str | None:
+    """A property name as rules read it (upstream's escaping); None when it cannot be read."""
+    if name in _KEYWORDS:
+        return f"__{name}__"
+    if not _IDENT.match(name):
+        return None
+    return (
+        name.replace("__", "__underscores__").replace(".", "__dot__").replace("-", "__dash__").replace("/", "__slash__")
+    )
+
+
+@functools.cache
+def compiler() -> Compiler:
+    # Costs are checked here against the schema's bounds, not the engine's request bounds.
+    return Compiler(VARIABLES, cost_limit=10**30)
+
+
+# --- size bounds ----------------------------------------------------------------------------
+
+_MIN_SIZE = {"string": 2, "integer": 1, "number": 1, "boolean": 4, "object": 2, "array": 2}
+
+
+def _max_elements(node: dict, key: str, element: Any) -> int:
+    if isinstance(node.get(key), int):
+        return int(node[key])
+    typ = element.get("type", "") if isinstance(element, dict) else ""
+    return celcost.MAX_REQUEST_BYTES // (_MIN_SIZE.get(typ, 1) + 1)
+
+
+def bounds(node: Any) -> tuple[int, int]:
+    """The largest list (or map) and the longest string under ``node`` (the sizes a
+    rule's estimated cost is worked out with)."""
+    if not isinstance(node, dict):
+        return 0, 0
+    typ = node.get("type", "")
+    longest_list = longest_str = 0
+    if typ == "string" or node.get(values.INT_OR_STRING) or not typ:
+        longest_str = int(node["maxLength"]) if isinstance(node.get("maxLength"), int) else celcost.STRING_BOUND
+    if typ == "array":
+        longest_list = _max_elements(node, "maxItems", node.get("items"))
+    addl = node.get("additionalProperties")
+    if typ == "object" and (isinstance(addl, dict) or node.get(values.PRESERVE)):
+        longest_list = _max_elements(node, "maxProperties", addl)
+    if typ == "object" and isinstance(node.get("properties"), dict):
+        longest_list = max(longest_list, len(node["properties"]))
+    if not typ and node.get(values.PRESERVE):
+        longest_list = celcost.LIST_BOUND
+    children = list((node.get("properties") or {}).values()) if isinstance(node.get("properties"), dict) else []
+    children += [c for c in (node.get("items"), addl) if isinstance(c, dict)]
+    for child in children:
+        lst, s = bounds(child)
+        longest_list, longest_str = max(longest_list, lst), max(longest_str, s)
+    return longest_list, longest_str
+
+
+# --- checks when a definition is written ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    rule: str
+    program: Program
+    message: str
+    message_program: Program | None
+    reason: str
+    field_path: tuple[str, ...]
+    transition: bool
+
+    def error_text(self) -> str:
+        return self.message.strip() if self.message else self.rule.strip()
+
+    def default_message(self) -> str:
+        return self.message.strip() if self.message else f"failed rule: {self.rule.strip()}"
+
+
+_STEP = re.compile(r"\.([a-zA-Z_][a-zA-Z0-9_\-]*)|\['((?:[^'\\]|\\.)*)'\]")
+
+
+def parse_field_path(text: str, node: dict) -> tuple[str, ...] | None:
+    """A rule's ``fieldPath`` (``.spec.x``, ``['a.b']``) as property names; None unless
+    every step names a property the schema declares (or a map key)."""
+    steps: list[str] = []
+    pos = 0
+    cur: Any = node
+    while pos < len(text):
+        m = _STEP.match(text, pos)
+        if m is None:
+            return None
+        name = m.group(1) if m.group(1) is not None else m.group(2).replace("\\'", "'")
+        props = cur.get("properties") if isinstance(cur, dict) else None
+        addl = cur.get("additionalProperties") if isinstance(cur, dict) else None
+        if isinstance(props, dict) and name in props:
+            cur = props[name]
+        elif isinstance(addl, dict):
+            cur = addl
+        else:
+            return None
+        steps.append(name)
+        pos = m.end()
+    return tuple(steps) if steps else None
+
+
+def _compile_rule(item: Any, node: dict, path: str, errs: list[v.FieldError]) -> tuple[Rule | None, int]:
+    if not isinstance(item, dict):
+        errs.append(v.FieldError.type_invalid(path, item, "must be an object"))
+        return None, 0
+    text = item.get("rule")
+    if not isinstance(text, str) or not text.strip():
+        errs.append(v.FieldError.required(f"{path}.rule", ""))
+        return None, 0
+    before = len(errs)
+    message = item.get("message") or ""
+    if not isinstance(message, str) or "\n" in message or "\r" in message:
+        errs.append(v.FieldError.invalid(f"{path}.message", message, "message must not contain line breaks"))
+    elif message and not message.strip():
+        errs.append(v.FieldError.required(f"{path}.message", "message must be non-empty if specified"))
+    reason = item.get("reason") or v.FIELD_VALUE_INVALID
+    if reason not in REASONS:
+        errs.append(v.FieldError.not_supported(f"{path}.reason", reason, REASONS))
+    field_path: tuple[str, ...] = ()
+    if item.get("fieldPath"):
+        parsed = parse_field_path(str(item["fieldPath"]), node)
+        if parsed is None:
+            errs.append(v.FieldError.invalid(f"{path}.fieldPath", item["fieldPath"], "fieldPath must be a valid path"))
+        else:
+            field_path = parsed
+    try:
+        program = compiler().compile(text)
+    except CompileError as exc:
+        errs.append(v.FieldError.invalid(f"{path}.rule", text, f"compilation failed: {exc.detail}"))
+        return None, 0
+    if program.result_type not in ("bool", "dyn"):
+        errs.append(v.FieldError.invalid(f"{path}.rule", text, "cel expression must evaluate to a bool"))
+    list_bound, string_bound = bounds(node)
+    estimate = program.shape.cost(list_bound, string_bound)
+    if estimate > celcost.ESTIMATED_COST_LIMIT:
+        errs.append(v.FieldError.forbidden(f"{path}.rule", celcost.exceeds_message(estimate)))
+    message_program = None
+    expr = item.get("messageExpression")
+    if expr:
+        if not isinstance(expr, str) or not expr.strip():
+            errs.append(v.FieldError.required(f"{path}.messageExpression", "must be non-empty if specified"))
+        else:
+            try:
+                message_program = compiler().compile(expr)
+            except CompileError as exc:
+                errs.append(
+                    v.FieldError.invalid(
+                        f"{path}.messageExpression", expr, f"messageExpression compilation failed: {exc.detail}"
+                    )
+                )
+            else:
+                if message_program.result_type not in ("string", "dyn"):
+                    errs.append(
+                        v.FieldError.invalid(
+                            f"{path}.messageExpression", expr, "messageExpression must evaluate to a string"
+                        )
+                    )
+                msg_cost = message_program.shape.cost(list_bound, string_bound)
+                if msg_cost > celcost.ESTIMATED_COST_LIMIT:
+                    errs.append(
+                        v.FieldError.forbidden(
+                            f"{path}.messageExpression",
+                            celcost.exceeds_message(msg_cost).replace(
+                                "estimated rule cost", "estimated messageExpression cost"
+                            ),
+                        )
+                    )
+                estimate += msg_cost
+    if len(errs) > before:
+        return None, estimate
+    transition = "oldSelf" in program.references
+    return Rule(text, program, message, message_program, reason, field_path, transition), estimate
+
+
+def _walk(node: Any, path: str, cardinality: int) -> Iterator[tuple[dict, str, int]]:
+    """Every schema node with its definition path and how many values it may have in
+    one object (the product of its enclosing lists' and maps' sizes)."""
+    if not isinstance(node, dict):
+        return
+    yield node, path, cardinality
+    props = node.get("properties")
+    if isinstance(props, dict):
+        for name, sub in props.items():
+            yield from _walk(sub, f"{path}.properties[{name}]", cardinality)
+    items = node.get("items")
+    if isinstance(items, dict):
+        yield from _walk(items, f"{path}.items", cardinality * _max_elements(node, "maxItems", items))
+    addl = node.get("additionalProperties")
+    if isinstance(addl, dict):
+        yield from _walk(addl, f"{path}.additionalProperties", cardinality * _max_elements(node, "maxProperties", addl))
+
+
+def has_rules(schema: Any) -> bool:
+    """Whether any node of ``schema`` declares validation rules."""
+    return any(node.get(KEY) for node, _, _ in _walk(schema, "", 1))
+
+
+def validate_schema_rules(schema: Any, path: str) -> list[v.FieldError]:
+    """Every reason the rules of ``schema`` (at ``path``) cannot be served."""
+    errs: list[v.FieldError] = []
+    total = 0
+    for node, node_path, cardinality in _walk(schema, path, 1):
+        items = node.get(KEY)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            errs.append(v.FieldError.type_invalid(f"{node_path}.{KEY}", items, "must be a list"))
+            continue
+        if items and not (node.get("type") or node.get(values.INT_OR_STRING) or node.get(values.PRESERVE)):
+            errs.append(v.FieldError.required(f"{node_path}.type", "must not be empty for rules"))
+        for i, item in enumerate(items):
+            _, estimate = _compile_rule(item, node, f"{node_path}.{KEY}[{i}]", errs)
+            total += estimate * cardinality
+    if total > PER_CRD_LIMIT:
+        message = celcost.exceeds_message(total, PER_CRD_LIMIT).replace(
+            "estimated rule cost", f"{KEY} estimated rule cost total for entire OpenAPIv3 schema"
+        )
+        errs.append(v.FieldError.forbidden(path, message))
+    return errs
+
+
+# --- evaluation ------------------------------------------------------------------------------
+
+
+class Validator:
+    """The compiled rules of one schema (built once per definition version)."""
+
+    def __init__(self, schema: dict):
+        self.schema = schema
+        self._rules: dict[int, list[Rule]] = {}
+        for node, _, _ in _walk(schema, "", 1):
+            compiled = []
+            for item in node.get(KEY) or ():
+                rule, _ = _compile_rule(item, node, "", [])
+                if rule is not None:
+                    compiled.append(rule)
+            if compiled:
+                self._rules[id(node)] = compiled
+
+    @property
+    def empty(self) -> bool:
+        return not self._rules
+
+    def validate(self, obj: Any, old: Any = None, path: str = "", root: bool = True) -> list[v.FieldError]:
+        """The errors of ``obj`` (an object, or with ``root`` False the value of a
+        field at ``path``); transition rules run where ``old`` has a value."""
+        errs: list[v.FieldError] = []
+        budget = [RUNTIME_BUDGET]
+        self._node(obj, old, self.schema, path, errs, budget, root=root)
+        return errs
+
+    def _node(
+        self,
+        value: Any,
+        old: Any,
+        node: dict,
+        path: str,
+        errs: list[v.FieldError],
+        budget: list[int],
+        root: bool = False,
+    ) -> None:
+        if value is None or budget[0] < 0:
+            return
+        rules = self._rules.get(id(node))
+        if rules:
+            self._run(rules, value, old, node, path, errs, budget, root)
+        if isinstance(value, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                for key, sub in props.items():
+                    if key in value and isinstance(sub, dict) and not (root and key == "metadata"):
+                        o = old.get(key) if isinstance(old, dict) else None
+                        self._node(value[key], o, sub, f"{path}.{key}" if path else key, errs, budget)
+            addl = node.get("additionalProperties")
+            if isinstance(addl, dict):
+                for key, item in value.items():
+                    o = old.get(key) if isinstance(old, dict) else None
+                    self._node(item, o, addl, f"{path}[{key}]" if path else key, errs, budget)
+        elif isinstance(value, list) and isinstance(node.get("items"), dict):
+            items = node["items"]
+            olds = _correlate(value, old, node)
+            for i, item in enumerate(value):
+                self._node(item, olds[i], items, f"{path}[{i}]", errs, budget)
+
+    def _run(
+        self,
+        rules: list[Rule],
+        value: Any,
+        old: Any,
+        node: dict,
+        path: str,
+        errs: list[v.FieldError],
+        budget: list[int],
+        root: bool,
+    ) -> None:
+        kind = "" if node.get(values.INT_OR_STRING) else node.get("type", "")
+        shown = path or ROOT_PATH
+        data: dict[str, Any] = {"self": to_cel(value, node, root)}
+        if old is not None:
+            data["oldSelf"] = to_cel(old, node, root)
+        sizes = celcost.sizes(data["self"])
+        for rule in rules:
+            if rule.transition and old is None:
+                continue
+            budget[0] -= max(rule.program.shape.cost(*sizes), 1)
+            if budget[0] < 0:
+                errs.append(v.FieldError.invalid(shown, kind, BUDGET_SPENT))
+                return
+            try:
+                result = rule.program.run(data)
+            except EvalError as exc:
+                text = str(exc)
+                if text.startswith(celcost.ACTUAL_COST_EXCEEDED):
+                    errs.append(
+                        v.FieldError.invalid(
+                            shown,
+                            kind,
+                            f"'{text}': no further validation rules will be run due to call cost exceeds limit "
+                            f"for rule: {rule.error_text()}",
+                        )
+                    )
+                    budget[0] = -1
+                    return
+                if text.startswith("no such overload"):
+                    detail = (
+                        f"'{text}': call arguments did not match a supported operator, function or macro "
+                        f"signature for rule: {rule.error_text()}"
+                    )
+                else:
+                    detail = f"{text} evaluating rule: {rule.error_text()}"
+                errs.append(v.FieldError.invalid(shown, kind, detail))
+                continue
+            if result is True:
+                continue
+            where = path
+            for step in rule.field_path:
+                where = f"{where}.{step}" if where else step
+            message = rule.default_message()
+            if rule.message_program is not None:
+                try:
+                    text = rule.message_program.run(data)
+                except EvalError:
+                    text = None
+                if isinstance(text, str) and text.strip() and "\n" not in text and len(text) <= 5000:
+                    message = text
+            errs.append(_error(rule.reason, where or ROOT_PATH, kind, message))
+
+
+def _error(reason: str, path: str, kind: str, message: str) -> v.FieldError:
+    if reason == v.FIELD_VALUE_FORBIDDEN:
+        return v.FieldError.forbidden(path, message)
+    if reason == v.FIELD_VALUE_REQUIRED:
+        return v.FieldError.required(path, message)
+    if reason == v.FIELD_VALUE_DUPLICATE:
+        return v.FieldError.duplicate(path, kind)
+    return v.FieldError.invalid(path, kind, message)
+
+
+def _correlate(value: list, old: Any, node: dict) -> list[Any]:
+    """The old item of each new item: only a ``map`` list's items have one (by keys)."""
+    if not isinstance(old, list) or node.get(values.LIST_TYPE) != "map":
+        return [None] * len(value)
+    keys = node.get(values.LIST_MAP_KEYS) or []
+    by_key = {}
+    for item in old:
+        if isinstance(item, dict):
+            by_key[tuple(repr(item.get(k)) for k in keys)] = item
+    return [by_key.get(tuple(repr(item.get(k)) for k in keys)) if isinstance(item, dict) else None for item in value]
+
+
+def to_cel(value: Any, node: Any, root: bool = False) -> Any:
+    """``value`` as rules see it: property names escaped, numbers typed by the schema,
+    and the metadata of the root and of embedded resources limited to name and
+    generateName."""
+    if not isinstance(node, dict) or node.get(values.INT_OR_STRING):
+        return value
+    typ = node.get("type", "")
+    if typ == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if typ == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        items = node.get("items")
+        return [to_cel(x, items) for x in value]
+    if isinstance(value, dict):
+        props = node.get("properties")
+        addl = node.get("additionalProperties")
+        embedded = root or node.get(values.EMBEDDED)
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if embedded and key == "metadata" and isinstance(item, dict):
+                out[key] = {k: item[k] for k in ("name", "generateName") if k in item}
+                continue
+            if isinstance(props, dict) and key in props:
+                name = escape(key)
+                if name is not None:
+                    out[name] = to_cel(item, props[key])
+            elif isinstance(addl, dict):
+                out[key] = to_cel(item, addl)
+            else:
+                out[key] = item  # kept unknown fields, or apiVersion and kind
+        return out
+    return value
+
+
+def has_blocking_errors(errs: list[v.FieldError]) -> bool:
+    """Whether the schema's errors leave the object in a shape rules cannot be run on
+    (wrong types, too long, too many): upstream skips the rules then."""
+    blocking = (v.FIELD_VALUE_NOT_SUPPORTED, v.FIELD_VALUE_TOO_LONG, v.FIELD_VALUE_TOO_MANY, v.FIELD_VALUE_TYPE_INVALID)
+    return any(e.type in blocking or "must be of type" in e.detail for e in errs)
+
+
+NOT_CHECKED = "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"
