@@ -227,7 +227,7 @@ def _body_alias(api_version: str, want_api_version: str) -> GroupAlias | None:
     return GroupAlias(group, served, version)
 
 
-def _selectors(kind: KindInfo, query, alias: Any = None) -> tuple[LabelSelector | None, FieldSelector | None]:
+def request_selectors(kind: KindInfo, query, alias: Any = None) -> tuple[LabelSelector | None, FieldSelector | None]:
     """The request's label and field selectors; on an alias group's path, label keys in
     the upstream spelling (``names.LABEL_ALIASES``) select by ours."""
     ls = fs = None
@@ -784,7 +784,7 @@ class ResourceHandlers:
         q = request.query
         target = negotiate(request.headers.get("Accept"))
         include = validate_include_object(q.get("includeObject"))
-        ls, fs = _selectors(kind, q, request.get(GROUP_ALIAS_KEY))
+        ls, fs = request_selectors(kind, q, request.get(GROUP_ALIAS_KEY))
         limit = _int_param(q, "limit")
         if limit < 0:
             raise st.bad_request(f"invalid limit {limit}: must not be negative")
@@ -840,7 +840,7 @@ class ResourceHandlers:
         q = request.query
         target = negotiate(request.headers.get("Accept"))
         include = validate_include_object(q.get("includeObject"))
-        ls, fs = _selectors(kind, q, request.get(GROUP_ALIAS_KEY))
+        ls, fs = request_selectors(kind, q, request.get(GROUP_ALIAS_KEY))
         bookmarks = _bool_param(q, "allowWatchBookmarks")
         send_initial = _bool_param(q, "sendInitialEvents") if "sendInitialEvents" in q else None
         rv_match = q.get("resourceVersionMatch", "")
@@ -1215,7 +1215,7 @@ class ResourceHandlers:
         q = request.query
         target = negotiate(request.headers.get("Accept"))
         opts = await self._delete_options(request)
-        ls, fs = _selectors(kind, q, request.get(GROUP_ALIAS_KEY))
+        ls, fs = request_selectors(kind, q, request.get(GROUP_ALIAS_KEY))
         res = await self.store.list(kind, info.namespace or None, ls, fs, None, None, 0, None)
         for raw, rev in res.items:
             md = codec.decode_stored(raw, rev)["metadata"]

@@ -34,15 +34,14 @@ from ..api.kinds import KindInfo, Registry
 from ..api.selectors import (
     FieldSelector,
     LabelSelector,
-    SelectorError,
     parse_field_selector,
-    parse_label_selector,
 )
 from ..api.timeutil import format_rfc3339
 from ..registry.rest import RequestContext
 from ..storage.cacher import WatchCache
 from ..storage.keys import key_prefix
 from .context import ServerContext
+from .handlers import request_selectors
 from .podlogs import agent_client, agent_location
 
 log = logging.getLogger("orch-apiserver.metrics")
@@ -396,15 +395,6 @@ def _selected(entry: Any, labels: LabelSelector | None, fields: FieldSelector | 
     return True
 
 
-def _selectors(query: Mapping[str, str]) -> tuple[LabelSelector | None, FieldSelector | None]:
-    try:
-        labels = parse_label_selector(query["labelSelector"]) if query.get("labelSelector") else None
-        fields = parse_field_selector(query["fieldSelector"]) if query.get("fieldSelector") else None
-    except (SelectorError, ValueError) as exc:
-        raise st.bad_request(f"invalid selector: {exc}") from None
-    return labels, fields
-
-
 class NodeMetricsREST:
     """GET and LIST of ``metrics.orch.io/v1beta1`` nodes."""
 
@@ -419,7 +409,7 @@ class NodeMetricsREST:
         return {"kind": "NodeMetrics", "apiVersion": f"{names.METRICS_GROUP}/v1beta1", **found[0]}
 
     async def list(self, ctx: RequestContext) -> dict:
-        labels, fields = _selectors(ctx.query)
+        labels, fields = request_selectors(ctx.kind, ctx.query) if ctx.kind is not None else (None, None)
         return {
             "kind": "NodeMetricsList",
             "apiVersion": f"{names.METRICS_GROUP}/v1beta1",
@@ -442,7 +432,7 @@ class PodMetricsREST:
         return {"kind": "PodMetrics", "apiVersion": f"{names.METRICS_GROUP}/v1beta1", **found[0]}
 
     async def list(self, ctx: RequestContext) -> dict:
-        labels, fields = _selectors(ctx.query)
+        labels, fields = request_selectors(ctx.kind, ctx.query) if ctx.kind is not None else (None, None)
         return {
             "kind": "PodMetricsList",
             "apiVersion": f"{names.METRICS_GROUP}/v1beta1",
