@@ -35,6 +35,7 @@ from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
 from .events import EventRecorder
 from .eventsink import ApiEventSink
+from .eviction import EvictionConfig, EvictionManager, ThresholdError, parse_thresholds
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
 from .objectcache import ObjectCache
@@ -208,6 +209,7 @@ class NodeAgent:
             events=self.events,
         )
         self.client = None  # the API client, once joined (cluster mode)
+        self.node_status: NodeStatusManager | None = None
         self.server: AgentServer | None = None
         self.metrics = AgentMetrics(
             self.node_name,
@@ -222,6 +224,8 @@ class NodeAgent:
             cgroups=self.cgroups,
             pods=lambda: [(s.pod, s.rp) for s in self.pipeline.pods.values()],
         )
+        self.eviction = self._eviction_manager()
+        self.pipeline.admit_checks.append(self.eviction.admit)
         if cfg.enable_server:
             authenticate, authorize, client_ca = self._server_auth()
             self.server = AgentServer(
@@ -253,6 +257,68 @@ class NodeAgent:
             sources=",".join(sources) or "none",
             allocatable=allocatable,
         )
+
+    def _eviction_manager(self) -> EvictionManager:
+        cfg = self.cfg
+        try:
+            thresholds = parse_thresholds(
+                cfg.eviction_hard,
+                cfg.eviction_soft,
+                cfg.eviction_soft_grace_period,
+                cfg.eviction_minimum_reclaim,
+                cfg.enforce_node_allocatable,
+            )
+        except ThresholdError as exc:
+            raise NodeStartError(f"invalid eviction thresholds: {exc}") from None
+        config = EvictionConfig(
+            thresholds=tuple(thresholds),
+            monitoring_interval=cfg.housekeeping_interval.total_seconds() or 10.0,
+            pressure_transition_period=cfg.eviction_pressure_transition_period.total_seconds(),
+            max_pod_grace_period=int(cfg.eviction_max_pod_grace_period),
+            kernel_memcg_notification=bool(cfg.kernel_memcg_notification),
+            disruption_conditions=bool(cfg.feature("PodDisruptionConditions")),
+        )
+        pipeline = self.pipeline
+        assert pipeline is not None
+        manager = EvictionManager(
+            config,
+            stats=self.stats,
+            active_pods=pipeline.active_pods,
+            evict=pipeline.evict,
+            image_gc=self.image_gc,
+            container_gc=self.container_gc,
+            events=self.events,
+            dedicated_image_fs=self._dedicated_image_fs,
+            memcg_dirs=self._memcg_dirs,
+        )
+
+        def poke() -> None:
+            if self.node_status is not None:
+                self.node_status.poke()
+
+        manager.on_conditions_changed = poke
+        return manager
+
+    async def _dedicated_image_fs(self) -> bool:
+        """Whether the runtime's images live on another file system than ``--root-dir``."""
+        info = await self.cri.image_fs_info()
+        if not info.image_filesystems:
+            return False
+        mount = info.image_filesystems[0].fs_id.mountpoint or self.cfg.root_dir
+
+        def device(path: str) -> int:
+            while path and not os.path.exists(path) and os.path.dirname(path) != path:
+                path = os.path.dirname(path)
+            return os.stat(path).st_dev
+
+        root, images = await asyncio.to_thread(lambda: (device(self.cfg.root_dir), device(mount)))
+        return root != images
+
+    def _memcg_dirs(self, which: str) -> dict[str, str]:
+        """The memory cgroup a memory threshold watches: the root ("/") or the pods' ("pods")."""
+        if which == "pods":
+            return self.cgroups.qos_cgroup_dirs("Guaranteed")
+        return dict(self.cgroups.driver.dirs(()))
 
     def _check_connection_config(self) -> None:
         """A connection config that cannot work, with no bootstrap config to replace it, stops the start."""
@@ -394,6 +460,7 @@ class NodeAgent:
                 events=self.events,
                 version=self.version,
                 host_ip=self.host_ip,
+                pressure=self.eviction.pressure,
             )
             await status.register()
             self.node_status = status
@@ -487,6 +554,9 @@ class NodeAgent:
 
     async def run_container_gc(self, period: float | None = None) -> None:
         await self.container_gc.run(period or CONTAINER_GC_PERIOD)
+
+    async def run_eviction(self) -> None:
+        await self.eviction.run()
 
     async def run_pipeline(self) -> None:
         assert self.pipeline is not None

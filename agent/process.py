@@ -607,6 +607,7 @@ class AgentProcess:
             specs.append(
                 TaskSpec("container-gc", lambda: self.node.run_container_gc(hooks.container_gc_period), critical=False)
             )
+            specs.append(TaskSpec("eviction", self.node.run_eviction, critical=False))
         # The API server pod source, node status and lease come here (cluster mode).
         specs.extend(self.extra_tasks)
         if cfg.exit_on_lock_contention and self.lock is not None:

@@ -69,6 +69,9 @@ class PodState:
     retry_at: float | None = None
     syncs: int = 0
     terminal_stopped: bool = False
+    # Set by an eviction: (reason, message, extra conditions); the pod never runs again.
+    evicted: tuple[str, str, list] | None = None
+    stopped: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
     def uid(self) -> str:
@@ -115,6 +118,8 @@ class PodPipeline:
         self._last_relist: dict[str, dict[str, str]] = {}
         self.runtime_ready = False
         self.synced_once = asyncio.Event()
+        # More admission checks, before the resource fit: pod -> (reason, message), ("", "") to admit.
+        self.admit_checks: list[Callable[[dict], tuple[str, str]]] = []
 
     # --- views -------------------------------------------------------------------
 
@@ -244,6 +249,10 @@ class PodPipeline:
         state.wake.set()
 
     def _admit(self, pod: dict) -> tuple[str, str]:
+        for check in self.admit_checks:
+            reason, message = check(pod)
+            if reason:
+                return reason, message
         try:
             check_sysctls(pod, self.runtime.ctx)
         except PodConfigError as exc:
@@ -261,6 +270,38 @@ class PodPipeline:
             if not result.admit:
                 return result.reason, result.message
         return "", ""
+
+    def active_pods(self) -> list[dict]:
+        """The pods that run or may run: admitted, not terminating, evicted or finished."""
+        return [
+            s.pod
+            for s in self.pods.values()
+            if not s.rejected
+            and not s.terminating
+            and s.evicted is None
+            and (s.status or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+
+    async def evict(
+        self, pod: dict, grace: int | None, reason: str, message: str, conditions: list, timeout: float = 30.0
+    ) -> bool:
+        """Stop ``pod`` for good with ``grace`` seconds (None: its own) and report it
+        ``Failed`` with ``reason`` and ``message``; returns once its containers are stopped
+        (False when it is not active, or did not stop within its grace plus ``timeout``)."""
+        state = self.pods.get(podutil.uid(pod))
+        if state is None or state.rejected or state.terminating or state.evicted is not None:
+            return False
+        state.evicted = (reason, message, list(conditions))
+        state.grace_override = grace
+        state.stopped.clear()
+        state.wake.set()
+        wait = podutil.grace_period_seconds(state.pod, grace) + timeout
+        try:
+            await asyncio.wait_for(state.stopped.wait(), wait)
+        except asyncio.TimeoutError:
+            log.error("Evicted pod did not stop in time", pod=podutil.full_name(pod), waited=f"{wait:g}s")
+            return False
+        return True
 
     def _terminate(self, state: PodState, grace: int | None = None) -> None:
         if state.rejected:
@@ -313,7 +354,17 @@ class PodPipeline:
         self.runtime_ready = True
         phase = (state.status or {}).get("phase")
         result = None
-        if phase in ("Succeeded", "Failed") and podutil.restart_policy(pod) != "Always":
+        if state.evicted is not None:
+            if not state.terminal_stopped:
+                grace = podutil.grace_period_seconds(pod, state.grace_override)
+                await self.runtime.kill_pod(pod, rp, grace=grace, reason=state.evicted[0])
+                state.terminal_stopped = True
+                if self.probes is not None:
+                    self.probes.remove_pod(uid)
+                if not self.keep_terminated_pod_volumes:
+                    await self._unmount_finished(pod)
+                rp = await self.runtime.runtime_pod(uid)
+        elif phase in ("Succeeded", "Failed") and podutil.restart_policy(pod) != "Always":
             # A finished pod: nothing runs again; stop its sandbox once.
             if not state.terminal_stopped:
                 await self.runtime.kill_pod(pod, rp, reason="pod finished")
@@ -329,7 +380,7 @@ class PodPipeline:
         state.syncs += 1
         sandbox = rp.sandboxes[0] if rp.sandboxes else None
         pod_ip = sandbox.ip if sandbox is not None else ""
-        if self.probes is not None:
+        if self.probes is not None and state.evicted is None:
             refs = {}
             for c in podutil.init_containers(pod) + podutil.containers(pod):
                 latest = rp.latest(c.get("name", ""))
@@ -350,7 +401,10 @@ class PodPipeline:
             old=state.status,
             host_ip=self.host_ip,
             pod_error=result.pod_error if result is not None else None,
+            failed=state.evicted[:2] if state.evicted is not None else None,
         )
+        if state.evicted is not None:
+            _merge_conditions(status, state.evicted[2])
         if (
             status.get("phase") in ("Succeeded", "Failed")
             and not state.terminal_stopped
@@ -367,6 +421,8 @@ class PodPipeline:
             state.retry_at = time.monotonic() + result.retry_in
         if not self.synced_once.is_set():
             self.synced_once.set()
+        if state.evicted is not None and state.terminal_stopped:
+            state.stopped.set()
 
     async def _unmount_finished(self, pod: dict) -> None:
         """A finished pod's volumes go as upstream's volume manager unmounts them
@@ -473,6 +529,19 @@ class PodPipeline:
             log.error("Failed to remove an orphaned pod", uid=rp.uid, err=exc)
         finally:
             self._orphans.pop(rp.uid, None)
+
+
+def _merge_conditions(status: dict, extra: list) -> None:
+    """Add or replace conditions by type (a transition time already recorded is kept)."""
+    conditions = status.setdefault("conditions", [])
+    for cond in extra:
+        for i, c in enumerate(conditions):
+            if c.get("type") == cond.get("type"):
+                kept = c.get("lastTransitionTime") if c.get("status") == cond.get("status") else None
+                conditions[i] = {**cond, **({"lastTransitionTime": kept} if kept else {})}
+                break
+        else:
+            conditions.append(dict(cond))
 
 
 def _creation_key(pod: dict) -> tuple:

@@ -1032,6 +1032,14 @@ OPTIONS: tuple[Option, ...] = (
         field="evictionMinimumReclaim",
     ),
     _o(
+        "housekeeping-interval",
+        DURATION,
+        _D("10s"),
+        "Interval between container housekeepings: how often the eviction manager reads the node's "
+        "signals and acts on its thresholds.",
+        G_EVICTION,
+    ),
+    _o(
         "eviction-pressure-transition-period",
         DURATION,
         _D("5m"),

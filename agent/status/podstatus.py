@@ -181,7 +181,10 @@ def generate_pod_status(
     host_ip: str = "",
     now: str | None = None,
     pod_error: tuple[str, str] | None = None,
+    failed: tuple[str, str] | None = None,
 ) -> dict:
+    """``failed`` (reason, message) ends the pod ``Failed`` whatever its containers show
+    (an eviction: nothing runs again, whatever the restart policy)."""
     old = old or {}
     now = now or format_rfc3339(_utcnow())
     inits = podutil.init_containers(pod)
@@ -189,7 +192,7 @@ def generate_pod_status(
     init_done = all("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0 for s in init_statuses)
     app_default = "ContainerCreating" if init_done else "PodInitializing"
     statuses = [_container_status(c, rp, waiting, ready, started, app_default) for c in podutil.containers(pod)]
-    phase = pod_phase(pod, init_statuses, statuses)
+    phase = "Failed" if failed is not None else pod_phase(pod, init_statuses, statuses)
     # Init containers never count as ready once completed; upstream reports ready=true then.
     for s in init_statuses:
         if "terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0:
@@ -249,6 +252,8 @@ def generate_pod_status(
     status["containerStatuses"] = statuses
     if pod_error and phase == "Pending":
         status["reason"], status["message"] = pod_error
+    if failed is not None:
+        status["reason"], status["message"] = failed
     return status
 
 

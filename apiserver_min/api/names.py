@@ -332,6 +332,14 @@ NODE_INFO_PROXY_VERSION_FIELD = "kubeProxyVersion"
 NODE_DAEMON_ENDPOINT_AGENT_FIELD = "kubeletEndpoint"
 ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH = f"volumes.{DOMAIN}/controller-managed-attach-detach"
 
+# Node agent eviction: the status reason of an evicted (or refused) pod, the node event of a
+# threshold, and the pod condition of a disruption the agent causes (upstream's
+# TerminationByKubelet, renamed as the other agent reasons are).
+EVICTION_REASON = "Evicted"
+EVICTION_THRESHOLD_MET_REASON = "EvictionThresholdMet"
+POD_CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+POD_REASON_TERMINATION_BY_AGENT = "TerminationByAgent"
+
 # Node lifecycle controller, scheduler and the pods/log proxy: the condition taints upstream
 # spells node.kubernetes.io/<condition>, the agent port used when a Node publishes none
 # (upstream's kubelet port), and the identity of the client certificate the API server
