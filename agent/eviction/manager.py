@@ -69,6 +69,11 @@ __all__ = ["EvictionConfig", "EvictionManager", "is_critical_pod", "POD_CLEANUP_
 log = agent_logging.get_logger("eviction")
 
 POD_CLEANUP_TIMEOUT = 30.0  # upstream's podCleanupTimeout
+# After a memory threshold notification, rounds this often for this many times: the kernel
+# signals the usage crossing the moment it happens, when the working set may still read a
+# hair above the threshold (usage is counted in per-CPU batches), and it signals only once.
+NOTIFY_FOLLOWUP_INTERVAL = 0.2
+NOTIFY_FOLLOWUPS = 5
 HARD_EVICTION_GRACE = 1  # seconds a pod gets on a hard threshold (upstream's effective minimum)
 
 # (pod, grace seconds or None for the pod's own, reason, message, extra conditions) -> evicted
@@ -206,6 +211,7 @@ class EvictionManager:
         self._notifiers: dict[Threshold, CgroupNotifier] = {}
         self._notifiers_updated = -REFRESH_INTERVAL
         self._wake = asyncio.Event()
+        self._notified = False
         self.rounds = 0
         self.evictions: list[tuple[str, str]] = []  # (pod full name, signal), for logs and tests
 
@@ -229,8 +235,10 @@ class EvictionManager:
         return names.EVICTION_REASON, f"The node had condition: [{' '.join(conditions)}]. "
 
     def wake(self, why: str = "") -> None:
+        """A round now (a memory threshold notification: ``why`` says which)."""
         if why:
             log.info("Eviction manager woken", why=why)
+            self._notified = True
         self._wake.set()
 
     # --- the loop ---------------------------------------------------------------------
@@ -245,6 +253,7 @@ class EvictionManager:
         )
         if not thresholds:
             await asyncio.Event().wait()
+        followups = 0
         try:
             while True:
                 self._wake.clear()
@@ -255,8 +264,17 @@ class EvictionManager:
                     evicted = []
                 if evicted:
                     continue  # the pod is gone already (evict waits for it): look again at once
+                if self._notified:
+                    self._notified = False
+                    followups = NOTIFY_FOLLOWUPS
+                wait = self.config.monitoring_interval
+                if followups and not self._thresholds_met:
+                    followups -= 1
+                    wait = NOTIFY_FOLLOWUP_INTERVAL
+                else:
+                    followups = 0
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self.config.monitoring_interval)
+                    await asyncio.wait_for(self._wake.wait(), wait)
                 except asyncio.TimeoutError:
                     pass
         finally:
