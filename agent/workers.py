@@ -32,6 +32,7 @@ import socket
 import time
 from typing import Any, Callable
 
+from apiserver_min.api import names
 from cri.client import CriError, UnavailableError
 
 from . import logging as agent_logging
@@ -235,6 +236,19 @@ class PodPipeline:
             return
         state = PodState(pod)
         self.pods[uid] = state
+        previous = pod.get("status") or {}
+        if previous.get("phase") == "Failed" and previous.get("reason") == names.EVICTION_REASON:
+            # Evicted before an agent restart: it stays stopped (whatever is left of it is stopped).
+            kept = [
+                c
+                for c in previous.get("conditions") or []
+                if isinstance(c, dict) and c.get("type") == names.POD_CONDITION_DISRUPTION_TARGET
+            ]
+            state.evicted = (previous["reason"], previous.get("message", ""), kept)
+            state.status = dict(previous)
+            state.task = asyncio.create_task(self._worker(state), name=f"pod-worker {podutil.full_name(pod)}")
+            state.wake.set()
+            return
         reason, message = self._admit(pod)
         if reason:
             state.rejected = True

@@ -31,6 +31,7 @@ refused, under any other pressure every pod; critical pods always pass.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import functools
 import time
@@ -213,7 +214,8 @@ class EvictionManager:
         self._wake = asyncio.Event()
         self._notified = False
         self.rounds = 0
-        self.evictions: list[tuple[str, str]] = []  # (pod full name, signal), for logs and tests
+        # (pod full name, signal) of the latest evictions, for tests and debugging.
+        self.evictions: collections.deque[tuple[str, str]] = collections.deque(maxlen=100)
 
     # --- what others ask --------------------------------------------------------------
 

@@ -468,3 +468,19 @@ async def test_admission_checks_run_before_the_resource_fit(fake, make_agent):
     agent.push(p)
     await until(lambda: agent.status(p).get("phase") == "Failed", "the pod to be refused")
     assert agent.status(p)["reason"] == "Evicted"
+
+
+async def test_a_pod_evicted_before_an_agent_restart_stays_stopped(fake, make_agent):
+    p = make_pod("gone", [container("app")])
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByAgent", "message": "m"}
+    p["status"] = {"phase": "Failed", "reason": "Evicted", "message": "m", "conditions": [condition]}
+    agent = make_agent()
+    agent.pipeline.admit_checks.append(lambda pod: ("Evicted", "The node had condition: [DiskPressure]. "))
+    agent.start()
+    agent.push(p)
+    await until(lambda: agent.reported(p), "a status for the pod")
+    await asyncio.sleep(0.3)
+    assert not fake_containers(fake, p)
+    status = agent.status(p)
+    assert (status["phase"], status["reason"], status["message"]) == ("Failed", "Evicted", "m")
+    assert any(c["type"] == "DisruptionTarget" for c in status["conditions"])
