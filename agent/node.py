@@ -277,6 +277,7 @@ class NodeAgent:
             max_pod_grace_period=int(cfg.eviction_max_pod_grace_period),
             kernel_memcg_notification=bool(cfg.kernel_memcg_notification),
             disruption_conditions=bool(cfg.feature("PodDisruptionConditions")),
+            local_storage_capacity_isolation=bool(cfg.local_storage_capacity_isolation),
         )
         pipeline = self.pipeline
         assert pipeline is not None

@@ -4,6 +4,9 @@ Every ``--housekeeping-interval`` (and at once when a memory threshold
 notification fires, :mod:`agent.eviction.memcg`) one round runs, as upstream's
 ``synchronize``:
 
+0. with ``--local-storage-capacity-isolation``, pods over an emptyDir ``sizeLimit``
+   or an ``ephemeral-storage`` limit are evicted first (:mod:`.localstorage`), and
+   the round ends there when one was;
 1. observe the signals from the agent's stats (node figures only: cheap);
 2. a threshold is *met* while its signal is under it; one met before stays met
    until the signal is back above it plus its minimum reclaim;
@@ -46,6 +49,7 @@ from apiserver_min.api.timeutil import now as utc_now
 from .. import logging as agent_logging
 from .. import pods as podutil
 from ..cm import pod_qos_class
+from .localstorage import has_storage_limits, storage_limit_violation
 from .memcg import REFRESH_INTERVAL, CgroupNotifier, new_notifier
 from .signals import Observation, observe, pod_priority, pod_stats_by_uid, rank_pods
 from .thresholds import (
@@ -90,6 +94,7 @@ class EvictionConfig:
     max_pod_grace_period: int = 0
     kernel_memcg_notification: bool = False
     disruption_conditions: bool = True  # the PodDisruptionConditions gate
+    local_storage_capacity_isolation: bool = True  # emptyDir sizeLimit, ephemeral-storage limits
 
 
 def is_critical_pod(pod: dict) -> bool:
@@ -253,7 +258,7 @@ class EvictionManager:
             interval=f"{self.config.monitoring_interval:g}s",
             memcg_notification=self.config.kernel_memcg_notification,
         )
-        if not thresholds:
+        if not thresholds and not self.config.local_storage_capacity_isolation:
             await asyncio.Event().wait()
         followups = 0
         try:
@@ -297,10 +302,16 @@ class EvictionManager:
     async def synchronize(self) -> list[dict]:
         """One round (see the module docstring); the pods evicted."""
         thresholds = list(self.config.thresholds)
-        if not thresholds:
+        if not thresholds and not self.config.local_storage_capacity_isolation:
             return []
         self.rounds += 1
         dedicated = await self._is_dedicated_image_fs()
+        if self.config.local_storage_capacity_isolation:
+            evicted = await self._local_storage_eviction(dedicated)
+            if evicted:
+                return evicted
+        if not thresholds:
+            return []
         summary = await self.stats.node_summary()
         observations = observe(summary)
         now = self.clock()
@@ -375,22 +386,39 @@ class EvictionManager:
         log.info("Eviction manager: unable to evict any pods from the node")
         return []
 
-    def _grace(self, pod: dict, threshold: Threshold) -> int | None:
-        if threshold.hard:
+    async def _local_storage_eviction(self, dedicated: bool) -> list[dict]:
+        """Pods over an emptyDir sizeLimit or an ephemeral-storage limit (see
+        :mod:`agent.eviction.localstorage`); the full stats are read only when a pod has one."""
+        limited = [p for p in self.active_pods() if has_storage_limits(p)]
+        if not limited:
+            return []
+        by_uid = pod_stats_by_uid(await self.stats.summary())
+        evicted = []
+        for pod in limited:
+            message = storage_limit_violation(pod, by_uid.get(podutil.uid(pod)), dedicated)
+            if message and await self._evict_pod(pod, None, message, local=True):
+                self.evictions.append((podutil.full_name(pod), "ephemeral-storage limit"))
+                evicted.append(pod)
+        return evicted
+
+    def _grace(self, pod: dict, threshold: Threshold | None) -> int | None:
+        if threshold is None or threshold.hard:
             return HARD_EVICTION_GRACE
         limit = self.config.max_pod_grace_period
         if limit < 0:
             return None
         return max(HARD_EVICTION_GRACE, min(limit, podutil.grace_period_seconds(pod)))
 
-    async def _evict_pod(self, pod: dict, threshold: Threshold, message: str) -> bool:
+    async def _evict_pod(self, pod: dict, threshold: Threshold | None, message: str, local: bool = False) -> bool:
+        """Evict unless critical; ``local``: a storage limit, which upstream reports without
+        the disruption condition."""
         if is_critical_pod(pod):
             log.error("Eviction manager: cannot evict a critical pod", pod=podutil.full_name(pod))
             return False
         self.events(pod, "Warning", names.EVICTION_REASON, message)
         log.info("Evicting pod", pod=podutil.full_name(pod), uid=podutil.uid(pod), message=message)
         conditions = []
-        if self.config.disruption_conditions:
+        if self.config.disruption_conditions and not local:
             conditions.append(
                 {
                     "type": names.POD_CONDITION_DISRUPTION_TARGET,

@@ -484,3 +484,37 @@ async def test_a_pod_evicted_before_an_agent_restart_stays_stopped(fake, make_ag
     status = agent.status(p)
     assert (status["phase"], status["reason"], status["message"]) == ("Failed", "Evicted", "m")
     assert any(c["type"] == "DisruptionTarget" for c in status["conditions"])
+
+
+async def test_local_storage_limits_evict_without_a_threshold():
+    sized = pod("sized", volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}])
+    capped = pod("capped", limits={"ephemeral-storage": "20Mi"})
+    logs = pod("logs", limits={"ephemeral-storage": "1Mi", "cpu": "1"})
+    logs["spec"]["containers"].append(
+        {"name": "side", "image": "i", "resources": {"limits": {"ephemeral-storage": "1Mi"}}}
+    )
+    fine = pod("fine", volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}])
+    free = pod("free")
+    h = Harness([], pods=[sized, capped, logs, fine, free])
+    h.stats.pods = [
+        {"podRef": {"uid": "uid-sized"}, "containers": [], "volume": [{"name": "scratch", "usedBytes": 11 * MiB}]},
+        {"podRef": {"uid": "uid-capped"}, "containers": [], "ephemeral-storage": {"usedBytes": 21 * MiB}},
+        {
+            "podRef": {"uid": "uid-logs"},
+            "containers": [{"name": "side", "logs": {"usedBytes": 2 * MiB}, "rootfs": {"usedBytes": 0}}],
+            "ephemeral-storage": {"usedBytes": MiB},
+        },
+        {"podRef": {"uid": "uid-fine"}, "containers": [], "volume": [{"name": "scratch", "usedBytes": MiB}]},
+    ]
+    evicted = await h.manager.synchronize()
+    assert [p["metadata"]["name"] for p in evicted] == ["sized", "capped", "logs"]
+    messages = {e[0]: e[3] for e in h.evicted}
+    assert messages == {
+        "sized": 'Usage of EmptyDir volume "scratch" exceeds the limit "10Mi". ',
+        "capped": "Pod ephemeral local storage usage exceeds the total limit of containers 20Mi. ",
+        "logs": 'Container side exceeded its local ephemeral storage limit "1Mi". ',
+    }
+    assert all(e[4] == [] and e[1] == 1 for e in h.evicted)  # no disruption condition for these
+    # Without such limits on any pod, the per-pod stats are not even read.
+    h2 = Harness([], pods=[free])
+    assert await h2.manager.synchronize() == [] and h2.stats.full_reads == 0
