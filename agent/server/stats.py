@@ -573,11 +573,16 @@ class StatsProvider:
 
     @staticmethod
     def _rlimit(now: int) -> dict:
+        """Upstream's process limits: the lower of ``pid_max`` and ``threads-max``, and the
+        number of tasks (threads included) from ``/proc/loadavg``, which is what they bound."""
+        limits = [v for v in (_read_int("/proc/sys/kernel/pid_max"), _read_int("/proc/sys/kernel/threads-max")) if v]
+        out: dict[str, Any] = {"time": _now_rfc3339(now), "maxpid": min(limits) if limits else 0}
+        fields = (_read("/proc/loadavg") or "").split()
         try:
-            pid_max = int((_read("/proc/sys/kernel/pid_max") or "0").strip() or 0)
-        except ValueError:
-            pid_max = 0
-        return {"time": _now_rfc3339(now), "maxpid": pid_max, "curproc": len(psutil.pids())}
+            out["curproc"] = int(fields[3].split("/")[1])
+        except (IndexError, ValueError):
+            out["curproc"] = len(psutil.pids())
+        return out
 
     async def _build(self, only_cpu_and_memory: bool) -> dict:
         now = time.time_ns()

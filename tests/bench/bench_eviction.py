@@ -46,6 +46,7 @@ from agent.server.stats import StatsProvider  # noqa: E402
 from apiserver_min.api import names  # noqa: E402
 from cri import api_pb2 as pb  # noqa: E402
 from cri.fake import FakeRuntime  # noqa: E402
+from tests.e2e.test_agent_static_pods import _hierarchies, _rm_cgroup_tree  # noqa: E402
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 MEMCG_TARGET_S = 2.0
@@ -200,24 +201,6 @@ spec:
 """
 
 
-def _hierarchies() -> list[Path]:
-    if (CGROUP_FS / "cgroup.controllers").exists():
-        return [CGROUP_FS]
-    return [p for p in CGROUP_FS.iterdir() if p.is_dir() and not p.is_symlink()]
-
-
-def _rm_tree(rel: str) -> None:
-    for root in _hierarchies():
-        base = root / rel.strip("/")
-        if not base.is_dir():
-            continue
-        for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [base]:
-            try:
-                d.rmdir()
-            except OSError:
-                pass
-
-
 async def one_cpu_run(fake: FakeRuntime, work: Path, on: bool, window: float) -> float:
     cg = f"/orch-bench-evict-{uuid.uuid4().hex[:8]}"
     for root in _hierarchies():
@@ -267,7 +250,7 @@ async def one_cpu_run(fake: FakeRuntime, work: Path, on: bool, window: float) ->
         for c in list(fake.containers.values()):
             fake.containers.pop(c.id, None)
         fake.sandboxes.clear()
-        _rm_tree(cg)
+        _rm_cgroup_tree(cg)
 
 
 async def bench_cpu(window: float) -> None:
