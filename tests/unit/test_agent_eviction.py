@@ -518,3 +518,26 @@ async def test_local_storage_limits_evict_without_a_threshold():
     # Without such limits on any pod, the per-pod stats are not even read.
     h2 = Harness([], pods=[free])
     assert await h2.manager.synchronize() == [] and h2.stats.full_reads == 0
+
+
+async def test_a_notification_brings_quick_follow_up_rounds(monkeypatch):
+    """The kernel signals a usage crossing once, possibly a moment before the working set
+    reads under the threshold: the rounds that follow come quickly, not a housekeeping later."""
+    monkeypatch.setattr("agent.eviction.manager.NOTIFY_FOLLOWUP_INTERVAL", 0.1)
+    p = pod("p")
+    h = Harness(parse_thresholds({"memory.available": "1Gi"}), pods=[p])
+    h.manager.config = EvictionConfig(thresholds=h.manager.config.thresholds, monitoring_interval=600)
+    h.stats.pods = [{"podRef": {"uid": "uid-p"}, "containers": []}]
+    task = asyncio.create_task(h.manager.run())
+    try:
+        await until(lambda: h.manager.rounds >= 1, "the first round")
+        h.stats.node["memory"]["availableBytes"] = GiB + MiB  # not yet under the threshold
+        h.manager.wake("memory eviction threshold crossed")
+        await until(lambda: h.manager.rounds >= 2, "the notified round")
+        assert h.evicted == []
+        h.stats.node["memory"]["availableBytes"] = GiB // 2
+        await until(lambda: h.evicted, "an eviction from a follow-up round", timeout=2.0)
+        assert h.names() == ["p"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
