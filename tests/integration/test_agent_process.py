@@ -205,7 +205,8 @@ def test_ready_then_watchdog_then_stopping(agents, sig):
     out = agent.output()
     assert f'"Received signal, shutting down" signal="{sig.name}"' in out
     assert (
-        'stop_order=["watchdog","eviction","container-gc","image-gc","sync-loop","pod-sources","health-server","log-flush"]' in out
+        'stop_order=["watchdog","eviction","container-gc","image-gc","sync-loop","pod-sources","health-server","log-flush"]'
+        in out
     )
 
 
