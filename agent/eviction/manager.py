@@ -206,6 +206,7 @@ class EvictionManager:
         self.events: EventSink = events or (lambda pod, type_, reason, message: None)
         self._dedicated_probe = dedicated_image_fs
         self.dedicated_image_fs: bool | None = None
+        self._probe_failed = False
         self.memcg_dirs = memcg_dirs
         self.clock = clock
         self.conditions: list[str] = []
@@ -294,8 +295,12 @@ class EvictionManager:
             try:
                 self.dedicated_image_fs = bool(await self._dedicated_probe()) if self._dedicated_probe else False
             except Exception as exc:  # noqa: BLE001 - asked again next round
-                log.error("Eviction manager: cannot tell whether the image file system is dedicated", err=exc)
+                # Once per outage at error level: the runtime being down is reported elsewhere too.
+                logger = log.v(2).info if self._probe_failed else log.error
+                logger("Eviction manager: cannot tell whether the image file system is dedicated", err=exc)
+                self._probe_failed = True
                 return False
+            self._probe_failed = False
             log.info("Eviction manager: file systems", dedicatedImageFs=self.dedicated_image_fs)
         return self.dedicated_image_fs
 
