@@ -33,6 +33,7 @@ from .certificates.rotation import rotate_client_certificate, rotate_serving_cer
 from .client import client_from_config
 from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
+from .cm.devicemanager import DeviceManager
 from .events import EventRecorder
 from .eventsink import ApiEventSink
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
@@ -52,6 +53,7 @@ from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
 from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator, api_review
 from .server.logs import LogRotator
+from .server.podresources import PodResourcesServer, ResourceProviders
 from .server.stats import StatsProvider
 from .services import ServiceCache
 from .sources.apiserver import ApiPodSource
@@ -194,6 +196,25 @@ class NodeAgent:
             keep_terminated_pod_volumes=cfg.keep_terminated_pod_volumes,
         )
         pipeline = self.pipeline
+        # Device plugins: the allocations of a previous run are known before any pod is admitted.
+        self.devices = DeviceManager(
+            cfg.root_dir, active_pods=pipeline.active_pods, sources_ready=pipeline.sources_seen
+        )
+        self.devices.load_checkpoint()
+        pipeline.devices = self.devices
+        self.runtime.devices = self.devices
+        self.pod_resources: PodResourcesServer | None = None
+        if _feature(cfg, "KubeletPodResources"):
+            self.pod_resources = PodResourcesServer(
+                cfg.root_dir,
+                ResourceProviders(
+                    pods=self.podmanager.pods,
+                    devices=self.devices.container_devices,
+                    allocatable_devices=self.devices.allocatable_devices,
+                    update_devices=self.devices.update_allocated,
+                ),
+                feature=lambda gate: _feature(cfg, gate),
+            )
         self.container_gc = ContainerGC(
             self.cri,
             ContainerGCPolicy(
@@ -394,7 +415,9 @@ class NodeAgent:
                 events=self.events,
                 version=self.version,
                 host_ip=self.host_ip,
+                extended_resources=self.devices.capacity,
             )
+            self.devices.on_change = status.poke
             await status.register()
             self.node_status = status
             objects = ObjectCache(client, on_change=self.pipeline.wake)
@@ -482,6 +505,13 @@ class NodeAgent:
         assert self.server is not None
         await self.server.serve(started)
 
+    async def run_device_manager(self) -> None:
+        await self.devices.run()
+
+    async def run_pod_resources(self) -> None:
+        assert self.pod_resources is not None
+        await self.pod_resources.run()
+
     async def run_image_gc(self, period: float | None = None) -> None:
         await self.image_gc.run(period or IMAGE_GC_PERIOD)
 
@@ -495,6 +525,14 @@ class NodeAgent:
         finally:
             await self.probes.close()
             await self.cri.close()
+
+
+def _feature(cfg, gate: str) -> bool:
+    """A feature gate's value; a gate this agent does not know is off."""
+    try:
+        return bool(cfg.feature(gate))
+    except Exception:
+        return False
 
 
 def _major_minor(version: str) -> str:

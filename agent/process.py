@@ -593,6 +593,10 @@ class AgentProcess:
         if cfg.healthz_port:
             specs.append(TaskSpec("health-server", self._serve_health))
         if self.node is not None:
+            # Device plugins register before pods start (their allocations come from the checkpoint).
+            specs.append(TaskSpec("device-manager", self.node.run_device_manager))
+            if self.node.pod_resources is not None:
+                specs.append(TaskSpec("pod-resources", self.node.run_pod_resources, critical=False))
             specs.append(TaskSpec("pod-sources", self.node.run_sources))
             if self.node.server is not None:
                 specs.append(TaskSpec("agent-server", self.node.run_server))

@@ -54,6 +54,7 @@ HOUSEKEEPING_PERIOD = 2.0
 RELIST_PERIOD = 1.0
 LOG_ROTATION_PERIOD = 10.0
 RUNTIME_RETRY = 2.0
+_FINISHED = ("Succeeded", "Failed")
 
 
 @dataclasses.dataclass
@@ -94,8 +95,11 @@ class PodPipeline:
         beat: Callable[[], None] = lambda: None,
         tick: float = 1.0,
         keep_terminated_pod_volumes: bool = False,
+        devices: Any = None,
     ) -> None:
         self.config = config
+        # The device manager: allocates a pod's devices at admission, frees them at its end.
+        self.devices = devices
         self.keep_terminated_pod_volumes = keep_terminated_pod_volumes
         self.tick = tick
         self.runtime = runtime
@@ -132,6 +136,17 @@ class PodPipeline:
             if podutil.name(state.pod) == name and podutil.namespace(state.pod) == namespace:
                 return state
         return None
+
+    def active_pods(self) -> list[dict]:
+        """The pods whose resources stay taken: desired or still terminating, neither refused nor finished."""
+        out = {podutil.uid(p): p for p in self.podmanager.pods()}
+        for uid, state in self.pods.items():
+            out.setdefault(uid, state.pod)
+        return [
+            p
+            for uid, p in out.items()
+            if not ((s := self.pods.get(uid)) is not None and (s.rejected or s.status.get("phase") in _FINISHED))
+        ]
 
     def has_pod(self, uid: str) -> bool:
         """The pod is the agent's (desired, terminating, or an orphan being removed)."""
@@ -248,6 +263,11 @@ class PodPipeline:
             check_sysctls(pod, self.runtime.ctx)
         except PodConfigError as exc:
             return exc.reason, exc.message
+        # Upstream's order: the resource allocation handler (devices) before the resource fit.
+        if self.devices is not None:
+            result = self.devices.admit(pod)
+            if not result.admit:
+                return result.reason, result.message
         if self.cgroups is not None:
             active = [
                 s.pod
@@ -259,6 +279,8 @@ class PodPipeline:
             ]
             result = self.cgroups.admit(pod, active)
             if not result.admit:
+                if self.devices is not None:
+                    self.devices.free_pod(podutil.uid(pod))
                 return result.reason, result.message
         return "", ""
 
@@ -391,6 +413,8 @@ class PodPipeline:
         await self.runtime.remove_pod(rp)
         await self.runtime.cleanup_pod_files(uid, podutil.namespace(pod), podutil.name(pod))
         self.pods.pop(uid, None)
+        if self.devices is not None:
+            self.devices.free_pod(uid)
         log.info("Pod terminated", pod=podutil.full_name(pod))
         self.on_terminated(pod)
 

@@ -191,6 +191,14 @@ APISERVER_DATA_DIR = "/var/lib/orch-apiserver"
 PODS_CGROUP = "orchpods"
 AGENT_CONFIG_KIND = "AgentConfiguration"
 AGENT_CONFIG_API_VERSION = f"agent.config.{DOMAIN}/v1beta1"
+# Device plugins register on <root-dir>/device-plugins/<AGENT_NAME>.sock (upstream's
+# kubelet.sock); the allocations live in the checkpoint beside it. The pod resources
+# API listens on <root-dir>/pod-resources/<AGENT_NAME>.sock.
+DEVICE_PLUGIN_DIR = "device-plugins"
+DEVICE_PLUGIN_AGENT_SOCKET = f"{AGENT_NAME}.sock"
+DEVICE_PLUGIN_CHECKPOINT = f"{AGENT_NAME}_internal_checkpoint"
+POD_RESOURCES_DIR = "pod-resources"
+POD_RESOURCES_SOCKET = f"{AGENT_NAME}.sock"
 
 # CRI labels the agent puts on what it creates, so it never touches anything else.
 CRI_LABEL_POD_NAME = "io.orch.pod.name"
