@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 
 import grpc
 import pytest
@@ -302,6 +301,17 @@ def test_run_options_reach_the_cri_config(tmp_path):
     assert config.annotations["w"] == "1"
 
 
+async def test_pre_start_container_when_the_plugin_asks(tmp_path):
+    m, ep = manager(tmp_path)
+    p = pod("a", 2)
+    assert m.admit(p).admit
+    await m.pre_start(p, p["spec"]["containers"][0])
+    assert ("PreStart", ["w0", "w1"]) not in ep.calls  # not asked for
+    ep.options.pre_start_required = True
+    await m.pre_start(p, p["spec"]["containers"][0])
+    assert ep.calls[-1] == ("PreStart", ["w0", "w1"])
+
+
 def test_topology_hints_from_the_plugins_numa_nodes(tmp_path):
     m, _ = manager(tmp_path, devices=("w0", "w1", "w2"), numa={"w0": 0, "w1": 1, "w2": 1})
     c = pod("a", 2)["spec"]["containers"][0]
@@ -417,8 +427,3 @@ def test_pod_resources_rate_limit(tmp_path):
             await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
-
-
-def test_threads_left_behind_are_none():
-    # The sample plugin's servers are stopped by the tests above; no stray non-daemon thread.
-    assert all(t.daemon or t is threading.main_thread() or not t.is_alive() for t in threading.enumerate())

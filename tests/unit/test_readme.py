@@ -33,6 +33,8 @@ CAPABILITIES = {
     "admission webhooks": "apiserver_min/admission/webhook",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
+    "device plugins": "agent/cm/devicemanager",
+    "pod resources API": "agent/server/podresources.py",
 }
 
 

@@ -124,7 +124,6 @@ class DeviceManager:
         # pod uid -> container name -> resource -> allocation
         self.pod_devices: dict[str, dict[str, dict[str, _Allocation]]] = {}
         self._watchers: dict[str, asyncio.Task] = {}
-        self.registered = asyncio.Event()  # set at each accepted registration (tests wait on it)
 
     # --- checkpoint -------------------------------------------------------------------------
 
@@ -237,7 +236,6 @@ class DeviceManager:
         self._watchers[resource] = asyncio.get_running_loop().create_task(
             self._watch(ep), name=f"device-plugin {resource}"
         )
-        self.registered.set()
 
     async def _watch(self, ep: PluginEndpoint) -> None:
         resource = ep.resource
