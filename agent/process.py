@@ -594,7 +594,8 @@ class AgentProcess:
             specs.append(TaskSpec("health-server", self._serve_health))
         if self.node is not None:
             # Device plugins register before pods start (their allocations come from the checkpoint).
-            specs.append(TaskSpec("device-manager", self.node.run_device_manager))
+            # Not critical: a node whose plugin socket cannot be served still runs its other pods.
+            specs.append(TaskSpec("device-manager", self.node.run_device_manager, critical=False))
             if self.node.pod_resources is not None:
                 specs.append(TaskSpec("pod-resources", self.node.run_pod_resources, critical=False))
             specs.append(TaskSpec("pod-sources", self.node.run_sources))

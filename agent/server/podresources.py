@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import grpc
 
+from agent.cm.devicemanager.manager import serve_unix
 from apiserver_min.api import names
 from cri.podresources import api_pb2 as pb
 from cri.podresources import api_pb2_grpc as pb_grpc
@@ -190,9 +191,7 @@ class PodResourcesServer:
         pb_grpc.add_PodResourcesListerServicer_to_server(
             _Lister(self.providers, self.feature, _TokenBucket(self.qps, self.burst)), server
         )
-        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
-        await server.start()
+        await serve_unix(server, self.socket_path, "the pod resources API")
         log.info("Pod resources API listening on %s", self.socket_path)
         if started is not None and not started.done():
             started.set_result(None)

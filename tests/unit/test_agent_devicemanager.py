@@ -427,3 +427,45 @@ def test_pod_resources_rate_limit(tmp_path):
             await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+async def test_a_socket_path_too_long_is_a_clear_error(tmp_path):
+    m = DeviceManager(str(tmp_path / ("x" * 120)))
+    with pytest.raises(OSError, match="longer than the 107 bytes"):
+        await m.run()
+
+
+@pytest.mark.parametrize(
+    "module, message, field, number",
+    [
+        (dp, "RegisterRequest", "options", 4),
+        (dp, "DevicePluginOptions", "get_preferred_allocation_available", 2),
+        (dp, "Device", "topology", 3),
+        (dp, "ContainerPreferredAllocationRequest", "allocation_size", 3),
+        (dp, "ContainerAllocateResponse", "cdi_devices", 5),
+        (dp, "DeviceSpec", "permissions", 3),
+        (pr, "AllocatableResourcesResponse", "memory", 3),
+        (pr, "ContainerResources", "dynamic_resources", 5),
+        (pr, "ContainerMemory", "topology", 3),
+        (pr, "GetPodResourcesRequest", "pod_namespace", 2),
+    ],
+)
+def test_protos_keep_upstreams_wire_numbers(module, message, field, number):
+    assert module.DESCRIPTOR.message_types_by_name[message].fields_by_name[field].number == number
+
+
+def test_proto_packages_and_services():
+    assert (dp.DESCRIPTOR.package, pr.DESCRIPTOR.package) == ("v1beta1", "v1")
+    assert set(dp.DESCRIPTOR.services_by_name["DevicePlugin"].methods_by_name) == {
+        "GetDevicePluginOptions",
+        "ListAndWatch",
+        "GetPreferredAllocation",
+        "Allocate",
+        "PreStartContainer",
+    }
+    assert dp.DESCRIPTOR.services_by_name["DevicePlugin"].methods_by_name["ListAndWatch"].server_streaming
+    assert set(pr.DESCRIPTOR.services_by_name["PodResourcesLister"].methods_by_name) == {
+        "List",
+        "GetAllocatableResources",
+        "Get",
+    }

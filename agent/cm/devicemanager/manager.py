@@ -25,7 +25,7 @@ from .endpoint import EndpointError, PluginEndpoint
 from .options import DeviceMount, DeviceNode, DeviceRunOptions
 from .validation import is_extended_resource_name, registration_error
 
-__all__ = ["DeviceManager", "DeviceAllocationError", "ENDPOINT_STOP_GRACE", "HEALTHY", "UNHEALTHY"]
+__all__ = ["DeviceManager", "DeviceAllocationError", "ENDPOINT_STOP_GRACE", "HEALTHY", "UNHEALTHY", "serve_unix"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,26 @@ UNHEALTHY = "Unhealthy"
 # How long the devices of a plugin that went away stay in the node's capacity (upstream's 5 minutes).
 ENDPOINT_STOP_GRACE = 300.0
 UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+
+
+# sockaddr_un.sun_path holds 108 bytes, the terminating NUL included.
+UNIX_PATH_MAX = 107
+
+
+async def serve_unix(server: grpc.aio.Server, path: str, what: str) -> None:
+    """Start ``server`` on the unix socket ``path``; OSError with a clear message when it cannot."""
+    if len(path.encode()) > UNIX_PATH_MAX:
+        raise OSError(
+            f"{what} unavailable: the socket path {path} is longer than the {UNIX_PATH_MAX} bytes "
+            f"a unix socket path may have (choose a shorter --root-dir)"
+        )
+    try:
+        port = server.add_insecure_port(f"unix://{path}")
+    except RuntimeError as exc:
+        raise OSError(f"{what} unavailable: cannot listen on {path}: {exc}") from None
+    if port == 0:
+        raise OSError(f"{what} unavailable: cannot listen on {path}")
+    await server.start()
 
 
 class DeviceAllocationError(Exception):
@@ -176,9 +196,7 @@ class DeviceManager:
         self._remove_stale_sockets()
         server = grpc.aio.server()
         pb_grpc.add_RegistrationServicer_to_server(_RegistrationService(self), server)
-        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
-        await server.start()
+        await serve_unix(server, self.socket_path, "device plugin registration")
         log.info("Device plugin registration listening on %s", self.socket_path)
         try:
             await asyncio.Event().wait()
