@@ -363,8 +363,10 @@ class DeviceManager:
         """Allocate the devices of every container of ``pod`` (init containers first), as
         upstream's resource allocation admit handler; on failure nothing stays allocated."""
         try:
-            self.update_allocated(keep=_uid(pod))
             init, app = _containers(pod)
+            if not any(self.is_device_resource(r) for c in init + app for r in _device_limits(c)):
+                return AdmitResult(True)
+            self.update_allocated(keep=_uid(pod))
             for container in init + app:
                 self.allocate(pod, container, None)
         except (DeviceAllocationError, ValueError) as exc:
@@ -379,6 +381,7 @@ class DeviceManager:
         name = str(container.get("name") or "")
         init, _ = _containers(pod)
         is_init = any(c.get("name") == name for c in init)
+        changed = False
         for resource, needed in sorted(_device_limits(container).items()):
             if not self.is_device_resource(resource):
                 continue
@@ -399,6 +402,7 @@ class DeviceManager:
                 del containers[name][resource]
                 raise DeviceAllocationError(str(exc)) from None
             containers[name][resource] = _Allocation(by_numa, response.SerializeToString())
+            changed = True
             log.info(
                 "Allocated %s %s to container %s of pod %s%s",
                 resource,
@@ -407,7 +411,8 @@ class DeviceManager:
                 uid,
                 " (init container)" if is_init else "",
             )
-        self.write_checkpoint()
+        if changed:
+            self.write_checkpoint()
 
     def _reusable(self, pod: Mapping, resource: str, container: str) -> set[str]:
         """Devices the pod's init containers hold (they run one after the other and have
