@@ -9,7 +9,7 @@ with a deadline; ``PreStartContainer`` runs in a worker thread before a containe
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import grpc
 
@@ -72,47 +72,36 @@ class PluginEndpoint:
             async for response in stub.ListAndWatch(pb.Empty()):
                 on_devices(list(response.devices))
 
-    def allocate(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
-        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=list(device_ids))])
+    def _call(self, method: str, request: Any) -> Any:
+        """One unary call with the deadline; gRPC failures become EndpointError."""
         try:
-            response = self._live_stub().Allocate(request, timeout=RPC_TIMEOUT)
+            return getattr(self._live_stub(), method)(request, timeout=RPC_TIMEOUT)
         except grpc.RpcError as exc:
             raise EndpointError(_rpc_message(exc)) from None
+
+    def _single(self, method: str, response: Any) -> Any:
+        """The one container response a one-container request must get."""
         if len(response.container_responses) != 1:
             raise EndpointError(
-                f"the device plugin of {self.resource} answered Allocate with "
+                f"the device plugin of {self.resource} answered {method} with "
                 f"{len(response.container_responses)} container responses for 1 request"
             )
         return response.container_responses[0]
 
+    def allocate(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=list(device_ids))])
+        return self._single("Allocate", self._call("Allocate", request))
+
     def preferred_allocation(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
-        request = pb.PreferredAllocationRequest(
-            container_requests=[
-                pb.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=list(available),
-                    must_include_deviceIDs=list(must_include),
-                    allocation_size=size,
-                )
-            ]
+        one = pb.ContainerPreferredAllocationRequest(
+            available_deviceIDs=list(available), must_include_deviceIDs=list(must_include), allocation_size=size
         )
-        try:
-            response = self._live_stub().GetPreferredAllocation(request, timeout=RPC_TIMEOUT)
-        except grpc.RpcError as exc:
-            raise EndpointError(_rpc_message(exc)) from None
-        if len(response.container_responses) != 1:
-            raise EndpointError(
-                f"the device plugin of {self.resource} answered GetPreferredAllocation with "
-                f"{len(response.container_responses)} container responses for 1 request"
-            )
-        return list(response.container_responses[0].deviceIDs)
+        request = pb.PreferredAllocationRequest(container_requests=[one])
+        method = "GetPreferredAllocation"
+        return list(self._single(method, self._call(method, request)).deviceIDs)
 
     def pre_start_container(self, device_ids: Sequence[str]) -> None:
-        try:
-            self._live_stub().PreStartContainer(
-                pb.PreStartContainerRequest(devices_ids=list(device_ids)), timeout=RPC_TIMEOUT
-            )
-        except grpc.RpcError as exc:
-            raise EndpointError(_rpc_message(exc)) from None
+        self._call("PreStartContainer", pb.PreStartContainerRequest(devices_ids=list(device_ids)))
 
     def stop(self, at: float) -> None:
         if self.stopped_at is None:
