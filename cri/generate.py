@@ -5,7 +5,8 @@
     python -m cri.generate --out DIR  # write into DIR instead (used by the tests)
 
 The protocols: the CRI (`cri/api.proto`), the device plugin API
-(`cri/deviceplugin/api.proto`) and the pod resources API (`cri/podresources/api.proto`).
+(`cri/deviceplugin/api.proto`) and the pod resources API (`cri/podresources/api.proto`,
+and its older `v1alpha1/api.proto`).
 protoc runs with the repository root as its only include path, so a generated
 gRPC module imports `from cri import api_pb2` (`from cri.deviceplugin import
 api_pb2`, ...) and the descriptor is registered under its repository path. The
@@ -25,7 +26,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 PROTO = PACKAGE_DIR / "api.proto"
 # Every proto of the package, as its directory relative to the package ("" for the CRI).
-PROTO_DIRS = ("", "deviceplugin", "podresources")
+PROTO_DIRS = ("", "deviceplugin", "podresources", "podresources/v1alpha1")
 OUTPUTS = ("api_pb2.py", "api_pb2_grpc.py", "api_pb2.pyi")
 
 

@@ -4,8 +4,9 @@ Monitoring agents ask which devices (and exclusive CPUs and memory) each contain
 each pod holds (``List``), and what the node could hand out (``GetAllocatableResources``,
 feature gate ``KubeletPodResourcesGetAllocatable``). ``Get`` needs the alpha gate
 ``KubeletPodResourcesGet``, which this agent does not offer, so it answers that the
-method is disabled, as upstream does with the gate off. Calls are rate limited as
-upstream's (100 per second, bursts of 10).
+method is disabled, as upstream does with the gate off. The older ``v1alpha1`` lister
+(``List`` with devices only) is served on the same socket. Calls are rate limited as
+upstream's (100 per second, bursts of 10, for both versions together).
 
 The CPU and memory figures come from optional providers (the CPU and memory managers
 when they are on); without them the lists are empty, which is what upstream answers
@@ -27,6 +28,8 @@ from agent.cm.devicemanager.manager import serve_unix
 from apiserver_min.api import names
 from cri.podresources import api_pb2 as pb
 from cri.podresources import api_pb2_grpc as pb_grpc
+from cri.podresources.v1alpha1 import api_pb2 as alpha
+from cri.podresources.v1alpha1 import api_pb2_grpc as alpha_grpc
 
 __all__ = ["PodResourcesServer", "ResourceProviders", "MemoryBlock", "RATE_QPS", "RATE_BURST"]
 
@@ -165,6 +168,32 @@ class _Lister(pb_grpc.PodResourcesListerServicer):
         await context.abort(grpc.StatusCode.UNKNOWN, f"pod {request.pod_name} not found in {request.pod_namespace}")
 
 
+class _AlphaLister(alpha_grpc.PodResourcesListerServicer):
+    """v1alpha1: the same pods and devices, without topology, CPUs or memory."""
+
+    def __init__(self, v1: _Lister) -> None:
+        self.v1 = v1
+
+    async def List(self, request, context):
+        await self.v1._admit(context)
+        self.v1.p.update_devices()
+        out = []
+        for pod in self.v1.p.pods():
+            full = self.v1._pod(pod)
+            containers = [
+                alpha.ContainerResources(
+                    name=c.name,
+                    devices=[
+                        alpha.ContainerDevices(resource_name=d.resource_name, device_ids=list(d.device_ids))
+                        for d in c.devices
+                    ],
+                )
+                for c in full.containers
+            ]
+            out.append(alpha.PodResources(name=full.name, namespace=full.namespace, containers=containers))
+        return alpha.ListPodResourcesResponse(pod_resources=out)
+
+
 class PodResourcesServer:
     def __init__(
         self,
@@ -188,9 +217,9 @@ class PodResourcesServer:
         except FileNotFoundError:
             pass
         server = grpc.aio.server()
-        pb_grpc.add_PodResourcesListerServicer_to_server(
-            _Lister(self.providers, self.feature, _TokenBucket(self.qps, self.burst)), server
-        )
+        v1 = _Lister(self.providers, self.feature, _TokenBucket(self.qps, self.burst))
+        pb_grpc.add_PodResourcesListerServicer_to_server(v1, server)
+        alpha_grpc.add_PodResourcesListerServicer_to_server(_AlphaLister(v1), server)
         await serve_unix(server, self.socket_path, "the pod resources API")
         log.info("Pod resources API listening on %s", self.socket_path)
         if started is not None and not started.done():

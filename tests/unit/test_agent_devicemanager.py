@@ -30,6 +30,8 @@ from apiserver_min.api import names
 from cri.deviceplugin import api_pb2 as dp
 from cri.podresources import api_pb2 as pr
 from cri.podresources import api_pb2_grpc as pr_grpc
+from cri.podresources.v1alpha1 import api_pb2 as pr_alpha
+from cri.podresources.v1alpha1 import api_pb2_grpc as pr_alpha_grpc
 from tests.deviceplugin_sample import ENV_NAME, RESOURCE, SamplePlugin
 
 W = RESOURCE
@@ -394,6 +396,11 @@ async def test_sample_plugin_over_grpc_and_pod_resources(tmp_path):
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub.Get(pr.GetPodResourcesRequest(pod_name="pa", pod_namespace="default"))
             assert info.value.details() == "PodResources API Get method disabled"
+            old = await pr_alpha_grpc.PodResourcesListerStub(ch).List(pr_alpha.ListPodResourcesRequest())
+            assert [
+                (p.name, [(d.resource_name, list(d.device_ids)) for d in p.containers[0].devices])
+                for p in old.pod_resources
+            ] == [("pa", [(W, ["widget-1"])])]
 
         # The plugin goes away: its devices are unhealthy at once.
         await asyncio.to_thread(plugin.stop)
