@@ -366,7 +366,6 @@ class DeviceManager:
             init, app = _containers(pod)
             if not any(self.is_device_resource(r) for c in init + app for r in _device_limits(c)):
                 return AdmitResult(True)
-            self.update_allocated(keep=_uid(pod))
             for container in init + app:
                 self.allocate(pod, container, None)
         except (DeviceAllocationError, ValueError) as exc:
@@ -381,10 +380,11 @@ class DeviceManager:
         name = str(container.get("name") or "")
         init, _ = _containers(pod)
         is_init = any(c.get("name") == name for c in init)
+        wanted = {r: n for r, n in _device_limits(container).items() if self.is_device_resource(r)}
+        if wanted:
+            self.update_allocated(keep=uid)
         changed = False
-        for resource, needed in sorted(_device_limits(container).items()):
-            if not self.is_device_resource(resource):
-                continue
+        for resource, needed in sorted(wanted.items()):
             reusable = self._reusable(pod, resource, name)
             chosen = self._devices_to_allocate(uid, name, resource, needed, reusable, affinity)
             if chosen is None:
