@@ -37,6 +37,7 @@ from .events import EventRecorder
 from .eventsink import ApiEventSink
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
+from .nodeshutdown import ShutdownManager, budgets_from_config
 from .objectcache import ObjectCache
 from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
@@ -194,6 +195,17 @@ class NodeAgent:
             keep_terminated_pod_volumes=cfg.keep_terminated_pod_volumes,
         )
         pipeline = self.pipeline
+        self.node_status: NodeStatusManager | None = None  # cluster mode, once joined
+        self.shutdown = ShutdownManager(
+            budgets_from_config(cfg),
+            pods=pipeline.active_pods,
+            kill=self._kill_for_shutdown,
+            events=self.events,
+            node_changed=self._node_changed,
+            disruption_conditions=cfg.feature_gates.enabled("PodDisruptionConditions"),
+        )
+        if self.shutdown.enabled:
+            pipeline.admit_handlers.append(self.shutdown.admit)
         self.container_gc = ContainerGC(
             self.cri,
             ContainerGCPolicy(
@@ -346,6 +358,19 @@ class NodeAgent:
             )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
+    async def _kill_for_shutdown(self, pod: dict, grace: int, update_status: Callable[[dict], None]) -> None:
+        """The node shutdown manager's way to stop a pod: through its pod worker."""
+        assert self.pipeline is not None
+        done = self.pipeline.kill_pod(
+            podutil.uid(pod), grace=grace, update_status=update_status, reason="node shutdown"
+        )
+        if done is not None:
+            await asyncio.shield(done)
+
+    def _node_changed(self) -> None:
+        if self.node_status is not None:
+            self.node_status.poke()
+
     def _probe_changed(self, uid: str) -> None:
         if self.pipeline is not None:
             self.pipeline.wake(uid)
@@ -394,6 +419,7 @@ class NodeAgent:
                 events=self.events,
                 version=self.version,
                 host_ip=self.host_ip,
+                shutdown=self.shutdown.not_ready_message,
             )
             await status.register()
             self.node_status = status
@@ -481,6 +507,9 @@ class NodeAgent:
     async def run_server(self, started: asyncio.Future | None = None) -> None:
         assert self.server is not None
         await self.server.serve(started)
+
+    async def run_shutdown(self) -> None:
+        await self.shutdown.run()
 
     async def run_image_gc(self, period: float | None = None) -> None:
         await self.image_gc.run(period or IMAGE_GC_PERIOD)
