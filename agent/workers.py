@@ -434,7 +434,6 @@ class PodPipeline:
         pod, uid = state.pod, state.uid
         rp = await self.runtime.runtime_pod(uid)
         grace = podutil.grace_period_seconds(pod, req.grace)
-        log.info("Killing pod", pod=podutil.full_name(pod), grace=grace, reason=req.reason)
         await self.runtime.kill_pod(pod, rp, grace=grace, reason=req.reason)
         if self.probes is not None:
             self.probes.remove_pod(uid)
