@@ -37,7 +37,7 @@ from .events import EventRecorder
 from .eventsink import ApiEventSink
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
-from .nodeshutdown import ShutdownManager, budgets_from_config
+from .nodeshutdown import SHUTDOWN_STATE_FILE, ShutdownManager, budgets_from_config
 from .objectcache import ObjectCache
 from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
@@ -203,6 +203,11 @@ class NodeAgent:
             events=self.events,
             node_changed=self._node_changed,
             disruption_conditions=cfg.feature_gates.enabled("PodDisruptionConditions"),
+            state_file=(
+                os.path.join(cfg.root_dir, SHUTDOWN_STATE_FILE)
+                if cfg.feature_gates.enabled("GracefulNodeShutdownBasedOnPodPriority")
+                else None
+            ),
         )
         if self.shutdown.enabled:
             pipeline.admit_handlers.append(self.shutdown.admit)
@@ -227,6 +232,8 @@ class NodeAgent:
             serving_cert_expiry=lambda: self.server.serving_cert_expiry if self.server is not None else None,
         )
         self.metrics.instrument(self.runtime)
+        if self.shutdown.enabled and self.shutdown.state_file:
+            self.metrics.graceful_shutdown(self.shutdown.metrics)
         self.stats = StatsProvider(
             node_name=self.node_name,
             root_dir=cfg.root_dir,

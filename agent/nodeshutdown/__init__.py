@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from .logind import Logind, LogindError, system_bus_address, write_inhibit_delay_dropin
+from .manager import STATE_FILE as SHUTDOWN_STATE_FILE
 from .manager import (
     ShutdownGroup,
     ShutdownManager,
@@ -19,6 +20,7 @@ from .manager import (
 )
 
 __all__ = [
+    "SHUTDOWN_STATE_FILE",
     "Logind",
     "LogindError",
     "system_bus_address",

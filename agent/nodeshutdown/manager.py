@@ -25,6 +25,11 @@ growing delay, the node running on without the lock meanwhile.
 
 The two ``shutdownGracePeriod`` fields are the two-entry form of the list:
 ``{0: period - critical, 2000000000: critical}``.
+
+With GracefulNodeShutdownBasedOnPodPriority (on by default) the start and end of
+the last shutdown are kept in ``<root-dir>/graceful_node_shutdown_state``, so
+that after the reboot the agent's ``graceful_shutdown_start_time_seconds`` and
+``..._end_time_seconds`` metrics tell when the last one ran and whether it ended.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import json
+import os
 import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from apiserver_min.api import names
-from apiserver_min.api.timeutil import format_rfc3339
+from apiserver_min.api.timeutil import format_rfc3339, format_rfc3339_nano, parse_rfc3339
 from apiserver_min.api.timeutil import now as utc_now
 
 from .. import logging as agent_logging
@@ -62,6 +69,7 @@ log = agent_logging.get_logger("nodeshutdown")
 RECONNECT_PERIOD = 1.0  # upstream's D-Bus reconnect period
 RETRY_MAX = 60.0  # longest wait between two failed starts
 RELOAD_WAIT = 2.0  # how long logind may take to apply the raised InhibitDelayMaxSec
+STATE_FILE = "graceful_node_shutdown_state"  # under the root directory, upstream's name
 
 Budget = ShutdownGracePeriodByPodPriority
 # kill(pod, grace seconds, status update) -> done when the pod's containers are stopped
@@ -185,6 +193,7 @@ class ShutdownManager:
         disruption_conditions: bool = True,
         logind: Callable[[], Logind] = Logind,
         dropin_dir: str = names.SHUTDOWN_LOGIND_DROPIN_DIR,
+        state_file: str | None = None,
     ) -> None:
         self.budgets = tuple(sorted(budgets, key=lambda b: b.priority))
         self.pods = pods
@@ -198,6 +207,9 @@ class ShutdownManager:
         self.lock: int | None = None
         self.shutdowns = 0  # shutdown events processed
         self._stragglers: set[asyncio.Task] = set()
+        self.state_file = state_file
+        # Unix times of the last shutdown's start and end (None: not known).
+        self.last_start, self.last_end = self._load_state()
 
     @property
     def enabled(self) -> bool:
@@ -218,6 +230,45 @@ class ShutdownManager:
     def not_ready_message(self) -> str:
         """Why the node is not ready, from the shutdown's side ("" when it is not shutting down)."""
         return names.SHUTDOWN_NOT_READY_MESSAGE if self.shutting_down else ""
+
+    # --- the last shutdown's times ---------------------------------------------------------
+
+    def _load_state(self) -> tuple[float | None, float | None]:
+        if not self.state_file or not os.path.exists(self.state_file):
+            return None, None
+        try:
+            with open(self.state_file) as f:
+                doc = json.load(f)
+            return _unix(doc.get("startTime")), _unix(doc.get("endTime"))
+        except (OSError, ValueError, AttributeError) as exc:
+            log.error("Cannot read the last node shutdown's times", path=self.state_file, err=exc)
+            return None, None
+
+    def _store_state(self) -> None:
+        if not self.state_file:
+            return
+        doc = {}
+        for key, value in (("startTime", self.last_start), ("endTime", self.last_end)):
+            if value is not None:
+                doc[key] = format_rfc3339_nano(int(value * 1e9))
+        try:
+            tmp = self.state_file + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(doc, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.state_file)
+        except OSError as exc:
+            log.error("Cannot store the node shutdown's times", path=self.state_file, err=exc)
+
+    def metrics(self) -> dict[str, float]:
+        """``start``/``end`` (unix seconds) of the last shutdown, those that are known."""
+        out = {}
+        if self.last_start is not None:
+            out["start"] = self.last_start
+        if self.last_end is not None:
+            out["end"] = self.last_end
+        return out
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -328,6 +379,8 @@ class ShutdownManager:
     async def process_shutdown(self) -> None:
         """Stop the active pods group by group, then release the lock."""
         self.shutdowns += 1
+        self.last_start, self.last_end = time.time(), None
+        self._store_state()
         try:
             for group in group_by_priority(self.budgets, self.pods()):
                 if not group.pods:
@@ -345,6 +398,8 @@ class ShutdownManager:
                     for t in pending:
                         t.add_done_callback(self._stragglers.discard)
         finally:
+            self.last_end = time.time()
+            self._store_state()
             self._release_lock()
             log.info("Shutdown manager completed processing shutdown event, node will shutdown shortly")
 
@@ -361,3 +416,9 @@ class ShutdownManager:
 
     def _mark(self, status: dict) -> None:
         mark_terminated(status, disruption_condition=self.disruption_conditions)
+
+
+def _unix(text: Any) -> float | None:
+    if not text:
+        return None
+    return parse_rfc3339(str(text)).timestamp()

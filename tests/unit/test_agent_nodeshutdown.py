@@ -9,7 +9,9 @@ import json
 import pytest
 
 from agent.config import ConfigError, build_config, load_config_file
+from agent.metrics import AgentMetrics
 from agent.nodeshutdown import (
+    ShutdownManager,
     budgets_from_config,
     group_by_priority,
     mark_terminated,
@@ -215,3 +217,34 @@ def test_dropin_and_bus_address(tmp_path):
     assert "[Login]\nInhibitDelayMaxSec=45\n" in text
     assert system_bus_address({}) == "unix:path=/var/run/dbus/system_bus_socket"
     assert system_bus_address({"DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/x"}) == "unix:path=/x"
+
+
+# --- the last shutdown's times ---------------------------------------------------------------
+
+
+async def test_shutdown_times_survive_a_restart_and_are_metrics(tmp_path):
+    state = str(tmp_path / "graceful_node_shutdown_state")
+    killed: list[str] = []
+
+    async def kill(p, grace, update):
+        killed.append(p["metadata"]["name"])
+
+    mgr = ShutdownManager([Budget(0, 1)], pods=lambda: [pod("a")], kill=kill, state_file=state)
+    assert mgr.metrics() == {}
+    await mgr.process_shutdown()
+    assert killed == ["a"]
+    times = mgr.metrics()
+    assert times["start"] <= times["end"]
+    again = ShutdownManager([Budget(0, 1)], pods=list, kill=kill, state_file=state)  # after the reboot
+    assert again.metrics() == pytest.approx(times, abs=1e-3)
+    metrics = AgentMetrics("n1")
+    metrics.graceful_shutdown(again.metrics)
+    lines = dict(line.rsplit(" ", 1) for line in metrics.render().splitlines() if not line.startswith("#"))
+    prefix = f"{names.AGENT_METRICS_PREFIX}_graceful_shutdown"
+    assert float(lines[f"{prefix}_start_time_seconds"]) == pytest.approx(times["start"], abs=1e-3)
+    assert float(lines[f"{prefix}_end_time_seconds"]) == pytest.approx(times["end"], abs=1e-3)
+    text = metrics.render()
+    assert f"# TYPE {names.AGENT_METRICS_PREFIX}_graceful_shutdown_end_time_seconds gauge" in text
+    # A broken file is reported and ignored.
+    open(state, "w").write("{not json")
+    assert ShutdownManager([Budget(0, 1)], pods=list, kill=kill, state_file=state).metrics() == {}
