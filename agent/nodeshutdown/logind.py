@@ -73,11 +73,18 @@ class Logind:
     # --- connection --------------------------------------------------------------------
 
     async def connect(self) -> None:
+        bus = None
         try:
             bus = MessageBus(bus_address=self.address, negotiate_unix_fd=True)
             self._bus = await asyncio.wait_for(bus.connect(), self.timeout)
-        except (OSError, asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001 - the library raises plain Exception
-            raise LogindError(f"cannot connect to the system bus at {self.address}: {_why(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - the library raises OSError, timeouts and plain Exception
+            if bus is not None:
+                try:
+                    bus.disconnect()
+                except Exception:  # noqa: BLE001 - a half-open connection may not close cleanly
+                    pass
+            why = "no answer" if isinstance(exc, asyncio.TimeoutError) else _why(exc)
+            raise LogindError(f"cannot connect to the system bus at {self.address}: {why}") from None
 
     @property
     def bus(self) -> MessageBus:

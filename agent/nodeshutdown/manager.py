@@ -286,7 +286,9 @@ class ShutdownManager:
         while True:
             try:
                 await self._session()
-            except LogindError as exc:
+            except Exception as exc:  # noqa: BLE001 - the node must keep watching whatever went wrong
+                if not isinstance(exc, LogindError):
+                    exc = LogindError(f"unexpected error: {exc!r}")
                 log.error("Unable to watch the node for shutdown events", err=exc, retryIn=f"{delay:g}s")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)

@@ -13,6 +13,7 @@ import os
 import pytest
 
 from agent.nodeshutdown import Logind, LogindError, ShutdownManager
+from agent.nodeshutdown import manager as manager_mod
 from agent.options import ShutdownGracePeriodByPodPriority as Budget
 from apiserver_min.api import names
 from tests.logind_standin import PrivateLogind, dbus_daemon
@@ -132,3 +133,28 @@ async def test_too_short_delay_that_cannot_be_raised_is_refused(logind, tmp_path
     with pytest.raises(LogindError, match="unable to override inhibit delay by shutdown manager"):
         await mgr._session()
     assert mgr.lock is None
+
+
+async def test_a_lost_bus_is_reconnected_and_the_lock_taken_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(manager_mod, "RECONNECT_PERIOD", 0.1)
+    first = PrivateLogind(tmp_path).__enter__()
+    second = None
+    try:
+        monkeypatch.setenv(names.ENV_DBUS_SYSTEM_BUS_ADDRESS, first.address)
+        mgr = ShutdownManager([Budget(0, 2)], pods=list, kill=lambda *a: asyncio.sleep(0))
+        task = asyncio.create_task(mgr.run())
+        try:
+            await _until(lambda: first.held_locks() == 1)
+            # The system bus restarts (here: another one comes up and the first goes away).
+            second = PrivateLogind(tmp_path).__enter__()
+            monkeypatch.setenv(names.ENV_DBUS_SYSTEM_BUS_ADDRESS, second.address)
+            first.__exit__()
+            await _until(lambda: second.held_locks() == 1)
+            assert mgr.lock is not None
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    finally:
+        first.__exit__()
+        if second is not None:
+            second.__exit__()
