@@ -38,6 +38,7 @@ from .events import EventRecorder
 from .eventsink import ApiEventSink
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
+from .nodeshutdown import SHUTDOWN_STATE_FILE, ShutdownManager, budgets_from_config
 from .objectcache import ObjectCache
 from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
@@ -198,7 +199,7 @@ class NodeAgent:
         pipeline = self.pipeline
         # Device plugins: the allocations of a previous run are known before any pod is admitted.
         self.devices = DeviceManager(
-            cfg.root_dir, active_pods=pipeline.active_pods, sources_ready=pipeline.sources_seen
+            cfg.root_dir, active_pods=pipeline.pods_holding_resources, sources_ready=pipeline.sources_seen
         )
         self.devices.load_checkpoint()
         pipeline.devices = self.devices
@@ -215,6 +216,22 @@ class NodeAgent:
                 ),
                 feature=lambda gate: _feature(cfg, gate),
             )
+        self.node_status: NodeStatusManager | None = None  # cluster mode, once joined
+        self.shutdown = ShutdownManager(
+            budgets_from_config(cfg),
+            pods=pipeline.active_pods,
+            kill=self._kill_for_shutdown,
+            events=self.events,
+            node_changed=self._node_changed,
+            disruption_conditions=cfg.feature_gates.enabled("PodDisruptionConditions"),
+            state_file=(
+                os.path.join(cfg.root_dir, SHUTDOWN_STATE_FILE)
+                if cfg.feature_gates.enabled("GracefulNodeShutdownBasedOnPodPriority")
+                else None
+            ),
+        )
+        if self.shutdown.enabled:
+            pipeline.admit_handlers.append(self.shutdown.admit)
         self.container_gc = ContainerGC(
             self.cri,
             ContainerGCPolicy(
@@ -236,6 +253,8 @@ class NodeAgent:
             serving_cert_expiry=lambda: self.server.serving_cert_expiry if self.server is not None else None,
         )
         self.metrics.instrument(self.runtime)
+        if self.shutdown.enabled and self.shutdown.state_file:
+            self.metrics.graceful_shutdown(self.shutdown.metrics)
         self.stats = StatsProvider(
             node_name=self.node_name,
             root_dir=cfg.root_dir,
@@ -367,6 +386,19 @@ class NodeAgent:
             )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
+    async def _kill_for_shutdown(self, pod: dict, grace: int, update_status: Callable[[dict], None]) -> None:
+        """The node shutdown manager's way to stop a pod: through its pod worker."""
+        assert self.pipeline is not None
+        done = self.pipeline.kill_pod(
+            podutil.uid(pod), grace=grace, update_status=update_status, reason="node shutdown"
+        )
+        if done is not None:
+            await asyncio.shield(done)
+
+    def _node_changed(self) -> None:
+        if self.node_status is not None:
+            self.node_status.poke()
+
     def _probe_changed(self, uid: str) -> None:
         if self.pipeline is not None:
             self.pipeline.wake(uid)
@@ -416,6 +448,7 @@ class NodeAgent:
                 version=self.version,
                 host_ip=self.host_ip,
                 extended_resources=self.devices.capacity,
+                shutdown=self.shutdown.not_ready_message,
             )
             self.devices.on_change = status.poke
             await status.register()
@@ -511,6 +544,9 @@ class NodeAgent:
     async def run_pod_resources(self) -> None:
         assert self.pod_resources is not None
         await self.pod_resources.run()
+
+    async def run_shutdown(self) -> None:
+        await self.shutdown.run()
 
     async def run_image_gc(self, period: float | None = None) -> None:
         await self.image_gc.run(period or IMAGE_GC_PERIOD)

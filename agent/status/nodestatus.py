@@ -400,6 +400,7 @@ class NodeStatusManager:
         version: str,
         host_ip: str,
         pressure: Callable[[], Mapping[str, bool]] | None = None,
+        shutdown: Callable[[], str] | None = None,
         host_files: HostFiles | None = None,
         detect_ip: Callable[[bool], str] = detect_node_ip,
         extended_resources: Callable[[], tuple[Mapping[str, int], Mapping[str, int], Iterable[str]]] | None = None,
@@ -408,7 +409,8 @@ class NodeStatusManager:
         ``(False, reason)``; ``runtime_version`` answers ``containerd://1.6.20``;
         ``list_images`` answers CRI images. ``pressure`` (the eviction manager's, when
         there is one) maps MemoryPressure/DiskPressure/PIDPressure to True when under
-        pressure; without it there is none."""
+        pressure; without it there is none. ``shutdown`` (the node shutdown manager's)
+        answers why the node is not ready while it shuts down, "" otherwise."""
         self.cfg = cfg
         self.client = client
         self.node_name = node_name
@@ -423,6 +425,7 @@ class NodeStatusManager:
         self.pressure = pressure or (lambda: {})
         # The device plugins' resources: (capacity, allocatable, removed resources).
         self.extended_resources = extended_resources
+        self.shutdown = shutdown or (lambda: "")
         self.host_files = host_files or HostFiles()
         self._detect_ip = detect_ip
         self.register_node = bool(getattr(cfg, "register_node", True))
@@ -717,6 +720,9 @@ class NodeStatusManager:
         ready, why = answer if isinstance(answer, tuple) else (bool(answer), "")
         if not ready:
             errs.append(why or RUNTIME_DOWN_MESSAGE)
+        shutting_down = self.shutdown()
+        if shutting_down:
+            errs.append(shutting_down)
         required = [CPU, MEMORY, PODS]
         if getattr(self.cfg, "local_storage_capacity_isolation", True):
             required.append(EPHEMERAL_STORAGE)

@@ -23,6 +23,7 @@ CAPABILITIES = {
     "eviction manager": "agent/eviction",
     "node pressure": "agent/eviction",
     "pods/eviction": "apiserver_min/registry/eviction.py",
+    "graceful node shutdown": "agent/nodeshutdown",
     "resource metrics API": "apiserver_min/server/resourcemetrics.py",
     "audit": "apiserver_min/audit",
     "encrypt": "apiserver_min/storage/encryption.py",
