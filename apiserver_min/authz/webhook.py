@@ -17,9 +17,10 @@ authorizers are asked, and a request nobody allows is then a 500 naming the erro
 (upstream fails open to the rest of the chain, never to "allowed"). Failures are not
 cached.
 
-The in-process checks the server makes synchronously (the create-on-update check,
-RBAC's escalation checks, admission plugins, CEL ``authorizer`` checks) see the cached
-answers only; a question the backend has not answered yet is no opinion there, with
+The request's own authorization, impersonation and the access reviews ask the
+backend. The in-process checks the server makes synchronously (the create-on-update
+check, RBAC's escalation checks, admission plugins, CEL ``authorizer`` checks) see the
+cached answers only; a question the backend has not answered yet is no opinion there, with
 a reason saying so.
 """
 

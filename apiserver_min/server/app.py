@@ -472,7 +472,7 @@ class ApiServer:
             if self.auditor is not None:
                 audit = auditing.begin(self.auditor, request, info, user)
             real_user = user
-            request, user = impersonate(request, user, self.authorizer)  # Impersonate-* headers
+            request, user = await impersonate(request, user, self.authorizer)  # Impersonate-* headers
             if audit is not None:
                 if user is not real_user:
                     audit.impersonated(real_user, user)
