@@ -197,6 +197,16 @@ class Union:
         return out
 
 
+async def decide(authorizer: Any, attrs: AuthzAttributes) -> tuple[Decision, str, str]:
+    """(decision, reason, error) of any authorizer: the chain's (or a webhook's) ``decide``,
+    else its synchronous ``authorize`` with no error."""
+    ask = getattr(authorizer, "decide", None)
+    if ask is not None:
+        return await ask(attrs)
+    decision, reason = authorizer.authorize(attrs)
+    return decision, reason, ""
+
+
 def parse_modes(value: str) -> tuple[str, ...]:
     """``--authorization-mode``: a comma list of known modes, each at most once."""
     modes = [m.strip() for m in value.split(",") if m.strip()]

@@ -34,8 +34,8 @@ from ..audit.event import RequestAudit
 from ..audit.logbackend import AuditWriteError, LogBackend
 from ..audit.webhook import WebhookBackend
 from ..authn.union import Authentication
-from ..authz.authorizer import AuthzAttributes, forbidden_error, request_attributes, user_or_anonymous
 from ..authz.authorizer import Decision as AuthzDecision
+from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
 from ..authz.modes import build_authorizer
 from ..authz.rbac import RbacIndex, RbacWriteGuard
 from ..authz.webhook import WebhookAuthorizer
@@ -402,31 +402,21 @@ class ApiServer:
         credential."""
         return await self.authn.authenticate(request)
 
-    def authorize(
-        self, user: UserInfo | None, info: RequestInfo, query=None, audit: RequestAudit | None = None
+    async def authorize(
+        self,
+        user: UserInfo | None,
+        info: RequestInfo,
+        query=None,
+        audit: RequestAudit | None = None,
+        uri: str = "",
     ) -> None:
-        """Ask the authorizer chain (--authorization-mode); anything not allowed is a 403
-        naming the user, verb and resource. ``None`` is the anonymous user. The decision
-        and its reason go on the request's audit event. Synchronous, for the checks made
-        inside a request (a webhook authorizer answers from its cache there)."""
-        attrs = request_attributes(user, info, query)
-        decision, reason = self.authorizer.authorize(attrs)
-        self._authorized(attrs, decision, reason, "", audit, "")
-
-    async def authorize_request(
-        self, request: web.Request, user: UserInfo | None, info: RequestInfo, audit: RequestAudit | None
-    ) -> None:
-        """The request's own authorization, asking every authorizer (the webhook too). A
+        """Ask the authorizer chain (--authorization-mode), every authorizer (the webhook
+        too); anything not allowed is a 403 naming the user, verb and resource, and a
         request nobody allowed while an authorizer failed is a 500 naming the failure, as
-        upstream."""
-        attrs = request_attributes(user, info, request.query)
+        upstream. ``None`` is the anonymous user. The decision and its reason go on the
+        request's audit event."""
+        attrs = request_attributes(user, info, query)
         decision, reason, error = await self.authorizer.decide(attrs)
-        self._authorized(attrs, decision, reason, error, audit, request.path_qs)
-
-    @staticmethod
-    def _authorized(
-        attrs: AuthzAttributes, decision: AuthzDecision, reason: str, error: str, audit: RequestAudit | None, uri: str
-    ) -> None:
         allowed = decision is AuthzDecision.ALLOW
         if not allowed and error:
             log.error("authorization of %s failed: %s", uri, error)
@@ -478,7 +468,7 @@ class ApiServer:
                     audit.impersonated(real_user, user)
                 assert self.auditor is not None
                 self.auditor.emit(audit, "RequestReceived")
-            await self.authorize_request(request, user, info, audit)
+            await self.authorize(user, info, request.query, audit, request.path_qs)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self.deadlines.finish(deadline)  # no await may come between the work and this

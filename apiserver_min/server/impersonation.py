@@ -33,7 +33,7 @@ from multidict import CIMultiDict
 from ..api import names
 from ..api import status as st
 from ..api.user import UserInfo, service_account_groups, service_account_username, split_service_account
-from ..authz.authorizer import AuthzAttributes, Decision, forbidden_error, user_or_anonymous
+from ..authz.authorizer import AuthzAttributes, Decision, decide, forbidden_error, user_or_anonymous
 
 log = logging.getLogger("orch-apiserver.impersonation")
 
@@ -149,7 +149,7 @@ async def impersonated_user(requestor: UserInfo, wanted: list[Impersonation], au
     extra: dict[str, list[str]] = {}
     for imp in wanted:
         attrs = _attributes(requestor, imp)
-        decision, reason, _ = await authorizer.decide(attrs)  # a failure is a 403 here, as upstream
+        decision, reason, _ = await decide(authorizer, attrs)  # a failure is a 403 here, as upstream
         if decision is not Decision.ALLOW:
             raise forbidden_error(attrs, reason)
         if imp.kind == "ServiceAccount":
