@@ -43,6 +43,7 @@ def image_review_answer(review: dict) -> dict:
 SAR_ALLOWED_USER = "wh-alice"
 SAR_DENIED_USER = "wh-mallory"
 SAR_DENY_REASON = "mallory is banned from this cluster"
+SAR_BROKEN_USER = "wh-broken"  # the backend answers HTTP 400 for this one
 
 
 def access_review_answer(review: dict) -> dict:
@@ -159,6 +160,8 @@ class WebhookServer:
             self.client_certs.append(peer)
             self.authorizations.append(request.headers.get("Authorization", ""))
         if review.get("kind") == "SubjectAccessReview":
+            if (review.get("spec") or {}).get("user") == SAR_BROKEN_USER:
+                return web.Response(status=400, text="cannot review this")
             return web.json_response(access_review_answer(review))
         if review.get("kind") == "ImageReview":
             return web.json_response(image_review_answer(review))

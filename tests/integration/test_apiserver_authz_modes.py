@@ -18,7 +18,7 @@ from apiserver_min.api import names
 from apiserver_min.server.timeouts import TIMEOUT_MESSAGE
 from tests.apiserver_fixtures import APISERVER_BIN, ApiServerProcess, Kubectl, kubectl_binary
 from tests.components import free_port
-from tests.webhook_server import SAR_ALLOWED_USER, SAR_DENIED_USER, SAR_DENY_REASON, WebhookServer
+from tests.webhook_server import SAR_ALLOWED_USER, SAR_BROKEN_USER, SAR_DENIED_USER, SAR_DENY_REASON, WebhookServer
 
 ABAC_READER = "abac-reader"
 RBAC_USER = "rbac-bob"
@@ -161,6 +161,24 @@ def test_abac_grants_read_only_access(server):
     assert status == 403 and "No policy matched." in doc["message"], doc
     status, _ = server.json("GET", "/api/v1/namespaces/orch-system/configmaps", headers=as_user(ABAC_READER))
     assert status == 403
+
+
+def test_backend_failure_is_a_500_naming_it_when_nobody_allows(server, hooks):
+    for _ in range(2):  # failures are not cached: asked again
+        asked = len(reviews_of(hooks, SAR_BROKEN_USER))
+        status, doc = server.json("GET", CONFIGMAPS, headers=as_user(SAR_BROKEN_USER))
+        assert status == 500 and doc["reason"] == "InternalError", doc
+        assert doc["message"] == (
+            f'Internal Server Error: "{CONFIGMAPS}": Post "{hooks.url("/authorize")}": the server answered HTTP 400'
+        ), doc
+        assert len(reviews_of(hooks, SAR_BROKEN_USER)) == asked + 1
+    review = {
+        "apiVersion": f"{names.AUTHORIZATION_GROUP}/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": SAR_BROKEN_USER, "nonResourceAttributes": {"verb": "get", "path": "/x"}},
+    }
+    _, doc = server.json("POST", f"/apis/{names.AUTHORIZATION_GROUP}/v1/subjectaccessreviews", review, expect=201)
+    assert doc["status"]["allowed"] is False and "HTTP 400" in doc["status"]["evaluationError"], doc
 
 
 def test_access_review_asks_the_webhook(server):
