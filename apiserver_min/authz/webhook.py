@@ -17,11 +17,12 @@ authorizers are asked, and a request nobody allows is then a 500 naming the erro
 (upstream fails open to the rest of the chain, never to "allowed"). Failures are not
 cached.
 
-The request's own authorization, impersonation and the access reviews ask the
-backend. The in-process checks the server makes synchronously (the create-on-update
-check, RBAC's escalation checks, admission plugins, CEL ``authorizer`` checks) see the
-cached answers only; a question the backend has not answered yet is no opinion there, with
-a reason saying so.
+The request path asks the backend (the request's own authorization, impersonation,
+create-on-update, RBAC's escalate and bind checks, the admission plugins' checks, the
+access reviews), and so do the bundled controllers' in-process client. Two checks
+are synchronous and see the cached answers only: CEL's ``authorizer`` in admission
+policies and match conditions, and the CSR auto-approver's; a question the backend
+has not answered yet is no opinion there, with a reason saying so.
 """
 
 from __future__ import annotations
