@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import pytest
+from aiohttp import web
 
 from apiserver_min.api import names
 from apiserver_min.api import status as st
@@ -15,8 +16,9 @@ from apiserver_min.authz.authorizer import AlwaysDeny, AuthzAttributes, Decision
 from apiserver_min.options import OptionsError
 from apiserver_min.options import parse as parse_args
 from apiserver_min.server.timeouts import TIMEOUT_MESSAGE, Deadlines, requested_timeout, timed_out
-from apiserver_min.webhookclient.client import CallError
+from apiserver_min.webhookclient.client import CallError, JsonWebhook
 from apiserver_min.webhookclient.orchconfig import Target
+from tests.components import free_port
 
 ALICE = UserInfo("alice", uid="u-1", groups=("dev", names.GROUP_AUTHENTICATED), extra={"scope": ("a",)})
 BOB = UserInfo("bob", groups=("ops", names.GROUP_AUTHENTICATED))
@@ -340,3 +342,39 @@ async def test_deadlines_cancel_late_work_only():
     )
     assert outcome == {"quick": "done", "slow": "expired", "short": "expired", "quick-short": "done"}
     assert not deadlines._fifo and deadlines._timer is None
+
+
+# --- the shared JSON webhook client ---------------------------------------------------------------
+
+
+async def test_json_webhook_retries_then_answers_and_words_failures():
+    answers = [503, 429, 200]
+
+    async def handle(request: web.Request) -> web.Response:
+        code = answers.pop(0)
+        doc = await request.json()
+        assert request.headers["Authorization"] == "Bearer t"
+        return web.json_response({"echo": doc}, status=code)
+
+    app = web.Application()
+    app.router.add_post("/review", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        client = JsonWebhook(Target(f"http://127.0.0.1:{port}/review", token="t"), retry_backoff=0.01)
+        assert await client.post({"a": 1}) == {"echo": {"a": 1}}
+        assert client.calls == 3
+        answers[:] = [400]
+        with pytest.raises(CallError, match=r"the server answered HTTP 400"):
+            await client.post({})  # not retried
+        assert client.calls == 4
+        await client.close()
+    finally:
+        await runner.cleanup()
+    gone = JsonWebhook(Target(f"http://127.0.0.1:{free_port()}/review"), retry_backoff=0.01)
+    with pytest.raises(CallError, match=r'^Post "http://127.0.0.1:\d+/review": dial tcp .*connection refused'):
+        await gone.post({})
+    assert gone.calls == 5
+    await gone.close()
