@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -378,3 +379,15 @@ async def test_json_webhook_retries_then_answers_and_words_failures():
         await gone.post({})
     assert gone.calls == 5
     await gone.close()
+
+
+def test_example_files_read():
+    examples = Path(__file__).resolve().parents[2] / "configs" / "examples"
+    policies = abac.load_policy_file(str(examples / "abac-policy.jsonl"))
+    a = abac.AbacAuthorizer(policies)
+    auditor = UserInfo("eve", groups=("auditors",))
+    assert a.authorize(res(auditor, "list", "secrets", "x"))[0] is Decision.ALLOW
+    assert a.authorize(res(auditor, "delete", "secrets", "x"))[0] is Decision.NO_OPINION
+    assert a.authorize(res(UserInfo("alice"), "delete", "pods", "projects"))[0] is Decision.ALLOW
+    with pytest.raises(ValueError, match="/etc/orch/authz-client.crt: No such file"):
+        webhook.load_config(str(examples / "authz-webhook.orchconfig"))  # the paths are to be edited
