@@ -25,6 +25,8 @@ STORAGE_GROUP = f"storage.{DOMAIN}"
 ADMISSIONREGISTRATION_GROUP = f"admissionregistration.{DOMAIN}"
 AUTHENTICATION_GROUP = f"authentication.{DOMAIN}"
 AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
+# The policy file format of the ABAC authorization mode (a file format, not a served group).
+ABAC_GROUP = f"abac.authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
 # The finalizer a CustomResourceDefinition carries until its objects are deleted.

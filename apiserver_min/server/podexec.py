@@ -142,7 +142,7 @@ async def serve_pod_stream(
     sub = ctx.subresource
     if request.method == "GET" and ctx.authorize_as is not None:
         # Compound authorization: opening a stream is creating something.
-        ctx.authorize_as("create")
+        await ctx.authorize_as("create")
     pod = await server.store.get_object(kind, ctx.namespace, ctx.name)
     opts = parse_stream_options(request.query, sub, ctx.name)
     container = "" if sub == "portforward" else choose_container(pod, opts.container)
