@@ -288,6 +288,9 @@ ROLE_CSR_SELFNODECLIENT = f"system:certificates.{DOMAIN}:certificatesigningreque
 ROLE_CLUSTER_INFO_READER = "system:bootstrap-signer-clusterinfo"
 CSR_SUBRESOURCE_NODECLIENT = "nodeclient"
 CSR_SUBRESOURCE_SELFNODECLIENT = "selfnodeclient"
+
+# The pod sub-resource that adds ephemeral containers (kubectl debug writes it).
+POD_SUBRESOURCE_EPHEMERAL_CONTAINERS = "ephemeralcontainers"
 SIGNERS_RESOURCE = "signers"
 
 # Authentication (bearer tokens, service accounts, TokenRequest, the ServiceAccount
