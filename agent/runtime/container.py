@@ -144,6 +144,7 @@ def build_container_config(
     service_env: Mapping[str, str] | None = None,
     image_uid: int | None = None,
     image_username: str = "",
+    target_id: str = "",
 ) -> ContainerSetup:
     """The config for (re)creating ``container`` of ``pod`` for the ``restart_count``-th time.
 
@@ -151,6 +152,8 @@ def build_container_config(
     VolumeManager.setup). ``image_uid``/``image_username`` are the image's user
     from ImageStatus, when known (runAsNonRoot checks and the default user).
     ``service_env`` holds the pod's service variables (:func:`~.env.service_environment`).
+    ``target_id``: the runtime id of the container whose process namespace an ephemeral
+    container joins (its ``targetContainerName``).
     Raises PodConfigError(CreateContainerConfigError).
     """
     name = container.get("name") or ""
@@ -192,6 +195,11 @@ def build_container_config(
     config.linux.security_context.CopyFrom(
         security_context(pod, container, ctx, image_uid=image_uid, image_username=image_username)
     )
+    namespaces = config.linux.security_context.namespace_options
+    if target_id and namespaces.pid == pb.CONTAINER:
+        # A pod that shares one process namespace (or the node's) already shows it all.
+        namespaces.pid = pb.TARGET
+        namespaces.target_id = target_id
     return ContainerSetup(config=config, termination_message_host_path=termination_path)
 
 
