@@ -16,9 +16,6 @@ from multidict import MultiDict
 
 from agent.server import streaming
 from agent.server.streaming import (
-    FLAG_FIN,
-    PING,
-    SYN_STREAM,
     SpdyClient,
     SpdyError,
     decode_header_block,
@@ -29,6 +26,7 @@ from agent.server.streaming import (
     read_frame,
 )
 from apiserver_min.api import names
+from apiserver_min.api.spdy import FLAG_FIN, PING, SYN_STREAM
 from apiserver_min.api.status import ApiError
 from apiserver_min.server import podexec
 
