@@ -376,6 +376,9 @@ CONTROLLER_MANAGER_USER = "system:orch-controller-manager"
 # since kubectl and the runtime's streaming server speak them.
 STREAM_PROTOCOL_V5 = "v5.channel.k8s.io"
 STREAM_PROTOCOL_V4 = "v4.channel.k8s.io"
+# SPDY stream clients: the protocol offer/answer header, and the header naming each stream.
+HEADER_STREAM_PROTOCOL_VERSION = "X-Stream-Protocol-Version"
+STREAM_TYPE_HEADER = "streamType"
 
 # The field managers (metadata.managedFields) of the API server's bundled controllers'
 # writes: upstream records them under the product name of the writer's user agent,
