@@ -224,3 +224,19 @@ def test_kubectl_debug_adds_an_ephemeral_container(server, tmp_path, version):
     [dbg] = got["spec"]["ephemeralContainers"]
     assert dbg["name"].startswith("debugger-") and dbg["targetContainerName"] == "app"
     assert dbg["command"] == ["sh"] and dbg["image"] == "busybox"
+
+
+def test_pod_security_judges_what_is_added(server):
+    """PodSecurity admission sees writes of the sub-resource: a privileged ephemeral
+    container is refused where the namespace enforces baseline."""
+    ns = "eph-baseline"
+    create_namespace(server, ns)
+    label = {"metadata": {"labels": {names.POD_SECURITY_PREFIX + "enforce": "baseline"}}}
+    server.json("PATCH", f"/api/v1/namespaces/{ns}", label, {"Content-Type": names.MEDIA_MERGE_PATCH}, expect=200)
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    server.json("POST", pods, {"metadata": {"name": "p"}, "spec": {"containers": [ephemeral("app")]}}, expect=201)
+    patch = {"spec": {"ephemeralContainers": [ephemeral("root", securityContext={"privileged": True})]}}
+    _, doc = server.json("PATCH", f"{pods}/p/ephemeralcontainers", patch, SMP, expect=403)
+    assert 'violates PodSecurity "baseline:latest": privileged' in doc["message"], doc
+    plain = {"spec": {"ephemeralContainers": [ephemeral("ok")]}}
+    server.json("PATCH", f"{pods}/p/ephemeralcontainers", plain, SMP, expect=200)

@@ -33,6 +33,8 @@ CAPABILITIES = {
     "admission webhooks": "apiserver_min/admission/webhook",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
+    "pods/ephemeralcontainers": "apiserver_min/api/podvalidation.py",
+    "over SPDY": "apiserver_min/server/podexec_spdy.py",
 }
 
 
