@@ -44,7 +44,7 @@ from .runtime.errors import PodConfigError
 from .runtime.manager import RuntimeManager, RuntimePod
 from .runtime.sandbox import check_sysctls
 from .sources.merge import PodConfig
-from .status.podstatus import generate_pod_status, rejected_status
+from .status.podstatus import ephemeral_ran, generate_pod_status, rejected_status
 
 __all__ = ["PodState", "PodPipeline", "KillRequest"]
 
@@ -394,7 +394,9 @@ class PodPipeline:
                     await self._unmount_finished(pod)
                 rp = await self.runtime.runtime_pod(uid)
         else:
-            result = await self.runtime.sync_pod(pod, rp)
+            # What this agent reported, and (after a restart) what the API server's copy says.
+            ran = ephemeral_ran(state.status) | ephemeral_ran(pod.get("status"))
+            result = await self.runtime.sync_pod(pod, rp, ephemeral_ran=ran)
             if result.changed:
                 rp = await self.runtime.runtime_pod(uid)
         state.rp = rp

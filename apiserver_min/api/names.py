@@ -324,6 +324,9 @@ ROLE_CSR_SELFNODECLIENT = f"system:certificates.{DOMAIN}:certificatesigningreque
 ROLE_CLUSTER_INFO_READER = "system:bootstrap-signer-clusterinfo"
 CSR_SUBRESOURCE_NODECLIENT = "nodeclient"
 CSR_SUBRESOURCE_SELFNODECLIENT = "selfnodeclient"
+
+# The pod sub-resource that adds ephemeral containers (kubectl debug writes it).
+POD_SUBRESOURCE_EPHEMERAL_CONTAINERS = "ephemeralcontainers"
 SIGNERS_RESOURCE = "signers"
 
 # Authentication (bearer tokens, service accounts, TokenRequest, the ServiceAccount
@@ -409,6 +412,9 @@ CONTROLLER_MANAGER_USER = "system:orch-controller-manager"
 # since kubectl and the runtime's streaming server speak them.
 STREAM_PROTOCOL_V5 = "v5.channel.k8s.io"
 STREAM_PROTOCOL_V4 = "v4.channel.k8s.io"
+# SPDY stream clients: the protocol offer/answer header, and the header naming each stream.
+HEADER_STREAM_PROTOCOL_VERSION = "X-Stream-Protocol-Version"
+STREAM_TYPE_HEADER = "streamType"
 
 # The field managers (metadata.managedFields) of the API server's bundled controllers'
 # writes: upstream records them under the product name of the writer's user agent,

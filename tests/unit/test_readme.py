@@ -39,6 +39,8 @@ CAPABILITIES = {
     "endpoint slices": "apiserver_min/controllers",
     "device plugins": "agent/cm/devicemanager",
     "pod resources API": "agent/server/podresources.py",
+    "pods/ephemeralcontainers": "apiserver_min/api/podvalidation.py",
+    "over SPDY": "apiserver_min/server/podexec_spdy.py",
 }
 
 
