@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 import socket
 import time
@@ -45,9 +46,9 @@ from .runtime.errors import PodConfigError
 from .runtime.manager import RuntimeManager, RuntimePod
 from .runtime.sandbox import check_sysctls
 from .sources.merge import PodConfig
-from .status.podstatus import generate_pod_status, rejected_status
+from .status.podstatus import ephemeral_ran, generate_pod_status, rejected_status
 
-__all__ = ["PodState", "PodPipeline"]
+__all__ = ["PodState", "PodPipeline", "KillRequest"]
 
 log = agent_logging.get_logger("workers")
 
@@ -55,6 +56,18 @@ HOUSEKEEPING_PERIOD = 2.0
 RELIST_PERIOD = 1.0
 LOG_ROTATION_PERIOD = 10.0
 RUNTIME_RETRY = 2.0
+_FINISHED = ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass
+class KillRequest:
+    """Stop a pod that stays known to the node (upstream's killPodFunc): its containers are
+    stopped with ``grace``, then ``update_status`` edits its final status."""
+
+    grace: int | None
+    reason: str
+    update_status: Callable[[dict], None]
+    done: asyncio.Future
 
 
 @dataclasses.dataclass
@@ -70,9 +83,8 @@ class PodState:
     retry_at: float | None = None
     syncs: int = 0
     terminal_stopped: bool = False
-    # Set by an eviction: (reason, message, extra conditions); the pod never runs again.
-    evicted: tuple[str, str, list] | None = None
-    stopped: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    kill: KillRequest | None = None  # the node stops the pod (shutdown, eviction)
+    killed: bool = False  # stopped by the node: kept with its final status until deleted
 
     @property
     def uid(self) -> str:
@@ -98,8 +110,11 @@ class PodPipeline:
         beat: Callable[[], None] = lambda: None,
         tick: float = 1.0,
         keep_terminated_pod_volumes: bool = False,
+        devices: Any = None,
     ) -> None:
         self.config = config
+        # The device manager: allocates a pod's devices at admission, frees them at its end.
+        self.devices = devices
         self.keep_terminated_pod_volumes = keep_terminated_pod_volumes
         self.tick = tick
         self.runtime = runtime
@@ -119,8 +134,8 @@ class PodPipeline:
         self._last_relist: dict[str, dict[str, str]] = {}
         self.runtime_ready = False
         self.synced_once = asyncio.Event()
-        # More admission checks, before the resource fit: pod -> (reason, message), ("", "") to admit.
-        self.admit_checks: list[Callable[[dict], tuple[str, str]]] = []
+        # Further admission handlers (node shutdown, ...): pod -> (reason, message), ("", "") admits.
+        self.admit_handlers: list[Callable[[dict], tuple[str, str]]] = []
 
     # --- views -------------------------------------------------------------------
 
@@ -139,9 +154,33 @@ class PodPipeline:
                 return state
         return None
 
+    def pods_holding_resources(self) -> list[dict]:
+        """The pods whose devices stay taken: desired (also those of an update still being
+        admitted) or still terminating, neither refused nor finished."""
+        out = {podutil.uid(p): p for p in self.podmanager.pods()}
+        for uid, state in self.pods.items():
+            out.setdefault(uid, state.pod)
+        return [
+            p
+            for uid, p in out.items()
+            if not ((s := self.pods.get(uid)) is not None and (s.rejected or s.status.get("phase") in _FINISHED))
+        ]
+
     def has_pod(self, uid: str) -> bool:
         """The pod is the agent's (desired, terminating, or an orphan being removed)."""
         return uid in self.pods or uid in self._orphans
+
+    def active_pods(self) -> list[dict]:
+        """The pods that run or may still run here: admitted, not being removed, not finished."""
+        return [
+            s.pod
+            for s in self.pods.values()
+            if not s.rejected
+            and not s.terminating
+            and not s.killed
+            and s.kill is None
+            and (s.status or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
 
     def sources_seen(self) -> bool:
         return self.config.seen_all(self.sources)
@@ -238,15 +277,15 @@ class PodPipeline:
         self.pods[uid] = state
         previous = pod.get("status") or {}
         if previous.get("phase") == "Failed" and previous.get("reason") == names.EVICTION_REASON:
-            # Evicted before an agent restart: it stays stopped (whatever is left of it is stopped).
-            kept = [
-                c
-                for c in previous.get("conditions") or []
-                if isinstance(c, dict) and c.get("type") == names.POD_CONDITION_DISRUPTION_TARGET
-            ]
-            state.evicted = (previous["reason"], previous.get("message", ""), kept)
-            state.status = dict(previous)
+            # Evicted before an agent restart: it stays stopped (whatever is left of it is
+            # stopped) and keeps its final status.
             state.task = asyncio.create_task(self._worker(state), name=f"pod-worker {podutil.full_name(pod)}")
+            state.kill = KillRequest(
+                None,
+                previous["reason"],
+                functools.partial(_keep_final, previous),
+                asyncio.get_running_loop().create_future(),
+            )
             state.wake.set()
             return
         reason, message = self._admit(pod)
@@ -263,14 +302,19 @@ class PodPipeline:
         state.wake.set()
 
     def _admit(self, pod: dict) -> tuple[str, str]:
-        for check in self.admit_checks:
-            reason, message = check(pod)
+        for handler in self.admit_handlers:
+            reason, message = handler(pod)
             if reason:
                 return reason, message
         try:
             check_sysctls(pod, self.runtime.ctx)
         except PodConfigError as exc:
             return exc.reason, exc.message
+        # Upstream's order: the resource allocation handler (devices) before the resource fit.
+        if self.devices is not None:
+            result = self.devices.admit(pod)
+            if not result.admit:
+                return result.reason, result.message
         if self.cgroups is not None:
             active = [
                 s.pod
@@ -282,40 +326,10 @@ class PodPipeline:
             ]
             result = self.cgroups.admit(pod, active)
             if not result.admit:
+                if self.devices is not None:
+                    self.devices.free_pod(podutil.uid(pod))
                 return result.reason, result.message
         return "", ""
-
-    def active_pods(self) -> list[dict]:
-        """The pods that run or may run: admitted, not terminating, evicted or finished."""
-        return [
-            s.pod
-            for s in self.pods.values()
-            if not s.rejected
-            and not s.terminating
-            and s.evicted is None
-            and (s.status or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
-
-    async def evict(
-        self, pod: dict, grace: int | None, reason: str, message: str, conditions: list, timeout: float = 30.0
-    ) -> bool:
-        """Stop ``pod`` for good with ``grace`` seconds (None: its own) and report it
-        ``Failed`` with ``reason`` and ``message``; returns once its containers are stopped
-        (False when it is not active, or did not stop within its grace plus ``timeout``)."""
-        state = self.pods.get(podutil.uid(pod))
-        if state is None or state.rejected or state.terminating or state.evicted is not None:
-            return False
-        state.evicted = (reason, message, list(conditions))
-        state.grace_override = grace
-        state.stopped.clear()
-        state.wake.set()
-        wait = podutil.grace_period_seconds(state.pod, grace) + timeout
-        try:
-            await asyncio.wait_for(state.stopped.wait(), wait)
-        except asyncio.TimeoutError:
-            log.error("Evicted pod did not stop in time", pod=podutil.full_name(pod), waited=f"{wait:g}s")
-            return False
-        return True
 
     def _terminate(self, state: PodState, grace: int | None = None) -> None:
         if state.rejected:
@@ -326,6 +340,21 @@ class PodPipeline:
         if grace is not None:
             state.grace_override = grace
         state.wake.set()
+
+    def kill_pod(
+        self, uid: str, *, grace: int | None, update_status: Callable[[dict], None], reason: str
+    ) -> asyncio.Future | None:
+        """Have the pod's worker stop it and give it its final status (``update_status`` edits
+        the status generated after the stop). The future is done when the containers are
+        stopped; None when the pod is not one the node runs (gone, refused, being removed)."""
+        state = self.pods.get(uid)
+        if state is None or state.rejected or state.terminating or state.killed or state.task is None:
+            return None
+        if state.kill is not None:
+            return state.kill.done
+        state.kill = KillRequest(grace, reason, update_status, asyncio.get_running_loop().create_future())
+        state.wake.set()
+        return state.kill.done
 
     # --- workers --------------------------------------------------------------------
 
@@ -347,7 +376,10 @@ class PodPipeline:
                     if state.terminating:
                         await self._terminate_pod(state)
                         return
-                    await self._sync(state)
+                    if state.kill is not None:
+                        await self._kill(state)
+                    elif not state.killed:
+                        await self._sync(state)
                 except UnavailableError as exc:
                     self.runtime_ready = False
                     log.error("Container runtime unavailable", pod=name, err=exc.details)
@@ -368,17 +400,7 @@ class PodPipeline:
         self.runtime_ready = True
         phase = (state.status or {}).get("phase")
         result = None
-        if state.evicted is not None:
-            if not state.terminal_stopped:
-                grace = podutil.grace_period_seconds(pod, state.grace_override)
-                await self.runtime.kill_pod(pod, rp, grace=grace, reason=state.evicted[0])
-                state.terminal_stopped = True
-                if self.probes is not None:
-                    self.probes.remove_pod(uid)
-                if not self.keep_terminated_pod_volumes:
-                    await self._unmount_finished(pod)
-                rp = await self.runtime.runtime_pod(uid)
-        elif phase in ("Succeeded", "Failed") and podutil.restart_policy(pod) != "Always":
+        if phase in ("Succeeded", "Failed") and podutil.restart_policy(pod) != "Always":
             # A finished pod: nothing runs again; stop its sandbox once.
             if not state.terminal_stopped:
                 await self.runtime.kill_pod(pod, rp, reason="pod finished")
@@ -387,14 +409,16 @@ class PodPipeline:
                     await self._unmount_finished(pod)
                 rp = await self.runtime.runtime_pod(uid)
         else:
-            result = await self.runtime.sync_pod(pod, rp)
+            # What this agent reported, and (after a restart) what the API server's copy says.
+            ran = ephemeral_ran(state.status) | ephemeral_ran(pod.get("status"))
+            result = await self.runtime.sync_pod(pod, rp, ephemeral_ran=ran)
             if result.changed:
                 rp = await self.runtime.runtime_pod(uid)
         state.rp = rp
         state.syncs += 1
         sandbox = rp.sandboxes[0] if rp.sandboxes else None
         pod_ip = sandbox.ip if sandbox is not None else ""
-        if self.probes is not None and state.evicted is None:
+        if self.probes is not None:
             refs = {}
             for c in podutil.init_containers(pod) + podutil.containers(pod):
                 latest = rp.latest(c.get("name", ""))
@@ -415,10 +439,7 @@ class PodPipeline:
             old=state.status,
             host_ip=self.host_ip,
             pod_error=result.pod_error if result is not None else None,
-            failed=state.evicted[:2] if state.evicted is not None else None,
         )
-        if state.evicted is not None:
-            _merge_conditions(status, state.evicted[2])
         if (
             status.get("phase") in ("Succeeded", "Failed")
             and not state.terminal_stopped
@@ -435,8 +456,6 @@ class PodPipeline:
             state.retry_at = time.monotonic() + result.retry_in
         if not self.synced_once.is_set():
             self.synced_once.set()
-        if state.evicted is not None and state.terminal_stopped:
-            state.stopped.set()
 
     async def _unmount_finished(self, pod: dict) -> None:
         """A finished pod's volumes go as upstream's volume manager unmounts them
@@ -447,6 +466,32 @@ class PodPipeline:
             log.error("Failed to unmount the volumes of a finished pod", pod=podutil.full_name(pod), err=exc)
         else:
             log.v(2).info("Unmounted the volumes of a finished pod", pod=podutil.full_name(pod))
+
+    async def _kill(self, state: PodState) -> None:
+        """Stop the pod for the node (its kill request) and post its final status."""
+        req = state.kill
+        assert req is not None
+        pod, uid = state.pod, state.uid
+        rp = await self.runtime.runtime_pod(uid)
+        grace = podutil.grace_period_seconds(pod, req.grace)
+        await self.runtime.kill_pod(pod, rp, grace=grace, reason=req.reason)
+        if self.probes is not None:
+            self.probes.remove_pod(uid)
+        rp = await self.runtime.runtime_pod(uid)
+        state.rp = rp
+        status = generate_pod_status(
+            pod, rp, ready=lambda name: False, started=lambda name: False, old=state.status, host_ip=self.host_ip
+        )
+        req.update_status(status)
+        state.status = status
+        state.killed = True
+        state.terminal_stopped = True
+        state.kill = None
+        self.on_status(pod, status)
+        if not self.keep_terminated_pod_volumes:
+            await self._unmount_finished(pod)
+        if not req.done.done():
+            req.done.set_result(None)
 
     async def _terminate_pod(self, state: PodState) -> None:
         pod = state.pod
@@ -461,6 +506,10 @@ class PodPipeline:
         await self.runtime.remove_pod(rp)
         await self.runtime.cleanup_pod_files(uid, podutil.namespace(pod), podutil.name(pod))
         self.pods.pop(uid, None)
+        if self.devices is not None:
+            self.devices.free_pod(uid)
+        if state.kill is not None and not state.kill.done.done():
+            state.kill.done.set_result(None)  # stopped by its removal instead
         log.info("Pod terminated", pod=podutil.full_name(pod))
         self.on_terminated(pod)
 
@@ -545,17 +594,17 @@ class PodPipeline:
             self._orphans.pop(rp.uid, None)
 
 
-def _merge_conditions(status: dict, extra: list) -> None:
-    """Add or replace conditions by type (a transition time already recorded is kept)."""
-    conditions = status.setdefault("conditions", [])
-    for cond in extra:
-        for i, c in enumerate(conditions):
-            if c.get("type") == cond.get("type"):
-                kept = c.get("lastTransitionTime") if c.get("status") == cond.get("status") else None
-                conditions[i] = {**cond, **({"lastTransitionTime": kept} if kept else {})}
-                break
-        else:
-            conditions.append(dict(cond))
+def _keep_final(previous: dict, status: dict) -> None:
+    """A pod the node stopped before a restart: its phase, reason, message and DisruptionTarget stay."""
+    status["phase"] = previous.get("phase", "Failed")
+    status["reason"], status["message"] = previous.get("reason", ""), previous.get("message", "")
+    kept = [
+        c
+        for c in previous.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") == names.POD_CONDITION_DISRUPTION_TARGET
+    ]
+    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") not in {k["type"] for k in kept}]
+    status["conditions"] += kept
 
 
 def _creation_key(pod: dict) -> tuple:

@@ -69,7 +69,7 @@ from .thresholds import (
     threshold_quantity,
 )
 
-__all__ = ["EvictionConfig", "EvictionManager", "is_critical_pod", "POD_CLEANUP_TIMEOUT"]
+__all__ = ["EvictionConfig", "EvictionManager", "evictor", "is_critical_pod", "mark_evicted", "POD_CLEANUP_TIMEOUT"]
 
 log = agent_logging.get_logger("eviction")
 
@@ -100,6 +100,49 @@ class EvictionConfig:
 def is_critical_pod(pod: dict) -> bool:
     """Upstream's IsCriticalPod: static, mirror, or at a system-critical priority."""
     return podutil.is_static(pod) or podutil.is_mirror(pod) or pod_priority(pod) >= names.SYSTEM_CRITICAL_PRIORITY
+
+
+def mark_evicted(status: dict, *, reason: str, message: str, conditions: list) -> None:
+    """An evicted pod's final status, in place: ``Failed`` with the reason and message, and the
+    given conditions added or replaced by type (a transition time already recorded is kept)."""
+    status["phase"] = "Failed"
+    status["reason"], status["message"] = reason, message
+    current = [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
+    for cond in conditions:
+        for i, old in enumerate(current):
+            if old.get("type") == cond.get("type"):
+                kept = old.get("lastTransitionTime") if old.get("status") == cond.get("status") else None
+                current[i] = {**cond, **({"lastTransitionTime": kept} if kept else {})}
+                break
+        else:
+            current.append(dict(cond))
+    status["conditions"] = current
+
+
+def evictor(kill_pod: Callable[..., "asyncio.Future | None"], timeout: float = POD_CLEANUP_TIMEOUT) -> EvictFunc:
+    """The manager's ``evict`` over the pod pipeline's ``kill_pod(uid, grace=, update_status=,
+    reason=)``: the pod's worker stops it and gives it its final status; True once its
+    containers stopped, False when it is not a pod the node runs or did not stop within its
+    grace period plus ``timeout`` (upstream's podCleanupTimeout)."""
+
+    async def evict(pod: dict, grace: int | None, reason: str, message: str, conditions: list) -> bool:
+        done = kill_pod(
+            podutil.uid(pod),
+            grace=grace,
+            update_status=functools.partial(mark_evicted, reason=reason, message=message, conditions=conditions),
+            reason=reason,
+        )
+        if done is None:
+            return False
+        wait = podutil.grace_period_seconds(pod, grace) + timeout
+        try:
+            await asyncio.wait_for(asyncio.shield(done), wait)
+        except asyncio.TimeoutError:
+            log.error("Evicted pod did not stop in time", pod=podutil.full_name(pod), waited=f"{wait:g}s")
+            return False
+        return True
+
+    return evict
 
 
 def _memory_first(t: Threshold) -> int:

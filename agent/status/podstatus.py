@@ -6,7 +6,8 @@ the previous status (to keep transition times and start time) in; the
 ``status`` dict out: phase, conditions (PodScheduled, Initialized,
 ContainersReady, Ready), container statuses with state, lastState,
 restartCount, ready, started, image, imageID and containerID, pod IPs, host
-IP, QoS class and start time.
+IP, QoS class and start time. Ephemeral containers get statuses of their own
+(never ready, no ``started``) and count for neither the phase nor readiness.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .. import pods as podutil
 from ..cm import pod_qos_class
 from ..runtime.manager import ContainerInfo, RuntimePod
 
-__all__ = ["generate_pod_status", "container_id", "rejected_status", "pod_phase"]
+__all__ = ["generate_pod_status", "container_id", "rejected_status", "pod_phase", "ephemeral_ran"]
 
 RUNTIME_SCHEME = "containerd"
 
@@ -99,6 +100,22 @@ def _container_status(
     else:
         reason, message = wait if wait else ("ContainerCreating", "")
         out["state"] = {"waiting": _waiting(reason, message)}
+    return out
+
+
+def _ephemeral_status(spec: dict, rp: RuntimePod, waiting: Mapping[str, tuple[str, str]]) -> dict:
+    out = _container_status(spec, rp, waiting, lambda name: False, lambda name: False, "ContainerCreating")
+    del out["started"]  # upstream's prober never sets it for them
+    return out
+
+
+def ephemeral_ran(status: Mapping | None) -> set[str]:
+    """The ephemeral containers a reported status shows as having had a container: they
+    never start again, even once the runtime has removed what is left of them."""
+    out = set()
+    for s in (status or {}).get("ephemeralContainerStatuses") or []:
+        if isinstance(s, dict) and s.get("containerID"):
+            out.add(str(s.get("name", "")))
     return out
 
 
@@ -181,10 +198,7 @@ def generate_pod_status(
     host_ip: str = "",
     now: str | None = None,
     pod_error: tuple[str, str] | None = None,
-    failed: tuple[str, str] | None = None,
 ) -> dict:
-    """``failed`` (reason, message) ends the pod ``Failed`` whatever its containers show
-    (an eviction: nothing runs again, whatever the restart policy)."""
     old = old or {}
     now = now or format_rfc3339(_utcnow())
     inits = podutil.init_containers(pod)
@@ -192,7 +206,7 @@ def generate_pod_status(
     init_done = all("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0 for s in init_statuses)
     app_default = "ContainerCreating" if init_done else "PodInitializing"
     statuses = [_container_status(c, rp, waiting, ready, started, app_default) for c in podutil.containers(pod)]
-    phase = "Failed" if failed is not None else pod_phase(pod, init_statuses, statuses)
+    phase = pod_phase(pod, init_statuses, statuses)
     # Init containers never count as ready once completed; upstream reports ready=true then.
     for s in init_statuses:
         if "terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0:
@@ -250,10 +264,11 @@ def generate_pod_status(
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     status["containerStatuses"] = statuses
+    ephemeral = podutil.ephemeral_containers(pod)
+    if ephemeral:
+        status["ephemeralContainerStatuses"] = [_ephemeral_status(c, rp, waiting) for c in ephemeral]
     if pod_error and phase == "Pending":
         status["reason"], status["message"] = pod_error
-    if failed is not None:
-        status["reason"], status["message"] = failed
     return status
 
 

@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from agent.eviction import EvictionConfig, EvictionManager, ThresholdError, eviction_message, memcg, parse_thresholds
+from agent.eviction import (
+    EvictionConfig,
+    EvictionManager,
+    ThresholdError,
+    eviction_message,
+    evictor,
+    memcg,
+    parse_thresholds,
+)
 from agent.eviction.signals import observe, rank_pods
 from agent.eviction.thresholds import threshold_quantity
 from apiserver_min.api import names
@@ -447,7 +455,8 @@ async def test_an_evicted_pod_stops_for_good_and_reports_failed(fake, make_agent
     await until(lambda: running(fake, p, "app") and running(fake, other, "app"), "both pods to run")
     assert {x["metadata"]["name"] for x in agent.pipeline.active_pods()} == {"victim", "other"}
     condition = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByAgent", "message": "m"}
-    assert await agent.pipeline.evict(p, 1, "Evicted", "m", [condition], timeout=5)
+    evict = evictor(agent.pipeline.kill_pod, timeout=5)
+    assert await evict(p, 1, "Evicted", "m", [condition])
     assert not running(fake, p, "app") and running(fake, other, "app")
     status = agent.status(p)
     assert (status["phase"], status["reason"], status["message"]) == ("Failed", "Evicted", "m")
@@ -457,12 +466,12 @@ async def test_an_evicted_pod_stops_for_good_and_reports_failed(fake, make_agent
     # restartPolicy Always: still nothing runs again.
     await asyncio.sleep(0.3)
     assert len(fake_containers(fake, p, "app")) == 1 and not running(fake, p, "app")
-    assert not await agent.pipeline.evict(p, 1, "Evicted", "again", [])
+    assert not await evict(p, 1, "Evicted", "again", [])
 
 
 async def test_admission_checks_run_before_the_resource_fit(fake, make_agent):
     agent = make_agent()
-    agent.pipeline.admit_checks.append(lambda p: ("Evicted", "The node had condition: [DiskPressure]. "))
+    agent.pipeline.admit_handlers.append(lambda p: ("Evicted", "The node had condition: [DiskPressure]. "))
     p = make_pod("late", [container("app")])
     agent.start()
     agent.push(p)
@@ -475,7 +484,7 @@ async def test_a_pod_evicted_before_an_agent_restart_stays_stopped(fake, make_ag
     condition = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByAgent", "message": "m"}
     p["status"] = {"phase": "Failed", "reason": "Evicted", "message": "m", "conditions": [condition]}
     agent = make_agent()
-    agent.pipeline.admit_checks.append(lambda pod: ("Evicted", "The node had condition: [DiskPressure]. "))
+    agent.pipeline.admit_handlers.append(lambda pod: ("Evicted", "The node had condition: [DiskPressure]. "))
     agent.start()
     agent.push(p)
     await until(lambda: agent.reported(p), "a status for the pod")
