@@ -24,7 +24,8 @@ from typing import Callable
 from cryptography import x509
 
 from apiserver_min.api import names
-from cri.client import CriClient
+from cri.api_pb2 import LinuxContainerResources
+from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
@@ -137,6 +138,7 @@ class NodeAgent:
         )
         # The container GC below keeps the dead instances the policy asks for; no pruning at start.
         self.runtime.dead_containers_kept = None
+        self.runtime.cpusets = self.cgroups
         self.image_gc = ImageGCManager(
             self.cri,
             ImageGCPolicy(
@@ -487,6 +489,36 @@ class NodeAgent:
 
     async def run_container_gc(self, period: float | None = None) -> None:
         await self.container_gc.run(period or CONTAINER_GC_PERIOD)
+
+    @property
+    def reconciles_cpusets(self) -> bool:
+        return bool(getattr(self.cgroups, "reconciles_cpusets", False))
+
+    async def run_cpuset_reconcile(self) -> None:
+        """Every --cpu-manager-reconcile-period: release the CPUs of pods that are gone and
+        tell the runtime the cpusets that changed (the shared pool shrinks and grows)."""
+        period = max(0.1, self.cfg.cpu_manager_reconcile_period.total_seconds())
+        while True:
+            await asyncio.sleep(period)
+            await self.reconcile_cpusets_once()
+
+    async def reconcile_cpusets_once(self) -> None:
+        assert self.pipeline is not None
+        pods = []
+        for state in list(self.pipeline.pods.values()):
+            if state.rejected or state.terminating or (state.status or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            running = [(c.name, c.id) for c in state.rp.running_containers] if state.rp is not None else []
+            pods.append((state.uid, running))
+        updates = self.cgroups.reconcile_cpusets(pods, sources_ready=self.pipeline.sources_seen())
+        for cid, cpuset in updates:
+            try:
+                await self.cri.update_container_resources(cid, linux=LinuxContainerResources(cpuset_cpus=cpuset))
+            except CriError as exc:
+                log.warning("Cannot update the cpuset of a container", id=cid[:13], cpuset=cpuset, err=exc)
+                continue
+            self.cgroups.container_created(cid, cpuset)
+            log.info("Updated the cpuset of a container", id=cid[:13], cpuset=cpuset)
 
     async def run_pipeline(self) -> None:
         assert self.pipeline is not None

@@ -48,6 +48,9 @@ from .cgroupfs import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
+from .cpumanager import CpuManager, CpuManagerError, CpuTopology
+from .cpumanager import TopologyError as CpuTopologyError
+from .cpumanager import discover as discover_cpu_topology
 from .qos import (
     BEST_EFFORT,
     BURSTABLE,
@@ -60,6 +63,8 @@ from .qos import (
     pod_requests,
 )
 from .systemd import SYSTEMD_RUN_DIR, SystemdBus, SystemdDriver
+from .topology import HintProvider
+from .topologymanager import TopologyManager, TopologyManagerError
 
 __all__ = ["ContainerManager", "resource_config_for_pod", "POD_CGROUP_PREFIX"]
 
@@ -151,9 +156,12 @@ class ContainerManager:
         systemd_run_dir: str = SYSTEMD_RUN_DIR,
         bus: SystemdBus | None = None,
         pid_max_path: str = "/proc/sys/kernel/pid_max",
+        cpu_topology: CpuTopology | None = None,
+        sys_cpu: str = "/sys/devices/system/cpu",
+        sys_node: str = "/sys/devices/system/node",
     ) -> None:
         """``capacity`` replaces the machine's figures (tests); the other keywords point
-        at stand-ins for the host's files and the systemd bus."""
+        at stand-ins for the host's files, the systemd bus and the CPU topology."""
         self.cfg = cfg
         self.sysfs = sysfs
         self._capacity_override = dict(capacity) if capacity is not None else None
@@ -167,6 +175,11 @@ class ContainerManager:
         self._pods: dict[str, Mapping] = {}
         self._driver: CgroupfsDriver | None = None
         self.enforcement_error: str = ""
+        self._cpu_topology = cpu_topology
+        self._sys_cpu = sys_cpu
+        self._sys_node = sys_node
+        self.cpu_manager: CpuManager | None = None
+        self.topology_manager: TopologyManager | None = None
 
         driver_name = getattr(cfg, "cgroup_driver", "cgroupfs") or "cgroupfs"
         if driver_name not in ("cgroupfs", "systemd"):
@@ -222,10 +235,81 @@ class ContainerManager:
         return cap
 
     def admit(self, pod: dict, active_pods: Iterable[dict]) -> AdmitResult:
+        """Resources against allocatable first, then the topology manager (which has the
+        CPU, memory and device managers allocate); a refused pod keeps nothing."""
         try:
-            return admit(pod, list(active_pods), self.allocatable())
+            result = admit(pod, list(active_pods), self.allocatable())
         except ValueError as exc:  # a quantity that cannot be read
             return AdmitResult(False, "UnexpectedAdmissionError", str(exc))
+        if not result.admit or self.topology_manager is None:
+            return result
+        try:
+            result = self.topology_manager.admit(pod)
+        except ValueError as exc:
+            result = AdmitResult(False, "UnexpectedAdmissionError", str(exc))
+        if not result.admit:
+            self._release_resources(_uid(pod))
+        return result
+
+    # --- resource managers (CPU, memory, topology) ---------------------------------
+
+    def _start_resource_managers(self) -> None:
+        try:
+            cpu = CpuManager(self.cfg, topology=self._cpu_topology, sys_cpu=self._sys_cpu, sys_node=self._sys_node)
+            cpu.start()
+            topo = TopologyManager(self.cfg, self._numa_nodes(cpu))
+        except (CpuManagerError, TopologyManagerError) as exc:
+            raise CgroupError(str(exc)) from None
+        topo.add_hint_provider(cpu)
+        self.cpu_manager = cpu
+        self.topology_manager = topo
+
+    def _numa_nodes(self, cpu: CpuManager) -> list[int]:
+        """The machine's NUMA node ids, for the topology manager (a machine without any is node 0)."""
+        if cpu.static:
+            return cpu.topology.numa_nodes()
+        if getattr(self.cfg, "topology_manager_policy", "none") in (None, "", "none"):
+            return [0]
+        try:
+            topology = self._cpu_topology or discover_cpu_topology(self._sys_cpu, self._sys_node)
+        except CpuTopologyError as exc:
+            raise TopologyManagerError(f"the topology manager needs the machine's NUMA layout: {exc}") from None
+        return topology.numa_nodes()
+
+    def add_hint_provider(self, provider: HintProvider) -> None:
+        """Another topology hint provider (the device manager)."""
+        if self.topology_manager is None:
+            raise CgroupError("the container manager is not started (call start() first)")
+        self.topology_manager.add_hint_provider(provider)
+
+    def _release_resources(self, pod_uid: str) -> None:
+        if self.cpu_manager is not None:
+            self.cpu_manager.remove_pod(pod_uid)
+        if self.topology_manager is not None:
+            self.topology_manager.remove_pod(pod_uid)
+
+    def container_cpuset(self, pod: Mapping, container: Mapping) -> tuple[str, str]:
+        """(cpuset.cpus, cpuset.mems) for a new container; "" leaves the runtime's default."""
+        cpus = ""
+        if self.cpu_manager is not None:
+            cpus = self.cpu_manager.cpuset_for(_uid(pod), str(container.get("name") or ""))
+        return cpus, ""
+
+    def container_created(self, container_id: str, cpus: str) -> None:
+        if self.cpu_manager is not None:
+            self.cpu_manager.container_created(container_id, cpus)
+
+    @property
+    def reconciles_cpusets(self) -> bool:
+        return self.cpu_manager is not None and self.cpu_manager.static
+
+    def reconcile_cpusets(
+        self, pods: Iterable[tuple[str, Iterable[tuple[str, str]]]], *, sources_ready: bool
+    ) -> list[tuple[str, str]]:
+        """(container id, cpuset) pairs to send to the runtime (see CpuManager.reconcile)."""
+        if self.cpu_manager is None:
+            return []
+        return self.cpu_manager.reconcile(pods, sources_ready=sources_ready)
 
     # --- start --------------------------------------------------------------------
 
@@ -275,6 +359,7 @@ class ContainerManager:
                 self._enforce_existing("system-reserved", self.cfg.system_reserved_cgroup, system)
             if names.AGENT_RESERVED_LEVEL in levels:
                 self._enforce_existing(names.AGENT_RESERVED_LEVEL, self.cfg.orch_reserved_cgroup, orch)
+            self._start_resource_managers()
 
     @staticmethod
     def _check_controllers(layout) -> None:
@@ -422,9 +507,11 @@ class ContainerManager:
         return found
 
     def remove_pod(self, pod_uid: str) -> bool:
-        """Kill what is left in the pod's cgroup and remove it in every hierarchy."""
+        """Kill what is left in the pod's cgroup and remove it in every hierarchy; its
+        exclusive CPUs go back to the shared pool."""
         with self._lock:
             self._pods.pop(pod_uid, None)
+            self._release_resources(pod_uid)
             if not self.per_qos or not pod_uid:
                 return False
             removed = False

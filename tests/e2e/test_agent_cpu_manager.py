@@ -1,0 +1,114 @@
+"""The static CPU manager on the real containerd: exclusive CPUs through cpuset cgroups.
+
+An ``orch-agent`` with ``--cpu-manager-policy=static --reserved-cpus=0`` runs a
+Guaranteed pod asking for one whole CPU and a BestEffort pod. The Guaranteed
+container's cgroup must hold cpuset ``1`` and the BestEffort one ``0`` (the shared
+pool without it). After a ``kill -9`` and a restart the assignment is read back
+from ``cpu_manager_state``: the running container keeps CPU 1 and a new BestEffort
+pod still gets only CPU 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_agent_static_pods import (
+    CGROUP_FS,
+    V2,
+    Agent,
+    _hierarchies,
+    _rm_cgroup_tree,
+    container,
+    pod_manifest,
+)
+
+pytestmark = pytest.mark.skipif(os.cpu_count() != 2, reason="the expected cpusets assume a 2-CPU machine")
+
+MEMORY = "32Mi"
+
+
+@pytest.fixture
+def cgroup_root():
+    rel = f"/orch-e2e-{uuid.uuid4().hex[:8]}"
+    for root in _hierarchies():
+        (root / rel.strip("/")).mkdir(exist_ok=True)
+    yield rel
+    _rm_cgroup_tree(rel)
+
+
+def _container_cpuset(cgroup_root: str, pod: dict, name: str) -> str:
+    """cpuset.cpus of the container's own cgroup (under its pod cgroup), "" until it exists."""
+    statuses = {s["name"]: s for s in pod["status"].get("containerStatuses", [])}
+    cid = (statuses.get(name) or {}).get("containerID", "").removeprefix("containerd://")
+    if not cid:
+        return ""
+    parts = [cgroup_root.strip("/"), "orchpods"]
+    if pod["status"].get("qosClass") not in (None, "Guaranteed"):
+        parts.append(pod["status"]["qosClass"].lower())
+    parts += [f"pod{pod['metadata']['uid']}", cid]
+    d = (CGROUP_FS if V2 else CGROUP_FS / "cpuset").joinpath(*parts)
+    for f in ("cpuset.cpus.effective", "cpuset.cpus") if V2 else ("cpuset.cpus",):
+        try:
+            value = (d / f).read_text().strip()
+        except OSError:
+            continue
+        if value:
+            return value
+    return ""
+
+
+def _running(p: dict) -> bool:
+    return p["status"].get("phase") == "Running"
+
+
+def test_guaranteed_pod_gets_an_exclusive_cpu_that_survives_a_restart(containerd, cri_images, cgroup_root, tmp_path):
+    flags = ("--cpu-manager-policy=static", "--reserved-cpus=0", "--cpu-manager-reconcile-period=1s")
+    agent = Agent(tmp_path, containerd, cgroup_root, *flags)
+    resources = {"cpu": "1", "memory": MEMORY}
+    agent.write(
+        "pinned",
+        pod_manifest(
+            "pinned", [container("app", "sleep", "3600", resources={"requests": resources, "limits": resources})]
+        ),
+    )
+    agent.write("shared", pod_manifest("shared", [container("app", "sleep", "3600")]))
+    agent.start()
+    try:
+        pinned = agent.wait_pod("pinned", _running, 30, "Running")
+        agent.wait_pod("shared", _running, 30, "Running")
+        agent.wait(lambda: _container_cpuset(cgroup_root, pinned, "app") == "1", 10, "pinned cpuset 1")
+        agent.wait(
+            lambda: _container_cpuset(cgroup_root, agent.pod("shared") or {"status": {}}, "app") == "0",
+            10,
+            "shared cpuset 0",
+        )
+        state_file = Path(tmp_path / "root" / "cpu_manager_state")
+        state = json.loads(state_file.read_text())
+        uid = pinned["metadata"]["uid"]
+        assert state["policyName"] == "static"
+        assert state["defaultCpuSet"] == "0"
+        assert state["entries"] == {uid: {"app": "1"}}
+
+        cid = pinned["status"]["containerStatuses"][0]["containerID"]
+        agent.kill9()
+        agent.start()
+        after = agent.wait_pod("pinned", _running, 30, "Running after restart")
+        assert after["status"]["containerStatuses"][0]["containerID"] == cid
+        assert _container_cpuset(cgroup_root, after, "app") == "1"
+        agent.write("late", pod_manifest("late", [container("app", "sleep", "3600")]))
+        late = agent.wait_pod("late", _running, 30, "Running")
+        assert _container_cpuset(cgroup_root, late, "app") == "0"
+        assert json.loads(state_file.read_text())["entries"] == {uid: {"app": "1"}}
+        assert "restored static state" in agent.output()
+    finally:
+        for f in agent.manifests.glob("*.yaml"):
+            f.unlink()
+        try:
+            agent.wait(lambda: not (agent.try_pods() or {"items": [1]})["items"], 40, "all pods gone")
+        finally:
+            agent.stop()
