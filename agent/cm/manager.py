@@ -51,6 +51,7 @@ from .cgroupfs import (
 from .cpumanager import CpuManager, CpuManagerError, CpuTopology
 from .cpumanager import TopologyError as CpuTopologyError
 from .cpumanager import discover as discover_cpu_topology
+from .memorymanager import MemoryManager, MemoryManagerError, NumaMemoryError, read_numa_memory
 from .qos import (
     BEST_EFFORT,
     BURSTABLE,
@@ -179,6 +180,7 @@ class ContainerManager:
         self._sys_cpu = sys_cpu
         self._sys_node = sys_node
         self.cpu_manager: CpuManager | None = None
+        self.memory_manager: MemoryManager | None = None
         self.topology_manager: TopologyManager | None = None
 
         driver_name = getattr(cfg, "cgroup_driver", "cgroupfs") or "cgroupfs"
@@ -257,11 +259,20 @@ class ContainerManager:
         try:
             cpu = CpuManager(self.cfg, topology=self._cpu_topology, sys_cpu=self._sys_cpu, sys_node=self._sys_node)
             cpu.start()
+            numa_memory: dict[int, dict[str, int]] = {}
+            if getattr(self.cfg, "memory_manager_policy", "None") == "Static":
+                numa_memory = read_numa_memory(self._sys_node, self.capacity())
+            memory = MemoryManager(
+                self.cfg, numa_memory=numa_memory, reservation=node_reservation(self.cfg, self.capacity())
+            )
+            memory.start()
             topo = TopologyManager(self.cfg, self._numa_nodes(cpu))
-        except (CpuManagerError, TopologyManagerError) as exc:
+        except (CpuManagerError, MemoryManagerError, NumaMemoryError, TopologyManagerError) as exc:
             raise CgroupError(str(exc)) from None
         topo.add_hint_provider(cpu)
+        topo.add_hint_provider(memory)
         self.cpu_manager = cpu
+        self.memory_manager = memory
         self.topology_manager = topo
 
     def _numa_nodes(self, cpu: CpuManager) -> list[int]:
@@ -285,15 +296,20 @@ class ContainerManager:
     def _release_resources(self, pod_uid: str) -> None:
         if self.cpu_manager is not None:
             self.cpu_manager.remove_pod(pod_uid)
+        if self.memory_manager is not None:
+            self.memory_manager.remove_pod(pod_uid)
         if self.topology_manager is not None:
             self.topology_manager.remove_pod(pod_uid)
 
     def container_cpuset(self, pod: Mapping, container: Mapping) -> tuple[str, str]:
         """(cpuset.cpus, cpuset.mems) for a new container; "" leaves the runtime's default."""
-        cpus = ""
+        cpus = mems = ""
+        name = str(container.get("name") or "")
         if self.cpu_manager is not None:
-            cpus = self.cpu_manager.cpuset_for(_uid(pod), str(container.get("name") or ""))
-        return cpus, ""
+            cpus = self.cpu_manager.cpuset_for(_uid(pod), name)
+        if self.memory_manager is not None:
+            mems = self.memory_manager.mems_for(_uid(pod), name)
+        return cpus, mems
 
     def container_created(self, container_id: str, cpus: str) -> None:
         if self.cpu_manager is not None:
@@ -301,12 +317,19 @@ class ContainerManager:
 
     @property
     def reconciles_cpusets(self) -> bool:
-        return self.cpu_manager is not None and self.cpu_manager.static
+        """A static CPU or memory manager holds state that reconciliation keeps current."""
+        return (self.cpu_manager is not None and self.cpu_manager.static) or (
+            self.memory_manager is not None and self.memory_manager.static
+        )
 
     def reconcile_cpusets(
         self, pods: Iterable[tuple[str, Iterable[tuple[str, str]]]], *, sources_ready: bool
     ) -> list[tuple[str, str]]:
-        """(container id, cpuset) pairs to send to the runtime (see CpuManager.reconcile)."""
+        """(container id, cpuset) pairs to send to the runtime (see CpuManager.reconcile); with
+        every source seen, the memory of pods no longer active is released too."""
+        pods = [(uid, list(containers)) for uid, containers in pods]
+        if sources_ready and self.memory_manager is not None:
+            self.memory_manager.active_pods({uid for uid, _ in pods})
         if self.cpu_manager is None:
             return []
         return self.cpu_manager.reconcile(pods, sources_ready=sources_ready)

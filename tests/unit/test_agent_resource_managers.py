@@ -24,6 +24,7 @@ from agent.cm.cpumanager import (
 )
 from agent.cm.cpumanager.manager import numa_masks
 from agent.cm.cpuset import CpuSetError, format_cpuset, parse_cpuset
+from agent.cm.memorymanager import MemoryManager, MemoryManagerError, read_numa_memory
 from agent.cm.topology import TopologyHint
 from agent.cm.topologymanager import TopologyManager, TopologyManagerError, merge_hints
 from agent.config import from_argv
@@ -377,3 +378,126 @@ def test_container_manager_admission_runs_the_topology_manager(tmp_path, topo):
     assert "big" not in cm.cpu_manager.assignments
     cm.remove_pod("g")
     assert cm.container_cpuset(best_effort("b"), {"name": "c"})[0] == "0-7"
+
+
+# --- the memory manager -------------------------------------------------------------------
+
+GI = 1 << 30
+MI = 1 << 20
+
+
+def mem_pod(uid, *containers, init=()):
+    def c(name, mem):
+        r = {"cpu": "1", "memory": mem}
+        return {"name": name, "image": "x", "resources": {"requests": r, "limits": r}}
+
+    return {
+        "metadata": {"uid": uid, "name": uid},
+        "spec": {"containers": [c(n, m) for n, m in containers], "initContainers": [c(n, m) for n, m in init]},
+    }
+
+
+def memory_manager(tmp_path, *flags, nodes=2):
+    numa = {n: {"memory": 4 * GI} for n in range(nodes)}
+    m = MemoryManager(
+        cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=612Mi", *flags),
+        numa_memory=numa,
+        reservation={"memory": 612 * MI},
+    )
+    m.start()
+    return m
+
+
+def test_numa_memory_from_sysfs(tmp_path):
+    node = tmp_path / "node" / "node1"
+    (node / "hugepages" / "hugepages-2048kB").mkdir(parents=True)
+    (node / "meminfo").write_text("Node 1 MemTotal:       1024 kB\nNode 1 MemFree:  10 kB\n")
+    (node / "hugepages" / "hugepages-2048kB" / "nr_hugepages").write_text("3\n")
+    assert read_numa_memory(str(tmp_path / "node"), {}) == {1: {"memory": 1 << 20, "hugepages-2Mi": 3 * 2 * MI}}
+    assert read_numa_memory(str(tmp_path / "none"), {"memory": 5, "cpu": 1}) == {0: {"memory": 5}}
+
+
+def test_memory_hints_allocation_and_cpuset_mems(tmp_path):
+    m = memory_manager(tmp_path)
+    p1 = mem_pod("p1", ("a", "3Gi"))
+    assert m.get_topology_hints(p1, p1["spec"]["containers"][0]) == {
+        "memory": [H({0}, True), H({1}, True), H({0, 1}, False)]
+    }
+    big = mem_pod("big", ("a", "5Gi"))
+    assert m.get_topology_hints(big, big["spec"]["containers"][0]) == {"memory": [H({0, 1}, True)]}
+    m.allocate(p1, p1["spec"]["containers"][0], H({0}, True))
+    assert m.mems_for("p1", "a") == "0"
+    # Node 0 now serves a single-node reservation: no multi-node set may include it, and it is short.
+    p2 = mem_pod("p2", ("a", "2Gi"))
+    assert m.get_topology_hints(p2, p2["spec"]["containers"][0]) == {"memory": [H({1}, True)]}
+    state = json.loads((tmp_path / "root" / "memory_manager_state").read_text())
+    assert state["policyName"] == "Static"
+    assert state["machineState"]["0"]["memoryMap"]["memory"] == {
+        "total": 4 * GI,
+        "systemReserved": 612 * MI,
+        "allocatable": 4 * GI - 612 * MI,
+        "reserved": 3 * GI,
+        "free": GI - 612 * MI,
+    }
+    assert state["machineState"]["0"]["numberOfAssignments"] == 1
+    assert state["entries"] == {"p1": {"a": [{"numaAffinity": [0], "type": "memory", "size": 3 * GI}]}}
+    again = memory_manager(tmp_path)
+    assert again.mems_for("p1", "a") == "0"
+    again.remove_pod("p1")
+    assert again.nodes[0].memory["memory"]["free"] == 4 * GI - 612 * MI
+    with pytest.raises(MemoryManagerError, match="expected machine state is different"):
+        MemoryManager(
+            cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=512Mi"),
+            numa_memory={0: {"memory": 4 * GI}, 1: {"memory": 4 * GI}},
+            reservation={"memory": 512 * MI},
+        ).start()
+
+
+def test_init_container_memory_passes_to_app_containers(tmp_path):
+    m = memory_manager(tmp_path)
+    pod = mem_pod("p", ("app", "1Gi"), init=(("init", "1Gi"),))
+    m.allocate(pod, pod["spec"]["initContainers"][0], H({1}, True))
+    m.allocate(pod, pod["spec"]["containers"][0], H({1}, True))
+    assert m.nodes[1].memory["memory"]["reserved"] == GI
+
+
+def test_memory_manager_configuration_errors(tmp_path):
+    with pytest.raises(MemoryManagerError, match='total amount "641728512" of type "memory"'):
+        MemoryManager(
+            cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=612Mi"),
+            numa_memory={0: {"memory": 4 * GI}},
+            reservation={"memory": 100 * MI},
+        )
+    with pytest.raises(MemoryManagerError, match="NUMA node 3, which this machine does not have"):
+        MemoryManager(
+            cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=3:memory=100Mi"),
+            numa_memory={0: {"memory": 4 * GI}},
+            reservation={"memory": 100 * MI},
+        )
+    with pytest.raises(MemoryManagerError, match="Static memory manager policy only"):
+        MemoryManager(cfg(tmp_path, "--reserved-memory=0:memory=100Mi"), numa_memory={}, reservation={})
+
+
+def test_topology_manager_aligns_cpu_and_memory(tmp_path, topo):
+    cpu = static_manager(tmp_path, topo, "--reserved-cpus=0")
+    mem = memory_manager(tmp_path)
+    tm = TopologyManager(cfg(tmp_path, "--topology-manager-policy=single-numa-node"), topo.numa_nodes())
+    tm.add_hint_provider(cpu)
+    tm.add_hint_provider(mem)
+    pod = guaranteed("p", ("app", "2"))
+    pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = "3Gi"
+    pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = "3Gi"
+    assert tm.admit(pod).admit
+    node = topo.numa_of_cpus(parse_cpuset(cpu.cpuset_for("p", "app")))
+    assert {int(mem.mems_for("p", "app"))} == node
+    q = guaranteed("q", ("app", "1"))
+    q["spec"]["containers"][0]["resources"]["limits"]["memory"] = "3Gi"
+    q["spec"]["containers"][0]["resources"]["requests"]["memory"] = "3Gi"
+    assert tm.admit(q).admit
+    assert mem.mems_for("q", "app") != mem.mems_for("p", "app")
+    # 2Gi more fits on no single node now (each has at most 1Gi free).
+    r = guaranteed("r", ("app", "1"))
+    r["spec"]["containers"][0]["resources"]["limits"]["memory"] = "2Gi"
+    r["spec"]["containers"][0]["resources"]["requests"]["memory"] = "2Gi"
+    result = tm.admit(r)
+    assert result.reason == "TopologyAffinityError"

@@ -1,0 +1,73 @@
+"""Memory and huge pages per NUMA node, read from sysfs.
+
+``/sys/devices/system/node/node<N>/meminfo`` gives each node's ``MemTotal``;
+``node<N>/hugepages/hugepages-<kB>kB/nr_hugepages`` its pre-allocated huge pages.
+A machine without node directories is one node (0) holding the machine's memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping
+
+from ..allocatable import hugepage_resource_name
+from ..qos import MEMORY
+
+__all__ = ["NumaMemoryError", "read_numa_memory"]
+
+
+class NumaMemoryError(RuntimeError):
+    pass
+
+
+def read_numa_memory(sys_node: str, machine: Mapping[str, int]) -> dict[int, dict[str, int]]:
+    """NUMA node -> resource (``memory``, ``hugepages-<size>``) -> bytes.
+
+    ``machine`` is the node's capacity (memory and huge pages), used when the kernel
+    shows no NUMA node.
+    """
+    out: dict[int, dict[str, int]] = {}
+    try:
+        entries = sorted(os.listdir(sys_node))
+    except OSError:
+        entries = []
+    for entry in entries:
+        m = re.fullmatch(r"node(\d+)", entry)
+        if not m:
+            continue
+        node = int(m.group(1))
+        path = os.path.join(sys_node, entry, "meminfo")
+        total = None
+        try:
+            with open(path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 4 and parts[2] == "MemTotal:":
+                        total = int(parts[3]) * 1024
+                        break
+        except (OSError, ValueError) as exc:
+            raise NumaMemoryError(f"cannot read {path}: {exc}") from None
+        if total is None:
+            raise NumaMemoryError(f"{path} has no MemTotal line")
+        resources = {MEMORY: total}
+        huge_dir = os.path.join(sys_node, entry, "hugepages")
+        try:
+            sizes = sorted(os.listdir(huge_dir))
+        except OSError:
+            sizes = []
+        for size_dir in sizes:
+            hm = re.fullmatch(r"hugepages-(\d+)kB", size_dir)
+            if not hm:
+                continue
+            try:
+                with open(os.path.join(huge_dir, size_dir, "nr_hugepages")) as f:
+                    count = int(f.read().strip() or 0)
+            except (OSError, ValueError) as exc:
+                raise NumaMemoryError(f"cannot read {huge_dir}/{size_dir}/nr_hugepages: {exc}") from None
+            size = int(hm.group(1)) * 1024
+            resources[hugepage_resource_name(size)] = size * count
+        out[node] = resources
+    if not out:
+        out[0] = {k: v for k, v in machine.items() if k == MEMORY or k.startswith("hugepages-")}
+    return out
