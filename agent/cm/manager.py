@@ -17,6 +17,7 @@ processes to die. It is safe to call from several threads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import Any, Iterable, Mapping
@@ -51,6 +52,7 @@ from .cgroupfs import (
 from .cpumanager import CpuManager, CpuManagerError, CpuTopology
 from .cpumanager import TopologyError as CpuTopologyError
 from .cpumanager import discover as discover_cpu_topology
+from .cpuset import format_cpuset, parse_cpuset
 from .memorymanager import MemoryManager, MemoryManagerError, NumaMemoryError, read_numa_memory
 from .qos import (
     BEST_EFFORT,
@@ -311,6 +313,19 @@ class ContainerManager:
             mems = self.memory_manager.mems_for(_uid(pod), name)
         return cpus, mems
 
+    def _pod_mems(self, pod: Mapping) -> str:
+        """cpuset.mems of a pod the memory manager placed: the NUMA nodes of all its containers."""
+        if self.memory_manager is None or not self.memory_manager.static:
+            return ""
+        spec = pod.get("spec") or {}
+        nodes: set[int] = set()
+        for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+            mems = self.memory_manager.mems_for(_uid(pod), str(c.get("name") or ""))
+            if not mems:
+                return ""  # a container the memory manager does not place keeps every node
+            nodes |= parse_cpuset(mems)
+        return format_cpuset(nodes)
+
     def container_created(self, container_id: str, cpus: str) -> None:
         if self.cpu_manager is not None:
             self.cpu_manager.container_created(container_id, cpus)
@@ -512,6 +527,9 @@ class ContainerManager:
                 custom_period=_feature(self.cfg, _CUSTOM_PERIOD_GATE),
                 pod_pids_limit=int(getattr(self.cfg, "pod_max_pids", -1) or -1),
             )
+            mems = self._pod_mems(pod)
+            if mems:
+                res = dataclasses.replace(res, cpuset_mems=mems)
             driver = self.driver
             # The tier is resized first, with this pod counted, as upstream does
             # before it creates a new pod cgroup.

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from agent.cm import ContainerManager
+from agent.cm import CgroupError, ContainerManager, ResourceConfig
+from agent.cm.cgroupfs import CgroupV1Fs, CgroupV2Fs, detect_layout
 from agent.cm.checkpoint import checksum
 from agent.cm.cpumanager import (
     CpuInfo,
@@ -28,7 +29,7 @@ from agent.cm.memorymanager import MemoryManager, MemoryManagerError, read_numa_
 from agent.cm.topology import TopologyHint
 from agent.cm.topologymanager import TopologyManager, TopologyManagerError, merge_hints
 from agent.config import from_argv
-from tests.unit.test_agent_cm import CAP, make_v1_tree
+from tests.unit.test_agent_cm import CAP, make_v1_tree, make_v2_tree
 
 # cpu -> (socket, core sibling list, numa)
 MACHINE = {
@@ -501,3 +502,44 @@ def test_topology_manager_aligns_cpu_and_memory(tmp_path, topo):
     r["spec"]["containers"][0]["resources"]["requests"]["memory"] = "2Gi"
     result = tm.admit(r)
     assert result.reason == "TopologyAffinityError"
+
+
+def test_cgroup_driver_writes_cpusets(tmp_path):
+    sysfs = make_v1_tree(tmp_path / "cg")
+    fs = CgroupV1Fs(detect_layout(str(sysfs), mountinfo="/nonexistent"))
+    fs.create("/a")
+    fs.update("/a", ResourceConfig(cpuset_cpus="1", cpuset_mems="0"))
+    assert (sysfs / "cpuset/a/cpuset.cpus").read_text() == "1"
+    assert (sysfs / "cpuset/a/cpuset.mems").read_text() == "0"
+    v2 = make_v2_tree(tmp_path / "v2", controllers="cpu memory pids")
+    fs2 = CgroupV2Fs(detect_layout(str(v2), mountinfo="/nonexistent"))
+    fs2.create("/b")
+    with pytest.raises(CgroupError, match="the cpuset controller is not enabled"):
+        fs2.update("/b", ResourceConfig(cpuset_cpus="1"))
+
+
+def test_pod_cgroup_gets_the_memory_managers_nodes(tmp_path):
+    sysfs = make_v1_tree(tmp_path / "cg")
+    (tmp_path / "pid_max").write_text("4194304\n")
+    (tmp_path / "huge").mkdir()
+    node = tmp_path / "node" / "node0"
+    node.mkdir(parents=True)
+    (node / "meminfo").write_text("Node 0 MemTotal:       8388608 kB\n")
+    cm = ContainerManager(
+        cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=100Mi"),
+        sysfs=str(sysfs),
+        capacity=CAP,
+        mountinfo="/nonexistent",
+        pid_max_path=str(tmp_path / "pid_max"),
+        hugepages_dir=str(tmp_path / "huge"),
+        sys_node=str(tmp_path / "node"),
+    )
+    cm.start()
+    pod = guaranteed("g", ("app", "1"))
+    assert cm.admit(pod, []).admit
+    assert cm.container_cpuset(pod, pod["spec"]["containers"][0]) == ("", "0")
+    cm.ensure_pod(pod)
+    assert (sysfs / "cpuset/orchpods/podg/cpuset.mems").read_text() == "0"
+    assert cm.reconciles_cpusets
+    cm.reconcile_cpusets([], sources_ready=True)
+    assert "g" not in cm.memory_manager.entries
