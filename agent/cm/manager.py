@@ -98,6 +98,14 @@ def _feature(cfg: Any, gate: str) -> bool:
         return False
 
 
+def _source(cfg: Any, attr: str) -> str:
+    """Where a setting came from (flag, file or default); "default" for plain test configs."""
+    try:
+        return str(cfg.source(attr))
+    except Exception:
+        return "default"
+
+
 def _hugepage_limits(resources: Mapping[str, int]) -> dict[int, int]:
     return {hugepage_size_of(k): v for k, v in resources.items() if is_hugepages(k)}
 
@@ -271,6 +279,12 @@ class ContainerManager:
             topo = TopologyManager(self.cfg, self._numa_nodes(cpu))
         except (CpuManagerError, MemoryManagerError, NumaMemoryError, TopologyManagerError) as exc:
             raise CgroupError(str(exc)) from None
+        if not (cpu.static or memory.static) and _source(self.cfg, "cpu_manager_reconcile_period") != "default":
+            raise CgroupError(
+                "--cpu-manager-reconcile-period (cpuManagerReconcilePeriod) is not supported on this node without "
+                "a static CPU manager (--cpu-manager-policy=static) or memory manager "
+                "(--memory-manager-policy=Static): there is nothing to reconcile"
+            )
         topo.add_hint_provider(cpu)
         topo.add_hint_provider(memory)
         self.cpu_manager = cpu

@@ -1,6 +1,7 @@
 """The static CPU manager on the real containerd: exclusive CPUs through cpuset cgroups.
 
-An ``orch-agent`` with ``--cpu-manager-policy=static --reserved-cpus=0`` runs a
+An ``orch-agent`` with ``--cpu-manager-policy=static --reserved-cpus=0`` (and the
+Static memory manager and single-numa-node topology manager beside it) runs a
 Guaranteed pod asking for one whole CPU and a BestEffort pod. The Guaranteed
 container's cgroup must hold cpuset ``1`` and the BestEffort one ``0`` (the shared
 pool without it). After a ``kill -9`` and a restart the assignment is read back
@@ -67,7 +68,15 @@ def _running(p: dict) -> bool:
 
 
 def test_guaranteed_pod_gets_an_exclusive_cpu_that_survives_a_restart(containerd, cri_images, cgroup_root, tmp_path):
-    flags = ("--cpu-manager-policy=static", "--reserved-cpus=0", "--cpu-manager-reconcile-period=1s")
+    flags = (
+        "--cpu-manager-policy=static",
+        "--reserved-cpus=0",
+        "--cpu-manager-reconcile-period=1s",
+        # The memory manager beside it: the reservation equals the default hard eviction threshold.
+        "--memory-manager-policy=Static",
+        "--reserved-memory=0:memory=100Mi",
+        "--topology-manager-policy=single-numa-node",
+    )
     agent = Agent(tmp_path, containerd, cgroup_root, *flags)
     resources = {"cpu": "1", "memory": MEMORY}
     agent.write(
@@ -93,6 +102,11 @@ def test_guaranteed_pod_gets_an_exclusive_cpu_that_survives_a_restart(containerd
         assert state["policyName"] == "static"
         assert state["defaultCpuSet"] == "0"
         assert state["entries"] == {uid: {"app": "1"}}
+        memory_state = json.loads(Path(tmp_path / "root" / "memory_manager_state").read_text())
+        assert memory_state["entries"] == {uid: {"app": [{"numaAffinity": [0], "type": "memory", "size": 32 << 20}]}}
+        if not V2:
+            pod_cpuset = CGROUP_FS / "cpuset" / cgroup_root.strip("/") / "orchpods" / f"pod{uid}"
+            assert (pod_cpuset / "cpuset.mems").read_text().strip() == "0"
 
         cid = pinned["status"]["containerStatuses"][0]["containerID"]
         agent.kill9()

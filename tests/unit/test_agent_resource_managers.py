@@ -452,6 +452,21 @@ def test_memory_hints_allocation_and_cpuset_mems(tmp_path):
             numa_memory={0: {"memory": 4 * GI}, 1: {"memory": 4 * GI}},
             reservation={"memory": 512 * MI},
         ).start()
+    # A node whose memory grew (a hypervisor added some) keeps its reservations.
+    again.allocate(p1, p1["spec"]["containers"][0], H({0}, True))
+    grown = MemoryManager(
+        cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=612Mi"),
+        numa_memory={0: {"memory": 5 * GI}, 1: {"memory": 4 * GI}},
+        reservation={"memory": 612 * MI},
+    )
+    grown.start()
+    assert grown.nodes[0].memory["memory"]["free"] == 2 * GI - 612 * MI
+    with pytest.raises(MemoryManagerError, match="less than the 3221225472 its pods reserved"):
+        MemoryManager(
+            cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=612Mi"),
+            numa_memory={0: {"memory": 3 * GI}, 1: {"memory": 4 * GI}},
+            reservation={"memory": 612 * MI},
+        ).start()
 
 
 def test_init_container_memory_passes_to_app_containers(tmp_path):
@@ -543,3 +558,19 @@ def test_pod_cgroup_gets_the_memory_managers_nodes(tmp_path):
     assert cm.reconciles_cpusets
     cm.reconcile_cpusets([], sources_ready=True)
     assert "g" not in cm.memory_manager.entries
+
+
+def test_reconcile_period_without_a_static_manager_is_refused(tmp_path):
+    sysfs = make_v1_tree(tmp_path / "cg")
+    (tmp_path / "pid_max").write_text("4194304\n")
+    (tmp_path / "huge").mkdir()
+    cm = ContainerManager(
+        cfg(tmp_path, "--cpu-manager-reconcile-period=5s"),
+        sysfs=str(sysfs),
+        capacity=CAP,
+        mountinfo="/nonexistent",
+        pid_max_path=str(tmp_path / "pid_max"),
+        hugepages_dir=str(tmp_path / "huge"),
+    )
+    with pytest.raises(CgroupError, match="--cpu-manager-reconcile-period .* is not supported on this node"):
+        cm.start()

@@ -241,19 +241,48 @@ class MemoryManager:
                 raise MemoryManagerError(
                     f"could not restore state from checkpoint {self.state_path}: {exc}{hint}"
                 ) from None
-            for node, fresh in self.fresh_nodes.items():
-                have = nodes.get(node)
-                if have is None or any(
-                    {f: have.memory.get(r, {}).get(f) for f in ("total", "systemReserved", "allocatable")}
-                    != {f: v[f] for f in ("total", "systemReserved", "allocatable")}
-                    for r, v in fresh.memory.items()
-                ):
-                    raise MemoryManagerError(
-                        "the expected machine state is different from the one in the checkpoint (memory, huge "
-                        f"pages or --reserved-memory changed){hint}"
-                    )
+            self._adopt_machine(nodes, hint)
             self.nodes, self.entries = nodes, entries
             log.info("memory manager: restored Static state from %s: %d pods placed", self.state_path, len(entries))
+
+    def _adopt_machine(self, nodes: dict[int, _Node], hint: str) -> None:
+        """Carry the checkpoint's reservations over to today's figures.
+
+        The nodes, resources and ``--reserved-memory`` must be those of the checkpoint.
+        A node's total may differ (memory added or taken away under a hypervisor):
+        allocatable and free follow it, as long as what pods reserved still fits.
+        """
+        if sorted(nodes) != sorted(self.fresh_nodes):
+            raise MemoryManagerError(
+                f"the NUMA nodes in the checkpoint ({format_cpuset(nodes)}) are not this machine's "
+                f"({format_cpuset(self.fresh_nodes)}){hint}"
+            )
+        for n, fresh in self.fresh_nodes.items():
+            have = nodes[n]
+            if sorted(have.memory) != sorted(fresh.memory):
+                raise MemoryManagerError(
+                    f"the resources of NUMA node {n} in the checkpoint ({', '.join(sorted(have.memory))}) are not "
+                    f"this machine's ({', '.join(sorted(fresh.memory))}){hint}"
+                )
+            for r, now in fresh.memory.items():
+                old = have.memory[r]
+                if old["systemReserved"] != now["systemReserved"]:
+                    raise MemoryManagerError(
+                        f"the expected machine state is different from the one in the checkpoint: --reserved-memory "
+                        f"for {r} on NUMA node {n} was {old['systemReserved']}, is {now['systemReserved']}{hint}"
+                    )
+                if old["reserved"] > now["allocatable"]:
+                    raise MemoryManagerError(
+                        f"NUMA node {n} has {now['allocatable']} bytes of {r} allocatable now, less than the "
+                        f"{old['reserved']} its pods reserved{hint}"
+                    )
+                if old["total"] != now["total"]:
+                    log.info(
+                        "memory manager: NUMA node %d %s total changed from %d to %d", n, r, old["total"], now["total"]
+                    )
+                old.update(
+                    total=now["total"], allocatable=now["allocatable"], free=now["allocatable"] - old["reserved"]
+                )
 
     def _save(self) -> None:
         data: dict[str, Any] = {
