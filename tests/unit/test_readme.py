@@ -33,6 +33,9 @@ CAPABILITIES = {
     "admission webhooks": "apiserver_min/admission/webhook",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
+    "CPU manager": "agent/cm/cpumanager",
+    "memory manager": "agent/cm/memorymanager",
+    "topology manager": "agent/cm/topologymanager",
 }
 
 
