@@ -276,7 +276,8 @@ class ContainerManager:
                 self.cfg, numa_memory=numa_memory, reservation=node_reservation(self.cfg, self.capacity())
             )
             memory.start()
-            topo = TopologyManager(self.cfg, self._numa_nodes(cpu))
+            numa_nodes, numa_reported = self._numa_nodes(cpu)
+            topo = TopologyManager(self.cfg, numa_nodes, numa_reported=numa_reported)
         except (CpuManagerError, MemoryManagerError, NumaMemoryError, TopologyManagerError) as exc:
             raise CgroupError(str(exc)) from None
         if not (cpu.static or memory.static) and _source(self.cfg, "cpu_manager_reconcile_period") != "default":
@@ -291,17 +292,18 @@ class ContainerManager:
         self.memory_manager = memory
         self.topology_manager = topo
 
-    def _numa_nodes(self, cpu: CpuManager) -> list[int]:
-        """The machine's NUMA node ids, for the topology manager (a machine without any is node 0)."""
+    def _numa_nodes(self, cpu: CpuManager) -> tuple[list[int], bool]:
+        """The machine's NUMA node ids for the topology manager, and whether the kernel reported
+        any (a machine without is node 0)."""
         if cpu.static:
-            return cpu.topology.numa_nodes()
+            return cpu.topology.numa_nodes(), cpu.topology.numa_reported
         if getattr(self.cfg, "topology_manager_policy", "none") in (None, "", "none"):
-            return [0]
+            return [0], True
         try:
             topology = self._cpu_topology or discover_cpu_topology(self._sys_cpu, self._sys_node)
         except CpuTopologyError as exc:
             raise TopologyManagerError(f"the topology manager needs the machine's NUMA layout: {exc}") from None
-        return topology.numa_nodes()
+        return topology.numa_nodes(), topology.numa_reported
 
     def add_hint_provider(self, provider: HintProvider) -> None:
         """Another topology hint provider (the device manager)."""

@@ -107,7 +107,10 @@ def test_discovery_of_two_sockets_with_hyperthreads_and_two_numa_nodes(topo):
 
 def test_discovery_without_numa_directories_is_one_node(tmp_path):
     topo = discover(*fake_sysfs(tmp_path, numa=False))
-    assert topo.numa_nodes() == [0] and topo.num_sockets == 2
+    assert topo.numa_nodes() == [0] and topo.num_sockets == 2 and not topo.numa_reported
+    with pytest.raises(TopologyManagerError, match="not supported on this node: the kernel reports no NUMA node"):
+        TopologyManager(from_argv(["--topology-manager-policy=restricted"]), [0], numa_reported=False)
+    TopologyManager(from_argv([]), [0], numa_reported=False)  # none needs nothing
 
 
 # --- allocation order -------------------------------------------------------------------
@@ -574,3 +577,51 @@ def test_reconcile_period_without_a_static_manager_is_refused(tmp_path):
     )
     with pytest.raises(CgroupError, match="--cpu-manager-reconcile-period .* is not supported on this node"):
         cm.start()
+
+
+def test_align_by_socket_prefers_sets_within_the_fewest_sockets(tmp_path):
+    # 2 sockets, 2 NUMA nodes each, 2 single-thread cores per node.
+    machine = {cpu: (cpu // 4, str(cpu), cpu // 2) for cpu in range(8)}
+    topo = discover(*fake_sysfs(tmp_path, machine))
+    flags = ("--reserved-cpus=0", "--cpu-manager-policy-options=align-by-socket=true")
+    m = CpuManager(
+        cfg(tmp_path, "--cpu-manager-policy=static", "--feature-gates=CPUManagerPolicyAlphaOptions=true", *flags),
+        topology=topo,
+    )
+    m.start()
+    pod = guaranteed("p", ("app", "2"))
+    hints = {h.numa_affinity: h.preferred for h in m.get_topology_hints(pod, pod["spec"]["containers"][0])["cpu"]}
+    assert hints[frozenset({1})] and hints[frozenset({2})]
+    assert hints[frozenset({0, 1})] and hints[frozenset({2, 3})]  # within one socket
+    assert not hints[frozenset({1, 2})]  # across sockets
+    m.allocate(pod, pod["spec"]["containers"][0], TopologyHint(frozenset({1}), True))
+    assert parse_cpuset(m.cpuset_for("p", "app")) <= topo.cpus_in_sockets([0])
+    with pytest.raises(CpuManagerError, match="incompatible with CPUManager align-by-socket"):
+        CpuManager(
+            cfg(
+                tmp_path,
+                "--cpu-manager-policy=static",
+                "--feature-gates=CPUManagerPolicyAlphaOptions=true",
+                "--topology-manager-policy=single-numa-node",
+                *flags,
+            ),
+            topology=topo,
+        )
+
+
+def test_distribute_across_numa_option(tmp_path, topo):
+    m = CpuManager(
+        cfg(
+            tmp_path,
+            "--cpu-manager-policy=static",
+            "--reserved-cpus=0",
+            "--feature-gates=CPUManagerPolicyAlphaOptions=true",
+            "--cpu-manager-policy-options=distribute-cpus-across-numa=true",
+        ),
+        topology=topo,
+    )
+    m.start()
+    pod = guaranteed("p", ("app", "6"))
+    m.allocate(pod, pod["spec"]["containers"][0], None)
+    got = parse_cpuset(m.cpuset_for("p", "app"))
+    assert len(got & topo.cpus_in_numa([0])) == 3 and len(got & topo.cpus_in_numa([1])) == 3

@@ -354,18 +354,15 @@ class CpuManager:
         for mask in masks:
             if len(topo.cpus_in_numa(mask)) >= request:
                 min_size = min(min_size, len(mask))
-        min_sockets = min(
-            (len(topo.sockets_of_numa(m)) for m in masks if len(topo.cpus_in_numa(m)) >= request),
-            default=topo.num_sockets,
-        )
+        # align-by-socket: a set spanning no more sockets than the narrowest sets need is preferred too.
+        numa_per_socket = topo.num_numa_nodes // topo.num_sockets if topo.num_sockets else 0
+        min_sockets = -(-min_size // numa_per_socket) if numa_per_socket else 0
         for mask in masks:
             if len(available & topo.cpus_in_numa(mask)) < request:
                 continue
             preferred = len(mask) == min_size
-            if self.options.align_by_socket and not preferred:
-                # Preferred too when the mask spans the fewest sockets and whole ones.
-                sockets = topo.sockets_of_numa(mask)
-                preferred = len(sockets) == min_sockets and topo.numa_of_sockets(sockets) == mask
+            if self.options.align_by_socket and not preferred and min_sockets:
+                preferred = len(topo.sockets_of_numa(mask)) == min_sockets
             hints.append(TopologyHint(mask, preferred))
         return hints
 

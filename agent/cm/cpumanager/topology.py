@@ -34,6 +34,8 @@ class CpuInfo:
 @dataclass(frozen=True)
 class CpuTopology:
     cpus: dict[int, CpuInfo] = field(default_factory=dict)
+    # The kernel showed NUMA node directories (False: every CPU was put on node 0).
+    numa_reported: bool = True
 
     # --- counts -------------------------------------------------------------------
 
@@ -143,4 +145,4 @@ def discover(sys_cpu: str = SYS_CPU, sys_node: str = SYS_NODE) -> CpuTopology:
             raise TopologyError(f"cannot read the topology of cpu{cpu} under {topo}: {exc}") from None
         core = min(siblings & online or {cpu})
         out[cpu] = CpuInfo(numa=numa_of.get(cpu, 0), socket=max(socket, 0), core=core)
-    return CpuTopology(out)
+    return CpuTopology(out, numa_reported=bool(numa_of))

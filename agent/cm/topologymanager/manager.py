@@ -56,7 +56,9 @@ def _uid(pod: Mapping) -> str:
 
 
 class TopologyManager:
-    def __init__(self, cfg: Any, numa_nodes: Iterable[int]) -> None:
+    def __init__(self, cfg: Any, numa_nodes: Iterable[int], *, numa_reported: bool = True) -> None:
+        """``numa_nodes``: the machine's NUMA node ids; ``numa_reported`` False when the kernel
+        shows none (policies other than none are then refused)."""
         self.policy = str(getattr(cfg, "topology_manager_policy", POLICY_NONE) or POLICY_NONE)
         self.scope = str(getattr(cfg, "topology_manager_scope", "container") or "container")
         if self.policy not in POLICIES:
@@ -77,6 +79,11 @@ class TopologyManager:
             if not gate_on:
                 raise TopologyManagerError(
                     f'--topology-manager-policy "{self.policy}" needs the feature gate {_GATE}, which is disabled'
+                )
+            if not numa_reported:
+                raise TopologyManagerError(
+                    f'--topology-manager-policy "{self.policy}" is not supported on this node: the kernel reports '
+                    "no NUMA node (/sys/devices/system/node)"
                 )
             if len(self.numa_nodes) > MAX_NUMA_NODES:
                 raise TopologyManagerError(
