@@ -41,16 +41,16 @@ class _Accumulator:
     def satisfied(self) -> bool:
         return self.needed <= 0
 
-    def _free_in(self, key: Callable[[int], int], ident: int) -> int:
-        return sum(1 for c in self.free if key(c) == ident)
+    def _count(self, key: Callable[[int], int]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for c in self.free:
+            k = key(c)
+            out[k] = out.get(k, 0) + 1
+        return out
 
     def _socket_order(self) -> list[int]:
-        sockets = sorted({self.topo.cpus[c].socket for c in self.free})
-        return sorted(sockets, key=lambda s: (self._free_in(lambda c: self.topo.cpus[c].socket, s), s))
-
-    def _numa_order(self) -> list[int]:
-        nodes = sorted({self.topo.cpus[c].numa for c in self.free})
-        return sorted(nodes, key=lambda n: (self._free_in(lambda c: self.topo.cpus[c].numa, n), n))
+        free = self._count(lambda c: self.topo.cpus[c].socket)
+        return sorted(free, key=lambda s: (free[s], s))
 
     def take_full_sockets(self) -> None:
         size = self.topo.cpus_per_socket()

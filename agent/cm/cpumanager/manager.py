@@ -335,7 +335,7 @@ class CpuManager:
             return ""
         with self._lock:
             cpus = self.assignments.get(pod_uid, {}).get(container_name)
-            return format_cpuset(cpus if cpus is not None else self.default)
+            return _text(cpus if cpus is not None else self.default)
 
     def container_created(self, container_id: str, cpuset: str) -> None:
         """The runtime created the container with this cpuset."""
@@ -533,6 +533,19 @@ class CpuManager:
             for cid in [c for c in self._applied if c not in seen]:
                 del self._applied[cid]
             return out
+
+
+_TEXT_CACHE: dict[frozenset[int], str] = {}
+
+
+def _text(cpus: frozenset[int]) -> str:
+    """format_cpuset, remembered: reconciliation asks for the same few sets over and over."""
+    text = _TEXT_CACHE.get(cpus)
+    if text is None:
+        if len(_TEXT_CACHE) > 4096:
+            _TEXT_CACHE.clear()
+        text = _TEXT_CACHE[cpus] = format_cpuset(cpus)
+    return text
 
 
 def pod_cpus(pod: Mapping) -> int:

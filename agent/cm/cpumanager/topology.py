@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable
 
 from ..cpuset import CpuSetError, parse_cpuset
@@ -70,26 +71,34 @@ class CpuTopology:
         return frozenset(self.cpus)
 
     def numa_nodes(self) -> list[int]:
-        return sorted({c.numa for c in self.cpus.values()})
+        return sorted(self._by_numa)
 
     def sockets(self) -> list[int]:
-        return sorted({c.socket for c in self.cpus.values()})
+        return sorted(self._by_socket)
+
+    @cached_property
+    def _by_numa(self) -> dict[int, frozenset[int]]:
+        return _group(self.cpus, lambda c: c.numa)
+
+    @cached_property
+    def _by_socket(self) -> dict[int, frozenset[int]]:
+        return _group(self.cpus, lambda c: c.socket)
+
+    @cached_property
+    def _by_core(self) -> dict[int, frozenset[int]]:
+        return _group(self.cpus, lambda c: c.core)
 
     def cpus_in_numa(self, nodes: Iterable[int]) -> frozenset[int]:
-        want = set(nodes)
-        return frozenset(i for i, c in self.cpus.items() if c.numa in want)
+        return _union(self._by_numa, nodes)
 
     def cpus_in_sockets(self, sockets: Iterable[int]) -> frozenset[int]:
-        want = set(sockets)
-        return frozenset(i for i, c in self.cpus.items() if c.socket in want)
+        return _union(self._by_socket, sockets)
 
     def cpus_in_cores(self, cores: Iterable[int]) -> frozenset[int]:
-        want = set(cores)
-        return frozenset(i for i, c in self.cpus.items() if c.core in want)
+        return _union(self._by_core, cores)
 
     def sockets_of_numa(self, nodes: Iterable[int]) -> frozenset[int]:
-        want = set(nodes)
-        return frozenset(c.socket for c in self.cpus.values() if c.numa in want)
+        return frozenset(self.cpus[c].socket for c in self.cpus_in_numa(nodes))
 
     def numa_of_sockets(self, sockets: Iterable[int]) -> frozenset[int]:
         want = set(sockets)
@@ -105,6 +114,20 @@ class CpuTopology:
             if seen.setdefault(c.numa, c.socket) != c.socket:
                 return False
         return True
+
+
+def _group(cpus: dict[int, CpuInfo], key) -> dict[int, frozenset[int]]:
+    out: dict[int, set[int]] = {}
+    for i, c in cpus.items():
+        out.setdefault(key(c), set()).add(i)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _union(groups: dict[int, frozenset[int]], ids: Iterable[int]) -> frozenset[int]:
+    out: frozenset[int] = frozenset()
+    for i in set(ids):
+        out = out | groups.get(i, frozenset())
+    return out
 
 
 def _read(path: str) -> str:
