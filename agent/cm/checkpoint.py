@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["CheckpointError", "checksum", "read_checkpoint", "write_checkpoint"]
+__all__ = ["CheckpointError", "checksum", "read_checkpoint", "restore_checkpoint", "write_checkpoint"]
 
 
 class CheckpointError(RuntimeError):
@@ -46,6 +46,23 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
         raise CheckpointError(f"checkpoint {path} is corrupted: not a JSON object")
     if data.get("checksum") != checksum(data):
         raise CheckpointError(f"checkpoint {path} is corrupted: checksum mismatch")
+    return data
+
+
+def restore_checkpoint(path: str, policy: str) -> dict[str, Any] | None:
+    """The checkpoint written under ``policy``, or None when there is none.
+
+    CheckpointError (upstream's wording) when it is corrupt or was written under another policy.
+    """
+    try:
+        data = read_checkpoint(path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"could not restore state from checkpoint: {exc}") from None
+    if data is not None and str(data.get("policyName") or "") != policy:
+        raise CheckpointError(
+            f'could not restore state from checkpoint: configured policy "{policy}" differs from state checkpoint '
+            f'policy "{data.get("policyName") or ""}"'
+        )
     return data
 
 

@@ -449,27 +449,23 @@ def test_memory_hints_allocation_and_cpuset_mems(tmp_path):
     assert again.mems_for("p1", "a") == "0"
     again.remove_pod("p1")
     assert again.nodes[0].memory["memory"]["free"] == 4 * GI - 612 * MI
+
+    def restart(reserved_mi, node0_gi):
+        m = MemoryManager(
+            cfg(tmp_path, "--memory-manager-policy=Static", f"--reserved-memory=0:memory={reserved_mi}Mi"),
+            numa_memory={0: {"memory": node0_gi * GI}, 1: {"memory": 4 * GI}},
+            reservation={"memory": reserved_mi * MI},
+        )
+        m.start()
+        return m
+
     with pytest.raises(MemoryManagerError, match="expected machine state is different"):
-        MemoryManager(
-            cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=512Mi"),
-            numa_memory={0: {"memory": 4 * GI}, 1: {"memory": 4 * GI}},
-            reservation={"memory": 512 * MI},
-        ).start()
+        restart(512, 4)
     # A node whose memory grew (a hypervisor added some) keeps its reservations.
     again.allocate(p1, p1["spec"]["containers"][0], H({0}, True))
-    grown = MemoryManager(
-        cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=612Mi"),
-        numa_memory={0: {"memory": 5 * GI}, 1: {"memory": 4 * GI}},
-        reservation={"memory": 612 * MI},
-    )
-    grown.start()
-    assert grown.nodes[0].memory["memory"]["free"] == 2 * GI - 612 * MI
+    assert restart(612, 5).nodes[0].memory["memory"]["free"] == 2 * GI - 612 * MI
     with pytest.raises(MemoryManagerError, match="less than the 3221225472 its pods reserved"):
-        MemoryManager(
-            cfg(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=612Mi"),
-            numa_memory={0: {"memory": 3 * GI}, 1: {"memory": 4 * GI}},
-            reservation={"memory": 612 * MI},
-        ).start()
+        restart(612, 3)
 
 
 def test_init_container_memory_passes_to_app_containers(tmp_path):

@@ -52,23 +52,20 @@ class _Accumulator:
         free = self._count(lambda c: self.topo.cpus[c].socket)
         return sorted(free, key=lambda s: (free[s], s))
 
-    def take_full_sockets(self) -> None:
-        size = self.topo.cpus_per_socket()
-        for s in sorted({self.topo.cpus[c].socket for c in self.free}):
+    def _take_whole(self, size: int, ids: list[int], cpus_of: Callable[[list[int]], frozenset[int]]) -> None:
+        """Whole free groups (sockets, NUMA nodes) of ``size`` CPUs, lowest id first, while needed."""
+        for ident in ids:
             if self.needed < size or size == 0:
                 return
-            cpus = self.topo.cpus_in_sockets([s])
+            cpus = cpus_of([ident])
             if cpus <= self.free:
                 self.take(cpus)
 
+    def take_full_sockets(self) -> None:
+        self._take_whole(self.topo.cpus_per_socket(), self.topo.sockets(), self.topo.cpus_in_sockets)
+
     def take_full_numa(self) -> None:
-        size = self.topo.cpus_per_numa()
-        for n in sorted({self.topo.cpus[c].numa for c in self.free}):
-            if self.needed < size or size == 0:
-                return
-            cpus = self.topo.cpus_in_numa([n])
-            if cpus <= self.free:
-                self.take(cpus)
+        self._take_whole(self.topo.cpus_per_numa(), self.topo.numa_nodes(), self.topo.cpus_in_numa)
 
     def take_full_cores(self) -> None:
         size = self.topo.cpus_per_core()

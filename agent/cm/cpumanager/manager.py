@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..allocerror import AllocationFailure
-from ..checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from ..checkpoint import CheckpointError, restore_checkpoint, write_checkpoint
 from ..cpuset import CpuSetError, format_cpuset, parse_cpuset
 from ..qos import CPU, GUARANTEED, pod_qos_class, resource_value
 from ..topology import Hints, TopologyHint
@@ -235,23 +235,16 @@ class CpuManager:
             return
         with self._lock:
             try:
-                data = read_checkpoint(self.state_path)
+                data = restore_checkpoint(self.state_path, self.policy)
             except CheckpointError as exc:
                 raise CpuManagerError(
-                    f"could not restore state from checkpoint: {exc}; drain this node and delete the CPU "
-                    f"manager checkpoint file {self.state_path} before restarting the agent"
+                    f"{exc}; drain this node and delete the CPU manager checkpoint file {self.state_path} "
+                    "before restarting the agent"
                 ) from None
             if data is None:
                 if self.static:
                     self._fresh()
                 return
-            policy = str(data.get("policyName") or "")
-            if policy != self.policy:
-                raise CpuManagerError(
-                    f'could not restore state from checkpoint: configured policy "{self.policy}" differs from '
-                    f'state checkpoint policy "{policy}"; drain this node and delete the CPU manager checkpoint '
-                    f'file "{self.state_path}" before restarting the agent'
-                )
             try:
                 self.default = parse_cpuset(str(data.get("defaultCpuSet") or ""))
                 self.assignments = {

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from ..cpuset import CpuSetError, parse_cpuset
 
-__all__ = ["CpuInfo", "CpuTopology", "TopologyError", "discover", "SYS_CPU", "SYS_NODE"]
+__all__ = ["CpuInfo", "CpuTopology", "TopologyError", "discover", "numbered_entries", "SYS_CPU", "SYS_NODE"]
 
 SYS_CPU = "/sys/devices/system/cpu"
 SYS_NODE = "/sys/devices/system/node"
@@ -130,6 +130,21 @@ def _union(groups: dict[int, frozenset[int]], ids: Iterable[int]) -> frozenset[i
     return out
 
 
+def numbered_entries(directory: str, pattern: str) -> list[tuple[int, str]]:
+    """(number, name) of the entries of ``directory`` matching ``pattern`` (one group: the
+    number), sorted; [] when the directory cannot be read."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        m = re.fullmatch(pattern, name)
+        if m:
+            out.append((int(m.group(1)), name))
+    return sorted(out)
+
+
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read().strip()
@@ -144,20 +159,13 @@ def discover(sys_cpu: str = SYS_CPU, sys_node: str = SYS_NODE) -> CpuTopology:
     if not online:
         raise TopologyError(f"{sys_cpu}/online lists no CPU")
     numa_of: dict[int, int] = {}
-    try:
-        entries = os.listdir(sys_node)
-    except OSError:
-        entries = []
-    for entry in entries:
-        m = re.fullmatch(r"node(\d+)", entry)
-        if not m:
-            continue
+    for node, entry in numbered_entries(sys_node, r"node(\d+)"):
         try:
             cpus = parse_cpuset(_read(os.path.join(sys_node, entry, "cpulist")))
         except (OSError, CpuSetError) as exc:
             raise TopologyError(f"cannot read {sys_node}/{entry}/cpulist: {exc}") from None
         for cpu in cpus:
-            numa_of[cpu] = int(m.group(1))
+            numa_of[cpu] = node
     out: dict[int, CpuInfo] = {}
     for cpu in sorted(online):
         topo = os.path.join(sys_cpu, f"cpu{cpu}", "topology")

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from ..checkpoint import CheckpointError, restore_checkpoint, write_checkpoint
 from ..cpumanager.manager import numa_masks
 from ..cpuset import format_cpuset
 from ..qos import GUARANTEED, MEMORY, is_hugepages, pod_qos_class, resource_value
@@ -201,21 +201,15 @@ class MemoryManager:
         hint = f"; drain this node and delete the memory manager checkpoint file {self.state_path} before restarting"
         with self._lock:
             try:
-                data = read_checkpoint(self.state_path)
+                data = restore_checkpoint(self.state_path, self.policy)
             except CheckpointError as exc:
-                raise MemoryManagerError(f"could not restore state from checkpoint: {exc}{hint}") from None
+                raise MemoryManagerError(f"{exc}{hint}") from None
             if data is None:
                 if self.static:
                     self.nodes = self.fresh_nodes
                     self.entries = {}
                     self._save()
                 return
-            policy = str(data.get("policyName") or "")
-            if policy != self.policy:
-                raise MemoryManagerError(
-                    f'could not restore state from checkpoint: configured policy "{self.policy}" differs from '
-                    f'state checkpoint policy "{policy}"{hint}'
-                )
             if not self.static:
                 return
             try:

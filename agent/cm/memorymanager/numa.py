@@ -8,10 +8,10 @@ A machine without node directories is one node (0) holding the machine's memory.
 from __future__ import annotations
 
 import os
-import re
 from typing import Mapping
 
 from ..allocatable import hugepage_resource_name
+from ..cpumanager.topology import numbered_entries
 from ..qos import MEMORY
 
 __all__ = ["NumaMemoryError", "read_numa_memory"]
@@ -28,15 +28,7 @@ def read_numa_memory(sys_node: str, machine: Mapping[str, int]) -> dict[int, dic
     shows no NUMA node.
     """
     out: dict[int, dict[str, int]] = {}
-    try:
-        entries = sorted(os.listdir(sys_node))
-    except OSError:
-        entries = []
-    for entry in entries:
-        m = re.fullmatch(r"node(\d+)", entry)
-        if not m:
-            continue
-        node = int(m.group(1))
+    for node, entry in numbered_entries(sys_node, r"node(\d+)"):
         path = os.path.join(sys_node, entry, "meminfo")
         total = None
         try:
@@ -52,20 +44,13 @@ def read_numa_memory(sys_node: str, machine: Mapping[str, int]) -> dict[int, dic
             raise NumaMemoryError(f"{path} has no MemTotal line")
         resources = {MEMORY: total}
         huge_dir = os.path.join(sys_node, entry, "hugepages")
-        try:
-            sizes = sorted(os.listdir(huge_dir))
-        except OSError:
-            sizes = []
-        for size_dir in sizes:
-            hm = re.fullmatch(r"hugepages-(\d+)kB", size_dir)
-            if not hm:
-                continue
+        for size_kb, size_dir in numbered_entries(huge_dir, r"hugepages-(\d+)kB"):
             try:
                 with open(os.path.join(huge_dir, size_dir, "nr_hugepages")) as f:
                     count = int(f.read().strip() or 0)
             except (OSError, ValueError) as exc:
                 raise NumaMemoryError(f"cannot read {huge_dir}/{size_dir}/nr_hugepages: {exc}") from None
-            size = int(hm.group(1)) * 1024
+            size = size_kb * 1024
             resources[hugepage_resource_name(size)] = size * count
         out[node] = resources
     if not out:
