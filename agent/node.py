@@ -196,6 +196,12 @@ class NodeAgent:
             keep_terminated_pod_volumes=cfg.keep_terminated_pod_volumes,
         )
         pipeline = self.pipeline
+        if isinstance(self.cgroups, ContainerManager):
+            self.cgroups.inactive_pod_uids = lambda: [
+                s.uid
+                for s in pipeline.pods.values()
+                if s.rejected or s.terminating or (s.status or {}).get("phase") in ("Succeeded", "Failed")
+            ]
         self.container_gc = ContainerGC(
             self.cri,
             ContainerGCPolicy(

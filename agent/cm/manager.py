@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from apiserver_min.api import names
 
@@ -192,6 +192,9 @@ class ContainerManager:
         self.cpu_manager: CpuManager | None = None
         self.memory_manager: MemoryManager | None = None
         self.topology_manager: TopologyManager | None = None
+        # UIDs of the pods the agent knows to be terminating, finished or rejected (the pod
+        # pipeline sets it): their CPUs and memory go back before a newcomer is placed.
+        self.inactive_pod_uids: Callable[[], Iterable[str]] = lambda: ()
 
         driver_name = getattr(cfg, "cgroup_driver", "cgroupfs") or "cgroupfs"
         if driver_name not in ("cgroupfs", "systemd"):
@@ -255,6 +258,10 @@ class ContainerManager:
             return AdmitResult(False, "UnexpectedAdmissionError", str(exc))
         if not result.admit or self.topology_manager is None:
             return result
+        me = _uid(pod)
+        for uid in self.inactive_pod_uids():
+            if uid != me:
+                self._release_resources(uid)
         try:
             result = self.topology_manager.admit(pod)
         except ValueError as exc:

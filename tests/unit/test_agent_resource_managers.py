@@ -382,6 +382,14 @@ def test_container_manager_admission_runs_the_topology_manager(tmp_path, topo):
     assert "big" not in cm.cpu_manager.assignments
     cm.remove_pod("g")
     assert cm.container_cpuset(best_effort("b"), {"name": "c"})[0] == "0-7"
+    # A pod the agent is terminating gives its CPUs back before a newcomer is placed
+    # (a static pod's manifest replaced: the old pod still stops while the new one is admitted).
+    old, new = guaranteed("old", ("app", "4")), guaranteed("new", ("app", "4"))
+    assert cm.admit(old, []).admit
+    assert not cm.admit(new, []).admit
+    cm.inactive_pod_uids = lambda: ["old"]
+    assert cm.admit(new, []).admit
+    assert "old" not in cm.cpu_manager.assignments
 
 
 # --- the memory manager -------------------------------------------------------------------
