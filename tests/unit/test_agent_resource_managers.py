@@ -353,6 +353,8 @@ def test_topology_manager_reports_provider_failures(tmp_path, topo):
 def test_topology_manager_limits():
     with pytest.raises(TopologyManagerError, match="more than 8 NUMA nodes"):
         TopologyManager(from_argv(["--topology-manager-policy=best-effort"]), range(9))
+    with pytest.raises(TopologyManagerError, match='scope "pod" is not supported on this node'):
+        TopologyManager(from_argv(["--topology-manager-scope=pod"]), [0])
 
 
 def test_container_manager_admission_runs_the_topology_manager(tmp_path, topo):

@@ -71,6 +71,11 @@ class TopologyManager:
                 f'unknown topology manager scope "{self.scope}" (--topology-manager-scope): expected container or pod'
             )
         self.numa_nodes = sorted(set(numa_nodes)) or [0]
+        if self.policy == POLICY_NONE and self.scope == "pod":
+            raise TopologyManagerError(
+                '--topology-manager-scope "pod" is not supported on this node with --topology-manager-policy '
+                '"none": no hints are merged, so the scope would change nothing'
+            )
         if self.policy != POLICY_NONE:
             try:
                 gate_on = bool(cfg.feature(_GATE))
