@@ -163,8 +163,10 @@ def test_integer_guaranteed_containers_only():
 
 def test_static_policy_allocates_exclusive_cpus_and_shrinks_the_shared_pool(tmp_path, topo):
     m = static_manager(tmp_path, topo, "--reserved-cpus=0")
+    assert m.allocatable_cpus() == set(range(1, 8))
     pod = guaranteed("p1", ("app", "2"))
     m.allocate(pod, pod["spec"]["containers"][0], None)
+    assert m.exclusive_cpus("p1", "app") == {1, 5} and m.exclusive_cpus("x", "y") == set()
     # Reserved cpu0 stays shared; its sibling 4 is the best fit for... a whole core (1,5).
     assert m.cpuset_for("p1", "app") == "1,5"
     assert m.cpuset_for("other", "c") == "0,2-4,6-7"
@@ -441,6 +443,8 @@ def test_memory_hints_allocation_and_cpuset_mems(tmp_path):
     assert m.get_topology_hints(big, big["spec"]["containers"][0]) == {"memory": [H({0, 1}, True)]}
     m.allocate(p1, p1["spec"]["containers"][0], H({0}, True))
     assert m.mems_for("p1", "a") == "0"
+    assert m.container_blocks("p1", "a") == [("memory", 3 * GI, (0,))]
+    assert m.allocatable_memory() == [("memory", 4 * GI - 612 * MI, (0,)), ("memory", 4 * GI, (1,))]
     # Node 0 now serves a single-node reservation: no multi-node set may include it, and it is short.
     p2 = mem_pod("p2", ("a", "2Gi"))
     assert m.get_topology_hints(p2, p2["spec"]["containers"][0]) == {"memory": [H({1}, True)]}

@@ -330,6 +330,17 @@ class CpuManager:
             cpus = self.assignments.get(pod_uid, {}).get(container_name)
             return _text(cpus if cpus is not None else self.default)
 
+    # --- for the pod resources API ---------------------------------------------------
+
+    def allocatable_cpus(self) -> frozenset[int]:
+        """CPUs exclusive allocations may come from (all but the reserved); empty under none."""
+        return self.topology.all_cpus() - self.reserved if self.static else frozenset()
+
+    def exclusive_cpus(self, pod_uid: str, container_name: str) -> frozenset[int]:
+        """The container's exclusive CPUs (empty when it runs on the shared pool)."""
+        with self._lock:
+            return self.assignments.get(pod_uid, {}).get(container_name, frozenset())
+
     def container_created(self, container_id: str, cpuset: str) -> None:
         """The runtime created the container with this cpuset."""
         if self.static and container_id:

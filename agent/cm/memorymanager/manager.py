@@ -421,6 +421,23 @@ class MemoryManager:
             self._save()
             log.info("memory manager: pod %s container %s placed on NUMA nodes %s", uid, name, format_cpuset(nodes))
 
+    # --- for the pod resources API ---------------------------------------------------
+
+    def allocatable_memory(self) -> list[tuple[str, int, tuple[int, ...]]]:
+        """(resource, allocatable bytes, (NUMA node,)) per node and resource; [] under None."""
+        with self._lock:
+            return [
+                (r, v["allocatable"], (n,))
+                for n, node in sorted(self.nodes.items())
+                for r, v in sorted(node.memory.items())
+                if v["allocatable"]
+            ]
+
+    def container_blocks(self, pod_uid: str, container_name: str) -> list[tuple[str, int, tuple[int, ...]]]:
+        """(resource, bytes, NUMA nodes) the container was given; [] when not placed."""
+        with self._lock:
+            return [(b.type, b.size, b.numa) for b in self.entries.get(pod_uid, {}).get(container_name, [])]
+
     def mems_for(self, pod_uid: str, container_name: str) -> str:
         """cpuset.mems for the container ("" when the memory manager does not place it)."""
         if not self.static:
