@@ -506,7 +506,10 @@ class NodeAgent:
         period = max(0.1, self.cfg.cpu_manager_reconcile_period.total_seconds())
         while True:
             await asyncio.sleep(period)
-            await self.reconcile_cpusets_once()
+            try:
+                await self.reconcile_cpusets_once()
+            except Exception as exc:  # one bad pass must not end reconciliation
+                log.error("CPU manager reconciliation failed", err=exc)
 
     async def reconcile_cpusets_once(self) -> None:
         assert self.pipeline is not None
