@@ -4,7 +4,8 @@ An ``orch-agent`` with ``--cpu-manager-policy=static --reserved-cpus=0`` (and th
 Static memory manager and single-numa-node topology manager beside it) runs a
 Guaranteed pod asking for one whole CPU and a BestEffort pod. The Guaranteed
 container's cgroup must hold cpuset ``1`` and the BestEffort one ``0`` (the shared
-pool without it). After a ``kill -9`` and a restart the assignment is read back
+pool without it: the BestEffort pod runs first on both CPUs and reconciliation
+moves it). After a ``kill -9`` and a restart the assignment is read back
 from ``cpu_manager_state``: the running container keeps CPU 1 and a new BestEffort
 pod still gets only CPU 0.
 """
@@ -79,23 +80,26 @@ def test_guaranteed_pod_gets_an_exclusive_cpu_that_survives_a_restart(containerd
     )
     agent = Agent(tmp_path, containerd, cgroup_root, *flags)
     resources = {"cpu": "1", "memory": MEMORY}
-    agent.write(
-        "pinned",
-        pod_manifest(
-            "pinned", [container("app", "sleep", "3600", resources={"requests": resources, "limits": resources})]
-        ),
-    )
+
+    def shared_cpuset() -> str:
+        return _container_cpuset(cgroup_root, agent.pod("shared") or {"status": {}}, "app")
+
+    # The BestEffort pod first: it starts on the whole shared pool ...
     agent.write("shared", pod_manifest("shared", [container("app", "sleep", "3600")]))
     agent.start()
     try:
-        pinned = agent.wait_pod("pinned", _running, 30, "Running")
         agent.wait_pod("shared", _running, 30, "Running")
-        agent.wait(lambda: _container_cpuset(cgroup_root, pinned, "app") == "1", 10, "pinned cpuset 1")
-        agent.wait(
-            lambda: _container_cpuset(cgroup_root, agent.pod("shared") or {"status": {}}, "app") == "0",
-            10,
-            "shared cpuset 0",
+        agent.wait(lambda: shared_cpuset() == "0-1", 10, "shared cpuset 0-1")
+        agent.write(
+            "pinned",
+            pod_manifest(
+                "pinned", [container("app", "sleep", "3600", resources={"requests": resources, "limits": resources})]
+            ),
         )
+        pinned = agent.wait_pod("pinned", _running, 30, "Running")
+        agent.wait(lambda: _container_cpuset(cgroup_root, pinned, "app") == "1", 10, "pinned cpuset 1")
+        # ... and reconciliation (UpdateContainerResources) moves it off the exclusive CPU.
+        agent.wait(lambda: shared_cpuset() == "0", 10, "shared cpuset 0")
         state_file = Path(tmp_path / "root" / "cpu_manager_state")
         state = json.loads(state_file.read_text())
         uid = pinned["metadata"]["uid"]
