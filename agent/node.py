@@ -34,10 +34,12 @@ from .certificates.rotation import rotate_client_certificate, rotate_serving_cer
 from .client import client_from_config
 from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
+from .cm.devicemanager import DeviceManager
 from .events import EventRecorder
 from .eventsink import ApiEventSink
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
+from .nodeshutdown import SHUTDOWN_STATE_FILE, ShutdownManager, budgets_from_config
 from .objectcache import ObjectCache
 from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
@@ -53,6 +55,7 @@ from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
 from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator, api_review
 from .server.logs import LogRotator
+from .server.podresources import PodResourcesServer, ResourceProviders
 from .server.stats import StatsProvider
 from .services import ServiceCache
 from .sources.apiserver import ApiPodSource
@@ -196,7 +199,43 @@ class NodeAgent:
             keep_terminated_pod_volumes=cfg.keep_terminated_pod_volumes,
         )
         pipeline = self.pipeline
+        # Device plugins: the allocations of a previous run are known before any pod is admitted.
+        self.devices = DeviceManager(
+            cfg.root_dir, active_pods=pipeline.pods_holding_resources, sources_ready=pipeline.sources_seen
+        )
+        self.devices.load_checkpoint()
+        pipeline.devices = self.devices
+        self.runtime.devices = self.devices
+        self.pod_resources: PodResourcesServer | None = None
+        if _feature(cfg, "KubeletPodResources"):
+            self.pod_resources = PodResourcesServer(
+                cfg.root_dir,
+                ResourceProviders(
+                    pods=self.podmanager.pods,
+                    devices=self.devices.container_devices,
+                    allocatable_devices=self.devices.allocatable_devices,
+                    update_devices=self.devices.update_allocated,
+                ),
+                feature=lambda gate: _feature(cfg, gate),
+            )
+        self.node_status: NodeStatusManager | None = None  # cluster mode, once joined
+        self.shutdown = ShutdownManager(
+            budgets_from_config(cfg),
+            pods=pipeline.active_pods,
+            kill=self._kill_for_shutdown,
+            events=self.events,
+            node_changed=self._node_changed,
+            disruption_conditions=cfg.feature_gates.enabled("PodDisruptionConditions"),
+            state_file=(
+                os.path.join(cfg.root_dir, SHUTDOWN_STATE_FILE)
+                if cfg.feature_gates.enabled("GracefulNodeShutdownBasedOnPodPriority")
+                else None
+            ),
+        )
+        if self.shutdown.enabled:
+            pipeline.admit_handlers.append(self.shutdown.admit)
         if isinstance(self.cgroups, ContainerManager):
+            self.cgroups.add_device_manager(self.devices)
             self.cgroups.inactive_pod_uids = lambda: [
                 s.uid
                 for s in pipeline.pods.values()
@@ -223,6 +262,8 @@ class NodeAgent:
             serving_cert_expiry=lambda: self.server.serving_cert_expiry if self.server is not None else None,
         )
         self.metrics.instrument(self.runtime)
+        if self.shutdown.enabled and self.shutdown.state_file:
+            self.metrics.graceful_shutdown(self.shutdown.metrics)
         self.stats = StatsProvider(
             node_name=self.node_name,
             root_dir=cfg.root_dir,
@@ -354,6 +395,19 @@ class NodeAgent:
             )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
+    async def _kill_for_shutdown(self, pod: dict, grace: int, update_status: Callable[[dict], None]) -> None:
+        """The node shutdown manager's way to stop a pod: through its pod worker."""
+        assert self.pipeline is not None
+        done = self.pipeline.kill_pod(
+            podutil.uid(pod), grace=grace, update_status=update_status, reason="node shutdown"
+        )
+        if done is not None:
+            await asyncio.shield(done)
+
+    def _node_changed(self) -> None:
+        if self.node_status is not None:
+            self.node_status.poke()
+
     def _probe_changed(self, uid: str) -> None:
         if self.pipeline is not None:
             self.pipeline.wake(uid)
@@ -402,7 +456,10 @@ class NodeAgent:
                 events=self.events,
                 version=self.version,
                 host_ip=self.host_ip,
+                extended_resources=self.devices.capacity,
+                shutdown=self.shutdown.not_ready_message,
             )
+            self.devices.on_change = status.poke
             await status.register()
             self.node_status = status
             objects = ObjectCache(client, on_change=self.pipeline.wake)
@@ -490,6 +547,16 @@ class NodeAgent:
         assert self.server is not None
         await self.server.serve(started)
 
+    async def run_device_manager(self) -> None:
+        await self.devices.run()
+
+    async def run_pod_resources(self) -> None:
+        assert self.pod_resources is not None
+        await self.pod_resources.run()
+
+    async def run_shutdown(self) -> None:
+        await self.shutdown.run()
+
     async def run_image_gc(self, period: float | None = None) -> None:
         await self.image_gc.run(period or IMAGE_GC_PERIOD)
 
@@ -536,6 +603,14 @@ class NodeAgent:
         finally:
             await self.probes.close()
             await self.cri.close()
+
+
+def _feature(cfg, gate: str) -> bool:
+    """A feature gate's value; a gate this agent does not know is off."""
+    try:
+        return bool(cfg.feature(gate))
+    except Exception:
+        return False
 
 
 def _major_minor(version: str) -> str:

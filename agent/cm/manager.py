@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from apiserver_min.api import names
 
@@ -96,6 +96,12 @@ def _feature(cfg: Any, gate: str) -> bool:
         return bool(cfg.feature(gate))
     except Exception:
         return False
+
+
+class DeviceProvider(HintProvider, Protocol):
+    """The device manager, as admission sees it: a hint provider whose pods' devices can be freed."""
+
+    def free_pod(self, pod_uid: str) -> None: ...
 
 
 def _source(cfg: Any, attr: str) -> str:
@@ -195,6 +201,7 @@ class ContainerManager:
         # UIDs of the pods the agent knows to be terminating, finished or rejected (the pod
         # pipeline sets it): their CPUs and memory go back before a newcomer is placed.
         self.inactive_pod_uids: Callable[[], Iterable[str]] = lambda: ()
+        self.device_manager: DeviceProvider | None = None
 
         driver_name = getattr(cfg, "cgroup_driver", "cgroupfs") or "cgroupfs"
         if driver_name not in ("cgroupfs", "systemd"):
@@ -250,24 +257,27 @@ class ContainerManager:
         return cap
 
     def admit(self, pod: dict, active_pods: Iterable[dict]) -> AdmitResult:
-        """Resources against allocatable first, then the topology manager (which has the
-        CPU, memory and device managers allocate); a refused pod keeps nothing."""
+        """Upstream's order: the resource allocation handler first (the topology manager has the
+        CPU, memory and device managers allocate), then the resources against allocatable; a
+        refused pod keeps nothing."""
+        me = _uid(pod)
+        if self.topology_manager is not None:
+            for uid in self.inactive_pod_uids():
+                if uid != me:
+                    self._release_resources(uid, devices=False)
+            try:
+                result = self.topology_manager.admit(pod)
+            except ValueError as exc:
+                result = AdmitResult(False, "UnexpectedAdmissionError", str(exc))
+            if not result.admit:
+                self._release_resources(me)
+                return result
         try:
             result = admit(pod, list(active_pods), self.allocatable())
         except ValueError as exc:  # a quantity that cannot be read
-            return AdmitResult(False, "UnexpectedAdmissionError", str(exc))
-        if not result.admit or self.topology_manager is None:
-            return result
-        me = _uid(pod)
-        for uid in self.inactive_pod_uids():
-            if uid != me:
-                self._release_resources(uid)
-        try:
-            result = self.topology_manager.admit(pod)
-        except ValueError as exc:
             result = AdmitResult(False, "UnexpectedAdmissionError", str(exc))
         if not result.admit:
-            self._release_resources(_uid(pod))
+            self._release_resources(me)
         return result
 
     # --- resource managers (CPU, memory, topology) ---------------------------------
@@ -313,12 +323,25 @@ class ContainerManager:
         return topology.numa_nodes(), topology.numa_reported
 
     def add_hint_provider(self, provider: HintProvider) -> None:
-        """Another topology hint provider (the device manager)."""
+        """Another topology hint provider."""
         if self.topology_manager is None:
             raise CgroupError("the container manager is not started (call start() first)")
         self.topology_manager.add_hint_provider(provider)
 
-    def _release_resources(self, pod_uid: str) -> None:
+    def add_device_manager(self, devices: DeviceProvider) -> None:
+        """The device manager allocates through the topology manager from now on (aligned
+        with the CPUs and memory), and gives a refused pod's devices back."""
+        self.add_hint_provider(devices)
+        self.device_manager = devices
+
+    @property
+    def allocates_devices(self) -> bool:
+        """Admission here allocates the devices (the pod pipeline then leaves them alone)."""
+        return self.device_manager is not None
+
+    def _release_resources(self, pod_uid: str, *, devices: bool = True) -> None:
+        if devices and self.device_manager is not None:
+            self.device_manager.free_pod(pod_uid)
         if self.cpu_manager is not None:
             self.cpu_manager.remove_pod(pod_uid)
         if self.memory_manager is not None:

@@ -47,6 +47,7 @@ from .flagtypes import (
     RECLAIM,
     RESERVED,
     RESERVED_MEMORY,
+    SHUTDOWN_BY_PRIORITY,
     STRING,
     STRINGS,
     TAINTS,
@@ -1220,6 +1221,16 @@ OPTIONS: tuple[Option, ...] = (
         "Part of shutdownGracePeriod reserved for critical pods.",
         G_PROCESS,
         "shutdown_grace_period_critical_pods",
+    ),
+    _cfg(
+        "shutdownGracePeriodByPodPriority",
+        SHUTDOWN_BY_PRIORITY,
+        (),
+        "Shutdown grace periods by pod priority: a list of {priority, shutdownGracePeriodSeconds}; "
+        "a pod gets the entry with the highest priority not above its own (the lowest entry below it). "
+        "Not with shutdownGracePeriod.",
+        G_PROCESS,
+        "shutdown_grace_period_by_pod_priority",
     ),
     _cfg("enableProfilingHandler", BOOL, True, "Serve profiling endpoints.", G_PROCESS, "enable_profiling_handler"),
     _cfg("enableDebugFlagsHandler", BOOL, True, "Serve /debug/flags/v.", G_PROCESS, "enable_debug_flags_handler"),

@@ -44,9 +44,16 @@ from .. import pods as podutil
 from .backoff import Backoff
 from .container import build_container_config, container_hash, read_termination_message
 from .context import NodeContext
-from .errors import PodConfigError
+from .errors import REASON_CREATE_CONTAINER_CONFIG, PodConfigError
 from .images import ImageError, ImageManager
-from .interfaces import ContainerCpusets, HookRunner, LivenessSource, PodCgroups, RuntimeService
+from .interfaces import (
+    ContainerCpusets,
+    DeviceOptionsSource,
+    HookRunner,
+    LivenessSource,
+    PodCgroups,
+    RuntimeService,
+)
 from .sandbox import build_sandbox_config
 from .volumes import VolumeManager
 
@@ -352,6 +359,8 @@ class RuntimeManager:
         self.events: EventSink = events or (lambda pod, type_, reason, message: None)
         self.backoff = backoff or Backoff()
         self.hooks = hooks  # the prober's hooks module (run_handler), injectable
+        # The device manager: what the devices' plugins add to a container, and PreStartContainer.
+        self.devices: DeviceOptionsSource | None = None
         # The pod's service variables (cluster mode: the agent's Service cache); None: no API server.
         # It raises PodConfigError while the Services were never listed.
         self.service_env: Callable[[dict], Mapping[str, str]] | None = None
@@ -652,11 +661,21 @@ class RuntimeManager:
         restart_count = 0
         if last is not None:
             restart_count = last.restart_count + 1
+        device_options = None
+        if self.devices is not None:
+            try:
+                await self.devices.pre_start(pod, container)
+                device_options = self.devices.run_options(pod, container)
+            except Exception as exc:  # noqa: BLE001 - the plugin's failure is the container's config error
+                message = str(exc)
+                self.events(pod, "Warning", "Failed", f"Error: {message}")
+                return (REASON_CREATE_CONTAINER_CONFIG, message, 10.0)
         try:
             setup = build_container_config(
                 pod,
                 container,
                 self.ctx,
+                device_options=device_options,
                 restart_count=restart_count,
                 pod_ip=pod_ip,
                 pod_ips=pod_ips,

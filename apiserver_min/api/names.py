@@ -191,6 +191,14 @@ APISERVER_DATA_DIR = "/var/lib/orch-apiserver"
 PODS_CGROUP = "orchpods"
 AGENT_CONFIG_KIND = "AgentConfiguration"
 AGENT_CONFIG_API_VERSION = f"agent.config.{DOMAIN}/v1beta1"
+# Device plugins register on <root-dir>/device-plugins/<AGENT_NAME>.sock (upstream's
+# kubelet.sock); the allocations live in the checkpoint beside it. The pod resources
+# API listens on <root-dir>/pod-resources/<AGENT_NAME>.sock.
+DEVICE_PLUGIN_DIR = "device-plugins"
+DEVICE_PLUGIN_AGENT_SOCKET = f"{AGENT_NAME}.sock"
+DEVICE_PLUGIN_CHECKPOINT = f"{AGENT_NAME}_internal_checkpoint"
+POD_RESOURCES_DIR = "pod-resources"
+POD_RESOURCES_SOCKET = f"{AGENT_NAME}.sock"
 
 # CRI labels the agent puts on what it creates, so it never touches anything else.
 CRI_LABEL_POD_NAME = "io.orch.pod.name"
@@ -243,6 +251,32 @@ ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD = "ORCH_AGENT_TEST_SYNC_LOOP_THRESHOLD"
 # fixed at 5m and 1m with no config field).
 ENV_AGENT_TEST_IMAGE_GC_PERIOD = "ORCH_AGENT_TEST_IMAGE_GC_PERIOD"
 ENV_AGENT_TEST_CONTAINER_GC_PERIOD = "ORCH_AGENT_TEST_CONTAINER_GC_PERIOD"
+
+# Node agent graceful shutdown (upstream's node shutdown manager): systemd-logind's bus
+# names, the delay inhibitor lock's who/why, the logind drop-in that raises
+# InhibitDelayMaxSec, and the reasons and messages of pods it stops or refuses. The
+# condition reason is upstream's TerminationByKubelet, renamed as the node reasons are.
+LOGIND_BUS_NAME = "org.freedesktop.login1"
+LOGIND_OBJECT_PATH = "/org/freedesktop/login1"
+LOGIND_MANAGER_INTERFACE = "org.freedesktop.login1.Manager"
+LOGIND_SERVICE_UNIT = "systemd-logind.service"
+SYSTEMD_BUS_NAME = "org.freedesktop.systemd1"
+SYSTEMD_OBJECT_PATH = "/org/freedesktop/systemd1"
+SYSTEMD_MANAGER_INTERFACE = "org.freedesktop.systemd1.Manager"
+ENV_DBUS_SYSTEM_BUS_ADDRESS = "DBUS_SYSTEM_BUS_ADDRESS"
+DBUS_DEFAULT_SYSTEM_BUS_ADDRESS = "unix:path=/var/run/dbus/system_bus_socket"
+SHUTDOWN_INHIBIT_WHO = AGENT_NAME
+SHUTDOWN_INHIBIT_WHY = f"{AGENT_NAME} needs time to handle node shutdown"
+SHUTDOWN_LOGIND_DROPIN_DIR = "/run/systemd/logind.conf.d"
+SHUTDOWN_LOGIND_DROPIN_FILE = f"99-{AGENT_NAME}-shutdown.conf"
+SHUTDOWN_NOT_READY_MESSAGE = "node is shutting down"
+SHUTDOWN_POD_REASON = "Terminated"
+SHUTDOWN_POD_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+SHUTDOWN_NOT_ADMITTED_REASON = "NodeShutdown"
+SHUTDOWN_NOT_ADMITTED_MESSAGE = "Pod was rejected as the node is shutting down."
+SHUTDOWN_EVENT_REASON = "NodeShutdown"
+POD_CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+POD_REASON_TERMINATION_BY_AGENT = "TerminationByAgent"
 
 # Node agent runtime: CRI annotations on the containers it creates (upstream io.kubernetes.*),
 # read back after an agent restart to stop containers of pods whose spec is gone, and the

@@ -635,3 +635,53 @@ def test_distribute_across_numa_option(tmp_path, topo):
     m.allocate(pod, pod["spec"]["containers"][0], None)
     got = parse_cpuset(m.cpuset_for("p", "app"))
     assert len(got & topo.cpus_in_numa([0])) == 3 and len(got & topo.cpus_in_numa([1])) == 3
+
+
+class FakeDevices:
+    """A device manager stand-in: its devices sit on NUMA node 1."""
+
+    def __init__(self):
+        self.allocated: list[tuple[str, str, object]] = []
+        self.freed: list[str] = []
+
+    def get_topology_hints(self, pod, container):
+        return {"example.com/dev": [H({1}, True)]} if container.get("name") == "app" else {}
+
+    def get_pod_topology_hints(self, pod):
+        return {"example.com/dev": [H({1}, True)]}
+
+    def allocate(self, pod, container, affinity):
+        self.allocated.append((pod["metadata"]["uid"], container["name"], affinity))
+
+    def free_pod(self, uid):
+        self.freed.append(uid)
+
+
+def test_devices_are_aligned_with_cpus_through_the_container_manager(tmp_path, topo):
+    sysfs = make_v1_tree(tmp_path / "cg")
+    (tmp_path / "pid_max").write_text("4194304\n")
+    (tmp_path / "huge").mkdir()
+    cm = ContainerManager(
+        cfg(tmp_path, "--cpu-manager-policy=static", "--reserved-cpus=0", "--topology-manager-policy=single-numa-node"),
+        sysfs=str(sysfs),
+        capacity={**CAP, "cpu": 8000},
+        mountinfo="/nonexistent",
+        pid_max_path=str(tmp_path / "pid_max"),
+        hugepages_dir=str(tmp_path / "huge"),
+        cpu_topology=topo,
+    )
+    cm.start()
+    devices = FakeDevices()
+    cm.add_device_manager(devices)
+    assert cm.allocates_devices
+    pod = guaranteed("g", ("app", "2"))
+    assert cm.admit(pod, []).admit
+    assert parse_cpuset(cm.cpu_manager.cpuset_for("g", "app")) <= topo.cpus_in_numa([1])
+    assert devices.allocated == [("g", "app", H({1}, True))]
+    # A pod refused after its devices were allocated gives them back.
+    too_big = guaranteed("big", ("app", "1"))
+    too_big["spec"]["containers"][0]["resources"]["requests"]["memory"] = "64Gi"
+    too_big["spec"]["containers"][0]["resources"]["limits"]["memory"] = "64Gi"
+    result = cm.admit(too_big, [pod])
+    assert result.reason == "OutOfmemory"
+    assert devices.freed == ["big"] and "big" not in cm.cpu_manager.assignments

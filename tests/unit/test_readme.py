@@ -23,6 +23,7 @@ CAPABILITIES = {
     "eviction manager": "agent/eviction",
     "node pressure": "agent/eviction",
     "pods/eviction": "apiserver_min/registry/eviction.py",
+    "graceful node shutdown": "agent/nodeshutdown",
     "resource metrics API": "apiserver_min/server/resourcemetrics.py",
     "audit": "apiserver_min/audit",
     "encrypt": "apiserver_min/storage/encryption.py",
@@ -36,6 +37,8 @@ CAPABILITIES = {
     "CPU manager": "agent/cm/cpumanager",
     "memory manager": "agent/cm/memorymanager",
     "topology manager": "agent/cm/topologymanager",
+    "device plugins": "agent/cm/devicemanager",
+    "pod resources API": "agent/server/podresources.py",
 }
 
 
