@@ -55,7 +55,7 @@ from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
 from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator, api_review
 from .server.logs import LogRotator
-from .server.podresources import PodResourcesServer, ResourceProviders
+from .server.podresources import MemoryBlock, PodResourcesServer, ResourceProviders
 from .server.stats import StatsProvider
 from .services import ServiceCache
 from .sources.apiserver import ApiPodSource
@@ -208,6 +208,7 @@ class NodeAgent:
         self.runtime.devices = self.devices
         self.pod_resources: PodResourcesServer | None = None
         if _feature(cfg, "KubeletPodResources"):
+            cm = self.cgroups
             self.pod_resources = PodResourcesServer(
                 cfg.root_dir,
                 ResourceProviders(
@@ -215,6 +216,11 @@ class NodeAgent:
                     devices=self.devices.container_devices,
                     allocatable_devices=self.devices.allocatable_devices,
                     update_devices=self.devices.update_allocated,
+                    # The CPU and memory managers' exclusive CPUs and NUMA-placed memory.
+                    cpu_ids=cm.exclusive_cpus,
+                    allocatable_cpu_ids=cm.allocatable_cpus,
+                    memory=lambda uid, c: [MemoryBlock(*b) for b in cm.memory_blocks(uid, c)],
+                    allocatable_memory=lambda: [MemoryBlock(*b) for b in cm.allocatable_memory()],
                 ),
                 feature=lambda gate: _feature(cfg, gate),
             )

@@ -339,6 +339,21 @@ class ContainerManager:
         """Admission here allocates the devices (the pod pipeline then leaves them alone)."""
         return self.device_manager is not None
 
+    # --- for the pod resources API ---------------------------------------------------
+
+    def exclusive_cpus(self, pod_uid: str, container_name: str) -> list[int]:
+        return sorted(self.cpu_manager.exclusive_cpus(pod_uid, container_name)) if self.cpu_manager else []
+
+    def allocatable_cpus(self) -> list[int]:
+        return sorted(self.cpu_manager.allocatable_cpus()) if self.cpu_manager else []
+
+    def memory_blocks(self, pod_uid: str, container_name: str) -> list[tuple[str, int, tuple[int, ...]]]:
+        """(resource, bytes, NUMA nodes) the memory manager gave the container."""
+        return self.memory_manager.container_blocks(pod_uid, container_name) if self.memory_manager else []
+
+    def allocatable_memory(self) -> list[tuple[str, int, tuple[int, ...]]]:
+        return self.memory_manager.allocatable_memory() if self.memory_manager else []
+
     def _release_resources(self, pod_uid: str, *, devices: bool = True) -> None:
         if devices and self.device_manager is not None:
             self.device_manager.free_pod(pod_uid)

@@ -17,8 +17,12 @@ import os
 import uuid
 from pathlib import Path
 
+import grpc
 import pytest
 
+from apiserver_min.api import names
+from cri.podresources import api_pb2 as pr
+from cri.podresources import api_pb2_grpc as pr_grpc
 from tests.e2e.test_agent_static_pods import (
     CGROUP_FS,
     V2,
@@ -123,6 +127,19 @@ def test_guaranteed_pod_gets_an_exclusive_cpu_that_survives_a_restart(containerd
         assert _container_cpuset(cgroup_root, late, "app") == "0"
         assert json.loads(state_file.read_text())["entries"] == {uid: {"app": "1"}}
         assert "restored static state" in agent.output()
+        # The pod resources API reports the exclusive CPU and the placed memory.
+        sock = tmp_path / "root" / names.POD_RESOURCES_DIR / names.POD_RESOURCES_SOCKET
+        agent.wait(sock.exists, 10, "pod resources socket")
+        with grpc.insecure_channel(f"unix://{sock}") as channel:
+            stub = pr_grpc.PodResourcesListerStub(channel)
+            allocatable = stub.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=5)
+            listed = stub.List(pr.ListPodResourcesRequest(), timeout=5)
+        assert list(allocatable.cpu_ids) == [1]
+        (entry,) = [p for p in listed.pod_resources if p.name == after["metadata"]["name"]]
+        assert list(entry.containers[0].cpu_ids) == [1]
+        assert [(m.memory_type, m.size, [n.ID for n in m.topology.nodes]) for m in entry.containers[0].memory] == [
+            ("memory", 32 << 20, [0])
+        ]
     finally:
         for f in agent.manifests.glob("*.yaml"):
             f.unlink()
