@@ -24,7 +24,8 @@ from typing import Callable
 from cryptography import x509
 
 from apiserver_min.api import names
-from cri.client import CriClient
+from cri.api_pb2 import LinuxContainerResources
+from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
@@ -55,7 +56,7 @@ from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
 from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator, api_review
 from .server.logs import LogRotator
-from .server.podresources import PodResourcesServer, ResourceProviders
+from .server.podresources import MemoryBlock, PodResourcesServer, ResourceProviders
 from .server.stats import StatsProvider
 from .services import ServiceCache
 from .sources.apiserver import ApiPodSource
@@ -141,6 +142,7 @@ class NodeAgent:
         )
         # The container GC below keeps the dead instances the policy asks for; no pruning at start.
         self.runtime.dead_containers_kept = None
+        self.runtime.cpusets = self.cgroups
         self.image_gc = ImageGCManager(
             self.cri,
             ImageGCPolicy(
@@ -207,6 +209,7 @@ class NodeAgent:
         self.runtime.devices = self.devices
         self.pod_resources: PodResourcesServer | None = None
         if _feature(cfg, "KubeletPodResources"):
+            cm = self.cgroups
             self.pod_resources = PodResourcesServer(
                 cfg.root_dir,
                 ResourceProviders(
@@ -214,6 +217,11 @@ class NodeAgent:
                     devices=self.devices.container_devices,
                     allocatable_devices=self.devices.allocatable_devices,
                     update_devices=self.devices.update_allocated,
+                    # The CPU and memory managers' exclusive CPUs and NUMA-placed memory.
+                    cpu_ids=cm.exclusive_cpus,
+                    allocatable_cpu_ids=cm.allocatable_cpus,
+                    memory=lambda uid, c: [MemoryBlock(*b) for b in cm.memory_blocks(uid, c)],
+                    allocatable_memory=lambda: [MemoryBlock(*b) for b in cm.allocatable_memory()],
                 ),
                 feature=lambda gate: _feature(cfg, gate),
             )
@@ -233,6 +241,13 @@ class NodeAgent:
         )
         if self.shutdown.enabled:
             pipeline.admit_handlers.append(self.shutdown.admit)
+        if isinstance(self.cgroups, ContainerManager):
+            self.cgroups.add_device_manager(self.devices)
+            self.cgroups.inactive_pod_uids = lambda: [
+                s.uid
+                for s in pipeline.pods.values()
+                if s.rejected or s.terminating or (s.status or {}).get("phase") in ("Succeeded", "Failed")
+            ]
         self.container_gc = ContainerGC(
             self.cri,
             ContainerGCPolicy(
@@ -618,6 +633,39 @@ class NodeAgent:
 
     async def run_eviction(self) -> None:
         await self.eviction.run()
+
+    @property
+    def reconciles_cpusets(self) -> bool:
+        return bool(getattr(self.cgroups, "reconciles_cpusets", False))
+
+    async def run_cpuset_reconcile(self) -> None:
+        """Every --cpu-manager-reconcile-period: release the CPUs of pods that are gone and
+        tell the runtime the cpusets that changed (the shared pool shrinks and grows)."""
+        period = max(0.1, self.cfg.cpu_manager_reconcile_period.total_seconds())
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.reconcile_cpusets_once()
+            except Exception as exc:  # one bad pass must not end reconciliation
+                log.error("CPU manager reconciliation failed", err=exc)
+
+    async def reconcile_cpusets_once(self) -> None:
+        assert self.pipeline is not None
+        pods = []
+        for state in list(self.pipeline.pods.values()):
+            if state.rejected or state.terminating or (state.status or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            running = [(c.name, c.id) for c in state.rp.running_containers] if state.rp is not None else []
+            pods.append((state.uid, running))
+        updates = self.cgroups.reconcile_cpusets(pods, sources_ready=self.pipeline.sources_seen())
+        for cid, cpuset in updates:
+            try:
+                await self.cri.update_container_resources(cid, linux=LinuxContainerResources(cpuset_cpus=cpuset))
+            except CriError as exc:
+                log.warning("Cannot update the cpuset of a container", id=cid[:13], cpuset=cpuset, err=exc)
+                continue
+            self.cgroups.container_created(cid, cpuset)
+            log.info("Updated the cpuset of a container", id=cid[:13], cpuset=cpuset)
 
     async def run_pipeline(self) -> None:
         assert self.pipeline is not None

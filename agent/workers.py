@@ -311,7 +311,9 @@ class PodPipeline:
         except PodConfigError as exc:
             return exc.reason, exc.message
         # Upstream's order: the resource allocation handler (devices) before the resource fit.
-        if self.devices is not None:
+        # A container manager that allocates devices itself (through the topology manager,
+        # aligned with CPUs and memory) does both in that order.
+        if self.devices is not None and not getattr(self.cgroups, "allocates_devices", False):
             result = self.devices.admit(pod)
             if not result.admit:
                 return result.reason, result.message

@@ -852,7 +852,8 @@ OPTIONS: tuple[Option, ...] = (
         "cpu-manager-policy-options",
         MAP,
         _M({}),
-        "key=value options of the CPU manager policy.",
+        "key=value options of the static CPU manager policy: full-pcpus-only (beta), "
+        "distribute-cpus-across-numa and align-by-socket (alpha; CPUManagerPolicyAlphaOptions gate).",
         G_RESOURCES,
         field="cpuManagerPolicyOptions",
     ),
@@ -860,7 +861,7 @@ OPTIONS: tuple[Option, ...] = (
         "cpu-manager-reconcile-period",
         DURATION,
         _D("10s"),
-        "CPU manager reconciliation period.",
+        "CPU manager reconciliation period (with a static CPU or memory manager policy).",
         G_RESOURCES,
         field="cpuManagerReconcilePeriod",
     ),

@@ -53,7 +53,14 @@ from .container import build_container_config, container_hash, read_termination_
 from .context import NodeContext
 from .errors import REASON_CREATE_CONTAINER_CONFIG, PodConfigError
 from .images import ImageError, ImageManager
-from .interfaces import DeviceOptionsSource, HookRunner, LivenessSource, PodCgroups, RuntimeService
+from .interfaces import (
+    ContainerCpusets,
+    DeviceOptionsSource,
+    HookRunner,
+    LivenessSource,
+    PodCgroups,
+    RuntimeService,
+)
 from .sandbox import build_sandbox_config
 from .volumes import VolumeManager
 
@@ -389,6 +396,8 @@ class RuntimeManager:
         # Dead instances kept per container when a new one starts; None leaves it all to the
         # container garbage collector (the agent's own setting, where the GC task runs).
         self.dead_containers_kept: int | None = 1
+        # Where the CPU and memory managers place each new container (cpuset.cpus/mems).
+        self.cpusets: ContainerCpusets | None = None
 
     # -- the sandbox image ---------------------------------------------------------------
     #
@@ -716,12 +725,21 @@ class RuntimeManager:
         except PodConfigError as exc:
             self.events(pod, "Warning", "Failed", f"Error: {exc.message}")
             return (exc.reason, exc.message, 10.0)
+        cpus = ""
+        if self.cpusets is not None:
+            cpus, mems = self.cpusets.container_cpuset(pod, container)
+            if cpus:
+                setup.config.linux.resources.cpuset_cpus = cpus
+            if mems:
+                setup.config.linux.resources.cpuset_mems = mems
         try:
             cid = await self.cri.create_container(sandbox_id, setup.config, sandbox_config)
         except CriError as exc:
             message = exc.details or str(exc)
             self.events(pod, "Warning", "Failed", f"Error: {message}")
             return ("CreateContainerError", message, 10.0)
+        if self.cpusets is not None:
+            self.cpusets.container_created(cid, cpus)
         self.events(pod, "Normal", "Created", f"Created container {name}")
         try:
             await self.cri.start_container(cid)
