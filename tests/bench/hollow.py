@@ -15,7 +15,8 @@ parts swapped, and only these:
   (``--cgroups-per-qos=false``), the machine's capacity replaced by fixed figures
   (:data:`HOLLOW_CAPACITY`), nothing read from ``/sys`` or ``/proc``;
 * memory-backed volumes (Secrets, token projections, ``medium: Memory``) are plain
-  directories, not a tmpfs each (:class:`HollowAgentProcess`);
+  directories, not a tmpfs each, and the static pod directory is polled, not
+  watched with inotify (:class:`HollowAgentProcess`);
 * the client certificate is pre-issued with the server's CA (``DATA_DIR/pki``) for
   ``system:node:<name>`` in ``system:nodes``, as TLS bootstrap would end; no CSR.
 
@@ -61,6 +62,7 @@ from agent import logging as agent_logging  # noqa: E402
 from agent.cm import ContainerManager  # noqa: E402
 from agent.config import from_argv  # noqa: E402
 from agent.process import AgentProcess, Notifier, TestHooks  # noqa: E402
+from agent.sources.file import FileSource  # noqa: E402
 from agent.validation import validate  # noqa: E402
 from apiserver_min.api import names  # noqa: E402
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, new_key, sign_leaf  # noqa: E402
@@ -111,11 +113,16 @@ class HollowContainerManager(ContainerManager):
 class HollowAgentProcess(AgentProcess):
     """The agent process with the node's memory-backed volumes as plain directories
     (a tmpfs per Secret or token volume of thousands of pods would be mounts on the
-    host for nothing: no container reads them)."""
+    host for nothing: no container reads them), and its static pod directory polled
+    every ``--file-check-frequency`` instead of watched with inotify (the user's
+    inotify instances, 128 by default, are shared with every other process)."""
 
     def _build_node(self):
         node = super()._build_node()
         node.volumes.tmpfs = False
+        for source in node.sources:
+            if isinstance(source, FileSource):
+                source.inotify = False
         return node
 
 

@@ -33,6 +33,7 @@ CAPABILITIES = {
     "admission webhooks": "apiserver_min/admission/webhook",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
+    "hollow nodes": "tests/bench/hollow.py",
 }
 
 
