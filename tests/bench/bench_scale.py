@@ -49,6 +49,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -654,6 +655,12 @@ def report(r: StepResult, backend: str) -> None:
 
 
 async def amain(args: argparse.Namespace) -> int:
+    # SIGINT/SIGTERM cancel the run, so the cleanup below stops everything by PID.
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, me.cancel)
     work = Path(tempfile.mkdtemp(prefix="orch-bench-scale-"))
     etcd = None
     server = None
@@ -661,7 +668,7 @@ async def amain(args: argparse.Namespace) -> int:
     client = None
     try:
         if args.backend == "etcd":
-            etcd = Etcd(base_dir=work / "etcd")
+            etcd = Etcd(base_dir=work)
             etcd.start()
             server = ApiServerProcess(
                 work / "srv", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint, etcd_prefix="/bench"

@@ -60,7 +60,7 @@ async def test_hollow_nodes_register_renew_run_and_mirror(apiserver, tmp_path):
             items = (await client.get("/api/v1/nodes"))["items"]
             return {n["metadata"]["name"] for n in items if ready(n)} >= wanted
 
-        await until(nodes_ready, 15, "all hollow nodes Ready")
+        await until(nodes_ready, 30, "all hollow nodes Ready")
         node = await client.get(f"/api/v1/nodes/{PREFIX}0")
         assert node["status"]["capacity"]["cpu"] == "4" and node["status"]["capacity"]["pods"] == "110"
 
@@ -70,13 +70,13 @@ async def test_hollow_nodes_register_renew_run_and_mirror(apiserver, tmp_path):
                 return None
             return {n: leases[n]["spec"]["renewTime"] for n in wanted}
 
-        first = await until(renew_times, 10, "a lease for every node")
+        first = await until(renew_times, 30, "a lease for every node")
 
         async def renewed():
             now = await renew_times()
             return now is not None and all(now[n] > first[n] for n in wanted)
 
-        await until(renewed, 10, "every lease renewed")
+        await until(renewed, 30, "every lease renewed")
 
         async def mirrors():
             items = (await client.get(f"/api/v1/namespaces/{names.NS_SYSTEM}/pods"))["items"]
@@ -89,7 +89,7 @@ async def test_hollow_nodes_register_renew_run_and_mirror(apiserver, tmp_path):
             }
             return found >= wanted
 
-        await until(mirrors, 15, "a Running mirror pod of every node's static pod")
+        await until(mirrors, 30, "a Running mirror pod of every node's static pod")
 
         pods = "/api/v1/namespaces/default/pods"
         await client.create(
@@ -108,7 +108,7 @@ async def test_hollow_nodes_register_renew_run_and_mirror(apiserver, tmp_path):
             st = pod.get("status") or {}
             return pod if st.get("phase") == "Running" and st.get("podIP") else None
 
-        pod = await until(running, 15, "the scheduled pod Running")
+        pod = await until(running, 30, "the scheduled pod Running")
         node_name = pod["spec"]["nodeName"]
         assert node_name in wanted
         index = int(node_name.removeprefix(PREFIX))
@@ -125,7 +125,7 @@ async def test_hollow_nodes_register_renew_run_and_mirror(apiserver, tmp_path):
                 return exc.status == 404
             return False
 
-        await until(gone, 15, "the deleted pod removed by its node")
+        await until(gone, 30, "the deleted pod removed by its node")
         assert not fleet.failed()
         # The pod's token volume was a plain directory: hollow nodes mount nothing.
         assert mount_points(str(tmp_path)) == {}
