@@ -564,9 +564,11 @@ class AgentProcess:
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
         with_node: bool = True,
         container_manager: ContainerManager | None = None,
+        pod_logs_dir: str = "",
         handle_signals: bool = True,
     ) -> None:
-        """``container_manager`` replaces the one built from the flags, and
+        """``container_manager`` and ``pod_logs_dir`` replace the ones built from the
+        flags (and the fixed ``/var/log/pods``), and
         ``handle_signals=False`` leaves SIGTERM/SIGINT to the caller (which stops the
         agent with :meth:`request_stop`): both for running many agents in one process
         on the fake runtime (the hollow nodes of ``tests/bench/hollow.py``)."""
@@ -593,6 +595,7 @@ class AgentProcess:
         self.node = None  # agent.node.NodeAgent, built at start
         self.with_node = with_node
         self.container_manager = container_manager
+        self.pod_logs_dir = pod_logs_dir
         self.handle_signals = handle_signals
 
     # Tasks, in start order. Later issues insert theirs where marked.
@@ -795,6 +798,7 @@ class AgentProcess:
                 beat=self._beat,
                 tick=self._sync_period(),
                 container_manager=self.container_manager,
+                pod_logs_dir=self.pod_logs_dir,
             )
         except NodeStartError as exc:
             raise StartError(str(exc)) from None

@@ -17,12 +17,17 @@ parts swapped, and only these:
 * memory-backed volumes (Secrets, token projections, ``medium: Memory``) are plain
   directories, not a tmpfs each, and the static pod directory is polled, not
   watched with inotify (:class:`HollowAgentProcess`);
+* container logs go to the node's own directory (``<work dir>/<node>/pod-logs``), not
+  ``/var/log/pods``: the container GC of each agent removes the log directories of pods
+  it does not know, so agents sharing that directory would remove each other's (and
+  those of any other agent on the machine);
 * the client certificate is pre-issued with the server's CA (``DATA_DIR/pki``) for
   ``system:node:<name>`` in ``system:nodes``, as TLS bootstrap would end; no CSR.
 
 Flags that keep host-touching parts off: ``--proxy-mode=none`` (no nftables),
 ``--enable-server=false`` (no HTTPS port per node), ``--healthz-port=0``,
-``--node-ip=127.0.0.1`` (no address detection), ``--oom-score-adj=0``. Every node
+``--node-ip=127.0.0.1`` (no address detection), ``--oom-score-adj=0``,
+``--max-open-files`` at the hard limit the process has. Every node
 runs one static pod (a manifest in a directory all nodes share) and so creates one
 mirror pod, ``hollow-static-<node>`` in ``orch-system``.
 
@@ -43,6 +48,7 @@ import asyncio
 import ipaddress
 import json
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -160,6 +166,12 @@ def write_static_manifest(directory: Path) -> Path:
     return path
 
 
+def open_files_limit() -> int:
+    """The hard open-file limit (what each agent may set without privileges it lacks)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 1_000_000 if hard == resource.RLIM_INFINITY else hard
+
+
 def pod_cidr_of(index: int) -> str:
     """Node ``index``'s own /24 of :data:`POD_NETWORK`."""
     subnets = 2 ** (24 - POD_NETWORK.prefixlen)
@@ -202,6 +214,7 @@ class HollowNode:
             "--node-ip=127.0.0.1",
             "--oom-score-adj=0",
             "--fail-swap-on=false",
+            f"--max-open-files={open_files_limit()}",
             *self.extra_flags,
         ]
 
@@ -223,6 +236,7 @@ class HollowNode:
             hooks=TestHooks(),
             notifier=Notifier({}),
             container_manager=HollowContainerManager(cfg),
+            pod_logs_dir=str(self.dir / "pod-logs"),
             handle_signals=False,
         )
         self.task = asyncio.create_task(self.process.run(), name=f"hollow-{self.name}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 from agent.client.config import load_orchconfig
 from agent.client.rest import ApiClient, ApiError
@@ -129,6 +130,13 @@ async def test_hollow_nodes_register_renew_run_and_mirror(apiserver, tmp_path):
         assert not fleet.failed()
         # The pod's token volume was a plain directory: hollow nodes mount nothing.
         assert mount_points(str(tmp_path)) == {}
+        # Its log directory was the node's own, never the machine's /var/log/pods.
+        logs = tmp_path / "hollow" / node_name / "pod-logs"
+        assert any(d.name.startswith("default_hollow-web_") for d in logs.iterdir()) or any(
+            d.name.startswith(f"{names.NS_SYSTEM}_{STATIC_POD_NAME}-") for d in logs.iterdir()
+        )
+        shared = Path("/var/log/pods")
+        assert not shared.exists() or not [d for d in shared.iterdir() if PREFIX in d.name]
     finally:
         await fleet.stop()
         await client.close()
