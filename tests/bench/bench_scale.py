@@ -687,8 +687,8 @@ async def amain(args: argparse.Namespace) -> int:
             f"{os.cpu_count()} CPUs, load average {loadavg()}",
             flush=True,
         )
-        knee = None
-        held = None
+        held: int | None = None  # the last node count at which every SLI held
+        broke_at: int | None = None
         nodes = args.nodes
         try:
             while True:
@@ -698,17 +698,18 @@ async def amain(args: argparse.Namespace) -> int:
                 broken = result.broken()
                 if broken:
                     print(f"    SLI broken at {nodes} nodes: {'; '.join(broken)}")
-                    knee = held
+                    broke_at = nodes
                     break
                 held = nodes
                 if not args.step or nodes + args.step > args.max_nodes:
                     break
                 nodes += args.step
-            if args.step:
-                print(
-                    f"  knee: {knee if knee is not None else held} nodes "
-                    f"({'last count that held before an SLI broke' if knee is not None or broken else 'no SLI broke'})"
-                )
+            if broke_at is None:
+                print(f"  knee: not reached (every SLI held up to {held} nodes)")
+            elif held is None:
+                print(f"  knee: below {broke_at} nodes (an SLI broke at the first step)")
+            else:
+                print(f"  knee: {held} nodes (the last count at which every SLI held; broken at {broke_at})")
             if args.replicas:
                 await bench.big_deployment(args.replicas)
         finally:
