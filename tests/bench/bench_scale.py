@@ -425,7 +425,11 @@ async def wait_nodes_ready(client: ApiClient, count: int, timeout: float) -> flo
         if ready >= count:
             return time.monotonic() - t0
         await asyncio.sleep(1.0)
-    raise RuntimeError(f"only {ready} of {count} nodes Ready after {timeout:g} s")
+    raise NodesNotReady(f"only {ready} of {count} nodes Ready after {timeout:g} s")
+
+
+class NodesNotReady(RuntimeError):
+    """The nodes of a step did not all become Ready in time: the step broke."""
 
 
 # --- one step: N nodes, pods created at a steady rate -------------------------------------------
@@ -484,8 +488,9 @@ class Bench:
 
     async def step(self, nodes: int, pods: int, duration: float) -> StepResult:
         grow_s = await self.fleet.grow(nodes)
+        print(f"  {nodes} hollow nodes started in {grow_s:.1f} s (load average {loadavg()})", flush=True)
         ready_s = await wait_nodes_ready(self.client, nodes, timeout=max(120.0, nodes * 0.5))
-        print(f"  {nodes} hollow nodes started in {grow_s:.1f} s, all Ready {ready_s:.1f} s later", flush=True)
+        print(f"  all {nodes} Ready {ready_s:.1f} s later", flush=True)
         new_deployments = max(0, math.ceil((pods - self.pods_wanted) / REPLICAS_PER_DEPLOYMENT))
         samples = Samples()
         stop = asyncio.Event()
@@ -693,7 +698,12 @@ async def amain(args: argparse.Namespace) -> int:
         try:
             while True:
                 pods = round(args.pods * nodes / args.nodes)
-                result = await bench.step(nodes, pods, args.duration)
+                try:
+                    result = await bench.step(nodes, pods, args.duration)
+                except NodesNotReady as exc:
+                    print(f"    broken at {nodes} nodes: {exc} (load average {loadavg()})")
+                    broke_at = nodes
+                    break
                 report(result, args.backend)
                 broken = result.broken()
                 if broken:
