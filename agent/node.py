@@ -18,6 +18,7 @@ Construction does the start-up work that may fail with a clear message
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from typing import Callable
 
@@ -86,7 +87,11 @@ class NodeAgent:
         beat: Callable[[], None] = lambda: None,
         tick: float = 1.0,
         container_manager: ContainerManager | None = None,
+        pod_logs_dir: str = "",
     ) -> None:
+        """``container_manager`` and ``pod_logs_dir`` replace the ones from the flags
+        (and upstream's fixed ``/var/log/pods``): the scale benchmark's hollow nodes,
+        many in one process, each have their own (tests/bench/hollow.py)."""
         self.cfg = cfg
         self.version = version
         self.node_name = node_name_from(cfg)
@@ -104,6 +109,8 @@ class NodeAgent:
             allocatable_cpu_millis=allocatable.get("cpu", 0),
             allocatable_memory=allocatable.get("memory", 0),
         )
+        if pod_logs_dir:
+            self.ctx = dataclasses.replace(self.ctx, pod_logs_dir=pod_logs_dir)
         endpoint = cfg.container_runtime_endpoint or DEFAULT_RUNTIME_ENDPOINT
         self.cri = CriClient(
             endpoint,

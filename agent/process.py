@@ -41,6 +41,7 @@ from apiserver_min.api import names
 from apiserver_min.api.duration import DurationError, parse_duration
 
 from . import logging as agent_logging
+from .cm import ContainerManager
 from .config import AgentConfig
 from .node import NodeAgent, NodeStartError
 
@@ -562,7 +563,15 @@ class AgentProcess:
         extra_tasks: Sequence[TaskSpec] = (),
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
         with_node: bool = True,
+        container_manager: ContainerManager | None = None,
+        pod_logs_dir: str = "",
+        handle_signals: bool = True,
     ) -> None:
+        """``container_manager`` and ``pod_logs_dir`` replace the ones built from the
+        flags (and the fixed ``/var/log/pods``), and
+        ``handle_signals=False`` leaves SIGTERM/SIGINT to the caller (which stops the
+        agent with :meth:`request_stop`): both for running many agents in one process
+        on the fake runtime (the hollow nodes of ``tests/bench/hollow.py``)."""
         self.cfg = cfg
         self.version = version
         self.hooks = hooks if hooks is not None else TestHooks.from_environ()
@@ -585,6 +594,9 @@ class AgentProcess:
         self._last_status = ""
         self.node = None  # agent.node.NodeAgent, built at start
         self.with_node = with_node
+        self.container_manager = container_manager
+        self.pod_logs_dir = pod_logs_dir
+        self.handle_signals = handle_signals
 
     # Tasks, in start order. Later issues insert theirs where marked.
     def tasks(self) -> list[TaskSpec]:
@@ -651,12 +663,13 @@ class AgentProcess:
             log.info("Received signal, shutting down", signal=sig.name)
             self.request_stop(f"signal {sig.name}")
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        handled = (signal.SIGTERM, signal.SIGINT) if self.handle_signals else ()
+        for sig in handled:
             loop.add_signal_handler(sig, on_signal, sig)
         try:
             return await self._run()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in handled:
                 loop.remove_signal_handler(sig)
             if self.lock is not None:
                 self.lock.release()
@@ -791,7 +804,14 @@ class AgentProcess:
 
     def _build_node(self):
         try:
-            return NodeAgent(self.cfg, version=self.version, beat=self._beat, tick=self._sync_period())
+            return NodeAgent(
+                self.cfg,
+                version=self.version,
+                beat=self._beat,
+                tick=self._sync_period(),
+                container_manager=self.container_manager,
+                pod_logs_dir=self.pod_logs_dir,
+            )
         except NodeStartError as exc:
             raise StartError(str(exc)) from None
 

@@ -318,6 +318,10 @@ class VolumeManager:
         # answer serviceAccountToken projections from what was fetched (sync).
         self.prefetch: Callable[[dict], Awaitable[None]] | None = None
         self.tokens: Callable[[dict, Mapping[str, Any]], str | None] | None = None
+        # Whether memory-backed volumes get a tmpfs. Only the hollow nodes of the scale
+        # benchmark (tests/bench/hollow.py, many agents in one process, nothing running in
+        # the "containers") turn it off: their volumes are plain directories.
+        self.tmpfs = True
         self._locks: dict[str, asyncio.Lock] = {}
         self._size_limits: dict[str, dict[str, tuple[str, int]]] = {}
 
@@ -476,7 +480,7 @@ class VolumeManager:
 
     def _setup_tmpfs(self, pod: dict, path: str, size_limit: int) -> None:
         _setup_dir(path, _EMPTY_DIR_MODE)
-        if mount_points(path).get(os.path.realpath(path)) == "tmpfs":
+        if not self.tmpfs or mount_points(path).get(os.path.realpath(path)) == "tmpfs":
             return
         size = node_memory_capacity(self.ctx)
         pod_limit = pod_memory_limit(pod)

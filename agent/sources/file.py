@@ -60,6 +60,10 @@ class FileSource:
         self._cache: dict[str, tuple[bytes, list[dict], list[ManifestProblem]]] = {}
         self._logged: set[tuple[str, str]] = set()
         self._path_state = ""  # last logged state of the path itself ("" = fine)
+        # Off only for the scale benchmark's hollow nodes (tests/bench/hollow.py): a
+        # thousand agents in one process would take every inotify instance of the user
+        # (fs.inotify.max_user_instances, 128 by default); they poll instead.
+        self.inotify = True
         self._wake: asyncio.Event | None = None
         self._watches: dict[int, str] = {}  # inotify wd -> "parent" | "dir"
         self._writing: set[str] = set()  # names created/modified and not closed since the last read
@@ -199,8 +203,9 @@ class FileSource:
         self._wake = asyncio.Event()
         notify: _Inotify | None = None
         try:
-            notify = _Inotify()
-            loop.add_reader(notify.fd, self._on_events, notify)
+            if self.inotify:
+                notify = _Inotify()
+                loop.add_reader(notify.fd, self._on_events, notify)
         except OSError as exc:
             if notify is not None:
                 notify.close()

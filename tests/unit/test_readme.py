@@ -44,6 +44,7 @@ CAPABILITIES = {
     "pod resources API": "agent/server/podresources.py",
     "pods/ephemeralcontainers": "apiserver_min/api/podvalidation.py",
     "over SPDY": "apiserver_min/server/podexec_spdy.py",
+    "hollow nodes": "tests/bench/hollow.py",
 }
 
 

@@ -1,0 +1,765 @@
+"""Many hollow nodes against one orch-apiserver: upstream's scalability SLIs (not a test).
+
+    .venv/bin/python tests/bench/bench_scale.py [--nodes 50] [--pods 1000] [--backend sqlite|etcd]
+        [--duration 60] [--step 0] [--max-nodes N] [--nodes-per-process 250]
+        [--replicas 0] [--keep-log DIR]
+
+Starts ``orch-apiserver`` (SQLite, or etcd from tests/components.py) in a temporary
+data dir and ``--nodes`` hollow nodes (tests/bench/hollow.py: the real node agent on
+the fake CRI runtime) in ``ceil(nodes / --nodes-per-process)`` processes. Once every
+node is Ready it creates pods through Deployments (10 replicas each, 50 Deployments
+a namespace) at a steady rate, ``--pods`` of them over ``--duration`` seconds, and
+meanwhile measures, from a client process of its own (admin credentials):
+
+* mutating API call latency: the Deployment creates, plus a ConfigMap
+  create / patch / delete probe twice a second;
+* non-streaming read latency: GET of one pod (namespace-scoped) and of one node
+  (cluster-scoped), LIST of a full namespace of pods, LIST of all nodes and a
+  500-object page of all pods (cluster-scoped), each once a second;
+* pod startup latency: from the moment a watch on the Deployments' pods first
+  delivers a pod to the moment it delivers it with phase Running (set from the
+  node agent's status report), for every pod created;
+* watch delivery lag: the probe ConfigMaps' ADDED events on a watch, after the
+  create was acknowledged (0 when the event came first);
+* the API server's CPU (cores used over the load) and peak RSS, and the hollow
+  processes' RSS.
+
+Client-side latencies include TLS and the benchmark's own event loop, so they are
+upper bounds; the server-side figures beside them are upstream's own definition: the
+server's ``apiserver_request_duration_seconds`` histogram (``/metrics``) over the
+step, for every client (the agents' status, lease and pod traffic included), p99 given
+as the bucket bound it falls in. With ``--step S`` the node count
+then grows by S (pods in proportion, ``--pods`` per ``--nodes``) until an SLI breaks
+or ``--max-nodes``; the knee is the last count that held. With ``--replicas R`` a
+Deployment of R replicas is then created and timed to R available, and a rolling
+update of it timed to done (the issue-19 figures).
+
+Targets (issue 22, a 2-core machine): 1,000 nodes and 30,000 pods on SQLite with
+mutating p99 <= 1 s, reads p99 <= 1 s (lists of a namespace <= 5 s; upstream
+allows 30 s for cluster-scoped lists), pod startup p99 <= 5 s, server RSS <= 2 GiB.
+The load average is printed beside the figures: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from agent.client.config import load_orchconfig  # noqa: E402
+from agent.client.rest import ApiClient, ApiConnectionError, ApiError  # noqa: E402
+from tests.apiserver_fixtures import ApiServerProcess  # noqa: E402
+from tests.bench.hollow import HOLLOW_IMAGE  # noqa: E402
+from tests.components import Etcd, free_port  # noqa: E402
+
+HOLLOW_SCRIPT = REPO / "tests" / "bench" / "hollow.py"
+LABEL = {"bench": "scale"}
+REPLICAS_PER_DEPLOYMENT = 10
+DEPLOYMENTS_PER_NAMESPACE = 50
+PROBE_NS = "scale-probe"
+
+TARGET_MUTATING_S = 1.0
+TARGET_READ_S = 1.0
+TARGET_LIST_NS_S = 5.0
+TARGET_LIST_CLUSTER_S = 30.0
+TARGET_STARTUP_S = 5.0
+TARGET_RSS = 2 * 2**30
+TARGET_NODES = 1000
+TARGET_PODS = 30000
+TARGET_BIG_AVAILABLE_S = 60.0
+TARGET_BIG_ROLLOUT_S = 90.0
+TARGET_CPU_PER_POD_MS = 2.0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile; None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def fmt_s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f} s"
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# --- the hollow processes -----------------------------------------------------------------------
+
+
+class Fleet:
+    """Hollow-node processes, grown by :meth:`grow`; stopped by PID."""
+
+    def __init__(self, server: ApiServerProcess, work: Path, per_process: int) -> None:
+        self.server = server
+        self.work = work
+        self.per_process = per_process
+        self.procs: list[asyncio.subprocess.Process] = []
+        self.count = 0
+
+    async def grow(self, total: int) -> float:
+        """Start processes until ``total`` nodes run; seconds it took them to start."""
+        t0 = time.monotonic()
+        starting = []
+        while self.count < total:
+            n = min(self.per_process, total - self.count)
+            idx = len(self.procs)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(HOLLOW_SCRIPT),
+                "--data-dir",
+                str(self.server.data_dir),
+                "--server",
+                self.server.url,
+                "--nodes",
+                str(n),
+                "--first",
+                str(self.count),
+                "--work-dir",
+                str(self.work / f"proc-{idx}"),
+                "--log-file",
+                str(self.work / f"proc-{idx}.log"),
+                stdout=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            self.procs.append(proc)
+            starting.append(proc)
+            self.count += n
+        for proc in starting:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=max(60.0, total * 0.5))
+            if not line:
+                raise RuntimeError(f"a hollow-node process exited during start (code {await proc.wait()})")
+        return time.monotonic() - t0
+
+    def rss(self) -> int:
+        total = 0
+        for proc in self.procs:
+            try:
+                total += psutil.Process(proc.pid).memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in self.procs:
+            try:
+                t = psutil.Process(proc.pid).cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            if proc.returncode is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 60)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+# --- measurements -------------------------------------------------------------------------------
+
+HISTOGRAM_RE = re.compile(r'^apiserver_request_duration_seconds_bucket\{(.*),le="([^"]+)"\} (\d+)$')
+LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+MUTATING_VERBS = frozenset({"CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION", "POST", "PUT", "APPLY"})
+# Server-side classes of upstream's SLIs: (name, verbs, scopes); scope "namespace" is any
+# namespaced request, "resource" a cluster-scoped object, "cluster" a cluster-wide list.
+SERVER_CLASSES = (
+    ("mutating (all clients)", MUTATING_VERBS, None, TARGET_MUTATING_S),
+    ("GET namespaced object", frozenset({"GET"}), frozenset({"namespace"}), TARGET_READ_S),
+    ("GET cluster-scoped object", frozenset({"GET"}), frozenset({"resource"}), TARGET_READ_S),
+    ("LIST in a namespace", frozenset({"LIST"}), frozenset({"namespace"}), TARGET_LIST_NS_S),
+    ("LIST cluster-wide", frozenset({"LIST"}), frozenset({"cluster"}), TARGET_LIST_CLUSTER_S),
+)
+
+
+async def scrape_histograms(client: ApiClient) -> dict[tuple[str, str], dict[float, int]]:
+    """(verb, scope) -> cumulative bucket counts of the server's request durations."""
+    reply = await client.get("/metrics")
+    text = reply.get("text", "") if isinstance(reply, dict) else ""
+    out: dict[tuple[str, str], dict[float, int]] = {}
+    for line in str(text).splitlines():
+        m = HISTOGRAM_RE.match(line)
+        if not m:
+            continue
+        labels = dict(LABEL_RE.findall(m.group(1)))
+        bound = math.inf if m.group(2) == "+Inf" else float(m.group(2))
+        key = (labels.get("verb", ""), labels.get("scope", ""))
+        buckets = out.setdefault(key, {})
+        buckets[bound] = buckets.get(bound, 0) + int(m.group(3))
+    return out
+
+
+def server_p99(before: dict, after: dict, verbs: frozenset, scopes: frozenset | None) -> tuple[float | None, int]:
+    """The p99 bucket bound of the requests between two scrapes, and their count."""
+    merged: dict[float, int] = {}
+    for (verb, scope), buckets in after.items():
+        if verb not in verbs or (scopes is not None and scope not in scopes):
+            continue
+        old = before.get((verb, scope), {})
+        for bound, n in buckets.items():
+            merged[bound] = merged.get(bound, 0) + n - old.get(bound, 0)
+    total = merged.get(math.inf, 0)
+    if not total:
+        return None, 0
+    for bound in sorted(merged):
+        if merged[bound] >= 0.99 * total:
+            return bound, total
+    return math.inf, total
+
+
+@dataclasses.dataclass
+class Samples:
+    mutating: list[float] = dataclasses.field(default_factory=list)
+    get_ns: list[float] = dataclasses.field(default_factory=list)
+    get_cluster: list[float] = dataclasses.field(default_factory=list)
+    list_ns: list[float] = dataclasses.field(default_factory=list)
+    list_cluster: list[float] = dataclasses.field(default_factory=list)
+    watch_lag: list[float] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+
+class ServerSampler:
+    """The API server's CPU seconds and peak RSS, sampled every second."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.peak_rss = 0
+
+    def cpu_seconds(self) -> float:
+        t = self.proc.cpu_times()
+        return t.user + t.system
+
+    async def run(self) -> None:
+        while True:
+            try:
+                self.peak_rss = max(self.peak_rss, self.proc.memory_info().rss)
+            except psutil.Error:
+                return
+            await asyncio.sleep(1.0)
+
+
+class PodWatch:
+    """The benchmark's pods, all namespaces: when each was first delivered, and when
+    first delivered Running (monotonic clock of this process)."""
+
+    def __init__(self, client: ApiClient) -> None:
+        self.client = client
+        self.first_seen: dict[str, float] = {}
+        self.scheduled: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.changed = asyncio.Event()
+
+    async def run(self) -> None:
+        selector = ",".join(f"{k}={v}" for k, v in LABEL.items())
+        listed = await self.client.get("/api/v1/pods", params={"labelSelector": selector})
+        rv = listed["metadata"]["resourceVersion"]
+        now = time.monotonic()
+        for pod in listed["items"]:
+            self._see(pod, now)
+        while True:
+            try:
+                async for ev_type, obj in self.client.watch(
+                    "/api/v1/pods",
+                    params={
+                        "labelSelector": selector,
+                        "resourceVersion": rv,
+                        "allowWatchBookmarks": "true",
+                        "timeoutSeconds": "600",
+                    },
+                ):
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if ev_type in ("ADDED", "MODIFIED"):
+                        self._see(obj, time.monotonic())
+            except ApiConnectionError:
+                await asyncio.sleep(0.5)
+
+    def _see(self, pod: dict, now: float) -> None:
+        uid = pod["metadata"]["uid"]
+        self.first_seen.setdefault(uid, now)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.scheduled.setdefault(uid, now)
+        if (pod.get("status") or {}).get("phase") == "Running" and uid not in self.running:
+            self.running[uid] = now
+            self.changed.set()
+
+    def startup_latencies(self) -> list[float]:
+        return [self.running[u] - self.first_seen[u] for u in self.running if u in self.first_seen]
+
+    def scheduling_latencies(self) -> list[float]:
+        """Seen → bound to a node (the scheduler's share of the startup latency)."""
+        return [self.scheduled[u] - self.first_seen[u] for u in self.scheduled if u in self.first_seen]
+
+
+async def timed(samples: list[float], errors: list[str], what: str, coro) -> dict | None:
+    t0 = time.monotonic()
+    try:
+        result = await coro
+    except (ApiError, ApiConnectionError) as exc:
+        errors.append(f"{what}: {exc}")
+        return None
+    samples.append(time.monotonic() - t0)
+    return result
+
+
+async def probe_mutations(client: ApiClient, s: Samples, stop: asyncio.Event, acked: dict[str, float]) -> None:
+    base = f"/api/v1/namespaces/{PROBE_NS}/configmaps"
+    i = 0
+    while not stop.is_set():
+        name = f"probe-{i}"
+        i += 1
+        created = await timed(
+            s.mutating, s.errors, "create configmap", client.create(base, {"metadata": {"name": name}, "data": {}})
+        )
+        if created is not None:
+            acked[name] = time.monotonic()
+            await timed(s.mutating, s.errors, "patch configmap", client.patch(f"{base}/{name}", {"data": {"k": "v"}}))
+            await timed(s.mutating, s.errors, "delete configmap", client.delete(f"{base}/{name}"))
+        await asyncio.sleep(0.5)
+
+
+async def watch_lag(client: ApiClient, s: Samples, acked: dict[str, float], rv: str) -> None:
+    base = f"/api/v1/namespaces/{PROBE_NS}/configmaps"
+    pending: dict[str, float] = {}
+    while True:
+        try:
+            async for ev_type, obj in client.watch(base, params={"resourceVersion": rv, "timeoutSeconds": "600"}):
+                rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                name = obj.get("metadata", {}).get("name", "")
+                if ev_type == "ADDED" and name.startswith("probe-"):
+                    pending[name] = time.monotonic()
+                for n in [n for n in pending if n in acked]:
+                    s.watch_lag.append(max(0.0, pending.pop(n) - acked[n]))
+        except ApiConnectionError:
+            await asyncio.sleep(0.5)
+
+
+async def probe_reads(client: ApiClient, s: Samples, stop: asyncio.Event, ns: str, pod_name: list[str]) -> None:
+    tick = 0
+    while not stop.is_set():
+        if pod_name:
+            await timed(s.get_ns, s.errors, "get pod", client.get(f"/api/v1/namespaces/{ns}/pods/{pod_name[0]}"))
+        await timed(s.get_cluster, s.errors, "get node", client.get("/api/v1/nodes/hollow-0"))
+        await timed(s.list_ns, s.errors, "list namespace pods", client.get(f"/api/v1/namespaces/{ns}/pods"))
+        await timed(s.list_cluster, s.errors, "list nodes", client.get("/api/v1/nodes"))
+        if tick % 5 == 0:
+            await timed(s.list_cluster, s.errors, "list pods page", client.get("/api/v1/pods", params={"limit": "500"}))
+        tick += 1
+        await asyncio.sleep(1.0)
+
+
+def deployment(name: str, replicas: int) -> dict:
+    labels = {**LABEL, "deployment": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": dict(LABEL)},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": HOLLOW_IMAGE,
+                            "imagePullPolicy": "Never",
+                            "command": ["sleep", "1000000"],
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+async def ensure_namespace(client: ApiClient, name: str) -> None:
+    try:
+        await client.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+async def wait_nodes_ready(client: ApiClient, count: int, timeout: float) -> float:
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    ready = 0
+    while time.monotonic() < deadline:
+        nodes = await client.get("/api/v1/nodes")
+        ready = 0
+        for node in nodes["items"]:
+            for cond in (node.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "Ready" and cond.get("status") == "True":
+                    ready += 1
+        if ready >= count:
+            return time.monotonic() - t0
+        await asyncio.sleep(1.0)
+    raise NodesNotReady(f"only {ready} of {count} nodes Ready after {timeout:g} s")
+
+
+class NodesNotReady(RuntimeError):
+    """The nodes of a step did not all become Ready in time: the step broke."""
+
+
+# --- one step: N nodes, pods created at a steady rate -------------------------------------------
+
+
+@dataclasses.dataclass
+class StepResult:
+    nodes: int
+    pods: int
+    running: int
+    samples: Samples
+    startup: list[float]
+    scheduling: list[float]
+    server_cpu_cores: float
+    server_rss: int
+    hollow_rss: int
+    hollow_cpu_cores: float
+    load: str
+    create_rate: float
+    server_side: list[tuple[str, float | None, int, float]]
+
+    def broken(self) -> list[str]:
+        out = []
+        checks = [
+            ("mutating p99", percentile(self.samples.mutating, 99), TARGET_MUTATING_S),
+            ("get namespaced p99", percentile(self.samples.get_ns, 99), TARGET_READ_S),
+            ("get cluster p99", percentile(self.samples.get_cluster, 99), TARGET_READ_S),
+            ("list namespace p99", percentile(self.samples.list_ns, 99), TARGET_LIST_NS_S),
+            ("list cluster p99", percentile(self.samples.list_cluster, 99), TARGET_LIST_CLUSTER_S),
+            ("pod startup p99", percentile(self.startup, 99), TARGET_STARTUP_S),
+        ]
+        checks += [(f"server-side {name} p99", p99, target) for name, p99, _n, target in self.server_side]
+        for what, value, target in checks:
+            if value is not None and value > target:
+                out.append(f"{what} {value:.3f} s > {target:g} s")
+        if self.server_rss > TARGET_RSS:
+            out.append(f"server RSS {self.server_rss / 2**20:.0f} MiB > {TARGET_RSS / 2**20:.0f} MiB")
+        if self.running < self.pods:
+            out.append(f"only {self.running} of {self.pods} pods Running")
+        return out
+
+
+class Bench:
+    def __init__(self, client: ApiClient, server: ApiServerProcess, fleet: Fleet) -> None:
+        self.client = client
+        self.server = server
+        self.fleet = fleet
+        self.sampler = ServerSampler(server.pid or 0)
+        self.pods = PodWatch(client)
+        self.deployments = 0
+        self.namespaces: list[str] = []
+        self.pods_wanted = 0
+
+    def namespace_for(self, index: int) -> str:
+        return f"scale-{index // DEPLOYMENTS_PER_NAMESPACE}"
+
+    async def step(self, nodes: int, pods: int, duration: float) -> StepResult:
+        grow_s = await self.fleet.grow(nodes)
+        print(f"  {nodes} hollow nodes started in {grow_s:.1f} s (load average {loadavg()})", flush=True)
+        ready_s = await wait_nodes_ready(self.client, nodes, timeout=max(120.0, nodes * 0.5))
+        print(f"  all {nodes} Ready {ready_s:.1f} s later", flush=True)
+        new_deployments = max(0, math.ceil((pods - self.pods_wanted) / REPLICAS_PER_DEPLOYMENT))
+        samples = Samples()
+        stop = asyncio.Event()
+        acked: dict[str, float] = {}
+        cm = await self.client.get(f"/api/v1/namespaces/{PROBE_NS}/configmaps")
+        first_ns = self.namespace_for(0)
+        await ensure_namespace(self.client, first_ns)
+        known_pod: list[str] = []
+        helpers = [
+            asyncio.create_task(probe_mutations(self.client, samples, stop, acked)),
+            asyncio.create_task(watch_lag(self.client, samples, acked, cm["metadata"]["resourceVersion"])),
+            asyncio.create_task(probe_reads(self.client, samples, stop, first_ns, known_pod)),
+        ]
+        hist0 = await scrape_histograms(self.client)
+        cpu0, hcpu0, t0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds(), time.monotonic()
+        interval = duration / new_deployments if new_deployments else duration
+        try:
+            for k in range(new_deployments):
+                index = self.deployments
+                ns = self.namespace_for(index)
+                if ns not in self.namespaces:
+                    await ensure_namespace(self.client, ns)
+                    self.namespaces.append(ns)
+                await timed(
+                    samples.mutating,
+                    samples.errors,
+                    "create deployment",
+                    self.client.create(
+                        f"/apis/apps/v1/namespaces/{ns}/deployments",
+                        deployment(f"d{index}", REPLICAS_PER_DEPLOYMENT),
+                    ),
+                )
+                self.deployments += 1
+                self.pods_wanted += REPLICAS_PER_DEPLOYMENT
+                if not known_pod:
+                    page = await self.client.get(f"/api/v1/namespaces/{first_ns}/pods", params={"limit": "1"})
+                    if page["items"]:
+                        known_pod.append(page["items"][0]["metadata"]["name"])
+                next_at = t0 + (k + 1) * interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if not new_deployments:
+                await asyncio.sleep(duration)
+            create_rate = new_deployments * REPLICAS_PER_DEPLOYMENT / max(1e-9, time.monotonic() - t0)
+            # The last pods get the same chance to start as the first.
+            deadline = time.monotonic() + max(60.0, TARGET_STARTUP_S * 6)
+            while len(self.pods.running) < self.pods_wanted and time.monotonic() < deadline:
+                self.pods.changed.clear()
+                try:
+                    await asyncio.wait_for(self.pods.changed.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            stop.set()
+            for t in helpers:
+                t.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+        wall = time.monotonic() - t0
+        hist1 = await scrape_histograms(self.client)
+        server_side = []
+        for name, verbs, scopes, target in SERVER_CLASSES:
+            p99, n = server_p99(hist0, hist1, verbs, scopes)
+            server_side.append((name, p99, n, target))
+        return StepResult(
+            nodes=nodes,
+            pods=self.pods_wanted,
+            running=len(self.pods.running),
+            samples=samples,
+            startup=self.pods.startup_latencies(),
+            scheduling=self.pods.scheduling_latencies(),
+            server_cpu_cores=(self.sampler.cpu_seconds() - cpu0) / wall,
+            server_rss=self.sampler.peak_rss,
+            hollow_rss=self.fleet.rss(),
+            hollow_cpu_cores=(self.fleet.cpu_seconds() - hcpu0) / wall,
+            load=loadavg(),
+            create_rate=create_rate,
+            server_side=server_side,
+        )
+
+    async def big_deployment(self, replicas: int) -> None:
+        """Issue 19: one Deployment of ``replicas`` over the hollow nodes, to available; then a rolling update."""
+        ns = "scale-big"
+        await ensure_namespace(self.client, ns)
+        path = f"/apis/apps/v1/namespaces/{ns}/deployments"
+        cpu0 = self.sampler.cpu_seconds()
+        await self.client.create(path, deployment("big", replicas))
+        available_s = await self._wait_rollout(f"{path}/big", replicas, generation=1, timeout=600)
+        cpu_create = self.sampler.cpu_seconds() - cpu0
+        print(
+            f"  Deployment of {replicas} replicas over {self.fleet.count} nodes: {replicas} available in "
+            f"{fmt_s(available_s)} (target <= {TARGET_BIG_AVAILABLE_S:g} s at 1,000 over 100 nodes); "
+            f"server CPU {cpu_create:.1f} s = {cpu_create / replicas * 1000:.2f} ms a pod "
+            f"(target <= {TARGET_CPU_PER_POD_MS:g} ms); RSS {self.sampler.peak_rss / 2**20:.0f} MiB; "
+            f"load {loadavg()}",
+            flush=True,
+        )
+        if available_s is None:
+            print("  (not all available within 600 s: no rolling update timed)")
+            await self.client.delete(f"{path}/big")
+            return
+        cpu0 = self.sampler.cpu_seconds()
+        await self.client.patch(
+            f"{path}/big", {"spec": {"template": {"metadata": {"annotations": {"bench/rollout": str(time.time())}}}}}
+        )
+        rolled_s = await self._wait_rollout(f"{path}/big", replicas, generation=2, timeout=600)
+        cpu_roll = self.sampler.cpu_seconds() - cpu0
+        print(
+            f"  rolling update of it: done in {fmt_s(rolled_s)} (target <= {TARGET_BIG_ROLLOUT_S:g} s); "
+            f"server CPU {cpu_roll:.1f} s; RSS {self.sampler.peak_rss / 2**20:.0f} MiB; load {loadavg()}",
+            flush=True,
+        )
+        await self.client.delete(f"{path}/big")
+
+    async def _wait_rollout(self, path: str, replicas: int, generation: int, timeout: float) -> float | None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            d = await self.client.get(path)
+            st = d.get("status") or {}
+            if (
+                st.get("observedGeneration", 0) >= generation
+                and st.get("updatedReplicas", 0) == replicas
+                and st.get("availableReplicas", 0) == replicas
+                and st.get("replicas", 0) == replicas
+            ):
+                return time.monotonic() - t0
+            await asyncio.sleep(0.5)
+        return None
+
+
+def report(r: StepResult, backend: str) -> None:
+    s = r.samples
+
+    def row(what: str, values: list[float], target: float) -> None:
+        print(
+            f"    {what:<34} p50 {fmt_s(percentile(values, 50)):>9}  p99 {fmt_s(percentile(values, 99)):>9}"
+            f"  (n={len(values)}, target p99 <= {target:g} s)"
+        )
+
+    print(f"  --- {r.nodes} nodes, {r.pods} pods ({r.running} Running), {backend}; load average {r.load}")
+    print(f"    targets: {TARGET_NODES} nodes and {TARGET_PODS} pods on SQLite; created at {r.create_rate:.1f} pods/s")
+    print("    client-side (the benchmark's own requests, TLS and its event loop included):")
+    row("mutating calls", s.mutating, TARGET_MUTATING_S)
+    row("GET pod (namespaced)", s.get_ns, TARGET_READ_S)
+    row("GET node (cluster-scoped)", s.get_cluster, TARGET_READ_S)
+    row("LIST pods of a namespace", s.list_ns, TARGET_LIST_NS_S)
+    row("LIST nodes / pods page (cluster)", s.list_cluster, TARGET_LIST_CLUSTER_S)
+    row("pod startup (seen → Running)", r.startup, TARGET_STARTUP_S)
+    sched = r.scheduling
+    print(
+        f"    {'  of which seen → bound':<34} p50 {fmt_s(percentile(sched, 50)):>9}"
+        f"  p99 {fmt_s(percentile(sched, 99)):>9}  (n={len(sched)})"
+    )
+    lag = s.watch_lag
+    print(
+        f"    {'watch delivery lag':<34} p50 {fmt_s(percentile(lag, 50)):>9}  p99 {fmt_s(percentile(lag, 99)):>9}"
+        f"  (n={len(lag)})"
+    )
+    print("    server-side (apiserver_request_duration_seconds, p99 as the bucket bound it falls in):")
+    for name, p99, n, target in r.server_side:
+        print(f"      {name:<32} p99 <= {fmt_s(p99):>9}  (n={n}, target p99 <= {target:g} s)")
+    print(
+        f"    server: {r.server_cpu_cores:.2f} cores, peak RSS {r.server_rss / 2**20:.0f} MiB "
+        f"(target <= {TARGET_RSS / 2**20:.0f} MiB); hollow nodes: RSS {r.hollow_rss / 2**20:.0f} MiB "
+        f"({r.hollow_rss / 2**20 / max(1, r.nodes):.2f} MiB a node), {r.hollow_cpu_cores:.2f} cores"
+    )
+    if s.errors:
+        print(f"    {len(s.errors)} request errors, first: {s.errors[0]}")
+
+
+async def amain(args: argparse.Namespace) -> int:
+    # SIGINT/SIGTERM cancel the run, so the cleanup below stops everything by PID.
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, me.cancel)
+    work = Path(tempfile.mkdtemp(prefix="orch-bench-scale-"))
+    etcd = None
+    server = None
+    fleet = None
+    client = None
+    try:
+        if args.backend == "etcd":
+            etcd = Etcd(base_dir=work)
+            etcd.start()
+            server = ApiServerProcess(
+                work / "srv", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint, etcd_prefix="/bench"
+            )
+        else:
+            server = ApiServerProcess(work / "srv", free_port())
+        server.start(timeout=60)
+        client = ApiClient(load_orchconfig(str(server.kubeconfig)), qps=-1, timeout=120)
+        await ensure_namespace(client, PROBE_NS)
+        fleet = Fleet(server, work / "hollow", args.nodes_per_process)
+        bench = Bench(client, server, fleet)
+        tasks = [asyncio.create_task(bench.sampler.run()), asyncio.create_task(bench.pods.run())]
+        print(
+            f"bench_scale: backend {args.backend}, {args.nodes} nodes / {args.pods} pods over {args.duration:g} s"
+            f"{f', step {args.step} to {args.max_nodes}' if args.step else ''}; "
+            f"{os.cpu_count()} CPUs, load average {loadavg()}",
+            flush=True,
+        )
+        held: int | None = None  # the last node count at which every SLI held
+        broke_at: int | None = None
+        nodes = args.nodes
+        try:
+            while True:
+                pods = round(args.pods * nodes / args.nodes)
+                try:
+                    result = await bench.step(nodes, pods, args.duration)
+                except NodesNotReady as exc:
+                    print(f"    broken at {nodes} nodes: {exc} (load average {loadavg()})")
+                    broke_at = nodes
+                    break
+                report(result, args.backend)
+                broken = result.broken()
+                if broken:
+                    print(f"    SLI broken at {nodes} nodes: {'; '.join(broken)}")
+                    broke_at = nodes
+                    break
+                held = nodes
+                if not args.step or nodes + args.step > args.max_nodes:
+                    break
+                nodes += args.step
+            if broke_at is None:
+                print(f"  knee: not reached (every SLI held up to {held} nodes)")
+            elif held is None:
+                print(f"  knee: below {broke_at} nodes (an SLI broke at the first step)")
+            else:
+                print(f"  knee: {held} nodes (the last count at which every SLI held; broken at {broke_at})")
+            if args.replicas:
+                await bench.big_deployment(args.replicas)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return 0
+    finally:
+        if fleet is not None:
+            await fleet.stop()
+        if client is not None:
+            await client.close()
+        if server is not None:
+            if args.keep_log:
+                Path(args.keep_log).mkdir(parents=True, exist_ok=True)
+                shutil.copy(server.log_path, Path(args.keep_log) / "apiserver.log")
+                for log in (work / "hollow").glob("*.log"):
+                    shutil.copy(log, Path(args.keep_log) / log.name)
+            server.stop()
+        if etcd is not None:
+            etcd.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=50, help="hollow nodes in the first step")
+    ap.add_argument("--pods", type=int, default=1000, help="pods at --nodes (in proportion at later steps)")
+    ap.add_argument("--backend", choices=("sqlite", "etcd"), default="sqlite")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds over which each step creates its pods")
+    ap.add_argument("--step", type=int, default=0, help="nodes added per step until an SLI breaks (0: one step)")
+    ap.add_argument("--max-nodes", type=int, default=TARGET_NODES, help="last node count tried with --step")
+    ap.add_argument("--nodes-per-process", type=int, default=250, help="hollow nodes per process")
+    ap.add_argument("--replicas", type=int, default=0, help="then a Deployment of this many replicas (issue 19)")
+    ap.add_argument("--keep-log", default="", help="copy the server's and the hollow nodes' logs here")
+    args = ap.parse_args(argv)
+    if args.nodes < 1 or args.pods < 0 or args.duration <= 0 or args.nodes_per_process < 1:
+        ap.error("--nodes and --nodes-per-process must be >= 1, --pods >= 0, --duration > 0")
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
