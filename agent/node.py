@@ -24,7 +24,7 @@ from typing import Callable
 from cryptography import x509
 
 from apiserver_min.api import names
-from cri.client import CriClient
+from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
@@ -261,6 +261,7 @@ class NodeAgent:
             cri=self.cri,
             cgroups=self.cgroups,
             pods=lambda: [(s.pod, s.rp) for s in self.pipeline.pods.values()],
+            volume_stats_period=cfg.volume_stats_agg_period.total_seconds(),
         )
         if cfg.enable_server:
             authenticate, authorize, client_ca = self._server_auth()
@@ -270,6 +271,9 @@ class NodeAgent:
                 cert_dir=cfg.cert_dir,
                 tls_cert_file=cfg.tls_cert_file,
                 tls_private_key_file=cfg.tls_private_key_file,
+                tls_cipher_suites=cfg.tls_cipher_suites,
+                tls_min_version=cfg.tls_min_version,
+                enable_system_log_handler=cfg.enable_system_log_handler,
                 node_name=self.node_name,
                 pods=self.pipeline.pods_view,
                 locate_log=self.locate_log,
@@ -459,7 +463,7 @@ class NodeAgent:
             self.volumes.tokens = objects.token
             self.volumes.prefetch = objects.prefetch
             # Every Service, for the containers' service variables (enableServiceLinks).
-            services = ServiceCache(client)
+            services = ServiceCache(client, cfg.master_service_namespace)
             self.runtime.service_env = services.env_for
             self.podmanager.mirror_client = MirrorClient(client, self.node_name, lambda: status.node_uid)
             statuses = StatusManager(client, mirrors=self.podmanager)
@@ -530,9 +534,27 @@ class NodeAgent:
     # --- tasks --------------------------------------------------------------------------
 
     async def run_sources(self) -> None:
+        if self.cfg.pod_cidr:
+            await self.set_pod_cidr(self.cfg.pod_cidr)
         if not self.sources:
             await asyncio.Event().wait()
         await asyncio.gather(*(s.run() for s in self.sources))
+
+    async def set_pod_cidr(self, pod_cidr: str, attempts: int = 30, interval: float = 2.0) -> bool:
+        """Standalone mode's --pod-cidr handed to the runtime (CRI UpdateRuntimeConfig), as the
+        control plane's assignment is in cluster mode; retried while the runtime is not up."""
+        for attempt in range(attempts):
+            try:
+                await self.cri.update_runtime_config(pod_cidr)
+            except CriError as exc:
+                if attempt + 1 == attempts:
+                    log.error("Cannot hand the pod CIDR to the runtime", pod_cidr=pod_cidr, err=exc)
+                    return False
+                await asyncio.sleep(interval)
+                continue
+            log.info("Pod CIDR handed to the runtime", pod_cidr=pod_cidr)
+            return True
+        return False
 
     async def run_server(self, started: asyncio.Future | None = None) -> None:
         assert self.server is not None

@@ -26,6 +26,7 @@ from apiserver_min.api.validation import (
 from .config import AgentConfig, Mode
 from .options import BY_ATTR, OPTIONS, Option, Taint
 from .runtime.sandbox import sysctl_allowlist_problems
+from .unsupported import problems as unsupported_problems
 
 __all__ = ["validate", "ValidationError", "TLS_CIPHER_SUITES"]
 
@@ -439,6 +440,8 @@ def validate(cfg: AgentConfig) -> list[str]:
     if cfg.log_json_split_stream and cfg.logging_format != "json":
         c.forbidden("log_json_split_stream", "applies only with loggingFormat (--logging-format) json")
 
+    # Options this node honours only at some values (agent/unsupported.py).
+    c.errors.extend(unsupported_problems(cfg))
     return c.errors
 
 

@@ -69,6 +69,7 @@ from cri.client import CriError, NotFoundError
 from . import streaming
 from .auth import ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo, request_attributes
 from .logs import LogOptions, parse_bool, read_log
+from .tlsconfig import TLSOptionError, apply_tls_options
 
 __all__ = [
     "AgentServer",
@@ -184,6 +185,9 @@ class AgentServer:
         configz: Callable[[], dict] | None = None,
         streaming: "RuntimeStreaming | None" = None,
         log_dir: str = DEFAULT_LOG_DIR,
+        tls_cipher_suites: Sequence[str] = (),
+        tls_min_version: str = "",
+        enable_system_log_handler: bool = True,
     ) -> None:
         self.address = address
         self._port = port
@@ -207,6 +211,9 @@ class AgentServer:
         self._configz = configz
         self._streaming = streaming
         self.log_dir = log_dir
+        self.tls_cipher_suites = tuple(tls_cipher_suites)
+        self.tls_min_version = tls_min_version
+        self.system_logs = enable_system_log_handler  # /logs/, under the debugging handlers as upstream
         self._ctx: ssl.SSLContext | None = None
         self._issued: tuple[str, str] | None = None  # a cluster-issued pair (rotation)
         self.serving_cert_expiry: float | None = None  # not-after of the certificate served (epoch s)
@@ -240,7 +247,10 @@ class AgentServer:
     def _ssl_context(self) -> ssl.SSLContext:
         cert, key = self._certificate_files()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            apply_tls_options(ctx, self.tls_cipher_suites, self.tls_min_version)
+        except TLSOptionError as exc:
+            raise ListenError(str(exc)) from exc
         try:
             ctx.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
@@ -321,8 +331,9 @@ class AgentServer:
                 r.add_route("*", prefix + "/{rest:.*}", self._handle_debug_disabled)
             return app
         r.add_get("/containerLogs/{namespace}/{pod}/{container}", self._handle_logs)
-        r.add_get("/logs", self._handle_logs_root)
-        r.add_get("/logs/{path:.*}", self._handle_node_logs)
+        if self.system_logs:
+            r.add_get("/logs", self._handle_logs_root)
+            r.add_get("/logs/{path:.*}", self._handle_node_logs)
         if self._running_pods is not None:
             r.add_get("/runningpods/", self._handle_running_pods)
             r.add_get("/runningpods", self._handle_running_pods)
