@@ -48,6 +48,8 @@ from .proxy.nft import NftError
 from .proxy.proxier import ServiceProxy
 from .runtime.backoff import Backoff
 from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_from
+from .runtime.credentialprovider import CredentialProviderError, CredentialProviders
+from .runtime.credentialprovider import load_config as load_credential_config
 from .runtime.images import ImageManager
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
@@ -115,6 +117,7 @@ class NodeAgent:
             qps=cfg.registry_qps,
             burst=cfg.registry_burst,
             backoff=Backoff(),
+            credentials=self._credential_providers(),
         )
         self.images.on_event = lambda reason, image, message: log.v(2).info(
             "Image", reason=reason, image=image, message=message
@@ -297,6 +300,18 @@ class NodeAgent:
             sources=",".join(sources) or "none",
             allocatable=allocatable,
         )
+
+    def _credential_providers(self) -> CredentialProviders | None:
+        cfg = self.cfg
+        if not cfg.image_credential_provider_config:
+            return None
+        try:
+            providers = load_credential_config(
+                cfg.image_credential_provider_config, cfg.image_credential_provider_bin_dir
+            )
+        except CredentialProviderError as exc:
+            raise NodeStartError(f"invalid --image-credential-provider-config: {exc}") from None
+        return CredentialProviders(providers, cfg.image_credential_provider_bin_dir)
 
     def _check_connection_config(self) -> None:
         """A connection config that cannot work, with no bootstrap config to replace it, stops the start."""

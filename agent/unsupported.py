@@ -70,17 +70,6 @@ REFUSALS: tuple[Refusal, ...] = (
         "no cloud registry credential helper is built in",
     ),
     Refusal(
-        "image_credential_provider_config",
-        _empty,
-        "exec credential provider plugins are not implemented yet; images are pulled with the "
-        "pod's imagePullSecrets only",
-    ),
-    Refusal(
-        "image_credential_provider_bin_dir",
-        _empty,
-        "exec credential provider plugins are not implemented yet",
-    ),
-    Refusal(
         "runtime_cgroups",
         _empty,
         "the agent does not move the container runtime's processes into a cgroup; "

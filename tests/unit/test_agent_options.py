@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -131,10 +132,22 @@ def existing_file(tmp_path_factory) -> str:
         f"kind: AgentConfiguration\napiVersion: {API_VERSION}\n"
         "authentication: {webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n"
     )
+    # A valid credential provider config and plugin directory beside it (CRED_CONFIG, CRED_BIN).
+    (p.parent / "credbin").mkdir()
+    plugin = p.parent / "credbin" / "plugin"
+    plugin.write_text("#!/bin/sh\n")
+    plugin.chmod(0o755)
+    (p.parent / "creds.yaml").write_text(
+        f"kind: CredentialProviderConfig\napiVersion: agent.config.{names.DOMAIN}/v1\nproviders:\n"
+        f"- {{name: plugin, matchImages: ['*.example.com'], defaultCacheDuration: 1m, "
+        f"apiVersion: credentialprovider.agent.{names.DOMAIN}/v1}}\n"
+    )
     return str(p)
 
 
 EXISTING = "@existing@"  # replaced by a real file's path in the tests
+CRED_CONFIG = "@creds@"  # a valid credential provider config, beside it
+CRED_BIN = "@credbin@"  # its plugin directory
 MISSING_FILE = "/nonexistent/orch-test/file"
 
 CASES = [
@@ -307,16 +320,16 @@ CASES = [
     C(
         "image-credential-provider-config",
         "",
-        ["--image-credential-provider-config", EXISTING, "--image-credential-provider-bin-dir=/usr/lib/x"],
-        EXISTING,
+        ["--image-credential-provider-config", CRED_CONFIG, "--image-credential-provider-bin-dir", CRED_BIN],
+        CRED_CONFIG,
         [f"--image-credential-provider-config={MISSING_FILE}"],
         extra=["--image-credential-provider-bin-dir=/usr/lib/x"],
     ),
     C(
         "image-credential-provider-bin-dir",
         "",
-        ["--image-credential-provider-bin-dir=/usr/lib/x", "--image-credential-provider-config", EXISTING],
-        "/usr/lib/x",
+        ["--image-credential-provider-bin-dir", CRED_BIN, "--image-credential-provider-config", CRED_CONFIG],
+        CRED_BIN,
         ["--image-credential-provider-bin-dir=/usr/lib/x"],
     ),
     C(
@@ -556,6 +569,8 @@ BY_CASE = {c.flag: c for c in CASES}
 def _sub(value, existing: str):
     if value == EXISTING:
         return existing
+    if value in (CRED_CONFIG, CRED_BIN):
+        return os.path.join(os.path.dirname(existing), "creds.yaml" if value == CRED_CONFIG else "credbin")
     if isinstance(value, list):
         return [_sub(v, existing) for v in value]
     if isinstance(value, tuple):
