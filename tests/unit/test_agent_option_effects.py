@@ -3,10 +3,12 @@ namespace, the volume-stats period, protectKernelDefaults and standalone --pod-c
 
 from __future__ import annotations
 
+import asyncio
 import os
 import ssl
 import types
 
+import aiohttp
 import pytest
 
 from agent.config import from_argv
@@ -14,6 +16,7 @@ from agent.kerneltunables import EXPECTED, differences
 from agent.node import NodeAgent
 from agent.process import StartError, check_kernel_defaults
 from agent.runtime.env import service_environment
+from agent.server.server import AgentServer
 from agent.server.stats import StatsProvider
 from agent.server.tlsconfig import TLSOptionError, apply_tls_options
 from cri.client import CriClient
@@ -123,3 +126,49 @@ async def test_pod_cidr_gives_up_with_a_log_when_the_runtime_stays_away(tmp_path
     async with CriClient(f"unix://{os.path.join(tmp_path, 'none.sock')}", request_timeout=1) as client:
         holder = types.SimpleNamespace(cri=client)
         assert not await NodeAgent.set_pod_cidr(holder, "10.244.3.0/24", attempts=2, interval=0.01)  # type: ignore[arg-type]
+
+
+async def test_the_server_serves_with_the_configured_tls_and_system_log_settings(tmp_path):
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name="n1",
+        pods=lambda: [],
+        locate_log=lambda *a: None,
+        tls_cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"],
+        tls_min_version="VersionTLS12",
+        enable_system_log_handler=False,
+    )
+    started = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(server.serve(started))
+    await asyncio.wait_for(started, 10)
+    try:
+
+        async def handshake(cipher: str) -> str | None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+            ctx.set_ciphers(cipher)
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=ctx)
+            except (ssl.SSLError, ConnectionError):
+                return None
+            chosen = writer.get_extra_info("cipher")[0]
+            writer.close()
+            return chosen
+
+        # The serving key is ECDSA: the allowed ECDSA suite works, another TLS 1.2 suite does not.
+        assert await handshake("ECDHE-ECDSA-AES128-GCM-SHA256") == "ECDHE-ECDSA-AES128-GCM-SHA256"
+        assert await handshake("ECDHE-ECDSA-AES256-GCM-SHA384") is None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+            async with session.get(f"https://127.0.0.1:{server.port}/logs/") as r:
+                assert r.status == 404  # enableSystemLogHandler false
+            async with session.get(f"https://127.0.0.1:{server.port}/healthz") as r:
+                assert r.status == 200
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -36,6 +36,8 @@ CAPABILITIES = {
     "endpoint slices": "apiserver_min/controllers",
     "device plugins": "agent/cm/devicemanager",
     "pod resources API": "agent/server/podresources.py",
+    "credential provider plugins": "agent/runtime/credentialprovider.py",
+    "is not supported on this node": "agent/unsupported.py",
 }
 
 
