@@ -277,6 +277,7 @@ class NodeAgent:
                 tls_cipher_suites=cfg.tls_cipher_suites,
                 tls_min_version=cfg.tls_min_version,
                 enable_system_log_handler=cfg.enable_system_log_handler,
+                set_verbosity=agent_logging.set_verbosity if cfg.enable_debug_flags_handler else None,
                 node_name=self.node_name,
                 pods=self.pipeline.pods_view,
                 locate_log=self.locate_log,

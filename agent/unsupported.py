@@ -57,11 +57,6 @@ REFUSALS: tuple[Refusal, ...] = (
         _false,
         "the agent serves no /debug/pprof profiling endpoints (it is not a Go program)",
     ),
-    Refusal(
-        "enable_debug_flags_handler",
-        _false,
-        "the agent serves no /debug/flags/v endpoint; set the verbosity with -v at start",
-    ),
     Refusal("cloud_provider", _empty, "there is no cloud controller manager for orch nodes to hand node setup to"),
     Refusal("cloud_config", _empty, "there is no cloud provider to read it"),
     Refusal(

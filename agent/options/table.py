@@ -1241,8 +1241,8 @@ OPTIONS: tuple[Option, ...] = (
     _cfg(
         "enableDebugFlagsHandler",
         BOOL,
-        False,
-        "Serve /debug/flags/v; not served on this node, only false is accepted.",
+        True,
+        "Serve /debug/flags/v (PUT a verbosity level), with the debugging handlers.",
         G_PROCESS,
         "enable_debug_flags_handler",
     ),

@@ -14,7 +14,8 @@ Paths, as upstream serves them on its port 10250:
   upstream's query options ``follow``, ``tailLines``, ``timestamps``, ``previous``,
   ``sinceSeconds``, ``sinceTime``, ``limitBytes``), ``/logs/`` (files under
   ``/var/log``, directory listings as upstream's file server writes them),
-  ``/runningpods/`` (the pods in the runtime), ``/configz`` (the effective
+  ``/runningpods/`` (the pods in the runtime), ``/debug/flags/v`` (PUT a verbosity level;
+  ``enableDebugFlagsHandler``), ``/configz`` (the effective
   configuration), ``/run/...`` (a command through the runtime's ExecSync) and
   ``/exec/...``, ``/attach/...``, ``/portForward/...`` through the runtime's
   streaming URL (WebSocket exec/attach relayed, see :mod:`agent.server.streaming`; other
@@ -188,6 +189,7 @@ class AgentServer:
         tls_cipher_suites: Sequence[str] = (),
         tls_min_version: str = "",
         enable_system_log_handler: bool = True,
+        set_verbosity: Callable[[int], None] | None = None,
     ) -> None:
         self.address = address
         self._port = port
@@ -214,6 +216,7 @@ class AgentServer:
         self.tls_cipher_suites = tuple(tls_cipher_suites)
         self.tls_min_version = tls_min_version
         self.system_logs = enable_system_log_handler  # /logs/, under the debugging handlers as upstream
+        self._set_verbosity = set_verbosity  # PUT /debug/flags/v (enableDebugFlagsHandler)
         self._ctx: ssl.SSLContext | None = None
         self._issued: tuple[str, str] | None = None  # a cluster-issued pair (rotation)
         self.serving_cert_expiry: float | None = None  # not-after of the certificate served (epoch s)
@@ -331,6 +334,8 @@ class AgentServer:
                 r.add_route("*", prefix + "/{rest:.*}", self._handle_debug_disabled)
             return app
         r.add_get("/containerLogs/{namespace}/{pod}/{container}", self._handle_logs)
+        if self._set_verbosity is not None:
+            r.add_route("*", "/debug/flags/v", self._handle_debug_flags_v)
         if self.system_logs:
             r.add_get("/logs", self._handle_logs_root)
             r.add_get("/logs/{path:.*}", self._handle_node_logs)
@@ -548,6 +553,22 @@ class AgentServer:
             return _text(500, f"Internal Error: {exc}")
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         return web.Response(body=orjson.dumps(body), content_type=_JSON)
+
+    async def _handle_debug_flags_v(self, request: web.Request) -> web.Response:
+        """PUT a verbosity level as the body, as upstream's flag handler takes it."""
+        assert self._set_verbosity is not None
+        if request.method != "PUT":
+            return _text(405, "unsupported http method")
+        text = (await request.text()).strip()
+        try:
+            level = int(text)
+            if level < 0:
+                raise ValueError
+        except ValueError:
+            return _text(400, f"error: invalid verbosity {text!r}: must be a non-negative integer")
+        self._set_verbosity(level)
+        log.info("Verbosity changed through /debug/flags/v", v=level)
+        return _text(200, f"successfully set orch-agent verbosity to {level}")
 
     async def _handle_configz(self, request: web.Request) -> web.Response:
         assert self._configz is not None

@@ -117,12 +117,10 @@ def test_a_value_the_node_cannot_honour_is_refused(argv, message):
 def test_config_only_fields_are_refused_by_field_name(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
-        "kind: AgentConfiguration\napiVersion: agent.config.orch.io/v1beta1\n"
-        "enableProfilingHandler: true\nenableDebugFlagsHandler: true\n"
+        "kind: AgentConfiguration\napiVersion: agent.config.orch.io/v1beta1\nenableProfilingHandler: true\n"
     )
     problems = validate(from_argv([f"--config={config}"]))
     assert any(p.startswith("enableProfilingHandler=true is not supported on this node") for p in problems)
-    assert any(p.startswith("enableDebugFlagsHandler=true is not supported on this node") for p in problems)
 
 
 def test_refusal_shows_durations_as_flags_take_them():

@@ -129,6 +129,7 @@ async def test_pod_cidr_gives_up_with_a_log_when_the_runtime_stays_away(tmp_path
 
 
 async def test_the_server_serves_with_the_configured_tls_and_system_log_settings(tmp_path):
+    levels: list[int] = []
     server = AgentServer(
         address="127.0.0.1",
         port=0,
@@ -139,6 +140,7 @@ async def test_the_server_serves_with_the_configured_tls_and_system_log_settings
         tls_cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"],
         tls_min_version="VersionTLS12",
         enable_system_log_handler=False,
+        set_verbosity=levels.append,
     )
     started = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve(started))
@@ -168,6 +170,14 @@ async def test_the_server_serves_with_the_configured_tls_and_system_log_settings
                 assert r.status == 404  # enableSystemLogHandler false
             async with session.get(f"https://127.0.0.1:{server.port}/healthz") as r:
                 assert r.status == 200
+            # enableDebugFlagsHandler: PUT /debug/flags/v sets the verbosity.
+            async with session.put(f"https://127.0.0.1:{server.port}/debug/flags/v", data="4") as r:
+                assert (r.status, await r.text()) == (200, "successfully set orch-agent verbosity to 4\n")
+            async with session.put(f"https://127.0.0.1:{server.port}/debug/flags/v", data="loud") as r:
+                assert r.status == 400 and "invalid verbosity 'loud'" in await r.text()
+            async with session.get(f"https://127.0.0.1:{server.port}/debug/flags/v") as r:
+                assert r.status == 405
+            assert levels == [4]
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
