@@ -250,6 +250,7 @@ class NodeAgent:
         )
         self.client = None  # the API client, once joined (cluster mode)
         self.server: AgentServer | None = None
+        self.read_only_server: AgentServer | None = None  # --read-only-port
         self.metrics = AgentMetrics(
             self.node_name,
             pods=lambda: list(self.pipeline.pods.values()),
@@ -294,6 +295,20 @@ class NodeAgent:
             )
             if cfg.rotate_server_certificates and not cfg.tls_cert_file:
                 self._use_issued_serving_certificate()
+            if cfg.read_only_port:
+                self.read_only_server = AgentServer(
+                    address=cfg.address,
+                    port=cfg.read_only_port,
+                    cert_dir=cfg.cert_dir,
+                    node_name=self.node_name,
+                    pods=self.pipeline.pods_view,
+                    locate_log=self.locate_log,
+                    problems=self.config.problems,
+                    enable_debugging_handlers=False,
+                    stats=self.stats.summary,
+                    metrics=self.metrics.render,
+                    plain_http=True,
+                )
         log.info(
             "Node agent assembled",
             node=self.node_name,
@@ -575,6 +590,10 @@ class NodeAgent:
     async def run_server(self, started: asyncio.Future | None = None) -> None:
         assert self.server is not None
         await self.server.serve(started)
+
+    async def run_read_only_server(self) -> None:
+        assert self.read_only_server is not None
+        await self.read_only_server.serve()
 
     async def run_device_manager(self) -> None:
         await self.devices.run()

@@ -611,6 +611,8 @@ class AgentProcess:
             specs.append(TaskSpec("pod-sources", self.node.run_sources))
             if self.node.server is not None:
                 specs.append(TaskSpec("agent-server", self.node.run_server))
+            if self.node.read_only_server is not None:
+                specs.append(TaskSpec("agent-read-only-server", self.node.run_read_only_server))
             if self.node.cluster_mode:
                 specs.append(TaskSpec("cluster", self.node.run_cluster))
         # The sync loop is the pod pipeline (pod workers, relist, housekeeping).

@@ -45,12 +45,6 @@ def _equals(expected: Any) -> Callable[[Any], bool]:
 
 
 REFUSALS: tuple[Refusal, ...] = (
-    Refusal(
-        "read_only_port",
-        _equals(0),
-        "the unauthenticated read-only HTTP port is not served; use the authenticated --port "
-        "(its /pods, /stats/summary, /metrics and /healthz)",
-    ),
     Refusal("contention_profiling", _false, "the agent has no lock-contention profiler (it is not a Go program)"),
     Refusal(
         "enable_profiling_handler",

@@ -282,7 +282,8 @@ OPTIONS: tuple[Option, ...] = (
         "read-only-port",
         INT32,
         0,
-        "Read-only port without authentication or authorization; not served on this node, only 0 (off) is accepted.",
+        "Read-only port without TLS, authentication or authorization (/pods, /healthz, /stats/summary, "
+        "/metrics); 0 disables it.",
         G_TLS,
         field="readOnlyPort",
         range=_PORT,

@@ -28,6 +28,10 @@ authorized (``authorize(RequestAttributes) -> bool | (bool, reason)``; no is a
 :mod:`agent.server.auth`. The defaults are upstream's standalone defaults
 (anonymous allowed, AlwaysAllow); the agent plugs in the configured ones.
 
+The read-only port (``--read-only-port``, off by default) is a second instance in
+plain HTTP without authentication or authorization and without the debugging
+handlers: ``/pods``, ``/healthz``, ``/stats/summary`` and ``/metrics``, as upstream.
+
 Serving certificate: ``--tls-cert-file``/``--tls-private-key-file``; else a
 certificate issued by the cluster (``--rotate-server-certificates``, swapped in
 with :meth:`AgentServer.reload_certificate` on the live TLS context, so new
@@ -190,6 +194,7 @@ class AgentServer:
         tls_min_version: str = "",
         enable_system_log_handler: bool = True,
         set_verbosity: Callable[[int], None] | None = None,
+        plain_http: bool = False,
     ) -> None:
         self.address = address
         self._port = port
@@ -217,6 +222,7 @@ class AgentServer:
         self.tls_min_version = tls_min_version
         self.system_logs = enable_system_log_handler  # /logs/, under the debugging handlers as upstream
         self._set_verbosity = set_verbosity  # PUT /debug/flags/v (enableDebugFlagsHandler)
+        self.plain_http = plain_http  # the read-only port (--read-only-port): no TLS
         self._ctx: ssl.SSLContext | None = None
         self._issued: tuple[str, str] | None = None  # a cluster-issued pair (rotation)
         self.serving_cert_expiry: float | None = None  # not-after of the certificate served (epoch s)
@@ -364,7 +370,7 @@ class AgentServer:
         listening, or the ListenError that prevented it (also raised here)."""
         self._closing = False
         try:
-            ctx = self._ssl_context()
+            ctx = None if self.plain_http else self._ssl_context()
             sock = self._socket()
             self._ctx = ctx
         except ListenError as exc:
@@ -379,7 +385,7 @@ class AgentServer:
             site = web.SockSite(runner, sock, ssl_context=ctx)
             await site.start()
             self._port = sock.getsockname()[1]
-            log.info("Agent server listening", address=self.address, port=self._port)
+            log.info("Agent server listening", address=self.address, port=self._port, tls=ctx is not None)
             if started is not None and not started.done():
                 started.set_result(self._port)
             await asyncio.Event().wait()

@@ -97,7 +97,6 @@ def test_refused_options_accept_their_defaults():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--read-only-port=10255"], "--read-only-port=10255 is not supported on this node: "),
         (["--hairpin-mode=hairpin-veth"], "--hairpin-mode=hairpin-veth is not supported on this node: "),
         (["--iptables-drop-bit=3"], "--iptables-drop-bit=3 is not supported on this node: "),
         (["--make-iptables-util-chains=false"], "--make-iptables-util-chains=false is not supported on this node"),

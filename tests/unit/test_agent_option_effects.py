@@ -182,3 +182,30 @@ async def test_the_server_serves_with_the_configured_tls_and_system_log_settings
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_the_read_only_port_serves_plain_http_without_debugging_handlers(tmp_path):
+    server = AgentServer(
+        address="127.0.0.1",
+        port=0,
+        cert_dir=str(tmp_path / "pki"),
+        node_name="n1",
+        pods=lambda: [{"metadata": {"name": "p"}}],
+        locate_log=lambda *a: None,
+        enable_debugging_handlers=False,
+        plain_http=True,
+    )
+    started = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(server.serve(started))
+    await asyncio.wait_for(started, 10)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{server.port}/pods") as r:
+                assert r.status == 200 and (await r.json())["items"] == [{"metadata": {"name": "p"}}]
+            async with session.get(f"http://127.0.0.1:{server.port}/containerLogs/ns/p/c") as r:
+                assert r.status == 405
+        assert not (tmp_path / "pki").exists()  # no serving certificate made
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
