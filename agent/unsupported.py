@@ -84,7 +84,7 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal(
         "iptables_drop_bit",
         _equals(15),
-        "nothing on this node marks packets for dropping: the service proxy's nftables rules reject directly",
+        "no rule marks packets for dropping here: the service proxy's nftables rules reject directly",
     ),
     Refusal(
         "streaming_connection_idle_timeout",
