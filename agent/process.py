@@ -624,9 +624,13 @@ class AgentProcess:
             specs.append(
                 TaskSpec("container-gc", lambda: self.node.run_container_gc(hooks.container_gc_period), critical=False)
             )
+            if self.node.reconciles_cpusets:
+                # The CPU manager's reconciliation (static policy only).
+                specs.append(TaskSpec("cpuset-reconcile", self.node.run_cpuset_reconcile, critical=False))
             if self.node.shutdown.enabled:
                 # Graceful node shutdown: logind's delay lock and the pods stopped by priority.
                 specs.append(TaskSpec("node-shutdown", self.node.run_shutdown, critical=False))
+            specs.append(TaskSpec("eviction", self.node.run_eviction, critical=False))
         # The API server pod source, node status and lease come here (cluster mode).
         specs.extend(self.extra_tasks)
         if cfg.exit_on_lock_contention and self.lock is not None:

@@ -147,6 +147,7 @@ def validate(cfg: AgentConfig) -> list[str]:
         "runtime_request_timeout",
         "log_flush_frequency",
         "cpu_manager_reconcile_period",
+        "housekeeping_interval",
     ):
         if _seconds(getattr(cfg, attr)) <= 0:
             c.invalid(attr, getattr(cfg, attr), "must be greater than 0")

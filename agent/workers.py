@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 import socket
 import time
 from typing import Any, Callable
 
+from apiserver_min.api import names
 from cri.client import CriError, UnavailableError
 
 from . import logging as agent_logging
@@ -44,7 +46,7 @@ from .runtime.errors import PodConfigError
 from .runtime.manager import RuntimeManager, RuntimePod
 from .runtime.sandbox import check_sysctls
 from .sources.merge import PodConfig
-from .status.podstatus import generate_pod_status, rejected_status
+from .status.podstatus import ephemeral_ran, generate_pod_status, rejected_status
 
 __all__ = ["PodState", "PodPipeline", "KillRequest"]
 
@@ -273,6 +275,19 @@ class PodPipeline:
             return
         state = PodState(pod)
         self.pods[uid] = state
+        previous = pod.get("status") or {}
+        if previous.get("phase") == "Failed" and previous.get("reason") == names.EVICTION_REASON:
+            # Evicted before an agent restart: it stays stopped (whatever is left of it is
+            # stopped) and keeps its final status.
+            state.task = asyncio.create_task(self._worker(state), name=f"pod-worker {podutil.full_name(pod)}")
+            state.kill = KillRequest(
+                None,
+                previous["reason"],
+                functools.partial(_keep_final, previous),
+                asyncio.get_running_loop().create_future(),
+            )
+            state.wake.set()
+            return
         reason, message = self._admit(pod)
         if reason:
             state.rejected = True
@@ -296,7 +311,9 @@ class PodPipeline:
         except PodConfigError as exc:
             return exc.reason, exc.message
         # Upstream's order: the resource allocation handler (devices) before the resource fit.
-        if self.devices is not None:
+        # A container manager that allocates devices itself (through the topology manager,
+        # aligned with CPUs and memory) does both in that order.
+        if self.devices is not None and not getattr(self.cgroups, "allocates_devices", False):
             result = self.devices.admit(pod)
             if not result.admit:
                 return result.reason, result.message
@@ -394,7 +411,9 @@ class PodPipeline:
                     await self._unmount_finished(pod)
                 rp = await self.runtime.runtime_pod(uid)
         else:
-            result = await self.runtime.sync_pod(pod, rp)
+            # What this agent reported, and (after a restart) what the API server's copy says.
+            ran = ephemeral_ran(state.status) | ephemeral_ran(pod.get("status"))
+            result = await self.runtime.sync_pod(pod, rp, ephemeral_ran=ran)
             if result.changed:
                 rp = await self.runtime.runtime_pod(uid)
         state.rp = rp
@@ -575,6 +594,19 @@ class PodPipeline:
             log.error("Failed to remove an orphaned pod", uid=rp.uid, err=exc)
         finally:
             self._orphans.pop(rp.uid, None)
+
+
+def _keep_final(previous: dict, status: dict) -> None:
+    """A pod the node stopped before a restart: its phase, reason, message and DisruptionTarget stay."""
+    status["phase"] = previous.get("phase", "Failed")
+    status["reason"], status["message"] = previous.get("reason", ""), previous.get("message", "")
+    kept = [
+        c
+        for c in previous.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") == names.POD_CONDITION_DISRUPTION_TARGET
+    ]
+    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") not in {k["type"] for k in kept}]
+    status["conditions"] += kept
 
 
 def _creation_key(pod: dict) -> tuple:

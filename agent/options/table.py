@@ -852,7 +852,8 @@ OPTIONS: tuple[Option, ...] = (
         "cpu-manager-policy-options",
         MAP,
         _M({}),
-        "key=value options of the CPU manager policy.",
+        "key=value options of the static CPU manager policy: full-pcpus-only (beta), "
+        "distribute-cpus-across-numa and align-by-socket (alpha; CPUManagerPolicyAlphaOptions gate).",
         G_RESOURCES,
         field="cpuManagerPolicyOptions",
     ),
@@ -860,7 +861,7 @@ OPTIONS: tuple[Option, ...] = (
         "cpu-manager-reconcile-period",
         DURATION,
         _D("10s"),
-        "CPU manager reconciliation period.",
+        "CPU manager reconciliation period (with a static CPU or memory manager policy).",
         G_RESOURCES,
         field="cpuManagerReconcilePeriod",
     ),
@@ -1031,6 +1032,14 @@ OPTIONS: tuple[Option, ...] = (
         "Minimum reclaim per signal, e.g. imagefs.available=2Gi.",
         G_EVICTION,
         field="evictionMinimumReclaim",
+    ),
+    _o(
+        "housekeeping-interval",
+        DURATION,
+        _D("10s"),
+        "Interval between container housekeepings: how often the eviction manager reads the node's "
+        "signals and acts on its thresholds.",
+        G_EVICTION,
     ),
     _o(
         "eviction-pressure-transition-period",

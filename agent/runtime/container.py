@@ -146,6 +146,7 @@ def build_container_config(
     image_uid: int | None = None,
     image_username: str = "",
     device_options: DeviceRunOptions | None = None,
+    target_id: str = "",
 ) -> ContainerSetup:
     """The config for (re)creating ``container`` of ``pod`` for the ``restart_count``-th time.
 
@@ -156,6 +157,8 @@ def build_container_config(
     ``device_options`` are what the device plugins' Allocate answered for the container:
     their variables come before the container's own (which win), their mounts before the
     volumes, their annotations under the agent's.
+    ``target_id``: the runtime id of the container whose process namespace an ephemeral
+    container joins (its ``targetContainerName``).
     Raises PodConfigError(CreateContainerConfigError).
     """
     name = container.get("name") or ""
@@ -208,6 +211,11 @@ def build_container_config(
     config.linux.security_context.CopyFrom(
         security_context(pod, container, ctx, image_uid=image_uid, image_username=image_username)
     )
+    namespaces = config.linux.security_context.namespace_options
+    if target_id and namespaces.pid == pb.CONTAINER:
+        # A pod that shares one process namespace (or the node's) already shows it all.
+        namespaces.pid = pb.TARGET
+        namespaces.target_id = target_id
     return ContainerSetup(config=config, termination_message_host_path=termination_path)
 
 

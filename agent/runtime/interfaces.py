@@ -102,6 +102,16 @@ class PodCgroups(Protocol):
     def remove_pod(self, pod_uid: str) -> object: ...
 
 
+class ContainerCpusets(Protocol):
+    """The CPU and memory managers' placement of a container (the container manager)."""
+
+    def container_cpuset(self, pod: dict, container: dict) -> tuple[str, str]:
+        """(cpuset.cpus, cpuset.mems) for a new container; "" leaves the runtime's default."""
+        ...
+
+    def container_created(self, container_id: str, cpus: str) -> None: ...
+
+
 class LivenessSource(Protocol):
     """Whether a container's liveness or startup probe failed (the probe manager)."""
 

@@ -25,6 +25,8 @@ STORAGE_GROUP = f"storage.{DOMAIN}"
 ADMISSIONREGISTRATION_GROUP = f"admissionregistration.{DOMAIN}"
 AUTHENTICATION_GROUP = f"authentication.{DOMAIN}"
 AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
+# The policy file format of the ABAC authorization mode (a file format, not a served group).
+ABAC_GROUP = f"abac.authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
 # The finalizer a CustomResourceDefinition carries until its objects are deleted.
@@ -331,6 +333,9 @@ ROLE_CSR_SELFNODECLIENT = f"system:certificates.{DOMAIN}:certificatesigningreque
 ROLE_CLUSTER_INFO_READER = "system:bootstrap-signer-clusterinfo"
 CSR_SUBRESOURCE_NODECLIENT = "nodeclient"
 CSR_SUBRESOURCE_SELFNODECLIENT = "selfnodeclient"
+
+# The pod sub-resource that adds ephemeral containers (kubectl debug writes it).
+POD_SUBRESOURCE_EPHEMERAL_CONTAINERS = "ephemeralcontainers"
 SIGNERS_RESOURCE = "signers"
 
 # Authentication (bearer tokens, service accounts, TokenRequest, the ServiceAccount
@@ -375,6 +380,11 @@ NODE_INFO_PROXY_VERSION_FIELD = "kubeProxyVersion"
 NODE_DAEMON_ENDPOINT_AGENT_FIELD = "kubeletEndpoint"
 ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH = f"volumes.{DOMAIN}/controller-managed-attach-detach"
 
+# Node agent eviction: the status reason of an evicted (or refused) pod and the node event of
+# a threshold (the DisruptionTarget condition is POD_CONDITION_DISRUPTION_TARGET above).
+EVICTION_REASON = "Evicted"
+EVICTION_THRESHOLD_MET_REASON = "EvictionThresholdMet"
+
 # Node lifecycle controller, scheduler and the pods/log proxy: the condition taints upstream
 # spells node.kubernetes.io/<condition>, the agent port used when a Node publishes none
 # (upstream's kubelet port), and the identity of the client certificate the API server
@@ -416,6 +426,9 @@ CONTROLLER_MANAGER_USER = "system:orch-controller-manager"
 # since kubectl and the runtime's streaming server speak them.
 STREAM_PROTOCOL_V5 = "v5.channel.k8s.io"
 STREAM_PROTOCOL_V4 = "v4.channel.k8s.io"
+# SPDY stream clients: the protocol offer/answer header, and the header naming each stream.
+HEADER_STREAM_PROTOCOL_VERSION = "X-Stream-Protocol-Version"
+STREAM_TYPE_HEADER = "streamType"
 
 # The field managers (metadata.managedFields) of the API server's bundled controllers'
 # writes: upstream records them under the product name of the writer's user agent,

@@ -23,26 +23,11 @@ from agent.validation import validate
 AGENT = pathlib.Path(__file__).resolve().parents[2] / "agent"
 NOT_CONSUMERS = {"options", "validation.py", "config.py", "unsupported.py"}
 
-# Options whose value is used without their attribute name appearing in agent code, or whose
-# work belongs to another piece of issue 21 (remove an entry once that work reads the option).
+# Options whose value is used without their attribute name appearing in agent code (an option whose
+# work is another piece's may wait here with its owner named, until that work reads it).
 INDIRECT = {
     "deprecation_warnings": "read by the option parser itself (agent/options/parser.py) to silence warnings",
     "container_runtime": "its only valid value, remote, is enforced by the table's choices",
-    # Eviction manager (issue 21, developer evict).
-    "eviction_soft": "eviction manager (issue 21, evict)",
-    "eviction_soft_grace_period": "eviction manager (issue 21, evict)",
-    "eviction_max_pod_grace_period": "eviction manager (issue 21, evict)",
-    "eviction_minimum_reclaim": "eviction manager (issue 21, evict)",
-    "eviction_pressure_transition_period": "eviction manager (issue 21, evict)",
-    "kernel_memcg_notification": "eviction manager (issue 21, evict)",
-    # CPU, memory and topology managers (issue 21, developer cpumgr).
-    "cpu_manager_policy": "CPU manager (issue 21, cpumgr)",
-    "cpu_manager_policy_options": "CPU manager (issue 21, cpumgr)",
-    "cpu_manager_reconcile_period": "CPU manager (issue 21, cpumgr)",
-    "memory_manager_policy": "memory manager (issue 21, cpumgr)",
-    "reserved_memory": "memory manager (issue 21, cpumgr)",
-    "topology_manager_policy": "topology manager (issue 21, cpumgr)",
-    "topology_manager_scope": "topology manager (issue 21, cpumgr)",
 }
 
 
