@@ -40,7 +40,7 @@ from typing import Any, Iterable, TextIO
 
 from apiserver_min.api.duration import format_duration
 
-__all__ = ["configure", "get_logger", "Logger", "flush", "last_flush", "reset"]
+__all__ = ["configure", "get_logger", "Logger", "flush", "last_flush", "reset", "set_verbosity", "verbosity"]
 
 _ROOT = "orch"  # stdlib logger all agent loggers hang under
 
@@ -195,6 +195,16 @@ def configure(
     root.setLevel(_std.INFO)
     _std.getLogger(_ROOT).setLevel(_std.DEBUG)
     _state.last_flush = time.monotonic()
+
+
+def set_verbosity(level: int) -> None:
+    """Change -v while running (the server's /debug/flags/v)."""
+    _state.verbosity = level
+    _state.cache = {}
+
+
+def verbosity() -> int:
+    return _state.verbosity
 
 
 def reset() -> None:

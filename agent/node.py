@@ -51,6 +51,8 @@ from .proxy.nft import NftError
 from .proxy.proxier import ServiceProxy
 from .runtime.backoff import Backoff
 from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_from
+from .runtime.credentialprovider import CredentialProviderError, CredentialProviders
+from .runtime.credentialprovider import load_config as load_credential_config
 from .runtime.images import ImageManager
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
@@ -124,6 +126,7 @@ class NodeAgent:
             qps=cfg.registry_qps,
             burst=cfg.registry_burst,
             backoff=Backoff(),
+            credentials=self._credential_providers(),
         )
         self.images.on_event = lambda reason, image, message: log.v(2).info(
             "Image", reason=reason, image=image, message=message
@@ -270,6 +273,7 @@ class NodeAgent:
         )
         self.client = None  # the API client, once joined (cluster mode)
         self.server: AgentServer | None = None
+        self.read_only_server: AgentServer | None = None  # --read-only-port
         self.metrics = AgentMetrics(
             self.node_name,
             pods=lambda: list(self.pipeline.pods.values()),
@@ -284,6 +288,7 @@ class NodeAgent:
             cri=self.cri,
             cgroups=self.cgroups,
             pods=lambda: [(s.pod, s.rp) for s in self.pipeline.pods.values()],
+            volume_stats_period=cfg.volume_stats_agg_period.total_seconds(),
         )
         self.eviction = self._eviction_manager()
         self.pipeline.admit_handlers.append(self.eviction.admit)
@@ -295,6 +300,10 @@ class NodeAgent:
                 cert_dir=cfg.cert_dir,
                 tls_cert_file=cfg.tls_cert_file,
                 tls_private_key_file=cfg.tls_private_key_file,
+                tls_cipher_suites=cfg.tls_cipher_suites,
+                tls_min_version=cfg.tls_min_version,
+                enable_system_log_handler=cfg.enable_system_log_handler,
+                set_verbosity=agent_logging.set_verbosity if cfg.enable_debug_flags_handler else None,
                 node_name=self.node_name,
                 pods=self.pipeline.pods_view,
                 locate_log=self.locate_log,
@@ -311,6 +320,20 @@ class NodeAgent:
             )
             if cfg.rotate_server_certificates and not cfg.tls_cert_file:
                 self._use_issued_serving_certificate()
+            if cfg.read_only_port:
+                self.read_only_server = AgentServer(
+                    address=cfg.address,
+                    port=cfg.read_only_port,
+                    cert_dir=cfg.cert_dir,
+                    node_name=self.node_name,
+                    pods=self.pipeline.pods_view,
+                    locate_log=self.locate_log,
+                    problems=self.config.problems,
+                    enable_debugging_handlers=False,
+                    stats=self.stats.summary,
+                    metrics=self.metrics.render,
+                    plain_http=True,
+                )
         log.info(
             "Node agent assembled",
             node=self.node_name,
@@ -318,6 +341,18 @@ class NodeAgent:
             sources=",".join(sources) or "none",
             allocatable=allocatable,
         )
+
+    def _credential_providers(self) -> CredentialProviders | None:
+        cfg = self.cfg
+        if not cfg.image_credential_provider_config:
+            return None
+        try:
+            providers = load_credential_config(
+                cfg.image_credential_provider_config, cfg.image_credential_provider_bin_dir
+            )
+        except CredentialProviderError as exc:
+            raise NodeStartError(f"invalid --image-credential-provider-config: {exc}") from None
+        return CredentialProviders(providers, cfg.image_credential_provider_bin_dir)
 
     def _eviction_manager(self) -> EvictionManager:
         cfg = self.cfg
@@ -543,7 +578,7 @@ class NodeAgent:
             self.volumes.tokens = objects.token
             self.volumes.prefetch = objects.prefetch
             # Every Service, for the containers' service variables (enableServiceLinks).
-            services = ServiceCache(client)
+            services = ServiceCache(client, cfg.master_service_namespace)
             self.runtime.service_env = services.env_for
             self.podmanager.mirror_client = MirrorClient(client, self.node_name, lambda: status.node_uid)
             statuses = StatusManager(client, mirrors=self.podmanager)
@@ -614,13 +649,35 @@ class NodeAgent:
     # --- tasks --------------------------------------------------------------------------
 
     async def run_sources(self) -> None:
+        if self.cfg.pod_cidr:
+            await self.set_pod_cidr(self.cfg.pod_cidr)
         if not self.sources:
             await asyncio.Event().wait()
         await asyncio.gather(*(s.run() for s in self.sources))
 
+    async def set_pod_cidr(self, pod_cidr: str, attempts: int = 30, interval: float = 2.0) -> bool:
+        """Standalone mode's --pod-cidr handed to the runtime (CRI UpdateRuntimeConfig), as the
+        control plane's assignment is in cluster mode; retried while the runtime is not up."""
+        for attempt in range(attempts):
+            try:
+                await self.cri.update_runtime_config(pod_cidr)
+            except CriError as exc:
+                if attempt + 1 == attempts:
+                    log.error("Cannot hand the pod CIDR to the runtime", pod_cidr=pod_cidr, err=exc)
+                    return False
+                await asyncio.sleep(interval)
+                continue
+            log.info("Pod CIDR handed to the runtime", pod_cidr=pod_cidr)
+            return True
+        return False
+
     async def run_server(self, started: asyncio.Future | None = None) -> None:
         assert self.server is not None
         await self.server.serve(started)
+
+    async def run_read_only_server(self) -> None:
+        assert self.read_only_server is not None
+        await self.read_only_server.serve()
 
     async def run_device_manager(self) -> None:
         await self.devices.run()

@@ -43,6 +43,7 @@ from apiserver_min.api.duration import DurationError, parse_duration
 from . import logging as agent_logging
 from .cm import ContainerManager
 from .config import AgentConfig
+from .kerneltunables import differences as kernel_differences
 from .node import NodeAgent, NodeStartError
 
 __all__ = [
@@ -174,6 +175,15 @@ def check_swap(cfg: AgentConfig, probe: Callable[[], list[str]]) -> None:
             "--fail-swap-on=false (failSwapOn: false in the config file); active swap: "
             + "; ".join(" ".join(d.split()) for d in devices)
         )
+
+
+def check_kernel_defaults(cfg: AgentConfig, proc_sys: str = "/proc/sys") -> None:
+    """``protectKernelDefaults``: refuse to start on a kernel whose tunables differ."""
+    if not cfg.protect_kernel_defaults:
+        return
+    problems = kernel_differences(proc_sys)
+    if problems:
+        raise StartError("protectKernelDefaults is set and the kernel differs: " + "; ".join(problems))
 
 
 def apply_oom_score_adj(value: int, path: str = "/proc/self/oom_score_adj") -> None:
@@ -613,6 +623,8 @@ class AgentProcess:
             specs.append(TaskSpec("pod-sources", self.node.run_sources))
             if self.node.server is not None:
                 specs.append(TaskSpec("agent-server", self.node.run_server))
+            if self.node.read_only_server is not None:
+                specs.append(TaskSpec("agent-read-only-server", self.node.run_read_only_server))
             if self.node.cluster_mode:
                 specs.append(TaskSpec("cluster", self.node.run_cluster))
         # The sync loop is the pod pipeline (pod workers, relist, housekeeping).
@@ -758,6 +770,7 @@ class AgentProcess:
     def _preflight(self) -> None:
         cfg = self.cfg
         check_swap(cfg, self.swap_probe)
+        check_kernel_defaults(cfg)
         apply_oom_score_adj(cfg.oom_score_adj)
         apply_max_open_files(cfg.max_open_files)
         if cfg.agent_cgroups:

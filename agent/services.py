@@ -16,7 +16,7 @@ from typing import Mapping
 from . import pods as podutil
 from .client.informer import Informer
 from .client.rest import ApiClient
-from .runtime.env import service_environment
+from .runtime.env import MASTER_SERVICE_NAMESPACE, service_environment
 from .runtime.errors import REASON_CREATE_CONTAINER_CONFIG, PodConfigError
 
 __all__ = ["ServiceCache", "NOT_SYNCED"]
@@ -27,8 +27,9 @@ NOT_SYNCED = "services have not yet been read at least once, cannot construct en
 class ServiceCache:
     """Every Service, through one informer over ``/api/v1/services``."""
 
-    def __init__(self, client: ApiClient) -> None:
+    def __init__(self, client: ApiClient, master_namespace: str = MASTER_SERVICE_NAMESPACE) -> None:
         self.informer = Informer(client, "/api/v1/services", name="services")
+        self.master_namespace = master_namespace  # --master-service-namespace
 
     async def run(self) -> None:
         await self.informer.run()
@@ -43,5 +44,8 @@ class ServiceCache:
             raise PodConfigError(REASON_CREATE_CONTAINER_CONFIG, NOT_SYNCED)
         enable = podutil.spec(pod).get("enableServiceLinks")
         return service_environment(
-            list(self.informer.cache.values()), podutil.namespace(pod), enable is None or bool(enable)
+            list(self.informer.cache.values()),
+            podutil.namespace(pod),
+            enable is None or bool(enable),
+            self.master_namespace,
         )

@@ -25,7 +25,10 @@ from apiserver_min.api.validation import (
 
 from .config import AgentConfig, Mode
 from .options import BY_ATTR, OPTIONS, Option, Taint
+from .runtime.credentialprovider import CredentialProviderError
+from .runtime.credentialprovider import load_config as load_credential_config
 from .runtime.sandbox import sysctl_allowlist_problems
+from .unsupported import problems as unsupported_problems
 
 __all__ = ["validate", "ValidationError", "TLS_CIPHER_SUITES"]
 
@@ -390,6 +393,11 @@ def validate(cfg: AgentConfig) -> list[str]:
             c.invalid(attr, path, "no such file")
     if cfg.lock_file and not os.path.isdir(os.path.dirname(os.path.abspath(cfg.lock_file))):
         c.invalid("lock_file", cfg.lock_file, "its directory does not exist")
+    if cfg.image_credential_provider_config and cfg.image_credential_provider_bin_dir:
+        try:
+            load_credential_config(cfg.image_credential_provider_config, cfg.image_credential_provider_bin_dir)
+        except CredentialProviderError as exc:
+            c.invalid("image_credential_provider_config", cfg.image_credential_provider_config, str(exc))
     if cfg.image_credential_provider_config and not cfg.image_credential_provider_bin_dir:
         c.required("image_credential_provider_bin_dir", "must be set with --image-credential-provider-config")
     if cfg.image_credential_provider_bin_dir and not cfg.image_credential_provider_config:
@@ -440,6 +448,8 @@ def validate(cfg: AgentConfig) -> list[str]:
     if cfg.log_json_split_stream and cfg.logging_format != "json":
         c.forbidden("log_json_split_stream", "applies only with loggingFormat (--logging-format) json")
 
+    # Options this node honours only at some values (agent/unsupported.py).
+    c.errors.extend(unsupported_problems(cfg))
     return c.errors
 
 

@@ -281,12 +281,12 @@ OPTIONS: tuple[Option, ...] = (
     _o(
         "read-only-port",
         INT32,
-        10255,
-        "Read-only port without authentication or authorization; 0 disables it. (The config file's default is 0.)",
+        0,
+        "Read-only port without TLS, authentication or authorization (/pods, /healthz, /stats/summary, "
+        "/metrics); 0 disables it.",
         G_TLS,
         field="readOnlyPort",
         range=_PORT,
-        file_default=0,
     ),
     _o("enable-server", BOOL, True, "Run the agent's server.", G_TLS, field="enableServer"),
     _o(
@@ -1240,8 +1240,22 @@ OPTIONS: tuple[Option, ...] = (
         G_PROCESS,
         "shutdown_grace_period_by_pod_priority",
     ),
-    _cfg("enableProfilingHandler", BOOL, True, "Serve profiling endpoints.", G_PROCESS, "enable_profiling_handler"),
-    _cfg("enableDebugFlagsHandler", BOOL, True, "Serve /debug/flags/v.", G_PROCESS, "enable_debug_flags_handler"),
+    _cfg(
+        "enableProfilingHandler",
+        BOOL,
+        False,
+        "Serve profiling endpoints; not served on this node, only false is accepted.",
+        G_PROCESS,
+        "enable_profiling_handler",
+    ),
+    _cfg(
+        "enableDebugFlagsHandler",
+        BOOL,
+        True,
+        "Serve /debug/flags/v (PUT a verbosity level), with the debugging handlers.",
+        G_PROCESS,
+        "enable_debug_flags_handler",
+    ),
     _cfg("enableSystemLogHandler", BOOL, True, "Serve /logs.", G_PROCESS, "enable_system_log_handler"),
     _cfg(
         "protectKernelDefaults",

@@ -59,6 +59,7 @@ __all__ = [
     "configmap_data",
     "ordered_pod_ips",
     "service_environment",
+    "MASTER_SERVICE_NAMESPACE",
     "service_env_vars",
 ]
 
@@ -524,18 +525,21 @@ def service_env_vars(services: Sequence[Mapping[str, Any]]) -> list[tuple[str, s
 
 
 def service_environment(
-    services: Sequence[Mapping[str, Any]], namespace: str, enable_service_links: bool
+    services: Sequence[Mapping[str, Any]],
+    namespace: str,
+    enable_service_links: bool,
+    master_namespace: str = MASTER_SERVICE_NAMESPACE,
 ) -> dict[str, str]:
     """The service variables of a pod in ``namespace`` (upstream getServiceEnvVarMap): the
     Services with a cluster IP of that namespace when ``enable_service_links``, and
-    always the default namespace's ``orch`` Service."""
+    always the ``orch`` Service of ``master_namespace`` (``--master-service-namespace``)."""
     chosen: dict[str, Mapping[str, Any]] = {}
     for svc in services:
         md = svc.get("metadata") or {}
         name, ns = md.get("name") or "", md.get("namespace") or ""
         if not _service_ip_set(svc):
             continue
-        if ns == MASTER_SERVICE_NAMESPACE and name in MASTER_SERVICES:
+        if ns == master_namespace and name in MASTER_SERVICES:
             chosen.setdefault(name, svc)
         elif ns == namespace and enable_service_links:
             chosen[name] = svc

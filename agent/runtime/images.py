@@ -19,6 +19,7 @@ from cri.client import CriError, ImagePullError
 
 from .. import logging as agent_logging
 from .backoff import Backoff
+from .credentialprovider import CredentialProviders
 from .interfaces import ImageService
 
 __all__ = ["ImageError", "ImageManager", "default_pull_policy"]
@@ -78,8 +79,10 @@ class ImageManager:
         qps: float = 5,
         burst: int = 10,
         backoff: Backoff | None = None,
+        credentials: CredentialProviders | None = None,
     ) -> None:
         self.cri = cri
+        self.credentials = credentials  # --image-credential-provider-config plugins
         self._lock = asyncio.Lock() if serialize else None
         self._bucket = _TokenBucket(qps, burst)
         self.backoff = backoff or Backoff()
@@ -118,12 +121,13 @@ class ImageManager:
             raise ImageError("ErrImagePull", "pull QPS exceeded")
         self.on_event("Pulling", image, f'Pulling image "{image}"')
         t0 = time.monotonic()
+        auths = await self.credentials.auth_configs(image) if self.credentials is not None else []
         try:
             if self._lock is not None:
                 async with self._lock:
-                    ref = await self.cri.pull_image(image, sandbox_config=sandbox_config)
+                    ref = await self._pull(image, auths, sandbox_config)
             else:
-                ref = await self.cri.pull_image(image, sandbox_config=sandbox_config)
+                ref = await self._pull(image, auths, sandbox_config)
         except (ImagePullError, CriError) as exc:
             self.backoff.next(key)
             self.backoff_since[key] = time.time()
@@ -132,3 +136,14 @@ class ImageManager:
         self.backoff_since.pop(key, None)
         self.on_event("Pulled", image, f'Successfully pulled image "{image}" in {time.monotonic() - t0:.3f}s')
         return ref
+
+    async def _pull(self, image: str, auths: list[pb.AuthConfig], sandbox_config: pb.PodSandboxConfig | None) -> str:
+        """Anonymously without credentials; else with each in turn until one works (the last error otherwise)."""
+        if not auths:
+            return await self.cri.pull_image(image, sandbox_config=sandbox_config)
+        for auth in auths[:-1]:
+            try:
+                return await self.cri.pull_image(image, auth, sandbox_config=sandbox_config)
+            except ImagePullError:
+                log.v(2).info("Pull with one credential failed; trying the next", image=image)
+        return await self.cri.pull_image(image, auths[-1], sandbox_config=sandbox_config)

@@ -14,7 +14,8 @@ Paths, as upstream serves them on its port 10250:
   upstream's query options ``follow``, ``tailLines``, ``timestamps``, ``previous``,
   ``sinceSeconds``, ``sinceTime``, ``limitBytes``), ``/logs/`` (files under
   ``/var/log``, directory listings as upstream's file server writes them),
-  ``/runningpods/`` (the pods in the runtime), ``/configz`` (the effective
+  ``/runningpods/`` (the pods in the runtime), ``/debug/flags/v`` (PUT a verbosity level;
+  ``enableDebugFlagsHandler``), ``/configz`` (the effective
   configuration), ``/run/...`` (a command through the runtime's ExecSync) and
   ``/exec/...``, ``/attach/...``, ``/portForward/...`` through the runtime's
   streaming URL (WebSocket exec/attach relayed, see :mod:`agent.server.streaming`; other
@@ -26,6 +27,10 @@ authorized (``authorize(RequestAttributes) -> bool | (bool, reason)``; no is a
 403, :class:`agent.server.auth.AuthorizationError` a 500), see
 :mod:`agent.server.auth`. The defaults are upstream's standalone defaults
 (anonymous allowed, AlwaysAllow); the agent plugs in the configured ones.
+
+The read-only port (``--read-only-port``, off by default) is a second instance in
+plain HTTP without authentication or authorization and without the debugging
+handlers: ``/pods``, ``/healthz``, ``/stats/summary`` and ``/metrics``, as upstream.
 
 Serving certificate: ``--tls-cert-file``/``--tls-private-key-file``; else a
 certificate issued by the cluster (``--rotate-server-certificates``, swapped in
@@ -69,6 +74,7 @@ from cri.client import CriError, NotFoundError
 from . import streaming
 from .auth import ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo, request_attributes
 from .logs import LogOptions, parse_bool, read_log
+from .tlsconfig import TLSOptionError, apply_tls_options
 
 __all__ = [
     "AgentServer",
@@ -184,6 +190,11 @@ class AgentServer:
         configz: Callable[[], dict] | None = None,
         streaming: "RuntimeStreaming | None" = None,
         log_dir: str = DEFAULT_LOG_DIR,
+        tls_cipher_suites: Sequence[str] = (),
+        tls_min_version: str = "",
+        enable_system_log_handler: bool = True,
+        set_verbosity: Callable[[int], None] | None = None,
+        plain_http: bool = False,
     ) -> None:
         self.address = address
         self._port = port
@@ -207,6 +218,11 @@ class AgentServer:
         self._configz = configz
         self._streaming = streaming
         self.log_dir = log_dir
+        self.tls_cipher_suites = tuple(tls_cipher_suites)
+        self.tls_min_version = tls_min_version
+        self.system_logs = enable_system_log_handler  # /logs/, under the debugging handlers as upstream
+        self._set_verbosity = set_verbosity  # PUT /debug/flags/v (enableDebugFlagsHandler)
+        self.plain_http = plain_http  # the read-only port (--read-only-port): no TLS
         self._ctx: ssl.SSLContext | None = None
         self._issued: tuple[str, str] | None = None  # a cluster-issued pair (rotation)
         self.serving_cert_expiry: float | None = None  # not-after of the certificate served (epoch s)
@@ -240,7 +256,10 @@ class AgentServer:
     def _ssl_context(self) -> ssl.SSLContext:
         cert, key = self._certificate_files()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            apply_tls_options(ctx, self.tls_cipher_suites, self.tls_min_version)
+        except TLSOptionError as exc:
+            raise ListenError(str(exc)) from exc
         try:
             ctx.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
@@ -321,8 +340,11 @@ class AgentServer:
                 r.add_route("*", prefix + "/{rest:.*}", self._handle_debug_disabled)
             return app
         r.add_get("/containerLogs/{namespace}/{pod}/{container}", self._handle_logs)
-        r.add_get("/logs", self._handle_logs_root)
-        r.add_get("/logs/{path:.*}", self._handle_node_logs)
+        if self._set_verbosity is not None:
+            r.add_route("*", "/debug/flags/v", self._handle_debug_flags_v)
+        if self.system_logs:
+            r.add_get("/logs", self._handle_logs_root)
+            r.add_get("/logs/{path:.*}", self._handle_node_logs)
         if self._running_pods is not None:
             r.add_get("/runningpods/", self._handle_running_pods)
             r.add_get("/runningpods", self._handle_running_pods)
@@ -348,7 +370,7 @@ class AgentServer:
         listening, or the ListenError that prevented it (also raised here)."""
         self._closing = False
         try:
-            ctx = self._ssl_context()
+            ctx = None if self.plain_http else self._ssl_context()
             sock = self._socket()
             self._ctx = ctx
         except ListenError as exc:
@@ -363,7 +385,7 @@ class AgentServer:
             site = web.SockSite(runner, sock, ssl_context=ctx)
             await site.start()
             self._port = sock.getsockname()[1]
-            log.info("Agent server listening", address=self.address, port=self._port)
+            log.info("Agent server listening", address=self.address, port=self._port, tls=ctx is not None)
             if started is not None and not started.done():
                 started.set_result(self._port)
             await asyncio.Event().wait()
@@ -537,6 +559,22 @@ class AgentServer:
             return _text(500, f"Internal Error: {exc}")
         body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         return web.Response(body=orjson.dumps(body), content_type=_JSON)
+
+    async def _handle_debug_flags_v(self, request: web.Request) -> web.Response:
+        """PUT a verbosity level as the body, as upstream's flag handler takes it."""
+        assert self._set_verbosity is not None
+        if request.method != "PUT":
+            return _text(405, "unsupported http method")
+        text = (await request.text()).strip()
+        try:
+            level = int(text)
+            if level < 0:
+                raise ValueError
+        except ValueError:
+            return _text(400, f"error: invalid verbosity {text!r}: must be a non-negative integer")
+        self._set_verbosity(level)
+        log.info("Verbosity changed through /debug/flags/v", v=level)
+        return _text(200, f"successfully set orch-agent verbosity to {level}")
 
     async def _handle_configz(self, request: web.Request) -> web.Response:
         assert self._configz is not None

@@ -230,8 +230,13 @@ class StatsProvider:
         pods: Callable[[], Iterable[tuple[dict, Any]]] = lambda: (),
         pods_dir: str | None = None,
         started_at: float | None = None,
+        volume_stats_period: float = 60.0,
     ) -> None:
         self.node_name = node_name
+        # --volume-stats-agg-period: a pod's volume usage is measured at most once per
+        # period (walking a volume is costly); 0 or less leaves volume figures out.
+        self.volume_stats_period = volume_stats_period
+        self._volume_cache: dict[str, tuple[float, list[dict]]] = {}  # pod uid -> (measured at, volumes)
         self.root_dir = root_dir
         self.cri = cri
         self.cgroups = cgroups
@@ -470,6 +475,20 @@ class StatsProvider:
         return out
 
     def _volumes(self, uid: str) -> list[dict]:
+        """The pod's volume figures, measured at most once per ``volume_stats_period``."""
+        if self.volume_stats_period <= 0:
+            return []
+        now = time.monotonic()
+        for gone in [k for k, (at, _) in self._volume_cache.items() if now - at >= self.volume_stats_period]:
+            del self._volume_cache[gone]
+        cached = self._volume_cache.get(uid)
+        if cached is not None:
+            return cached[1]
+        volumes = self._measure_volumes(uid)
+        self._volume_cache[uid] = (now, volumes)
+        return volumes
+
+    def _measure_volumes(self, uid: str) -> list[dict]:
         """Volumes the agent made on the node for the pod (``pods/<uid>/volumes/<plugin>/<name>``)."""
         base = os.path.join(self.pods_dir, uid, "volumes")
         out = []

@@ -193,6 +193,15 @@ APISERVER_DATA_DIR = "/var/lib/orch-apiserver"
 PODS_CGROUP = "orchpods"
 AGENT_CONFIG_KIND = "AgentConfiguration"
 AGENT_CONFIG_API_VERSION = f"agent.config.{DOMAIN}/v1beta1"
+# --image-credential-provider-config (upstream's CredentialProviderConfig of kubelet.config.k8s.io) and
+# the exec plugins' request/response (upstream's credentialprovider.kubelet.k8s.io).
+CREDENTIAL_PROVIDER_CONFIG_KIND = "CredentialProviderConfig"
+CREDENTIAL_PROVIDER_CONFIG_API_VERSIONS = tuple(f"agent.config.{DOMAIN}/{v}" for v in ("v1", "v1beta1", "v1alpha1"))
+CREDENTIAL_PROVIDER_API_VERSIONS = tuple(
+    f"credentialprovider.agent.{DOMAIN}/{v}" for v in ("v1", "v1beta1", "v1alpha1")
+)
+CREDENTIAL_PROVIDER_REQUEST_KIND = "CredentialProviderRequest"
+CREDENTIAL_PROVIDER_RESPONSE_KIND = "CredentialProviderResponse"
 # Device plugins register on <root-dir>/device-plugins/<AGENT_NAME>.sock (upstream's
 # kubelet.sock); the allocations live in the checkpoint beside it. The pod resources
 # API listens on <root-dir>/pod-resources/<AGENT_NAME>.sock.

@@ -42,6 +42,8 @@ CAPABILITIES = {
     "topology manager": "agent/cm/topologymanager",
     "device plugins": "agent/cm/devicemanager",
     "pod resources API": "agent/server/podresources.py",
+    "credential provider plugins": "agent/runtime/credentialprovider.py",
+    "is not supported on this node": "agent/unsupported.py",
     "pods/ephemeralcontainers": "apiserver_min/api/podvalidation.py",
     "over SPDY": "apiserver_min/server/podexec_spdy.py",
     "hollow nodes": "tests/bench/hollow.py",
