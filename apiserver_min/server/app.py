@@ -38,6 +38,7 @@ from ..authz.authorizer import Decision as AuthzDecision
 from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
 from ..authz.modes import build_authorizer
 from ..authz.rbac import RbacIndex, RbacWriteGuard
+from ..client.local import LocalClient
 from ..controllers.manager import Controllers
 from ..options import Options
 from ..pki import Pki, write_admin_config
@@ -53,7 +54,7 @@ from ..storage.encryption import EncryptingBackend
 from ..storage.interface import Backend
 from ..storage.keys import key_prefix
 from ..storage.sqlite import SqliteBackend
-from . import auditing
+from . import auditing, flowcontrol
 from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
 from .health import Check, Health
@@ -209,6 +210,22 @@ class ApiServer:
         # Custom resource definitions: the kinds they define are served while they last.
         self.definitions = DefinitionController(self.store, self.cache, registry, self.rest)
         self._inflight = 0
+        # API priority and fairness, or (when off) the plain in-flight limits.
+        self.flow_control: flowcontrol.FlowControl | None = None
+        self.inflight_limits: flowcontrol.InflightLimits | None = None
+        if opts.enable_priority_and_fairness:
+            self.flow_control = flowcontrol.FlowControl(
+                self.cache,
+                registry,
+                LocalClient(self.store, self.authorizer, SYSTEM_USER, names.APISERVER_FIELD_MANAGER),
+                opts.max_requests_inflight + opts.max_mutating_requests_inflight,
+            )
+            self.metrics.sources.append(self.flow_control.render_metrics)
+        else:
+            self.inflight_limits = flowcontrol.InflightLimits(
+                opts.max_requests_inflight, opts.max_mutating_requests_inflight
+            )
+            self.metrics.sources.append(self.inflight_limits.render_metrics)
         # Audit logging: a policy and at least one backend, or nothing is recorded.
         audit_backends: list[AuditBackend] = []
         if opts.audit_log is not None:
@@ -298,6 +315,8 @@ class ApiServer:
         self.post_start_done["start-watch-cache"] = True
         await self.bootstrap_namespaces()
         self.post_start_done["bootstrap-namespaces"] = True
+        if self.flow_control is not None:
+            await self.flow_control.start()
         await self.authn.start()
         await self.publish_authentication_configmap()
         await self.start_services()
@@ -366,6 +385,8 @@ class ApiServer:
 
     async def stop_storage(self) -> None:
         await self.resource_metrics.stop()
+        if self.flow_control is not None:
+            await self.flow_control.stop()
         await self.stop_services()
         await self.controllers.stop()
         await self.definitions.stop()
@@ -410,6 +431,8 @@ class ApiServer:
         resp: web.StreamResponse | None = None
         status: dict[str, Any] | None = None
         stage = "ResponseComplete"
+        ticket: flowcontrol.Ticket | None = None
+        inflight_kind: str | None = None
         try:
             try:
                 user = await self.authenticate(request)
@@ -431,6 +454,26 @@ class ApiServer:
                     audit.impersonated(real_user, user)
                 assert self.auditor is not None
                 self.auditor.emit(audit, "RequestReceived")
+            if self.flow_control is not None:
+                ticket = await self.flow_control.admit(
+                    user,
+                    info.is_resource,
+                    info.verb,
+                    info.group,
+                    info.resource,
+                    info.subresource,
+                    info.namespace,
+                    request.path,
+                    info.kind,
+                    request.query,
+                )
+                if ticket is not None:
+                    ticket.long_running = flowcontrol.is_long_running(info.verb, info.subresource, request.query)
+                    flowcontrol.CURRENT.set(ticket)
+            elif self.inflight_limits is not None and not flowcontrol.is_long_running(
+                info.verb, info.subresource, request.query
+            ):
+                inflight_kind = self.inflight_limits.enter(user, info.verb)
             self.authorize(user, info, request.query, audit)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
@@ -463,6 +506,14 @@ class ApiServer:
             resp = self.error_response(request, err)
             return resp
         finally:
+            if ticket is not None:
+                if resp is not None and not resp.prepared:
+                    resp.headers.update(ticket.headers)
+                ticket.release()
+                flowcontrol.CURRENT.set(None)
+            elif inflight_kind is not None:
+                assert self.inflight_limits is not None
+                self.inflight_limits.leave(inflight_kind)
             end_request(record_token)
             if audit is not None:
                 self._audit_finish(audit, request, info, resp, code, status, record, stage)
@@ -587,6 +638,8 @@ class ApiServer:
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         if self.auditor is not None:
             app.on_response_prepare.append(auditing.on_response_prepare)
+        if self.flow_control is not None:
+            app.on_response_prepare.append(flowcontrol.on_response_prepare)
         return app
 
     async def serve(self, stop: asyncio.Event) -> int:
