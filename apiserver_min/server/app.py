@@ -92,6 +92,40 @@ def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.
     return resp
 
 
+# A body larger than this goes out in slices of this size, each once the previous ones
+# have left the connection's buffer: the event loop serves other requests between
+# slices, and the request holds its flow-control seat until its body is sent.
+_SEND_SLICE = 256 * 1024
+
+
+async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+    """Write a finished response now rather than after the handler returns (aiohttp then
+    finds it sent); returns what was sent. A client gone meanwhile ends it quietly."""
+    if resp.prepared or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
+        return resp
+    body = resp.body
+    try:
+        if len(body) <= _SEND_SLICE:
+            await resp.prepare(request)
+            await resp.write_eof()
+            return resp
+        out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=resp.headers)
+        out.content_length = len(body)
+        await out.prepare(request)
+        transport = request.transport
+        view = memoryview(body)
+        for start in range(0, len(body), _SEND_SLICE):
+            await out.write(view[start : start + _SEND_SLICE])
+            while transport is not None and not transport.is_closing():
+                if transport.get_write_buffer_size() <= _SEND_SLICE:
+                    break
+                await asyncio.sleep(0.002)
+        await out.write_eof()
+        return out
+    except (ConnectionError, RuntimeError):
+        return resp
+
+
 class RuntimeConfig:
     """Which group versions (and resources) are served, from --runtime-config."""
 
@@ -482,6 +516,12 @@ class ApiServer:
             else:
                 resp = await self.non_resource(request, info)
             code = resp.status
+            if (ticket is not None and not ticket.long_running) or inflight_kind is not None:
+                # The request holds its seat until its body is written (a large LIST costs
+                # most while its response goes out), as the handler's time does upstream.
+                if ticket is not None:
+                    resp.headers.update(ticket.headers)
+                return await _send_now(request, resp)
             return resp
         except st.ApiError as exc:
             code = exc.code

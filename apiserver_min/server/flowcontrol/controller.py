@@ -243,7 +243,7 @@ class FlowControl:
             borrowing_limits(levels, self.server_limit)
             for lv in levels:
                 if lv.waiting:
-                    lv.dispatch(now)
+                    lv.dispatch()
 
     async def _ensure_loop(self) -> None:
         while True:

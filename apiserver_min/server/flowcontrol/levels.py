@@ -30,6 +30,8 @@ import math
 import time
 from typing import Any
 
+# The service time assumed for a request width not seen yet (upstream's estimate).
+INITIAL_ESTIMATE = 0.003
 # The seat count that stands for "no upper bound" on borrowing.
 UNBOUNDED = 1 << 30
 
@@ -46,9 +48,10 @@ class Request:
 
 
 class Queue:
-    __slots__ = ("waiting", "waiting_seats", "executing_seats", "next_r")
+    __slots__ = ("waiting", "waiting_seats", "executing_seats", "next_r", "generation")
 
-    def __init__(self) -> None:
+    def __init__(self, generation: int = 0) -> None:
+        self.generation = generation  # the level's queue generation it belongs to
         self.waiting: collections.deque[Request] = collections.deque()
         self.waiting_seats = 0
         self.executing_seats = 0
@@ -94,6 +97,9 @@ class Level:
         self.name = name
         self.uid = uid
         self.queues: list[Queue] = []
+        self.busy = 0  # queues with requests waiting or executing
+        self.generation = 0  # bumped whenever the queues are replaced
+        self.nonempty: set[Queue] = set()  # queues with requests waiting
         self.queue_count = self.hand_size = 0
         self.exempt = self.reject = False
         self.nominal_limit = 0
@@ -106,7 +112,8 @@ class Level:
         self.waiting_seats = 0
         self.r = 0.0
         self.r_at = time.monotonic()
-        self.service_estimate = 0.003  # seconds, an average of recent service times
+        # Seconds a request of a given width takes: an average of recent ones.
+        self.estimates: dict[int, float] = {}
         self._hands: dict[tuple[str, str], list[Queue]] = {}
         # Seat demand (executing + waiting seats) over the current borrowing period.
         self.demand_integral = 0.0
@@ -136,8 +143,11 @@ class Level:
         if (queue_count, hand_size) != (self.queue_count, self.hand_size) or not self.queues and queue_count:
             self.release_all()
             self.queue_count, self.hand_size = queue_count, hand_size
-            self.queues = [Queue() for _ in range(queue_count)]
+            self.generation += 1
+            self.queues = [Queue(self.generation) for _ in range(queue_count)]
             self._hands = {}
+            self.busy = 0
+            self.nonempty = set()
         self.current_limit = 0  # set again from the new nominal limit
 
     def release_all(self) -> None:
@@ -145,7 +155,7 @@ class Level:
         if self.waiting:
             limit = self.current_limit
             self.current_limit = UNBOUNDED
-            self.dispatch(time.monotonic())
+            self.dispatch()
             self.current_limit = limit
 
     # --- bookkeeping ----------------------------------------------------------------------
@@ -160,15 +170,8 @@ class Level:
     def _advance_r(self, now: float) -> None:
         dt = now - self.r_at
         self.r_at = now
-        if dt <= 0:
-            return
-        busy = 0
-        for q in self.queues:
-            if q.waiting or q.executing_seats:
-                busy += 1
-        if busy:
-            used = min(self.executing_seats + self.waiting_seats, max(self.current_limit, 1))
-            self.r += dt * used / busy
+        if dt > 0 and self.busy:
+            self.r += dt * min(self.executing_seats, max(self.current_limit, 1)) / self.busy
 
     # --- admission --------------------------------------------------------------------------
     def admit(self, width: int, schema: str, distinguisher: str) -> Request:
@@ -186,26 +189,28 @@ class Level:
             if self.executing_seats + width > self.current_limit and self.executing_seats > 0:
                 raise Rejected("concurrency-limit")
             req = Request(width, None, schema)
-            self._start(req, now)
+            self._start(req)
             return req
         queue = self._choose_queue(schema, distinguisher)
         if len(queue.waiting) >= self.queue_length_limit:
             raise Rejected("queue-full")
         self._advance_r(now)
+        req = Request(width, queue, schema)
         if not queue.busy:
             queue.next_r = max(queue.next_r, self.r)
-        req = Request(width, queue, schema)
+            self.busy += 1
         if not self.waiting and (self.executing_seats + width <= self.current_limit or self.executing_seats == 0):
-            self._start(req, now)
+            self._start(req)
             return req
         req.future = asyncio.get_running_loop().create_future()
         req.enqueued = now
         queue.waiting.append(req)
         queue.waiting_seats += width
+        self.nonempty.add(queue)
         self.waiting += 1
         self.waiting_seats += width
         self._note_peak()
-        self.dispatch(now)
+        self.dispatch()
         return req
 
     def _note_peak(self) -> None:
@@ -229,33 +234,53 @@ class Level:
                 best, best_load = q, load
         return best
 
-    def _start(self, req: Request, now: float) -> None:
+    def estimate(self, width: int) -> float:
+        return self.estimates.get(width, INITIAL_ESTIMATE)
+
+    def _start(self, req: Request) -> None:
+        """Seats taken (the queue, if any, already counted as busy)."""
         self.executing += 1
         self.executing_seats += req.width
         q = req.queue
         if q is not None:
             q.executing_seats += req.width
-            q.next_r += req.width * self.service_estimate
+            q.next_r += req.width * self.estimate(req.width)
         self._note_peak()
 
-    def dispatch(self, now: float) -> list[Request]:
-        """Start waiting requests while seats allow, fairest queue first."""
+    def _unqueue(self, q: Queue, req: Request) -> None:
+        q.waiting_seats -= req.width
+        self.waiting -= 1
+        self.waiting_seats -= req.width
+        if not q.waiting:
+            self.nonempty.discard(q)
+
+    def dispatch(self) -> list[Request]:
+        """Start waiting requests while seats allow: the head that would finish first in
+        virtual time goes first; when it does not fit, the others wait too (so wide
+        requests are not starved by narrow ones)."""
         started: list[Request] = []
         while self.waiting:
             best: Queue | None = None
-            for q in self.queues:
-                if q.waiting and (best is None or q.next_r < best.next_r):
-                    best = q
+            best_finish = 0.0
+            for q in self.nonempty:
+                head = q.waiting[0]
+                finish = q.next_r + head.width * self.estimate(head.width)
+                if best is None or finish < best_finish:
+                    best, best_finish = q, finish
             assert best is not None
             head = best.waiting[0]
+            if head.future is not None and head.future.done():  # gave up meanwhile
+                best.waiting.popleft()
+                self._unqueue(best, head)
+                if not best.busy:
+                    self.busy -= 1
+                continue
             if self.executing_seats + head.width > self.current_limit and self.executing_seats > 0:
                 break
             best.waiting.popleft()
-            best.waiting_seats -= head.width
-            self.waiting -= 1
-            self.waiting_seats -= head.width
-            self._start(head, now)
-            if head.future is not None and not head.future.done():
+            self._unqueue(best, head)
+            self._start(head)
+            if head.future is not None:
                 head.future.set_result(True)
             started.append(head)
         return started
@@ -271,9 +296,9 @@ class Level:
                 q.waiting.remove(req)
             except ValueError:
                 return
-            q.waiting_seats -= req.width
-            self.waiting -= 1
-            self.waiting_seats -= req.width
+            self._unqueue(q, req)
+            if not q.busy:
+                self.busy -= 1
 
     def finish(self, req: Request, service_seconds: float) -> list[Request]:
         """A running request ends; returns the requests this lets start."""
@@ -285,10 +310,13 @@ class Level:
         q = req.queue
         if q is not None:
             q.executing_seats -= req.width
-            q.next_r += req.width * (service_seconds - self.service_estimate)
-            self.service_estimate += 0.05 * (service_seconds - self.service_estimate)
+            if not q.busy and q.generation == self.generation:
+                self.busy -= 1
+            guess = self.estimate(req.width)
+            q.next_r += req.width * (service_seconds - guess)
+            self.estimates[req.width] = guess + 0.2 * (service_seconds - guess)
         if self.waiting:
-            return self.dispatch(now)
+            return self.dispatch()
         return []
 
     def close_period(self, now: float) -> None:
