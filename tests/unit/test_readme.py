@@ -33,6 +33,7 @@ CAPABILITIES = {
     "admission webhooks": "apiserver_min/admission/webhook",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
+    "API priority and fairness": "apiserver_min/server/flowcontrol",
 }
 
 

@@ -12,13 +12,16 @@ with few others.
 
 Fair queuing, after upstream's virtual-time scheme (simplified): the level keeps a
 virtual clock R that advances, per second of real time, by the seats in use divided by
-the number of busy queues (what each busy queue would get from an ideal fair share). A
-queue's ``next_r`` is the virtual time at which its head request starts; dispatching
-a request moves it by ``width`` times the expected service time, and the request's
-completion corrects that by the service time it really took. The next request to run is
-the head of the queue with the smallest ``next_r`` — the queue that received least. An
-idle queue that becomes busy starts at the current R (no saved-up credit). The expected
-service time is an average of recent ones per level (upstream uses a constant).
+the number of busy queues (what each busy queue receives from an ideal fair share). A
+queue's ``next_r`` is the virtual time its next request starts at; dispatching a
+request moves it by ``width`` times the expected service time of that width, and the
+request's completion corrects that by the time it really took. The next request to run
+is the queue head with the earliest virtual finish (``next_r`` plus its own expected
+service) — so a queue that received less, or a short request, goes first. When that head
+does not fit in the free seats, the others wait too (wide requests are not starved). An
+idle queue that becomes busy starts at the current R (no saved-up credit). Expected
+service times are averages of recent ones per request width (upstream uses a constant
+and corrects it the same way).
 """
 
 from __future__ import annotations
