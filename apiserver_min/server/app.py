@@ -96,6 +96,7 @@ def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.
 # have left the connection's buffer: the event loop serves other requests between
 # slices, and the request holds its flow-control seat until its body is sent.
 _SEND_SLICE = 256 * 1024
+_SEND_PATIENCE = 60.0
 
 
 async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
@@ -105,7 +106,7 @@ async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.Strea
         return resp
     body = resp.body
     try:
-        if len(body) <= _SEND_SLICE:
+        if len(body) <= _SEND_SLICE or request.method == "HEAD":
             await resp.prepare(request)
             await resp.write_eof()
             return resp
@@ -114,12 +115,17 @@ async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.Strea
         await out.prepare(request)
         transport = request.transport
         view = memoryview(body)
+        # A client that reads too slowly stops holding up the rest after this long: what
+        # is left is handed to the connection's buffer at once.
+        give_up = time.monotonic() + _SEND_PATIENCE
         for start in range(0, len(body), _SEND_SLICE):
             await out.write(view[start : start + _SEND_SLICE])
-            while transport is not None and not transport.is_closing():
+            pause = 0.002
+            while transport is not None and not transport.is_closing() and time.monotonic() < give_up:
                 if transport.get_write_buffer_size() <= _SEND_SLICE:
                     break
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.05)
         await out.write_eof()
         return out
     except (ConnectionError, RuntimeError):
