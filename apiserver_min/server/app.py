@@ -100,16 +100,16 @@ _SEND_PATIENCE = 60.0
 
 
 async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
-    """Write a finished response now rather than after the handler returns (aiohttp then
-    finds it sent); returns what was sent. A client gone meanwhile ends it quietly."""
+    """Write a large finished response now, in slices, rather than after the handler
+    returns (aiohttp then finds it sent); returns what was sent. A client gone meanwhile
+    ends it quietly."""
     if resp.prepared or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
         return resp
     body = resp.body
+    if len(body) <= _SEND_SLICE or request.method == "HEAD":
+        # Small: aiohttp writes it once the request is done (its audit events written first).
+        return resp
     try:
-        if len(body) <= _SEND_SLICE or request.method == "HEAD":
-            await resp.prepare(request)
-            await resp.write_eof()
-            return resp
         out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=resp.headers)
         out.content_length = len(body)
         await out.prepare(request)
