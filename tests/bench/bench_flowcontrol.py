@@ -11,7 +11,9 @@ each) get client certificates from the server's CA and cluster-admin:
 - creates: ``bench-writer`` POSTs 2 KB pods on 64 connections (``bench_apiserver``'s
   create load), windows alternating between the two servers; the creates/s with flow
   control as a share of those without (target >= 95%);
-- noisy neighbour: ``bench-noisy`` keeps C (200) LISTs of N (5,000) pods in flight for
+- noisy neighbour (``--inflight R,M`` sets both servers' in-flight flags; the defaults
+  give the levels 600 seats, more than one event loop serves at once):
+  ``bench-noisy`` keeps C (200) LISTs of N (5,000) pods in flight for
   S seconds, each connection waiting Retry-After after a 429 as a client should,
   while ``bench-quiet`` GETs one pod every 10 ms; printed: the quiet user's GET p50/p99
   (target p99 <= 100 ms with flow control), the noisy user's LISTs served and 429s
@@ -301,14 +303,25 @@ def main() -> int:
     parser.add_argument("--create-seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--load-procs", type=int, default=2)
+    parser.add_argument(
+        "--inflight",
+        default="",
+        help="READ,MUTATING: --max-requests-inflight and --max-mutating-requests-inflight of both "
+        "servers (default: the servers' defaults, 400,200)",
+    )
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     use_uvloop()
     root = Path(tempfile.mkdtemp(prefix="orch-bench-apf-"))
     bench = Bench(args, {}, root)
+    limits: list[str] = []
+    if args.inflight:
+        read, mutating = args.inflight.split(",")
+        limits = ["--max-requests-inflight", read, "--max-mutating-requests-inflight", mutating]
+    print(f"in-flight limits: {args.inflight or '400,200 (defaults)'}", flush=True)
     servers = {
-        "apf": FlowServer(root, "apf", []),
-        "no-apf": FlowServer(root, "no-apf", ["--enable-priority-and-fairness=false"]),
+        "apf": FlowServer(root, "apf", limits),
+        "no-apf": FlowServer(root, "no-apf", limits + ["--enable-priority-and-fairness=false"]),
     }
     started = time.monotonic()
     try:
