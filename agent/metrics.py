@@ -299,6 +299,21 @@ class AgentMetrics:
         _process_metrics(r)
         self._seen_pods: set[str] = set()
 
+    def graceful_shutdown(self, times: Callable[[], Mapping[str, float]]) -> None:
+        """The last node shutdown's start and end (``times()`` answers ``start``/``end``
+        in unix seconds, those that are known), as upstream's two gauges."""
+        for key, help_ in (
+            ("start", "Last graceful shutdown start time since unix epoch in seconds"),
+            ("end", "Last graceful shutdown end time since unix epoch in seconds"),
+        ):
+            self.registry.register(
+                Gauge(
+                    f"{PREFIX}_graceful_shutdown_{key}_time_seconds",
+                    help_,
+                    collect=lambda key=key: {(): v} if (v := times().get(key)) is not None else {},
+                )
+            )
+
     def _running_pods(self) -> Mapping[tuple[str, ...], float]:
         n = 0
         for state in self._pods():

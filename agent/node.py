@@ -24,7 +24,8 @@ from typing import Callable
 from cryptography import x509
 
 from apiserver_min.api import names
-from cri.client import CriClient
+from cri.api_pb2 import LinuxContainerResources
+from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
@@ -33,10 +34,13 @@ from .certificates.rotation import rotate_client_certificate, rotate_serving_cer
 from .client import client_from_config
 from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
+from .cm.devicemanager import DeviceManager
 from .events import EventRecorder
 from .eventsink import ApiEventSink
+from .eviction import EvictionConfig, EvictionManager, ThresholdError, evictor, parse_thresholds
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
+from .nodeshutdown import SHUTDOWN_STATE_FILE, ShutdownManager, budgets_from_config
 from .objectcache import ObjectCache
 from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
@@ -52,6 +56,7 @@ from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
 from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthorizer, X509Authenticator, api_review
 from .server.logs import LogRotator
+from .server.podresources import MemoryBlock, PodResourcesServer, ResourceProviders
 from .server.stats import StatsProvider
 from .services import ServiceCache
 from .sources.apiserver import ApiPodSource
@@ -137,6 +142,7 @@ class NodeAgent:
         )
         # The container GC below keeps the dead instances the policy asks for; no pruning at start.
         self.runtime.dead_containers_kept = None
+        self.runtime.cpusets = self.cgroups
         self.image_gc = ImageGCManager(
             self.cri,
             ImageGCPolicy(
@@ -194,6 +200,54 @@ class NodeAgent:
             keep_terminated_pod_volumes=cfg.keep_terminated_pod_volumes,
         )
         pipeline = self.pipeline
+        # Device plugins: the allocations of a previous run are known before any pod is admitted.
+        self.devices = DeviceManager(
+            cfg.root_dir, active_pods=pipeline.pods_holding_resources, sources_ready=pipeline.sources_seen
+        )
+        self.devices.load_checkpoint()
+        pipeline.devices = self.devices
+        self.runtime.devices = self.devices
+        self.pod_resources: PodResourcesServer | None = None
+        if _feature(cfg, "KubeletPodResources"):
+            cm = self.cgroups
+            self.pod_resources = PodResourcesServer(
+                cfg.root_dir,
+                ResourceProviders(
+                    pods=self.podmanager.pods,
+                    devices=self.devices.container_devices,
+                    allocatable_devices=self.devices.allocatable_devices,
+                    update_devices=self.devices.update_allocated,
+                    # The CPU and memory managers' exclusive CPUs and NUMA-placed memory.
+                    cpu_ids=cm.exclusive_cpus,
+                    allocatable_cpu_ids=cm.allocatable_cpus,
+                    memory=lambda uid, c: [MemoryBlock(*b) for b in cm.memory_blocks(uid, c)],
+                    allocatable_memory=lambda: [MemoryBlock(*b) for b in cm.allocatable_memory()],
+                ),
+                feature=lambda gate: _feature(cfg, gate),
+            )
+        self.node_status: NodeStatusManager | None = None  # cluster mode, once joined
+        self.shutdown = ShutdownManager(
+            budgets_from_config(cfg),
+            pods=pipeline.active_pods,
+            kill=self._kill_for_shutdown,
+            events=self.events,
+            node_changed=self._node_changed,
+            disruption_conditions=cfg.feature_gates.enabled("PodDisruptionConditions"),
+            state_file=(
+                os.path.join(cfg.root_dir, SHUTDOWN_STATE_FILE)
+                if cfg.feature_gates.enabled("GracefulNodeShutdownBasedOnPodPriority")
+                else None
+            ),
+        )
+        if self.shutdown.enabled:
+            pipeline.admit_handlers.append(self.shutdown.admit)
+        if isinstance(self.cgroups, ContainerManager):
+            self.cgroups.add_device_manager(self.devices)
+            self.cgroups.inactive_pod_uids = lambda: [
+                s.uid
+                for s in pipeline.pods.values()
+                if s.rejected or s.terminating or (s.status or {}).get("phase") in ("Succeeded", "Failed")
+            ]
         self.container_gc = ContainerGC(
             self.cri,
             ContainerGCPolicy(
@@ -215,6 +269,8 @@ class NodeAgent:
             serving_cert_expiry=lambda: self.server.serving_cert_expiry if self.server is not None else None,
         )
         self.metrics.instrument(self.runtime)
+        if self.shutdown.enabled and self.shutdown.state_file:
+            self.metrics.graceful_shutdown(self.shutdown.metrics)
         self.stats = StatsProvider(
             node_name=self.node_name,
             root_dir=cfg.root_dir,
@@ -222,6 +278,8 @@ class NodeAgent:
             cgroups=self.cgroups,
             pods=lambda: [(s.pod, s.rp) for s in self.pipeline.pods.values()],
         )
+        self.eviction = self._eviction_manager()
+        self.pipeline.admit_handlers.append(self.eviction.admit)
         if cfg.enable_server:
             authenticate, authorize, client_ca = self._server_auth()
             self.server = AgentServer(
@@ -253,6 +311,64 @@ class NodeAgent:
             sources=",".join(sources) or "none",
             allocatable=allocatable,
         )
+
+    def _eviction_manager(self) -> EvictionManager:
+        cfg = self.cfg
+        try:
+            thresholds = parse_thresholds(
+                cfg.eviction_hard,
+                cfg.eviction_soft,
+                cfg.eviction_soft_grace_period,
+                cfg.eviction_minimum_reclaim,
+                cfg.enforce_node_allocatable,
+            )
+        except ThresholdError as exc:
+            raise NodeStartError(f"invalid eviction thresholds: {exc}") from None
+        config = EvictionConfig(
+            thresholds=tuple(thresholds),
+            monitoring_interval=cfg.housekeeping_interval.total_seconds() or 10.0,
+            pressure_transition_period=cfg.eviction_pressure_transition_period.total_seconds(),
+            max_pod_grace_period=int(cfg.eviction_max_pod_grace_period),
+            kernel_memcg_notification=bool(cfg.kernel_memcg_notification),
+            disruption_conditions=bool(cfg.feature("PodDisruptionConditions")),
+            local_storage_capacity_isolation=bool(cfg.local_storage_capacity_isolation),
+        )
+        pipeline = self.pipeline
+        assert pipeline is not None
+        manager = EvictionManager(
+            config,
+            stats=self.stats,
+            active_pods=pipeline.active_pods,
+            evict=evictor(pipeline.kill_pod),
+            image_gc=self.image_gc,
+            container_gc=self.container_gc,
+            events=self.events,
+            dedicated_image_fs=self._dedicated_image_fs,
+            memcg_dirs=self._memcg_dirs,
+        )
+        manager.on_conditions_changed = self._node_changed
+        return manager
+
+    async def _dedicated_image_fs(self) -> bool:
+        """Whether the runtime's images live on another file system than ``--root-dir``."""
+        info = await self.cri.image_fs_info()
+        if not info.image_filesystems:
+            return False
+        mount = info.image_filesystems[0].fs_id.mountpoint or self.cfg.root_dir
+
+        def device(path: str) -> int:
+            while path and not os.path.exists(path) and os.path.dirname(path) != path:
+                path = os.path.dirname(path)
+            return os.stat(path).st_dev
+
+        root, images = await asyncio.to_thread(lambda: (device(self.cfg.root_dir), device(mount)))
+        return root != images
+
+    def _memcg_dirs(self, which: str) -> dict[str, str]:
+        """The memory cgroup a memory threshold watches: the root ("/") or the pods' ("pods")."""
+        if which == "pods":
+            return self.cgroups.qos_cgroup_dirs("Guaranteed")
+        return dict(self.cgroups.driver.dirs(()))
 
     def _check_connection_config(self) -> None:
         """A connection config that cannot work, with no bootstrap config to replace it, stops the start."""
@@ -346,6 +462,19 @@ class NodeAgent:
             )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
+    async def _kill_for_shutdown(self, pod: dict, grace: int, update_status: Callable[[dict], None]) -> None:
+        """The node shutdown manager's way to stop a pod: through its pod worker."""
+        assert self.pipeline is not None
+        done = self.pipeline.kill_pod(
+            podutil.uid(pod), grace=grace, update_status=update_status, reason="node shutdown"
+        )
+        if done is not None:
+            await asyncio.shield(done)
+
+    def _node_changed(self) -> None:
+        if self.node_status is not None:
+            self.node_status.poke()
+
     def _probe_changed(self, uid: str) -> None:
         if self.pipeline is not None:
             self.pipeline.wake(uid)
@@ -394,7 +523,11 @@ class NodeAgent:
                 events=self.events,
                 version=self.version,
                 host_ip=self.host_ip,
+                extended_resources=self.devices.capacity,
+                shutdown=self.shutdown.not_ready_message,
+                pressure=self.eviction.pressure,
             )
+            self.devices.on_change = status.poke
             await status.register()
             self.node_status = status
             objects = ObjectCache(client, on_change=self.pipeline.wake)
@@ -482,11 +615,57 @@ class NodeAgent:
         assert self.server is not None
         await self.server.serve(started)
 
+    async def run_device_manager(self) -> None:
+        await self.devices.run()
+
+    async def run_pod_resources(self) -> None:
+        assert self.pod_resources is not None
+        await self.pod_resources.run()
+
+    async def run_shutdown(self) -> None:
+        await self.shutdown.run()
+
     async def run_image_gc(self, period: float | None = None) -> None:
         await self.image_gc.run(period or IMAGE_GC_PERIOD)
 
     async def run_container_gc(self, period: float | None = None) -> None:
         await self.container_gc.run(period or CONTAINER_GC_PERIOD)
+
+    async def run_eviction(self) -> None:
+        await self.eviction.run()
+
+    @property
+    def reconciles_cpusets(self) -> bool:
+        return bool(getattr(self.cgroups, "reconciles_cpusets", False))
+
+    async def run_cpuset_reconcile(self) -> None:
+        """Every --cpu-manager-reconcile-period: release the CPUs of pods that are gone and
+        tell the runtime the cpusets that changed (the shared pool shrinks and grows)."""
+        period = max(0.1, self.cfg.cpu_manager_reconcile_period.total_seconds())
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.reconcile_cpusets_once()
+            except Exception as exc:  # one bad pass must not end reconciliation
+                log.error("CPU manager reconciliation failed", err=exc)
+
+    async def reconcile_cpusets_once(self) -> None:
+        assert self.pipeline is not None
+        pods = []
+        for state in list(self.pipeline.pods.values()):
+            if state.rejected or state.terminating or (state.status or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            running = [(c.name, c.id) for c in state.rp.running_containers] if state.rp is not None else []
+            pods.append((state.uid, running))
+        updates = self.cgroups.reconcile_cpusets(pods, sources_ready=self.pipeline.sources_seen())
+        for cid, cpuset in updates:
+            try:
+                await self.cri.update_container_resources(cid, linux=LinuxContainerResources(cpuset_cpus=cpuset))
+            except CriError as exc:
+                log.warning("Cannot update the cpuset of a container", id=cid[:13], cpuset=cpuset, err=exc)
+                continue
+            self.cgroups.container_created(cid, cpuset)
+            log.info("Updated the cpuset of a container", id=cid[:13], cpuset=cpuset)
 
     async def run_pipeline(self) -> None:
         assert self.pipeline is not None
@@ -495,6 +674,14 @@ class NodeAgent:
         finally:
             await self.probes.close()
             await self.cri.close()
+
+
+def _feature(cfg, gate: str) -> bool:
+    """A feature gate's value; a gate this agent does not know is off."""
+    try:
+        return bool(cfg.feature(gate))
+    except Exception:
+        return False
 
 
 def _major_minor(version: str) -> str:

@@ -92,7 +92,7 @@ class ObjectCache:
                     refs.add(("ConfigMap", src["configMap"]["name"]))
                 if (src.get("secret") or {}).get("name"):
                     refs.add(("Secret", src["secret"]["name"]))
-        for c in podutil.containers(pod) + podutil.init_containers(pod):
+        for c in podutil.containers(pod) + podutil.init_containers(pod) + podutil.ephemeral_containers(pod):
             for env in c.get("env") or []:
                 vf = env.get("valueFrom") or {}
                 if (vf.get("configMapKeyRef") or {}).get("name"):

@@ -38,6 +38,7 @@ __all__ = [
     "spec",
     "containers",
     "init_containers",
+    "ephemeral_containers",
     "source_of",
     "is_static",
     "is_mirror",
@@ -137,6 +138,12 @@ def containers(pod: dict) -> list[dict]:
 
 def init_containers(pod: dict) -> list[dict]:
     return list(spec(pod).get("initContainers") or [])
+
+
+def ephemeral_containers(pod: dict) -> list[dict]:
+    """Debugging containers added through ``pods/ephemeralcontainers``: each started once
+    in the running sandbox, never restarted."""
+    return [c for c in spec(pod).get("ephemeralContainers") or [] if isinstance(c, dict)]
 
 
 def annotations(pod: dict) -> dict[str, str]:

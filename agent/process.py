@@ -593,6 +593,11 @@ class AgentProcess:
         if cfg.healthz_port:
             specs.append(TaskSpec("health-server", self._serve_health))
         if self.node is not None:
+            # Device plugins register before pods start (their allocations come from the checkpoint).
+            # Not critical: a node whose plugin socket cannot be served still runs its other pods.
+            specs.append(TaskSpec("device-manager", self.node.run_device_manager, critical=False))
+            if self.node.pod_resources is not None:
+                specs.append(TaskSpec("pod-resources", self.node.run_pod_resources, critical=False))
             specs.append(TaskSpec("pod-sources", self.node.run_sources))
             if self.node.server is not None:
                 specs.append(TaskSpec("agent-server", self.node.run_server))
@@ -607,6 +612,13 @@ class AgentProcess:
             specs.append(
                 TaskSpec("container-gc", lambda: self.node.run_container_gc(hooks.container_gc_period), critical=False)
             )
+            if self.node.reconciles_cpusets:
+                # The CPU manager's reconciliation (static policy only).
+                specs.append(TaskSpec("cpuset-reconcile", self.node.run_cpuset_reconcile, critical=False))
+            if self.node.shutdown.enabled:
+                # Graceful node shutdown: logind's delay lock and the pods stopped by priority.
+                specs.append(TaskSpec("node-shutdown", self.node.run_shutdown, critical=False))
+            specs.append(TaskSpec("eviction", self.node.run_eviction, critical=False))
         # The API server pod source, node status and lease come here (cluster mode).
         specs.extend(self.extra_tasks)
         if cfg.exit_on_lock_contention and self.lock is not None:

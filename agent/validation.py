@@ -144,6 +144,7 @@ def validate(cfg: AgentConfig) -> list[str]:
         "runtime_request_timeout",
         "log_flush_frequency",
         "cpu_manager_reconcile_period",
+        "housekeeping_interval",
     ):
         if _seconds(getattr(cfg, attr)) <= 0:
             c.invalid(attr, getattr(cfg, attr), "must be greater than 0")
@@ -166,6 +167,41 @@ def validate(cfg: AgentConfig) -> list[str]:
             cfg.shutdown_grace_period_critical_pods,
             "must not exceed shutdownGracePeriod",
         )
+    # Graceful node shutdown: upstream's rules (the gates, and not both forms at once).
+    shutdown_set = _seconds(cfg.shutdown_grace_period) > 0 or _seconds(cfg.shutdown_grace_period_critical_pods) > 0
+    by_priority = cfg.shutdown_grace_period_by_pod_priority
+    if shutdown_set and not gates.enabled("GracefulNodeShutdown"):
+        c.forbidden(
+            "shutdown_grace_period",
+            "specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown",
+        )
+    if by_priority:
+        if not gates.enabled("GracefulNodeShutdownBasedOnPodPriority"):
+            c.forbidden(
+                "shutdown_grace_period_by_pod_priority",
+                "specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority",
+            )
+        elif shutdown_set:
+            c.forbidden(
+                "shutdown_grace_period_by_pod_priority",
+                "cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time",
+            )
+        if not gates.enabled("GracefulNodeShutdown"):
+            c.forbidden(
+                "shutdown_grace_period_by_pod_priority",
+                "specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdown",
+            )
+        seen: set[int] = set()
+        for i, entry in enumerate(by_priority):
+            if entry.shutdown_grace_period_seconds < 0:
+                c.invalid(
+                    "shutdown_grace_period_by_pod_priority",
+                    entry.shutdown_grace_period_seconds,
+                    f"[{i}].shutdownGracePeriodSeconds must not be negative",
+                )
+            if entry.priority in seen:
+                c.invalid("shutdown_grace_period_by_pod_priority", entry.priority, f"[{i}].priority is listed twice")
+            seen.add(entry.priority)
 
     # Image garbage collection: low below high, as upstream's validation (high=100 disables).
     if cfg.image_gc_low_threshold >= cfg.image_gc_high_threshold:

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 import socket
 import time
 from typing import Any, Callable
 
+from apiserver_min.api import names
 from cri.client import CriError, UnavailableError
 
 from . import logging as agent_logging
@@ -44,9 +46,9 @@ from .runtime.errors import PodConfigError
 from .runtime.manager import RuntimeManager, RuntimePod
 from .runtime.sandbox import check_sysctls
 from .sources.merge import PodConfig
-from .status.podstatus import generate_pod_status, rejected_status
+from .status.podstatus import ephemeral_ran, generate_pod_status, rejected_status
 
-__all__ = ["PodState", "PodPipeline"]
+__all__ = ["PodState", "PodPipeline", "KillRequest"]
 
 log = agent_logging.get_logger("workers")
 
@@ -54,6 +56,18 @@ HOUSEKEEPING_PERIOD = 2.0
 RELIST_PERIOD = 1.0
 LOG_ROTATION_PERIOD = 10.0
 RUNTIME_RETRY = 2.0
+_FINISHED = ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass
+class KillRequest:
+    """Stop a pod that stays known to the node (upstream's killPodFunc): its containers are
+    stopped with ``grace``, then ``update_status`` edits its final status."""
+
+    grace: int | None
+    reason: str
+    update_status: Callable[[dict], None]
+    done: asyncio.Future
 
 
 @dataclasses.dataclass
@@ -69,6 +83,8 @@ class PodState:
     retry_at: float | None = None
     syncs: int = 0
     terminal_stopped: bool = False
+    kill: KillRequest | None = None  # the node stops the pod (shutdown, eviction)
+    killed: bool = False  # stopped by the node: kept with its final status until deleted
 
     @property
     def uid(self) -> str:
@@ -94,8 +110,11 @@ class PodPipeline:
         beat: Callable[[], None] = lambda: None,
         tick: float = 1.0,
         keep_terminated_pod_volumes: bool = False,
+        devices: Any = None,
     ) -> None:
         self.config = config
+        # The device manager: allocates a pod's devices at admission, frees them at its end.
+        self.devices = devices
         self.keep_terminated_pod_volumes = keep_terminated_pod_volumes
         self.tick = tick
         self.runtime = runtime
@@ -115,6 +134,8 @@ class PodPipeline:
         self._last_relist: dict[str, dict[str, str]] = {}
         self.runtime_ready = False
         self.synced_once = asyncio.Event()
+        # Further admission handlers (node shutdown, ...): pod -> (reason, message), ("", "") admits.
+        self.admit_handlers: list[Callable[[dict], tuple[str, str]]] = []
 
     # --- views -------------------------------------------------------------------
 
@@ -133,9 +154,33 @@ class PodPipeline:
                 return state
         return None
 
+    def pods_holding_resources(self) -> list[dict]:
+        """The pods whose devices stay taken: desired (also those of an update still being
+        admitted) or still terminating, neither refused nor finished."""
+        out = {podutil.uid(p): p for p in self.podmanager.pods()}
+        for uid, state in self.pods.items():
+            out.setdefault(uid, state.pod)
+        return [
+            p
+            for uid, p in out.items()
+            if not ((s := self.pods.get(uid)) is not None and (s.rejected or s.status.get("phase") in _FINISHED))
+        ]
+
     def has_pod(self, uid: str) -> bool:
         """The pod is the agent's (desired, terminating, or an orphan being removed)."""
         return uid in self.pods or uid in self._orphans
+
+    def active_pods(self) -> list[dict]:
+        """The pods that run or may still run here: admitted, not being removed, not finished."""
+        return [
+            s.pod
+            for s in self.pods.values()
+            if not s.rejected
+            and not s.terminating
+            and not s.killed
+            and s.kill is None
+            and (s.status or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
 
     def sources_seen(self) -> bool:
         return self.config.seen_all(self.sources)
@@ -230,6 +275,19 @@ class PodPipeline:
             return
         state = PodState(pod)
         self.pods[uid] = state
+        previous = pod.get("status") or {}
+        if previous.get("phase") == "Failed" and previous.get("reason") == names.EVICTION_REASON:
+            # Evicted before an agent restart: it stays stopped (whatever is left of it is
+            # stopped) and keeps its final status.
+            state.task = asyncio.create_task(self._worker(state), name=f"pod-worker {podutil.full_name(pod)}")
+            state.kill = KillRequest(
+                None,
+                previous["reason"],
+                functools.partial(_keep_final, previous),
+                asyncio.get_running_loop().create_future(),
+            )
+            state.wake.set()
+            return
         reason, message = self._admit(pod)
         if reason:
             state.rejected = True
@@ -244,10 +302,21 @@ class PodPipeline:
         state.wake.set()
 
     def _admit(self, pod: dict) -> tuple[str, str]:
+        for handler in self.admit_handlers:
+            reason, message = handler(pod)
+            if reason:
+                return reason, message
         try:
             check_sysctls(pod, self.runtime.ctx)
         except PodConfigError as exc:
             return exc.reason, exc.message
+        # Upstream's order: the resource allocation handler (devices) before the resource fit.
+        # A container manager that allocates devices itself (through the topology manager,
+        # aligned with CPUs and memory) does both in that order.
+        if self.devices is not None and not getattr(self.cgroups, "allocates_devices", False):
+            result = self.devices.admit(pod)
+            if not result.admit:
+                return result.reason, result.message
         if self.cgroups is not None:
             active = [
                 s.pod
@@ -259,6 +328,8 @@ class PodPipeline:
             ]
             result = self.cgroups.admit(pod, active)
             if not result.admit:
+                if self.devices is not None:
+                    self.devices.free_pod(podutil.uid(pod))
                 return result.reason, result.message
         return "", ""
 
@@ -271,6 +342,21 @@ class PodPipeline:
         if grace is not None:
             state.grace_override = grace
         state.wake.set()
+
+    def kill_pod(
+        self, uid: str, *, grace: int | None, update_status: Callable[[dict], None], reason: str
+    ) -> asyncio.Future | None:
+        """Have the pod's worker stop it and give it its final status (``update_status`` edits
+        the status generated after the stop). The future is done when the containers are
+        stopped; None when the pod is not one the node runs (gone, refused, being removed)."""
+        state = self.pods.get(uid)
+        if state is None or state.rejected or state.terminating or state.killed or state.task is None:
+            return None
+        if state.kill is not None:
+            return state.kill.done
+        state.kill = KillRequest(grace, reason, update_status, asyncio.get_running_loop().create_future())
+        state.wake.set()
+        return state.kill.done
 
     # --- workers --------------------------------------------------------------------
 
@@ -292,7 +378,10 @@ class PodPipeline:
                     if state.terminating:
                         await self._terminate_pod(state)
                         return
-                    await self._sync(state)
+                    if state.kill is not None:
+                        await self._kill(state)
+                    elif not state.killed:
+                        await self._sync(state)
                 except UnavailableError as exc:
                     self.runtime_ready = False
                     log.error("Container runtime unavailable", pod=name, err=exc.details)
@@ -322,7 +411,9 @@ class PodPipeline:
                     await self._unmount_finished(pod)
                 rp = await self.runtime.runtime_pod(uid)
         else:
-            result = await self.runtime.sync_pod(pod, rp)
+            # What this agent reported, and (after a restart) what the API server's copy says.
+            ran = ephemeral_ran(state.status) | ephemeral_ran(pod.get("status"))
+            result = await self.runtime.sync_pod(pod, rp, ephemeral_ran=ran)
             if result.changed:
                 rp = await self.runtime.runtime_pod(uid)
         state.rp = rp
@@ -378,6 +469,32 @@ class PodPipeline:
         else:
             log.v(2).info("Unmounted the volumes of a finished pod", pod=podutil.full_name(pod))
 
+    async def _kill(self, state: PodState) -> None:
+        """Stop the pod for the node (its kill request) and post its final status."""
+        req = state.kill
+        assert req is not None
+        pod, uid = state.pod, state.uid
+        rp = await self.runtime.runtime_pod(uid)
+        grace = podutil.grace_period_seconds(pod, req.grace)
+        await self.runtime.kill_pod(pod, rp, grace=grace, reason=req.reason)
+        if self.probes is not None:
+            self.probes.remove_pod(uid)
+        rp = await self.runtime.runtime_pod(uid)
+        state.rp = rp
+        status = generate_pod_status(
+            pod, rp, ready=lambda name: False, started=lambda name: False, old=state.status, host_ip=self.host_ip
+        )
+        req.update_status(status)
+        state.status = status
+        state.killed = True
+        state.terminal_stopped = True
+        state.kill = None
+        self.on_status(pod, status)
+        if not self.keep_terminated_pod_volumes:
+            await self._unmount_finished(pod)
+        if not req.done.done():
+            req.done.set_result(None)
+
     async def _terminate_pod(self, state: PodState) -> None:
         pod = state.pod
         uid = state.uid
@@ -391,6 +508,10 @@ class PodPipeline:
         await self.runtime.remove_pod(rp)
         await self.runtime.cleanup_pod_files(uid, podutil.namespace(pod), podutil.name(pod))
         self.pods.pop(uid, None)
+        if self.devices is not None:
+            self.devices.free_pod(uid)
+        if state.kill is not None and not state.kill.done.done():
+            state.kill.done.set_result(None)  # stopped by its removal instead
         log.info("Pod terminated", pod=podutil.full_name(pod))
         self.on_terminated(pod)
 
@@ -473,6 +594,19 @@ class PodPipeline:
             log.error("Failed to remove an orphaned pod", uid=rp.uid, err=exc)
         finally:
             self._orphans.pop(rp.uid, None)
+
+
+def _keep_final(previous: dict, status: dict) -> None:
+    """A pod the node stopped before a restart: its phase, reason, message and DisruptionTarget stay."""
+    status["phase"] = previous.get("phase", "Failed")
+    status["reason"], status["message"] = previous.get("reason", ""), previous.get("message", "")
+    kept = [
+        c
+        for c in previous.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") == names.POD_CONDITION_DISRUPTION_TARGET
+    ]
+    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") not in {k["type"] for k in kept}]
+    status["conditions"] += kept
 
 
 def _creation_key(pod: dict) -> tuple:

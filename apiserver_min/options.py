@@ -28,9 +28,16 @@ from .audit.policy import load_policy as load_audit_policy
 from .audit.webhook import WebhookConfigError as AuditWebhookConfigError
 from .audit.webhook import WebhookOptions as AuditWebhookOptions
 from .audit.webhook import load_webhook_config as load_audit_webhook_config
+from .authz.abac import Policy as AbacPolicy
+from .authz.abac import PolicyFileError as AbacPolicyFileError
+from .authz.abac import load_policy_file as load_abac_policies
 from .authz.authorizer import parse_modes
+from .authz.webhook import VERSIONS as AUTHZ_WEBHOOK_VERSIONS
+from .authz.webhook import load_config as load_authz_webhook_config
 from .storage import encryption
 from .version import __version__
+from .webhookclient.orchconfig import Target as WebhookTarget
+from .webhookclient.orchconfig import WebhookConfigError
 
 
 class OptionsError(ValueError):
@@ -84,6 +91,16 @@ class Options:
     max_mutating_requests_inflight: int = 200
     # Authorization and admission (defaults as upstream, see auth/authz.py and server/admission.py).
     authorization_modes: tuple[str, ...] = ("Node", "RBAC")
+    # The ABAC mode's policies (authz/abac.py) and the Webhook mode's backend (authz/webhook.py).
+    authorization_policy_file: str = ""
+    authorization_policies: tuple[AbacPolicy, ...] = ()
+    authorization_webhook_config_file: str = ""
+    authorization_webhook: WebhookTarget | None = None
+    authorization_webhook_version: str = "v1"
+    authorization_webhook_cache_authorized_ttl: float = 300.0
+    authorization_webhook_cache_unauthorized_ttl: float = 30.0
+    # --request-timeout: the longest a non-long-running request may take.
+    request_timeout: float = 60.0
     admission_plugins: tuple[str, ...] = dataclasses.field(default_factory=lambda: _admission_plugins("", ""))
     admission_control_config_file: str = ""
     admission_config: admission_config.AdmissionConfig = dataclasses.field(
@@ -210,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-mutating-requests-inflight",
         default="200",
         help="Mutating requests in flight at most (without priority and fairness); 0: no limit (default %(default)s).",
+    )
+    g.add_argument(
+        "--request-timeout",
+        default="1m0s",
+        help="How long a request may take before it is answered 504 (watches, exec, attach, "
+        "port-forward, proxy and logs excepted); a request's ?timeout= may lower it (default %(default)s).",
     )
     g.add_argument(
         "--max-request-body-bytes",
@@ -385,9 +408,35 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument(
         "--authorization-mode",
         default="Node,RBAC",
-        help="Ordered comma list of authorizers: AlwaysAllow, AlwaysDeny, RBAC, Node "
+        help="Ordered comma list of authorizers: AlwaysAllow, AlwaysDeny, ABAC, Webhook, RBAC, Node "
         "(default %(default)s). The first to allow or deny decides; members of "
         "system:masters are always allowed.",
+    )
+    z.add_argument(
+        "--authorization-policy-file",
+        default="",
+        help="The ABAC mode's policies: one JSON Policy per line (needs ABAC in --authorization-mode).",
+    )
+    z.add_argument(
+        "--authorization-webhook-config-file",
+        default="",
+        help="The Webhook mode's backend: an orchconfig naming its HTTPS URL, CA and the credentials "
+        "this server presents (needs Webhook in --authorization-mode).",
+    )
+    z.add_argument(
+        "--authorization-webhook-version",
+        default=None,
+        help="The SubjectAccessReview version sent to the backend: v1 or v1beta1 (default v1).",
+    )
+    z.add_argument(
+        "--authorization-webhook-cache-authorized-ttl",
+        default=None,
+        help="How long the backend's allowed answers are cached (default 5m0s).",
+    )
+    z.add_argument(
+        "--authorization-webhook-cache-unauthorized-ttl",
+        default=None,
+        help="How long the backend's other answers are cached (default 30s).",
     )
     z.add_argument(
         "--enable-admission-plugins",
@@ -771,7 +820,8 @@ def parse(argv: Sequence[str]) -> Options:
         verbosity=_int("-v", ns.verbosity, 0, 10),
         **_flow_control_options(ns),
         warnings=tuple(warnings),
-        authorization_modes=_authorization_modes(ns.authorization_mode),
+        request_timeout=_request_timeout(ns.request_timeout),
+        **_authorization_options(ns),
         admission_plugins=plugins,
         admission_control_config_file=ns.admission_control_config_file,
         admission_config=_admission_config(ns.admission_control_config_file, plugins),
@@ -1234,6 +1284,69 @@ def _authorization_modes(value: str) -> tuple[str, ...]:
         return parse_modes(value)
     except ValueError as exc:
         raise OptionsError(f"invalid value {value!r} for flag --authorization-mode: {exc}") from None
+
+
+def _request_timeout(value: str) -> float:
+    seconds = _duration_seconds("--request-timeout", value)
+    if seconds <= 0:
+        raise OptionsError(f"invalid value {value!r} for flag --request-timeout: must be greater than 0")
+    return seconds
+
+
+def _authorization_options(ns: argparse.Namespace) -> dict:
+    """--authorization-mode with the files of its ABAC and Webhook modes, read now so
+    that a bad file stops the start (upstream's rules: a mode needs its file, a file its mode)."""
+    modes = _authorization_modes(ns.authorization_mode)
+    policy_file, webhook_file = ns.authorization_policy_file, ns.authorization_webhook_config_file
+    if "ABAC" in modes and not policy_file:
+        raise OptionsError(
+            "authorization-mode ABAC's authorization policy file not passed (--authorization-policy-file)"
+        )
+    if "Webhook" in modes and not webhook_file:
+        raise OptionsError(
+            "authorization-mode Webhook's authorization config file not passed (--authorization-webhook-config-file)"
+        )
+    if policy_file and "ABAC" not in modes:
+        raise OptionsError("cannot specify --authorization-policy-file without mode ABAC")
+    if webhook_file and "Webhook" not in modes:
+        raise OptionsError("cannot specify --authorization-webhook-config-file without mode Webhook")
+    if not webhook_file:
+        for flag, value in (
+            ("--authorization-webhook-version", ns.authorization_webhook_version),
+            ("--authorization-webhook-cache-authorized-ttl", ns.authorization_webhook_cache_authorized_ttl),
+            ("--authorization-webhook-cache-unauthorized-ttl", ns.authorization_webhook_cache_unauthorized_ttl),
+        ):
+            if value is not None:
+                raise OptionsError(f"{flag} needs mode Webhook and --authorization-webhook-config-file")
+    version = ns.authorization_webhook_version or "v1"
+    if version not in AUTHZ_WEBHOOK_VERSIONS:
+        raise OptionsError(f"invalid value {version!r} for flag --authorization-webhook-version: must be v1 or v1beta1")
+    policies: tuple[AbacPolicy, ...] = ()
+    if policy_file:
+        try:
+            policies = tuple(load_abac_policies(policy_file))
+        except AbacPolicyFileError as exc:
+            raise OptionsError(f"invalid value {policy_file!r} for flag --authorization-policy-file: {exc}") from None
+    target = None
+    if webhook_file:
+        try:
+            target = load_authz_webhook_config(webhook_file)
+        except WebhookConfigError as exc:
+            raise OptionsError(str(exc)) from None
+    return {
+        "authorization_modes": modes,
+        "authorization_policy_file": policy_file,
+        "authorization_policies": policies,
+        "authorization_webhook_config_file": webhook_file,
+        "authorization_webhook": target,
+        "authorization_webhook_version": version,
+        "authorization_webhook_cache_authorized_ttl": _duration_seconds(
+            "--authorization-webhook-cache-authorized-ttl", ns.authorization_webhook_cache_authorized_ttl or "5m"
+        ),
+        "authorization_webhook_cache_unauthorized_ttl": _duration_seconds(
+            "--authorization-webhook-cache-unauthorized-ttl", ns.authorization_webhook_cache_unauthorized_ttl or "30s"
+        ),
+    }
 
 
 def _admission_config(path: str, plugins: tuple[str, ...]) -> admission_config.AdmissionConfig:

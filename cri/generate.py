@@ -1,14 +1,17 @@
-"""Regenerate the CRI stubs from cri/api.proto with grpcio-tools.
+"""Regenerate the gRPC stubs of the node agent's protocols with grpcio-tools.
 
-    python -m cri.generate            # rewrite cri/api_pb2.py, api_pb2_grpc.py, api_pb2.pyi
+    python -m cri.generate            # rewrite the api_pb2.py, api_pb2_grpc.py, api_pb2.pyi of each proto
     python -m cri.generate --check    # exit 1 if the committed stubs are stale
     python -m cri.generate --out DIR  # write into DIR instead (used by the tests)
 
-protoc runs with the repository root as its only include path on the file
-`cri/api.proto`, so the generated gRPC module imports `from cri import api_pb2`
-and the descriptor is registered as "cri/api.proto". The output depends only
-on the .proto and the grpcio-tools release (pinned beside grpcio in
-pyproject.toml, since the stubs check both runtimes at import).
+The protocols: the CRI (`cri/api.proto`), the device plugin API
+(`cri/deviceplugin/api.proto`) and the pod resources API (`cri/podresources/api.proto`,
+and its older `v1alpha1/api.proto`).
+protoc runs with the repository root as its only include path, so a generated
+gRPC module imports `from cri import api_pb2` (`from cri.deviceplugin import
+api_pb2`, ...) and the descriptor is registered under its repository path. The
+output depends only on the .proto and the grpcio-tools release (pinned beside
+grpcio in pyproject.toml, since the stubs check both runtimes at import).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 PROTO = PACKAGE_DIR / "api.proto"
+# Every proto of the package, as its directory relative to the package ("" for the CRI).
+PROTO_DIRS = ("", "deviceplugin", "podresources", "podresources/v1alpha1")
 OUTPUTS = ("api_pb2.py", "api_pb2_grpc.py", "api_pb2.pyi")
 
 
@@ -29,9 +34,9 @@ class GenerateError(RuntimeError):
     pass
 
 
-def generate(out_dir: str | Path) -> list[Path]:
-    """Run protoc into out_dir (which gets a `cri/` subdirectory); return the
-    generated files."""
+def generate(out_dir: str | Path, proto: Path = PROTO) -> list[Path]:
+    """Run protoc on one proto of the package into out_dir (which gets a `cri/`
+    subdirectory); return the generated files."""
     try:
         import grpc_tools
         from grpc_tools import protoc
@@ -49,36 +54,45 @@ def generate(out_dir: str | Path) -> list[Path]:
         f"--grpc_python_out={out_dir}",
         # An absolute path inside the first include path: protoc names it
         # "cri/api.proto" whatever the working directory is.
-        str(PROTO),
+        str(proto),
     ]
     code = protoc.main(argv)
     if code != 0:
         raise GenerateError(f"protoc failed with exit code {code}")
-    produced = [out_dir / "cri" / name for name in OUTPUTS]
+    produced = [out_dir / proto.parent.relative_to(REPO_ROOT) / name for name in OUTPUTS]
     missing = [str(path) for path in produced if not path.is_file()]
     if missing:
         raise GenerateError(f"protoc did not write {', '.join(missing)}")
     return produced
 
 
+def _fresh(tmp: str) -> list[tuple[str, Path]]:
+    """(path relative to the package, generated file) for every proto."""
+    out = []
+    for sub in PROTO_DIRS:
+        for fresh in generate(Path(tmp) / (sub or "cri"), PACKAGE_DIR / sub / "api.proto"):
+            out.append((str(Path(sub) / fresh.name) if sub else fresh.name, fresh))
+    return out
+
+
 def stale_files(target_dir: str | Path = PACKAGE_DIR) -> dict[str, str]:
-    """Files in target_dir that differ from a fresh generation: name -> unified diff."""
+    """Files under target_dir that differ from a fresh generation: relative name -> unified diff."""
     target_dir = Path(target_dir)
     stale: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="orch-cri-gen-") as tmp:
-        for fresh in generate(tmp):
-            committed = target_dir / fresh.name
+        for name, fresh in _fresh(tmp):
+            committed = target_dir / name
             want = fresh.read_text()
             have = committed.read_text() if committed.is_file() else ""
             if want != have:
                 diff = difflib.unified_diff(
                     have.splitlines(keepends=True),
                     want.splitlines(keepends=True),
-                    fromfile=f"committed/{fresh.name}",
-                    tofile=f"generated/{fresh.name}",
+                    fromfile=f"committed/{name}",
+                    tofile=f"generated/{name}",
                     n=1,
                 )
-                stale[fresh.name] = "".join(list(diff)[:60])
+                stale[name] = "".join(list(diff)[:60])
     return stale
 
 
@@ -86,8 +100,9 @@ def write(target_dir: str | Path = PACKAGE_DIR) -> list[Path]:
     target_dir = Path(target_dir)
     written = []
     with tempfile.TemporaryDirectory(prefix="orch-cri-gen-") as tmp:
-        for fresh in generate(tmp):
-            dest = target_dir / fresh.name
+        for name, fresh in _fresh(tmp):
+            dest = target_dir / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(fresh.read_text())
             written.append(dest)
     return written

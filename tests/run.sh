@@ -16,7 +16,7 @@ say() { printf 'orch tests: %s\n' "$*" >&2; }
 # runc lives in /usr/sbin, which a non-login root shell may not have on PATH.
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH ;; esac
 
-apt_packages=(containerd runc containernetworking-plugins busybox-static etcd-server etcd-client wrk nftables)
+apt_packages=(containerd runc containernetworking-plugins busybox-static etcd-server etcd-client wrk nftables dbus)
 venv_python="$repo_root/.venv/bin/python"
 stamp="$repo_root/.venv/.orch-pyproject.sha256"
 

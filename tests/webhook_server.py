@@ -4,7 +4,8 @@
 Each path answers one way (``/allow``, ``/deny``, ``/patch``, ``/warn``, ``/hang``,
 ``/garbage``); an ImageReview (any path) is answered as an image policy backend
 allowing images under ``good/``; a ConversionReview as a conversion webhook
-(:func:`conversion_answer`). Every review received is kept in ``reviews``
+(:func:`conversion_answer`); a SubjectAccessReview as an authorization backend
+(:func:`access_review_answer`). Every review received is kept in ``reviews``
 (path, review)."""
 
 from __future__ import annotations
@@ -35,6 +36,24 @@ def image_review_answer(review: dict) -> dict:
     if bad:
         status["reason"] = f"image {bad[0]} is not allowed"
     return {"apiVersion": review["apiVersion"], "kind": "ImageReview", "status": status}
+
+
+# The authorization backend's users: one allowed, one denied (with a reason); the
+# others get no opinion.
+SAR_ALLOWED_USER = "wh-alice"
+SAR_DENIED_USER = "wh-mallory"
+SAR_DENY_REASON = "mallory is banned from this cluster"
+SAR_BROKEN_USER = "wh-broken"  # the backend answers HTTP 400 for this one
+
+
+def access_review_answer(review: dict) -> dict:
+    user = (review.get("spec") or {}).get("user")
+    status: dict = {"allowed": False}
+    if user == SAR_ALLOWED_USER:
+        status = {"allowed": True, "reason": "alice may"}
+    elif user == SAR_DENIED_USER:
+        status = {"allowed": False, "denied": True, "reason": SAR_DENY_REASON}
+    return {"apiVersion": review.get("apiVersion"), "kind": "SubjectAccessReview", "status": status}
 
 
 CONVERT_FAILURE = "the converter is out of order"
@@ -140,6 +159,10 @@ class WebhookServer:
             peer = request.transport.get_extra_info("peercert") if request.transport else None
             self.client_certs.append(peer)
             self.authorizations.append(request.headers.get("Authorization", ""))
+        if review.get("kind") == "SubjectAccessReview":
+            if (review.get("spec") or {}).get("user") == SAR_BROKEN_USER:
+                return web.Response(status=400, text="cannot review this")
+            return web.json_response(access_review_answer(review))
         if review.get("kind") == "ImageReview":
             return web.json_response(image_review_answer(review))
         if review.get("kind") == "ConversionReview":

@@ -186,6 +186,8 @@ class ResourceConfig:
     ``pids`` use -1 for unlimited. ``hugepages`` maps page size (bytes) to a
     limit (bytes); when given, every other page size the kernel offers is set to
     0, as upstream does, so a pod cannot use huge pages it did not request.
+    ``cpuset_cpus``/``cpuset_mems`` are kernel lists (``0-3,8``) for cpuset.cpus and
+    cpuset.mems (the CPU and memory managers' placement).
     """
 
     cpu_shares: int | None = None
@@ -194,6 +196,8 @@ class ResourceConfig:
     memory: int | None = None
     pids: int | None = None
     hugepages: Mapping[int, int] | None = None
+    cpuset_cpus: str | None = None
+    cpuset_mems: str | None = None
 
 
 # --- layout ------------------------------------------------------------------------
@@ -645,6 +649,14 @@ class CgroupV1Fs(CgroupFs):
             wanted = {hugepage_cgroup_size(size): limit for size, limit in res.hugepages.items()}
             for size in sorted(set(self.hugepage_page_sizes()) | set(wanted)):
                 _write(os.path.join(hug, f"hugetlb.{size}.limit_in_bytes"), wanted.get(size, 0))
+        cpuset = dirs.get("cpuset")
+        if res.cpuset_cpus is not None or res.cpuset_mems is not None:
+            if not cpuset:
+                raise CgroupError(f"cannot set a cpuset on {rel}: the cpuset controller is not mounted")
+            if res.cpuset_mems is not None:
+                _write(os.path.join(cpuset, "cpuset.mems"), res.cpuset_mems)
+            if res.cpuset_cpus is not None:
+                _write(os.path.join(cpuset, "cpuset.cpus"), res.cpuset_cpus)
 
 
 class CgroupV2Fs(CgroupFs):
@@ -733,6 +745,10 @@ class CgroupV2Fs(CgroupFs):
             for size in sorted(set(self.hugepage_page_sizes()) | set(wanted)):
                 limit = wanted.get(size, 0)
                 _write(os.path.join(d, f"hugetlb.{size}.max"), "max" if limit >= HUGEPAGE_UNBOUNDED else limit)
+        if res.cpuset_mems is not None and need("cpuset", "cpuset.mems"):
+            _write(os.path.join(d, "cpuset.mems"), res.cpuset_mems)
+        if res.cpuset_cpus is not None and need("cpuset", "cpuset.cpus"):
+            _write(os.path.join(d, "cpuset.cpus"), res.cpuset_cpus)
 
     def kill(self, rel: str) -> None:
         # cgroup.kill (Linux 5.14+) kills the whole subtree atomically.

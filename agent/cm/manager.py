@@ -17,9 +17,10 @@ processes to die. It is safe to call from several threads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from apiserver_min.api import names
 
@@ -48,6 +49,11 @@ from .cgroupfs import (
     milli_cpu_to_quota,
     milli_cpu_to_shares,
 )
+from .cpumanager import CpuManager, CpuManagerError, CpuTopology
+from .cpumanager import TopologyError as CpuTopologyError
+from .cpumanager import discover as discover_cpu_topology
+from .cpuset import format_cpuset, parse_cpuset
+from .memorymanager import MemoryManager, MemoryManagerError, NumaMemoryError, read_numa_memory
 from .qos import (
     BEST_EFFORT,
     BURSTABLE,
@@ -60,6 +66,8 @@ from .qos import (
     pod_requests,
 )
 from .systemd import SYSTEMD_RUN_DIR, SystemdBus, SystemdDriver
+from .topology import HintProvider
+from .topologymanager import TopologyManager, TopologyManagerError
 
 __all__ = ["ContainerManager", "resource_config_for_pod", "POD_CGROUP_PREFIX"]
 
@@ -88,6 +96,20 @@ def _feature(cfg: Any, gate: str) -> bool:
         return bool(cfg.feature(gate))
     except Exception:
         return False
+
+
+class DeviceProvider(HintProvider, Protocol):
+    """The device manager, as admission sees it: a hint provider whose pods' devices can be freed."""
+
+    def free_pod(self, pod_uid: str) -> None: ...
+
+
+def _source(cfg: Any, attr: str) -> str:
+    """Where a setting came from (flag, file or default); "default" for plain test configs."""
+    try:
+        return str(cfg.source(attr))
+    except Exception:
+        return "default"
 
 
 def _hugepage_limits(resources: Mapping[str, int]) -> dict[int, int]:
@@ -151,9 +173,12 @@ class ContainerManager:
         systemd_run_dir: str = SYSTEMD_RUN_DIR,
         bus: SystemdBus | None = None,
         pid_max_path: str = "/proc/sys/kernel/pid_max",
+        cpu_topology: CpuTopology | None = None,
+        sys_cpu: str = "/sys/devices/system/cpu",
+        sys_node: str = "/sys/devices/system/node",
     ) -> None:
         """``capacity`` replaces the machine's figures (tests); the other keywords point
-        at stand-ins for the host's files and the systemd bus."""
+        at stand-ins for the host's files, the systemd bus and the CPU topology."""
         self.cfg = cfg
         self.sysfs = sysfs
         self._capacity_override = dict(capacity) if capacity is not None else None
@@ -167,6 +192,16 @@ class ContainerManager:
         self._pods: dict[str, Mapping] = {}
         self._driver: CgroupfsDriver | None = None
         self.enforcement_error: str = ""
+        self._cpu_topology = cpu_topology
+        self._sys_cpu = sys_cpu
+        self._sys_node = sys_node
+        self.cpu_manager: CpuManager | None = None
+        self.memory_manager: MemoryManager | None = None
+        self.topology_manager: TopologyManager | None = None
+        # UIDs of the pods the agent knows to be terminating, finished or rejected (the pod
+        # pipeline sets it): their CPUs and memory go back before a newcomer is placed.
+        self.inactive_pod_uids: Callable[[], Iterable[str]] = lambda: ()
+        self.device_manager: DeviceProvider | None = None
 
         driver_name = getattr(cfg, "cgroup_driver", "cgroupfs") or "cgroupfs"
         if driver_name not in ("cgroupfs", "systemd"):
@@ -222,10 +257,158 @@ class ContainerManager:
         return cap
 
     def admit(self, pod: dict, active_pods: Iterable[dict]) -> AdmitResult:
+        """Upstream's order: the resource allocation handler first (the topology manager has the
+        CPU, memory and device managers allocate), then the resources against allocatable; a
+        refused pod keeps nothing."""
+        me = _uid(pod)
+        if self.topology_manager is not None:
+            for uid in self.inactive_pod_uids():
+                if uid != me:
+                    self._release_resources(uid, devices=False)
+            try:
+                result = self.topology_manager.admit(pod)
+            except ValueError as exc:
+                result = AdmitResult(False, "UnexpectedAdmissionError", str(exc))
+            if not result.admit:
+                self._release_resources(me)
+                return result
         try:
-            return admit(pod, list(active_pods), self.allocatable())
+            result = admit(pod, list(active_pods), self.allocatable())
         except ValueError as exc:  # a quantity that cannot be read
-            return AdmitResult(False, "UnexpectedAdmissionError", str(exc))
+            result = AdmitResult(False, "UnexpectedAdmissionError", str(exc))
+        if not result.admit:
+            self._release_resources(me)
+        return result
+
+    # --- resource managers (CPU, memory, topology) ---------------------------------
+
+    def _start_resource_managers(self) -> None:
+        try:
+            cpu = CpuManager(self.cfg, topology=self._cpu_topology, sys_cpu=self._sys_cpu, sys_node=self._sys_node)
+            cpu.start()
+            numa_memory: dict[int, dict[str, int]] = {}
+            if getattr(self.cfg, "memory_manager_policy", "None") == "Static":
+                numa_memory = read_numa_memory(self._sys_node, self.capacity())
+            memory = MemoryManager(
+                self.cfg, numa_memory=numa_memory, reservation=node_reservation(self.cfg, self.capacity())
+            )
+            memory.start()
+            numa_nodes, numa_reported = self._numa_nodes(cpu)
+            topo = TopologyManager(self.cfg, numa_nodes, numa_reported=numa_reported)
+        except (CpuManagerError, MemoryManagerError, NumaMemoryError, TopologyManagerError) as exc:
+            raise CgroupError(str(exc)) from None
+        if not (cpu.static or memory.static) and _source(self.cfg, "cpu_manager_reconcile_period") != "default":
+            raise CgroupError(
+                "--cpu-manager-reconcile-period (cpuManagerReconcilePeriod) is not supported on this node without "
+                "a static CPU manager (--cpu-manager-policy=static) or memory manager "
+                "(--memory-manager-policy=Static): there is nothing to reconcile"
+            )
+        topo.add_hint_provider(cpu)
+        topo.add_hint_provider(memory)
+        self.cpu_manager = cpu
+        self.memory_manager = memory
+        self.topology_manager = topo
+
+    def _numa_nodes(self, cpu: CpuManager) -> tuple[list[int], bool]:
+        """The machine's NUMA node ids for the topology manager, and whether the kernel reported
+        any (a machine without is node 0)."""
+        if cpu.static:
+            return cpu.topology.numa_nodes(), cpu.topology.numa_reported
+        if getattr(self.cfg, "topology_manager_policy", "none") in (None, "", "none"):
+            return [0], True
+        try:
+            topology = self._cpu_topology or discover_cpu_topology(self._sys_cpu, self._sys_node)
+        except CpuTopologyError as exc:
+            raise TopologyManagerError(f"the topology manager needs the machine's NUMA layout: {exc}") from None
+        return topology.numa_nodes(), topology.numa_reported
+
+    def add_hint_provider(self, provider: HintProvider) -> None:
+        """Another topology hint provider."""
+        if self.topology_manager is None:
+            raise CgroupError("the container manager is not started (call start() first)")
+        self.topology_manager.add_hint_provider(provider)
+
+    def add_device_manager(self, devices: DeviceProvider) -> None:
+        """The device manager allocates through the topology manager from now on (aligned
+        with the CPUs and memory), and gives a refused pod's devices back."""
+        self.add_hint_provider(devices)
+        self.device_manager = devices
+
+    @property
+    def allocates_devices(self) -> bool:
+        """Admission here allocates the devices (the pod pipeline then leaves them alone)."""
+        return self.device_manager is not None
+
+    # --- for the pod resources API ---------------------------------------------------
+
+    def exclusive_cpus(self, pod_uid: str, container_name: str) -> list[int]:
+        return sorted(self.cpu_manager.exclusive_cpus(pod_uid, container_name)) if self.cpu_manager else []
+
+    def allocatable_cpus(self) -> list[int]:
+        return sorted(self.cpu_manager.allocatable_cpus()) if self.cpu_manager else []
+
+    def memory_blocks(self, pod_uid: str, container_name: str) -> list[tuple[str, int, tuple[int, ...]]]:
+        """(resource, bytes, NUMA nodes) the memory manager gave the container."""
+        return self.memory_manager.container_blocks(pod_uid, container_name) if self.memory_manager else []
+
+    def allocatable_memory(self) -> list[tuple[str, int, tuple[int, ...]]]:
+        return self.memory_manager.allocatable_memory() if self.memory_manager else []
+
+    def _release_resources(self, pod_uid: str, *, devices: bool = True) -> None:
+        if devices and self.device_manager is not None:
+            self.device_manager.free_pod(pod_uid)
+        if self.cpu_manager is not None:
+            self.cpu_manager.remove_pod(pod_uid)
+        if self.memory_manager is not None:
+            self.memory_manager.remove_pod(pod_uid)
+        if self.topology_manager is not None:
+            self.topology_manager.remove_pod(pod_uid)
+
+    def container_cpuset(self, pod: Mapping, container: Mapping) -> tuple[str, str]:
+        """(cpuset.cpus, cpuset.mems) for a new container; "" leaves the runtime's default."""
+        cpus = mems = ""
+        name = str(container.get("name") or "")
+        if self.cpu_manager is not None:
+            cpus = self.cpu_manager.cpuset_for(_uid(pod), name)
+        if self.memory_manager is not None:
+            mems = self.memory_manager.mems_for(_uid(pod), name)
+        return cpus, mems
+
+    def _pod_mems(self, pod: Mapping) -> str:
+        """cpuset.mems of a pod the memory manager placed: the NUMA nodes of all its containers."""
+        if self.memory_manager is None or not self.memory_manager.static:
+            return ""
+        spec = pod.get("spec") or {}
+        nodes: set[int] = set()
+        for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+            mems = self.memory_manager.mems_for(_uid(pod), str(c.get("name") or ""))
+            if not mems:
+                return ""  # a container the memory manager does not place keeps every node
+            nodes |= parse_cpuset(mems)
+        return format_cpuset(nodes)
+
+    def container_created(self, container_id: str, cpus: str) -> None:
+        if self.cpu_manager is not None:
+            self.cpu_manager.container_created(container_id, cpus)
+
+    @property
+    def reconciles_cpusets(self) -> bool:
+        """A static CPU or memory manager holds state that reconciliation keeps current."""
+        return (self.cpu_manager is not None and self.cpu_manager.static) or (
+            self.memory_manager is not None and self.memory_manager.static
+        )
+
+    def reconcile_cpusets(
+        self, pods: Iterable[tuple[str, Iterable[tuple[str, str]]]], *, sources_ready: bool
+    ) -> list[tuple[str, str]]:
+        """(container id, cpuset) pairs to send to the runtime (see CpuManager.reconcile); with
+        every source seen, the memory of pods no longer active is released too."""
+        pods = [(uid, list(containers)) for uid, containers in pods]
+        if sources_ready and self.memory_manager is not None:
+            self.memory_manager.active_pods({uid for uid, _ in pods})
+        if self.cpu_manager is None:
+            return []
+        return self.cpu_manager.reconcile(pods, sources_ready=sources_ready)
 
     # --- start --------------------------------------------------------------------
 
@@ -275,6 +458,7 @@ class ContainerManager:
                 self._enforce_existing("system-reserved", self.cfg.system_reserved_cgroup, system)
             if names.AGENT_RESERVED_LEVEL in levels:
                 self._enforce_existing(names.AGENT_RESERVED_LEVEL, self.cfg.orch_reserved_cgroup, orch)
+            self._start_resource_managers()
 
     @staticmethod
     def _check_controllers(layout) -> None:
@@ -404,6 +588,9 @@ class ContainerManager:
                 custom_period=_feature(self.cfg, _CUSTOM_PERIOD_GATE),
                 pod_pids_limit=int(getattr(self.cfg, "pod_max_pids", -1) or -1),
             )
+            mems = self._pod_mems(pod)
+            if mems:
+                res = dataclasses.replace(res, cpuset_mems=mems)
             driver = self.driver
             # The tier is resized first, with this pod counted, as upstream does
             # before it creates a new pod cgroup.
@@ -422,9 +609,11 @@ class ContainerManager:
         return found
 
     def remove_pod(self, pod_uid: str) -> bool:
-        """Kill what is left in the pod's cgroup and remove it in every hierarchy."""
+        """Kill what is left in the pod's cgroup and remove it in every hierarchy; its
+        exclusive CPUs go back to the shared pool."""
         with self._lock:
             self._pods.pop(pod_uid, None)
+            self._release_resources(pod_uid)
             if not self.per_qos or not pod_uid:
                 return False
             removed = False

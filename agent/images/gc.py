@@ -274,6 +274,12 @@ class ImageGCManager:
             )
         return freed
 
+    async def delete_unused_images(self) -> int:
+        """Every unused image old enough, whatever the thresholds (the eviction manager's
+        node-level reclaim, as upstream's DeleteUnusedImages). Bytes freed."""
+        log.info("Attempting to delete unused images")
+        return await self.free_space(1 << 62, self.clock())
+
     # -- the task ------------------------------------------------------------------------
 
     async def run(self, period: float = IMAGE_GC_PERIOD) -> None:

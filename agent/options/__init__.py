@@ -8,7 +8,15 @@
 
 from __future__ import annotations
 
-from .flagtypes import EVICTION_SIGNALS, FlagError, MemoryReservation, Taint, is_ip, parse_threshold_value
+from .flagtypes import (
+    EVICTION_SIGNALS,
+    FlagError,
+    MemoryReservation,
+    ShutdownGracePeriodByPodPriority,
+    Taint,
+    is_ip,
+    parse_threshold_value,
+)
 from .help import format_help
 from .parser import ParsedArgs, parse_args
 from .table import BY_ATTR, BY_FIELD, BY_FLAG, CONFIG_DEPRECATION, GROUPS, OPTIONS, Option
@@ -26,6 +34,7 @@ __all__ = [
     "format_help",
     "Taint",
     "MemoryReservation",
+    "ShutdownGracePeriodByPodPriority",
     "EVICTION_SIGNALS",
     "parse_threshold_value",
     "CONFIG_DEPRECATION",

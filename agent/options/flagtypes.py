@@ -513,6 +513,50 @@ class ReservedMemoryType(ValueType):
         return ";".join(str(r) for r in value) if value else ""
 
 
+@dataclasses.dataclass(frozen=True)
+class ShutdownGracePeriodByPodPriority:
+    """One entry of ``shutdownGracePeriodByPodPriority``: pods of ``priority`` and up (to
+    the next entry) get ``shutdown_grace_period_seconds`` during a node shutdown."""
+
+    priority: int
+    shutdown_grace_period_seconds: int
+
+    def __str__(self) -> str:
+        return f"{self.priority}={self.shutdown_grace_period_seconds}s"
+
+
+class ShutdownByPriorityType(ValueType):
+    """``shutdownGracePeriodByPodPriority``: a list of ``{priority, shutdownGracePeriodSeconds}``
+    (config file only, as upstream)."""
+
+    name = "shutdownGracePeriodByPodPriority"
+
+    def parse(self, text: str) -> tuple[ShutdownGracePeriodByPodPriority, ...]:
+        raise ValueError("shutdownGracePeriodByPodPriority is set in the config file only")
+
+    def from_file(self, value: Any) -> tuple[ShutdownGracePeriodByPodPriority, ...]:
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list of {{priority, shutdownGracePeriodSeconds}}, got {_json_type(value)}")
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, Mapping):
+                raise ValueError(f"[{i}]: expected an object with priority and shutdownGracePeriodSeconds")
+            extra = set(item) - {"priority", "shutdownGracePeriodSeconds"}
+            if extra:
+                raise ValueError(f"[{i}]: unknown field {sorted(extra)[0]!r}")
+            prio, seconds = item.get("priority", 0), item.get("shutdownGracePeriodSeconds", 0)
+            for field, v in (("priority", prio), ("shutdownGracePeriodSeconds", seconds)):
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError(f"[{i}].{field}: expected an integer, got {_json_type(v)}")
+            if not -(2**31) <= prio < 2**31:
+                raise ValueError(f"[{i}].priority: {prio} is out of the 32-bit integer range")
+            out.append(ShutdownGracePeriodByPodPriority(prio, seconds))
+        return tuple(out)
+
+    def show(self, value: Any) -> str:
+        return ",".join(str(v) for v in value) if value else ""
+
+
 class VModuleType(ValueType):
     """``pattern=N,...`` per-module verbosity (klog's --vmodule)."""
 
@@ -578,6 +622,7 @@ GATES = FeatureGatesType()
 HEADERS = HeaderMapType()
 TAINTS = TaintsType()
 RESERVED_MEMORY = ReservedMemoryType()
+SHUTDOWN_BY_PRIORITY = ShutdownByPriorityType()
 VMODULE = VModuleType()
 VERSION = VersionType()
 HELP = BoolType()

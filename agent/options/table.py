@@ -47,6 +47,7 @@ from .flagtypes import (
     RECLAIM,
     RESERVED,
     RESERVED_MEMORY,
+    SHUTDOWN_BY_PRIORITY,
     STRING,
     STRINGS,
     TAINTS,
@@ -851,7 +852,8 @@ OPTIONS: tuple[Option, ...] = (
         "cpu-manager-policy-options",
         MAP,
         _M({}),
-        "key=value options of the CPU manager policy.",
+        "key=value options of the static CPU manager policy: full-pcpus-only (beta), "
+        "distribute-cpus-across-numa and align-by-socket (alpha; CPUManagerPolicyAlphaOptions gate).",
         G_RESOURCES,
         field="cpuManagerPolicyOptions",
     ),
@@ -859,7 +861,7 @@ OPTIONS: tuple[Option, ...] = (
         "cpu-manager-reconcile-period",
         DURATION,
         _D("10s"),
-        "CPU manager reconciliation period.",
+        "CPU manager reconciliation period (with a static CPU or memory manager policy).",
         G_RESOURCES,
         field="cpuManagerReconcilePeriod",
     ),
@@ -1030,6 +1032,14 @@ OPTIONS: tuple[Option, ...] = (
         "Minimum reclaim per signal, e.g. imagefs.available=2Gi.",
         G_EVICTION,
         field="evictionMinimumReclaim",
+    ),
+    _o(
+        "housekeeping-interval",
+        DURATION,
+        _D("10s"),
+        "Interval between container housekeepings: how often the eviction manager reads the node's "
+        "signals and acts on its thresholds.",
+        G_EVICTION,
     ),
     _o(
         "eviction-pressure-transition-period",
@@ -1219,6 +1229,16 @@ OPTIONS: tuple[Option, ...] = (
         "Part of shutdownGracePeriod reserved for critical pods.",
         G_PROCESS,
         "shutdown_grace_period_critical_pods",
+    ),
+    _cfg(
+        "shutdownGracePeriodByPodPriority",
+        SHUTDOWN_BY_PRIORITY,
+        (),
+        "Shutdown grace periods by pod priority: a list of {priority, shutdownGracePeriodSeconds}; "
+        "a pod gets the entry with the highest priority not above its own (the lowest entry below it). "
+        "Not with shutdownGracePeriod.",
+        G_PROCESS,
+        "shutdown_grace_period_by_pod_priority",
     ),
     _cfg("enableProfilingHandler", BOOL, True, "Serve profiling endpoints.", G_PROCESS, "enable_profiling_handler"),
     _cfg("enableDebugFlagsHandler", BOOL, True, "Serve /debug/flags/v.", G_PROCESS, "enable_debug_flags_handler"),

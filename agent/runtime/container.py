@@ -39,6 +39,7 @@ from apiserver_min.api import names
 from apiserver_min.api.quantity import Quantity, QuantityError, parse_quantity
 from cri import api_pb2 as pb
 
+from ..cm.devicemanager.options import DeviceRunOptions
 from ..cm.qos import pod_qos_class
 from .context import NodeContext
 from .env import ObjectGetter, expand, expand_strict, make_environment, node_memory_capacity
@@ -144,6 +145,8 @@ def build_container_config(
     service_env: Mapping[str, str] | None = None,
     image_uid: int | None = None,
     image_username: str = "",
+    device_options: DeviceRunOptions | None = None,
+    target_id: str = "",
 ) -> ContainerSetup:
     """The config for (re)creating ``container`` of ``pod`` for the ``restart_count``-th time.
 
@@ -151,6 +154,11 @@ def build_container_config(
     VolumeManager.setup). ``image_uid``/``image_username`` are the image's user
     from ImageStatus, when known (runAsNonRoot checks and the default user).
     ``service_env`` holds the pod's service variables (:func:`~.env.service_environment`).
+    ``device_options`` are what the device plugins' Allocate answered for the container:
+    their variables come before the container's own (which win), their mounts before the
+    volumes, their annotations under the agent's.
+    ``target_id``: the runtime id of the container whose process namespace an ephemeral
+    container joins (its ``targetContainerName``).
     Raises PodConfigError(CreateContainerConfigError).
     """
     name = container.get("name") or ""
@@ -167,21 +175,32 @@ def build_container_config(
         raise _config_error(f"create container log directory for container {name} failed: {exc}") from None
 
     image = container.get("image") or ""
+    dev = device_options or DeviceRunOptions()
+    annotations = dict(dev.annotations)
+    annotations.update(container_annotations(pod, container, restart_count))
     config = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name, attempt=restart_count),
         image=pb.ImageSpec(image=image, user_specified_image=image),
         command=[expand(str(c), env_map) for c in container.get("command") or []],
         args=[expand(str(a), env_map) for a in container.get("args") or []],
         working_dir=container.get("workingDir") or "",
-        envs=[pb.KeyValue(key=k, value=v) for k, v in env],
+        envs=[pb.KeyValue(key=k, value=v) for k, v in [*dev.envs, *env]],
         labels=container_labels(pod, container),
-        annotations=container_annotations(pod, container, restart_count),
+        annotations=annotations,
         log_path=log_path(name, restart_count),
         stdin=bool(container.get("stdin")),
         stdin_once=bool(container.get("stdinOnce")),
         tty=bool(container.get("tty")),
     )
+    config.mounts.extend(
+        pb.Mount(container_path=m.container_path, host_path=m.host_path, readonly=m.read_only) for m in dev.mounts
+    )
     config.mounts.extend(_volume_mounts(pod, container, ctx, volume_paths, env_map, pod_ip=pod_ip, pod_ips=pod_ips))
+    config.devices.extend(
+        pb.Device(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
+        for d in dev.devices
+    )
+    config.CDI_devices.extend(pb.CDIDevice(name=n) for n in dev.cdi_devices)
     termination_path = ""
     message_path = container.get("terminationMessagePath") or ""
     if message_path:
@@ -192,6 +211,11 @@ def build_container_config(
     config.linux.security_context.CopyFrom(
         security_context(pod, container, ctx, image_uid=image_uid, image_username=image_username)
     )
+    namespaces = config.linux.security_context.namespace_options
+    if target_id and namespaces.pid == pb.CONTAINER:
+        # A pod that shares one process namespace (or the node's) already shows it all.
+        namespaces.pid = pb.TARGET
+        namespaces.target_id = target_id
     return ContainerSetup(config=config, termination_message_host_path=termination_path)
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
+from agent.cm.devicemanager.options import DeviceRunOptions
 from agent.prober.manager import ProbeFailure
 from cri import api_pb2 as pb
 
-__all__ = ["ImageService", "RuntimeService", "PodCgroups", "LivenessSource", "HookRunner"]
+__all__ = ["ImageService", "RuntimeService", "PodCgroups", "LivenessSource", "HookRunner", "DeviceOptionsSource"]
 
 
 class ImageService(Protocol):
@@ -101,6 +102,16 @@ class PodCgroups(Protocol):
     def remove_pod(self, pod_uid: str) -> object: ...
 
 
+class ContainerCpusets(Protocol):
+    """The CPU and memory managers' placement of a container (the container manager)."""
+
+    def container_cpuset(self, pod: dict, container: dict) -> tuple[str, str]:
+        """(cpuset.cpus, cpuset.mems) for a new container; "" leaves the runtime's default."""
+        ...
+
+    def container_created(self, container_id: str, cpus: str) -> None: ...
+
+
 class LivenessSource(Protocol):
     """Whether a container's liveness or startup probe failed (the probe manager)."""
 
@@ -123,3 +134,11 @@ class HookRunner(Protocol):
         user_agent: str | None = None,
         session: Any = None,
     ) -> str | None: ...
+
+
+class DeviceOptionsSource(Protocol):
+    """What the device manager adds to a container (its plugins' Allocate answers)."""
+
+    async def pre_start(self, pod: Mapping, container: Mapping) -> None: ...
+
+    def run_options(self, pod: Mapping, container: Mapping) -> DeviceRunOptions: ...

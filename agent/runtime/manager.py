@@ -13,6 +13,13 @@ One sync of a pod (:meth:`RuntimeManager.sync_pod`) is upstream's SyncPod:
    policy, config, create, start, postStart hook), each restart behind the
    crash back-off (10 s doubling to 5 min).
 
+Ephemeral containers (``spec.ephemeralContainers``, added to a running pod through
+the API server's ``pods/ephemeralcontainers``) start once in the pod's ready sandbox,
+even before its init containers are done, and never again: not when they exit, not
+in a new sandbox. One naming ``targetContainerName`` joins that container's process
+namespace (CRI ``NamespaceOption.pid = TARGET``), so its tools see the target's
+processes.
+
 Waiting reasons the pod's status shows (``ContainerCreating``,
 ``CrashLoopBackOff``, ``ErrImagePull``, ``CreateContainerConfigError``...) are
 returned in :class:`SyncResult` rather than kept here: the status is computed
@@ -33,7 +40,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from apiserver_min.api import names
 from cri import api_pb2 as pb
@@ -44,9 +51,16 @@ from .. import pods as podutil
 from .backoff import Backoff
 from .container import build_container_config, container_hash, read_termination_message
 from .context import NodeContext
-from .errors import PodConfigError
+from .errors import REASON_CREATE_CONTAINER_CONFIG, PodConfigError
 from .images import ImageError, ImageManager
-from .interfaces import HookRunner, LivenessSource, PodCgroups, RuntimeService
+from .interfaces import (
+    ContainerCpusets,
+    DeviceOptionsSource,
+    HookRunner,
+    LivenessSource,
+    PodCgroups,
+    RuntimeService,
+)
 from .sandbox import build_sandbox_config
 from .volumes import VolumeManager
 
@@ -206,12 +220,15 @@ class PodActions:
     next_init: dict | None = None  # the init container to start now
     init_failed: bool = False  # restartPolicy Never and an init container failed
     start: list[dict] = dataclasses.field(default_factory=list)
+    start_ephemeral: list[dict] = dataclasses.field(default_factory=list)  # never started before
     kill: dict[str, tuple[ContainerInfo, str]] = dataclasses.field(default_factory=dict)  # id -> (c, why)
     restart_reasons: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> why it restarts
 
     @property
     def idle(self) -> bool:
-        return not (self.kill_pod or self.create_sandbox or self.next_init or self.start or self.kill)
+        return not (
+            self.kill_pod or self.create_sandbox or self.next_init or self.start or self.start_ephemeral or self.kill
+        )
 
 
 def _should_restart(container: dict, last: ContainerInfo | None, policy: str) -> bool:
@@ -231,9 +248,17 @@ def _succeeded(last: ContainerInfo | None) -> bool:
 
 
 def compute_pod_actions(
-    pod: dict, rp: RuntimePod, *, liveness_failure: Callable[[str, str], str | None] = lambda name, cid: None
+    pod: dict,
+    rp: RuntimePod,
+    *,
+    liveness_failure: Callable[[str, str], str | None] = lambda name, cid: None,
+    ephemeral_ran: Collection[str] = (),
 ) -> PodActions:
-    """What to do to bring the runtime to the pod's spec (upstream's computePodActions)."""
+    """What to do to bring the runtime to the pod's spec (upstream's computePodActions).
+
+    ``ephemeral_ran``: ephemeral containers known to have run (their reported status
+    names a container), which are not started again even when the runtime no longer
+    has them (removed by the container garbage collector)."""
     policy = podutil.restart_policy(pod)
     actions = PodActions()
     sandbox = rp.sandboxes[0] if rp.sandboxes else None
@@ -269,6 +294,12 @@ def compute_pod_actions(
         return actions
     assert sandbox is not None  # a ready one: need_sandbox is False
     actions.sandbox_id = sandbox.id
+
+    # Ephemeral containers: once each, whatever the init containers are doing.
+    for ephemeral in podutil.ephemeral_containers(pod):
+        name = ephemeral.get("name", "")
+        if rp.latest(name) is None and name not in ephemeral_ran:
+            actions.start_ephemeral.append(ephemeral)
 
     # Init containers: in order, each to completion before the next.
     inits = podutil.init_containers(pod)
@@ -352,6 +383,8 @@ class RuntimeManager:
         self.events: EventSink = events or (lambda pod, type_, reason, message: None)
         self.backoff = backoff or Backoff()
         self.hooks = hooks  # the prober's hooks module (run_handler), injectable
+        # The device manager: what the devices' plugins add to a container, and PreStartContainer.
+        self.devices: DeviceOptionsSource | None = None
         # The pod's service variables (cluster mode: the agent's Service cache); None: no API server.
         # It raises PodConfigError while the Services were never listed.
         self.service_env: Callable[[dict], Mapping[str, str]] | None = None
@@ -363,6 +396,8 @@ class RuntimeManager:
         # Dead instances kept per container when a new one starts; None leaves it all to the
         # container garbage collector (the agent's own setting, where the GC task runs).
         self.dead_containers_kept: int | None = 1
+        # Where the CPU and memory managers place each new container (cpuset.cpus/mems).
+        self.cpusets: ContainerCpusets | None = None
 
     # -- the sandbox image ---------------------------------------------------------------
     #
@@ -515,7 +550,7 @@ class RuntimeManager:
         except Exception as exc:  # noqa: BLE001 - e.g. the API is unreachable: keep the old content
             log.warning("Cannot update the pod's volumes", pod=podutil.full_name(pod), err=str(exc))
 
-    async def sync_pod(self, pod: dict, rp: RuntimePod) -> SyncResult:
+    async def sync_pod(self, pod: dict, rp: RuntimePod, *, ephemeral_ran: Collection[str] = ()) -> SyncResult:
         uid = podutil.uid(pod)
         result = SyncResult()
 
@@ -527,7 +562,7 @@ class RuntimeManager:
                 return None
             return f"Container {name} failed {failure.probe.lower()} probe, will be restarted"
 
-        actions = compute_pod_actions(pod, rp, liveness_failure=liveness)
+        actions = compute_pod_actions(pod, rp, liveness_failure=liveness, ephemeral_ran=ephemeral_ran)
         if rp.sandboxes and not actions.create_sandbox and not actions.kill_pod:
             await self._refresh_volumes(pod)
         if actions.idle:
@@ -550,7 +585,7 @@ class RuntimeManager:
         if actions.init_failed:
             result.pod_error = ("InitContainerFailed", "an init container failed")
             return result
-        if not actions.create_sandbox and not actions.next_init and not actions.start:
+        if not actions.create_sandbox and not actions.next_init and not actions.start and not actions.start_ephemeral:
             return result
 
         sandbox_config = None
@@ -565,7 +600,7 @@ class RuntimeManager:
             sandbox_config = build_sandbox_config(pod, self.ctx, attempt=actions.attempt, cgroup_parent=cgroup_parent)
         except PodConfigError as exc:
             result.pod_error = (exc.reason, exc.message)
-            for c in podutil.init_containers(pod) + podutil.containers(pod):
+            for c in podutil.init_containers(pod) + podutil.containers(pod) + actions.start_ephemeral:
                 result.waiting[c.get("name", "")] = ("ContainerCreating", "")
             self.events(pod, "Warning", exc.reason, exc.message)
             result.retry_in = 10.0
@@ -591,7 +626,7 @@ class RuntimeManager:
                 pass
 
         to_start = [actions.next_init] if actions.next_init else list(actions.start)
-        for container in to_start:
+        for container in actions.start_ephemeral + to_start:
             name = container.get("name", "")
             wait = await self._start_container(
                 pod, container, rp, sandbox_id, sandbox_config, volume_paths, pod_ip, pod_ips
@@ -650,27 +685,61 @@ class RuntimeManager:
         restart_count = 0
         if last is not None:
             restart_count = last.restart_count + 1
+        device_options = None
+        if self.devices is not None:
+            try:
+                await self.devices.pre_start(pod, container)
+                device_options = self.devices.run_options(pod, container)
+            except Exception as exc:  # noqa: BLE001 - the plugin's failure is the container's config error
+                message = str(exc)
+                self.events(pod, "Warning", "Failed", f"Error: {message}")
+                return (REASON_CREATE_CONTAINER_CONFIG, message, 10.0)
+        target_id = ""
+        target = container.get("targetContainerName") or ""
+        if target:
+            found = rp.latest(target)
+            if found is None or not found.running:
+                # Upstream's startContainer says this as a config error; the next sync tries again.
+                message = (
+                    f"cannot find target container {target}"
+                    if found is None
+                    else (f"target container {target} is not running")
+                )
+                self.events(pod, "Warning", "Failed", f"Error: {message}")
+                return (REASON_CREATE_CONTAINER_CONFIG, message, 10.0)
+            target_id = found.id
         try:
             setup = build_container_config(
                 pod,
                 container,
                 self.ctx,
+                device_options=device_options,
                 restart_count=restart_count,
                 pod_ip=pod_ip,
                 pod_ips=pod_ips,
                 volume_paths=volume_paths,
                 objects=self.volumes.objects,
                 service_env=self.service_env(pod) if self.service_env is not None else None,
+                target_id=target_id,
             )
         except PodConfigError as exc:
             self.events(pod, "Warning", "Failed", f"Error: {exc.message}")
             return (exc.reason, exc.message, 10.0)
+        cpus = ""
+        if self.cpusets is not None:
+            cpus, mems = self.cpusets.container_cpuset(pod, container)
+            if cpus:
+                setup.config.linux.resources.cpuset_cpus = cpus
+            if mems:
+                setup.config.linux.resources.cpuset_mems = mems
         try:
             cid = await self.cri.create_container(sandbox_id, setup.config, sandbox_config)
         except CriError as exc:
             message = exc.details or str(exc)
             self.events(pod, "Warning", "Failed", f"Error: {message}")
             return ("CreateContainerError", message, 10.0)
+        if self.cpusets is not None:
+            self.cpusets.container_created(cid, cpus)
         self.events(pod, "Normal", "Created", f"Created container {name}")
         try:
             await self.cri.start_container(cid)

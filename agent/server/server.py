@@ -764,6 +764,8 @@ def _config_value(value: Any) -> Any:
             if value.value:
                 out["value"] = value.value
             return out
+        if type(value).__name__ == "ShutdownGracePeriodByPodPriority":
+            return {"priority": value.priority, "shutdownGracePeriodSeconds": value.shutdown_grace_period_seconds}
         if type(value).__name__ == "MemoryReservation":
             return {"numaNode": value.numa_node, "limits": {k: str(v) for k, v in value.limits.items()}}
         return {f.name: _config_value(getattr(value, f.name)) for f in dataclasses.fields(value)}

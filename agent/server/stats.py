@@ -6,7 +6,8 @@ startTime, containers, cpu, memory, volume, ephemeral-storage, process_stats).
 
 Where the figures come from, as upstream's CRI stats provider takes them:
 
-* the node: ``/proc/stat`` and ``/proc/meminfo`` (psutil), ``statvfs`` of
+* the node: ``/proc/stat``; memory from the root memory cgroup (``/proc/meminfo``
+  on cgroup v2, whose root has no usage file); ``statvfs`` of
   ``--root-dir`` for ``fs``, the runtime's ``ImageFsInfo`` for ``imageFs``;
 * a pod: its cgroup, which :mod:`agent.cm` made (``cpuacct.usage`` / ``cpu.stat``,
   ``memory.usage_in_bytes`` / ``memory.current`` and ``memory.stat``,
@@ -285,14 +286,33 @@ class StatsProvider:
         busy = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
         return int(busy * 1e9)
 
-    @staticmethod
-    def _node_memory() -> CgroupUsage:
+    def _root_cgroup_dirs(self) -> dict[str, str]:
+        driver = getattr(self.cgroups, "driver", None) if self.cgroups is not None else None
+        if driver is None:
+            return {}
+        try:
+            return dict(driver.dirs(()))
+        except Exception:  # noqa: BLE001 - not started: the node figures come from /proc/meminfo
+            return {}
+
+    def _node_memory(self) -> CgroupUsage:
+        """The root cgroup's usage and working set (usage minus inactive file pages), as
+        upstream reads the node; /proc/meminfo where the root has no usage file (cgroup v2)."""
         vm = psutil.virtual_memory()
-        meminfo = _kv((_read("/proc/meminfo") or "").replace(":", "").replace(" kB", ""))
+        root = self._root_cgroup_dirs()
+        cg = read_cgroup_usage({"memory": root["memory"]}) if "memory" in root else None
         u = CgroupUsage()
-        u.usage = vm.total - vm.free
-        inactive_file = meminfo.get("Inactive(file)", 0) * 1024
-        u.working_set = max(0, u.usage - inactive_file)
+        meminfo = _kv((_read("/proc/meminfo") or "").replace(":", "").replace(" kB", ""))
+        if cg is not None and cg.usage is not None and cg.working_set is not None:
+            u.usage, u.working_set = cg.usage, cg.working_set
+        else:
+            u.usage = vm.total - vm.free
+            inactive_file = meminfo.get("Inactive(file)", 0) * 1024
+            unified = root.get("unified")
+            if unified:
+                # The v2 root has memory.stat (not memory.current): its inactive_file is the node's.
+                inactive_file = _kv(_read(os.path.join(unified, "memory.stat"))).get("inactive_file", inactive_file)
+            u.working_set = max(0, u.usage - inactive_file)
         u.rss = meminfo.get("AnonPages", 0) * 1024 if "AnonPages" in meminfo else None
         u.limit = vm.total
         vmstat = _kv(_read("/proc/vmstat"))
@@ -368,21 +388,26 @@ class StatsProvider:
             )
         except (psutil.Error, OSError):
             pass
-        if self.cgroups is not None and getattr(self.cgroups, "per_qos", False):
-            try:
-                dirs = self.cgroups.qos_cgroup_dirs("Guaranteed")
-            except Exception:  # noqa: BLE001 - a cgroup that cannot be read leaves its figures out
-                dirs = {}
-            u = read_cgroup_usage(dirs) if dirs else None
-            if u is not None:
-                out.append(
-                    {
-                        "name": "pods",
-                        "startTime": _now_rfc3339(int(self._started * 1e9)),
-                        "cpu": self._cpu("sys:pods", u.timestamp, u.cpu_ns),
-                        "memory": self._memory(u, capacity, u.timestamp),
-                    }
-                )
+        pods = self._pods_container(capacity)
+        if pods is not None:
+            out.append(pods)
+        return out
+
+    def _pods_container(self, capacity: int, with_cpu: bool = True) -> dict | None:
+        """The ``pods`` system container: the cgroup all pods live under (orchpods)."""
+        if self.cgroups is None or not getattr(self.cgroups, "per_qos", False):
+            return None
+        try:
+            dirs = self.cgroups.qos_cgroup_dirs("Guaranteed")
+        except Exception:  # noqa: BLE001 - a cgroup that cannot be read leaves its figures out
+            dirs = {}
+        u = read_cgroup_usage(dirs) if dirs else None
+        if u is None:
+            return None
+        out: dict[str, Any] = {"name": "pods", "startTime": _now_rfc3339(int(self._started * 1e9))}
+        if with_cpu:
+            out["cpu"] = self._cpu("sys:pods", u.timestamp, u.cpu_ns)
+        out["memory"] = self._memory(u, capacity, u.timestamp)
         return out
 
     # --- pods -------------------------------------------------------------------------
@@ -530,6 +555,35 @@ class StatsProvider:
                 await asyncio.sleep(WARMUP_INTERVAL)
             return await self._build(only_cpu_and_memory)
 
+    async def node_summary(self) -> dict:
+        """The node figures the eviction manager watches, and nothing per pod: memory (the
+        root cgroup), the ``pods`` system container's memory, ``fs`` (``--root-dir``), the
+        runtime's ``imageFs`` and ``rlimit``. Cheap enough for every housekeeping round."""
+        now = time.time_ns()
+        capacity = psutil.virtual_memory().total
+        node: dict[str, Any] = {"nodeName": self.node_name, "memory": self._memory(self._node_memory(), capacity, now)}
+        pods = self._pods_container(capacity, with_cpu=False)
+        node["systemContainers"] = [pods] if pods is not None else []
+        image_fs, fs = await asyncio.gather(self._image_fs(), asyncio.to_thread(fs_stats, self.root_dir))
+        if fs is not None:
+            node["fs"] = fs
+        node["runtime"] = {"imageFs": image_fs} if image_fs is not None else {}
+        node["rlimit"] = self._rlimit(now)
+        return {"node": node, "pods": []}
+
+    @staticmethod
+    def _rlimit(now: int) -> dict:
+        """Upstream's process limits: the lower of ``pid_max`` and ``threads-max``, and the
+        number of tasks (threads included) from ``/proc/loadavg``, which is what they bound."""
+        limits = [v for v in (_read_int("/proc/sys/kernel/pid_max"), _read_int("/proc/sys/kernel/threads-max")) if v]
+        out: dict[str, Any] = {"time": _now_rfc3339(now), "maxpid": min(limits) if limits else 0}
+        fields = (_read("/proc/loadavg") or "").split()
+        try:
+            out["curproc"] = int(fields[3].split("/")[1])
+        except (IndexError, ValueError):
+            out["curproc"] = len(psutil.pids())
+        return out
+
     async def _build(self, only_cpu_and_memory: bool) -> dict:
         now = time.time_ns()
         capacity = psutil.virtual_memory().total
@@ -553,11 +607,7 @@ class StatsProvider:
             if fs is not None:
                 node["fs"] = fs
             node["runtime"] = {"imageFs": image_fs} if image_fs is not None else {}
-            try:
-                pid_max = int((_read("/proc/sys/kernel/pid_max") or "0").strip() or 0)
-            except ValueError:
-                pid_max = 0
-            node["rlimit"] = {"time": _now_rfc3339(now), "maxpid": pid_max, "curproc": len(psutil.pids())}
+            node["rlimit"] = self._rlimit(now)
         pods = list(self._pods())
         built = await asyncio.to_thread(
             lambda: [self._pod(pod, rp, ctr_stats, capacity, only_cpu_and_memory) for pod, rp in pods]

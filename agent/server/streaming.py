@@ -40,8 +40,6 @@ blocks received are never needed and skipped.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import struct
 import urllib.parse
 import zlib
 from typing import Iterable, Sequence
@@ -51,6 +49,19 @@ from aiohttp import WSMsgType, web
 
 from agent import logging as agent_logging
 from apiserver_min.api import names
+from apiserver_min.api.spdy import (
+    GOAWAY,
+    PING,
+    RST_STREAM,
+    SpdyFrame,
+    control_frame,
+    decode_header_block,
+    encode_data,
+    encode_syn_stream,
+    frame,
+    parse_frame_head,
+)
+from apiserver_min.api.spdy import MAX_DATA_FRAME as MAX_DATA_FRAME
 
 __all__ = [
     "CHANNEL_STDIN",
@@ -89,14 +100,8 @@ SPDY_PROTOCOLS = (names.STREAM_PROTOCOL_V4,)
 PORT_FORWARD_TUNNEL_PROTOCOL = "SPDY/3.1+portforward.k8s.io"
 PORT_FORWARD_SPDY_PROTOCOL = "portforward.k8s.io"
 CONNECT_TIMEOUT = 10.0
-MAX_DATA_FRAME = 32 * 1024
 MAX_MESSAGE = 4 * 1024 * 1024
 _MAX_HTTP_HEAD = 64 * 1024
-
-# SPDY/3 frame types and flags.
-_SPDY_VERSION = 3
-SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDATE = 1, 2, 3, 4, 6, 7, 8, 9
-FLAG_FIN = 0x01
 
 _STREAM_TYPES = {
     CHANNEL_STDIN: "stdin",
@@ -146,59 +151,7 @@ def failure_status(message: str, reason: str = "InternalError", code: int = 500)
     return orjson.dumps({"metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
 
 
-# --- SPDY/3 framing ----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SpdyFrame:
-    """One frame: ``control`` frames have a ``type``; data frames have type 0."""
-
-    control: bool
-    type: int
-    flags: int
-    stream_id: int
-    payload: bytes
-
-    @property
-    def fin(self) -> bool:
-        return bool(self.flags & FLAG_FIN)
-
-
-def _control(ftype: int, flags: int, payload: bytes) -> bytes:
-    return struct.pack(">HHI", 0x8000 | _SPDY_VERSION, ftype, (flags << 24) | len(payload)) + payload
-
-
-def _header_block(headers: dict[str, str]) -> bytes:
-    out = [struct.pack(">I", len(headers))]
-    for name, value in headers.items():
-        n, v = name.lower().encode(), value.encode()
-        out.append(struct.pack(">I", len(n)) + n + struct.pack(">I", len(v)) + v)
-    return b"".join(out)
-
-
-def decode_header_block(block: bytes) -> dict[str, str]:
-    """An uncompressed header block (for tests and diagnostics)."""
-    (count,), pos, out = struct.unpack_from(">I", block), 4, {}
-    for _ in range(count):
-        (n,) = struct.unpack_from(">I", block, pos)
-        name = block[pos + 4 : pos + 4 + n].decode()
-        pos += 4 + n
-        (v,) = struct.unpack_from(">I", block, pos)
-        out[name] = block[pos + 4 : pos + 4 + v].decode()
-        pos += 4 + v
-    return out
-
-
-def encode_syn_stream(stream_id: int, headers: dict[str, str], compressor, *, fin: bool = False) -> bytes:
-    """SYN_STREAM: stream id, no associated stream, priority 0, the compressed headers
-    (one zlib stream per connection, flushed per frame, as SPDY requires)."""
-    block = compressor.compress(_header_block(headers)) + compressor.flush(zlib.Z_SYNC_FLUSH)
-    body = struct.pack(">IIH", stream_id & 0x7FFFFFFF, 0, 0) + block
-    return _control(SYN_STREAM, FLAG_FIN if fin else 0, body)
-
-
-def encode_data(stream_id: int, data: bytes, *, fin: bool = False) -> bytes:
-    return struct.pack(">II", stream_id & 0x7FFFFFFF, ((FLAG_FIN if fin else 0) << 24) | len(data)) + data
+# --- SPDY/3 framing (apiserver_min.api.spdy) ---------------------------------------------
 
 
 async def read_frame(reader: asyncio.StreamReader) -> SpdyFrame | None:
@@ -209,21 +162,12 @@ async def read_frame(reader: asyncio.StreamReader) -> SpdyFrame | None:
         if exc.partial:
             raise SpdyError(500, "the runtime's stream connection ended inside a frame header") from None
         return None
-    first, second = struct.unpack(">II", head)
-    flags, length = second >> 24, second & 0xFFFFFF
+    control, type_or_id, flags, length = parse_frame_head(head)
     try:
         payload = await reader.readexactly(length)
     except asyncio.IncompleteReadError:
         raise SpdyError(500, "the runtime's stream connection ended inside a frame") from None
-    if first & 0x80000000:
-        ftype = first & 0xFFFF
-        sid = (
-            struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF
-            if ftype in (SYN_STREAM, SYN_REPLY, RST_STREAM, HEADERS, WINDOW_UPDATE) and len(payload) >= 4
-            else 0
-        )
-        return SpdyFrame(True, ftype, flags, sid, payload)
-    return SpdyFrame(False, 0, flags, first & 0x7FFFFFFF, payload)
+    return frame(control, type_or_id, flags, payload)
 
 
 # --- the SPDY client ---------------------------------------------------------------------
@@ -313,7 +257,7 @@ class SpdyClient:
             if not frame.control or frame.type in (RST_STREAM, GOAWAY):
                 return frame
             if frame.type == PING:
-                self.writer.write(_control(PING, 0, frame.payload))
+                self.writer.write(control_frame(PING, 0, frame.payload))
                 await self.writer.drain()
 
     def close(self) -> None:

@@ -400,14 +400,17 @@ class NodeStatusManager:
         version: str,
         host_ip: str,
         pressure: Callable[[], Mapping[str, bool]] | None = None,
+        shutdown: Callable[[], str] | None = None,
         host_files: HostFiles | None = None,
         detect_ip: Callable[[bool], str] = detect_node_ip,
+        extended_resources: Callable[[], tuple[Mapping[str, int], Mapping[str, int], Iterable[str]]] | None = None,
     ) -> None:
         """``runtime_ready`` answers True, False ("container runtime is down") or
         ``(False, reason)``; ``runtime_version`` answers ``containerd://1.6.20``;
         ``list_images`` answers CRI images. ``pressure`` (the eviction manager's, when
         there is one) maps MemoryPressure/DiskPressure/PIDPressure to True when under
-        pressure; without it there is none."""
+        pressure; without it there is none. ``shutdown`` (the node shutdown manager's)
+        answers why the node is not ready while it shuts down, "" otherwise."""
         self.cfg = cfg
         self.client = client
         self.node_name = node_name
@@ -420,6 +423,9 @@ class NodeStatusManager:
         self.version = version
         self.host_ip = host_ip
         self.pressure = pressure or (lambda: {})
+        # The device plugins' resources: (capacity, allocatable, removed resources).
+        self.extended_resources = extended_resources
+        self.shutdown = shutdown or (lambda: "")
         self.host_files = host_files or HostFiles()
         self._detect_ip = detect_ip
         self.register_node = bool(getattr(cfg, "register_node", True))
@@ -659,9 +665,22 @@ class NodeStatusManager:
         capacity.update(resource_list(cap))
         ours = resource_list(alloc)
         allocatable.update(ours)
+        plugin_allocatable: Mapping[str, int] = {}
+        if self.extended_resources is not None:
+            try:
+                plugin_capacity, plugin_allocatable, removed = self.extended_resources()
+            except Exception as exc:
+                log.error("Cannot read the device plugin resources", err=exc)
+            else:
+                for name, count in plugin_capacity.items():
+                    capacity[name] = str(count)
+                for name in removed:  # a plugin gone for good: its resource drops to 0, as upstream
+                    capacity[name] = "0"
         for name, value in capacity.items():
             if name not in ours:
                 allocatable[name] = value
+        for name, count in plugin_allocatable.items():
+            allocatable[name] = str(count)  # the healthy devices only
         status["capacity"], status["allocatable"] = capacity, allocatable
 
     def _set_pressure(
@@ -701,6 +720,9 @@ class NodeStatusManager:
         ready, why = answer if isinstance(answer, tuple) else (bool(answer), "")
         if not ready:
             errs.append(why or RUNTIME_DOWN_MESSAGE)
+        shutting_down = self.shutdown()
+        if shutting_down:
+            errs.append(shutting_down)
         required = [CPU, MEMORY, PODS]
         if getattr(self.cfg, "local_storage_capacity_isolation", True):
             required.append(EPHEMERAL_STORAGE)

@@ -6,7 +6,8 @@ the previous status (to keep transition times and start time) in; the
 ``status`` dict out: phase, conditions (PodScheduled, Initialized,
 ContainersReady, Ready), container statuses with state, lastState,
 restartCount, ready, started, image, imageID and containerID, pod IPs, host
-IP, QoS class and start time.
+IP, QoS class and start time. Ephemeral containers get statuses of their own
+(never ready, no ``started``) and count for neither the phase nor readiness.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .. import pods as podutil
 from ..cm import pod_qos_class
 from ..runtime.manager import ContainerInfo, RuntimePod
 
-__all__ = ["generate_pod_status", "container_id", "rejected_status", "pod_phase"]
+__all__ = ["generate_pod_status", "container_id", "rejected_status", "pod_phase", "ephemeral_ran"]
 
 RUNTIME_SCHEME = "containerd"
 
@@ -99,6 +100,22 @@ def _container_status(
     else:
         reason, message = wait if wait else ("ContainerCreating", "")
         out["state"] = {"waiting": _waiting(reason, message)}
+    return out
+
+
+def _ephemeral_status(spec: dict, rp: RuntimePod, waiting: Mapping[str, tuple[str, str]]) -> dict:
+    out = _container_status(spec, rp, waiting, lambda name: False, lambda name: False, "ContainerCreating")
+    del out["started"]  # upstream's prober never sets it for them
+    return out
+
+
+def ephemeral_ran(status: Mapping | None) -> set[str]:
+    """The ephemeral containers a reported status shows as having had a container: they
+    never start again, even once the runtime has removed what is left of them."""
+    out = set()
+    for s in (status or {}).get("ephemeralContainerStatuses") or []:
+        if isinstance(s, dict) and s.get("containerID"):
+            out.add(str(s.get("name", "")))
     return out
 
 
@@ -247,6 +264,9 @@ def generate_pod_status(
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     status["containerStatuses"] = statuses
+    ephemeral = podutil.ephemeral_containers(pod)
+    if ephemeral:
+        status["ephemeralContainerStatuses"] = [_ephemeral_status(c, rp, waiting) for c in ephemeral]
     if pod_error and phase == "Pending":
         status["reason"], status["message"] = pod_error
     return status

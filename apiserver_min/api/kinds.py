@@ -65,8 +65,7 @@ class KindInfo:
     singular: str = ""
     short_names: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
-    # Served sub-resources only: discovery lists each one, so a declared one must answer
-    # (pods/ephemeralcontainers waits for its handler).
+    # Served sub-resources only: discovery lists each one, so a declared one must answer.
     subresources: tuple[Subresource, ...] = ()
     categories: tuple[str, ...] = ()
     # Extra field-selector fields beyond metadata.name / metadata.namespace.
@@ -708,6 +707,8 @@ KINDS: tuple[KindInfo, ...] = (
             _sub("attach", "PodAttachOptions", ("create", "get"), rest="pods/stream"),
             _sub("portforward", "PodPortForwardOptions", ("create", "get"), rest="pods/stream"),
             _sub("proxy", "PodProxyOptions", PROXY_VERBS, rest="proxy"),
+            # The pod itself, of which a write changes spec.ephemeralContainers only.
+            _sub(names.POD_SUBRESOURCE_EPHEMERAL_CONTAINERS, "Pod"),
         ),
         field_getters={
             "spec.nodeName": _getter("spec", "nodeName"),

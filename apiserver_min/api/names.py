@@ -25,6 +25,8 @@ STORAGE_GROUP = f"storage.{DOMAIN}"
 ADMISSIONREGISTRATION_GROUP = f"admissionregistration.{DOMAIN}"
 AUTHENTICATION_GROUP = f"authentication.{DOMAIN}"
 AUTHORIZATION_GROUP = f"authorization.{DOMAIN}"
+# The policy file format of the ABAC authorization mode (a file format, not a served group).
+ABAC_GROUP = f"abac.authorization.{DOMAIN}"
 FLOWCONTROL_GROUP = f"flowcontrol.{DOMAIN}"
 APIEXTENSIONS_GROUP = f"apiextensions.{DOMAIN}"
 # The finalizer a CustomResourceDefinition carries until its objects are deleted.
@@ -191,6 +193,14 @@ APISERVER_DATA_DIR = "/var/lib/orch-apiserver"
 PODS_CGROUP = "orchpods"
 AGENT_CONFIG_KIND = "AgentConfiguration"
 AGENT_CONFIG_API_VERSION = f"agent.config.{DOMAIN}/v1beta1"
+# Device plugins register on <root-dir>/device-plugins/<AGENT_NAME>.sock (upstream's
+# kubelet.sock); the allocations live in the checkpoint beside it. The pod resources
+# API listens on <root-dir>/pod-resources/<AGENT_NAME>.sock.
+DEVICE_PLUGIN_DIR = "device-plugins"
+DEVICE_PLUGIN_AGENT_SOCKET = f"{AGENT_NAME}.sock"
+DEVICE_PLUGIN_CHECKPOINT = f"{AGENT_NAME}_internal_checkpoint"
+POD_RESOURCES_DIR = "pod-resources"
+POD_RESOURCES_SOCKET = f"{AGENT_NAME}.sock"
 
 # CRI labels the agent puts on what it creates, so it never touches anything else.
 CRI_LABEL_POD_NAME = "io.orch.pod.name"
@@ -244,6 +254,32 @@ ENV_AGENT_TEST_SYNC_LOOP_THRESHOLD = "ORCH_AGENT_TEST_SYNC_LOOP_THRESHOLD"
 ENV_AGENT_TEST_IMAGE_GC_PERIOD = "ORCH_AGENT_TEST_IMAGE_GC_PERIOD"
 ENV_AGENT_TEST_CONTAINER_GC_PERIOD = "ORCH_AGENT_TEST_CONTAINER_GC_PERIOD"
 
+# Node agent graceful shutdown (upstream's node shutdown manager): systemd-logind's bus
+# names, the delay inhibitor lock's who/why, the logind drop-in that raises
+# InhibitDelayMaxSec, and the reasons and messages of pods it stops or refuses. The
+# condition reason is upstream's TerminationByKubelet, renamed as the node reasons are.
+LOGIND_BUS_NAME = "org.freedesktop.login1"
+LOGIND_OBJECT_PATH = "/org/freedesktop/login1"
+LOGIND_MANAGER_INTERFACE = "org.freedesktop.login1.Manager"
+LOGIND_SERVICE_UNIT = "systemd-logind.service"
+SYSTEMD_BUS_NAME = "org.freedesktop.systemd1"
+SYSTEMD_OBJECT_PATH = "/org/freedesktop/systemd1"
+SYSTEMD_MANAGER_INTERFACE = "org.freedesktop.systemd1.Manager"
+ENV_DBUS_SYSTEM_BUS_ADDRESS = "DBUS_SYSTEM_BUS_ADDRESS"
+DBUS_DEFAULT_SYSTEM_BUS_ADDRESS = "unix:path=/var/run/dbus/system_bus_socket"
+SHUTDOWN_INHIBIT_WHO = AGENT_NAME
+SHUTDOWN_INHIBIT_WHY = f"{AGENT_NAME} needs time to handle node shutdown"
+SHUTDOWN_LOGIND_DROPIN_DIR = "/run/systemd/logind.conf.d"
+SHUTDOWN_LOGIND_DROPIN_FILE = f"99-{AGENT_NAME}-shutdown.conf"
+SHUTDOWN_NOT_READY_MESSAGE = "node is shutting down"
+SHUTDOWN_POD_REASON = "Terminated"
+SHUTDOWN_POD_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+SHUTDOWN_NOT_ADMITTED_REASON = "NodeShutdown"
+SHUTDOWN_NOT_ADMITTED_MESSAGE = "Pod was rejected as the node is shutting down."
+SHUTDOWN_EVENT_REASON = "NodeShutdown"
+POD_CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+POD_REASON_TERMINATION_BY_AGENT = "TerminationByAgent"
+
 # Node agent runtime: CRI annotations on the containers it creates (upstream io.kubernetes.*),
 # read back after an agent restart to stop containers of pods whose spec is gone, and the
 # plugin directory names of the volumes it sets up under <root>/pods/<uid>/volumes/.
@@ -288,6 +324,9 @@ ROLE_CSR_SELFNODECLIENT = f"system:certificates.{DOMAIN}:certificatesigningreque
 ROLE_CLUSTER_INFO_READER = "system:bootstrap-signer-clusterinfo"
 CSR_SUBRESOURCE_NODECLIENT = "nodeclient"
 CSR_SUBRESOURCE_SELFNODECLIENT = "selfnodeclient"
+
+# The pod sub-resource that adds ephemeral containers (kubectl debug writes it).
+POD_SUBRESOURCE_EPHEMERAL_CONTAINERS = "ephemeralcontainers"
 SIGNERS_RESOURCE = "signers"
 
 # Authentication (bearer tokens, service accounts, TokenRequest, the ServiceAccount
@@ -332,6 +371,11 @@ NODE_INFO_PROXY_VERSION_FIELD = "kubeProxyVersion"
 NODE_DAEMON_ENDPOINT_AGENT_FIELD = "kubeletEndpoint"
 ANNOTATION_CONTROLLER_MANAGED_ATTACH_DETACH = f"volumes.{DOMAIN}/controller-managed-attach-detach"
 
+# Node agent eviction: the status reason of an evicted (or refused) pod and the node event of
+# a threshold (the DisruptionTarget condition is POD_CONDITION_DISRUPTION_TARGET above).
+EVICTION_REASON = "Evicted"
+EVICTION_THRESHOLD_MET_REASON = "EvictionThresholdMet"
+
 # Node lifecycle controller, scheduler and the pods/log proxy: the condition taints upstream
 # spells node.kubernetes.io/<condition>, the agent port used when a Node publishes none
 # (upstream's kubelet port), and the identity of the client certificate the API server
@@ -373,6 +417,9 @@ CONTROLLER_MANAGER_USER = "system:orch-controller-manager"
 # since kubectl and the runtime's streaming server speak them.
 STREAM_PROTOCOL_V5 = "v5.channel.k8s.io"
 STREAM_PROTOCOL_V4 = "v4.channel.k8s.io"
+# SPDY stream clients: the protocol offer/answer header, and the header naming each stream.
+HEADER_STREAM_PROTOCOL_VERSION = "X-Stream-Protocol-Version"
+STREAM_TYPE_HEADER = "streamType"
 
 # The field managers (metadata.managedFields) of the API server's bundled controllers'
 # writes: upstream records them under the product name of the writer's user agent,

@@ -50,6 +50,7 @@ from apiserver_min.api.validation import (
 __all__ = [
     "validate_pod",
     "validate_pod_update",
+    "validate_pod_ephemeral_containers_update",
     "validate_pod_spec",
     "validate_pod_metadata",
     "validate_tolerations",
@@ -75,6 +76,11 @@ POD_UPDATE_FORBIDDEN_MESSAGE = (
     "`spec.tolerations` (only additions to existing tolerations),"
     "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
 )
+
+# Upstream's answers for writes through pods/ephemeralcontainers.
+EPHEMERAL_STATIC_POD_MESSAGE = "static pods do not support ephemeral containers"
+EPHEMERAL_REMOVED_MESSAGE = 'existing ephemeral containers "{name}" may not be removed\n'
+EPHEMERAL_CHANGED_MESSAGE = 'existing ephemeral containers "{name}" may not be changed\n'
 
 _NEGATIVE_MSG = "must be greater than or equal to 0"
 _FILE_MODE_MSG = "must be a number between 0 and 0777 (octal), both inclusive"
@@ -1912,4 +1918,43 @@ def validate_pod_update(new: dict, old: dict, *, include_metadata: bool = True) 
         lines: list[str] = []
         _diff(old_norm, new_norm, "spec", lines)
         errs.append(FieldError.forbidden("spec", POD_UPDATE_FORBIDDEN_MESSAGE + "\n" + "\n".join(lines)))
+    return errs
+
+
+def validate_pod_ephemeral_containers_update(new: dict, old: dict) -> list[FieldError]:
+    """A write through ``pods/ephemeralcontainers`` (upstream ValidatePodEphemeralContainersUpdate).
+
+    ``new`` differs from ``old`` only in ``spec.ephemeralContainers`` (the strategy keeps
+    everything else): the whole pod must still be valid (names unique across all
+    containers, an existing target, none of the fields ephemeral containers may not
+    have), and the ephemeral containers already there stay exactly as they are, since
+    the node agent has started or is starting them. A static pod's mirror takes none.
+    """
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return [FieldError.type_invalid("", new, "must be an object")]
+    if names.ANNOTATION_CONFIG_MIRROR in (dict_at(old, "metadata").get("annotations") or {}):
+        # The field path upstream reports is its root path with an empty name.
+        return [FieldError.forbidden("[]", EPHEMERAL_STATIC_POD_MESSAGE)]
+    errs = _pod_body(new)
+    errs += _pod_specific_annotation_updates(
+        dict_at(new, "metadata").get("annotations"), dict_at(old, "metadata").get("annotations"), "metadata.annotations"
+    )
+    path = "spec.ephemeralContainers"
+    added = dict_at(new, "spec").get("ephemeralContainers") or []
+    by_name = {c.get("name"): c for c in added if isinstance(c, dict)} if isinstance(added, list) else {}
+    for before in dict_at(old, "spec").get("ephemeralContainers") or []:
+        if not isinstance(before, dict):
+            continue
+        name = before.get("name")
+        after = by_name.get(name)
+        if after is None:
+            errs.append(FieldError.forbidden(path, EPHEMERAL_REMOVED_MESSAGE.format(name=name)))
+            continue
+        old_norm, new_norm = _semantic(before), _semantic(after)
+        if old_norm != new_norm:
+            lines: list[str] = []
+            _diff(old_norm, new_norm, f"{path}[{name}]", lines)
+            errs.append(
+                FieldError.forbidden(f"{path}[{name}]", EPHEMERAL_CHANGED_MESSAGE.format(name=name) + "\n".join(lines))
+            )
     return errs

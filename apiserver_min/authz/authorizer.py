@@ -38,7 +38,7 @@ class RequestFacts(Protocol):
     name: str
 
 
-AUTHORIZATION_MODES = ("AlwaysAllow", "AlwaysDeny", "RBAC", "Node")
+AUTHORIZATION_MODES = ("AlwaysAllow", "AlwaysDeny", "ABAC", "Webhook", "RBAC", "Node")
 DEFAULT_AUTHORIZATION_MODES = ("Node", "RBAC")
 
 ANONYMOUS = UserInfo(names.USER_ANONYMOUS, groups=(names.GROUP_UNAUTHENTICATED,))
@@ -128,12 +128,17 @@ class AlwaysDeny:
 
 class Union:
     """Authorizers asked in order: the first allow or deny wins; otherwise no opinion
-    with every reason collected (the caller treats that as a denial)."""
+    with every reason collected (the caller treats that as a denial).
+
+    An authorizer that must wait for its answer (the webhook) has an async
+    ``decide(attrs) -> (decision, reason, error)``; :meth:`decide` awaits it, while the
+    synchronous :meth:`authorize` takes its ``authorize`` (cached answers only)."""
 
     name = "Union"
 
     def __init__(self, authorizers: list[Authorizer]):
         self.authorizers = authorizers
+        self._waits = any(hasattr(a, "decide") for a in authorizers)
 
     def authorize(self, attrs: AuthzAttributes) -> tuple[Decision, str]:
         reasons = []
@@ -145,8 +150,41 @@ class Union:
                 reasons.append(reason)
         return Decision.NO_OPINION, "\n".join(reasons)
 
+    async def decide(self, attrs: AuthzAttributes) -> tuple[Decision, str, str]:
+        """(decision, reason, error): as :meth:`authorize`, asking the authorizers that
+        wait too. ``error`` joins the failures of the authorizers asked (upstream's
+        aggregate: one as it is, several as ``[a, b]``); it matters only when nobody
+        allowed the request."""
+        if not self._waits:
+            decision, reason = self.authorize(attrs)
+            return decision, reason, ""
+        reasons: list[str] = []
+        errors: list[str] = []
+        for a in self.authorizers:
+            ask = getattr(a, "decide", None)
+            if ask is not None:
+                decision, reason, error = await ask(attrs)
+            else:
+                decision, reason = a.authorize(attrs)
+                error = ""
+            if error:
+                errors.append(error)
+            if decision is not Decision.NO_OPINION:
+                return decision, reason, error
+            if reason:
+                reasons.append(reason)
+        joined = errors[0] if len(errors) == 1 else (f"[{', '.join(errors)}]" if errors else "")
+        return Decision.NO_OPINION, "\n".join(reasons), joined
+
     def allowed(self, attrs: AuthzAttributes) -> bool:
         return self.authorize(attrs)[0] is Decision.ALLOW
+
+    async def close(self) -> None:
+        """Closes the connections of the authorizers that keep some (the webhook)."""
+        for a in self.authorizers:
+            close = getattr(a, "close", None)
+            if close is not None:
+                await close()
 
     def rules_for(self, user: UserInfo, namespace: str) -> RulesResult:
         out = RulesResult()
@@ -157,6 +195,16 @@ class Union:
             out.incomplete = out.incomplete or r.incomplete
             out.errors += r.errors
         return out
+
+
+async def decide(authorizer: Any, attrs: AuthzAttributes) -> tuple[Decision, str, str]:
+    """(decision, reason, error) of any authorizer: the chain's (or a webhook's) ``decide``,
+    else its synchronous ``authorize`` with no error."""
+    ask = getattr(authorizer, "decide", None)
+    if ask is not None:
+        return await ask(attrs)
+    decision, reason = authorizer.authorize(attrs)
+    return decision, reason, ""
 
 
 def parse_modes(value: str) -> tuple[str, ...]:

@@ -624,9 +624,9 @@ class RbacWriteGuard:
         if old is not None and only_gc_fields_changed(obj, old):
             return
         if k.resource in ("roles", "clusterroles"):
-            self._check_role(attrs, obj, old)
+            await self._check_role(attrs, obj, old)
         else:
-            self._check_binding(attrs, obj)
+            await self._check_binding(attrs, obj)
 
     def _escalation_error(self, attrs: Attributes, missing: list[PolicyRule], errors: list[str]) -> st.ApiError:
         user = attrs.user
@@ -639,7 +639,7 @@ class RbacWriteGuard:
             msg += f"; resolution errors: [{', '.join(errors)}]"
         return st.forbidden(attrs.kind.resource, attrs.name, attrs.kind.group, msg)
 
-    def _check_role(self, attrs: Attributes, obj: dict, old: dict | None) -> None:
+    async def _check_role(self, attrs: Attributes, obj: dict, old: dict | None) -> None:
         k = attrs.kind
         esc = AuthzAttributes(
             attrs.user,
@@ -651,7 +651,7 @@ class RbacWriteGuard:
             resource=k.resource,
             name=attrs.name if old is not None else "",
         )
-        if self.authorizer.allowed(esc):
+        if (await self.authorizer.decide(esc))[0] is Decision.ALLOW:
             return
         owner, errors = self.index.rules_for(attrs.user, attrs.namespace)
         missing = uncovered(owner, rules_from(obj))
@@ -666,7 +666,7 @@ class RbacWriteGuard:
                     k.resource, attrs.name, k.group, "must have cluster-admin privileges to use the aggregationRule"
                 )
 
-    def _check_binding(self, attrs: Attributes, obj: dict) -> None:
+    async def _check_binding(self, attrs: Attributes, obj: dict) -> None:
         ref = obj.get("roleRef") or {}
         role_kind, role_name = ref.get("kind", ""), ref.get("name", "")
         resource = "clusterroles" if role_kind == "ClusterRole" else "roles"
@@ -680,7 +680,7 @@ class RbacWriteGuard:
             resource=resource,
             name=role_name,
         )
-        if self.authorizer.allowed(bind):
+        if (await self.authorizer.decide(bind))[0] is Decision.ALLOW:
             return
         rules, err = self.index.role_rules(role_kind, role_name, attrs.namespace)
         if rules is None:

@@ -38,7 +38,7 @@ from ..api.kinds import KindInfo
 from ..api.schemas import schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
 from ..api.user import UserInfo, service_account_groups, service_account_username
-from ..authz.authorizer import Authorizer, AuthzAttributes, Decision, forbidden_error
+from ..authz.authorizer import Authorizer, AuthzAttributes, Decision, decide, forbidden_error
 from ..registry.binding import bind_pod
 from ..registry.patching import PATCH_TYPES, patch_object
 from ..registry.rest import DeleteOptions, RequestContext
@@ -64,10 +64,11 @@ class LocalClient:
         self.user = user
         self.field_manager = field_manager
 
-    def authorize(
+    async def authorize(
         self, verb: str, kind: KindInfo, namespace: str | None, name: str = "", subresource: str = ""
     ) -> None:
-        """403 unless the authorizer allows this client's user ``verb`` on the resource."""
+        """403 unless the authorizer allows this client's user ``verb`` on the resource (a
+        500 naming the failure when an authorizer failed and none allowed, as over HTTP)."""
         ns = namespace or ""
         if kind.group == "" and kind.resource == "namespaces" and name:
             ns = name  # a namespace's own namespace, as the request path sets it
@@ -82,16 +83,18 @@ class LocalClient:
             subresource=subresource,
             name=name,
         )
-        decision, reason = self.authorizer.authorize(attrs)
+        decision, reason, error = await decide(self.authorizer, attrs)
         if decision is not Decision.ALLOW:
+            if error:
+                raise st.ApiError(500, "InternalError", f"Internal Server Error: {error}")
             raise forbidden_error(attrs, reason)
 
     # --- reads ------------------------------------------------------------------------------
     async def get(self, kind: KindInfo, namespace: str, name: str, *, subresource: str = "") -> dict:
         if subresource:
-            self.authorize("get", kind, namespace, name, subresource)
+            await self.authorize("get", kind, namespace, name, subresource)
             return await self._scale(kind, subresource).get(self._context(kind, "get", namespace, name, subresource))
-        self.authorize("get", kind, namespace, name)
+        await self.authorize("get", kind, namespace, name)
         return await self.store.get_object(kind, namespace, name)
 
     def _scale(self, kind: KindInfo, subresource: str) -> ScaleREST:
@@ -127,7 +130,7 @@ class LocalClient:
         except (SelectorError, ValueError) as exc:
             raise st.bad_request(f"invalid selector: {exc}") from None
         pinned = fields.exact_match("metadata.name") or "" if fields is not None else ""
-        self.authorize("list", kind, namespace, pinned)
+        await self.authorize("list", kind, namespace, pinned)
         res = await self.store.list(kind, namespace if kind.namespaced else None, labels, fields, None, None, 0, None)
         return [decode_stored(raw, rev) for raw, rev in res.items]
 
@@ -138,20 +141,20 @@ class LocalClient:
             md = {}
         if subresource == "binding" and kind.group == "" and kind.resource == "pods":
             name = str(md.get("name") or "")
-            self.authorize("create", kind, namespace, name, "binding")
+            await self.authorize("create", kind, namespace, name, "binding")
             target = obj.get("target")
             node = str(target.get("name") or "") if isinstance(target, dict) else ""
             return await bind_pod(self.store, namespace, name, node, self.user, uid=md.get("uid"))
         if subresource:
             raise st.method_not_allowed(f"create is not supported on {kind.resource}/{subresource} by this client")
-        self.authorize("create", kind, namespace)
+        await self.authorize("create", kind, namespace)
         created, _ = await self.store.create(kind, namespace, obj, self.user, field_manager=self.field_manager)
         return created
 
     async def update(
         self, kind: KindInfo, namespace: str, name: str, obj_or_mutate: dict | Mutate, *, subresource: str = ""
     ) -> dict:
-        self.authorize("update", kind, namespace, name, subresource)
+        await self.authorize("update", kind, namespace, name, subresource)
         if subresource == "scale":
             scale = self._scale(kind, subresource)
             ctx = self._context(kind, "update", namespace, name, subresource)
@@ -178,7 +181,7 @@ class LocalClient:
     ) -> dict:
         if patch_type not in PATCH_TYPES:
             raise st.unsupported_media_type(f"patch type {patch_type!r} is not supported by this client")
-        self.authorize("patch", kind, namespace, name, subresource)
+        await self.authorize("patch", kind, namespace, name, subresource)
         schema = schema_for(kind.group, kind.version, kind.kind)
 
         def compute(old: dict) -> dict:
@@ -190,6 +193,6 @@ class LocalClient:
         return new
 
     async def delete(self, kind: KindInfo, namespace: str, name: str, options: DeleteOptions | None = None) -> dict:
-        self.authorize("delete", kind, namespace, name)
+        await self.authorize("delete", kind, namespace, name)
         obj, _, _ = await self.store.delete(kind, namespace, name, options or DeleteOptions(), self.user)
         return obj

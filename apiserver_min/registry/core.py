@@ -9,6 +9,7 @@ the server).
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import logging
 from typing import Any, Callable, Protocol
@@ -70,6 +71,7 @@ class NamespaceStrategy(Strategy):
 
 class PodStrategy(Strategy):
     enum_rules = enumvalidation.POD_RULES  # podvalidation checks the rest itself
+    own_subresources = frozenset({names.POD_SUBRESOURCE_EPHEMERAL_CONTAINERS})
 
     def initial_status(self, obj: dict) -> dict:
         return {"phase": "Pending", "qosClass": pod_qos_class(obj)}
@@ -77,6 +79,29 @@ class PodStrategy(Strategy):
     def validate(self, obj: dict) -> list[v.FieldError]:
         """Create: generic metadata rules plus upstream's ValidatePodCreate."""
         return super().validate(obj) + podvalidation.validate_pod(obj, include_metadata=False)
+
+    def prepare_for_subresource_update(self, subresource: str, new: dict, old: dict) -> None:
+        """pods/ephemeralcontainers: the stored pod with the request's
+        ``spec.ephemeralContainers`` and nothing else of it (as upstream, other changes
+        in the body are dropped, not refused)."""
+        out = copy.deepcopy(old)
+        spec = new.get("spec")
+        ephemeral = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+        out_spec = out.setdefault("spec", {})
+        if ephemeral is None:
+            out_spec.pop("ephemeralContainers", None)
+        else:
+            out_spec["ephemeralContainers"] = ephemeral
+        out["metadata"]["resourceVersion"] = (new.get("metadata") or {}).get("resourceVersion", "")
+        new.clear()
+        new.update(out)
+
+    def validate_subresource_update(self, subresource: str, new: dict, old: dict) -> list[v.FieldError]:
+        return (
+            self.validate_metadata(new)
+            + self._finalizer_update_errors(new, old)
+            + podvalidation.validate_pod_ephemeral_containers_update(new, old)
+        )
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
         """Update: generic metadata rules plus upstream's ValidatePodUpdate.

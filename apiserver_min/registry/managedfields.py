@@ -588,7 +588,7 @@ async def apply_request(
     dry_run: bool,
     subresource: str = "",
     validate: Callable[[dict], dict] | None = None,
-    authorize_create: Callable[[], None] | None = None,
+    authorize_create: Callable[[], Awaitable[None]] | None = None,
     convert_old: Callable[[dict], Awaitable[dict]] | None = None,
 ) -> tuple[dict, bytes, bool]:
     """Serve one apply PATCH through the generic store (create when absent).
@@ -622,9 +622,9 @@ async def apply_request(
             nmd.pop("resourceVersion", None)
         return validate(new) if validate is not None else new
 
-    def on_missing() -> dict:
+    async def on_missing() -> dict:
         if authorize_create is not None:
-            authorize_create()
+            await authorize_create()
         cfg = fresh_config()
         cmd = cfg.setdefault("metadata", {})
         cmd["name"] = name

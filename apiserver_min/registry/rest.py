@@ -62,7 +62,7 @@ class RequestContext:
     query: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Authorizes this request again as another verb (a compound check: opening an exec
     # stream with GET is also a create); None where the caller already decided.
-    authorize_as: Callable[[str], None] | None = None
+    authorize_as: Callable[[str], Awaitable[None]] | None = None
 
 
 class ObjectStore(Protocol):

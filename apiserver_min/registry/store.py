@@ -539,7 +539,11 @@ class Store:
     ) -> tuple[dict, bytes, bool] | None:
         """Validate and write a computed update; None when the stored object changed
         meanwhile (the caller computes it again)."""
-        errs = strategy.validate_update(new, old)
+        sub = attrs.subresource
+        if sub in strategy.own_subresources:
+            errs = strategy.validate_subresource_update(sub, new, old)
+        else:
+            errs = strategy.validate_update(new, old)
         if errs:
             raise st.invalid(kind.kind, name, causes(errs), kind.group)
         await self.admission.validate(attrs)
@@ -599,6 +603,8 @@ class Store:
         elif subresource in ("finalize", "binding"):
             # Internal writes that set exactly what they computed.
             strategy.keep_system_metadata(new, old)
+        elif subresource in strategy.own_subresources:
+            strategy.prepare_for_subresource_update(subresource, new, old)
         else:
             strategy.prepare_for_update(new, old)
 

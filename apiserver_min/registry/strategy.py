@@ -54,6 +54,9 @@ class Strategy:
     enum_rules: enumvalidation.Rules = enumvalidation.RULES
     # What a delete naming no propagation policy does with dependents (None: Background).
     default_propagation: str | None = None
+    # Sub-resources (beyond status and its kin) whose writes this strategy prepares and
+    # validates itself: prepare_for_subresource_update, validate_subresource_update.
+    own_subresources: frozenset[str] = frozenset()
 
     def __init__(self, kind: KindInfo):
         self.kind = kind
@@ -123,6 +126,15 @@ class Strategy:
         out["metadata"]["resourceVersion"] = (new.get("metadata") or {}).get("resourceVersion", "")
         new.clear()
         new.update(out)
+
+    def prepare_for_subresource_update(self, subresource: str, new: dict, old: dict) -> None:
+        """A write through one of :attr:`own_subresources`: what of ``new`` it may
+        change (idempotent: the store runs it again after mutating admission)."""
+        raise NotImplementedError(f"{self.kind.resource}/{subresource} names no preparation")
+
+    def validate_subresource_update(self, subresource: str, new: dict, old: dict) -> list[v.FieldError]:
+        """Validation of a write through one of :attr:`own_subresources`."""
+        return self.validate_update(new, old)
 
     @staticmethod
     def keep_system_metadata(new: dict, old: dict) -> None:

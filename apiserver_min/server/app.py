@@ -38,6 +38,7 @@ from ..authz.authorizer import Decision as AuthzDecision
 from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
 from ..authz.modes import build_authorizer
 from ..authz.rbac import RbacIndex, RbacWriteGuard
+from ..authz.webhook import WebhookAuthorizer
 from ..client.local import LocalClient
 from ..controllers.manager import Controllers
 from ..options import Options
@@ -65,6 +66,7 @@ from .openapi import OpenAPI
 from .resourcemetrics import ResourceMetrics
 from .resttable import build_rest_table
 from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse, storage_version_alias
+from .timeouts import Deadline, Deadlines, requested_timeout, timed_out
 
 log = logging.getLogger("orch-apiserver")
 
@@ -167,6 +169,17 @@ def load_backend(opts: Options) -> Backend:
     return SqliteBackend(os.path.join(opts.data_dir, "state.db"))
 
 
+def authorization_webhook(opts: Options) -> WebhookAuthorizer | None:
+    if opts.authorization_webhook is None:
+        return None
+    return WebhookAuthorizer(
+        opts.authorization_webhook,
+        opts.authorization_webhook_version,
+        opts.authorization_webhook_cache_authorized_ttl,
+        opts.authorization_webhook_cache_unauthorized_ttl,
+    )
+
+
 class ApiServer:
     def __init__(self, opts: Options, backend: Backend | None = None, registry: Registry = REGISTRY):
         self.opts = opts
@@ -201,7 +214,14 @@ class ApiServer:
         # Authorization reads the watch cache, so it is wired before the cache's first list;
         # the RBAC index also serves the always-on role and binding write checks.
         self.rbac_index = RbacIndex.attach(self.cache, registry)
-        self.authorizer = build_authorizer(opts.authorization_modes, self.cache, registry, self.rbac_index)
+        self.authorizer = build_authorizer(
+            opts.authorization_modes,
+            self.cache,
+            registry,
+            self.rbac_index,
+            opts.authorization_policies,
+            authorization_webhook(opts),
+        )
         self.admission_webhook_metrics = WebhookMetrics()
         self.store.admission = build_chain(
             self, opts.admission_plugins, always=[RbacWriteGuard(self.authorizer, self.rbac_index)]
@@ -259,6 +279,8 @@ class ApiServer:
                 registry,
                 LocalClient(self.store, self.authorizer, SYSTEM_USER, names.APISERVER_FIELD_MANAGER),
                 opts.max_requests_inflight + opts.max_mutating_requests_inflight,
+                # As upstream: a request waits in a queue at most a quarter of --request-timeout.
+                wait_limit=opts.request_timeout / 4,
             )
             self.metrics.sources.append(self.flow_control.render_metrics)
         else:
@@ -266,6 +288,7 @@ class ApiServer:
                 opts.max_requests_inflight, opts.max_mutating_requests_inflight
             )
             self.metrics.sources.append(self.inflight_limits.render_metrics)
+        self.deadlines = Deadlines(opts.request_timeout)
         # Audit logging: a policy and at least one backend, or nothing is recorded.
         audit_backends: list[AuditBackend] = []
         if opts.audit_log is not None:
@@ -431,6 +454,7 @@ class ApiServer:
         await self.controllers.stop()
         await self.definitions.stop()
         await self.authn.stop()
+        await self.authorizer.close()
         await self.cache.stop()
         await self.backend.close()
 
@@ -441,15 +465,27 @@ class ApiServer:
         credential."""
         return await self.authn.authenticate(request)
 
-    def authorize(
-        self, user: UserInfo | None, info: RequestInfo, query=None, audit: RequestAudit | None = None
+    async def authorize(
+        self,
+        user: UserInfo | None,
+        info: RequestInfo,
+        query=None,
+        audit: RequestAudit | None = None,
+        uri: str = "",
     ) -> None:
-        """Ask the authorizer chain (--authorization-mode); anything not allowed is a 403
-        naming the user, verb and resource. ``None`` is the anonymous user. The decision
-        and its reason go on the request's audit event."""
+        """Ask the authorizer chain (--authorization-mode), every authorizer (the webhook
+        too); anything not allowed is a 403 naming the user, verb and resource, and a
+        request nobody allowed while an authorizer failed is a 500 naming the failure, as
+        upstream. ``None`` is the anonymous user. The decision and its reason go on the
+        request's audit event."""
         attrs = request_attributes(user, info, query)
-        decision, reason = self.authorizer.authorize(attrs)
+        decision, reason, error = await self.authorizer.decide(attrs)
         allowed = decision is AuthzDecision.ALLOW
+        if not allowed and error:
+            log.error("authorization of %s failed: %s", uri, error)
+            if audit is not None:
+                audit.annotations[names.AUDIT_REASON_ANNOTATION] = "internal error"
+            raise st.ApiError(500, "InternalError", f'Internal Server Error: "{uri}": {error}')
         if audit is not None:
             audit.annotations[names.AUDIT_DECISION_ANNOTATION] = "allow" if allowed else "forbid"
             audit.annotations[names.AUDIT_REASON_ANNOTATION] = reason  # also when empty, as upstream
@@ -473,7 +509,10 @@ class ApiServer:
         stage = "ResponseComplete"
         ticket: flowcontrol.Ticket | None = None
         inflight_kind: str | None = None
+        deadline: Deadline | None = None
         try:
+            if not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
+                deadline = self.deadlines.start(requested_timeout(request.query, self.deadlines.default))
             try:
                 user = await self.authenticate(request)
             except st.ApiError as exc:
@@ -488,7 +527,7 @@ class ApiServer:
             if self.auditor is not None:
                 audit = auditing.begin(self.auditor, request, info, user)
             real_user = user
-            request, user = impersonate(request, user, self.authorizer)  # Impersonate-* headers
+            request, user = await impersonate(request, user, self.authorizer)  # Impersonate-* headers
             if audit is not None:
                 if user is not real_user:
                     audit.impersonated(real_user, user)
@@ -514,13 +553,15 @@ class ApiServer:
                 info.verb, info.subresource, request.query
             ):
                 inflight_kind = self.inflight_limits.enter(user, info.verb)
-            self.authorize(user, info, request.query, audit)
+            await self.authorize(user, info, request.query, audit, request.path_qs)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
+                self.deadlines.finish(deadline)  # no await may come between the work and this
                 self._deprecation(info, resp)
                 _admission_warnings(resp, record)
             else:
                 resp = await self.non_resource(request, info)
+                self.deadlines.finish(deadline)
             code = resp.status
             if (ticket is not None and not ticket.long_running) or inflight_kind is not None:
                 # The request holds its seat until its body is written (a large LIST costs
@@ -541,8 +582,14 @@ class ApiServer:
             resp = self.error_response(request, st.internal(str(exc)))
             return resp
         except asyncio.CancelledError:
-            code = 499
-            raise
+            if deadline is None or not deadline.expired:
+                code = 499
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancel: a 504
+            err = timed_out()
+            code, status = err.code, err.to_status()
+            resp = self.error_response(request, err)
+            return resp
         except Exception as exc:  # noqa: BLE001 - never let a bug answer a non-Status body
             log.exception("internal error serving %s %s", request.method, request.path)
             code = 500
@@ -560,6 +607,7 @@ class ApiServer:
             elif inflight_kind is not None:
                 assert self.inflight_limits is not None
                 self.inflight_limits.leave(inflight_kind)
+            self.deadlines.finish(deadline)
             end_request(record_token)
             if audit is not None:
                 self._audit_finish(audit, request, info, resp, code, status, record, stage)

@@ -1028,11 +1028,11 @@ class ResourceHandlers:
         return resp
 
     # --- writes -----------------------------------------------------------------------
-    def _authorize_create(self, info: RequestInfo, user: UserInfo) -> None:
+    async def _authorize_create(self, info: RequestInfo, user: UserInfo) -> None:
         """An update or apply about to create a missing object is authorized again as
         ``create`` of that name (upstream's create-on-update check): patch or update
         alone never creates. A denial is the usual 403."""
-        self.server.authorize(user, dataclasses.replace(info, verb="create"))
+        await self.server.authorize(user, dataclasses.replace(info, verb="create"))
 
     async def create(
         self, request: web.Request, info: RequestInfo, kind: KindInfo, user: UserInfo
@@ -1057,10 +1057,10 @@ class ResourceHandlers:
         def compute(old: dict) -> dict:
             return codec.load_json(codec.dumps(body))
 
-        def on_missing() -> dict:
+        async def on_missing() -> dict:
             if md.get("resourceVersion"):
                 raise st.not_found(kind.resource, info.name, kind.group)
-            self._authorize_create(info, user)
+            await self._authorize_create(info, user)
             return codec.load_json(codec.dumps(body))
 
         obj, raw, created = await self.store.update(

@@ -33,7 +33,7 @@ from multidict import CIMultiDict
 from ..api import names
 from ..api import status as st
 from ..api.user import UserInfo, service_account_groups, service_account_username, split_service_account
-from ..authz.authorizer import AuthzAttributes, Decision, forbidden_error, user_or_anonymous
+from ..authz.authorizer import AuthzAttributes, Decision, decide, forbidden_error, user_or_anonymous
 
 log = logging.getLogger("orch-apiserver.impersonation")
 
@@ -139,16 +139,17 @@ def _attributes(requestor: UserInfo, imp: Impersonation) -> AuthzAttributes:
     )
 
 
-def impersonated_user(requestor: UserInfo, wanted: list[Impersonation], authorizer: Any) -> UserInfo:
-    """The identity ``requestor`` may act as: every part authorized (the first refusal
-    is a 403), groups completed as upstream completes them."""
+async def impersonated_user(requestor: UserInfo, wanted: list[Impersonation], authorizer: Any) -> UserInfo:
+    """The identity ``requestor`` may act as: every part authorized by every authorizer
+    (the webhook too; the first refusal is a 403), groups completed as upstream completes
+    them."""
     groups_given = any(i.kind == "Group" for i in wanted)
     username, uid = "", ""
     groups: list[str] = []
     extra: dict[str, list[str]] = {}
     for imp in wanted:
         attrs = _attributes(requestor, imp)
-        decision, reason = authorizer.authorize(attrs)
+        decision, reason, _ = await decide(authorizer, attrs)  # a failure is a 403 here, as upstream
         if decision is not Decision.ALLOW:
             raise forbidden_error(attrs, reason)
         if imp.kind == "ServiceAccount":
@@ -175,7 +176,7 @@ def without_impersonation_headers(headers: Mapping[str, str]) -> CIMultiDict:
     return CIMultiDict((k, v) for k, v in headers.items() if k[:12].lower() != _PREFIX)
 
 
-def impersonate(request: Any, user: UserInfo | None, authorizer: Any) -> tuple[Any, UserInfo | None]:
+async def impersonate(request: Any, user: UserInfo | None, authorizer: Any) -> tuple[Any, UserInfo | None]:
     """(request, user) for the rest of the request path: unchanged without
     ``Impersonate-*`` headers; else the impersonated user and a copy of the request
     without those headers. ``user`` None is the anonymous user (who may impersonate
@@ -186,7 +187,7 @@ def impersonate(request: Any, user: UserInfo | None, authorizer: Any) -> tuple[A
     if not wanted:  # only empty Impersonate-User / -Uid headers: nothing asked for, as upstream
         return request, user
     requestor = user_or_anonymous(user)
-    acting_as = impersonated_user(requestor, wanted, authorizer)
+    acting_as = await impersonated_user(requestor, wanted, authorizer)
     log.debug("%s is impersonating %s", requestor, acting_as)
     clone = request.clone(headers=without_impersonation_headers(request.headers))
     clone[IMPERSONATOR_KEY] = requestor

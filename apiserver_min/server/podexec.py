@@ -19,8 +19,9 @@ not open a shell).
 Errors before the upgrade are Status answers (kubectl prints them): the pod is
 missing (404), the container is not in the pod, the pod is not on a node or has
 completed, no stream was asked for (400); the agent's refusal carries the agent's
-text (``container not found ("c")``). SPDY (POST with ``Upgrade: SPDY/3.1``) is
-not served: clients that speak WebSocket are asked to use it (400).
+text (``container not found ("c")``). SPDY clients (POST with ``Upgrade: SPDY/3.1``:
+kubectl before 1.30) get exec and attach through :mod:`.podexec_spdy`; port forwarding
+over SPDY is refused with a message saying so (400).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..api import names
 from ..api import status as st
 from ..api.kinds import KindInfo
 from ..registry.rest import RequestContext
+from . import podexec_spdy
 from .podlogs import (
     _CHAINED_BUT_INVALID,
     CONNECT_TIMEOUT,
@@ -142,7 +144,7 @@ async def serve_pod_stream(
     sub = ctx.subresource
     if request.method == "GET" and ctx.authorize_as is not None:
         # Compound authorization: opening a stream is creating something.
-        ctx.authorize_as("create")
+        await ctx.authorize_as("create")
     pod = await server.store.get_object(kind, ctx.namespace, ctx.name)
     opts = parse_stream_options(request.query, sub, ctx.name)
     container = "" if sub == "portforward" else choose_container(pod, opts.container)
@@ -155,14 +157,25 @@ async def serve_pod_stream(
             f"cannot {'port-forward to' if sub == 'portforward' else 'exec into or attach to'} "
             f"a completed pod; current phase is {phase}"
         )
-    if not _is_upgrade(request, "websocket"):
-        if _is_upgrade(request, "spdy/"):
+    spdy_protocol = ""
+    if _is_upgrade(request, "spdy/"):
+        if sub == "portforward":
             raise st.bad_request(
-                f"SPDY streams are not served by {names.APISERVER_NAME}; use a client that "
-                f"speaks WebSocket ({', '.join(STREAM_PROTOCOLS[sub])})"
+                f"port forwarding over SPDY is not served by {names.APISERVER_NAME}; use a client that "
+                f"speaks WebSocket ({PORT_FORWARD_PROTOCOL}: kubectl 1.30 or later)"
             )
+        offers = request.headers.getall(names.HEADER_STREAM_PROTOCOL_VERSION, [])
+        spdy_protocol = podexec_spdy.negotiate(offers) or ""
+        if not spdy_protocol:
+            raise st.bad_request(
+                f"unable to upgrade: unable to negotiate protocol: client supports {', '.join(offers) or 'none'}, "
+                f"server supports {', '.join(podexec_spdy.SPDY_STREAM_PROTOCOLS)}"
+            )
+        wanted = list(STREAM_PROTOCOLS[sub])
+    elif _is_upgrade(request, "websocket"):
+        wanted = relayable(offered_protocols(request.headers.get("Sec-WebSocket-Protocol")), sub)
+    else:
         raise st.bad_request("Upgrade request required")
-    wanted = relayable(offered_protocols(request.headers.get("Sec-WebSocket-Protocol")), sub)
     if not wanted:
         raise st.bad_request(
             f"none of the offered WebSocket subprotocols is supported for pods/{sub} "
@@ -181,6 +194,11 @@ async def serve_pod_stream(
     async with aiohttp.ClientSession(timeout=timeout) as session:
         agent_ws = await _connect_agent(server, session, url, wanted, ctx.name, sub)
         async with agent_ws:
+            if spdy_protocol:
+                expected = podexec_spdy.expected_streams(
+                    stdin=opts.stdin, stdout=opts.stdout, stderr=opts.stderr, tty=opts.tty
+                )
+                return await podexec_spdy.serve_spdy(request, agent_ws, protocol=spdy_protocol, expected=expected)
             client_ws = web.WebSocketResponse(
                 protocols=(agent_ws.protocol,) if agent_ws.protocol else (), max_msg_size=MAX_MESSAGE
             )

@@ -190,13 +190,16 @@ def spec_attributes(user: UserInfo, spec: dict) -> AuthzAttributes:
     return AuthzAttributes(user, str(nra.get("verb") or ""), False, path=str(nra.get("path") or ""))
 
 
-def access_status(authorizer: Union, attrs: AuthzAttributes) -> dict:
-    decision, reason = authorizer.authorize(attrs)
+async def access_status(authorizer: Union, attrs: AuthzAttributes) -> dict:
+    """Every authorizer's answer (the webhook's too); a failure is ``evaluationError``."""
+    decision, reason, error = await authorizer.decide(attrs)
     status: dict[str, Any] = {"allowed": decision is Decision.ALLOW}
     if decision is Decision.DENY:
         status["denied"] = True
     if reason:
         status["reason"] = reason
+    if error:
+        status["evaluationError"] = error
     return status
 
 
@@ -299,7 +302,7 @@ class AccessReviewREST:
                 if (spec["resourceAttributes"].get("namespace") or "") != ctx.namespace:
                     raise st.bad_request(f"spec.resourceAttributes.namespace must match namespace: {ctx.namespace}")
             subject = ctx.user if kind == "SelfSubjectAccessReview" else _subject_user(spec)
-            status = access_status(authorizer, spec_attributes(subject, spec))
+            status = await access_status(authorizer, spec_attributes(subject, spec))
         md = dict(obj.get("metadata") or {})
         md.setdefault("creationTimestamp", None)
         if kind == "LocalSubjectAccessReview":

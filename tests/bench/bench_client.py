@@ -82,7 +82,7 @@ async def main(n: int, rounds: int) -> None:
         # The authorization alone, without storage noise.
         t0 = time.process_time()
         for _ in range(n * 10):
-            client.authorize("create", cm, "bench")
+            await client.authorize("create", cm, "bench")
         authz = (time.process_time() - t0) / (n * 10)
         s, c = statistics.median(times["store"]), statistics.median(times["client"])
         print(f"store.create   {s * 1e6:8.1f} µs")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
+import select
 import subprocess
 import threading
 import time
@@ -18,6 +20,7 @@ import pytest
 
 from agent.server import AgentServer, RuntimeStreaming
 from apiserver_min.api import names
+from tests.apiserver_fixtures import KUBECTL, kubectl_binary
 from tests.components import free_port
 from tests.e2e.test_cluster_join import cluster  # noqa: F401 - the module's cluster fixture
 from tests.e2e.test_cri_containerd import container_config, cri, pods, run_container  # noqa: F401 - fixtures, used by name
@@ -180,6 +183,20 @@ def test_kubectl_exec_output_exit_code_and_stdin(box):
     assert (r.returncode, r.stdout.strip()) == (0, "200000"), r.stderr
 
 
+def test_kubectl_127_execs_over_spdy(box):
+    """kubectl before 1.30 speaks SPDY: output, exit code, and stdin to its end."""
+    kubectl = [kubectl_binary("1.27"), "--kubeconfig", box.kubeconfig, "exec"]
+    env = {**os.environ, "HOME": str(box.work)}
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([*kubectl, *args], input=stdin, capture_output=True, text=True, timeout=60, env=env)
+
+    r = run("box", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (r.returncode, r.stdout) == (3, "out\n") and "err" in r.stderr, r
+    r = run("-i", "box", "--", "wc", "-c", stdin="x" * 100_000)
+    assert (r.returncode, r.stdout.strip()) == (0, "100000"), r.stderr
+
+
 def test_kubectl_exec_errors_are_clean(box):
     r = kubectl_exec(box, "box", "-c", "nope", "--", "true")
     assert r.returncode == 1
@@ -275,3 +292,105 @@ def test_kubectl_attach_streams_the_containers_output(box):
         proc.kill()
         proc.communicate(timeout=10)
         box.kubectl("delete", "pod", "ticker", "--grace-period=1", check=False)
+
+
+# --- kubectl debug -it: an ephemeral container in a running pod -----------------------------------
+
+
+def debug_session(box, binary: str, pod: str, name: str, typed: bytes, timeout: float = 30) -> str:
+    """``kubectl debug -it POD --target=app -- sh`` on a pseudo-terminal, as a user runs it:
+    once kubectl says it attached, type ``typed``; everything it printed until it exits."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [binary, "--kubeconfig", box.kubeconfig, "debug", "-it", pod, "--image=orch.local/busybox:1"]
+        + ["--image-pull-policy=Never", "--target=app", f"--container={name}", "--", "sh"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "HOME": str(box.work)},
+        start_new_session=True,
+    )
+    os.close(slave)
+    out, sent = b"", False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the other side closed: kubectl exited
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not sent and b"If you don't see a command prompt" in out:
+                os.write(master, typed)
+                sent = True
+            if proc.poll() is not None and not ready:
+                break
+        else:
+            raise AssertionError(f"kubectl debug did not finish within {timeout}s:\n{out.decode(errors='replace')}")
+        assert proc.wait(10) == 0, out.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(master)
+    return out.decode(errors="replace").replace("\r", "")
+
+
+@pytest.fixture(scope="module")
+def target(box):
+    box.kubectl(
+        "run",
+        "target",
+        "--image=orch.local/busybox:1",
+        "--image-pull-policy=Never",
+        "--restart=Never",
+        "--overrides",
+        json.dumps(
+            {
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "orch.local/busybox:1",
+                            "imagePullPolicy": "Never",
+                            "command": ["sleep", "31337"],
+                        }
+                    ],
+                }
+            }
+        ),
+    )
+    box.wait(lambda: (p := box.get("pod", "target")) and p["status"].get("phase") == "Running", 30, "target Running")
+    yield box.get("pod", "target")
+    box.kubectl("delete", "pod", "target", "--grace-period=1", "--wait=false", check=False)
+
+
+@pytest.mark.parametrize(
+    "binary, name", [(KUBECTL, "dbg132"), (kubectl_binary("1.27"), "dbg127")], ids=["1.32", "1.27"]
+)
+def test_kubectl_debug_gives_a_shell_beside_the_target(box, target, binary, name):
+    out = debug_session(box, binary, "target", name, b"echo hello-$((6*7)); ps; exit\n")
+    assert "hello-42" in out, out
+    assert "sleep 31337" in out, f"the target's processes are not visible:\n{out}"
+
+    pod = box.get("pod", "target")
+    # The pod and its container carried on: same container, no restart.
+    [app] = pod["status"]["containerStatuses"]
+    [before] = target["status"]["containerStatuses"]
+    assert (app["containerID"], app["restartCount"]) == (before["containerID"], 0)
+    # The shell exited with the session: reported terminated, not started again.
+    state = box.wait(lambda: _ephemeral(box, name).get("state", {}).get("terminated"), 10, f"{name} terminated")
+    assert state["exitCode"] == 0 and _ephemeral(box, name)["restartCount"] == 0
+
+
+def _ephemeral(box, name: str) -> dict:
+    pod = box.get("pod", "target") or {}
+    for s in pod.get("status", {}).get("ephemeralContainerStatuses") or []:
+        if s["name"] == name:
+            return s
+    return {}

@@ -205,7 +205,8 @@ def test_ready_then_watchdog_then_stopping(agents, sig):
     out = agent.output()
     assert f'"Received signal, shutting down" signal="{sig.name}"' in out
     assert (
-        'stop_order=["watchdog","container-gc","image-gc","sync-loop","pod-sources","health-server","log-flush"]' in out
+        'stop_order=["watchdog","eviction","container-gc","image-gc","sync-loop","pod-sources","pod-resources","device-manager","health-server","log-flush"]'
+        in out
     )
 
 
@@ -311,7 +312,10 @@ def test_healthz_port_zero_disables_the_server(agents):
     assert agent.wait() == 0
     out = agent.output()
     assert "Serving health checks" not in out
-    assert 'stop_order=["container-gc","image-gc","sync-loop","pod-sources","log-flush"]' in out
+    assert (
+        'stop_order=["eviction","container-gc","image-gc","sync-loop","pod-sources","pod-resources","device-manager","log-flush"]'
+        in out
+    )
 
 
 def test_healthz_port_in_use_fails_start(agents):

@@ -757,3 +757,16 @@ def test_report_frequency_follows_an_explicit_update_frequency(host_files):
     assert (mgr.update_frequency, mgr.report_frequency) == (10.0, 300.0)
     mgr, _ = make_manager(FakeApi(), host_files, "--node-status-update-frequency=20s")
     assert (mgr.update_frequency, mgr.report_frequency) == (20.0, 20.0)
+
+
+async def test_device_plugin_resources_in_capacity_and_allocatable(host_files):
+    """Capacity counts every device, allocatable the healthy ones; a resource whose plugin
+    is gone for good drops to 0 in both."""
+    api = FakeApi()
+    plugins = {"now": ({"example.com/widget": 3}, {"example.com/widget": 2}, {"example.com/gone"})}
+    mgr, _ = make_manager(api, host_files, extended_resources=lambda: plugins["now"])
+    await mgr.register()
+    st = api.objects[NODE_PATH]["status"]
+    assert (st["capacity"]["example.com/widget"], st["allocatable"]["example.com/widget"]) == ("3", "2")
+    assert (st["capacity"]["example.com/gone"], st["allocatable"]["example.com/gone"]) == ("0", "0")
+    assert st["allocatable"]["cpu"] == "3900m"

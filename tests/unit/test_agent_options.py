@@ -66,8 +66,9 @@ volume-stats-agg-period v vmodule version help
 """.split()
 
 # Ours: silences rule 6's deprecation warnings.
-# Beyond the seed's list: the service proxy's (upstream kube-proxy's --proxy-mode, --cleanup, --cluster-cidr).
-EXTRA_FLAGS = {"deprecation-warnings", "proxy-mode", "proxy-cleanup", "cluster-cidr"}
+# Beyond the seed's list: the service proxy's (upstream kube-proxy's --proxy-mode, --cleanup, --cluster-cidr),
+# and upstream's --housekeeping-interval (the eviction manager's period).
+EXTRA_FLAGS = {"deprecation-warnings", "proxy-mode", "proxy-cleanup", "cluster-cidr", "housekeeping-interval"}
 
 MISSING = "<missing argument>"  # invalid case for free-form strings: the flag without a value
 
@@ -468,6 +469,7 @@ CASES = [
         ("evictionMinimumReclaim", {"nodefs.available": "5%"}, {"nodefs.available": "5%"}),
     ),
     T("eviction-pressure-transition-period", "5m", "30s", "-5m", "evictionPressureTransitionPeriod"),
+    T("housekeeping-interval", "10s", "2s", "0s"),
     # Networking and DNS
     C(
         "cluster-dns",

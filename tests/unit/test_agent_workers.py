@@ -1014,3 +1014,44 @@ async def test_containers_get_service_variables_once_services_are_listed(fake, m
     assert env["WEB_SERVICE_PORT_HTTP_ALT"] == "8080"
     assert env["WEB_PORT_8080_TCP_ADDR"] == "10.96.0.20"
     assert not any(k.startswith(("HEADLESS_", "ELSEWHERE_")) for k in env)
+
+
+# --- the node stops a pod (graceful shutdown, eviction) ---------------------------------------------
+
+
+async def test_killed_pod_stops_gets_its_final_status_and_is_not_restarted(fake, make_agent):
+    agent = make_agent()
+    pod = make_pod("victim", [container("app")], grace=7)
+    other = make_pod("other", [container("app")])
+    agent.start()
+    agent.push(pod, other)
+    await until(lambda: running(fake, pod, "app") and running(fake, other, "app"), "both pods to run")
+    assert sorted(p["metadata"]["name"] for p in agent.pipeline.active_pods()) == ["other", "victim"]
+
+    def final(status: dict) -> None:
+        status.update(phase="Failed", reason="Terminated", message="stopped by the node")
+
+    done = agent.pipeline.kill_pod(pod["metadata"]["uid"], grace=2, update_status=final, reason="test")
+    assert done is not None
+    await asyncio.wait_for(done, 5)
+    stop = [r for r in calls(fake, "StopContainer") if r.container_id == fake_containers(fake, pod, "app")[0].id]
+    assert stop and stop[0].timeout == 2
+    status = agent.status(pod)
+    assert (status["phase"], status["reason"], status["message"]) == ("Failed", "Terminated", "stopped by the node")
+    assert status["containerStatuses"][0]["state"].get("terminated"), status
+    assert agent.reported(pod)[-1]["reason"] == "Terminated"
+    assert [p["metadata"]["name"] for p in agent.pipeline.active_pods()] == ["other"]
+    assert agent.pipeline.kill_pod(pod["metadata"]["uid"], grace=2, update_status=final, reason="test") is None
+    # Resyncs leave it stopped (restartPolicy Always notwithstanding); the other pod runs on.
+    await asyncio.sleep(0.5)
+    assert not running(fake, pod, "app") and len(fake_containers(fake, pod, "app")) == 1
+    assert agent.status(pod)["phase"] == "Failed" and running(fake, other, "app")
+    # Admission handlers refuse new pods with their reason.
+    agent.pipeline.admit_handlers.append(lambda p: ("NodeShutdown", "Pod was rejected as the node is shutting down."))
+    late = make_pod("late", [container("app")])
+    agent.push(pod, other, late)
+    await until(lambda: agent.status(late).get("reason") == "NodeShutdown", "the late pod to be refused")
+    assert not fake_sandboxes(fake, late)
+    # Removing the stopped pod removes its remains.
+    agent.push(other)
+    await until(lambda: not fake_sandboxes(fake, pod), "the stopped pod's sandbox to be removed")

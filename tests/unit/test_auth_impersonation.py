@@ -34,15 +34,15 @@ def _request(*headers):
     return make_mocked_request("GET", "/api/v1/pods", headers=CIMultiDict([("Accept", "application/json"), *headers]))
 
 
-def test_no_headers_leave_the_request_alone():
+async def test_no_headers_leave_the_request_alone():
     req = _request()
-    out, user = imp.impersonate(req, ADMIN, Recorder())
+    out, user = await imp.impersonate(req, ADMIN, Recorder())
     assert out is req and user is ADMIN
     req = _request(("Impersonate-User", ""))
-    assert imp.impersonate(req, None, Recorder()) == (req, None)
+    assert (await imp.impersonate(req, None, Recorder())) == (req, None)
 
 
-def test_each_part_is_authorized_for_the_requestor():
+async def test_each_part_is_authorized_for_the_requestor():
     authz = Recorder()
     req = _request(
         ("Impersonate-User", "jane"),
@@ -53,7 +53,7 @@ def test_each_part_is_authorized_for_the_requestor():
         ("Impersonate-Uid", "u-1"),
         ("X-Other", "kept"),
     )
-    out, user = imp.impersonate(req, ADMIN, authz)
+    out, user = await imp.impersonate(req, ADMIN, authz)
     assert user == UserInfo("jane", "u-1", ("a", "b", names.GROUP_AUTHENTICATED), {"acme.io/scopes": ("r", "w")})
     asked = [(a.user.name, a.verb, a.api_group, a.resource, a.subresource, a.namespace, a.name) for a in authz.asked]
     auth = names.AUTHENTICATION_GROUP
@@ -71,10 +71,10 @@ def test_each_part_is_authorized_for_the_requestor():
     assert out[imp.IMPERSONATOR_KEY] is ADMIN
 
 
-def test_first_refusal_is_a_403_naming_the_impersonated_resource():
+async def test_first_refusal_is_a_403_naming_the_impersonated_resource():
     req = _request(("Impersonate-User", "jane"), ("Impersonate-Group", "devs"))
     with pytest.raises(st.ApiError) as e:
-        imp.impersonate(
+        await imp.impersonate(
             req, UserInfo("alice", groups=(names.GROUP_AUTHENTICATED,)), Recorder(deny={("groups", "devs")})
         )
     assert e.value.code == 403
@@ -84,50 +84,52 @@ def test_first_refusal_is_a_403_naming_the_impersonated_resource():
     )
     # An anonymous requestor is asked about as system:anonymous.
     with pytest.raises(st.ApiError) as e:
-        imp.impersonate(_request(("Impersonate-User", "jane")), None, Recorder(deny={("users", "jane")}))
+        await imp.impersonate(_request(("Impersonate-User", "jane")), None, Recorder(deny={("users", "jane")}))
     assert e.value.message == (
         'users "jane" is forbidden: User "system:anonymous" cannot impersonate resource '
         '"users" in API group "" at the cluster scope'
     )
 
 
-def test_service_accounts():
+async def test_service_accounts():
     authz = Recorder()
-    _, user = imp.impersonate(_request(("Impersonate-User", "system:serviceaccount:ns1:robot")), ADMIN, authz)
+    _, user = await imp.impersonate(_request(("Impersonate-User", "system:serviceaccount:ns1:robot")), ADMIN, authz)
     asked = authz.asked[0]
     assert (asked.resource, asked.namespace, asked.name) == ("serviceaccounts", "ns1", "robot")
     assert user.groups == (names.GROUP_SERVICEACCOUNTS, "system:serviceaccounts:ns1", names.GROUP_AUTHENTICATED)
-    _, user = imp.impersonate(
+    _, user = await imp.impersonate(
         _request(("Impersonate-User", "system:serviceaccount:ns1:robot"), ("Impersonate-Group", "g")), ADMIN, Recorder()
     )
     assert user.groups == ("g", names.GROUP_AUTHENTICATED)
     # Not a valid service-account name: an ordinary user of that name.
     for odd in ("system:serviceaccount:ns1:a:b", "system:serviceaccount:NS:robot", "system:serviceaccount::robot"):
         authz = Recorder()
-        _, user = imp.impersonate(_request(("Impersonate-User", odd)), ADMIN, authz)
+        _, user = await imp.impersonate(_request(("Impersonate-User", odd)), ADMIN, authz)
         assert authz.asked[0].resource == "users" and user.name == odd
 
 
-def test_groups_completed_as_upstream():
-    def groups(*headers):
-        return imp.impersonate(_request(*headers), ADMIN, Recorder())[1].groups
+async def test_groups_completed_as_upstream():
+    async def groups_of(*headers):
+        return (await imp.impersonate(_request(*headers), ADMIN, Recorder()))[1].groups
 
-    assert groups(("Impersonate-User", "u"), ("Impersonate-Group", names.GROUP_UNAUTHENTICATED)) == (
+    assert await groups_of(("Impersonate-User", "u"), ("Impersonate-Group", names.GROUP_UNAUTHENTICATED)) == (
         names.GROUP_UNAUTHENTICATED,
     )
-    assert groups(("Impersonate-User", "u"), ("Impersonate-Group", names.GROUP_AUTHENTICATED)) == (
+    assert await groups_of(("Impersonate-User", "u"), ("Impersonate-Group", names.GROUP_AUTHENTICATED)) == (
         names.GROUP_AUTHENTICATED,
     )
-    assert groups(("Impersonate-User", names.USER_ANONYMOUS)) == (names.GROUP_UNAUTHENTICATED,)
-    assert groups(("Impersonate-User", names.USER_ANONYMOUS), ("Impersonate-Group", names.GROUP_AUTHENTICATED)) == (
+    assert await groups_of(("Impersonate-User", names.USER_ANONYMOUS)) == (names.GROUP_UNAUTHENTICATED,)
+    assert await groups_of(
+        ("Impersonate-User", names.USER_ANONYMOUS), ("Impersonate-Group", names.GROUP_AUTHENTICATED)
+    ) == (
         names.GROUP_AUTHENTICATED,
         names.GROUP_UNAUTHENTICATED,
     )
 
 
-def test_parts_without_a_user_are_a_400():
+async def test_parts_without_a_user_are_a_400():
     with pytest.raises(st.ApiError) as e:
-        imp.impersonate(_request(("Impersonate-Group", "devs"), ("Impersonate-Uid", "u")), ADMIN, Recorder())
+        await imp.impersonate(_request(("Impersonate-Group", "devs"), ("Impersonate-Uid", "u")), ADMIN, Recorder())
     assert e.value.code == 400
     assert e.value.message == (
         f"requested [{{Group  devs    }} {{UID  u  {names.AUTHENTICATION_GROUP}/v1  }}] without impersonating a user"

@@ -220,7 +220,7 @@ def test_union_order_privileged_groups_and_always_deny(cluster):
     with pytest.raises(ValueError, match="more than once"):
         authz.parse_modes("RBAC,Node,RBAC")
     with pytest.raises(ValueError, match="not one of"):
-        authz.parse_modes("Webhook")
+        authz.parse_modes("Magic")
     assert authz.parse_modes(" Node , RBAC ") == ("Node", "RBAC")
 
 

@@ -16,9 +16,6 @@ from multidict import MultiDict
 
 from agent.server import streaming
 from agent.server.streaming import (
-    FLAG_FIN,
-    PING,
-    SYN_STREAM,
     SpdyClient,
     SpdyError,
     decode_header_block,
@@ -28,9 +25,10 @@ from agent.server.streaming import (
     offered_protocols,
     read_frame,
 )
-from apiserver_min.api import names
+from apiserver_min.api import names, spdy
+from apiserver_min.api.spdy import FLAG_FIN, PING, SYN_STREAM
 from apiserver_min.api.status import ApiError
-from apiserver_min.server import podexec
+from apiserver_min.server import podexec, podexec_spdy
 
 V5, V4 = names.STREAM_PROTOCOL_V5, names.STREAM_PROTOCOL_V4
 
@@ -198,9 +196,9 @@ class FakeStreamServer:
             writer.close()
 
 
-async def _serve_app(handler) -> tuple[web.AppRunner, str]:
+async def _serve_app(handler, method: str = "GET") -> tuple[web.AppRunner, str]:
     app = web.Application()
-    app.router.add_get("/{tail:.*}", handler)
+    app.router.add_route(method, "/{tail:.*}", handler)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -308,3 +306,82 @@ async def test_apiserver_relay_copies_both_ways_and_passes_the_close_on():
     assert (proto, code) == (V5, 1000)
     assert got[:2] == [b"\x01", b"\x01cba"]
     assert json.loads(got[2][1:]) == {"metadata": {}, "status": "Success"}
+
+
+# --- the API server's SPDY side (kubectl before 1.30) --------------------------------------------
+
+
+def test_spdy_negotiation_and_expected_streams():
+    assert podexec_spdy.negotiate([V5, "v4.channel.k8s.io", "v3.channel.k8s.io"]) == V4
+    assert podexec_spdy.negotiate(["v3.channel.k8s.io,v4.channel.k8s.io"]) == V4
+    assert podexec_spdy.negotiate(["v3.channel.k8s.io", "channel.k8s.io"]) is None
+    both = podexec_spdy.expected_streams(stdin=True, stdout=True, stderr=True, tty=False)
+    assert both == {"error", "stdin", "stdout", "stderr"}
+    assert podexec_spdy.expected_streams(stdin=True, stdout=True, stderr=True, tty=True) == {
+        "error",
+        "stdin",
+        "stdout",
+        "resize",
+    }
+
+
+async def test_spdy_client_streams_become_agent_channels_and_back():
+    """A SPDY client as kubectl 1.27 is one (header blocks compressed with the SPDY
+    dictionary): stdin with FIN reaches the agent as data plus the v5 close; the agent's
+    output and status come back on the client's streams, each ending with a FIN."""
+
+    async def agent(request):
+        ws = web.WebSocketResponse(protocols=(V5,))
+        await ws.prepare(request)
+        await ws.send_bytes(b"\x01")
+        got = b""
+        async for msg in ws:
+            if msg.data == b"\xff\x00":
+                await ws.send_bytes(b"\x01" + got[::-1])
+                await ws.send_bytes(b"\x03" + json.dumps({"metadata": {}, "status": "Success"}).encode())
+                break
+            got += msg.data[1:]
+        await ws.close()
+        return ws
+
+    agent_runner, agent_base = await _serve_app(agent)
+
+    async def front(request):
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(f"{agent_base}/exec", protocols=(V5,)) as agent_ws:
+                expected = podexec_spdy.expected_streams(stdin=True, stdout=True, stderr=False, tty=False)
+                return await podexec_spdy.serve_spdy(request, agent_ws, protocol=V4, expected=expected)
+
+    front_runner, front_base = await _serve_app(front, method="POST")
+    host, port = front_base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"POST /x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+            b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 101") and b"v4.channel.k8s.io" in head, head
+        comp = zlib.compressobj(zdict=spdy.HEADER_DICTIONARY)
+        for sid, kind in ((1, "error"), (3, "stdin"), (5, "stdout")):
+            writer.write(encode_syn_stream(sid, {"streamType": kind}, comp))
+        writer.write(spdy.control_frame(PING, 0, b"\x00\x00\x00\x01"))
+        writer.write(encode_data(3, b"ab") + encode_data(3, b"c", fin=True))
+        frames = []
+        while True:
+            f = await asyncio.wait_for(read_frame(reader), 10)
+            if f is None:
+                break
+            frames.append(f)
+    finally:
+        writer.close()
+        await front_runner.cleanup()
+        await agent_runner.cleanup()
+    replies = [f.stream_id for f in frames if f.control and f.type == spdy.SYN_REPLY]
+    assert replies == [1, 3, 5]
+    assert any(f.control and f.type == PING for f in frames)
+    data = [(f.stream_id, f.payload, f.fin) for f in frames if not f.control]
+    assert (5, b"cba", False) in data
+    [(status, _, _)] = [(p, s, fin) for s, p, fin in data if s == 1 and p]
+    assert json.loads(status) == {"metadata": {}, "status": "Success"}
+    assert {s for s, p, fin in data if fin} == {1, 3, 5}

@@ -292,8 +292,9 @@ def test_subresources(core, docs):
     binding = p["/api/v1/namespaces/{namespace}/pods/{name}/binding"]["post"]
     assert binding["x-kubernetes-group-version-kind"]["kind"] == "Binding"
     assert p["/api/v1/namespaces/{name}/finalize"].keys() == {"put", "parameters"}
-    # Sub-resources not served yet are neither in discovery nor here.
-    assert "/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers" not in p
+    ephemeral = p["/api/v1/namespaces/{namespace}/pods/{name}/ephemeralcontainers"]
+    assert {m for m in ephemeral if m != "parameters"} == {"get", "put", "patch"}
+    assert ephemeral["patch"]["x-kubernetes-group-version-kind"]["kind"] == "Pod"
     # The proxy sub-resources: one connect operation per HTTP method.
     for path in (
         "/api/v1/nodes/{name}/proxy",

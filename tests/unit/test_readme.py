@@ -23,10 +23,14 @@ CAPABILITIES = {
     "eviction manager": "agent/eviction",
     "node pressure": "agent/eviction",
     "pods/eviction": "apiserver_min/registry/eviction.py",
+    "graceful node shutdown": "agent/nodeshutdown",
     "resource metrics API": "apiserver_min/server/resourcemetrics.py",
     "audit": "apiserver_min/audit",
     "encrypt": "apiserver_min/storage/encryption.py",
     "OpenID Connect": "apiserver_min/authn/oidc.py",
+    "ABAC policy files": "apiserver_min/authz/abac.py",
+    "authorization webhook": "apiserver_min/authz/webhook.py",
+    "--request-timeout": "apiserver_min/server/timeouts.py",
     "image/container GC": "agent/images",
     "image garbage collection": "agent/images",
     "service proxy": "agent/proxy",
@@ -34,6 +38,13 @@ CAPABILITIES = {
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
     "API priority and fairness": "apiserver_min/server/flowcontrol",
+    "CPU manager": "agent/cm/cpumanager",
+    "memory manager": "agent/cm/memorymanager",
+    "topology manager": "agent/cm/topologymanager",
+    "device plugins": "agent/cm/devicemanager",
+    "pod resources API": "agent/server/podresources.py",
+    "pods/ephemeralcontainers": "apiserver_min/api/podvalidation.py",
+    "over SPDY": "apiserver_min/server/podexec_spdy.py",
 }
 
 

@@ -24,7 +24,7 @@ from cryptography.x509.oid import NameOID
 from ...api import names
 from ...api import status as st
 from ...api.user import UserInfo
-from ...authz.authorizer import AuthzAttributes, Union
+from ...authz.authorizer import AuthzAttributes, Decision, Union
 from ..chain import Attributes
 
 
@@ -61,7 +61,7 @@ def parse_csr_request(request: Any) -> CsrSubject:
     return CsrSubject(str(cn[0]) if cn else "", orgs)
 
 
-def authorized_for_signer(authorizer: Union, user: UserInfo, verb: str, signer: str) -> bool:
+async def authorized_for_signer(authorizer: Union, user: UserInfo, verb: str, signer: str) -> bool:
     """Upstream's IsAuthorizedForSignerName: the exact signer name, then ``<domain>/*``."""
     attrs = AuthzAttributes(
         user,
@@ -72,10 +72,10 @@ def authorized_for_signer(authorizer: Union, user: UserInfo, verb: str, signer: 
         resource=names.SIGNERS_RESOURCE,
         name=signer,
     )
-    if authorizer.allowed(attrs):
+    if (await authorizer.decide(attrs))[0] is Decision.ALLOW:
         return True
     domain = signer.split("/", 1)[0]
-    return authorizer.allowed(dataclasses.replace(attrs, name=f"{domain}/*"))
+    return (await authorizer.decide(dataclasses.replace(attrs, name=f"{domain}/*")))[0] is Decision.ALLOW
 
 
 def _is_csr(attrs: Attributes) -> bool:
@@ -104,7 +104,7 @@ class CertificateApproval:
             return
         # The new object's signer: a request may not change the signer while approving.
         signer = _signer(attrs.obj)
-        if not authorized_for_signer(self._authorizer(), attrs.user, "approve", signer):
+        if not await authorized_for_signer(self._authorizer(), attrs.user, "approve", signer):
             raise _forbidden(attrs, f'user not permitted to approve requests with signerName "{signer}"')
 
 
@@ -125,7 +125,7 @@ class CertificateSigning:
         if new == old:
             return
         signer = _signer(attrs.old)
-        if not authorized_for_signer(self._authorizer(), attrs.user, "sign", signer):
+        if not await authorized_for_signer(self._authorizer(), attrs.user, "sign", signer):
             raise _forbidden(attrs, f'user not permitted to sign requests with signerName "{signer}"')
 
 

@@ -70,7 +70,7 @@ class OwnerReferencesPermissionEnforcement:
             return
         authorizer = self._authorizer()
         if attrs.operation != "CREATE":
-            decision, reason = authorizer.authorize(
+            decision, reason, _ = await authorizer.decide(
                 AuthzAttributes(
                     attrs.user,
                     "delete",
@@ -93,7 +93,7 @@ class OwnerReferencesPermissionEnforcement:
         finalize_anything = AuthzAttributes(
             attrs.user, "update", True, api_group="*", api_version="*", resource="*", subresource="finalizers", name="*"
         )
-        if authorizer.authorize(finalize_anything)[0] is Decision.ALLOW:
+        if (await authorizer.decide(finalize_anything))[0] is Decision.ALLOW:
             return
         for ref in blocking:
             api_version, kind_name = str(ref.get("apiVersion") or ""), str(ref.get("kind") or "")
@@ -104,7 +104,7 @@ class OwnerReferencesPermissionEnforcement:
                     f"cannot set blockOwnerDeletion in this case because cannot find RESTMapping for APIVersion "
                     f'{api_version} Kind {kind_name}: no matches for kind "{kind_name}" in version "{api_version}"',
                 )
-            decision, reason = authorizer.authorize(
+            decision, reason, _ = await authorizer.decide(
                 AuthzAttributes(
                     attrs.user,
                     "update",

@@ -41,7 +41,7 @@ log = logging.getLogger("orch-apiserver.flowcontrol")
 # Upstream's width estimate of a LIST: one seat per 100 objects it handles, 1 to 10 seats.
 OBJECTS_PER_SEAT = 100
 MIN_SEATS, MAX_SEATS = 1, 10
-# How long a request may wait in a queue (upstream: a quarter of the 60 s request timeout).
+# How long a request may wait in a queue: a quarter of --request-timeout (60 s by default).
 DEFAULT_WAIT_LIMIT = 15.0
 RETRY_AFTER_SECONDS = 1
 TOO_MANY_MESSAGE = "Too many requests, please try again later."
