@@ -85,6 +85,10 @@ class Options:
     max_request_body_bytes: int
     verbosity: int
     warnings: tuple[str, ...] = ()
+    # API priority and fairness (server/flowcontrol/), or the plain in-flight limits without it.
+    enable_priority_and_fairness: bool = True
+    max_requests_inflight: int = 400
+    max_mutating_requests_inflight: int = 200
     # Authorization and admission (defaults as upstream, see auth/authz.py and server/admission.py).
     authorization_modes: tuple[str, ...] = ("Node", "RBAC")
     # The ABAC mode's policies (authz/abac.py) and the Webhook mode's backend (authz/webhook.py).
@@ -206,6 +210,23 @@ def build_parser() -> argparse.ArgumentParser:
         default="1800",
         help="Minimum watch timeout in seconds; watches last between this and twice it "
         "unless timeoutSeconds is given (default %(default)s).",
+    )
+    g.add_argument(
+        "--enable-priority-and-fairness",
+        default="true",
+        help="Classify requests into priority levels by FlowSchemas and share the server's seats fairly "
+        "between flows (flowcontrol.orch.io); false: plain in-flight limits (default %(default)s).",
+    )
+    g.add_argument(
+        "--max-requests-inflight",
+        default="400",
+        help="Read-only requests in flight at most (without priority and fairness), or with it, together "
+        "with --max-mutating-requests-inflight, the seats priority levels share; 0: no limit (default %(default)s).",
+    )
+    g.add_argument(
+        "--max-mutating-requests-inflight",
+        default="200",
+        help="Mutating requests in flight at most (without priority and fairness); 0: no limit (default %(default)s).",
     )
     g.add_argument(
         "--request-timeout",
@@ -797,6 +818,7 @@ def parse(argv: Sequence[str]) -> Options:
         watch_bookmark_interval=_duration_seconds("--watch-bookmark-interval", ns.watch_bookmark_interval),
         max_request_body_bytes=_int("--max-request-body-bytes", ns.max_request_body_bytes, 1024, 1 << 30),
         verbosity=_int("-v", ns.verbosity, 0, 10),
+        **_flow_control_options(ns),
         warnings=tuple(warnings),
         request_timeout=_request_timeout(ns.request_timeout),
         **_authorization_options(ns),
@@ -820,6 +842,22 @@ def parse(argv: Sequence[str]) -> Options:
         **_local_path_options(ns),
         **_audit_options(ns),
     )
+
+
+def _flow_control_options(ns: argparse.Namespace) -> dict:
+    enabled = parse_bool("--enable-priority-and-fairness", ns.enable_priority_and_fairness)
+    read_only = _int("--max-requests-inflight", ns.max_requests_inflight, 0, 1 << 20)
+    mutating = _int("--max-mutating-requests-inflight", ns.max_mutating_requests_inflight, 0, 1 << 20)
+    if enabled and read_only + mutating <= 0:
+        raise OptionsError(
+            "--max-requests-inflight plus --max-mutating-requests-inflight must be positive with "
+            "--enable-priority-and-fairness (they are the seats the priority levels share)"
+        )
+    return {
+        "enable_priority_and_fairness": enabled,
+        "max_requests_inflight": read_only,
+        "max_mutating_requests_inflight": mutating,
+    }
 
 
 def _audit_options(ns: argparse.Namespace) -> dict:

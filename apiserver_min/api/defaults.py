@@ -699,6 +699,25 @@ def _horizontal_pod_autoscaler(obj: Obj) -> None:
         _hpa_rules(behavior, "scaleDown", hpa_default_scale_down())
 
 
+# API priority and fairness (v1beta3): a schema's precedence, a level's shares and queues.
+FLOWCONTROL_DEFAULT_MATCHING_PRECEDENCE = 1000
+FLOWCONTROL_DEFAULT_NOMINAL_SHARES = 30
+
+
+def _flow_schema_spec(spec: Obj) -> None:
+    _setdefault(spec, "matchingPrecedence", FLOWCONTROL_DEFAULT_MATCHING_PRECEDENCE)
+
+
+def _limited_priority_level(limited: Obj) -> None:
+    _setdefault(limited, "nominalConcurrencyShares", FLOWCONTROL_DEFAULT_NOMINAL_SHARES)
+    _setdefault_ptr(limited, "lendablePercent", 0)
+
+
+def _queuing(q: Obj) -> None:
+    for key, value in (("queues", 64), ("handSize", 8), ("queueLengthLimit", 50)):
+        _setdefault(q, key, value)
+
+
 _CORE = "k8s.io.api.core.v1."
 _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     _CORE + "Pod": _pod,
@@ -757,6 +776,9 @@ _DEFAULTERS: dict[str, Callable[[Obj], None]] = {
     "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicySpec": _policy_spec,
     "k8s.io.api.admissionregistration.v1.MatchResources": _match_resources,
     "k8s.io.api.admissionregistration.v1.ParamRef": _param_ref,
+    "k8s.io.api.flowcontrol.v1beta3.FlowSchemaSpec": _flow_schema_spec,
+    "k8s.io.api.flowcontrol.v1beta3.LimitedPriorityLevelConfiguration": _limited_priority_level,
+    "k8s.io.api.flowcontrol.v1beta3.QueuingConfiguration": _queuing,
 }
 
 

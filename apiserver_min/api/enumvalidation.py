@@ -194,6 +194,7 @@ _POD_SPEC_RULES: dict[tuple[str, str], Rule] = {
     (CORE + "PodSpec", "preemptionPolicy"): Rule(_PREEMPTION_POLICIES),
 }
 
+FLOWCONTROL = "k8s.io.api.flowcontrol.v1beta3."
 RULES: dict[tuple[str, str], Rule] = {
     **_POD_SPEC_RULES,
     # core: pods (beyond podvalidation), volumes, claims
@@ -281,6 +282,11 @@ RULES: dict[tuple[str, str], Rule] = {
     # events.orch.io/v1 (upstream's strict events.k8s.io validation); not a schema
     # enumeration, and core/v1 Events keep any type, as upstream's legacy validation does.
     ("k8s.io.api.events.v1.Event", "type"): Rule(("Normal", "Warning"), absent=CHECK, error=_event_type),
+    # flowcontrol.orch.io (the strategy requires the limit response type itself)
+    (FLOWCONTROL + "FlowDistinguisherMethod", "type"): Rule(absent=REQUIRED),
+    (FLOWCONTROL + "Subject", "kind"): Rule(absent=REQUIRED),
+    (FLOWCONTROL + "PriorityLevelConfigurationSpec", "type"): Rule(absent=REQUIRED),
+    (FLOWCONTROL + "LimitResponse", "type"): Rule(),
 }
 
 # For Pods: what podvalidation does not check itself.
@@ -291,6 +297,8 @@ _STATUS = "status, written by controllers and agents; upstream's status validati
 _APIEXT = "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1."
 
 NOT_ENFORCED: dict[tuple[str, str], str] = {
+    (FLOWCONTROL + "FlowSchemaCondition", "status"): _STATUS,
+    (FLOWCONTROL + "PriorityLevelConfigurationCondition", "status"): _STATUS,
     (CORE + "PodStatus", "phase"): _STATUS,
     (CORE + "PodStatus", "qosClass"): _STATUS,
     (CORE + "PodStatus", "resize"): _STATUS,

@@ -614,6 +614,18 @@ def _or_none(fn: Callable[[dict], Any]) -> Callable[[dict], Any]:
     return cell
 
 
+def _or_none_text(value: Any) -> str:
+    return "<none>" if value is None else str(value)
+
+
+def _flow_schema_missing_pl(o: dict) -> str:
+    """The status of the schema's Dangling condition, ``?`` before the server set one."""
+    for c in dig(o, "status", "conditions", default=[]) or []:
+        if isinstance(c, dict) and c.get("type") == "Dangling":
+            return str(c.get("status") or "?")
+    return "?"
+
+
 def _storage_class_name(o: dict) -> str:
     """The name, marked `` (default)`` for the default class (as upstream's printer)."""
     ann = dig(o, "metadata", "annotations", default={}) or {}
@@ -1449,6 +1461,60 @@ KINDS: tuple[KindInfo, ...] = (
             NAME,
             col("PolicyName", "string", lambda o: (o.get("spec") or {}).get("policyName") or ""),
             col("ParamRef", "string", lambda o: _param_ref(o)),
+            AGE,
+        ),
+    ),
+    # flowcontrol: API priority and fairness (server/flowcontrol/) ------------------------
+    KindInfo(
+        names.FLOWCONTROL_GROUP,
+        names.FLOWCONTROL_VERSION,
+        "flowschemas",
+        "FlowSchema",
+        False,
+        subresources=(_status("FlowSchema"),),
+        columns=(
+            NAME,
+            col("PriorityLevel", "string", _getter("spec", "priorityLevelConfiguration", "name")),
+            col("MatchingPrecedence", "string", lambda o: str(dig(o, "spec", "matchingPrecedence", default=""))),
+            col("DistinguisherMethod", "string", _or_none(_getter("spec", "distinguisherMethod", "type"))),
+            AGE,
+            col("MissingPL", "string", lambda o: _flow_schema_missing_pl(o)),
+        ),
+    ),
+    KindInfo(
+        names.FLOWCONTROL_GROUP,
+        names.FLOWCONTROL_VERSION,
+        "prioritylevelconfigurations",
+        "PriorityLevelConfiguration",
+        False,
+        subresources=(_status("PriorityLevelConfiguration"),),
+        columns=(
+            NAME,
+            col("Type", "string", _getter("spec", "type")),
+            col(
+                "NominalConcurrencyShares",
+                "string",
+                lambda o: _or_none_text(dig(o, "spec", "limited", "nominalConcurrencyShares", default=None)),
+            ),
+            col(
+                "Queues",
+                "string",
+                lambda o: _or_none_text(dig(o, "spec", "limited", "limitResponse", "queuing", "queues", default=None)),
+            ),
+            col(
+                "HandSize",
+                "string",
+                lambda o: _or_none_text(
+                    dig(o, "spec", "limited", "limitResponse", "queuing", "handSize", default=None)
+                ),
+            ),
+            col(
+                "QueueLengthLimit",
+                "string",
+                lambda o: _or_none_text(
+                    dig(o, "spec", "limited", "limitResponse", "queuing", "queueLengthLimit", default=None)
+                ),
+            ),
             AGE,
         ),
     ),

@@ -80,7 +80,7 @@ GROUP_ALIASES = {
 # Beta group versions served unless --runtime-config turns them off (other betas are off
 # by default, as upstream's): the resource metrics API, which upstream's metrics server
 # serves outside that rule.
-BETA_SERVED_BY_DEFAULT = frozenset({f"{METRICS_GROUP}/v1beta1"})
+BETA_SERVED_BY_DEFAULT = frozenset({f"{METRICS_GROUP}/v1beta1", f"{FLOWCONTROL_GROUP}/v1beta3"})
 
 # Alias groups discovery also lists under their upstream name, because clients look
 # for them by that name: kubectl top says the Metrics API is not available unless
@@ -595,3 +595,38 @@ AUDIT_ID_HEADER = "Audit-ID"
 AUDIT_DECISION_ANNOTATION = f"authorization.{DOMAIN}/decision"
 AUDIT_REASON_ANNOTATION = f"authorization.{DOMAIN}/reason"
 AUDIT_DEPRECATED_ANNOTATION = f"{DOMAIN}/deprecated"
+
+# API priority and fairness (flowcontrol.orch.io, upstream flowcontrol.apiserver.k8s.io).
+FLOWCONTROL_VERSION = "v1beta3"
+# Whether the server keeps a bootstrap FlowSchema's / PriorityLevelConfiguration's spec
+# up to date (upstream: apf.kubernetes.io/autoupdate-spec).
+APF_AUTOUPDATE_ANNOTATION = f"apf.{DOMAIN}/autoupdate-spec"
+# The response headers naming the matched objects (upstream: X-Kubernetes-PF-*).
+APF_FLOWSCHEMA_UID_HEADER = "X-Orch-PF-FlowSchema-UID"
+APF_PRIORITY_LEVEL_UID_HEADER = "X-Orch-PF-PriorityLevel-UID"
+# Mandatory priority levels and flow schemas (always present, spec always restored).
+APF_EXEMPT = "exempt"
+APF_CATCH_ALL = "catch-all"
+# Suggested priority levels (kept while their autoupdate annotation allows).
+APF_PL_SYSTEM = "system"
+APF_PL_NODE_HIGH = "node-high"
+APF_PL_LEADER_ELECTION = "leader-election"
+APF_PL_WORKLOAD_HIGH = "workload-high"
+APF_PL_WORKLOAD_LOW = "workload-low"
+APF_PL_GLOBAL_DEFAULT = "global-default"
+# Suggested flow schemas (upstream names with kube → orch).
+APF_FS_SYSTEM_NODES = "system-nodes"
+APF_FS_SYSTEM_NODE_HIGH = "system-node-high"
+APF_FS_PROBES = "probes"
+APF_FS_SYSTEM_LEADER_ELECTION = "system-leader-election"
+APF_FS_ENDPOINT_CONTROLLER = "endpoint-controller"
+APF_FS_WORKLOAD_LEADER_ELECTION = "workload-leader-election"
+APF_FS_CONTROLLER_MANAGER = "orch-controller-manager"
+APF_FS_SCHEDULER = "orch-scheduler"
+APF_FS_SYSTEM_SERVICE_ACCOUNTS = "orch-system-service-accounts"
+APF_FS_SERVICE_ACCOUNTS = "service-accounts"
+APF_FS_GLOBAL_DEFAULT = "global-default"
+# The scheduler's user (upstream: system:kube-scheduler) and the endpoint controllers'
+# service accounts that the suggested flow schemas name.
+SCHEDULER_USER = "system:orch-scheduler"
+APF_ENDPOINT_CONTROLLER_ACCOUNTS = ("endpoint-controller", "endpointslicemirroring-controller")

@@ -34,6 +34,7 @@ from .core import (
 )
 from .endpoints import EndpointSliceStrategy, EndpointsStrategy
 from .eviction import PodEvictionREST
+from .flowcontrol import FlowSchemaStrategy, PriorityLevelConfigurationStrategy
 from .networking import IngressClassStrategy, IngressStrategy
 from .policy import PodDisruptionBudgetStrategy
 from .resourcepolicy import LimitRangeStrategy, PriorityClassStrategy, ResourceQuotaStrategy
@@ -77,6 +78,8 @@ STRATEGIES: dict[tuple[str, str], type[Strategy]] = {
     (names.ADMISSIONREGISTRATION_GROUP, "mutatingwebhookconfigurations"): WebhookConfigurationStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingadmissionpolicies"): ValidatingAdmissionPolicyStrategy,
     (names.ADMISSIONREGISTRATION_GROUP, "validatingadmissionpolicybindings"): ValidatingAdmissionPolicyBindingStrategy,
+    (names.FLOWCONTROL_GROUP, "flowschemas"): FlowSchemaStrategy,
+    (names.FLOWCONTROL_GROUP, "prioritylevelconfigurations"): PriorityLevelConfigurationStrategy,
 }
 
 STORE_SUBRESOURCE = StoreSubresource()

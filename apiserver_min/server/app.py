@@ -39,6 +39,7 @@ from ..authz.authorizer import forbidden_error, request_attributes, user_or_anon
 from ..authz.modes import build_authorizer
 from ..authz.rbac import RbacIndex, RbacWriteGuard
 from ..authz.webhook import WebhookAuthorizer
+from ..client.local import LocalClient
 from ..controllers.manager import Controllers
 from ..options import Options
 from ..pki import Pki, write_admin_config
@@ -54,7 +55,7 @@ from ..storage.encryption import EncryptingBackend
 from ..storage.interface import Backend
 from ..storage.keys import key_prefix
 from ..storage.sqlite import SqliteBackend
-from . import auditing
+from . import auditing, flowcontrol
 from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
 from .health import Check, Health
@@ -91,6 +92,46 @@ def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.
                 sent.add(value)
                 resp.headers.add("Warning", value)
     return resp
+
+
+# A body larger than this goes out in slices of this size, each once the previous ones
+# have left the connection's buffer: the event loop serves other requests between
+# slices, and the request holds its flow-control seat until its body is sent.
+_SEND_SLICE = 256 * 1024
+_SEND_PATIENCE = 60.0
+
+
+async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+    """Write a large finished response now, in slices, rather than after the handler
+    returns (aiohttp then finds it sent); returns what was sent. A client gone meanwhile
+    ends it quietly."""
+    if resp.prepared or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
+        return resp
+    body = resp.body
+    if len(body) <= _SEND_SLICE or request.method == "HEAD":
+        # Small: aiohttp writes it once the request is done (its audit events written first).
+        return resp
+    try:
+        out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=resp.headers)
+        out.content_length = len(body)
+        await out.prepare(request)
+        transport = request.transport
+        view = memoryview(body)
+        # A client that reads too slowly stops holding up the rest after this long: what
+        # is left is handed to the connection's buffer at once.
+        give_up = time.monotonic() + _SEND_PATIENCE
+        for start in range(0, len(body), _SEND_SLICE):
+            await out.write(view[start : start + _SEND_SLICE])
+            pause = 0.002
+            while transport is not None and not transport.is_closing() and time.monotonic() < give_up:
+                if transport.get_write_buffer_size() <= _SEND_SLICE:
+                    break
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        await out.write_eof()
+        return out
+    except (ConnectionError, RuntimeError):
+        return resp
 
 
 class RuntimeConfig:
@@ -229,6 +270,24 @@ class ApiServer:
         # Custom resource definitions: the kinds they define are served while they last.
         self.definitions = DefinitionController(self.store, self.cache, registry, self.rest)
         self._inflight = 0
+        # API priority and fairness, or (when off) the plain in-flight limits.
+        self.flow_control: flowcontrol.FlowControl | None = None
+        self.inflight_limits: flowcontrol.InflightLimits | None = None
+        if opts.enable_priority_and_fairness:
+            self.flow_control = flowcontrol.FlowControl(
+                self.cache,
+                registry,
+                LocalClient(self.store, self.authorizer, SYSTEM_USER, names.APISERVER_FIELD_MANAGER),
+                opts.max_requests_inflight + opts.max_mutating_requests_inflight,
+                # As upstream: a request waits in a queue at most a quarter of --request-timeout.
+                wait_limit=opts.request_timeout / 4,
+            )
+            self.metrics.sources.append(self.flow_control.render_metrics)
+        else:
+            self.inflight_limits = flowcontrol.InflightLimits(
+                opts.max_requests_inflight, opts.max_mutating_requests_inflight
+            )
+            self.metrics.sources.append(self.inflight_limits.render_metrics)
         self.deadlines = Deadlines(opts.request_timeout)
         # Audit logging: a policy and at least one backend, or nothing is recorded.
         audit_backends: list[AuditBackend] = []
@@ -319,6 +378,8 @@ class ApiServer:
         self.post_start_done["start-watch-cache"] = True
         await self.bootstrap_namespaces()
         self.post_start_done["bootstrap-namespaces"] = True
+        if self.flow_control is not None:
+            await self.flow_control.start()
         await self.authn.start()
         await self.publish_authentication_configmap()
         await self.start_services()
@@ -387,6 +448,8 @@ class ApiServer:
 
     async def stop_storage(self) -> None:
         await self.resource_metrics.stop()
+        if self.flow_control is not None:
+            await self.flow_control.stop()
         await self.stop_services()
         await self.controllers.stop()
         await self.definitions.stop()
@@ -444,6 +507,8 @@ class ApiServer:
         resp: web.StreamResponse | None = None
         status: dict[str, Any] | None = None
         stage = "ResponseComplete"
+        ticket: flowcontrol.Ticket | None = None
+        inflight_kind: str | None = None
         deadline: Deadline | None = None
         try:
             if not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
@@ -468,6 +533,26 @@ class ApiServer:
                     audit.impersonated(real_user, user)
                 assert self.auditor is not None
                 self.auditor.emit(audit, "RequestReceived")
+            if self.flow_control is not None:
+                ticket = await self.flow_control.admit(
+                    user,
+                    info.is_resource,
+                    info.verb,
+                    info.group,
+                    info.resource,
+                    info.subresource,
+                    info.namespace,
+                    request.path,
+                    info.kind,
+                    request.query,
+                )
+                if ticket is not None:
+                    ticket.long_running = flowcontrol.is_long_running(info.verb, info.subresource, request.query)
+                    flowcontrol.CURRENT.set(ticket)
+            elif self.inflight_limits is not None and not flowcontrol.is_long_running(
+                info.verb, info.subresource, request.query
+            ):
+                inflight_kind = self.inflight_limits.enter(user, info.verb)
             await self.authorize(user, info, request.query, audit, request.path_qs)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
@@ -478,6 +563,12 @@ class ApiServer:
                 resp = await self.non_resource(request, info)
                 self.deadlines.finish(deadline)
             code = resp.status
+            if (ticket is not None and not ticket.long_running) or inflight_kind is not None:
+                # The request holds its seat until its body is written (a large LIST costs
+                # most while its response goes out), as the handler's time does upstream.
+                if ticket is not None:
+                    resp.headers.update(ticket.headers)
+                return await _send_now(request, resp)
             return resp
         except st.ApiError as exc:
             code = exc.code
@@ -508,6 +599,14 @@ class ApiServer:
             resp = self.error_response(request, err)
             return resp
         finally:
+            if ticket is not None:
+                if resp is not None and not resp.prepared:
+                    resp.headers.update(ticket.headers)
+                ticket.release()
+                flowcontrol.CURRENT.set(None)
+            elif inflight_kind is not None:
+                assert self.inflight_limits is not None
+                self.inflight_limits.leave(inflight_kind)
             self.deadlines.finish(deadline)
             end_request(record_token)
             if audit is not None:
@@ -633,6 +732,8 @@ class ApiServer:
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         if self.auditor is not None:
             app.on_response_prepare.append(auditing.on_response_prepare)
+        if self.flow_control is not None:
+            app.on_response_prepare.append(flowcontrol.on_response_prepare)
         return app
 
     async def serve(self, stop: asyncio.Event) -> int:

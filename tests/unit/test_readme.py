@@ -37,6 +37,7 @@ CAPABILITIES = {
     "admission webhooks": "apiserver_min/admission/webhook",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
+    "API priority and fairness": "apiserver_min/server/flowcontrol",
     "CPU manager": "agent/cm/cpumanager",
     "memory manager": "agent/cm/memorymanager",
     "topology manager": "agent/cm/topologymanager",

@@ -30,6 +30,7 @@ from . import (
     core,
     discovery,
     events,
+    flowcontrol,
     metrics,
     networking,
     node,
@@ -62,6 +63,7 @@ GROUP_MODULES = {
     (names.AUTHORIZATION_GROUP, "v1"): authorization,
     (names.METRICS_GROUP, "v1beta1"): metrics,
     (names.APIEXTENSIONS_GROUP, "v1"): apiextensions,
+    (names.FLOWCONTROL_GROUP, names.FLOWCONTROL_VERSION): flowcontrol,
 }
 
 
@@ -136,6 +138,8 @@ _DESCRIPTIONS = {
     "SelfSubjectAccessReview": "Asks whether the caller may perform an action.",
     "LocalSubjectAccessReview": "Asks whether a user may perform an action in one namespace.",
     "SelfSubjectRulesReview": "Lists what the caller may do in a namespace.",
+    "FlowSchema": "Sorts requests into flows and names the priority level that serves them.",
+    "PriorityLevelConfiguration": "A share of the server's concurrency, and what happens to requests beyond it.",
 }
 for (_g, _v, _kind), _schema in KIND_SCHEMAS.items():
     if _kind in _DESCRIPTIONS and not _schema.description:
