@@ -11,13 +11,37 @@ import pytest
 from tests.apiserver_fixtures import *  # noqa: E402,F401,F403 - apiserver, apiserver_etcd, kubectl, k8s_client
 from tests.components import Containerd, Etcd, image_builder, missing_binaries
 
-E2E_DIR = Path(__file__).resolve().parent / "e2e"
+TESTS_DIR = Path(__file__).resolve().parent
+E2E_DIR = TESTS_DIR / "e2e"
+
+# With pytest-xdist (tests/run.sh runs two workers, ``--dist loadgroup``), the tests that
+# use the host's shared parts — the session containerd and its images, cgroups, nftables,
+# network namespaces, bridges, the agent's default directories — all run on one worker,
+# one after another, as they do without xdist. The rest (unit tests and API server
+# integration tests, each server on its own free port and data directory) spreads over
+# both workers.
+HOST_GROUP = "host"
+_HOST_MODULES = frozenset(
+    {
+        "tests/integration/test_agent_cgroups.py",
+        "tests/integration/test_agent_process.py",
+    }
+)
+
+
+def _on_host(path: Path) -> bool:
+    if E2E_DIR in path.parents:
+        return True
+    return path.relative_to(TESTS_DIR.parent).as_posix() in _HOST_MODULES
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if E2E_DIR in Path(item.path).resolve().parents:
+        path = Path(item.path).resolve()
+        if E2E_DIR in path.parents:
             item.add_marker(pytest.mark.e2e)
+        if _on_host(path):
+            item.add_marker(pytest.mark.xdist_group(HOST_GROUP))
 
 
 def _skip_unless_available(component: str, binaries, *, needs_root: bool) -> None:

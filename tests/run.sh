@@ -131,5 +131,17 @@ for arg in "$@"; do
     args+=("$arg")
     prev="$arg"
 done
+# Two workers by default (ORCH_TEST_WORKERS=N to change, 0 for none; an explicit -n,
+# --numprocesses, -p no:xdist or --pdb wins): see tests/conftest.py for which tests
+# share one worker because they use the host's shared parts.
+workers="${ORCH_TEST_WORKERS:-2}"
+for arg in "${args[@]}"; do
+    case "$arg" in
+        -n | -n* | --numprocesses* | no:xdist | --pdb | --trace) workers="" ;;
+    esac
+done
+if [[ -n "$workers" && "$workers" != 0 ]]; then
+    args=(-n "$workers" --dist loadgroup "${args[@]}")
+fi
 say "running pytest ${args[*]}"
 exec "$venv_python" -m pytest "${args[@]}"
