@@ -1,0 +1,101 @@
+"""Validation rules are compiled with ``self``/``oldSelf`` typed by their schema node
+when a definition is written: misuse of a field's type is refused with the
+compiler's message, open parts of a schema stay dynamically typed."""
+
+from __future__ import annotations
+
+import pytest
+
+from apiserver_min.apiextensions import celtypes, rules
+from apiserver_min.apiextensions.structural import validate_schema
+
+SPEC = {
+    "type": "object",
+    "properties": {
+        "replicas": {"type": "integer"},
+        "name": {"type": "string"},
+        "xs": {"type": "array", "items": {"type": "string"}},
+        "m": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "ios": {"x-kubernetes-int-or-string": True},
+        "foo-bar": {"type": "number"},
+        "sub": {"type": "object", "properties": {"a": {"type": "boolean"}}},
+        "when": {"type": "string", "format": "date-time"},
+        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "a_b": {"type": "object", "additionalProperties": {"type": "string"}},
+        "aB": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def rule_errors(rule: str) -> list[str]:
+    schema = {"type": "object", "properties": {"spec": {**SPEC, "x-kubernetes-validations": [{"rule": rule}]}}}
+    return [e.message() for e in validate_schema(schema, "X")]
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "self.replicas > 1",
+        "self.replicas == oldSelf.replicas",
+        "self.xs.all(x, x.startsWith('a'))",
+        "self.m.all(k, self.m[k] > 0)",
+        "self.ios == 1 || self.ios == 'a'",
+        "self.foo__dash__bar > 1.5",
+        "self.sub.a",
+        "has(self.sub) && size(self.xs) > 1 && self.xs.isSorted()",
+        "self.name.matches('^a')",
+        "self.when < 'z'",
+        "self.free.anything == 1",
+        "self.a_b['k'] == 'v' && self.aB['k'] == 'v'",
+    ],
+)
+def test_rules_fitting_their_types_compile(rule):
+    assert rule_errors(rule) == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "detail"),
+    [
+        ("self.replicas > 'a'", "ERROR: <input>:1:15: found no matching overload for '_>_' applied to '(int, string)'"),
+        ("self.nope == 1", "ERROR: <input>:1:5: undefined field 'nope'"),
+        (
+            "self.xs.all(x, x > 1)",
+            "ERROR: <input>:1:18: found no matching overload for '_>_' applied to '(string, int)'",
+        ),
+        ("self.m['a'] == 'x'", "ERROR: <input>:1:13: found no matching overload for '_==_' applied to '(int, string)'"),
+        ("self.sub.a == 1", "ERROR: <input>:1:12: found no matching overload for '_==_' applied to '(bool, int)'"),
+    ],
+)
+def test_rules_misusing_types_are_refused(rule, detail):
+    msgs = rule_errors(rule)
+    assert len(msgs) == 1 and msgs[0].startswith(
+        f'X.properties[spec].x-kubernetes-validations[0].rule: Invalid value: "{rule}": compilation failed: {detail}\n'
+    ), msgs
+
+
+def test_typed_result_must_be_bool():
+    assert rule_errors("self.replicas") == [
+        'X.properties[spec].x-kubernetes-validations[0].rule: Invalid value: "self.replicas": cel expression must '
+        "evaluate to a bool"
+    ]
+
+
+def test_root_sees_type_meta_and_name():
+    schema = {
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "self.kind == 'K' && self.metadata.name != '' && self.spec.replicas > 0"}
+        ],
+        "properties": {"spec": SPEC},
+    }
+    assert validate_schema(schema, "X") == []
+
+
+def test_open_nodes_are_dynamic():
+    assert celtypes.declare({"x-kubernetes-int-or-string": True}, rules.escape, False)[0] == ("dyn",)
+    assert celtypes.declare({"type": "array", "items": {"type": "integer"}}, rules.escape, False)[0] == (
+        "list",
+        ("int",),
+    )
+    spec, _descriptor, probe = celtypes.declare(SPEC, rules.escape, False)
+    assert spec[0] == "message" and probe == "has(self.replicas)"
