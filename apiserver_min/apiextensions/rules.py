@@ -332,6 +332,11 @@ class Validator:
     def empty(self) -> bool:
         return not self._rules
 
+    @property
+    def has_transition_rules(self) -> bool:
+        """Whether any rule reads ``oldSelf``."""
+        return any(r.transition for found in self._rules.values() for r in found)
+
     def validate(self, obj: Any, old: Any = None, path: str = "", root: bool = True) -> list[v.FieldError]:
         """The errors of ``obj`` (an object, or with ``root`` False the value of a
         field at ``path``); transition rules run where ``old`` has a value."""

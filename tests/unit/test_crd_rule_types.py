@@ -4,9 +4,14 @@ compiler's message, open parts of a schema stay dynamically typed."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import dataclasses
+
 import pytest
 
 from apiserver_min.apiextensions import celtypes, rules
+from apiserver_min.apiextensions.resource import CustomResourceStrategy, Definition
 from apiserver_min.apiextensions.structural import validate_schema
 
 SPEC = {
@@ -99,3 +104,101 @@ def test_open_nodes_are_dynamic():
     )
     spec, _descriptor, probe = celtypes.declare(SPEC, rules.escape, False)
     assert spec[0] == "message" and probe == "has(self.replicas)"
+
+
+# --- transition rules across versions ------------------------------------------------------
+
+
+class FakeConverter:
+    """v1 ``{host, port}`` <-> v2 ``{hostPort}``, as a conversion webhook would."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def convert(self, objs, desired_version, batch_gvk=""):
+        self.calls += 1
+        out = []
+        for o in objs:
+            o = copy.deepcopy(o)
+            spec = o.get("spec") or {}
+            if desired_version == "v2" and "host" in spec:
+                o["spec"] = {"hostPort": f"{spec['host']}:{spec.get('port', 0)}"}
+            o["apiVersion"] = f"example.com/{desired_version}"
+            out.append(o)
+        return out
+
+
+def two_version_strategy(converter) -> CustomResourceStrategy:
+    v1 = {
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": {"host": {"type": "string"}, "port": {"type": "integer"}}}
+        },
+    }
+    v2 = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "hostPort": {
+                        "type": "string",
+                        "x-kubernetes-validations": [
+                            {"rule": "self.startsWith(oldSelf.split(':')[0])", "message": "host is immutable"}
+                        ],
+                    },
+                    "mode": {"type": "string", "default": "fast"},
+                },
+            }
+        },
+    }
+    obj = {
+        "apiVersion": "apiextensions.orch.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "endpoints.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "endpoints", "kind": "Endpoint"},
+            "versions": [
+                {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": v1}},
+                {"name": "v2", "served": True, "storage": False, "schema": {"openAPIV3Schema": v2}},
+            ],
+        },
+        "status": {"acceptedNames": {"plural": "endpoints", "kind": "Endpoint"}},
+    }
+    d = dataclasses.replace(Definition.from_object(obj), converter=converter)
+    kind = next(k for k in d.kinds() if k.version == "v2")
+    return CustomResourceStrategy(kind, d)
+
+
+def endpoint(version: str, spec: dict) -> dict:
+    md = {"name": "e", "namespace": "n", "uid": "u"}
+    return {"apiVersion": f"example.com/{version}", "kind": "Endpoint", "metadata": md, "spec": spec}
+
+
+def test_transition_rules_compare_with_the_stored_object_in_the_update_version():
+    conv = FakeConverter()
+    s = two_version_strategy(conv)
+    stored = endpoint("v1", {"host": "a", "port": 1})
+    keep = copy.deepcopy(stored)
+    same_host = endpoint("v2", {"hostPort": "a:2", "mode": "fast"})
+    seen = asyncio.run(s.old_for_validation(same_host, stored))
+    assert seen["apiVersion"] == "example.com/v2" and seen["spec"] == {"hostPort": "a:1", "mode": "fast"}
+    assert stored == keep and conv.calls == 1
+    assert s.validate_update(same_host, seen) == []
+    other_host = endpoint("v2", {"hostPort": "b:1"})
+    seen = asyncio.run(s.old_for_validation(other_host, stored))
+    assert [e.message() for e in s.validate_update(other_host, seen)] == [
+        'spec.hostPort: Invalid value: "string": host is immutable'
+    ]
+    # In the same version (or without transition rules) nothing is converted.
+    assert asyncio.run(s.old_for_validation(stored, stored)) is stored and conv.calls == 2
+
+
+def test_none_conversion_relabels_and_defaults_the_stored_object():
+    s = two_version_strategy(None)
+    stored = endpoint("v1", {"hostPort": "a:1"})
+    seen = asyncio.run(s.old_for_validation(endpoint("v2", {"hostPort": "a:2"}), stored))
+    assert seen["apiVersion"] == "example.com/v2" and seen["spec"] == {"hostPort": "a:1", "mode": "fast"}
+    assert stored["apiVersion"] == "example.com/v1" and "mode" not in stored["spec"]
