@@ -118,15 +118,32 @@ def validate_schema(schema: Any, path: str) -> list[v.FieldError]:
     return errs
 
 
-def _node(node: Any, path: str, errs: list[v.FieldError], root: bool = False, typed_parent: bool = True) -> None:
+def _keywords(node: Any, path: str, errs: list[v.FieldError]) -> bool:
+    """Whether ``node`` is a schema object; its keywords v1 forbids or this server does
+    not know are errors."""
     if not isinstance(node, dict):
         errs.append(v.FieldError.type_invalid(path, node, "must be an object (a JSON schema)"))
-        return
+        return False
     for key in node:
         if key in _FORBIDDEN_V1:
             errs.append(v.FieldError.forbidden(f"{path}.{key}", _FORBIDDEN_V1[key]))
         elif key not in _KNOWN:
             errs.append(v.FieldError.forbidden(f"{path}.{key}", f"unknown schema field {key!r}"))
+    return True
+
+
+def _pattern(node: dict, path: str, errs: list[v.FieldError]) -> None:
+    pattern = node.get("pattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            errs.append(v.FieldError.invalid(f"{path}.pattern", pattern, f"must be a valid regular expression: {exc}"))
+
+
+def _node(node: Any, path: str, errs: list[v.FieldError], root: bool = False, typed_parent: bool = True) -> None:
+    if not _keywords(node, path, errs):
+        return
     typ = node.get("type", "")
     preserve = bool(node.get(values.PRESERVE))
     int_or_string = bool(node.get(values.INT_OR_STRING))
@@ -176,12 +193,7 @@ def _node(node: Any, path: str, errs: list[v.FieldError], root: bool = False, ty
         errs.append(v.FieldError.type_invalid(f"{path}.properties", props, "must be an object"))
     if isinstance(addl, dict):
         _node(addl, f"{path}.additionalProperties", errs)
-    pattern = node.get("pattern")
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except (re.error, TypeError) as exc:
-            errs.append(v.FieldError.invalid(f"{path}.pattern", pattern, f"must be a valid regular expression: {exc}"))
+    _pattern(node, path, errs)
     _list_markers(node, path, errs)
     _junctors(node, path, errs, int_or_string)
     for key in ("required",):
@@ -235,14 +247,8 @@ def _junctors(node: dict, path: str, errs: list[v.FieldError], int_or_string: bo
 
 def _nested(node: Any, path: str, errs: list[v.FieldError], skip_any_of: bool = False) -> None:
     """A schema inside a junctor: it may only restrict values."""
-    if not isinstance(node, dict):
-        errs.append(v.FieldError.type_invalid(path, node, "must be an object (a JSON schema)"))
+    if not _keywords(node, path, errs):
         return
-    for key in node:
-        if key in _FORBIDDEN_V1:
-            errs.append(v.FieldError.forbidden(f"{path}.{key}", _FORBIDDEN_V1[key]))
-        elif key not in _KNOWN:
-            errs.append(v.FieldError.forbidden(f"{path}.{key}", f"unknown schema field {key!r}"))
     for key, sub_path, sub in _junctor_schemas(node, path, errs):
         if not (key == "anyOf" and skip_any_of):
             _nested(sub, sub_path, errs)
@@ -260,12 +266,7 @@ def _nested(node: Any, path: str, errs: list[v.FieldError], skip_any_of: bool = 
     for key, message in _NOT_IN_JUNCTORS:
         if key in node and (key in _SET_WHEN_PRESENT or node[key]):
             errs.append(v.FieldError.forbidden(f"{path}.{key}", message))
-    pattern = node.get("pattern")
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except (re.error, TypeError) as exc:
-            errs.append(v.FieldError.invalid(f"{path}.pattern", pattern, f"must be a valid regular expression: {exc}"))
+    _pattern(node, path, errs)
 
 
 def _complete(vnode: Any, snode: Any, spath: str, vpath: str, errs: list[v.FieldError]) -> None:
