@@ -5,8 +5,8 @@ written, from the schema node the rule sits on, so that a rule misusing a field
 Objects with properties become protobuf message types (built here as file
 descriptors, one file per node; property names escaped as rules read them), maps
 (``additionalProperties``) and lists keep their element types, scalars theirs. What a
-schema leaves open (int-or-string, preserved unknown fields, untyped nodes, strings
-whose format the rules would see as another type) is ``dyn``: never refused here.
+schema leaves open (int-or-string, preserved unknown fields, nullable and untyped nodes,
+strings whose format the rules would see as another type) is ``dyn``: never refused here.
 These types only check rules; evaluation sees the values as JSON, as before.
 """
 
@@ -33,6 +33,9 @@ _SCALAR_FIELDS = {
 # Formats that make a string another type to rules upstream (bytes, durations, times):
 # left open here.
 _OTHER_TYPED_FORMATS = frozenset({"byte", "duration", "date", "date-time"})
+# What leaves a node's type open: int-or-string, kept unknown fields, and null allowed
+# beside the type (rules compare such a value with null).
+_OPEN = (values.INT_OR_STRING, values.PRESERVE, "nullable")
 _META = {"type": "object", "properties": {"name": {"type": "string"}, "generateName": {"type": "string"}}}
 
 
@@ -63,7 +66,7 @@ class _Builder:
         )
 
     def spec(self, node: Any, embedded: bool = False) -> TypeSpec:
-        if not isinstance(node, dict) or node.get(values.INT_OR_STRING) or node.get(values.PRESERVE):
+        if not isinstance(node, dict) or any(node.get(k) for k in _OPEN):
             return _DYN
         typ = node.get("type")
         if typ == "integer":

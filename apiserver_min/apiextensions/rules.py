@@ -178,7 +178,7 @@ def _structural(node: Any) -> Any:
         return node
     keep = ("type", "format", "properties", "items", "additionalProperties")
     out = {k: node[k] for k in keep if k in node}
-    out.update({k: True for k in (values.INT_OR_STRING, values.PRESERVE, values.EMBEDDED) if node.get(k)})
+    out.update({k: True for k in (values.INT_OR_STRING, values.PRESERVE, values.EMBEDDED, "nullable") if node.get(k)})
     if isinstance(out.get("properties"), dict):
         out["properties"] = {k: _structural(sub) for k, sub in out["properties"].items()}
     for key in ("items", "additionalProperties"):

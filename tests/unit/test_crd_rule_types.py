@@ -25,6 +25,7 @@ SPEC = {
         "foo-bar": {"type": "number"},
         "sub": {"type": "object", "properties": {"a": {"type": "boolean"}}},
         "when": {"type": "string", "format": "date-time"},
+        "maybe": {"type": "integer", "nullable": True},
         "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         "a_b": {"type": "object", "additionalProperties": {"type": "string"}},
         "aB": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -52,6 +53,7 @@ def rule_errors(rule: str) -> list[str]:
         "self.when < 'z'",
         "self.free.anything == 1",
         "self.a_b['k'] == 'v' && self.aB['k'] == 'v'",
+        "self.maybe == null || self.maybe > 1",
     ],
 )
 def test_rules_fitting_their_types_compile(rule):
