@@ -503,7 +503,11 @@ def has_blocking_errors(errs: list[v.FieldError]) -> bool:
     """Whether the schema's errors leave the object in a shape rules cannot be run on
     (wrong types, too long, too many): upstream skips the rules then."""
     blocking = (v.FIELD_VALUE_NOT_SUPPORTED, v.FIELD_VALUE_TOO_LONG, v.FIELD_VALUE_TOO_MANY, v.FIELD_VALUE_TYPE_INVALID)
-    return any(e.type in blocking or "must be of type" in e.detail for e in errs)
+    return any(e.type in blocking or _WRONG_TYPE.search(e.detail) for e in errs)
+
+
+# A value of the wrong JSON type (a string of the wrong format is no such error).
+_WRONG_TYPE = re.compile(r" must be of type (?:array|boolean|integer|number|object|string|integer-or-string): ")
 
 
 NOT_CHECKED = "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"

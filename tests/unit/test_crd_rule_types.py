@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from apiserver_min.apiextensions import celtypes, rules
+from apiserver_min.apiextensions import celtypes, rules, values
 from apiserver_min.apiextensions.resource import CustomResourceStrategy, Definition
 from apiserver_min.apiextensions.structural import validate_schema
 
@@ -204,3 +204,22 @@ def test_none_conversion_relabels_and_defaults_the_stored_object():
     seen = asyncio.run(s.old_for_validation(endpoint("v2", {"hostPort": "a:2"}), stored))
     assert seen["apiVersion"] == "example.com/v2" and seen["spec"] == {"hostPort": "a:1", "mode": "fast"}
     assert stored["apiVersion"] == "example.com/v1" and "mode" not in stored["spec"]
+
+
+def test_a_format_error_does_not_stop_the_rules_a_type_error_does():
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-validations": [{"rule": "self.n > 1", "message": "n too small"}],
+                "properties": {"ip": {"type": "string", "format": "ipv4"}, "n": {"type": "integer"}},
+            }
+        },
+    }
+    errs = values.validate({"spec": {"ip": "x", "n": 0}}, schema)
+    assert not rules.has_blocking_errors(errs)
+    assert [e.message() for e in rules.Validator(schema).validate({"spec": {"ip": "x", "n": 0}})] == [
+        'spec: Invalid value: "object": n too small'
+    ]
+    assert rules.has_blocking_errors(values.validate({"spec": {"ip": "1.2.3.4", "n": "zero"}}, schema))
