@@ -3,8 +3,7 @@ and field paths, and the strategy the generic store uses for it.
 
 A definition is created with the cleanup finalizer (its objects are deleted before
 it goes) and with ``status.storedVersions`` naming its storage version; an update
-that changes the storage version adds the new one there. What cannot be served yet
-is refused with a message naming the field: conversion webhooks.
+that changes the storage version adds the new one there.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ the object is pruned to its version's schema, defaulted and validated with it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -248,6 +249,27 @@ class CustomResourceStrategy(Strategy):
         if converted is not obj:
             obj.clear()
             obj.update(converted)
+
+    async def old_for_validation(self, new: dict, old: dict) -> dict:
+        """Transition rules compare an update with the stored object in the update's
+        version: converted (by the webhook, if the definition has one) and defaulted by
+        that version's schema. Only done when that version has transition rules."""
+        version = new.get("apiVersion")
+        validator = self._validator(new)
+        if old.get("apiVersion") == version or validator is None or not validator.has_transition_rules:
+            return old
+        converter = self.definition.converter
+        if converter is None:  # None conversion: the versions differ only in apiVersion.
+            seen = copy.deepcopy(old)
+            seen["apiVersion"] = version
+        else:
+            _, _, target = str(version).rpartition("/")
+            try:
+                (seen,) = await converter.convert([copy.deepcopy(old)], target)
+            except ConversionError as exc:
+                raise exc.api_error() from None
+        values.apply_defaults(seen, self._schema(new))
+        return seen
 
     def unknown_fields(self, obj: dict) -> list[str] | None:
         md = obj.get("metadata")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import logging
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +23,9 @@ from typing import Any
 from ..api import validation as v
 from ..cel import CompileError, Compiler, EvalError, Program
 from ..cel import cost as celcost
-from . import values
+from . import celtypes, values
+
+_log = logging.getLogger(__name__)
 
 KEY = "x-kubernetes-validations"
 VARIABLES = ("self", "oldSelf")
@@ -142,7 +146,50 @@ def parse_field_path(text: str, node: dict) -> tuple[str, ...] | None:
     return tuple(steps) if steps else None
 
 
-def _compile_rule(item: Any, node: dict, path: str, errs: list[v.FieldError]) -> tuple[Rule | None, int]:
+@functools.lru_cache(maxsize=256)
+def _typed_compiler(node_json: str, root: bool) -> Compiler | None:
+    """A compiler with ``self`` and ``oldSelf`` typed by the schema node (given as its
+    canonical JSON); None when the node's types cannot be declared (the rule is then
+    checked untyped, as before, and still type-checked on evaluation)."""
+    spec, descriptor, probe = celtypes.declare(json.loads(node_json), escape, root)
+    if spec == ("dyn",):
+        return None
+    try:
+        typed = Compiler(VARIABLES, cost_limit=10**30, types={"self": spec, "oldSelf": spec}, descriptors=[descriptor])
+        if probe is not None:
+            typed.compile(probe)
+    except (ValueError, CompileError) as exc:
+        _log.warning("validation rules: schema types not declared, rules checked untyped: %s", exc)
+        return None
+    return typed
+
+
+def _typed_check(text: str, node: dict, root: bool) -> Program | None:
+    """The rule compiled with ``self`` typed by its schema node: CompileError when it
+    misuses a type; None when the node's types are left open."""
+    typed = _typed_compiler(json.dumps(_structural(node), sort_keys=True, default=str), root)
+    return typed.compile(text) if typed is not None else None
+
+
+def _structural(node: Any) -> Any:
+    """The parts of a schema node that make its type (its rules, junctors and value
+    restrictions aside), so nodes of the same shape share a compiler."""
+    if not isinstance(node, dict):
+        return node
+    keep = ("type", "format", "properties", "items", "additionalProperties")
+    out = {k: node[k] for k in keep if k in node}
+    out.update({k: True for k in (values.INT_OR_STRING, values.PRESERVE, values.EMBEDDED, "nullable") if node.get(k)})
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {k: _structural(sub) for k, sub in out["properties"].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = _structural(out[key])
+    return out
+
+
+def _compile_rule(
+    item: Any, node: dict, path: str, errs: list[v.FieldError], typed: bool = False, root: bool = False
+) -> tuple[Rule | None, int]:
     if not isinstance(item, dict):
         errs.append(v.FieldError.type_invalid(path, item, "must be an object"))
         return None, 0
@@ -168,10 +215,11 @@ def _compile_rule(item: Any, node: dict, path: str, errs: list[v.FieldError]) ->
             field_path = parsed
     try:
         program = compiler().compile(text)
+        checked = _typed_check(text, node, root) if typed else None
     except CompileError as exc:
         errs.append(v.FieldError.invalid(f"{path}.rule", text, f"compilation failed: {exc.detail}"))
         return None, 0
-    if program.result_type not in ("bool", "dyn"):
+    if (checked or program).result_type not in ("bool", "dyn"):
         errs.append(v.FieldError.invalid(f"{path}.rule", text, "cel expression must evaluate to a bool"))
     list_bound, string_bound = bounds(node)
     estimate = program.shape.cost(list_bound, string_bound)
@@ -252,7 +300,7 @@ def validate_schema_rules(schema: Any, path: str) -> list[v.FieldError]:
         if items and not (node.get("type") or node.get(values.INT_OR_STRING) or node.get(values.PRESERVE)):
             errs.append(v.FieldError.required(f"{node_path}.type", "must not be empty for rules"))
         for i, item in enumerate(items):
-            _, estimate = _compile_rule(item, node, f"{node_path}.{KEY}[{i}]", errs)
+            _, estimate = _compile_rule(item, node, f"{node_path}.{KEY}[{i}]", errs, typed=True, root=node is schema)
             total += estimate * cardinality
     if total > PER_CRD_LIMIT:
         message = celcost.exceeds_message(total, PER_CRD_LIMIT).replace(
@@ -283,6 +331,11 @@ class Validator:
     @property
     def empty(self) -> bool:
         return not self._rules
+
+    @property
+    def has_transition_rules(self) -> bool:
+        """Whether any rule reads ``oldSelf``."""
+        return any(r.transition for found in self._rules.values() for r in found)
 
     def validate(self, obj: Any, old: Any = None, path: str = "", root: bool = True) -> list[v.FieldError]:
         """The errors of ``obj`` (an object, or with ``root`` False the value of a
@@ -450,7 +503,11 @@ def has_blocking_errors(errs: list[v.FieldError]) -> bool:
     """Whether the schema's errors leave the object in a shape rules cannot be run on
     (wrong types, too long, too many): upstream skips the rules then."""
     blocking = (v.FIELD_VALUE_NOT_SUPPORTED, v.FIELD_VALUE_TOO_LONG, v.FIELD_VALUE_TOO_MANY, v.FIELD_VALUE_TYPE_INVALID)
-    return any(e.type in blocking or "must be of type" in e.detail for e in errs)
+    return any(e.type in blocking or _WRONG_TYPE.search(e.detail) for e in errs)
+
+
+# A value of the wrong JSON type (a string of the wrong format is no such error).
+_WRONG_TYPE = re.compile(r" must be of type (?:array|boolean|integer|number|object|string|integer-or-string): ")
 
 
 NOT_CHECKED = "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"

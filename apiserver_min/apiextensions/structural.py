@@ -3,10 +3,12 @@
 the keywords and extensions this server implements, defaults that pass their own
 schema.
 
-Keywords a schema may use and this server does not evaluate (the logical
-junctors ``allOf``/``anyOf``/``oneOf``/``not``) are refused with a message that says
-so, never accepted and ignored. Validation rules (``x-kubernetes-validations``) are
-checked by ``rules``.
+The logical junctors ``allOf``/``anyOf``/``oneOf``/``not`` are *value validations*:
+inside them a schema may only restrict values (no ``type``, ``default``,
+``description``, ``title``, ``nullable``, ``additionalProperties`` or
+``x-kubernetes-*`` extensions), and every property or item they name must be
+specified by the structural part beside them (upstream's messages). Validation
+rules (``x-kubernetes-validations``) are checked by ``rules``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ _KNOWN = frozenset(
         values.MAP_TYPE,
         rules.KEY,
     }
+    | values.JUNCTORS
 )
 # Fields v1 forbids outright (upstream's messages).
 _FORBIDDEN_V1 = {
@@ -67,12 +70,24 @@ _FORBIDDEN_V1 = {
     "additionalItems": "additionalItems cannot be set to false",
     "definitions": "definitions is not supported",
 }
-_NOT_YET = {
-    "allOf": "allOf is not supported by this server yet",
-    "anyOf": "anyOf is not supported by this server yet",
-    "oneOf": "oneOf is not supported by this server yet",
-    "not": "not is not supported by this server yet",
-}
+# What a schema inside a junctor must not say (upstream's messages), when it says it.
+_NOT_IN_JUNCTORS: tuple[tuple[str, str], ...] = (
+    ("type", "must be empty to be structural"),
+    ("additionalProperties", "must be undefined to be structural"),
+    ("default", "must be undefined to be structural"),
+    ("title", "must be empty to be structural"),
+    ("description", "must be empty to be structural"),
+    ("nullable", "must be false to be structural"),
+    (values.PRESERVE, "must be undefined to be structural"),
+    (values.EMBEDDED, "must be false to be structural"),
+    (values.INT_OR_STRING, "must be false to be structural"),
+    (values.LIST_MAP_KEYS, "must be empty to be structural"),
+    (values.LIST_TYPE, "must be undefined to be structural"),
+    (values.MAP_TYPE, "must be undefined to be structural"),
+    (rules.KEY, "must be empty to be structural"),
+)
+# Keys whose mere presence counts (the others count when true or non-empty).
+_SET_WHEN_PRESENT = frozenset({"additionalProperties", "default", values.PRESERVE, values.LIST_TYPE, values.MAP_TYPE})
 _TYPES = ("array", "boolean", "integer", "number", "object", "string")
 
 
@@ -103,17 +118,32 @@ def validate_schema(schema: Any, path: str) -> list[v.FieldError]:
     return errs
 
 
-def _node(node: Any, path: str, errs: list[v.FieldError], root: bool = False, typed_parent: bool = True) -> None:
+def _keywords(node: Any, path: str, errs: list[v.FieldError]) -> bool:
+    """Whether ``node`` is a schema object; its keywords v1 forbids or this server does
+    not know are errors."""
     if not isinstance(node, dict):
         errs.append(v.FieldError.type_invalid(path, node, "must be an object (a JSON schema)"))
-        return
+        return False
     for key in node:
         if key in _FORBIDDEN_V1:
             errs.append(v.FieldError.forbidden(f"{path}.{key}", _FORBIDDEN_V1[key]))
-        elif key in _NOT_YET:
-            errs.append(v.FieldError.forbidden(f"{path}.{key}", _NOT_YET[key]))
         elif key not in _KNOWN:
             errs.append(v.FieldError.forbidden(f"{path}.{key}", f"unknown schema field {key!r}"))
+    return True
+
+
+def _pattern(node: dict, path: str, errs: list[v.FieldError]) -> None:
+    pattern = node.get("pattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            errs.append(v.FieldError.invalid(f"{path}.pattern", pattern, f"must be a valid regular expression: {exc}"))
+
+
+def _node(node: Any, path: str, errs: list[v.FieldError], root: bool = False, typed_parent: bool = True) -> None:
+    if not _keywords(node, path, errs):
+        return
     typ = node.get("type", "")
     preserve = bool(node.get(values.PRESERVE))
     int_or_string = bool(node.get(values.INT_OR_STRING))
@@ -163,17 +193,103 @@ def _node(node: Any, path: str, errs: list[v.FieldError], root: bool = False, ty
         errs.append(v.FieldError.type_invalid(f"{path}.properties", props, "must be an object"))
     if isinstance(addl, dict):
         _node(addl, f"{path}.additionalProperties", errs)
-    pattern = node.get("pattern")
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except (re.error, TypeError) as exc:
-            errs.append(v.FieldError.invalid(f"{path}.pattern", pattern, f"must be a valid regular expression: {exc}"))
+    _pattern(node, path, errs)
     _list_markers(node, path, errs)
+    _junctors(node, path, errs, int_or_string)
     for key in ("required",):
         req = node.get(key)
         if req is not None and not (isinstance(req, list) and all(isinstance(r, str) for r in req)):
             errs.append(v.FieldError.type_invalid(f"{path}.required", req, "must be a list of strings"))
+
+
+def _junctor_schemas(node: dict, path: str, errs: list[v.FieldError]) -> list[tuple[str, str, Any]]:
+    """(junctor, path, schema) of each schema the node's junctors hold; a junctor of the
+    wrong shape is an error."""
+    out: list[tuple[str, str, Any]] = []
+    for key in ("allOf", "anyOf", "oneOf"):
+        subs = node.get(key)
+        if subs is None:
+            continue
+        if not isinstance(subs, list):
+            errs.append(v.FieldError.type_invalid(f"{path}.{key}", subs, "must be a list of schemas"))
+            continue
+        out += [(key, f"{path}.{key}[{i}]", sub) for i, sub in enumerate(subs)]
+    if "not" in node:
+        out.append(("not", f"{path}.not", node["not"]))
+    return out
+
+
+def _is_int_or_string_any_of(subs: Any) -> bool:
+    """The one shape of ``anyOf`` an int-or-string field may carry: exactly
+    ``[{type: integer}, {type: string}]``."""
+    return subs == [{"type": "integer"}, {"type": "string"}]
+
+
+def _junctors(node: dict, path: str, errs: list[v.FieldError], int_or_string: bool) -> None:
+    """The node's junctors: value validations only, naming only what the structural
+    part specifies."""
+    skip_any_of = int_or_string and _is_int_or_string_any_of(node.get("anyOf"))
+    all_of = node.get("allOf")
+    skip_first_all_of = (
+        int_or_string
+        and isinstance(all_of, list)
+        and bool(all_of)
+        and isinstance(all_of[0], dict)
+        and _is_int_or_string_any_of(all_of[0].get("anyOf"))
+    )
+    for key, sub_path, sub in _junctor_schemas(node, path, errs):
+        if key == "anyOf" and skip_any_of:
+            continue
+        first_all_of = key == "allOf" and sub_path.endswith(".allOf[0]")
+        _nested(sub, sub_path, errs, skip_any_of=skip_first_all_of and first_all_of)
+        _complete(sub, node, path, sub_path, errs)
+
+
+def _nested(node: Any, path: str, errs: list[v.FieldError], skip_any_of: bool = False) -> None:
+    """A schema inside a junctor: it may only restrict values."""
+    if not _keywords(node, path, errs):
+        return
+    for key, sub_path, sub in _junctor_schemas(node, path, errs):
+        if not (key == "anyOf" and skip_any_of):
+            _nested(sub, sub_path, errs)
+    items = node.get("items")
+    if isinstance(items, list):
+        errs.append(v.FieldError.forbidden(f"{path}.items", "items must be a schema object and not an array"))
+    elif items is not None:
+        _nested(items, f"{path}.items", errs)
+    props = node.get("properties")
+    if isinstance(props, dict):
+        for name, sub in props.items():
+            _nested(sub, f"{path}.properties[{name}]", errs)
+    elif props is not None:
+        errs.append(v.FieldError.type_invalid(f"{path}.properties", props, "must be an object"))
+    for key, message in _NOT_IN_JUNCTORS:
+        if key in node and (key in _SET_WHEN_PRESENT or node[key]):
+            errs.append(v.FieldError.forbidden(f"{path}.{key}", message))
+    _pattern(node, path, errs)
+
+
+def _complete(vnode: Any, snode: Any, spath: str, vpath: str, errs: list[v.FieldError]) -> None:
+    """Every property and item a junctor's schema (``vnode`` at ``vpath``) names must
+    be specified in the structural schema beside it (``snode`` at ``spath``)."""
+    if not isinstance(vnode, dict):
+        return
+    if not isinstance(snode, dict):
+        errs.append(v.FieldError.required(spath, f"because it is defined in {vpath}"))
+        return
+    for _key, sub_path, sub in _junctor_schemas(vnode, vpath, []):
+        _complete(sub, snode, spath, sub_path, errs)
+    if vnode.get("items") is not None:
+        _complete(vnode["items"], snode.get("items"), f"{spath}.items", f"{vpath}.items", errs)
+    props = vnode.get("properties")
+    if isinstance(props, dict):
+        sprops = snode.get("properties") if isinstance(snode.get("properties"), dict) else {}
+        for name, sub in props.items():
+            spp, vpp = f"{spath}.properties[{name}]", f"{vpath}.properties[{name}]"
+            if name not in sprops:
+                errs.append(v.FieldError.required(spp, f"because it is defined in {vpp}"))
+            else:
+                _complete(sub, sprops[name], spp, vpp, errs)
 
 
 def _list_markers(node: dict, path: str, errs: list[v.FieldError]) -> None:

@@ -8,17 +8,14 @@ Paths are written as upstream writes them: ``spec.replicas``, ``spec.items[0]``,
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
-import datetime as _dt
 import json
 import re
-import uuid
 from functools import lru_cache
 from typing import Any
 
 from ..api import validation as v
+from . import formats
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 EMBEDDED = "x-kubernetes-embedded-resource"
@@ -26,6 +23,7 @@ INT_OR_STRING = "x-kubernetes-int-or-string"
 LIST_TYPE = "x-kubernetes-list-type"
 LIST_MAP_KEYS = "x-kubernetes-list-map-keys"
 MAP_TYPE = "x-kubernetes-map-type"
+JUNCTORS = frozenset({"allOf", "anyOf", "oneOf", "not"})
 
 # What every object keeps whatever its schema says (the root, and embedded resources).
 _TYPE_META = ("apiVersion", "kind", "metadata")
@@ -186,27 +184,6 @@ def compile_pattern(pattern: str) -> re.Pattern:
     return re.compile(pattern)
 
 
-def _format_ok(fmt: str, value: str) -> bool:
-    try:
-        if fmt == "date-time":
-            _dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-            return "T" in value or "t" in value or " " in value
-        if fmt == "date":
-            _dt.date.fromisoformat(value)
-            return True
-        if fmt == "byte":
-            base64.b64decode(value, validate=True)
-            return True
-        if fmt == "uuid":
-            uuid.UUID(value)
-            return bool(
-                re.fullmatch(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}", value)
-            )
-    except (ValueError, binascii.Error):
-        return False
-    return True  # formats this server does not know are not checked, as upstream
-
-
 def _num(n: Any) -> str:
     if isinstance(n, float) and n.is_integer():
         return str(int(n))
@@ -247,6 +224,67 @@ def _validate(value: Any, schema: dict, path: str, errs: list[v.FieldError], roo
         _validate_array(value, schema, path, errs)
     elif isinstance(value, dict):
         _validate_object(value, schema, path, errs, root)
+    if not JUNCTORS.isdisjoint(schema):
+        _validate_junctors(value, schema, path, errs, root)
+
+
+def _junctor_errors(value: Any, schema: Any, path: str, root: bool) -> list[v.FieldError]:
+    found: list[v.FieldError] = []
+    if isinstance(schema, dict):
+        _validate(value, schema, path, found, root)
+    return found
+
+
+def _composite(path: str, text: str) -> v.FieldError:
+    """A junctor's own error, as upstream reports it: on no field, the value's path quoted."""
+    return v.FieldError.invalid("", "", f"{v.go_quote(path)} {text}")
+
+
+def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+    """``allOf`` (every schema), ``anyOf`` (at least one), ``oneOf`` (exactly one) and
+    ``not`` (must fail), with upstream's messages: the junctor's own error, and the
+    errors of the alternative that came nearest (the one with fewest errors)."""
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and all_of:
+        passed = 0
+        for sub in all_of:
+            found = _junctor_errors(value, sub, path, root)
+            passed += not found
+            errs += found
+        if passed != len(all_of):
+            errs.append(
+                _composite(path, "must validate all the schemas (allOf)" + (". None validated" if not passed else ""))
+            )
+    any_of = schema.get("anyOf")
+    if isinstance(any_of, list) and any_of:
+        best: list[v.FieldError] | None = None
+        for sub in any_of:
+            found = _junctor_errors(value, sub, path, root)
+            if not found:
+                best = None
+                break
+            if best is None or len(found) < len(best):
+                best = found
+        else:
+            errs.append(_composite(path, "must validate at least one schema (anyOf)"))
+            errs += best or []
+    one_of = schema.get("oneOf")
+    if isinstance(one_of, list) and one_of:
+        valid = 0
+        nearest: list[v.FieldError] | None = None
+        for sub in one_of:
+            found = _junctor_errors(value, sub, path, root)
+            if not found:
+                valid += 1
+            elif nearest is None or len(found) < len(nearest):
+                nearest = found
+        if valid != 1:
+            more = "Found none valid" if not valid else f"Found {valid} valid alternatives"
+            errs.append(_composite(path, f"must validate one and only one schema (oneOf). {more}"))
+            if not valid:
+                errs += nearest or []
+    if isinstance(schema.get("not"), dict) and not _junctor_errors(value, schema["not"], path, root):
+        errs.append(_composite(path, "must not validate the schema (not)"))
 
 
 def _enum_text(value: Any) -> str:
@@ -270,7 +308,7 @@ def _validate_string(value: str, schema: dict, path: str, errs: list[v.FieldErro
         if not matched:
             errs.append(v.FieldError.invalid(path, value, f"{path} in body should match '{pattern}'"))
     fmt = schema.get("format")
-    if isinstance(fmt, str) and fmt and not _format_ok(fmt, value):
+    if isinstance(fmt, str) and fmt and not formats.valid(fmt, value):
         errs.append(v.FieldError.invalid(path, value, f"{path} in body must be of type {fmt}: {v.go_quote(value)}"))
 
 

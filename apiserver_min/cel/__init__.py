@@ -30,11 +30,12 @@ This room depends only on ``apiserver_min.api``.
 from __future__ import annotations
 
 from .cost import ACTUAL_COST_EXCEEDED, ESTIMATED_COST_LIMIT, PER_CALL_LIMIT
-from .engine import Activation, CompileError, Compiler, EvalError, Program, merge_paths, read_paths
+from .engine import Activation, CompileError, Compiler, EvalError, Program, TypeSpec, merge_paths, read_paths
 from .library import CURRENT_AUTHORIZER, TYPE_KEY, authorizer_value
 
 __all__ = [
     "Activation",
+    "TypeSpec",
     "merge_paths",
     "read_paths",
     "ACTUAL_COST_EXCEEDED",

@@ -1,7 +1,8 @@
 """Compiling and evaluating expressions on the chosen engine (``cel-expr-python``).
 
-A :class:`Compiler` holds an environment: the declared variables (all dynamically
-typed: the objects are JSON documents) and the Kubernetes libraries. ``compile``
+A :class:`Compiler` holds an environment: the declared variables (dynamically
+typed by default: the objects are JSON documents; a caller may declare their types,
+message types coming from protobuf descriptors it gives) and the Kubernetes libraries. ``compile``
 checks an expression once and caches the program by its text; a program is then
 evaluated any number of times with an activation (variable name -> JSON value).
 """
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cel_expr_python import cel as C
+from google.protobuf import descriptor_pool, struct_pb2
 
 from . import cost, library
 
@@ -58,7 +60,42 @@ def _compile_detail(exc: Exception) -> str:
     shape: ``ERROR: <input>:1:8: Syntax error: ...`` followed by the marked source."""
     text = str(exc)
     text = _ENGINE_PREFIX.sub("", text, count=1)
-    return re.sub(r"\s*\[[A-Z_]+\]\s*$", "", text).rstrip()
+    text = re.sub(r"\s*\[[A-Z_]+\]\s*$", "", text).rstrip()
+    return re.sub(r"(undefined field '[^']*') not found in struct '[^']*'", r"\1", text)
+
+
+# A declared type: ("int",), ("uint",), ("double",), ("string",), ("bool",), ("bytes",),
+# ("dyn",), ("list", element), ("map", key, value), ("message", full name).
+TypeSpec = tuple
+_SCALARS = {
+    "int": C.Type.INT,
+    "uint": C.Type.UINT,
+    "double": C.Type.DOUBLE,
+    "string": C.Type.STRING,
+    "bool": C.Type.BOOL,
+    "bytes": C.Type.BYTES,
+    "dyn": C.Type.DYN,
+}
+
+
+def _engine_type(spec: TypeSpec) -> Any:
+    if spec[0] == "list":
+        return C.Type.List(_engine_type(spec[1]))
+    if spec[0] == "map":
+        return C.Type.Map(_engine_type(spec[1]), _engine_type(spec[2]))
+    if spec[0] == "message":
+        return C.Type(spec[1])
+    return _SCALARS[spec[0]]
+
+
+def _pool(descriptors: Iterable[bytes]) -> Any:
+    """A descriptor pool with ``google.protobuf.Value`` (a JSON value, dynamically typed
+    in expressions) and the given serialized file descriptors."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(struct_pb2.DESCRIPTOR.serialized_pb)
+    for data in descriptors:
+        pool.AddSerializedFile(data)
+    return pool
 
 
 # The parts of a variable a program reads: field paths from the variable (an empty
@@ -197,13 +234,26 @@ class Compiler:
     """An environment with ``variables`` declared and the libraries; programs are cached
     by expression. Thread-safe for compile; evaluation holds no shared state."""
 
-    def __init__(self, variables: Iterable[str], *, cost_limit: int = cost.ESTIMATED_COST_LIMIT):
+    def __init__(
+        self,
+        variables: Iterable[str],
+        *,
+        cost_limit: int = cost.ESTIMATED_COST_LIMIT,
+        types: Mapping[str, TypeSpec] | None = None,
+        descriptors: Iterable[bytes] = (),
+    ):
+        """``types``: declared types of some variables (the others are ``dyn``);
+        ``descriptors``: serialized protobuf file descriptors of the message types they
+        name. Raises ValueError when the descriptors or types do not fit together."""
         self.variables = tuple(variables)
         self.cost_limit = cost_limit
-        self._env = C.NewEnv(
-            variables={name: C.Type.DYN for name in self.variables},
-            functions=library.declarations(),
-        )
+        types = types or {}
+        try:
+            pool = _pool(descriptors) if types else None
+            declared = {name: _engine_type(types[name]) if name in types else C.Type.DYN for name in self.variables}
+            self._env = C.NewEnv(descriptor_pool=pool, variables=declared, functions=library.declarations())
+        except (TypeError, KeyError, RuntimeError) as exc:
+            raise ValueError(f"cannot declare the variables' types: {exc}") from exc
         self._cache: dict[str, Program | CompileError] = {}
         self._lock = threading.Lock()
 
@@ -240,4 +290,4 @@ class Compiler:
         return Activation(self._env, {k: v for k, v in data.items() if k in self.variables}, paths)
 
 
-__all__ = ["Activation", "CompileError", "Compiler", "EvalError", "Program", "merge_paths", "read_paths"]
+__all__ = ["Activation", "CompileError", "Compiler", "EvalError", "Program", "TypeSpec", "merge_paths", "read_paths"]

@@ -540,10 +540,11 @@ class Store:
         """Validate and write a computed update; None when the stored object changed
         meanwhile (the caller computes it again)."""
         sub = attrs.subresource
+        seen_old = await strategy.old_for_validation(new, old)
         if sub in strategy.own_subresources:
-            errs = strategy.validate_subresource_update(sub, new, old)
+            errs = strategy.validate_subresource_update(sub, new, seen_old)
         else:
-            errs = strategy.validate_update(new, old)
+            errs = strategy.validate_update(new, seen_old)
         if errs:
             raise st.invalid(kind.kind, name, causes(errs), kind.group)
         await self.admission.validate(attrs)

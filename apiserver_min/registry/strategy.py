@@ -166,6 +166,11 @@ class Strategy:
     async def to_storage(self, obj: dict) -> None:
         """The object as it is stored, in place (a custom resource: in its storage version)."""
 
+    async def old_for_validation(self, new: dict, old: dict) -> dict:
+        """The stored object as update validation compares ``new`` with it (a custom
+        resource: in ``new``'s version); ``old`` itself is left as it is."""
+        return old
+
     def unknown_fields(self, obj: dict) -> list[str] | None:
         """For a kind whose schema is not a declared struct (a custom resource): the
         paths of the fields ``obj`` has and the schema does not, which field validation

@@ -739,8 +739,21 @@ def custom_definition_name(group: str, version: str, kind: str) -> str:
     return ".".join([*reversed(group.split(".")), version, kind])
 
 
-def _custom_paths(group: str, version: str, kinds: list[KindInfo], schemas: SchemaBuilder) -> _PathBuilder:
-    """The paths of a custom group version; its kinds' schemas are their definitions' own."""
+def _without_v2_incompatible(node: Any) -> Any:
+    """A custom schema without the junctors Swagger 2.0 cannot express (``anyOf``,
+    ``oneOf``, ``not``), which upstream leaves out of ``/openapi/v2``."""
+    if isinstance(node, list):
+        return [_without_v2_incompatible(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    return {k: _without_v2_incompatible(v) for k, v in node.items() if k not in ("anyOf", "oneOf", "not")}
+
+
+def _custom_paths(
+    group: str, version: str, kinds: list[KindInfo], schemas: SchemaBuilder, v2: bool = False
+) -> _PathBuilder:
+    """The paths of a custom group version; its kinds' schemas are their definitions' own
+    (without what Swagger 2.0 cannot express, for ``v2``)."""
     pb = _PathBuilder(group, version, schemas, patch_types=_CUSTOM_PATCH_TYPES)
     meta = schemas.name(S.OBJECT_META)
     for k in kinds:
@@ -754,6 +767,8 @@ def _custom_paths(group: str, version: str, kinds: list[KindInfo], schemas: Sche
         pb.add_kind(k)
         name = definition_name(pb.structs[(k.group, k.version, k.kind)].name)
         schema = dict(k.custom_schema) if isinstance(k.custom_schema, dict) else {"type": "object"}
+        if v2:
+            schema = _without_v2_incompatible(schema)
         props = dict(schema.get("properties") or {})
         props["apiVersion"] = {"type": "string", "description": _COMMON_FIELDS["apiVersion"]}
         props["kind"] = {"type": "string", "description": _COMMON_FIELDS["kind"]}
@@ -1041,7 +1056,7 @@ class OpenAPI:
             key = gv_path(g, v)
             self._v3[key] = _Doc(body, _etag(body))
             self.docs[key] = body
-            v2_paths.update(_v2_paths(_custom_paths(g, v, gv_kinds, v2_schemas)))
+            v2_paths.update(_v2_paths(_custom_paths(g, v, gv_kinds, v2_schemas, v2=True)))
         self.hashes = {key: doc.etag for key, doc in self._v3.items()}
         index = orjson.dumps(self.index(), option=orjson.OPT_SORT_KEYS)
         self._index = _Doc(index, _etag(index))

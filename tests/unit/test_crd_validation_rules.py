@@ -52,11 +52,19 @@ def test_rule_on_an_object_reports_its_message_or_the_rule():
 
 
 def test_rules_at_the_root_see_type_meta_and_name_only():
-    s = schema(REPLICAS, root_rules=[{"rule": "self.metadata.name.startsWith('w') && !has(self.metadata.labels)"}])
+    s = schema(
+        REPLICAS, root_rules=[{"rule": "self.metadata.name.startsWith('w') && !has(self.metadata.generateName)"}]
+    )
     assert messages(s, obj({"replicas": 3, "minReplicas": 1})) == []
     labelled = obj({"replicas": 3, "minReplicas": 1})
     labelled["metadata"]["labels"] = {"a": "b"}
-    assert messages(s, labelled) == []  # labels are not visible to rules
+    assert messages(s, labelled) == []
+    # Labels are not visible to rules: a rule naming them does not compile.
+    s = schema(REPLICAS, root_rules=[{"rule": "!has(self.metadata.labels)"}])
+    assert [e.message() for e in validate_schema(s, "X")] == [
+        'X.x-kubernetes-validations[0].rule: Invalid value: "!has(self.metadata.labels)": compilation failed: '
+        "ERROR: <input>:1:5: undefined field 'labels'\n | !has(self.metadata.labels)\n | ....^"
+    ]
     s = schema(REPLICAS, root_rules=[{"rule": "self.kind == 'Gadget'"}])
     assert messages(s, obj({"replicas": 3, "minReplicas": 1})) == [
         "<nil>: Invalid value: \"object\": failed rule: self.kind == 'Gadget'"
