@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(names.APISERVER_NAME).warning("%s", w)
 
     if worker is None and opts.workers > 1:
-        return supervise(argv, opts.workers)
+        return supervise(argv, opts.workers, opts.secure_port)
     return run(opts, worker)
 
 

@@ -104,8 +104,9 @@ class Worker:
 
 
 class Supervisor:
-    def __init__(self, argv: Sequence[str], count: int):
+    def __init__(self, argv: Sequence[str], count: int, port: int):
         self.argv = list(argv)
+        self.port = port
         self.workers = [Worker(i) for i in range(count)]
         self.stopping = False
         self.signalled = 0  # the signal passed on to the workers
@@ -131,7 +132,11 @@ class Supervisor:
         for w in self.workers[1:]:
             if not self.stopping:
                 w.start(self.argv)
-        log.info("supervisor: %d workers started", len(self.workers))
+        serving = 1 + sum(1 for w in self.workers[1:] if not self.stopping and w.wait_serving(FIRST_START_TIMEOUT))
+        if serving == len(self.workers):
+            log.info("supervisor: all %d workers serve on port %s", serving, self.port)
+        else:
+            log.error("supervisor: %d of %d workers serve; the others are started again", serving, len(self.workers))
         while not self.stopping:
             self._tend()
             time.sleep(0.2)
@@ -175,5 +180,5 @@ class Supervisor:
         return worst
 
 
-def supervise(argv: Sequence[str], count: int) -> int:
-    return Supervisor(argv, count).run()
+def supervise(argv: Sequence[str], count: int, port: int) -> int:
+    return Supervisor(argv, count, port).run()
