@@ -77,13 +77,11 @@ class Worker:
         self.backoff = RESTART_BACKOFF_MIN
         self.restart_at = 0.0
 
-    def start(self, argv: Sequence[str]) -> None:
+    def start(self, command: Sequence[str]) -> None:
         r, w = os.pipe()
         env = dict(os.environ)
         env[WORKER_ENV] = f"{self.index}:{w}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "apiserver_min.cli", *argv], env=env, pass_fds=(w,), preexec_fn=_die_with_parent
-        )
+        self.proc = subprocess.Popen(list(command), env=env, pass_fds=(w,), preexec_fn=_die_with_parent)
         os.close(w)
         if self.ready_fd >= 0:
             os.close(self.ready_fd)
@@ -104,8 +102,8 @@ class Worker:
 
 
 class Supervisor:
-    def __init__(self, argv: Sequence[str], count: int, port: int):
-        self.argv = list(argv)
+    def __init__(self, command: Sequence[str], count: int, port: int):
+        self.command = list(command)
         self.port = port
         self.workers = [Worker(i) for i in range(count)]
         self.stopping = False
@@ -124,14 +122,14 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._signal)
         first = self.workers[0]
-        first.start(self.argv)
+        first.start(self.command)
         if not first.wait_serving(FIRST_START_TIMEOUT):
             log.error("%s: worker 0 did not start serving; stopping", names.APISERVER_NAME)
             self._signal(signal.SIGTERM, None)
             return self._reap_all() or 1
         for w in self.workers[1:]:
             if not self.stopping:
-                w.start(self.argv)
+                w.start(self.command)
         serving = 1 + sum(1 for w in self.workers[1:] if not self.stopping and w.wait_serving(FIRST_START_TIMEOUT))
         if serving == len(self.workers):
             log.info("supervisor: all %d workers serve on port %s", serving, self.port)
@@ -147,7 +145,7 @@ class Supervisor:
         for w in self.workers:
             if w.proc is None:
                 if now >= w.restart_at and not self.stopping:
-                    w.start(self.argv)
+                    w.start(self.command)
                 continue
             code = w.proc.poll()
             if code is None:
@@ -181,4 +179,5 @@ class Supervisor:
 
 
 def supervise(argv: Sequence[str], count: int, port: int) -> int:
-    return Supervisor(argv, count, port).run()
+    """Run ``count`` workers of ``orch-apiserver ARGV`` until SIGTERM/SIGINT."""
+    return Supervisor([sys.executable, "-m", "apiserver_min.cli", *argv], count, port).run()
