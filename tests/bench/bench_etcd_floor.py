@@ -889,7 +889,7 @@ class Floor:
         """Issue 22's figures beside their targets, against the floor server (b) of this run."""
         by = {(tag, r["loader"]): r for tag, _d, r in self.phases}
         print("\n    targets (same run; the floor is phase b, the minimal server over etcd):")
-        for loader in self.loaders():
+        for loader in dict.fromkeys(r["loader"] for _t, _d, r in self.phases):
             b, d, d2 = by.get(("b", loader)), by.get(("d", loader)), by.get(("d2", loader))
             if b is None or d is None:
                 continue
