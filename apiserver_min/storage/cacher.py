@@ -537,7 +537,8 @@ class WatchCache:
         backoff = 0.1
         while True:
             try:
-                async for ev in self.backend.watch("/", self.rv):
+                # No previous values: the cache holds them (a DELETE's last state is its entry).
+                async for ev in self.backend.watch("/", self.rv, prev=False):
                     self._dispatch(ev)
                     backoff = 0.1
                 raise StorageError("the storage watch ended")

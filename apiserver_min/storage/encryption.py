@@ -494,8 +494,8 @@ class EncryptingBackend:
     async def count(self, prefix: str) -> int:
         return await self.inner.count(prefix)
 
-    async def watch(self, prefix: str, after_revision: int) -> AsyncIterator[Event]:
-        it = self.inner.watch(prefix, after_revision)
+    async def watch(self, prefix: str, after_revision: int, prev: bool = True) -> AsyncIterator[Event]:
+        it = self.inner.watch(prefix, after_revision, prev)
         try:
             async for ev in it:
                 if ev.type == "PROGRESS":
