@@ -502,8 +502,8 @@ class EncryptingBackend:
                     yield ev
                     continue
                 kv = self._open(ev.kv) if ev.type == "PUT" else ev.kv
-                prev = self._open(ev.prev) if ev.prev is not None else None
-                yield Event(ev.type, kv, prev)
+                old = self._open(ev.prev) if ev.prev is not None else None
+                yield Event(ev.type, kv, old)
         finally:
             await it.aclose()  # type: ignore[attr-defined]
 
