@@ -124,6 +124,8 @@ class Supervisor:
         first = self.workers[0]
         first.start(self.command)
         if not first.wait_serving(FIRST_START_TIMEOUT):
+            if self.stopping:  # stopped while it started
+                return self._reap_all()
             log.error("%s: worker 0 did not start serving; stopping", names.APISERVER_NAME)
             self._signal(signal.SIGTERM, None)
             return self._reap_all() or 1
