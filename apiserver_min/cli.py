@@ -9,6 +9,7 @@ import sys
 from .api import names
 from .options import OptionsError, parse
 from .server.app import load_backend, run
+from .server.workers import supervise, worker_role
 from .storage.encryption import rewrite_all
 from .tokencli import main as token_main
 
@@ -24,15 +25,19 @@ def main(argv: list[str] | None = None) -> int:
     except OptionsError as exc:
         print(f"{names.APISERVER_NAME}: error: {exc}", file=sys.stderr)
         return 2
+    worker = worker_role()
     logging.basicConfig(
         level=logging.DEBUG if opts.verbosity >= 4 else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        # The workers of a --workers supervisor share its stderr: each line names its worker.
+        format="%(asctime)s %(levelname).1s " + ("" if worker is None else f"w{worker[0]} ") + "%(name)s: %(message)s",
         stream=sys.stderr,
     )
     for w in opts.warnings:
         logging.getLogger(names.APISERVER_NAME).warning("%s", w)
 
-    return run(opts)
+    if worker is None and opts.workers > 1:
+        return supervise(argv, opts.workers, opts.secure_port)
+    return run(opts, worker)
 
 
 def encryption_rewrite(argv: list[str]) -> int:

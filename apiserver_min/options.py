@@ -169,6 +169,8 @@ class Options:
     leader_elect_lease_duration: float = 15.0
     leader_elect_renew_deadline: float = 10.0
     leader_elect_retry_period: float = 2.0
+    # --workers: API server processes sharing the secure port (server/workers.py).
+    workers: int = 1
     # Services: the cluster-IP ranges (one, or two of different families) and the node-port range.
     service_cluster_ip_ranges: tuple[str, ...] = ("10.96.0.0/12",)
     service_node_port_range: tuple[int, int] = (30000, 2768)  # (first port, number of ports)
@@ -256,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--bind-address", default="0.0.0.0", help="Address to listen on for the secure port (default %(default)s)."
     )
     s.add_argument("--secure-port", default="6443", help="HTTPS port (default %(default)s).")
+    s.add_argument(
+        "--workers",
+        default="1",
+        help="API server processes sharing the secure port (SO_REUSEPORT), each with its own watch cache "
+        "over the shared etcd; a supervisor restarts them and passes signals on. More than 1 needs "
+        "--storage-backend=etcd3 (default %(default)s).",
+    )
     s.add_argument(
         "--tls-cert-file", default="", help="Serving certificate (PEM). Generated under DATA_DIR/pki when omitted."
     )
@@ -841,6 +850,7 @@ def parse(argv: Sequence[str]) -> Options:
         service_node_port_range=parse_port_range("--service-node-port-range", ns.service_node_port_range),
         **_local_path_options(ns),
         **_audit_options(ns),
+        workers=_workers(ns, backend),
     )
 
 
@@ -858,6 +868,25 @@ def _flow_control_options(ns: argparse.Namespace) -> dict:
         "max_requests_inflight": read_only,
         "max_mutating_requests_inflight": mutating,
     }
+
+
+def _workers(ns: argparse.Namespace, backend: str) -> int:
+    """--workers: more than one process only over etcd. The SQLite backend keeps its
+    revision counter and its watch feed in the one process that holds the database
+    (opened in exclusive locking mode), so a second process could neither write nor see
+    the first one's changes."""
+    n = _int("--workers", ns.workers, 1, 64)
+    if n > 1 and backend != "etcd3":
+        raise OptionsError(
+            f"--workers={n} needs --storage-backend=etcd3: the sqlite backend serves one process only "
+            "(its revision counter and watch events live in the process holding the database)"
+        )
+    if n > 1 and not parse_bool("--leader-elect", ns.leader_elect):
+        raise OptionsError(
+            f"--workers={n} needs --leader-elect=true: every worker runs the bundled controllers, "
+            "and only leader election keeps them to one active copy"
+        )
+    return n
 
 
 def _audit_options(ns: argparse.Namespace) -> dict:

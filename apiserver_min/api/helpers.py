@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import time
 from typing import Any, Mapping
 
@@ -19,6 +20,16 @@ def timestamp() -> str:
         _STAMP[1] = format_rfc3339(_dt.datetime.fromtimestamp(second, _dt.timezone.utc))
         _STAMP[0] = second
     return _STAMP[1]
+
+
+def new_uid() -> str:
+    """A random (version 4) UUID as text, formatted without building a ``uuid.UUID``
+    (a third of the cost on the create path)."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _dig(obj: Any, *path: str, default: Any = None) -> Any:

@@ -78,10 +78,12 @@ class EphemeralVolumeController:
         self.claims.add_handler(self.on_claim)
 
     def on_pod(self, ev: CacheEvent | None) -> None:
+        # Only pods with an ephemeral volume have anything to sync (most have none).
         if ev is None:
             for e in self.pods.list():
-                self.queue.add((e.namespace, e.name))
-        elif ev.type != "DELETED":
+                if e.mentions("ephemeral"):
+                    self.queue.add((e.namespace, e.name))
+        elif ev.type != "DELETED" and ev.entry.mentions("ephemeral"):
             self.queue.add((ev.entry.namespace, ev.entry.name))
 
     def on_claim(self, ev: CacheEvent | None) -> None:

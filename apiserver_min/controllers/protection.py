@@ -82,7 +82,10 @@ class PvcProtectionController:
         # A pod that goes (or finishes) may free the claims it named.
         if ev is None:
             return
-        for name in pvs.pod_claim_names(ev.entry.object()):
+        e = ev.entry
+        if not e.mentions("persistentVolumeClaim") and not e.mentions("ephemeral"):
+            return  # names no claim (most pods): not decoded
+        for name in pvs.pod_claim_names(e.object()):
             self.queue.add((ev.entry.namespace, name))
 
     async def run(self) -> None:

@@ -164,7 +164,14 @@ class ReplicaSetController:
             for e in self.sets.list():
                 self.queue.add((e.namespace, e.name))
             return
-        pod = ev.entry.object()
+        e = ev.entry
+        if ev.type == "ADDED" and not e.owners and not e.deleting:
+            # A new pod with no owner (the cache entry tells, no decoding): only an
+            # adoption by a set selecting its labels can concern us.
+            for s in self._matching_sets(e.namespace, e.labels):
+                self.queue.add((s.namespace, s.name))
+            return
+        pod = e.object()
         if ev.type == "DELETED":
             self._pod_deleted(pod)
             return

@@ -412,6 +412,7 @@ class Store:
             await txn.commit()
         if dry_run:
             return obj, raw
+        self.cache.note_write(key, rev, obj)
         md["resourceVersion"] = str(rev)
         return obj, splice_rv(raw, rev)
 
@@ -576,6 +577,7 @@ class Store:
             raise st.not_found(kind.resource, name, kind.group) from None
         except UnavailableError as exc:
             raise st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1) from None
+        self.cache.note_write(key, rev, new)
         new["metadata"]["resourceVersion"] = str(rev)
         return new, splice_rv(raw, rev), False
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import copy
 import secrets
-import uuid
 from typing import Any, Protocol
 
 from ..api import enumvalidation
 from ..api import validation as v
-from ..api.helpers import timestamp
+from ..api.helpers import new_uid, timestamp
 from ..api.kinds import KindInfo
 from ..api.schemas import schema_for
 
@@ -66,7 +65,7 @@ class Strategy:
     # --- create -------------------------------------------------------------------
     def prepare_for_create(self, obj: dict) -> None:
         md = obj.setdefault("metadata", {})
-        md["uid"] = str(uuid.uuid4())
+        md["uid"] = new_uid()
         md["creationTimestamp"] = timestamp()
         md["generation"] = 1
         for f in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):

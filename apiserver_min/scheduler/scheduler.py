@@ -700,6 +700,15 @@ class Scheduler:
             return
         if self._uncount(key):
             self._retry_unschedulable()
+        # responsible_for from the cache entry's fields first: a pod for another scheduler
+        # (or being deleted, or finished) is not decoded.
+        if (
+            e.deleting
+            or phase in ("Succeeded", "Failed")
+            or e.fields.get("spec.schedulerName") not in (None, "", DEFAULT_SCHEDULER_NAME)
+        ):
+            self._forget(key)
+            return
         pod = e.object()
         if not responsible_for(pod):
             self._forget(key)

@@ -67,6 +67,7 @@ from .resourcemetrics import ResourceMetrics
 from .resttable import build_rest_table
 from .routing import GROUP_ALIAS_KEY, RequestInfo, command_alias, parse, storage_version_alias
 from .timeouts import Deadline, Deadlines, requested_timeout, timed_out
+from .workers import report_serving
 
 log = logging.getLogger("orch-apiserver")
 
@@ -736,7 +737,9 @@ class ApiServer:
             app.on_response_prepare.append(flowcontrol.on_response_prepare)
         return app
 
-    async def serve(self, stop: asyncio.Event) -> int:
+    async def serve(self, stop: asyncio.Event, worker: tuple[int, int] | None = None) -> int:
+        """Serve until ``stop``. ``worker``: (index, ready descriptor) when this process is
+        one of several sharing the port (server/workers.py)."""
         created = self.prepare_files()
         for path in created:
             log.info("created %s", path)
@@ -753,6 +756,7 @@ class ApiServer:
             ssl_context=self.ssl_context(),
             backlog=1024,
             reuse_address=True,
+            reuse_port=worker is not None,
         )
         try:
             await site.start()
@@ -761,6 +765,8 @@ class ApiServer:
             await runner.cleanup()
             await self.stop_storage()
             return 1
+        if worker is not None:
+            report_serving(worker[1])
         # The objects made at start live as long as the server: keep them out of the
         # collector's generations, and let the young generation grow with the many
         # short-lived objects of concurrent requests. At the default threshold (700)
@@ -808,7 +814,9 @@ def raise_open_file_limit() -> None:
             log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
 
 
-def run(opts: Options) -> int:
+def run(opts: Options, worker: tuple[int, int] | None = None) -> int:
+    """Run the API server; ``worker`` when this process is one that a ``--workers``
+    supervisor started (server/workers.py)."""
     try:
         import uvloop  # type: ignore
 
@@ -824,7 +832,7 @@ def run(opts: Options) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         server = ApiServer(opts)
-        return await server.serve(stop)
+        return await server.serve(stop, worker)
 
     try:
         return asyncio.run(main())

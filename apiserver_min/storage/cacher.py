@@ -44,6 +44,8 @@ log = logging.getLogger("orch-apiserver.watchcache")
 HISTORY_SECONDS = 300.0  # the spec's 5 minutes of watch history
 HISTORY_MAX_EVENTS = 200_000  # per resource, a memory bound on top of the time window
 WATCHER_QUEUE = 2048
+# At most this many notes of own writes wait for their storage events (see note_write).
+WRITTEN_MAX = 10_000
 # A direct (sink) watcher whose connection holds more unsent bytes than this is
 # closed: about as many 2 KB events as WATCHER_QUEUE holds.
 WATCHER_BUFFER_BYTES = 4 << 20
@@ -84,6 +86,12 @@ class Entry:
 
     def bytes_with_rv(self) -> bytes:
         return splice_rv(self.raw, self.rv)
+
+    def mentions(self, field: str) -> bool:
+        """False when the stored object has no member named ``field`` anywhere: a cheap
+        test before decoding it (stored JSON spells every member name literally). True
+        may be a false alarm (the name appears as a value)."""
+        return b'"%s"' % field.encode() in self.raw
 
     def object(self) -> dict:
         obj = orjson.loads(self.raw)
@@ -272,8 +280,10 @@ class ResourceCache:
                 return reason
         return None
 
-    def make_entry(self, key: str, raw: bytes, rv: int) -> Entry:
-        obj = orjson.loads(raw)
+    def summarize(self, obj: dict) -> tuple:
+        """What an entry keeps of the object besides its bytes (namespace, name, labels,
+        selectable fields, uid, owners, finalizers, being deleted), as new values: the
+        object may change afterwards without changing the summary."""
         md = obj.get("metadata") or {}
         owners: tuple[tuple[str, str, str, str], ...] = ()
         refs = md.get("ownerReferences")
@@ -283,19 +293,22 @@ class ResourceCache:
                 for r in refs
                 if isinstance(r, dict)
             )
-        return Entry(
-            key,
-            raw,
-            rv,
+        labels = md.get("labels")
+        return (
             md.get("namespace", "") or "",
             md.get("name", "") or "",
-            md.get("labels") or {},
+            dict(labels) if labels else {},
             self.kind.selectable_fields(obj),
             md.get("uid", "") or "",
             owners,
             tuple(md.get("finalizers") or ()),
             bool(md.get("deletionTimestamp")),
         )
+
+    def make_entry(self, key: str, raw: bytes, rv: int, summary: tuple | None = None) -> Entry:
+        """The entry of stored bytes; ``summary`` (see :meth:`summarize`), when the
+        writer of these very bytes made it, saves decoding them."""
+        return Entry(key, raw, rv, *(summary if summary is not None else self.summarize(orjson.loads(raw))))
 
     @property
     def watchers(self) -> list[Watcher]:
@@ -325,7 +338,7 @@ class ResourceCache:
         hi = bisect.bisect_left(keys, f"{self.prefix}{namespace}0", lo)
         return [items[k] for k in keys[lo:hi]]
 
-    def apply(self, ev: Event, now: float) -> CacheEvent:
+    def apply(self, ev: Event, now: float, summary: tuple | None = None) -> CacheEvent:
         key, rev = ev.kv.key, ev.kv.mod_revision
         prev = self.items.get(key)
         if ev.type == "DELETE":
@@ -341,7 +354,7 @@ class ResourceCache:
             gone = dataclasses.replace(prev, rv=rev)
             cev = CacheEvent("DELETED", rev, gone, prev, now)
         else:
-            entry = self.make_entry(key, ev.kv.value, rev)
+            entry = self.make_entry(key, ev.kv.value, rev, summary)
             if prev is None and self._sorted_keys is not None:
                 bisect.insort(self._sorted_keys, key)
             self.items[key] = entry
@@ -404,6 +417,21 @@ class WatchCache:
         # In-process consumers (controllers): called with (cache, event) for every change,
         # and with (None, None) after every (re)list.
         self.listeners: list[Callable[[ResourceCache | None, CacheEvent | None], None]] = []
+        # Summaries of this process's own writes not yet seen on the storage watch, by key:
+        # (revision, summary). The event of that revision then needs no decoding.
+        self._written: dict[str, tuple[int, tuple]] = {}
+
+    def note_write(self, key: str, rev: int, obj: dict) -> None:
+        """The store wrote ``obj`` (encoded as the stored bytes) under ``key`` at ``rev``:
+        its summary is taken now, so changes to ``obj`` afterwards do not reach the cache."""
+        if rev <= self.rv:
+            return  # the event is already applied
+        c = self.cache_for_key(key)
+        if c is None or c.pending is not None:
+            return
+        if len(self._written) >= WRITTEN_MAX:
+            self._written.clear()  # events lost to a resync: drop the stale notes
+        self._written[key] = (rev, c.summarize(obj))
 
     def cache_for_key(self, key: str) -> ResourceCache | None:
         # Keys look like <prefix><ns>/<name> or <prefix><name>; prefixes end with '/'.
@@ -482,6 +510,7 @@ class WatchCache:
             c.close_watchers("the server is shutting down")
 
     async def _initial_list(self) -> None:
+        self._written.clear()
         res = await self.backend.list("/")
         for c in self.caches.values():
             c.items.clear()
@@ -508,7 +537,8 @@ class WatchCache:
         backoff = 0.1
         while True:
             try:
-                async for ev in self.backend.watch("/", self.rv):
+                # No previous values: the cache holds them (a DELETE's last state is its entry).
+                async for ev in self.backend.watch("/", self.rv, prev=False):
                     self._dispatch(ev)
                     backoff = 0.1
                 raise StorageError("the storage watch ended")
@@ -547,8 +577,14 @@ class WatchCache:
             ev = self._decoded(c, ev)
             if ev.type == "PUT" and ev.kv.key in c.undecryptable:
                 return
+        summary = None
+        note = self._written.get(ev.kv.key) if self._written else None
+        if note is not None and note[0] <= ev.kv.mod_revision:
+            del self._written[ev.kv.key]
+            if note[0] == ev.kv.mod_revision and ev.type == "PUT":
+                summary = note[1]
         try:
-            cev = c.apply(ev, time.monotonic())
+            cev = c.apply(ev, time.monotonic(), summary)
         except (orjson.JSONDecodeError, StorageError) as exc:
             log.error("watch cache: skipping event for %s: %s", ev.kv.key, exc)
         else:

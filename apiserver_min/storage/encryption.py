@@ -494,16 +494,16 @@ class EncryptingBackend:
     async def count(self, prefix: str) -> int:
         return await self.inner.count(prefix)
 
-    async def watch(self, prefix: str, after_revision: int) -> AsyncIterator[Event]:
-        it = self.inner.watch(prefix, after_revision)
+    async def watch(self, prefix: str, after_revision: int, prev: bool = True) -> AsyncIterator[Event]:
+        it = self.inner.watch(prefix, after_revision, prev)
         try:
             async for ev in it:
                 if ev.type == "PROGRESS":
                     yield ev
                     continue
                 kv = self._open(ev.kv) if ev.type == "PUT" else ev.kv
-                prev = self._open(ev.prev) if ev.prev is not None else None
-                yield Event(ev.type, kv, prev)
+                old = self._open(ev.prev) if ev.prev is not None else None
+                yield Event(ev.type, kv, old)
         finally:
             await it.aclose()  # type: ignore[attr-defined]
 

@@ -377,8 +377,8 @@ class EtcdBackend:
 
     # -- watch ---------------------------------------------------------------------
 
-    def watch(self, prefix: str, after_revision: int) -> AsyncIterator[Event]:
-        return self._watch(prefix, after_revision)
+    def watch(self, prefix: str, after_revision: int, prev: bool = True) -> AsyncIterator[Event]:
+        return self._watch(prefix, after_revision, prev)
 
     def _event(self, ev) -> Event:
         prev = self._kv_out(ev.prev_kv) if ev.HasField("prev_kv") else None
@@ -387,7 +387,7 @@ class EtcdBackend:
             return Event("DELETE", KeyValue(kv.key[self._plen :].decode(), b"", kv.mod_revision, 0), prev)
         return Event("PUT", self._kv_out(ev.kv), prev)
 
-    async def _watch(self, prefix: str, after: int) -> AsyncIterator[Event]:
+    async def _watch(self, prefix: str, after: int, prev: bool) -> AsyncIterator[Event]:
         # etcd accepts start_revision == compacted revision, and the event at
         # that revision may be gone; the contract refuses after < compacted.
         compacted = await self.compacted_revision()
@@ -407,7 +407,7 @@ class EtcdBackend:
                             key=lo,
                             range_end=_prefix_end(lo),
                             start_revision=after + 1,
-                            prev_kv=True,
+                            prev_kv=prev,
                             progress_notify=True,
                         )
                     )

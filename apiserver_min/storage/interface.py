@@ -133,9 +133,12 @@ class Backend(Protocol):
 
     async def count(self, prefix: str) -> int: ...
 
-    def watch(self, prefix: str, after_revision: int) -> AsyncIterator[Event]:
+    def watch(self, prefix: str, after_revision: int, prev: bool = True) -> AsyncIterator[Event]:
         """Every change under ``prefix`` with revision > ``after_revision``, in
         revision order, then live changes, without gaps or duplicates.
+
+        With ``prev=False`` the events need not carry ``prev`` (the watcher keeps
+        the old values itself): etcd then does not send every previous value.
 
         The iterator raises CompactedError when ``after_revision`` is below
         the compacted revision (history gone: re-list), UnavailableError when

@@ -486,7 +486,8 @@ class SqliteBackend:
                 watcher.queue.append(Event("PROGRESS", KeyValue("", b"", self._rev, 0), None))
                 watcher.wake()
 
-    def watch(self, prefix: str, after_revision: int) -> AsyncIterator[Event]:
+    def watch(self, prefix: str, after_revision: int, prev: bool = True) -> AsyncIterator[Event]:
+        # The previous values are at hand here (one join, or in memory): given either way.
         return self._watch(prefix, after_revision)
 
     def _history_page(self, prefix: str, after: int) -> builtins.list[Event]:  # `list` is a method here

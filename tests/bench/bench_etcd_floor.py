@@ -704,6 +704,31 @@ class TokenServer(ba.Server):
         return super().argv() + ["--token-auth-file", str(self.token_file)]
 
 
+class WorkersServer(TokenServer):
+    """The same server with ``--workers N``: a supervisor and N processes sharing the port."""
+
+    def __init__(self, root: Path, etcd, token_file: Path, workers: int):
+        super().__init__(root, etcd, token_file)
+        self.workers = workers
+        self.log_path = root / f"apiserver-etcd-workers{workers}.log"
+
+    def argv(self) -> list[str]:
+        return super().argv() + ["--workers", str(self.workers)]
+
+    def start(self, timeout: float = 240.0) -> "WorkersServer":
+        super().start(timeout)
+        deadline = time.monotonic() + timeout
+        line = f"all {self.workers} workers serve"
+        while line not in self.log_path.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise ba.BenchError(f"the {self.workers} workers did not all serve:\n{ba._tail(self.log_path)}")
+            time.sleep(0.2)
+        return self
+
+    def worker_pids(self) -> list[int]:
+        return [c.pid for c in psutil.Process(self.pid).children()]
+
+
 # --- the run --------------------------------------------------------------------------------------
 
 
@@ -815,6 +840,19 @@ class Floor:
                     server.stop()
                 self._done("d", "orch-apiserver (etcd)", res)
 
+            for loader in self.loaders():
+                print(f"[d2] orch-apiserver --workers 2 on etcd; {loader}", flush=True)
+                multi = WorkersServer(self.root, etcd, token_file, 2)
+                multi.data_dir, multi.port = server.data_dir, free_port()
+                multi.start()
+                try:
+                    workers = multi.worker_pids()
+                    pids = {"server": [multi.pid, *workers], "etcd": [etcd.pid]}
+                    res = self.load(loader, multi.port, pids, token=TOKEN, sample_conns=workers)
+                finally:
+                    multi.stop()
+                self._done("d2", "orch-apiserver --workers 2 (etcd; supervisor + 2 workers)", res)
+
     def _check_token(self, server) -> None:
         """The bench token must authenticate (not fall back to anonymous) before wrk uses it."""
         from apiserver_min.api import names
@@ -846,6 +884,31 @@ class Floor:
         )
         if res["errors"]:
             print(f"    errors: {res['err_detail']}", flush=True)
+
+    def _targets(self) -> None:
+        """Issue 22's figures beside their targets, against the floor server (b) of this run."""
+        by = {(tag, r["loader"]): r for tag, _d, r in self.phases}
+        print("\n    targets (same run; the floor is phase b, the minimal server over etcd):")
+        for loader in dict.fromkeys(r["loader"] for _t, _d, r in self.phases):
+            b, d, d2 = by.get(("b", loader)), by.get(("d", loader)), by.get(("d2", loader))
+            if b is None or d is None:
+                continue
+            cpu = d["cpu"]["server"] / b["cpu"]["server"]
+            rate = d["rate"] / b["rate"]
+            print(
+                f"    {loader:<4} server CPU per create / floor's   {cpu:5.2f}x  (target <= 1.50x)  "
+                f"{'ok' if cpu <= 1.5 else 'MISSED'}  [{d['cpu']['server'] * 1e6:.0f} vs {b['cpu']['server'] * 1e6:.0f} us]"
+            )
+            print(
+                f"    {loader:<4} etcd creates / floor's throughput {rate:5.0%}  (target >= 80%)   "
+                f"{'ok' if rate >= 0.8 else 'MISSED'}  [{d['rate']:,.0f} vs {b['rate']:,.0f}/s]"
+            )
+            if d2 is not None:
+                gain = d2["rate"] / d["rate"]
+                print(
+                    f"    {loader:<4} --workers 2 / 1 throughput        {gain:5.2f}x  (target >= 1.00x)  "
+                    f"{'ok' if gain >= 1.0 else 'MISSED'}  [{d2['rate']:,.0f} vs {d['rate']:,.0f}/s]"
+                )
 
     def report(self) -> None:
         raw = {r["label"]: r for r in self.raw}
@@ -885,6 +948,7 @@ class Floor:
                 f" | {server:>31}   {r['cpu']['etcd'] * 1e6:>4.0f}  {r['loadgen'] * 1e6:>4.0f}  "
                 f"{r['other'] * 1e6:>5.0f}  {r['idle'] * 1e6:>4.0f} | {r['p50']:5.1f}/{r['p99']:5.1f}  {r['errors']:>6}"
             )
+        self._targets()
         print(f"\n    where the {ncpu} cores went (cores busy over the window):")
         print("    phase  loader   server (per process)   server loop thread(s)   etcd   load  other   idle")
         for tag, _desc, r in self.phases:

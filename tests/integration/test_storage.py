@@ -389,6 +389,22 @@ async def test_watch_delete_events_carry_prev(backend):
         await stream.aclose()
 
 
+async def test_watch_without_prev(backend, request):
+    """prev=False (the watch cache's watch): the same events; etcd sends no previous values."""
+    r1 = await backend.create("/np/x", b"v1")
+    stream = backend.watch("/np/", r1, prev=False)
+    try:
+        r2 = await backend.update("/np/x", b"v2", r1)
+        r3, _ = await backend.delete("/np/x")
+        put, gone = await take(stream, 2)
+        assert (put.type, put.kv.value, put.kv.mod_revision, put.kv.create_revision) == ("PUT", b"v2", r2, r1)
+        assert (gone.type, gone.kv.key, gone.kv.mod_revision) == ("DELETE", "/np/x", r3)
+        if "etcd" in request.node.callspec.params["backend"]:
+            assert put.prev is None and gone.prev is None
+    finally:
+        await stream.aclose()
+
+
 async def test_watch_after_compaction(backend):
     start = await backend.current_revision()
     r1 = await backend.create("/wc/a", b"1")

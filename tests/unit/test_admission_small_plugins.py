@@ -53,6 +53,15 @@ class FakeLookup:
         assert resource == "namespaces"
         return self.namespaces.get(name)
 
+    async def live(self, resource, namespace, name):
+        return await self.get(resource, namespace, name)
+
+    def cached(self, resource, namespace, name):
+        """The watch-cache entry's view: the labels, not the decoded object."""
+        assert resource == "namespaces"
+        ns = self.namespaces.get(name)
+        return None if ns is None else SimpleNamespace(labels=ns["metadata"].get("labels") or {})
+
 
 def with_namespace(plugin, labels=None, annotations=None, name="team"):
     plugin._lookup = FakeLookup(

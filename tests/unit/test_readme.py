@@ -19,6 +19,8 @@ README = (REPO / "README.md").read_text()
 # path that holds it. A phrase may stand in the picture or "Works now" only when
 # its path exists.
 CAPABILITIES = {
+    # API server processes sharing the port (issue 22).
+    "--workers": "apiserver_min/server/workers.py",
     # The node's eviction manager (pods/eviction and kubectl drain are the API server's).
     "eviction manager": "agent/eviction",
     "node pressure": "agent/eviction",

@@ -255,7 +255,11 @@ class PodSecurity:
         return bool(rc) and rc in self.config.exempt_runtime_classes
 
     async def _namespace_policy(self, attrs: Attributes) -> tuple[Policy, list[FieldError]] | None:
-        ns = await self.lookup.get("namespaces", "", attrs.namespace)
+        # The cache entry carries the namespace's labels: no decoding per request.
+        entry = self.lookup.cached("namespaces", "", attrs.namespace)
+        if entry is not None:
+            return self.policy(entry.labels)
+        ns = await self.lookup.live("namespaces", "", attrs.namespace)
         if ns is None:
             return None
         return self.policy((ns.get("metadata") or {}).get("labels"))

@@ -39,9 +39,6 @@ class Priority:
             raise LookupError("no kind serves priorityclasses")
         self.kind: KindInfo = kind
 
-    def _classes(self) -> list[dict]:
-        return [e.object() for e in self.cache.cache(key_prefix(self.kind)).items.values()]
-
     async def _get_class(self, name: str) -> dict | None:
         entry = self.cache.cache(key_prefix(self.kind)).items.get(object_key(self.kind, "", name))
         if entry is not None:
@@ -56,7 +53,10 @@ class Priority:
     def default_class(self) -> dict | None:
         """The global default class; when a race left several, the one of lowest value."""
         found: dict | None = None
-        for pc in self._classes():
+        # Stored objects are compact JSON (codec.encode_for_storage): only classes whose
+        # bytes say "globalDefault":true can be the default, and only those are decoded.
+        entries = self.cache.cache(key_prefix(self.kind)).items.values()
+        for pc in [e.object() for e in entries if b'"globalDefault":true' in e.raw]:
             if pc.get("globalDefault") is True and (found is None or _value(pc) < _value(found)):
                 found = pc
         return found

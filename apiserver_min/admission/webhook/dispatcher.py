@@ -23,6 +23,7 @@ import orjson
 from ... import cel
 from ...api import names
 from ...api import status as st
+from ...api.helpers import new_uid
 from ...api.schemas import schema_for
 from ...registry.fieldvalidation import FieldTypeError, walk
 from ...registry.patch import PatchApplyError, PatchError, json_patch
@@ -37,7 +38,7 @@ from .matching import (
     request_shape,
 )
 from .metrics import APISERVER_INTERNAL_ERROR, CALLING_WEBHOOK_ERROR, NO_ERROR, WebhookMetrics
-from .review import InvalidResponse, build_request, new_uid, read_answer, review_body, review_version
+from .review import InvalidResponse, build_request, read_answer, review_body, review_version
 from .source import ClusterLookup, Webhook, WebhookSource
 
 log = logging.getLogger("orch-apiserver.admission.webhook")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import os
 from typing import Any
 
 import orjson
@@ -90,15 +89,6 @@ def build_request(attrs: Attributes) -> dict:
     if options is not None:
         request["options"] = options
     return request
-
-
-def new_uid() -> str:
-    """A random (version 4) UUID, formatted without building a ``uuid.UUID``."""
-    b = bytearray(os.urandom(16))
-    b[6] = (b[6] & 0x0F) | 0x40
-    b[8] = (b[8] & 0x3F) | 0x80
-    h = b.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def review_body(api_version: str, request: dict, uid: str) -> dict:
