@@ -41,6 +41,7 @@ from apiserver_min.api import names
 from apiserver_min.api.duration import DurationError, parse_duration
 
 from . import logging as agent_logging
+from . import memory
 from .cm import ContainerManager
 from .config import AgentConfig
 from .kerneltunables import differences as kernel_differences
@@ -736,6 +737,9 @@ class AgentProcess:
             self._last_status = f"Running ({cfg.mode} mode)"
             self.ready.set()
             log.info("Agent is ready", mode=str(cfg.mode), tasks=len(self.supervisor.names))
+            # What start-up freed goes back to the system now, not at the first trim of the sync loop.
+            took = memory.release_free_memory(collect=True)
+            log.v(4).info("Released free memory", seconds=round(took, 3))
             if cfg.runonce:
                 self.request_stop("runonce: one sync completed")
 

@@ -37,6 +37,7 @@ from apiserver_min.api import names
 from cri.client import CriError, UnavailableError
 
 from . import logging as agent_logging
+from . import memory
 from . import pods as podutil
 from .events import EventRecorder
 from .podmanager import PodManager
@@ -204,6 +205,7 @@ class PodPipeline:
         try:
             next_housekeeping = 0.0
             next_rotation = time.monotonic() + LOG_ROTATION_PERIOD
+            next_trim = time.monotonic() + memory.TRIM_PERIOD
             while True:
                 self.beat()
                 now = time.monotonic()
@@ -219,6 +221,9 @@ class PodPipeline:
                         await self.rotator.rotate(self.running_logs())
                     except Exception as exc:  # noqa: BLE001 - rotation must never stop the loop
                         log.error("Log rotation failed", err=exc)
+                if now >= next_trim:
+                    next_trim = now + memory.TRIM_PERIOD
+                    memory.release_free_memory()  # pods came and went: hand their freed pages back
                 await asyncio.sleep(self.tick)
         finally:
             updates.cancel()

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable
-
-from dbus_fast import Message, MessageType
-from dbus_fast.aio import MessageBus
+import types
+from typing import TYPE_CHECKING, Any, Callable
 
 from apiserver_min.api import names
 
 from .. import logging as agent_logging
+
+if TYPE_CHECKING:
+    from dbus_fast import Message
+    from dbus_fast.aio import MessageBus
 
 __all__ = ["LogindError", "Logind", "system_bus_address", "write_inhibit_delay_dropin"]
 
@@ -68,14 +70,21 @@ class Logind:
         self.address = address or system_bus_address()
         self.timeout = timeout
         self._bus: MessageBus | None = None
+        self._dbus: types.ModuleType | None = None  # dbus_fast, once connect() loaded it
         self._on_shutdown: Callable[[bool], None] | None = None
 
     # --- connection --------------------------------------------------------------------
 
     async def connect(self) -> None:
+        # The D-Bus client (about 4 MB with its compiled parts) is loaded by the first
+        # connection: an agent without a shutdown grace period never opens the bus.
+        import dbus_fast
+        import dbus_fast.aio
+
+        self._dbus = dbus_fast
         bus = None
         try:
-            bus = MessageBus(bus_address=self.address, negotiate_unix_fd=True)
+            bus = dbus_fast.aio.MessageBus(bus_address=self.address, negotiate_unix_fd=True)
             self._bus = await asyncio.wait_for(bus.connect(), self.timeout)
         except Exception as exc:  # noqa: BLE001 - the library raises OSError, timeouts and plain Exception
             if bus is not None:
@@ -107,18 +116,20 @@ class Logind:
     async def _call(
         self, destination: str, path: str, interface: str, member: str, signature: str, body: list[Any]
     ) -> Message:
-        msg = Message(
+        bus, dbus = self.bus, self._dbus
+        assert dbus is not None  # set by connect(), before self.bus can be
+        msg = dbus.Message(
             destination=destination, path=path, interface=interface, member=member, signature=signature, body=body
         )
         try:
-            reply = await asyncio.wait_for(self.bus.call(msg), self.timeout)
+            reply = await asyncio.wait_for(bus.call(msg), self.timeout)
         except asyncio.TimeoutError:
             raise LogindError(f"{interface}.{member}: no answer within {self.timeout:g}s") from None
         except LogindError:
             raise
         except Exception as exc:  # noqa: BLE001 - connection errors come as plain exceptions
             raise LogindError(f"{interface}.{member}: {_why(exc)}") from None
-        if reply.message_type == MessageType.ERROR:
+        if reply.message_type == dbus.MessageType.ERROR:
             for fd in reply.unix_fds:
                 os.close(fd)
             text = reply.body[0] if reply.body else ""
@@ -192,7 +203,8 @@ class Logind:
 
     def _handle(self, msg: Message) -> None:
         if (
-            msg.message_type != MessageType.SIGNAL
+            self._dbus is None
+            or msg.message_type != self._dbus.MessageType.SIGNAL
             or msg.member != PREPARE_FOR_SHUTDOWN
             or msg.interface != names.LOGIND_MANAGER_INTERFACE
             or msg.path != names.LOGIND_OBJECT_PATH

@@ -32,6 +32,10 @@ OPTIONAL_IMPORTS = {
     # netlink, for detecting the node's address (the agent falls back without it);
     # about 6 MB an agent that never detects an address does not load.
     "pyroute2",
+    # The D-Bus client of the node shutdown manager, loaded when a shutdown grace period
+    # makes the agent connect to logind: about 4 MB an agent without one does not load.
+    "dbus_fast",
+    "dbus_fast.aio",
     "grpc_tools",  # CRI stub generation (a test-time dependency)
     "grpc_tools.protoc",
 }
