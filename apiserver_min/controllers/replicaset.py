@@ -149,7 +149,7 @@ class ReplicaSetController:
     def _matching_sets(self, namespace: str, labels: Mapping[str, str]) -> list[Entry]:
         out = []
         for e in self.sets.list(namespace):
-            if set_selector(e.object(), self.kind).matches(labels):
+            if set_selector(e.view(), self.kind).matches(labels):
                 out.append(e)
         return out
 
@@ -164,11 +164,11 @@ class ReplicaSetController:
             for e in self.sets.list():
                 self.queue.add((e.namespace, e.name))
             return
-        pod = ev.entry.object()
+        pod = ev.entry.view()
         if ev.type == "DELETED":
             self._pod_deleted(pod)
             return
-        old = ev.prev.object() if ev.type == "MODIFIED" and ev.prev is not None else None
+        old = ev.prev.view() if ev.type == "MODIFIED" and ev.prev is not None else None
         if ev.entry.deleting:
             # A pod being deleted counts as deleted: its replacement need not wait.
             self._pod_deleted(pod)
@@ -211,11 +211,11 @@ class ReplicaSetController:
         obj = entry.object()
         satisfied = self.expectations.satisfied(ekey)
         selector = set_selector(obj, self.kind)
+        # Only the pods naming the set as an owner and the orphans its selector matches,
+        # each decoded once per version (shared, read-only views).
         candidates = []
-        for pe in self.pods.list(ns):
-            if not selector.matches(pe.labels) and not any(o[0] == entry.uid for o in pe.owners):
-                continue
-            pod = pe.object()
+        for pe in self.pods.claimable(ns, entry.uid, selector):
+            pod = pe.view()
             if pc.is_active(pod):
                 candidates.append(pod)
 
@@ -320,11 +320,12 @@ class ReplicaSetController:
         if owner is None:
             return pods
         ns = str(dict_at(obj, "metadata").get("namespace", ""))
-        siblings = {e.uid for e in self.sets.list(ns) if any(o[0] == owner.get("uid") for o in e.owners)}
-        related = []
-        for pe in self.pods.list(ns):
-            if any(o[0] in siblings for o in pe.owners) and not pe.deleting:
-                pod = pe.object()
-                if pc.is_active(pod):
-                    related.append(pod)
-        return related or pods
+        siblings = [e.uid for e in self.sets.claimable(ns, str(owner.get("uid", "")), LabelSelector.nothing())]
+        related: dict[str, dict] = {}
+        for uid in siblings:
+            for pe in self.pods.claimable(ns, uid, LabelSelector.nothing()):
+                if not pe.deleting and pe.key not in related:
+                    pod = pe.view()
+                    if pc.is_active(pod):
+                        related[pe.key] = pod
+        return list(related.values()) or pods

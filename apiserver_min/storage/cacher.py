@@ -81,14 +81,25 @@ class Entry:
     owners: tuple = ()  # ((uid, apiVersion, kind, name), ...) from metadata.ownerReferences
     finalizers: tuple = ()
     deleting: bool = False
+    controller: str = ""  # the uid of the owner reference with controller: true, if any
+    _view: dict | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def bytes_with_rv(self) -> bytes:
         return splice_rv(self.raw, self.rv)
 
     def object(self) -> dict:
+        """The object, decoded anew: the caller's to change."""
         obj = orjson.loads(self.raw)
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
         return obj
+
+    def view(self) -> dict:
+        """The object, decoded once per entry and shared by every reader: never to be
+        changed (use :meth:`object` for a copy to edit). An update makes a new entry,
+        so a view is never stale."""
+        if self._view is None:
+            self._view = self.object()
+        return self._view
 
 
 @dataclasses.dataclass(slots=True)
@@ -276,12 +287,16 @@ class ResourceCache:
         obj = orjson.loads(raw)
         md = obj.get("metadata") or {}
         owners: tuple[tuple[str, str, str, str], ...] = ()
+        controller = ""
         refs = md.get("ownerReferences")
         if refs:
             owners = tuple(
                 (r.get("uid", ""), r.get("apiVersion", ""), r.get("kind", ""), r.get("name", ""))
                 for r in refs
                 if isinstance(r, dict)
+            )
+            controller = next(
+                (str(r.get("uid", "")) for r in refs if isinstance(r, dict) and r.get("controller") is True), ""
             )
         return Entry(
             key,
@@ -295,6 +310,7 @@ class ResourceCache:
             owners,
             tuple(md.get("finalizers") or ()),
             bool(md.get("deletionTimestamp")),
+            controller,
         )
 
     @property

@@ -305,6 +305,7 @@ def _entry(obj: dict) -> Entry:
         fields={},
         uid=md.get("uid", ""),
         owners=owners,
+        controller=next((r["uid"] for r in md.get("ownerReferences", []) if r.get("controller") is True), ""),
     )
 
 
@@ -317,6 +318,13 @@ class FakeInformer:
 
     def list(self, namespace=None):
         return list(self.entries.values())
+
+    def claimable(self, namespace, owner_uid, selector):
+        return [
+            e
+            for e in self.entries.values()
+            if any(o[0] == owner_uid for o in e.owners) or (not e.controller and selector.matches(e.labels))
+        ]
 
 
 def rs_controller(client, rs: dict, pods=()) -> rsc.ReplicaSetController:
