@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..api import status as st
 from ..api.helpers import dict_at, list_at
@@ -73,20 +73,26 @@ def set_condition(conditions: list[dict], cond: dict) -> list[dict]:
 
 
 def calculate_status(
-    obj: Mapping, pods: list[dict], manage_error: st.ApiError | None, diff: int, now: float
+    obj: Mapping,
+    pods: list[dict],
+    manage_error: st.ApiError | None,
+    diff: int,
+    now: float,
+    ready_since: Callable[[dict], float | None] = pc.ready_since,
 ) -> dict[str, Any]:
-    """The set's status from the pods it controls (upstream calculateStatus)."""
+    """The set's status from the pods it controls (upstream calculateStatus);
+    ``ready_since`` reads when a pod turned ready (a controller passes a memo)."""
     spec = dict_at(obj, "spec")
-    template_labels = dict_at(dict_at(spec.get("template") or {}, "metadata"), "labels")
+    template_labels = dict_at(dict_at(spec.get("template") or {}, "metadata"), "labels").items()
     min_ready = spec.get("minReadySeconds") or 0
     fully_labeled = ready = available = 0
     for p in pods:
-        labels = dict_at(dict_at(p, "metadata"), "labels")
-        if all(labels.get(k) == val for k, val in template_labels.items()):
+        if template_labels <= dict_at(dict_at(p, "metadata"), "labels").items():
             fully_labeled += 1
-        if pc.is_ready(p):
+        since = ready_since(p)
+        if since is not None:
             ready += 1
-            if pc.is_available(p, min_ready, now):
+            if min_ready <= 0 or since + min_ready <= now:
                 available += 1
     status: dict[str, Any] = {"replicas": len(pods)}
     for key, value in (
@@ -121,6 +127,19 @@ class ReplicaSetController:
         self.expectations = pc.Expectations()
         self.queue = RateLimitedQueue()
         self.component = component
+        self._ready_memo: dict[str, tuple[str, float | None]] = {}
+
+    def ready_since(self, pod: dict) -> float | None:
+        """When ``pod`` turned ready, read once per version of it."""
+        key, rv = pc.pod_key(pod), str(dict_at(pod, "metadata").get("resourceVersion", ""))
+        found = self._ready_memo.get(key)
+        if found is not None and found[0] == rv and rv:
+            return found[1]
+        if len(self._ready_memo) > 2 * len(self.pods) + 1024:
+            self._ready_memo.clear()
+        since = pc.ready_since(pod)
+        self._ready_memo[key] = (rv, since)
+        return since
 
     def start(self) -> None:
         self.sets.add_handler(self.on_set)
@@ -166,6 +185,7 @@ class ReplicaSetController:
             return
         pod = ev.entry.view()
         if ev.type == "DELETED":
+            self._ready_memo.pop(pc.pod_key(pod), None)
             self._pod_deleted(pod)
             return
         old = ev.prev.view() if ev.type == "MODIFIED" and ev.prev is not None else None
@@ -212,12 +232,17 @@ class ReplicaSetController:
         satisfied = self.expectations.satisfied(ekey)
         selector = set_selector(obj, self.kind)
         # Only the pods naming the set as an owner and the orphans its selector matches,
-        # each decoded once per version (shared, read-only views).
-        candidates = []
+        # each decoded once per version (shared, read-only views); those it controls
+        # that still match need no claim.
+        owned: list[dict] = []
+        candidates: list[dict] = []
         for pe in self.pods.claimable(ns, entry.uid, selector):
-            pod = pe.view()
-            if pc.is_active(pod):
-                candidates.append(pod)
+            if pe.deleting or pe.fields.get("status.phase") in (pc.SUCCEEDED, pc.FAILED):
+                continue
+            if pe.controller == entry.uid and selector.matches(pe.labels):
+                owned.append(pe.view())
+            else:
+                candidates.append(pe.view())
 
         async def fresh() -> dict | None:
             try:
@@ -228,13 +253,13 @@ class ReplicaSetController:
                 raise
 
         claimed = await pc.claim(self.client, self.pod_kind, obj, self.kind, selector, candidates, owner_fresh=fresh)
-        pods = claimed.pods
+        pods = sorted(owned + claimed.pods, key=pc.pod_key) if claimed.pods else owned
         diff = len(pods) - desired_replicas(obj)
         manage_error: st.ApiError | None = None
         if satisfied and not dict_at(obj, "metadata").get("deletionTimestamp"):
             manage_error = await self.manage_replicas(obj, ekey, pods, diff)
         now = time.time()
-        status = calculate_status(obj, pods, manage_error, diff, now)
+        status = calculate_status(obj, pods, manage_error, diff, now, self.ready_since)
         await self.write_status(obj, status)
         if manage_error is not None:
             raise manage_error
