@@ -70,7 +70,7 @@ class Informer:
         out: dict[str, Entry] = {}
         for key in self._by_owner.get(owner_uid, ()):
             e = items.get(key)
-            if e is not None and e.namespace == namespace and any(o[0] == owner_uid for o in e.owners):
+            if e is not None and e.namespace == namespace:
                 out[key] = e
         if not selector.matches_nothing:
             for key in self._orphans.get(namespace, ()):

@@ -127,18 +127,19 @@ class ReplicaSetController:
         self.expectations = pc.Expectations()
         self.queue = RateLimitedQueue()
         self.component = component
-        self._ready_memo: dict[str, tuple[str, float | None]] = {}
+        # id of a pod's shared view -> (the view, when it turned ready); holding the view
+        # keeps its id from being reused while the memo names it.
+        self._ready_memo: dict[int, tuple[dict, float | None]] = {}
 
     def ready_since(self, pod: dict) -> float | None:
-        """When ``pod`` turned ready, read once per version of it."""
-        key, rv = pc.pod_key(pod), str(dict_at(pod, "metadata").get("resourceVersion", ""))
-        found = self._ready_memo.get(key)
-        if found is not None and found[0] == rv and rv:
+        """When ``pod`` turned ready, read once per version (shared view) of it."""
+        found = self._ready_memo.get(id(pod))
+        if found is not None and found[0] is pod:
             return found[1]
         if len(self._ready_memo) > 2 * len(self.pods) + 1024:
             self._ready_memo.clear()
         since = pc.ready_since(pod)
-        self._ready_memo[key] = (rv, since)
+        self._ready_memo[id(pod)] = (pod, since)
         return since
 
     def start(self) -> None:
@@ -185,7 +186,6 @@ class ReplicaSetController:
             return
         pod = ev.entry.view()
         if ev.type == "DELETED":
-            self._ready_memo.pop(pc.pod_key(pod), None)
             self._pod_deleted(pod)
             return
         old = ev.prev.view() if ev.type == "MODIFIED" and ev.prev is not None else None
