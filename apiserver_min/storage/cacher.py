@@ -570,6 +570,10 @@ class WatchCache:
         else:
             for listener in self.listeners:
                 listener(c, cev)
+            if cev.prev is not None:
+                # The replaced version's decoded view served this event's readers; the
+                # history need not keep it (whoever still holds the dict keeps it alive).
+                cev.prev._view = None
 
     def _decoded(self, c: ResourceCache, ev: Event) -> Event:
         """The event with its values decoded; an undecryptable value is remembered, not served."""
