@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 from ..api.kinds import KindInfo, Registry
+from ..api.selectors import LabelSelector
 from ..storage.cacher import CacheEvent, Entry, ResourceCache, WatchCache
 from ..storage.keys import key_prefix, object_key
 
@@ -38,6 +39,11 @@ class Informer:
         self.kind: KindInfo = cache.kind
         self.prefix = cache.prefix
         self._handlers: list[Handler] = []
+        # Built on first use, kept up to date by every event, dropped on a replay:
+        # owner uid -> keys of the objects naming it, and namespace -> keys of the
+        # objects without a controller (those a controller may adopt).
+        self._by_owner: dict[str, set[str]] | None = None
+        self._orphans: dict[str, set[str]] | None = None
 
     def get(self, namespace: str, name: str) -> Entry | None:
         return self._cache.items.get(object_key(self.kind, namespace, name))
@@ -51,6 +57,66 @@ class Informer:
         if namespace is None:
             return list(self._cache.items.values())
         return self._cache.sorted_entries(namespace)
+
+    def claimable(self, namespace: str, owner_uid: str, selector: LabelSelector) -> list[Entry]:
+        """The objects of ``namespace`` a claim by the owner ``owner_uid`` can concern, in
+        key order: those naming it as an owner, and those without a controller that
+        ``selector`` matches. Found through indexes, so the cost follows the answer's
+        size, not the namespace's."""
+        if self._by_owner is None or self._orphans is None:
+            self._build_indexes()
+        assert self._by_owner is not None and self._orphans is not None
+        items = self._cache.items
+        out: dict[str, Entry] = {}
+        for key in self._by_owner.get(owner_uid, ()):
+            e = items.get(key)
+            if e is not None and e.namespace == namespace:
+                out[key] = e
+        if not selector.matches_nothing:
+            for key in self._orphans.get(namespace, ()):
+                e = items.get(key)
+                if e is not None and not e.controller and selector.matches(e.labels):
+                    out[key] = e
+        return [out[k] for k in sorted(out)]
+
+    def _build_indexes(self) -> None:
+        self._by_owner, self._orphans = {}, {}
+        for e in self._cache.items.values():
+            self._index(e)
+
+    def _index(self, e: Entry) -> None:
+        assert self._by_owner is not None and self._orphans is not None
+        for o in e.owners:
+            self._by_owner.setdefault(o[0], set()).add(e.key)
+        if not e.controller:
+            self._orphans.setdefault(e.namespace, set()).add(e.key)
+
+    def _unindex(self, e: Entry) -> None:
+        assert self._by_owner is not None and self._orphans is not None
+        for o in e.owners:
+            keys = self._by_owner.get(o[0])
+            if keys is not None:
+                keys.discard(e.key)
+                if not keys:
+                    del self._by_owner[o[0]]
+        if not e.controller:
+            keys = self._orphans.get(e.namespace)
+            if keys is not None:
+                keys.discard(e.key)
+                if not keys:
+                    del self._orphans[e.namespace]
+
+    def _update_indexes(self, ev: CacheEvent | None) -> None:
+        if self._by_owner is None:
+            return
+        if ev is None:  # a relist: rebuilt on next use
+            self._by_owner = self._orphans = None
+            return
+        old = ev.prev if ev.prev is not None else (ev.entry if ev.type == "DELETED" else None)
+        if old is not None:
+            self._unindex(old)
+        if ev.type != "DELETED":
+            self._index(ev.entry)
 
     def __len__(self) -> int:
         return len(self._cache.items)
@@ -67,6 +133,7 @@ class Informer:
             pass
 
     def _deliver(self, ev: CacheEvent | None) -> None:
+        self._update_indexes(ev)
         for fn in list(self._handlers):
             fn(ev)
 

@@ -549,9 +549,7 @@ class DeploymentController:
         md = d["metadata"]
         ns, uid = md["namespace"], md.get("uid")
         selector = deployment_selector(d)
-        candidates = [
-            e.object() for e in self.sets.list(ns) if selector.matches(e.labels) or any(o[0] == uid for o in e.owners)
-        ]
+        candidates = [e.object() for e in self.sets.claimable(ns, str(uid or ""), selector)]
 
         async def fresh() -> dict | None:
             try:

@@ -453,10 +453,8 @@ class JobController:
         except SelectorError:
             return []
         uid = dict_at(job, "metadata").get("uid")
-        # Only pods that match or name the job as an owner are decoded.
-        candidates = [
-            e.object() for e in self.pods.list(ns) if selector.matches(e.labels) or any(o[0] == uid for o in e.owners)
-        ]
+        # Only pods that name the job as an owner, or orphans it selects, are decoded.
+        candidates = [e.object() for e in self.pods.claimable(ns, str(uid or ""), selector)]
 
         async def fresh() -> dict | None:
             try:

@@ -55,9 +55,6 @@ class SelectorCache:
 
 def claim_candidates(informer: Informer, namespace: str, owner_uid: str, selector: LabelSelector) -> list[dict]:
     """The objects of ``namespace`` a claim by the owner ``owner_uid`` can concern: those it
-    owns and those its selector matches; the rest are not decoded."""
-    return [
-        e.object()
-        for e in informer.list(namespace)
-        if selector.matches(e.labels) or any(o[0] == owner_uid for o in e.owners)
-    ]
+    owns and the orphans its selector matches, found through the informer's indexes;
+    the rest are not decoded."""
+    return [e.object() for e in informer.claimable(namespace, owner_uid, selector)]

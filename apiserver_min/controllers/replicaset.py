@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..api import status as st
 from ..api.helpers import dict_at, list_at
@@ -73,20 +73,26 @@ def set_condition(conditions: list[dict], cond: dict) -> list[dict]:
 
 
 def calculate_status(
-    obj: Mapping, pods: list[dict], manage_error: st.ApiError | None, diff: int, now: float
+    obj: Mapping,
+    pods: list[dict],
+    manage_error: st.ApiError | None,
+    diff: int,
+    now: float,
+    ready_since: Callable[[dict], float | None] = pc.ready_since,
 ) -> dict[str, Any]:
-    """The set's status from the pods it controls (upstream calculateStatus)."""
+    """The set's status from the pods it controls (upstream calculateStatus);
+    ``ready_since`` reads when a pod turned ready (a controller passes a memo)."""
     spec = dict_at(obj, "spec")
-    template_labels = dict_at(dict_at(spec.get("template") or {}, "metadata"), "labels")
+    template_labels = dict_at(dict_at(spec.get("template") or {}, "metadata"), "labels").items()
     min_ready = spec.get("minReadySeconds") or 0
     fully_labeled = ready = available = 0
     for p in pods:
-        labels = dict_at(dict_at(p, "metadata"), "labels")
-        if all(labels.get(k) == val for k, val in template_labels.items()):
+        if template_labels <= dict_at(dict_at(p, "metadata"), "labels").items():
             fully_labeled += 1
-        if pc.is_ready(p):
+        since = ready_since(p)
+        if since is not None:
             ready += 1
-            if pc.is_available(p, min_ready, now):
+            if min_ready <= 0 or since + min_ready <= now:
                 available += 1
     status: dict[str, Any] = {"replicas": len(pods)}
     for key, value in (
@@ -121,6 +127,20 @@ class ReplicaSetController:
         self.expectations = pc.Expectations()
         self.queue = RateLimitedQueue()
         self.component = component
+        # id of a pod's shared view -> (the view, when it turned ready); holding the view
+        # keeps its id from being reused while the memo names it.
+        self._ready_memo: dict[int, tuple[dict, float | None]] = {}
+
+    def ready_since(self, pod: dict) -> float | None:
+        """When ``pod`` turned ready, read once per version (shared view) of it."""
+        found = self._ready_memo.get(id(pod))
+        if found is not None and found[0] is pod:
+            return found[1]
+        if len(self._ready_memo) > 2 * len(self.pods) + 1024:
+            self._ready_memo.clear()
+        since = pc.ready_since(pod)
+        self._ready_memo[id(pod)] = (pod, since)
+        return since
 
     def start(self) -> None:
         self.sets.add_handler(self.on_set)
@@ -149,7 +169,7 @@ class ReplicaSetController:
     def _matching_sets(self, namespace: str, labels: Mapping[str, str]) -> list[Entry]:
         out = []
         for e in self.sets.list(namespace):
-            if set_selector(e.object(), self.kind).matches(labels):
+            if set_selector(e.view(), self.kind).matches(labels):
                 out.append(e)
         return out
 
@@ -171,11 +191,11 @@ class ReplicaSetController:
             for s in self._matching_sets(e.namespace, e.labels):
                 self.queue.add((s.namespace, s.name))
             return
-        pod = e.object()
+        pod = e.view()
         if ev.type == "DELETED":
             self._pod_deleted(pod)
             return
-        old = ev.prev.object() if ev.type == "MODIFIED" and ev.prev is not None else None
+        old = ev.prev.view() if ev.type == "MODIFIED" and ev.prev is not None else None
         if ev.entry.deleting:
             # A pod being deleted counts as deleted: its replacement need not wait.
             self._pod_deleted(pod)
@@ -218,13 +238,18 @@ class ReplicaSetController:
         obj = entry.object()
         satisfied = self.expectations.satisfied(ekey)
         selector = set_selector(obj, self.kind)
-        candidates = []
-        for pe in self.pods.list(ns):
-            if not selector.matches(pe.labels) and not any(o[0] == entry.uid for o in pe.owners):
+        # Only the pods naming the set as an owner and the orphans its selector matches,
+        # each decoded once per version (shared, read-only views); those it controls
+        # that still match need no claim.
+        owned: list[dict] = []
+        candidates: list[dict] = []
+        for pe in self.pods.claimable(ns, entry.uid, selector):
+            if pe.deleting or pe.fields.get("status.phase") in (pc.SUCCEEDED, pc.FAILED):
                 continue
-            pod = pe.object()
-            if pc.is_active(pod):
-                candidates.append(pod)
+            if pe.controller == entry.uid and selector.matches(pe.labels):
+                owned.append(pe.view())
+            else:
+                candidates.append(pe.view())
 
         async def fresh() -> dict | None:
             try:
@@ -235,13 +260,13 @@ class ReplicaSetController:
                 raise
 
         claimed = await pc.claim(self.client, self.pod_kind, obj, self.kind, selector, candidates, owner_fresh=fresh)
-        pods = claimed.pods
+        pods = sorted(owned + claimed.pods, key=pc.pod_key) if claimed.pods else owned
         diff = len(pods) - desired_replicas(obj)
         manage_error: st.ApiError | None = None
         if satisfied and not dict_at(obj, "metadata").get("deletionTimestamp"):
             manage_error = await self.manage_replicas(obj, ekey, pods, diff)
         now = time.time()
-        status = calculate_status(obj, pods, manage_error, diff, now)
+        status = calculate_status(obj, pods, manage_error, diff, now, self.ready_since)
         await self.write_status(obj, status)
         if manage_error is not None:
             raise manage_error
@@ -327,11 +352,12 @@ class ReplicaSetController:
         if owner is None:
             return pods
         ns = str(dict_at(obj, "metadata").get("namespace", ""))
-        siblings = {e.uid for e in self.sets.list(ns) if any(o[0] == owner.get("uid") for o in e.owners)}
-        related = []
-        for pe in self.pods.list(ns):
-            if any(o[0] in siblings for o in pe.owners) and not pe.deleting:
-                pod = pe.object()
-                if pc.is_active(pod):
-                    related.append(pod)
-        return related or pods
+        siblings = [e.uid for e in self.sets.claimable(ns, str(owner.get("uid", "")), LabelSelector.nothing())]
+        related: dict[str, dict] = {}
+        for uid in siblings:
+            for pe in self.pods.claimable(ns, uid, LabelSelector.nothing()):
+                if not pe.deleting and pe.key not in related:
+                    pod = pe.view()
+                    if pc.is_active(pod):
+                        related[pe.key] = pod
+        return list(related.values()) or pods

@@ -83,6 +83,8 @@ class Entry:
     owners: tuple = ()  # ((uid, apiVersion, kind, name), ...) from metadata.ownerReferences
     finalizers: tuple = ()
     deleting: bool = False
+    controller: str = ""  # the uid of the owner reference with controller: true, if any
+    _view: dict | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def bytes_with_rv(self) -> bytes:
         return splice_rv(self.raw, self.rv)
@@ -94,9 +96,18 @@ class Entry:
         return b'"%s"' % field.encode() in self.raw
 
     def object(self) -> dict:
+        """The object, decoded anew: the caller's to change."""
         obj = orjson.loads(self.raw)
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
         return obj
+
+    def view(self) -> dict:
+        """The object, decoded once per entry and shared by every reader: never to be
+        changed (use :meth:`object` for a copy to edit). An update makes a new entry,
+        so a view is never stale."""
+        if self._view is None:
+            self._view = self.object()
+        return self._view
 
 
 @dataclasses.dataclass(slots=True)
@@ -286,12 +297,16 @@ class ResourceCache:
         object may change afterwards without changing the summary."""
         md = obj.get("metadata") or {}
         owners: tuple[tuple[str, str, str, str], ...] = ()
+        controller = ""
         refs = md.get("ownerReferences")
         if refs:
             owners = tuple(
                 (r.get("uid", ""), r.get("apiVersion", ""), r.get("kind", ""), r.get("name", ""))
                 for r in refs
                 if isinstance(r, dict)
+            )
+            controller = next(
+                (str(r.get("uid", "")) for r in refs if isinstance(r, dict) and r.get("controller") is True), ""
             )
         labels = md.get("labels")
         return (
@@ -303,6 +318,7 @@ class ResourceCache:
             owners,
             tuple(md.get("finalizers") or ()),
             bool(md.get("deletionTimestamp")),
+            controller,
         )
 
     def make_entry(self, key: str, raw: bytes, rv: int, summary: tuple | None = None) -> Entry:
@@ -590,6 +606,10 @@ class WatchCache:
         else:
             for listener in self.listeners:
                 listener(c, cev)
+            if cev.prev is not None:
+                # The replaced version's decoded view served this event's readers; the
+                # history need not keep it (whoever still holds the dict keeps it alive).
+                cev.prev._view = None
 
     def _decoded(self, c: ResourceCache, ev: Event) -> Event:
         """The event with its values decoded; an undecryptable value is remembered, not served."""

@@ -302,9 +302,10 @@ def _entry(obj: dict) -> Entry:
         namespace=md["namespace"],
         name=md["name"],
         labels=md.get("labels", {}),
-        fields={},
+        fields={"status.phase": obj.get("status", {}).get("phase", "")},
         uid=md.get("uid", ""),
         owners=owners,
+        controller=next((r["uid"] for r in md.get("ownerReferences", []) if r.get("controller") is True), ""),
     )
 
 
@@ -318,6 +319,16 @@ class FakeInformer:
     def list(self, namespace=None):
         return list(self.entries.values())
 
+    def __len__(self):
+        return len(self.entries)
+
+    def claimable(self, namespace, owner_uid, selector):
+        return [
+            e
+            for e in self.entries.values()
+            if any(o[0] == owner_uid for o in e.owners) or (not e.controller and selector.matches(e.labels))
+        ]
+
 
 def rs_controller(client, rs: dict, pods=()) -> rsc.ReplicaSetController:
     c = rsc.ReplicaSetController.__new__(rsc.ReplicaSetController)
@@ -328,6 +339,7 @@ def rs_controller(client, rs: dict, pods=()) -> rsc.ReplicaSetController:
     c.events = FakeEvents()
     c.expectations = pc.Expectations()
     c.queue = RateLimitedQueue()
+    c._ready_memo = {}
     return c
 
 
