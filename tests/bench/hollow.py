@@ -113,7 +113,11 @@ class HollowContainerManager(ContainerManager):
         super().__init__(cfg, capacity=capacity)
 
     def start(self) -> None:
-        """Nothing to detect or create: there is no cgroup tree."""
+        """No cgroup tree to detect or create; the resource managers (CPU, memory and
+        topology, with their default ``none`` policies) are built as on a real node, since
+        the device manager joins the topology manager as a hint provider."""
+        with self._lock:
+            self._start_resource_managers()
 
 
 class HollowAgentProcess(AgentProcess):
