@@ -12,8 +12,10 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
 import sqlite3
 import ssl
+import subprocess
 import threading
 import time
 import uuid
@@ -300,3 +302,97 @@ def test_etcd_restart_under_load(private_etcd, tmp_path):
         print(
             f"etcd restart: {acked_while_down} acked before the outage, {load.acked_count()} in all, watch: {outcome}"
         )
+
+
+# --- the SQLite data directory's filesystem full -----------------------------------
+
+
+class _LogOutside(ApiServerProcess):
+    """The server's log kept off the filesystem under test."""
+
+    def __init__(self, data_dir, log_dir, **kw):
+        super().__init__(data_dir, **kw)
+        self._log_dir = log_dir
+
+    @property
+    def log_path(self):
+        return self._log_dir / "apiserver.log"
+
+
+def _fill(path, chunk: int = 1 << 20) -> int:
+    """Write `path` until the filesystem refuses; returns the bytes written."""
+    written = 0
+    block = b"\0" * chunk
+    with open(path, "wb", buffering=0) as fh:
+        while chunk >= 4096:
+            try:
+                written += fh.write(block[:chunk])
+            except OSError:
+                chunk //= 4  # the last free blocks, in smaller pieces
+    return written
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    if not _root():
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs", str(mount_point)], check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _root() -> bool:
+    return os.geteuid() == 0
+
+
+def test_sqlite_filesystem_full(small_fs, tmp_path):
+    _require_binary()
+    data_dir = small_fs / "data"
+    server = _LogOutside(data_dir, tmp_path, port=free_port())
+    filler = small_fs / "filler"
+    path = CM.format(ns="default")
+    payload = "x" * 65536
+    acked: dict[str, int] = {}
+    with server:
+        conn = _Conn(server)
+        for i in range(5):
+            status, body = conn.json("POST", path, {"metadata": {"name": f"before-{i}"}, "data": {"p": payload}})
+            assert status == 201, body
+            acked[f"before-{i}"] = int(body["metadata"]["resourceVersion"])
+        _fill(filler)
+        failure = None
+        for i in range(200):  # bounded: the WAL's free room is a few pages at most
+            status, body = conn.json("POST", path, {"metadata": {"name": f"full-{i}"}, "data": {"p": payload}})
+            if status == 201:
+                acked[f"full-{i}"] = int(body["metadata"]["resourceVersion"])
+                continue
+            failure = (status, body)
+            break
+        assert failure is not None, "writes kept succeeding on a full filesystem"
+        status, body = failure
+        print(f"filesystem full: {len(acked)} writes acknowledged, then {status} {body.get('message')!r}")
+        # As upstream answers etcd's exceeded space quota: 500 InternalError naming the cause.
+        assert status == 500 and body["kind"] == "Status" and body["reason"] == "InternalError", failure
+        assert "storage is full" in body["message"] and "no space left" in body["message"], body
+        # Reads still served while full.
+        assert _list(server, "default")[1] is not None
+        filler.unlink()
+        # Service resumes when space returns (within a bounded number of tries).
+        resumed = _wait(
+            lambda: conn.json("POST", path, {"metadata": {"name": "after"}, "data": {"p": "1"}})[0] == 201,
+            15,
+            "writes to succeed after space returned",
+        )
+        assert resumed
+    integrity = _sqlite_integrity(data_dir)
+    assert integrity == "ok", integrity
+    with server:
+        _, doc = server.json("GET", path, expect=200)
+        have = {i["metadata"]["name"]: int(i["metadata"]["resourceVersion"]) for i in doc["items"]}
+        for name, rv in acked.items():
+            assert have.get(name) == rv, f"acknowledged {name} (rv {rv}) lost after the filesystem was full"
+        assert "after" in have
