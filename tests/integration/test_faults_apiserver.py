@@ -291,6 +291,13 @@ def test_etcd_restart_under_load(private_etcd, tmp_path):
             after_rv, after_snapshot = _list(server, ns)
             load.wait_acked(load.acked_count() + 40)
         assert server.running and server.starts == 1, "the server restarted"
+        statuses: dict[int, int] = {}
+        for writer in load.writers:
+            for code, n in writer.statuses.items():
+                statuses[code] = statuses.get(code, 0) + n
+        print(f"etcd restart: statuses {statuses}")
+        # While etcd is away writes get 503 (Retry-After), never a 500 or a hang.
+        assert set(statuses) <= {200, 201, 503, 504}, statuses
         final_rv, final = _list(server, ns)
         _check_acked(load, final)
         direct = _etcd_configmaps(etcd, prefix, ns)
