@@ -34,6 +34,8 @@ CAPABILITIES = {
     "admission webhooks": "apiserver_min/admission/webhook",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
+    "Faults that lose nothing": "tests/e2e/test_faults_node.py",
+    "soak.py": "tests/bench/soak.py",
 }
 
 
