@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from apiserver_min.storage.cacher import HISTORY_SECONDS  # noqa: E402
 from tests.apiserver_fixtures import ApiServerProcess, create_namespace  # noqa: E402
-from tests.components import Containerd, free_port, image_builder  # noqa: E402
+from tests.components import Containerd, _unmount_all_under, free_port, image_builder  # noqa: E402
 from tests.e2e.harness import NODE, Cluster, new_cgroup_root  # noqa: E402
 
 RSS_GROWTH_TARGET = 0.05
@@ -188,10 +188,21 @@ def main() -> None:
     finally:
         stop.set()
         if cluster is not None:
+            if api.running:  # the agent unmounts the pods' volumes as it removes them
+                cluster.kubectl("delete", "pods", "--all", "-n", NS, "--wait=false", check=False)
+                try:
+                    cluster.wait(
+                        lambda: not (cluster.get("pods", "-n", NS) or {"items": [1]})["items"], 60, "pods gone"
+                    )
+                except AssertionError as exc:
+                    print(f"soak: pods left at the end: {exc}")
             cluster.stop_agent()
             cluster.cleanup()
         api.stop()
         containerd.stop()
+        still = _unmount_all_under(work)  # lazily unmounts what the agent left
+        if still:
+            print(f"soak: still mounted under {work}: {still}")
         shutil.rmtree(work, ignore_errors=True)
 
 
