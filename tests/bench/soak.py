@@ -3,7 +3,8 @@
 A one-node cluster on this host: an orch-apiserver (SQLite), a private
 containerd, an orch-agent joined with a bootstrap token. For --minutes it runs
 
-* ConfigMap churn: 4 writers creating, updating and deleting (bounded rate);
+* ConfigMap churn: 4 writers creating, updating and deleting at a steady
+  --rate (the watch history then holds a steady number of events);
 * 2 watches on the ConfigMaps, each reopened from its last resourceVersion
   when the server ends it (timeoutSeconds);
 * pod churn on the node: a busybox pod created every --pod-every seconds, the
@@ -52,10 +53,12 @@ class Counters:
             self.values[name] = self.values.get(name, 0) + n
 
 
-def churn(api: ApiServerProcess, index: int, stop: threading.Event, counters: Counters) -> None:
+def churn(api: ApiServerProcess, index: int, rate: float, stop: threading.Event, counters: Counters) -> None:
+    """Create, update, delete one ConfigMap `rate` times a second (or as fast as served)."""
     path = f"/api/v1/namespaces/{NS}/configmaps"
     j = 0
-    while not stop.is_set():
+    start = time.monotonic()
+    while not stop.wait(max(0.0, start + j / rate - time.monotonic())):
         name = f"c{index}-{j % 50}"
         j += 1
         try:
@@ -69,7 +72,6 @@ def churn(api: ApiServerProcess, index: int, stop: threading.Event, counters: Co
                 counters.add(f"status {status}")
         except Exception as exc:  # noqa: BLE001 - counted, the soak goes on
             counters.add(f"error {type(exc).__name__}")
-        stop.wait(0.05)
 
 
 def watch(api: ApiServerProcess, stop: threading.Event, counters: Counters) -> None:
@@ -139,6 +141,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--sample", type=float, default=30.0, help="seconds between samples")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=8.0,
+        help="ConfigMap create/update/delete cycles a second, all writers together: a steady rate keeps the "
+        "5-minute watch history steady, so memory that keeps growing is a leak, not more history",
+    )
     parser.add_argument("--pod-every", type=float, default=20.0, help="seconds between pod creations")
     args = parser.parse_args()
     duration = args.minutes * 60
@@ -165,7 +174,9 @@ def main() -> None:
         cluster.wait(lambda: cluster.node_ready() == "True", 120, "node Ready")
         server_proc, agent_proc = psutil.Process(api.pid), psutil.Process(cluster.agent.pid)
         counters = Counters()
-        threads = [threading.Thread(target=churn, args=(api, i, stop, counters)) for i in range(WRITERS)]
+        threads = [
+            threading.Thread(target=churn, args=(api, i, args.rate / WRITERS, stop, counters)) for i in range(WRITERS)
+        ]
         threads += [threading.Thread(target=watch, args=(api, stop, counters)) for _ in range(2)]
         threads.append(threading.Thread(target=pod_churn, args=(api, args.pod_every, stop, counters)))
         for thread in threads:
