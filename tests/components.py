@@ -723,6 +723,22 @@ class Etcd(_Daemon):
                 raise self._fail(f"not healthy at {self.url}/health after {timeout:g}s")
             time.sleep(0.05)
 
+    def stop_daemon(self, timeout: float = 15) -> None:
+        """Stop only the etcd process (SIGTERM by PID); its data directory stays
+        for restart()."""
+        self._terminate(timeout)
+
+    def restart(self, timeout: float = 20) -> "Etcd":
+        """Start etcd again on the same data directory and ports (after
+        stop_daemon(), or stopping it now)."""
+        if self._dir is None or self._dir_removed:
+            raise ComponentError("etcd: restart() before start()")
+        self._terminate(15)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
+        self._spawn(self.argv(), env=env)
+        self._wait_ready(timeout)
+        return self
+
     def stop(self, timeout: float = 15) -> None:
         """Stop etcd by its PID and remove its directory."""
         if self._nothing_to_stop():

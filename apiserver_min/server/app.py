@@ -52,7 +52,7 @@ from ..registry.services import ServiceAllocators
 from ..registry.store import Store
 from ..storage.cacher import WatchCache
 from ..storage.encryption import EncryptingBackend
-from ..storage.interface import Backend
+from ..storage.interface import Backend, StorageError, StorageFullError, UnavailableError
 from ..storage.keys import key_prefix
 from ..storage.sqlite import SqliteBackend
 from . import auditing, flowcontrol
@@ -133,6 +133,20 @@ async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.Strea
         return out
     except (ConnectionError, RuntimeError):
         return resp
+
+
+def storage_error_status(exc: StorageError) -> st.ApiError:
+    """The Status of a storage failure that reached the request handler. A full
+    store is a 500 InternalError naming the cause (as upstream answers etcd's
+    exceeded space quota; retrying does not help until room is made), an
+    unreachable one a 503 with Retry-After, anything else a 500."""
+    if isinstance(exc, StorageFullError):
+        log.error("write refused: storage is full: %s", exc)
+        return st.internal(f"storage is full: {exc}")
+    if isinstance(exc, UnavailableError):
+        return st.service_unavailable(f"storage is unavailable: {exc}", retry_after=1)
+    log.error("storage error: %s", exc)
+    return st.internal(f"storage error: {exc}")
 
 
 class RuntimeConfig:
@@ -589,6 +603,12 @@ class ApiServer:
             asyncio.current_task().uncancel()  # type: ignore[union-attr]  # our own cancel: a 504
             err = timed_out()
             code, status = err.code, err.to_status()
+            resp = self.error_response(request, err)
+            return resp
+        except StorageError as exc:  # a storage failure no handler turned into a Status itself
+            err = storage_error_status(exc)
+            code = err.code
+            status = err.to_status()
             resp = self.error_response(request, err)
             return resp
         except Exception as exc:  # noqa: BLE001 - never let a bug answer a non-Status body

@@ -46,6 +46,7 @@ from .interface import (
     KeyValue,
     ListResult,
     StorageError,
+    StorageFullError,
     UnavailableError,
 )
 
@@ -57,6 +58,8 @@ _ERR_COMPACTED = "required revision has been compacted"
 _ERR_FUTURE = "required revision is a future revision"
 # Refused before being proposed to raft: safe to retry any request.
 _ERR_TOO_MANY = "too many requests"
+# The backend's space quota is used up (an alarm stays raised until defragmented).
+_ERR_NO_SPACE = "database space exceeded"
 # The cluster cannot serve right now (the request may or may not have applied).
 _ERR_UNAVAILABLE = (
     "no leader",
@@ -236,6 +239,8 @@ class EtcdBackend:
             or any(m in details for m in _ERR_UNAVAILABLE)
         ):
             return UnavailableError(f"etcd: {code.name}: {details}")
+        if _ERR_NO_SPACE in details:
+            return StorageFullError(f"etcd: {code.name}: {details}")
         if _ERR_COMPACTED in details:
             self._compacted = max(self._compacted, revision + 1)
             return CompactedError(revision, self._compacted)

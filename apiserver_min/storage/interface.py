@@ -66,6 +66,12 @@ class UnavailableError(StorageError):
     """The backend cannot be reached (etcd down, database closed)."""
 
 
+class StorageFullError(StorageError):
+    """The backend has no room for the write: the filesystem holding the SQLite
+    database is full, or etcd's space quota is exceeded. Nothing was written;
+    writes succeed again once room is made."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class KeyValue:
     key: str

@@ -46,6 +46,7 @@ from .interface import (
     KeyValue,
     ListResult,
     StorageError,
+    StorageFullError,
     UnavailableError,
 )
 
@@ -359,8 +360,15 @@ class SqliteBackend:
                 self._rev = rev
                 self._last_commit_time = now
         except Exception as exc:
-            log.exception("sqlite group commit of %d writes failed", len(batch))
-            error = exc if isinstance(exc, StorageError) else UnavailableError(f"sqlite: {exc}")
+            error: StorageError
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                # Nothing was committed and the file stays sound: the caller is
+                # told, the operator too (once per batch, without a traceback).
+                error = StorageFullError(f"sqlite: {self.path}: {exc} (no space left for the database)")
+                log.error("%s: %d writes refused", error, len(batch))
+            else:
+                log.exception("sqlite group commit of %d writes failed", len(batch))
+                error = exc if isinstance(exc, StorageError) else UnavailableError(f"sqlite: {exc}")
             for op in batch:
                 if not op[-1].done():
                     op[-1].set_exception(error)

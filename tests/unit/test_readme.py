@@ -50,6 +50,8 @@ CAPABILITIES = {
     "pods/ephemeralcontainers": "apiserver_min/api/podvalidation.py",
     "over SPDY": "apiserver_min/server/podexec_spdy.py",
     "hollow nodes": "tests/bench/hollow.py",
+    "Faults that lose nothing": "tests/e2e/test_faults_node.py",
+    "soak.py": "tests/bench/soak.py",
 }
 
 

@@ -1,0 +1,243 @@
+"""Soak (not a test, root): python tests/bench/soak.py --minutes 30
+
+A one-node cluster on this host: an orch-apiserver (SQLite), a private
+containerd, an orch-agent joined with a bootstrap token. For --minutes it runs
+
+* ConfigMap churn: 4 writers creating, updating and deleting at a steady
+  --rate (the watch history then holds a steady number of events);
+* 2 watches on the ConfigMaps, each reopened from its last resourceVersion
+  when the server ends it (timeoutSeconds);
+* pod churn on the node: a busybox pod created every --pod-every seconds, the
+  oldest deleted once more than 3 exist;
+
+and samples the server's and the agent's RSS, open file descriptors and
+threads every --sample seconds. After the warm-up (the first 20 % of the run,
+at least the 5-minute watch history window plus a minute) it prints each figure's growth beside its target: RSS
+growth <= 5 %, no file-descriptor or thread growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from apiserver_min.storage.cacher import HISTORY_SECONDS  # noqa: E402
+from tests.apiserver_fixtures import ApiServerProcess, create_namespace  # noqa: E402
+from tests.components import Containerd, _unmount_all_under, free_port, image_builder  # noqa: E402
+from tests.e2e.harness import NODE, Cluster, new_cgroup_root  # noqa: E402
+
+RSS_GROWTH_TARGET = 0.05
+NS = "soak"
+WRITERS = 4
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values: dict[str, int] = {}
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            self.values[name] = self.values.get(name, 0) + n
+
+
+def churn(api: ApiServerProcess, index: int, rate: float, stop: threading.Event, counters: Counters) -> None:
+    """Create, update, delete one ConfigMap `rate` times a second (or as fast as served)."""
+    path = f"/api/v1/namespaces/{NS}/configmaps"
+    j = 0
+    start = time.monotonic()
+    while not stop.wait(max(0.0, start + j / rate - time.monotonic())):
+        name = f"c{index}-{j % 50}"
+        j += 1
+        try:
+            status, body = api.json("POST", path, {"metadata": {"name": name}, "data": {"v": "0"}})
+            if status == 201:
+                body["data"] = {"v": "1"}
+                api.json("PUT", f"{path}/{name}", body)
+                api.json("DELETE", f"{path}/{name}")
+                counters.add("writes", 3)
+            else:
+                counters.add(f"status {status}")
+        except Exception as exc:  # noqa: BLE001 - counted, the soak goes on
+            counters.add(f"error {type(exc).__name__}")
+
+
+def watch(api: ApiServerProcess, stop: threading.Event, counters: Counters) -> None:
+    rv = ""
+    while not stop.is_set():
+        try:
+            if not rv:
+                _, doc = api.json("GET", f"/api/v1/namespaces/{NS}/configmaps", expect=200)
+                rv = doc["metadata"]["resourceVersion"]
+            path = f"/api/v1/namespaces/{NS}/configmaps?watch=1&timeoutSeconds=60&resourceVersion={rv}"
+            with api.watch(path, timeout=90) as stream:
+                while not stop.is_set():
+                    event = stream.next()
+                    if event is None:
+                        counters.add("watch reopened")
+                        break
+                    if event["type"] == "ERROR":
+                        counters.add("watch 410")
+                        rv = ""
+                        break
+                    rv = event["object"]["metadata"]["resourceVersion"]
+                    counters.add("watch events")
+        except Exception as exc:  # noqa: BLE001 - counted, the watch is reopened
+            counters.add(f"watch error {type(exc).__name__}")
+            stop.wait(1)
+
+
+def pod(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "c", "image": "orch.local/busybox:1", "command": ["sleep", "3600"], "imagePullPolicy": "Never"}
+            ],
+        },
+    }
+
+
+def pod_churn(api: ApiServerProcess, every: float, stop: threading.Event, counters: Counters) -> None:
+    live: list[str] = []
+    n = 0
+    while not stop.wait(every):
+        name = f"p{n}"
+        n += 1
+        try:
+            status, _ = api.json("POST", f"/api/v1/namespaces/{NS}/pods", pod(name))
+            if status == 201:
+                live.append(name)
+                counters.add("pods created")
+            while len(live) > 3:
+                api.json("DELETE", f"/api/v1/namespaces/{NS}/pods/{live.pop(0)}")
+                counters.add("pods deleted")
+        except Exception as exc:  # noqa: BLE001 - counted, the soak goes on
+            counters.add(f"pod error {type(exc).__name__}")
+
+
+def sample(proc: psutil.Process) -> tuple[float, int, int]:
+    with proc.oneshot():
+        return proc.memory_info().rss / 2**20, proc.num_fds(), proc.num_threads()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--sample", type=float, default=30.0, help="seconds between samples")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=8.0,
+        help="ConfigMap create/update/delete cycles a second, all writers together: a steady rate keeps the "
+        "5-minute watch history steady, so memory that keeps growing is a leak, not more history",
+    )
+    parser.add_argument("--pod-every", type=float, default=20.0, help="seconds between pod creations")
+    args = parser.parse_args()
+    duration = args.minutes * 60
+    # The watch cache's history and the store's retained history grow for their
+    # window (5 minutes) before old events fall off: that is warm-up, not a leak.
+    warmup = max(HISTORY_SECONDS + 60.0, duration * 0.2)
+    if duration <= warmup + 3 * args.sample:
+        parser.error(f"--minutes {args.minutes} leaves no time after the warm-up of {warmup:.0f}s")
+
+    work = Path(tempfile.mkdtemp(prefix="orch-soak-"))
+    containerd = Containerd(base_dir=work).start()
+    api = ApiServerProcess(
+        work / "api", free_port(), extra_args=["--enable-bootstrap-token-auth", "--node-monitor-grace-period=40s"]
+    )
+    cluster = None
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        image_builder().ensure_images(containerd.address)
+        api.start(timeout=60)
+        create_namespace(api, NS)
+        cluster = Cluster(work, api, containerd, new_cgroup_root("orch-soak"))
+        cluster.start_agent(cluster.agent_argv(cluster.token()))
+        cluster.wait(lambda: cluster.node_ready() == "True", 120, "node Ready")
+        server_proc, agent_proc = psutil.Process(api.pid), psutil.Process(cluster.agent.pid)
+        counters = Counters()
+        threads = [
+            threading.Thread(target=churn, args=(api, i, args.rate / WRITERS, stop, counters)) for i in range(WRITERS)
+        ]
+        threads += [threading.Thread(target=watch, args=(api, stop, counters)) for _ in range(2)]
+        threads.append(threading.Thread(target=pod_churn, args=(api, args.pod_every, stop, counters)))
+        for thread in threads:
+            thread.start()
+        samples: list[tuple[float, tuple, tuple]] = []
+        start = time.monotonic()
+        while (elapsed := time.monotonic() - start) < duration:
+            samples.append((elapsed, sample(server_proc), sample(agent_proc)))
+            s, a = samples[-1][1], samples[-1][2]
+            print(
+                f"{elapsed:7.0f}s server {s[0]:6.1f} MiB {s[1]:4d} fds {s[2]:3d} threads | "
+                f"agent {a[0]:6.1f} MiB {a[1]:4d} fds {a[2]:3d} threads | {json.dumps(counters.values)}",
+                flush=True,
+            )
+            time.sleep(min(args.sample, max(0.0, duration - elapsed)))
+        stop.set()
+        for thread in threads:
+            thread.join(100)
+        report(samples, warmup, counters)
+    finally:
+        stop.set()
+        if cluster is not None:
+            if api.running:  # the agent unmounts the pods' volumes as it removes them
+                cluster.kubectl("delete", "pods", "--all", "-n", NS, "--wait=false", check=False)
+                try:
+                    cluster.wait(
+                        lambda: not (cluster.get("pods", "-n", NS) or {"items": [1]})["items"], 60, "pods gone"
+                    )
+                except AssertionError as exc:
+                    print(f"soak: pods left at the end: {exc}")
+            cluster.stop_agent()
+            cluster.cleanup()
+        api.stop()
+        containerd.stop()
+        still = _unmount_all_under(work)  # lazily unmounts what the agent left
+        if still:
+            print(f"soak: still mounted under {work}: {still}")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(samples, warmup: float, counters: Counters) -> None:
+    after = [s for s in samples if s[0] >= warmup]
+    base, end = after[:3], after[-3:]
+    print(f"\nsoak: {samples[-1][0] / 60:.1f} min, warm-up {warmup:.0f}s, {len(after)} samples after it")
+    print(f"work done: {json.dumps(counters.values)}")
+    ok = True
+    for who, idx in (("server", 1), ("agent", 2)):
+        rss0 = statistics.mean(s[idx][0] for s in base)
+        rss1 = statistics.mean(s[idx][0] for s in end)
+        growth = rss1 / rss0 - 1
+        fds0, fds1 = max(s[idx][1] for s in base), max(s[idx][1] for s in end)
+        thr0, thr1 = max(s[idx][2] for s in base), max(s[idx][2] for s in end)
+        good = growth <= RSS_GROWTH_TARGET and fds1 <= fds0 + 2 and thr1 <= thr0 + 1
+        ok &= good
+        print(
+            f"{who:6s} RSS {rss0:.1f} -> {rss1:.1f} MiB ({growth:+.1%}, target <= +{RSS_GROWTH_TARGET:.0%}); "
+            f"fds {fds0} -> {fds1} (target no growth); threads {thr0} -> {thr1} (target no growth)"
+            f"  {'ok' if good else 'MISSED'}"
+        )
+    print("soak:", "all targets met" if ok else "a target missed")
+
+
+if __name__ == "__main__":
+    main()
