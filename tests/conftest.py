@@ -19,7 +19,7 @@ E2E_DIR = TESTS_DIR / "e2e"
 # network namespaces, bridges, the agent's default directories — all run on one worker,
 # one after another, as they do without xdist. The rest (unit tests and API server
 # integration tests, each server on its own free port and data directory) spreads over
-# both workers.
+# both workers, a module at a time.
 HOST_GROUP = "host"
 INTEGRATION_DIR = TESTS_DIR / "integration"
 
@@ -40,6 +40,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
         if _on_host(path):
             item.add_marker(pytest.mark.xdist_group(HOST_GROUP))
+        else:
+            # One module, one worker: its module-scoped fixtures (an API server, most often)
+            # start once rather than once per worker.
+            item.add_marker(pytest.mark.xdist_group(path.relative_to(TESTS_DIR.parent).as_posix()))
 
 
 def _skip_unless_available(component: str, binaries, *, needs_root: bool) -> None:
