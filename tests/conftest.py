@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -84,3 +86,13 @@ def etcd():
 def etcd_prefix() -> str:
     """A key prefix no other test uses, e.g. /orch-test/<hex>/."""
     return f"/orch-test/{uuid.uuid4().hex}/"
+
+
+@pytest.fixture
+def short_tmp_path():
+    """A fresh directory with a short path (``/tmp/orch-XXXXXXXX``), removed afterwards: for
+    tests that put unix sockets under it (an agent's --root-dir), since a socket path may not
+    exceed 107 bytes and a pytest-xdist worker's ``tmp_path`` is long."""
+    path = Path(tempfile.mkdtemp(prefix="orch-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -72,7 +72,10 @@ def _running(p: dict) -> bool:
     return p["status"].get("phase") == "Running"
 
 
-def test_guaranteed_pod_gets_an_exclusive_cpu_that_survives_a_restart(containerd, cri_images, cgroup_root, tmp_path):
+def test_guaranteed_pod_gets_an_exclusive_cpu_that_survives_a_restart(
+    containerd, cri_images, cgroup_root, short_tmp_path
+):
+    tmp_path = short_tmp_path  # the agent's sockets live under it
     flags = (
         "--cpu-manager-policy=static",
         "--reserved-cpus=0",

@@ -172,7 +172,9 @@ def test_disk_pressure_evicts_besteffort_before_burstable_never_static_and_clear
     c.wait(lambda: condition(c, "DiskPressure") == "False", 20, "DiskPressure to clear")
     cleared = time.monotonic() - lifted
     print(f"DiskPressure cleared {cleared:.2f}s after the threshold was lifted (transition {TRANSITION:g}s)")
-    assert cleared >= TRANSITION - 0.5
+    # The period runs from the last round that saw the pressure, which may come up to one
+    # housekeeping interval before the filler went.
+    assert cleared >= TRANSITION - HOUSEKEEPING - 0.5
     c.wait(lambda: "node.orch.io/disk-pressure" not in taints(c), 15, "the taint removed")
     assert phase(c, f"static-{NODE}") == "Running"
 
