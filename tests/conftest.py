@@ -13,39 +13,50 @@ import pytest
 from tests.apiserver_fixtures import *  # noqa: E402,F401,F403 - apiserver, apiserver_etcd, kubectl, k8s_client
 from tests.components import Containerd, Etcd, image_builder, missing_binaries
 
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # without pytest-xdist the tests run in one process
+    LoadScopeScheduling = None
+
 TESTS_DIR = Path(__file__).resolve().parent
 E2E_DIR = TESTS_DIR / "e2e"
 
-# With pytest-xdist (tests/run.sh runs two workers, ``--dist loadgroup``), the tests that
+# With pytest-xdist (tests/run.sh runs two workers, ``--dist loadscope``), the tests that
 # use the host's shared parts — the session containerd and its images, cgroups, nftables,
 # network namespaces, bridges, the agent's default directories — all run on one worker,
 # one after another, as they do without xdist. The rest (unit tests and API server
 # integration tests, each server on its own free port and data directory) spreads over
-# both workers, a module at a time.
+# both workers a module at a time (its module-scoped fixtures start once).
 HOST_GROUP = "host"
-INTEGRATION_DIR = TESTS_DIR / "integration"
 
 
-def _on_host(path: Path) -> bool:
-    """The e2e tests, and the integration tests that run a node agent (its container and
-    log garbage collection works on the machine's shared directories such as
-    /var/log/pods, and some move processes between cgroups)."""
-    if E2E_DIR in path.parents:
-        return True
-    return path.parent == INTEGRATION_DIR and path.name.startswith("test_agent_")
+def _on_host(relpath: str) -> bool:
+    """For a test file's path relative to the repository: the e2e tests, and the
+    integration tests that run a node agent (its container and log garbage collection
+    works on the machine's shared directories such as /var/log/pods, and some move
+    processes between cgroups)."""
+    return relpath.startswith("tests/e2e/") or relpath.startswith("tests/integration/test_agent_")
+
+
+if LoadScopeScheduling is not None:
+
+    class HostScopeScheduling(LoadScopeScheduling):
+        """``--dist loadscope`` with one scope for every host-bound test (see above)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return HOST_GROUP if _on_host(path) else path
+
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") == "loadscope":
+            return HostScopeScheduling(config, log)
+        return None
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        path = Path(item.path).resolve()
-        if E2E_DIR in path.parents:
+        if E2E_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.e2e)
-        if _on_host(path):
-            item.add_marker(pytest.mark.xdist_group(HOST_GROUP))
-        else:
-            # One module, one worker: its module-scoped fixtures (an API server, most often)
-            # start once rather than once per worker.
-            item.add_marker(pytest.mark.xdist_group(path.relative_to(TESTS_DIR.parent).as_posix()))
 
 
 def _skip_unless_available(component: str, binaries, *, needs_root: bool) -> None:

@@ -141,7 +141,7 @@ for arg in "${args[@]}"; do
     esac
 done
 if [[ -n "$workers" && "$workers" != 0 ]]; then
-    args=(-n "$workers" --dist loadgroup "${args[@]}")
+    args=(-n "$workers" --dist loadscope "${args[@]}")
 fi
 say "running pytest ${args[*]}"
 exec "$venv_python" -m pytest "${args[@]}"
