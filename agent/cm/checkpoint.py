@@ -12,21 +12,43 @@ import json
 import os
 from typing import Any
 
-__all__ = ["CheckpointError", "checksum", "read_checkpoint", "restore_checkpoint", "write_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "checksum",
+    "fnv32a",
+    "read_checkpoint",
+    "restore_checkpoint",
+    "write_atomic",
+    "write_checkpoint",
+]
 
 
 class CheckpointError(RuntimeError):
     pass
 
 
-def checksum(data: dict[str, Any]) -> int:
-    body = {k: v for k, v in data.items() if k != "checksum"}
-    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+def fnv32a(data: bytes) -> int:
+    """FNV-1a, 32 bits: the checksum of every checkpoint file of the agent."""
     h = 0x811C9DC5
-    for b in raw:
+    for b in data:
         h ^= b
         h = (h * 0x01000193) & 0xFFFFFFFF
     return h
+
+
+def checksum(data: dict[str, Any]) -> int:
+    body = {k: v for k, v in data.items() if k != "checksum"}
+    return fnv32a(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def write_atomic(path: str, blob: bytes) -> None:
+    """Replace ``path`` with ``blob``: written to a temporary file, fsynced, renamed."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def read_checkpoint(path: str) -> dict[str, Any] | None:
@@ -70,9 +92,4 @@ def write_checkpoint(path: str, data: dict[str, Any]) -> None:
     body = {k: v for k, v in data.items() if k != "checksum"}
     body["checksum"] = checksum(body)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(body, f, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(body, separators=(",", ":")).encode())

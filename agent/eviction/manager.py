@@ -41,7 +41,7 @@ import time
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from apiserver_min.api import names
-from apiserver_min.api.helpers import tolerates, tolerations_of
+from apiserver_min.api.helpers import set_pod_condition, tolerates, tolerations_of
 from apiserver_min.api.quantity import QuantityError, parse_quantity
 from apiserver_min.api.timeutil import format_rfc3339
 from apiserver_min.api.timeutil import now as utc_now
@@ -107,16 +107,10 @@ def mark_evicted(status: dict, *, reason: str, message: str, conditions: list) -
     given conditions added or replaced by type (a transition time already recorded is kept)."""
     status["phase"] = "Failed"
     status["reason"], status["message"] = reason, message
-    current = [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
+    # A copy of the list: the conditions' dicts may be shared with the pod the agent keeps.
+    status["conditions"] = [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
     for cond in conditions:
-        for i, old in enumerate(current):
-            if old.get("type") == cond.get("type"):
-                kept = old.get("lastTransitionTime") if old.get("status") == cond.get("status") else None
-                current[i] = {**cond, **({"lastTransitionTime": kept} if kept else {})}
-                break
-        else:
-            current.append(dict(cond))
-    status["conditions"] = current
+        set_pod_condition({"status": status}, cond, now=cond.get("lastTransitionTime"))
 
 
 def evictor(kill_pod: Callable[..., "asyncio.Future | None"], timeout: float = POD_CLEANUP_TIMEOUT) -> EvictFunc:

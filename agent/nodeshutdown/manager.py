@@ -43,8 +43,8 @@ import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from apiserver_min.api import names
-from apiserver_min.api.timeutil import format_rfc3339, format_rfc3339_nano, parse_rfc3339
-from apiserver_min.api.timeutil import now as utc_now
+from apiserver_min.api.helpers import set_pod_condition
+from apiserver_min.api.timeutil import format_rfc3339_nano, parse_rfc3339
 
 from .. import logging as agent_logging
 from .. import pods as podutil
@@ -156,24 +156,18 @@ def mark_terminated(status: dict, *, disruption_condition: bool, now: str | None
     status["message"] = names.SHUTDOWN_POD_MESSAGE
     if not disruption_condition:
         return
-    now = now or format_rfc3339(utc_now())
-    cond = {
-        "type": names.POD_CONDITION_DISRUPTION_TARGET,
-        "status": "True",
-        "reason": names.POD_REASON_TERMINATION_BY_AGENT,
-        "message": names.SHUTDOWN_POD_MESSAGE,
-        "lastTransitionTime": now,
-    }
-    conditions = [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
-    for i, old in enumerate(conditions):
-        if old.get("type") == cond["type"]:
-            if old.get("status") == cond["status"] and old.get("lastTransitionTime"):
-                cond["lastTransitionTime"] = old["lastTransitionTime"]
-            conditions[i] = cond
-            break
-    else:
-        conditions.append(cond)
-    status["conditions"] = conditions
+    # A copy of the list: the conditions' dicts may be shared with the pod the agent keeps.
+    status["conditions"] = [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
+    set_pod_condition(
+        {"status": status},
+        {
+            "type": names.POD_CONDITION_DISRUPTION_TARGET,
+            "status": "True",
+            "reason": names.POD_REASON_TERMINATION_BY_AGENT,
+            "message": names.SHUTDOWN_POD_MESSAGE,
+        },
+        now=now,
+    )
 
 
 # --- the manager --------------------------------------------------------------------------

@@ -108,13 +108,13 @@ def object_reference(obj: Mapping, kind: str, api_version: str = "v1") -> dict:
     return ref
 
 
-def set_pod_condition(pod: dict, condition: Mapping) -> bool:
+def set_pod_condition(pod: dict, condition: Mapping, now: str | None = None) -> bool:
     """Upstream's UpdatePodCondition: the condition of that type is replaced, its
-    lastTransitionTime is now unless the status stays the same; False when nothing
-    changed."""
+    lastTransitionTime is ``now`` (default: the current time) unless the status stays
+    the same; False when nothing changed."""
     conds = pod.setdefault("status", {}).setdefault("conditions", [])
     new = dict(condition)
-    new["lastTransitionTime"] = timestamp()
+    new["lastTransitionTime"] = now or timestamp()
     for i, c in enumerate(conds):
         if isinstance(c, dict) and c.get("type") == new.get("type"):
             if c.get("status") == new.get("status") and c.get("lastTransitionTime"):

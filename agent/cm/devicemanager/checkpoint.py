@@ -19,8 +19,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 from dataclasses import dataclass, field
+
+from ..checkpoint import fnv32a, write_atomic
 
 __all__ = ["Checkpoint", "CheckpointError", "PodDeviceEntry", "fnv32a", "NO_NUMA"]
 
@@ -29,14 +30,6 @@ NO_NUMA = -1  # the NUMA key of devices without topology information
 
 class CheckpointError(ValueError):
     pass
-
-
-def fnv32a(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h ^= b
-        h = (h * 0x01000193) & 0xFFFFFFFF
-    return h
 
 
 @dataclass
@@ -128,12 +121,7 @@ class Checkpoint:
         return cls(entries, {str(k): list(v) for k, v in raw_reg.items()})
 
     def write(self, path: str) -> None:
-        tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(self.encode())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, self.encode())
 
     @classmethod
     def read(cls, path: str) -> "Checkpoint | None":
