@@ -152,6 +152,8 @@ class Options:
     node_startup_grace_period: float = 60.0
     # How often the resource quota controller recounts every quota.
     resource_quota_sync_period: float = 300.0
+    # How long an Event is kept after its last write (upstream's --event-ttl).
+    event_ttl: float = 3600.0
     enable_scheduler: bool = True
     # The horizontal pod autoscaler controller (upstream's --horizontal-pod-autoscaler-* flags).
     horizontal_pod_autoscaler_sync_period: float = 15.0
@@ -579,6 +581,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--resource-quota-sync-period",
         default="5m",
         help="How often the resource quota controller recounts the usage of every quota (default %(default)s).",
+    )
+    n.add_argument(
+        "--event-ttl",
+        default="1h",
+        help="How long an Event is kept after it was last written (default %(default)s).",
     )
     n.add_argument(
         "--enable-scheduler",
@@ -1033,6 +1040,7 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--node-startup-grace-period", "node_startup_grace_period"),
             ("--metric-resolution", "metric_resolution"),
             ("--resource-quota-sync-period", "resource_quota_sync_period"),
+            ("--event-ttl", "event_ttl"),
             ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
             ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
             ("--leader-elect-retry-period", "leader_elect_retry_period"),
