@@ -108,7 +108,9 @@ def advertise_address(bind_address: str, proc_net: str = "/proc/net") -> str:
     found = default_route_address(proc_net)
     if not found:
         raise AddressError(
-            f"--bind-address {bind_address} cannot be advertised to the cluster and no default route was found "
-            f"to choose an interface address from; set --advertise-address"
+            f"no address to advertise: --bind-address {bind_address} is "
+            f"{'unspecified' if ip.is_unspecified else 'loopback'} and there is no default route in "
+            "/proc/net/route or /proc/net/ipv6_route to take an interface address from; "
+            "set --advertise-address or a specific --bind-address"
         )
     return found

@@ -120,12 +120,16 @@ def _sysctl() -> str:
         return f.read().strip()
 
 
+# Never through an HTTP proxy from the environment: straight to the service address.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _get(url: str, n: int, timeout: float = 2.0) -> list[str]:
     """``n`` GETs from the node, each on a new connection: bodies, or ``error:...``."""
     out = []
     for _ in range(n):
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:
+            with DIRECT.open(url, timeout=timeout) as r:
                 out.append(r.read().decode().strip())
         except OSError as exc:
             out.append(f"error:{exc}")

@@ -128,12 +128,13 @@ class SharedInformer(FakeInformer):
         super().__init__(None, "")
         self.cache = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o for o in items}
         self.synced = True
+        self.ran = False
 
     async def wait_synced(self, timeout=None) -> bool:
         return True
 
     async def run(self) -> None:
-        raise AssertionError("a shared informer is run by its owner, not by the proxy")
+        self.ran = True  # a shared informer is run by its owner, not by the proxy
 
 
 class ListedSlices(FakeInformer):
@@ -160,6 +161,7 @@ async def test_proxy_uses_a_shared_services_informer_listed_before_it_started():
                 break
             await asyncio.sleep(0.01)
         assert "default/web" in proxy.applied  # the service listed before the proxy's handler
+        assert not shared.ran  # one Services watch per node: the owner's
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -171,3 +173,52 @@ def test_dual_stack_service_gets_its_ipv4_address_and_the_ipv6_one_is_noted():
     assert notes == ["cluster IP fd00::10 is not IPv4; this proxy programs IPv4 only"]
     ports, notes = model.service_ports(svc(clusterIP="fd00::10", clusterIPs=["fd00::10"]))
     assert ports == [] and notes
+
+
+async def _run_until(proxy: ServiceProxy, cond) -> None:
+    task = asyncio.create_task(proxy.run())
+    try:
+        for _ in range(200):
+            if cond():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_without_the_sysctl_localhost_node_ports_are_left_out(tmp_path):
+    runner = FakeRunner()
+    proxy = ServiceProxy(
+        None,
+        "n1",
+        runner=runner,
+        informer_factory=ListedSlices,
+        services_informer=SharedInformer([svc()]),
+        localhost_nodeports=True,
+        check_period=5,
+    )
+    proxy.localnet = LocalnetSysctl(str(tmp_path / "root"), proc_sys=str(tmp_path / "no-proc"))
+    # The first full sync has the rules (and the guard) before the sysctl is tried; it
+    # cannot be set here, so the next full sync goes without them.
+    await _run_until(proxy, lambda: len(runner.scripts) >= 2)
+    assert ruleset.LOCALNET_GUARD in runner.scripts[0]
+    assert ruleset.LOCALNET_GUARD not in runner.scripts[1] and "delete table" in runner.scripts[1]
+    assert proxy.localhost_nodeports is False
+
+
+async def test_turned_off_the_sysctl_the_proxy_set_is_put_back(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "net/ipv4/conf/all").mkdir(parents=True)
+    (proc / "net/ipv4/conf/all/route_localnet").write_text("0")
+    sysctl = LocalnetSysctl(str(tmp_path / "root"), proc_sys=str(proc))
+    assert sysctl.enable()  # an earlier run with localhost node ports
+    runner = FakeRunner()
+    proxy = ServiceProxy(
+        None, "n1", runner=runner, informer_factory=ListedSlices, services_informer=SharedInformer([]), check_period=5
+    )
+    proxy.localnet = sysctl
+    await _run_until(proxy, lambda: runner.scripts)
+    assert sysctl.current() == "0" and sysctl.recorded() is None
+    assert ruleset.LOCALNET_GUARD not in runner.scripts[0]
