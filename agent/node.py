@@ -602,7 +602,7 @@ class NodeAgent:
             )
             runs = [status.run(), lease.run(), source.run(), statuses.run(), self.podmanager.run(), services.run()]
             if cfg.proxy_mode == "nftables":
-                runs.append(self._run_proxy(client))
+                runs.append(self._run_proxy(client, services))
             else:
                 log.info("Service proxy off", proxyMode=cfg.proxy_mode)
             if cfg.rotate_certificates:
@@ -630,9 +630,10 @@ class NodeAgent:
                 await self.objects.close()
             await client.close()
 
-    async def _run_proxy(self, client) -> None:
-        """The node service proxy; a failure to start it (no nft command) is logged, and the
-        node keeps running its pods."""
+    async def _run_proxy(self, client, services: ServiceCache) -> None:
+        """The node service proxy, on the Services informer of the service variables (one
+        watch per node); a failure to start it (no nft command) is logged, and the node
+        keeps running its pods."""
         cfg = self.cfg
         try:
             proxy = ServiceProxy(
@@ -640,6 +641,9 @@ class NodeAgent:
                 self.node_name,
                 cluster_cidr=cfg.cluster_cidr,
                 masquerade_bit=cfg.iptables_masquerade_bit,
+                services_informer=services.informer,
+                localhost_nodeports=cfg.iptables_localhost_nodeports,
+                state_dir=cfg.root_dir,
             )
         except NftError as exc:
             log.error("Service proxy not started", err=exc)

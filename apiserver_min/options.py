@@ -34,6 +34,7 @@ from .authz.abac import load_policy_file as load_abac_policies
 from .authz.authorizer import parse_modes
 from .authz.webhook import VERSIONS as AUTHZ_WEBHOOK_VERSIONS
 from .authz.webhook import load_config as load_authz_webhook_config
+from .hostaddr import AddressError, advertise_address
 from .storage import encryption
 from .version import __version__
 from .webhookclient.orchconfig import Target as WebhookTarget
@@ -85,6 +86,9 @@ class Options:
     max_request_body_bytes: int
     verbosity: int
     warnings: tuple[str, ...] = ()
+    # The address the orch Service's endpoints list: --advertise-address, else the bind address
+    # unless unspecified or loopback, else the default-route interface's (hostaddr.py).
+    endpoint_address: str = ""
     # API priority and fairness (server/flowcontrol/), or the plain in-flight limits without it.
     enable_priority_and_fairness: bool = True
     max_requests_inflight: int = 400
@@ -206,8 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--advertise-address",
         default="",
-        help="Address advertised to members of the cluster (default: the bind address, "
-        "or 127.0.0.1 when binding all addresses).",
+        help="Address advertised to members of the cluster: the orch Service's endpoints list it "
+        "(default: the bind address, or when that is unspecified or loopback the address of the "
+        "interface holding the default route). May not be loopback, link-local or unspecified.",
     )
     g.add_argument(
         "--min-request-timeout",
@@ -790,11 +795,22 @@ def parse(argv: Sequence[str]) -> Options:
         raise OptionsError(f"invalid value {ns.bind_address!r} for flag --bind-address: not an IP address") from None
     if ns.advertise_address:
         try:
-            ipaddress.ip_address(ns.advertise_address)
+            advertised = ipaddress.ip_address(ns.advertise_address)
         except ValueError:
             raise OptionsError(
                 f"invalid value {ns.advertise_address!r} for flag --advertise-address: not an IP address"
             ) from None
+        if advertised.is_loopback or advertised.is_link_local or advertised.is_unspecified:
+            raise OptionsError(
+                f"invalid value {ns.advertise_address!r} for flag --advertise-address: may not be a loopback, "
+                "link-local or unspecified address (the orch Service's endpoints cannot list it)"
+            )
+        endpoint_address = ns.advertise_address
+    else:
+        try:
+            endpoint_address = advertise_address(ns.bind_address)
+        except AddressError as exc:
+            raise OptionsError(str(exc)) from None
     if bool(ns.tls_cert_file) != bool(ns.tls_private_key_file):
         raise OptionsError("--tls-cert-file and --tls-private-key-file must be given together")
     for flag, path in (
@@ -830,6 +846,7 @@ def parse(argv: Sequence[str]) -> Options:
         ),
         feature_gates=gates,
         advertise_address=ns.advertise_address,
+        endpoint_address=endpoint_address,
         min_request_timeout=_int("--min-request-timeout", ns.min_request_timeout, 1, 86400),
         watch_bookmark_interval=_duration_seconds("--watch-bookmark-interval", ns.watch_bookmark_interval),
         max_request_body_bytes=_int("--max-request-body-bytes", ns.max_request_body_bytes, 1024, 1 << 30),
