@@ -123,9 +123,7 @@ class EventTTLController:
                 if entry is None or entry.rv != rv:
                     continue  # gone, or written again (its new expiry is set)
                 try:
-                    await self.client.delete(
-                        kind, entry.namespace, entry.name, DeleteOptions(preconditions_rv=str(rv))
-                    )
+                    await self.client.delete(kind, entry.namespace, entry.name, DeleteOptions(preconditions_rv=str(rv)))
                 except st.ApiError as exc:
                     if exc.code not in (404, 409):
                         raise
