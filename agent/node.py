@@ -54,6 +54,7 @@ from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_fr
 from .runtime.credentialprovider import CredentialProviderError, CredentialProviders
 from .runtime.credentialprovider import load_config as load_credential_config
 from .runtime.images import ImageManager
+from .runtime.keyring import NodeDockerConfig
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
@@ -127,6 +128,7 @@ class NodeAgent:
             burst=cfg.registry_burst,
             backoff=Backoff(),
             credentials=self._credential_providers(),
+            node_config=NodeDockerConfig(cfg.root_dir),
         )
         self.images.on_event = lambda reason, image, message: log.v(2).info(
             "Image", reason=reason, image=image, message=message
