@@ -30,6 +30,7 @@ from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
+from . import predicates
 from .certificates.bootstrap import PairStore, certificate_valid, ensure_client_certificate
 from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
 from .client import client_from_config
@@ -69,7 +70,14 @@ from .sources.merge import PodConfig
 from .sources.url import UrlSource
 from .status.lease import LeaseManager
 from .status.manager import StatusManager
-from .status.nodestatus import NodeStatusManager, node_addresses, runtime_version_from
+from .status.nodestatus import (
+    NodeStatusManager,
+    node_addresses,
+    node_hostname,
+    node_labels,
+    node_taints,
+    runtime_version_from,
+)
 from .workers import PodPipeline, default_host_ip
 
 __all__ = ["NodeAgent", "NodeStartError"]
@@ -294,6 +302,7 @@ class NodeAgent:
         )
         self.eviction = self._eviction_manager()
         self.pipeline.admit_handlers.append(self.eviction.admit)
+        self.pipeline.admit_handlers.append(self._admit_fit)
         if cfg.enable_server:
             authenticate, authorize, client_ca = self._server_auth()
             self.server = AgentServer(
@@ -505,6 +514,21 @@ class NodeAgent:
                 }
             )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+
+    def _admit_fit(self, pod: dict) -> tuple[str, str]:
+        """Upstream's general predicates (node affinity, node name, host ports, NoExecute
+        taints, OS) against the Node as last read, or as the node registers itself
+        before that (and when running without an API server)."""
+        node = self.node_status.node if self.node_status is not None else None
+        if node is None:
+            node = {
+                "metadata": {"name": self.node_name, "labels": node_labels(self.cfg, node_hostname(self.cfg))},
+                "spec": {"taints": node_taints(self.cfg)},
+            }
+        assert self.pipeline is not None
+        uid = podutil.uid(pod)
+        others = [p for p in self.pipeline.active_pods() if podutil.uid(p) != uid]
+        return predicates.admit(pod, node, others)
 
     async def _kill_for_shutdown(self, pod: dict, grace: int, update_status: Callable[[dict], None]) -> None:
         """The node shutdown manager's way to stop a pod: through its pod worker."""
