@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from agent.client.rest import ApiError
+from agent.objectcache import ObjectCache
 from agent.runtime.images import ImageError, ImageManager
 from agent.runtime.keyring import (
     Credential,
@@ -192,3 +194,27 @@ async def test_a_pods_pull_secret_reaches_the_runtime_and_a_missing_one_is_an_ev
         names.EVENT_FAILED_TO_RETRIEVE_PULL_SECRET,
         "Unable to retrieve some image pull secrets (gone); attempting to pull the image may not succeed.",
     ) in events
+
+
+class Forbidding:
+    """An API client that answers 403 for one path, 404 for the rest."""
+
+    def __init__(self, forbidden: str) -> None:
+        self.forbidden = forbidden
+
+    async def get(self, path: str) -> dict:
+        if path == self.forbidden:
+            raise ApiError(403, "Forbidden", "no")
+        raise ApiError(404, "NotFound", f"{path} not found")
+
+
+async def test_a_pull_secret_the_node_may_not_read_never_holds_the_pod_back():
+    pod = make_pod("p", [{"name": "c", "image": "i"}])
+    pod["spec"]["imagePullSecrets"] = [{"name": "pull"}]
+    cache = ObjectCache(Forbidding("/api/v1/namespaces/default/secrets/pull"), watch=False)  # type: ignore[arg-type]
+    await cache.prefetch(pod)
+    assert cache.get("Secret", "default", "pull") is None
+    # The same secret in a volume: its refusal is the pod's error, as before.
+    pod["spec"]["volumes"] = [{"name": "v", "secret": {"secretName": "pull"}}]
+    with pytest.raises(ApiError):
+        await cache.prefetch(pod)
