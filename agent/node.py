@@ -30,6 +30,7 @@ from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
+from . import predicates
 from .certificates.bootstrap import PairStore, certificate_valid, ensure_client_certificate
 from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
 from .client import client_from_config
@@ -54,6 +55,7 @@ from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_fr
 from .runtime.credentialprovider import CredentialProviderError, CredentialProviders
 from .runtime.credentialprovider import load_config as load_credential_config
 from .runtime.images import ImageManager
+from .runtime.keyring import NodeDockerConfig
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
@@ -68,7 +70,14 @@ from .sources.merge import PodConfig
 from .sources.url import UrlSource
 from .status.lease import LeaseManager
 from .status.manager import StatusManager
-from .status.nodestatus import NodeStatusManager, node_addresses, runtime_version_from
+from .status.nodestatus import (
+    NodeStatusManager,
+    node_addresses,
+    node_hostname,
+    node_labels,
+    node_taints,
+    runtime_version_from,
+)
 from .workers import PodPipeline, default_host_ip
 
 __all__ = ["NodeAgent", "NodeStartError"]
@@ -127,6 +136,7 @@ class NodeAgent:
             burst=cfg.registry_burst,
             backoff=Backoff(),
             credentials=self._credential_providers(),
+            node_config=NodeDockerConfig(cfg.root_dir),
         )
         self.images.on_event = lambda reason, image, message: log.v(2).info(
             "Image", reason=reason, image=image, message=message
@@ -292,6 +302,7 @@ class NodeAgent:
         )
         self.eviction = self._eviction_manager()
         self.pipeline.admit_handlers.append(self.eviction.admit)
+        self.pipeline.admit_handlers.append(self._admit_fit)
         if cfg.enable_server:
             authenticate, authorize, client_ca = self._server_auth()
             self.server = AgentServer(
@@ -503,6 +514,21 @@ class NodeAgent:
                 }
             )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+
+    def _admit_fit(self, pod: dict) -> tuple[str, str]:
+        """Upstream's general predicates (node affinity, node name, host ports, NoExecute
+        taints, OS) against the Node as last read, or as the node registers itself
+        before that (and when running without an API server)."""
+        node = self.node_status.node if self.node_status is not None else None
+        if node is None:
+            node = {
+                "metadata": {"name": self.node_name, "labels": node_labels(self.cfg, node_hostname(self.cfg))},
+                "spec": {"taints": node_taints(self.cfg)},
+            }
+        assert self.pipeline is not None
+        uid = podutil.uid(pod)
+        others = [p for p in self.pipeline.active_pods() if podutil.uid(p) != uid]
+        return predicates.admit(pod, node, others)
 
     async def _kill_for_shutdown(self, pod: dict, grace: int, update_status: Callable[[dict], None]) -> None:
         """The node shutdown manager's way to stop a pod: through its pod worker."""

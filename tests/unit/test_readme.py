@@ -46,6 +46,7 @@ CAPABILITIES = {
     "device plugins": "agent/cm/devicemanager",
     "pod resources API": "agent/server/podresources.py",
     "credential provider plugins": "agent/runtime/credentialprovider.py",
+    "Image pull secrets": "agent/runtime/keyring.py",
     "is not supported on this node": "agent/unsupported.py",
     "pods/ephemeralcontainers": "apiserver_min/api/podvalidation.py",
     "over SPDY": "apiserver_min/server/podexec_spdy.py",
