@@ -194,6 +194,18 @@ def _has_defaults(schema: Any) -> bool:
 # --- value validation ---------------------------------------------------------------------
 
 
+# The Python type of a decoded JSON value of each schema type (when it is exactly that,
+# the value has the type; otherwise _is_type decides: an integral float is an integer).
+_EXACT: dict[str, type] = {
+    "string": str,
+    "object": dict,
+    "array": list,
+    "boolean": bool,
+    "integer": int,
+    "number": float,
+}
+
+
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -260,17 +272,29 @@ def _validate(value: Any, schema: dict, path: str, errs: list[v.FieldError], roo
             errs.append(v.FieldError.invalid(path, "null", f'{path} in body must be of type {typ}: "null"'))
         return
     typ = schema.get("type")
+    t = type(value)
     if schema.get(INT_OR_STRING):
         if not (isinstance(value, str) or _is_type(value, "integer")):
             errs.append(_type_error(path, value, "integer-or-string"))
             return
-    elif typ and not _is_type(value, typ):
+    elif typ and t is not _EXACT.get(typ) and not _is_type(value, typ):
         errs.append(_type_error(path, value, typ))
         return
     enum = schema.get("enum")
     if isinstance(enum, list) and value not in enum:
         errs.append(v.FieldError.not_supported(path, value, [_enum_text(e) for e in enum]))
-    if isinstance(value, str):
+    # Decoded JSON has exactly these types; the isinstance chain is for anything else.
+    if t is str:
+        _validate_string(value, schema, path, errs)
+    elif t is dict:
+        _validate_object(value, schema, path, errs, root)
+    elif t is list:
+        _validate_array(value, schema, path, errs)
+    elif t is int or t is float:
+        _validate_number(value, schema, path, errs)
+    elif t is bool:
+        pass
+    elif isinstance(value, str):
         _validate_string(value, schema, path, errs)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         _validate_number(value, schema, path, errs)
@@ -428,14 +452,18 @@ def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldErro
 
 
 def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
-    own = [k for k in value if not (root and k in _TYPE_META)]
-    n = len(own)
-    if "maxProperties" in schema and n > schema["maxProperties"]:
-        errs.append(v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxProperties']} items"))
-    if "minProperties" in schema and n < schema["minProperties"]:
-        errs.append(
-            v.FieldError.invalid(path, n, f"{path} in body should have at least {schema['minProperties']} properties")
-        )
+    if "maxProperties" in schema or "minProperties" in schema:
+        n = len([k for k in value if not (root and k in _TYPE_META)])
+        if "maxProperties" in schema and n > schema["maxProperties"]:
+            errs.append(
+                v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxProperties']} items")
+            )
+        if "minProperties" in schema and n < schema["minProperties"]:
+            errs.append(
+                v.FieldError.invalid(
+                    path, n, f"{path} in body should have at least {schema['minProperties']} properties"
+                )
+            )
     for name in schema.get("required") or ():
         if name not in value:
             errs.append(v.FieldError.required(_child(path, name)))
