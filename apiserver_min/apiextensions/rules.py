@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..api import validation as v
-from ..cel import CompileError, Compiler, EvalError, Program, merge_paths
+from ..cel import Activation, CompileError, Compiler, EvalError, Program, merge_paths
 from ..cel import cost as celcost
 from . import celtypes, values
 
@@ -448,7 +448,7 @@ class Validator:
             data["oldSelf"] = to_cel(old, node, root, found.paths.get("oldSelf"))
         # One conversion of what the node's rules read serves them all (with the sizes
         # of what they read, which bound the cost of those whose cost depends on sizes).
-        activation = compiler().activation(data, found.paths)
+        activation = Activation(found.rules[0].program.env, data, found.paths)
         for rule in found.rules:
             if rule.transition and old is None:
                 continue
