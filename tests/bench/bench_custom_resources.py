@@ -21,7 +21,9 @@ server process is stopped by its PID before exit. ``--cprofile DIR`` starts the
 server under bench_apiserver's cProfile switch and profiles one extra window of
 custom resource creates and one of ConfigMap creates (their figures are not
 comparable; the measured windows run with the profiler off), printing the functions
-that dominate.
+that dominate. ``--baseline TREE`` also starts a server from another checkout (say
+main, for a change's before and after) and measures it window by window beside this
+tree's, in the same run.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import asyncio
 import io
 import itertools
+import os
 import pstats
 import statistics
 import sys
@@ -174,73 +177,103 @@ KINDS = {
 }
 
 
+def templates() -> dict[str, dict]:
+    payload = orjson.dumps(widget_spec()).decode()
+    out: dict[str, dict] = {
+        "configmaps": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "NAME"}, "data": {"spec": payload}}
+    }
+    for what, kind in (("widgets", "Widget"), ("plainwidgets", "PlainWidget")):
+        out[what] = {"apiVersion": f"{GROUP}/v1", "kind": kind, "metadata": {"name": "NAME"}, "spec": widget_spec()}
+    return out
+
+
+def start_server(root: Path, tree: Path | None, cprofile_dir: str | None = None) -> ba.Server:
+    """A server of this checkout, or of ``tree`` (another checkout: its code first on
+    the server's path), with the namespace and the two definitions created."""
+    root.mkdir(parents=True, exist_ok=True)
+    server = ba.Server(root, "sqlite", cprofile_dir=cprofile_dir)
+    saved = os.environ.get("PYTHONPATH")
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree)
+    try:
+        server.start()
+    finally:
+        if tree is not None:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+    server.api("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+    for plural, kind, with_rules in (("widgets", "Widget", True), ("plainwidgets", "PlainWidget", False)):
+        status, body = server.api(
+            "POST", "/apis/apiextensions.orch.io/v1/customresourcedefinitions", definition(plural, kind, with_rules)
+        )
+        if status != 201:
+            raise ba.BenchError(f"definition {plural}: {status} {body[:300]!r}")
+    return server
+
+
+def report(label: str, rounds: int, rates: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
+    cm, cr, plain = (statistics.median(rates[w]) for w in KINDS)
+    cm_cpu, cr_cpu, plain_cpu = (1000 * statistics.median(cpus[w]) for w in KINDS)
+    print(f"{label}ConfigMap creates/s (median of {rounds}): {cm:.0f}  (server CPU {cm_cpu:.2f} ms per create)")
+    print(
+        f"{label}custom resource (20-field schema, 3 rules) creates/s:  {cr:.0f}  "
+        f"({100 * cr / cm:.0f}% of ConfigMap; target >= 60%)  (server CPU {cr_cpu:.2f} ms per create, "
+        f"{100 * cm_cpu / cr_cpu:.0f}% of ConfigMap's rate by CPU)"
+    )
+    print(
+        f"{label}  the same schema without rules:  {plain:.0f}  ({100 * plain / cm:.0f}% of ConfigMap)  "
+        f"(server CPU {plain_cpu:.2f} ms per create)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--crds", type=int, default=20)
     ap.add_argument("--cprofile", metavar="DIR", help="profile an extra window of custom resource creates")
+    ap.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="another checkout of the project (e.g. main) whose server is measured in the same run, "
+        "each window right beside this tree's",
+    )
     args = ap.parse_args()
     ba.use_uvloop()
     prof_dir = Path(args.cprofile).resolve() if args.cprofile else None
     if prof_dir is not None:
         prof_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="crd-bench-") as tmp:
-        server = ba.Server(Path(tmp), "sqlite", cprofile_dir=str(prof_dir) if prof_dir else None)
+        servers: dict[str, ba.Server] = {}
         try:
-            server.start()
-            server.api("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-            for plural, kind, with_rules in (("widgets", "Widget", True), ("plainwidgets", "PlainWidget", False)):
-                status, body = server.api(
-                    "POST",
-                    "/apis/apiextensions.orch.io/v1/customresourcedefinitions",
-                    definition(plural, kind, with_rules),
-                )
-                if status != 201:
-                    raise ba.BenchError(f"definition {plural}: {status} {body[:300]!r}")
+            servers["this tree"] = start_server(Path(tmp) / "this", None, str(prof_dir) if prof_dir else None)
+            if args.baseline:
+                servers["baseline"] = start_server(Path(tmp) / "baseline", Path(args.baseline).resolve())
+            server = servers["this tree"]
             lat = discovery_latency(server, args.crds)
-            payload = orjson.dumps(widget_spec()).decode()
-            templates = {
-                "configmaps": {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": "NAME"},
-                    "data": {"spec": payload},
-                },
-                "widgets": {
-                    "apiVersion": f"{GROUP}/v1",
-                    "kind": "Widget",
-                    "metadata": {"name": "NAME"},
-                    "spec": widget_spec(),
-                },
-                "plainwidgets": {
-                    "apiVersion": f"{GROUP}/v1",
-                    "kind": "PlainWidget",
-                    "metadata": {"name": "NAME"},
-                    "spec": widget_spec(),
-                },
-            }
-            rates: dict[str, list[float]] = {what: [] for what in KINDS}
-            cpus: dict[str, list[float]] = {what: [] for what in KINDS}
+            tpl = templates()
+            rates = {name: {what: [] for what in KINDS} for name in servers}
+            cpus = {name: {what: [] for what in KINDS} for name in servers}
             for r in range(args.rounds):
                 order = list(KINDS) if r % 2 == 0 else list(reversed(KINDS))
                 for what in order:
-                    rate, cpu = asyncio.run(window(server, KINDS[what], templates[what], args.seconds, f"r{r}"))
-                    rates[what].append(rate)
-                    cpus[what].append(cpu)
-            cm, cr, plain = (statistics.median(rates[w]) for w in KINDS)
-            cm_cpu, cr_cpu, plain_cpu = (1000 * statistics.median(cpus[w]) for w in KINDS)
+                    names = list(servers) if r % 2 == 0 else list(reversed(servers))
+                    for name in names:
+                        rate, cpu = asyncio.run(window(servers[name], KINDS[what], tpl[what], args.seconds, f"r{r}"))
+                        rates[name][what].append(rate)
+                        cpus[name][what].append(cpu)
             lat.sort()
-            print(f"ConfigMap creates/s (median of {args.rounds}): {cm:.0f}  (server CPU {cm_cpu:.2f} ms per create)")
-            print(
-                f"custom resource (20-field schema, 3 rules) creates/s:  {cr:.0f}  "
-                f"({100 * cr / cm:.0f}% of ConfigMap; target >= 60%)  (server CPU {cr_cpu:.2f} ms per create, "
-                f"{100 * cm_cpu / cr_cpu:.0f}% of ConfigMap's rate by CPU)"
-            )
-            print(
-                f"  the same schema without rules:  {plain:.0f}  ({100 * plain / cm:.0f}% of ConfigMap)  "
-                f"(server CPU {plain_cpu:.2f} ms per create)"
-            )
+            for name in servers:
+                report(f"[{name}] " if args.baseline else "", args.rounds, rates[name], cpus[name])
+            if args.baseline:
+                after = statistics.median(cpus["this tree"]["widgets"])
+                before = statistics.median(cpus["baseline"]["widgets"])
+                print(
+                    f"custom resource server CPU per create, this tree / baseline (same run): "
+                    f"{1000 * after:.2f} / {1000 * before:.2f} ms = {100 * after / before:.0f}%"
+                )
             print(
                 f"definition created -> served in discovery over {len(lat)}: p50 {1000 * ba.pct(lat, 0.5):.0f} ms, "
                 f"p99 {1000 * ba.pct(lat, 0.99):.0f} ms, max {1000 * lat[-1]:.0f} ms (target p99 <= 1000 ms)"
@@ -250,12 +283,13 @@ def main() -> int:
                     run = ba.CProfileRun(server.pid, f"{what}-creates", prof_dir)
                     run.start()
                     try:
-                        asyncio.run(window(server, KINDS[what], templates[what], args.seconds, f"prof-{what}"))
+                        asyncio.run(window(server, KINDS[what], tpl[what], args.seconds, f"prof-{what}"))
                     finally:
                         run.stop()
                     print_profile(run.path)
         finally:
-            server.stop()
+            for server in servers.values():
+                server.stop()
             ba.stop_all()
     return 0
 
