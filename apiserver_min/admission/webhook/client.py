@@ -184,8 +184,10 @@ class WebhookClients:
             pool.close()
         self._pools.clear()
 
-    async def post(self, key: str, client_config: dict, body: bytes, timeout: float) -> Any:
-        """POST BODY and return the decoded JSON answer; CallError naming the URL."""
+    async def post(self, key: str, client_config: dict, body: bytes, timeout: float, wait: float | None = None) -> Any:
+        """POST BODY and return the decoded JSON answer; CallError naming the URL.
+        ``timeout``: what the webhook is told (``?timeout=``); ``wait``: how long the call
+        may take (``timeout`` unless given)."""
         query = f"?timeout={go_duration(timeout)}"
         service = client_config.get("service")
         if isinstance(service, dict):
@@ -213,7 +215,7 @@ class WebhookClients:
         dialed = f"{_host(address)}:{dial_port}"
         pool = self._pool(key, client_config, server_name)
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout if wait is None else wait):
                 status, data = await pool.post(address, dial_port, tls_name, target, host_header, body)
         except (
             asyncio.TimeoutError,
