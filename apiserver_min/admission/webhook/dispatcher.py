@@ -146,7 +146,10 @@ class _Dispatcher:
         if not hook.namespace_selector.empty and (attrs.namespace or is_namespace_request(attrs)):
             labels = namespace_labels_from_request(attrs)
             if labels is None:
-                labels = await self.lookup.namespace_labels(attrs.namespace or attrs.name)
+                name = attrs.namespace or attrs.name
+                labels = self.lookup.cached_namespace_labels(name)
+                if labels is None:  # not in the cache yet: storage (or 404)
+                    labels = await self.lookup.namespace_labels(name)
             if not hook.namespace_selector.matches(labels):
                 return False
         return object_selector_matches(hook.object_selector, attrs)
