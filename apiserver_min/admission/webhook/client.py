@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import re
 import ssl
 import tempfile
 import urllib.parse
@@ -189,23 +190,24 @@ class _Connection(asyncio.Protocol):
         waiter.set_result((status, data, keep and not self.lost))
 
 
+# The response headers the client acts on (in a lowered head): name and value.
+_HEADER = re.compile(rb"\r\n(content-length|transfer-encoding|connection)[ \t]*:[ \t]*([^\r]*)")
+
+
 def _parse_head(head: bytes, body_at: int) -> tuple[int, int, int, bool]:
     """(status, where the body starts, its length (-1: chunked, -2: up to the end of the
-    connection), whether the connection is kept alive)."""
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
+    connection), whether the connection is kept alive). Only the headers that decide
+    those are read."""
+    version, _, rest = head.partition(b" ")
     status = int(rest[:3])
-    length, keep = -2, version == "HTTP/1.1"
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep:
-            continue
-        name = name.strip().lower()
-        if name == "content-length":
+    length, keep = -2, version == b"HTTP/1.1"
+    for name, value in _HEADER.findall(head.lower()):
+        if name == b"content-length":
             length = int(value)
-        elif name == "transfer-encoding" and "chunked" in value.lower():
-            length = -1
-        elif name == "connection" and value.strip().lower() == "close":
+        elif name == b"transfer-encoding":
+            if b"chunked" in value:
+                length = -1
+        elif value.strip() == b"close":
             keep = False
     if length == -2:
         keep = False
