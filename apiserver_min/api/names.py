@@ -595,6 +595,11 @@ ANNOTATION_IS_DEFAULT_INGRESS_CLASS = f"ingressclass.{DOMAIN}/is-default-class"
 
 # EventRateLimit's configuration group (upstream eventratelimit.admission.k8s.io).
 EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
+# The groups of the admission configuration file and of plugins' configurations in it
+# (upstream apiserver.config.k8s.io), and ResourceQuota's older one (upstream
+# resourcequota.admission.k8s.io).
+APISERVER_CONFIG_GROUP = f"apiserver.config.{DOMAIN}"
+RESOURCE_QUOTA_CONFIG_GROUP = f"resourcequota.admission.{DOMAIN}"
 # A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
 # which wins over spec.storageClassName where set.
 ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"

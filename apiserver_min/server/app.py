@@ -530,6 +530,7 @@ class ApiServer:
         try:
             if not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
                 deadline = self.deadlines.start(requested_timeout(request.query, self.deadlines.default))
+                record.deadline = deadline.at  # what admission webhooks' calls may take at most
             try:
                 user = await self.authenticate(request)
             except st.ApiError as exc:

@@ -37,6 +37,7 @@ CAPABILITIES = {
     "image garbage collection": "agent/images",
     "service proxy": "agent/proxy",
     "admission webhooks": "apiserver_min/admission/webhook",
+    "matchPolicy: Equivalent": "apiserver_min/admission/equivalence.py",
     "custom resource": "apiserver_min/apiextensions",
     "endpoint slices": "apiserver_min/controllers",
     "API priority and fairness": "apiserver_min/server/flowcontrol",
