@@ -108,7 +108,7 @@ async def _send_now(request: web.Request, resp: web.StreamResponse, turns: Turns
     """Write a large finished response now, in slices, rather than after the handler
     returns (aiohttp then finds it sent); returns what was sent. A client gone meanwhile
     ends it quietly."""
-    if resp.prepared or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
+    if resp.prepared or not isinstance(resp, web.Response) or not isinstance(resp.body, (bytes, bytearray)):
         return resp
     body = resp.body
     if len(body) <= _SEND_SLICE or request.method == "HEAD":

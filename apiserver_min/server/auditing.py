@@ -101,7 +101,7 @@ def begin(auditor: Auditor, request: web.Request, info: RequestInfo, user: UserI
     return record
 
 
-def _decode(body: bytes, content_type: str) -> Any:
+def _decode(body: bytes | bytearray, content_type: str) -> Any:
     if not body:
         return None
     try:
@@ -128,7 +128,7 @@ def capture_bodies(record: RequestAudit, request: web.Request, resp: web.StreamR
         record.set_request_object(obj)
     if level_at_least(level, "RequestResponse"):
         obj = request.get(RESPONSE_OBJECT_KEY)  # JSON bytes are kept as they are (see RequestAudit)
-        if obj is None and isinstance(resp, web.Response) and isinstance(resp.body, bytes):
+        if obj is None and isinstance(resp, web.Response) and isinstance(resp.body, (bytes, bytearray)):
             obj = _decode(resp.body, resp.content_type)  # an error's Status, a review's answer
         record.set_response_object(obj)
 

@@ -811,23 +811,22 @@ class ResourceHandlers:
                 body = codec.dumps(alias.to_requested(await alias.convert(codec.load_json(body))))
             return web.Response(body=body, content_type="application/json")
         if target.form == "table":
+            list_md: dict[str, Any] = {
+                "resource_version": str(res.resource_version),
+                "continue_token": res.continue_token,
+                "remaining": res.remaining,
+            }
+            if alias is None and not pretty:
+                keep = auditing.records_response()
+                tbl = table(kind, [], target, include, **list_md)
+                body = await listbody.table_list(tbl, kind, res, include, target, lane, keep)
+                if keep:
+                    request[RESPONSE_OBJECT_KEY] = tbl
+                return self._with_warnings(request, web.Response(body=body, content_type="application/json"))
             objs = await listbody.decode_items(res, lane)
             if alias is not None:  # the columns read the objects in the requested version
                 objs = (await alias.convert({"kind": "List", "items": objs}))["items"]
-            tbl = table(
-                kind,
-                [] if alias is None and not pretty else objs,
-                target,
-                include,
-                resource_version=str(res.resource_version),
-                continue_token=res.continue_token,
-                remaining=res.remaining,
-            )
-            if alias is not None or pretty:
-                return await self._respond_obj(request, tbl, 200, JSON)
-            body = await listbody.table_json(tbl, kind, objs, include, target, lane)
-            request[RESPONSE_OBJECT_KEY] = tbl
-            return self._with_warnings(request, web.Response(body=body, content_type="application/json"))
+            return await self._respond_obj(request, table(kind, objs, target, include, **list_md), 200, JSON)
         if target.form == "protobuf" and alias is None:
             item_schema = listbody.protobuf_schema(kind)
             if item_schema is not None:

@@ -100,29 +100,42 @@ def list_metadata(res: ListResult) -> dict[str, Any]:
     return md
 
 
-async def json_list(kind: KindInfo, res: ListResult, lane: Lane) -> bytes:
-    """The ``<Kind>List`` in JSON: the stored objects with their resourceVersion."""
+async def json_list(kind: KindInfo, res: ListResult, lane: Lane) -> bytes | bytearray:
+    """The ``<Kind>List`` in JSON: the stored objects with their resourceVersion. A list
+    larger than a slice comes as a bytearray, grown a slice at a time (one copy of the
+    whole body at the end would hold the loop again)."""
     head = b'{"kind":"%s","apiVersion":"%s","metadata":%s,"items":[' % (
         kind.list_kind.encode(),
         kind.api_version.encode(),
         codec.dumps(list_metadata(res)),
     )
-    items = res.items
-    if not items:
-        return head + b"]}"
     splice = codec.splice_rv
-    out: list[bytes] = []
+    buf: bytearray | None = None
+    part: list[bytes] = []
     budget = SLICE_BYTES
-    for raw, rev in items:
-        out.append(splice(raw, rev))
+    for raw, rev in res.items:
+        part.append(splice(raw, rev))
         budget -= len(raw)
         if budget <= 0:
+            if buf is None:
+                buf = bytearray(head)
+            else:
+                buf += b","
+            buf += b",".join(part)
+            part = []
             budget = SLICE_BYTES
             await lane.take()
-    # The head joins the first item and the tail the last, so the body is copied once.
-    out[0] = head + out[0]
-    out[-1] += b"]}"
-    return b",".join(out)
+    if buf is None:  # one slice: the head joins the first item and the tail the last, one copy
+        if not part:
+            return head + b"]}"
+        part[0] = head + part[0]
+        part[-1] += b"]}"
+        return b",".join(part)
+    if part:
+        buf += b","
+        buf += b",".join(part)
+    buf += b"]}"
+    return buf
 
 
 def protobuf_schema(kind: KindInfo) -> Struct | None:
@@ -174,27 +187,39 @@ async def decode_items(res: ListResult, lane: Lane) -> list[dict]:
     return objs
 
 
-# Rows rendered between two returns to the event loop.
+# Objects decoded and rendered as Table rows between two returns to the event loop.
 SLICE_ROWS = 100
 
 
-async def table_json(
-    table: dict[str, Any], kind: KindInfo, objs: list[dict], include: str, target: Target, lane: Lane
+async def table_list(
+    table: dict[str, Any],
+    kind: KindInfo,
+    res: ListResult,
+    include: str,
+    target: Target,
+    lane: Lane,
+    keep: bool = False,
 ) -> bytes:
-    """``table`` (a Table whose ``rows``, its last key, is empty) in JSON with one row
-    per object; the rows are also added to ``table``."""
+    """``table`` (a Table whose ``rows``, its last key, is empty) in JSON with one row per
+    listed object, the objects decoded a slice at a time and let go once their rows are
+    written (freeing thousands of decoded objects at once would hold the loop too).
+    ``keep``: the rows are also added to ``table`` (for an audit event that records the
+    response)."""
     head = codec.dumps(table)
-    if not objs:
+    items = res.items
+    if not items:
         return head
     if not head.endswith(b'"rows":[]}'):
         raise ValueError("a Table's rows must be its last key")
     rows: list[dict] = table["rows"]
     slices: list[bytes] = []
-    for start in range(0, len(objs), SLICE_ROWS):
+    for start in range(0, len(items), SLICE_ROWS):
         if start:
             await lane.take()
-        chunk = table_rows(kind, objs[start : start + SLICE_ROWS], include, target)
-        rows += chunk
+        objs = [codec.decode_stored(raw, rev) for raw, rev in items[start : start + SLICE_ROWS]]
+        chunk = table_rows(kind, objs, include, target)
+        if keep:
+            rows += chunk
         slices.append(codec.dumps(chunk)[1:-1])
     slices[0] = head[:-2] + slices[0]
     slices[-1] += b"]}"
