@@ -42,26 +42,36 @@ def whole_json(res: ListResult) -> bytes:
     return head + b",".join(codec.splice_rv(raw, rev) for raw, rev in res.items) + b"]}"
 
 
-async def with_ticks(coro) -> tuple[object, int]:
-    """Runs ``coro`` beside a task counting event-loop turns; returns its result and the count."""
-    ticks = 0
-    stop = False
+class Ticker:
+    """Counts the turns of the event loop while it is entered."""
 
-    async def ticker() -> None:
-        nonlocal ticks
-        while not stop:
-            ticks += 1
+    def __init__(self) -> None:
+        self.turn = 0
+        self._stop = False
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        while not self._stop:
+            self.turn += 1
             await asyncio.sleep(0)
 
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    start = ticks
-    try:
+    async def __aenter__(self) -> "Ticker":
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._stop = True
+        assert self._task is not None
+        await self._task
+
+
+async def with_ticks(coro) -> tuple[object, int]:
+    """Runs ``coro``; returns its result and the turns the loop took meanwhile."""
+    async with Ticker() as ticker:
+        start = ticker.turn
         out = await coro
-    finally:
-        stop = True
-        await task
-    return out, ticks - start
+        return out, ticker.turn - start
 
 
 def lane() -> listbody.Lane:
@@ -124,26 +134,16 @@ def test_large_bodies_take_turns_oldest_first_one_slice_per_turn_of_the_loop():
         requests: list[dict] = [{}, {}, {}]
         lanes = [turns.lane(r) for r in requests]
         assert turns.lane(requests[1]).rank == lanes[1].rank  # building, then sending
-        turn = 0
         slices: list[tuple[int, int]] = []
-        stop = False
+        async with Ticker() as ticker:
 
-        async def loop_turns() -> None:
-            nonlocal turn
-            while not stop:
-                turn += 1
-                await asyncio.sleep(0)
+            async def body(name: int) -> None:
+                for _ in range(4):
+                    slices.append((ticker.turn, name))
+                    await lanes[name].take()
 
-        async def body(name: int) -> None:
-            for _ in range(4):
-                slices.append((turn, name))
-                await lanes[name].take()
-
-        counter = asyncio.create_task(loop_turns())
-        await asyncio.gather(*(body(i) for i in (2, 0, 1)))  # started in another order
-        stop = True
-        await counter
-        return slices, turn
+            await asyncio.gather(*(body(i) for i in (2, 0, 1)))  # started in another order
+            return slices, ticker.turn
 
     slices, total = asyncio.run(main())
     later = [t for t, _ in slices[3:]]  # the first slices all start in the first turn
