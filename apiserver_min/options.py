@@ -20,12 +20,13 @@ from .api import names
 from .api.duration import DurationError, parse_duration
 from .api.featuregates import FeatureGateError, FeatureGates, GateSpec, Stage, describe_known
 from .api.kinds import REGISTRY
+from .api.orchconfig import Target as WebhookTarget
+from .api.orchconfig import WebhookConfigError
 from .audit.logbackend import MODES as AUDIT_MODES
 from .audit.logbackend import LogOptions as AuditLogOptions
 from .audit.policy import Policy as AuditPolicy
 from .audit.policy import PolicyError as AuditPolicyError
 from .audit.policy import load_policy as load_audit_policy
-from .audit.webhook import WebhookConfigError as AuditWebhookConfigError
 from .audit.webhook import WebhookOptions as AuditWebhookOptions
 from .audit.webhook import load_webhook_config as load_audit_webhook_config
 from .authz.abac import Policy as AbacPolicy
@@ -37,8 +38,6 @@ from .authz.webhook import load_config as load_authz_webhook_config
 from .hostaddr import AddressError, advertise_address
 from .storage import encryption
 from .version import __version__
-from .webhookclient.orchconfig import Target as WebhookTarget
-from .webhookclient.orchconfig import WebhookConfigError
 
 
 class OptionsError(ValueError):
@@ -949,7 +948,7 @@ def _audit_options(ns: argparse.Namespace) -> dict:
     if ns.audit_webhook_config_file:
         try:
             target = load_audit_webhook_config(ns.audit_webhook_config_file)
-        except AuditWebhookConfigError as exc:
+        except WebhookConfigError as exc:
             raise OptionsError(
                 f"invalid value {ns.audit_webhook_config_file!r} for flag --audit-webhook-config-file: {exc}"
             ) from None

@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from . import protobuf_codegen as _codegen
 
@@ -96,6 +96,8 @@ __all__ = [
     "encode_unknown",
     "decode_unknown",
     "encode_list",
+    "encode_unknown_parts",
+    "ListEncoder",
     "watch_frame",
     "decode_watch_event",
     "iter_frames",
@@ -132,26 +134,20 @@ def encode_unknown(
     api_version: str, kind: str, raw: bytes, content_encoding: str = "", content_type: str = ""
 ) -> bytes:
     """The magic and ``runtime.Unknown`` around ``raw`` (all four fields written, as upstream)."""
+    return encode_unknown_parts(api_version, kind, [raw], content_encoding, content_type)
+
+
+def encode_unknown_parts(
+    api_version: str, kind: str, raw_parts: list[bytes], content_encoding: str = "", content_type: str = ""
+) -> bytes:
+    """:func:`encode_unknown` of the concatenation of ``raw_parts``, copied once."""
     av, k = api_version.encode(), kind.encode()
     tm = b"\x0a" + uvarint(len(av)) + av + b"\x12" + uvarint(len(k)) + k
     ce, ct = content_encoding.encode(), content_type.encode()
-    return b"".join(
-        (
-            MAGIC,
-            b"\x0a",
-            uvarint(len(tm)),
-            tm,
-            b"\x12",
-            uvarint(len(raw)),
-            raw,
-            b"\x1a",
-            uvarint(len(ce)),
-            ce,
-            b"\x22",
-            uvarint(len(ct)),
-            ct,
-        )
-    )
+    raw_len = sum(map(len, raw_parts))
+    head = (MAGIC, b"\x0a", uvarint(len(tm)), tm, b"\x12", uvarint(raw_len))
+    tail = (b"\x1a", uvarint(len(ce)), ce, b"\x22", uvarint(len(ct)), ct)
+    return b"".join((*head, *raw_parts, *tail))
 
 
 def encode(obj: dict, schema: Struct | None = None) -> bytes:
@@ -168,34 +164,49 @@ def encode(obj: dict, schema: Struct | None = None) -> bytes:
     return encode_unknown(av, kind, encode_message(obj, schema))
 
 
+class ListEncoder:
+    """A ``<Kind>List`` encoded item by item (no list dict is built), so that a caller
+    can pause between items: :meth:`add` each item, then :meth:`finish`. The bytes are
+    those of :func:`encode` of the whole list."""
+
+    def __init__(self, api_version: str, list_kind: str, metadata: dict, item_schema: Struct):
+        self.api_version, self.list_kind = api_version, list_kind
+        md = encode_message(metadata, LIST_META)
+        self.parts: list[bytes] = [b"\x0a", uvarint(len(md)), md]
+        self.count = 0
+        self._plan = plan = _plan(item_schema)
+        self._fast: Callable[[dict], bytes]
+        if _fast is not None:
+            cp, c_encode = _cplan(plan), _fast.encode
+            self._fast = lambda item: c_encode(cp, item)
+        else:
+            self._fast = _codegen.encoder(plan)
+
+    def add(self, item: dict) -> int:
+        """Encodes one item; returns its size in bytes."""
+        try:
+            b = self._fast(item)
+        except Exception:
+            try:
+                b = _encode_struct(self._plan, item)
+            except ProtobufError as exc:
+                raise exc.within(f"[{self.count}]").within("items") from None
+        self.parts += [b"\x12", uvarint(len(b)), b]
+        self.count += 1
+        return len(b)
+
+    def finish(self) -> bytes:
+        return encode_unknown_parts(self.api_version, self.list_kind, self.parts)
+
+
 def encode_list(
     api_version: str, list_kind: str, metadata: dict, items: Iterator[dict] | list[dict], item_schema: Struct
 ) -> bytes:
     """``<Kind>List`` enveloped, items encoded one by one (no list dict is built)."""
-    parts = [b"\x0a"]
-    md = encode_message(metadata, LIST_META)
-    parts += [uvarint(len(md)), md]
-    plan = _plan(item_schema)
-    if _fast is not None:
-        cp, c_encode = _cplan(plan), _fast.encode
-
-        def fast(item):
-            return c_encode(cp, item)
-    else:
-        fast = _codegen.encoder(plan)
-    for i, item in enumerate(items):
-        try:
-            b = fast(item)
-        except Exception:
-            try:
-                b = _encode_struct(plan, item)
-            except ProtobufError as exc:
-                raise exc.within(f"[{i}]").within("items") from None
-        parts += [b"\x12", uvarint(len(b)), b]
-    return encode_unknown(api_version, list_kind, b"".join(parts))
-
-
-# --- decoding -------------------------------------------------------------------------------------
+    enc = ListEncoder(api_version, list_kind, metadata, item_schema)
+    for item in items:
+        enc.add(item)
+    return enc.finish()
 
 
 def decode_message(data: bytes, schema: Struct, into: dict | None = None) -> dict:

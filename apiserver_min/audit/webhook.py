@@ -6,21 +6,18 @@ batch that still fails after its retries is dropped; both are counted."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import logging
-import os
 import ssl
-import tempfile
 import time
-import urllib.parse
 from typing import Any
 
 import aiohttp
 import orjson
 
-from ..api import codec, names
+from ..api import names
+from ..api.orchconfig import Target, load_target, ssl_context
 
 log = logging.getLogger("orch-apiserver.audit")
 
@@ -28,103 +25,19 @@ log = logging.getLogger("orch-apiserver.audit")
 ATTEMPTS = 4
 
 
-class WebhookConfigError(ValueError):
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class WebhookTarget:
-    url: str
-    ca_pem: bytes = b""
-    cert_pem: bytes = b""
-    key_pem: bytes = b""
-    token: str = ""
-
-
 @dataclasses.dataclass(frozen=True)
 class WebhookOptions:
-    target: WebhookTarget
+    target: Target
     batch_buffer_size: int = 10000
     batch_max_size: int = 400
     batch_max_wait: float = 30.0
     initial_backoff: float = 10.0
 
 
-def _file_or_data(entry: dict, key: str, base: str, where: str) -> bytes:
-    if entry.get(f"{key}-data"):
-        try:
-            return base64.b64decode(str(entry[f"{key}-data"]), validate=True)
-        except ValueError:
-            raise WebhookConfigError(f"{where}.{key}-data: not valid base64") from None
-    if entry.get(key):
-        path = str(entry[key])
-        full = path if os.path.isabs(path) else os.path.join(base, path)
-        try:
-            with open(full, "rb") as fh:
-                return fh.read()
-        except OSError as exc:
-            raise WebhookConfigError(f"{where}.{key}: cannot read {full}: {exc.strerror or exc}") from None
-    return b""
-
-
-def load_webhook_config(path: str) -> WebhookTarget:
-    """The webhook's address and credentials from an orchconfig file; errors name the file."""
-    try:
-        with open(path, "rb") as fh:
-            doc = codec.load_yaml(fh.read())
-    except OSError as exc:
-        raise WebhookConfigError(f"{path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise WebhookConfigError(f"{path}: neither YAML nor JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise WebhookConfigError(f"{path}: must be an orchconfig (apiVersion v1, kind Config)")
-    base = os.path.dirname(os.path.abspath(path))
-
-    def named(section: str, inner: str) -> dict[str, dict]:
-        return {str(e.get("name")): e.get(inner) or {} for e in doc.get(section) or [] if isinstance(e, dict)}
-
-    contexts, clusters, users = named("contexts", "context"), named("clusters", "cluster"), named("users", "user")
-    current = doc.get("current-context")
-    if current in contexts:
-        context = contexts[current]
-    elif len(contexts) == 1:
-        context = next(iter(contexts.values()))
-    elif not contexts and len(clusters) == 1:
-        context = {"cluster": next(iter(clusters))}
-    else:
-        raise WebhookConfigError(f"{path}: needs a current-context naming one of its contexts")
-    cluster = clusters.get(str(context.get("cluster")))
-    if not isinstance(cluster, dict) or not cluster.get("server"):
-        raise WebhookConfigError(f"{path}: the current context's cluster has no server")
-    url = str(cluster["server"])
-    if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
-        raise WebhookConfigError(f"{path}: the server {url!r} is not an http(s) URL")
-    user = users.get(str(context.get("user"))) or {}
-    cert = _file_or_data(user, "client-certificate", base, f"{path}: user")
-    key = _file_or_data(user, "client-key", base, f"{path}: user")
-    if bool(cert) != bool(key):
-        raise WebhookConfigError(f"{path}: a client certificate needs its key, and a key its certificate")
-    token = str(user.get("token") or "")
-    if not token and user.get("tokenFile"):
-        token = _file_or_data({"t": user["tokenFile"]}, "t", base, f"{path}: user.tokenFile").decode().strip()
-    return WebhookTarget(
-        url, _file_or_data(cluster, "certificate-authority", base, f"{path}: cluster"), cert, key, token
-    )
-
-
-def _ssl_context(t: WebhookTarget) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cadata=t.ca_pem.decode("latin-1")) if t.ca_pem else ssl.create_default_context()
-    if t.cert_pem:
-        # The ssl module loads a client certificate from a file only: a private one, removed at once.
-        fd, tmp = tempfile.mkstemp(prefix="orch-audit-webhook-", suffix=".pem")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(t.cert_pem.rstrip(b"\n") + b"\n" + t.key_pem)
-            ctx.load_cert_chain(tmp)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-    return ctx
+def load_webhook_config(path: str) -> Target:
+    """The webhook's address and credentials from an orchconfig file (http or https);
+    :class:`~..api.orchconfig.WebhookConfigError` names the file and the problem."""
+    return load_target(path, path, require_https=False)
 
 
 class _Retry(Exception):
@@ -213,7 +126,7 @@ class WebhookBackend:
 
     async def _post(self, body: bytes, headers: dict[str, str]) -> None:
         if self._session is None:
-            ctx = _ssl_context(self.opts.target) if self.opts.target.url.startswith("https") else None
+            ctx = ssl_context(self.opts.target) if self.opts.target.url.startswith("https") else None
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=ctx) if ctx is not None else aiohttp.TCPConnector(),
                 cookie_jar=aiohttp.DummyCookieJar(),

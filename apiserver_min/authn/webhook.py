@@ -26,9 +26,9 @@ import time
 from typing import Any, Callable
 
 from ..api import names
+from ..api.orchconfig import Target, WebhookConfigError, load_target
 from ..api.user import UserInfo
 from ..webhookclient.client import RETRY_INITIAL_SECONDS, CallError, JsonWebhook
-from ..webhookclient.orchconfig import Target, WebhookConfigError, load_target
 from .authenticator import AuthConfigError, TokenResult, Unauthorized
 
 log = logging.getLogger("orch-apiserver.authn.webhook")

@@ -34,9 +34,9 @@ from typing import Any, Callable
 import orjson
 
 from ..api import names
+from ..api.orchconfig import Target, WebhookConfigError, load_target
 from ..api.user import UserInfo
 from ..webhookclient.client import RETRY_INITIAL_SECONDS, CallError, JsonWebhook
-from ..webhookclient.orchconfig import Target, WebhookConfigError, load_target
 from .authorizer import AuthzAttributes, Decision, RulesResult
 
 log = logging.getLogger("orch-apiserver.authz.webhook")

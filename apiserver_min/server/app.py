@@ -60,6 +60,7 @@ from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
 from .health import Check, Health
 from .impersonation import impersonate
+from .listbody import Turns
 from .metrics import Metrics
 from .negotiation import error_body
 from .openapi import OpenAPI
@@ -96,17 +97,18 @@ def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.
 
 
 # A body larger than this goes out in slices of this size, each once the previous ones
-# have left the connection's buffer: the event loop serves other requests between
-# slices, and the request holds its flow-control seat until its body is sent.
+# have left the connection's buffer and it is the body's turn (large bodies take turns
+# with one another, see server/listbody.py): the event loop serves other requests
+# between slices, and the request holds its flow-control seat until its body is sent.
 _SEND_SLICE = 256 * 1024
 _SEND_PATIENCE = 60.0
 
 
-async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+async def _send_now(request: web.Request, resp: web.StreamResponse, turns: Turns) -> web.StreamResponse:
     """Write a large finished response now, in slices, rather than after the handler
     returns (aiohttp then finds it sent); returns what was sent. A client gone meanwhile
     ends it quietly."""
-    if resp.prepared or not isinstance(resp, web.Response) or not isinstance(resp.body, bytes):
+    if resp.prepared or not isinstance(resp, web.Response) or not isinstance(resp.body, (bytes, bytearray)):
         return resp
     body = resp.body
     if len(body) <= _SEND_SLICE or request.method == "HEAD":
@@ -118,10 +120,13 @@ async def _send_now(request: web.Request, resp: web.StreamResponse) -> web.Strea
         await out.prepare(request)
         transport = request.transport
         view = memoryview(body)
+        lane = turns.lane(request)
         # A client that reads too slowly stops holding up the rest after this long: what
         # is left is handed to the connection's buffer at once.
         give_up = time.monotonic() + _SEND_PATIENCE
         for start in range(0, len(body), _SEND_SLICE):
+            if start:
+                await lane.take()
             await out.write(view[start : start + _SEND_SLICE])
             pause = 0.002
             while transport is not None and not transport.is_closing() and time.monotonic() < give_up:
@@ -511,6 +516,7 @@ class ApiServer:
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
+        auditing.start(request)  # the Audit-ID every response carries (auditing.on_response_prepare)
         info = parse(request.method, request.path, request.query, self.registry, self.enabled)
         command_alias(info, request.headers.get(names.KUBECTL_COMMAND_HEADER))
         # For the edges (body decoding, response writing), which answer an alias group in its
@@ -586,7 +592,7 @@ class ApiServer:
                 # most while its response goes out), as the handler's time does upstream.
                 if ticket is not None:
                     resp.headers.update(ticket.headers)
-                return await _send_now(request, resp)
+                return await _send_now(request, resp, self.handlers.turns)
             return resp
         except st.ApiError as exc:
             code = exc.code
@@ -667,8 +673,6 @@ class ApiServer:
         audit.annotations.update(record.audit_annotations)
         if info.kind is not None and info.kind.deprecated:
             audit.annotations[names.AUDIT_DEPRECATED_ANNOTATION] = "true"
-        if resp is not None and not resp.prepared:
-            resp.headers[names.AUDIT_ID_HEADER] = audit.id
         try:
             self.auditor.emit(audit, stage)
         except AuditWriteError:
@@ -754,8 +758,7 @@ class ApiServer:
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.opts.max_request_body_bytes + 1024)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
-        if self.auditor is not None:
-            app.on_response_prepare.append(auditing.on_response_prepare)
+        app.on_response_prepare.append(auditing.on_response_prepare)
         if self.flow_control is not None:
             app.on_response_prepare.append(flowcontrol.on_response_prepare)
         return app

@@ -25,6 +25,10 @@ REQUEST_BODY_KEY = "orch.audit.request_body"
 # The decoded request object (any wire format), and the response object (or its JSON bytes).
 REQUEST_OBJECT_KEY = "orch.audit.request_object"
 RESPONSE_OBJECT_KEY = "orch.audit.response_object"
+# The request's audit ID: the client's Audit-ID header when valid, else a new one. Every
+# response carries it, audited or not and auditing on or off, as upstream's outermost
+# filter echoes it.
+AUDIT_ID_KEY = "orch.audit.id"
 
 # The audit record of the request being served, for the response-prepare hook.
 CURRENT: contextvars.ContextVar[tuple[Auditor, RequestAudit, bool] | None] = contextvars.ContextVar(
@@ -85,7 +89,7 @@ def begin(auditor: Auditor, request: web.Request, info: RequestInfo, user: UserI
             ref["subresource"] = info.subresource
     record = RequestAudit(
         decision,
-        audit_id(request.headers.get(names.AUDIT_ID_HEADER)),
+        request.get(AUDIT_ID_KEY) or audit_id(request.headers.get(names.AUDIT_ID_HEADER)),
         verb=info.verb,
         request_uri=request.path_qs,
         user=user,
@@ -97,7 +101,7 @@ def begin(auditor: Auditor, request: web.Request, info: RequestInfo, user: UserI
     return record
 
 
-def _decode(body: bytes, content_type: str) -> Any:
+def _decode(body: bytes | bytearray, content_type: str) -> Any:
     if not body:
         return None
     try:
@@ -124,24 +128,37 @@ def capture_bodies(record: RequestAudit, request: web.Request, resp: web.StreamR
         record.set_request_object(obj)
     if level_at_least(level, "RequestResponse"):
         obj = request.get(RESPONSE_OBJECT_KEY)  # JSON bytes are kept as they are (see RequestAudit)
-        if obj is None and isinstance(resp, web.Response) and isinstance(resp.body, bytes):
+        if obj is None and isinstance(resp, web.Response) and isinstance(resp.body, (bytes, bytearray)):
             obj = _decode(resp.body, resp.content_type)  # an error's Status, a review's answer
         record.set_response_object(obj)
+
+
+def records_response() -> bool:
+    """Whether the request being served is audited at a level that records its response."""
+    current = CURRENT.get()
+    return current is not None and level_at_least(current[1].decision.level, "RequestResponse")
 
 
 def complete(record: RequestAudit, code: int, status: dict[str, Any] | None) -> None:
     record.response_status = response_status(code, status)
 
 
+def start(request: web.Request) -> None:
+    """The request's audit ID, taken before anything else (every response names it)."""
+    request[AUDIT_ID_KEY] = audit_id(request.headers.get(names.AUDIT_ID_HEADER))
+
+
 async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    """aiohttp's hook as headers go out: the Audit-ID header, and a long-running
-    request's ResponseStarted event."""
+    """aiohttp's hook as headers go out: the Audit-ID header (one already set, by a
+    proxied backend say, is kept), and a long-running request's ResponseStarted event."""
+    if names.AUDIT_ID_HEADER not in response.headers:
+        value = request.get(AUDIT_ID_KEY)
+        if value is not None:
+            response.headers[names.AUDIT_ID_HEADER] = value
     current = CURRENT.get()
     if current is None:
         return
     auditor, record, streaming = current
-    if names.AUDIT_ID_HEADER not in response.headers:
-        response.headers[names.AUDIT_ID_HEADER] = record.id
     if streaming and not record.started_sent:
         record.started_sent = True
         record.response_status = response_status(response.status, None)

@@ -35,10 +35,11 @@ from ..registry.rest import (
     decodes_body,
     validates_body_fields,
 )
-from ..registry.store import DeleteOptions, ListResult, parse_rv
+from ..registry.store import DeleteOptions, parse_rv
 from ..storage.cacher import CacheEvent, Watcher, WatcherClosed, chunked_transport_sink
 from ..storage.interface import CompactedError
 from ..storage.keys import key_prefix
+from . import auditing, listbody
 from .auditing import REQUEST_BODY_KEY, REQUEST_OBJECT_KEY, RESPONSE_OBJECT_KEY
 from .negotiation import JSON, Target, negotiate, protobuf_body, table, validate_include_object
 from .reviews import review_protobuf_decoders
@@ -286,6 +287,8 @@ class ResourceHandlers:
         self.server = server
         self.store = server.store
         self.cache = server.cache
+        # Large bodies (lists built here, any body sent in slices) take turns on the loop.
+        self.turns = listbody.Turns()
 
     # --- response helpers ------------------------------------------------------------
     async def _respond_raw(
@@ -798,42 +801,40 @@ class ResourceHandlers:
             limit,
             q.get("continue"),
         )
-        if target.form == "json" and not self._pretty(request):
-            body = self._list_bytes(kind, res)
-            alias = request.get(GROUP_ALIAS_KEY)
+        # Large lists are built in slices that give the event loop back (server/listbody.py).
+        lane = self.turns.lane(request)
+        alias = request.get(GROUP_ALIAS_KEY)
+        pretty = self._pretty(request)
+        if target.form == "json" and not pretty:
+            body = await listbody.json_list(kind, res, lane)
             if alias is not None:
                 body = codec.dumps(alias.to_requested(await alias.convert(codec.load_json(body))))
             return web.Response(body=body, content_type="application/json")
         if target.form == "table":
-            objs = [codec.decode_stored(raw, rev) for raw, rev in res.items]
-            alias = request.get(GROUP_ALIAS_KEY)
+            list_md: dict[str, Any] = {
+                "resource_version": str(res.resource_version),
+                "continue_token": res.continue_token,
+                "remaining": res.remaining,
+            }
+            if alias is None and not pretty:
+                keep = auditing.records_response()
+                tbl = table(kind, [], target, include, **list_md)
+                body = await listbody.table_list(tbl, kind, res, include, target, lane, keep)
+                if keep:
+                    request[RESPONSE_OBJECT_KEY] = tbl
+                return self._with_warnings(request, web.Response(body=body, content_type="application/json"))
+            objs = await listbody.decode_items(res, lane)
             if alias is not None:  # the columns read the objects in the requested version
                 objs = (await alias.convert({"kind": "List", "items": objs}))["items"]
-            body = table(
-                kind,
-                objs,
-                target,
-                include,
-                resource_version=str(res.resource_version),
-                continue_token=res.continue_token,
-                remaining=res.remaining,
-            )
-            return await self._respond_obj(request, body, 200, JSON)
-        return await self._respond_obj(request, codec.load_json(self._list_bytes(kind, res)), 200, target)
-
-    @staticmethod
-    def _list_bytes(kind: KindInfo, res: ListResult) -> bytes:
-        md: dict[str, Any] = {"resourceVersion": str(res.resource_version)}
-        if res.continue_token:
-            md["continue"] = res.continue_token
-        if res.remaining is not None:
-            md["remainingItemCount"] = res.remaining
-        head = b'{"kind":"%s","apiVersion":"%s","metadata":%s,"items":[' % (
-            kind.list_kind.encode(),
-            kind.api_version.encode(),
-            codec.dumps(md),
-        )
-        return head + b",".join(codec.splice_rv(raw, rev) for raw, rev in res.items) + b"]}"
+            return await self._respond_obj(request, table(kind, objs, target, include, **list_md), 200, JSON)
+        if target.form == "protobuf" and alias is None:
+            item_schema = listbody.protobuf_schema(kind)
+            if item_schema is not None:
+                body, listed = await listbody.protobuf_list(kind, res, item_schema, lane, auditing.records_response())
+                if listed is not None:
+                    request[RESPONSE_OBJECT_KEY] = listed
+                return self._with_warnings(request, web.Response(body=body, content_type=target.content_type))
+        return await self._respond_obj(request, codec.load_json(await listbody.json_list(kind, res, lane)), 200, target)
 
     # --- watch ------------------------------------------------------------------------
     async def watch(self, request: web.Request, info: RequestInfo, kind: KindInfo) -> web.StreamResponse:

@@ -15,8 +15,8 @@ import urllib.parse
 import aiohttp
 import orjson
 
+from ..api.orchconfig import Target, ssl_context
 from .errors import describe_exception
-from .orchconfig import Target, ssl_context
 
 REQUEST_TIMEOUT_SECONDS = 30.0
 MAX_RESPONSE_BYTES = 1 << 20

@@ -17,7 +17,21 @@ each) get client certificates from the server's CA and cluster-admin:
   S seconds, each connection waiting Retry-After after a 429 as a client should,
   while ``bench-quiet`` GETs one pod every 10 ms; printed: the quiet user's GET p50/p99
   (target p99 <= 100 ms with flow control), the noisy user's LISTs served and 429s
-  (and whether every 429 carried Retry-After), for both servers.
+  (the acceptance point: 429s, each with Retry-After, with flow control), for both
+  servers.
+
+429s are counted, never a failure of the run: the creates' (small ``--inflight``
+limits refuse some at once without flow control), the noisy LISTs' and the quiet GETs'.
+
+Why ``--request-timeout 12s`` by default (``--request-timeout ''`` for the servers'
+own 1m): a request waits in its priority level's queue at most a quarter of it. At the
+defaults the noisy user's 200 LISTs neither fill their queues (the global-default
+level gives a flow 6 queues of 50) nor wait 15 s (the level borrows seats, and the
+LISTs drain within seconds), so all are served, late, and no 429 shows; with a 3 s
+wait limit the LISTs beyond what the level serves in 3 s are answered 429 with
+Retry-After, as an operator would see a noisy client refused, while the creates and
+GETs (milliseconds) are far from either limit. The seat flags stay at their defaults,
+so the creates compare flow control with the plain limits as shipped.
 
 Every load loop is bounded by its window; every process started here is stopped by its
 PID before exit.
@@ -60,6 +74,7 @@ NS = "apf-bench"
 WRITE_NS = "apf-bench-writes"
 USERS = ("bench-writer", "bench-noisy", "bench-quiet")
 GET_P99_TARGET = 0.100
+DEFAULT_REQUEST_TIMEOUT = "12s"
 CREATE_SHARE_TARGET = 0.95
 
 
@@ -235,17 +250,18 @@ async def quiet_main(spec: dict) -> dict:
     await asyncio.sleep(spec.get("delay", 0.0))
     deadline = time.monotonic() + spec["seconds"]
     lat: list[float] = []
-    errors = 0
+    errors = rejected = 0
     try:
         while time.monotonic() < deadline:
             t0 = time.perf_counter()
             status, _, _ = await c.request("GET", f"/api/v1/namespaces/{NS}/pods/pod-0000001")
             lat.append(time.perf_counter() - t0)
-            errors += status != 200
+            rejected += status == 429
+            errors += status not in (200, 429)
             await asyncio.sleep(0.01)
     finally:
         c.close()
-    return {"latencies": lat, "errors": errors}
+    return {"latencies": lat, "errors": errors, "rejected": rejected}
 
 
 def child_main(role: str, spec_json: str) -> int:
@@ -309,6 +325,12 @@ def main() -> int:
         help="READ,MUTATING: --max-requests-inflight and --max-mutating-requests-inflight of both "
         "servers (default: the servers' defaults, 400,200)",
     )
+    parser.add_argument(
+        "--request-timeout",
+        default=DEFAULT_REQUEST_TIMEOUT,
+        help="both servers' --request-timeout; a request waits in its queue at most a quarter of it "
+        f"(default {DEFAULT_REQUEST_TIMEOUT}: see the top of this file; '' for the servers' own, 1m)",
+    )
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     use_uvloop()
@@ -318,7 +340,13 @@ def main() -> int:
     if args.inflight:
         read, mutating = args.inflight.split(",")
         limits = ["--max-requests-inflight", read, "--max-mutating-requests-inflight", mutating]
-    print(f"in-flight limits: {args.inflight or '400,200 (defaults)'}", flush=True)
+    if args.request_timeout:
+        limits += ["--request-timeout", args.request_timeout]
+    print(
+        f"in-flight limits: {args.inflight or '400,200 (defaults)'}; "
+        f"--request-timeout {args.request_timeout or '1m (default)'}",
+        flush=True,
+    )
     servers = {
         "apf": FlowServer(root, "apf", limits),
         "no-apf": FlowServer(root, "no-apf", limits + ["--enable-priority-and-fairness=false"]),
@@ -338,6 +366,7 @@ def main() -> int:
             server.start()
             server.user_creds = first.user_creds
         rates: dict[str, list[float]] = {n: [] for n in servers}
+        create_429: dict[str, int] = {n: 0 for n in servers}
         for _ in range(args.rounds):
             for name, server in servers.items():
                 r = bench.load_window(
@@ -349,10 +378,15 @@ def main() -> int:
                     (server.pid,),
                     label=name,
                 )
-                if r["errors"]:
-                    raise BenchError(f"{name}: create errors {r['errors']}: {r['first_error']}")
+                # Small in-flight limits answer some creates 429 (at once without flow control,
+                # after a queue wait with it): counted and shown, not a failure of the run.
+                rejected = r["errors"].get("429", 0)
+                other = {k: v for k, v in r["errors"].items() if k != "429"}
+                if other:
+                    raise BenchError(f"{name}: create errors {other}: {r['first_error']}")
+                create_429[name] += rejected
                 rates[name].append(r["rate"])
-                print(f"  creates {name:7s} {r['rate']:8.0f}/s", flush=True)
+                print(f"  creates {name:7s} {r['rate']:8.0f}/s ({rejected} answered 429)", flush=True)
         noisy: dict[str, dict] = {}
         for name, server in servers.items():
             noisy[name] = noisy_window(server, args, root)
@@ -375,14 +409,19 @@ def main() -> int:
             f"{'<=100':>10s} {'met' if p99 <= GET_P99_TARGET else 'MISSED'}"
         )
         print(
-            f"{'quiet user GETs (errors)':52s} {row['apf'][2]:6d} ({row['apf'][3]}) {row['no-apf'][2]:6d} ({row['no-apf'][3]})"
+            f"{'quiet user GETs (429s, other errors)':52s} "
+            + " ".join(
+                f"{row[n][2]:5d} ({noisy[n]['_quiet']['rejected']},{row[n][3]})".rjust(10) for n in ("apf", "no-apf")
+            )
         )
+        print(f"{'creates answered 429 (all rounds)':52s} {create_429['apf']:10d} {create_429['no-apf']:10d}")
         for label, key in (("noisy LISTs served", "ok"), ("noisy LISTs answered 429", "rejected")):
             print(f"{label:52s} {noisy['apf']['_noisy'][key]:10d} {noisy['no-apf']['_noisy'][key]:10d}")
         n = noisy["apf"]["_noisy"]
         ok429 = n["rejected"] > 0 and n["rejected_without_retry_after"] == 0
+        seen = f"{n['rejected']} ({n['rejected_without_retry_after']} without)"
         print(
-            f"{'noisy 429s all with Retry-After':52s} {'yes' if ok429 else 'NO':>10s} {'':>10s} "
+            f"{'noisy user got 429s with Retry-After (APF)':52s} {seen:>21s} "
             f"{'429s seen':>10s} {'met' if ok429 else 'MISSED'}"
         )
         for name in servers:

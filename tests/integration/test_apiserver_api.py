@@ -1016,6 +1016,24 @@ def test_version(apiserver):
     assert len(parts) == 3 and all(p.isdigit() for p in parts)
 
 
+def test_every_response_names_its_audit_id_with_auditing_off(apiserver):
+    """As upstream's outermost filter does: each response carries an Audit-ID (the
+    client's own when it sent one), audited or not; this server has no audit policy."""
+    ids = set()
+    for path, cert, code in (
+        ("/version", True, 200),
+        ("/api/v1/namespaces/nowhere-x/pods/none", True, 404),
+        ("/api/v1/pods", False, 403),  # anonymous
+        ("/openapi/v2", True, 200),  # a large body: sent in slices
+    ):
+        status, hdrs, body = apiserver.request("GET", path, client_cert=cert)
+        assert status == code, (path, body[:200])
+        ids.add(str(uuid.UUID(hdrs["audit-id"])))
+    assert len(body) > 256 * 1024 and len(ids) == 4
+    status, hdrs, _ = apiserver.request("GET", "/readyz", headers={"Audit-ID": "client-chosen-1"})
+    assert (status, hdrs["audit-id"]) == (200, "client-chosen-1")
+
+
 # --- negotiation -------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from apiserver_min.api import names
 from apiserver_min.api import status as st
+from apiserver_min.api.orchconfig import Target
 from apiserver_min.api.user import UserInfo
 from apiserver_min.authz import abac, webhook
 from apiserver_min.authz.authorizer import AlwaysDeny, AuthzAttributes, Decision, Union
@@ -18,7 +19,6 @@ from apiserver_min.options import OptionsError
 from apiserver_min.options import parse as parse_args
 from apiserver_min.server.timeouts import TIMEOUT_MESSAGE, Deadlines, requested_timeout, timed_out
 from apiserver_min.webhookclient.client import CallError, JsonWebhook
-from apiserver_min.webhookclient.orchconfig import Target
 from tests.components import free_port
 
 ALICE = UserInfo("alice", uid="u-1", groups=("dev", names.GROUP_AUTHENTICATED), extra={"scope": ("a",)})

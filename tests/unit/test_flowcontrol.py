@@ -216,6 +216,24 @@ def test_a_quiet_flow_is_served_before_a_noisy_backlog():
     asyncio.run(run())
 
 
+def test_a_short_narrow_request_fills_seats_a_blocked_wide_head_cannot_use():
+    async def run():
+        lv = _queuing_level(queues=64, hand=6, limit=50, seats=49)
+        lv.estimates = {10: 1.0, 2: 0.5, 1: 0.003}
+        running = [r for r in (lv.admit(10, "gd", "noisy") for _ in range(20)) if r.future is None]
+        assert lv.executing_seats == 40
+        lv.r = 100.0  # the noisy queues are owed service: their heads would finish first
+        quiet = lv.admit(1, "gd", "quiet")
+        assert quiet.future is not None and quiet.future.done()  # 9 seats free, 3 ms expected: ahead of the LIST
+        slow = lv.admit(2, "gd", "other")  # half as long as a LIST: it waits its turn
+        assert slow.future is not None and not slow.future.done()
+        lv.finish(quiet, 0.003)
+        started = lv.finish(running[0], 1.0)
+        assert [r.width for r in started][:1] == [10]  # the wide head was not passed over
+
+    asyncio.run(run())
+
+
 def test_waiting_requests_that_gave_up_leave_the_queue():
     async def run():
         lv = _queuing_level(seats=1)

@@ -18,8 +18,13 @@ request moves it by ``width`` times the expected service time of that width, and
 request's completion corrects that by the time it really took. The next request to run
 is the queue head with the earliest virtual finish (``next_r`` plus its own expected
 service) — so a queue that received less, or a short request, goes first. When that head
-does not fit in the free seats, the others wait too (wide requests are not starved). An
-idle queue that becomes busy starts at the current R (no saved-up credit). Expected
+does not fit in the free seats, the others wait too (wide requests are not starved),
+except a head that fits in the free seats and is expected to take at most a tenth of
+that head's time: it is done before enough seats are likely free for the wide one, so
+a quiet user's GET does not wait for a noisy user's LIST to finish (a departure from
+upstream, where every head waits; its LISTs finish in milliseconds, ours can take
+seconds on a busy machine). An idle queue that becomes busy starts at the current R
+(no saved-up credit). Expected
 service times are averages of recent ones per request width (upstream uses a constant
 and corrects it the same way).
 """
@@ -35,6 +40,9 @@ from typing import Any
 
 # The service time assumed for a request width not seen yet (upstream's estimate).
 INITIAL_ESTIMATE = 0.003
+# A narrow request may start ahead of a wider head that cannot start yet when it is
+# expected to take at most this share of that one's time (see Level._backfill).
+BACKFILL_SHARE = 0.1
 # The seat count that stands for "no upper bound" on borrowing.
 UNBOUNDED = 1 << 30
 
@@ -279,7 +287,10 @@ class Level:
                     self.busy -= 1
                 continue
             if self.executing_seats + head.width > self.current_limit and self.executing_seats > 0:
-                break
+                filler = self._backfill(head)
+                if filler is None:
+                    break
+                best, head = filler
             best.waiting.popleft()
             self._unqueue(best, head)
             self._start(head)
@@ -287,6 +298,28 @@ class Level:
                 head.future.set_result(True)
             started.append(head)
         return started
+
+    def _backfill(self, blocked: Request) -> tuple[Queue, Request] | None:
+        """A queue head that may start while ``blocked`` (the head that would finish first,
+        too wide for the free seats) waits: it fits in the free seats, and is expected to
+        take at most :data:`BACKFILL_SHARE` of the time the blocked one takes, so it is
+        done before enough seats are likely free for that one (which it then delays
+        little, if at all). The earliest to finish in virtual time of those."""
+        free = self.current_limit - self.executing_seats
+        longest = BACKFILL_SHARE * self.estimate(blocked.width)
+        pick: tuple[Queue, Request] | None = None
+        pick_finish = 0.0
+        for q in self.nonempty:
+            head = q.waiting[0]
+            if head is blocked or head.width > free or (head.future is not None and head.future.done()):
+                continue
+            service = self.estimate(head.width)
+            if service > longest:
+                continue
+            finish = q.next_r + head.width * service
+            if pick is None or finish < pick_finish:
+                pick, pick_finish = (q, head), finish
+        return pick
 
     def abandon(self, req: Request) -> None:
         """A waiting request gives up (timed out or cancelled)."""

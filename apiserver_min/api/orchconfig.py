@@ -2,9 +2,13 @@
 current context's cluster gives the URL and the CA, and whose user gives the
 credentials the server presents (a client certificate and key, or a token).
 
-Shared by the token review webhook (``--authentication-token-webhook-config-file``),
-the authorization webhook (``--authorization-webhook-config-file``) and the audit
-webhook (``--audit-webhook-config-file``)."""
+The one reader of these files for the token review webhook
+(``--authentication-token-webhook-config-file``), the authorization webhook
+(``--authorization-webhook-config-file``) and the audit webhook
+(``--audit-webhook-config-file``). It lives in the contract because it reads only
+files (and builds the TLS context they describe): audit logging may depend on the
+contract alone, and the webhook callers' shared client (``webhookclient``) sits on
+the storage."""
 
 from __future__ import annotations
 
