@@ -154,8 +154,18 @@ class RuntimeConfig:
 
     def __init__(self, entries: dict[str, bool]):
         self.entries = entries
+        self._answers: dict[tuple[str, str, str], bool] = {}  # the flags are fixed: asked once each
 
     def enabled(self, group: str, version: str, resource: str = "") -> bool:
+        key = (group, version, resource)
+        answer = self._answers.get(key)
+        if answer is None:
+            if len(self._answers) > 4096:  # paths name arbitrary groups and versions
+                self._answers.clear()
+            answer = self._answers[key] = self._enabled(group, version, resource)
+        return answer
+
+    def _enabled(self, group: str, version: str, resource: str) -> bool:
         gv = f"{group}/{version}" if group else version
         e = self.entries
         if resource and f"{gv}/{resource}" in e:
@@ -486,7 +496,7 @@ class ApiServer:
         info: RequestInfo,
         query=None,
         audit: RequestAudit | None = None,
-        uri: str = "",
+        request: web.Request | None = None,
     ) -> None:
         """Ask the authorizer chain (--authorization-mode), every authorizer (the webhook
         too); anything not allowed is a 403 naming the user, verb and resource, and a
@@ -497,6 +507,7 @@ class ApiServer:
         decision, reason, error = await self.authorizer.decide(attrs)
         allowed = decision is AuthzDecision.ALLOW
         if not allowed and error:
+            uri = request.path_qs if request is not None else info.path
             log.error("authorization of %s failed: %s", uri, error)
             if audit is not None:
                 audit.annotations[names.AUDIT_REASON_ANNOTATION] = "internal error"
@@ -568,12 +579,13 @@ class ApiServer:
                 info.verb, info.subresource, request.query
             ):
                 inflight_kind = self.inflight_limits.enter(user, info.verb)
-            await self.authorize(user, info, request.query, audit, request.path_qs)
+            await self.authorize(user, info, request.query, audit, request)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self.deadlines.finish(deadline)  # no await may come between the work and this
                 self._deprecation(info, resp)
-                _admission_warnings(resp, record)
+                if record.warnings:
+                    _admission_warnings(resp, record)
             else:
                 resp = await self.non_resource(request, info)
                 self.deadlines.finish(deadline)
@@ -581,8 +593,8 @@ class ApiServer:
             if (ticket is not None and not ticket.long_running) or inflight_kind is not None:
                 # The request holds its seat until its body is written (a large LIST costs
                 # most while its response goes out), as the handler's time does upstream.
-                if ticket is not None:
-                    resp.headers.update(ticket.headers)
+                # (A response prepared meanwhile gets the ticket's headers from the
+                # prepare hook; one that is not, below.)
                 return await _send_now(request, resp)
             return resp
         except st.ApiError as exc:
