@@ -524,7 +524,10 @@ class ApiServer:
         command_alias(info, request.headers.get(names.KUBECTL_COMMAND_HEADER))
         # For the edges (body decoding, response writing), which answer an alias group in its
         # spelling; set on every request, as a hit is cheaper than a missing key's KeyError.
-        request[GROUP_ALIAS_KEY] = info.alias or storage_version_alias(info)
+        kind = info.kind
+        request[GROUP_ALIAS_KEY] = info.alias or (
+            storage_version_alias(info) if kind is not None and kind.custom else None
+        )
         code = 500
         self._inflight += 1
         # Admission plugins' warnings (and audit annotations) for this request.
@@ -538,7 +541,10 @@ class ApiServer:
         deadline: Deadline | None = None
         try:
             if not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
-                deadline = self.deadlines.start(requested_timeout(request.query, self.deadlines.default))
+                query = request.query
+                deadline = self.deadlines.start(
+                    requested_timeout(query, self.deadlines.default) if "timeout" in query else self.deadlines.default
+                )
             try:
                 user = await self.authenticate(request)
             except st.ApiError as exc:

@@ -346,6 +346,8 @@ class ResourceCache:
         return self._sorted_keys
 
     def sorted_entries(self, namespace: str | None = None) -> list[Entry]:
+        if not self.items:  # most kinds most of the time (controllers ask on every pod event)
+            return []
         keys, items = self._keys(), self.items
         if namespace is None:
             return [items[k] for k in keys]
