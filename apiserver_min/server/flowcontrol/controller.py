@@ -103,9 +103,15 @@ class Ticket:
         self.long_running = False
 
     def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.control._finish(self)
+        if self.released:
+            return
+        self.released = True
+        if self.req is None:  # exempt (see FlowControl.admit): only counted
+            self.control.metrics.executing[self.key] -= 1
+            self.level.executing -= 1
+            self.level.executing_seats -= 1
+            return
+        self.control._finish(self)
 
 
 # The ticket of the request being served, for the response-prepare hook (streams).
@@ -382,13 +388,8 @@ class FlowControl:
 
     def _finish(self, ticket: Ticket) -> None:
         self.metrics.executing[ticket.key] -= 1
-        req = ticket.req
-        if req is None:  # exempt (see admit)
-            level = ticket.level
-            level.executing -= 1
-            level.executing_seats -= 1
-            return
-        self._finish_request(ticket.level, req, time.monotonic() - ticket.started)
+        assert ticket.req is not None  # exempt tickets finish in Ticket.release
+        self._finish_request(ticket.level, ticket.req, time.monotonic() - ticket.started)
 
     def _finish_request(self, level: Level, req: Request, seconds: float) -> None:
         if level.exempt:
