@@ -23,6 +23,7 @@ from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import SYSTEM_USER
 from apiserver_min.options import OptionsError, parse
 from apiserver_min.registry.store import Store
+from apiserver_min.server.timeouts import Deadlines
 from apiserver_min.storage.cacher import Entry, WatchCache
 from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.sqlite import SqliteBackend
@@ -195,3 +196,25 @@ def test_a_key_finds_the_cache_of_its_longest_prefix():
     assert cache.cache_for_key("/pods/team/web") is pods
     assert cache.cache_for_key("/pods/special/web") is nested
     assert cache.cache_for_key("/nothing/team/web") is None and cache.cache_for_key("pods") is None
+
+
+async def test_deadlines_cancel_what_outlives_them_and_forget_what_finished():
+    """One timer for the default length (oldest first), one of its own for a shorter one;
+    a finished deadline never fires."""
+    deadlines = Deadlines(0.05)
+    fired: list[str] = []
+
+    async def guarded(name: str, seconds: float, work: float) -> None:
+        d = deadlines.start(seconds)
+        try:
+            await asyncio.sleep(work)
+            deadlines.finish(d)
+        except asyncio.CancelledError:
+            assert d.expired
+            fired.append(name)
+
+    await asyncio.gather(
+        guarded("slow", 0.05, 1.0), guarded("quick", 0.05, 0.0), guarded("short", 0.01, 1.0), guarded("done", 0.01, 0.0)
+    )
+    assert sorted(fired) == ["short", "slow"]
+    assert not deadlines._fifo
