@@ -95,6 +95,10 @@ def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.
     return resp
 
 
+# The verbs either long-running test (auditing.long_running, flowcontrol.is_long_running)
+# can answer True for without a sub-resource or a watch parameter.
+_MAYBE_LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
+
 # A body larger than this goes out in slices of this size, each once the previous ones
 # have left the connection's buffer: the event loop serves other requests between
 # slices, and the request holds its flow-control seat until its body is sent.
@@ -536,8 +540,10 @@ class ApiServer:
         inflight_kind: str | None = None
         deadline: Deadline | None = None
         try:
-            if not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
-                query = request.query
+            query = request.query
+            # Most requests give neither long-running test anything to look at.
+            plain = not info.subresource and info.verb not in _MAYBE_LONG_RUNNING_VERBS and "watch" not in query
+            if plain or not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
                 deadline = self.deadlines.start(
                     requested_timeout(query, self.deadlines.default) if "timeout" in query else self.deadlines.default
                 )
@@ -577,10 +583,10 @@ class ApiServer:
                     request.query,
                 )
                 if ticket is not None:
-                    ticket.long_running = flowcontrol.is_long_running(info.verb, info.subresource, request.query)
+                    ticket.long_running = not plain and flowcontrol.is_long_running(info.verb, info.subresource, query)
                     flowcontrol.CURRENT.set(ticket)
-            elif self.inflight_limits is not None and not flowcontrol.is_long_running(
-                info.verb, info.subresource, request.query
+            elif self.inflight_limits is not None and (
+                plain or not flowcontrol.is_long_running(info.verb, info.subresource, query)
             ):
                 inflight_kind = self.inflight_limits.enter(user, info.verb)
             await self.authorize(user, info, request.query, audit, request)
