@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     pass
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class RequestRecord:
     """What admission plugins hand back besides their decision, for one request:
     warnings for the client (the response's ``Warning`` headers) and audit

@@ -159,7 +159,12 @@ def request_client_certificates(ctx: ssl.SSLContext) -> bool:
     handshake (upstream's tls.RequestClientCert), leaving verification to the x509
     authenticator. True when done; False when it could not be done safely, in which
     case the context verifies certificates in the handshake (CERT_OPTIONAL against
-    the locations already loaded) and one warning says so."""
+    the locations already loaded) and one warning says so.
+
+    Renegotiation is refused either way (upstream's TLS server has none): a connection's
+    client certificate is then fixed for its life, so an outcome may be kept per
+    connection (authn/x509.py)."""
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
     try:
         _install(ctx)
         return True
@@ -485,6 +490,11 @@ class ClientCertificateVerifier:
         log.info("client CA bundle %s: %d certificate(s)", self.ca_file, len(bundle.certs))
 
     def verify(self, der: bytes, intermediates: Sequence[bytes] = ()) -> VerifiedCertificate:
+        return self.check(der, intermediates)[0]
+
+    def check(self, der: bytes, intermediates: Sequence[bytes] = ()) -> tuple[VerifiedCertificate, float]:
+        """The verified certificate and the monotonic time until which this outcome may
+        be reused (see :meth:`holds`); CertificateError when it does not verify."""
         bundle = self.bundle()
         h = hashlib.sha256(der)
         for d in intermediates:
@@ -496,7 +506,7 @@ class ClientCertificateVerifier:
                 raise CertificateError(entry.error)
             res = entry.result
             if res is not None and res.valid_from <= self.wall() <= res.valid_until:
-                return res
+                return res, entry.until
         self.full_checks += 1
         now = _dt.datetime.fromtimestamp(self.wall(), _dt.timezone.utc)
         try:
@@ -507,8 +517,25 @@ class ClientCertificateVerifier:
             else:
                 self._cache.pop(key, None)
             raise
-        self._remember(key, _Entry(res, None, self.monotonic() + self.cache_ttl, self.generation))
-        return res
+        until = self.monotonic() + self.cache_ttl
+        self._remember(key, _Entry(res, None, until, self.generation))
+        return res, until
+
+    def holds(self, res: VerifiedCertificate, generation: int, until: float) -> bool:
+        """Whether an outcome of :meth:`check` made under bundle ``generation`` may be
+        reused now without looking at the certificate again (a TLS connection's peer
+        certificate cannot change): the bundle is still that one (re-read when its file
+        changed), the outcome's lifetime has not passed and the time is inside the
+        chain's validity window. The same conditions as a hit in the verifier's cache."""
+        try:
+            self.bundle()
+        except CertificateError:
+            return False
+        return (
+            generation == self.generation
+            and self.monotonic() < until
+            and res.valid_from <= self.wall() <= res.valid_until
+        )
 
     def _remember(self, key: bytes, entry: _Entry) -> None:
         if self.cache_ttl <= 0:

@@ -61,18 +61,6 @@ class AuthenticationChain:
         return dataclasses.replace(res, user=with_authenticated_group(res.user))
 
 
-async def authenticate_or_401(chain: AuthenticationChain, request: Any) -> UserInfo | None:
-    """What the request path needs: the user (None for anonymous, which the
-    authorizer treats as system:anonymous) or a 401 Status."""
-    try:
-        user = await chain.authenticate(request)
-    except Unauthorized as exc:
-        peer = request.remote if hasattr(request, "remote") else ""
-        log.info("unable to authenticate the request from %s: %s", peer, exc)
-        raise st.unauthorized("Unauthorized") from None
-    return None if user is ANONYMOUS else user
-
-
 class Authentication:
     """Everything authentication adds to the server: the request chain, the token
     authenticators (also asked by TokenReview) and the TokenRequest signer.
@@ -139,8 +127,15 @@ class Authentication:
             await self.token_webhook.close()
 
     async def authenticate(self, request: Any) -> UserInfo | None:
-        """The request's user, None for anonymous; a 401 ApiError for bad credentials."""
-        return await authenticate_or_401(self.chain, request)
+        """What the request path needs: the user (None for anonymous, which the
+        authorizer treats as system:anonymous) or a 401 ApiError for bad credentials."""
+        try:
+            user = await self.chain.authenticate(request)
+        except Unauthorized as exc:
+            peer = request.remote if hasattr(request, "remote") else ""
+            log.info("unable to authenticate the request from %s: %s", peer, exc)
+            raise st.unauthorized("Unauthorized") from None
+        return None if user is ANONYMOUS else user
 
     def published_configmap_data(self) -> dict[str, str]:
         """What the extension-apiserver-authentication ConfigMap holds (read at start)."""

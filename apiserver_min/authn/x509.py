@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from ..api.tlsverify import CertificateError, ClientCertificateVerifier, peer_certificates
+from ..api.tlsverify import CertificateError, ClientCertificateVerifier, VerifiedCertificate, peer_certificates
 from ..api.user import UserInfo
 from .authenticator import X509_CACHE_SIZE, Unauthorized, with_authenticated_group
 
@@ -30,6 +31,7 @@ class X509Authenticator:
         verifier: ClientCertificateVerifier,
         cache_size: int = X509_CACHE_SIZE,
         peer: Callable[[Any], tuple[bytes, tuple[bytes, ...]] | None] | None = None,
+        connection: Callable[[Any], Any] | None = None,
     ):
         self.verifier = verifier
         # SHA-256 of the verified DER -> user (with system:authenticated): the user depends
@@ -37,26 +39,59 @@ class X509Authenticator:
         self._users: dict[bytes, UserInfo | None] = {}
         self.cache_size = cache_size
         self._peer = peer or (lambda request: peer_certificates(getattr(request, "transport", None)))
+        # The request's TLS connection (its ssl object; None: no TLS) -> the outcome for its
+        # peer certificate, which cannot change on a connection (no renegotiation,
+        # tlsverify.request_client_certificates): a request on a connection seen before
+        # skips reading and hashing the certificate while the verifier says the outcome
+        # holds. Entries go with their connection. Only with the default peer reader (an
+        # injected one has no connection unless one is given too).
+        if connection is None and peer is None:
+            connection = _ssl_object
+        self._connection = connection
+        self._by_connection: weakref.WeakKeyDictionary[Any, _Outcome] = weakref.WeakKeyDictionary()
 
     async def authenticate(self, request: Any) -> UserInfo | None:
+        conn = self._connection(request) if self._connection is not None else None
+        if conn is not None:
+            seen = self._by_connection.get(conn)
+            if seen is not None and self.verifier.holds(seen.verified, seen.generation, seen.until):
+                return seen.user
         presented = self._peer(request)
         if presented is None:
             return None
         try:
-            verified = self.verifier.verify(presented[0], presented[1])
+            verified, until = self.verifier.check(presented[0], presented[1])
         except CertificateError as exc:
             raise Unauthorized(str(exc)) from None
+        generation = self.verifier.generation  # the bundle the check used (it is synchronous)
         try:
-            return self._users[verified.digest]
+            user = self._users[verified.digest]
         except KeyError:
-            pass
-        user = user_from_certificate(verified.certificate)
-        if user is not None:
-            user = with_authenticated_group(user)
-        if len(self._users) >= self.cache_size:
-            del self._users[next(iter(self._users))]
-        self._users[verified.digest] = user
+            user = user_from_certificate(verified.certificate)
+            if user is not None:
+                user = with_authenticated_group(user)
+            if len(self._users) >= self.cache_size:
+                del self._users[next(iter(self._users))]
+            self._users[verified.digest] = user
+        if conn is not None:
+            self._by_connection[conn] = _Outcome(verified, generation, until, user)
         return user
+
+
+class _Outcome:
+    __slots__ = ("verified", "generation", "until", "user")
+
+    def __init__(self, verified: VerifiedCertificate, generation: int, until: float, user: UserInfo | None):
+        self.verified = verified
+        self.generation = generation
+        self.until = until
+        self.user = user
+
+
+def _ssl_object(request: Any) -> Any:
+    """The ssl object of the request's connection (one per connection), or None."""
+    transport = getattr(request, "transport", None)
+    return transport.get_extra_info("ssl_object") if transport is not None else None
 
 
 def user_from_certificate(cert: x509.Certificate) -> UserInfo | None:

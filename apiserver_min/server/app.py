@@ -96,6 +96,10 @@ def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.
     return resp
 
 
+# The verbs either long-running test (auditing.long_running, flowcontrol.is_long_running)
+# can answer True for without a sub-resource or a watch parameter.
+_MAYBE_LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
+
 # A body larger than this goes out in slices of this size, each once the previous ones
 # have left the connection's buffer and it is the body's turn (large bodies take turns
 # with one another, see server/listbody.py): the event loop serves other requests
@@ -128,9 +132,11 @@ async def _send_now(request: web.Request, resp: web.StreamResponse, turns: Turns
             if start:
                 await lane.take()
             await out.write(view[start : start + _SEND_SLICE])
-            pause = 0.002
-            while transport is not None and not transport.is_closing() and time.monotonic() < give_up:
-                if transport.get_write_buffer_size() <= _SEND_SLICE:
+            # Polled, doubling from half a millisecond: the next slice follows soon after a
+            # reading client has taken the previous ones.
+            pause = 0.0005
+            while transport is not None and transport.get_write_buffer_size() > _SEND_SLICE:
+                if transport.is_closing() or time.monotonic() >= give_up:
                     break
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 0.05)
@@ -159,8 +165,18 @@ class RuntimeConfig:
 
     def __init__(self, entries: dict[str, bool]):
         self.entries = entries
+        self._answers: dict[tuple[str, str, str], bool] = {}  # the flags are fixed: asked once each
 
     def enabled(self, group: str, version: str, resource: str = "") -> bool:
+        key = (group, version, resource)
+        answer = self._answers.get(key)
+        if answer is None:
+            if len(self._answers) > 4096:  # paths name arbitrary groups and versions
+                self._answers.clear()
+            answer = self._answers[key] = self._enabled(group, version, resource)
+        return answer
+
+    def _enabled(self, group: str, version: str, resource: str) -> bool:
         gv = f"{group}/{version}" if group else version
         e = self.entries
         if resource and f"{gv}/{resource}" in e:
@@ -481,19 +497,13 @@ class ApiServer:
         await self.backend.close()
 
     # --- requests -------------------------------------------------------------------
-    async def authenticate(self, request: web.Request) -> UserInfo | None:
-        """The request's user through the authenticator chain (auth/authn.py): None for
-        an anonymous request (when --anonymous-auth allows it), a 401 ApiError for a bad
-        credential."""
-        return await self.authn.authenticate(request)
-
     async def authorize(
         self,
         user: UserInfo | None,
         info: RequestInfo,
         query=None,
         audit: RequestAudit | None = None,
-        uri: str = "",
+        request: web.Request | None = None,
     ) -> None:
         """Ask the authorizer chain (--authorization-mode), every authorizer (the webhook
         too); anything not allowed is a 403 naming the user, verb and resource, and a
@@ -504,6 +514,7 @@ class ApiServer:
         decision, reason, error = await self.authorizer.decide(attrs)
         allowed = decision is AuthzDecision.ALLOW
         if not allowed and error:
+            uri = request.path_qs if request is not None else info.path
             log.error("authorization of %s failed: %s", uri, error)
             if audit is not None:
                 audit.annotations[names.AUDIT_REASON_ANNOTATION] = "internal error"
@@ -521,7 +532,10 @@ class ApiServer:
         command_alias(info, request.headers.get(names.KUBECTL_COMMAND_HEADER))
         # For the edges (body decoding, response writing), which answer an alias group in its
         # spelling; set on every request, as a hit is cheaper than a missing key's KeyError.
-        request[GROUP_ALIAS_KEY] = info.alias or storage_version_alias(info)
+        kind = info.kind
+        request[GROUP_ALIAS_KEY] = info.alias or (
+            storage_version_alias(info) if kind is not None and kind.custom else None
+        )
         code = 500
         self._inflight += 1
         # Admission plugins' warnings (and audit annotations) for this request.
@@ -534,11 +548,18 @@ class ApiServer:
         inflight_kind: str | None = None
         deadline: Deadline | None = None
         try:
-            if not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
-                deadline = self.deadlines.start(requested_timeout(request.query, self.deadlines.default))
+            query = request.query
+            # Most requests give neither long-running test anything to look at.
+            plain = not info.subresource and info.verb not in _MAYBE_LONG_RUNNING_VERBS and "watch" not in query
+            if plain or not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
+                deadline = self.deadlines.start(
+                    requested_timeout(query, self.deadlines.default) if "timeout" in query else self.deadlines.default
+                )
                 record.deadline = deadline.at  # what admission webhooks' calls may take at most
             try:
-                user = await self.authenticate(request)
+                # None for an anonymous request (when --anonymous-auth allows it), a 401
+                # ApiError for a bad credential (authn/union.py).
+                user = await self.authn.authenticate(request)
             except st.ApiError as exc:
                 if self.auditor is not None and exc.code == 401:
                     # As upstream: one ResponseStarted event, with no user, for a failed authentication.
@@ -571,18 +592,19 @@ class ApiServer:
                     request.query,
                 )
                 if ticket is not None:
-                    ticket.long_running = flowcontrol.is_long_running(info.verb, info.subresource, request.query)
+                    ticket.long_running = not plain and flowcontrol.is_long_running(info.verb, info.subresource, query)
                     flowcontrol.CURRENT.set(ticket)
-            elif self.inflight_limits is not None and not flowcontrol.is_long_running(
-                info.verb, info.subresource, request.query
+            elif self.inflight_limits is not None and (
+                plain or not flowcontrol.is_long_running(info.verb, info.subresource, query)
             ):
                 inflight_kind = self.inflight_limits.enter(user, info.verb)
-            await self.authorize(user, info, request.query, audit, request.path_qs)
+            await self.authorize(user, info, request.query, audit, request)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self.deadlines.finish(deadline)  # no await may come between the work and this
                 self._deprecation(info, resp)
-                _admission_warnings(resp, record)
+                if record.warnings:
+                    _admission_warnings(resp, record)
             else:
                 resp = await self.non_resource(request, info)
                 self.deadlines.finish(deadline)
@@ -590,8 +612,8 @@ class ApiServer:
             if (ticket is not None and not ticket.long_running) or inflight_kind is not None:
                 # The request holds its seat until its body is written (a large LIST costs
                 # most while its response goes out), as the handler's time does upstream.
-                if ticket is not None:
-                    resp.headers.update(ticket.headers)
+                # (A response prepared meanwhile gets the ticket's headers from the
+                # prepare hook; one that is not, below.)
                 return await _send_now(request, resp, self.handlers.turns)
             return resp
         except st.ApiError as exc:

@@ -15,7 +15,6 @@ oldest only (a timer per request would cost several microseconds each). A shorte
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any, Mapping
 
 from ..api import status as st
@@ -43,12 +42,11 @@ def requested_timeout(query: Mapping[str, str], maximum: float) -> float:
 
 
 class Deadline:
-    __slots__ = ("task", "at", "expired", "handle", "key")
+    __slots__ = ("task", "at", "expired", "handle")
 
-    def __init__(self, task: "asyncio.Task[Any]", at: float, key: int):
+    def __init__(self, task: "asyncio.Task[Any]", at: float):
         self.task = task
         self.at = at
-        self.key = key
         self.expired = False
         self.handle: asyncio.TimerHandle | None = None
 
@@ -62,22 +60,22 @@ class Deadlines:
 
     def __init__(self, default: float):
         self.default = default
-        self._fifo: dict[int, Deadline] = {}
+        # Deadlines of the default length, oldest first (a deadline is its own key).
+        self._fifo: dict[Deadline, None] = {}
         self._timer: asyncio.TimerHandle | None = None
-        self._keys = itertools.count()
 
     def start(self, seconds: float) -> Deadline:
         """The current task's deadline, SECONDS from now; it is cancelled then unless
         :meth:`finish` came first. Call :meth:`finish` with no await in between the
         guarded work and it, so a late cancel never reaches past the guarded work."""
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         assert task is not None
-        d = Deadline(task, loop.time() + seconds, next(self._keys))
+        d = Deadline(task, loop.time() + seconds)
         if seconds < self.default:
             d.handle = loop.call_at(d.at, d.expire)
         else:
-            self._fifo[d.key] = d
+            self._fifo[d] = None
             if self._timer is None:
                 self._timer = loop.call_at(d.at, self._sweep)
         return d
@@ -89,16 +87,16 @@ class Deadlines:
             d.handle.cancel()
             d.handle = None
         else:
-            self._fifo.pop(d.key, None)
+            self._fifo.pop(d, None)
 
     def _sweep(self) -> None:
         self._timer = None
         loop = asyncio.get_running_loop()
         now = loop.time()
         while self._fifo:
-            key, d = next(iter(self._fifo.items()))
+            d = next(iter(self._fifo))
             if d.at > now:
                 self._timer = loop.call_at(d.at, self._sweep)
                 return
-            del self._fifo[key]
+            del self._fifo[d]
             d.expire()

@@ -346,6 +346,8 @@ class ResourceCache:
         return self._sorted_keys
 
     def sorted_entries(self, namespace: str | None = None) -> list[Entry]:
+        if not self.items:  # most kinds most of the time (controllers ask on every pod event)
+            return []
         keys, items = self._keys(), self.items
         if namespace is None:
             return [items[k] for k in keys]
@@ -416,15 +418,12 @@ class WatchCache:
         # StorageError for a value it cannot; None when values are stored as they are.
         self.decode = decode
         self.caches: dict[str, ResourceCache] = {}
-        self._by_prefix: list[tuple[str, ResourceCache]] = []
         for k in kinds:
             p = key_prefix(k)
             if p in self.caches:
                 continue  # another version of a kind already cached: its first declaration is the stored one
             c = ResourceCache(k, p)
             self.caches[p] = c
-            self._by_prefix.append((p, c))
-        self._by_prefix.sort(key=lambda pc: -len(pc[0]))
         self.rv = 0
         self.ready = asyncio.Event()
         self._advanced = asyncio.Event()
@@ -450,10 +449,16 @@ class WatchCache:
         self._written[key] = (rev, c.summarize(obj))
 
     def cache_for_key(self, key: str) -> ResourceCache | None:
-        # Keys look like <prefix><ns>/<name> or <prefix><name>; prefixes end with '/'.
-        for p, c in self._by_prefix:
-            if key.startswith(p):
+        # Keys look like <prefix><ns>/<name> or <prefix><name>; prefixes end with '/'. The
+        # longest prefix that matches is the longest '/'-ended start of the key that is one:
+        # a look-up per '/' of the key, from the end, instead of a scan of every prefix.
+        caches = self.caches
+        i = key.rfind("/")
+        while i > 0:
+            c = caches.get(key[: i + 1])
+            if c is not None:
                 return c
+            i = key.rfind("/", 0, i)
         return None
 
     def cache(self, prefix: str) -> ResourceCache:
@@ -470,8 +475,6 @@ class WatchCache:
         c = ResourceCache(kind, p)
         c.pending = []
         self.caches[p] = c
-        self._by_prefix.append((p, c))
-        self._by_prefix.sort(key=lambda pc: -len(pc[0]))
         try:
             res = await self.backend.list(p)
         except BaseException:
@@ -495,7 +498,6 @@ class WatchCache:
 
     def _drop(self, prefix: str) -> ResourceCache | None:
         c = self.caches.pop(prefix, None)
-        self._by_prefix = [(p, x) for p, x in self._by_prefix if p != prefix]
         return c
 
     def _fill(self, cache: ResourceCache, kv: KeyValue) -> None:

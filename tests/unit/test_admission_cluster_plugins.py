@@ -36,6 +36,7 @@ EVENTS = REGISTRY.by_resource("", "v1", "events")
 CONFIGMAPS = REGISTRY.by_resource("", "v1", "configmaps")
 INGRESSES = REGISTRY.by_resource(names.NETWORKING_GROUP, "v1", "ingresses")
 CLASSES = REGISTRY.by_resource(names.NETWORKING_GROUP, "v1", "ingressclasses")
+LIMIT_RANGES = REGISTRY.by_resource("", "v1", "limitranges")
 RUNTIME_CLASSES = REGISTRY.by_resource(names.NODE_GROUP, "v1", "runtimeclasses")
 STORAGE_CLASSES = REGISTRY.by_resource(names.STORAGE_GROUP, "v1", "storageclasses")
 ALICE = UserInfo("alice", groups=(names.GROUP_AUTHENTICATED,))
@@ -194,6 +195,33 @@ async def test_runtime_class_overhead_selector_and_tolerations(cluster):
         assert exc.value.message == f'pods "{bad["metadata"]["name"]}" is forbidden: {message}'
     obj, _ = await store.create(PODS, "team", pod("p8", runtimeClassName="plain"), ALICE)
     assert "overhead" not in obj["spec"]
+
+
+async def test_a_pod_is_prepared_again_only_after_a_plugin_changed_it(cluster, monkeypatch):
+    """LimitRanger and RuntimeClass say when they changed a pod; only then does the store
+    prepare and default it again (its QoS class follows the filled-in resources)."""
+    store, server = cluster
+    use(store, server, "LimitRanger", "RuntimeClass", "DefaultTolerationSeconds")
+    again: list[str] = []
+    real = Store._prepare_create_again
+
+    def counted(kind, strategy, obj, user, subresource):
+        again.append(obj["metadata"]["name"])
+        real(kind, strategy, obj, user, subresource)
+
+    monkeypatch.setattr(Store, "_prepare_create_again", staticmethod(counted))
+    await store.create(RUNTIME_CLASSES, "", {"metadata": {"name": "plain"}, "handler": "runc"}, SYSTEM_USER)
+    obj, _ = await store.create(PODS, "team", pod("untouched"), ALICE)
+    assert again == [] and obj["status"]["qosClass"] == "BestEffort"
+    await store.create(PODS, "team", pod("classed", runtimeClassName="plain"), ALICE)
+    assert again == ["classed"]
+    limits = {"type": "Container", "default": {"cpu": "500m"}, "defaultRequest": {"cpu": "100m"}}
+    await store.create(LIMIT_RANGES, "team", {"metadata": {"name": "lr"}, "spec": {"limits": [limits]}}, ALICE)
+    await synced(store)
+    obj, _ = await store.create(PODS, "team", pod("defaulted"), ALICE)
+    assert again == ["classed", "defaulted"]
+    assert obj["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "100m"}
+    assert obj["status"]["qosClass"] == "Burstable"
 
 
 # --- StorageObjectInUseProtection ---------------------------------------------------------------

@@ -23,6 +23,7 @@ from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.user import SYSTEM_USER
 from apiserver_min.options import OptionsError, parse
 from apiserver_min.registry.store import Store
+from apiserver_min.server.timeouts import Deadlines
 from apiserver_min.storage.cacher import Entry, WatchCache
 from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.sqlite import SqliteBackend
@@ -176,3 +177,44 @@ def test_supervisor_starts_restarts_and_stops_its_workers(tmp_path):
     assert re.search(r"worker 1 \(pid \d+\) exited with 3; starting it again", log), log
     assert "all 2 workers serve on port 1234" not in log  # worker 1 failed its first start
     assert "1 of 2 workers serve" in log
+
+
+def test_a_key_finds_the_cache_of_its_longest_prefix():
+    """cache_for_key looks prefixes up per '/' of the key: the same answer as the longest
+    prefix that matches, also where one kind's prefix lies under another's."""
+    cache = WatchCache(None, list(REGISTRY.kinds), key_prefix)  # type: ignore[arg-type]
+    pods = cache.caches["/pods/"]
+    nested = cache.caches["/pods/special/"] = cache.caches["/services/"]  # stands for a kind under /pods/
+
+    def longest(key: str):
+        found = [p for p in cache.caches if key.startswith(p)]
+        return cache.caches[max(found, key=len)] if found else None
+
+    for prefix in list(cache.caches):
+        for key in (f"{prefix}ns/name", f"{prefix}name"):
+            assert cache.cache_for_key(key) is longest(key)
+    assert cache.cache_for_key("/pods/team/web") is pods
+    assert cache.cache_for_key("/pods/special/web") is nested
+    assert cache.cache_for_key("/nothing/team/web") is None and cache.cache_for_key("pods") is None
+
+
+async def test_deadlines_cancel_what_outlives_them_and_forget_what_finished():
+    """One timer for the default length (oldest first), one of its own for a shorter one;
+    a finished deadline never fires."""
+    deadlines = Deadlines(0.05)
+    fired: list[str] = []
+
+    async def guarded(name: str, seconds: float, work: float) -> None:
+        d = deadlines.start(seconds)
+        try:
+            await asyncio.sleep(work)
+            deadlines.finish(d)
+        except asyncio.CancelledError:
+            assert d.expired
+            fired.append(name)
+
+    await asyncio.gather(
+        guarded("slow", 0.05, 1.0), guarded("quick", 0.05, 0.0), guarded("short", 0.01, 1.0), guarded("done", 0.01, 0.0)
+    )
+    assert sorted(fired) == ["short", "slow"]
+    assert not deadlines._fifo

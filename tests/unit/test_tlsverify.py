@@ -444,3 +444,63 @@ async def test_authenticator_users_and_401s(tmp_path, ca):
             # A good token next to a bad certificate still authenticates (upstream's union).
             assert (await chain.authenticate(FakeRequest(bad, "Bearer good"))).name == "alice"
         assert (await chain.authenticate(FakeRequest(jane, "Bearer bad"))).name == "jane"
+
+
+async def test_outcome_kept_per_connection_while_the_verifier_says_it_holds(tmp_path, ca):
+    """A connection's certificate is read and hashed once; the outcome is reused while the
+    bundle, the outcome's lifetime and the validity window allow, as a verifier cache hit."""
+    path = tmp_path / "ca.crt"
+    path.write_bytes(pem(ca[0]))
+    clock = Clock()
+    verifier = ClientCertificateVerifier(str(path), monotonic=lambda: clock.mono, wall=lambda: clock.wall)
+    reads = []
+
+    def peer(r):
+        reads.append(r)
+        return (der(r.cert), ()) if r.cert is not None else None
+
+    x = X509Authenticator(verifier, peer=peer, connection=lambda r: r.conn)
+    jane, _ = make_leaf(ca, "jane", ("ops",), not_after=NOW + DAY)
+    bob, _ = make_leaf(ca, "bob")
+
+    class Conn:  # stands for a connection's ssl object
+        pass
+
+    conn_a, conn_b = Conn(), Conn()
+
+    def on(conn, cert):
+        r = FakeRequest(cert)
+        r.conn = conn
+        return r
+
+    assert (await x.authenticate(on(conn_a, jane))).name == "jane"
+    assert (await x.authenticate(on(conn_a, jane))).name == "jane"
+    assert len(reads) == 1 and verifier.full_checks == 1
+    assert (await x.authenticate(on(conn_b, bob))).name == "bob"  # another connection: its own
+    assert len(reads) == 2
+    clock.mono += tlsverify.VERIFY_CACHE_TTL_SECONDS + 1  # the outcome's lifetime is over: verified again
+    assert (await x.authenticate(on(conn_a, jane))).name == "jane"
+    assert len(reads) == 3 and verifier.full_checks == 3
+    other = make_ca("rotated")
+    path.write_bytes(pem(other[0]))  # jane's CA leaves the bundle: refused on the same connection
+    os.utime(path, ns=(1, 1))
+    clock.mono += tlsverify.BUNDLE_RECHECK_SECONDS
+    with pytest.raises(Unauthorized, match="unknown authority"):
+        await x.authenticate(on(conn_a, jane))
+    path.write_bytes(pem(ca[0]))
+    os.utime(path, ns=(2, 2))
+    clock.mono += tlsverify.BUNDLE_RECHECK_SECONDS
+    assert (await x.authenticate(on(conn_a, jane))).name == "jane"
+    clock.wall += 2 * DAY.total_seconds()  # expired during the connection: 401 at once
+    with pytest.raises(Unauthorized, match="is after"):
+        await x.authenticate(on(conn_a, jane))
+    reads.clear()
+    del conn_b
+    assert len(x._by_connection) == 1  # an entry goes with its connection
+
+
+def test_server_contexts_refuse_renegotiation(tls):
+    """The per-connection outcome rests on a connection's certificate never changing."""
+    ctx = tls.server_ctx()
+    request_client_certificates(ctx)
+    assert ctx.options & ssl.OP_NO_RENEGOTIATION

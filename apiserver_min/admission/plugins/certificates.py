@@ -90,8 +90,12 @@ def _signer(obj: dict | None) -> str:
     return str(((obj or {}).get("spec") or {}).get("signerName") or "")
 
 
+CSR_RESOURCES = frozenset({(names.CERTIFICATES_GROUP, "certificatesigningrequests")})
+
+
 class CertificateApproval:
     name = "CertificateApproval"
+    resources = CSR_RESOURCES  # the chain asks it about nothing else
 
     def __init__(self, authorizer: Callable[[], Union]):
         self._authorizer = authorizer
@@ -110,6 +114,7 @@ class CertificateApproval:
 
 class CertificateSigning:
     name = "CertificateSigning"
+    resources = CSR_RESOURCES  # the chain asks it about nothing else
 
     def __init__(self, authorizer: Callable[[], Union]):
         self._authorizer = authorizer
@@ -131,6 +136,7 @@ class CertificateSigning:
 
 class CertificateSubjectRestriction:
     name = "CertificateSubjectRestriction"
+    resources = CSR_RESOURCES  # the chain asks it about nothing else
 
     async def admit(self, attrs: Attributes) -> None:
         return None

@@ -25,6 +25,9 @@ class LimitRanger:
     # The mutating phase fills defaults into new pods only (claims get none); the
     # validating phase also checks claims on update.
     operations = frozenset({"CREATE"})
+    # Defaults feed what the pod strategy derives (the QoS class): ``admit`` says True
+    # when it filled any in, and the store prepares and defaults the pod again then only.
+    complete = True
 
     def __init__(self, cache: "WatchCache", registry: "Registry"):
         self.cache = cache
@@ -48,12 +51,14 @@ class LimitRanger:
         old = attrs.old
         return not (isinstance(old, dict) and (old.get("metadata") or {}).get("deletionTimestamp"))
 
-    async def admit(self, attrs: Attributes) -> None:
+    async def admit(self, attrs: Attributes) -> bool:
         if not self._applies(attrs) or attrs.kind.resource != "pods":
-            return
+            return False
         assert isinstance(attrs.obj, dict)
+        changed = False
         for limit_range in self._limit_ranges(attrs.namespace):
-            lr.apply_defaults(limit_range, attrs.obj)
+            changed = lr.apply_defaults(limit_range, attrs.obj) or changed
+        return changed
 
     async def validate(self, attrs: Attributes) -> None:
         if not self._applies(attrs):

@@ -50,7 +50,9 @@ class RuntimeClassAdmission:
     name = "RuntimeClass"
     resources = frozenset({("", "pods")})
     operations = frozenset({"CREATE"})
-    complete = False  # the overhead and selector are checked and defaulted like the client's
+    # What it sets from a RuntimeClass (overhead, node selector, tolerations) is checked and
+    # defaulted like the client's: ``admit`` says True then, and the store prepares the pod again.
+    complete = True
 
     def __init__(self, store: "Store", cache: "WatchCache", registry: "Registry"):
         self.store = store
@@ -80,13 +82,17 @@ class RuntimeClassAdmission:
                 raise self._forbidden(attrs, f'pod rejected: RuntimeClass "{class_name}" not found') from None
             raise
 
-    async def admit(self, attrs: Attributes) -> None:
+    async def admit(self, attrs: Attributes) -> bool:
         found = await self._runtime_class(attrs)
         if found is None:
-            return
+            return False
         spec, rc = found
         if rc is None:
-            return
+            return False
+        self._apply(attrs, spec, rc)
+        return True
+
+    def _apply(self, attrs: Attributes, spec: dict, rc: dict) -> None:
         overhead = (rc.get("overhead") or {}).get("podFixed") if isinstance(rc.get("overhead"), dict) else None
         if rc.get("overhead") is not None:
             if spec.get("overhead") and not same_resources(overhead, spec.get("overhead")):

@@ -84,20 +84,34 @@ class Ticket:
 
     __slots__ = ("control", "level", "req", "key", "started", "released", "headers", "long_running")
 
-    def __init__(self, control: "FlowControl", level: Level, req: Request, key: tuple[str, str]):
+    def __init__(
+        self,
+        control: "FlowControl",
+        level: Level,
+        req: Request | None,
+        key: tuple[str, str],
+        headers: dict[str, str],
+    ):
         self.control = control
         self.level = level
-        self.req = req
+        self.req = req  # None at an exempt level (nothing to account but the count)
         self.key = key
-        self.started = time.monotonic()
+        # Only a queued request's service time feeds its level's estimates.
+        self.started = time.monotonic() if req is not None else 0.0
         self.released = False
-        self.headers: dict[str, str] = {}
+        self.headers = headers  # shared per (schema, level): never changed
         self.long_running = False
 
     def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.control._finish(self)
+        if self.released:
+            return
+        self.released = True
+        if self.req is None:  # exempt (see FlowControl.admit): only counted
+            self.control.metrics.executing[self.key] -= 1
+            self.level.executing -= 1
+            self.level.executing_seats -= 1
+            return
+        self.control._finish(self)
 
 
 # The ticket of the request being served, for the response-prepare hook (streams).
@@ -112,11 +126,16 @@ class _Metrics:
         self.rejected: collections.Counter = collections.Counter()
         self.waits: dict[tuple[str, str, str], list] = {}
 
-    def wait(self, key: tuple[str, str], execute: bool, seconds: float) -> None:
+    def histogram(self, key: tuple[str, str], execute: bool) -> list:
+        """[bucket counts, count, sum] of the wait histogram of a (level, schema)."""
         k = (key[0], key[1], "true" if execute else "false")
         h = self.waits.get(k)
         if h is None:
             h = self.waits[k] = [[0] * len(WAIT_BUCKETS), 0, 0.0]
+        return h
+
+    def wait(self, key: tuple[str, str], execute: bool, seconds: float) -> None:
+        h = self.histogram(key, execute)
         i = bisect.bisect_left(WAIT_BUCKETS, seconds)
         if i < len(WAIT_BUCKETS):
             h[0][i] += 1
@@ -154,6 +173,8 @@ class FlowControl:
         self._status_event = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._list_prefixes: dict[int, str] = {}
+        # (schema name, level name) -> (schema, level, metrics key, response headers, wait histogram)
+        self._routes: dict[tuple[str, str], tuple[Schema, Level, tuple[str, str], dict[str, str], list]] = {}
         self.configured = False
         cache.listeners.append(self._on_event)
 
@@ -207,6 +228,7 @@ class FlowControl:
                 schemas.append(schema)
         self.levels = new_levels
         self.classifier = Classifier(schemas)
+        self._routes = {}
         self.configured = bool(new_levels)
         self._status_wanted = wanted
         self._status_event.set()
@@ -310,9 +332,24 @@ class FlowControl:
         level = self.levels.get(schema.level)
         if level is None:
             return None
-        key = (level.name, schema.name)
-        headers = {names.APF_FLOWSCHEMA_UID_HEADER: schema.uid, names.APF_PRIORITY_LEVEL_UID_HEADER: level.uid}
         m = self.metrics
+        route = self._routes.get((schema.name, level.name))
+        if route is None or route[0] is not schema or route[1] is not level:
+            # Per (schema, level) object pair: a rebuild makes new schemas, so a stale entry never matches.
+            key = (level.name, schema.name)
+            headers = {names.APF_FLOWSCHEMA_UID_HEADER: schema.uid, names.APF_PRIORITY_LEVEL_UID_HEADER: level.uid}
+            route = self._routes[(schema.name, level.name)] = (schema, level, key, headers, m.histogram(key, True))
+        key, headers = route[2], route[3]
+        if level.exempt:
+            # Exempt: counted, never queued or rejected (one seat, whatever its width).
+            level.executing += 1
+            level.executing_seats += 1
+            hist = route[4]
+            hist[0][0] += 1  # waited 0 s: the first bucket
+            hist[1] += 1
+            m.dispatched[key] += 1
+            m.executing[key] += 1
+            return Ticket(self, level, None, key, headers)
         try:
             req = level.admit(self.width(verb, kind, query), schema.name, distinguisher)
         except Rejected as exc:
@@ -347,12 +384,11 @@ class FlowControl:
             m.wait(key, True, 0.0)
         m.dispatched[key] += 1
         m.executing[key] += 1
-        ticket = Ticket(self, level, req, key)
-        ticket.headers = headers
-        return ticket
+        return Ticket(self, level, req, key, headers)
 
     def _finish(self, ticket: Ticket) -> None:
         self.metrics.executing[ticket.key] -= 1
+        assert ticket.req is not None  # exempt tickets finish in Ticket.release
         self._finish_request(ticket.level, ticket.req, time.monotonic() - ticket.started)
 
     def _finish_request(self, level: Level, req: Request, seconds: float) -> None:
