@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import ssl
 from typing import Callable
-
-from cryptography import x509
 
 from apiserver_min.api import names
 from cri.api_pb2 import LinuxContainerResources
@@ -30,8 +29,6 @@ from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
-from .certificates.bootstrap import PairStore, certificate_valid, ensure_client_certificate
-from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
 from .client import client_from_config
 from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
@@ -456,8 +453,8 @@ class NodeAgent:
             try:
                 with open(cfg.client_ca_file, "rb") as f:
                     data = f.read()
-                x509.load_pem_x509_certificates(data)
-            except (OSError, ValueError) as exc:
+                ssl.create_default_context(cadata=data.decode("ascii"))
+            except (OSError, ValueError, ssl.SSLError) as exc:
                 raise NodeStartError(
                     f"--client-ca-file {cfg.client_ca_file}: not a readable PEM "
                     f"certificate bundle: {getattr(exc, 'strerror', None) or exc}"
@@ -476,6 +473,10 @@ class NodeAgent:
 
     def _use_issued_serving_certificate(self) -> None:
         """Serve a still valid pair from an earlier rotation from the start."""
+        # Certificate bootstrap and rotation need the cryptography library: loaded here and
+        # in cluster mode only, a standalone node never maps it.
+        from .certificates.bootstrap import PairStore, certificate_valid
+
         store = PairStore(self.cfg.cert_dir, names.AGENT_SERVER_CERT_PREFIX)
         pair = store.load()
         if pair is not None and certificate_valid(pair[0]) and self.server is not None:
@@ -543,6 +544,9 @@ class NodeAgent:
 
     async def run_cluster(self) -> None:
         """Join the API server: client certificate, Node, lease, API pods, status, mirror pods, events."""
+        from .certificates.bootstrap import ensure_client_certificate  # see _use_issued_serving_certificate
+        from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
+
         cfg = self.cfg
         assert self.pipeline is not None
         path = await ensure_client_certificate(cfg, self.node_name)
@@ -602,7 +606,7 @@ class NodeAgent:
             )
             runs = [status.run(), lease.run(), source.run(), statuses.run(), self.podmanager.run(), services.run()]
             if cfg.proxy_mode == "nftables":
-                runs.append(self._run_proxy(client))
+                runs.append(self._run_proxy(client, services.informer))
             else:
                 log.info("Service proxy off", proxyMode=cfg.proxy_mode)
             if cfg.rotate_certificates:
@@ -630,9 +634,10 @@ class NodeAgent:
                 await self.objects.close()
             await client.close()
 
-    async def _run_proxy(self, client) -> None:
-        """The node service proxy; a failure to start it (no nft command) is logged, and the
-        node keeps running its pods."""
+    async def _run_proxy(self, client, services) -> None:
+        """The node service proxy, on the Services informer of the service cache (one watch
+        for both); a failure to start it (no nft command) is logged, and the node keeps
+        running its pods."""
         cfg = self.cfg
         try:
             proxy = ServiceProxy(
@@ -640,6 +645,7 @@ class NodeAgent:
                 self.node_name,
                 cluster_cidr=cfg.cluster_cidr,
                 masquerade_bit=cfg.iptables_masquerade_bit,
+                services=services,
             )
         except NftError as exc:
             log.error("Service proxy not started", err=exc)

@@ -1,6 +1,8 @@
 """The node service proxy: Services and EndpointSlices in, nftables rules out.
 
-:class:`ServiceProxy` keeps two informers (all Services, all EndpointSlices),
+:class:`ServiceProxy` keeps two informers (all Services, all EndpointSlices;
+the agent hands it the Services informer its service cache already runs, so one
+watch serves both, as one connection per watch is what HTTP/1.1 costs),
 remembers which services an event touched, and at most every
 ``min_sync_interval`` seconds rebuilds the rules of just those services and
 applies the difference to what the table holds in one ``nft`` transaction. The
@@ -130,13 +132,19 @@ class ServiceProxy:
         informer_factory: Callable[..., Informer] = Informer,
         min_sync_interval: float = 0.05,
         check_period: float = 30.0,
+        services: Informer | None = None,
     ) -> None:
+        """``services``: an informer of every Service that its owner runs (the agent's
+        service cache); without it the proxy lists and watches Services itself."""
         self.index = ServiceIndex(node_name, cluster_cidr)
         self.mark = 1 << masquerade_bit
         self.runner: Runner = runner if runner is not None else make_runner()
         self.min_sync_interval = min_sync_interval
         self.check_period = check_period  # seconds without events after which the table is checked
-        self.services = informer_factory(client, SERVICES_PATH, name="proxy-services")
+        self.owns_services = services is None
+        if services is None:
+            services = informer_factory(client, SERVICES_PATH, name="proxy-services")
+        self.services = services
         self.slices = informer_factory(client, SLICES_PATH, name="proxy-endpointslices")
         self.services.add_handler(
             on_add=self._service_changed, on_update=lambda _o, n: self._service_changed(n), on_delete=self._service_gone
@@ -148,6 +156,11 @@ class ServiceProxy:
         self._need_full = True
         self.syncs = 0  # completed syncs (tests, metrics)
         self.last_sync_seconds = 0.0
+        # A shared informer may have listed already: handlers added later see only what
+        # changes after, so the Services it holds are taken as they are.
+        if not self.owns_services:
+            for svc in list(self.services.cache.values()):
+                self._service_changed(svc)
 
     # --- informer handlers ----------------------------------------------------------------
     def _mark(self, keys) -> None:
@@ -222,10 +235,9 @@ class ServiceProxy:
 
     async def run(self) -> None:
         """Watch and sync until cancelled."""
-        tasks = [
-            asyncio.create_task(self.services.run(), name="proxy-services-informer"),
-            asyncio.create_task(self.slices.run(), name="proxy-slices-informer"),
-        ]
+        tasks = [asyncio.create_task(self.slices.run(), name="proxy-slices-informer")]
+        if self.owns_services:
+            tasks.append(asyncio.create_task(self.services.run(), name="proxy-services-informer"))
         failures = 0
         try:
             await self.services.wait_synced()
