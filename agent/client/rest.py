@@ -80,7 +80,7 @@ PATCH_TYPES = {
 }
 RELOAD_GRACE = 5.0  # seconds connections of replaced credentials may finish
 KEEPALIVE_TIMEOUT = 60.0  # seconds an idle connection stays open (the API server closes after 75 s)
-REQUEST_CONNECTIONS = 2  # rate-limited requests in flight at once
+REQUEST_CONNECTIONS = 1  # rate-limited requests in flight at once (the bucket spaces them anyway)
 WATCH_READ_MARGIN = 30.0  # a watch silent this long past its timeoutSeconds is dead
 
 
@@ -191,11 +191,55 @@ class TokenBucket:
         return delay
 
 
+class ResumingContext(ssl.SSLContext):
+    """A client TLS context that offers each new connection the session of an earlier
+    one (TLS 1.3 session tickets; TLS 1.2 session ids): the server then skips its
+    certificate signature and the check of the client certificate, the dearest part
+    of a handshake for an API server that many agents connect to. asyncio asks the
+    context for every connection's TLS object (``wrap_bio``), which is where the
+    session is handed in. A server that does not take it answers with a full
+    handshake. New credentials (:meth:`ApiClient.reload`) come with a new context,
+    so a session of the old client certificate is never offered again."""
+
+    _KEPT = 8  # connections whose sessions are looked at, newest first
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        if session is None and not server_side:
+            session = self.resumable_session()
+        obj = super().wrap_bio(incoming, outgoing, server_side, server_hostname, session)
+        # Held past the connection's end (a few KB each): a session outlives the pool's
+        # idle connections (a restarted server has new ticket keys and refuses it).
+        recent: list[ssl.SSLObject] = self.__dict__.setdefault("_recent", [])
+        recent.append(obj)
+        del recent[: -self._KEPT]
+        return obj
+
+    def resumable_session(self) -> ssl.SSLSession | None:
+        now = time.time()
+        for obj in reversed(self.__dict__.get("_recent", [])):
+            try:
+                session = obj.session
+            except (ValueError, ssl.SSLError):  # a handshake still in progress has none to copy
+                continue
+            if session is not None and session.has_ticket and session.time + session.timeout > now:
+                return session
+        return None
+
+
 def _ssl_context(conn: Connection) -> ssl.SSLContext:
     """A verifying context: the cluster CA, plus the client certificate if any."""
     where = conn.source or "the connection config"
     try:
-        ctx = ssl.create_default_context(cadata=conn.ca_data.decode("ascii", "replace"))
+        # What ssl.create_default_context() makes for a client, as a ResumingContext.
+        ctx = ResumingContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(cadata=conn.ca_data.decode("ascii", "replace"))
     except (ssl.SSLError, ValueError) as exc:
         raise ValueError(
             f"{where}: the cluster CA (certificate-authority) is not a usable PEM certificate: {exc}"

@@ -18,13 +18,17 @@ connections the API server accepted. In that namespace it starts one
 (c) connections opened while a Deployment of ``--pods-per-node`` pods a node is
     created, runs and is deleted, and while it settles for another ``--idle`` / 2;
 (d) connections held open at the end (``ss``) and the API server's CPU per node and
-    minute over the idle window.
+    minute over the idle window;
+(e) the API server's CPU per TLS handshake (a node's credentials, ``--handshakes``
+    connections each making one request): full handshakes against ones resuming an
+    earlier session, as the agent's client context offers it.
 
 With ``--baseline-tree DIR`` the same phases run first with the hollow nodes (and the
 agent code) of that checkout, against the same server, as the same-run baseline;
 the benchmark's own admin requests go over one persistent connection, counted and
-subtracted. Targets: (b) 0 per node and minute (every connection kept alive), (d) at
-most the node's watches plus 2.
+subtracted. Targets: (a) at most the node's watches plus 2 (one connection for
+requests, one for a heartbeat beside it), (b) 0 per node and minute (every
+connection kept alive); (e) is shown for information.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -49,8 +54,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from agent.client.config import load_orchconfig  # noqa: E402
+from agent.client.rest import ResumingContext, _ssl_context  # noqa: E402
 from tests.apiserver_fixtures import ApiServerProcess  # noqa: E402
-from tests.bench.hollow import HOLLOW_IMAGE  # noqa: E402
+from tests.bench.hollow import HOLLOW_IMAGE, issue_node_orchconfig  # noqa: E402
 from tests.components import free_port  # noqa: E402
 
 NS = "bench-conns"
@@ -182,8 +188,7 @@ def run_tree(args, server: ApiServerProcess, admin: Admin, tree: Path, label: st
             str(work / label),
             "--log-file",
             str(log),
-            "--agent-flag",
-            f"--node-labels=bench-tree={label}",
+            f"--agent-flag=--node-labels=bench-tree={label}",
         ],
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -230,7 +235,7 @@ def run_tree(args, server: ApiServerProcess, admin: Admin, tree: Path, label: st
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if args.keep_log:
+        if args.keep_log and log.exists():
             Path(args.keep_log).mkdir(parents=True, exist_ok=True)
             shutil.copy(log, Path(args.keep_log) / log.name)
     for i in range(args.nodes):
@@ -238,14 +243,43 @@ def run_tree(args, server: ApiServerProcess, admin: Admin, tree: Path, label: st
     return r
 
 
-def report(results: list[TreeResult], idle: float) -> None:
+def handshake_cpu(server: ApiServerProcess, orchconfig: Path, count: int) -> tuple[float, float, float]:
+    """Server CPU ms per connection (one GET each): full handshakes, resumed ones, and
+    the share of the latter that did resume."""
+    conn = load_orchconfig(str(orchconfig))
+    proc = psutil.Process(server.pid)
+
+    def run(resume: bool) -> tuple[float, int]:
+        ctx = _ssl_context(conn)
+        assert isinstance(ctx, ResumingContext)
+        session = None
+        reused = 0
+        c0 = sum(proc.cpu_times()[:2])
+        for _ in range(count):
+            sock = socket.create_connection((server.host, server.port))
+            tls = ctx.wrap_socket(sock, server_hostname=server.host, session=session if resume else None)
+            tls.sendall(b"GET /api/v1/nodes/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            while tls.recv(65536):
+                pass
+            reused += tls.session_reused
+            session = session or tls.session
+            tls.close()
+        time.sleep(0.2)
+        return (sum(proc.cpu_times()[:2]) - c0) * 1000 / count, reused
+
+    full, _ = run(False)
+    resumed, reused = run(True)
+    return full, resumed, reused / count
+
+
+def report(results: list[TreeResult], idle: float, handshakes: tuple[float, float, float] | None) -> None:
     base = results[0] if len(results) > 1 else None
     cur = results[-1]
     rows = [
-        ("(a) connections per node, start to Ready", "start", None),
+        ("(a) connections per node, start to Ready", "start", float(WATCHES_PER_NODE + HELD_TARGET_EXTRA)),
         (f"(b) connections per node and minute, idle ({idle:g} s)", "idle_per_min", 0.0),
         ("(c) connections per node, pods created/run/deleted", "load", None),
-        ("(d) connections held per node at the end", "held", float(WATCHES_PER_NODE + HELD_TARGET_EXTRA)),
+        ("(d) connections held per node at the end", "held", None),
         ("(d) server CPU ms per node and idle minute", "server_cpu_ms_per_node_min", None),
     ]
     print(f"\n{'figure':56s} {'now':>8s} {'baseline':>9s}  target")
@@ -256,6 +290,13 @@ def report(results: list[TreeResult], idle: float) -> None:
         if target is not None:
             verdict = f"<= {target:g}  {'ok' if now <= target + 1e-9 else 'MISS'}"
         print(f"{label:56s} {now:8.2f} {b}  {verdict}")
+    if handshakes is not None:
+        full, resumed, share = handshakes
+        ok = "ok" if resumed <= full / 2 else "MISS"
+        print(f"{'(e) server CPU ms per TLS handshake, full':56s} {full:8.2f}")
+        print(
+            f"{'(e) ... resuming a session (' + f'{share:.0%} resumed)':56s} {resumed:8.2f} {'':9s}  <= full / 2  {ok}"
+        )
     for r in results:
         print(f"  {r.label}: {r.nodes} nodes Ready in {r.start_s:.1f} s; load phase {r.load_s:.1f} s")
 
@@ -265,6 +306,7 @@ def in_netns(args) -> int:
     work = Path(tempfile.mkdtemp(prefix="orch-bench-conns-"))
     server = ApiServerProcess(work / "srv", free_port())
     results = []
+    handshakes = None
     try:
         server.start(timeout=60)
         admin = Admin(server)
@@ -274,13 +316,16 @@ def in_netns(args) -> int:
         for tree, label in trees:
             results.append(run_tree(args, server, admin, tree, label, work))
             print(f"{label}: {dataclasses.asdict(results[-1])}", flush=True)
+        if args.handshakes:
+            node_config = issue_node_orchconfig(server.data_dir, server.url, "handshake-node", work / "hs.orchconfig")
+            handshakes = handshake_cpu(server, node_config, args.handshakes)
     finally:
         if args.keep_log and server.log_path.exists():
             Path(args.keep_log).mkdir(parents=True, exist_ok=True)
             shutil.copy(server.log_path, Path(args.keep_log) / "apiserver.log")
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    report(results, args.idle)
+    report(results, args.idle, handshakes)
     return 0
 
 
@@ -289,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=5)
     ap.add_argument("--pods-per-node", type=int, default=4)
     ap.add_argument("--idle", type=float, default=60.0, help="idle window in seconds (60)")
+    ap.add_argument("--handshakes", type=int, default=200, help="connections per kind in (e); 0: skip (200)")
     ap.add_argument("--baseline-tree", default="", help="a checkout whose agent runs first as the baseline")
     ap.add_argument("--keep-log", default="", help="copy the server's and the hollow nodes' logs here")
     args = ap.parse_args(argv)

@@ -483,9 +483,11 @@ async def test_one_kept_alive_pool_for_requests_and_watches(tls):
     them, and a finished watch's connection serves the next request."""
     app = web.Application()
     ports: list[tuple[str, int]] = []
+    resumed: list[bool] = []
 
     async def handler(request):
         ports.append((request.query.get("what", ""), request.transport.get_extra_info("peername")[1]))
+        resumed.append(request.transport.get_extra_info("ssl_object").session_reused)
         if request.query.get("watch") == "true":
             resp = web.StreamResponse()
             resp.content_type = "application/json"
@@ -498,8 +500,9 @@ async def test_one_kept_alive_pool_for_requests_and_watches(tls):
 
     app.router.add_get("/api/v1/things", handler)
     async with FakeServer(tls, app) as srv:
-        client = ApiClient(srv.conn(), qps=1000, burst=1000)
+        client = ApiClient(srv.conn(cn="system:node:n1"), qps=1000, burst=1000)
         try:
+            await client.get("/api/v1/things", params={"what": "first"})
             await asyncio.gather(*(client.get("/api/v1/things", params={"what": "burst"}) for _ in range(8)))
             burst = {p for what, p in ports if what == "burst"}
             assert len(burst) == rest.REQUEST_CONNECTIONS
@@ -517,6 +520,34 @@ async def test_one_kept_alive_pool_for_requests_and_watches(tls):
     assert watch_port in {p for what, p in ports if what != "watch"}  # the watch reused a pooled connection
     assert len({p for _, p in ports}) == rest.REQUEST_CONNECTIONS + 1
     assert rest.KEEPALIVE_TIMEOUT > 10  # longer than the node status and lease periods
+    # Every connection after the first resumed the TLS session of an earlier one (no
+    # certificate signature and client-certificate check for the server).
+    first = {p: r for (_, p), r in reversed(list(zip(ports, resumed)))}
+    assert sorted(first.values()) == [False] + [True] * (len(first) - 1)
+    assert {seen["cn"] for seen in srv.seen} == {"system:node:n1"}  # the server still knows who asks
+
+
+async def test_tls_sessions_resume_after_concurrent_handshakes(tls):
+    """Handshakes still in progress have no session to offer (asking for one fails):
+    concurrent new connections just make full handshakes, later ones resume."""
+    app = web.Application()
+    resumed: list[bool] = []
+
+    async def handler(request):
+        resumed.append(request.transport.get_extra_info("ssl_object").session_reused)
+        await asyncio.sleep(0.05)
+        return web.json_response({})
+
+    app.router.add_get("/api/v1/things", handler)
+    async with FakeServer(tls, app) as srv:
+        client = ApiClient(srv.conn(cn="system:node:n1"), qps=-1)
+        try:
+            await asyncio.gather(*(client.get("/api/v1/things") for _ in range(4)))
+            await client.close()  # the pool goes, the client's TLS context and its sessions stay
+            await client.get("/api/v1/things")
+        finally:
+            await client.close()
+    assert len(resumed) == 5 and resumed[-1] is True
 
 
 async def test_reload_switches_client_certificate(tls):
