@@ -18,7 +18,8 @@ connections the API server accepted. In that namespace it starts one
 (c) connections opened while a Deployment of ``--pods-per-node`` pods a node is
     created, runs and is deleted, and while it settles for another ``--idle`` / 2;
 (d) connections held open at the end (``ss``) and the API server's CPU per node and
-    minute over the idle window;
+    minute over the idle window (for information: the first tree's window also holds
+    the fresh server settling, so the same code measures about twice as much there);
 (e) the API server's CPU per TLS handshake (a node's credentials, ``--handshakes``
     connections each making one request): full handshakes against ones resuming an
     earlier session, as the agent's client context offers it.
@@ -280,7 +281,7 @@ def report(results: list[TreeResult], idle: float, handshakes: tuple[float, floa
         (f"(b) connections per node and minute, idle ({idle:g} s)", "idle_per_min", 0.0),
         ("(c) connections per node, pods created/run/deleted", "load", None),
         ("(d) connections held per node at the end", "held", None),
-        ("(d) server CPU ms per node and idle minute", "server_cpu_ms_per_node_min", None),
+        ("(d) server CPU ms per node and idle minute (see above)", "server_cpu_ms_per_node_min", None),
     ]
     print(f"\n{'figure':56s} {'now':>8s} {'baseline':>9s}  target")
     for label, attr, target in rows:
