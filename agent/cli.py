@@ -22,6 +22,7 @@ from . import logging as agent_logging
 from .config import ConfigError, build_config
 from .options import FlagError, format_help, parse_args
 from .process import StartError, run_agent
+from .proxy.localnet import ROUTE_LOCALNET, SysctlError
 from .proxy.nft import NftError
 from .proxy.proxier import cleanup as proxy_cleanup
 from .validation import validate
@@ -106,14 +107,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if cfg.proxy_cleanup:
         try:
-            existed = proxy_cleanup()
-        except NftError as exc:
+            existed, restored = proxy_cleanup(state_dir=cfg.root_dir)
+        except (NftError, SysctlError) as exc:
             log.error("Removing the service proxy rules failed", err=exc)
             return EXIT_FAILED
         log.info(
             "Removed the service proxy rules" if existed else "No service proxy rules to remove",
             table=names.PROXY_NFT_TABLE,
         )
+        if restored is not None:
+            log.info(
+                "Put back a sysctl the service proxy had set", sysctl=f"{ROUTE_LOCALNET.replace('/', '.')}={restored}"
+            )
         agent_logging.flush()
         return EXIT_OK
 

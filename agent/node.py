@@ -29,6 +29,7 @@ from cri.client import CriClient, CriError
 
 from . import logging as agent_logging
 from . import pods as podutil
+from . import predicates
 from .client import client_from_config
 from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
@@ -51,6 +52,7 @@ from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_fr
 from .runtime.credentialprovider import CredentialProviderError, CredentialProviders
 from .runtime.credentialprovider import load_config as load_credential_config
 from .runtime.images import ImageManager
+from .runtime.keyring import NodeDockerConfig
 from .runtime.manager import RuntimeManager
 from .runtime.volumes import VolumeManager
 from .server import AgentServer, LogTarget, RuntimeStreaming, configz_document
@@ -65,7 +67,14 @@ from .sources.merge import PodConfig
 from .sources.url import UrlSource
 from .status.lease import LeaseManager
 from .status.manager import StatusManager
-from .status.nodestatus import NodeStatusManager, node_addresses, runtime_version_from
+from .status.nodestatus import (
+    NodeStatusManager,
+    node_addresses,
+    node_hostname,
+    node_labels,
+    node_taints,
+    runtime_version_from,
+)
 from .workers import PodPipeline, default_host_ip
 
 __all__ = ["NodeAgent", "NodeStartError"]
@@ -124,6 +133,7 @@ class NodeAgent:
             burst=cfg.registry_burst,
             backoff=Backoff(),
             credentials=self._credential_providers(),
+            node_config=NodeDockerConfig(cfg.root_dir),
         )
         self.images.on_event = lambda reason, image, message: log.v(2).info(
             "Image", reason=reason, image=image, message=message
@@ -289,6 +299,7 @@ class NodeAgent:
         )
         self.eviction = self._eviction_manager()
         self.pipeline.admit_handlers.append(self.eviction.admit)
+        self.pipeline.admit_handlers.append(self._admit_fit)
         if cfg.enable_server:
             authenticate, authorize, client_ca = self._server_auth()
             self.server = AgentServer(
@@ -505,6 +516,21 @@ class NodeAgent:
             )
         return sorted(out, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
+    def _admit_fit(self, pod: dict) -> tuple[str, str]:
+        """Upstream's general predicates (node affinity, node name, host ports, NoExecute
+        taints, OS) against the Node as last read, or as the node registers itself
+        before that (and when running without an API server)."""
+        node = self.node_status.node if self.node_status is not None else None
+        if node is None:
+            node = {
+                "metadata": {"name": self.node_name, "labels": node_labels(self.cfg, node_hostname(self.cfg))},
+                "spec": {"taints": node_taints(self.cfg)},
+            }
+        assert self.pipeline is not None
+        uid = podutil.uid(pod)
+        others = [p for p in self.pipeline.active_pods() if podutil.uid(p) != uid]
+        return predicates.admit(pod, node, others)
+
     async def _kill_for_shutdown(self, pod: dict, grace: int, update_status: Callable[[dict], None]) -> None:
         """The node shutdown manager's way to stop a pod: through its pod worker."""
         assert self.pipeline is not None
@@ -606,7 +632,7 @@ class NodeAgent:
             )
             runs = [status.run(), lease.run(), source.run(), statuses.run(), self.podmanager.run(), services.run()]
             if cfg.proxy_mode == "nftables":
-                runs.append(self._run_proxy(client, services.informer))
+                runs.append(self._run_proxy(client, services))
             else:
                 log.info("Service proxy off", proxyMode=cfg.proxy_mode)
             if cfg.rotate_certificates:
@@ -634,10 +660,10 @@ class NodeAgent:
                 await self.objects.close()
             await client.close()
 
-    async def _run_proxy(self, client, services) -> None:
-        """The node service proxy, on the Services informer of the service cache (one watch
-        for both); a failure to start it (no nft command) is logged, and the node keeps
-        running its pods."""
+    async def _run_proxy(self, client, services: ServiceCache) -> None:
+        """The node service proxy, on the Services informer of the service variables (one
+        watch per node); a failure to start it (no nft command) is logged, and the node
+        keeps running its pods."""
         cfg = self.cfg
         try:
             proxy = ServiceProxy(
@@ -645,7 +671,9 @@ class NodeAgent:
                 self.node_name,
                 cluster_cidr=cfg.cluster_cidr,
                 masquerade_bit=cfg.iptables_masquerade_bit,
-                services=services,
+                services_informer=services.informer,
+                localhost_nodeports=cfg.iptables_localhost_nodeports,
+                state_dir=cfg.root_dir,
             )
         except NftError as exc:
             log.error("Service proxy not started", err=exc)

@@ -1,4 +1,5 @@
-"""ConfigMaps, Secrets and service-account tokens the node's pods reference, for volumes and environment."""
+"""ConfigMaps, Secrets and service-account tokens the node's pods reference, for volumes,
+environment and image pulls."""
 
 from __future__ import annotations
 
@@ -79,8 +80,18 @@ class ObjectCache:
         return (podutil.uid(pod), audience, int(projection.get("expirationSeconds") or 3600))
 
     @staticmethod
-    def references(pod: dict) -> set[tuple[str, str]]:
-        refs: set[tuple[str, str]] = set()
+    def pull_secret_names(pod: dict) -> set[str]:
+        return {
+            ref["name"]
+            for ref in podutil.spec(pod).get("imagePullSecrets") or []
+            if isinstance(ref, dict) and isinstance(ref.get("name"), str) and ref["name"]
+        }
+
+    @staticmethod
+    def references(pod: dict, *, pulls: bool = True) -> set[tuple[str, str]]:
+        """(kind, name) of what the pod reads: its volumes' and environment's objects, and
+        (``pulls``) its image pull secrets."""
+        refs: set[tuple[str, str]] = {("Secret", n) for n in ObjectCache.pull_secret_names(pod)} if pulls else set()
         spec = podutil.spec(pod)
         for vol in spec.get("volumes") or []:
             if (vol.get("configMap") or {}).get("name"):
@@ -118,6 +129,11 @@ class ObjectCache:
         ns = podutil.namespace(pod)
         uid = podutil.uid(pod)
         keys = {(kind, ns, name) for kind, name in self.references(pod)}
+        # Secrets only the image pulls use: a failure to read one is the pull's warning event,
+        # never a reason to hold the pod back (as upstream).
+        only_pulls = {("Secret", ns, n) for n in self.pull_secret_names(pod)} - {
+            (kind, ns, name) for kind, name in self.references(pod, pulls=False)
+        }
         # Claims and volumes known from earlier syncs stay tracked until re-read below.
         self._track(uid, keys | {k for k in self._pod_refs.get(uid, ()) if k[0] in _CLAIM_KINDS})
         for key in keys:
@@ -128,8 +144,10 @@ class ObjectCache:
             try:
                 self._objects[key] = await self.client.get(f"{self._collection(kind, ns)}/{name}")
             except ApiError as exc:
-                if exc.status != 404:
+                if exc.status != 404 and key not in only_pulls:
                     raise
+                if exc.status != 404:
+                    log.info("Unable to read an image pull secret", namespace=ns, name=name, err=exc.message)
                 self._objects[key] = None
             self._start_watch(key)
         await self._prefetch_claims(pod, ns, uid, keys)

@@ -25,7 +25,8 @@ NOT_SYNCED = "services have not yet been read at least once, cannot construct en
 
 
 class ServiceCache:
-    """Every Service, through one informer over ``/api/v1/services``."""
+    """Every Service, through one informer over ``/api/v1/services``; the node's service
+    proxy adds its handlers to the same informer (one Services watch per node)."""
 
     def __init__(self, client: ApiClient, master_namespace: str = MASTER_SERVICE_NAMESPACE) -> None:
         self.informer = Informer(client, "/api/v1/services", name="services")

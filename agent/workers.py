@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import random
 import socket
 import time
 from typing import Any, Callable
 
-from apiserver_min.api import names
 from cri.client import CriError, UnavailableError
 
 from . import logging as agent_logging
@@ -281,16 +279,13 @@ class PodPipeline:
         state = PodState(pod)
         self.pods[uid] = state
         previous = pod.get("status") or {}
-        if previous.get("phase") == "Failed" and previous.get("reason") == names.EVICTION_REASON:
-            # Evicted before an agent restart: it stays stopped (whatever is left of it is
-            # stopped) and keeps its final status.
+        if previous.get("phase") in _FINISHED:
+            # Terminal in the API (evicted, stopped for a node shutdown, refused, or finished
+            # before an agent restart): never started again, whatever its restart policy.
+            # Its worker stops what is left of it once and keeps its final status; it needs
+            # no admission, as it will hold no resources.
+            state.status = dict(previous)
             state.task = asyncio.create_task(self._worker(state), name=f"pod-worker {podutil.full_name(pod)}")
-            state.kill = KillRequest(
-                None,
-                previous["reason"],
-                functools.partial(_keep_final, previous),
-                asyncio.get_running_loop().create_future(),
-            )
             state.wake.set()
             return
         reason, message = self._admit(pod)
@@ -355,7 +350,14 @@ class PodPipeline:
         the status generated after the stop). The future is done when the containers are
         stopped; None when the pod is not one the node runs (gone, refused, being removed)."""
         state = self.pods.get(uid)
-        if state is None or state.rejected or state.terminating or state.killed or state.task is None:
+        if (
+            state is None
+            or state.rejected
+            or state.terminating
+            or state.killed
+            or state.task is None
+            or (state.kill is None and _terminal(state))
+        ):
             return None
         if state.kill is not None:
             return state.kill.done
@@ -405,10 +407,9 @@ class PodPipeline:
         uid = state.uid
         rp = await self.runtime.runtime_pod(uid)
         self.runtime_ready = True
-        phase = (state.status or {}).get("phase")
         result = None
-        if phase in ("Succeeded", "Failed") and podutil.restart_policy(pod) != "Always":
-            # A finished pod: nothing runs again; stop its sandbox once.
+        if _terminal(state):
+            # A finished pod: nothing runs again, whatever its restart policy; stop its sandbox once.
             if not state.terminal_stopped:
                 await self.runtime.kill_pod(pod, rp, reason="pod finished")
                 state.terminal_stopped = True
@@ -447,11 +448,7 @@ class PodPipeline:
             host_ip=self.host_ip,
             pod_error=result.pod_error if result is not None else None,
         )
-        if (
-            status.get("phase") in ("Succeeded", "Failed")
-            and not state.terminal_stopped
-            and podutil.restart_policy(pod) != "Always"
-        ):
+        if status.get("phase") in _FINISHED and not state.terminal_stopped:
             state.wake.set()  # stop the sandbox on the next round
         if _comparable(status) != _comparable(state.status):
             state.status = status
@@ -601,17 +598,11 @@ class PodPipeline:
             self._orphans.pop(rp.uid, None)
 
 
-def _keep_final(previous: dict, status: dict) -> None:
-    """A pod the node stopped before a restart: its phase, reason, message and DisruptionTarget stay."""
-    status["phase"] = previous.get("phase", "Failed")
-    status["reason"], status["message"] = previous.get("reason", ""), previous.get("message", "")
-    kept = [
-        c
-        for c in previous.get("conditions") or []
-        if isinstance(c, dict) and c.get("type") == names.POD_CONDITION_DISRUPTION_TARGET
-    ]
-    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") not in {k["type"] for k in kept}]
-    status["conditions"] += kept
+def _terminal(state: PodState) -> bool:
+    """Upstream's rule: a pod whose phase is terminal, in the agent's own status or in the
+    API's, never runs again."""
+    own, api = state.status or {}, state.pod.get("status") or {}
+    return own.get("phase") in _FINISHED or api.get("phase") in _FINISHED
 
 
 def _creation_key(pod: dict) -> tuple:

@@ -34,6 +34,7 @@ from .authz.abac import load_policy_file as load_abac_policies
 from .authz.authorizer import parse_modes
 from .authz.webhook import VERSIONS as AUTHZ_WEBHOOK_VERSIONS
 from .authz.webhook import load_config as load_authz_webhook_config
+from .hostaddr import AddressError, advertise_address
 from .storage import encryption
 from .version import __version__
 from .webhookclient.orchconfig import Target as WebhookTarget
@@ -85,6 +86,9 @@ class Options:
     max_request_body_bytes: int
     verbosity: int
     warnings: tuple[str, ...] = ()
+    # The address the orch Service's endpoints list: --advertise-address, else the bind address
+    # unless unspecified or loopback, else the default-route interface's (hostaddr.py).
+    endpoint_address: str = ""
     # API priority and fairness (server/flowcontrol/), or the plain in-flight limits without it.
     enable_priority_and_fairness: bool = True
     max_requests_inflight: int = 400
@@ -152,6 +156,8 @@ class Options:
     node_startup_grace_period: float = 60.0
     # How often the resource quota controller recounts every quota.
     resource_quota_sync_period: float = 300.0
+    # How long an Event is kept after its last write (upstream's --event-ttl).
+    event_ttl: float = 3600.0
     enable_scheduler: bool = True
     # The horizontal pod autoscaler controller (upstream's --horizontal-pod-autoscaler-* flags).
     horizontal_pod_autoscaler_sync_period: float = 15.0
@@ -204,8 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--advertise-address",
         default="",
-        help="Address advertised to members of the cluster (default: the bind address, "
-        "or 127.0.0.1 when binding all addresses).",
+        help="Address advertised to members of the cluster: the orch Service's endpoints list it "
+        "(default: the bind address, or when that is unspecified or loopback the address of the "
+        "interface holding the default route). May not be loopback, link-local or unspecified.",
     )
     g.add_argument(
         "--min-request-timeout",
@@ -581,6 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="How often the resource quota controller recounts the usage of every quota (default %(default)s).",
     )
     n.add_argument(
+        "--event-ttl",
+        default="1h",
+        help="How long an Event is kept after it was last written (default %(default)s).",
+    )
+    n.add_argument(
         "--enable-scheduler",
         nargs="?",
         const="true",
@@ -783,11 +795,22 @@ def parse(argv: Sequence[str]) -> Options:
         raise OptionsError(f"invalid value {ns.bind_address!r} for flag --bind-address: not an IP address") from None
     if ns.advertise_address:
         try:
-            ipaddress.ip_address(ns.advertise_address)
+            advertised = ipaddress.ip_address(ns.advertise_address)
         except ValueError:
             raise OptionsError(
                 f"invalid value {ns.advertise_address!r} for flag --advertise-address: not an IP address"
             ) from None
+        if advertised.is_loopback or advertised.is_link_local or advertised.is_unspecified:
+            raise OptionsError(
+                f"invalid value {ns.advertise_address!r} for flag --advertise-address: may not be a loopback, "
+                "link-local or unspecified address (the orch Service's endpoints cannot list it)"
+            )
+        endpoint_address = ns.advertise_address
+    else:
+        try:
+            endpoint_address = advertise_address(ns.bind_address)
+        except AddressError as exc:
+            raise OptionsError(str(exc)) from None
     if bool(ns.tls_cert_file) != bool(ns.tls_private_key_file):
         raise OptionsError("--tls-cert-file and --tls-private-key-file must be given together")
     for flag, path in (
@@ -823,6 +846,7 @@ def parse(argv: Sequence[str]) -> Options:
         ),
         feature_gates=gates,
         advertise_address=ns.advertise_address,
+        endpoint_address=endpoint_address,
         min_request_timeout=_int("--min-request-timeout", ns.min_request_timeout, 1, 86400),
         watch_bookmark_interval=_duration_seconds("--watch-bookmark-interval", ns.watch_bookmark_interval),
         max_request_body_bytes=_int("--max-request-body-bytes", ns.max_request_body_bytes, 1024, 1 << 30),
@@ -1033,6 +1057,7 @@ def _node_lifecycle_options(ns: argparse.Namespace) -> dict:
             ("--node-startup-grace-period", "node_startup_grace_period"),
             ("--metric-resolution", "metric_resolution"),
             ("--resource-quota-sync-period", "resource_quota_sync_period"),
+            ("--event-ttl", "event_ttl"),
             ("--leader-elect-lease-duration", "leader_elect_lease_duration"),
             ("--leader-elect-renew-deadline", "leader_elect_renew_deadline"),
             ("--leader-elect-retry-period", "leader_elect_retry_period"),

@@ -10,6 +10,7 @@ written mode 0600 and never overwritten once present.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import ipaddress
 import os
@@ -42,17 +43,30 @@ def cert_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
+def _write_atomic(path: str, data: bytes, mode: int) -> None:
+    """Write PATH whole or not at all: a reader (kubectl, an agent, a second server)
+    sees the old file or the new one, never one still being written."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_private(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(path, 0o600)
+    _write_atomic(path, data, 0o600)
 
 
 def write_public(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-    os.chmod(path, 0o644)
+    _write_atomic(path, data, 0o644)
 
 
 def _name(cn: str, orgs: Iterable[str] = ()) -> x509.Name:

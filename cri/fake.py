@@ -15,7 +15,9 @@ real behaviour; keep the two in step):
   * PullImage contacts the "registry": it fails (UNKNOWN, "failed to resolve
     reference") for every image not registered with `allow_pull()`, even an
     image that is present. Images are made present with `preload_image()`
-    (what `ctr images import` does); the two test images are preloaded.
+    (what `ctr images import` does); the two test images are preloaded. An
+    image allowed with `credentials=(user, password)` is a private one: a pull
+    without them fails (UNKNOWN, "401 Unauthorized").
   * The sandbox image is the runtime's own (`sandbox_image`, containerd's CRI
     `sandbox_image`), reported by verbose Status as `sandboxImage` in the JSON
     `config` of `info`. RunPodSandbox uses it when present and otherwise pulls
@@ -54,7 +56,7 @@ Knobs (all synchronous; call them from the test's event loop):
                                               ignore SIGTERM, log lines, start error
   schedule_exit(container_id, after, exit_code) / exit_container(...)
   on_exec(cmd, ExecResult | callable, container=)   ExecSync script
-  preload_image(name) / allow_pull(name) / remove_image(name)
+  preload_image(name) / allow_pull(name, credentials=) / remove_image(name)
   kill_sandbox(sandbox_id)                    the pause process died: NOTREADY
   set_condition(type, status, reason, message)  Status conditions
   down() / up() / restart()                   stop serving on the socket and
@@ -309,6 +311,7 @@ class FakeRuntime:
         self.containers: dict[str, FakeContainer] = {}
         self.images: dict[str, FakeImage] = {}  # by ID
         self.registry: dict[str, FakeImage] = {}  # pullable, by normalized name
+        self.registry_credentials: dict[str, tuple[str, str]] = {}  # private images: (user, password)
         self.conditions: dict[str, pb.RuntimeCondition] = {
             "RuntimeReady": pb.RuntimeCondition(type="RuntimeReady", status=True),
             "NetworkReady": pb.RuntimeCondition(type="NetworkReady", status=True),
@@ -453,9 +456,18 @@ class FakeRuntime:
             image.repo_tags.append(name)
         return image_id
 
-    def allow_pull(self, name: str, *, size: int = 1_037_061, image_id: str | None = None) -> None:
-        """Make the image pullable, as if a registry served it."""
+    def allow_pull(
+        self,
+        name: str,
+        *,
+        size: int = 1_037_061,
+        image_id: str | None = None,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
+        """Make the image pullable, as if a registry served it (only to these credentials)."""
         full = normalize_image_ref(name)
+        if credentials is not None:
+            self.registry_credentials[full] = credentials
         if image_id is None:
             image_id = "sha256:" + hashlib.sha256(full.encode()).hexdigest()
         repo = full.rsplit(":", 1)[0] if "@" not in full else full.split("@", 1)[0]
@@ -1140,6 +1152,15 @@ class FakeRuntime:
                 f'reference "{full}": failed to do request: Head '
                 f'"https://{domain}/v2/{path}/manifests/{tag}": dial tcp: lookup '
                 f"{domain}: no such host",
+            )
+        wanted = self.registry_credentials.get(full)
+        if wanted is not None and (request.auth.username, request.auth.password) != wanted:
+            repo, _, tag = full.rpartition(":")
+            domain = repo.partition("/")[0]
+            raise _Abort(
+                grpc.StatusCode.UNKNOWN,
+                f'failed to pull and unpack image "{full}": failed to resolve reference "{full}": '
+                f"pulling from host {domain} failed with status code [manifests {tag}]: 401 Unauthorized",
             )
         image = self.images.get(template.id)
         if image is None:

@@ -1,8 +1,8 @@
 """A small HTTPS admission webhook for tests and benchmarks: an aiohttp server on
 127.0.0.1 in a thread of its own, with a certificate from a CA the test makes.
 
-Each path answers one way (``/allow``, ``/deny``, ``/patch``, ``/warn``, ``/hang``,
-``/garbage``); an ImageReview (any path) is answered as an image policy backend
+Each path answers one way (``/allow``, ``/deny``, ``/patch``, ``/label``, ``/warn``,
+``/hang``, ``/garbage``); an ImageReview (any path) is answered as an image policy backend
 allowing images under ``good/``; a ConversionReview as a conversion webhook
 (:func:`conversion_answer`); a SubjectAccessReview as an authorization backend
 (:func:`access_review_answer`). Every review received is kept in ``reviews``
@@ -115,6 +115,7 @@ class WebhookServer:
         self.reviews: list[tuple[str, dict]] = []
         self.client_certs: list[dict | None] = []
         self.authorizations: list[str] = []
+        self.timeouts: list[tuple[str, str]] = []  # (path, its ?timeout=) per review received
         ca_cert, ca_key = pki.make_ca("webhook-test-ca")
         key = ec.generate_private_key(ec.SECP256R1())
         cert = pki.sign_leaf(
@@ -159,6 +160,7 @@ class WebhookServer:
             peer = request.transport.get_extra_info("peercert") if request.transport else None
             self.client_certs.append(peer)
             self.authorizations.append(request.headers.get("Authorization", ""))
+            self.timeouts.append((path, request.query.get("timeout", "")))
         if review.get("kind") == "SubjectAccessReview":
             if (review.get("spec") or {}).get("user") == SAR_BROKEN_USER:
                 return web.Response(status=400, text="cannot review this")
@@ -183,6 +185,17 @@ class WebhookServer:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
             response["auditAnnotations"] = {"seen": "true"}
+        elif path == "/label":  # labels the object with the version it was sent in
+            obj = req.get("object") or {}
+            ops = (
+                []
+                if (obj.get("metadata") or {}).get("labels") is not None
+                else [{"op": "add", "path": "/metadata/labels", "value": {}}]
+            )
+            version = str(obj.get("apiVersion") or "").rpartition("/")[2]
+            ops.append({"op": "add", "path": "/metadata/labels/seen-version", "value": version})
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
         elif path == "/warn":
             response["warnings"] = [WARNING]
         elif path == "/hang":

@@ -1114,18 +1114,29 @@ OPTIONS: tuple[Option, ...] = (
         "proxy-mode",
         STRING,
         "nftables",
-        "The node service proxy (cluster mode): nftables programs Service cluster IPs, external IPs "
-        "and node ports in the nftables table 'ip orch-proxy' (node ports on the node's addresses, never on "
-        "127.0.0.0/8, which would need route_localnet); none runs no proxy. In standalone mode there are "
-        "no Services and no proxy runs.",
+        "The node service proxy (cluster mode): nftables programs IPv4 Service cluster IPs, external IPs "
+        "and node ports in the nftables table 'ip orch-proxy' (IPv6 services are not programmed; each is "
+        "logged); none runs no proxy. In standalone mode there are no Services and no proxy runs.",
         G_NETWORK,
         choices=("nftables", "none"),
+    ),
+    _o(
+        "iptables-localhost-nodeports",
+        BOOL,
+        True,
+        "The service proxy also serves node ports on 127.0.0.0/8 to the node's own connections (as "
+        "upstream kube-proxy's flag of this name): sets net.ipv4.conf.all.route_localnet=1 (put back by "
+        "--proxy-cleanup when the proxy changed it) and drops new connections to 127.0.0.0/8 that did not "
+        "come in on lo (CVE-2020-8558). IPv4 only: there is no IPv6 equivalent (::1 cannot be routed off "
+        "the host).",
+        G_NETWORK,
     ),
     _o(
         "proxy-cleanup",
         BOOL,
         False,
-        "Remove the service proxy's nftables table and exit (as upstream kube-proxy --cleanup).",
+        "Remove the service proxy's nftables table, put back route_localnet if the proxy set it, and exit "
+        "(as upstream kube-proxy --cleanup).",
         G_NETWORK,
     ),
     _o(

@@ -1,8 +1,9 @@
 """What the proxy serves, read from Services and EndpointSlices (pure, no I/O).
 
 A Service contributes one :class:`ServicePort` per port of each served address
-family (IPv4 only here: the node proxy programs ``table ip``; an IPv6-only
-Service is reported once and skipped). Its endpoints are the union of every
+family (IPv4 only here: the node proxy programs ``table ip``; the IPv4 address
+of a dual-stack Service is served, its IPv6 one and IPv6-only Services are
+reported once each and skipped). Its endpoints are the union of every
 EndpointSlice labelled ``orch.io/service-name: <name>`` in its namespace, each
 address once, with the port whose name and protocol equal the service port's.
 
@@ -92,9 +93,12 @@ def service_ports(svc: Mapping) -> tuple[list[ServicePort], list[str]]:
     raw_ip = spec.get("clusterIP") or ""
     if raw_ip == "None":
         return [], []  # headless: no virtual IP to program
-    cluster_ip = _ipv4(raw_ip)
-    if raw_ip and not cluster_ip:
-        notes.append(f"cluster IP {raw_ip} is not IPv4; this proxy programs IPv4 only")
+    # A dual-stack Service's IPv4 address may be its second (clusterIPs[1]).
+    raw_ips = [ip for ip in spec.get("clusterIPs") or [] if isinstance(ip, str) and ip] or ([raw_ip] if raw_ip else [])
+    cluster_ip = next((v4 for v4 in map(_ipv4, raw_ips) if v4), "")
+    for ip in raw_ips:
+        if not _ipv4(ip):
+            notes.append(f"cluster IP {ip} is not IPv4; this proxy programs IPv4 only")
     external_ips = []
     for ip in spec.get("externalIPs") or []:
         v4 = _ipv4(ip)

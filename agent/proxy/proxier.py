@@ -1,8 +1,6 @@
 """The node service proxy: Services and EndpointSlices in, nftables rules out.
 
-:class:`ServiceProxy` keeps two informers (all Services, all EndpointSlices;
-the agent hands it the Services informer its service cache already runs, so one
-watch serves both, as one connection per watch is what HTTP/1.1 costs),
+:class:`ServiceProxy` keeps two informers (all Services, all EndpointSlices),
 remembers which services an event touched, and at most every
 ``min_sync_interval`` seconds rebuilds the rules of just those services and
 applies the difference to what the table holds in one ``nft`` transaction. The
@@ -22,6 +20,8 @@ from apiserver_min.api import names
 from .. import logging as agent_logging
 from ..client.informer import Informer, object_key
 from . import model, ruleset
+from .conntrack import ConntrackCleaner, Flow, UdpTarget, stale_flows, udp_target
+from .localnet import LocalnetSysctl, SysctlError
 from .nft import LibNftRunner, NftError, NftRunner, make_runner
 
 __all__ = ["ServiceProxy", "ServiceIndex", "cleanup"]
@@ -34,6 +34,10 @@ SLICES_PATH = f"/apis/{names.DISCOVERY_GROUP}/v1/endpointslices"
 
 class Runner(Protocol):
     async def apply(self, script: str) -> None: ...
+
+
+class Cleaner(Protocol):
+    async def delete(self, flows: set[Flow]) -> int: ...
 
 
 def _slice_service(sl: Mapping) -> str:
@@ -107,6 +111,18 @@ class ServiceIndex:
         slices = list(self.slices.get(key, {}).values())
         return ruleset.build(((sp, model.endpoints_for(sp, slices)) for sp in ports), self.node, self.cluster_cidr)
 
+    def udp_targets(self, key: str) -> dict[str, UdpTarget]:
+        """The UDP service ports of one service and where their rules send (empty when none)."""
+        svc = self.services.get(key)
+        spec_ports = ((svc or {}).get("spec") or {}).get("ports") or []
+        if not any(isinstance(p, dict) and p.get("protocol") == "UDP" for p in spec_ports):
+            return {}
+        ports, _ = model.service_ports(svc or {})
+        slices = list(self.slices.get(key, {}).values())
+        return {
+            sp.key: udp_target(sp, model.endpoints_for(sp, slices), self.node) for sp in ports if sp.protocol == "udp"
+        }
+
 
 def merge(fragments: Mapping[str, ruleset.Ruleset]) -> ruleset.Ruleset:
     out = ruleset.Ruleset()
@@ -130,21 +146,32 @@ class ServiceProxy:
         masquerade_bit: int = 14,
         runner: Runner | None = None,
         informer_factory: Callable[..., Informer] = Informer,
+        services_informer: Informer | None = None,
+        localhost_nodeports: bool = False,
+        state_dir: str = "",
+        conntrack: Cleaner | None = None,
         min_sync_interval: float = 0.05,
         check_period: float = 30.0,
-        services: Informer | None = None,
     ) -> None:
-        """``services``: an informer of every Service that its owner runs (the agent's
-        service cache); without it the proxy lists and watches Services itself."""
         self.index = ServiceIndex(node_name, cluster_cidr)
+        # Node ports on 127.0.0.0/8 (--iptables-localhost-nodeports): on once the sysctl is set.
+        self.localhost_nodeports_wanted = localhost_nodeports
+        self.localhost_nodeports = False
+        self.localnet = LocalnetSysctl(state_dir)
+        self.conntrack: Cleaner = conntrack if conntrack is not None else ConntrackCleaner()
+        self.udp_applied: dict[str, dict[str, UdpTarget]] = {}  # UDP service ports, per service
         self.mark = 1 << masquerade_bit
         self.runner: Runner = runner if runner is not None else make_runner()
         self.min_sync_interval = min_sync_interval
         self.check_period = check_period  # seconds without events after which the table is checked
-        self.owns_services = services is None
-        if services is None:
-            services = informer_factory(client, SERVICES_PATH, name="proxy-services")
-        self.services = services
+        # The agent's one Services informer when given (its owner runs it: one watch per node
+        # for the service variables and the proxy), else one of the proxy's own.
+        self._own_services = services_informer is None
+        self.services = (
+            informer_factory(client, SERVICES_PATH, name="proxy-services")
+            if services_informer is None
+            else services_informer
+        )
         self.slices = informer_factory(client, SLICES_PATH, name="proxy-endpointslices")
         self.services.add_handler(
             on_add=self._service_changed, on_update=lambda _o, n: self._service_changed(n), on_delete=self._service_gone
@@ -156,11 +183,6 @@ class ServiceProxy:
         self._need_full = True
         self.syncs = 0  # completed syncs (tests, metrics)
         self.last_sync_seconds = 0.0
-        # A shared informer may have listed already: handlers added later see only what
-        # changes after, so the Services it holds are taken as they are.
-        if not self.owns_services:
-            for svc in list(self.services.cache.values()):
-                self._service_changed(svc)
 
     # --- informer handlers ----------------------------------------------------------------
     def _mark(self, keys) -> None:
@@ -194,11 +216,12 @@ class ServiceProxy:
         started = time.monotonic()
         dirty, self._dirty = self._dirty, set()
         full = self._need_full
+        keys: set[str] = set()
         if full:
             keys = set(self.index.services) | set(self.applied) | dirty
             fragments = {k: self.index.fragment(k) for k in keys}
             fragments = {k: f for k, f in fragments.items() if f.chains or any(f.elements.values())}
-            script = ruleset.full_script(merge(fragments), self.mark)
+            script = ruleset.full_script(merge(fragments), self.mark, self.localhost_nodeports)
         else:
             fragments = {k: self.index.fragment(k) for k in dirty}
             script = "".join(
@@ -221,6 +244,7 @@ class ServiceProxy:
                     self.applied[k] = f
                 else:
                     self.applied.pop(k, None)
+        flows = self._udp_changes((keys | set(self.udp_applied)) if full else set(fragments))
         self.syncs += 1
         self.last_sync_seconds = time.monotonic() - started
         chains, elements, sets = merge(self.applied).size() if full else (0, 0, 0)
@@ -232,16 +256,65 @@ class ServiceProxy:
             seconds=round(self.last_sync_seconds, 4),
             **({"chains": chains, "elements": elements, "affinitySets": sets} if full else {}),
         )
+        if flows:
+            await self.conntrack.delete(flows)
+
+    def _udp_changes(self, keys: set[str]) -> set[Flow]:
+        """Record the UDP service ports of ``keys`` as applied; the conntrack flows made stale."""
+        flows: set[Flow] = set()
+        for k in keys:
+            new = self.index.udp_targets(k)
+            old = self.udp_applied.get(k, {})
+            if old or new:
+                flows |= stale_flows(old, new)
+            if new:
+                self.udp_applied[k] = new
+            else:
+                self.udp_applied.pop(k, None)
+        return flows
+
+    def _localnet(self) -> None:
+        """Set (or put back) route_localnet for node ports on 127.0.0.0/8. Set only after the
+        first sync, so the table's guard against outside packets to 127/8 is already in place."""
+        if self.localhost_nodeports_wanted:
+            try:
+                changed = self.localnet.enable()
+            except (SysctlError, OSError) as exc:
+                log.warning(
+                    "Node ports on 127.0.0.0/8 are not served: the sysctl they need could not be set",
+                    err=str(exc),
+                )
+                self.localhost_nodeports = False
+                self._need_full = True
+                self._wake.set()
+                return
+            if changed:
+                log.info("Set a sysctl for node ports on 127.0.0.0/8", sysctl=f"{self.localnet.name}=1")
+            return
+        try:
+            old = self.localnet.restore()
+        except (SysctlError, OSError) as exc:
+            log.warning("Could not put back a sysctl the proxy had set", err=str(exc))
+            return
+        if old is not None:
+            log.info("Put back a sysctl the proxy had set", sysctl=f"{self.localnet.name}={old}")
 
     async def run(self) -> None:
         """Watch and sync until cancelled."""
         tasks = [asyncio.create_task(self.slices.run(), name="proxy-slices-informer")]
-        if self.owns_services:
+        if self._own_services:
             tasks.append(asyncio.create_task(self.services.run(), name="proxy-services-informer"))
         failures = 0
         try:
             await self.services.wait_synced()
             await self.slices.wait_synced()
+            # A shared informer may have listed before this proxy's handler was added.
+            for svc in list(self.services.cache.values()):
+                self._service_changed(svc)
+            self.localhost_nodeports = self.localhost_nodeports_wanted
+            if not self.localhost_nodeports_wanted:
+                await asyncio.to_thread(self._localnet)
+            localnet_pending = self.localhost_nodeports_wanted
             log.info(
                 "Service proxy started",
                 mode="nftables",
@@ -249,6 +322,8 @@ class ServiceProxy:
                 table=f"{ruleset.FAMILY} {ruleset.TABLE}",
                 node=self.index.node,
                 clusterCIDR=self.index.cluster_cidr or None,
+                localhostNodePorts=self.localhost_nodeports,
+                ipFamilies="IPv4 (IPv6 services are not programmed; each is logged)",
             )
             while True:
                 for t in tasks:
@@ -263,6 +338,11 @@ class ServiceProxy:
                     await asyncio.sleep(min(30.0, 0.5 * 2**failures))
                     self._wake.set()
                     continue
+                if localnet_pending:
+                    localnet_pending = False
+                    await asyncio.to_thread(self._localnet)
+                    if self._need_full:
+                        continue
                 try:
                     await asyncio.wait_for(self._wake.wait(), self.check_period)
                 except asyncio.TimeoutError:
@@ -281,9 +361,13 @@ class ServiceProxy:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def cleanup(runner: LibNftRunner | NftRunner | None = None) -> bool:
-    """Remove the proxy's table (``--proxy-cleanup``); True if there was one."""
+def cleanup(runner: LibNftRunner | NftRunner | None = None, state_dir: str = "") -> tuple[bool, str | None]:
+    """Remove the proxy's table and put back the sysctl it set (``--proxy-cleanup``):
+    whether there was a table, and the sysctl value restored (None: not changed by the proxy).
+    Raises NftError or SysctlError."""
     runner = runner or make_runner()
+    # The sysctl first: the table holds the guard that goes with it.
+    restored = LocalnetSysctl(state_dir).restore()
     existed = runner.table_exists(ruleset.FAMILY, ruleset.TABLE)
     runner.apply_sync(ruleset.delete_script())
-    return existed
+    return existed, restored

@@ -31,9 +31,18 @@ Masquerading (the source rewritten to the node's address, so replies come back
 through this node): traffic from a pod to a service that lands on that same pod
 (hairpin); node-port and external-IP traffic with ``externalTrafficPolicy:
 Cluster``; with ``--cluster-cidr`` set, cluster-IP traffic from outside that
-range. Node ports on 127.0.0.0/8 are not served: that needs ``route_localnet``,
-which makes the kernel accept 127/8 sources on every interface (upstream's
-nftables proxy leaves them out for the same reason).
+range.
+
+Node ports on 127.0.0.0/8 (``localhost_nodeports``, as upstream's iptables proxy
+with ``--iptables-localhost-nodeports``): the node's own connections to
+``127.0.0.1:<nodePort>`` are translated in nat-output (never in prerouting, so a
+packet from elsewhere addressed to 127/8 is not forwarded to a pod) and always
+masqueraded (a 127/8 source cannot leave the host). That needs the sysctl
+``net.ipv4.conf.all.route_localnet=1`` (set by the proxier), which also makes
+the kernel accept 127/8 addresses arriving on other interfaces; the
+``localnet-guard`` chain drops those (upstream's guard against CVE-2020-8558):
+new connections to 127.0.0.0/8 that did not come in on ``lo`` and were not
+translated.
 """
 
 from __future__ import annotations
@@ -57,6 +66,8 @@ NO_EP_NODEPORTS = "no-endpoint-nodeports"
 CLUSTER_IPS = "cluster-ips"  # a plain set of addresses
 DYNAMIC_MAPS = (SERVICE_IPS, SERVICE_NODEPORTS, NO_EP_SERVICES, NO_EP_NODEPORTS, CLUSTER_IPS)
 REJECT_CHAIN = "reject-chain"
+LOCALNET_GUARD = "localnet-guard"
+LOOPBACK_NET = "127.0.0.0/8"
 MARK_CHAIN = "mark-for-masquerade"
 DSTNAT, SRCNAT = -100, 100  # the hook priorities of destination and source NAT
 
@@ -180,7 +191,7 @@ def _t() -> str:
     return f"{FAMILY} {TABLE}"
 
 
-def _fixed(mark: int) -> list[str]:
+def _fixed(mark: int, localhost_nodeports: bool = False) -> list[str]:
     t = _t()
     m = f"0x{mark:08x}"
     lines = [
@@ -222,7 +233,21 @@ def _fixed(mark: int) -> list[str]:
     )
     for name, typ, hook, prio, rule in hooks:
         lines.append(f"add chain {t} {name} {{ type {typ} hook {hook} priority {prio} ; policy accept ; }}")
+        if localhost_nodeports and name == "nat-output":
+            lines.append(
+                f"add rule {t} {name} ip daddr {LOOPBACK_NET} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"
+            )
+        if localhost_nodeports and name == "filter-output":
+            lines.append(
+                f"add rule {t} {name} ct state new ip daddr {LOOPBACK_NET} meta l4proto . th dport vmap @{NO_EP_NODEPORTS}"
+            )
         lines.append(f"add rule {t} {name} {rule}")
+    if localhost_nodeports:
+        lines.append(f"add chain {t} {LOCALNET_GUARD} {{ type filter hook input priority 0 ; policy accept ; }}")
+        lines.append(
+            f'add rule {t} {LOCALNET_GUARD} iifname != "lo" ip daddr {LOOPBACK_NET} '
+            "ct state != { established, related } ct status & dnat == 0 drop"
+        )
     return lines
 
 
@@ -230,10 +255,10 @@ def _element(map_name: str, key: str, value: str) -> str:
     return f"{key} : {value}" if value else key
 
 
-def full_script(rs: Ruleset, mark: int) -> str:
+def full_script(rs: Ruleset, mark: int, localhost_nodeports: bool = False) -> str:
     """The whole table from scratch: the old one (if any) goes in the same transaction."""
     t = _t()
-    lines = [f"add table {t}", f"delete table {t}"] + _fixed(mark)
+    lines = [f"add table {t}", f"delete table {t}"] + _fixed(mark, localhost_nodeports)
     for name, timeout in rs.sets.items():
         lines.append(f"add set {t} {name} {{ type ipv4_addr ; flags dynamic,timeout ; timeout {timeout}s ; }}")
     for name in rs.chains:
@@ -276,13 +301,13 @@ def diff_script(old: Ruleset, new: Ruleset) -> str:
             lines.append(f"flush chain {t} {name}")
         lines.extend(f"add rule {t} {name} {r}" for r in rules)
     for m in DYNAMIC_MAPS:
-        o, n = old.elements.get(m, {}), new.elements.get(m, {})
-        gone = [k for k, v in o.items() if k not in n or n[k] != v]
+        was, now = old.elements.get(m, {}), new.elements.get(m, {})
+        gone = [k for k, v in was.items() if k not in now or now[k] != v]
         if gone:
             lines.append(f"delete element {t} {m} {{ {', '.join(gone)} }}")
     for m in DYNAMIC_MAPS:
-        o, n = old.elements.get(m, {}), new.elements.get(m, {})
-        added = [_element(m, k, v) for k, v in n.items() if o.get(k) != v]
+        was, now = old.elements.get(m, {}), new.elements.get(m, {})
+        added = [_element(m, k, v) for k, v in now.items() if was.get(k) != v]
         if added:
             lines.append(f"add element {t} {m} {{ {', '.join(added)} }}")
     removed = [n for n in old.chains if n not in new.chains]

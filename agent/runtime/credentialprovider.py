@@ -10,8 +10,9 @@ provider matches, the agent runs the plugin with a ``CredentialProviderRequest``
 ``Registry`` or ``Global``), an optional ``cacheDuration`` and ``auth`` (match
 pattern -> ``{username, password}``). Responses are cached under the image, its
 registry or one global key for ``cacheDuration`` (else the provider's default; 0
-means not cached). The credentials whose pattern matches the image go to the
-runtime's ``PullImage``, the most specific first, as upstream's agent does.
+means not cached). The responses join the node's keyring (:mod:`.keyring`): the
+credentials whose pattern matches the image go to the runtime's ``PullImage``, the
+most specific first, after those of the pod's pull secrets, as upstream's agent does.
 A plugin that fails is logged and the pull goes on without its credentials.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import fnmatch
 import json
 import os
 import time
@@ -32,6 +32,7 @@ from apiserver_min.api.duration import DurationError, parse_duration
 from cri import api_pb2 as pb
 
 from .. import logging as agent_logging
+from .keyring import Credential, DockerConfig, Keyring, image_matches, split_reference
 
 __all__ = [
     "CredentialProviderError",
@@ -62,33 +63,11 @@ class Provider:
     env: tuple[tuple[str, str], ...] = ()
 
 
-# --- matching -------------------------------------------------------------------------
-
-
-def _split(image: str) -> tuple[str, str, str]:
-    """(host, port, path) of an image reference or a match pattern, as a URL would parse it."""
-    ref = image.split("://", 1)[1] if "://" in image else image
-    hostport, _, path = ref.partition("/")
-    host, _, port = hostport.partition(":")
-    return host, port, "/" + path if path else ""
-
-
-def image_matches(pattern: str, image: str) -> bool:
-    """Upstream's match: same port, same number of host labels each matching its glob, path prefix."""
-    p_host, p_port, p_path = _split(pattern)
-    i_host, i_port, i_path = _split(image)
-    if p_port != i_port:
-        return False
-    p_labels, i_labels = p_host.split("."), i_host.split(".")
-    if len(p_labels) != len(i_labels):
-        return False
-    if not all(fnmatch.fnmatchcase(label, glob) for glob, label in zip(p_labels, i_labels)):
-        return False
-    return i_path.startswith(p_path)
+# --- the registry of an image (a cache key) --------------------------------------------
 
 
 def _registry(image: str) -> str:
-    host, port, _ = _split(image)
+    host, port, _ = split_reference(image)
     return f"{host}:{port}" if port else host
 
 
@@ -211,19 +190,20 @@ class CredentialProviders:
         self._cache: dict[tuple[str, str], _Cached] = {}  # (provider, key) -> response
         self._locks = {p.name: asyncio.Lock() for p in providers}
 
-    async def auth_configs(self, image: str) -> list[pb.AuthConfig]:
-        """The credentials for ``image``, the most specific pattern first; [] when none apply."""
-        found: dict[str, tuple[str, str]] = {}
+    async def docker_configs(self, image: str) -> list[DockerConfig]:
+        """The credentials of every provider matching ``image`` (its repository), one
+        Docker config each, for the node's keyring."""
+        out = []
         for provider in self.providers:
             if not any(image_matches(p, image) for p in provider.match_images):
                 continue
             auth = await self._provide(provider, image)
-            for pattern, cred in auth.items():
-                found.setdefault(pattern, cred)
-        matching = [p for p in found if image_matches(p, image)]
-        matching.sort(key=lambda p: (len(_split(p)[2]), len(p)), reverse=True)
-        server = _registry(image)
-        return [pb.AuthConfig(username=found[p][0], password=found[p][1], server_address=server) for p in matching]
+            out.append({pattern: Credential(user, password) for pattern, (user, password) in auth.items()})
+        return out
+
+    async def auth_configs(self, image: str) -> list[pb.AuthConfig]:
+        """The plugins' credentials for ``image``, the most specific pattern first; [] when none apply."""
+        return [c.auth_config() for c in Keyring(await self.docker_configs(image)).lookup(image)]
 
     def _cached(self, provider: Provider, image: str) -> dict[str, tuple[str, str]] | None:
         now = self._clock()

@@ -4,7 +4,8 @@ containerd 1.6's PullImage contacts the registry even when the image is present
 (and fails offline), so ``IfNotPresent`` and ``Never`` ask ``ImageStatus`` first
 and only ``Always`` (or a missing image) pulls. Errors carry upstream's waiting
 reasons: ``ErrImageNeverPull``, ``ErrImagePull``, ``ImagePullBackOff``,
-``InvalidImageName``.
+``InvalidImageName``. Registry credentials come from the pod's ``imagePullSecrets``,
+the node's Docker config file and the credential provider plugins (:mod:`.keyring`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from cri import api_pb2 as pb
 from cri.client import CriError, ImagePullError
@@ -21,6 +22,7 @@ from .. import logging as agent_logging
 from .backoff import Backoff
 from .credentialprovider import CredentialProviders
 from .interfaces import ImageService
+from .keyring import DockerConfigError, Keyring, NodeDockerConfig, pull_secret_configs, repository
 
 __all__ = ["ImageError", "ImageManager", "default_pull_policy"]
 
@@ -80,9 +82,11 @@ class ImageManager:
         burst: int = 10,
         backoff: Backoff | None = None,
         credentials: CredentialProviders | None = None,
+        node_config: NodeDockerConfig | None = None,
     ) -> None:
         self.cri = cri
         self.credentials = credentials  # --image-credential-provider-config plugins
+        self.node_config = node_config  # the node's own Docker config file
         self._lock = asyncio.Lock() if serialize else None
         self._bucket = _TokenBucket(qps, burst)
         self.backoff = backoff or Backoff()
@@ -97,8 +101,10 @@ class ImageManager:
         pod_uid: str,
         container: str,
         sandbox_config: pb.PodSandboxConfig | None = None,
+        pull_secrets: Sequence[Mapping[str, Any]] = (),
     ) -> str:
-        """Make the image present per the policy; returns the image reference (ID)."""
+        """Make the image present per the policy; returns the image reference (ID).
+        ``pull_secrets`` are the pod's image pull Secrets (the objects)."""
         if not image or not _REFERENCE.match(image.lower()):
             raise ImageError(
                 "InvalidImageName", f'Failed to apply default image tag "{image}": couldn\'t parse image reference'
@@ -121,24 +127,41 @@ class ImageManager:
             raise ImageError("ErrImagePull", "pull QPS exceeded")
         self.on_event("Pulling", image, f'Pulling image "{image}"')
         t0 = time.monotonic()
-        auths = await self.credentials.auth_configs(image) if self.credentials is not None else []
         try:
+            auths = await self.auth_configs(image, pull_secrets)
             if self._lock is not None:
                 async with self._lock:
                     ref = await self._pull(image, auths, sandbox_config)
             else:
                 ref = await self._pull(image, auths, sandbox_config)
-        except (ImagePullError, CriError) as exc:
+        except (ImagePullError, CriError, DockerConfigError) as exc:
             self.backoff.next(key)
             self.backoff_since[key] = time.time()
-            raise ImageError("ErrImagePull", f'failed to pull image "{image}": {exc.details or exc}') from None
+            detail = getattr(exc, "details", "") or exc
+            raise ImageError("ErrImagePull", f'failed to pull image "{image}": {detail}') from None
         self.backoff.reset(key)
         self.backoff_since.pop(key, None)
         self.on_event("Pulled", image, f'Successfully pulled image "{image}" in {time.monotonic() - t0:.3f}s')
         return ref
 
+    async def auth_configs(self, image: str, pull_secrets: Sequence[Mapping[str, Any]] = ()) -> list[pb.AuthConfig]:
+        """Upstream's order: the credentials of the pod's pull secrets, then the node's own
+        (its Docker config file and the credential provider plugins, one keyring), each the
+        most specific location first. A pull secret that cannot be read raises
+        DockerConfigError."""
+        repo = repository(image)
+        own = Keyring(pull_secret_configs(pull_secrets)).lookup(repo)
+        node = Keyring()
+        if self.node_config is not None:
+            node.add(self.node_config.get())
+        if self.credentials is not None:
+            for config in await self.credentials.docker_configs(repo):
+                node.add(config)
+        return [c.auth_config() for c in own + node.lookup(repo)]
+
     async def _pull(self, image: str, auths: list[pb.AuthConfig], sandbox_config: pb.PodSandboxConfig | None) -> str:
-        """Anonymously without credentials; else with each in turn until one works (the last error otherwise)."""
+        """Anonymously when no credential applies; else with each in turn until one works
+        (the last error otherwise; as upstream, no anonymous attempt then)."""
         if not auths:
             return await self.cri.pull_image(image, sandbox_config=sandbox_config)
         for auth in auths[:-1]:

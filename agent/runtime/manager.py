@@ -51,6 +51,7 @@ from .. import pods as podutil
 from .backoff import Backoff
 from .container import build_container_config, container_hash, read_termination_message
 from .context import NodeContext
+from .env import get_object
 from .errors import REASON_CREATE_CONTAINER_CONFIG, PodConfigError
 from .images import ImageError, ImageManager
 from .interfaces import (
@@ -626,16 +627,50 @@ class RuntimeManager:
                 pass
 
         to_start = [actions.next_init] if actions.next_init else list(actions.start)
+        pull_secrets = self._pull_secrets(pod)
         for container in actions.start_ephemeral + to_start:
             name = container.get("name", "")
             wait = await self._start_container(
-                pod, container, rp, sandbox_id, sandbox_config, volume_paths, pod_ip, pod_ips
+                pod, container, rp, sandbox_id, sandbox_config, volume_paths, pod_ip, pod_ips, pull_secrets
             )
             if wait is not None:
                 result.waiting[name] = wait[:2]
                 if wait[2] is not None:
                     result.retry_in = wait[2] if result.retry_in is None else min(result.retry_in, wait[2])
         return result
+
+    def _pull_secrets(self, pod: dict) -> list[dict]:
+        """The pod's image pull Secrets the node can read. Those it cannot are named in a
+        warning event, and the pulls go on without them (as upstream)."""
+        found, missing = [], []
+        namespace = podutil.namespace(pod)
+        for ref in podutil.spec(pod).get("imagePullSecrets") or []:
+            name = ref.get("name") if isinstance(ref, dict) else None
+            if not name:
+                continue  # upstream's API let empty names through: nothing to read
+            try:
+                secret = get_object(self.volumes.objects, "Secret", namespace, name)
+            except PodConfigError as exc:
+                log.info("Unable to read an image pull secret", pod=podutil.full_name(pod), err=exc.message)
+                secret = None
+            if secret is None:
+                missing.append(name)
+            else:
+                found.append(secret)
+        if missing:
+            log.info(
+                "Unable to retrieve pull secret, the image pull may not succeed",
+                pod=podutil.full_name(pod),
+                secrets=",".join(missing),
+            )
+            self.events(
+                pod,
+                "Warning",
+                names.EVENT_FAILED_TO_RETRIEVE_PULL_SECRET,
+                f"Unable to retrieve some image pull secrets ({', '.join(missing)}); "
+                "attempting to pull the image may not succeed.",
+            )
+        return found
 
     async def _start_container(
         self,
@@ -647,6 +682,7 @@ class RuntimeManager:
         volume_paths: dict[str, str],
         pod_ip: str,
         pod_ips: Sequence[str],
+        pull_secrets: Sequence[dict] = (),
     ) -> tuple[str, str, float | None] | None:
         """Start one container; (waiting reason, message, retry in) when it could not start now."""
         uid = podutil.uid(pod)
@@ -673,7 +709,12 @@ class RuntimeManager:
         image = container.get("image", "")
         try:
             await self.images.ensure(
-                image, container.get("imagePullPolicy", ""), pod_uid=uid, container=name, sandbox_config=sandbox_config
+                image,
+                container.get("imagePullPolicy", ""),
+                pod_uid=uid,
+                container=name,
+                sandbox_config=sandbox_config,
+                pull_secrets=pull_secrets,
             )
         except ImageError as exc:
             kind = "Warning"

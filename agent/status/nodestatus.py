@@ -58,6 +58,9 @@ __all__ = [
     "merge_patch",
     "runtime_version_from",
     "MAX_NAMES_PER_IMAGE",
+    "node_hostname",
+    "node_labels",
+    "node_taints",
 ]
 
 log = agent_logging.get_logger("nodestatus")
@@ -414,7 +417,7 @@ class NodeStatusManager:
         self.cfg = cfg
         self.client = client
         self.node_name = node_name
-        self.hostname = (getattr(cfg, "hostname_override", "") or socket.gethostname()).strip().lower()
+        self.hostname = node_hostname(cfg)
         self.cgroups = cgroups
         self.runtime_ready = runtime_ready
         self.runtime_version = runtime_version
@@ -464,17 +467,7 @@ class NodeStatusManager:
     # --- the node object ------------------------------------------------------------------
 
     def _labels(self) -> dict[str, str]:
-        arch = go_arch()
-        labels = {
-            names.LABEL_HOSTNAME: self.hostname,
-            names.LABEL_OS: "linux",
-            names.LABEL_ARCH: arch,
-            names.LABEL_OS_BETA: "linux",
-            names.LABEL_ARCH_BETA: arch,
-        }
-        for key, value in (getattr(self.cfg, "node_labels", None) or {}).items():
-            labels[str(key)] = str(value)  # --node-labels override the defaults, as upstream
-        return labels
+        return node_labels(self.cfg, self.hostname)
 
     def _annotations(self) -> dict[str, str]:
         if getattr(self.cfg, "enable_controller_attach_detach", True):
@@ -482,20 +475,7 @@ class NodeStatusManager:
         return {}
 
     def _taints(self) -> list[dict]:
-        out = []
-        for t in getattr(self.cfg, "register_with_taints", ()) or ():
-            key, value, effect = (
-                (t.key, t.value, t.effect)
-                if not isinstance(t, Mapping)
-                else (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
-            )
-            taint = {"key": key, "effect": effect}
-            if value:
-                taint["value"] = value
-            out.append(taint)
-        if not getattr(self.cfg, "register_schedulable", True):
-            out.append({"key": names.TAINT_UNSCHEDULABLE, "effect": "NoSchedule"})
-        return out
+        return node_taints(self.cfg)
 
     async def initial_node(self) -> tuple[dict, list[tuple[str, str, str]]]:
         """The Node to create, with its first status, and the events that status implies."""
@@ -859,6 +839,44 @@ class NodeStatusManager:
         except Exception:
             return False
         return bool(answer[0] if isinstance(answer, tuple) else answer)
+
+
+def node_hostname(cfg: Any) -> str:
+    """The node's hostname label: ``--hostname-override`` or the machine's, lower case."""
+    return (getattr(cfg, "hostname_override", "") or socket.gethostname()).strip().lower()
+
+
+def node_labels(cfg: Any, hostname: str) -> dict[str, str]:
+    """The labels the node registers with: hostname, OS and architecture, then ``--node-labels``."""
+    arch = go_arch()
+    labels = {
+        names.LABEL_HOSTNAME: hostname,
+        names.LABEL_OS: "linux",
+        names.LABEL_ARCH: arch,
+        names.LABEL_OS_BETA: "linux",
+        names.LABEL_ARCH_BETA: arch,
+    }
+    for key, value in (getattr(cfg, "node_labels", None) or {}).items():
+        labels[str(key)] = str(value)  # --node-labels override the defaults, as upstream
+    return labels
+
+
+def node_taints(cfg: Any) -> list[dict]:
+    """The taints the node registers with: ``--register-with-taints``, and unschedulable."""
+    out = []
+    for t in getattr(cfg, "register_with_taints", ()) or ():
+        key, value, effect = (
+            (t.key, t.value, t.effect)
+            if not isinstance(t, Mapping)
+            else (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+        )
+        taint = {"key": key, "effect": effect}
+        if value:
+            taint["value"] = value
+        out.append(taint)
+    if not getattr(cfg, "register_schedulable", True):
+        out.append({"key": names.TAINT_UNSCHEDULABLE, "effect": "NoSchedule"})
+    return out
 
 
 def _source(cfg: Any, attr: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Callable, Mapping
 
+from apiserver_min.api import names
 from apiserver_min.api.timeutil import format_rfc3339
 from apiserver_min.api.timeutil import now as _utcnow
 
@@ -199,14 +200,16 @@ def generate_pod_status(
     now: str | None = None,
     pod_error: tuple[str, str] | None = None,
 ) -> dict:
-    old = old or {}
+    api = pod.get("status") or {}
+    # What the agent reported last, or (after an agent restart) what the API server holds.
+    old = old or api
     now = now or format_rfc3339(_utcnow())
     inits = podutil.init_containers(pod)
     init_statuses = [_container_status(c, rp, waiting, ready, started, "PodInitializing") for c in inits]
     init_done = all("terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0 for s in init_statuses)
     app_default = "ContainerCreating" if init_done else "PodInitializing"
     statuses = [_container_status(c, rp, waiting, ready, started, app_default) for c in podutil.containers(pod)]
-    phase = pod_phase(pod, init_statuses, statuses)
+    phase = _merge_phase(pod_phase(pod, init_statuses, statuses), old, api)
     # Init containers never count as ready once completed; upstream reports ready=true then.
     for s in init_statuses:
         if "terminated" in s["state"] and s["state"]["terminated"]["exitCode"] == 0:
@@ -245,6 +248,10 @@ def generate_pod_status(
     conditions.append(_condition("Ready", containers_ready, old_conditions, now, reason, message))
     conditions.append(_condition("ContainersReady", containers_ready, old_conditions, now, reason, message))
     conditions.append(_condition("PodScheduled", True, old_conditions, now))
+    # Set once when the node stopped the pod (eviction, shutdown); never generated again.
+    disruption = old_conditions.get(names.POD_CONDITION_DISRUPTION_TARGET)
+    if disruption is not None:
+        conditions.append(dict(disruption))
 
     status: dict = {"phase": phase, "conditions": conditions, "qosClass": pod_qos_class(pod)}
     if host_ip:
@@ -269,15 +276,38 @@ def generate_pod_status(
         status["ephemeralContainerStatuses"] = [_ephemeral_status(c, rp, waiting) for c in ephemeral]
     if pod_error and phase == "Pending":
         status["reason"], status["message"] = pod_error
+    if phase in _TERMINAL and phase == old.get("phase"):
+        # The reason and message that came with the terminal phase (Evicted, Terminated, ...) stay.
+        for key in ("reason", "message"):
+            value = old.get(key) or api.get(key)
+            if value:
+                status[key] = value
     return status
 
 
+_TERMINAL = ("Succeeded", "Failed")
+
+
+def _merge_phase(phase: str, old: Mapping, api: Mapping) -> str:
+    """Upstream's three-way merge: a terminal phase, the agent's own or the API's, is never
+    left again (the containers' state alone would make a restarted ``Always`` pod Running)."""
+    if phase not in _TERMINAL:
+        if old.get("phase") in _TERMINAL:
+            phase = old["phase"]
+        elif api.get("phase") in _TERMINAL:
+            phase = api["phase"]
+    if api.get("phase") in _TERMINAL and phase != api["phase"]:
+        phase = api["phase"]
+    return phase
+
+
 def rejected_status(pod: dict, reason: str, message: str, *, now: str | None = None) -> dict:
-    """A pod refused by the node's admission: Failed with upstream's reason and message."""
+    """A pod refused by the node's admission: Failed with the admitter's reason, and its
+    message after upstream's "Pod was rejected: " prefix."""
     return {
         "phase": "Failed",
         "reason": reason,
-        "message": message,
+        "message": names.POD_REJECTED_MESSAGE_PREFIX + message,
         "qosClass": pod_qos_class(pod),
         "startTime": now or format_rfc3339(_utcnow()),
     }

@@ -13,6 +13,7 @@ from ..api.user import UserInfo
 from ..authz.authorizer import AuthzAttributes, Decision
 from ..cel.library import AuthorizerCheck
 from .chain import Attributes
+from .equivalence import Equivalent, kind_as, request_kind
 
 
 def _user_info(user: UserInfo) -> dict:
@@ -24,14 +25,16 @@ def _user_info(user: UserInfo) -> dict:
     }
 
 
-def request_value(attrs: Attributes) -> dict:
-    """The ``request`` variable: the admission request's fields."""
+def request_value(attrs: Attributes, target: Equivalent | None = None) -> dict:
+    """The ``request`` variable: the admission request's fields. With TARGET (the
+    equivalent resource a rule matched the request as), ``kind`` and ``resource`` are
+    TARGET's; ``requestKind`` and ``requestResource`` stay the request's own."""
     kind = attrs.kind
-    gvk = {"group": kind.group, "version": kind.version, "kind": kind.kind}
+    gvk = request_kind(attrs)
     gvr = {"group": kind.group, "version": kind.version, "resource": kind.resource}
     return {
-        "kind": gvk,
-        "resource": gvr,
+        "kind": gvk if target is None else kind_as(attrs, target),
+        "resource": gvr if target is None else target.gvr(),
         "subResource": attrs.subresource,
         "requestKind": gvk,
         "requestResource": gvr,

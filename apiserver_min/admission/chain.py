@@ -8,6 +8,7 @@ adds plugins here; this module fixes the shape they plug into.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +28,10 @@ class RequestRecord:
 
     warnings: list[str] = dataclasses.field(default_factory=list)
     audit_annotations: dict[str, str] = dataclasses.field(default_factory=dict)
+    # When the request's own deadline passes (``--request-timeout`` or ``?timeout=``), in
+    # the event loop's clock; None when it has none. Calls out of the server (webhooks)
+    # take no longer than what is left of it.
+    deadline: float | None = None
 
 
 # The record of the request being served (set by the HTTP layer around each request;
@@ -43,6 +48,15 @@ def begin_request() -> tuple[RequestRecord, contextvars.Token]:
 
 def end_request(token: contextvars.Token) -> None:
     _RECORD.reset(token)
+
+
+def time_left() -> float | None:
+    """The seconds left before the deadline of the request being served (None: it has
+    none, as writes no client waits on)."""
+    record = _RECORD.get()
+    if record is None or record.deadline is None:
+        return None
+    return record.deadline - asyncio.get_running_loop().time()
 
 
 def warn(text: str) -> None:

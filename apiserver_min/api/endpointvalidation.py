@@ -136,9 +136,8 @@ def _dicts(value: Any) -> list:
 # --- Endpoints ---------------------------------------------------------------------------------
 
 
-def validate_endpoints(obj: dict, *, allow_loopback: bool = False) -> Errs:
-    """The ``subsets`` of an Endpoints object (metadata is checked by the strategy).
-    ``allow_loopback`` lets addresses be loopback ones (the API server's own Endpoints)."""
+def validate_endpoints(obj: dict) -> Errs:
+    """The ``subsets`` of an Endpoints object (metadata is checked by the strategy)."""
     errs: Errs = []
     for i, subset in enumerate(_dicts(obj.get("subsets"))):
         path = f"subsets[{i}]"
@@ -149,16 +148,16 @@ def validate_endpoints(obj: dict, *, allow_loopback: bool = False) -> Errs:
         if not addresses and not not_ready:
             errs.append(FieldError.required(path, "must specify `addresses` or `notReadyAddresses`"))
         for j, a in enumerate(addresses):
-            errs += _endpoint_address(a, f"{path}.addresses[{j}]", allow_loopback)
+            errs += _endpoint_address(a, f"{path}.addresses[{j}]")
         for j, a in enumerate(not_ready):
-            errs += _endpoint_address(a, f"{path}.notReadyAddresses[{j}]", allow_loopback)
+            errs += _endpoint_address(a, f"{path}.notReadyAddresses[{j}]")
         ports = _dicts(subset.get("ports"))
         for j, p in enumerate(ports):
             errs += _endpoints_port(p, len(ports) > 1, f"{path}.ports[{j}]")
     return errs
 
 
-def _endpoint_address(addr: Any, path: str, allow_loopback: bool = False) -> Errs:
+def _endpoint_address(addr: Any, path: str) -> Errs:
     if not isinstance(addr, dict):
         return [FieldError.type_invalid(path, addr, "must be an object")]
     errs: Errs = []
@@ -174,7 +173,7 @@ def _endpoint_address(addr: Any, path: str, allow_loopback: bool = False) -> Err
         errs += _label(hostname, f"{path}.hostname")
     if addr.get("nodeName") is not None:
         errs += _node_name(addr["nodeName"], f"{path}.nodeName")
-    return errs + _special(ip, f"{path}.ip", allow_loopback)
+    return errs + validate_non_special_ip(ip, f"{path}.ip")
 
 
 def _endpoints_port(port: Any, require_name: bool, path: str) -> Errs:
@@ -196,13 +195,13 @@ def _endpoints_port(port: Any, require_name: bool, path: str) -> Errs:
 # --- EndpointSlice -----------------------------------------------------------------------------
 
 
-def validate_endpoint_slice(obj: dict, *, allow_loopback: bool = False) -> Errs:
-    """``endpoints`` and ``ports`` of an EndpointSlice; ``allow_loopback`` as for Endpoints."""
+def validate_endpoint_slice(obj: dict) -> Errs:
+    """``endpoints`` and ``ports`` of an EndpointSlice."""
     errs: Errs = []
     # ``addressType`` and the ports' ``protocol`` are enumerations: the enumerated-field
     # rules (api/enumvalidation.py) check them, with upstream's messages.
     address_type = obj.get("addressType")
-    errs += _slice_endpoints(obj.get("endpoints"), address_type, allow_loopback)
+    errs += _slice_endpoints(obj.get("endpoints"), address_type)
     errs += _slice_ports(obj.get("ports"))
     return errs
 
@@ -214,12 +213,7 @@ def validate_endpoint_slice_update(new: dict, old: dict) -> Errs:
     return errs
 
 
-def _special(address: str, path: str, allow_loopback: bool) -> Errs:
-    errs = validate_non_special_ip(address, path)
-    return [e for e in errs if "loopback" not in e.detail] if allow_loopback else errs
-
-
-def _slice_endpoints(endpoints: Any, address_type: Any, allow_loopback: bool = False) -> Errs:
+def _slice_endpoints(endpoints: Any, address_type: Any) -> Errs:
     eps = _dicts(endpoints)
     if len(eps) > MAX_ENDPOINTS:
         return [_too_many("endpoints", len(eps), MAX_ENDPOINTS)]
@@ -243,11 +237,11 @@ def _slice_endpoints(endpoints: Any, address_type: Any, allow_loopback: bool = F
             if address_type == "IPv4":
                 if not _is_ipv4(address):
                     errs.append(FieldError.invalid(p, address, "must be a valid IPv4 address"))
-                errs += _special(address, p, allow_loopback)
+                errs += validate_non_special_ip(address, p)
             elif address_type == "IPv6":
                 if not _is_ipv6(address):
                     errs.append(FieldError.invalid(p, address, "must be a valid IPv6 address"))
-                errs += _special(address, p, allow_loopback)
+                errs += validate_non_special_ip(address, p)
             elif address_type == "FQDN":
                 errs += _fqdn(address, p)
         if ep.get("nodeName") is not None:

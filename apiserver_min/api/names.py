@@ -288,6 +288,25 @@ SHUTDOWN_NOT_ADMITTED_MESSAGE = "Pod was rejected as the node is shutting down."
 SHUTDOWN_EVENT_REASON = "NodeShutdown"
 POD_CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 POD_REASON_TERMINATION_BY_AGENT = "TerminationByAgent"
+# The node's own admission: a refused pod ends Failed with the admitter's reason and this
+# prefix before the admitter's message (the event carries the message alone).
+POD_REJECTED_MESSAGE_PREFIX = "Pod was rejected: "
+
+# Image pull secrets: the Secret types (upstream kubernetes.io/dockerconfigjson and
+# kubernetes.io/dockercfg; the server takes both domains, as kubectl writes the upstream
+# one), their data keys, the registry Docker Hub credentials are keyed under, the node's
+# own Docker config files (searched in the agent's root directory, the working directory,
+# $HOME and /, as upstream), and the event of a pull secret the node cannot read.
+SECRET_TYPE_DOMAINS = (f"{DOMAIN}/", "kubernetes.io/")
+SECRET_TYPE_DOCKER_CONFIG_JSON = f"{DOMAIN}/dockerconfigjson"
+SECRET_TYPE_DOCKERCFG = f"{DOMAIN}/dockercfg"
+SECRET_KEY_DOCKER_CONFIG_JSON = ".dockerconfigjson"
+SECRET_KEY_DOCKERCFG = ".dockercfg"
+DOCKER_DEFAULT_REGISTRY_HOST = "index.docker.io"
+DOCKER_HUB_DOMAIN = "docker.io"
+DOCKER_CONFIG_JSON_FILE = "config.json"
+DOCKERCFG_FILE = ".dockercfg"
+EVENT_FAILED_TO_RETRIEVE_PULL_SECRET = "FailedToRetrieveImagePullSecret"
 
 # Node agent runtime: CRI annotations on the containers it creates (upstream io.kubernetes.*),
 # read back after an agent restart to stop containers of pods whose spec is gone, and the
@@ -576,6 +595,11 @@ ANNOTATION_IS_DEFAULT_INGRESS_CLASS = f"ingressclass.{DOMAIN}/is-default-class"
 
 # EventRateLimit's configuration group (upstream eventratelimit.admission.k8s.io).
 EVENT_RATE_LIMIT_CONFIG_GROUP = f"eventratelimit.admission.{DOMAIN}"
+# The groups of the admission configuration file and of plugins' configurations in it
+# (upstream apiserver.config.k8s.io), and ResourceQuota's older one (upstream
+# resourcequota.admission.k8s.io).
+APISERVER_CONFIG_GROUP = f"apiserver.config.{DOMAIN}"
+RESOURCE_QUOTA_CONFIG_GROUP = f"resourcequota.admission.{DOMAIN}"
 # A claim's class in the beta annotation (upstream volume.beta.kubernetes.io/storage-class),
 # which wins over spec.storageClassName where set.
 ANNOTATION_BETA_STORAGE_CLASS = f"volume.beta.{DOMAIN}/storage-class"

@@ -14,7 +14,7 @@ from ..api import names
 from ..api import validation as v
 from ..registry import admissionregistration
 from ..registry.strategy import Strategy
-from . import structural
+from . import rules, structural
 
 SCOPES = ("Cluster", "Namespaced")
 CONVERSION_STRATEGIES = ("None", "Webhook")
@@ -181,7 +181,9 @@ def _validate_subresources(subs: Any, path: str, schema: Any) -> list[v.FieldErr
     return errs
 
 
-def validate_spec(crd: dict) -> list[v.FieldError]:
+def validate_spec(crd: dict, old: dict | None = None) -> list[v.FieldError]:
+    """Every reason the definition ``crd`` cannot be served (``old``: the stored
+    definition, on an update)."""
     errs: list[v.FieldError] = []
     spec = crd.get("spec")
     if not isinstance(spec, dict):
@@ -232,7 +234,7 @@ def validate_spec(crd: dict) -> list[v.FieldError]:
                 errs.append(
                     v.FieldError.forbidden(_REVIEW_VERSIONS, "should not be set when strategy is not set to Webhook")
                 )
-    errs += _validate_versions(spec.get("versions"))
+    errs += _validate_versions(spec.get("versions"), rules.stored_rules(old) if old is not None else frozenset())
     return errs
 
 
@@ -279,7 +281,7 @@ def _validate_conversion_webhook(webhook: Any) -> list[v.FieldError]:
     return errs
 
 
-def _validate_versions(versions: Any) -> list[v.FieldError]:
+def _validate_versions(versions: Any, stored_rules: frozenset[str]) -> list[v.FieldError]:
     errs: list[v.FieldError] = []
     if not versions:
         return [
@@ -315,7 +317,7 @@ def _validate_versions(versions: Any) -> list[v.FieldError]:
         if schema is None:
             errs.append(v.FieldError.required(f"{p}.schema.openAPIV3Schema", "schemas are required"))
         else:
-            errs += structural.validate_schema(schema, f"{p}.schema.openAPIV3Schema")
+            errs += structural.validate_schema(schema, f"{p}.schema.openAPIV3Schema", stored_rules)
         errs += _validate_subresources(ver.get("subresources"), f"{p}.subresources", schema)
         if ver.get("additionalPrinterColumns") is not None:
             errs += _validate_columns(ver["additionalPrinterColumns"], f"{p}.additionalPrinterColumns")
@@ -350,6 +352,10 @@ def validate_status(crd: dict) -> list[v.FieldError]:
 class DefinitionStrategy(Strategy):
     """The generic store's strategy for CustomResourceDefinitions."""
 
+    # A write through the status sub-resource is validated as upstream does: its
+    # metadata and status only (the spec is the stored one).
+    own_subresources = frozenset({"status"})
+
     def prepare_for_create(self, obj: dict) -> None:
         super().prepare_for_create(obj)
         set_defaults(obj)
@@ -382,10 +388,14 @@ class DefinitionStrategy(Strategy):
         return super().validate(obj) + validate_spec(obj) + validate_status(obj)
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
-        errs = super().validate_update(new, old)
+        errs = Strategy.validate(self, new) + validate_spec(new, old) + validate_status(new)
+        errs = self.without_stored_enum_errors(errs + self._finalizer_update_errors(new, old), old)
         old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
         if old_spec.get("scope") and new_spec.get("scope") != old_spec.get("scope"):
             errs.append(v.FieldError.invalid("spec.scope", new_spec.get("scope"), "field is immutable"))
         if old_spec.get("group") and new_spec.get("group") != old_spec.get("group"):
             errs.append(v.FieldError.invalid("spec.group", new_spec.get("group"), "field is immutable"))
         return errs
+
+    def validate_subresource_update(self, subresource: str, new: dict, old: dict) -> list[v.FieldError]:
+        return Strategy.validate(self, new) + validate_status(new) + self._finalizer_update_errors(new, old)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..api import validation as v
-from ..cel import CompileError, Compiler, EvalError, Program
+from ..cel import Activation, CompileError, Compiler, EvalError, Program, merge_paths
 from ..cel import cost as celcost
 from . import celtypes, values
 
@@ -44,6 +44,7 @@ _KEYWORDS = frozenset(
 _IDENT = re.compile(r"^[a-zA-Z_.\-/][a-zA-Z0-9_.\-/]*$")
 
 
+@functools.lru_cache(maxsize=4096)
 def escape(name: str) -> str | None:
     """A property name as rules read it (upstream's escaping); None when it cannot be read."""
     if name in _KEYWORDS:
@@ -286,8 +287,28 @@ def has_rules(schema: Any) -> bool:
     return any(node.get(KEY) for node, _, _ in _walk(schema, "", 1))
 
 
-def validate_schema_rules(schema: Any, path: str) -> list[v.FieldError]:
-    """Every reason the rules of ``schema`` (at ``path``) cannot be served."""
+def stored_rules(crd: Any) -> frozenset[str]:
+    """The text of every rule the stored definition ``crd`` holds, in any version."""
+    found: set[str] = set()
+    spec = crd.get("spec") if isinstance(crd, dict) else None
+    for ver in (spec.get("versions") or ()) if isinstance(spec, dict) else ():
+        schema = (ver.get("schema") or {}).get("openAPIV3Schema") if isinstance(ver, dict) else None
+        if not isinstance(schema, dict) or not isinstance(ver.get("schema"), dict):
+            continue
+        for node, _, _ in _walk(schema, "", 1):
+            items = node.get(KEY)
+            for item in items if isinstance(items, list) else ():
+                if isinstance(item, dict) and isinstance(item.get("rule"), str):
+                    found.add(item["rule"])
+    return frozenset(found)
+
+
+def validate_schema_rules(schema: Any, path: str, stored: frozenset[str] = frozenset()) -> list[v.FieldError]:
+    """Every reason the rules of ``schema`` (at ``path``) cannot be served. A rule whose
+    text the stored definition already holds (``stored``, on an update) is checked as
+    when it was written: it is not type-checked against its schema node, a check newer
+    than the definitions stored before it (as upstream checks the rules a definition
+    already had with the widest environment); its other checks, cost included, stay."""
     errs: list[v.FieldError] = []
     total = 0
     for node, node_path, cardinality in _walk(schema, path, 1):
@@ -300,7 +321,8 @@ def validate_schema_rules(schema: Any, path: str) -> list[v.FieldError]:
         if items and not (node.get("type") or node.get(values.INT_OR_STRING) or node.get(values.PRESERVE)):
             errs.append(v.FieldError.required(f"{node_path}.type", "must not be empty for rules"))
         for i, item in enumerate(items):
-            _, estimate = _compile_rule(item, node, f"{node_path}.{KEY}[{i}]", errs, typed=True, root=node is schema)
+            typed = not (isinstance(item, dict) and item.get("rule") in stored)
+            _, estimate = _compile_rule(item, node, f"{node_path}.{KEY}[{i}]", errs, typed=typed, root=node is schema)
             total += estimate * cardinality
     if total > PER_CRD_LIMIT:
         message = celcost.exceeds_message(total, PER_CRD_LIMIT).replace(
@@ -313,12 +335,23 @@ def validate_schema_rules(schema: Any, path: str) -> list[v.FieldError]:
 # --- evaluation ------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _NodeRules:
+    """The rules of one schema node, and what running them needs: the parts of
+    ``self``/``oldSelf`` any of them (or their message expressions) reads, converted
+    once per value for all of them, and whether any cost depends on sizes."""
+
+    rules: tuple[Rule, ...]
+    paths: dict[str, frozenset[tuple[str, ...]]]
+    size_dependent: bool
+
+
 class Validator:
     """The compiled rules of one schema (built once per definition version)."""
 
     def __init__(self, schema: dict):
         self.schema = schema
-        self._rules: dict[int, list[Rule]] = {}
+        self._rules: dict[int, _NodeRules] = {}
         for node, _, _ in _walk(schema, "", 1):
             compiled = []
             for item in node.get(KEY) or ():
@@ -326,7 +359,25 @@ class Validator:
                 if rule is not None:
                     compiled.append(rule)
             if compiled:
-                self._rules[id(node)] = compiled
+                programs = [r.program for r in compiled] + [r.message_program for r in compiled if r.message_program]
+                self._rules[id(node)] = _NodeRules(
+                    tuple(compiled), merge_paths(programs), any(p.shape.size_dependent for p in programs)
+                )
+        # The nodes with rules at or below them: values under the others are not walked.
+        self._reaches: set[int] = set()
+        self._mark(schema)
+
+    def _mark(self, node: Any) -> bool:
+        if not isinstance(node, dict):
+            return False
+        props = node.get("properties")
+        children = list(props.values()) if isinstance(props, dict) else []
+        children += [node.get("items"), node.get("additionalProperties")]
+        below = [self._mark(child) for child in children]
+        if id(node) in self._rules or any(below):
+            self._reaches.add(id(node))
+            return True
+        return False
 
     @property
     def empty(self) -> bool:
@@ -335,7 +386,7 @@ class Validator:
     @property
     def has_transition_rules(self) -> bool:
         """Whether any rule reads ``oldSelf``."""
-        return any(r.transition for found in self._rules.values() for r in found)
+        return any(r.transition for found in self._rules.values() for r in found.rules)
 
     def validate(self, obj: Any, old: Any = None, path: str = "", root: bool = True) -> list[v.FieldError]:
         """The errors of ``obj`` (an object, or with ``root`` False the value of a
@@ -355,24 +406,25 @@ class Validator:
         budget: list[int],
         root: bool = False,
     ) -> None:
-        if value is None or budget[0] < 0:
+        if value is None or budget[0] < 0 or id(node) not in self._reaches:
             return
-        rules = self._rules.get(id(node))
-        if rules:
-            self._run(rules, value, old, node, path, errs, budget, root)
+        found = self._rules.get(id(node))
+        if found:
+            self._run(found, value, old, node, path, errs, budget, root)
+        reaches = self._reaches
         if isinstance(value, dict):
             props = node.get("properties")
             if isinstance(props, dict):
                 for key, sub in props.items():
-                    if key in value and isinstance(sub, dict) and not (root and key == "metadata"):
+                    if id(sub) in reaches and key in value and not (root and key == "metadata"):
                         o = old.get(key) if isinstance(old, dict) else None
                         self._node(value[key], o, sub, f"{path}.{key}" if path else key, errs, budget)
             addl = node.get("additionalProperties")
-            if isinstance(addl, dict):
+            if id(addl) in reaches:
                 for key, item in value.items():
                     o = old.get(key) if isinstance(old, dict) else None
                     self._node(item, o, addl, f"{path}[{key}]" if path else key, errs, budget)
-        elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        elif isinstance(value, list) and id(node.get("items")) in reaches:
             items = node["items"]
             olds = _correlate(value, old, node)
             for i, item in enumerate(value):
@@ -380,7 +432,7 @@ class Validator:
 
     def _run(
         self,
-        rules: list[Rule],
+        found: _NodeRules,
         value: Any,
         old: Any,
         node: dict,
@@ -391,19 +443,22 @@ class Validator:
     ) -> None:
         kind = "" if node.get(values.INT_OR_STRING) else node.get("type", "")
         shown = path or ROOT_PATH
-        data: dict[str, Any] = {"self": to_cel(value, node, root)}
+        data: dict[str, Any] = {"self": to_cel(value, node, root, found.paths.get("self"))}
         if old is not None:
-            data["oldSelf"] = to_cel(old, node, root)
-        sizes = celcost.sizes(data["self"])
-        for rule in rules:
+            data["oldSelf"] = to_cel(old, node, root, found.paths.get("oldSelf"))
+        # One conversion of what the node's rules read serves them all (with the sizes
+        # of what they read, which bound the cost of those whose cost depends on sizes).
+        activation = Activation(found.rules[0].program.env, data, found.paths)
+        for rule in found.rules:
             if rule.transition and old is None:
                 continue
+            sizes = activation.converted(rule.program)[1] if rule.program.size_dependent else (0, 0)
             budget[0] -= max(rule.program.shape.cost(*sizes), 1)
             if budget[0] < 0:
                 errs.append(v.FieldError.invalid(shown, kind, BUDGET_SPENT))
                 return
             try:
-                result = rule.program.run(data)
+                result = rule.program.run(activation)
             except EvalError as exc:
                 text = str(exc)
                 if text.startswith(celcost.ACTUAL_COST_EXCEEDED):
@@ -434,7 +489,7 @@ class Validator:
             message = rule.default_message()
             if rule.message_program is not None:
                 try:
-                    text = rule.message_program.run(data)
+                    text = rule.message_program.run(activation)
                 except EvalError:
                     text = None
                 if isinstance(text, str) and text.strip() and "\n" not in text and len(text) <= 5000:
@@ -464,10 +519,11 @@ def _correlate(value: list, old: Any, node: dict) -> list[Any]:
     return [by_key.get(tuple(repr(item.get(k)) for k in keys)) if isinstance(item, dict) else None for item in value]
 
 
-def to_cel(value: Any, node: Any, root: bool = False) -> Any:
+def to_cel(value: Any, node: Any, root: bool = False, paths: frozenset[tuple[str, ...]] | None = None) -> Any:
     """``value`` as rules see it: property names escaped, numbers typed by the schema,
     and the metadata of the root and of embedded resources limited to name and
-    generateName."""
+    generateName. With ``paths`` (field paths as rules name them, ``read_paths``) only
+    the parts of an object at those paths are converted (what the rules read)."""
     if not isinstance(node, dict) or node.get(values.INT_OR_STRING):
         return value
     typ = node.get("type", "")
@@ -482,18 +538,26 @@ def to_cel(value: Any, node: Any, root: bool = False) -> Any:
         props = node.get("properties")
         addl = node.get("additionalProperties")
         embedded = root or node.get(values.EMBEDDED)
+        wanted: dict[str, set[tuple[str, ...]]] | None = None
+        if paths is not None and () not in paths:
+            wanted = {}
+            for p in paths:
+                wanted.setdefault(p[0], set()).add(p[1:])
         out: dict[str, Any] = {}
         for key, item in value.items():
             if embedded and key == "metadata" and isinstance(item, dict):
-                out[key] = {k: item[k] for k in ("name", "generateName") if k in item}
+                if wanted is None or key in wanted:
+                    out[key] = {k: item[k] for k in ("name", "generateName") if k in item}
                 continue
             if isinstance(props, dict) and key in props:
                 name = escape(key)
-                if name is not None:
-                    out[name] = to_cel(item, props[key])
+                if name is not None and (wanted is None or name in wanted):
+                    rest = frozenset(wanted[name]) if wanted is not None else None
+                    out[name] = to_cel(item, props[key], False, rest)
             elif isinstance(addl, dict):
-                out[key] = to_cel(item, addl)
-            else:
+                if wanted is None or key in wanted:
+                    out[key] = to_cel(item, addl, False, frozenset(wanted[key]) if wanted is not None else None)
+            elif wanted is None or key in wanted:
                 out[key] = item  # kept unknown fields, or apiVersion and kind
         return out
     return value

@@ -91,8 +91,9 @@ _SET_WHEN_PRESENT = frozenset({"additionalProperties", "default", values.PRESERV
 _TYPES = ("array", "boolean", "integer", "number", "object", "string")
 
 
-def validate_schema(schema: Any, path: str) -> list[v.FieldError]:
-    """Every reason ``schema`` (the ``openAPIV3Schema`` at ``path``) cannot be served."""
+def validate_schema(schema: Any, path: str, stored_rules: frozenset[str] = frozenset()) -> list[v.FieldError]:
+    """Every reason ``schema`` (the ``openAPIV3Schema`` at ``path``) cannot be served
+    (``stored_rules``: the rules the stored definition holds, on an update)."""
     errs: list[v.FieldError] = []
     if not isinstance(schema, dict):
         return [v.FieldError.type_invalid(path, schema, "must be an object")]
@@ -112,7 +113,7 @@ def validate_schema(schema: Any, path: str) -> list[v.FieldError]:
     if isinstance(props, dict) and isinstance(props.get("metadata"), dict):
         _metadata(props["metadata"], f"{path}.properties[metadata]", errs)
     if not errs:
-        errs += rules.validate_schema_rules(schema, path)
+        errs += rules.validate_schema_rules(schema, path, stored_rules)
     if not errs:
         _defaults(schema, path, errs)
     return errs

@@ -41,43 +41,64 @@ def prune(obj: Any, schema: dict | None, root: bool = True) -> list[str]:
     except under ``x-kubernetes-preserve-unknown-fields``. Returns the paths dropped."""
     pruned: list[str] = []
     if schema is not None:
-        _prune(obj, schema, root, "", pruned)
+        _prune(obj, schema, root, [], pruned, True)
     return pruned
 
 
 def unknown_fields(obj: Any, schema: dict | None) -> list[str]:
     """The paths pruning would drop from ``obj`` (which is left as it is)."""
-    return prune(copy.deepcopy(obj), schema)
+    found: list[str] = []
+    if schema is not None:
+        _prune(obj, schema, True, [], found, False)
+    return found
 
 
-def _prune(obj: Any, schema: dict, root: bool, path: str, pruned: list[str]) -> None:
+def _path_text(steps: list[str | int], last: str) -> str:
+    """``spec.items[0].name`` from the steps to a field (written only for a field pruned)."""
+    out = ""
+    for step in [*steps, last]:
+        out = f"{out}[{step}]" if isinstance(step, int) else _child(out, step)
+    return out
+
+
+def _prune(obj: Any, schema: dict, root: bool, steps: list[str | int], pruned: list[str], drop: bool) -> None:
     if isinstance(obj, dict):
         props = schema.get("properties")
         addl = schema.get("additionalProperties")
-        keep_meta = root or schema.get(EMBEDDED)
         if isinstance(props, dict) or not schema.get(PRESERVE):
             if isinstance(addl, dict):
                 for key, value in obj.items():
-                    _prune(value, addl, False, _child(path, str(key)), pruned)
+                    if isinstance(value, (dict, list)):
+                        steps.append(str(key))
+                        _prune(value, addl, False, steps, pruned, drop)
+                        steps.pop()
                 return
             if addl is True:
                 return
             props = props if isinstance(props, dict) else {}
+            keep_meta = root or schema.get(EMBEDDED)
+            preserve = schema.get(PRESERVE)
             for key in list(obj):
-                if keep_meta and key in _TYPE_META:
-                    continue
                 sub = props.get(key)
                 if sub is None:
-                    if not schema.get(PRESERVE):
-                        del obj[key]
-                        pruned.append(_child(path, key))
+                    if not preserve and not (keep_meta and key in _TYPE_META):
+                        if drop:
+                            del obj[key]
+                        pruned.append(_path_text(steps, key))
                     continue
-                _prune(obj[key], sub, False, _child(path, key), pruned)
+                value = obj[key]
+                if isinstance(value, (dict, list)) and not (keep_meta and key in _TYPE_META):
+                    steps.append(key)
+                    _prune(value, sub, False, steps, pruned, drop)
+                    steps.pop()
     elif isinstance(obj, list):
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(obj):
-                _prune(item, items, False, f"{path}[{i}]", pruned)
+                if isinstance(item, (dict, list)):
+                    steps.append(i)
+                    _prune(item, items, False, steps, pruned, drop)
+                    steps.pop()
 
 
 # --- defaults -----------------------------------------------------------------------------
@@ -88,6 +109,10 @@ def apply_defaults(obj: Any, schema: dict | None) -> None:
     property, from the top down: a default given is itself defaulted further."""
     if schema is None:
         return
+    _apply_defaults(obj, schema, _defaulted_nodes(schema))
+
+
+def _apply_defaults(obj: Any, schema: dict, marked: frozenset[int]) -> None:
     if isinstance(obj, dict):
         props = schema.get("properties")
         if isinstance(props, dict):
@@ -98,17 +123,46 @@ def apply_defaults(obj: Any, schema: dict | None) -> None:
                     obj[key] = copy.deepcopy(sub["default"])
             for key, value in obj.items():
                 sub = props.get(key)
-                if isinstance(sub, dict):
-                    apply_defaults(value, sub)
+                if isinstance(value, (dict, list)) and id(sub) in marked:
+                    _apply_defaults(value, sub, marked)
         addl = schema.get("additionalProperties")
-        if isinstance(addl, dict):
+        if id(addl) in marked:
             for value in obj.values():
-                apply_defaults(value, addl)
+                _apply_defaults(value, addl, marked)
     elif isinstance(obj, list):
         items = schema.get("items")
-        if isinstance(items, dict):
+        if id(items) in marked:
             for item in obj:
-                apply_defaults(item, items)
+                _apply_defaults(item, items, marked)
+
+
+_DEFAULTED: dict[int, tuple[Any, frozenset[int]]] = {}
+
+
+def _defaulted_nodes(schema: dict) -> frozenset[int]:
+    """The nodes of ``schema`` with a ``default`` at or below them (by id; remembered
+    per schema object): defaulting walks only the values under them."""
+    cached = _DEFAULTED.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    found: set[int] = set()
+
+    def mark(node: Any) -> bool:
+        if not isinstance(node, dict):
+            return False
+        props = node.get("properties")
+        children = list(props.values()) if isinstance(props, dict) else []
+        below = [mark(child) for child in [*children, node.get("items"), node.get("additionalProperties")]]
+        if "default" in node or any(below):
+            found.add(id(node))
+            return True
+        return False
+
+    mark(schema)
+    if len(_DEFAULTED) > 1024:
+        _DEFAULTED.clear()
+    _DEFAULTED[id(schema)] = (schema, frozenset(found))
+    return _DEFAULTED[id(schema)][1]
 
 
 _HAS_DEFAULTS: dict[int, tuple[Any, bool]] = {}
@@ -138,6 +192,18 @@ def _has_defaults(schema: Any) -> bool:
 
 
 # --- value validation ---------------------------------------------------------------------
+
+
+# The Python type of a decoded JSON value of each schema type (when it is exactly that,
+# the value has the type; otherwise _is_type decides: an integral float is an integer).
+_EXACT: dict[str, type] = {
+    "string": str,
+    "object": dict,
+    "array": list,
+    "boolean": bool,
+    "integer": int,
+    "number": float,
+}
 
 
 def _type_name(value: Any) -> str:
@@ -206,17 +272,29 @@ def _validate(value: Any, schema: dict, path: str, errs: list[v.FieldError], roo
             errs.append(v.FieldError.invalid(path, "null", f'{path} in body must be of type {typ}: "null"'))
         return
     typ = schema.get("type")
+    t = type(value)
     if schema.get(INT_OR_STRING):
         if not (isinstance(value, str) or _is_type(value, "integer")):
             errs.append(_type_error(path, value, "integer-or-string"))
             return
-    elif typ and not _is_type(value, typ):
+    elif typ and t is not _EXACT.get(typ) and not _is_type(value, typ):
         errs.append(_type_error(path, value, typ))
         return
     enum = schema.get("enum")
     if isinstance(enum, list) and value not in enum:
         errs.append(v.FieldError.not_supported(path, value, [_enum_text(e) for e in enum]))
-    if isinstance(value, str):
+    # Decoded JSON has exactly these types; the isinstance chain is for anything else.
+    if t is str:
+        _validate_string(value, schema, path, errs)
+    elif t is dict:
+        _validate_object(value, schema, path, errs, root)
+    elif t is list:
+        _validate_array(value, schema, path, errs)
+    elif t is int or t is float:
+        _validate_number(value, schema, path, errs)
+    elif t is bool:
+        pass
+    elif isinstance(value, str):
         _validate_string(value, schema, path, errs)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         _validate_number(value, schema, path, errs)
@@ -336,8 +414,11 @@ def _validate_number(value: float, schema: dict, path: str, errs: list[v.FieldEr
             errs.append(v.FieldError.invalid(path, value, f"{path} in body should be a multiple of {_num(mult)}"))
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def _canonical(value: Any) -> Any:
+    """A key equal for equal JSON values (scalars keep their type: 1, 1.0 and true differ)."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return type(value), value
 
 
 def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldError]) -> None:
@@ -348,7 +429,7 @@ def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldErro
         errs.append(v.FieldError.invalid(path, n, f"{path} in body should have at least {schema['minItems']} items"))
     list_type = schema.get(LIST_TYPE)
     if schema.get("uniqueItems") or list_type == "set":
-        seen: set[str] = set()
+        seen: set[Any] = set()
         for i, item in enumerate(value):
             c = _canonical(item)
             if c in seen:
@@ -356,7 +437,7 @@ def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldErro
             seen.add(c)
     elif list_type == "map":
         keys = schema.get(LIST_MAP_KEYS) or []
-        seen_keys: set[str] = set()
+        seen_keys: set[Any] = set()
         for i, item in enumerate(value):
             if not isinstance(item, dict):
                 continue
@@ -371,14 +452,18 @@ def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldErro
 
 
 def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
-    own = [k for k in value if not (root and k in _TYPE_META)]
-    n = len(own)
-    if "maxProperties" in schema and n > schema["maxProperties"]:
-        errs.append(v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxProperties']} items"))
-    if "minProperties" in schema and n < schema["minProperties"]:
-        errs.append(
-            v.FieldError.invalid(path, n, f"{path} in body should have at least {schema['minProperties']} properties")
-        )
+    if "maxProperties" in schema or "minProperties" in schema:
+        n = len([k for k in value if not (root and k in _TYPE_META)])
+        if "maxProperties" in schema and n > schema["maxProperties"]:
+            errs.append(
+                v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxProperties']} items")
+            )
+        if "minProperties" in schema and n < schema["minProperties"]:
+            errs.append(
+                v.FieldError.invalid(
+                    path, n, f"{path} in body should have at least {schema['minProperties']} properties"
+                )
+            )
     for name in schema.get("required") or ():
         if name not in value:
             errs.append(v.FieldError.required(_child(path, name)))

@@ -7,7 +7,9 @@ its spec changes) each autoscaler is reconciled as upstream's (v1.27) controller
    SucceededGetScale, or False FailedGetScale with an event);
 2. a target at zero replicas is left alone (ScalingActive False ScalingDisabled); one
    outside [minReplicas, maxReplicas] is brought inside;
-3. otherwise each metric proposes a count (``hpacalc``) from the pods the Scale's
+3. pods that another autoscaler selects too (by the selector of its last reconcile) are
+   not scaled (ScalingActive False AmbiguousSelector, with events), as upstream;
+   otherwise each metric proposes a count (``hpacalc``) from the pods the Scale's
    selector picks (read from the informer) and their usage from the injected metrics
    source; the largest proposal wins (ScalingActive ValidMetricFound). Resource and
    ContainerResource metrics are served by the resource metrics API; Pods and Object
@@ -44,7 +46,7 @@ from ..api.timeutil import format_rfc3339
 from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client
-from ..storage.cacher import CacheEvent
+from ..storage.cacher import CacheEvent, Entry
 from .hpacalc import Limited, MetricError, ReplicaCalculator, ScalingHistory, pod_samples
 from .queue import RateLimitedQueue, run_worker
 
@@ -129,6 +131,9 @@ class HorizontalPodAutoscalerController:
         self.history = ScalingHistory(clock, downscale_stabilization)
         self.events = EventRecorder(client, informers.registry, COMPONENT)
         self.queue = RateLimitedQueue()
+        # (namespace, name) -> the pod selector each autoscaler last used; None (selects
+        # nothing) from when it is first seen until it is reconciled: upstream's hpaSelectors.
+        self.selectors: dict[tuple[str, str], LabelSelector | None] = {}
 
     # --- informers ---------------------------------------------------------------------
     def start(self) -> None:
@@ -137,11 +142,14 @@ class HorizontalPodAutoscalerController:
     def on_hpa(self, ev: CacheEvent | None) -> None:
         if ev is None:
             for e in self.hpas.list():
+                self.selectors.setdefault((e.namespace, e.name), None)
                 self.queue.add(e.key)
             return
         if ev.type == "DELETED":
             self.history.forget(ev.entry.key)
+            self.selectors.pop((ev.entry.namespace, ev.entry.name), None)
             return
+        self.selectors.setdefault((ev.entry.namespace, ev.entry.name), None)
         # A new autoscaler or a changed spec is looked at now; status writes wait for the period.
         if ev.prev is None or ev.prev.object().get("spec") != ev.entry.object().get("spec"):
             self.queue.add(ev.entry.key)
@@ -164,6 +172,8 @@ class HorizontalPodAutoscalerController:
         entry = self.hpas.get_by_key(key)
         if entry is None:
             self.history.forget(key)
+            namespace, _, name = key.rpartition("/")
+            self.selectors.pop((namespace.rpartition("/")[2], name), None)
             return
         hpa = entry.object()
         original = copy.deepcopy(hpa.get("status"))
@@ -345,6 +355,36 @@ class HorizontalPodAutoscalerController:
             set_condition(status, "ScalingActive", False, "InvalidSelector", message, now)
             return None
 
+    async def _ambiguous(
+        self,
+        hpa: dict,
+        status: dict,
+        key: tuple[str, str],
+        selector: LabelSelector,
+        picked: list[Entry],
+        scale: dict,
+        now: str,
+    ) -> bool:
+        """Upstream's refusal to scale pods that more than one autoscaler selects (each
+        autoscaler by the selector of its last reconcile): ScalingActive False
+        AmbiguousSelector, with events."""
+        if key in self.selectors:
+            self.selectors[key] = selector
+        namespace = key[0]
+        controlling = sorted(
+            f"{namespace}/{name}"
+            for (ns, name), other in self.selectors.items()
+            if ns == namespace and other is not None and any(other.matches(e.labels) for e in picked)
+        )
+        if len(controlling) <= 1:
+            return False
+        text = dict_at(scale, "status").get("selector") or ""
+        message = f"pods by selector {text} are controlled by multiple HPAs: [{' '.join(controlling)}]"
+        await self.events.record(_ref(hpa), "Warning", "AmbiguousSelector", message)
+        set_condition(status, "ScalingActive", False, "AmbiguousSelector", message, now)
+        await self.events.record(_ref(hpa), "Warning", "FailedComputeMetricsReplicas", message)
+        return True
+
     async def replicas_for_metrics(
         self, hpa: dict, status: dict, scale: dict, now: str
     ) -> tuple[int | None, str, list[dict]]:
@@ -353,10 +393,14 @@ class HorizontalPodAutoscalerController:
         selector = await self._selector(hpa, status, scale, now)
         if selector is None:
             return None, "", []
-        namespace = dict_at(hpa, "metadata").get("namespace", "")
+        md = dict_at(hpa, "metadata")
+        namespace = str(md.get("namespace", ""))
         specs = [m if isinstance(m, dict) else {} for m in list_at(dict_at(hpa, "spec"), "metrics")]
         current = int(dict_at(scale, "spec").get("replicas") or 0)
-        pods = [e.object() for e in self.pods.list(namespace) if selector.matches(e.labels)]
+        picked = [e for e in self.pods.list(namespace) if selector.matches(e.labels)]
+        if await self._ambiguous(hpa, status, (namespace, str(md.get("name", ""))), selector, picked, scale, now):
+            return None, "", []
+        pods = [e.object() for e in picked]
         statuses: list[dict] = [{"type": ""} for _ in specs]
         best: int | None = None
         best_name = ""

@@ -42,6 +42,7 @@ from .endpoints import EndpointsController
 from .endpointslice import EndpointSliceController
 from .endpointslicemirroring import EndpointSliceMirroringController
 from .ephemeral import EphemeralVolumeController
+from .eventttl import EventTTLController
 from .garbagecollector import GarbageCollector
 from .horizontalpodautoscaler import HorizontalPodAutoscalerController, PodMetricsSource
 from .job import JobController
@@ -213,6 +214,14 @@ class Controllers:
             asyncio.create_task(cronjobs.run(), name="cronjob-controller"),
             asyncio.create_task(ttl.run(), name="ttl-after-finished-controller"),
         ]
+        # Events are kept --event-ttl after their last write (the API server's own work upstream).
+        event_ttl = EventTTLController(
+            LocalClient(self.store, self.authorizer, SYSTEM_USER, names.APISERVER_FIELD_MANAGER),
+            informers,
+            opts.event_ttl,
+        )
+        event_ttl.start()
+        tasks.append(asyncio.create_task(event_ttl.run(), name="event-ttl"))
         # The workload controllers of apps/v1 with ControllerRevisions: DaemonSets and StatefulSets.
         daemonsets = DaemonSetController(self.client("daemon-set-controller"), informers)
         statefulsets = StatefulSetController(self.client("statefulset-controller"), informers)

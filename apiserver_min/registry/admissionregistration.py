@@ -454,7 +454,11 @@ class ValidatingAdmissionPolicyStrategy(Strategy):
     def prepare_for_update(self, new: dict, old: dict) -> None:
         super().prepare_for_update(new, old)
         if new["metadata"].get("generation") != old["metadata"].get("generation"):
-            new["status"] = type_check_status(new)
+            # As upstream: the type check of the new generation replaces ``observedGeneration``
+            # and ``typeChecking``; what else the status holds (``conditions``, which the
+            # server itself never writes) is kept.
+            kept = new.get("status")
+            new["status"] = {**(kept if isinstance(kept, dict) else {}), **type_check_status(new)}
 
 
 def type_check_status(policy: dict) -> dict:

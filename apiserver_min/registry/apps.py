@@ -6,6 +6,11 @@ that is a valid pod spec restarting ``Always`` without an active deadline; repli
 counts, ``minReadySeconds``, ``revisionHistoryLimit`` and ``progressDeadlineSeconds``
 not negative (the deadline beyond ``minReadySeconds``); and a Deployment strategy whose
 ``maxSurge`` and ``maxUnavailable`` are integers or percentages up to 100% and not both 0.
+
+A status write (the ``status`` sub-resource) is checked as upstream's status update
+validation checks it, the spec not again: counters not negative, none above
+``status.replicas``, ``availableReplicas`` not above ``readyReplicas``, and a
+Deployment's ``collisionCount`` never decremented.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from ..api import enumvalidation, podvalidation
 from ..api import validation as v
 from ..api.helpers import dict_at
 from ..api.selectors import LabelSelector, SelectorError, label_selector_from_dict, validate_label_selector
+from .apps_daemonset import collision_not_decremented
 from .strategy import Strategy
 
 Errs = list[v.FieldError]
 
 NEGATIVE = "must be greater than or equal to 0"
+ABOVE_REPLICAS = "cannot be greater than status.replicas"
+ABOVE_READY = "cannot be greater than readyReplicas"
 _PERCENT = re.compile(r"^[0-9]+%$")
 
 
@@ -190,6 +198,59 @@ def validate_replication_controller_spec(spec: dict, path: str = "spec") -> Errs
     return errs
 
 
+# upstream's order of the non-negative checks
+DEPLOYMENT_STATUS_COUNTS = (
+    "observedGeneration",
+    "replicas",
+    "updatedReplicas",
+    "readyReplicas",
+    "availableReplicas",
+    "unavailableReplicas",
+    "collisionCount",
+)
+REPLICA_SET_STATUS_COUNTS = (
+    "replicas",
+    "fullyLabeledReplicas",
+    "readyReplicas",
+    "availableReplicas",
+    "observedGeneration",
+)
+
+
+def _status_counts(status: Any, counts: tuple[str, ...], errs: Errs) -> dict[str, int]:
+    """Each counter checked not negative (an integer); the values, absent ones as 0."""
+    status = status if isinstance(status, dict) else {}
+    values: dict[str, int] = {}
+    for key in counts:
+        n = _non_negative(status, key, "status", errs)
+        values[key] = n if n is not None else 0
+    return values
+
+
+def _not_above(values: dict[str, int], keys: tuple[str, ...], errs: Errs) -> None:
+    for key in keys:
+        if values[key] > values["replicas"]:
+            errs.append(v.FieldError.invalid(f"status.{key}", values[key], ABOVE_REPLICAS))
+    if values["availableReplicas"] > values["readyReplicas"]:
+        errs.append(v.FieldError.invalid("status.availableReplicas", values["availableReplicas"], ABOVE_READY))
+
+
+def validate_deployment_status(status: Any) -> Errs:
+    """Upstream ValidateDeploymentStatus."""
+    errs: Errs = []
+    values = _status_counts(status, DEPLOYMENT_STATUS_COUNTS, errs)
+    _not_above(values, ("updatedReplicas", "readyReplicas", "availableReplicas"), errs)
+    return errs
+
+
+def validate_replica_set_status(status: Any) -> Errs:
+    """Upstream ValidateReplicaSetStatus (and ValidateReplicationControllerStatus, the same rules)."""
+    errs: Errs = []
+    values = _status_counts(status, REPLICA_SET_STATUS_COUNTS, errs)
+    _not_above(values, ("fullyLabeledReplicas", "readyReplicas", "availableReplicas"), errs)
+    return errs
+
+
 def _selector_immutable(new: dict, old: dict) -> Errs:
     sel = dict_at(new, "spec").get("selector")
     if sel != dict_at(old, "spec").get("selector"):
@@ -208,6 +269,14 @@ class _WorkloadStrategy(Strategy):
         if not isinstance(spec, dict):
             return super().validate(obj) + [v.FieldError.required("spec", "")]
         return super().validate(obj) + self.validate_spec(spec)
+
+    def validate_status(self, status: Any) -> Errs:
+        return validate_replica_set_status(status)
+
+    def validate_status_update(self, new: dict, old: dict) -> list[v.FieldError]:
+        """Upstream's status update validation: the metadata update and the status, not the spec."""
+        errs = self.validate_metadata(new) + self._finalizer_update_errors(new, old)
+        return errs + self.validate_status(new.get("status"))
 
 
 class DeploymentStrategy(_WorkloadStrategy):
@@ -234,6 +303,12 @@ class DeploymentStrategy(_WorkloadStrategy):
 
     def validate_update(self, new: dict, old: dict) -> list[v.FieldError]:
         return super().validate_update(new, old) + _selector_immutable(new, old)
+
+    def validate_status(self, status: Any) -> Errs:
+        return validate_deployment_status(status)
+
+    def validate_status_update(self, new: dict, old: dict) -> list[v.FieldError]:
+        return super().validate_status_update(new, old) + collision_not_decremented(new, old)
 
 
 class ReplicaSetStrategy(_WorkloadStrategy):

@@ -145,6 +145,74 @@ def from_v1(obj: dict) -> dict:
     return {"kind": "HorizontalPodAutoscaler", "apiVersion": V2, "metadata": md, "spec": out_spec}
 
 
+def _annotation_json(annotations: dict, key: str) -> Any:
+    raw = annotations.pop(key, None)
+    if not isinstance(raw, str):
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def view_to_v2(obj: dict) -> dict:
+    """A v1 autoscaler as :func:`to_v1` shows one (the annotations holding what v1 has
+    no field for), back as the v2 object: the reverse of :func:`to_v1`, for objects the
+    server converted itself (an admission webhook's view of a v2 request). The CPU
+    metric follows the others, as upstream's conversion puts it."""
+    md = copy.deepcopy(dict_at(obj, "metadata"))
+    annotations = dict(md.get("annotations") or {})
+    others = _annotation_json(annotations, names.HPA_V1_METRICS_ANNOTATION)
+    behavior = _annotation_json(annotations, names.HPA_V1_BEHAVIOR_ANNOTATION)
+    current_others = _annotation_json(annotations, names.HPA_V1_CURRENT_METRICS_ANNOTATION)
+    conditions = _annotation_json(annotations, names.HPA_V1_CONDITIONS_ANNOTATION)
+    if annotations:
+        md["annotations"] = annotations
+    else:
+        md.pop("annotations", None)
+    spec, status = dict_at(obj, "spec"), dict_at(obj, "status")
+    out_spec: dict = {}
+    for key in ("scaleTargetRef", "minReplicas", "maxReplicas"):
+        if key in spec:
+            out_spec[key] = copy.deepcopy(spec[key])
+    metrics = list(others) if isinstance(others, list) else []
+    target = spec.get("targetCPUUtilizationPercentage")
+    if target is not None:
+        metrics.append(
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": target}},
+            }
+        )
+    if metrics:
+        out_spec["metrics"] = metrics
+    if isinstance(behavior, dict):
+        out_spec["behavior"] = behavior
+    out: dict = {"kind": "HorizontalPodAutoscaler", "apiVersion": V2, "metadata": md, "spec": out_spec}
+    if "status" in obj:
+        out_status: dict = {}
+        for key in ("observedGeneration", "lastScaleTime", "currentReplicas", "desiredReplicas"):
+            if status.get(key) is not None:
+                out_status[key] = status[key]
+        current = list(current_others) if isinstance(current_others, list) else []
+        if status.get("currentCPUUtilizationPercentage") is not None:
+            current.append(
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "current": {"averageUtilization": status["currentCPUUtilizationPercentage"]},
+                    },
+                }
+            )
+        if current:
+            out_status["currentMetrics"] = current
+        if isinstance(conditions, list):
+            out_status["conditions"] = conditions
+        out["status"] = out_status
+    return out
+
+
 class _Store(Protocol):
     async def get_object(self, kind: KindInfo, namespace: str, name: str) -> dict: ...
 

@@ -24,12 +24,12 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024  # a ConfigMap's data and binaryData together
 # its domain: types are accepted in the project's spelling (orch.io/tls) and in the one
 # kubectl writes (kubernetes.io/tls, from `kubectl create secret tls|docker-registry`).
 REQUIRED_KEYS = {
-    "dockercfg": (".dockercfg",),
-    "dockerconfigjson": (".dockerconfigjson",),
+    "dockercfg": (names.SECRET_KEY_DOCKERCFG,),
+    "dockerconfigjson": (names.SECRET_KEY_DOCKER_CONFIG_JSON,),
     "tls": ("tls.crt", "tls.key"),
     "ssh-auth": ("ssh-privatekey",),
 }
-TYPE_DOMAINS = (f"{names.DOMAIN}/", "kubernetes.io/")
+TYPE_DOMAINS = names.SECRET_TYPE_DOMAINS
 
 
 def secret_type(value: Any) -> str:

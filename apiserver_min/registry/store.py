@@ -544,6 +544,8 @@ class Store:
         seen_old = await strategy.old_for_validation(new, old)
         if sub in strategy.own_subresources:
             errs = strategy.validate_subresource_update(sub, new, seen_old)
+        elif sub == "status":
+            errs = strategy.validate_status_update(new, seen_old)
         else:
             errs = strategy.validate_update(new, seen_old)
         if errs:

@@ -135,6 +135,11 @@ class Strategy:
         """Validation of a write through one of :attr:`own_subresources`."""
         return self.validate_update(new, old)
 
+    def validate_status_update(self, new: dict, old: dict) -> list[v.FieldError]:
+        """Validation of a write through the ``status`` sub-resource (after
+        :meth:`prepare_for_status_update`); kinds with status rules of their own override it."""
+        return self.validate_update(new, old)
+
     @staticmethod
     def keep_system_metadata(new: dict, old: dict) -> None:
         md, omd = new.setdefault("metadata", {}), old["metadata"]

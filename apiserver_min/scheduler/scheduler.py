@@ -52,8 +52,14 @@ from ..api.helpers import (
     tolerates,
     tolerations_of,
 )
+from ..api.nodefit import (
+    first_untolerated_taint,
+    host_ports,
+    node_matches_pod,
+    ports_conflict,
+    term_matches,
+)
 from ..api.quantity import Quantity, QuantityError
-from ..api.selectors import DOES_NOT_EXIST, EXISTS, GREATER_THAN, IN, LESS_THAN, NOT_IN, SelectorError, new_requirement
 from ..client.events import EventRecorder
 from ..client.informer import InformerFactory
 from ..client.interface import Client
@@ -92,16 +98,6 @@ NO_NODES_AVAILABLE = "no nodes available to schedule pods"
 SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
-
-_OPERATORS = {
-    "In": IN,
-    "NotIn": NOT_IN,
-    "Exists": EXISTS,
-    "DoesNotExist": DOES_NOT_EXIST,
-    "Gt": GREATER_THAN,
-    "Lt": LESS_THAN,
-}
 
 
 # --- small accessors -------------------------------------------------------------------
@@ -197,41 +193,11 @@ def nonzero_requests(pod: Mapping) -> tuple[int, int]:
     return cpu, mem
 
 
-def host_ports(pod: Mapping) -> tuple[tuple[str, str, int], ...]:
-    """(hostIP, protocol, hostPort) the pod's containers claim on their node."""
-    out = []
-    for c in _list(_dig(pod, "spec", "containers")):
-        for p in _list(c.get("ports") if isinstance(c, dict) else None):
-            if isinstance(p, dict) and isinstance(p.get("hostPort"), int) and p["hostPort"] > 0:
-                out.append((p.get("hostIP") or "0.0.0.0", p.get("protocol") or "TCP", p["hostPort"]))
-    return tuple(out)
-
-
-def ports_conflict(wanted: Iterable[tuple[str, str, int]], used: Iterable[tuple[str, str, int]]) -> bool:
-    """Upstream's HostPortInfo check: the same protocol and port conflict when either
-    side binds 0.0.0.0 or both bind the same address."""
-    used_set = set(used)
-    for ip, proto, port in wanted:
-        for uip, uproto, uport in used_set:
-            if uproto == proto and uport == port and (ip == uip or "0.0.0.0" in (ip, uip)):
-                return True
-    return False
-
-
 def node_allocatable(node: Mapping) -> dict[str, int]:
     return {n: resource_amount(n, v) for n, v in (_dig(node, "status", "allocatable") or {}).items()}
 
 
 # --- taints and tolerations --------------------------------------------------------------
-
-
-def first_untolerated_taint(
-    taints: Iterable[Mapping], tolerations: list[Mapping], effects: tuple[str, ...] = NO_SCHEDULE_EFFECTS
-) -> Mapping | None:
-    for taint in taints:
-        if taint.get("effect") in effects and not any(tolerates(t, taint) for t in tolerations):
-            return taint
-    return None
 
 
 def implied_condition_taints(node: Mapping) -> list[dict]:
@@ -248,49 +214,6 @@ def implied_condition_taints(node: Mapping) -> list[dict]:
     if any(t.get("key") == key and t.get("effect") == "NoSchedule" for t in taints_of(node)):
         return []
     return [{"key": key, "effect": "NoSchedule"}]
-
-
-# --- node affinity --------------------------------------------------------------------
-
-
-def _term_matches(term: Any, labels: Mapping[str, str], node_name: str) -> bool:
-    """One nodeSelectorTerm: all its expressions and fields hold. An empty or
-    malformed term matches nothing, as upstream."""
-    if not isinstance(term, dict):
-        return False
-    exprs, fields = _list(term.get("matchExpressions")), _list(term.get("matchFields"))
-    if not exprs and not fields:
-        return False
-    try:
-        for e in exprs:
-            op = _OPERATORS.get(e.get("operator")) if isinstance(e, dict) else None
-            if op is None:
-                return False
-            if not new_requirement(e.get("key") or "", op, [str(v) for v in _list(e.get("values"))]).matches(labels):
-                return False
-        for f in fields:
-            if not isinstance(f, dict) or f.get("key") != "metadata.name" or f.get("operator") not in ("In", "NotIn"):
-                return False
-            if not new_requirement(
-                names.LABEL_METADATA_NAME, _OPERATORS[f["operator"]], [str(v) for v in _list(f.get("values"))]
-            ).matches({names.LABEL_METADATA_NAME: node_name}):
-                return False
-    except SelectorError:
-        return False
-    return True
-
-
-def node_matches_pod(pod: Mapping, node: Mapping) -> bool:
-    """``spec.nodeSelector`` (every pair) and the required node affinity (any term)."""
-    labels = _dig(node, "metadata", "labels") or {}
-    for k, v in (_dig(pod, "spec", "nodeSelector") or {}).items():
-        if labels.get(k) != v:
-            return False
-    required = _dig(pod, "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
-    if required is not None:
-        name = _dig(node, "metadata", "name") or ""
-        return any(_term_matches(t, labels, name) for t in _list(required.get("nodeSelectorTerms")))
-    return True
 
 
 # --- the scheduler's view of pods and nodes -------------------------------------------
@@ -491,7 +414,7 @@ def volume_affinity_matches(required: Mapping, node: Mapping) -> bool:
     """A volume's required node affinity (any of its terms) holds for ``node``."""
     labels = _dig(node, "metadata", "labels") or {}
     name = _dig(node, "metadata", "name") or ""
-    return any(_term_matches(t, labels, name) for t in _list(required.get("nodeSelectorTerms")))
+    return any(term_matches(t, labels, name) for t in _list(required.get("nodeSelectorTerms")))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -252,7 +252,9 @@ class ApiServer:
             f"https://{host}:{opts.secure_port}" if ":" not in host else f"https://[{host}]:{opts.secure_port}"
         )
         self.discovery = Discovery(registry, self.enabled, f"{host}:{opts.secure_port}")
-        self.default_service = DefaultService(self.store, registry, self.service_allocators, host, opts.secure_port)
+        self.default_service = DefaultService(
+            self.store, registry, self.service_allocators, opts.endpoint_address or host, opts.secure_port
+        )
         self.openapi = OpenAPI(registry, self.enabled, self.discovery.group_versions())
         registry.listeners.append(
             lambda added, removed: self.openapi.set_custom_kinds(k for k in registry.kinds if k.custom)
@@ -528,6 +530,7 @@ class ApiServer:
         try:
             if not auditing.long_running(info, request):  # --request-timeout (server/timeouts.py)
                 deadline = self.deadlines.start(requested_timeout(request.query, self.deadlines.default))
+                record.deadline = deadline.at  # what admission webhooks' calls may take at most
             try:
                 user = await self.authenticate(request)
             except st.ApiError as exc:

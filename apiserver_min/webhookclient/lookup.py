@@ -51,6 +51,12 @@ class ClusterLookup:
     def _slices(self) -> "ResourceCache":
         return self._watch_cache.cache(key_prefix(self._slice_kind))
 
+    def cached_namespace_labels(self, name: str) -> dict | None:
+        """The namespace's labels as the watch cache has them (not a copy: read only);
+        None when the cache does not have the namespace."""
+        entry = self._namespaces.items.get(object_key(self._ns_kind, "", name))
+        return None if entry is None else (entry.labels or {})
+
     async def namespace_labels(self, name: str) -> dict:
         """The namespace's labels; 404 when it does not exist (as upstream)."""
         entry = self._namespaces.items.get(object_key(self._ns_kind, "", name))

@@ -160,7 +160,15 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="orch-soak-"))
     containerd = Containerd(base_dir=work).start()
     api = ApiServerProcess(
-        work / "api", free_port(), extra_args=["--enable-bootstrap-token-auth", "--node-monitor-grace-period=40s"]
+        work / "api",
+        free_port(),
+        # Events are kept --event-ttl after their last write (1h by default): a soak looks
+        # for leaks, so their retention is made to reach its steady state within the warm-up.
+        extra_args=[
+            "--enable-bootstrap-token-auth",
+            "--node-monitor-grace-period=40s",
+            f"--event-ttl={int(HISTORY_SECONDS)}s",
+        ],
     )
     cluster = None
     stop = threading.Event()

@@ -117,7 +117,7 @@ def test_sample_plugin_pods_and_restart(cluster):
         "pod three refused",
     )
     assert refused["reason"] == "UnexpectedAdmissionError", refused
-    assert refused["message"] == (
+    assert refused["message"] == names.POD_REJECTED_MESSAGE_PREFIX + (
         f"Allocate failed due to requested number of devices unavailable for {RESOURCE}. "
         "Requested: 3, Available: 1, which is unexpected"
     ), refused

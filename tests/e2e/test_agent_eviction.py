@@ -23,6 +23,7 @@ import uuid
 
 import pytest
 
+from apiserver_min.api import names
 from tests.apiserver_fixtures import ApiServerProcess
 from tests.components import free_port
 from tests.e2e.harness import NODE, Cluster, new_cgroup_root
@@ -164,7 +165,7 @@ def test_disk_pressure_evicts_besteffort_before_burstable_never_static_and_clear
     bound = c.get("pod", "bound")
     assert (bound["status"]["reason"], bound["status"]["message"]) == (
         "Evicted",
-        "The node had condition: [DiskPressure]. ",
+        names.POD_REJECTED_MESSAGE_PREFIX + "The node had condition: [DiskPressure]. ",
     )
 
     filler.unlink()

@@ -141,7 +141,7 @@ def test_shutdown_signal_stops_pods_by_priority_and_releases_the_lock(setup, mon
         "the late pod refused",
     )
     assert refused["status"]["phase"] == "Failed"
-    assert names.SHUTDOWN_NOT_ADMITTED_MESSAGE in refused["status"]["message"]
+    assert refused["status"]["message"] == names.POD_REJECTED_MESSAGE_PREFIX + names.SHUTDOWN_NOT_ADMITTED_MESSAGE
 
     # Cancelled: ready again, with a new lock.
     logind.prepare_for_shutdown(False)

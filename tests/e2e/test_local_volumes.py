@@ -95,3 +95,55 @@ def test_claim_data_outlives_the_pod_and_goes_with_the_claim(cluster):
     assert not os.path.exists(path)
     assert cluster.get("pod", f"helper-pod-delete-{pv['metadata']['name']}", "-n", "orch-system") is None
     assert NODE == pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
+
+
+STATEFUL_SET = """
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  replicas: 2
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: c
+        image: orch.local/busybox:1
+        command: [sh, -c, "trap 'exit 0' TERM; while :; do sleep 1; done"]
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 32Mi}}
+"""
+
+
+def test_stateful_set_claims_keep_a_pods_data_when_it_is_deleted(cluster):
+    """A StatefulSet of 2 with a claim template: each pod gets its own provisioned claim;
+    a file written in db-0 is there in the db-0 that replaces it."""
+    apply(cluster, STATEFUL_SET)
+    first = cluster.wait(lambda: running(cluster, "db-1") and running(cluster, "db-0"), 120, "db-0 and db-1 Running")
+    cluster.kubectl("rollout", "status", "statefulset/db", "--timeout=30s")
+    for i in (0, 1):
+        claim = cluster.get("pvc", f"data-db-{i}")
+        assert claim["status"]["phase"] == "Bound" and claim["spec"]["storageClassName"] == "local-path", claim
+    cluster.kubectl("exec", "db-0", "--", "sh", "-c", "hostname > /data/who")
+    cluster.kubectl("delete", "pod", "db-0", timeout=60)
+    again = cluster.wait(
+        lambda: (p := running(cluster, "db-0")) and p["metadata"]["uid"] != first["metadata"]["uid"] and p,
+        90,
+        "a new db-0 Running",
+    )
+    volume = next(v for v in again["spec"]["volumes"] if v["name"] == "data")
+    assert volume["persistentVolumeClaim"]["claimName"] == "data-db-0"
+    assert cluster.kubectl("exec", "db-0", "--", "cat", "/data/who").stdout == "db-0\n"
+    # db-1 has a claim (and a directory) of its own
+    assert cluster.kubectl("exec", "db-1", "--", "ls", "/data").stdout == ""
+
+    cluster.kubectl("delete", "statefulset", "db")
+    # The agent must see the pods go before the module stops it.
+    cluster.wait(lambda: not (cluster.get("pods", "-l", "app=db") or {"items": [1]})["items"], 60, "db pods gone")

@@ -2,7 +2,7 @@
 levels, exemptions from the admission configuration file, label changes checked
 against existing pods), the admission configuration file's start-up errors, and the
 small plugins (AlwaysPullImages, NamespaceExists, NamespaceAutoProvision,
-PodNodeSelector, ...). kubectl shows the refusal and the warning as users see them."""
+PodNodeSelector, ResourceQuota's limitedResources, ...). kubectl shows the refusal and the warning as users see them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.components import free_port
 from tests.helpers import uniq, wait_for
 
 EXEMPT_USER = "ci-bot"
+LIMITED_CLASS = "quota-limited"  # pods of this priority class need a covering quota (limitedResources)
 PS = names.POD_SECURITY_PREFIX
 
 
@@ -76,6 +77,21 @@ def server(tmp_path_factory):
                 },
             },
             {"name": "PodNodeSelector", "path": "nodeselector.yaml"},
+            {
+                "name": "ResourceQuota",
+                "configuration": {
+                    "apiVersion": f"apiserver.config.{names.DOMAIN}/v1",
+                    "kind": "ResourceQuotaConfiguration",
+                    "limitedResources": [
+                        {
+                            "resource": "pods",
+                            "matchScopes": [
+                                {"scopeName": "PriorityClass", "operator": "In", "values": [LIMITED_CLASS]}
+                            ],
+                        }
+                    ],
+                },
+            },
         ],
     )
     s = ApiServerProcess(
@@ -181,6 +197,37 @@ def test_a_user_exempt_in_the_configuration_file_passes(server):
         headers={"Impersonate-User": "someone-else", "Impersonate-Group": names.GROUP_MASTERS},
     )
     assert status == 403
+
+
+def test_a_limited_priority_class_needs_a_covering_quota(server):
+    server.json(
+        "POST",
+        f"/apis/{names.SCHEDULING_GROUP}/v1/priorityclasses",
+        {"metadata": {"name": LIMITED_CLASS}, "value": 1000},
+        expect=201,
+    )
+    ns = make_namespace(server)
+    pod = {
+        "metadata": {"name": "limited"},
+        "spec": {"priorityClassName": LIMITED_CLASS, "containers": [{"name": "x", "image": "busybox"}]},
+    }
+
+    def refused() -> tuple | None:  # (once the Priority plugin knows the class)
+        status, doc = server.json("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+        return (status, doc) if status != 403 else None
+
+    status, doc = wait_for(refused, what="the priority class known")
+    assert (status, doc["message"]) == (
+        500,
+        f"insufficient quota to match these scopes: [{{PriorityClass In [{LIMITED_CLASS}]}}]",
+    ), doc
+    scope = {"scopeName": "PriorityClass", "operator": "In", "values": [LIMITED_CLASS]}
+    quota = {
+        "metadata": {"name": "limited"},
+        "spec": {"hard": {"pods": "5"}, "scopeSelector": {"matchExpressions": [scope]}},
+    }
+    server.json("POST", f"/api/v1/namespaces/{ns}/resourcequotas", quota, expect=201)
+    wait_for(lambda: server.json("POST", f"/api/v1/namespaces/{ns}/pods", pod)[0] == 201, what="the pod admitted")
 
 
 def test_bad_level_labels_are_refused_on_namespace_create(server):

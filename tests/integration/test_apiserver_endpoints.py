@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from apiserver_min.api import names
+from apiserver_min.hostaddr import advertise_address
 from tests.apiserver_fixtures import Kubectl, create_namespace, kubectl_binary
 from tests.helpers import uniq, wait_for
 
@@ -350,16 +351,18 @@ def test_kubectl_shows_endpoints_and_slices(apiserver, kubectl_version, ns):
     assert f"{ip}:8080" in line
 
 
-def test_the_api_servers_own_endpoints_are_not_mirrored_and_only_it_may_list_loopback(apiserver):
+def test_the_api_servers_own_endpoints_are_not_mirrored_nor_loopback(apiserver):
     ep = wait_for(lambda: endpoints(apiserver, names.NS_DEFAULT, names.DEFAULT_SERVICE_NAME), 10, "orch endpoints")
     assert ep["metadata"]["labels"][names.LABEL_SKIP_MIRROR] == "true"
+    # Bound to 127.0.0.1, the server lists its default-route interface's address instead.
+    assert [a["ip"] for s in ep["subsets"] for a in s["addresses"]] == [advertise_address("127.0.0.1")]
     mirrored = [
         s
         for s in slices(apiserver, names.NS_DEFAULT, names.DEFAULT_SERVICE_NAME)
         if s["metadata"]["labels"].get(names.LABEL_MANAGED_BY_SLICE) == names.ENDPOINTSLICE_MIRRORING_CONTROLLER_NAME
     ]
     assert mirrored == []
-    # An administrator writing the same object is held to the rules (dry run: nothing changes).
+    # Writing a loopback address into it is refused as for any Endpoints (dry run: nothing changes).
     ep["subsets"] = [{"addresses": [{"ip": "127.0.0.9"}], "ports": [{"name": "https", "port": 443}]}]
     path = f"/api/v1/namespaces/{names.NS_DEFAULT}/endpoints/{names.DEFAULT_SERVICE_NAME}?dryRun=All"
     code, status = apiserver.json("PUT", path, ep)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from apiserver_min.api import names
+from apiserver_min.hostaddr import advertise_address
 from tests.apiserver_fixtures import KUBECTL, ApiServerProcess, Kubectl, create_namespace
 from tests.components import free_port
 from tests.helpers import uniq
@@ -61,13 +62,16 @@ def test_the_orch_service_has_the_first_address(server):
     _, svc = server.json("GET", "/api/v1/namespaces/default/services/orch", expect=200)
     assert svc["spec"]["clusterIP"] == "10.97.0.1" and svc["spec"]["clusterIPs"] == ["10.97.0.1"]
     assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": server.port}]
+    # Bound to 127.0.0.1, the server advertises its default-route interface's address, as
+    # upstream (endpoints may not be loopback ones).
+    host = advertise_address("127.0.0.1")
     _, ep = server.json("GET", "/api/v1/namespaces/default/endpoints/orch", expect=200)
     assert ep["subsets"] == [
-        {"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": server.port, "protocol": "TCP"}]}
+        {"addresses": [{"ip": host}], "ports": [{"name": "https", "port": server.port, "protocol": "TCP"}]}
     ]
     _, sl = server.json("GET", f"/apis/{names.DISCOVERY_GROUP}/v1/namespaces/default/endpointslices/orch", expect=200)
     assert sl["metadata"]["labels"][names.LABEL_SERVICE_NAME] == "orch"
-    assert sl["addressType"] == "IPv4" and [e["addresses"] for e in sl["endpoints"]] == [["127.0.0.1"]]
+    assert sl["addressType"] == "IPv4" and [e["addresses"] for e in sl["endpoints"]] == [[host]]
 
 
 def test_cluster_ips_are_in_range_unique_and_immutable(kc, ns):
@@ -242,7 +246,7 @@ def test_two_servers_on_one_etcd_share_the_ranges_and_the_endpoints(etcd, tmp_pa
     prefix = f"/orch-test/{uuid.uuid4().hex}"
     common = {"backend": "etcd", "etcd_endpoint": etcd.endpoint, "etcd_prefix": prefix}
     s1 = ApiServerProcess(tmp_path / "one", free_port(), **common)
-    s2 = ApiServerProcess(tmp_path / "two", free_port(), extra_args=("--advertise-address=127.0.0.2",), **common)
+    s2 = ApiServerProcess(tmp_path / "two", free_port(), extra_args=("--advertise-address=198.51.100.2",), **common)
     s1.start()
     try:
         s2.start()
@@ -251,7 +255,7 @@ def test_two_servers_on_one_etcd_share_the_ranges_and_the_endpoints(etcd, tmp_pa
             assert orch["spec"]["clusterIP"] == "10.96.0.1"
             _, ep = s1.json("GET", "/api/v1/namespaces/default/endpoints/orch", expect=200)
             served = {(a["ip"], sub["ports"][0]["port"]) for sub in ep["subsets"] for a in sub["addresses"]}
-            assert served == {("127.0.0.1", s1.port), ("127.0.0.2", s2.port)}
+            assert served == {(advertise_address("127.0.0.1"), s1.port), ("198.51.100.2", s2.port)}
 
             def make(i: int) -> str:
                 server = (s1, s2)[i % 2]
@@ -268,7 +272,7 @@ def test_two_servers_on_one_etcd_share_the_ranges_and_the_endpoints(etcd, tmp_pa
             s2.stop()
         # The stopped server took itself out; the live one stays.
         _, ep = s1.json("GET", "/api/v1/namespaces/default/endpoints/orch", expect=200)
-        assert [a["ip"] for sub in ep["subsets"] for a in sub["addresses"]] == ["127.0.0.1"]
+        assert [a["ip"] for sub in ep["subsets"] for a in sub["addresses"]] == [advertise_address("127.0.0.1")]
     finally:
         s1.stop()
 

@@ -4,8 +4,10 @@ webhook that cannot be reached fails closed or open by its failurePolicy (only f
 the namespaces its selector matches), a hanging webhook is cut off at
 timeoutSeconds, denials and warnings reach kubectl, configuration changes take
 effect within a second, dry-run requests carry the flag, /metrics counts the
-calls, and match conditions decide which objects a webhook sees (an expression that
-does not compile is refused on create). Each test scopes its webhooks to a namespace
+calls, match conditions decide which objects a webhook sees (an expression that
+does not compile is refused on create), a call takes no longer than the request's own
+deadline, and a webhook naming another version of a two-version custom resource gets
+the object converted to it (``matchPolicy: Equivalent``). Each test scopes its webhooks to a namespace
 of its own by label."""
 
 from __future__ import annotations
@@ -199,6 +201,35 @@ def test_a_hanging_webhook_is_cut_off_at_its_timeout(server, hook_server):
             f'Post "{hook_server.url("/hang")}?timeout=1s": context deadline exceeded'
         )
         assert 0.9 <= took < 2.5, took
+    finally:
+        remove(server, "validatingwebhookconfigurations", cfg)
+
+
+def test_a_webhook_call_takes_no_longer_than_the_requests_own_deadline(server, hook_server):
+    ns = namespace(server)
+    cfg = install(
+        server,
+        "validatingwebhookconfigurations",
+        [webhook("slow.hooks.orch.test", hook_server.client_config("/hang"), ns, timeoutSeconds=30)],
+    )
+    try:
+        seen: list = []
+
+        def cut_off() -> bool:  # (until the configuration is in effect, the create succeeds)
+            before = len(hook_server.timeouts)
+            path = f"/api/v1/namespaces/{ns}/configmaps?timeout=2s"
+            status, doc = server.json("POST", path, configmap(uniq("cut")), timeout=15)
+            seen.append((status, doc, hook_server.timeouts[before:]))
+            return status == 504
+
+        wait_for(cut_off, timeout=10, what="the request cut off at its own deadline")
+        _, doc, told = seen[-1]
+        assert (doc["reason"], doc["message"]) == (
+            "Timeout",
+            "Timeout: request did not complete within the allotted timeout",
+        )
+        # The webhook is told what was left of the request's 2 s, not its own 30 s.
+        assert told in ([("/hang", "2s")], [("/hang", "1s")]), told
     finally:
         remove(server, "validatingwebhookconfigurations", cfg)
 
@@ -429,3 +460,72 @@ def test_a_condition_that_fails_to_evaluate_follows_the_failure_policy(server, h
         assert not [r for r in hook_server.reviews_for("/deny") if r["request"]["namespace"] in (fail_ns, ignore_ns)]
     finally:
         remove(server, "validatingwebhookconfigurations", cfg)
+
+
+EQUIV_GROUP = "equiv.example.com"
+
+
+def test_a_webhook_naming_another_version_of_a_custom_resource_gets_it_converted(server, hook_server):
+    """matchPolicy Equivalent (the default): a webhook whose rule names v1 of a two-version
+    definition is called for a v2 create, with the object converted by the definition's
+    conversion webhook; its patch comes back to the v2 object and is stored."""
+
+    def version(name: str, storage: bool, props: dict) -> dict:
+        schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}
+        return {"name": name, "served": True, "storage": storage, "schema": {"openAPIV3Schema": schema}}
+
+    crd = {
+        "apiVersion": f"{names.APIEXTENSIONS_GROUP}/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"endpoints.{EQUIV_GROUP}"},
+        "spec": {
+            "group": EQUIV_GROUP,
+            "scope": "Namespaced",
+            "names": {"plural": "endpoints", "singular": "endpoint", "kind": "Endpoint"},
+            "versions": [
+                version("v1", True, {"host": {"type": "string"}, "port": {"type": "integer"}}),
+                version("v2", False, {"hostPort": {"type": "string"}}),
+            ],
+            "conversion": {
+                "strategy": "Webhook",
+                "webhook": {"clientConfig": hook_server.client_config("/convert"), "conversionReviewVersions": ["v1"]},
+            },
+        },
+    }
+    server.json("POST", f"/apis/{names.APIEXTENSIONS_GROUP}/v1/customresourcedefinitions", crd, expect=201)
+    wait_for(lambda: server.json("GET", f"/apis/{EQUIV_GROUP}/v2")[0] == 200, timeout=10, what="v2 served")
+    ns = namespace(server)
+    rule = {"operations": ["CREATE"], "apiGroups": [EQUIV_GROUP], "apiVersions": ["v1"], "resources": ["endpoints"]}
+    cfg = install(
+        server,
+        "mutatingwebhookconfigurations",
+        [webhook("label.hooks.orch.test", hook_server.client_config("/label"), ns, rules=[rule])],
+    )
+    v2 = f"/apis/{EQUIV_GROUP}/v2/namespaces/{ns}/endpoints"
+    try:
+        before = len(hook_server.reviews_for("/label"))
+
+        def created() -> dict | None:
+            body = {"apiVersion": f"{EQUIV_GROUP}/v2", "kind": "Endpoint", "metadata": {"name": uniq("e")}}
+            body["spec"] = {"hostPort": "x:80"}
+            _, obj = server.json("POST", v2, body, expect=201)
+            return obj if (obj["metadata"].get("labels") or {}).get("seen-version") else None
+
+        obj = wait_for(created, timeout=10, what="the webhook in effect")
+        assert obj["apiVersion"] == f"{EQUIV_GROUP}/v2" and obj["spec"] == {"hostPort": "x:80"}
+        assert obj["metadata"]["labels"]["seen-version"] == "v1"
+        req = hook_server.reviews_for("/label")[-1]["request"]
+        assert len(hook_server.reviews_for("/label")) > before
+        assert req["kind"] == {"group": EQUIV_GROUP, "version": "v1", "kind": "Endpoint"}
+        assert req["resource"] == {"group": EQUIV_GROUP, "version": "v1", "resource": "endpoints"}
+        assert req["requestKind"] == {"group": EQUIV_GROUP, "version": "v2", "kind": "Endpoint"}
+        assert req["requestResource"] == {"group": EQUIV_GROUP, "version": "v2", "resource": "endpoints"}
+        # Sent as the conversion webhook made it in v1.
+        assert req["object"]["apiVersion"] == f"{EQUIV_GROUP}/v1"
+        assert req["object"]["spec"] == {"host": "x", "port": 80}
+        name = obj["metadata"]["name"]
+        _, stored = server.json("GET", f"/apis/{EQUIV_GROUP}/v1/namespaces/{ns}/endpoints/{name}", expect=200)
+        assert stored["spec"] == {"host": "x", "port": 80}
+        assert stored["metadata"]["labels"]["seen-version"] == "v1"
+    finally:
+        remove(server, "mutatingwebhookconfigurations", cfg)

@@ -504,6 +504,24 @@ def test_validation_as_upstream(apiserver, ns):
     assert out["metadata"]["generation"] == 3
     assert out.get("status", {}).get("replicas") != 99
 
+    # a status write is checked as upstream checks one (the counters), through the sub-resource
+    bad_status = {"status": {"replicas": 3, "readyReplicas": 2, "availableReplicas": 3}}
+    for resource in ("deployments", "replicasets"):
+        name = "v4"
+        if resource == "replicasets":
+            name = wait_for(lambda: replica_sets(apiserver, ns, "app=v4"), 10, "a replica set")[0]["metadata"]["name"]
+        path = apps_path(ns, resource, name) + "/status"
+        status, doc = apiserver.json("PATCH", path, bad_status, headers=MERGE)
+        assert status == 422, doc
+        assert "status.availableReplicas: Invalid value: 3: cannot be greater than readyReplicas" in doc["message"]
+        assert doc["details"]["causes"] == [
+            {
+                "reason": "FieldValueInvalid",
+                "message": "Invalid value: 3: cannot be greater than readyReplicas",
+                "field": "status.availableReplicas",
+            }
+        ]
+
 
 @pytest.mark.parametrize("version", ["1.27", "1.32"])
 def test_rollout_undo_to_revision(apiserver, ns, tmp_path, version):

@@ -1,12 +1,14 @@
 """Hollow nodes (tests/bench/hollow.py) against a real orch-apiserver, so the scale
 benchmark's node mode keeps working: three node agents in the test's process, each on
 its own fake CRI runtime, register, renew their leases, run a scheduled pod to
-Running (status reported), create the mirror pod of their static pod, and remove a
-deleted pod."""
+Running (status reported), create the mirror pod of their static pod, remove a
+deleted pod, and pull a private image with the pod's image pull secret."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import time
 from pathlib import Path
 
@@ -127,6 +129,38 @@ async def test_hollow_nodes_register_renew_run_and_mirror(apiserver, tmp_path):
             return False
 
         await until(gone, 30, "the deleted pod removed by its node")
+
+        # A private image: the pod's pull secret, read by its node (the Node authorizer lets
+        # it), reaches the runtime's PullImage; without it the registry refuses the pull.
+        private = "reg.hollow.test/private:1"
+        for hollow in fleet.nodes:
+            assert hollow.fake is not None
+            hollow.fake.allow_pull(private, credentials=("robot", "hunter2"))
+        docker_config = {"auths": {"reg.hollow.test": {"auth": base64.b64encode(b"robot:hunter2").decode()}}}
+        await client.create(
+            "/api/v1/namespaces/default/secrets",
+            {
+                "metadata": {"name": "regcred"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "data": {".dockerconfigjson": base64.b64encode(json.dumps(docker_config).encode()).decode()},
+            },
+        )
+        await client.create(
+            pods,
+            {
+                "metadata": {"name": "hollow-private"},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "imagePullSecrets": [{"name": "regcred"}],
+                    "containers": [{"name": "app", "image": private, "command": ["sleep", "1000"]}],
+                },
+            },
+        )
+
+        async def private_running():
+            return ((await client.get(f"{pods}/hollow-private")).get("status") or {}).get("phase") == "Running"
+
+        await until(private_running, 30, "the pod of a private image Running")
         assert not fleet.failed()
         # The pod's token volume was a plain directory: hollow nodes mount nothing.
         assert mount_points(str(tmp_path)) == {}

@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 from apiserver_min import pki
+from apiserver_min.admission import chain
 from apiserver_min.admission.chain import Attributes
+from apiserver_min.admission.equivalence import Equivalence
+from apiserver_min.admission.plugins import equivalentresources
 from apiserver_min.admission.plugins import imagepolicywebhook as imagepolicy
 from apiserver_min.admission.webhook.client import CallError, WebhookClients
 from apiserver_min.admission.webhook.credentials import (
@@ -30,9 +33,10 @@ from apiserver_min.admission.webhook.metrics import WebhookMetrics
 from apiserver_min.admission.webhook.source import ClusterLookup, ResolveError, Webhook, WebhookSource
 from apiserver_min.api import names
 from apiserver_min.api import status as st
-from apiserver_min.api.kinds import REGISTRY
+from apiserver_min.api.kinds import REGISTRY, KindInfo, Registry
 from apiserver_min.api.user import UserInfo
 from apiserver_min.authz.authorizer import Decision
+from apiserver_min.registry import autoscaling_v1
 from apiserver_min.registry.admissionregistration import validate_webhooks
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.keys import key_prefix, object_key
@@ -93,8 +97,10 @@ class FakeSource:
     def hooks(self) -> list[Webhook]:
         return self._hooks
 
-    def matching_rules(self, shape: tuple) -> list[Webhook]:
-        return [h for h in self._hooks if rules_match_shape(h.spec, *shape)]
+    equivalence = None
+
+    def matching_rules(self, shape: tuple) -> list[tuple[Webhook, None]]:
+        return [(h, None) for h in self._hooks if rules_match_shape(h.spec, *shape)]
 
 
 class ScriptedClients(WebhookClients):
@@ -104,10 +110,12 @@ class ScriptedClients(WebhookClients):
         super().__init__(None, CredentialResolver())  # type: ignore[arg-type]
         self.answers = answers
         self.calls: list[str] = []
+        self.timeouts: list[tuple[float, float | None]] = []  # (told, waited) per call
 
-    async def post(self, key, client_config, body, timeout):
+    async def post(self, key, client_config, body, timeout, wait=None):
         path = client_config["url"].rsplit("/", 1)[-1]
         self.calls.append(path)
+        self.timeouts.append((timeout, wait))
         review = json.loads(body)
         answer = self.answers[path]
         if isinstance(answer, Exception):
@@ -183,6 +191,24 @@ def test_webhooks_that_change_nothing_are_not_reinvoked_and_report_no_change():
     p, clients = plugin(MutatingWebhookPlugin, specs, {"first": allow, "second": allow})
     assert asyncio.run(p.admit(attrs())) is False
     assert clients.calls == ["first", "second"]
+
+
+def test_a_call_is_told_what_is_left_of_the_requests_deadline():
+    p, clients = plugin(ValidatingWebhookPlugin, [hook("t.hooks.test", "t", timeoutSeconds=10)], {"t": allow})
+
+    async def call(left: float | None) -> None:
+        record, token = chain.begin_request()
+        if left is not None:
+            record.deadline = asyncio.get_running_loop().time() + left
+        try:
+            await p.validate(attrs())
+        finally:
+            chain.end_request(token)
+
+    asyncio.run(call(None))  # no deadline: the webhook's own timeout
+    asyncio.run(call(2.3))  # less left than the webhook's timeout: told 3s, the deadline ends the call
+    asyncio.run(call(25.0))  # more left: the webhook's own timeout
+    assert clients.timeouts == [(10, 10), (3, 10), (10, 10)]
 
 
 @pytest.mark.parametrize(
@@ -752,3 +778,126 @@ def test_conditions_are_validated_and_compiled_on_write():
     many = [{"name": f"c{i}", "expression": "true"} for i in range(65)]
     assert webhook_errors(many) == [f"{p}: FieldValueTooMany: must have at most 64 items"]
     assert webhook_errors(many[:64]) == []
+
+
+# --- matchPolicy: Equivalent ------------------------------------------------------------
+
+WIDGETS = "stable.example.com"
+WIDGET_V1 = KindInfo(WIDGETS, "v1", "widgets", "Widget", True, custom=True, custom_storage_version="v1")
+WIDGET_V2 = KindInfo(WIDGETS, "v2", "widgets", "Widget", True, custom=True, custom_storage_version="v1")
+
+
+def widget_registry() -> Registry:
+    registry = REGISTRY.copy()
+    registry.replace(add=(WIDGET_V1, WIDGET_V2))
+    return registry
+
+
+def test_equivalent_resources_are_other_served_versions_and_alias_groups():
+    registry = widget_registry()
+    eq = Equivalence(registry, equivalentresources.converters())
+
+    def found(group, version, resource, sub=""):
+        return [(e.group, e.version) for e in eq.of(group, version, resource, sub)]
+
+    assert found(WIDGETS, "v2", "widgets") == [(WIDGETS, "v1")]
+    assert found("autoscaling", "v2", "horizontalpodautoscalers") == [("autoscaling", "v1")]
+    assert found("autoscaling", "v2", "horizontalpodautoscalers", "status") == []  # v1 serves no status here
+    assert found(names.DISCOVERY_GROUP, "v1", "endpointslices") == [(names.UPSTREAM_ENDPOINTSLICE_GROUP, "v1")]
+    assert found("", "v1", "configmaps") == []
+    registry.replace(remove=(WIDGET_V1,))  # a definition that stopped serving v1
+    assert found(WIDGETS, "v2", "widgets") == []
+
+
+def test_hpa_v1_view_converts_back_to_the_v2_object():
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "h", "annotations": {"a": "b"}},
+        "spec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": "d", "apiVersion": "apps/v1"},
+            "minReplicas": 1,
+            "maxReplicas": 5,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {"name": "memory", "target": {"type": "AverageValue", "averageValue": "1Gi"}},
+                },
+                {
+                    "type": "Resource",
+                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
+                },
+            ],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}},
+        },
+        "status": {
+            "currentReplicas": 2,
+            "desiredReplicas": 3,
+            "conditions": [{"type": "AbleToScale", "status": "True"}],
+        },
+    }
+    v1 = autoscaling_v1.to_v1(hpa)
+    assert v1["spec"]["targetCPUUtilizationPercentage"] == 50
+    assert autoscaling_v1.view_to_v2(v1) == hpa
+
+
+def equivalence_plugin(cls, rule_version: str, answers: dict, match_policy: str = "Equivalent"):
+    """A plugin over a real WebhookSource (widgets served as v1 and v2) with one webhook
+    whose rule names widgets in RULE_VERSION."""
+    registry = widget_registry()
+    cache = WatchCache(None, list(registry.kinds), key_prefix)  # type: ignore[arg-type]
+    source = WebhookSource(cache, registry, "mutatingwebhookconfigurations", Equivalence(registry))
+    spec = hook(
+        "w.hooks.test",
+        "w",
+        matchPolicy=match_policy,
+        rules=[rule(apiGroups=[WIDGETS], apiVersions=[rule_version], resources=["widgets"])],
+    )
+    key = object_key(source.kind, "", "cfg")
+    c = cache.cache(key_prefix(source.kind))
+    c.items[key] = c.make_entry(
+        key, json.dumps({"metadata": {"name": "cfg", "uid": "u"}, "webhooks": [spec]}).encode(), 1
+    )
+    clients = ScriptedClients(answers)
+    return cls(source, None, clients, WebhookMetrics()), clients
+
+
+def widget_attrs() -> Attributes:
+    obj = {"apiVersion": f"{WIDGETS}/v2", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 3}}
+    return Attributes("CREATE", WIDGET_V2, "ns", "w1", "", obj, None, ADMIN, False)
+
+
+def test_a_webhook_naming_another_version_gets_the_object_in_it_and_its_patch_comes_back():
+    seen: list[dict] = []
+
+    def answer(req):
+        seen.append(req)
+        return patch_answer(
+            [{"op": "add", "path": "/metadata/labels", "value": {"seen": req["object"]["apiVersion"]}}]
+        )(req)
+
+    p, clients = equivalence_plugin(MutatingWebhookPlugin, "v1", {"w": answer})
+    a = widget_attrs()
+    assert asyncio.run(p.admit(a)) is True
+    (req,) = seen
+    assert req["kind"] == {"group": WIDGETS, "version": "v1", "kind": "Widget"}
+    assert req["resource"] == {"group": WIDGETS, "version": "v1", "resource": "widgets"}
+    assert req["requestKind"] == {"group": WIDGETS, "version": "v2", "kind": "Widget"}
+    assert req["requestResource"] == {"group": WIDGETS, "version": "v2", "resource": "widgets"}
+    assert req["object"]["apiVersion"] == f"{WIDGETS}/v1"
+    # The mutation, made to the v1 object, lands on the request's v2 object.
+    assert a.obj == {
+        "apiVersion": f"{WIDGETS}/v2",
+        "kind": "Widget",
+        "metadata": {"name": "w1", "labels": {"seen": f"{WIDGETS}/v1"}},
+        "spec": {"size": 3},
+    }
+    # Exact: the rule names v1 only, the request is v2: not called.
+    p, clients = equivalence_plugin(ValidatingWebhookPlugin, "v1", {"w": allow}, match_policy="Exact")
+    asyncio.run(p.validate(widget_attrs()))
+    assert clients.calls == []
+    # A rule naming the request's own version is an exact match: nothing converted.
+    seen.clear()
+    p, clients = equivalence_plugin(ValidatingWebhookPlugin, "v2", {"w": lambda req: seen.append(req) or allow(req)})
+    asyncio.run(p.validate(widget_attrs()))
+    assert seen[0]["kind"] == seen[0]["requestKind"] == {"group": WIDGETS, "version": "v2", "kind": "Widget"}

@@ -15,8 +15,8 @@ from agent.runtime.credentialprovider import (
     load_config,
 )
 from agent.runtime.images import ImageManager
+from agent.runtime.keyring import Credential, DockerConfig
 from apiserver_min.api import names
-from cri import api_pb2 as pb
 from cri.client import ImagePullError
 
 CONFIG_VERSION = names.CREDENTIAL_PROVIDER_CONFIG_API_VERSIONS[0]
@@ -121,10 +121,8 @@ async def test_plugin_credentials_the_most_specific_first_and_cached_per_registr
     auth = {"reg.example.com": {"username": "u1", "password": "p1"}, "reg.example.com/team": {"username": "u2"}}
     creds, log, clock = _providers(tmp_path, monkeypatch, _response("Registry", auth, "1m"))
     got = await creds.auth_configs("reg.example.com/team/app:1")
-    assert [(a.username, a.password, a.server_address) for a in got] == [
-        ("u2", "", "reg.example.com"),
-        ("u1", "p1", "reg.example.com"),
-    ]
+    # As upstream's keyring: no server address, so the runtime uses them for the host it pulls from.
+    assert [(a.username, a.password, a.server_address) for a in got] == [("u2", "", ""), ("u1", "p1", "")]
     [[request, args]] = _requests(log)
     assert request == {
         "apiVersion": PLUGIN_VERSION,
@@ -190,8 +188,8 @@ class StaticCredentials(CredentialProviders):
         super().__init__([], "/nonexistent")
         self.users = users
 
-    async def auth_configs(self, image: str) -> list[pb.AuthConfig]:
-        return [pb.AuthConfig(username=u, password="pw") for u in self.users]
+    async def docker_configs(self, image: str) -> list[DockerConfig]:
+        return [{"reg.example.com": Credential(u, "pw")} for u in self.users]
 
 
 async def test_the_pull_tries_each_credential_in_turn():

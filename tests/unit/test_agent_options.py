@@ -67,9 +67,16 @@ volume-stats-agg-period v vmodule version help
 """.split()
 
 # Ours: silences rule 6's deprecation warnings.
-# Beyond the seed's list: the service proxy's (upstream kube-proxy's --proxy-mode, --cleanup, --cluster-cidr),
-# and upstream's --housekeeping-interval (the eviction manager's period).
-EXTRA_FLAGS = {"deprecation-warnings", "proxy-mode", "proxy-cleanup", "cluster-cidr", "housekeeping-interval"}
+# Beyond the seed's list: the service proxy's (upstream kube-proxy's --proxy-mode, --cleanup, --cluster-cidr,
+# --iptables-localhost-nodeports), and upstream's --housekeeping-interval (the eviction manager's period).
+EXTRA_FLAGS = {
+    "deprecation-warnings",
+    "proxy-mode",
+    "proxy-cleanup",
+    "cluster-cidr",
+    "housekeeping-interval",
+    "iptables-localhost-nodeports",
+}
 
 MISSING = "<missing argument>"  # invalid case for free-form strings: the flag without a value
 
@@ -497,6 +504,7 @@ CASES = [
     S("hairpin-mode", "promiscuous-bridge", "hairpin-veth", "always", "hairpinMode"),
     S("proxy-mode", "nftables", "none", "iptables"),
     B("proxy-cleanup", False),
+    B("iptables-localhost-nodeports", True),
     S("cluster-cidr", "", "10.88.0.0/16", "fd00::/64"),
     B("make-iptables-util-chains", True, "makeIPTablesUtilChains"),
     I("iptables-masquerade-bit", 14, 13, 32, "iptablesMasqueradeBit"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ import pytest
 from agent import workers as workers_mod
 from agent.cm import AdmitResult
 from agent.events import EventRecorder
+from agent.nodeshutdown import mark_terminated
 from agent.pods import Op, PodUpdate
 from agent.prober import ProbeManager
 from agent.prober import hooks as prober_hooks
@@ -881,7 +883,7 @@ async def test_refused_pod_is_failed_with_the_reason_and_gets_no_sandbox(fake, m
     await until(lambda: running(fake, small, "app"), "the admitted pod to run")
     status = agent.status(big)
     assert status["phase"] == "Failed"
-    assert status["reason"] == "OutOfcpu" and status["message"] == message
+    assert status["reason"] == "OutOfcpu" and status["message"] == names.POD_REJECTED_MESSAGE_PREFIX + message
     assert agent.reported(big) and agent.reported(big)[-1]["reason"] == "OutOfcpu"
     await asyncio.sleep(0.2)
     assert not fake_sandboxes(fake, big)
@@ -1055,3 +1057,44 @@ async def test_killed_pod_stops_gets_its_final_status_and_is_not_restarted(fake,
     # Removing the stopped pod removes its remains.
     agent.push(other)
     await until(lambda: not fake_sandboxes(fake, pod), "the stopped pod's sandbox to be removed")
+
+
+async def test_a_pod_stopped_for_a_shutdown_stays_stopped_after_an_agent_restart(fake, make_agent):
+    first = make_agent()
+    stopped = make_pod("stopped", [container("app")], grace=1)
+    caught = make_pod("caught", [container("app")], grace=1)  # the agent died before stopping it
+    first.start()
+    first.push(stopped, caught)
+    await until(lambda: running(fake, stopped, "app") and running(fake, caught, "app"), "both pods to run")
+    mark = functools.partial(mark_terminated, disruption_condition=True)
+    await asyncio.wait_for(
+        first.pipeline.kill_pod(stopped["metadata"]["uid"], grace=1, update_status=mark, reason="t"), 5
+    )
+    await first.stop()
+    # What the API server holds: both Failed / Terminated (restartPolicy Always); the runtime
+    # still has the stopped pod's sandbox and the other pod running.
+    stopped = dict(stopped, status=first.status(stopped))
+    caught_status: dict = {"phase": "Running"}
+    mark_terminated(caught_status, disruption_condition=True)
+    caught = dict(caught, status=caught_status)
+    assert fake_sandboxes(fake, stopped) and running(fake, caught, "app")
+    counts = dict(fake.call_counts)
+
+    second = make_agent()
+    second.push(stopped, caught)
+    second.start()
+    await until(lambda: not running(fake, caught, "app"), "the leftover container to be stopped")
+    await until(lambda: second.reported(stopped) and second.reported(caught), "both statuses reported")
+    await asyncio.sleep(0.3)
+    for method in ("RunPodSandbox", "CreateContainer", "StartContainer"):
+        assert fake.call_counts[method] == counts.get(method, 0), f"{method} called after the restart"
+    for p in (stopped, caught):
+        status = second.status(p)
+        assert (status["phase"], status["reason"], status["message"]) == (
+            "Failed",
+            names.SHUTDOWN_POD_REASON,
+            names.SHUTDOWN_POD_MESSAGE,
+        ), status
+        assert any(c["type"] == names.POD_CONDITION_DISRUPTION_TARGET for c in status["conditions"])
+        assert "terminated" in status["containerStatuses"][0]["state"]
+    assert second.pipeline.active_pods() == []

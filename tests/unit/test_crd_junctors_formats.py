@@ -169,6 +169,32 @@ def test_junctors_on_items_name_the_item():
     assert errs[0] == ': Invalid value: "": "xs[1]" must validate one and only one schema (oneOf). Found none valid'
 
 
+def test_junctors_are_not_applied_to_null():
+    # Upstream checks a null value against its type (nullable) and enum only, never
+    # against the junctors: a nullable field whose junctors no null could satisfy
+    # takes null, and a null where null is not allowed reads as the type error alone.
+    junctors = {
+        "allOf": [{"minimum": 5}],
+        "anyOf": [{"minimum": 5}, {"maximum": -5}],
+        "oneOf": [{"minimum": 5}],
+        "not": {"maximum": 100},
+    }
+    nullable = {"type": "object", "properties": {"n": {"type": "integer", "nullable": True, **junctors}}}
+    assert value_errors({"n": None}, spec_schema(properties=nullable["properties"])) == []
+    failed = [m for m in value_errors({"n": 1}, spec_schema(properties=nullable["properties"])) if m.startswith(": ")]
+    assert [m.split(" must ")[1].split(" (")[0] for m in failed] == [
+        "validate all the schemas",
+        "validate at least one schema",
+        "validate one and only one schema",
+        "not validate the schema",
+    ]
+    strict = {"n": {"type": "integer", **junctors}}
+    assert value_errors({"n": None}, spec_schema(properties=strict)) == [
+        'spec.n: Invalid value: "null": spec.n in body must be of type integer: "null"'
+    ]
+    assert schema_errors(spec_schema(properties=nullable["properties"])) == []
+
+
 def test_v2_document_leaves_out_what_swagger_cannot_express():
     schema = spec_schema(oneOf=[{"required": ["a"]}], allOf=[{"required": ["a"]}], **{"not": {"required": ["b"]}})
     out = _without_v2_incompatible(schema)

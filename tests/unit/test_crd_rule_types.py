@@ -10,7 +10,9 @@ import dataclasses
 
 import pytest
 
+from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.apiextensions import celtypes, rules, values
+from apiserver_min.apiextensions.definition import DefinitionStrategy, validate_spec
 from apiserver_min.apiextensions.resource import CustomResourceStrategy, Definition
 from apiserver_min.apiextensions.structural import validate_schema
 
@@ -223,3 +225,47 @@ def test_a_format_error_does_not_stop_the_rules_a_type_error_does():
         'spec: Invalid value: "object": n too small'
     ]
     assert rules.has_blocking_errors(values.validate({"spec": {"ip": "1.2.3.4", "n": "zero"}}, schema))
+
+
+def definition(*rule_texts: str) -> dict:
+    spec = {**SPEC, "x-kubernetes-validations": [{"rule": r} for r in rule_texts]}
+    return {
+        "apiVersion": "apiextensions.orch.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com", "uid": "u1", "resourceVersion": "5"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}},
+                }
+            ],
+        },
+        "status": {"storedVersions": ["v1"]},
+    }
+
+
+def test_a_stored_rule_written_before_typed_checks_does_not_block_updates():
+    # Stored before rules were type-checked: refused on create now, kept on update
+    # (as upstream checks a definition's existing rules in its widest environment);
+    # a new rule with the same misuse is refused on update too.
+    strategy = DefinitionStrategy(REGISTRY.by_resource("apiextensions.orch.io", "v1", "customresourcedefinitions"))
+    bad = "self.replicas > 'a'"
+    stored = definition(bad)
+    refused = [e.message() for e in validate_spec(stored)]
+    assert len(refused) == 1 and "x-kubernetes-validations[0].rule" in refused[0] and "compilation failed" in refused[0]
+    relabelled = copy.deepcopy(stored)
+    relabelled["metadata"]["labels"] = {"team": "a"}
+    assert strategy.validate_update(relabelled, stored) == []
+    added = definition(bad, "self.name > 1")
+    msgs = [e.message() for e in strategy.validate_update(added, stored)]
+    assert len(msgs) == 1 and "x-kubernetes-validations[1].rule" in msgs[0], msgs
+    # A status write checks metadata and status only, as upstream's status strategy.
+    status = copy.deepcopy(added)
+    status["status"]["conditions"] = [{"type": "Established", "status": "True"}]
+    assert strategy.validate_subresource_update("status", status, added) == []

@@ -33,6 +33,7 @@ from apiserver_min.controllers.hpacalc import (
 from apiserver_min.options import OptionsError, parse
 from apiserver_min.registry.autoscaling import validate_hpa_spec
 from apiserver_min.registry.autoscaling_v1 import from_v1, to_v1
+from apiserver_min.registry.rest import DeleteOptions
 from apiserver_min.registry.store import Store
 from apiserver_min.server.resourcemetrics import ResourceMetrics, parse_resource_metrics
 from apiserver_min.storage.cacher import WatchCache
@@ -749,3 +750,50 @@ async def test_controller_brings_a_stateful_set_inside_the_bounds_without_metric
         "SuccessfulRescale",
         "New size: 3; reason: Current number of replicas below Spec.MinReplicas",
     ) in _events(cache)
+
+
+async def test_pods_two_autoscalers_select_are_not_scaled(cluster):
+    """Upstream's AmbiguousSelector: once two autoscalers have each used a selector that
+    picks the same pods, neither scales them; deleting one lets the other go on."""
+    store, cache, informers, client = cluster
+    await _deployment_with_pods(store, 2)
+    spec = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+        "maxReplicas": 5,
+        "metrics": [
+            {
+                "type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
+            }
+        ],  # fmt: skip
+    }
+    for name in ("web", "web-too"):
+        await store.create(HPAS, "team", {"metadata": {"name": name}, "spec": spec}, SYSTEM_USER)
+    await cache.sync()
+    metrics = FakeMetrics()
+    metrics.cpu = {"web-0": "50m", "web-1": "50m"}  # on target
+    controller = HorizontalPodAutoscalerController(client, informers, metrics, clock=Clock())
+    controller.start()  # both known, selecting nothing until reconciled
+    await controller.sync(object_key(HPAS, "team", "web-too"))  # the only one with a selector yet
+    metrics.cpu = {"web-0": "100m", "web-1": "100m"}  # twice the target
+    await controller.sync(object_key(HPAS, "team", "web"))
+    await controller.sync(object_key(HPAS, "team", "web-too"))
+    await cache.sync()
+    assert (await store.get_object(DEPLOYMENTS, "team", "web"))["spec"]["replicas"] == 2
+    message = "pods by selector app=web are controlled by multiple HPAs: [team/web team/web-too]"
+    for name in ("web", "web-too"):
+        hpa = await store.get_object(HPAS, "team", name)
+        active = next(c for c in hpa["status"]["conditions"] if c["type"] == "ScalingActive")
+        assert (active["status"], active["reason"], active["message"]) == ("False", "AmbiguousSelector", message)
+        assert hpa["status"]["currentReplicas"] == 2
+    events = _events(cache)
+    assert ("Warning", "AmbiguousSelector", message) in events
+    assert ("Warning", "FailedComputeMetricsReplicas", message) in events
+
+    await store.delete(HPAS, "team", "web-too", DeleteOptions(), SYSTEM_USER)
+    await cache.sync()
+    await controller.sync(object_key(HPAS, "team", "web-too"))  # gone: forgotten
+    await controller.sync(object_key(HPAS, "team", "web"))
+    await cache.sync()
+    assert (await store.get_object(DEPLOYMENTS, "team", "web"))["spec"]["replicas"] == 4
+    assert _conditions(await store.get_object(HPAS, "team", "web"))["ScalingActive"] == ("True", "ValidMetricFound")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from agent.proxy import model, nft, ruleset
@@ -256,41 +254,6 @@ async def test_proxy_syncs_full_then_only_the_touched_service():
     runner.fail = False
     await proxy.sync()
     assert runner.scripts[-1].startswith(f"add table {T}\ndelete table {T}") and EP_B in runner.scripts[-1]
-
-
-async def test_proxy_shares_the_agents_services_informer():
-    """One Services watch for the service cache and the proxy: the proxy takes what the
-    shared informer holds already, adds its handlers, and does not run it itself."""
-
-    class Shared(FakeInformer):
-        def __init__(self) -> None:
-            super().__init__(None, "/api/v1/services")
-            self.cache = {"default/web": svc()}
-            self.runs = 0
-
-        async def run(self) -> None:
-            self.runs += 1
-
-        async def wait_synced(self) -> None:
-            await asyncio.Event().wait()
-
-    class Idle(FakeInformer):
-        async def run(self) -> None:
-            await asyncio.Event().wait()
-
-    shared = Shared()
-    runner = FakeRunner()
-    proxy = ServiceProxy(None, "n1", runner=runner, informer_factory=Idle, services=shared)
-    assert proxy.services is shared and len(shared.handlers) == 1
-    assert "default/web" in proxy.index.services
-    shared.handlers[0][0](svc(name="db", clusterIP="10.96.0.11"))
-    assert "default/db" in proxy.index.services
-    task = asyncio.create_task(proxy.run())
-    await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert shared.runs == 0
 
 
 def test_slices_move_between_services():

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
 from apiserver_min import options
 from apiserver_min.admission import plugins
 from apiserver_min.admission.chain import Attributes
-from apiserver_min.admission.plugins.resourcequota import evaluate
+from apiserver_min.admission.plugins.resourcequota import evaluate, parse_configuration
 from apiserver_min.api import quota as q
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.quantity import Quantity
@@ -222,6 +223,74 @@ def test_evaluate_unscoped_kinds_and_updates():
     guaranteed = pod(ctr("a", limits={"cpu": "1", "memory": "1Gi"}))
     assert evaluate(_attrs(PODS, guaranteed), [_q("be", {"pods": "0"}, {"pods": "0"}, ["BestEffort"])]) == []
     assert evaluate(_attrs(CONFIGMAPS, {}), []) == []
+
+
+LIMITED = {
+    "apiVersion": "apiserver.config.orch.io/v1",
+    "kind": "ResourceQuotaConfiguration",
+    "limitedResources": [
+        {"resource": "pods", "matchContains": ["cpu"]},
+        {
+            "resource": "pods",
+            "matchScopes": [{"scopeName": "PriorityClass", "operator": "In", "values": ["crit", "top"]}],
+        },
+    ],
+}
+
+
+def test_limited_resources_need_a_covering_quota_with_upstreams_messages():
+    config = parse_configuration(LIMITED)
+    cpu_pod = pod(ctr(requests={"cpu": "100m"}))
+    with pytest.raises(ApiError) as e:
+        evaluate(_attrs(PODS, cpu_pod), [], config)
+    assert (e.value.code, e.value.message) == (
+        403,
+        'pods "x" is forbidden: insufficient quota to consume: cpu,requests.cpu',
+    )
+    # A quota that lists only one of them does not cover the other.
+    with pytest.raises(ApiError) as e:
+        evaluate(_attrs(PODS, cpu_pod), [_q("c", {"requests.cpu": "1"}, {"requests.cpu": "0"})], config)
+    assert e.value.message == 'pods "x" is forbidden: insufficient quota to consume: cpu'
+    covering = [_q("c", {"requests.cpu": "1", "cpu": "1"}, {"requests.cpu": "0", "cpu": "0"})]
+    assert [fmt(u) for _, u in evaluate(_attrs(PODS, cpu_pod), covering, config)] == [
+        {"cpu": "100m", "requests.cpu": "100m"}
+    ]
+    assert evaluate(_attrs(PODS, pod(ctr())), [], config) == []  # consumes no cpu: nothing to cover
+    # A pod of a limited priority class needs a quota whose scopes select it by that scope.
+    crit = pod(ctr(), priorityClassName="crit")
+    with pytest.raises(ApiError) as e:
+        evaluate(_attrs(PODS, crit), [], config)
+    assert (e.value.code, e.value.message) == (
+        500,
+        "insufficient quota to match these scopes: [{PriorityClass In [crit top]}]",
+    )
+    scoped = _q("s", {"pods": "5"}, {"pods": "0"})
+    scoped["spec"]["scopeSelector"] = {
+        "matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["crit"]}]
+    }
+    assert len(evaluate(_attrs(PODS, crit), [scoped], config)) == 1
+    assert evaluate(_attrs(CONFIGMAPS, {}), [], config) == []  # other kinds are not limited
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        ({"kind": "Configuration"}, "expected kind ResourceQuotaConfiguration"),
+        ({"limitedResources": [{"matchContains": ["cpu"]}]}, "limitedResources[0].resource: Required value"),
+        ({"limitedResources": [{"resource": "pods", "matchContain": ["cpu"]}]}, "unknown field(s) matchContain"),
+        (
+            {
+                "limitedResources": [
+                    {"resource": "pods", "matchScopes": [{"scopeName": "PriorityClass", "operator": "In"}]}
+                ]
+            },
+            "limitedResources[0].matchScopes[0].values: Required value",
+        ),
+    ],
+)
+def test_a_bad_quota_configuration_is_refused_naming_the_field(change, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        parse_configuration({**LIMITED, **change})
 
 
 def test_resource_quota_sync_period_flag():

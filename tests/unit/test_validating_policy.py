@@ -11,6 +11,7 @@ import pytest
 
 from apiserver_min.admission import chain
 from apiserver_min.admission.chain import Attributes
+from apiserver_min.admission.equivalence import Equivalence
 from apiserver_min.admission.plugins.validatingadmissionpolicy import (
     VALIDATION_FAILURE_ANNOTATION,
     ValidatingAdmissionPolicy,
@@ -19,7 +20,7 @@ from apiserver_min.admission.policy.matching import Matcher
 from apiserver_min.admission.policy.source import PolicySource
 from apiserver_min.admission.policy.validator import CompiledPolicy
 from apiserver_min.api import defaults, names
-from apiserver_min.api.kinds import REGISTRY
+from apiserver_min.api.kinds import REGISTRY, KindInfo
 from apiserver_min.api.status import ApiError
 from apiserver_min.api.user import UserInfo
 from apiserver_min.authz.authorizer import Decision
@@ -211,6 +212,18 @@ def test_status_warns_of_request_fields_an_admission_request_lacks():
     ]
 
 
+def test_a_new_generation_rewrites_the_type_check_and_keeps_the_conditions():
+    strategy = ValidatingAdmissionPolicyStrategy(POLICY_KIND)
+    old = make_policy(validations=[{"expression": "object.spec.replicas <= 5"}])
+    condition = {"type": "Ready", "status": "True", "reason": "Set", "lastTransitionTime": "2023-01-01T00:00:00Z"}
+    old["status"] = {"observedGeneration": 1, "typeChecking": {}, "conditions": [condition]}
+    new = make_policy(validations=[{"expression": "object.spec.replicass <= 5"}])
+    strategy.prepare_for_update(new, old)
+    assert new["status"]["observedGeneration"] == 2
+    assert new["status"]["conditions"] == [condition]
+    assert new["status"]["typeChecking"]["expressionWarnings"][0]["fieldRef"] == "spec.validations[0].expression"
+
+
 def test_status_warns_of_fields_the_matched_kind_does_not_declare():
     strategy = ValidatingAdmissionPolicyStrategy(POLICY_KIND)
     obj = make_policy(
@@ -251,13 +264,54 @@ def test_matching_rules_selectors_and_exclusions():
     selected = Matcher({"resourceRules": [RULE], "objectSelector": {"matchLabels": {"x": "y"}}})
     assert selected.matches(attrs_for(DEPLOYMENTS, obj={"metadata": {"labels": {"x": "y"}}}), labels)
     assert not selected.matches(attrs_for(DEPLOYMENTS), labels)
+    # apps/v1beta1 is not served: nothing reaches deployments through it.
     other_version = dict(RULE, apiVersions=["v1beta1"])
-    assert Matcher({"resourceRules": [other_version], "matchPolicy": "Equivalent"}).matches(
-        attrs_for(DEPLOYMENTS), labels
+    assert not Matcher({"resourceRules": [other_version], "matchPolicy": "Equivalent"}).matches(
+        attrs_for(DEPLOYMENTS), labels, Equivalence(REGISTRY)
     )
-    assert not Matcher({"resourceRules": [other_version], "matchPolicy": "Exact"}).matches(
-        attrs_for(DEPLOYMENTS), labels
+    # No resource rules (a binding's matchResources with a selector only): every request
+    # the selectors let through.
+    assert Matcher({"namespaceSelector": {"matchLabels": {"team": "a"}}}).matches(attrs_for(CONFIGMAPS), labels)
+
+
+WIDGETS = "stable.example.com"
+WIDGET_V1 = KindInfo(WIDGETS, "v1", "widgets", "Widget", True, custom=True, custom_storage_version="v1")
+WIDGET_V2 = KindInfo(WIDGETS, "v2", "widgets", "Widget", True, custom=True, custom_storage_version="v1")
+
+
+async def test_a_policy_matched_as_an_equivalent_version_reads_the_object_converted_to_it(env):
+    cache, _, authorizer = env
+    registry = REGISTRY.copy()
+    registry.replace(add=(WIDGET_V1, WIDGET_V2))
+    v1_rule = {"apiGroups": [WIDGETS], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["widgets"]}
+    expression = (
+        f"object.apiVersion == '{WIDGETS}/v1' && request.kind.version == 'v1' && request.resource.version == 'v1'"
+        " && request.requestKind.version == 'v2' && request.requestResource.version == 'v2'"
     )
+    cache.put(
+        POLICY_KIND,
+        make_policy(
+            validations=[{"expression": expression}, {"expression": "object.spec.size <= 5", "message": "too big"}],
+            matchConstraints={"resourceRules": [v1_rule]},
+        ),
+    )
+    cache.put(BINDING_KIND, make_binding())
+    plugin = ValidatingAdmissionPolicy(PolicySource(cache, registry), lambda: authorizer, Equivalence(registry))
+
+    def widget(size: int) -> dict:
+        return {"apiVersion": f"{WIDGETS}/v2", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": size}}
+
+    await admit(plugin, widget(3), kind=WIDGET_V2)
+    with pytest.raises(ApiError) as err:
+        await admit(plugin, widget(9), kind=WIDGET_V2)
+    assert err.value.message.endswith("denied request: too big")
+    # Exact: the v2 request is not the v1 the rule names.
+    exact = make_policy(
+        validations=[{"expression": "false"}], matchConstraints={"resourceRules": [v1_rule], "matchPolicy": "Exact"}
+    )
+    exact["metadata"]["generation"] = 2
+    cache.put(POLICY_KIND, exact)
+    await admit(plugin, widget(9), kind=WIDGET_V2)
 
 
 # --- the plugin ---------------------------------------------------------------------------

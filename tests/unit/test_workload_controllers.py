@@ -452,6 +452,70 @@ def test_replication_controller_validation():
     ]
 
 
+def _status_update_messages(resource: str, status: dict, old_status: dict | None = None) -> list[str]:
+    """The errors of a status write, through the kind's strategy as the store calls it."""
+    kind = REGISTRY.by_resource("" if resource == "replicationcontrollers" else "apps", "v1", resource)
+    strategy = {
+        "deployments": apps.DeploymentStrategy,
+        "replicasets": apps.ReplicaSetStrategy,
+        "replicationcontrollers": apps.ReplicationControllerStrategy,
+    }[resource](kind)
+    old = {"metadata": {"name": "web", "namespace": "ns", "uid": "u", "resourceVersion": "1"}, "spec": {}}
+    old["status"] = old_status or {}
+    new = copy.deepcopy(old)
+    new["status"] = status
+    return _messages(strategy.validate_status_update(new, old))
+
+
+def test_deployment_status_update_validation():
+    ok = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3, "availableReplicas": 3}
+    assert _status_update_messages("deployments", ok) == []
+    # The spec is not checked again on a status write (it is the stored one).
+    assert _status_update_messages("deployments", {}) == []
+    negative = {k: -1 for k in apps.DEPLOYMENT_STATUS_COUNTS}
+    assert _status_update_messages("deployments", negative) == [
+        f"status.{k}: Invalid value: -1: must be greater than or equal to 0" for k in apps.DEPLOYMENT_STATUS_COUNTS
+    ]
+    assert _status_update_messages(
+        "deployments", {"replicas": 2, "updatedReplicas": 3, "readyReplicas": 2, "availableReplicas": 3}
+    ) == [
+        "status.updatedReplicas: Invalid value: 3: cannot be greater than status.replicas",
+        "status.availableReplicas: Invalid value: 3: cannot be greater than status.replicas",
+        "status.availableReplicas: Invalid value: 3: cannot be greater than readyReplicas",
+    ]
+    assert _status_update_messages("deployments", {"replicas": 3, "readyReplicas": 4}) == [
+        "status.readyReplicas: Invalid value: 4: cannot be greater than status.replicas"
+    ]
+    assert _status_update_messages("deployments", {"replicas": 3, "readyReplicas": 2, "availableReplicas": 3}) == [
+        "status.availableReplicas: Invalid value: 3: cannot be greater than readyReplicas"
+    ]
+    # unavailableReplicas has no upper bound (a scaled-up deployment may miss all of them)
+    assert _status_update_messages("deployments", {"replicas": 1, "unavailableReplicas": 5}) == []
+    assert _status_update_messages("deployments", {"collisionCount": 1}, {"collisionCount": 2}) == [
+        "status.collisionCount: Invalid value: 1: cannot be decremented"
+    ]
+    assert _status_update_messages("deployments", {"replicas": "3"}) == [
+        'status.replicas: Invalid value: "3": must be an integer'
+    ]
+
+
+@pytest.mark.parametrize("resource", ["replicasets", "replicationcontrollers"])
+def test_replica_set_and_controller_status_update_validation(resource):
+    ok = {"replicas": 3, "fullyLabeledReplicas": 3, "readyReplicas": 2, "availableReplicas": 1, "observedGeneration": 4}
+    assert _status_update_messages(resource, ok) == []
+    negative = {k: -2 for k in apps.REPLICA_SET_STATUS_COUNTS}
+    assert _status_update_messages(resource, negative) == [
+        f"status.{k}: Invalid value: -2: must be greater than or equal to 0" for k in apps.REPLICA_SET_STATUS_COUNTS
+    ]
+    over = {"replicas": 1, "fullyLabeledReplicas": 2, "readyReplicas": 2, "availableReplicas": 3}
+    assert _status_update_messages(resource, over) == [
+        "status.fullyLabeledReplicas: Invalid value: 2: cannot be greater than status.replicas",
+        "status.readyReplicas: Invalid value: 2: cannot be greater than status.replicas",
+        "status.availableReplicas: Invalid value: 3: cannot be greater than status.replicas",
+        "status.availableReplicas: Invalid value: 3: cannot be greater than readyReplicas",
+    ]
+
+
 def test_a_name_collision_bumps_collision_count_and_changes_the_hash():
     d = deployment(replicas=2, progressDeadlineSeconds=600)
     d["metadata"]["resourceVersion"] = "5"

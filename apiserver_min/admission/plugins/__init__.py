@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from ..chain import Chain, Plugin
 from ..config import AdmissionConfig
 from ..podsecurity import policy as podsecurity_policy
-from . import eventratelimit, imagepolicywebhook, podnodeselector, podtolerationrestriction, webhooks
+from . import eventratelimit, imagepolicywebhook, podnodeselector, podtolerationrestriction, resourcequota, webhooks
 from .alwaysadmit import AlwaysAdmit
 from .alwaysdeny import AlwaysDeny
 from .alwayspullimages import AlwaysPullImages
@@ -34,7 +34,6 @@ from .podnodeselector import PodNodeSelector
 from .podsecurity import PodSecurity
 from .podtolerationrestriction import PodTolerationRestriction
 from .priority import plugin as priority_plugin
-from .resourcequota import plugin as resource_quota_plugin
 from .runtimeclass import plugin as runtime_class_plugin
 from .securitycontextdeny import SecurityContextDeny
 from .serviceaccount import ServiceAccountAdmission
@@ -167,6 +166,7 @@ CONFIG_PARSERS: dict[str, Any] = {
     "MutatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
     "ValidatingAdmissionWebhook": webhooks.parse_webhook_admission_config,
     "ImagePolicyWebhook": imagepolicywebhook.parse_configuration,
+    "ResourceQuota": resourcequota.parse_configuration,
 }
 
 
@@ -222,6 +222,16 @@ def _plugin_factories() -> dict:
             getattr(opts, "default_unreachable_toleration_seconds", 300),
         )
 
+    def with_config(name, factory):
+        def make(server):
+            config = _admission_config(server)
+            try:
+                return factory(server, config.for_plugin(name))
+            except ValueError as exc:
+                raise config.error(name, str(exc)) from None
+
+        return make
+
     def configured(cls):
         def make(server):
             config = _admission_config(server)
@@ -258,7 +268,7 @@ def _plugin_factories() -> dict:
         "DenyServiceExternalIPs": lambda server: DenyServiceExternalIPs(),
         "LimitRanger": limit_ranger_plugin,
         "Priority": priority_plugin,
-        "ResourceQuota": resource_quota_plugin,
+        "ResourceQuota": with_config("ResourceQuota", resourcequota.plugin),
         "DefaultIngressClass": default_ingress_class_plugin,
         "RuntimeClass": runtime_class_plugin,
         "EventRateLimit": configured(EventRateLimit),

@@ -12,14 +12,25 @@ writer got in first. Within this server, charges of one namespace are serialized
 decides. A dry run is checked but charges nothing. The charge happens before the
 object is stored: if storing then fails, the quota controller's recount gives the
 charge back.
+
+Its configuration (``ResourceQuotaConfiguration``, ``apiserver.config.orch.io/v1``, in
+the admission configuration file) may list ``limitedResources``: a resource whose
+consumption needs a covering quota. An object of ``apiGroup``/``resource`` whose usage
+names a resource containing one of ``matchContains`` (``requests.cpu`` for ``cpu``)
+is refused unless a quota of the namespace that applies to it lists that resource
+(``insufficient quota to consume: ...``); a pod that matches one of ``matchScopes``
+needs a quota of the namespace whose scopes select it by that scope name
+(``insufficient quota to match these scopes: ...``, which upstream answers as a plain
+500 error, not a Forbidden).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ...api import names
 from ...api import quota as q
@@ -27,6 +38,7 @@ from ...api import status as st
 from ...api.user import SYSTEM_USER
 from ...storage.keys import key_prefix
 from ..chain import Attributes
+from ..config import strict_fields
 
 if TYPE_CHECKING:
     from ...api.kinds import KindInfo, Registry
@@ -38,15 +50,143 @@ log = logging.getLogger("orch-apiserver.admission.resourcequota")
 # How often a charge is tried again after losing the compare-and-swap.
 MAX_CHARGE_ATTEMPTS = 20
 
+CONFIG_KIND = "ResourceQuotaConfiguration"
+# The configuration's group versions: upstream's apiserver.config.k8s.io/v1 and the older
+# resourcequota.admission.k8s.io/v1beta1, in the project's spelling (the same shape).
+CONFIG_API_VERSIONS = (f"{names.APISERVER_CONFIG_GROUP}/v1", f"{names.RESOURCE_QUOTA_CONFIG_GROUP}/v1beta1")
+SCOPE_NAMES = (
+    q.SCOPE_TERMINATING,
+    q.SCOPE_NOT_TERMINATING,
+    q.SCOPE_BEST_EFFORT,
+    q.SCOPE_NOT_BEST_EFFORT,
+    q.SCOPE_PRIORITY_CLASS,
+    q.SCOPE_CROSS_NAMESPACE_POD_AFFINITY,
+)
+SCOPE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitedResource:
+    """A resource whose consumption needs a covering quota (``limitedResources[i]``)."""
+
+    api_group: str
+    resource: str
+    match_contains: tuple[str, ...] = ()
+    match_scopes: tuple[dict, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class QuotaConfiguration:
+    limited: tuple[LimitedResource, ...] = ()
+
+    def applies(self, group: str, resource: str) -> bool:
+        """Whether a request for GROUP/RESOURCE may need a covering quota."""
+        return any(
+            (x.api_group, x.resource) == (group, resource) or (x.match_scopes and (group, resource) == ("", "pods"))
+            for x in self.limited
+        )
+
+    def limited_names(self, group: str, resource: str, usage: q.ResourceList) -> set[str]:
+        """The resources of USAGE (the object's own, those it consumes) that need a
+        covering quota: those containing one of a ``matchContains`` of the entries for
+        GROUP/RESOURCE."""
+        out: set[str] = set()
+        for x in self.limited:
+            if (x.api_group, x.resource) != (group, resource):
+                continue
+            for name, value in usage.items():
+                if value.sign() > 0 and any(part in name for part in x.match_contains):
+                    out.add(name)
+        return out
+
+    def limited_scopes(self, group: str, resource: str, obj: dict) -> list[dict]:
+        """The ``matchScopes`` (of every entry, as upstream) the object matches; only pods
+        have scopes."""
+        if (group, resource) != ("", "pods"):
+            return []
+        return [s for x in self.limited for s in x.match_scopes if q.pod_matches_scope(s, obj)]
+
+
+def parse_configuration(doc: dict | None) -> QuotaConfiguration:
+    """The plugin's configuration (none: no limited resources); ValueError naming the
+    field when it is unusable."""
+    if doc is None:
+        return QuotaConfiguration()
+    if doc.get("kind") != CONFIG_KIND or doc.get("apiVersion") not in CONFIG_API_VERSIONS:
+        raise ValueError(
+            f"expected kind {CONFIG_KIND} with apiVersion {' or '.join(CONFIG_API_VERSIONS)}, "
+            f"got kind {doc.get('kind')!r}, apiVersion {doc.get('apiVersion')!r}"
+        )
+    strict_fields(doc, ("apiVersion", "kind", "limitedResources"), "ResourceQuota configuration")
+    entries = doc.get("limitedResources") or []
+    if not isinstance(entries, list):
+        raise ValueError("limitedResources: must be a list")
+    limited = []
+    for i, entry in enumerate(entries):
+        path = f"limitedResources[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: must be an object")
+        strict_fields(
+            entry, ("apiGroup", "resource", "matchContains", "matchScopes"), f"ResourceQuota configuration {path}"
+        )
+        group, resource = entry.get("apiGroup") or "", entry.get("resource")
+        if not isinstance(resource, str) or not resource:
+            raise ValueError(f"{path}.resource: Required value")
+        if not isinstance(group, str):
+            raise ValueError(f"{path}.apiGroup: must be a string")
+        contains = entry.get("matchContains") or []
+        if not isinstance(contains, list) or not all(isinstance(c, str) for c in contains):
+            raise ValueError(f"{path}.matchContains: must be a list of strings")
+        scopes = entry.get("matchScopes") or []
+        if not isinstance(scopes, list):
+            raise ValueError(f"{path}.matchScopes: must be a list")
+        for j, scope in enumerate(scopes):
+            _check_scope(scope, f"{path}.matchScopes[{j}]")
+        limited.append(LimitedResource(group, resource, tuple(contains), tuple(scopes)))
+    return QuotaConfiguration(tuple(limited))
+
+
+def _check_scope(scope: Any, path: str) -> None:
+    if not isinstance(scope, dict):
+        raise ValueError(f"{path}: must be an object")
+    strict_fields(scope, ("scopeName", "operator", "values"), f"ResourceQuota configuration {path}")
+    if scope.get("scopeName") not in SCOPE_NAMES:
+        raise ValueError(
+            f"{path}.scopeName: Unsupported value: {scope.get('scopeName')!r}: supported values: {', '.join(SCOPE_NAMES)}"
+        )
+    op, values = scope.get("operator"), scope.get("values") or []
+    if op not in SCOPE_OPERATORS:
+        raise ValueError(f"{path}.operator: Unsupported value: {op!r}: supported values: {', '.join(SCOPE_OPERATORS)}")
+    if not isinstance(values, list) or not all(isinstance(x, str) for x in values):
+        raise ValueError(f"{path}.values: must be a list of strings")
+    if op in ("In", "NotIn") and not values:
+        raise ValueError(
+            f"{path}.values: Required value: must be at least one value when `operator` is 'In' or 'NotIn'"
+        )
+    if op in ("Exists", "DoesNotExist") and values:
+        raise ValueError(f"{path}.values: must be no value when `operator` is 'Exists' or 'DoesNotExist'")
+
+
+def _go_scopes(scopes: Iterable[dict]) -> str:
+    """Scope requirements as upstream's error prints them (Go's %v of the structs)."""
+    return (
+        "["
+        + " ".join(f"{{{s.get('scopeName')} {s.get('operator')} [{' '.join(s.get('values') or [])}]}}" for s in scopes)
+        + "]"
+    )
+
 
 class ResourceQuotaAdmission:
     name = "ResourceQuota"
     resources = None  # any namespaced kind can be counted (count/<resource>.<group>)
 
-    def __init__(self, store: "Store", cache: "WatchCache", registry: "Registry"):
+    def __init__(
+        self, store: "Store", cache: "WatchCache", registry: "Registry", config: QuotaConfiguration | None = None
+    ):
         self.store = store
         self.cache = cache
         self.registry = registry
+        self.config = config or QuotaConfiguration()
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._quota_kind: KindInfo | None = None
 
@@ -73,10 +213,11 @@ class ResourceQuotaAdmission:
         # Most namespaces have no quota limiting this kind: the watch cache says so without a
         # storage read. (A quota created a moment ago has no status.hard yet: it would not
         # charge anyway.)
-        if not any(
-            q.matching_resources(k.group, k.resource, _status_hard(e.object()))
-            for e in self._cached_quotas(attrs.namespace)
-        ):
+        cached = self._cached_quotas(attrs.namespace)
+        if not any(q.matching_resources(k.group, k.resource, _status_hard(e.object())) for e in cached):
+            if self.config.applies(k.group, k.resource):
+                # Nothing to charge, but a limited resource needs a covering quota.
+                evaluate(attrs, [e.object() for e in cached], self.config)
             return
         lock = self._locks.get(attrs.namespace)
         if lock is None:
@@ -105,7 +246,7 @@ class ResourceQuotaAdmission:
             quotas = [x for x in await self._quotas(attrs.namespace) if x["metadata"]["name"] not in charged]
             if not quotas:
                 return
-            updates = evaluate(attrs, quotas)
+            updates = evaluate(attrs, quotas, self.config)
             if not updates or attrs.dry_run:
                 return
             for quota, used in updates:
@@ -151,16 +292,27 @@ class ResourceQuotaAdmission:
         return True
 
 
-def evaluate(attrs: Attributes, quotas: list[dict]) -> list[tuple[dict, q.ResourceList]]:
+def evaluate(
+    attrs: Attributes, quotas: list[dict], config: QuotaConfiguration | None = None
+) -> list[tuple[dict, q.ResourceList]]:
     """The quotas the write is charged to, each with its new ``status.used``; raises
-    403 Forbidden with upstream's messages when the write may not happen."""
+    403 Forbidden with upstream's messages when the write may not happen (and upstream's
+    plain 500 for a limited scope no quota covers)."""
     k = attrs.kind
     group, resource, obj = k.group, k.resource, attrs.obj or {}
+    config = config or QuotaConfiguration()
+    limited_names = config.limited_names(group, resource, q.usage(group, resource, obj)) if config.limited else set()
+    limited_scopes = config.limited_scopes(group, resource, obj) if config.limited else []
     interesting: list[tuple[dict, list[str]]] = []
+    covered: set[str] = set()  # what the quotas that apply to the object list
+    scoped: set[str] = set()  # the scope names of the quotas' scopes the object matches
     for quota in quotas:
         status = quota.get("status") if isinstance(quota.get("status"), dict) else {}
         hard = q.parse_list((status or {}).get("hard"))
-        if not q.matches(hard, q.quota_scope_requirements(quota), group, resource, obj):
+        scopes = q.quota_scope_requirements(quota)
+        if limited_scopes:
+            scoped.update(str(s.get("scopeName")) for s in scopes if q.pod_matches_scope(s, obj))
+        if not q.matches(hard, scopes, group, resource, obj):
             continue
         restricted = q.matching_resources(group, resource, hard)
         name = quota["metadata"]["name"]
@@ -173,6 +325,13 @@ def evaluate(attrs: Attributes, quotas: list[dict]) -> list[tuple[dict, q.Resour
         if unknown:
             raise _forbidden(attrs, f"status unknown for quota: {name}, resources: {','.join(sorted(unknown))}")
         interesting.append((quota, restricted))
+        covered.update(restricted)
+    uncovered = sorted(limited_names - covered)
+    if uncovered:
+        raise _forbidden(attrs, f"insufficient quota to consume: {','.join(uncovered)}")
+    unmatched = [s for s in limited_scopes if s.get("scopeName") not in scoped]
+    if unmatched:
+        raise st.ApiError(500, "", f"insufficient quota to match these scopes: {_go_scopes(unmatched)}")
     if not interesting:
         return []
     delta = q.usage(group, resource, obj)
@@ -214,5 +373,6 @@ def _forbidden(attrs: Attributes, message: str) -> st.ApiError:
     return st.forbidden(attrs.kind.resource, attrs.name, attrs.kind.group, message)
 
 
-def plugin(server: Any) -> ResourceQuotaAdmission:
-    return ResourceQuotaAdmission(server.store, server.cache, server.registry)
+def plugin(server: Any, config: dict | None = None) -> ResourceQuotaAdmission:
+    """The plugin with its part of the admission configuration (ValueError when unusable)."""
+    return ResourceQuotaAdmission(server.store, server.cache, server.registry, parse_configuration(config))

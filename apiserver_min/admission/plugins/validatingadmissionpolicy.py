@@ -22,8 +22,10 @@ from ...api import status as st
 from ...api.selectors import SelectorError, label_selector_from_dict
 from ..celvars import authorizer_check, authorizer_value, request_value
 from ..chain import Attributes
+from ..equivalence import Equivalence, Equivalent, converts
 from ..policy.source import PolicySource
 from ..policy.validator import REASON_CODES, CompiledPolicy, Failure
+from . import equivalentresources
 
 VALIDATION_FAILURE_ANNOTATION = f"validation.policy.admission.{names.DOMAIN}/validation_failure"
 
@@ -31,9 +33,11 @@ VALIDATION_FAILURE_ANNOTATION = f"validation.policy.admission.{names.DOMAIN}/val
 class ValidatingAdmissionPolicy:
     name = "ValidatingAdmissionPolicy"
 
-    def __init__(self, source: PolicySource, authorizer: Callable[[], Any]):
+    def __init__(self, source: PolicySource, authorizer: Callable[[], Any], equivalence: Equivalence | None = None):
         self.source = source
         self._authorizer = authorizer
+        # ``matchPolicy: Equivalent``: what else a request's resource is served as.
+        self.equivalence = equivalence
 
     async def admit(self, attrs: Attributes) -> None:
         return None
@@ -46,14 +50,17 @@ class ValidatingAdmissionPolicy:
         audit_failures: list[dict] = []
         token = cel.CURRENT_AUTHORIZER.set(authorizer_check(self._authorizer, attrs.user))
         try:
-            base: dict[str, Any] = {"object": attrs.obj, "oldObject": attrs.old}
+            # The variables by the resource the request was matched as (None: its own).
+            bases: dict[tuple[str, str] | None, dict[str, Any]] = {}
             for policy, binding, binding_matcher in self.source.pairs():
                 spec = binding.get("spec") or {}
-                if not policy.matcher.matches(attrs, self.source.namespace_labels):
+                matched, target = policy.matcher.match_as(attrs, self.source.namespace_labels, self.equivalence)
+                if not matched:
                     continue
-                if not binding_matcher.matches(attrs, self.source.namespace_labels):
+                if not binding_matcher.matches(attrs, self.source.namespace_labels, self.equivalence):
                     continue
-                self._complete(base, policy.reads, attrs)
+                base = await self._base(bases, attrs, target)
+                self._complete(base, policy.reads, attrs, target)
                 failures = self._evaluate(policy, binding, attrs, base, annotations)
                 actions = spec.get("validationActions") or []
                 for failure in failures:
@@ -86,7 +93,28 @@ class ValidatingAdmissionPolicy:
 
     # --- evaluation ----------------------------------------------------------------------
 
-    def _complete(self, base: dict[str, Any], reads: frozenset[str], attrs: Attributes) -> None:
+    async def _base(
+        self, bases: dict[tuple[str, str] | None, dict[str, Any]], attrs: Attributes, target: Equivalent | None
+    ) -> dict[str, Any]:
+        """The variables of the request as TARGET serves it: its objects converted to that
+        version once per request (a conversion that fails is an internal error)."""
+        key = None if target is None else (target.group, target.version)
+        base = bases.get(key)
+        if base is None:
+            eq = self.equivalence
+            if target is None or eq is None or not converts(attrs):
+                base = {"object": attrs.obj, "oldObject": attrs.old}
+            else:
+                base = {
+                    "object": await eq.convert(attrs.obj, attrs.kind, target),
+                    "oldObject": await eq.convert(attrs.old, attrs.kind, target),
+                }
+            bases[key] = base
+        return base
+
+    def _complete(
+        self, base: dict[str, Any], reads: frozenset[str], attrs: Attributes, target: Equivalent | None = None
+    ) -> None:
         """Add to ``base`` the variables ``reads`` names that it lacks (computed once per
         request, and only when an expression reads them)."""
         kind = attrs.kind
@@ -94,7 +122,7 @@ class ValidatingAdmissionPolicy:
             namespaced = kind.namespaced and attrs.namespace
             base["namespaceObject"] = self.source.namespace(attrs.namespace) if namespaced else None
         if "request" in reads and "request" not in base:
-            base["request"] = request_value(attrs)
+            base["request"] = request_value(attrs, target)
         if "authorizer" in reads and "authorizer" not in base:
             base["authorizer"] = authorizer_value(attrs)
 
@@ -162,5 +190,7 @@ class ValidatingAdmissionPolicy:
 
 def plugin(server: Any) -> ValidatingAdmissionPolicy:
     return ValidatingAdmissionPolicy(
-        PolicySource(server.cache, server.registry), lambda: getattr(server, "authorizer", None)
+        PolicySource(server.cache, server.registry),
+        lambda: getattr(server, "authorizer", None),
+        equivalentresources.for_server(server),
     )

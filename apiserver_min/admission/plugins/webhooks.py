@@ -11,6 +11,7 @@ from ..webhook.credentials import CredentialResolver, parse_webhook_admission_co
 from ..webhook.dispatcher import MutatingWebhookPlugin, ValidatingWebhookPlugin
 from ..webhook.metrics import WebhookMetrics
 from ..webhook.source import ClusterLookup, WebhookSource
+from . import equivalentresources
 
 MUTATING = "MutatingAdmissionWebhook"
 VALIDATING = "ValidatingAdmissionWebhook"
@@ -32,7 +33,7 @@ def _parts(server: Any, config: AdmissionConfig, name: str, resource: str) -> tu
         raise config.error(name, str(exc)) from None
     credentials = CredentialResolver.from_file(path) if path else CredentialResolver()
     lookup = ClusterLookup(server.cache, server.registry, server.store)
-    source = WebhookSource(server.cache, server.registry, resource)
+    source = WebhookSource(server.cache, server.registry, resource, equivalentresources.for_server(server))
 
     def authorizer() -> Any:
         """The server's authorizer, which match conditions' checks ask (looked up on use)."""

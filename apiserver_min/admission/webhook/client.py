@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import re
 import ssl
 import tempfile
 import urllib.parse
@@ -27,6 +28,10 @@ from .source import ClusterLookup, ResolveError
 
 MAX_RESPONSE_BYTES = 3 * 1024 * 1024
 USER_AGENT = f"{names.APISERVER_NAME}/webhook"
+
+
+# The ``?timeout=`` of the timeouts webhooks have (whole seconds up to the maximum).
+_QUERIES = {float(n): f"?timeout={go_duration(n)}" for n in range(1, 31)}
 
 
 class CallError(Exception):
@@ -49,110 +54,257 @@ def ssl_context(ca_pem: bytes, creds: ClientCredentials) -> ssl.SSLContext:
     return ctx
 
 
+class _Incomplete(Exception):
+    """The answer is not all there yet."""
+
+
+def _dechunk(buf: bytearray, start: int) -> bytes | None:
+    """A chunked body from BUF[START:]: the body (None when larger than the limit);
+    _Incomplete while it is not all there; ValueError when it is not chunked encoding."""
+    parts: list[bytes] = []
+    total = 0
+    pos = start
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            raise _Incomplete()
+        size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
+        pos = eol + 2
+        if size == 0:
+            while True:  # trailers, then the empty line
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    raise _Incomplete()
+                if eol == pos:
+                    return b"".join(parts)
+                pos = eol + 2
+        if len(buf) < pos + size + 2:
+            raise _Incomplete()
+        total += size
+        if total > MAX_RESPONSE_BYTES:
+            return None
+        parts.append(bytes(buf[pos : pos + size]))
+        pos += size + 2
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive HTTPS connection to a webhook: a request is written whole, and
+    the answer gathered from what arrives until it is complete (status line, headers,
+    then a body of Content-Length, chunked, or up to the end of the connection). One
+    future per call and no stream layer: admission adds a call to every matching
+    write, so this is the cheap path."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes | None, bool]] | None = None
+        self.lost = False
+        self.received = False  # any byte of the current answer
+        # The current answer's head, once read: (status, end of head, length or -1 for
+        # chunked or -2 for "until the end", keep-alive).
+        self.head: tuple[int, int, int, bool] | None = None
+
+    # --- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self.received = True
+        if self.waiter is not None:
+            self._answer(False)
+
+    def eof_received(self) -> bool | None:
+        self._ended(None)
+        return None  # the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended(exc)
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def send(self, request: bytes, waiter: "asyncio.Future[tuple[int, bytes | None, bool]]") -> None:
+        self.buf.clear()
+        self.head = None
+        self.received = False
+        self.waiter = waiter
+        assert self.transport is not None
+        self.transport.write(request)
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _ended(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.waiter is not None and not self.waiter.done():
+            if not self.received:
+                self.waiter.set_exception(_Stale())
+            else:
+                self._answer(True)
+                if self.waiter is not None and not self.waiter.done():
+                    self.waiter.set_exception(exc or asyncio.IncompleteReadError(bytes(self.buf), None))
+
+    def _answer(self, at_end: bool) -> None:
+        """Complete the waiter if the answer is all there (AT_END: nothing more comes)."""
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        buf = self.buf
+        try:
+            if self.head is None:
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buf) > 1 << 16:
+                        raise asyncio.LimitOverrunError("the answer's head is too long", len(buf))
+                    return
+                self.head = _parse_head(bytes(buf[:end]), end + 4)
+            status, body_at, length, keep = self.head
+            if length >= 0:
+                if length > MAX_RESPONSE_BYTES:
+                    data, keep = None, False
+                elif len(buf) < body_at + length:
+                    return
+                else:
+                    data = bytes(buf[body_at : body_at + length])
+            elif length == -1:
+                try:
+                    data = _dechunk(buf, body_at)
+                except _Incomplete:
+                    return
+                keep = keep and data is not None
+            else:  # no length: the body ends with the connection
+                if len(buf) - body_at > MAX_RESPONSE_BYTES:
+                    data = None
+                elif not at_end:
+                    return
+                else:
+                    data = bytes(buf[body_at:])
+        except (ValueError, asyncio.LimitOverrunError) as exc:
+            self.waiter = None
+            waiter.set_exception(exc)
+            return
+        self.waiter = None
+        waiter.set_result((status, data, keep and not self.lost))
+
+
+# The response headers the client acts on (in a lowered head): name and value.
+_HEADER = re.compile(rb"\r\n(content-length|transfer-encoding|connection)[ \t]*:[ \t]*([^\r]*)")
+
+
+def _parse_head(head: bytes, body_at: int) -> tuple[int, int, int, bool]:
+    """(status, where the body starts, its length (-1: chunked, -2: up to the end of the
+    connection), whether the connection is kept alive). Only the headers that decide
+    those are read."""
+    version, _, rest = head.partition(b" ")
+    status = int(rest[:3])
+    length, keep = -2, version == b"HTTP/1.1"
+    for name, value in _HEADER.findall(head.lower()):
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"transfer-encoding":
+            if b"chunked" in value:
+                length = -1
+        elif value.strip() == b"close":
+            keep = False
+    if length == -2:
+        keep = False
+    return status, body_at, length, keep
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(asyncio.TimeoutError())
+
+
 class _Pool:
     """Kept-alive HTTPS connections to one webhook. Calls are plain HTTP/1.1 POSTs on
-    asyncio streams: per call this costs a fraction of a general client's work, and
-    admission adds a call to every matching write."""
+    connections of our own (:class:`_Connection`): per call this costs a fraction of a
+    general client's work, and admission adds a call to every matching write."""
 
     MAX_IDLE = 64
 
     def __init__(self, ctx: ssl.SSLContext, auth: dict[str, str]):
         self.ctx = ctx
         self.auth = "".join(f"{k}: {v}\r\n" for k, v in auth.items())
-        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.idle: list[_Connection] = []
         self.closed = False
+        # The request head up to the body's length, by (target, Host header).
+        self._heads: dict[tuple[str, str], bytes] = {}
 
     def close(self) -> None:
         self.closed = True
-        for _, writer in self.idle:
-            writer.close()
+        for conn in self.idle:
+            conn.close()
         self.idle.clear()
 
+    def _head(self, target: str, host_header: str) -> bytes:
+        head = self._heads.get((target, host_header))
+        if head is None:
+            if len(self._heads) > 64:
+                self._heads.clear()
+            head = self._heads[(target, host_header)] = (
+                f"POST {target} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: {USER_AGENT}\r\n"
+                f"Content-Type: application/json\r\nAccept: application/json\r\n{self.auth}"
+                "Content-Length: "
+            ).encode("latin-1")
+        return head
+
     async def post(
-        self, host: str, port: int, server_hostname: str, target: str, host_header: str, body: bytes
+        self,
+        host: str,
+        port: int,
+        server_hostname: str,
+        target: str,
+        host_header: str,
+        body: bytes,
+        timeout: float,
     ) -> tuple[int, bytes | None]:
-        head = (
-            f"POST {target} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: {USER_AGENT}\r\n"
-            f"Content-Type: application/json\r\nAccept: application/json\r\n{self.auth}"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        ).encode("latin-1") + body
+        """(status, body; None when larger than the limit), within TIMEOUT seconds
+        (asyncio.TimeoutError past it)."""
+        loop = asyncio.get_running_loop()
+        request = b"%b%d\r\n\r\n%b" % (self._head(target, host_header), len(body), body)
+        deadline = loop.time() + timeout
         while self.idle:  # a kept-alive connection the webhook may have closed meanwhile
             conn = self.idle.pop()
+            if conn.lost:
+                continue
             try:
-                return await self._exchange(conn, head)
+                return await self._exchange(loop, conn, request, deadline)
             except _Stale:
                 continue
-        conn = await asyncio.open_connection(host, port, ssl=self.ctx, server_hostname=server_hostname, limit=1 << 16)
+        async with asyncio.timeout_at(deadline):
+            _, conn = await loop.create_connection(
+                _Connection, host, port, ssl=self.ctx, server_hostname=server_hostname
+            )
         try:
-            return await self._exchange(conn, head)
+            return await self._exchange(loop, conn, request, deadline)
         except _Stale:
             raise asyncio.IncompleteReadError(b"", None) from None
 
     async def _exchange(
-        self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], head: bytes
+        self, loop: asyncio.AbstractEventLoop, conn: _Connection, request: bytes, deadline: float
     ) -> tuple[int, bytes | None]:
-        reader, writer = conn
+        waiter: asyncio.Future[tuple[int, bytes | None, bool]] = loop.create_future()
+        timer = loop.call_at(deadline, _expire, waiter)
         keep = False
         try:
-            writer.write(head)
-            try:
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
-                if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
-                    raise
-                raise _Stale() from None
-            lines = raw.decode("latin-1").split("\r\n")
-            version, _, rest = lines[0].partition(" ")
-            status = int(rest[:3])
-            headers = {}
-            for line in lines[1:]:
-                name, sep, value = line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
-            data: bytes | None
-            if "content-length" in headers:
-                length = int(headers["content-length"])
-                data = None if length > MAX_RESPONSE_BYTES else await reader.readexactly(length)
-                keep = data is not None
-            elif "chunked" in headers.get("transfer-encoding", "").lower():
-                data = await _read_chunked(reader)
-                keep = data is not None
-            else:
-                data = await reader.read(MAX_RESPONSE_BYTES + 1)
-                while data and len(data) <= MAX_RESPONSE_BYTES:
-                    more = await reader.read(MAX_RESPONSE_BYTES + 1 - len(data))
-                    if not more:
-                        break
-                    data += more
-                if len(data) > MAX_RESPONSE_BYTES:
-                    data = None
-            keep = keep and version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+            conn.send(request, waiter)
+            status, data, keep = await waiter
             return status, data
         finally:
+            timer.cancel()
+            conn.waiter = None
             if keep and not self.closed and len(self.idle) < self.MAX_IDLE:
                 self.idle.append(conn)
             else:
-                writer.close()
+                conn.close()
 
 
 class _Stale(Exception):
     """A kept-alive connection closed before answering: the call goes on a new one."""
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes | None:
-    parts: list[bytes] = []
-    total = 0
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, then the end
-                pass
-            return b"".join(parts)
-        chunk = await reader.readexactly(size + 2)
-        total += size
-        if total > MAX_RESPONSE_BYTES:
-            return None
-        parts.append(chunk[:-2])
 
 
 class WebhookClients:
@@ -162,6 +314,8 @@ class WebhookClients:
         self.lookup = lookup
         self.credentials = credentials
         self._pools: dict[str, _Pool] = {}
+        # A webhook URL's parts: (host:port as given, host, port, path).
+        self._urls: dict[str, tuple[str, str, int, str]] = {}
 
     def _pool(self, key: str, client_config: dict, server_name: str) -> _Pool:
         found = self._pools.get(key)
@@ -184,9 +338,11 @@ class WebhookClients:
             pool.close()
         self._pools.clear()
 
-    async def post(self, key: str, client_config: dict, body: bytes, timeout: float) -> Any:
-        """POST BODY and return the decoded JSON answer; CallError naming the URL."""
-        query = f"?timeout={go_duration(timeout)}"
+    async def post(self, key: str, client_config: dict, body: bytes, timeout: float, wait: float | None = None) -> Any:
+        """POST BODY and return the decoded JSON answer; CallError naming the URL.
+        ``timeout``: what the webhook is told (``?timeout=``); ``wait``: how long the call
+        may take (``timeout`` unless given)."""
+        query = _QUERIES.get(timeout) or f"?timeout={go_duration(timeout)}"
         service = client_config.get("service")
         if isinstance(service, dict):
             ns, name = str(service.get("namespace") or ""), str(service.get("name") or "")
@@ -203,18 +359,22 @@ class WebhookClients:
             target, host_header, tls_name = f"{path}{query}", f"{host}:{port}", host
         else:
             raw = str(client_config.get("url") or "")
-            parsed = urllib.parse.urlsplit(raw)
+            parts = self._urls.get(raw)
+            if parts is None:
+                if len(self._urls) > 256:
+                    self._urls.clear()
+                parsed = urllib.parse.urlsplit(raw)
+                address = parsed.hostname or ""
+                parts = self._urls[raw] = (parsed.netloc, address, parsed.port or 443, parsed.path or "/")
+            server_name, address, dial_port, path = parts
             shown = raw + query
-            server_name = parsed.netloc
-            address = parsed.hostname or ""
-            dial_port = parsed.port or 443
-            target = (parsed.path or "/") + query
-            host_header, tls_name = parsed.netloc, address
-        dialed = f"{_host(address)}:{dial_port}"
+            target = path + query
+            host_header, tls_name = server_name, address
         pool = self._pool(key, client_config, server_name)
         try:
-            async with asyncio.timeout(timeout):
-                status, data = await pool.post(address, dial_port, tls_name, target, host_header, body)
+            status, data = await pool.post(
+                address, dial_port, tls_name, target, host_header, body, timeout if wait is None else wait
+            )
         except (
             asyncio.TimeoutError,
             asyncio.IncompleteReadError,
@@ -222,6 +382,7 @@ class WebhookClients:
             OSError,
             ValueError,
         ) as exc:
+            dialed = f"{_host(address)}:{dial_port}"
             raise CallError(f'Post "{shown}": {describe_exception(exc, dialed)}') from None
         if data is None:
             raise CallError(f"the response of {shown} is larger than {MAX_RESPONSE_BYTES} bytes")

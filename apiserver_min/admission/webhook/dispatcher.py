@@ -9,12 +9,20 @@ the object. Validating webhooks run concurrently on the final object; the first
 A webhook whose rules and selectors match is called when all its ``matchConditions``
 are true: one that is false leaves it out; an evaluation error leaves it out under
 ``failurePolicy: Ignore`` and refuses the request (403) under ``Fail``. Mutating
-webhooks' conditions see the object as the webhooks before them left it."""
+webhooks' conditions see the object as the webhooks before them left it.
+
+A webhook whose rules match the request only as an equivalent resource (``matchPolicy:
+Equivalent``: another version of the resource, an alias group) gets the objects
+converted to that version, with ``kind`` and ``resource`` of it and ``requestKind``,
+``requestResource`` and ``requestSubResource`` of the request; its patch is applied to
+the converted object and converted back. A call takes at most the webhook's
+``timeoutSeconds``, and no longer than what is left of the request's own deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any, Callable
 
@@ -28,7 +36,8 @@ from ...api.schemas import schema_for
 from ...registry.fieldvalidation import FieldTypeError, walk
 from ...registry.patch import PatchApplyError, PatchError, json_patch
 from ..celvars import authorizer_check, authorizer_value, request_value
-from ..chain import Attributes
+from ..chain import Attributes, time_left
+from ..equivalence import Equivalent, converts
 from .client import CallError, WebhookClients
 from .matching import (
     EXEMPT_RESOURCES,
@@ -77,6 +86,27 @@ def denial(hook: str, status: dict | None) -> st.ApiError:
     )
 
 
+class _View:
+    """The request as the webhooks matched through one resource see it: as it is
+    (``target`` None) or as an equivalent resource serves it (``matchPolicy:
+    Equivalent``), its objects converted to that version."""
+
+    __slots__ = ("target", "obj", "old", "inputs", "_request")
+
+    def __init__(self, target: Equivalent | None, obj: Any, old: Any):
+        self.target = target
+        self.obj = obj
+        self.old = old
+        self.inputs: dict[str, Any] = {}  # match conditions' variables, worked out once
+        self._request: dict | None = None
+
+    def request(self, attrs: Attributes) -> dict:
+        """The review's ``request`` (built on first use)."""
+        if self._request is None:
+            self._request = build_request(attrs, self.target, self.obj, self.old)
+        return self._request
+
+
 class _Dispatcher:
     """What both plugins share: matching and calling."""
 
@@ -116,19 +146,42 @@ class _Dispatcher:
         if not hook.namespace_selector.empty and (attrs.namespace or is_namespace_request(attrs)):
             labels = namespace_labels_from_request(attrs)
             if labels is None:
-                labels = await self.lookup.namespace_labels(attrs.namespace or attrs.name)
+                name = attrs.namespace or attrs.name
+                labels = self.lookup.cached_namespace_labels(name)
+                if labels is None:  # not in the cache yet: storage (or 404)
+                    labels = await self.lookup.namespace_labels(name)
             if not hook.namespace_selector.matches(labels):
                 return False
         return object_selector_matches(hook.object_selector, attrs)
 
-    async def _matching(self, attrs: Attributes) -> list[Webhook]:
+    async def _matching(self, attrs: Attributes) -> list[tuple[Webhook, Equivalent | None]]:
+        """The webhooks to consider, each with the equivalent resource its rules matched
+        the request as (None: as it is)."""
         k = attrs.kind
         if (k.group, k.resource) in EXEMPT_RESOURCES:
             return []
         hooks = self._hooks()
         if not hooks:
             return []
-        return [h for h in self.source.matching_rules(request_shape(attrs)) if await self._matches(h, attrs)]
+        return [(h, t) for h, t in self.source.matching_rules(request_shape(attrs)) if await self._matches(h, attrs)]
+
+    async def _view(self, views: dict, attrs: Attributes, target: Equivalent | None) -> _View:
+        """The request as TARGET serves it, converted once per request (``views``) and
+        object; a conversion that fails is an internal error, as upstream."""
+        key = None if target is None else (target.group, target.version)
+        view = views.get(key)
+        if view is None:
+            eq = self.source.equivalence
+            if target is None or eq is None or not converts(attrs):
+                view = _View(target, attrs.obj, attrs.old)
+            else:
+                view = _View(
+                    target,
+                    await eq.convert(attrs.obj, attrs.kind, target),
+                    await eq.convert(attrs.old, attrs.kind, target),
+                )
+            views[key] = view
+        return view
 
     @staticmethod
     def _refuse_dry_run(hooks: list[Webhook], attrs: Attributes) -> None:
@@ -139,19 +192,20 @@ class _Dispatcher:
                 if h.spec.get("sideEffects") not in NO_SIDE_EFFECTS:
                     raise st.bad_request(f'admission webhook "{h.name}" does not support dry run')
 
-    def _conditions_match(self, hook: Webhook, attrs: Attributes, inputs: dict[str, Any]) -> bool:
+    def _conditions_match(self, hook: Webhook, attrs: Attributes, view: _View) -> bool:
         """Whether the webhook's match conditions let it be called (always without any).
-        ``inputs``: the request's variables, worked out once per request."""
+        They read the request as the webhook would receive it (VIEW)."""
         conditions = hook.conditions
         if not conditions:
             return True
+        inputs = view.inputs
         if "request" in conditions.reads and "request" not in inputs:
-            inputs["request"] = request_value(attrs)
+            inputs["request"] = request_value(attrs, view.target)
         if "authorizer" in conditions.reads and "authorizer" not in inputs:
             inputs["authorizer"] = authorizer_value(attrs)
         token = cel.CURRENT_AUTHORIZER.set(authorizer_check(self.authorizer, attrs.user))
         try:
-            result = conditions.evaluate(dict(inputs, object=attrs.obj, oldObject=attrs.old))
+            result = conditions.evaluate(dict(inputs, object=view.obj, oldObject=view.old))
         finally:
             cel.CURRENT_AUTHORIZER.reset(token)
         self.metrics.condition_outcome(hook.name, self.phase, attrs.operation, len(result.errors), not result.matches)
@@ -183,7 +237,14 @@ class _Dispatcher:
         timeout = spec.get("timeoutSeconds")
         if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
             timeout = DEFAULT_TIMEOUT_SECONDS
-        timeout = min(timeout, MAX_TIMEOUT_SECONDS)
+        timeout = wait = min(timeout, MAX_TIMEOUT_SECONDS)
+        left = time_left()
+        if left is not None and left < timeout:
+            # The request's own deadline comes first: the webhook is told what is left of it
+            # (in whole seconds, rounded up, as upstream), and the deadline's expiry ends the
+            # call (the request is answered 504 Timeout by the server); the webhook's own
+            # timeout stays the call's limit should that not come.
+            timeout = max(1, math.ceil(left))
         uid = new_uid()
         body = orjson.dumps(review_body(api_version, request, uid))
         client_config = spec.get("clientConfig")
@@ -193,7 +254,7 @@ class _Dispatcher:
         code = 0
         try:
             try:
-                doc = await self.clients.post(hook.client_key, client_config, body, timeout)
+                doc = await self.clients.post(hook.client_key, client_config, body, timeout, wait)
                 code = 200
             except CallError as exc:
                 raise CallingError(hook.name, f"failed to call webhook: {exc}") from None
@@ -245,21 +306,21 @@ class MutatingWebhookPlugin(_Dispatcher):
         if not hooks:
             return False
         # Those without conditions are known to be called: refused before any call.
-        self._refuse_dry_run([h for h in hooks if not h.conditions], attrs)
-        request = build_request(attrs)
-        inputs: dict[str, Any] = {}
+        self._refuse_dry_run([h for h, _ in hooks if not h.conditions], attrs)
+        views: dict = {}  # the request as each matched resource sees it, until it changes
         changed_any = False
         reinvocable: list[str] = []  # IfNeeded webhooks called since the last change
         reinvoke: set[str] = set()
         for rnd in (0, 1):
-            for hook in hooks:
+            for hook, target in hooks:
                 if rnd == 1 and (hook.client_key not in reinvoke or not await self._matches(hook, attrs)):
                     continue
+                view = await self._view(views, attrs, target)
                 if hook.conditions:
-                    if not self._conditions_match(hook, attrs, inputs):
+                    if not self._conditions_match(hook, attrs, view):
                         continue
                     self._refuse_dry_run([hook], attrs)
-                changed = await self._call_one(hook, attrs, request)
+                changed = await self._call_one(hook, attrs, view)
                 attrs.annotate(
                     f"{names.WEBHOOK_MUTATION_ANNOTATION_PREFIX}round_{rnd}_index_{hook.index}",
                     orjson.dumps(
@@ -268,7 +329,7 @@ class MutatingWebhookPlugin(_Dispatcher):
                 )
                 if changed:
                     changed_any = True
-                    request = build_request(attrs)
+                    views = {}
                     if rnd == 0:
                         reinvoke.update(reinvocable)
                         reinvocable = []
@@ -278,9 +339,9 @@ class MutatingWebhookPlugin(_Dispatcher):
                 break
         return changed_any
 
-    async def _call_one(self, hook: Webhook, attrs: Attributes, request: dict) -> bool:
+    async def _call_one(self, hook: Webhook, attrs: Attributes, view: _View) -> bool:
         try:
-            answer = await self._call(hook, attrs, request, True)
+            answer = await self._call(hook, attrs, view.request(attrs), True)
         except CallingError as exc:
             err = self._failed(hook, attrs, exc)
             if err is not None:
@@ -288,16 +349,29 @@ class MutatingWebhookPlugin(_Dispatcher):
             return False
         if not answer.allowed:
             raise self._denied(hook, attrs, answer.status)
-        if not answer.patch or not isinstance(attrs.obj, dict):
+        if not answer.patch or not isinstance(attrs.obj, dict) or not isinstance(view.obj, dict):
             return False
         try:
-            patched = json_patch(attrs.obj, answer.patch)
+            patched = json_patch(view.obj, answer.patch)
         except (PatchError, PatchApplyError) as exc:
             self.metrics.rejected(hook.name, self.phase, attrs.operation, APISERVER_INTERNAL_ERROR, 500)
             raise st.internal(str(exc)) from None
         if not isinstance(patched, dict):
             self.metrics.rejected(hook.name, self.phase, attrs.operation, APISERVER_INTERNAL_ERROR, 500)
             raise st.internal(f'the patch of webhook "{hook.name}" did not leave an object')
+        if view.obj is not attrs.obj:
+            # Patched as the equivalent resource the webhook named: back in the request's
+            # version (when it changed anything).
+            patched["apiVersion"], patched["kind"] = view.obj.get("apiVersion"), view.obj.get("kind")
+            if patched == view.obj:
+                return False
+            eq = self.source.equivalence
+            assert eq is not None and view.target is not None
+            try:
+                patched = await eq.convert_back(patched, attrs.kind, view.target)
+            except st.ApiError:
+                self.metrics.rejected(hook.name, self.phase, attrs.operation, APISERVER_INTERNAL_ERROR, 500)
+                raise
         # The kind stays what was requested; what the schema does not know is dropped and
         # a value of the wrong type refused, as decoding the patched object does upstream.
         patched["apiVersion"], patched["kind"] = attrs.obj.get("apiVersion"), attrs.obj.get("kind")
@@ -327,19 +401,23 @@ class ValidatingWebhookPlugin(_Dispatcher):
         return None
 
     async def validate(self, attrs: Attributes) -> None:
-        hooks = await self._matching(attrs)
+        matched = await self._matching(attrs)
+        if not matched:
+            return
+        views: dict = {}
+        hooks: list[tuple[Webhook, _View]] = []
+        for hook, target in matched:
+            view = await self._view(views, attrs, target)
+            if self._conditions_match(hook, attrs, view):
+                hooks.append((hook, view))
         if not hooks:
             return
-        inputs: dict[str, Any] = {}
-        hooks = [h for h in hooks if self._conditions_match(h, attrs, inputs)]
-        if not hooks:
-            return
-        self._refuse_dry_run(hooks, attrs)
-        request = build_request(attrs)
+        self._refuse_dry_run([h for h, _ in hooks], attrs)
         if len(hooks) == 1:
-            results: list[Any] = [await self._outcome(hooks[0], attrs, request)]
+            hook, view = hooks[0]
+            results: list[Any] = [await self._outcome(hook, attrs, view.request(attrs))]
         else:
-            results = await asyncio.gather(*(self._outcome(h, attrs, request) for h in hooks))
+            results = await asyncio.gather(*(self._outcome(h, attrs, v.request(attrs)) for h, v in hooks))
         for err in results:
             if err is not None:
                 raise err

@@ -10,7 +10,9 @@ from typing import Any
 import orjson
 
 from ...api import names
+from .. import equivalence
 from ..chain import Attributes
+from ..equivalence import Equivalent
 
 V1 = f"{names.ADMISSION_GROUP}/v1"
 V1BETA1 = f"{names.ADMISSION_GROUP}/v1beta1"
@@ -45,20 +47,18 @@ def _options(attrs: Attributes) -> dict | None:
     return opts
 
 
-def _gvk_of(attrs: Attributes) -> dict:
-    obj = attrs.obj if isinstance(attrs.obj, dict) else attrs.old
+def build_request(attrs: Attributes, target: Equivalent | None = None, obj: Any = None, old: Any = None) -> dict:
+    """The ``request`` of the review (without its ``uid``, given per call). With TARGET
+    (an equivalent resource a rule named): ``kind`` and ``resource`` are TARGET's and
+    ``obj``/``old`` the objects converted to it; ``requestKind`` and
+    ``requestResource`` stay the request's own."""
     k = attrs.kind
-    if attrs.subresource and isinstance(obj, dict) and isinstance(obj.get("kind"), str):
-        group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
-        return {"group": group, "version": version, "kind": obj["kind"]}
-    return {"group": k.group, "version": k.version, "kind": k.kind}
-
-
-def build_request(attrs: Attributes) -> dict:
-    """The ``request`` of the review (without its ``uid``, given per call)."""
-    k = attrs.kind
-    kind = _gvk_of(attrs)
-    resource = {"group": k.group, "version": k.version, "resource": k.resource}
+    request_kind = equivalence.request_kind(attrs)
+    request_resource = {"group": k.group, "version": k.version, "resource": k.resource}
+    if target is None:
+        kind, resource, obj, old = request_kind, request_resource, attrs.obj, attrs.old
+    else:
+        kind, resource = equivalence.kind_as(attrs, target), target.gvr()
     user = attrs.user
     user_info: dict[str, Any] = {"username": user.name}
     if user.uid:
@@ -70,12 +70,12 @@ def build_request(attrs: Attributes) -> dict:
     request: dict[str, Any] = {
         "kind": kind,
         "resource": resource,
-        "requestKind": kind,
-        "requestResource": resource,
+        "requestKind": request_kind,
+        "requestResource": request_resource,
         "operation": attrs.operation,
         "userInfo": user_info,
-        "object": attrs.obj,
-        "oldObject": attrs.old,
+        "object": obj,
+        "oldObject": old,
         "dryRun": attrs.dry_run,
     }
     if attrs.subresource:

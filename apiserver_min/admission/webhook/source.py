@@ -17,8 +17,9 @@ from ...cel import environments
 from ...storage.keys import key_prefix
 from ...webhookclient.lookup import ClusterLookup as ClusterLookup
 from ...webhookclient.lookup import ResolveError as ResolveError
+from ..equivalence import Equivalence, Equivalent
 from ..matchconditions import MatchConditions
-from .matching import parse_selector, rules_match_shape
+from .matching import parse_selector, rule_matches, rules_match_shape
 
 if TYPE_CHECKING:
     from ...api.kinds import KindInfo, Registry
@@ -63,15 +64,22 @@ class WebhookSource:
     """One configuration kind's webhooks (configurations sorted by name, webhooks in
     list order), kept current from the watch cache."""
 
-    def __init__(self, cache: "WatchCache", registry: "Registry", resource: str):
+    def __init__(
+        self, cache: "WatchCache", registry: "Registry", resource: str, equivalence: Equivalence | None = None
+    ):
         self.kind = _served(registry, names.ADMISSIONREGISTRATION_GROUP, resource)
         self._watch_cache = cache
         self._cache: ResourceCache | None = None  # subscribed on first use
         self._hooks: list[Webhook] | None = None
+        # ``matchPolicy: Equivalent``: what else a request's resource is served as (None:
+        # every webhook matches exactly).
+        self.equivalence = equivalence
         # The webhooks whose rules match, by (operation, group, version, resource,
-        # sub-resource, namespaced): rules depend on nothing else, so this is worked
-        # out once per request shape and configuration.
-        self._by_shape: dict[tuple, list[Webhook]] = {}
+        # sub-resource, namespaced), each with the equivalent resource its rules named
+        # (None: the request's own): rules depend on nothing else, so this is worked
+        # out once per request shape, configuration and set of served kinds.
+        self._by_shape: dict[tuple, list[tuple[Webhook, Equivalent | None]]] = {}
+        self._registry_changes = 0
         # Compiled match conditions by (configuration uid, generation, webhook index).
         self._conditions: dict[tuple[str, Any, int], MatchConditions] = {}
         self.on_change: list[Callable[[], None]] = []
@@ -91,16 +99,42 @@ class WebhookSource:
             self._hooks = self._build()
         return self._hooks
 
-    def matching_rules(self, shape: tuple) -> list[Webhook]:
-        """The webhooks whose rules match requests of SHAPE (see ``_by_shape``)."""
+    def matching_rules(self, shape: tuple) -> list[tuple[Webhook, Equivalent | None]]:
+        """The webhooks whose rules match requests of SHAPE (see ``_by_shape``), each
+        with the equivalent resource it matched them as (None: as they are)."""
+        eq = self.equivalence
+        if eq is not None and eq.changes != self._registry_changes:
+            self._by_shape = {}
+            self._registry_changes = eq.changes
         found = self._by_shape.get(shape)
         if found is None:
-            op, group, version, resource, sub, namespaced = shape
-            found = [
-                h for h in self.hooks() if rules_match_shape(h.spec, op, group, version, resource, sub, namespaced)
-            ]
+            found = []
+            for h in self.hooks():
+                if rules_match_shape(h.spec, *shape):
+                    found.append((h, None))
+                elif eq is not None and h.spec.get("matchPolicy") == "Equivalent":
+                    target = self._equivalent_match(eq, h.spec, shape)
+                    if target is not None:
+                        found.append((h, target))
             self._by_shape[shape] = found
         return found
+
+    @staticmethod
+    def _equivalent_match(eq: Equivalence, spec: dict, shape: tuple) -> Equivalent | None:
+        """The first equivalent resource a rule names (rules in order, then equivalents in
+        order, as upstream)."""
+        op, group, version, resource, sub, namespaced = shape
+        rules = spec.get("rules")
+        equivalents = eq.of(group, version, resource, sub)
+        if not equivalents or not isinstance(rules, list):
+            return None
+        for rule in rules:
+            if not isinstance(rule, dict):
+                continue
+            for e in equivalents:
+                if rule_matches(rule, op, e.group, e.version, e.resource, sub, namespaced):
+                    return e
+        return None
 
     def _build(self) -> list[Webhook]:
         found: list[Webhook] = []
