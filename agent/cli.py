@@ -20,7 +20,6 @@ from apiserver_min.version import __version__
 
 from . import logging as agent_logging
 from .config import ConfigError, build_config
-from .join import main as join
 from .options import FlagError, format_help, parse_args
 from .process import StartError, run_agent
 from .proxy.localnet import ROUTE_LOCALNET, SysctlError
@@ -49,6 +48,9 @@ def _version_text(kind: str) -> str:
 
 def join_main(argv: list[str]) -> int:
     """``orch-agent join``: token discovery, the bootstrap config, then the agent (agent.join)."""
+    # Discovery checks the CA pin with the cryptography library: loaded only for a join.
+    from .join import main as join
+
     return join(argv, run_agent=main)
 
 

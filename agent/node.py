@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import ssl
 from typing import Callable
-
-from cryptography import x509
 
 from apiserver_min.api import names
 from cri.api_pb2 import LinuxContainerResources
@@ -31,8 +30,6 @@ from cri.client import CriClient, CriError
 from . import logging as agent_logging
 from . import pods as podutil
 from . import predicates
-from .certificates.bootstrap import PairStore, certificate_valid, ensure_client_certificate
-from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
 from .client import client_from_config
 from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
@@ -467,8 +464,8 @@ class NodeAgent:
             try:
                 with open(cfg.client_ca_file, "rb") as f:
                     data = f.read()
-                x509.load_pem_x509_certificates(data)
-            except (OSError, ValueError) as exc:
+                ssl.create_default_context(cadata=data.decode("ascii"))
+            except (OSError, ValueError, ssl.SSLError) as exc:
                 raise NodeStartError(
                     f"--client-ca-file {cfg.client_ca_file}: not a readable PEM "
                     f"certificate bundle: {getattr(exc, 'strerror', None) or exc}"
@@ -487,6 +484,10 @@ class NodeAgent:
 
     def _use_issued_serving_certificate(self) -> None:
         """Serve a still valid pair from an earlier rotation from the start."""
+        # Certificate bootstrap and rotation need the cryptography library: loaded here and
+        # in cluster mode only, a standalone node never maps it.
+        from .certificates.bootstrap import PairStore, certificate_valid
+
         store = PairStore(self.cfg.cert_dir, names.AGENT_SERVER_CERT_PREFIX)
         pair = store.load()
         if pair is not None and certificate_valid(pair[0]) and self.server is not None:
@@ -569,6 +570,9 @@ class NodeAgent:
 
     async def run_cluster(self) -> None:
         """Join the API server: client certificate, Node, lease, API pods, status, mirror pods, events."""
+        from .certificates.bootstrap import ensure_client_certificate  # see _use_issued_serving_certificate
+        from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
+
         cfg = self.cfg
         assert self.pipeline is not None
         path = await ensure_client_certificate(cfg, self.node_name)

@@ -19,6 +19,15 @@ What it guarantees, and why:
   connections and timeouts only for idempotent verbs (GET, HEAD, PUT, DELETE)
   unless the caller says otherwise with ``retry=``; a connection that could not
   even be opened is retried for every verb (nothing was sent).
+* One connection pool per client, kept alive: on HTTP/1.1 each watch holds a
+  connection of its own and each request in flight another, and every new
+  connection costs the API server a TLS handshake. So every part of the agent
+  uses the one client; idle connections are kept :data:`KEEPALIVE_TIMEOUT`
+  seconds (past the 10 s heartbeats, short of the server's 75 s); and requests
+  under the token bucket share at most :data:`REQUEST_CONNECTIONS` connections
+  (the bucket spaces them anyway; a burst of them queues instead of opening
+  new connections). Heartbeats and events, each sent by one task in turn, and
+  watches come beside them.
 * :meth:`ApiClient.reload` swaps the credentials (certificate rotation) for new
   connections without a restart; connections of the old credentials are closed
   after a short grace period, so watches reconnect with the new certificate.
@@ -31,6 +40,7 @@ already handle socket errors handle it too).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -69,6 +79,8 @@ PATCH_TYPES = {
     "apply": names.MEDIA_APPLY_PATCH,
 }
 RELOAD_GRACE = 5.0  # seconds connections of replaced credentials may finish
+KEEPALIVE_TIMEOUT = 60.0  # seconds an idle connection stays open (the API server closes after 75 s)
+REQUEST_CONNECTIONS = 1  # rate-limited requests in flight at once (the bucket spaces them anyway)
 WATCH_READ_MARGIN = 30.0  # a watch silent this long past its timeoutSeconds is dead
 
 
@@ -179,11 +191,55 @@ class TokenBucket:
         return delay
 
 
+class ResumingContext(ssl.SSLContext):
+    """A client TLS context that offers each new connection the session of an earlier
+    one (TLS 1.3 session tickets; TLS 1.2 session ids): the server then skips its
+    certificate signature and the check of the client certificate, the dearest part
+    of a handshake for an API server that many agents connect to. asyncio asks the
+    context for every connection's TLS object (``wrap_bio``), which is where the
+    session is handed in. A server that does not take it answers with a full
+    handshake. New credentials (:meth:`ApiClient.reload`) come with a new context,
+    so a session of the old client certificate is never offered again."""
+
+    _KEPT = 8  # connections whose sessions are looked at, newest first
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        if session is None and not server_side:
+            session = self.resumable_session()
+        obj = super().wrap_bio(incoming, outgoing, server_side, server_hostname, session)
+        # Held past the connection's end (a few KB each): a session outlives the pool's
+        # idle connections (a restarted server has new ticket keys and refuses it).
+        recent: list[ssl.SSLObject] = self.__dict__.setdefault("_recent", [])
+        recent.append(obj)
+        del recent[: -self._KEPT]
+        return obj
+
+    def resumable_session(self) -> ssl.SSLSession | None:
+        now = time.time()
+        for obj in reversed(self.__dict__.get("_recent", [])):
+            try:
+                session = obj.session
+            except (ValueError, ssl.SSLError):  # a handshake still in progress has none to copy
+                continue
+            if session is not None and session.has_ticket and session.time + session.timeout > now:
+                return session
+        return None
+
+
 def _ssl_context(conn: Connection) -> ssl.SSLContext:
     """A verifying context: the cluster CA, plus the client certificate if any."""
     where = conn.source or "the connection config"
     try:
-        ctx = ssl.create_default_context(cadata=conn.ca_data.decode("ascii", "replace"))
+        # What ssl.create_default_context() makes for a client, as a ResumingContext.
+        ctx = ResumingContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(cadata=conn.ca_data.decode("ascii", "replace"))
     except (ssl.SSLError, ValueError) as exc:
         raise ValueError(
             f"{where}: the cluster CA (certificate-authority) is not a usable PEM certificate: {exc}"
@@ -325,6 +381,7 @@ class ApiClient:
         self._session: aiohttp.ClientSession | None = None
         self._retired: list[aiohttp.ClientSession] = []
         self._closers: set[asyncio.Task] = set()
+        self._request_slots = asyncio.Semaphore(REQUEST_CONNECTIONS)
         self.requests = 0  # requests sent, retries included (tests, metrics)
 
     # --- credentials ------------------------------------------------------------------
@@ -355,7 +412,10 @@ class ApiClient:
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=0, enable_cleanup_closed=False)
+            # No connection limit: each watch needs one for as long as it runs.
+            connector = aiohttp.TCPConnector(
+                ssl=self._ssl, limit=0, keepalive_timeout=KEEPALIVE_TIMEOUT, enable_cleanup_closed=False
+            )
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
@@ -368,6 +428,14 @@ class ApiClient:
             await asyncio.gather(*self._closers, return_exceptions=True)
 
     # --- plumbing ---------------------------------------------------------------------
+    def _slot(self, rate_limited: bool) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A share of the pool for one request: those under the token bucket wait for
+        one of :data:`REQUEST_CONNECTIONS`; heartbeats and events go at once, and so
+        does everything when the limit is off (a negative QPS)."""
+        if rate_limited and self.limiter is not None:
+            return self._request_slots
+        return contextlib.nullcontext()
+
     def url(self, path: str) -> str:
         if not path.startswith("/"):
             raise ValueError(f"API path must start with '/', got {path!r}")
@@ -428,22 +496,23 @@ class ApiClient:
         while True:
             if rate_limited and self.limiter is not None:
                 await self.limiter.acquire()
-            session = self._session_now()
             self.requests += 1
             try:
-                async with session.request(
-                    method,
-                    url,
-                    data=payload,
-                    params=dict(params) if params else None,
-                    headers=self._headers(content_type if payload is not None else None),
-                    timeout=aiohttp.ClientTimeout(total=self.timeout),
-                    server_hostname=self.conn.server_name or None,
-                ) as resp:
-                    data = await resp.read()
-                    status = resp.status
-                    reply_type = resp.headers.get("Content-Type", "")
-                    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                async with self._slot(rate_limited):
+                    session = self._session_now()
+                    async with session.request(
+                        method,
+                        url,
+                        data=payload,
+                        params=dict(params) if params else None,
+                        headers=self._headers(content_type if payload is not None else None),
+                        timeout=aiohttp.ClientTimeout(total=self.timeout),
+                        server_hostname=self.conn.server_name or None,
+                    ) as resp:
+                        data = await resp.read()
+                        status = resp.status
+                        reply_type = resp.headers.get("Content-Type", "")
+                        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
             except (aiohttp.ClientSSLError, ssl.SSLError) as exc:
                 # A certificate problem does not go away by asking again.
                 raise ApiConnectionError(f"{method} {url}: {self._describe(exc)}") from exc

@@ -34,11 +34,7 @@ import hashlib
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
-from cryptography import x509
-from cryptography.x509.oid import NameOID
-
 from apiserver_min.api import names
-from apiserver_min.api.tlsverify import peer_certificates
 
 from .. import logging as agent_logging
 
@@ -170,10 +166,23 @@ class TTLCache:
 # --- authenticators ---------------------------------------------------------------------------
 
 
-def _peer_certificate(request) -> bytes | None:
-    """The client's certificate (DER) of a request, as the API server reads it."""
-    peer = peer_certificates(getattr(request, "transport", None))
-    return peer[0] if peer else None
+# The subject of a certificate as the ``ssl`` module decodes it: a sequence of
+# relative distinguished names, each a sequence of (attribute name, value) pairs.
+Subject = tuple[tuple[tuple[str, str], ...], ...]
+
+
+def _peer_subject(request) -> Subject | None:
+    """The subject of the client's certificate, as the handshake verified it against
+    the client CA (``getpeercert()`` answers with a decoded certificate only then)."""
+    transport = getattr(request, "transport", None)
+    sslobj = transport.get_extra_info("ssl_object") if transport is not None else None
+    if sslobj is None:
+        return None
+    try:
+        cert = sslobj.getpeercert()
+    except ValueError:  # the handshake is not done (cannot happen for a request)
+        return None
+    return tuple(cert.get("subject") or ()) if cert else None
 
 
 class X509Authenticator:
@@ -182,22 +191,19 @@ class X509Authenticator:
     certificate that does not verify fails the handshake); here the subject
     becomes the user: CN the name, each O a group."""
 
-    def __init__(self, peer_certificate: Callable[[Any], bytes | None] = _peer_certificate) -> None:
-        self._peer = peer_certificate
+    def __init__(self, peer_subject: Callable[[Any], Subject | None] = _peer_subject) -> None:
+        self._peer = peer_subject
 
     def __call__(self, request) -> UserInfo | None:
-        der = self._peer(request)
-        if not der:
+        subject = self._peer(request)
+        if not subject:
             return None
-        try:
-            cert = x509.load_der_x509_certificate(der)
-        except ValueError as exc:
-            raise AuthenticationError(f"unreadable client certificate: {exc}") from None
-        cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-        name = str(cns[0].value) if cns else ""
+        attrs = [pair for rdn in subject for pair in rdn]
+        cns = [str(v) for k, v in attrs if k == "commonName"]
+        name = cns[0] if cns else ""
         if not name:
             raise AuthenticationError("the client certificate has no common name")
-        groups = tuple(str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME))
+        groups = tuple(str(v) for k, v in attrs if k == "organizationName")
         return UserInfo(name, groups)
 
 

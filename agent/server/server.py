@@ -52,16 +52,14 @@ import mimetypes
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import time
 import urllib.parse
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import orjson
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agent import logging as agent_logging
 from agent import pods as podutil
@@ -73,6 +71,7 @@ from cri.client import CriError, NotFoundError
 
 from . import streaming
 from .auth import ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo, request_attributes
+from .certinfo import pair_matches, read_certificate
 from .logs import LogOptions, parse_bool, read_log
 from .tlsconfig import TLSOptionError, apply_tls_options
 
@@ -95,7 +94,9 @@ log = agent_logging.get_logger("server")
 
 _TEXT = "text/plain; charset=utf-8"
 _JSON = "application/json"
-_CERT_VALIDITY = _dt.timedelta(days=365)
+_RENEW_MARGIN = 86400.0  # a self-signed certificate this close to expiry is made anew
+_SELFSIGNED_TIMEOUT = 120.0
+_SELFSIGNED_MODULE = f"{__package__}.selfsigned"  # run as a helper process, never imported here
 _WILDCARDS = ("", "0.0.0.0", "::")
 DEFAULT_LOG_DIR = "/var/log"
 DEBUG_DISABLED = "Debug endpoints are disabled."
@@ -702,9 +703,8 @@ _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def _not_after(cert_path: str) -> float | None:
     try:
-        with open(cert_path, "rb") as f:
-            return x509.load_pem_x509_certificates(f.read())[0].not_valid_after_utc.timestamp()
-    except (OSError, ValueError, IndexError):
+        return read_certificate(cert_path).not_after
+    except (OSError, ValueError):
         return None
 
 
@@ -842,48 +842,14 @@ def _wanted_names(node_name: str, addresses: Sequence[str]) -> tuple[set[str], s
 
 
 def _reusable(cert_path: str, key_path: str, dns: set[str], ips: set[str]) -> bool:
-    """Whether the files are a readable pair, valid now and naming every host we need."""
+    """Whether the files are a matching pair, valid now and naming every host we need."""
     try:
-        with open(cert_path, "rb") as f:
-            chain = x509.load_pem_x509_certificates(f.read())
-        with open(key_path, "rb") as f:
-            key = serialization.load_pem_private_key(f.read(), password=None)
-    except (OSError, ValueError, TypeError):
+        info = read_certificate(cert_path)
+    except (OSError, ValueError):
         return False
-    leaf = chain[0]
-    spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    if leaf.public_key().public_bytes(serialization.Encoding.DER, spki) != key.public_key().public_bytes(
-        serialization.Encoding.DER, spki
-    ):
+    if not info.valid_at(margin=_RENEW_MARGIN) or not (dns <= info.dns and ips <= info.ips):
         return False
-    now = _dt.datetime.now(_dt.timezone.utc)
-    if not leaf.not_valid_before_utc <= now < leaf.not_valid_after_utc - _dt.timedelta(days=1):
-        return False
-    try:
-        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return False
-    have_dns = set(san.get_values_for_type(x509.DNSName))
-    have_ips = {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
-    return dns <= have_dns and ips <= have_ips
-
-
-def _write_atomic(path: str, data: bytes, mode: int) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    return pair_matches(cert_path, key_path)
 
 
 def ensure_serving_cert(cert_dir: str, node_name: str, addresses: Sequence[str]) -> tuple[str, str]:
@@ -893,7 +859,9 @@ def ensure_serving_cert(cert_dir: str, node_name: str, addresses: Sequence[str])
     ``addresses``; reused otherwise.
 
     As upstream, a one-off CA signs the serving certificate and the ``.crt``
-    file holds both, so a client can trust the file itself.
+    file holds both, so a client can trust the file itself. The pair is made by
+    a helper process (:mod:`agent.server.selfsigned`), so that the agent itself
+    does not load the cryptography library for it.
     """
     if not node_name:
         raise ValueError("node name is empty: the serving certificate needs one")
@@ -906,76 +874,15 @@ def ensure_serving_cert(cert_dir: str, node_name: str, addresses: Sequence[str])
         return cert_path, key_path
 
     os.makedirs(cert_dir, mode=0o755, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc)
-    not_before = now - _dt.timedelta(minutes=5)  # clock skew between node and clients
-    not_after = now + _CERT_VALIDITY
-    stamp = int(now.timestamp())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}-ca@{stamp}")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
+    argv = [sys.executable, "-m", _SELFSIGNED_MODULE, cert_path, key_path, node_name, *sorted(dns), *sorted(ips)]
+    try:
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=_SELFSIGNED_TIMEOUT, check=False
         )
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    san = [x509.DNSName(d) for d in sorted(dns)] + [x509.IPAddress(ipaddress.ip_address(i)) for i in sorted(ips)]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}@{stamp}")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_encipherment=True,
-                content_commitment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(san), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    _write_atomic(
-        key_path, key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), 0o600
-    )
-    _write_atomic(cert_path, cert.public_bytes(pem) + ca_cert.public_bytes(pem), 0o644)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"making the certificate took longer than {_SELFSIGNED_TIMEOUT:g} s") from None
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip().splitlines()
+        raise OSError(detail[-1] if detail else f"the certificate helper exited with {done.returncode}")
     log.info("Created a self-signed serving certificate", cert=cert_path, key=key_path, names=sorted(dns) + sorted(ips))
     return cert_path, key_path

@@ -33,6 +33,7 @@ from agent.server import (
     ensure_serving_cert,
 )
 from agent.server import auth as serverauth
+from agent.server.certinfo import read_certificate
 from agent.server.stats import StatsProvider, read_cgroup_usage
 from cri import api_pb2 as pb
 from cri.client import CriClient
@@ -412,6 +413,16 @@ def test_serving_cert_is_made_once_and_reused(tmp_path):
     # A new address: made again.
     ensure_serving_cert(str(cert_dir), NODE, ["10.0.0.8"])
     assert Path(cert).read_bytes() != before[0]
+
+    # A key that is not the certificate's: made again.
+    other = ec.generate_private_key(ec.SECP256R1())
+    pem = other.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    Path(key).write_bytes(pem)
+    ensure_serving_cert(str(cert_dir), NODE, ["10.0.0.8"])
+    assert Path(key).read_bytes() != pem
+    assert read_certificate(cert).ips == {"127.0.0.1", "10.0.0.8"}
 
     # Unreadable files: made again.
     Path(cert).write_text("garbage")

@@ -26,6 +26,7 @@ from cryptography.x509.oid import NameOID
 from agent import join
 from agent.certificates import bootstrap as bs
 from agent.certificates import rotation as certrotation
+from agent.client import rest
 from agent.client.config import Connection, OrchconfigError, load_orchconfig, write_orchconfig
 from agent.client.informer import Informer
 from agent.client.rest import ApiClient, ApiConnectionError, ApiError, TokenBucket, iter_watch_lines
@@ -474,6 +475,79 @@ async def test_rate_limited_false_skips_the_bucket(tls):
             await client.close()
     assert Counting.calls == 1
     assert ApiClient(srv.conn(), qps=-1).limiter is None
+
+
+async def test_one_kept_alive_pool_for_requests_and_watches(tls):
+    """Every TCP connection is a TLS handshake for the API server: a burst of requests
+    under the token bucket shares REQUEST_CONNECTIONS connections, heartbeats go beside
+    them, and a finished watch's connection serves the next request."""
+    app = web.Application()
+    ports: list[tuple[str, int]] = []
+    resumed: list[bool] = []
+
+    async def handler(request):
+        ports.append((request.query.get("what", ""), request.transport.get_extra_info("peername")[1]))
+        resumed.append(request.transport.get_extra_info("ssl_object").session_reused)
+        if request.query.get("watch") == "true":
+            resp = web.StreamResponse()
+            resp.content_type = "application/json"
+            await resp.prepare(request)
+            await resp.write(b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"2"}}}\n')
+            await resp.write_eof()
+            return resp
+        await asyncio.sleep(0.05)
+        return web.json_response({})
+
+    app.router.add_get("/api/v1/things", handler)
+    async with FakeServer(tls, app) as srv:
+        client = ApiClient(srv.conn(cn="system:node:n1"), qps=1000, burst=1000)
+        try:
+            await client.get("/api/v1/things", params={"what": "first"})
+            await asyncio.gather(*(client.get("/api/v1/things", params={"what": "burst"}) for _ in range(8)))
+            burst = {p for what, p in ports if what == "burst"}
+            assert len(burst) == rest.REQUEST_CONNECTIONS
+            # A heartbeat does not wait for a slot: it opens its own connection.
+            slow = [asyncio.create_task(client.get("/api/v1/things", params={"what": "x"})) for _ in range(2)]
+            await asyncio.sleep(0.01)
+            await client.get("/api/v1/things", params={"what": "beat"}, rate_limited=False)
+            await asyncio.gather(*slow)
+            async for _ in client.watch("/api/v1/things", params={"what": "watch"}):
+                pass
+            await client.get("/api/v1/things", params={"what": "after"})
+        finally:
+            await client.close()
+    watch_port = next(p for what, p in ports if what == "watch")
+    assert watch_port in {p for what, p in ports if what != "watch"}  # the watch reused a pooled connection
+    assert len({p for _, p in ports}) == rest.REQUEST_CONNECTIONS + 1
+    assert rest.KEEPALIVE_TIMEOUT > 10  # longer than the node status and lease periods
+    # Every connection after the first resumed the TLS session of an earlier one (no
+    # certificate signature and client-certificate check for the server).
+    first = {p: r for (_, p), r in reversed(list(zip(ports, resumed)))}
+    assert sorted(first.values()) == [False] + [True] * (len(first) - 1)
+    assert {seen["cn"] for seen in srv.seen} == {"system:node:n1"}  # the server still knows who asks
+
+
+async def test_tls_sessions_resume_after_concurrent_handshakes(tls):
+    """Handshakes still in progress have no session to offer (asking for one fails):
+    concurrent new connections just make full handshakes, later ones resume."""
+    app = web.Application()
+    resumed: list[bool] = []
+
+    async def handler(request):
+        resumed.append(request.transport.get_extra_info("ssl_object").session_reused)
+        await asyncio.sleep(0.05)
+        return web.json_response({})
+
+    app.router.add_get("/api/v1/things", handler)
+    async with FakeServer(tls, app) as srv:
+        client = ApiClient(srv.conn(cn="system:node:n1"), qps=-1)
+        try:
+            await asyncio.gather(*(client.get("/api/v1/things") for _ in range(4)))
+            await client.close()  # the pool goes, the client's TLS context and its sessions stay
+            await client.get("/api/v1/things")
+        finally:
+            await client.close()
+    assert len(resumed) == 5 and resumed[-1] is True
 
 
 async def test_reload_switches_client_certificate(tls):

@@ -1,14 +1,21 @@
-"""agent.memory: freed heap pages in the middle of the C heap go back to the system."""
+"""agent.memory: freed heap pages in the middle of the C heap go back to the system;
+and the agent does not load big libraries a node without their features does not use."""
 
 from __future__ import annotations
 
+import ast
 import gc
+import subprocess
+import sys
 import weakref
+from pathlib import Path
 
 import psutil
 import pytest
 
 from agent import memory
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(memory._TRIM is None, reason="needs glibc's malloc_trim")
@@ -41,3 +48,18 @@ def test_collect_frees_cycles_first():
         assert ref() is None
     finally:
         gc.enable()
+
+
+# Libraries a standalone node (static pods, its own HTTPS port, no API server) does not
+# use, each several MB resident: loaded only by the features that need them.
+NOT_FOR_A_STANDALONE_NODE = ("cryptography", "pyroute2", "dbus_fast", "aetcd")
+
+
+def test_the_agent_loads_no_library_a_standalone_node_does_not_use():
+    code = (
+        "import sys, agent.cli, agent.process, agent.node, agent.server.server; "
+        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    loaded = set(ast.literal_eval(out.strip()))
+    assert loaded.isdisjoint(NOT_FOR_A_STANDALONE_NODE), sorted(loaded & set(NOT_FOR_A_STANDALONE_NODE))

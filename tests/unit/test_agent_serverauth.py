@@ -139,35 +139,14 @@ async def test_union_anonymous_only_without_credentials():
     assert await with_anon(Req({"Authorization": "Bearer x"})) is None
     # The x509 authenticator answers first.
     cert_user = sa.Authenticator(
-        x509_auth=sa.X509Authenticator(lambda r: _der("carol", ["a", "b"])), token_auth=token, anonymous=True
+        x509_auth=sa.X509Authenticator(lambda r: _subject("carol", ["a", "b"])), token_auth=token, anonymous=True
     )
     assert await cert_user(Req({"Authorization": "Bearer x"})) == UserInfo("carol", ("a", "b"))
 
 
-def _der(cn: str, orgs: list[str]) -> bytes:
-    import datetime as dt
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name(
-        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs] + [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    )
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.DER)
+def _subject(cn: str, orgs: list[str]):
+    """A subject as the ssl module decodes a verified peer certificate."""
+    return tuple(((("organizationName", o),) for o in orgs)) + ((("commonName", cn),),)
 
 
 async def test_webhook_authorizer_ttls_and_shared_inflight_review():

@@ -2,7 +2,8 @@
 
 - no import circle anywhere (every import statement counts, also those inside
   functions and under ``TYPE_CHECKING``);
-- no import inside a function, except of an optional dependency;
+- no import inside a function, except of an optional dependency or of a heavy
+  part only some features load;
 - data flows one way: the contract (``api``), ``storage`` and ``registry`` never
   import the HTTP layer or anything above them; authentication, authorization and
   admission import neither the server nor each other's internals; only the
@@ -21,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("apiserver_min", "agent", "cri")
 # Imports that may stay inside a function: optional dependencies, tried and
-# done without when missing.
+# done without when missing, and heavy parts loaded only by the features that need them.
 OPTIONAL_IMPORTS = {
     "uvloop",  # a faster event loop where installed
     "_ssl",  # CPython's TLS internals, used when the build exposes them
@@ -36,6 +37,13 @@ OPTIONAL_IMPORTS = {
     # makes the agent connect to logind: about 4 MB an agent without one does not load.
     "dbus_fast",
     "dbus_fast.aio",
+    # The node agent's code that needs the cryptography library (about 10 MB resident):
+    # TLS bootstrap and certificate rotation (API-server mode) and `orch-agent join`.
+    # A standalone node loads none of it (its self-signed serving certificate is made
+    # by a helper process, agent/server/selfsigned.py).
+    "agent.certificates.bootstrap",
+    "agent.certificates.rotation",
+    "agent.join",
     "grpc_tools",  # CRI stub generation (a test-time dependency)
     "grpc_tools.protoc",
 }

@@ -21,6 +21,8 @@ README = (REPO / "README.md").read_text()
 CAPABILITIES = {
     # API server processes sharing the port (issue 22).
     "--workers": "apiserver_min/server/workers.py",
+    # The agent's TLS session resumption toward the API server (issue 22).
+    "resume an earlier TLS session": "agent/client/rest.py",
     # The node's eviction manager (pods/eviction and kubectl drain are the API server's).
     "eviction manager": "agent/eviction",
     "node pressure": "agent/eviction",
