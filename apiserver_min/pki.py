@@ -10,7 +10,6 @@ written mode 0600 and never overwritten once present.
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as _dt
 import ipaddress
 import os
@@ -24,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .api import names
+from .api.atomicfile import write_atomic
 
 CA_LIFETIME = _dt.timedelta(days=3650)
 LEAF_LIFETIME = _dt.timedelta(days=365)
@@ -43,30 +43,12 @@ def cert_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _write_atomic(path: str, data: bytes, mode: int) -> None:
-    """Write PATH whole or not at all: a reader (kubectl, an agent, a second server)
-    sees the old file or the new one, never one still being written."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_private(path: str, data: bytes) -> None:
-    _write_atomic(path, data, 0o600)
+    write_atomic(path, data, 0o600)
 
 
 def write_public(path: str, data: bytes) -> None:
-    _write_atomic(path, data, 0o644)
+    write_atomic(path, data, 0o644)
 
 
 def _name(cn: str, orgs: Iterable[str] = ()) -> x509.Name:

@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any
 
+from apiserver_min.api.atomicfile import write_atomic
+
 __all__ = [
     "CheckpointError",
     "checksum",
@@ -39,16 +41,6 @@ def fnv32a(data: bytes) -> int:
 def checksum(data: dict[str, Any]) -> int:
     body = {k: v for k, v in data.items() if k != "checksum"}
     return fnv32a(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-
-
-def write_atomic(path: str, blob: bytes) -> None:
-    """Replace ``path`` with ``blob``: written to a temporary file, fsynced, renamed."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_checkpoint(path: str) -> dict[str, Any] | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
-import os
 import sys
 from typing import Sequence
 
@@ -28,27 +27,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["make_pair", "write_atomic", "main", "VALIDITY"]
+from apiserver_min.api.atomicfile import write_atomic
+
+__all__ = ["make_pair", "main", "VALIDITY"]
 
 VALIDITY = _dt.timedelta(days=365)
-
-
-def write_atomic(path: str, data: bytes, mode: int) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _key_usage(*, ca: bool) -> x509.KeyUsage:
