@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/bench_scale.py [--nodes 50] [--pods 1000] [--backend sqlite|etcd]
         [--duration 60] [--step 0] [--max-nodes N] [--nodes-per-process 250]
-        [--replicas 0] [--keep-log DIR]
+        [--replicas 0] [--keep-log DIR] [--loop-watch DIR] [--hollow-nice N] [--priority N] [--idle 20]
 
 Starts ``orch-apiserver`` (SQLite, or etcd from tests/components.py) in a temporary
 data dir and ``--nodes`` hollow nodes (tests/bench/hollow.py: the real node agent on
@@ -68,6 +68,7 @@ from tests.bench.hollow import HOLLOW_IMAGE  # noqa: E402
 from tests.components import Etcd, free_port  # noqa: E402
 
 HOLLOW_SCRIPT = REPO / "tests" / "bench" / "hollow.py"
+WATCHED_SERVER_SCRIPT = REPO / "tests" / "bench" / "apiserver_watched.py"
 LABEL = {"bench": "scale"}
 REPLICAS_PER_DEPLOYMENT = 10
 DEPLOYMENTS_PER_NAMESPACE = 50
@@ -109,10 +110,14 @@ def loadavg() -> str:
 class Fleet:
     """Hollow-node processes, grown by :meth:`grow`; stopped by PID."""
 
-    def __init__(self, server: ApiServerProcess, work: Path, per_process: int) -> None:
+    def __init__(
+        self, server: ApiServerProcess, work: Path, per_process: int, nice: int = 0, loop_watch: str = ""
+    ) -> None:
         self.server = server
         self.work = work
         self.per_process = per_process
+        self.nice = nice
+        self.loop_watch = loop_watch
         self.procs: list[asyncio.subprocess.Process] = []
         self.count = 0
 
@@ -138,6 +143,9 @@ class Fleet:
                 str(self.work / f"proc-{idx}"),
                 "--log-file",
                 str(self.work / f"proc-{idx}.log"),
+                "--nice",
+                str(self.nice),
+                *(["--loop-watch", str(Path(self.loop_watch) / f"hollow-{idx}.txt")] if self.loop_watch else []),
                 stdout=asyncio.subprocess.PIPE,
                 stdin=asyncio.subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -181,6 +189,18 @@ class Fleet:
             except asyncio.TimeoutError:
                 proc.kill()
                 await proc.wait()
+
+
+class WatchedApiServerProcess(ApiServerProcess):
+    """The API server run by tests/bench/apiserver_watched.py: its event-loop lag and
+    the stacks that stalled it are written to ``report``."""
+
+    def __init__(self, *args, report: Path, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.report = report
+
+    def argv(self) -> list[str]:
+        return [sys.executable, str(WATCHED_SERVER_SCRIPT), "--out", str(self.report), "--", *super().argv()[1:]]
 
 
 # --- measurements -------------------------------------------------------------------------------
@@ -243,6 +263,18 @@ class Samples:
     list_cluster: list[float] = dataclasses.field(default_factory=list)
     watch_lag: list[float] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
+
+
+def own_cpu_seconds() -> float:
+    """This process's CPU seconds: the probes, the pod watch and the metrics scrapes."""
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (every developer's processes included)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
 class ServerSampler:
@@ -450,6 +482,8 @@ class StepResult:
     load: str
     create_rate: float
     server_side: list[tuple[str, float | None, int, float]]
+    client_cpu_cores: float = 0.0
+    machine_busy_cores: float = 0.0
 
     def broken(self) -> list[str]:
         out = []
@@ -482,6 +516,44 @@ class Bench:
         self.deployments = 0
         self.namespaces: list[str] = []
         self.pods_wanted = 0
+        self.idle_seconds = 0.0
+
+    def mark_period(self) -> None:
+        """With --loop-watch: close the loop-watch period of the server and the hollow processes."""
+        if not self.fleet.loop_watch:
+            return
+        for pid in [self.server.pid or 0] + [p.pid for p in self.fleet.procs]:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                pass
+
+    async def idle(self, nodes: int) -> None:
+        """The steady state before the step's pods: CPU per node per second of the hollow
+        processes and of the server (status, lease, pod watch, relist, housekeeping; the
+        pods already there included), with no requests from the benchmark."""
+        cpu0, hcpu0, ccpu0, mcpu0 = (
+            self.sampler.cpu_seconds(),
+            self.fleet.cpu_seconds(),
+            own_cpu_seconds(),
+            machine_busy_seconds(),
+        )
+        t0 = time.monotonic()
+        await asyncio.sleep(self.idle_seconds)
+        wall = time.monotonic() - t0
+        server = (self.sampler.cpu_seconds() - cpu0) / wall
+        hollow = (self.fleet.cpu_seconds() - hcpu0) / wall
+        client = (own_cpu_seconds() - ccpu0) / wall
+        busy = (machine_busy_seconds() - mcpu0) / wall
+        print(
+            f"  steady state, {wall:.0f} s with {nodes} nodes and {len(self.pods.running)} pods Running: "
+            f"hollow {hollow:.3f} cores = {hollow / nodes * 1000:.2f} ms a node a second, server {server:.3f} cores "
+            f"= {server / nodes * 1000:.2f} ms a node a second, benchmark client {client:.3f}; machine busy "
+            f"{busy:.2f} of {os.cpu_count()} (others {max(0.0, busy - server - hollow - client):.2f}); "
+            f"2 cores carry about {2000 / max(1e-9, (hollow + server) / nodes * 1000):.0f} such nodes "
+            f"(server alone: {2000 / max(1e-9, server / nodes * 1000):.0f}); load average {loadavg()}",
+            flush=True,
+        )
 
     def namespace_for(self, index: int) -> str:
         return f"scale-{index // DEPLOYMENTS_PER_NAMESPACE}"
@@ -491,6 +563,10 @@ class Bench:
         print(f"  {nodes} hollow nodes started in {grow_s:.1f} s (load average {loadavg()})", flush=True)
         ready_s = await wait_nodes_ready(self.client, nodes, timeout=max(120.0, nodes * 0.5))
         print(f"  all {nodes} Ready {ready_s:.1f} s later", flush=True)
+        self.mark_period()  # loop-watch period: start-up
+        if self.idle_seconds:
+            await self.idle(nodes)
+            self.mark_period()  # steady state
         new_deployments = max(0, math.ceil((pods - self.pods_wanted) / REPLICAS_PER_DEPLOYMENT))
         samples = Samples()
         stop = asyncio.Event()
@@ -506,6 +582,7 @@ class Bench:
         ]
         hist0 = await scrape_histograms(self.client)
         cpu0, hcpu0, t0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds(), time.monotonic()
+        ccpu0, mcpu0 = own_cpu_seconds(), machine_busy_seconds()
         interval = duration / new_deployments if new_deployments else duration
         try:
             for k in range(new_deployments):
@@ -548,6 +625,7 @@ class Bench:
                 t.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
         wall = time.monotonic() - t0
+        self.mark_period()  # the step's load
         hist1 = await scrape_histograms(self.client)
         server_side = []
         for name, verbs, scopes, target in SERVER_CLASSES:
@@ -567,6 +645,8 @@ class Bench:
             load=loadavg(),
             create_rate=create_rate,
             server_side=server_side,
+            client_cpu_cores=(own_cpu_seconds() - ccpu0) / wall,
+            machine_busy_cores=(machine_busy_seconds() - mcpu0) / wall,
         )
 
     async def big_deployment(self, replicas: int) -> None:
@@ -655,6 +735,13 @@ def report(r: StepResult, backend: str) -> None:
         f"(target <= {TARGET_RSS / 2**20:.0f} MiB); hollow nodes: RSS {r.hollow_rss / 2**20:.0f} MiB "
         f"({r.hollow_rss / 2**20 / max(1, r.nodes):.2f} MiB a node), {r.hollow_cpu_cores:.2f} cores"
     )
+    others = r.machine_busy_cores - r.server_cpu_cores - r.hollow_cpu_cores - r.client_cpu_cores
+    print(
+        f"    CPU over the step (cores): server {r.server_cpu_cores:.2f} ({r.server_cpu_cores / r.nodes * 1000:.2f} ms"
+        f" a node a second), hollow {r.hollow_cpu_cores:.2f} ({r.hollow_cpu_cores / r.nodes * 1000:.2f} ms a node a"
+        f" second), benchmark client {r.client_cpu_cores:.2f}, rest of the machine {max(0.0, others):.2f} "
+        f"(busy {r.machine_busy_cores:.2f} of {os.cpu_count()})"
+    )
     if s.errors:
         print(f"    {len(s.errors)} request errors, first: {s.errors[0]}")
 
@@ -680,11 +767,33 @@ async def amain(args: argparse.Namespace) -> int:
             )
         else:
             server = ApiServerProcess(work / "srv", free_port())
+        if args.loop_watch:
+            Path(args.loop_watch).mkdir(parents=True, exist_ok=True)
+            server = WatchedApiServerProcess(
+                server.data_dir,
+                server.port,
+                backend=server.backend,
+                etcd_endpoint=server.etcd_endpoint,
+                etcd_prefix=server.etcd_prefix,
+                report=Path(args.loop_watch).resolve() / "apiserver.txt",
+            )
         server.start(timeout=60)
         client = ApiClient(load_orchconfig(str(server.kubeconfig)), qps=-1, timeout=120)
         await ensure_namespace(client, PROBE_NS)
-        fleet = Fleet(server, work / "hollow", args.nodes_per_process)
+        fleet = Fleet(
+            server,
+            work / "hollow",
+            args.nodes_per_process,
+            nice=args.hollow_nice,
+            loop_watch=str(Path(args.loop_watch).resolve()) if args.loop_watch else "",
+        )
         bench = Bench(client, server, fleet)
+        bench.idle_seconds = args.idle
+        if args.priority:
+            # The measurement must reflect the server, not the load generator or other users of
+            # the machine: the server and this client run at a higher priority (needs root).
+            for pid in (os.getpid(), server.pid or 0):
+                psutil.Process(pid).nice(-args.priority)
         tasks = [asyncio.create_task(bench.sampler.run()), asyncio.create_task(bench.pods.run())]
         print(
             f"bench_scale: backend {args.backend}, {args.nodes} nodes / {args.pods} pods over {args.duration:g} s"
@@ -755,6 +864,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes-per-process", type=int, default=250, help="hollow nodes per process")
     ap.add_argument("--replicas", type=int, default=0, help="then a Deployment of this many replicas (issue 19)")
     ap.add_argument("--keep-log", default="", help="copy the server's and the hollow nodes' logs here")
+    ap.add_argument(
+        "--loop-watch", default="", help="write event-loop stall reports (tests/bench/loopwatch.py) into this dir"
+    )
+    ap.add_argument("--idle", type=float, default=20.0, help="seconds of steady state measured before each step's pods")
+    ap.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="run the server and the benchmark's client at nice -N (root), above the hollow nodes and other load",
+    )
+    ap.add_argument(
+        "--hollow-nice", type=int, default=0, help="run the hollow processes this much nicer than the server and probes"
+    )
     args = ap.parse_args(argv)
     if args.nodes < 1 or args.pods < 0 or args.duration <= 0 or args.nodes_per_process < 1:
         ap.error("--nodes and --nodes-per-process must be >= 1, --pods >= 0, --duration > 0")

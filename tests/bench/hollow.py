@@ -74,6 +74,7 @@ from apiserver_min.api import names  # noqa: E402
 from apiserver_min.pki import Pki, cert_pem, connection_config, key_pem, new_key, sign_leaf  # noqa: E402
 from apiserver_min.version import __version__  # noqa: E402
 from cri.fake import FakeRuntime  # noqa: E402
+from tests.bench.loopwatch import Watch  # noqa: E402
 
 __all__ = [
     "HOLLOW_CAPACITY",
@@ -338,6 +339,8 @@ async def _main(args: argparse.Namespace) -> int:
         extra_flags=tuple(args.agent_flag),
     )
     t0 = time.monotonic()
+    watch = Watch(Path(args.loop_watch)) if args.loop_watch else None
+    sampler = watch.start(loop) if watch is not None else None
     try:
         await nodes.start()
         proc = psutil.Process()
@@ -362,6 +365,8 @@ async def _main(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     finally:
         await nodes.stop()
+        if watch is not None:
+            watch.close(sampler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,7 +381,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agent-flag", action="append", default=[], help="an extra orch-agent flag for every node")
     ap.add_argument("--log-file", default="", help="the agents' log (default: stderr)")
     ap.add_argument("-v", type=int, default=0, help="the agents' log verbosity")
+    ap.add_argument("--loop-watch", default="", help="write an event-loop stall report here (tests/bench/loopwatch.py)")
+    ap.add_argument(
+        "--nice", type=int, default=None, help="run at this nice value (0..19; not inherited from the caller)"
+    )
     args = ap.parse_args(argv)
+    if args.nice is not None:
+        if not 0 <= args.nice <= 19:
+            ap.error("--nice must be 0..19")
+        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     if args.log_file:
         Path(args.log_file).parent.mkdir(parents=True, exist_ok=True)
     log_stream = open(args.log_file, "a") if args.log_file else None  # noqa: SIM115 - closed at exit
