@@ -654,3 +654,9 @@ APF_FS_GLOBAL_DEFAULT = "global-default"
 # service accounts that the suggested flow schemas name.
 SCHEDULER_USER = "system:orch-scheduler"
 APF_ENDPOINT_CONTROLLER_ACCOUNTS = ("endpoint-controller", "endpointslicemirroring-controller")
+# Field selector paths on which the watch cache indexes watchers (upstream's cacher
+# triggers: a node's name, a pod's node), so an event is offered only to the watchers
+# whose selector pins that field to its value.
+FIELD_METADATA_NAME = "metadata.name"
+FIELD_SPEC_NODE_NAME = "spec.nodeName"
+WATCH_TRIGGER_FIELDS = (FIELD_METADATA_NAME, FIELD_SPEC_NODE_NAME)

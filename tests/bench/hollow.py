@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import ipaddress
 import json
 import os
@@ -324,6 +325,20 @@ class HollowNodes:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
+async def profile_window(out: str, delay: float, seconds: float) -> None:
+    """cProfile the whole process (every node's loops) from ``delay`` s after start for
+    ``seconds`` s; the statistics go to ``out`` (pstats format): which loop of the agent
+    costs what in the steady state."""
+    await asyncio.sleep(delay)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(out)
+
+
 async def _main(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -355,10 +370,15 @@ async def _main(args: argparse.Namespace) -> int:
             ),
             flush=True,
         )
+        if args.profile:
+            profile_task = asyncio.create_task(profile_window(args.profile, args.profile_delay, args.profile_seconds))
         try:
             await asyncio.wait_for(stop.wait(), args.duration or None)
         except asyncio.TimeoutError:
             pass
+        if args.profile:
+            profile_task.cancel()
+            await asyncio.gather(profile_task, return_exceptions=True)
         failed = nodes.failed()
         if failed:
             print(json.dumps({"failed": failed}), flush=True)
@@ -381,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agent-flag", action="append", default=[], help="an extra orch-agent flag for every node")
     ap.add_argument("--log-file", default="", help="the agents' log (default: stderr)")
     ap.add_argument("-v", type=int, default=0, help="the agents' log verbosity")
+    ap.add_argument("--profile", default="", help="cProfile a window of the steady state into this file")
+    ap.add_argument("--profile-delay", type=float, default=20.0, help="seconds after start-up the window opens")
+    ap.add_argument("--profile-seconds", type=float, default=30.0, help="length of the profiled window")
     ap.add_argument("--loop-watch", default="", help="write an event-loop stall report here (tests/bench/loopwatch.py)")
     ap.add_argument(
         "--nice", type=int, default=None, help="run at this nice value (0..19; not inherited from the caller)"

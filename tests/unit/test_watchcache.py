@@ -6,7 +6,7 @@ import pytest
 
 from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.api.kinds import REGISTRY
-from apiserver_min.api.selectors import parse_label_selector
+from apiserver_min.api.selectors import parse_field_selector, parse_label_selector
 from apiserver_min.storage.cacher import ResourceCache, Watcher, WatcherClosed
 from apiserver_min.storage.interface import Event, KeyValue
 
@@ -109,3 +109,51 @@ def test_a_watcher_that_falls_behind_is_closed(monkeypatch):
         put(c, "a", f"p{rev}", rev)
     assert w.closed_reason and "behind" in w.closed_reason
     assert c.watchers == []
+
+
+def bound_pod(ns: str, name: str, node: str) -> bytes:
+    return encode_for_storage(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": {"nodeName": node}}
+    )
+
+
+async def test_watchers_pinned_to_a_node_or_name_get_only_their_objects_events():
+    """A node agent's watch (spec.nodeName=X) is indexed by X: it sees its pods arrive when
+    bound and leave when moved, other nodes' watchers are not offered them, and a
+    watcher removed from the index gets nothing more."""
+    c = ResourceCache(PODS, PREFIX)
+    n1 = Watcher(c, None, None, parse_field_selector("spec.nodeName=n1"))
+    n2 = Watcher(c, None, None, parse_field_selector("spec.nodeName=n2"))
+    unbound = Watcher(c, None, None, parse_field_selector("spec.nodeName="))
+    by_name = Watcher(c, "a", None, parse_field_selector("metadata.name=x"))
+    others = Watcher(c, None, None, parse_field_selector("spec.nodeName!=n1"))
+    for w in (n1, n2, unbound, by_name, others):
+        c.add_watcher(w)
+    assert n1.trigger == (None, "spec.nodeName", "n1") and others.trigger is None
+    assert len(c.watchers) == 5
+
+    def bind(name: str, node: str, rev: int):
+        key = f"{PREFIX}a/{name}"
+        return c.apply(Event("PUT", KeyValue(key, bound_pod("a", name, node), rev, rev), None), 0.0)
+
+    bind("x", "", 1)
+    bind("x", "n1", 2)
+    bind("y", "n2", 3)
+    bind("x", "n2", 4)  # not what a scheduler does, but the selector semantics hold
+    delete(c, "a", "y", 5)
+    assert [(e.type, e.rv) for e in await n1.next_batch(1)] == [("ADDED", 2), ("DELETED", 4)]
+    assert [(e.type, e.rv) for e in await n2.next_batch(1)] == [("ADDED", 3), ("ADDED", 4), ("DELETED", 5)]
+    assert [(e.type, e.rv) for e in await unbound.next_batch(1)] == [("ADDED", 1), ("DELETED", 2)]
+    assert [(e.type, e.rv) for e in await by_name.next_batch(1)] == [("ADDED", 1), ("MODIFIED", 2), ("MODIFIED", 4)]
+    assert [(e.type, e.rv) for e in await others.next_batch(1)] == [
+        ("ADDED", 1),
+        ("DELETED", 2),
+        ("ADDED", 3),
+        ("ADDED", 4),
+        ("DELETED", 5),
+    ]
+    c.remove_watcher(n1)
+    assert len(c.watchers) == 4 and c.trigger_fields["spec.nodeName"] == 2
+    bind("z", "n1", 6)
+    with pytest.raises(asyncio.TimeoutError):
+        await n1.next_batch(0.05)
