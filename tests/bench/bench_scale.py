@@ -34,6 +34,19 @@ or ``--max-nodes``; the knee is the last count that held. With ``--replicas R`` 
 Deployment of R replicas is then created and timed to R available, and a rolling
 update of it timed to done (the issue-19 figures).
 
+Separating the server from the load (the machine is shared): ``--idle S`` (default 20)
+measures S seconds of steady state after the nodes are Ready and before the step's pods,
+and prints CPU per node per second of the hollow processes and of the server and the
+node count 2 cores could carry at that rate; every step prints the CPU of the server,
+the hollow processes, this client and the rest of the machine, and the seconds each of
+ours spent waiting for a CPU (run queue, /proc schedstat). ``--priority N`` runs the
+server and this client at nice -N (root) and ``--hollow-nice N`` the hollow processes
+at nice N, so that the latencies measure the server rather than the load generator or
+other users of the machine. ``--loop-watch DIR`` runs the server under
+tests/bench/apiserver_watched.py and the hollow processes with ``--loop-watch``: each
+writes an event-loop lag histogram and the stacks that stalled its loop
+(tests/bench/loopwatch.py), one report per period (start-up, steady state, each step).
+
 Targets (issue 22, a 2-core machine): 1,000 nodes and 30,000 pods on SQLite with
 mutating p99 <= 1 s, reads p99 <= 1 s (lists of a namespace <= 5 s; upstream
 allows 30 s for cluster-scoped lists), pod startup p99 <= 5 s, server RSS <= 2 GiB.
@@ -265,6 +278,24 @@ class Samples:
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
+def run_queue_wait(pids: list[int]) -> float:
+    """Seconds the threads of ``pids`` spent runnable but waiting for a CPU (the second
+    field of /proc/PID/task/TID/schedstat): what a busy machine adds to every latency."""
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return total / 1e9
+
+
 def own_cpu_seconds() -> float:
     """This process's CPU seconds: the probes, the pod watch and the metrics scrapes."""
     t = psutil.Process().cpu_times()
@@ -484,6 +515,7 @@ class StepResult:
     server_side: list[tuple[str, float | None, int, float]]
     client_cpu_cores: float = 0.0
     machine_busy_cores: float = 0.0
+    run_queue_wait: tuple[float, ...] = (0.0, 0.0, 0.0)  # seconds a second: server, hollow, client
 
     def broken(self) -> list[str]:
         out = []
@@ -517,6 +549,14 @@ class Bench:
         self.namespaces: list[str] = []
         self.pods_wanted = 0
         self.idle_seconds = 0.0
+
+    def waits(self) -> tuple[float, float, float]:
+        """Run-queue wait in seconds so far: the server, the hollow processes, this client."""
+        return (
+            run_queue_wait([self.server.pid or 0]),
+            run_queue_wait([p.pid for p in self.fleet.procs]),
+            run_queue_wait([os.getpid()]),
+        )
 
     def mark_period(self) -> None:
         """With --loop-watch: close the loop-watch period of the server and the hollow processes."""
@@ -583,6 +623,7 @@ class Bench:
         hist0 = await scrape_histograms(self.client)
         cpu0, hcpu0, t0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds(), time.monotonic()
         ccpu0, mcpu0 = own_cpu_seconds(), machine_busy_seconds()
+        wait0 = self.waits()
         interval = duration / new_deployments if new_deployments else duration
         try:
             for k in range(new_deployments):
@@ -625,6 +666,7 @@ class Bench:
                 t.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
         wall = time.monotonic() - t0
+        wait1 = self.waits()
         self.mark_period()  # the step's load
         hist1 = await scrape_histograms(self.client)
         server_side = []
@@ -647,6 +689,7 @@ class Bench:
             server_side=server_side,
             client_cpu_cores=(own_cpu_seconds() - ccpu0) / wall,
             machine_busy_cores=(machine_busy_seconds() - mcpu0) / wall,
+            run_queue_wait=tuple((b - a) / wall for a, b in zip(wait0, wait1)),
         )
 
     async def big_deployment(self, replicas: int) -> None:
@@ -741,6 +784,11 @@ def report(r: StepResult, backend: str) -> None:
         f" a node a second), hollow {r.hollow_cpu_cores:.2f} ({r.hollow_cpu_cores / r.nodes * 1000:.2f} ms a node a"
         f" second), benchmark client {r.client_cpu_cores:.2f}, rest of the machine {max(0.0, others):.2f} "
         f"(busy {r.machine_busy_cores:.2f} of {os.cpu_count()})"
+    )
+    sw, hw, cw = r.run_queue_wait
+    print(
+        f"    waiting for a CPU (run queue, seconds a second, summed over threads): server {sw:.2f}, "
+        f"hollow {hw:.2f}, benchmark client {cw:.2f}"
     )
     if s.errors:
         print(f"    {len(s.errors)} request errors, first: {s.errors[0]}")

@@ -37,7 +37,10 @@ Pods must use the images the fake runtime preloads (``orch.local/busybox:1``).
 Run as a program it starts ``--nodes`` hollow nodes, prints one JSON line
 (``{"ready": N, "rss_bytes": ..., "start_seconds": ...}``) when all have started,
 and runs until SIGTERM/SIGINT or ``--duration``; bench_scale.py starts several such
-processes to spread a thousand nodes over the cores. Not a test, and never in
+processes to spread a thousand nodes over the cores. ``--nice N`` runs the process at
+nice N; ``--loop-watch FILE`` writes an event-loop stall report (tests/bench/loopwatch.py);
+``--profile FILE`` cProfiles a window of the steady state (``--profile-delay``,
+``--profile-seconds``) to split the agents' CPU by loop. Not a test, and never in
 production: the fake runtime runs nothing.
 """
 
