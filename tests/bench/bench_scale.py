@@ -124,7 +124,7 @@ class Fleet:
     """Hollow-node processes, grown by :meth:`grow`; stopped by PID."""
 
     def __init__(
-        self, server: ApiServerProcess, work: Path, per_process: int, nice: int = 0, loop_watch: str = ""
+        self, server: ApiServerProcess, work: Path, per_process: int, nice: int | None = None, loop_watch: str = ""
     ) -> None:
         self.server = server
         self.work = work
@@ -156,8 +156,8 @@ class Fleet:
                 str(self.work / f"proc-{idx}"),
                 "--log-file",
                 str(self.work / f"proc-{idx}.log"),
-                "--nice",
-                str(self.nice),
+                # Set outright, not inherited: --priority raises this process's priority.
+                *(["--nice", str(self.nice)] if self.nice is not None else []),
                 *(["--loop-watch", str(Path(self.loop_watch) / f"hollow-{idx}.txt")] if self.loop_watch else []),
                 stdout=asyncio.subprocess.PIPE,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -832,7 +832,7 @@ async def amain(args: argparse.Namespace) -> int:
             server,
             work / "hollow",
             args.nodes_per_process,
-            nice=args.hollow_nice,
+            nice=args.hollow_nice if (args.hollow_nice or args.priority) else None,
             loop_watch=str(Path(args.loop_watch).resolve()) if args.loop_watch else "",
         )
         bench = Bench(client, server, fleet)
@@ -922,10 +922,10 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="run the server and the benchmark's client at nice -N (root), above the hollow nodes and other load",
     )
-    ap.add_argument(
-        "--hollow-nice", type=int, default=0, help="run the hollow processes this much nicer than the server and probes"
-    )
+    ap.add_argument("--hollow-nice", type=int, default=0, help="run the hollow processes at this nice value (0..19)")
     args = ap.parse_args(argv)
+    if not 0 <= args.hollow_nice <= 19 or not 0 <= args.priority <= 20 or args.idle < 0:
+        ap.error("--hollow-nice must be 0..19, --priority 0..20, --idle >= 0")
     if args.nodes < 1 or args.pods < 0 or args.duration <= 0 or args.nodes_per_process < 1:
         ap.error("--nodes and --nodes-per-process must be >= 1, --pods >= 0, --duration > 0")
     return asyncio.run(amain(args))
