@@ -7,6 +7,10 @@ and prints:
 * time from exec to READY=1 (median and worst of the runs), target <= 1.5 s;
 * resident memory (RSS, and USS/PSS where the kernel reports them) after idling
   a few seconds with no pods, target <= 60 MB;
+* where that resident memory lies (``/proc/PID/smaps``): the private heap and
+  anonymous mappings (Python objects, C allocations, thread stacks) against the
+  shared libraries mapped from files, largest first, so that a change aimed at
+  the figure can be judged by the part it can move;
 * the modules imported at start, to keep the import graph lean (aiohttp, grpc,
   cryptography must not be among them).
 """
@@ -83,6 +87,33 @@ def memory_mb(pid: int) -> dict[str, float]:
     return out
 
 
+def memory_by_mapping(pid: int) -> dict[str, float]:
+    """Resident MB per mapping kind: "[heap]", "[anon]", "[stack]", or a mapped file's name."""
+    out: dict[str, float] = {}
+    where = "[anon]"
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=5)
+            if not head[0].endswith(":"):  # a mapping's first line: range perms offset dev inode [path]
+                path = head[5].strip() if len(head) > 5 else ""
+                where = path.rsplit("/", 1)[-1] if path else "[anon]"
+            elif head[0] == "Rss:":
+                out[where] = out.get(where, 0.0) + int(head[1]) / 1024
+    return out
+
+
+def breakdown_text(by_mapping: dict[str, float], top: int = 6) -> str:
+    anon = sum(v for k, v in by_mapping.items() if k.startswith("["))
+    files = sorted(((v, k) for k, v in by_mapping.items() if not k.startswith("[")), reverse=True)
+    shown = ", ".join(f"{k} {v:.1f}" for v, k in files[:top])
+    rest = sum(v for v, _ in files[top:])
+    return (
+        f"  where it lies: heap and anonymous {anon:.1f} MB "
+        f"(heap {by_mapping.get('[heap]', 0.0):.1f}); files {sum(v for v, _ in files):.1f} MB "
+        f"({shown}, {len(files) - top} others {rest:.1f})"
+    )
+
+
 def imported_modules() -> set[str]:
     code = (
         "import sys, agent.cli, agent.options, agent.config, agent.validation, agent.process, "
@@ -109,6 +140,7 @@ def main() -> None:
                 stop(proc, sock, sockdir)
         time.sleep(args.idle)
         mem = memory_mb(proc.pid)
+        by_mapping = memory_by_mapping(proc.pid)
         stop(proc, sock, sockdir)
 
     med, worst = statistics.median(readies), max(readies)
@@ -127,6 +159,7 @@ def main() -> None:
     if "uss" in mem:
         line += f" (USS {mem['uss']:.1f} MB, PSS {mem['pss']:.1f} MB)"
     print(f"{line} (target <= {RSS_TARGET_MB:g} MB: {ok(mem['rss'] <= RSS_TARGET_MB)})")
+    print(breakdown_text(by_mapping))
     print(f"  modules imported at start: {len(modules)}; heavy ones: {', '.join(heavy) or 'none'}")
 
 
