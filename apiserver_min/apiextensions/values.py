@@ -261,55 +261,127 @@ def validate(value: Any, schema: dict | None, path: str = "") -> list[v.FieldErr
     kind and metadata are not the schema's business)."""
     errs: list[v.FieldError] = []
     if schema is not None:
-        _validate(value, schema, path, errs, root=True)
+        _validate(value, _plan(schema), path, errs, root=True)
     return errs
 
 
-def _validate(value: Any, schema: dict, path: str, errs: list[v.FieldError], root: bool = False) -> None:
+class _Plan:
+    """What validation reads of one schema node, read once per schema (``_plan``):
+    which checks apply, and the plans of the nodes below."""
+
+    __slots__ = (
+        "schema",
+        "typ",
+        "exact",
+        "int_or_string",
+        "null_type",
+        "enum",
+        "enum_texts",
+        "string",
+        "number",
+        "array",
+        "object",
+        "props",
+        "addl",
+        "items",
+        "junctors",
+    )
+
+    def __init__(self, schema: dict):
+        self.schema = schema
+        typ = schema.get("type")
+        self.typ = typ
+        self.exact = _EXACT.get(typ) if isinstance(typ, str) else None
+        self.int_or_string = bool(schema.get(INT_OR_STRING))
+        # The type a null is refused as (None: null is allowed).
+        self.null_type = None
+        if not schema.get("nullable") and (typ or self.int_or_string):
+            self.null_type = typ or "integer-or-string"
+        enum = schema.get("enum")
+        self.enum = enum if isinstance(enum, list) else None
+        self.enum_texts = [_enum_text(e) for e in enum] if isinstance(enum, list) else []
+        # Whether any check of a string, a number, a list or an object's own applies.
+        self.string = any(k in schema for k in ("maxLength", "minLength", "pattern", "format"))
+        self.number = any(k in schema for k in ("maximum", "minimum", "multipleOf"))
+        self.array = any(k in schema for k in ("maxItems", "minItems", "uniqueItems", LIST_TYPE))
+        self.object = any(k in schema for k in ("maxProperties", "minProperties", "required", EMBEDDED))
+        props = schema.get("properties")
+        self.props = (
+            [(key, _Plan(sub)) for key, sub in props.items() if isinstance(sub, dict)]
+            if isinstance(props, dict)
+            else []
+        )
+        addl, items = schema.get("additionalProperties"), schema.get("items")
+        self.addl = _Plan(addl) if isinstance(addl, dict) else None
+        self.items = _Plan(items) if isinstance(items, dict) else None
+        self.junctors: dict[str, Any] = {}
+        for name in ("allOf", "anyOf", "oneOf"):
+            subs = schema.get(name)
+            if isinstance(subs, list) and subs:
+                self.junctors[name] = [_Plan(sub) if isinstance(sub, dict) else None for sub in subs]
+        if isinstance(schema.get("not"), dict):
+            self.junctors["not"] = _Plan(schema["not"])
+
+
+_PLANS: dict[int, tuple[dict, _Plan]] = {}
+
+
+def _plan(schema: dict) -> _Plan:
+    """The validation plan of ``schema`` (remembered per schema object)."""
+    cached = _PLANS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    plan = _Plan(schema)
+    if len(_PLANS) > 1024:
+        _PLANS.clear()
+    _PLANS[id(schema)] = (schema, plan)
+    return plan
+
+
+def _validate(value: Any, p: _Plan, path: str, errs: list[v.FieldError], root: bool = False) -> None:
     if value is None:
-        if not schema.get("nullable") and (schema.get("type") or schema.get(INT_OR_STRING)):
-            typ = schema.get("type") or "integer-or-string"
-            errs.append(v.FieldError.invalid(path, "null", f'{path} in body must be of type {typ}: "null"'))
+        if p.null_type is not None:
+            errs.append(v.FieldError.invalid(path, "null", f'{path} in body must be of type {p.null_type}: "null"'))
         return
-    typ = schema.get("type")
     t = type(value)
-    if schema.get(INT_OR_STRING):
+    if p.int_or_string:
         if not (isinstance(value, str) or _is_type(value, "integer")):
             errs.append(_type_error(path, value, "integer-or-string"))
             return
-    elif typ and t is not _EXACT.get(typ) and not _is_type(value, typ):
-        errs.append(_type_error(path, value, typ))
+    elif p.typ and t is not p.exact and not _is_type(value, p.typ):
+        errs.append(_type_error(path, value, p.typ))
         return
-    enum = schema.get("enum")
-    if isinstance(enum, list) and value not in enum:
-        errs.append(v.FieldError.not_supported(path, value, [_enum_text(e) for e in enum]))
+    if p.enum is not None and value not in p.enum:
+        errs.append(v.FieldError.not_supported(path, value, p.enum_texts))
     # Decoded JSON has exactly these types; the isinstance chain is for anything else.
     if t is str:
-        _validate_string(value, schema, path, errs)
+        if p.string:
+            _validate_string(value, p.schema, path, errs)
     elif t is dict:
-        _validate_object(value, schema, path, errs, root)
+        _validate_object(value, p, path, errs, root)
     elif t is list:
-        _validate_array(value, schema, path, errs)
+        _validate_array(value, p, path, errs)
     elif t is int or t is float:
-        _validate_number(value, schema, path, errs)
+        if p.number:
+            _validate_number(value, p.schema, path, errs)
     elif t is bool:
         pass
     elif isinstance(value, str):
-        _validate_string(value, schema, path, errs)
+        _validate_string(value, p.schema, path, errs)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        _validate_number(value, schema, path, errs)
+        _validate_number(value, p.schema, path, errs)
     elif isinstance(value, list):
-        _validate_array(value, schema, path, errs)
+        _validate_array(value, p, path, errs)
     elif isinstance(value, dict):
-        _validate_object(value, schema, path, errs, root)
-    if not JUNCTORS.isdisjoint(schema):
-        _validate_junctors(value, schema, path, errs, root)
+        _validate_object(value, p, path, errs, root)
+    if p.junctors:
+        _validate_junctors(value, p.junctors, path, errs, root)
 
 
-def _junctor_errors(value: Any, schema: Any, path: str, root: bool) -> list[v.FieldError]:
+def _junctor_errors(value: Any, p: _Plan | None, path: str, root: bool) -> list[v.FieldError]:
     found: list[v.FieldError] = []
-    if isinstance(schema, dict):
-        _validate(value, schema, path, found, root)
+    if p is not None:
+        _validate(value, p, path, found, root)
     return found
 
 
@@ -318,12 +390,12 @@ def _composite(path: str, text: str) -> v.FieldError:
     return v.FieldError.invalid("", "", f"{v.go_quote(path)} {text}")
 
 
-def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+def _validate_junctors(value: Any, junctors: dict[str, Any], path: str, errs: list[v.FieldError], root: bool) -> None:
     """``allOf`` (every schema), ``anyOf`` (at least one), ``oneOf`` (exactly one) and
     ``not`` (must fail), with upstream's messages: the junctor's own error, and the
     errors of the alternative that came nearest (the one with fewest errors)."""
-    all_of = schema.get("allOf")
-    if isinstance(all_of, list) and all_of:
+    all_of = junctors.get("allOf")
+    if all_of:
         passed = 0
         for sub in all_of:
             found = _junctor_errors(value, sub, path, root)
@@ -333,8 +405,8 @@ def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldEr
             errs.append(
                 _composite(path, "must validate all the schemas (allOf)" + (". None validated" if not passed else ""))
             )
-    any_of = schema.get("anyOf")
-    if isinstance(any_of, list) and any_of:
+    any_of = junctors.get("anyOf")
+    if any_of:
         best: list[v.FieldError] | None = None
         for sub in any_of:
             found = _junctor_errors(value, sub, path, root)
@@ -346,8 +418,8 @@ def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldEr
         else:
             errs.append(_composite(path, "must validate at least one schema (anyOf)"))
             errs += best or []
-    one_of = schema.get("oneOf")
-    if isinstance(one_of, list) and one_of:
+    one_of = junctors.get("oneOf")
+    if one_of:
         valid = 0
         nearest: list[v.FieldError] | None = None
         for sub in one_of:
@@ -361,7 +433,7 @@ def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldEr
             errs.append(_composite(path, f"must validate one and only one schema (oneOf). {more}"))
             if not valid:
                 errs += nearest or []
-    if isinstance(schema.get("not"), dict) and not _junctor_errors(value, schema["not"], path, root):
+    if "not" in junctors and not _junctor_errors(value, junctors["not"], path, root):
         errs.append(_composite(path, "must not validate the schema (not)"))
 
 
@@ -421,7 +493,16 @@ def _canonical(value: Any) -> Any:
     return type(value), value
 
 
-def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+def _validate_array(value: list, p: _Plan, path: str, errs: list[v.FieldError]) -> None:
+    if p.array:
+        _validate_list_bounds(value, p.schema, path, errs)
+    if p.items is not None:
+        for i, item in enumerate(value):
+            _validate(item, p.items, f"{path}[{i}]", errs)
+
+
+def _validate_list_bounds(value: list, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+    """A list's own checks: its length, and its items unique (a set, or a map by keys)."""
     n = len(value)
     if "maxItems" in schema and n > schema["maxItems"]:
         errs.append(v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxItems']} items"))
@@ -445,13 +526,21 @@ def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldErro
             if c in seen_keys:
                 errs.append(v.FieldError.duplicate(f"{path}[{i}]", {k: item.get(k) for k in keys}))
             seen_keys.add(c)
-    items = schema.get("items")
-    if isinstance(items, dict):
-        for i, item in enumerate(value):
-            _validate(item, items, f"{path}[{i}]", errs)
 
 
-def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+def _validate_object(value: dict, p: _Plan, path: str, errs: list[v.FieldError], root: bool) -> None:
+    if p.object:
+        _validate_object_own(value, p.schema, path, errs, root)
+    for key, sub in p.props:
+        if key in value and not (root and key == "metadata"):
+            _validate(value[key], sub, _child(path, key), errs)
+    if p.addl is not None:
+        for key, item in value.items():
+            _validate(item, p.addl, f"{path}[{key}]" if path else key, errs)
+
+
+def _validate_object_own(value: dict, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+    """An object's own checks: its property count, required and embedded fields."""
     if "maxProperties" in schema or "minProperties" in schema:
         n = len([k for k in value if not (root and k in _TYPE_META)])
         if "maxProperties" in schema and n > schema["maxProperties"]:
@@ -471,12 +560,3 @@ def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldErr
         for name in ("apiVersion", "kind"):
             if not value.get(name):
                 errs.append(v.FieldError.required(_child(path, name), "must not be empty"))
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        for key, sub in props.items():
-            if key in value and isinstance(sub, dict) and not (root and key == "metadata"):
-                _validate(value[key], sub, _child(path, key), errs)
-    addl = schema.get("additionalProperties")
-    if isinstance(addl, dict):
-        for key, item in value.items():
-            _validate(item, addl, f"{path}[{key}]" if path else key, errs)
