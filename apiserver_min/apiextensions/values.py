@@ -41,7 +41,7 @@ def prune(obj: Any, schema: dict | None, root: bool = True) -> list[str]:
     except under ``x-kubernetes-preserve-unknown-fields``. Returns the paths dropped."""
     pruned: list[str] = []
     if schema is not None:
-        _prune(obj, schema, root, [], pruned, True)
+        _prune(obj, _plan(schema), root, [], pruned, True)
     return pruned
 
 
@@ -49,7 +49,7 @@ def unknown_fields(obj: Any, schema: dict | None) -> list[str]:
     """The paths pruning would drop from ``obj`` (which is left as it is)."""
     found: list[str] = []
     if schema is not None:
-        _prune(obj, schema, True, [], found, False)
+        _prune(obj, _plan(schema), True, [], found, False)
     return found
 
 
@@ -61,47 +61,46 @@ def _path_text(steps: list[str | int], last: str) -> str:
     return out
 
 
-def _prune(obj: Any, schema: dict, root: bool, steps: list[str | int], pruned: list[str], drop: bool) -> None:
+def _prune(obj: Any, p: "_Plan", root: bool, steps: list[str | int], pruned: list[str], drop: bool) -> None:
     if isinstance(obj, dict):
-        props = schema.get("properties")
-        addl = schema.get("additionalProperties")
-        if isinstance(props, dict) or not schema.get(PRESERVE):
-            if isinstance(addl, dict):
+        if p.has_props or not p.preserve:
+            if p.addl is not None:
                 for key, value in obj.items():
                     if isinstance(value, (dict, list)):
                         steps.append(str(key))
-                        _prune(value, addl, False, steps, pruned, drop)
+                        _prune(value, p.addl, False, steps, pruned, drop)
                         steps.pop()
                 return
-            if addl is True:
+            if p.addl_true:
                 return
-            props = props if isinstance(props, dict) else {}
-            keep_meta = root or schema.get(EMBEDDED)
-            preserve = schema.get(PRESERVE)
+            keep_meta = root or p.embedded
+            known = p.known
             for key in list(obj):
-                sub = props.get(key)
-                if sub is None:
-                    if not preserve and not (keep_meta and key in _TYPE_META):
+                if key not in known:
+                    if not p.preserve and not (keep_meta and key in _TYPE_META):
                         if drop:
                             del obj[key]
                         pruned.append(_path_text(steps, key))
                     continue
                 value = obj[key]
-                if isinstance(value, (dict, list)) and not (keep_meta and key in _TYPE_META):
+                sub = p.prop_map.get(key)
+                if sub is not None and isinstance(value, (dict, list)) and not (keep_meta and key in _TYPE_META):
                     steps.append(key)
                     _prune(value, sub, False, steps, pruned, drop)
                     steps.pop()
     elif isinstance(obj, list):
-        items = schema.get("items")
-        if isinstance(items, dict):
+        if p.items is not None:
             for i, item in enumerate(obj):
                 if isinstance(item, (dict, list)):
                     steps.append(i)
-                    _prune(item, items, False, steps, pruned, drop)
+                    _prune(item, p.items, False, steps, pruned, drop)
                     steps.pop()
 
 
 # --- defaults -----------------------------------------------------------------------------
+
+# Defaults that are never changed in place: set as they are, not copied.
+_IMMUTABLE = (str, int, float, bool, type(None))
 
 
 def apply_defaults(obj: Any, schema: dict | None) -> None:
@@ -109,86 +108,33 @@ def apply_defaults(obj: Any, schema: dict | None) -> None:
     property, from the top down: a default given is itself defaulted further."""
     if schema is None:
         return
-    _apply_defaults(obj, schema, _defaulted_nodes(schema))
+    p = _plan(schema)
+    if p.defaulted:
+        _apply_defaults(obj, p)
 
 
-def _apply_defaults(obj: Any, schema: dict, marked: frozenset[int]) -> None:
+def _apply_defaults(obj: Any, p: "_Plan") -> None:
+    """Only the values under nodes with a default at or below them are walked."""
     if isinstance(obj, dict):
-        props = schema.get("properties")
-        if isinstance(props, dict):
-            for key, sub in props.items():
-                if not isinstance(sub, dict) or "default" not in sub:
-                    continue
-                if key not in obj or (obj[key] is None and not sub.get("nullable")):
-                    obj[key] = copy.deepcopy(sub["default"])
-            for key, value in obj.items():
-                sub = props.get(key)
-                if isinstance(value, (dict, list)) and id(sub) in marked:
-                    _apply_defaults(value, sub, marked)
-        addl = schema.get("additionalProperties")
-        if id(addl) in marked:
+        for key, default, nullable in p.defaults:
+            if key not in obj or (obj[key] is None and not nullable):
+                obj[key] = default if isinstance(default, _IMMUTABLE) else copy.deepcopy(default)
+        for key, sub in p.defaulted_props:
+            value = obj.get(key)
+            if isinstance(value, (dict, list)):
+                _apply_defaults(value, sub)
+        if p.addl is not None and p.addl.defaulted:
             for value in obj.values():
-                _apply_defaults(value, addl, marked)
+                _apply_defaults(value, p.addl)
     elif isinstance(obj, list):
-        items = schema.get("items")
-        if id(items) in marked:
+        if p.items is not None and p.items.defaulted:
             for item in obj:
-                _apply_defaults(item, items, marked)
-
-
-_DEFAULTED: dict[int, tuple[Any, frozenset[int]]] = {}
-
-
-def _defaulted_nodes(schema: dict) -> frozenset[int]:
-    """The nodes of ``schema`` with a ``default`` at or below them (by id; remembered
-    per schema object): defaulting walks only the values under them."""
-    cached = _DEFAULTED.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    found: set[int] = set()
-
-    def mark(node: Any) -> bool:
-        if not isinstance(node, dict):
-            return False
-        props = node.get("properties")
-        children = list(props.values()) if isinstance(props, dict) else []
-        below = [mark(child) for child in [*children, node.get("items"), node.get("additionalProperties")]]
-        if "default" in node or any(below):
-            found.add(id(node))
-            return True
-        return False
-
-    mark(schema)
-    if len(_DEFAULTED) > 1024:
-        _DEFAULTED.clear()
-    _DEFAULTED[id(schema)] = (schema, frozenset(found))
-    return _DEFAULTED[id(schema)][1]
-
-
-_HAS_DEFAULTS: dict[int, tuple[Any, bool]] = {}
+                _apply_defaults(item, p.items)
 
 
 def has_defaults(schema: Any) -> bool:
     """Whether any node of the schema declares a ``default`` (remembered per schema object)."""
-    cached = _HAS_DEFAULTS.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    found = _has_defaults(schema)
-    if len(_HAS_DEFAULTS) > 1024:
-        _HAS_DEFAULTS.clear()
-    _HAS_DEFAULTS[id(schema)] = (schema, found)
-    return found
-
-
-def _has_defaults(schema: Any) -> bool:
-    if not isinstance(schema, dict):
-        return False
-    if "default" in schema:
-        return True
-    props = schema.get("properties")
-    if isinstance(props, dict) and any(_has_defaults(s) for s in props.values()):
-        return True
-    return _has_defaults(schema.get("items")) or _has_defaults(schema.get("additionalProperties"))
+    return isinstance(schema, dict) and _plan(schema).defaulted
 
 
 # --- value validation ---------------------------------------------------------------------
@@ -266,8 +212,8 @@ def validate(value: Any, schema: dict | None, path: str = "") -> list[v.FieldErr
 
 
 class _Plan:
-    """What validation reads of one schema node, read once per schema (``_plan``):
-    which checks apply, and the plans of the nodes below."""
+    """What pruning, defaulting and validation read of one schema node, read once per
+    schema (``_plan``): which checks apply, and the plans of the nodes below."""
 
     __slots__ = (
         "schema",
@@ -282,8 +228,17 @@ class _Plan:
         "array",
         "object",
         "props",
+        "has_props",
+        "prop_map",
+        "known",
         "addl",
+        "addl_true",
         "items",
+        "preserve",
+        "embedded",
+        "defaults",
+        "defaulted_props",
+        "defaulted",
         "junctors",
     )
 
@@ -306,14 +261,29 @@ class _Plan:
         self.array = any(k in schema for k in ("maxItems", "minItems", "uniqueItems", LIST_TYPE))
         self.object = any(k in schema for k in ("maxProperties", "minProperties", "required", EMBEDDED))
         props = schema.get("properties")
+        self.has_props = isinstance(props, dict)
         self.props = (
-            [(key, _Plan(sub)) for key, sub in props.items() if isinstance(sub, dict)]
-            if isinstance(props, dict)
-            else []
+            [(key, _Plan(sub)) for key, sub in props.items() if isinstance(sub, dict)] if self.has_props else []
         )
+        self.prop_map = dict(self.props)
+        self.known = frozenset(props) if isinstance(props, dict) else frozenset()
         addl, items = schema.get("additionalProperties"), schema.get("items")
         self.addl = _Plan(addl) if isinstance(addl, dict) else None
+        self.addl_true = addl is True
         self.items = _Plan(items) if isinstance(items, dict) else None
+        self.preserve = bool(schema.get(PRESERVE))
+        self.embedded = bool(schema.get(EMBEDDED))
+        # Defaulting: the properties' defaults, the properties with defaults at or
+        # below them, and whether this node has any at or below it.
+        self.defaults = [
+            (key, sub.schema["default"], bool(sub.schema.get("nullable")))
+            for key, sub in self.props
+            if "default" in sub.schema
+        ]
+        self.defaulted_props = [(key, sub) for key, sub in self.props if sub.defaulted]
+        self.defaulted: bool = "default" in schema or any(
+            c is not None and c.defaulted for c in (*(sub for _, sub in self.props), self.addl, self.items)
+        )
         self.junctors: dict[str, Any] = {}
         for name in ("allOf", "anyOf", "oneOf"):
             subs = schema.get(name)
@@ -327,7 +297,7 @@ _PLANS: dict[int, tuple[dict, _Plan]] = {}
 
 
 def _plan(schema: dict) -> _Plan:
-    """The validation plan of ``schema`` (remembered per schema object)."""
+    """The plan of ``schema`` (remembered per schema object)."""
     cached = _PLANS.get(id(schema))
     if cached is not None and cached[0] is schema:
         return cached[1]
