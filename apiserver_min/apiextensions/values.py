@@ -224,6 +224,11 @@ class _Plan:
         "enum",
         "enum_texts",
         "string",
+        "max_length",
+        "min_length",
+        "pattern",
+        "pattern_re",
+        "format",
         "number",
         "array",
         "object",
@@ -257,6 +262,16 @@ class _Plan:
         self.enum_texts = [_enum_text(e) for e in enum] if isinstance(enum, list) else []
         # Whether any check of a string, a number, a list or an object's own applies.
         self.string = any(k in schema for k in ("maxLength", "minLength", "pattern", "format"))
+        self.max_length = schema.get("maxLength")
+        self.min_length = schema.get("minLength")
+        pattern = schema.get("pattern")
+        self.pattern = pattern if isinstance(pattern, str) else None
+        try:
+            self.pattern_re = compile_pattern(pattern) if isinstance(pattern, str) else None
+        except re.error:
+            self.pattern_re = None
+        fmt = schema.get("format")
+        self.format = fmt if isinstance(fmt, str) else ""
         self.number = any(k in schema for k in ("maximum", "minimum", "multipleOf"))
         self.array = any(k in schema for k in ("maxItems", "minItems", "uniqueItems", LIST_TYPE))
         self.object = any(k in schema for k in ("maxProperties", "minProperties", "required", EMBEDDED))
@@ -326,7 +341,7 @@ def _validate(value: Any, p: _Plan, path: str, errs: list[v.FieldError], root: b
     # Decoded JSON has exactly these types; the isinstance chain is for anything else.
     if t is str:
         if p.string:
-            _validate_string(value, p.schema, path, errs)
+            _validate_string(value, p, path, errs)
     elif t is dict:
         _validate_object(value, p, path, errs, root)
     elif t is list:
@@ -337,7 +352,7 @@ def _validate(value: Any, p: _Plan, path: str, errs: list[v.FieldError], root: b
     elif t is bool:
         pass
     elif isinstance(value, str):
-        _validate_string(value, p.schema, path, errs)
+        _validate_string(value, p, path, errs)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         _validate_number(value, p.schema, path, errs)
     elif isinstance(value, list):
@@ -411,24 +426,17 @@ def _enum_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _validate_string(value: str, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+def _validate_string(value: str, p: _Plan, path: str, errs: list[v.FieldError]) -> None:
     n = len(value)
-    if "maxLength" in schema and n > schema["maxLength"]:
-        errs.append(v.FieldError(v.FIELD_VALUE_TOO_LONG, path, value, f"may not be longer than {schema['maxLength']}"))
-    if "minLength" in schema and n < schema["minLength"]:
-        errs.append(
-            v.FieldError.invalid(path, value, f"{path} in body should be at least {schema['minLength']} chars long")
-        )
-    pattern = schema.get("pattern")
-    if isinstance(pattern, str):
-        try:
-            matched = compile_pattern(pattern).search(value) is not None
-        except re.error:
-            matched = True  # refused when the definition was written; never here
-        if not matched:
-            errs.append(v.FieldError.invalid(path, value, f"{path} in body should match '{pattern}'"))
-    fmt = schema.get("format")
-    if isinstance(fmt, str) and fmt and not formats.valid(fmt, value):
+    if p.max_length is not None and n > p.max_length:
+        errs.append(v.FieldError(v.FIELD_VALUE_TOO_LONG, path, value, f"may not be longer than {p.max_length}"))
+    if p.min_length is not None and n < p.min_length:
+        errs.append(v.FieldError.invalid(path, value, f"{path} in body should be at least {p.min_length} chars long"))
+    # A pattern that does not compile was refused when the definition was written.
+    if p.pattern_re is not None and p.pattern_re.search(value) is None:
+        errs.append(v.FieldError.invalid(path, value, f"{path} in body should match '{p.pattern}'"))
+    fmt = p.format
+    if fmt and not formats.valid(fmt, value):
         errs.append(v.FieldError.invalid(path, value, f"{path} in body must be of type {fmt}: {v.go_quote(value)}"))
 
 
