@@ -675,6 +675,13 @@ def to_cel(value: Any, node: Any, root: bool = False, paths: frozenset[tuple[str
             for p in paths:
                 wanted.setdefault(p[0], set()).add(p[1:])
         out: dict[str, Any] = {}
+        if wanted is not None and not embedded and isinstance(props, dict):
+            if all(name in props and escape(name) == name for name in wanted):
+                # Declared properties read under their own names: only those are looked at.
+                for name, rest in wanted.items():
+                    if name in value:
+                        out[name] = to_cel(value[name], props[name], False, frozenset(rest))
+                return out
         for key, item in value.items():
             if embedded and key == "metadata" and isinstance(item, dict):
                 if wanted is None or key in wanted:
