@@ -366,6 +366,13 @@ class Validator:
         # The nodes with rules at or below them: values under the others are not walked.
         self._reaches: set[int] = set()
         self._mark(schema)
+        self.has_transition_rules = any(r.transition for found in self._rules.values() for r in found.rules)
+        self._reads_old = any("oldSelf" in found.paths for found in self._rules.values())
+        # Where every node with rules sits at a fixed place (reached through properties
+        # alone): the steps to each, for the one-evaluation check (see _all_pass).
+        self._fixed = _fixed_places(schema, self._rules)
+        self._combined: dict[tuple[int, ...], Program | None] = {}
+        self._combiner: Compiler | None = None
 
     def _mark(self, node: Any) -> bool:
         if not isinstance(node, dict):
@@ -383,18 +390,87 @@ class Validator:
     def empty(self) -> bool:
         return not self._rules
 
-    @property
-    def has_transition_rules(self) -> bool:
-        """Whether any rule reads ``oldSelf``."""
-        return any(r.transition for found in self._rules.values() for r in found.rules)
-
     def validate(self, obj: Any, old: Any = None, path: str = "", root: bool = True) -> list[v.FieldError]:
         """The errors of ``obj`` (an object, or with ``root`` False the value of a
         field at ``path``); transition rules run where ``old`` has a value."""
+        if self._fixed is not None and (old is None or not self._reads_old) and self._all_pass(obj, root):
+            return []
         errs: list[v.FieldError] = []
         budget = [RUNTIME_BUDGET]
         self._node(obj, old, self.schema, path, errs, budget, root=root)
         return errs
+
+    def _all_pass(self, obj: Any, root: bool) -> bool:
+        """Whether every rule that would run on ``obj`` (no transition rule among them)
+        holds, checked in one evaluation: the rules joined with ``&&``, each reading its
+        node's value under a name of its own. Only True counts: a rule that fails,
+        errs, or would spend the budget (or the per-call limit) makes this False, and
+        the rules are then run one by one for their errors, as always. The costs are
+        worked out on the values as converted, which may hold more than the parts the
+        rules read: never less than the one-by-one costs, so what passes here passes
+        there."""
+        data: dict[str, Any] = {}
+        present: list[int] = []
+        spent = 0
+        for i, (steps, node, found) in enumerate(self._fixed or ()):
+            value = obj
+            for step in steps:
+                value = value.get(step) if isinstance(value, dict) else None
+                if value is None:
+                    break
+            if value is None:
+                continue
+            converted = to_cel(value, node, root and not steps, found.paths.get("self"))
+            sizes = celcost.sizes([converted]) if found.size_dependent else (0, 0)
+            for rule in found.rules:
+                if rule.transition:
+                    continue  # no old value: not run
+                if rule.program.size_dependent:
+                    cost = rule.program.shape.cost(*sizes)
+                    if cost > celcost.PER_CALL_LIMIT:
+                        return False
+                    spent += max(cost, 1)
+                else:
+                    spent += max(rule.program.shape.cost(0, 0), 1)
+            data[_combined_name(i)] = converted
+            present.append(i)
+        if not present:
+            return True
+        if spent > RUNTIME_BUDGET:
+            return False
+        program = self._combined_program(tuple(present))
+        if program is None:
+            return False
+        try:
+            return program.run(data) is True
+        except EvalError:
+            return False
+
+    def _combined_program(self, present: tuple[int, ...]) -> Program | None:
+        """The rules of the nodes ``present`` (indexes into the fixed places) as one
+        expression (None: they cannot be joined); built once per set of nodes."""
+        if present in self._combined:
+            return self._combined[present]
+        fixed = self._fixed or ()
+        parts = []
+        for i in present:
+            for rule in fixed[i][2].rules:
+                if not rule.transition:
+                    renamed = _renamed_self(rule.rule, _combined_name(i))
+                    if renamed is None:
+                        return None
+                    parts.append(f"({renamed})")
+        program = None
+        if parts and len(self._combined) < _COMBINED_LIMIT:
+            if self._combiner is None:
+                names = [_combined_name(i) for i in range(len(fixed))]
+                self._combiner = Compiler(names, cost_limit=10**30)
+            try:
+                program = self._combiner.compile(" && ".join(parts))
+            except CompileError:
+                program = None
+            self._combined[present] = program
+        return program
 
     def _node(
         self,
@@ -497,6 +573,61 @@ class Validator:
             errs.append(_error(rule.reason, where or ROOT_PATH, kind, message))
 
 
+_COMBINED_LIMIT = 64  # sets of present nodes whose joined rules a validator keeps
+_COMBINED_PREFIX = "rule_self_"
+# A rule's lexemes: string literals (raw, bytes, triple-quoted), identifiers, anything else.
+_LEXEME = re.compile(
+    r"""[rRbB]{0,2}(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")"""
+    r"|[A-Za-z_][A-Za-z0-9_]*|\s+|.",
+    re.S,
+)
+
+
+def _combined_name(i: int) -> str:
+    return f"{_COMBINED_PREFIX}{i}"
+
+
+def _renamed_self(text: str, name: str) -> str | None:
+    """``text`` reading ``name`` where it reads ``self`` (the variable, not a field
+    selected as ``.self`` nor anything inside a string); None when it might already
+    use a name of the joined rules."""
+    if _COMBINED_PREFIX in text:
+        return None
+    out: list[str] = []
+    previous = ""
+    for m in _LEXEME.finditer(text):
+        lexeme = m.group()
+        if lexeme == "self" and previous != ".":
+            lexeme = name
+        if not lexeme.isspace():
+            previous = lexeme
+        out.append(lexeme)
+    return "".join(out)
+
+
+def _fixed_places(
+    schema: dict, found: dict[int, _NodeRules]
+) -> tuple[tuple[tuple[str, ...], dict, _NodeRules], ...] | None:
+    """The steps (property names from the root) to every node with rules, when all
+    of them are reached through properties alone (not under a list's items or a
+    map's values, and not under the root's metadata, which rules never see); None
+    otherwise."""
+    out: list[tuple[tuple[str, ...], dict, _NodeRules]] = []
+
+    def visit(node: Any, steps: tuple[str, ...]) -> None:
+        if not isinstance(node, dict):
+            return
+        if id(node) in found:
+            out.append((steps, node, found[id(node)]))
+        props = node.get("properties")
+        for key, sub in props.items() if isinstance(props, dict) else ():
+            if not (not steps and key == "metadata"):
+                visit(sub, (*steps, key))
+
+    visit(schema, ())
+    return tuple(out) if len(out) == len(found) else None
+
+
 def _error(reason: str, path: str, kind: str, message: str) -> v.FieldError:
     if reason == v.FIELD_VALUE_FORBIDDEN:
         return v.FieldError.forbidden(path, message)
@@ -544,6 +675,13 @@ def to_cel(value: Any, node: Any, root: bool = False, paths: frozenset[tuple[str
             for p in paths:
                 wanted.setdefault(p[0], set()).add(p[1:])
         out: dict[str, Any] = {}
+        if wanted is not None and not embedded and isinstance(props, dict):
+            if all(name in props and escape(name) == name for name in wanted):
+                # Declared properties read under their own names: only those are looked at.
+                for name, rest in wanted.items():
+                    if name in value:
+                        out[name] = to_cel(value[name], props[name], False, frozenset(rest))
+                return out
         for key, item in value.items():
             if embedded and key == "metadata" and isinstance(item, dict):
                 if wanted is None or key in wanted:

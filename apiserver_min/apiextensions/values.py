@@ -41,7 +41,7 @@ def prune(obj: Any, schema: dict | None, root: bool = True) -> list[str]:
     except under ``x-kubernetes-preserve-unknown-fields``. Returns the paths dropped."""
     pruned: list[str] = []
     if schema is not None:
-        _prune(obj, schema, root, [], pruned, True)
+        _prune(obj, _plan(schema), root, [], pruned, True)
     return pruned
 
 
@@ -49,7 +49,7 @@ def unknown_fields(obj: Any, schema: dict | None) -> list[str]:
     """The paths pruning would drop from ``obj`` (which is left as it is)."""
     found: list[str] = []
     if schema is not None:
-        _prune(obj, schema, True, [], found, False)
+        _prune(obj, _plan(schema), True, [], found, False)
     return found
 
 
@@ -61,47 +61,46 @@ def _path_text(steps: list[str | int], last: str) -> str:
     return out
 
 
-def _prune(obj: Any, schema: dict, root: bool, steps: list[str | int], pruned: list[str], drop: bool) -> None:
+def _prune(obj: Any, p: "_Plan", root: bool, steps: list[str | int], pruned: list[str], drop: bool) -> None:
     if isinstance(obj, dict):
-        props = schema.get("properties")
-        addl = schema.get("additionalProperties")
-        if isinstance(props, dict) or not schema.get(PRESERVE):
-            if isinstance(addl, dict):
+        if p.has_props or not p.preserve:
+            if p.addl is not None:
                 for key, value in obj.items():
                     if isinstance(value, (dict, list)):
                         steps.append(str(key))
-                        _prune(value, addl, False, steps, pruned, drop)
+                        _prune(value, p.addl, False, steps, pruned, drop)
                         steps.pop()
                 return
-            if addl is True:
+            if p.addl_true:
                 return
-            props = props if isinstance(props, dict) else {}
-            keep_meta = root or schema.get(EMBEDDED)
-            preserve = schema.get(PRESERVE)
+            keep_meta = root or p.embedded
+            known = p.known
             for key in list(obj):
-                sub = props.get(key)
-                if sub is None:
-                    if not preserve and not (keep_meta and key in _TYPE_META):
+                if key not in known:
+                    if not p.preserve and not (keep_meta and key in _TYPE_META):
                         if drop:
                             del obj[key]
                         pruned.append(_path_text(steps, key))
                     continue
                 value = obj[key]
-                if isinstance(value, (dict, list)) and not (keep_meta and key in _TYPE_META):
+                sub = p.prop_map.get(key)
+                if sub is not None and isinstance(value, (dict, list)) and not (keep_meta and key in _TYPE_META):
                     steps.append(key)
                     _prune(value, sub, False, steps, pruned, drop)
                     steps.pop()
     elif isinstance(obj, list):
-        items = schema.get("items")
-        if isinstance(items, dict):
+        if p.items is not None:
             for i, item in enumerate(obj):
                 if isinstance(item, (dict, list)):
                     steps.append(i)
-                    _prune(item, items, False, steps, pruned, drop)
+                    _prune(item, p.items, False, steps, pruned, drop)
                     steps.pop()
 
 
 # --- defaults -----------------------------------------------------------------------------
+
+# Defaults that are never changed in place: set as they are, not copied.
+_IMMUTABLE = (str, int, float, bool, type(None))
 
 
 def apply_defaults(obj: Any, schema: dict | None) -> None:
@@ -109,86 +108,33 @@ def apply_defaults(obj: Any, schema: dict | None) -> None:
     property, from the top down: a default given is itself defaulted further."""
     if schema is None:
         return
-    _apply_defaults(obj, schema, _defaulted_nodes(schema))
+    p = _plan(schema)
+    if p.defaulted:
+        _apply_defaults(obj, p)
 
 
-def _apply_defaults(obj: Any, schema: dict, marked: frozenset[int]) -> None:
+def _apply_defaults(obj: Any, p: "_Plan") -> None:
+    """Only the values under nodes with a default at or below them are walked."""
     if isinstance(obj, dict):
-        props = schema.get("properties")
-        if isinstance(props, dict):
-            for key, sub in props.items():
-                if not isinstance(sub, dict) or "default" not in sub:
-                    continue
-                if key not in obj or (obj[key] is None and not sub.get("nullable")):
-                    obj[key] = copy.deepcopy(sub["default"])
-            for key, value in obj.items():
-                sub = props.get(key)
-                if isinstance(value, (dict, list)) and id(sub) in marked:
-                    _apply_defaults(value, sub, marked)
-        addl = schema.get("additionalProperties")
-        if id(addl) in marked:
+        for key, default, nullable in p.defaults:
+            if key not in obj or (obj[key] is None and not nullable):
+                obj[key] = default if isinstance(default, _IMMUTABLE) else copy.deepcopy(default)
+        for key, sub in p.defaulted_props:
+            value = obj.get(key)
+            if isinstance(value, (dict, list)):
+                _apply_defaults(value, sub)
+        if p.addl is not None and p.addl.defaulted:
             for value in obj.values():
-                _apply_defaults(value, addl, marked)
+                _apply_defaults(value, p.addl)
     elif isinstance(obj, list):
-        items = schema.get("items")
-        if id(items) in marked:
+        if p.items is not None and p.items.defaulted:
             for item in obj:
-                _apply_defaults(item, items, marked)
-
-
-_DEFAULTED: dict[int, tuple[Any, frozenset[int]]] = {}
-
-
-def _defaulted_nodes(schema: dict) -> frozenset[int]:
-    """The nodes of ``schema`` with a ``default`` at or below them (by id; remembered
-    per schema object): defaulting walks only the values under them."""
-    cached = _DEFAULTED.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    found: set[int] = set()
-
-    def mark(node: Any) -> bool:
-        if not isinstance(node, dict):
-            return False
-        props = node.get("properties")
-        children = list(props.values()) if isinstance(props, dict) else []
-        below = [mark(child) for child in [*children, node.get("items"), node.get("additionalProperties")]]
-        if "default" in node or any(below):
-            found.add(id(node))
-            return True
-        return False
-
-    mark(schema)
-    if len(_DEFAULTED) > 1024:
-        _DEFAULTED.clear()
-    _DEFAULTED[id(schema)] = (schema, frozenset(found))
-    return _DEFAULTED[id(schema)][1]
-
-
-_HAS_DEFAULTS: dict[int, tuple[Any, bool]] = {}
+                _apply_defaults(item, p.items)
 
 
 def has_defaults(schema: Any) -> bool:
     """Whether any node of the schema declares a ``default`` (remembered per schema object)."""
-    cached = _HAS_DEFAULTS.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    found = _has_defaults(schema)
-    if len(_HAS_DEFAULTS) > 1024:
-        _HAS_DEFAULTS.clear()
-    _HAS_DEFAULTS[id(schema)] = (schema, found)
-    return found
-
-
-def _has_defaults(schema: Any) -> bool:
-    if not isinstance(schema, dict):
-        return False
-    if "default" in schema:
-        return True
-    props = schema.get("properties")
-    if isinstance(props, dict) and any(_has_defaults(s) for s in props.values()):
-        return True
-    return _has_defaults(schema.get("items")) or _has_defaults(schema.get("additionalProperties"))
+    return isinstance(schema, dict) and _plan(schema).defaulted
 
 
 # --- value validation ---------------------------------------------------------------------
@@ -261,55 +207,166 @@ def validate(value: Any, schema: dict | None, path: str = "") -> list[v.FieldErr
     kind and metadata are not the schema's business)."""
     errs: list[v.FieldError] = []
     if schema is not None:
-        _validate(value, schema, path, errs, root=True)
+        _validate(value, _plan(schema), path, errs, root=True)
     return errs
 
 
-def _validate(value: Any, schema: dict, path: str, errs: list[v.FieldError], root: bool = False) -> None:
+class _Plan:
+    """What pruning, defaulting and validation read of one schema node, read once per
+    schema (``_plan``): which checks apply, and the plans of the nodes below."""
+
+    __slots__ = (
+        "schema",
+        "typ",
+        "exact",
+        "int_or_string",
+        "null_type",
+        "enum",
+        "enum_texts",
+        "string",
+        "max_length",
+        "min_length",
+        "pattern",
+        "pattern_re",
+        "format",
+        "number",
+        "array",
+        "object",
+        "props",
+        "has_props",
+        "prop_map",
+        "known",
+        "addl",
+        "addl_true",
+        "items",
+        "preserve",
+        "embedded",
+        "defaults",
+        "defaulted_props",
+        "defaulted",
+        "junctors",
+    )
+
+    def __init__(self, schema: dict):
+        self.schema = schema
+        typ = schema.get("type")
+        self.typ = typ
+        self.exact = _EXACT.get(typ) if isinstance(typ, str) else None
+        self.int_or_string = bool(schema.get(INT_OR_STRING))
+        # The type a null is refused as (None: null is allowed).
+        self.null_type = None
+        if not schema.get("nullable") and (typ or self.int_or_string):
+            self.null_type = typ or "integer-or-string"
+        enum = schema.get("enum")
+        self.enum = enum if isinstance(enum, list) else None
+        self.enum_texts = [_enum_text(e) for e in enum] if isinstance(enum, list) else []
+        # Whether any check of a string, a number, a list or an object's own applies.
+        self.string = any(k in schema for k in ("maxLength", "minLength", "pattern", "format"))
+        self.max_length = schema.get("maxLength")
+        self.min_length = schema.get("minLength")
+        pattern = schema.get("pattern")
+        self.pattern = pattern if isinstance(pattern, str) else None
+        try:
+            self.pattern_re = compile_pattern(pattern) if isinstance(pattern, str) else None
+        except re.error:
+            self.pattern_re = None
+        fmt = schema.get("format")
+        self.format = fmt if isinstance(fmt, str) else ""
+        self.number = any(k in schema for k in ("maximum", "minimum", "multipleOf"))
+        self.array = any(k in schema for k in ("maxItems", "minItems", "uniqueItems", LIST_TYPE))
+        self.object = any(k in schema for k in ("maxProperties", "minProperties", "required", EMBEDDED))
+        props = schema.get("properties")
+        self.has_props = isinstance(props, dict)
+        self.props = (
+            [(key, _Plan(sub)) for key, sub in props.items() if isinstance(sub, dict)] if self.has_props else []
+        )
+        self.prop_map = dict(self.props)
+        self.known = frozenset(props) if isinstance(props, dict) else frozenset()
+        addl, items = schema.get("additionalProperties"), schema.get("items")
+        self.addl = _Plan(addl) if isinstance(addl, dict) else None
+        self.addl_true = addl is True
+        self.items = _Plan(items) if isinstance(items, dict) else None
+        self.preserve = bool(schema.get(PRESERVE))
+        self.embedded = bool(schema.get(EMBEDDED))
+        # Defaulting: the properties' defaults, the properties with defaults at or
+        # below them, and whether this node has any at or below it.
+        self.defaults = [
+            (key, sub.schema["default"], bool(sub.schema.get("nullable")))
+            for key, sub in self.props
+            if "default" in sub.schema
+        ]
+        self.defaulted_props = [(key, sub) for key, sub in self.props if sub.defaulted]
+        self.defaulted: bool = "default" in schema or any(
+            c is not None and c.defaulted for c in (*(sub for _, sub in self.props), self.addl, self.items)
+        )
+        self.junctors: dict[str, Any] = {}
+        for name in ("allOf", "anyOf", "oneOf"):
+            subs = schema.get(name)
+            if isinstance(subs, list) and subs:
+                self.junctors[name] = [_Plan(sub) if isinstance(sub, dict) else None for sub in subs]
+        if isinstance(schema.get("not"), dict):
+            self.junctors["not"] = _Plan(schema["not"])
+
+
+_PLANS: dict[int, tuple[dict, _Plan]] = {}
+
+
+def _plan(schema: dict) -> _Plan:
+    """The plan of ``schema`` (remembered per schema object)."""
+    cached = _PLANS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    plan = _Plan(schema)
+    if len(_PLANS) > 1024:
+        _PLANS.clear()
+    _PLANS[id(schema)] = (schema, plan)
+    return plan
+
+
+def _validate(value: Any, p: _Plan, path: str, errs: list[v.FieldError], root: bool = False) -> None:
     if value is None:
-        if not schema.get("nullable") and (schema.get("type") or schema.get(INT_OR_STRING)):
-            typ = schema.get("type") or "integer-or-string"
-            errs.append(v.FieldError.invalid(path, "null", f'{path} in body must be of type {typ}: "null"'))
+        if p.null_type is not None:
+            errs.append(v.FieldError.invalid(path, "null", f'{path} in body must be of type {p.null_type}: "null"'))
         return
-    typ = schema.get("type")
     t = type(value)
-    if schema.get(INT_OR_STRING):
+    if p.int_or_string:
         if not (isinstance(value, str) or _is_type(value, "integer")):
             errs.append(_type_error(path, value, "integer-or-string"))
             return
-    elif typ and t is not _EXACT.get(typ) and not _is_type(value, typ):
-        errs.append(_type_error(path, value, typ))
+    elif p.typ and t is not p.exact and not _is_type(value, p.typ):
+        errs.append(_type_error(path, value, p.typ))
         return
-    enum = schema.get("enum")
-    if isinstance(enum, list) and value not in enum:
-        errs.append(v.FieldError.not_supported(path, value, [_enum_text(e) for e in enum]))
+    if p.enum is not None and value not in p.enum:
+        errs.append(v.FieldError.not_supported(path, value, p.enum_texts))
     # Decoded JSON has exactly these types; the isinstance chain is for anything else.
     if t is str:
-        _validate_string(value, schema, path, errs)
+        if p.string:
+            _validate_string(value, p, path, errs)
     elif t is dict:
-        _validate_object(value, schema, path, errs, root)
+        _validate_object(value, p, path, errs, root)
     elif t is list:
-        _validate_array(value, schema, path, errs)
+        _validate_array(value, p, path, errs)
     elif t is int or t is float:
-        _validate_number(value, schema, path, errs)
+        if p.number:
+            _validate_number(value, p.schema, path, errs)
     elif t is bool:
         pass
     elif isinstance(value, str):
-        _validate_string(value, schema, path, errs)
+        _validate_string(value, p, path, errs)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        _validate_number(value, schema, path, errs)
+        _validate_number(value, p.schema, path, errs)
     elif isinstance(value, list):
-        _validate_array(value, schema, path, errs)
+        _validate_array(value, p, path, errs)
     elif isinstance(value, dict):
-        _validate_object(value, schema, path, errs, root)
-    if not JUNCTORS.isdisjoint(schema):
-        _validate_junctors(value, schema, path, errs, root)
+        _validate_object(value, p, path, errs, root)
+    if p.junctors:
+        _validate_junctors(value, p.junctors, path, errs, root)
 
 
-def _junctor_errors(value: Any, schema: Any, path: str, root: bool) -> list[v.FieldError]:
+def _junctor_errors(value: Any, p: _Plan | None, path: str, root: bool) -> list[v.FieldError]:
     found: list[v.FieldError] = []
-    if isinstance(schema, dict):
-        _validate(value, schema, path, found, root)
+    if p is not None:
+        _validate(value, p, path, found, root)
     return found
 
 
@@ -318,12 +375,12 @@ def _composite(path: str, text: str) -> v.FieldError:
     return v.FieldError.invalid("", "", f"{v.go_quote(path)} {text}")
 
 
-def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+def _validate_junctors(value: Any, junctors: dict[str, Any], path: str, errs: list[v.FieldError], root: bool) -> None:
     """``allOf`` (every schema), ``anyOf`` (at least one), ``oneOf`` (exactly one) and
     ``not`` (must fail), with upstream's messages: the junctor's own error, and the
     errors of the alternative that came nearest (the one with fewest errors)."""
-    all_of = schema.get("allOf")
-    if isinstance(all_of, list) and all_of:
+    all_of = junctors.get("allOf")
+    if all_of:
         passed = 0
         for sub in all_of:
             found = _junctor_errors(value, sub, path, root)
@@ -333,8 +390,8 @@ def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldEr
             errs.append(
                 _composite(path, "must validate all the schemas (allOf)" + (". None validated" if not passed else ""))
             )
-    any_of = schema.get("anyOf")
-    if isinstance(any_of, list) and any_of:
+    any_of = junctors.get("anyOf")
+    if any_of:
         best: list[v.FieldError] | None = None
         for sub in any_of:
             found = _junctor_errors(value, sub, path, root)
@@ -346,8 +403,8 @@ def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldEr
         else:
             errs.append(_composite(path, "must validate at least one schema (anyOf)"))
             errs += best or []
-    one_of = schema.get("oneOf")
-    if isinstance(one_of, list) and one_of:
+    one_of = junctors.get("oneOf")
+    if one_of:
         valid = 0
         nearest: list[v.FieldError] | None = None
         for sub in one_of:
@@ -361,7 +418,7 @@ def _validate_junctors(value: Any, schema: dict, path: str, errs: list[v.FieldEr
             errs.append(_composite(path, f"must validate one and only one schema (oneOf). {more}"))
             if not valid:
                 errs += nearest or []
-    if isinstance(schema.get("not"), dict) and not _junctor_errors(value, schema["not"], path, root):
+    if "not" in junctors and not _junctor_errors(value, junctors["not"], path, root):
         errs.append(_composite(path, "must not validate the schema (not)"))
 
 
@@ -369,24 +426,17 @@ def _enum_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _validate_string(value: str, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+def _validate_string(value: str, p: _Plan, path: str, errs: list[v.FieldError]) -> None:
     n = len(value)
-    if "maxLength" in schema and n > schema["maxLength"]:
-        errs.append(v.FieldError(v.FIELD_VALUE_TOO_LONG, path, value, f"may not be longer than {schema['maxLength']}"))
-    if "minLength" in schema and n < schema["minLength"]:
-        errs.append(
-            v.FieldError.invalid(path, value, f"{path} in body should be at least {schema['minLength']} chars long")
-        )
-    pattern = schema.get("pattern")
-    if isinstance(pattern, str):
-        try:
-            matched = compile_pattern(pattern).search(value) is not None
-        except re.error:
-            matched = True  # refused when the definition was written; never here
-        if not matched:
-            errs.append(v.FieldError.invalid(path, value, f"{path} in body should match '{pattern}'"))
-    fmt = schema.get("format")
-    if isinstance(fmt, str) and fmt and not formats.valid(fmt, value):
+    if p.max_length is not None and n > p.max_length:
+        errs.append(v.FieldError(v.FIELD_VALUE_TOO_LONG, path, value, f"may not be longer than {p.max_length}"))
+    if p.min_length is not None and n < p.min_length:
+        errs.append(v.FieldError.invalid(path, value, f"{path} in body should be at least {p.min_length} chars long"))
+    # A pattern that does not compile was refused when the definition was written.
+    if p.pattern_re is not None and p.pattern_re.search(value) is None:
+        errs.append(v.FieldError.invalid(path, value, f"{path} in body should match '{p.pattern}'"))
+    fmt = p.format
+    if fmt and not formats.valid(fmt, value):
         errs.append(v.FieldError.invalid(path, value, f"{path} in body must be of type {fmt}: {v.go_quote(value)}"))
 
 
@@ -421,7 +471,16 @@ def _canonical(value: Any) -> Any:
     return type(value), value
 
 
-def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+def _validate_array(value: list, p: _Plan, path: str, errs: list[v.FieldError]) -> None:
+    if p.array:
+        _validate_list_bounds(value, p.schema, path, errs)
+    if p.items is not None:
+        for i, item in enumerate(value):
+            _validate(item, p.items, f"{path}[{i}]", errs)
+
+
+def _validate_list_bounds(value: list, schema: dict, path: str, errs: list[v.FieldError]) -> None:
+    """A list's own checks: its length, and its items unique (a set, or a map by keys)."""
     n = len(value)
     if "maxItems" in schema and n > schema["maxItems"]:
         errs.append(v.FieldError(v.FIELD_VALUE_TOO_MANY, path, n, f"must have at most {schema['maxItems']} items"))
@@ -445,13 +504,21 @@ def _validate_array(value: list, schema: dict, path: str, errs: list[v.FieldErro
             if c in seen_keys:
                 errs.append(v.FieldError.duplicate(f"{path}[{i}]", {k: item.get(k) for k in keys}))
             seen_keys.add(c)
-    items = schema.get("items")
-    if isinstance(items, dict):
-        for i, item in enumerate(value):
-            _validate(item, items, f"{path}[{i}]", errs)
 
 
-def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+def _validate_object(value: dict, p: _Plan, path: str, errs: list[v.FieldError], root: bool) -> None:
+    if p.object:
+        _validate_object_own(value, p.schema, path, errs, root)
+    for key, sub in p.props:
+        if key in value and not (root and key == "metadata"):
+            _validate(value[key], sub, _child(path, key), errs)
+    if p.addl is not None:
+        for key, item in value.items():
+            _validate(item, p.addl, f"{path}[{key}]" if path else key, errs)
+
+
+def _validate_object_own(value: dict, schema: dict, path: str, errs: list[v.FieldError], root: bool) -> None:
+    """An object's own checks: its property count, required and embedded fields."""
     if "maxProperties" in schema or "minProperties" in schema:
         n = len([k for k in value if not (root and k in _TYPE_META)])
         if "maxProperties" in schema and n > schema["maxProperties"]:
@@ -471,12 +538,3 @@ def _validate_object(value: dict, schema: dict, path: str, errs: list[v.FieldErr
         for name in ("apiVersion", "kind"):
             if not value.get(name):
                 errs.append(v.FieldError.required(_child(path, name), "must not be empty"))
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        for key, sub in props.items():
-            if key in value and isinstance(sub, dict) and not (root and key == "metadata"):
-                _validate(value[key], sub, _child(path, key), errs)
-    addl = schema.get("additionalProperties")
-    if isinstance(addl, dict):
-        for key, item in value.items():
-            _validate(item, addl, f"{path}[{key}]" if path else key, errs)

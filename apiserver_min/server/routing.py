@@ -183,8 +183,12 @@ def storage_version_alias(info: "RequestInfo") -> GroupAlias | None:
     k = info.kind
     if k is None or not k.custom or info.alias is not None:
         return None
-    schema = k.custom_schema if values.has_defaults(k.custom_schema) else None
     stored = k.custom_storage_version or k.version
+    if stored == k.version and info.verb in ("create", "update"):
+        # The answer is the object just written in this very version: pruned and
+        # defaulted by its schema already, nothing to convert.
+        return None
+    schema = k.custom_schema if values.has_defaults(k.custom_schema) else None
     if stored == k.version and schema is None:
         return None
     return StorageVersionAlias(k.group, k.group, k.version, stored, schema, k.kind, k.custom_converter)

@@ -17,7 +17,7 @@ from apiserver_min.apiextensions.definition import DefinitionStrategy, validate_
 from apiserver_min.apiextensions.resource import CustomResourceStrategy, Definition, parse_path
 from apiserver_min.apiextensions.structural import validate_schema
 from apiserver_min.server.openapi import OpenAPI
-from apiserver_min.server.routing import StorageVersionAlias
+from apiserver_min.server.routing import RequestInfo, StorageVersionAlias, storage_version_alias
 from apiserver_min.storage.cacher import WatchCache
 from apiserver_min.storage.keys import key_prefix
 from apiserver_min.storage.sqlite import SqliteBackend
@@ -392,3 +392,15 @@ def test_reads_in_another_version_are_rewritten_and_defaulted():
     assert lst["items"][0]["apiVersion"] == "example.com/v1beta1" and lst["items"][0]["spec"]["replicas"] == 1
     assert "spec" not in lst  # the list itself is not an object of the kind
     assert alias.to_served({"apiVersion": "example.com/v1beta1"}) == {"apiVersion": "example.com/v1beta1"}
+
+
+def test_writes_in_the_storage_version_answer_with_the_object_written():
+    obj = crd()
+    obj["status"] = {"acceptedNames": {"plural": "widgets", "kind": "Widget"}}
+    kind = Definition.from_object(obj).kinds()[0]
+    # Reads default what was stored before a default was declared; a create or update
+    # answers with what it just pruned and defaulted in this version.
+    for verb in ("get", "list", "watch", "patch", "delete"):
+        assert isinstance(storage_version_alias(RequestInfo(True, "", verb, kind=kind)), StorageVersionAlias)
+    for verb in ("create", "update"):
+        assert storage_version_alias(RequestInfo(True, "", verb, kind=kind)) is None

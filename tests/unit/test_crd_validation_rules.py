@@ -329,3 +329,58 @@ def test_defaults_must_pass_the_rules_of_their_field():
     ]
     spec["properties"]["limits"]["default"] = {"low": 1, "high": 5}
     assert validate_schema(schema(spec), "X") == []
+
+
+FIXED = schema(
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "x-kubernetes-validations": [{"rule": "self.matches('^self-[a-z]+$')"}]},
+            "tags": {
+                "type": "array",
+                "maxItems": 4,
+                "items": STR,
+                "x-kubernetes-validations": [{"rule": "self.all(x, x != 'self')", "message": "no self tag"}],
+            },
+            **REPLICAS["properties"],
+        },
+        "x-kubernetes-validations": REPLICAS["x-kubernetes-validations"],
+    },
+    root_rules=[{"rule": "self.metadata.name.startsWith('w')"}],
+)
+
+
+def test_rules_at_fixed_places_are_checked_in_one_evaluation_and_fail_one_by_one(monkeypatch):
+    validator = rules.Validator(FIXED)
+    good = obj({"name": "self-a", "tags": ["a"], "replicas": 3, "minReplicas": 1})
+    assert validator.validate(good) == []
+    assert list(validator._combined) == [(0, 1, 2, 3)]  # the root, spec, spec.name, spec.tags: one program
+    assert validator.validate(obj({"replicas": 3, "minReplicas": 1})) == []  # absent fields: their rules do not run
+    assert list(validator._combined) == [(0, 1, 2, 3), (0, 1)]
+    bad = obj({"name": "other", "tags": ["self"], "replicas": 1, "minReplicas": 3})
+    assert [e.message() for e in validator.validate(bad)] == [
+        'spec: Invalid value: "object": minReplicas too big',
+        "spec.name: Invalid value: \"string\": failed rule: self.matches('^self-[a-z]+$')",
+        'spec.tags: Invalid value: "array": no self tag',
+    ]
+    # What would pass but for the budget is run one by one, with its error.
+    monkeypatch.setattr(rules, "RUNTIME_BUDGET", 3)
+    assert [e.message() for e in validator.validate(good)] == [f'<nil>: Invalid value: "object": {rules.BUDGET_SPENT}']
+
+
+def test_rules_below_lists_or_reading_old_values_are_run_one_by_one():
+    below = schema({"type": "array", "items": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]}})
+    validator = rules.Validator(below)
+    assert validator.validate(obj([1, 2])) == [] and validator._fixed is None
+    transition = schema({"type": "integer", "x-kubernetes-validations": [{"rule": "self >= oldSelf"}]})
+    validator = rules.Validator(transition)
+    assert [e.message() for e in validator.validate(obj(1), obj(2))] == [
+        'spec: Invalid value: "integer": failed rule: self >= oldSelf'
+    ]
+    assert validator.validate(obj(1)) == [] and validator._combined == {}  # nothing runs without an old value
+
+
+def test_joined_rules_read_self_as_a_variable_only():
+    assert rules._renamed_self("self.x == 'self' && x.self == self", "v") == "v.x == 'self' && x.self == v"
+    assert rules._renamed_self("'''it's self''' == self.a", "v") == "'''it's self''' == v.a"
+    assert rules._renamed_self("rule_self_0 == self", "v") is None
