@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/bench_scale.py [--nodes 50] [--pods 1000] [--backend sqlite|etcd]
         [--duration 60] [--step 0] [--max-nodes N] [--nodes-per-process 250]
-        [--replicas 0] [--keep-log DIR]
+        [--replicas 0] [--timeline] [--keep-log DIR]
 
 Starts ``orch-apiserver`` (SQLite, or etcd from tests/components.py) in a temporary
 data dir and ``--nodes`` hollow nodes (tests/bench/hollow.py: the real node agent on
@@ -32,7 +32,10 @@ as the bucket bound it falls in. With ``--step S`` the node count
 then grows by S (pods in proportion, ``--pods`` per ``--nodes``) until an SLI breaks
 or ``--max-nodes``; the knee is the last count that held. With ``--replicas R`` a
 Deployment of R replicas is then created and timed to R available, and a rolling
-update of it timed to done (the issue-19 figures).
+update of it timed to done (the issue-19 figures); ``--timeline`` then prints both as a
+row per second (tests/bench/timeline.py): pods seen, bound, Running, Ready, marked for
+deletion and gone, the ReplicaSets' sizes, and the CPU the server and the hollow
+processes used.
 
 Targets (issue 22, a 2-core machine): 1,000 nodes and 30,000 pods on SQLite with
 mutating p99 <= 1 s, reads p99 <= 1 s (lists of a namespace <= 5 s; upstream
@@ -64,10 +67,13 @@ if str(REPO) not in sys.path:
 from agent.client.config import load_orchconfig  # noqa: E402
 from agent.client.rest import ApiClient, ApiConnectionError, ApiError  # noqa: E402
 from tests.apiserver_fixtures import ApiServerProcess  # noqa: E402
+from tests.bench.bench_apiserver import CProfileRun  # noqa: E402
 from tests.bench.hollow import HOLLOW_IMAGE  # noqa: E402
+from tests.bench.timeline import Timeline  # noqa: E402
 from tests.components import Etcd, free_port  # noqa: E402
 
 HOLLOW_SCRIPT = REPO / "tests" / "bench" / "hollow.py"
+BENCH_APISERVER_SCRIPT = REPO / "tests" / "bench" / "bench_apiserver.py"
 LABEL = {"bench": "scale"}
 REPLICAS_PER_DEPLOYMENT = 10
 DEPLOYMENTS_PER_NAMESPACE = 50
@@ -103,14 +109,26 @@ def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+class ProfiledServer(ApiServerProcess):
+    """orch-apiserver run by bench_apiserver.py's cProfile wrapper (windows on SIGUSR1/SIGUSR2)."""
+
+    def __init__(self, *args, profile_dir: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.profile_dir = profile_dir
+
+    def argv(self) -> list[str]:
+        return [sys.executable, str(BENCH_APISERVER_SCRIPT), "_cprofile_server", self.profile_dir, *super().argv()[1:]]
+
+
 # --- the hollow processes -----------------------------------------------------------------------
 
 
 class Fleet:
     """Hollow-node processes, grown by :meth:`grow`; stopped by PID."""
 
-    def __init__(self, server: ApiServerProcess, work: Path, per_process: int) -> None:
+    def __init__(self, server: ApiServerProcess, work: Path, per_process: int, profile_dir: str = "") -> None:
         self.server = server
+        self.profile_dir = profile_dir
         self.work = work
         self.per_process = per_process
         self.procs: list[asyncio.subprocess.Process] = []
@@ -138,6 +156,7 @@ class Fleet:
                 str(self.work / f"proc-{idx}"),
                 "--log-file",
                 str(self.work / f"proc-{idx}.log"),
+                *(["--profile-dir", self.profile_dir] if self.profile_dir else []),
                 stdout=asyncio.subprocess.PIPE,
                 stdin=asyncio.subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -170,6 +189,11 @@ class Fleet:
             except psutil.Error:
                 pass
         return total
+
+    def signal(self, signum: int) -> None:
+        for proc in self.procs:
+            if proc.returncode is None:
+                proc.send_signal(signum)
 
     async def stop(self) -> None:
         for proc in self.procs:
@@ -569,36 +593,65 @@ class Bench:
             server_side=server_side,
         )
 
-    async def big_deployment(self, replicas: int) -> None:
+    async def big_deployment(self, replicas: int, timeline: bool = False) -> None:
         """Issue 19: one Deployment of ``replicas`` over the hollow nodes, to available; then a rolling update."""
         ns = "scale-big"
         await ensure_namespace(self.client, ns)
         path = f"/apis/apps/v1/namespaces/{ns}/deployments"
-        cpu0 = self.sampler.cpu_seconds()
+        tl = Timeline(self.client, ns, {"server": self.sampler.cpu_seconds, "hollow": self.fleet.cpu_seconds})
+        tl.start()
+        try:
+            await self._big_deployment(ns, path, replicas, tl)
+        finally:
+            await tl.stop()
+        if timeline:
+            print(tl.summary())
+            print(tl.report(tl.marks[0][0], tl.marks[-1][0] + 1))
+
+    async def _big_deployment(self, ns: str, path: str, replicas: int, tl: Timeline) -> None:
+        cpu0, hcpu0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds()
+        tl.mark("created")
         await self.client.create(path, deployment("big", replicas))
         available_s = await self._wait_rollout(f"{path}/big", replicas, generation=1, timeout=600)
+        tl.mark("available")
         cpu_create = self.sampler.cpu_seconds() - cpu0
+        hcpu_create = self.fleet.cpu_seconds() - hcpu0
         print(
             f"  Deployment of {replicas} replicas over {self.fleet.count} nodes: {replicas} available in "
             f"{fmt_s(available_s)} (target <= {TARGET_BIG_AVAILABLE_S:g} s at 1,000 over 100 nodes); "
             f"server CPU {cpu_create:.1f} s = {cpu_create / replicas * 1000:.2f} ms a pod "
             f"(target <= {TARGET_CPU_PER_POD_MS:g} ms); RSS {self.sampler.peak_rss / 2**20:.0f} MiB; "
-            f"load {loadavg()}",
+            f"hollow CPU {hcpu_create:.1f} s = {hcpu_create / replicas * 1000:.2f} ms a pod; load {loadavg()}",
             flush=True,
         )
         if available_s is None:
             print("  (not all available within 600 s: no rolling update timed)")
             await self.client.delete(f"{path}/big")
             return
-        cpu0 = self.sampler.cpu_seconds()
+        cpu0, hcpu0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds()
+        tl.mark("patched")
+        server_profile = None
+        if self.fleet.profile_dir:
+            self.fleet.signal(signal.SIGUSR1)
+            if isinstance(self.server, ProfiledServer):
+                server_profile = CProfileRun(self.server.pid or 0, "server-rollout", Path(self.fleet.profile_dir))
+                server_profile.start()
         await self.client.patch(
             f"{path}/big", {"spec": {"template": {"metadata": {"annotations": {"bench/rollout": str(time.time())}}}}}
         )
         rolled_s = await self._wait_rollout(f"{path}/big", replicas, generation=2, timeout=600)
+        tl.mark("rolled")
+        if self.fleet.profile_dir:
+            self.fleet.signal(signal.SIGUSR2)
+        if server_profile is not None:
+            await asyncio.to_thread(server_profile.stop)
         cpu_roll = self.sampler.cpu_seconds() - cpu0
+        hcpu_roll = self.fleet.cpu_seconds() - hcpu0
         print(
             f"  rolling update of it: done in {fmt_s(rolled_s)} (target <= {TARGET_BIG_ROLLOUT_S:g} s); "
-            f"server CPU {cpu_roll:.1f} s; RSS {self.sampler.peak_rss / 2**20:.0f} MiB; load {loadavg()}",
+            f"server CPU {cpu_roll:.1f} s = {cpu_roll / replicas * 1000:.2f} ms a pod replaced; "
+            f"hollow CPU {hcpu_roll:.1f} s = {hcpu_roll / replicas * 1000:.2f} ms a pod replaced; "
+            f"RSS {self.sampler.peak_rss / 2**20:.0f} MiB; load {loadavg()}",
             flush=True,
         )
         await self.client.delete(f"{path}/big")
@@ -616,7 +669,29 @@ class Bench:
             ):
                 return time.monotonic() - t0
             await asyncio.sleep(0.5)
+        await self._show_unavailable(f"/api/v1/namespaces/{path.split('/')[5]}/pods")
         return None
+
+    async def _show_unavailable(self, pods_path: str, limit: int = 10) -> None:
+        """A rollout that did not finish: which pods are not ready, where, and why."""
+        pods = (await self.client.get(pods_path))["items"]
+        stuck = [
+            p
+            for p in pods
+            if not any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        ]
+        print(f"  {len(stuck)} of {len(pods)} pods not ready; the first {min(limit, len(stuck))}:")
+        for p in stuck[:limit]:
+            st = p.get("status") or {}
+            print(
+                f"    {p['metadata']['name']} node={p['spec'].get('nodeName')} phase={st.get('phase')} "
+                f"deleting={bool(p['metadata'].get('deletionTimestamp'))} conditions="
+                f"{[(c.get('type'), c.get('status'), c.get('reason')) for c in st.get('conditions') or []]} "
+                f"containers={[(c.get('name'), c.get('state')) for c in st.get('containerStatuses') or []]}"
+            )
 
 
 def report(r: StepResult, backend: str) -> None:
@@ -678,12 +753,16 @@ async def amain(args: argparse.Namespace) -> int:
             server = ApiServerProcess(
                 work / "srv", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint, etcd_prefix="/bench"
             )
+        elif args.profile:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            server = ProfiledServer(work / "srv", free_port(), profile_dir=str(Path(args.profile).resolve()))
         else:
             server = ApiServerProcess(work / "srv", free_port())
         server.start(timeout=60)
         client = ApiClient(load_orchconfig(str(server.kubeconfig)), qps=-1, timeout=120)
         await ensure_namespace(client, PROBE_NS)
-        fleet = Fleet(server, work / "hollow", args.nodes_per_process)
+        profile_dir = str(Path(args.profile).resolve()) if args.profile else ""
+        fleet = Fleet(server, work / "hollow", args.nodes_per_process, profile_dir)
         bench = Bench(client, server, fleet)
         tasks = [asyncio.create_task(bench.sampler.run()), asyncio.create_task(bench.pods.run())]
         print(
@@ -721,7 +800,7 @@ async def amain(args: argparse.Namespace) -> int:
             else:
                 print(f"  knee: {held} nodes (the last count at which every SLI held; broken at {broke_at})")
             if args.replicas:
-                await bench.big_deployment(args.replicas)
+                await bench.big_deployment(args.replicas, timeline=args.timeline)
         finally:
             for t in tasks:
                 t.cancel()
@@ -754,6 +833,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nodes", type=int, default=TARGET_NODES, help="last node count tried with --step")
     ap.add_argument("--nodes-per-process", type=int, default=250, help="hollow nodes per process")
     ap.add_argument("--replicas", type=int, default=0, help="then a Deployment of this many replicas (issue 19)")
+    ap.add_argument("--timeline", action="store_true", help="print the big Deployment's timeline, a row a second")
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="cProfile the server (SQLite) and the hollow processes during the rolling update (files in DIR)",
+    )
     ap.add_argument("--keep-log", default="", help="copy the server's and the hollow nodes' logs here")
     args = ap.parse_args(argv)
     if args.nodes < 1 or args.pods < 0 or args.duration <= 0 or args.nodes_per_process < 1:
