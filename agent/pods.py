@@ -87,7 +87,9 @@ class PodUpdate:
 class PodSink(Protocol):
     """What a source hands its updates to: the pod config merge (:class:`agent.sources.merge.PodConfig`)."""
 
-    def push(self, update: PodUpdate) -> None: ...
+    def push(self, update: PodUpdate) -> None:
+        """Take ``update``; its pods are read, never changed or kept (copies are kept)."""
+        ...
 
     def report_problems(self, source: str, problems: list["ManifestProblem"]) -> None: ...
 

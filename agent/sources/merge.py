@@ -40,7 +40,7 @@ log = agent_logging.get_logger("sources")
 _LOCAL_ANNOTATIONS = (names.ANNOTATION_CONFIG_SOURCE, names.ANNOTATION_CONFIG_MIRROR, names.ANNOTATION_CONFIG_SEEN)
 
 
-def _copy(pod: dict) -> dict:
+def _copy(pod: Any) -> Any:
     # Pods are JSON-shaped; an orjson round trip is several times faster than deepcopy.
     return orjson.loads(orjson.dumps(pod))
 
@@ -52,8 +52,14 @@ def _meta(pod: dict) -> dict:
     return meta
 
 
+def _read_meta(pod: dict) -> dict:
+    """The metadata of a pod a source handed in, read only (never added to it)."""
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
 def _annotations(pod: dict) -> dict:
-    return _meta(pod).get("annotations") or {}
+    return _read_meta(pod).get("annotations") or {}
 
 
 def _non_local(annotations: dict) -> dict:
@@ -62,7 +68,7 @@ def _non_local(annotations: dict) -> dict:
 
 def _differ_semantically(existing: dict, ref: dict) -> bool:
     """Whether ``ref`` changes anything the pod workers act on (upstream's podsDifferSemantically)."""
-    em, rm = _meta(existing), _meta(ref)
+    em, rm = _read_meta(existing), _read_meta(ref)
     return (
         existing.get("spec") != ref.get("spec")
         or (em.get("labels") or {}) != (rm.get("labels") or {})
@@ -166,9 +172,10 @@ class PodConfig:
         problems: list[ManifestProblem] = []
         batch_names: dict[str, str] = {}
         for incoming in pods:
-            ref = _copy(incoming)
-            uid = podutil.uid(ref)
-            full = podutil.full_name(ref)
+            # ``incoming`` is the source's (an informer's cached object, say): read, never
+            # changed or kept; only what is kept is copied.
+            uid = podutil.uid(incoming)
+            full = podutil.full_name(incoming)
             if not uid:
                 problems.append(ManifestProblem(source, full, f"pod {full!r} has no metadata.uid, ignoring"))
                 continue
@@ -186,18 +193,19 @@ class PodConfig:
                 problems.append(ManifestProblem(source, full, message))
                 continue
             batch_names[full] = uid
-            anns = _meta(ref).get("annotations")
-            if not isinstance(anns, dict):
-                anns = _meta(ref)["annotations"] = {}
-            anns[names.ANNOTATION_CONFIG_SOURCE] = source
             existing = old.get(uid)
             if existing is None:
+                ref = _copy(incoming)
+                anns = _meta(ref).get("annotations")
+                if not isinstance(anns, dict):
+                    anns = _meta(ref)["annotations"] = {}
+                anns[names.ANNOTATION_CONFIG_SOURCE] = source
                 anns[names.ANNOTATION_CONFIG_SEEN] = timeutil.format_rfc3339_nano(timeutil.now())
                 new[uid] = ref
                 adds.append(ref)
                 continue
             new[uid] = existing
-            outcome = self._check_and_update(existing, ref)
+            outcome = self._check_and_update(existing, incoming, source)
             if outcome is Op.UPDATE:
                 updates.append(existing)
             elif outcome is Op.DELETE:
@@ -215,22 +223,24 @@ class PodConfig:
         self._merge_problems[source] = kept
 
     @staticmethod
-    def _check_and_update(existing: dict, ref: dict) -> Op | None:
-        """Bring ``existing`` up to ``ref`` and say what kind of change it was (upstream's checkAndUpdatePod)."""
+    def _check_and_update(existing: dict, ref: dict, source: str) -> Op | None:
+        """Bring ``existing`` up to ``ref`` (the source's pod, copied from, never changed)
+        and say what kind of change it was (upstream's checkAndUpdatePod)."""
         if not _differ_semantically(existing, ref):
             if existing.get("status") != ref.get("status"):
-                existing["status"] = ref.get("status")
+                existing["status"] = _copy(ref.get("status"))
                 return Op.RECONCILE
             return None
-        em, rm = _meta(existing), _meta(ref)
-        existing["spec"] = ref.get("spec")
+        em, rm = _meta(existing), _read_meta(ref)
+        existing["spec"] = _copy(ref.get("spec"))
         for key in ("labels", "deletionTimestamp", "deletionGracePeriodSeconds"):
             if rm.get(key) is None:
                 em.pop(key, None)
             else:
-                em[key] = rm[key]
-        existing["status"] = ref.get("status")
+                em[key] = _copy(rm[key])
+        existing["status"] = _copy(ref.get("status"))
         annotations: dict[str, Any] = dict(rm.get("annotations") or {})
+        annotations[names.ANNOTATION_CONFIG_SOURCE] = source
         for key in _LOCAL_ANNOTATIONS:
             if key in (em.get("annotations") or {}):
                 annotations[key] = em["annotations"][key]

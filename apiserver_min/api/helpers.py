@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import os
 import time
 from typing import Any, Mapping
+
+import orjson
 
 from . import names
 from .timeutil import format_rfc3339
@@ -30,6 +33,16 @@ def new_uid() -> str:
     b[8] = (b[8] & 0x3F) | 0x80
     h = b.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON-shaped value (an object as decoded), through orjson: several
+    times faster than ``copy.deepcopy``. What orjson cannot encode (an integer beyond
+    64 bits, a key that is not a string) is copied with ``copy.deepcopy``."""
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except TypeError:
+        return copy.deepcopy(value)
 
 
 def _dig(obj: Any, *path: str, default: Any = None) -> Any:

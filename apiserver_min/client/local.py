@@ -28,12 +28,12 @@ directly instead of decoding a watch stream.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from ..api import names
 from ..api import status as st
 from ..api.codec import decode_stored
+from ..api.helpers import json_copy
 from ..api.kinds import KindInfo
 from ..api.schemas import schema_for
 from ..api.selectors import FieldSelector, LabelSelector, SelectorError, parse_field_selector, parse_label_selector
@@ -167,7 +167,7 @@ class LocalClient:
             body = obj_or_mutate
 
             def compute(_old: dict) -> dict:
-                return copy.deepcopy(body)  # its resourceVersion is the precondition
+                return json_copy(body)  # its resourceVersion is the precondition
 
         else:
             compute = obj_or_mutate  # type: ignore[assignment]

@@ -381,6 +381,17 @@ def deployment_timed_out(d: Mapping, status: Mapping, now: float) -> bool:
     return _cond_time(cond, "lastUpdateTime") + deadline < now
 
 
+def editable_copy(rs: Mapping) -> dict:
+    """A copy of ``rs`` whose metadata, annotations and spec (its top level) may be
+    changed; the rest is shared, read only (the client copies what it writes)."""
+    out = dict(rs)
+    md = out["metadata"] = dict(dict_at(rs, "metadata"))
+    if isinstance(md.get("annotations"), dict):
+        md["annotations"] = dict(md["annotations"])
+    out["spec"] = dict(dict_at(rs, "spec"))
+    return out
+
+
 def _replicas_annotations_need_update(rs: Mapping, desired: int, max_total: int) -> bool:
     ann = dict_at(dict_at(rs, "metadata"), "annotations")
     return ann.get(DESIRED_REPLICAS) != str(desired) or ann.get(MAX_REPLICAS) != str(max_total)
@@ -588,8 +599,8 @@ class DeploymentController:
         size_changes = old_scale != new_scale
         want, most = replicas(d), replicas(d) + max_surge(d)
         if size_changes or _replicas_annotations_need_update(rs, want, most):
-            changed = copy.deepcopy(rs)
-            changed.setdefault("spec", {})["replicas"] = new_scale
+            changed = editable_copy(rs)
+            changed["spec"]["replicas"] = new_scale
             _set_replicas_annotations(changed, want, most)
             await self.update_rs(rs, changed)
             if size_changes:
@@ -630,10 +641,10 @@ class DeploymentController:
         spec = d["spec"]
         min_ready = _int(spec.get("minReadySeconds"))
         if existing is not None:
-            changed = copy.deepcopy(existing)
+            changed = editable_copy(existing)
             annotations_updated = set_new_rs_annotations(d, changed, new_revision, exists=True)
             if annotations_updated or _int(dict_at(existing, "spec").get("minReadySeconds")) != min_ready:
-                changed.setdefault("spec", {})["minReadySeconds"] = min_ready
+                changed["spec"]["minReadySeconds"] = min_ready
                 await self.update_rs(existing, changed)
             needs_update = self._set_deployment_revision(d, str(revision(existing)))
             if has_progress_deadline(d) and get_condition(dict_at(d, "status"), PROGRESSING) is None:

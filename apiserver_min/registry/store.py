@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import dataclasses
 import datetime as _dt
 import logging
@@ -25,6 +24,7 @@ from ..api import names
 from ..api import status as st
 from ..api.codec import decode_stored, encode_for_storage, splice_rv
 from ..api.defaults import apply_defaults
+from ..api.helpers import json_copy
 from ..api.kinds import KindInfo, Registry
 from ..api.selectors import FieldSelector, LabelSelector
 from ..api.timeutil import format_rfc3339, now
@@ -680,7 +680,7 @@ class Store:
                     {"gracePeriodSeconds": opts.grace_period_seconds},
                 )
             )
-            new = copy.deepcopy(obj)
+            new = json_copy(obj)
             nmd = new["metadata"]
             grace = self._grace_period(kind, obj, opts)
             policy = opts.propagation_policy or self.strategy(kind).default_propagation

@@ -10,13 +10,12 @@ which strategy serves which kind.
 
 from __future__ import annotations
 
-import copy
 import secrets
 from typing import Any, Protocol
 
 from ..api import enumvalidation
 from ..api import validation as v
-from ..api.helpers import new_uid, timestamp
+from ..api.helpers import json_copy, new_uid, timestamp
 from ..api.kinds import KindInfo
 from ..api.schemas import schema_for
 
@@ -105,7 +104,7 @@ class Strategy:
         """An update of the main resource: status comes from the old object."""
         if self.has_status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = json_copy(old["status"])
             else:
                 new.pop("status", None)
         self.keep_system_metadata(new, old)
@@ -117,7 +116,7 @@ class Strategy:
 
     def prepare_for_status_update(self, new: dict, old: dict) -> None:
         """An update through the status sub-resource: only status may change."""
-        out = copy.deepcopy(old)
+        out = json_copy(old)
         if "status" in new:
             out["status"] = new["status"]
         else:

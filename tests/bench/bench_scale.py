@@ -1,12 +1,15 @@
 """Many hollow nodes against one orch-apiserver: upstream's scalability SLIs (not a test).
 
     .venv/bin/python tests/bench/bench_scale.py [--nodes 50] [--pods 1000] [--backend sqlite|etcd]
-        [--duration 60] [--step 0] [--max-nodes N] [--nodes-per-process 250]
-        [--replicas 0] [--keep-log DIR] [--loop-watch DIR] [--hollow-nice N] [--priority N] [--idle 20]
+        [--duration 60] [--step 0] [--max-nodes N] [--nodes-per-process N]
+        [--replicas 0] [--timeline] [--profile DIR] [--keep-log DIR] [--loop-watch DIR] [--hollow-nice N]
+        [--priority N] [--idle 20]
 
 Starts ``orch-apiserver`` (SQLite, or etcd from tests/components.py) in a temporary
 data dir and ``--nodes`` hollow nodes (tests/bench/hollow.py: the real node agent on
-the fake CRI runtime) in ``ceil(nodes / --nodes-per-process)`` processes. Once every
+the fake CRI runtime) in ``ceil(nodes / --nodes-per-process)`` processes (by default
+as many nodes a process as spreads ``--nodes`` over every CPU, at most 250: nodes stand
+for machines of their own, and one process would hold them all to one core). Once every
 node is Ready it creates pods through Deployments (10 replicas each, 50 Deployments
 a namespace) at a steady rate, ``--pods`` of them over ``--duration`` seconds, and
 meanwhile measures, from a client process of its own (admin credentials):
@@ -32,7 +35,10 @@ as the bucket bound it falls in. With ``--step S`` the node count
 then grows by S (pods in proportion, ``--pods`` per ``--nodes``) until an SLI breaks
 or ``--max-nodes``; the knee is the last count that held. With ``--replicas R`` a
 Deployment of R replicas is then created and timed to R available, and a rolling
-update of it timed to done (the issue-19 figures).
+update of it timed to done (the issue-19 figures); ``--timeline`` then prints both as a
+row per second (tests/bench/timeline.py): pods seen, bound, Running, Ready, marked for
+deletion and gone, the ReplicaSets' sizes, and the CPU the server and the hollow
+processes used.
 
 Separating the server from the load (the machine is shared): ``--idle S`` (default 20)
 measures S seconds of steady state after the nodes are Ready and before the step's pods,
@@ -77,11 +83,14 @@ if str(REPO) not in sys.path:
 from agent.client.config import load_orchconfig  # noqa: E402
 from agent.client.rest import ApiClient, ApiConnectionError, ApiError  # noqa: E402
 from tests.apiserver_fixtures import ApiServerProcess  # noqa: E402
+from tests.bench.bench_apiserver import CProfileRun  # noqa: E402
 from tests.bench.hollow import HOLLOW_IMAGE  # noqa: E402
+from tests.bench.timeline import Timeline  # noqa: E402
 from tests.components import Etcd, free_port  # noqa: E402
 
 HOLLOW_SCRIPT = REPO / "tests" / "bench" / "hollow.py"
 WATCHED_SERVER_SCRIPT = REPO / "tests" / "bench" / "apiserver_watched.py"
+BENCH_APISERVER_SCRIPT = REPO / "tests" / "bench" / "bench_apiserver.py"
 LABEL = {"bench": "scale"}
 REPLICAS_PER_DEPLOYMENT = 10
 DEPLOYMENTS_PER_NAMESPACE = 50
@@ -98,6 +107,8 @@ TARGET_PODS = 30000
 TARGET_BIG_AVAILABLE_S = 60.0
 TARGET_BIG_ROLLOUT_S = 90.0
 TARGET_CPU_PER_POD_MS = 2.0
+MAX_NODES_PER_PROCESS = 250
+IDLE_SAMPLE_S = 5.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -117,6 +128,17 @@ def loadavg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+class ProfiledServer(ApiServerProcess):
+    """orch-apiserver run by bench_apiserver.py's cProfile wrapper (windows on SIGUSR1/SIGUSR2)."""
+
+    def __init__(self, *args, profile_dir: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.profile_dir = profile_dir
+
+    def argv(self) -> list[str]:
+        return [sys.executable, str(BENCH_APISERVER_SCRIPT), "_cprofile_server", self.profile_dir, *super().argv()[1:]]
+
+
 # --- the hollow processes -----------------------------------------------------------------------
 
 
@@ -124,9 +146,16 @@ class Fleet:
     """Hollow-node processes, grown by :meth:`grow`; stopped by PID."""
 
     def __init__(
-        self, server: ApiServerProcess, work: Path, per_process: int, nice: int | None = None, loop_watch: str = ""
+        self,
+        server: ApiServerProcess,
+        work: Path,
+        per_process: int,
+        profile_dir: str = "",
+        nice: int | None = None,
+        loop_watch: str = "",
     ) -> None:
         self.server = server
+        self.profile_dir = profile_dir
         self.work = work
         self.per_process = per_process
         self.nice = nice
@@ -159,6 +188,7 @@ class Fleet:
                 # Set outright, not inherited: --priority raises this process's priority.
                 *(["--nice", str(self.nice)] if self.nice is not None else []),
                 *(["--loop-watch", str(Path(self.loop_watch) / f"hollow-{idx}.txt")] if self.loop_watch else []),
+                *(["--profile-dir", self.profile_dir] if self.profile_dir else []),
                 stdout=asyncio.subprocess.PIPE,
                 stdin=asyncio.subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -191,6 +221,11 @@ class Fleet:
             except psutil.Error:
                 pass
         return total
+
+    def signal(self, signum: int) -> None:
+        for proc in self.procs:
+            if proc.returncode is None:
+                proc.send_signal(signum)
 
     async def stop(self) -> None:
         for proc in self.procs:
@@ -692,38 +727,83 @@ class Bench:
             run_queue_wait=tuple((b - a) / wall for a, b in zip(wait0, wait1)),
         )
 
-    async def big_deployment(self, replicas: int) -> None:
+    async def big_deployment(self, replicas: int, timeline: bool = False) -> None:
         """Issue 19: one Deployment of ``replicas`` over the hollow nodes, to available; then a rolling update."""
         ns = "scale-big"
         await ensure_namespace(self.client, ns)
         path = f"/apis/apps/v1/namespaces/{ns}/deployments"
-        cpu0 = self.sampler.cpu_seconds()
+        tl = Timeline(self.client, ns, {"server": self.sampler.cpu_seconds, "hollow": self.fleet.cpu_seconds})
+        tl.start()
+        try:
+            await self._big_deployment(ns, path, replicas, tl)
+        finally:
+            await tl.stop()
+        if timeline:
+            print(tl.summary())
+            print(tl.report(tl.marks[0][0], tl.marks[-1][0] + 1))
+
+    async def _idle_cpu(self, seconds: float = IDLE_SAMPLE_S) -> tuple[float, float]:
+        """Cores the server and the hollow processes use with nothing to do (their
+        status, leases and relists), to tell the rollout's own CPU from theirs."""
+        cpu0, hcpu0, t0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds(), time.monotonic()
+        await asyncio.sleep(seconds)
+        wall = time.monotonic() - t0
+        return (self.sampler.cpu_seconds() - cpu0) / wall, (self.fleet.cpu_seconds() - hcpu0) / wall
+
+    async def _big_deployment(self, ns: str, path: str, replicas: int, tl: Timeline) -> None:
+        idle, hidle = await self._idle_cpu()
+        print(f"  idle: server {idle:.2f} cores, hollow processes {hidle:.2f} cores", flush=True)
+        cpu0, hcpu0, t0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds(), time.monotonic()
+        tl.mark("created")
         await self.client.create(path, deployment("big", replicas))
         available_s = await self._wait_rollout(f"{path}/big", replicas, generation=1, timeout=600)
+        tl.mark("available")
         cpu_create = self.sampler.cpu_seconds() - cpu0
+        hcpu_create = self.fleet.cpu_seconds() - hcpu0
+        wall = time.monotonic() - t0
         print(
             f"  Deployment of {replicas} replicas over {self.fleet.count} nodes: {replicas} available in "
             f"{fmt_s(available_s)} (target <= {TARGET_BIG_AVAILABLE_S:g} s at 1,000 over 100 nodes); "
             f"server CPU {cpu_create:.1f} s = {cpu_create / replicas * 1000:.2f} ms a pod "
             f"(target <= {TARGET_CPU_PER_POD_MS:g} ms); RSS {self.sampler.peak_rss / 2**20:.0f} MiB; "
-            f"load {loadavg()}",
+            f"hollow CPU {hcpu_create:.1f} s = {hcpu_create / replicas * 1000:.2f} ms a pod; load {loadavg()}",
             flush=True,
         )
+        above = (cpu_create - idle * wall) / replicas * 1000, (hcpu_create - hidle * wall) / replicas * 1000
+        print(f"    above idle: server {above[0]:.2f} ms, hollow {above[1]:.2f} ms a pod", flush=True)
         if available_s is None:
             print("  (not all available within 600 s: no rolling update timed)")
             await self.client.delete(f"{path}/big")
             return
-        cpu0 = self.sampler.cpu_seconds()
+        cpu0, hcpu0, t0 = self.sampler.cpu_seconds(), self.fleet.cpu_seconds(), time.monotonic()
+        tl.mark("patched")
+        server_profile = None
+        if self.fleet.profile_dir:
+            self.fleet.signal(signal.SIGUSR1)
+            if isinstance(self.server, ProfiledServer):
+                server_profile = CProfileRun(self.server.pid or 0, "server-rollout", Path(self.fleet.profile_dir))
+                server_profile.start()
         await self.client.patch(
             f"{path}/big", {"spec": {"template": {"metadata": {"annotations": {"bench/rollout": str(time.time())}}}}}
         )
         rolled_s = await self._wait_rollout(f"{path}/big", replicas, generation=2, timeout=600)
+        tl.mark("rolled")
+        if self.fleet.profile_dir:
+            self.fleet.signal(signal.SIGUSR2)
+        if server_profile is not None:
+            await asyncio.to_thread(server_profile.stop)
         cpu_roll = self.sampler.cpu_seconds() - cpu0
+        hcpu_roll = self.fleet.cpu_seconds() - hcpu0
+        wall = time.monotonic() - t0
         print(
             f"  rolling update of it: done in {fmt_s(rolled_s)} (target <= {TARGET_BIG_ROLLOUT_S:g} s); "
-            f"server CPU {cpu_roll:.1f} s; RSS {self.sampler.peak_rss / 2**20:.0f} MiB; load {loadavg()}",
+            f"server CPU {cpu_roll:.1f} s = {cpu_roll / replicas * 1000:.2f} ms a pod replaced; "
+            f"hollow CPU {hcpu_roll:.1f} s = {hcpu_roll / replicas * 1000:.2f} ms a pod replaced; "
+            f"RSS {self.sampler.peak_rss / 2**20:.0f} MiB; load {loadavg()}",
             flush=True,
         )
+        above = (cpu_roll - idle * wall) / replicas * 1000, (hcpu_roll - hidle * wall) / replicas * 1000
+        print(f"    above idle: server {above[0]:.2f} ms, hollow {above[1]:.2f} ms a pod replaced", flush=True)
         await self.client.delete(f"{path}/big")
 
     async def _wait_rollout(self, path: str, replicas: int, generation: int, timeout: float) -> float | None:
@@ -739,7 +819,29 @@ class Bench:
             ):
                 return time.monotonic() - t0
             await asyncio.sleep(0.5)
+        await self._show_unavailable(f"/api/v1/namespaces/{path.split('/')[5]}/pods")
         return None
+
+    async def _show_unavailable(self, pods_path: str, limit: int = 10) -> None:
+        """A rollout that did not finish: which pods are not ready, where, and why."""
+        pods = (await self.client.get(pods_path))["items"]
+        stuck = [
+            p
+            for p in pods
+            if not any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        ]
+        print(f"  {len(stuck)} of {len(pods)} pods not ready; the first {min(limit, len(stuck))}:")
+        for p in stuck[:limit]:
+            st = p.get("status") or {}
+            print(
+                f"    {p['metadata']['name']} node={p['spec'].get('nodeName')} phase={st.get('phase')} "
+                f"deleting={bool(p['metadata'].get('deletionTimestamp'))} conditions="
+                f"{[(c.get('type'), c.get('status'), c.get('reason')) for c in st.get('conditions') or []]} "
+                f"containers={[(c.get('name'), c.get('state')) for c in st.get('containerStatuses') or []]}"
+            )
 
 
 def report(r: StepResult, backend: str) -> None:
@@ -813,6 +915,9 @@ async def amain(args: argparse.Namespace) -> int:
             server = ApiServerProcess(
                 work / "srv", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint, etcd_prefix="/bench"
             )
+        elif args.profile:
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            server = ProfiledServer(work / "srv", free_port(), profile_dir=str(Path(args.profile).resolve()))
         else:
             server = ApiServerProcess(work / "srv", free_port())
         if args.loop_watch:
@@ -828,10 +933,12 @@ async def amain(args: argparse.Namespace) -> int:
         server.start(timeout=60)
         client = ApiClient(load_orchconfig(str(server.kubeconfig)), qps=-1, timeout=120)
         await ensure_namespace(client, PROBE_NS)
+        profile_dir = str(Path(args.profile).resolve()) if args.profile else ""
         fleet = Fleet(
             server,
             work / "hollow",
             args.nodes_per_process,
+            profile_dir,
             nice=args.hollow_nice if (args.hollow_nice or args.priority) else None,
             loop_watch=str(Path(args.loop_watch).resolve()) if args.loop_watch else "",
         )
@@ -846,6 +953,7 @@ async def amain(args: argparse.Namespace) -> int:
         print(
             f"bench_scale: backend {args.backend}, {args.nodes} nodes / {args.pods} pods over {args.duration:g} s"
             f"{f', step {args.step} to {args.max_nodes}' if args.step else ''}; "
+            f"{args.nodes_per_process} hollow nodes a process; "
             f"{os.cpu_count()} CPUs, load average {loadavg()}",
             flush=True,
         )
@@ -878,7 +986,7 @@ async def amain(args: argparse.Namespace) -> int:
             else:
                 print(f"  knee: {held} nodes (the last count at which every SLI held; broken at {broke_at})")
             if args.replicas:
-                await bench.big_deployment(args.replicas)
+                await bench.big_deployment(args.replicas, timeline=args.timeline)
         finally:
             for t in tasks:
                 t.cancel()
@@ -909,8 +1017,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=60.0, help="seconds over which each step creates its pods")
     ap.add_argument("--step", type=int, default=0, help="nodes added per step until an SLI breaks (0: one step)")
     ap.add_argument("--max-nodes", type=int, default=TARGET_NODES, help="last node count tried with --step")
-    ap.add_argument("--nodes-per-process", type=int, default=250, help="hollow nodes per process")
+    ap.add_argument(
+        "--nodes-per-process",
+        type=int,
+        default=0,
+        help=f"hollow nodes per process (default: --nodes spread over the CPUs, at most {MAX_NODES_PER_PROCESS})",
+    )
     ap.add_argument("--replicas", type=int, default=0, help="then a Deployment of this many replicas (issue 19)")
+    ap.add_argument("--timeline", action="store_true", help="print the big Deployment's timeline, a row a second")
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="cProfile the server (SQLite) and the hollow processes during the rolling update (files in DIR)",
+    )
     ap.add_argument("--keep-log", default="", help="copy the server's and the hollow nodes' logs here")
     ap.add_argument(
         "--loop-watch", default="", help="write event-loop stall reports (tests/bench/loopwatch.py) into this dir"
@@ -926,8 +1045,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 0 <= args.hollow_nice <= 19 or not 0 <= args.priority <= 20 or args.idle < 0:
         ap.error("--hollow-nice must be 0..19, --priority 0..20, --idle >= 0")
-    if args.nodes < 1 or args.pods < 0 or args.duration <= 0 or args.nodes_per_process < 1:
-        ap.error("--nodes and --nodes-per-process must be >= 1, --pods >= 0, --duration > 0")
+    if args.nodes < 1 or args.pods < 0 or args.duration <= 0 or args.nodes_per_process < 0:
+        ap.error("--nodes must be >= 1, --nodes-per-process >= 0, --pods >= 0, --duration > 0")
+    if not args.nodes_per_process:
+        args.nodes_per_process = min(MAX_NODES_PER_PROCESS, math.ceil(args.nodes / (os.cpu_count() or 1)))
     return asyncio.run(amain(args))
 
 

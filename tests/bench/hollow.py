@@ -342,11 +342,39 @@ async def profile_window(out: str, delay: float, seconds: float) -> None:
         profiler.dump_stats(out)
 
 
+class ProfileWindows:
+    """cProfile windows of this process: SIGUSR1 starts one, SIGUSR2 ends it and writes
+    ``<dir>/hollow-<first>-<n>.pstats`` (a benchmark's view of where the agents' CPU goes)."""
+
+    def __init__(self, directory: str, first: int) -> None:
+        self.dir = Path(directory)
+        self.first = first
+        self.count = 0
+        self.prof: cProfile.Profile | None = None
+
+    def on(self) -> None:
+        if self.prof is None:
+            self.prof = cProfile.Profile()
+            self.prof.enable()
+
+    def off(self) -> None:
+        prof, self.prof = self.prof, None
+        if prof is not None:
+            prof.disable()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            prof.dump_stats(str(self.dir / f"hollow-{self.first}-{self.count}.pstats"))
+            self.count += 1
+
+
 async def _main(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if args.profile_dir:
+        windows = ProfileWindows(args.profile_dir, args.first)
+        loop.add_signal_handler(signal.SIGUSR1, windows.on)
+        loop.add_signal_handler(signal.SIGUSR2, windows.off)
     nodes = HollowNodes(
         data_dir=args.data_dir,
         server_url=args.server,
@@ -411,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--nice", type=int, default=None, help="run at this nice value (0..19; not inherited from the caller)"
     )
+    ap.add_argument("--profile-dir", default="", help="SIGUSR1/SIGUSR2 start and end cProfile windows written here")
     args = ap.parse_args(argv)
     if args.nice is not None:
         if not 0 <= args.nice <= 19:

@@ -346,6 +346,32 @@ def test_merge_outputs_are_copies():
     assert config.pods()[0]["spec"]["containers"]
 
 
+def test_merge_neither_changes_nor_keeps_the_sources_pods():
+    # The API source hands in its informer's cached objects, uncopied.
+    config = PodConfig(NODE)
+    versions = [
+        api_pod("a", "u1"),
+        api_pod("a", "u1", labels={"x": "y"}),  # UPDATE
+        {**api_pod("a", "u1", labels={"x": "y"}), "status": {"phase": "Running"}},  # RECONCILE
+        api_pod("a", "u1", labels={"x": "y"}, deletionTimestamp="2024-01-01T00:00:00Z"),  # DELETE
+    ]
+    frozen = [json.dumps(p, sort_keys=True) for p in versions]
+    for pod in versions:
+        config.push(PodUpdate.make(Op.SET, "api", [pod]))
+    assert [json.dumps(p, sort_keys=True) for p in versions] == frozen
+    ops = [u.op for u in (config.updates.get_nowait() for _ in range(4))]
+    assert ops == [Op.ADD, Op.UPDATE, Op.RECONCILE, Op.DELETE]
+    held = config.pods()[0]
+    assert held["metadata"]["annotations"][names.ANNOTATION_CONFIG_SOURCE] == "api"
+    # What the merge holds shares nothing with what it was given.
+    versions[-1]["metadata"]["labels"]["x"] = "changed"
+    versions[-1]["spec"]["containers"].clear()
+    versions[2]["status"]["phase"] = "changed"
+    held = config.pods()[0]
+    assert held["metadata"]["labels"] == {"x": "y"} and held["spec"]["containers"]
+    assert held["status"] == {"phase": "Pending"}
+
+
 def test_merge_drops_duplicate_names_within_and_across_sources():
     config = PodConfig(NODE)
     config.push(PodUpdate.make(Op.SET, "http", [api_pod("a", "u1"), api_pod("a", "u2"), api_pod("b", "u3")]))
