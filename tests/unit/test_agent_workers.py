@@ -908,8 +908,10 @@ async def test_idle_pods_cost_relists_only_and_a_change_is_read_again(fake, make
     fake.exit_container(app.id, exit_code=3)
     await until(lambda: running(fake, pod, "app"), "the restarted container")
     await until(
-        lambda: agent.container_status(pod, "app").get("restartCount") == 1
-        and agent.container_status(pod, "app")["lastState"]["terminated"]["exitCode"] == 3,
+        lambda: (
+            agent.container_status(pod, "app").get("restartCount") == 1
+            and agent.container_status(pod, "app")["lastState"]["terminated"]["exitCode"] == 3
+        ),
         "the restart in the status",
     )
 
