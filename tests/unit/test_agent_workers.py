@@ -920,6 +920,39 @@ async def test_idle_pods_cost_relists_only_and_a_change_is_read_again(fake, make
     await until(lambda: cgroups.qos_updates > qos, "the QoS tiers to be rewritten")
 
 
+async def test_runtime_view_reads_statuses_only_for_what_changed(fake, make_agent):
+    """ContainerStatus is asked again only when the lists show a container in a new state,
+    PodSandboxStatus once per sandbox; both are forgotten with what the relist no longer shows."""
+    agent = make_agent()
+    pod = make_pod("view", [container("app")])
+    agent.start()
+    agent.push(pod)
+    await until(lambda: running(fake, pod, "app"), "the container to run")
+    uid = pod["metadata"]["uid"]
+    runtime = agent.runtime
+    await runtime.runtime_pod(uid)
+    before = dict(fake.call_counts)
+    rp = await runtime.runtime_pod(uid)
+    assert rp.sandboxes[0].ip and rp.latest("app").running
+    assert fake.call_counts["ContainerStatus"] == before["ContainerStatus"]
+    assert fake.call_counts["PodSandboxStatus"] == before["PodSandboxStatus"]
+
+    (app,) = running(fake, pod, "app")
+    assert agent.task is not None
+    agent.task.cancel()  # the pipeline stops: nothing restarts the container now
+    await asyncio.gather(agent.task, return_exceptions=True)
+    fake.exit_container(app.id, exit_code=2)
+    rp = await runtime.runtime_pod(uid)
+    assert rp.latest("app").state == "exited" and rp.latest("app").exit_code == 2
+    assert fake.call_counts["ContainerStatus"] == before["ContainerStatus"] + 1
+    assert fake.call_counts["PodSandboxStatus"] == before["PodSandboxStatus"]
+
+    await runtime.kill_pod(pod, rp, grace=0)
+    await runtime.remove_pod(await runtime.runtime_pod(uid))
+    await runtime.relist()
+    assert app.id not in runtime._status_cache and not runtime._sandbox_ips
+
+
 # --- admission and runtime trouble ----------------------------------------------------------------
 
 
