@@ -18,6 +18,15 @@
   restart, for example) and removes leftover pod cgroups and directories;
 * container logs are rotated every 10 s.
 
+The runtime is read once per relist period, not once per loop: the relist
+(PLEG) lists every sandbox and container each second, and what it saw is the
+pod cache of upstream's design. Housekeeping takes the pods present in the
+runtime from it, and a sync reuses the pod's last runtime view while the
+latest relist shows exactly the sandboxes and containers, in the same states,
+that view was made of (a new pod the relist does not show has nothing in the
+runtime yet). Only a change, or a relist too old to trust, makes a sync read
+the runtime again; an idle node's periodic resyncs then cost no runtime calls.
+
 After an agent restart the workers find the running sandboxes and containers
 through their labels and hashes and leave them alone: pods are adopted, not
 restarted.
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 import socket
 import time
@@ -53,6 +63,11 @@ log = agent_logging.get_logger("workers")
 
 HOUSEKEEPING_PERIOD = 2.0
 RELIST_PERIOD = 1.0
+# A relist older than two periods plus this is not trusted as the runtime's state.
+RELIST_STALE_SLACK = 1.0
+# The QoS tiers are rewritten when the set of pods changes, and at least this often
+# (upstream's periodicQOSCgroupUpdateInterval).
+QOS_UPDATE_PERIOD = 60.0
 LOG_ROTATION_PERIOD = 10.0
 RUNTIME_RETRY = 2.0
 _FINISHED = ("Succeeded", "Failed")
@@ -74,6 +89,9 @@ class PodState:
     pod: dict
     status: dict = dataclasses.field(default_factory=dict)
     rp: RuntimePod | None = None
+    # ``rp`` (None: nothing read yet) shows everything the worker did to the pod: false
+    # from the moment a sync may act until it has read the runtime afterwards.
+    rp_current: bool = True
     rejected: bool = False
     terminating: bool = False
     grace_override: int | None = None
@@ -131,6 +149,9 @@ class PodPipeline:
         self.pods: dict[str, PodState] = {}
         self._orphans: dict[str, asyncio.Task] = {}
         self._last_relist: dict[str, dict[str, str]] = {}
+        self._relist_at = -math.inf  # monotonic time the last successful relist returned
+        self._qos_pods: frozenset[str] | None = None  # the pod uids the QoS tiers were last sized for
+        self._qos_at = -math.inf
         self.runtime_ready = False
         self.synced_once = asyncio.Event()
         # Further admission handlers (node shutdown, ...): pod -> (reason, message), ("", "") admits.
@@ -405,9 +426,14 @@ class PodPipeline:
     async def _sync(self, state: PodState) -> None:
         pod = state.pod
         uid = state.uid
-        rp = await self.runtime.runtime_pod(uid)
-        self.runtime_ready = True
+        cached = self._cached_runtime_pod(state)
+        if cached is not None:
+            rp = cached
+        else:
+            rp = await self.runtime.runtime_pod(uid)
+            self.runtime_ready = True
         result = None
+        state.rp_current = False
         if _terminal(state):
             # A finished pod: nothing runs again, whatever its restart policy; stop its sandbox once.
             if not state.terminal_stopped:
@@ -423,6 +449,7 @@ class PodPipeline:
             if result.changed:
                 rp = await self.runtime.runtime_pod(uid)
         state.rp = rp
+        state.rp_current = True
         state.syncs += 1
         sandbox = rp.sandboxes[0] if rp.sandboxes else None
         pod_ip = sandbox.ip if sandbox is not None else ""
@@ -478,11 +505,12 @@ class PodPipeline:
         pod, uid = state.pod, state.uid
         rp = await self.runtime.runtime_pod(uid)
         grace = podutil.grace_period_seconds(pod, req.grace)
+        state.rp_current = False
         await self.runtime.kill_pod(pod, rp, grace=grace, reason=req.reason)
         if self.probes is not None:
             self.probes.remove_pod(uid)
         rp = await self.runtime.runtime_pod(uid)
-        state.rp = rp
+        state.rp, state.rp_current = rp, True
         status = generate_pod_status(
             pod, rp, ready=lambda name: False, started=lambda name: False, old=state.status, host_ip=self.host_ip
         )
@@ -535,46 +563,77 @@ class PodPipeline:
                 self.runtime_ready = False
                 await asyncio.sleep(RUNTIME_RETRY)
                 continue
+            last = self._last_relist
             for uid, states in snapshot.items():
-                if self._last_relist.get(uid) != states:
+                if last.get(uid) != states:
                     self.wake(uid)
-            for uid in set(self._last_relist) - set(snapshot):
+            for uid in last.keys() - snapshot.keys():
                 self.wake(uid)
             self._last_relist = snapshot
+            self._relist_at = time.monotonic()
             await asyncio.sleep(RELIST_PERIOD)
+
+    def _relist_fresh(self) -> bool:
+        return self.runtime_ready and time.monotonic() - self._relist_at <= 2 * RELIST_PERIOD + RELIST_STALE_SLACK
+
+    def _cached_runtime_pod(self, state: PodState) -> RuntimePod | None:
+        """The pod's runtime view without asking the runtime, when a fresh relist shows the
+        very sandboxes and containers (ids and states) the last view was made of; None when
+        the runtime must be read. States only move forward and ids are never reused, so
+        equal listings mean nothing changed in between."""
+        if not state.rp_current or not self._relist_fresh():
+            return None
+        listed = self._last_relist.get(state.uid) or {}
+        rp = state.rp
+        if rp is None:
+            # Never read yet: a pod the relist does not show has nothing in the runtime (only
+            # its own worker creates anything for it); one it shows (adoption) is read.
+            return None if listed else RuntimePod(state.uid)
+        return rp if listed == _listing(rp) else None
 
     # --- housekeeping -------------------------------------------------------------------
 
     async def _housekeeping(self) -> None:
         if not self.config.seen_all(self.sources):
             return
-        # Only orphans need their full runtime state: the pods known now are listed, not assembled.
-        skipped = set(self.pods) | set(self._orphans)
-        try:
-            runtime_pods = await self.runtime.all_runtime_pods(skip=skipped)
-        except CriError:
+        # The pods present in the runtime are the last relist's: a list of their own every
+        # round doubled an idle node's runtime calls. A stale relist (the runtime is down
+        # or slow) skips the round, as a failed list did.
+        if not self._relist_fresh():
             return
+        listed = set(self._last_relist)
         # A source is "seen" as soon as it pushed, before its updates are consumed:
-        # pods still queued (or added while listing) are not orphans. Read the known
-        # pods only now, and wait for the queue to drain, or a restarted agent would
-        # kill the very pods it is about to adopt.
+        # pods still queued are not orphans. Wait for the queue to drain, or a restarted
+        # agent would kill the very pods it is about to adopt.
         if not self.config.updates.empty():
             return
-        known = set(self.pods)
-        for uid, rp in runtime_pods.items():
-            # A skipped uid no longer known was terminated while listing: if anything of it
-            # is really left, the next round sees it with its full state.
-            if uid in known or uid in self._orphans or uid in skipped:
+        for uid in listed:
+            if uid in self.pods or uid in self._orphans:
+                continue
+            # Unknown at that relist, maybe terminated since: read it now, and only what is
+            # still there, for a pod still unknown once read, is an orphan.
+            try:
+                rp = await self.runtime.runtime_pod(uid)
+            except CriError:
+                return
+            if rp.empty or uid in self.pods or uid in self._orphans or not self.config.updates.empty():
                 continue
             self._orphans[uid] = asyncio.create_task(self._remove_orphan(rp), name=f"orphan {uid}")
-        busy = known | set(self._orphans) | set(runtime_pods)
+        busy = set(self.pods) | set(self._orphans) | listed
         if self.cgroups is not None:
+            pods = [s.pod for s in self.pods.values() if not s.rejected]
+            uids = frozenset(s.uid for s in self.pods.values() if not s.rejected)
+            now = time.monotonic()
+            qos_due = (
+                uids != self._qos_pods
+                or now - self._qos_at >= QOS_UPDATE_PERIOD
+                or bool(getattr(self.cgroups, "enforcement_error", ""))
+            )
             try:
-                for uid in await asyncio.to_thread(self.cgroups.pod_uids):
-                    if uid not in busy:
-                        log.info("Removing the cgroup of a pod that is gone", uid=uid)
-                        await asyncio.to_thread(self.cgroups.remove_pod, uid)
-                await asyncio.to_thread(self.cgroups.update_qos, [s.pod for s in self.pods.values() if not s.rejected])
+                # One trip to a thread for the whole round.
+                await asyncio.to_thread(self._cgroup_housekeeping, busy, pods if qos_due else None)
+                if qos_due:
+                    self._qos_pods, self._qos_at = uids, now
             except Exception as exc:  # noqa: BLE001 - housekeeping is retried next round; the sync loop goes on
                 log.error("cgroup housekeeping failed", err=exc)
         try:
@@ -585,6 +644,16 @@ class PodPipeline:
         except Exception as exc:  # noqa: BLE001 - housekeeping is retried next round; the sync loop goes on
             log.error("Volume housekeeping failed", err=exc)
         self.runtime.backoff.gc()
+
+    def _cgroup_housekeeping(self, busy: set[str], pods: list[dict] | None) -> None:
+        """In a thread: remove the cgroups of pods that are gone, and resize the QoS tiers
+        for ``pods`` (None: they are sized for these pods already)."""
+        for uid in self.cgroups.pod_uids():
+            if uid not in busy:
+                log.info("Removing the cgroup of a pod that is gone", uid=uid)
+                self.cgroups.remove_pod(uid)
+        if pods is not None:
+            self.cgroups.update_qos(pods)
 
     async def _remove_orphan(self, rp: RuntimePod) -> None:
         try:
@@ -608,6 +677,14 @@ def _terminal(state: PodState) -> bool:
 def _creation_key(pod: dict) -> tuple:
     meta = pod.get("metadata") or {}
     return (meta.get("creationTimestamp") or "", podutil.full_name(pod))
+
+
+def _listing(rp: RuntimePod) -> dict[str, str]:
+    """A runtime view as the relist shows it: sandbox and container ids with their states."""
+    out = {s.id: "ready" if s.ready else "notready" for s in rp.sandboxes}
+    for c in rp.containers:
+        out[c.id] = c.state
+    return out
 
 
 def _comparable(status: dict | None) -> Any:

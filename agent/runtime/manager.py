@@ -389,7 +389,12 @@ class RuntimeManager:
         # The pod's service variables (cluster mode: the agent's Service cache); None: no API server.
         # It raises PodConfigError while the Services were never listed.
         self.service_env: Callable[[dict], Mapping[str, str]] | None = None
-        self._status_cache: dict[str, ContainerInfo] = {}  # exited containers never change
+        # What ContainerStatus said of a container, kept while the lists show it in the same
+        # state (a container's status changes only with its state), and a sandbox's addresses
+        # (fixed for its life): a pod's runtime view then costs two list calls when nothing
+        # changed. Entries of what the relist no longer shows go.
+        self._status_cache: dict[str, ContainerInfo] = {}
+        self._sandbox_ips: dict[str, tuple[str, tuple[str, ...]]] = {}
         # The image the runtime itself runs sandboxes from (containerd's sandbox_image), as its
         # verbose Status reports it; "" until it answered or when it does not say.
         self.runtime_sandbox_image = ""
@@ -447,13 +452,15 @@ class RuntimeManager:
             rp.namespace = rp.namespace or s.labels.get(names.CRI_LABEL_POD_NAMESPACE, "")
             rp.sandboxes.append(SandboxInfo(s.id, s.state == pb.SANDBOX_READY, s.created_at, s.metadata.attempt))
         if rp.sandboxes and rp.sandboxes[0].ready:
-            try:
-                status = (await self.cri.pod_sandbox_status(rp.sandboxes[0].id)).status
-                ips = [status.network.ip] + [ip.ip for ip in status.network.additional_ips]
-                rp.sandboxes[0].ip = status.network.ip
-                rp.sandboxes[0].ips = tuple(ip for ip in ips if ip)
-            except NotFoundError:
-                rp.sandboxes[0].ready = False
+            newest = rp.sandboxes[0]
+            addresses = self._sandbox_ips.get(newest.id)
+            if addresses is None:
+                try:
+                    addresses = await self._sandbox_addresses(newest.id)
+                except NotFoundError:
+                    newest.ready = False
+            if addresses is not None:
+                newest.ip, newest.ips = addresses
         infos = await asyncio.gather(
             *(
                 self._container_info(c)
@@ -464,9 +471,16 @@ class RuntimeManager:
         rp.containers = sorted((i for i in infos if i is not None), key=lambda c: c.created_at, reverse=True)
         return rp
 
+    async def _sandbox_addresses(self, sandbox_id: str) -> tuple[str, tuple[str, ...]]:
+        """The sandbox's IP and all its IPs (PodSandboxStatus), remembered for its life."""
+        net = (await self.cri.pod_sandbox_status(sandbox_id)).status.network
+        addresses = (net.ip, tuple(ip for ip in [net.ip] + [a.ip for a in net.additional_ips] if ip))
+        self._sandbox_ips[sandbox_id] = addresses
+        return addresses
+
     async def _container_info(self, c: pb.Container) -> ContainerInfo | None:
         cached = self._status_cache.get(c.id)
-        if cached is not None:
+        if cached is not None and cached.state == _STATE_NAMES.get(c.state, "unknown"):
             return cached
         try:
             st = (await self.cri.container_status(c.id)).status
@@ -495,8 +509,7 @@ class RuntimeManager:
             annotations=dict(st.annotations),
             mounts=tuple((m.container_path, m.host_path) for m in st.mounts),
         )
-        if info.state == "exited":
-            self._status_cache[c.id] = info
+        self._status_cache[c.id] = info
         return info
 
     async def all_runtime_pods(self, *, skip: Iterable[str] = ()) -> dict[str, RuntimePod]:
@@ -536,6 +549,14 @@ class RuntimeManager:
             uid = c.labels.get(names.CRI_LABEL_POD_UID, "")
             out.setdefault(uid, {})[c.id] = _STATE_NAMES.get(c.state, "unknown")
         out.pop("", None)
+        # What the runtime no longer has is forgotten (an id is never reused).
+        if self._status_cache:
+            gone = self._status_cache.keys() - {c.id for c in containers}
+            for cid in gone:
+                del self._status_cache[cid]
+        if self._sandbox_ips:
+            for sid in self._sandbox_ips.keys() - {s.id for s in sandboxes}:
+                del self._sandbox_ips[sid]
         return out
 
     # -- syncing a pod -------------------------------------------------------------------
@@ -620,9 +641,7 @@ class RuntimeManager:
             self.backoff.reset((uid, "", "sandbox"))
         if sandbox_id:
             try:
-                net = (await self.cri.pod_sandbox_status(sandbox_id)).status.network
-                pod_ip = net.ip
-                pod_ips = tuple(ip for ip in [net.ip] + [a.ip for a in net.additional_ips] if ip)
+                pod_ip, pod_ips = self._sandbox_ips.get(sandbox_id) or await self._sandbox_addresses(sandbox_id)
             except CriError:
                 pass
 
@@ -922,6 +941,7 @@ class RuntimeManager:
             self._status_cache.pop(c.id, None)
         for s in rp.sandboxes:
             await self.cri.remove_pod_sandbox(s.id)
+            self._sandbox_ips.pop(s.id, None)
         await self.cleanup_pod_files(rp.uid, rp.namespace, rp.name)
 
     async def cleanup_pod_files(self, uid: str, namespace: str, name: str) -> None:

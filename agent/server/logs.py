@@ -577,14 +577,45 @@ class LogRotator:
 
     async def rotate(self, containers: Iterable[tuple[str, str]]) -> None:
         """One pass over (container id, log path) of running containers. A
-        failure is logged and does not stop the others (upstream does the same)."""
-        for container_id, path in containers:
+        failure is logged and does not stop the others (upstream does the same).
+
+        The file work of the whole pass (sizes, pruning, compression) is done in one
+        trip to a thread; only the containers whose log must be rotated or is missing
+        come back for the runtime's reopen."""
+        containers = list(containers)
+        if not containers:
+            return
+        for container_id, path, outcome in await asyncio.to_thread(self._survey, containers):
             try:
-                await self._rotate_one(container_id, path)
+                if isinstance(outcome, Exception):
+                    raise outcome
+                if outcome is None:  # missing: the runtime recreates it, then it is looked at alone
+                    await self._rotate_one(container_id, path)
+                else:
+                    await self._rotate_latest(container_id, path, outcome)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.error("Failed to rotate container log", err=exc, containerID=container_id, path=path)
+
+    def _survey(self, containers: list[tuple[str, str]]) -> list[tuple[str, str, list[str] | Exception | None]]:
+        """In a thread: tidy each log's rotations; (id, path, what is left to do) for the logs
+        to rotate (the rotations kept), missing ones (None) and failures (the exception)."""
+        out: list[tuple[str, str, list[str] | Exception | None]] = []
+        for container_id, path in containers:
+            try:
+                try:
+                    size = os.stat(path).st_size
+                except FileNotFoundError:
+                    out.append((container_id, path, None))
+                    continue
+                rotating = size >= self.max_size
+                rotated = self._tidy(path, rotating)
+                if rotating:
+                    out.append((container_id, path, rotated))
+            except Exception as exc:  # noqa: BLE001 - reported per container by rotate()
+                out.append((container_id, path, exc))
+        return out
 
     async def _rotate_one(self, container_id: str, path: str) -> None:
         try:

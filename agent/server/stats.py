@@ -300,17 +300,24 @@ class StatsProvider:
         except Exception:  # noqa: BLE001 - not started: the node figures come from /proc/meminfo
             return {}
 
-    def _node_memory(self) -> CgroupUsage:
+    def _node_memory(self, vm: Any = None, *, details: bool = True) -> CgroupUsage:
         """The root cgroup's usage and working set (usage minus inactive file pages), as
-        upstream reads the node; /proc/meminfo where the root has no usage file (cgroup v2)."""
-        vm = psutil.virtual_memory()
+        upstream reads the node; /proc/meminfo where the root has no usage file (cgroup v2).
+        ``vm`` is a ``psutil.virtual_memory()`` the caller read already; without
+        ``details`` (the eviction manager's round) rss and page faults are left out."""
+        vm = vm if vm is not None else psutil.virtual_memory()
         root = self._root_cgroup_dirs()
         cg = read_cgroup_usage({"memory": root["memory"]}) if "memory" in root else None
         u = CgroupUsage()
-        meminfo = _kv((_read("/proc/meminfo") or "").replace(":", "").replace(" kB", ""))
+        meminfo: dict[str, int] | None = None
+
+        def read_meminfo() -> dict[str, int]:
+            return _kv((_read("/proc/meminfo") or "").replace(":", "").replace(" kB", ""))
+
         if cg is not None and cg.usage is not None and cg.working_set is not None:
             u.usage, u.working_set = cg.usage, cg.working_set
         else:
+            meminfo = read_meminfo()
             u.usage = vm.total - vm.free
             inactive_file = meminfo.get("Inactive(file)", 0) * 1024
             unified = root.get("unified")
@@ -318,11 +325,13 @@ class StatsProvider:
                 # The v2 root has memory.stat (not memory.current): its inactive_file is the node's.
                 inactive_file = _kv(_read(os.path.join(unified, "memory.stat"))).get("inactive_file", inactive_file)
             u.working_set = max(0, u.usage - inactive_file)
-        u.rss = meminfo.get("AnonPages", 0) * 1024 if "AnonPages" in meminfo else None
         u.limit = vm.total
-        vmstat = _kv(_read("/proc/vmstat"))
-        u.page_faults = vmstat.get("pgfault")
-        u.major_page_faults = vmstat.get("pgmajfault")
+        if details:
+            meminfo = meminfo if meminfo is not None else read_meminfo()
+            u.rss = meminfo.get("AnonPages", 0) * 1024 if "AnonPages" in meminfo else None
+            vmstat = _kv(_read("/proc/vmstat"))
+            u.page_faults = vmstat.get("pgfault")
+            u.major_page_faults = vmstat.get("pgmajfault")
         return u
 
     @staticmethod
@@ -349,7 +358,8 @@ class StatsProvider:
         out: dict[str, Any] = {"time": _now_rfc3339(timestamp_ns), **interfaces[0], "interfaces": interfaces}
         return out
 
-    async def _image_fs(self) -> dict | None:
+    async def _image_fs_info(self) -> Any:
+        """The runtime's first image file system (ImageFsInfo), None without one."""
         if self.cri is None:
             return None
         try:
@@ -357,17 +367,21 @@ class StatsProvider:
         except Exception as exc:  # noqa: BLE001 - stats must not fail for one missing part
             log.v(4).info("ImageFsInfo failed", err=exc)
             return None
-        if not info.image_filesystems:
+        return info.image_filesystems[0] if info.image_filesystems else None
+
+    def _image_fs_stats(self, fs: Any) -> dict | None:
+        if fs is None:
             return None
-        fs = info.image_filesystems[0]
-        mount = fs.fs_id.mountpoint or self.root_dir
-        return await asyncio.to_thread(
-            fs_stats,
-            mount,
+        return fs_stats(
+            fs.fs_id.mountpoint or self.root_dir,
             fs.used_bytes.value,
             fs.inodes_used.value if fs.HasField("inodes_used") else None,
             fs.timestamp or None,
         )
+
+    async def _image_fs(self) -> dict | None:
+        fs = await self._image_fs_info()
+        return None if fs is None else await asyncio.to_thread(self._image_fs_stats, fs)
 
     def _system_containers(self, capacity: int) -> list[dict]:
         out = []
@@ -579,11 +593,17 @@ class StatsProvider:
         root cgroup), the ``pods`` system container's memory, ``fs`` (``--root-dir``), the
         runtime's ``imageFs`` and ``rlimit``. Cheap enough for every housekeeping round."""
         now = time.time_ns()
-        capacity = psutil.virtual_memory().total
-        node: dict[str, Any] = {"nodeName": self.node_name, "memory": self._memory(self._node_memory(), capacity, now)}
+        vm = psutil.virtual_memory()
+        capacity = vm.total
+        node: dict[str, Any] = {
+            "nodeName": self.node_name,
+            "memory": self._memory(self._node_memory(vm, details=False), capacity, now),
+        }
         pods = self._pods_container(capacity, with_cpu=False)
         node["systemContainers"] = [pods] if pods is not None else []
-        image_fs, fs = await asyncio.gather(self._image_fs(), asyncio.to_thread(fs_stats, self.root_dir))
+        image = await self._image_fs_info()
+        # Both file systems in one trip to a thread (statvfs may block on a slow mount).
+        fs, image_fs = await asyncio.to_thread(lambda: (fs_stats(self.root_dir), self._image_fs_stats(image)))
         if fs is not None:
             node["fs"] = fs
         node["runtime"] = {"imageFs": image_fs} if image_fs is not None else {}
@@ -605,13 +625,14 @@ class StatsProvider:
 
     async def _build(self, only_cpu_and_memory: bool) -> dict:
         now = time.time_ns()
-        capacity = psutil.virtual_memory().total
+        vm = psutil.virtual_memory()
+        capacity = vm.total
         node: dict[str, Any] = {
             "nodeName": self.node_name,
             "systemContainers": self._system_containers(capacity),
             "startTime": _now_rfc3339(int(self._boot * 1e9)),
             "cpu": self._cpu("node", now, self._node_cpu_ns()),
-            "memory": self._memory(self._node_memory(), capacity, now),
+            "memory": self._memory(self._node_memory(vm), capacity, now),
         }
         ctr_stats, image_fs = (
             await asyncio.gather(self._container_stats(), self._image_fs())

@@ -92,7 +92,7 @@ _TRACED = [
     ("agent.runtime.manager", "RuntimeManager", "runtime_pod"),
     ("agent.runtime.manager", "RuntimeManager", "sync_pod"),
     ("agent.runtime.manager", "RuntimeManager", "relist"),
-    ("agent.runtime.manager", "RuntimeManager", "_ensure_pause_image"),
+    ("agent.runtime.manager", "RuntimeManager", "learn_sandbox_image"),
     ("agent.runtime.manager", "RuntimeManager", "_start_container"),
     ("agent.runtime.images", "ImageManager", "ensure"),
     ("agent.runtime.volumes", "VolumeManager", "setup"),

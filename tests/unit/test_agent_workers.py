@@ -868,6 +868,91 @@ async def test_housekeeping_removes_orphans_but_never_unmanaged_containers(fake,
     assert foreign_sandbox not in {r.pod_sandbox_id for r in calls(fake, "StopPodSandbox")}
 
 
+# --- the runtime read once per relist period ---------------------------------------------------
+
+
+async def test_idle_pods_cost_relists_only_and_a_change_is_read_again(fake, make_agent):
+    """Periodic resyncs reuse the pod's runtime view while the relist shows it unchanged,
+    housekeeping takes the runtime's pods from the relist, and the QoS tiers are rewritten
+    only when the set of pods changes; a container exit is read and acted on."""
+    cgroups = FakeCgroups(runtime=fake)
+    agent = make_agent(cgroups=cgroups)
+    relists = 0
+    relist = agent.runtime.relist
+
+    async def counted():
+        nonlocal relists
+        relists += 1
+        return await relist()
+
+    agent.runtime.relist = counted  # type: ignore[method-assign]
+    pod = make_pod("idle", [container("app")])
+    agent.start()
+    agent.push(pod)
+    await until(lambda: running(fake, pod, "app"), "the container to run")
+    await until(lambda: agent.status(pod).get("containerStatuses", [{}])[0].get("ready"), "the ready status")
+    await asyncio.sleep(0.3)  # the wake-ups of the start are over
+    state = agent.pipeline.pods[pod["metadata"]["uid"]]
+    before = dict(fake.call_counts)
+    syncs, relists_before, qos = state.syncs, relists, cgroups.qos_updates
+
+    await asyncio.sleep(1.3)  # sync_frequency is 1 s here: a periodic resync at least
+    assert state.syncs > syncs
+    delta = {m: n - before.get(m, 0) for m, n in fake.call_counts.items() if n != before.get(m, 0)}
+    listed = relists - relists_before
+    assert set(delta) <= {"ListPodSandbox", "ListContainers"}, delta
+    assert abs(delta.get("ListPodSandbox", 0) - listed) <= 1, (delta, listed)
+    assert cgroups.qos_updates == qos, "the QoS tiers were rewritten with the same pods"
+
+    (app,) = running(fake, pod, "app")
+    fake.exit_container(app.id, exit_code=3)
+    await until(lambda: running(fake, pod, "app"), "the restarted container")
+    await until(
+        lambda: (
+            agent.container_status(pod, "app").get("restartCount") == 1
+            and agent.container_status(pod, "app")["lastState"]["terminated"]["exitCode"] == 3
+        ),
+        "the restart in the status",
+    )
+
+    agent.push()  # the pod goes: the tiers are sized for no pods
+    await until(lambda: not fake_sandboxes(fake, pod), "the pod to be removed")
+    await until(lambda: cgroups.qos_updates > qos, "the QoS tiers to be rewritten")
+
+
+async def test_runtime_view_reads_statuses_only_for_what_changed(fake, make_agent):
+    """ContainerStatus is asked again only when the lists show a container in a new state,
+    PodSandboxStatus once per sandbox; both are forgotten with what the relist no longer shows."""
+    agent = make_agent()
+    pod = make_pod("view", [container("app")])
+    agent.start()
+    agent.push(pod)
+    await until(lambda: running(fake, pod, "app"), "the container to run")
+    uid = pod["metadata"]["uid"]
+    runtime = agent.runtime
+    await runtime.runtime_pod(uid)
+    before = dict(fake.call_counts)
+    rp = await runtime.runtime_pod(uid)
+    assert rp.sandboxes[0].ip and rp.latest("app").running
+    assert fake.call_counts["ContainerStatus"] == before["ContainerStatus"]
+    assert fake.call_counts["PodSandboxStatus"] == before["PodSandboxStatus"]
+
+    (app,) = running(fake, pod, "app")
+    assert agent.task is not None
+    agent.task.cancel()  # the pipeline stops: nothing restarts the container now
+    await asyncio.gather(agent.task, return_exceptions=True)
+    fake.exit_container(app.id, exit_code=2)
+    rp = await runtime.runtime_pod(uid)
+    assert rp.latest("app").state == "exited" and rp.latest("app").exit_code == 2
+    assert fake.call_counts["ContainerStatus"] == before["ContainerStatus"] + 1
+    assert fake.call_counts["PodSandboxStatus"] == before["PodSandboxStatus"]
+
+    await runtime.kill_pod(pod, rp, grace=0)
+    await runtime.remove_pod(await runtime.runtime_pod(uid))
+    await runtime.relist()
+    assert app.id not in runtime._status_cache and not runtime._sandbox_ips
+
+
 # --- admission and runtime trouble ----------------------------------------------------------------
 
 
