@@ -5,8 +5,8 @@ requests never reach an event, whatever level the policy asks for."""
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
-import uuid
 from typing import Any
 
 import orjson
@@ -34,11 +34,22 @@ def now_stamp() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# The first hex digit of a random UUID's fourth group: the variant bits (10) and two random ones.
+_VARIANT_DIGIT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+
+
+def new_audit_id() -> str:
+    """A random (version 4) UUID in its text form, as ``str(uuid.uuid4())`` gives, at a
+    third of its cost (every request gets one)."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
 def audit_id(header: str | None) -> str:
     """The client's Audit-ID when valid, otherwise a new one."""
     if header and _AUDIT_ID_RE.fullmatch(header):
         return header
-    return str(uuid.uuid4())
+    return new_audit_id()
 
 
 def user_info(user: UserInfo | None) -> dict[str, Any]:

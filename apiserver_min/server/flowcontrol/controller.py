@@ -506,14 +506,16 @@ def _dangling_condition(level: str, dangling: bool, obj: dict) -> dict[str, Any]
     return cond
 
 
-async def on_response_prepare(request: Any, response: Any) -> None:
-    """aiohttp's hook as headers go out: the matched objects' headers, and a long-running
-    request (watch, exec, ...) gives its seats back now that it has started."""
+def response_starting(response: Any) -> None:
+    """As a response's headers go out (server/httpserver.py): the matched objects'
+    headers, and a long-running request (watch, exec, ...) gives its seats back now that
+    it has started."""
     ticket = CURRENT.get()
     if ticket is None:
         return
+    headers = response.headers
     for k, v in ticket.headers.items():
-        if k not in response.headers:
-            response.headers[k] = v
+        if k not in headers:
+            headers[k] = v
     if ticket.long_running:
         ticket.release()
