@@ -614,7 +614,7 @@ class ApiServer:
                 assert self.auditor is not None
                 self.auditor.emit(audit, "RequestReceived")
             if self.flow_control is not None:
-                ticket = await self.flow_control.admit(
+                admitted = self.flow_control.admit_now(
                     user,
                     info.is_resource,
                     info.verb,
@@ -624,8 +624,9 @@ class ApiServer:
                     info.namespace,
                     request.path,
                     info.kind,
-                    request.query,
+                    query,
                 )
+                ticket = await admitted.wait() if isinstance(admitted, flowcontrol.Queued) else admitted
                 if ticket is not None:
                     ticket.long_running = not plain and flowcontrol.is_long_running(info.verb, info.subresource, query)
                     flowcontrol.CURRENT.set(ticket)

@@ -16,8 +16,8 @@ from apiserver_min.server.httpserver import ApiRequest, expect_continue, make_se
 
 
 def test_new_audit_ids_are_random_version_4_uuids():
-    ids = {new_audit_id() for _ in range(200)}
-    assert len(ids) == 200
+    ids = {new_audit_id() for _ in range(600)}  # over more than one batch
+    assert len(ids) == 600
     for text in ids:
         u = uuid.UUID(text)
         assert str(u) == text and u.version == 4 and u.variant == uuid.RFC_4122
