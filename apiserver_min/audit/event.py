@@ -5,8 +5,8 @@ requests never reach an event, whatever level the policy asks for."""
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
-import uuid
 from typing import Any
 
 import orjson
@@ -34,11 +34,36 @@ def now_stamp() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# New IDs are made this many at a time (one read of the system's random source) and
+# handed out one per request.
+_ID_BATCH = 256
+_ids: list[str] = []
+os.register_at_fork(after_in_child=_ids.clear)  # a forked worker never repeats its parent's
+
+
+def new_audit_id() -> str:
+    """A random (version 4) UUID in its text form, as ``str(uuid.uuid4())`` gives, at a
+    small part of its cost (every request gets one)."""
+    try:
+        return _ids.pop()
+    except IndexError:
+        pass
+    raw = bytearray(os.urandom(16 * _ID_BATCH))
+    raw[6::16] = bytes((b & 0x0F) | 0x40 for b in raw[6::16])  # version 4
+    raw[8::16] = bytes((b & 0x3F) | 0x80 for b in raw[8::16])  # the RFC 4122 variant
+    h = raw.hex()
+    _ids.extend(
+        f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-{h[i + 16 : i + 20]}-{h[i + 20 : i + 32]}"
+        for i in range(0, len(h), 32)
+    )
+    return _ids.pop()
+
+
 def audit_id(header: str | None) -> str:
     """The client's Audit-ID when valid, otherwise a new one."""
     if header and _AUDIT_ID_RE.fullmatch(header):
         return header
-    return str(uuid.uuid4())
+    return new_audit_id()
 
 
 def user_info(user: UserInfo | None) -> dict[str, Any]:

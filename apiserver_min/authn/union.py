@@ -108,7 +108,8 @@ class Authentication:
         if opts.requestheader_client_ca_file:
             self.request_header = RequestHeaderAuthenticator(requestheader_config(opts))
             request_authenticators.append(self.request_header)
-        request_authenticators += [X509Authenticator(self.client_certificates), self.bearer]
+        self.x509 = X509Authenticator(self.client_certificates)
+        request_authenticators += [self.x509, self.bearer]
         self.chain = AuthenticationChain(request_authenticators, self.bearer, anonymous=opts.anonymous_auth)
         # The signer of TokenRequest (None: no signing key, the sub-resource answers 404).
         self.issuer = (
@@ -125,6 +126,15 @@ class Authentication:
     async def stop(self) -> None:
         if self.token_webhook is not None:
             await self.token_webhook.close()
+
+    def connection_user(self, request: Any) -> UserInfo | None:
+        """The user :meth:`authenticate` would answer, when it is known without asking:
+        client certificates are the first authenticator (no front proxy's headers come
+        before them) and the request's connection presented a certificate whose outcome
+        still holds. None: ask :meth:`authenticate`."""
+        if self.request_header is not None:
+            return None
+        return self.x509.connection_user(request)
 
     async def authenticate(self, request: Any) -> UserInfo | None:
         """What the request path needs: the user (None for anonymous, which the

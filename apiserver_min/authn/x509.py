@@ -48,7 +48,23 @@ class X509Authenticator:
         if connection is None and peer is None:
             connection = _ssl_object
         self._connection = connection
-        self._by_connection: weakref.WeakKeyDictionary[Any, _Outcome] = weakref.WeakKeyDictionary()
+        self._by_connection = _ByConnection()
+
+    def connection_user(self, request: Any) -> UserInfo | None:
+        """The user of the certificate the request's connection presented, when that
+        connection's outcome is known and still holds (no await, nothing re-read); None
+        otherwise (ask :meth:`authenticate`)."""
+        conn = self._connection(request) if self._connection is not None else None
+        if conn is None:
+            return None
+        seen = self._by_connection.get(conn)
+        if (
+            seen is not None
+            and seen.user is not None
+            and self.verifier.holds(seen.verified, seen.generation, seen.until)
+        ):
+            return seen.user
+        return None
 
     async def authenticate(self, request: Any) -> UserInfo | None:
         conn = self._connection(request) if self._connection is not None else None
@@ -86,6 +102,38 @@ class _Outcome:
         self.generation = generation
         self.until = until
         self.user = user
+
+
+class _ByConnection:
+    """Outcomes by connection, each gone with its connection: a weak-keyed map whose
+    lookup makes no weak reference (``WeakKeyDictionary.get`` makes one per call, and
+    this is asked on every request). Keyed by ``id``; an entry holds a weak reference
+    to its connection, so an id reused after a connection is gone never matches."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, _Outcome]] = {}
+
+    def get(self, conn: Any) -> _Outcome | None:
+        entry = self._entries.get(id(conn))
+        if entry is None or entry[0]() is not conn:
+            return None
+        return entry[1]
+
+    def __setitem__(self, conn: Any, outcome: _Outcome) -> None:
+        key = id(conn)
+        entries = self._entries
+
+        def gone(ref: weakref.ref) -> None:
+            entry = entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(conn, gone), outcome)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def _ssl_object(request: Any) -> Any:

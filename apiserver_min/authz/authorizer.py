@@ -138,7 +138,18 @@ class Union:
 
     def __init__(self, authorizers: list[Authorizer]):
         self.authorizers = authorizers
-        self._waits = any(hasattr(a, "decide") for a in authorizers)
+        # Whether an authorizer must wait for its answer (the webhook): without one,
+        # :meth:`authorize` is the whole answer and callers need not await :meth:`decide`.
+        self.waits = any(hasattr(a, "decide") for a in authorizers)
+        head = authorizers[0] if authorizers else None
+        self._privileged = head if isinstance(head, PrivilegedGroups) else None
+
+    def allows_outright(self, user: UserInfo) -> bool:
+        """Whether the chain's first authorizer, the privileged groups, allows this user
+        every request: its answer for any request of theirs is ALLOW with no reason, so
+        the request's attributes need not be built to know the chain's."""
+        head = self._privileged
+        return head is not None and not head.groups.isdisjoint(user.groups)
 
     def authorize(self, attrs: AuthzAttributes) -> tuple[Decision, str]:
         reasons = []
@@ -155,7 +166,7 @@ class Union:
         wait too. ``error`` joins the failures of the authorizers asked (upstream's
         aggregate: one as it is, several as ``[a, b]``); it matters only when nobody
         allowed the request."""
-        if not self._waits:
+        if not self.waits:
             decision, reason = self.authorize(attrs)
             return decision, reason, ""
         reasons: list[str] = []

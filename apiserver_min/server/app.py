@@ -8,6 +8,7 @@ are non-resource paths answered here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import logging
 import os
@@ -17,7 +18,7 @@ import ssl
 import time
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from ..admission.chain import RequestRecord, begin_request, end_request
 from ..admission.plugins import build_chain
@@ -34,8 +35,8 @@ from ..audit.event import RequestAudit
 from ..audit.logbackend import AuditWriteError, LogBackend
 from ..audit.webhook import WebhookBackend
 from ..authn.union import Authentication
+from ..authz.authorizer import AuthzAttributes, forbidden_error, request_attributes, user_or_anonymous
 from ..authz.authorizer import Decision as AuthzDecision
-from ..authz.authorizer import forbidden_error, request_attributes, user_or_anonymous
 from ..authz.modes import build_authorizer
 from ..authz.rbac import RbacIndex, RbacWriteGuard
 from ..authz.webhook import WebhookAuthorizer
@@ -59,7 +60,8 @@ from . import auditing, flowcontrol
 from .discovery import Discovery, version_info
 from .handlers import ResourceHandlers
 from .health import Check, Health
-from .impersonation import impersonate
+from .httpserver import expect_continue, make_server
+from .impersonation import impersonate, wants_impersonation
 from .listbody import Turns
 from .metrics import Metrics
 from .negotiation import error_body
@@ -99,6 +101,10 @@ def _admission_warnings(resp: web.StreamResponse, record: RequestRecord) -> web.
 # The verbs either long-running test (auditing.long_running, flowcontrol.is_long_running)
 # can answer True for without a sub-resource or a watch parameter.
 _MAYBE_LONG_RUNNING_VERBS = frozenset({"watch", "proxy"})
+
+# Verbs that, without a sub-resource, never reach admission; their requests get no record.
+_PLAIN_READ_VERBS = frozenset({"get", "list", "watch"})
+_NO_RECORD = RequestRecord()  # never set as the current record, so nothing is added to it
 
 # A body larger than this goes out in slices of this size, each once the previous ones
 # have left the connection's buffer and it is the body's turn (large bodies take turns
@@ -511,7 +517,23 @@ class ApiServer:
         upstream. ``None`` is the anonymous user. The decision and its reason go on the
         request's audit event."""
         attrs = request_attributes(user, info, query)
-        decision, reason, error = await self.authorizer.decide(attrs)
+        if self.authorizer.waits:
+            decision, reason, error = await self.authorizer.decide(attrs)
+        else:
+            (decision, reason), error = self.authorizer.authorize(attrs), ""
+        self._decided(attrs, decision, reason, error, info, audit, request)
+
+    def _decided(
+        self,
+        attrs: AuthzAttributes | None,
+        decision: AuthzDecision,
+        reason: str,
+        error: str,
+        info: RequestInfo,
+        audit: RequestAudit | None,
+        request: web.Request | None,
+    ) -> None:
+        """The authorizer's answer taken: noted on the audit event, raised unless allowed."""
         allowed = decision is AuthzDecision.ALLOW
         if not allowed and error:
             uri = request.path_qs if request is not None else info.path
@@ -523,23 +545,31 @@ class ApiServer:
             audit.annotations[names.AUDIT_DECISION_ANNOTATION] = "allow" if allowed else "forbid"
             audit.annotations[names.AUDIT_REASON_ANNOTATION] = reason  # also when empty, as upstream
         if not allowed:
+            assert attrs is not None  # only an allowed answer comes without attributes
             raise forbidden_error(attrs, reason)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
-        auditing.start(request)  # the Audit-ID every response carries (auditing.on_response_prepare)
-        info = parse(request.method, request.path, request.query, self.registry, self.enabled)
+        auditing.start(request)  # the Audit-ID every response carries (auditing.response_starting)
+        if hdrs.EXPECT in request.headers:
+            await expect_continue(request)  # before anything reads the body
+        info = parse(request.method, request.path, request.query, self.registry, self.runtime.enabled)
         command_alias(info, request.headers.get(names.KUBECTL_COMMAND_HEADER))
         # For the edges (body decoding, response writing), which answer an alias group in its
-        # spelling; set on every request, as a hit is cheaper than a missing key's KeyError.
+        # spelling (absent: none; httpserver.ApiRequest's get is a plain dict lookup).
         kind = info.kind
-        request[GROUP_ALIAS_KEY] = info.alias or (
-            storage_version_alias(info) if kind is not None and kind.custom else None
-        )
+        alias = info.alias or (storage_version_alias(info) if kind is not None and kind.custom else None)
+        if alias is not None:
+            request[GROUP_ALIAS_KEY] = alias
         code = 500
         self._inflight += 1
-        # Admission plugins' warnings (and audit annotations) for this request.
-        record, record_token = begin_request()
+        # Admission plugins' warnings (and audit annotations) for this request; a plain read
+        # runs no admission, so it has nothing to collect.
+        record_token: contextvars.Token | None = None
+        if info.subresource or info.verb not in _PLAIN_READ_VERBS:
+            record, record_token = begin_request()
+        else:
+            record = _NO_RECORD
         audit: RequestAudit | None = None
         resp: web.StreamResponse | None = None
         status: dict[str, Any] | None = None
@@ -555,31 +585,36 @@ class ApiServer:
                 deadline = self.deadlines.start(
                     requested_timeout(query, self.deadlines.default) if "timeout" in query else self.deadlines.default
                 )
-                record.deadline = deadline.at  # what admission webhooks' calls may take at most
-            try:
-                # None for an anonymous request (when --anonymous-auth allows it), a 401
-                # ApiError for a bad credential (authn/union.py).
-                user = await self.authn.authenticate(request)
-            except st.ApiError as exc:
-                if self.auditor is not None and exc.code == 401:
-                    # As upstream: one ResponseStarted event, with no user, for a failed authentication.
-                    audit = auditing.begin(self.auditor, request, info, None)
-                    if audit is not None:
-                        audit.base["user"] = {}
-                        stage = "ResponseStarted"
-                raise
+                if record_token is not None:
+                    record.deadline = deadline.at  # what admission webhooks' calls may take at most
+            # The user of a connection's known client certificate, else the authenticators'
+            # answer: None for an anonymous request (when --anonymous-auth allows it), a 401
+            # ApiError for a bad credential (authn/union.py).
+            user = self.authn.connection_user(request)
+            if user is None:
+                try:
+                    user = await self.authn.authenticate(request)
+                except st.ApiError as exc:
+                    if self.auditor is not None and exc.code == 401:
+                        # As upstream: one ResponseStarted event, with no user, for a failed authentication.
+                        audit = auditing.begin(self.auditor, request, info, None)
+                        if audit is not None:
+                            audit.base["user"] = {}
+                            stage = "ResponseStarted"
+                    raise
             request = self.authn.strip_proxy_headers(request)
             if self.auditor is not None:
                 audit = auditing.begin(self.auditor, request, info, user)
             real_user = user
-            request, user = await impersonate(request, user, self.authorizer)  # Impersonate-* headers
+            if wants_impersonation(request.headers):  # Impersonate-* headers
+                request, user = await impersonate(request, user, self.authorizer)
             if audit is not None:
                 if user is not real_user:
                     audit.impersonated(real_user, user)
                 assert self.auditor is not None
                 self.auditor.emit(audit, "RequestReceived")
             if self.flow_control is not None:
-                ticket = await self.flow_control.admit(
+                admitted = self.flow_control.admit_now(
                     user,
                     info.is_resource,
                     info.verb,
@@ -589,8 +624,9 @@ class ApiServer:
                     info.namespace,
                     request.path,
                     info.kind,
-                    request.query,
+                    query,
                 )
+                ticket = await admitted.wait() if isinstance(admitted, flowcontrol.Queued) else admitted
                 if ticket is not None:
                     ticket.long_running = not plain and flowcontrol.is_long_running(info.verb, info.subresource, query)
                     flowcontrol.CURRENT.set(ticket)
@@ -598,7 +634,13 @@ class ApiServer:
                 plain or not flowcontrol.is_long_running(info.verb, info.subresource, query)
             ):
                 inflight_kind = self.inflight_limits.enter(user, info.verb)
-            await self.authorize(user, info, request.query, audit, request)
+            if user is not None and self.authorizer.allows_outright(user):  # a privileged group's member
+                self._decided(None, AuthzDecision.ALLOW, "", "", info, audit, request)
+            elif self.authorizer.waits:
+                await self.authorize(user, info, query, audit, request)
+            else:  # the common case, without a coroutine of its own
+                attrs = request_attributes(user, info, query)
+                self._decided(attrs, *self.authorizer.authorize(attrs), "", info, audit, request)
             if info.is_resource:
                 resp = await self.handlers.handle(request, info, user_or_anonymous(user))
                 self.deadlines.finish(deadline)  # no await may come between the work and this
@@ -660,7 +702,8 @@ class ApiServer:
                 assert self.inflight_limits is not None
                 self.inflight_limits.leave(inflight_kind)
             self.deadlines.finish(deadline)
-            end_request(record_token)
+            if record_token is not None:
+                end_request(record_token)
             if audit is not None:
                 self._audit_finish(audit, request, info, resp, code, status, record, stage)
             self._inflight -= 1
@@ -777,13 +820,9 @@ class ApiServer:
         )
         return web.Response(body=body, content_type="application/json")
 
-    def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.opts.max_request_body_bytes + 1024)
-        app.router.add_route("*", "/{tail:.*}", self.dispatch)
-        app.on_response_prepare.append(auditing.on_response_prepare)
-        if self.flow_control is not None:
-            app.on_response_prepare.append(flowcontrol.on_response_prepare)
-        return app
+    def make_server(self) -> web.Server:
+        """Every path goes to :meth:`dispatch` (server/httpserver.py)."""
+        return make_server(self.dispatch, self.opts.max_request_body_bytes + 1024, access_log=None)
 
     async def serve(self, stop: asyncio.Event, worker: tuple[int, int] | None = None) -> int:
         """Serve until ``stop``. ``worker``: (index, ready descriptor) when this process is
@@ -794,8 +833,7 @@ class ApiServer:
         await self.start_storage()
         if self.auditor is not None:
             self.auditor.start()
-        app = self.make_app()
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=30.0)
+        runner = web.ServerRunner(self.make_server(), handle_signals=False, shutdown_timeout=30.0)
         await runner.setup()
         site = web.TCPSite(
             runner,

@@ -148,13 +148,13 @@ def start(request: web.Request) -> None:
     request[AUDIT_ID_KEY] = audit_id(request.headers.get(names.AUDIT_ID_HEADER))
 
 
-async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    """aiohttp's hook as headers go out: the Audit-ID header (one already set, by a
-    proxied backend say, is kept), and a long-running request's ResponseStarted event."""
-    if names.AUDIT_ID_HEADER not in response.headers:
-        value = request.get(AUDIT_ID_KEY)
-        if value is not None:
-            response.headers[names.AUDIT_ID_HEADER] = value
+def response_starting(request: web.BaseRequest, response: web.StreamResponse) -> None:
+    """As a response's headers go out (httpserver.ApiRequest): the Audit-ID header (one
+    already set, by a proxied backend say, is kept), and a long-running request's
+    ResponseStarted event."""
+    value = request.get(AUDIT_ID_KEY)
+    if value is not None and names.AUDIT_ID_HEADER not in response.headers:
+        response.headers[names.AUDIT_ID_HEADER] = value
     current = CURRENT.get()
     if current is None:
         return

@@ -65,7 +65,10 @@ class Impersonation:
 
 def wants_impersonation(headers: Mapping[str, str]) -> bool:
     """Whether any ``Impersonate-*`` header is present (the cheap test every request makes)."""
-    return any(k[:12].lower() == _PREFIX for k in headers.keys())
+    for k in headers.keys():
+        if k[:12].lower() == _PREFIX:
+            return True
+    return False
 
 
 def extra_key(header_suffix: str) -> str:

@@ -194,7 +194,7 @@ def storage_version_alias(info: "RequestInfo") -> GroupAlias | None:
     return StorageVersionAlias(k.group, k.group, k.version, stored, schema, k.kind, k.custom_converter)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class RequestInfo:
     is_resource: bool
     path: str
@@ -241,37 +241,40 @@ def command_alias(info: RequestInfo, command: str | None) -> None:
 
 
 def parse(method: str, path: str, query, registry: Registry, enabled) -> RequestInfo:
-    segs = [unquote(s) for s in path.strip("/").split("/")] if path.strip("/") else []
-    info = RequestInfo(False, path, method.lower())
+    """What a request asks for. ``enabled(group, version, resource)`` says whether a
+    built-in kind is served (--runtime-config); a custom kind is served while its
+    definition lasts."""
+    trimmed = path.strip("/")
+    segs = trimmed.split("/") if trimmed else []
+    if "%" in trimmed:
+        segs = [unquote(s) for s in segs]
     if not segs or segs[0] not in ("api", "apis"):
-        return info
+        return RequestInfo(False, path, method.lower())
+    alias: GroupAlias | None = None
     if segs[0] == "api":
         if len(segs) < 3:
-            return info
+            return RequestInfo(False, path, method.lower())
         group, version, rest = "", segs[1], segs[2:]
     else:
         if len(segs) < 4:
-            return info
+            return RequestInfo(False, path, method.lower())
         group, version, rest = segs[1], segs[2], segs[3:]
         served = names.GROUP_ALIASES.get(group)
         if served is not None:
             # An upstream spelling kubectl hard-codes: served as the orch group from here on.
-            info.alias = GroupAlias(group, served, version)
+            alias = GroupAlias(group, served, version)
             group = served
-    info.group, info.version = group, version
     watch_path = False
     if rest and rest[0] == "watch":  # the deprecated /watch/ path form
         watch_path = True
         rest = rest[1:]
     if not rest:
-        return info
+        return RequestInfo(False, path, method.lower(), group, version, alias=alias)
     namespace = ""
     if rest[0] == "namespaces" and len(rest) >= 3 and not (len(rest) == 3 and rest[2] in ("status", "finalize")):
         namespace, rest = rest[1], rest[2:]
-    elif rest[0] == "namespaces" and len(rest) >= 2:
-        # /namespaces/<name>[/status|/finalize]: the namespace object itself.
-        namespace = ""
-    if info.alias is not None and namespace in names.NAMESPACE_ALIASES:
+    # (/namespaces/<name>[/status|/finalize] is the namespace object itself.)
+    if alias is not None and namespace in names.NAMESPACE_ALIASES:
         namespace = names.NAMESPACE_ALIASES[namespace]
     resource = rest[0]
     name = rest[1] if len(rest) >= 2 else ""
@@ -280,34 +283,28 @@ def parse(method: str, path: str, query, registry: Registry, enabled) -> Request
     if proxy:
         sub = "proxy"  # what follows is the path on the target, not part of the sub-resource
     kind = registry.by_resource(group, version, resource)
-    info.is_resource = True
-    info.resource, info.name, info.subresource, info.namespace = resource, name, sub, namespace
-    info.parts = tuple(rest)
-    if kind is None or not enabled(group, version, resource):
-        info.kind = None
-    else:
-        info.kind = kind
-        if rest[0] == "namespaces" and kind.resource == "namespaces" and len(rest) >= 2:
-            info.namespace = ""
+    if kind is not None and not (kind.custom or enabled(group, version, resource)):
+        kind = None
+    if kind is not None and rest[0] == "namespaces" and kind.resource == "namespaces" and len(rest) >= 2:
+        namespace = ""  # /namespaces/<ns>/namespaces/<name>: a namespace is not in one
     m = method.upper()
     if proxy:
         # One verb per HTTP method, as upstream's request info has it (no list or watch).
-        info.verb = _PROXY_VERBS.get(m, m.lower())
-        return info
-    if m in ("GET", "HEAD"):
+        verb = _PROXY_VERBS.get(m, m.lower())
+    elif m in ("GET", "HEAD"):
         if watch_path or ("watch" in query and _truthy(query.get("watch"))):
-            info.verb = "watch"
+            verb = "watch"
         elif name:
-            info.verb = "get"
+            verb = "get"
         else:
-            info.verb = "list"
+            verb = "list"
     elif m == "DELETE" and not name:
-        info.verb = "deletecollection"
+        verb = "deletecollection"
     elif m == "POST" and name and not sub:
-        info.verb = "create"  # POST to a named resource is rejected later with 405
+        verb = "create"  # POST to a named resource is rejected later with 405
     else:
-        info.verb = _HTTP_TO_VERB.get(m, m.lower())
-    return info
+        verb = _HTTP_TO_VERB.get(m, m.lower())
+    return RequestInfo(True, path, verb, group, version, resource, sub, namespace, name, kind, tuple(rest), alias)
 
 
 def require_kind(info: RequestInfo) -> KindInfo:

@@ -952,6 +952,8 @@ class Bench:
         finally:
             workers.stop()
         ok = sum(r["ok"] for r in results)
+        if isinstance(spy, CProfileRun):  # requests in the profiled window, for figures per request
+            (spy.out_dir / f"{spy.name}.requests").write_text(str(ok))
         errors: collections.Counter = collections.Counter()
         for r in results:
             errors.update(r["errors"])
@@ -1145,17 +1147,30 @@ class Bench:
                 )
 
             if self.args.profile or self.args.cprofile:
-                print(f"[{backend}] profiling create and list", flush=True)
-                self.load_window(
-                    server.port,
-                    server.creds,
-                    "create",
-                    NS_CREATE,
-                    s["profile_s"],
-                    cpu_pids,
-                    profile=f"{backend}-create",
-                )
-                asyncio.run(self.profile_lists(server, s["profile_s"], f"{backend}-list"))
+                print(f"[{backend}] profiling create, get and list", flush=True)
+                if "create" in only or "list" in only:
+                    self.load_window(
+                        server.port,
+                        server.creds,
+                        "create",
+                        NS_CREATE,
+                        s["profile_s"],
+                        cpu_pids,
+                        profile=f"{backend}-create",
+                    )
+                if "get" in only:
+                    self.load_window(
+                        server.port,
+                        server.creds,
+                        "get",
+                        NS_LIST,
+                        s["profile_s"],
+                        cpu_pids,
+                        names_total=n,
+                        profile=f"{backend}-get",
+                    )
+                if "list" in only:
+                    asyncio.run(self.profile_lists(server, s["profile_s"], f"{backend}-list"))
 
             if "watch" in only:
                 head = orjson.loads(server.api("GET", "/api/v1/pods?limit=1")[1])
@@ -1764,6 +1779,12 @@ class Bench:
                     + ", ".join(f"gen{g} {acc['count'][g]}x {acc['seconds'][g] * 1e3:.0f} ms" for g in range(3))
                     + f" ({acc['tracked']:,} tracked objects at the start)"
                 )
+            req_path = Path(path).with_suffix(".requests")
+            if req_path.exists() and int(req_path.read_text() or 0):
+                ok = int(req_path.read_text())
+                stats = pstats.Stats(path).stats  # type: ignore[attr-defined]
+                calls = sum(v[1] for v in stats.values())
+                print(f"\n  {Path(path).stem}: {ok:,} requests, {calls / ok:.0f} Python calls per request")
             for order, limit in (("tottime", 25), ("cumulative", 30)):
                 out = io.StringIO()
                 st = pstats.Stats(path, stream=out)

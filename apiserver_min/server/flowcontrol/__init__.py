@@ -1,6 +1,6 @@
 """API priority and fairness (``flowcontrol.orch.io``) and the plain in-flight limits."""
 
-from .controller import CURRENT, FlowControl, Ticket, is_long_running, on_response_prepare
+from .controller import CURRENT, FlowControl, Queued, Ticket, is_long_running, response_starting
 from .maxinflight import InflightLimits
 
-__all__ = ["CURRENT", "FlowControl", "InflightLimits", "Ticket", "is_long_running", "on_response_prepare"]
+__all__ = ["CURRENT", "FlowControl", "InflightLimits", "Queued", "Ticket", "is_long_running", "response_starting"]

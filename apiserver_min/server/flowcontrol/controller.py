@@ -114,6 +114,59 @@ class Ticket:
         self.control._finish(self)
 
 
+class Queued:
+    """A request waiting in its level's queue for seats (FlowControl.admit_now)."""
+
+    __slots__ = ("control", "level", "schema", "req", "key", "headers")
+
+    def __init__(
+        self, control: "FlowControl", level: Level, schema: Schema, req: Request, key: tuple[str, str], headers: dict
+    ):
+        self.control = control
+        self.level = level
+        self.schema = schema
+        self.req = req
+        self.key = key
+        self.headers = headers
+
+    async def wait(self) -> Ticket:
+        """The ticket once seats come; a 429 after the wait limit."""
+        control, level, schema, req, key, headers = (
+            self.control,
+            self.level,
+            self.schema,
+            self.req,
+            self.key,
+            self.headers,
+        )
+        m = control.metrics
+        assert req.future is not None
+        m.inqueue[key] += 1
+        waited_from = time.monotonic()
+        try:
+            await asyncio.wait_for(req.future, control.wait_limit)
+        except asyncio.TimeoutError:
+            level.abandon(req)
+            m.rejected[(level.name, schema.name, "time-out")] += 1
+            m.wait(key, False, time.monotonic() - waited_from)
+            exc429 = st.too_many_requests(TOO_MANY_MESSAGE, RETRY_AFTER_SECONDS)
+            exc429.headers.update(headers)
+            raise exc429 from None
+        except asyncio.CancelledError:
+            if req.future.done() and not req.future.cancelled():
+                control._finish_request(level, req, 0.0)
+            else:
+                level.abandon(req)
+            m.rejected[(level.name, schema.name, "cancelled")] += 1
+            raise
+        finally:
+            m.inqueue[key] -= 1
+        m.wait(key, True, time.monotonic() - waited_from)
+        m.dispatched[key] += 1
+        m.executing[key] += 1
+        return Ticket(control, level, req, key, headers)
+
+
 # The ticket of the request being served, for the response-prepare hook (streams).
 CURRENT: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("orch_flowcontrol_ticket", default=None)
 
@@ -310,7 +363,7 @@ class FlowControl:
         c = self.cache.caches.get(prefix)
         return list_width(len(c.items) if c is not None else 0, query)
 
-    async def admit(
+    def admit_now(
         self,
         user: UserInfo | None,
         is_resource: bool,
@@ -322,9 +375,12 @@ class FlowControl:
         path: str,
         kind: KindInfo | None,
         query: Mapping[str, str],
-    ) -> Ticket | None:
-        """Classify and wait for seats; None when no configuration applies (none read yet,
-        or no schema matches). Raises a 429 ApiError when the request is rejected."""
+    ) -> "Ticket | Queued | None":
+        """Classify and take seats: the ticket of a request that has its seats at once
+        (an exempt level, or seats free), a :class:`Queued` whose ``wait()`` gives the
+        ticket once seats come (no coroutine for the common case), or None when no
+        configuration applies (none read yet, or no schema matches). Raises a 429
+        ApiError when the request is rejected."""
         res = f"{resource}/{subresource}" if subresource else resource
         schema, distinguisher = self.classifier.classify(user, is_resource, verb, group, res, namespace, path)
         if schema is None:
@@ -359,29 +415,8 @@ class FlowControl:
             rejected.headers.update(headers)
             raise rejected from None
         if req.future is not None:
-            m.inqueue[key] += 1
-            waited_from = time.monotonic()
-            try:
-                await asyncio.wait_for(req.future, self.wait_limit)
-            except asyncio.TimeoutError:
-                level.abandon(req)
-                m.rejected[(level.name, schema.name, "time-out")] += 1
-                m.wait(key, False, time.monotonic() - waited_from)
-                exc429 = st.too_many_requests(TOO_MANY_MESSAGE, RETRY_AFTER_SECONDS)
-                exc429.headers.update(headers)
-                raise exc429 from None
-            except asyncio.CancelledError:
-                if req.future.done() and not req.future.cancelled():
-                    self._finish_request(level, req, 0.0)
-                else:
-                    level.abandon(req)
-                m.rejected[(level.name, schema.name, "cancelled")] += 1
-                raise
-            finally:
-                m.inqueue[key] -= 1
-            m.wait(key, True, time.monotonic() - waited_from)
-        else:
-            m.wait(key, True, 0.0)
+            return Queued(self, level, schema, req, key, headers)
+        m.wait(key, True, 0.0)
         m.dispatched[key] += 1
         m.executing[key] += 1
         return Ticket(self, level, req, key, headers)
@@ -506,14 +541,16 @@ def _dangling_condition(level: str, dangling: bool, obj: dict) -> dict[str, Any]
     return cond
 
 
-async def on_response_prepare(request: Any, response: Any) -> None:
-    """aiohttp's hook as headers go out: the matched objects' headers, and a long-running
-    request (watch, exec, ...) gives its seats back now that it has started."""
+def response_starting(response: Any) -> None:
+    """As a response's headers go out (server/httpserver.py): the matched objects'
+    headers, and a long-running request (watch, exec, ...) gives its seats back now that
+    it has started."""
     ticket = CURRENT.get()
     if ticket is None:
         return
+    headers = response.headers
     for k, v in ticket.headers.items():
-        if k not in response.headers:
-            response.headers[k] = v
+        if k not in headers:
+            headers[k] = v
     if ticket.long_running:
         ticket.release()
