@@ -271,6 +271,8 @@ class ApiServer:
         self.metrics = Metrics()
         self.metrics.object_counts = self.cache.object_counts
         self.metrics.sources.append(self.admission_webhook_metrics.render)
+        if isinstance(raw_backend, SqliteBackend):
+            self.metrics.sources.append(raw_backend.render_metrics)
         self.handlers = ResourceHandlers(self)
         host = opts.advertise_address or (
             opts.bind_address if opts.bind_address not in ("0.0.0.0", "::") else "127.0.0.1"

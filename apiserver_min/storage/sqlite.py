@@ -27,14 +27,16 @@ counter lives in this process, so a second writer must not exist.
 
 from __future__ import annotations
 
+import _sqlite3
 import asyncio
 import builtins
 import collections
+import ctypes
 import logging
 import os
 import sqlite3
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from .interface import (
     CompactedError,
@@ -107,6 +109,26 @@ def _range_clause(prefix: str, column: str = "key") -> tuple[str, list]:
     return f"{column} >= ? AND {column} < ?", [prefix, end]
 
 
+# A gauge of SQLite's own heap (page cache, schemas, prepared statements) in this process.
+MEMORY_METRIC = "orch_storage_sqlite_memory_bytes"
+
+
+def _memory_used_reader() -> Callable[[], int] | None:
+    """SQLite's ``sqlite3_memory_used()`` from the library the ``sqlite3`` module runs on
+    (looked up through that module's extension, so a static build counts too); None when it
+    cannot be found or the library keeps no memory statistics (built with memstatus off)."""
+    try:
+        lib = ctypes.CDLL(getattr(_sqlite3, "__file__", None))
+        used, option_used = lib.sqlite3_memory_used, lib.sqlite3_compileoption_used
+    except (OSError, AttributeError, TypeError):
+        return None
+    used.restype, used.argtypes = ctypes.c_int64, []
+    option_used.restype, option_used.argtypes = ctypes.c_int, [ctypes.c_char_p]
+    if option_used(b"DEFAULT_MEMSTATUS=0"):
+        return None
+    return used
+
+
 class _Watcher:
     __slots__ = ("prefix", "queue", "maxsize", "waiter", "overflowed", "error")
 
@@ -152,6 +174,7 @@ class SqliteBackend:
         self._compact_lock = asyncio.Lock()
         self._closed = False
         self.watch_overflows = 0  # slow watchers sent back to the log (a metric)
+        self._memory_used = _memory_used_reader()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -226,6 +249,18 @@ class SqliteBackend:
         if db is None:
             raise UnavailableError("sqlite storage is not open")
         return db
+
+    def render_metrics(self) -> list[str]:
+        """Prometheus lines: the bytes SQLite holds in this process (its page cache up to
+        the cache size, schemas, statements); nothing where the library cannot say."""
+        if self._memory_used is None:
+            return []
+        return [
+            f"# HELP {MEMORY_METRIC} Bytes of memory SQLite holds in this process "
+            "(page cache, schemas, prepared statements).",
+            f"# TYPE {MEMORY_METRIC} gauge",
+            f"{MEMORY_METRIC} {self._memory_used()}",
+        ]
 
     # -- revisions -----------------------------------------------------------
 

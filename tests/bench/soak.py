@@ -14,6 +14,13 @@ and samples the server's and the agent's RSS, open file descriptors and
 threads every --sample seconds. After the warm-up (the first 20 % of the run,
 at least the 5-minute watch history window plus a minute) it prints each figure's growth beside its target: RSS
 growth <= 5 %, no file-descriptor or thread growth.
+
+The server's RSS is also split, so that growth can be placed: anonymous memory
+against file-backed pages (/proc/PID/smaps_rollup), and within the anonymous
+part SQLite's own heap (the server's orch_storage_sqlite_memory_bytes gauge),
+with the database file's size beside it: SQLite's page cache holds at most the
+file's pages (and at most its 64 MiB cache size), so a flat file means a flat
+cache.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from apiserver_min.storage.cacher import HISTORY_SECONDS  # noqa: E402
+from apiserver_min.storage.sqlite import MEMORY_METRIC  # noqa: E402
 from tests.apiserver_fixtures import ApiServerProcess, create_namespace  # noqa: E402
 from tests.components import Containerd, _unmount_all_under, free_port, image_builder  # noqa: E402
 from tests.e2e.harness import NODE, Cluster, new_cgroup_root  # noqa: E402
@@ -137,6 +145,36 @@ def sample(proc: psutil.Process) -> tuple[float, int, int]:
         return proc.memory_info().rss / 2**20, proc.num_fds(), proc.num_threads()
 
 
+def smaps_mib(pid: int) -> tuple[float, float]:
+    """(anonymous, file-backed) resident MiB of a process."""
+    fields = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                fields[parts[0].rstrip(":")] = int(parts[1]) / 1024
+    return fields["Anonymous"], fields["Rss"] - fields["Anonymous"]
+
+
+def sqlite_mib(api: ApiServerProcess) -> float:
+    """SQLite's heap in the server (its gauge on /metrics); NaN when it is not there."""
+    try:
+        status, _, body = api.request("GET", "/metrics")
+    except OSError:
+        return float("nan")
+    for line in body.decode(errors="replace").splitlines() if status == 200 else ():
+        if line.startswith(MEMORY_METRIC + " "):
+            return float(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def server_split(api: ApiServerProcess, pid: int, db: Path) -> tuple[float, float, float, float]:
+    """(anonymous, file-backed, SQLite heap, database file) MiB."""
+    anon, file = smaps_mib(pid)
+    size = sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists()) / 2**20
+    return anon, file, sqlite_mib(api), size
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0)
@@ -189,13 +227,15 @@ def main() -> None:
         threads.append(threading.Thread(target=pod_churn, args=(api, args.pod_every, stop, counters)))
         for thread in threads:
             thread.start()
-        samples: list[tuple[float, tuple, tuple]] = []
+        samples: list[tuple[float, tuple, tuple, tuple]] = []
+        db = api.data_dir / "state.db"
         start = time.monotonic()
         while (elapsed := time.monotonic() - start) < duration:
-            samples.append((elapsed, sample(server_proc), sample(agent_proc)))
-            s, a = samples[-1][1], samples[-1][2]
+            samples.append((elapsed, sample(server_proc), sample(agent_proc), server_split(api, server_proc.pid, db)))
+            s, a, split = samples[-1][1], samples[-1][2], samples[-1][3]
             print(
-                f"{elapsed:7.0f}s server {s[0]:6.1f} MiB {s[1]:4d} fds {s[2]:3d} threads | "
+                f"{elapsed:7.0f}s server {s[0]:6.1f} MiB {s[1]:4d} fds {s[2]:3d} threads "
+                f"(anon {split[0]:.1f}, file {split[1]:.1f}, sqlite {split[2]:.1f}, db file {split[3]:.1f}) | "
                 f"agent {a[0]:6.1f} MiB {a[1]:4d} fds {a[2]:3d} threads | {json.dumps(counters.values)}",
                 flush=True,
             )
@@ -244,6 +284,11 @@ def report(samples, warmup: float, counters: Counters) -> None:
             f"fds {fds0} -> {fds1} (target no growth); threads {thr0} -> {thr1} (target no growth)"
             f"  {'ok' if good else 'MISSED'}"
         )
+    parts = ("anonymous", "file-backed", "of which SQLite's heap", "database file (not resident)")
+    print("server RSS split (MiB, start of the window -> end):")
+    for i, part in enumerate(parts):
+        v0, v1 = statistics.mean(s[3][i] for s in base), statistics.mean(s[3][i] for s in end)
+        print(f"  {part:30s} {v0:6.1f} -> {v1:6.1f} ({v1 - v0:+.1f})")
     print("soak:", "all targets met" if ok else "a target missed")
 
 

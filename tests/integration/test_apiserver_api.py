@@ -1187,6 +1187,10 @@ def test_metrics(apiserver, sq_ns):
     assert any('verb="GET"' in ln and 'resource="configmaps"' in ln and 'code="404"' in ln for ln in lines)
     assert "apiserver_request_duration_seconds_bucket{" in text
     assert "apiserver_storage_objects{" in text
+    # SQLite's own heap (its page cache holds pages of the database just read): a positive gauge.
+    sqlite_lines = [ln for ln in text.splitlines() if ln.startswith("orch_storage_sqlite_memory_bytes ")]
+    assert len(sqlite_lines) == 1 and int(sqlite_lines[0].split()[1]) > 0, sqlite_lines
+    assert "# TYPE orch_storage_sqlite_memory_bytes gauge" in text
 
 
 # --- errors, authentication --------------------------------------------------------------
