@@ -1005,8 +1005,9 @@ class OpenAPI:
         v2 = orjson.dumps(swagger_document(registry, group_versions, enabled, gvks), option=orjson.OPT_SORT_KEYS)
         self._v2 = _Doc(v2, _etag(v2))
         self.v2 = v2
-        # The declared kinds' parts, kept for when custom resources come and go.
-        self._builtin_v2 = orjson.loads(v2)
+        # The declared kinds' parts, kept for when custom resources come and go (v2 as
+        # its bytes: parsed it would hold about 5 MiB of small objects for good).
+        self._builtin_v2 = v2
         self._builtin_v3 = dict(self._v3)
         t1 = time.perf_counter()
         self.v2_protobuf: bytes | None = None
@@ -1060,7 +1061,7 @@ class OpenAPI:
         self.hashes = {key: doc.etag for key, doc in self._v3.items()}
         index = orjson.dumps(self.index(), option=orjson.OPT_SORT_KEYS)
         self._index = _Doc(index, _etag(index))
-        doc = dict(self._builtin_v2)
+        doc = orjson.loads(self._builtin_v2)
         doc["paths"] = {**doc["paths"], **v2_paths}
         doc["definitions"] = {**doc["definitions"], **_v2_definitions(v2_schemas)}
         self.v2 = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
