@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+
+from apiserver_min.api.kinds import REGISTRY
+from apiserver_min.storage.cacher import ResourceCache
+
 REPO = Path(__file__).resolve().parents[2]
 
 # The expression engine (and RE2, protobuf descriptors) is for validating admission
@@ -36,3 +41,26 @@ def test_the_server_loads_the_expression_engine_with_the_first_compiled_expressi
     assert set(at_start).isdisjoint(NOT_AT_START), sorted(set(at_start) & set(NOT_AT_START))
     assert {"cel_expr_python", "google"} <= set(used)
     assert result is True and typed_result is True
+
+
+def test_cached_objects_share_their_namespace_labels_and_field_values():
+    cache = ResourceCache(REGISTRY.by_resource("", "v1", "pods"), "/pods/")
+
+    def entry(name: str):
+        # each object decoded on its own, as every write is
+        raw = orjson.dumps(
+            {
+                "metadata": {"name": name, "namespace": "team-a", "labels": {"app": "web-frontend"}},
+                "spec": {"nodeName": "node-0001", "schedulerName": "custom-scheduler"},
+                "status": {"phase": "Running"},
+            }
+        )
+        return cache.make_entry(f"/pods/team-a/{name}", raw, 1)
+
+    a, b = entry("pod-a"), entry("pod-b")
+    assert a.namespace == b.namespace == "team-a" and a.namespace is b.namespace
+    assert a.labels["app"] is b.labels["app"]
+    for path in ("metadata.namespace", "spec.nodeName", "spec.schedulerName", "status.phase"):
+        assert a.fields[path] == b.fields[path] and a.fields[path] is b.fields[path], path
+    assert a.fields["metadata.namespace"] is a.namespace
+    assert (a.name, a.fields["metadata.name"], b.name) == ("pod-a", "pod-a", "pod-b")
