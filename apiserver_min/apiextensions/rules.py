@@ -23,7 +23,7 @@ from typing import Any
 from ..api import validation as v
 from ..cel import Activation, CompileError, Compiler, EvalError, Program, merge_paths
 from ..cel import cost as celcost
-from . import celtypes, values
+from . import values
 
 _log = logging.getLogger(__name__)
 
@@ -152,6 +152,8 @@ def _typed_compiler(node_json: str, root: bool) -> Compiler | None:
     """A compiler with ``self`` and ``oldSelf`` typed by the schema node (given as its
     canonical JSON); None when the node's types cannot be declared (the rule is then
     checked untyped, as before, and still type-checked on evaluation)."""
+    from . import celtypes  # protobuf descriptors: loaded by the first rule a schema carries
+
     spec, descriptor, probe = celtypes.declare(json.loads(node_json), escape, root)
     if spec == ("dyn",):
         return None

@@ -31,9 +31,6 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-import re2
-from cel_expr_python import cel as C
-
 from ..api.quantity import Quantity, QuantityError
 
 TYPE_KEY = "@orch.cel.type"
@@ -164,14 +161,22 @@ def _ascii(s: str, upper: bool) -> str:
 
 # RE2, as upstream's regular expressions: linear time, so no pattern can stall the
 # server (Python's backtracking ``re`` can, on patterns such as ``(a+)+$``).
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
+@functools.cache
+def _re2() -> tuple[Any, Any]:
+    """RE2 and its options, loaded with the first pattern an expression searches for
+    (like the engine, most servers never need it)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    return re2, options
 
 
 @functools.lru_cache(maxsize=256)
 def _regex(pattern: str) -> Any:
+    re2, options = _re2()
     try:
-        return re2.compile(pattern, options=_RE2_OPTIONS)
+        return re2.compile(pattern, options=options)
     except re2.error as exc:
         detail = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise ValueError(f"error parsing regexp: {detail}") from None
@@ -344,31 +349,19 @@ def _decision(value: Any, name: str) -> dict:
 
 # --- declarations --------------------------------------------------------------------
 
-T = C.Type
+# The element types ``indexOf``/``lastIndexOf`` take, by the engine's type constant
+# (the engine dispatches on concrete types: one overload each).
+_ELEMENT_TYPES = ("string", "int", "uint", "double", "bool", "bytes", "list", "map", "duration", "timestamp")
 
 
-def _ov(name: str, ret: Any, params: list, impl: Callable, member: bool = False) -> Any:
-    return C.Overload(name, ret, params, is_member=member, impl=impl)
+def declarations(cel: Any) -> list:
+    """The library's function declarations for ``NewEnv(functions=...)``; ``cel``: the
+    engine's bindings (``cel_expr_python.cel``, loaded by the engine on first use)."""
+    T = cel.Type
 
+    def _ov(name: str, ret: Any, params: list, impl: Callable, member: bool = False) -> Any:
+        return cel.Overload(name, ret, params, is_member=member, impl=impl)
 
-# The element types ``indexOf``/``lastIndexOf`` take (the engine dispatches on concrete
-# types: one overload each).
-_ELEMENT_TYPES = (
-    ("string", T.STRING),
-    ("int", T.INT),
-    ("uint", T.UINT),
-    ("double", T.DOUBLE),
-    ("bool", T.BOOL),
-    ("bytes", T.BYTES),
-    ("list", T.LIST),
-    ("map", T.MAP),
-    ("duration", T.DURATION),
-    ("timestamp", T.TIMESTAMP),
-)
-
-
-def declarations() -> list:
-    """The library's function declarations for ``NewEnv(functions=...)``."""
     L, M, S, D, I, B = T.LIST, T.MAP, T.STRING, T.DYN, T.INT, T.BOOL  # noqa: E741 - short type names
     fns = {
         "isSorted": [_ov("list_is_sorted", B, [L], _is_sorted, True)],
@@ -376,12 +369,15 @@ def declarations() -> list:
         "min": [_ov("list_min", D, [L], _min, True)],
         "max": [_ov("list_max", D, [L], _max, True)],
         "indexOf": [
-            *(_ov(f"list_index_of_{n}", I, [L, t], _index_of, True) for n, t in _ELEMENT_TYPES),
+            *(_ov(f"list_index_of_{n}", I, [L, getattr(T, n.upper())], _index_of, True) for n in _ELEMENT_TYPES),
             _ov("string_index_of", I, [S, S], _str_index, True),
             _ov("string_index_of_offset", I, [S, S, I], _str_index, True),
         ],
         "lastIndexOf": [
-            *(_ov(f"list_last_index_of_{n}", I, [L, t], _last_index_of, True) for n, t in _ELEMENT_TYPES),
+            *(
+                _ov(f"list_last_index_of_{n}", I, [L, getattr(T, n.upper())], _last_index_of, True)
+                for n in _ELEMENT_TYPES
+            ),
             _ov("string_last_index_of", I, [S, S], _str_last_index, True),
             _ov("string_last_index_of_offset", I, [S, S, I], _str_last_index, True),
         ],
@@ -453,4 +449,4 @@ def declarations() -> list:
         "errored": [_ov("decision_errored", B, [M], lambda d: bool(_decision(d, "errored")["error"]), True)],
         "error": [_ov("decision_error", S, [M], lambda d: str(_decision(d, "error")["error"]), True)],
     }
-    return [C.FunctionDecl(name, overloads) for name, overloads in fns.items()]
+    return [cel.FunctionDecl(name, overloads) for name, overloads in fns.items()]

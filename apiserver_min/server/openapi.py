@@ -20,20 +20,20 @@ their upstream spelling while group names follow the naming rule), and paths
 for exactly the verbs and sub-resources each kind declares (create-only review
 kinds get ``POST`` only).
 
-The documents are generated once when the server starts (they depend only on
-the declarations and ``--runtime-config``); custom resources' group versions are
-added and removed as their definitions come and go (``set_custom_kinds``: a v3
-document each, built from the definition's schema, and their part of v2). All are
-served from memory with an
-``ETag`` (upstream: the upper-case hex SHA-512 of the body), ``Last-Modified``,
+The documents are generated once, at the first request for each form (they
+depend only on the declarations and ``--runtime-config``); custom resources'
+group versions are added and removed as their definitions come and go
+(``set_custom_kinds``: a v3 document each, built from the definition's schema,
+and their part of v2; built again when next asked for). All are served from
+memory with an ``ETag`` (upstream: the upper-case hex SHA-512 of the body), ``Last-Modified``,
 conditional ``304`` answers, and, for URLs carrying the ``hash`` of the current
 document (as ``/openapi/v3`` hands them out), ``Cache-Control: public,
 immutable`` with a one-year ``Expires``; a stale ``hash`` is redirected (301)
 to the current one. ``/openapi/v2`` (Swagger 2.0) is served as JSON (the default)
 and, for an Accept naming ``application/com.github.proto-openapi.spec.v2.v1.0+protobuf``
 or the spelling client-go still sends, ``...spec.v2@v1.0+protobuf``, as gnostic's
-``openapi.v2.Document`` message, converted once at start from the JSON document
-(``openapi_pb``). As upstream: the protobuf answer's Content-Type is always the
+``openapi.v2.Document`` message, converted once (when first asked for) from the
+JSON document (``openapi_pb``). As upstream: the protobuf answer's Content-Type is always the
 ``...spec.v2.v1.0+protobuf`` spelling (``@`` is no token character, and Go's
 ``mime.ParseMediaType`` in client-go rejects it), both forms carry the JSON
 document's ETag (``Vary: Accept`` tells them apart), both are gzipped on request,
@@ -973,98 +973,173 @@ def _negotiate(header: str | None, offered: Iterable[str]) -> str | None:
 
 
 class OpenAPI:
-    """The generated documents of one server, built once at start and served from memory.
+    """The generated documents of one server, built on first demand and then served
+    from memory: the v3 documents (and their index) together at the first request for
+    any of them, the v2 document at the first ``/openapi/v2``, its protobuf form at the
+    first request for that. Built, they hold about 5 MiB and their building leaves as
+    much again of the allocator's pages behind; a server no client asks for them (kubectl
+    reads v3 only for ``create``/``apply``/``explain``) keeps none, and starts sooner.
 
     ``docs`` maps a group version's key (``api/v1``, ``apis/apps/v1``) to its v3 document
     bytes; ``index()`` is ``/openapi/v3``; ``v2`` is the Swagger 2.0 document and
     ``v2_protobuf`` the same document as gnostic's ``openapi.v2.Document`` message (None
-    if it could not be converted: then only JSON is offered). The measured generation
-    time and the documents' size are kept in ``build_seconds`` and ``total_bytes``, the
-    protobuf conversion's share in ``v2_protobuf_seconds`` (logged at start).
+    if it could not be converted: then only JSON is offered). Each first build is timed
+    and logged; ``build_seconds`` and ``total_bytes`` build what is missing and give the
+    sum, the protobuf conversion's share is ``v2_protobuf_seconds``.
     """
 
     def __init__(
         self, registry: Registry, enabled: Callable[[str, str, str], bool], group_versions: list[tuple[str, str]]
     ):
-        t0 = time.perf_counter()
-        gvks = _gvk_index()
-        self.docs: dict[str, bytes] = {}
-        self.hashes: dict[str, str] = {}
-        self._v3: dict[str, _Doc] = {}
-        for g, v in group_versions:
-            if not _kinds(registry, g, v, enabled):
-                continue
-            key = gv_path(g, v)
-            body = orjson.dumps(group_version_document(registry, g, v, enabled, gvks), option=orjson.OPT_SORT_KEYS)
-            doc = _Doc(body, _etag(body))
-            self._v3[key] = doc
-            self.docs[key] = body
-            self.hashes[key] = doc.etag
+        self._registry, self._enabled, self._group_versions = registry, enabled, group_versions
+        self._custom: list[KindInfo] = []
+        # The declared kinds' documents, once built (kept when custom resources come and go).
+        self._builtin_v3: dict[str, _Doc] | None = None
+        self._builtin_v2: bytes | None = None
+        # The served documents, the custom kinds' parts included (None: to be built).
+        self._v3: dict[str, _Doc] | None = None
+        self._index: _Doc | None = None
+        self._v2: _Doc | None = None
+        self._v2_pb: _Doc | None = None
+        self._v2_pb_stale = True
+        self.v3_seconds = self.v2_seconds = self.v2_protobuf_seconds = 0.0
+        self.last_modified = time.time()
+
+    # -- building on demand ---------------------------------------------------------------
+
+    def _v3_docs(self) -> dict[str, _Doc]:
+        if self._v3 is not None:
+            return self._v3
+        if self._builtin_v3 is None:
+            t0 = time.perf_counter()
+            gvks = _gvk_index()
+            built: dict[str, _Doc] = {}
+            for g, v in self._group_versions:
+                if not _kinds(self._registry, g, v, self._enabled):
+                    continue
+                doc = group_version_document(self._registry, g, v, self._enabled, gvks)
+                body = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+                built[gv_path(g, v)] = _Doc(body, _etag(body))
+            self._builtin_v3 = built
+            self.v3_seconds = time.perf_counter() - t0
+            log.info(
+                "OpenAPI v3 documents generated in %.0f ms: %d group versions, %d KiB",
+                self.v3_seconds * 1000,
+                len(built),
+                sum(len(d.body) for d in built.values()) // 1024,
+            )
+        v3 = dict(self._builtin_v3)
+        for (g, v), gv_kinds in self._custom_by_gv():
+            body = orjson.dumps(custom_group_version_document(g, v, gv_kinds), option=orjson.OPT_SORT_KEYS)
+            v3[gv_path(g, v)] = _Doc(body, _etag(body))
+        self._v3 = v3
         index = orjson.dumps(self.index(), option=orjson.OPT_SORT_KEYS)
         self._index = _Doc(index, _etag(index))
-        v2 = orjson.dumps(swagger_document(registry, group_versions, enabled, gvks), option=orjson.OPT_SORT_KEYS)
-        self._v2 = _Doc(v2, _etag(v2))
-        self.v2 = v2
-        # The declared kinds' parts, kept for when custom resources come and go.
-        self._builtin_v2 = orjson.loads(v2)
-        self._builtin_v3 = dict(self._v3)
-        t1 = time.perf_counter()
-        self.v2_protobuf: bytes | None = None
-        self._v2_pb: _Doc | None = None
-        self._v2_pb_stale = False
-        self._build_v2_protobuf()
-        self.v2_protobuf_seconds = time.perf_counter() - t1
-        self.last_modified = time.time()
-        self.build_seconds = time.perf_counter() - t0
-        pb_size = len(self.v2_protobuf or b"")
-        self.total_bytes = len(v2) + pb_size + len(index) + sum(len(b) for b in self.docs.values())
-        log.info(
-            "OpenAPI documents generated in %.0f ms: %d group versions, %d KiB (v3) + %d KiB (v2) "
-            "+ %d KiB (v2 protobuf, %.0f ms)",
-            self.build_seconds * 1000,
-            len(self.docs),
-            sum(len(b) for b in self.docs.values()) // 1024,
-            len(v2) // 1024,
-            pb_size // 1024,
-            self.v2_protobuf_seconds * 1000,
-        )
+        return v3
 
-    def _build_v2_protobuf(self) -> None:
-        self._v2_pb_stale = False
-        self.v2_protobuf, self._v2_pb = None, None
-        try:
-            self.v2_protobuf = openapi_pb.document_bytes(orjson.loads(self.v2))
-        except ValueError:  # a declaration gnostic's schema cannot carry: JSON only, loudly
-            log.exception("OpenAPI v2: the protobuf form is not served")
-        else:
-            # upstream re-uses the JSON document's ETag for the protobuf form
-            self._v2_pb = _Doc(self.v2_protobuf, self._v2.etag, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
+    def _custom_by_gv(self) -> list[tuple[tuple[str, str], list[KindInfo]]]:
+        by_gv: dict[tuple[str, str], list[KindInfo]] = {}
+        for k in self._custom:
+            by_gv.setdefault((k.group, k.version), []).append(k)
+        return sorted(by_gv.items())
+
+    def _index_doc(self) -> _Doc:
+        self._v3_docs()
+        assert self._index is not None
+        return self._index
+
+    def _v2_doc(self) -> _Doc:
+        if self._v2 is not None:
+            return self._v2
+        if self._builtin_v2 is None:
+            t0 = time.perf_counter()
+            doc = swagger_document(self._registry, self._group_versions, self._enabled, _gvk_index())
+            # kept as bytes: parsed, it would hold about 5 MiB of small objects for good
+            self._builtin_v2 = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+            self.v2_seconds = time.perf_counter() - t0
+            log.info(
+                "OpenAPI v2 document generated in %.0f ms: %d KiB",
+                self.v2_seconds * 1000,
+                len(self._builtin_v2) // 1024,
+            )
+        body = self._builtin_v2
+        if self._custom:
+            v2_paths: dict[str, dict] = {}
+            v2_schemas = SchemaBuilder({})
+            for (g, v), gv_kinds in self._custom_by_gv():
+                v2_paths.update(_v2_paths(_custom_paths(g, v, gv_kinds, v2_schemas, v2=True)))
+            doc = orjson.loads(body)
+            doc["paths"] = {**doc["paths"], **v2_paths}
+            doc["definitions"] = {**doc["definitions"], **_v2_definitions(v2_schemas)}
+            body = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+        self._v2 = _Doc(body, _etag(body))
+        return self._v2
+
+    def _v2_protobuf_doc(self) -> _Doc | None:
+        if self._v2_pb_stale:
+            self._v2_pb_stale = False
+            v2 = self._v2_doc()
+            first = self.v2_protobuf_seconds == 0.0
+            t0 = time.perf_counter()
+            self._v2_pb = None
+            try:
+                data = openapi_pb.document_bytes(orjson.loads(v2.body))
+            except ValueError:  # a declaration gnostic's schema cannot carry: JSON only, loudly
+                log.exception("OpenAPI v2: the protobuf form is not served")
+            else:
+                # upstream re-uses the JSON document's ETag for the protobuf form
+                self._v2_pb = _Doc(data, v2.etag, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
+            if first:
+                self.v2_protobuf_seconds = time.perf_counter() - t0
+                log.info(
+                    "OpenAPI v2 protobuf form converted in %.0f ms: %d KiB",
+                    self.v2_protobuf_seconds * 1000,
+                    len(self._v2_pb.body if self._v2_pb else b"") // 1024,
+                )
+        return self._v2_pb
+
+    # -- the documents ----------------------------------------------------------------------
+
+    @property
+    def docs(self) -> dict[str, bytes]:
+        return {key: doc.body for key, doc in self._v3_docs().items()}
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        return {key: doc.etag for key, doc in self._v3_docs().items()}
+
+    @property
+    def v2(self) -> bytes:
+        return self._v2_doc().body
+
+    @property
+    def v2_protobuf(self) -> bytes | None:
+        doc = self._v2_protobuf_doc()
+        return doc.body if doc is not None else None
+
+    @property
+    def build_seconds(self) -> float:
+        """The time every document took to build the first time (built now if missing)."""
+        self._v2_protobuf_doc()
+        self._v3_docs()
+        return self.v3_seconds + self.v2_seconds + self.v2_protobuf_seconds
+
+    @property
+    def total_bytes(self) -> int:
+        """The size of every document served now (built now if missing)."""
+        return (
+            len(self.v2)
+            + len(self.v2_protobuf or b"")
+            + len(self._index_doc().body)
+            + sum(len(b) for b in self.docs.values())
+        )
 
     def set_custom_kinds(self, kinds: Iterable[KindInfo]) -> None:
         """Serve the custom resources' kinds (all of them, replacing those served before):
-        a v3 document per group version, their paths and definitions in v2. The v2
-        protobuf form is converted again when next asked for."""
-        by_gv: dict[tuple[str, str], list[KindInfo]] = {}
-        for k in kinds:
-            by_gv.setdefault((k.group, k.version), []).append(k)
-        self._v3 = dict(self._builtin_v3)
-        self.docs = {key: doc.body for key, doc in self._v3.items()}
-        v2_paths: dict[str, dict] = {}
-        v2_schemas = SchemaBuilder({})
-        for (g, v), gv_kinds in sorted(by_gv.items()):
-            body = orjson.dumps(custom_group_version_document(g, v, gv_kinds), option=orjson.OPT_SORT_KEYS)
-            key = gv_path(g, v)
-            self._v3[key] = _Doc(body, _etag(body))
-            self.docs[key] = body
-            v2_paths.update(_v2_paths(_custom_paths(g, v, gv_kinds, v2_schemas, v2=True)))
-        self.hashes = {key: doc.etag for key, doc in self._v3.items()}
-        index = orjson.dumps(self.index(), option=orjson.OPT_SORT_KEYS)
-        self._index = _Doc(index, _etag(index))
-        doc = dict(self._builtin_v2)
-        doc["paths"] = {**doc["paths"], **v2_paths}
-        doc["definitions"] = {**doc["definitions"], **_v2_definitions(v2_schemas)}
-        self.v2 = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-        self._v2 = _Doc(self.v2, _etag(self.v2))
+        a v3 document per group version, their paths and definitions in v2. The documents
+        are built again when next asked for."""
+        self._custom = list(kinds)
+        self._v3, self._index, self._v2, self._v2_pb = None, None, None, None
         self._v2_pb_stale = True
         self.last_modified = time.time()
 
@@ -1079,10 +1154,10 @@ class OpenAPI:
         """Answer an ``/openapi/...`` request, or None when the path names no document (404)."""
         path = request.path
         if path == "/openapi/v3":
-            return self._serve(request, self._index, names.MEDIA_JSON)
+            return self._serve(request, self._index_doc(), names.MEDIA_JSON)
         if path.startswith("/openapi/v3/"):
             key = path[len("/openapi/v3/") :].strip("/")
-            doc = self._v3.get(key)
+            doc = self._v3_docs().get(key)
             if doc is None:
                 return None
             media = _negotiate(request.headers.get("Accept"), (names.MEDIA_JSON,))
@@ -1112,12 +1187,11 @@ class OpenAPI:
             if media is None:
                 return self._not_acceptable(request, offered)
             if media == names.MEDIA_JSON:
-                return self._serve(request, self._v2, media)
-            if self._v2_pb_stale:
-                self._build_v2_protobuf()
-            if self._v2_pb is None:
+                return self._serve(request, self._v2_doc(), media)
+            pb = self._v2_protobuf_doc()
+            if pb is None:
                 return self._not_acceptable(request, (names.MEDIA_JSON,))
-            return self._serve(request, self._v2_pb, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
+            return self._serve(request, pb, MEDIA_OPENAPI_V2_PROTOBUF_OLD)
         return None
 
     def _not_acceptable(self, request: web.Request, offered: tuple[str, ...]) -> web.Response:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -1996,3 +1997,10 @@ def test_created_objects_carry_upstream_defaults(apiserver, sq_ns):
     # A PUT of what was read back is a no-op: defaults are stable.
     _, again = apiserver.json("PUT", f"/api/v1/namespaces/{sq_ns}/services/defaults", obj, expect=200)
     assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
+
+
+def test_a_server_without_expressions_never_loads_the_engine(apiserver):
+    # After this module's requests (none declares a policy, match condition or
+    # validation rule), the expression engine and RE2 are not mapped into the server.
+    maps = Path(f"/proc/{apiserver.pid}/maps").read_text()
+    assert "cel_expr_python" not in maps and "/re2/" not in maps and "_re2" not in maps
