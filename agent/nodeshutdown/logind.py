@@ -85,7 +85,10 @@ class Logind:
         bus = None
         try:
             bus = dbus_fast.aio.MessageBus(bus_address=self.address, negotiate_unix_fd=True)
-            self._bus = await asyncio.wait_for(bus.connect(), self.timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation that
+            # arrives as the call completes, and the cancelled manager would then run on.
+            async with asyncio.timeout(self.timeout):
+                self._bus = await bus.connect()
         except Exception as exc:  # noqa: BLE001 - the library raises OSError, timeouts and plain Exception
             if bus is not None:
                 try:
@@ -122,7 +125,8 @@ class Logind:
             destination=destination, path=path, interface=interface, member=member, signature=signature, body=body
         )
         try:
-            reply = await asyncio.wait_for(bus.call(msg), self.timeout)
+            async with asyncio.timeout(self.timeout):  # not wait_for: see connect()
+                reply = await bus.call(msg)
         except asyncio.TimeoutError:
             raise LogindError(f"{interface}.{member}: no answer within {self.timeout:g}s") from None
         except LogindError:

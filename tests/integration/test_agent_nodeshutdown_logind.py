@@ -153,7 +153,8 @@ async def test_a_lost_bus_is_reconnected_and_the_lock_taken_again(tmp_path, monk
             assert mgr.lock is not None
         finally:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            async with asyncio.timeout(10):  # a cancelled manager stops (it once ran on)
+                await asyncio.gather(task, return_exceptions=True)
     finally:
         first.__exit__()
         if second is not None:
