@@ -28,11 +28,10 @@ import stat
 import struct
 from typing import Any
 
-import orjson
-
 from agent import logging as agent_logging
 from agent import pods as podutil
 from agent.pods import ManifestProblem, Op, PodSink, PodUpdate
+from apiserver_min.api.helpers import json_copy
 
 from .decode import MAX_MANIFEST_BYTES, ManifestError, decode_document, make_static
 
@@ -146,10 +145,10 @@ class FileSource:
             return [], [self._problem(path, f"cannot read: {exc.strerror or exc}")]
         cached = self._cache.get(path)
         if cached is not None and cached[0] == data:
-            return [_copy(p) for p in cached[1]], list(cached[2])
+            return [json_copy(p) for p in cached[1]], list(cached[2])
         pods, problems = self._decode(data, path)
         self._cache[path] = (data, pods, problems)
-        return [_copy(p) for p in pods], list(problems)
+        return [json_copy(p) for p in pods], list(problems)
 
     def _decode(self, data: bytes, path: str) -> tuple[list[dict], list[ManifestProblem]]:
         try:
@@ -276,10 +275,6 @@ class FileSource:
                     self._writing.discard(name)
         if relevant and self._wake is not None:
             self._wake.set()
-
-
-def _copy(pod: dict) -> dict:
-    return orjson.loads(orjson.dumps(pod))
 
 
 # --- inotify through ctypes ---------------------------------------------------------------------

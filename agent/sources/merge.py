@@ -24,12 +24,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Iterable
 
-import orjson
-
 from agent import logging as agent_logging
 from agent import pods as podutil
 from agent.pods import ManifestProblem, Op, PodUpdate
 from apiserver_min.api import names, timeutil
+from apiserver_min.api.helpers import json_copy
 
 __all__ = ["PodConfig"]
 
@@ -38,11 +37,6 @@ log = agent_logging.get_logger("sources")
 # Annotations the agent keeps for itself: never a reason for an update, and kept
 # from the pod already held when the source's copy changes (upstream's localAnnotations).
 _LOCAL_ANNOTATIONS = (names.ANNOTATION_CONFIG_SOURCE, names.ANNOTATION_CONFIG_MIRROR, names.ANNOTATION_CONFIG_SEEN)
-
-
-def _copy(pod: Any) -> Any:
-    # Pods are JSON-shaped; an orjson round trip is several times faster than deepcopy.
-    return orjson.loads(orjson.dumps(pod))
 
 
 def _meta(pod: dict) -> dict:
@@ -130,18 +124,18 @@ class PodConfig:
 
         put = self.updates.put_nowait
         if removes:
-            put(PodUpdate.make(Op.REMOVE, source, map(_copy, removes)))
+            put(PodUpdate.make(Op.REMOVE, source, map(json_copy, removes)))
         if adds:
-            put(PodUpdate.make(Op.ADD, source, map(_copy, adds)))
+            put(PodUpdate.make(Op.ADD, source, map(json_copy, adds)))
         if updates:
-            put(PodUpdate.make(Op.UPDATE, source, map(_copy, updates)))
+            put(PodUpdate.make(Op.UPDATE, source, map(json_copy, updates)))
         if deletes:
-            put(PodUpdate.make(Op.DELETE, source, map(_copy, deletes)))
+            put(PodUpdate.make(Op.DELETE, source, map(json_copy, deletes)))
         if first and update.op == Op.SET and not (adds or updates or deletes):
             # Tells the consumer this source has been seen, even with nothing in it.
             put(PodUpdate.make(Op.ADD, source))
         if reconciles:
-            put(PodUpdate.make(Op.RECONCILE, source, map(_copy, reconciles)))
+            put(PodUpdate.make(Op.RECONCILE, source, map(json_copy, reconciles)))
         if adds or updates or deletes or removes:
             log.v(4).info(
                 "Pod source changed",
@@ -195,7 +189,7 @@ class PodConfig:
             batch_names[full] = uid
             existing = old.get(uid)
             if existing is None:
-                ref = _copy(incoming)
+                ref = json_copy(incoming)
                 anns = _meta(ref).get("annotations")
                 if not isinstance(anns, dict):
                     anns = _meta(ref)["annotations"] = {}
@@ -228,17 +222,17 @@ class PodConfig:
         and say what kind of change it was (upstream's checkAndUpdatePod)."""
         if not _differ_semantically(existing, ref):
             if existing.get("status") != ref.get("status"):
-                existing["status"] = _copy(ref.get("status"))
+                existing["status"] = json_copy(ref.get("status"))
                 return Op.RECONCILE
             return None
         em, rm = _meta(existing), _read_meta(ref)
-        existing["spec"] = _copy(ref.get("spec"))
+        existing["spec"] = json_copy(ref.get("spec"))
         for key in ("labels", "deletionTimestamp", "deletionGracePeriodSeconds"):
             if rm.get(key) is None:
                 em.pop(key, None)
             else:
-                em[key] = _copy(rm[key])
-        existing["status"] = _copy(ref.get("status"))
+                em[key] = json_copy(rm[key])
+        existing["status"] = json_copy(ref.get("status"))
         annotations: dict[str, Any] = dict(rm.get("annotations") or {})
         annotations[names.ANNOTATION_CONFIG_SOURCE] = source
         for key in _LOCAL_ANNOTATIONS:
@@ -268,7 +262,7 @@ class PodConfig:
 
     def pods(self) -> list[dict]:
         """Copies of the desired pods of all sources."""
-        return [_copy(p) for pods in self._pods.values() for p in pods.values()]
+        return [json_copy(p) for pods in self._pods.values() for p in pods.values()]
 
     def problems(self) -> list[ManifestProblem]:
         """The current manifest problems of every source, sources' and the merge's own."""

@@ -122,23 +122,19 @@ def running(cluster: Cluster, n: int, selector: str = "app=web"):
     return items if ok else None
 
 
-class PodWatch:
-    """A watch of the ``app=web`` pods (the Python client on the admin orchconfig): the
-    fewest ready and the most live (not terminating) pods seen at any moment."""
+class _Watch:
+    """A watch of the ``app=web`` objects of one kind in a thread (the Python client on the
+    admin orchconfig), from the resourceVersion of a first list; ``_note`` keeps the figures."""
 
-    def __init__(self, cluster: Cluster):
-        self.api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=cluster.kubeconfig))
-        listed = self.api.list_namespaced_pod("default", label_selector="app=web")
-        self.pods = {p.metadata.name: p for p in listed.items}
-        self.min_ready, self.max_live, self.events = 10**6, 0, 0
+    def __init__(self, list_fn, listed) -> None:
         self.stopped, self.error = False, None
         self.watch = k8s_watch.Watch()
-        self.thread = threading.Thread(target=self._run, args=(listed.metadata.resource_version,), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(list_fn, listed.metadata.resource_version), daemon=True)
         self.thread.start()
 
-    def _run(self, rv: str) -> None:
+    def _run(self, list_fn, rv: str) -> None:
         stream = self.watch.stream(
-            self.api.list_namespaced_pod, "default", label_selector="app=web", resource_version=rv, timeout_seconds=180
+            list_fn, "default", label_selector="app=web", resource_version=rv, timeout_seconds=180
         )
         try:
             for ev in stream:
@@ -146,6 +142,24 @@ class PodWatch:
         except Exception as exc:  # the connection went away: fine only after stop()
             if not self.stopped:
                 self.error = exc
+
+    def _note(self, ev: dict) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.watch.stop()  # takes effect at the next event; the thread is a daemon
+
+
+class PodWatch(_Watch):
+    """The fewest ready and the most live (not terminating) ``app=web`` pods seen at any moment."""
+
+    def __init__(self, cluster: Cluster):
+        api = k8s.CoreV1Api(k8s_config.new_client_from_config(config_file=cluster.kubeconfig))
+        listed = api.list_namespaced_pod("default", label_selector="app=web")
+        self.pods = {p.metadata.name: p for p in listed.items}
+        self.min_ready, self.max_live, self.events = 10**6, 0, 0
+        super().__init__(api.list_namespaced_pod, listed)
 
     def _note(self, ev: dict) -> None:
         pod = ev["object"]
@@ -159,50 +173,26 @@ class PodWatch:
         self.min_ready = min(self.min_ready, len(ready))
         self.max_live = max(self.max_live, len(live))
 
-    def stop(self) -> None:
-        self.stopped = True
-        self.watch.stop()  # takes effect at the next event; the thread is a daemon
 
-
-class ReplicaSetWatch:
-    """A watch of the ``app=web`` ReplicaSets: the largest sum of their
-    ``spec.replicas`` seen at any moment, which is what maxSurge bounds (upstream's
-    deployment controller counts replicas, not pods: a pod the ReplicaSet controller
-    has not yet deleted may briefly sit beside a new one)."""
+class ReplicaSetWatch(_Watch):
+    """The largest sum of the ``app=web`` ReplicaSets' ``spec.replicas`` seen at any moment,
+    which is what maxSurge bounds (upstream's deployment controller counts replicas, not
+    pods: a pod the ReplicaSet controller has not yet deleted may briefly sit beside a new one)."""
 
     def __init__(self, cluster: Cluster):
-        self.api = k8s.AppsV1Api(k8s_config.new_client_from_config(config_file=cluster.kubeconfig))
-        listed = self.api.list_namespaced_replica_set("default", label_selector="app=web")
+        api = k8s.AppsV1Api(k8s_config.new_client_from_config(config_file=cluster.kubeconfig))
+        listed = api.list_namespaced_replica_set("default", label_selector="app=web")
         self.sets = {r.metadata.name: r.spec.replicas or 0 for r in listed.items}
         self.max_replicas = sum(self.sets.values())
-        self.stopped, self.error = False, None
-        self.watch = k8s_watch.Watch()
-        self.thread = threading.Thread(target=self._run, args=(listed.metadata.resource_version,), daemon=True)
-        self.thread.start()
+        super().__init__(api.list_namespaced_replica_set, listed)
 
-    def _run(self, rv: str) -> None:
-        stream = self.watch.stream(
-            self.api.list_namespaced_replica_set,
-            "default",
-            label_selector="app=web",
-            resource_version=rv,
-            timeout_seconds=180,
-        )
-        try:
-            for ev in stream:
-                rs = ev["object"]
-                if ev["type"] == "DELETED":
-                    self.sets.pop(rs.metadata.name, None)
-                else:
-                    self.sets[rs.metadata.name] = rs.spec.replicas or 0
-                self.max_replicas = max(self.max_replicas, sum(self.sets.values()))
-        except Exception as exc:  # the connection went away: fine only after stop()
-            if not self.stopped:
-                self.error = exc
-
-    def stop(self) -> None:
-        self.stopped = True
-        self.watch.stop()
+    def _note(self, ev: dict) -> None:
+        rs = ev["object"]
+        if ev["type"] == "DELETED":
+            self.sets.pop(rs.metadata.name, None)
+        else:
+            self.sets[rs.metadata.name] = rs.spec.replicas or 0
+        self.max_replicas = max(self.max_replicas, sum(self.sets.values()))
 
 
 def test_deployment_runs_and_scales_on_containerd(cluster):
