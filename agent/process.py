@@ -412,7 +412,8 @@ async def serve_health(checks: HealthChecks, host: str, port: int, started: asyn
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+            async with asyncio.timeout(5):
+                head = await reader.readuntil(b"\r\n\r\n")
             method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
             target = rest.rsplit(" ", 1)[0]
             path, _, query = target.partition("?")

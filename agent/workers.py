@@ -398,7 +398,8 @@ class PodPipeline:
                 if state.retry_at is not None:
                     timeout = max(0.0, min(timeout, state.retry_at - time.monotonic()))
                 try:
-                    await asyncio.wait_for(state.wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await state.wake.wait()
                 except asyncio.TimeoutError:
                     pass
                 state.wake.clear()

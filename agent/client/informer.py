@@ -86,7 +86,8 @@ class Informer:
         if self._synced.is_set():
             return True
         try:
-            await asyncio.wait_for(self._synced.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._synced.wait()
             return True
         except asyncio.TimeoutError:
             return False

@@ -130,7 +130,8 @@ def evictor(kill_pod: Callable[..., "asyncio.Future | None"], timeout: float = P
             return False
         wait = podutil.grace_period_seconds(pod, grace) + timeout
         try:
-            await asyncio.wait_for(asyncio.shield(done), wait)
+            async with asyncio.timeout(wait):
+                await asyncio.shield(done)  # the pod's stop goes on after a timeout here
         except asyncio.TimeoutError:
             log.error("Evicted pod did not stop in time", pod=podutil.full_name(pod), waited=f"{wait:g}s")
             return False
@@ -319,7 +320,8 @@ class EvictionManager:
                 else:
                     followups = 0
                 try:
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
                 except asyncio.TimeoutError:
                     pass
         finally:

@@ -344,7 +344,8 @@ class ServiceProxy:
                     if self._need_full:
                         continue
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self.check_period)
+                    async with asyncio.timeout(self.check_period):
+                        await self._wake.wait()
                 except asyncio.TimeoutError:
                     # Quiet for a while: make sure nobody removed or flushed the table.
                     if not await self._table_intact():

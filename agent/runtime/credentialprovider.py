@@ -253,7 +253,8 @@ class CredentialProviders:
         except OSError as exc:
             raise CredentialProviderError(f"cannot run {binary}: {exc}") from exc
         try:
-            out, err = await asyncio.wait_for(proc.communicate(request), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                out, err = await proc.communicate(request)
         except asyncio.TimeoutError:
             proc.kill()
             await proc.wait()

@@ -888,12 +888,10 @@ class RuntimeManager:
         if handler and info.running and self.hooks is not None and grace > 0:
             pod_for_hook = pod or {"metadata": {"name": "", "namespace": "", "uid": ""}, "spec": {}}
             try:
-                error = await asyncio.wait_for(
-                    self.hooks.run_handler(
+                async with asyncio.timeout(grace):
+                    error = await self.hooks.run_handler(
                         self.cri, handler, pod_for_hook, container or {}, info.id, "", timeout=float(grace)
-                    ),
-                    timeout=grace,
-                )
+                    )
             except asyncio.TimeoutError:
                 error = f"PreStop hook did not finish within {grace}s"
             if error:

@@ -193,7 +193,8 @@ class SpdyClient:
         port = u.port or 80
         target = (u.path or "/") + (f"?{u.query}" if u.query else "")
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(u.hostname, port), timeout)
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(u.hostname, port)
         except (OSError, asyncio.TimeoutError) as exc:
             raise SpdyError(
                 500, f"cannot reach the runtime's streaming server at {u.netloc}: {exc or type(exc).__name__}"
@@ -211,7 +212,8 @@ class SpdyClient:
         ]
         try:
             writer.write("\r\n".join(lines).encode())
-            status, headers, body = await asyncio.wait_for(_read_http_head(reader), timeout)
+            async with asyncio.timeout(timeout):
+                status, headers, body = await _read_http_head(reader)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             writer.close()
             raise SpdyError(
@@ -286,7 +288,8 @@ async def _read_http_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, 
             if length is not None:
                 body = await reader.readexactly(min(int(length), _MAX_HTTP_HEAD))
             else:
-                body = await asyncio.wait_for(reader.read(_MAX_HTTP_HEAD), 2.0)
+                async with asyncio.timeout(2.0):
+                    body = await reader.read(_MAX_HTTP_HEAD)
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError):
             pass
     return status, headers, body

@@ -223,7 +223,8 @@ class FileSource:
                 self._writing.clear()
                 await self.sync()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.period)
+                    async with asyncio.timeout(self.period):
+                        await self._wake.wait()
                 except TimeoutError:
                     continue
                 if self._writing:

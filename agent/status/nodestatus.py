@@ -824,7 +824,8 @@ class NodeStatusManager:
                 return
             step = left if self._posted_ready else min(left, STARTUP_READY_POLL)
             try:
-                await asyncio.wait_for(self._wake.wait(), step)
+                async with asyncio.timeout(step):
+                    await self._wake.wait()
             except asyncio.TimeoutError:
                 pass
             if self._wake.is_set():

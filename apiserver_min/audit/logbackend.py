@@ -183,7 +183,8 @@ class LogBackend:
                         break
                     self._wake.clear()
                     try:
-                        await asyncio.wait_for(self._wake.wait(), left)
+                        async with asyncio.timeout(left):
+                            await self._wake.wait()
                     except TimeoutError:
                         break
             batch = self._buffer[: self.opts.batch_max_size]

@@ -85,7 +85,8 @@ class WebhookBackend:
                 break
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._wake.wait()
         batch = self._buffer[: self.opts.batch_max_size]
         del self._buffer[: len(batch)]
         return batch
@@ -145,7 +146,8 @@ class WebhookBackend:
         self._wake.set()
         if self._task is not None:
             try:
-                await asyncio.wait_for(self._task, 30.0)
+                async with asyncio.timeout(30.0):
+                    await self._task  # the timeout cancels the sender task
             except TimeoutError:
                 log.error("audit webhook: %d events not sent at shutdown", len(self._buffer))
             self._task = None

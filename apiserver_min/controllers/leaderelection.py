@@ -146,9 +146,8 @@ class LeaderElector:
         while True:
             await asyncio.sleep(self.retry_period)
             try:
-                ok = await asyncio.wait_for(
-                    self._try_acquire_or_renew(), max(0.1, self.renew_deadline - (self.clock() - last_renewal))
-                )
+                async with asyncio.timeout(max(0.1, self.renew_deadline - (self.clock() - last_renewal))):
+                    ok = await self._try_acquire_or_renew()
             except asyncio.TimeoutError:
                 ok = False
             if ok:
@@ -237,10 +236,8 @@ class LeaderElector:
             return old
 
         try:
-            await asyncio.wait_for(
-                self.client.update(self.kind, self.namespace, self.name, compute),
-                5,
-            )
+            async with asyncio.timeout(5):
+                await self.client.update(self.kind, self.namespace, self.name, compute)
             log.info("released the lease %s/%s", self.namespace, self.name)
         except (_NotAcquirable, asyncio.TimeoutError, st.ApiError):
             pass

@@ -227,7 +227,8 @@ class DefaultService:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), RENEW_SECONDS)
+                async with asyncio.timeout(RENEW_SECONDS):
+                    await stop.wait()
             except asyncio.TimeoutError:
                 pass
             if stop.is_set():

@@ -62,7 +62,8 @@ class ServiceRangeRepair:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await stop.wait()
             except asyncio.TimeoutError:
                 pass
             if stop.is_set():

@@ -362,7 +362,8 @@ class ApiServer:
 
         async def storage() -> str | None:
             try:
-                await asyncio.wait_for(self.backend.current_revision(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await self.backend.current_revision()
             except Exception as exc:  # noqa: BLE001 - any storage failure is the health check's answer
                 return f"storage is unreachable: {exc}"
             return None

@@ -178,7 +178,8 @@ async def _relay(conn: _Connection, agent_ws: Any, expected: frozenset[str]) -> 
                 await agent_ws.send_bytes(bytes([CHANNEL_CLOSE, CHANNELS["stdin"]]))
 
     async def to_client() -> None:
-        await asyncio.wait_for(ready.wait(), STREAM_OPEN_TIMEOUT)
+        async with asyncio.timeout(STREAM_OPEN_TIMEOUT):
+            await ready.wait()
         async for msg in agent_ws:
             if msg.type != WSMsgType.BINARY or len(msg.data) < 2:
                 continue  # an empty message only says the agent's streams are open

@@ -403,7 +403,8 @@ async def _pump(request: web.Request, upstream: aiohttp.ClientResponse, out: web
     try:
         while True:
             try:
-                chunk = await asyncio.wait_for(upstream.content.readany(), LIVENESS_CHECK)
+                async with asyncio.timeout(LIVENESS_CHECK):
+                    chunk = await upstream.content.readany()
             except asyncio.TimeoutError:
                 transport = request.transport
                 if transport is None or transport.is_closing():

@@ -714,7 +714,8 @@ class WatchCache:
                 return False
             waiter = self._advanced
             try:
-                await asyncio.wait_for(waiter.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await waiter.wait()
             except asyncio.TimeoutError:
                 return self.rv >= rv
         return True

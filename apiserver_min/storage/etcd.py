@@ -174,7 +174,8 @@ class EtcdBackend:
             ],
         )
         try:
-            await asyncio.wait_for(channel.channel_ready(), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                await channel.channel_ready()
         except asyncio.TimeoutError:
             await channel.close()
             raise UnavailableError(

@@ -144,14 +144,18 @@ class Queued:
         m.inqueue[key] += 1
         waited_from = time.monotonic()
         try:
-            await asyncio.wait_for(req.future, control.wait_limit)
-        except asyncio.TimeoutError:
-            level.abandon(req)
-            m.rejected[(level.name, schema.name, "time-out")] += 1
-            m.wait(key, False, time.monotonic() - waited_from)
-            exc429 = st.too_many_requests(TOO_MANY_MESSAGE, RETRY_AFTER_SECONDS)
-            exc429.headers.update(headers)
-            raise exc429 from None
+            async with asyncio.timeout(control.wait_limit):
+                await req.future
+        except TimeoutError:
+            if req.future.done() and not req.future.cancelled():
+                pass  # the seats came as the wait limit passed: they are this request's
+            else:
+                level.abandon(req)
+                m.rejected[(level.name, schema.name, "time-out")] += 1
+                m.wait(key, False, time.monotonic() - waited_from)
+                exc429 = st.too_many_requests(TOO_MANY_MESSAGE, RETRY_AFTER_SECONDS)
+                exc429.headers.update(headers)
+                raise exc429 from None
         except asyncio.CancelledError:
             if req.future.done() and not req.future.cancelled():
                 control._finish_request(level, req, 0.0)
