@@ -444,7 +444,8 @@ class Validator:
         if program is None:
             return False
         try:
-            return program.run(data) is True
+            # each value is cut to its rules' paths and every rule's cost was checked above
+            return program.run_bounded(data) is True
         except EvalError:
             return False
 

@@ -212,6 +212,15 @@ class Program:
         converted, sizes = activation.converted(self)
         if self.size_dependent and self.shape.cost(*sizes) > cost.PER_CALL_LIMIT:
             raise EvalError(cost.ACTUAL_COST_EXCEEDED)
+        return self._eval(converted)
+
+    def run_bounded(self, data: Mapping[str, Any]) -> Any:
+        """Evaluate with plain values already cut to what the program reads and whose
+        cost the caller has already bounded (no pruning, no sizing, no per-call check
+        here); as ``run`` otherwise."""
+        return self._eval(self.env.Activation(data))
+
+    def _eval(self, converted: Any) -> Any:
         value = self.compiled.eval(converted)
         if value.type() == C.Type.ERROR:
             raise EvalError(_error_text(str(value.value())))
