@@ -217,3 +217,19 @@ def test_regex_library_runs_in_linear_time_and_names_bad_patterns(compiler):
     with pytest.raises(cel.EvalError) as err:
         run(compiler, "'x'.find('(')")
     assert str(err.value) == "error parsing regexp: missing ): ("
+
+
+@pytest.mark.parametrize(
+    "pattern, text, found",
+    [
+        ("^value-[0-9]+$", "value-12", True),
+        ("^value-[0-9]+$", "value-12\n", False),  # RE2's $ is the end of the text
+        ("é+x", "aééx", True),
+        ("[0-9]", "abc", False),
+        ("", "", True),
+    ],
+)
+def test_regex_found_is_the_search_of_matches(compiler, pattern, text, found):
+    assert library.regex_found(pattern, text) is found
+    assert (library.regex(pattern).search(text) is not None) is found
+    assert run(compiler, f"object.s.matches('{pattern}')", object={"s": text}) is found
