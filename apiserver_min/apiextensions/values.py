@@ -245,6 +245,7 @@ class _Plan:
         "defaulted_props",
         "defaulted",
         "junctors",
+        "ok",
     )
 
     def __init__(self, schema: dict):
@@ -306,6 +307,43 @@ class _Plan:
                 self.junctors[name] = [_Plan(sub) if isinstance(sub, dict) else None for sub in subs]
         if isinstance(schema.get("not"), dict):
             self.junctors["not"] = _Plan(schema["not"])
+        self.ok = _leaf_check(self)
+
+
+def _leaf_check(p: _Plan) -> Any:
+    """For a scalar node with only plain checks (type, bounds, length, pattern): a test
+    that a value certainly passes them all, so that the common case skips the
+    validation call and its path text; None for any other node. A value failing the
+    test is validated in full (for its errors)."""
+    schema = p.schema
+    if p.junctors or p.enum is not None or p.int_or_string or p.typ not in _EXACT or p.typ in ("object", "array"):
+        return None
+    if p.typ == "boolean":
+        return lambda x: type(x) is bool
+    if p.typ == "string":
+        if p.format or (p.pattern is not None and p.pattern_re is None):
+            return None
+        if any(b is not None and type(b) is not int for b in (p.max_length, p.min_length)):
+            return None
+        search = p.pattern_re.search if p.pattern_re is not None else None
+        return _string_check(p.max_length, p.min_length or 0, search)
+    if "multipleOf" in schema or schema.get("exclusiveMaximum") or schema.get("exclusiveMinimum"):
+        return None
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    if any(b is not None and (type(b) not in (int, float)) for b in (lo, hi)):
+        return None
+    types = (int,) if p.typ == "integer" else (int, float)
+    return lambda x: type(x) in types and (lo is None or x >= lo) and (hi is None or x <= hi)
+
+
+def _string_check(longest: int | None, shortest: int, search: Any) -> Any:
+    def ok(x: Any) -> bool:
+        if type(x) is not str:
+            return False
+        n = len(x)
+        return (longest is None or n <= longest) and n >= shortest and (search is None or search(x) is not None)
+
+    return ok
 
 
 _PLANS: dict[int, tuple[dict, _Plan]] = {}
@@ -474,9 +512,13 @@ def _canonical(value: Any) -> Any:
 def _validate_array(value: list, p: _Plan, path: str, errs: list[v.FieldError]) -> None:
     if p.array:
         _validate_list_bounds(value, p.schema, path, errs)
-    if p.items is not None:
+    items = p.items
+    if items is not None:
+        ok = items.ok
         for i, item in enumerate(value):
-            _validate(item, p.items, f"{path}[{i}]", errs)
+            if ok is not None and ok(item):
+                continue
+            _validate(item, items, f"{path}[{i}]", errs)
 
 
 def _validate_list_bounds(value: list, schema: dict, path: str, errs: list[v.FieldError]) -> None:
@@ -488,6 +530,9 @@ def _validate_list_bounds(value: list, schema: dict, path: str, errs: list[v.Fie
         errs.append(v.FieldError.invalid(path, n, f"{path} in body should have at least {schema['minItems']} items"))
     list_type = schema.get(LIST_TYPE)
     if schema.get("uniqueItems") or list_type == "set":
+        first = type(value[0]) if value else None
+        if first in (str, int, bool) and all(type(x) is first for x in value) and len(set(value)) == n:
+            return  # scalars of one type, all different (the common case, without keys per item)
         seen: set[Any] = set()
         for i, item in enumerate(value):
             c = _canonical(item)
@@ -511,7 +556,10 @@ def _validate_object(value: dict, p: _Plan, path: str, errs: list[v.FieldError],
         _validate_object_own(value, p.schema, path, errs, root)
     for key, sub in p.props:
         if key in value and not (root and key == "metadata"):
-            _validate(value[key], sub, _child(path, key), errs)
+            item = value[key]
+            if sub.ok is not None and sub.ok(item):
+                continue
+            _validate(item, sub, _child(path, key), errs)
     if p.addl is not None:
         for key, item in value.items():
             _validate(item, p.addl, f"{path}[{key}]" if path else key, errs)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import cost, library
+from .quick import QuickProgram, compile_quick
 
 # The engine's bindings (``cel_expr_python.cel``), once ``_engine`` has loaded them: every
 # program comes from a Compiler, which loads them first.
@@ -187,6 +188,9 @@ class Program:
     shape: cost.Shape
     estimated_cost: int
     paths: Paths
+    # The expression's quick check, when it is made of the parts ``quick`` evaluates
+    # (for untyped variables holding plain JSON values): see ``holds``.
+    quick: QuickProgram | None = None
 
     def __post_init__(self) -> None:
         self.paths_key = tuple(sorted((k, tuple(sorted(v))) for k, v in self.paths.items()))
@@ -213,6 +217,12 @@ class Program:
         if self.size_dependent and self.shape.cost(*sizes) > cost.PER_CALL_LIMIT:
             raise EvalError(cost.ACTUAL_COST_EXCEEDED)
         return self._eval(converted)
+
+    def holds(self, data: Mapping[str, Any]) -> bool:
+        """Whether the expression certainly evaluates to ``true`` on ``data`` (plain
+        values, cut and cost-checked as for ``run_bounded``), answered without the
+        engine when the quick check can tell: False means only "ask ``run``"."""
+        return self.quick is not None and self.quick.holds(data)
 
     def run_bounded(self, data: Mapping[str, Any]) -> Any:
         """Evaluate with plain values already cut to what the program reads and whose
@@ -278,6 +288,9 @@ class Compiler:
         self.variables = tuple(variables)
         self.cost_limit = cost_limit
         types = types or {}
+        # Declared types change what values mean (messages, uints): the quick check
+        # reads only the untyped variables.
+        self._typed = frozenset(types)
         engine = _engine()
         try:
             pool = _pool(descriptors) if types else None
@@ -315,7 +328,9 @@ class Compiler:
         estimate = shape.cost(cost.LIST_BOUND, cost.STRING_BOUND)
         if estimate > self.cost_limit:
             return CompileError(expression, cost.exceeds_message(estimate, self.cost_limit), cost_exceeded=True)
-        return Program(self._env, expression, compiled, shape, estimate, read_paths(expression, self.variables))
+        paths = read_paths(expression, self.variables)
+        quick = compile_quick(expression, frozenset(self.variables) - self._typed)
+        return Program(self._env, expression, compiled, shape, estimate, paths, quick)
 
     def activation(self, data: Mapping[str, Any], paths: Paths | None = None) -> Activation:
         """An activation for this compiler's programs (undeclared names are dropped);

@@ -173,7 +173,9 @@ def _re2() -> tuple[Any, Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def _regex(pattern: str) -> Any:
+def regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (cached); ValueError, in upstream's words, when RE2
+    refuses it."""
     re2, options = _re2()
     try:
         return re2.compile(pattern, options=options)
@@ -182,15 +184,28 @@ def _regex(pattern: str) -> Any:
         raise ValueError(f"error parsing regexp: {detail}") from None
 
 
+def regex_found(pattern: str, s: str) -> bool:
+    """Whether RE2 finds ``pattern`` anywhere in ``s`` (CEL's ``matches``); ValueError as
+    ``regex``. Asks the compiled pattern directly: the module's ``search`` builds a match
+    object and its offsets in characters, five times the cost of the search itself."""
+    compiled = regex(pattern)
+    low = getattr(compiled, "_regexp", None)
+    anchor = getattr(getattr(_re2()[0], "_Anchor", None), "UNANCHORED", None)
+    if low is None or anchor is None:
+        return compiled.search(s) is not None
+    text = s.encode()
+    return bool(low.Match(anchor, text, 0, len(text))[0] != (-1, -1))
+
+
 def _find(s: str, pattern: str) -> str:
-    m = _regex(pattern).search(s)
+    m = regex(pattern).search(s)
     return m.group(0) if m else ""
 
 
 def _find_all(s: str, pattern: str, limit: int = -1) -> list[str]:
     if limit == 0:
         return []
-    out = [m.group(0) for m in _regex(pattern).finditer(s)]
+    out = [m.group(0) for m in regex(pattern).finditer(s)]
     return out if limit < 0 else out[:limit]
 
 

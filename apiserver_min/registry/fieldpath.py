@@ -307,6 +307,8 @@ def _one_key(t: List) -> tuple[str, str] | None:
 
 def _item_key(item: Any, t: List, mode: int, where: tuple) -> str:
     if mode == LISTSET:
+        if type(item) is str and item.isascii() and item.isprintable() and '"' not in item and "\\" not in item:
+            return 'v:"' + item + '"'  # what _canon writes for such a string (nothing escaped)
         return "v:" + _canon(item)
     if not isinstance(item, dict):
         raise FieldPathError(format_path(where), "expected an object as an item of a list of type map")

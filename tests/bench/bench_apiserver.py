@@ -795,9 +795,12 @@ class Server:
         return self.proc.pid
 
     def start(self, timeout: float = 60.0) -> "Server":
+        # This checkout's code first (unless the caller chose a tree): the environment's
+        # editable install may point at another checkout sharing the environment.
+        env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO)}
         with open(self.log_path, "ab") as log:
             self.proc = spawn(
-                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO)
+                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO), env=env
             )
         deadline = time.monotonic() + timeout
         config = self.data_dir / "admin.orchconfig"

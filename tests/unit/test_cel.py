@@ -212,8 +212,24 @@ def test_authorizer_checks_through_the_injected_function(compiler):
 
 def test_regex_library_runs_in_linear_time_and_names_bad_patterns(compiler):
     # A pattern that makes a backtracking engine take exponential time: RE2 runs it.
-    assert type(library._regex("(a+)+$")).__module__.startswith("re2")
+    assert type(library.regex("(a+)+$")).__module__.startswith("re2")
     assert run(compiler, "object.s.find('(a+)+$')", object={"s": "a" * 22 + "b"}) == ""
     with pytest.raises(cel.EvalError) as err:
         run(compiler, "'x'.find('(')")
     assert str(err.value) == "error parsing regexp: missing ): ("
+
+
+@pytest.mark.parametrize(
+    "pattern, text, found",
+    [
+        ("^value-[0-9]+$", "value-12", True),
+        ("^value-[0-9]+$", "value-12\n", False),  # RE2's $ is the end of the text
+        ("é+x", "aééx", True),
+        ("[0-9]", "abc", False),
+        ("", "", True),
+    ],
+)
+def test_regex_found_is_the_search_of_matches(compiler, pattern, text, found):
+    assert library.regex_found(pattern, text) is found
+    assert (library.regex(pattern).search(text) is not None) is found
+    assert run(compiler, f"object.s.matches('{pattern}')", object={"s": text}) is found

@@ -293,3 +293,13 @@ def test_manager_from_user_agent():
     assert mf.manager_from_user_agent("kubectl/v1.27.3 (linux/amd64) kubernetes/abc") == "kubectl"
     assert mf.manager_from_user_agent("a\x01b") == "ab"
     assert len(mf.manager_from_user_agent("x" * 300)) == 128
+
+
+@pytest.mark.parametrize(
+    "item",
+    ["a", "", "with space", "ä", 'q"uote', "back\\slash", "tab\there", "\x7f", "line\u2028sep", "x" * 300, 7, True],
+)
+def test_set_item_keys_are_the_items_compact_json(item):
+    # The path element of a set item (the quick spelling of plain strings included) is
+    # the item's compact JSON, as in the managedFields others wrote.
+    assert fp._item_key(item, None, fp.LISTSET, ()) == "v:" + fp._canon(item)
