@@ -52,7 +52,7 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import aiohttp
 import orjson
 
-from apiserver_min.api import names, protobuf
+from apiserver_min.api import names
 
 from .. import logging as agent_logging
 from .config import Connection
@@ -68,6 +68,16 @@ __all__ = [
 ]
 
 log = agent_logging.get_logger("client")
+
+
+def _protobuf() -> Any:
+    """The protobuf codec, imported with the first request that needs it: it brings
+    every kind's schema (about 4 MB resident), which an agent without an API server
+    (static pods only) never uses."""
+    from apiserver_min.api import protobuf
+
+    return protobuf
+
 
 DEFAULT_QPS = 5.0
 DEFAULT_BURST = 10
@@ -281,10 +291,10 @@ def _decode(data: bytes, content_type: str = "") -> Any:
     """A reply by its Content-Type: protobuf, else JSON (text if it is neither)."""
     if not data:
         return {}
-    if protobuf.is_protobuf(content_type):
+    if _protobuf().is_protobuf(content_type):
         try:
-            return protobuf.decode(data)
-        except protobuf.ProtobufError as exc:
+            return _protobuf().decode(data)
+        except _protobuf().ProtobufError as exc:
             raise ApiConnectionError(f"malformed protobuf reply: {exc}") from None
     try:
         return orjson.loads(data)
@@ -333,9 +343,9 @@ async def _protobuf_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[
     """Watch events from length-prefixed protobuf frames; a malformed frame is a
     broken stream (the informer watches again from its last version)."""
     try:
-        async for ev_type, obj in protobuf.iter_frames(chunks):
+        async for ev_type, obj in _protobuf().iter_frames(chunks):
             yield ev_type, obj
-    except protobuf.ProtobufError as exc:
+    except _protobuf().ProtobufError as exc:
         raise ApiConnectionError(f"malformed protobuf watch event: {exc}") from None
 
 
@@ -368,12 +378,12 @@ class ApiClient:
             burst = DEFAULT_BURST
         # A negative QPS turns the limit off (as upstream's clients).
         self.limiter: TokenBucket | None = TokenBucket(qps, burst) if qps > 0 else None
-        if content_type not in (names.MEDIA_JSON, "", *protobuf.MEDIA_TYPES):
+        if content_type not in (names.MEDIA_JSON, "", *_protobuf().MEDIA_TYPES):
             raise ValueError(
                 f"unsupported content type {content_type!r} (want {names.MEDIA_JSON} or {names.MEDIA_PROTOBUF})"
             )
         self.content_type = content_type or names.MEDIA_JSON
-        self.protobuf = self.content_type in protobuf.MEDIA_TYPES
+        self.protobuf = self.content_type in _protobuf().MEDIA_TYPES
         # Protobuf first, JSON accepted (objects without a protobuf encoding come as JSON).
         self.accept = f"{self.content_type}, {names.MEDIA_JSON}" if self.protobuf else names.MEDIA_JSON
         self.conn = conn
@@ -469,9 +479,9 @@ class ApiClient:
         caller named no type; JSON otherwise."""
         if content_type is None:
             if self.protobuf and isinstance(body, dict):
-                schema = protobuf.schema_of(str(body.get("apiVersion") or ""), str(body.get("kind") or ""))
+                schema = _protobuf().schema_of(str(body.get("apiVersion") or ""), str(body.get("kind") or ""))
                 if schema is not None:
-                    return protobuf.encode(body, schema), self.content_type
+                    return _protobuf().encode(body, schema), self.content_type
             content_type = names.MEDIA_JSON
         return _encode(body), content_type
 
@@ -610,7 +620,7 @@ class ApiClient:
                     raise ApiError.from_status(
                         resp.status, _decode(data, reply_type), parse_retry_after(resp.headers.get("Retry-After"))
                     )
-                if protobuf.is_protobuf(reply_type):
+                if _protobuf().is_protobuf(reply_type):
                     events = _protobuf_events(resp.content.iter_any())
                 else:
                     events = _json_events(resp.content.iter_any())

@@ -69,11 +69,20 @@ from apiserver_min.api import names, timeutil
 from apiserver_min.api.duration import format_duration
 from cri.client import CriError, NotFoundError
 
-from . import streaming
 from .auth import ANONYMOUS, AuthorizationError, RequestAttributes, UserInfo, request_attributes
 from .certinfo import pair_matches, read_certificate
 from .logs import LogOptions, parse_bool, read_log
 from .tlsconfig import TLSOptionError, apply_tls_options
+
+
+def _streaming() -> Any:
+    """The exec/attach/port-forward relay, imported with the first such request (its
+    WebSocket and SPDY code is about 1.5 MB an agent that is never asked for a shell
+    does not need)."""
+    from . import streaming
+
+    return streaming
+
 
 __all__ = [
     "AgentServer",
@@ -655,8 +664,8 @@ class AgentServer:
                     except ValueError:
                         return _text(400, f'invalid port "{p}"')
                 url = await self._streaming.port_forward(m["namespace"], m["pod"], m.get("uid", ""), ports)
-                if streaming.is_websocket_request(request):
-                    return await streaming.serve_port_forward_tunnel(request, url)
+                if _streaming().is_websocket_request(request):
+                    return await _streaming().serve_port_forward_tunnel(request, url)
             else:
                 tty = q.get("tty") == "1"
                 stdin, stdout = q.get("input") == "1", q.get("output") == "1"
@@ -689,8 +698,8 @@ class AgentServer:
                         stdout=stdout,
                         stderr=stderr,
                     )
-                if streaming.is_websocket_request(request):
-                    return await streaming.serve_websocket(
+                if _streaming().is_websocket_request(request):
+                    return await _streaming().serve_websocket(
                         request, url, stdin=stdin, stdout=stdout, stderr=stderr, tty=tty
                     )
         except StreamingError as exc:

@@ -52,7 +52,14 @@ def start(workdir: Path, extra_env: dict[str, str] | None = None):
     sock.bind(path)
     swaps = workdir / "swaps"
     swaps.write_text("Filename\tType\tSize\tUsed\tPriority\n")
-    env = {**os.environ, "NOTIFY_SOCKET": path, names.ENV_AGENT_TEST_PROC_SWAPS: str(swaps), **(extra_env or {})}
+    # This checkout's code first: the environment's editable install may point at another.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.environ.get("PYTHONPATH") or str(REPO),
+        "NOTIFY_SOCKET": path,
+        names.ENV_AGENT_TEST_PROC_SWAPS: str(swaps),
+        **(extra_env or {}),
+    }
     argv = agent_argv() + [f"--root-dir={workdir / 'root'}", "--healthz-port=0", "--deprecation-warnings=false"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(

@@ -44,6 +44,12 @@ OPTIONAL_IMPORTS = {
     "agent.certificates.bootstrap",
     "agent.certificates.rotation",
     "agent.join",
+    # The node agent's exec/attach/port-forward relay (WebSocket and SPDY framing),
+    # loaded by the first such request, and its API client's protobuf codec (every
+    # kind's wire schema), loaded by the first request to an API server: together about
+    # 0.6 MB a node that is never asked for a shell, or runs static pods only, keeps.
+    "agent.server.streaming",
+    "apiserver_min.api.protobuf",
     # The expression engine (validating admission policies, webhooks' match conditions,
     # custom resources' validation rules), loaded by the first compiler: the C++ engine
     # about 5 MiB resident, RE2 (the regex library functions) about 1 MiB more, and the
