@@ -19,6 +19,7 @@ A plugin that fails is logged and the pull goes on without its credentials.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -259,6 +260,13 @@ class CredentialProviders:
             proc.kill()
             await proc.wait()
             raise CredentialProviderError(f"{binary} gave no answer within {self._timeout:g}s") from None
+        except BaseException:
+            # The caller gave up (cancelled, the agent stopping): the plugin must not
+            # outlive the request it was run for.
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            raise
         if proc.returncode != 0:
             detail = err.decode(errors="replace").strip()[-500:]
             raise CredentialProviderError(f"{binary} exited with status {proc.returncode}: {detail}")

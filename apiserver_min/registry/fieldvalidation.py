@@ -525,11 +525,23 @@ def duplicate_fields(body: bytes, *, yaml: bool = False) -> list[str]:
         fast = codec.decode_object_body(body, "application/json")
     except st.ApiError:
         return []
+    return decoded_duplicates(fast)[1]
+
+
+def decoded_duplicates(decoded: "codec.DecodedBody") -> tuple[Any, list[str]]:
+    """``duplicate field "<path>"`` for every key repeated in a decoded body, for kinds
+    without a declared schema (custom resources), and the object to use: the body
+    decoded again when its keys had to be tracked (the values are the same, the last
+    of a repeated key's). JSON is re-parsed only when the cheap count of keys and
+    colons shows a key folded; YAML's decoder has tracked them already."""
+    if decoded.media != "json":
+        return decoded.obj, _duplicate_paths(decoded) if decoded.duplicates else []
     report = WalkReport()
-    _count_all(fast.obj, report)
-    if not fast.maybe_escaped and report.keys + report.string_colons == fast.colons:
-        return []
-    return _duplicate_paths(codec.decode_json_tracking_duplicates(body))
+    _count_all(decoded.obj, report)
+    if not decoded.maybe_escaped and report.keys + report.string_colons == decoded.colons:
+        return decoded.obj, []
+    again = codec.decode_json_tracking_duplicates(decoded.body)
+    return (again.obj, _duplicate_paths(again)) if again.duplicates else (decoded.obj, [])
 
 
 def _duplicate_paths(slow: "codec.DecodedBody") -> list[str]:

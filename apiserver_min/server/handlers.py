@@ -459,7 +459,10 @@ class ResourceHandlers:
         if schema is None:
             custom = self.server.registry.by_kind(group, version, kind_name)
             if custom is not None and custom.custom and isinstance(decoded.obj, dict):
-                self._unknown_custom_fields(request, custom, decoded.obj, _field_validation(request.query))
+                level = _field_validation(request.query)
+                obj, dups = (decoded.obj, []) if level == "Ignore" else fieldvalidation.decoded_duplicates(decoded)
+                self._unknown_custom_fields(request, custom, obj, level, dups)
+                return obj  # type: ignore[no-any-return]
             return decoded.obj
         obj, warnings = fieldvalidation.validate_decoded(
             decoded, schema, _field_validation(request.query), kind=kind_name, version=version, group=group
@@ -476,9 +479,7 @@ class ResourceHandlers:
         the patch document count as duplicate fields, as upstream reports them. Runs on every retry of the
         update, so the warnings are replaced, not added to."""
         schema = schema_for(kind.group, kind.version, kind.kind)
-        if schema is None:
-            if kind.custom:
-                self._unknown_custom_fields(request, kind, new, level)
+        if schema is None and not kind.custom:
             return new
         dups: list[str] = []
         if level != "Ignore" and ctype in (
@@ -487,19 +488,26 @@ class ResourceHandlers:
             names.MEDIA_APPLY_PATCH,
         ):
             dups = fieldvalidation.duplicate_fields(body, yaml=ctype == names.MEDIA_APPLY_PATCH)
+        if schema is None:
+            self._unknown_custom_fields(request, kind, new, level, dups)
+            return new
         warnings = fieldvalidation.validate_object(
             new, schema, level, kind=kind.kind, version=kind.version, group=kind.group, extra_problems=dups
         )
         request[FIELD_WARNINGS_KEY] = warnings
         return new
 
-    def _unknown_custom_fields(self, request: web.Request, kind: KindInfo, obj: dict, level: str) -> None:
-        """Field validation of a custom resource: the fields its schema would prune are
-        refused (Strict) or named in warnings (Warn); Ignore lets pruning drop them."""
+    def _unknown_custom_fields(
+        self, request: web.Request, kind: KindInfo, obj: dict, level: str, duplicates: list[str]
+    ) -> None:
+        """Field validation of a custom resource: the keys the body repeats
+        (``duplicates``) and the fields its schema would prune are refused (Strict) or
+        named in warnings (Warn); Ignore lets pruning drop them (the last value of a
+        repeated key stands)."""
         if level == "Ignore":
             return
         unknown = self.store.strategy(kind).unknown_fields({**obj, "apiVersion": kind.api_version}) or []
-        problems = [fieldvalidation.unknown_field(p) for p in unknown]
+        problems = duplicates + [fieldvalidation.unknown_field(p) for p in unknown]
         if problems and level == "Strict":
             raise st.bad_request(
                 f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '

@@ -224,6 +224,33 @@ def test_kubectl_objects_columns_defaults_and_errors(apiserver, kctl, crd, ns):
     assert stored["spec"]["extra"] == {"anything": {"goes": True}}
 
 
+def test_repeated_keys_are_duplicate_fields_per_field_validation(apiserver, crd, ns):
+    path = f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs"
+    ctype = {"Content-Type": "application/json"}
+
+    def body(name: str) -> bytes:
+        return (
+            b'{"apiVersion":"%s/v1","kind":"CronTab","metadata":{"name":"%s"},'
+            b'"spec":{"cronSpec":"* * * * *","image":"a","image":"b"}}' % (GROUP.encode(), name.encode())
+        )
+
+    status, _, data = apiserver.request("POST", f"{path}?fieldValidation=Strict", body("strict"), ctype)
+    assert status == 400 and b'strict decoding error: duplicate field \\"spec.image\\"' in data, data
+    status, headers, _ = apiserver.request("POST", f"{path}?fieldValidation=Warn", body("warned"), ctype)
+    assert status == 201 and 'duplicate field \\"spec.image\\"' in headers.get("warning", ""), headers
+    status, headers, _ = apiserver.request("POST", f"{path}?fieldValidation=Ignore", body("ignored"), ctype)
+    assert status == 201 and "warning" not in headers, headers
+    for name in ("warned", "ignored"):  # the last value of a repeated key stands
+        assert apiserver.json("GET", f"{path}/{name}", expect=200)[1]["spec"]["image"] == "b"
+    # A merge patch repeating a key is judged the same way.
+    patch = b'{"spec":{"image":"c","image":"d"}}'
+    merge = {"Content-Type": "application/merge-patch+json"}
+    status, _, data = apiserver.request("PATCH", f"{path}/warned?fieldValidation=Strict", patch, merge)
+    assert status == 400 and b'duplicate field \\"spec.image\\"' in data, data
+    status, headers, _ = apiserver.request("PATCH", f"{path}/warned?fieldValidation=Warn", patch, merge)
+    assert status == 200 and 'duplicate field \\"spec.image\\"' in headers.get("warning", ""), headers
+
+
 def test_status_subresource_and_scale(apiserver, kctl, crd, ns):
     base = f"/apis/{GROUP}/v1/namespaces/{ns}/crontabs"
     apiserver.json("POST", base, crontab("s1", cronSpec="* * * * *", replicas=2), expect=201)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 
@@ -22,12 +23,18 @@ from cri.client import ImagePullError
 CONFIG_VERSION = names.CREDENTIAL_PROVIDER_CONFIG_API_VERSIONS[0]
 PLUGIN_VERSION = names.CREDENTIAL_PROVIDER_API_VERSIONS[0]
 
-# The plugin logs each request to $LOG and answers with $RESPONSE (a JSON text), or fails with $FAIL.
+# The plugin logs each request to $LOG and answers with $RESPONSE (a JSON text), or fails with
+# $FAIL, or hangs (its pid written to the file $HANG).
 PLUGIN = f"""#!{sys.executable}
 import json, os, sys
 request = json.load(sys.stdin)
 with open(os.environ["LOG"], "a") as f:
     f.write(json.dumps([request, sys.argv[1:]]) + "\\n")
+if os.environ.get("HANG"):  # write the pid there, then never answer
+    with open(os.environ["HANG"], "w") as f:
+        f.write(str(os.getpid()))
+    import time
+    time.sleep(60)
 if os.environ.get("FAIL"):
     sys.stderr.write("registry said no\\n")
     sys.exit(3)
@@ -165,6 +172,34 @@ async def test_a_failing_or_wrong_plugin_gives_no_credentials(tmp_path, monkeypa
     monkeypatch.setenv("RESPONSE", json.dumps(wrong))
     assert await creds.auth_configs("reg.example.com/a:1") == []
     assert len(_requests(log)) == 2  # failures are not cached
+
+
+async def test_a_cancelled_request_kills_its_plugin(tmp_path, monkeypatch):
+    creds, _, _ = _providers(tmp_path, monkeypatch, _response("Image", {}))
+    pidfile = tmp_path / "plugin.pid"
+    monkeypatch.setenv("HANG", str(pidfile))
+    task = asyncio.create_task(creds.auth_configs("reg.example.com/a:1"))
+    for _ in range(200):  # bounded: 10 s
+        if pidfile.exists() and pidfile.read_text():
+            break
+        await asyncio.sleep(0.05)
+    pid = int(pidfile.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    def state() -> str:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    for _ in range(100):  # bounded: 5 s
+        if state() in ("gone", "Z"):
+            break
+        await asyncio.sleep(0.05)
+    assert state() in ("gone", "Z")
 
 
 class RecordingImages:
