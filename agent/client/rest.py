@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import shutil
@@ -70,10 +71,11 @@ __all__ = [
 log = agent_logging.get_logger("client")
 
 
+@functools.cache
 def _protobuf() -> Any:
-    """The protobuf codec, imported with the first request that needs it: it brings
-    every kind's schema (about 4 MB resident), which an agent without an API server
-    (static pods only) never uses."""
+    """The protobuf codec, imported with the first protobuf body sent or received: it
+    brings every kind's schema, which an agent without an API server (static pods
+    only) never uses."""
     from apiserver_min.api import protobuf
 
     return protobuf
@@ -291,7 +293,7 @@ def _decode(data: bytes, content_type: str = "") -> Any:
     """A reply by its Content-Type: protobuf, else JSON (text if it is neither)."""
     if not data:
         return {}
-    if _protobuf().is_protobuf(content_type):
+    if names.is_protobuf_media(content_type):
         try:
             return _protobuf().decode(data)
         except _protobuf().ProtobufError as exc:
@@ -378,12 +380,12 @@ class ApiClient:
             burst = DEFAULT_BURST
         # A negative QPS turns the limit off (as upstream's clients).
         self.limiter: TokenBucket | None = TokenBucket(qps, burst) if qps > 0 else None
-        if content_type not in (names.MEDIA_JSON, "", *_protobuf().MEDIA_TYPES):
+        if content_type not in (names.MEDIA_JSON, "", *names.PROTOBUF_MEDIA_TYPES):
             raise ValueError(
                 f"unsupported content type {content_type!r} (want {names.MEDIA_JSON} or {names.MEDIA_PROTOBUF})"
             )
         self.content_type = content_type or names.MEDIA_JSON
-        self.protobuf = self.content_type in _protobuf().MEDIA_TYPES
+        self.protobuf = self.content_type in names.PROTOBUF_MEDIA_TYPES
         # Protobuf first, JSON accepted (objects without a protobuf encoding come as JSON).
         self.accept = f"{self.content_type}, {names.MEDIA_JSON}" if self.protobuf else names.MEDIA_JSON
         self.conn = conn
@@ -620,7 +622,7 @@ class ApiClient:
                     raise ApiError.from_status(
                         resp.status, _decode(data, reply_type), parse_retry_after(resp.headers.get("Retry-After"))
                     )
-                if _protobuf().is_protobuf(reply_type):
+                if names.is_protobuf_media(reply_type):
                     events = _protobuf_events(resp.content.iter_any())
                 else:
                     events = _json_events(resp.content.iter_any())

@@ -115,6 +115,15 @@ MEDIA_JSON = "application/json"
 MEDIA_YAML = "application/yaml"
 MEDIA_PROTOBUF = "application/vnd.orch.protobuf"
 MEDIA_PROTOBUF_UPSTREAM = "application/vnd.kubernetes.protobuf"
+PROTOBUF_MEDIA_TYPES = (MEDIA_PROTOBUF, MEDIA_PROTOBUF_UPSTREAM)
+
+
+def is_protobuf_media(media_type: str | None) -> bool:
+    """True for either spelling of the protobuf media type (parameters ignored); here,
+    not with the codec, so that a client can tell without loading it."""
+    return media_type is not None and media_type.split(";", 1)[0].strip().lower() in PROTOBUF_MEDIA_TYPES
+
+
 MEDIA_MERGE_PATCH = "application/merge-patch+json"
 MEDIA_JSON_PATCH = "application/json-patch+json"
 MEDIA_STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

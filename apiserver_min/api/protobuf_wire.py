@@ -51,7 +51,7 @@ from .schemas import schema_for
 from .timeutil import TimestampError, parse_rfc3339_ns
 
 MAGIC = names.PROTOBUF_MAGIC
-MEDIA_TYPES = (names.MEDIA_PROTOBUF, names.MEDIA_PROTOBUF_UPSTREAM)
+MEDIA_TYPES = names.PROTOBUF_MEDIA_TYPES
 
 
 class ProtobufError(ValueError):
@@ -75,9 +75,7 @@ class ProtobufError(ValueError):
         return ProtobufError(self.reason, path)
 
 
-def is_protobuf(media_type: str | None) -> bool:
-    """True for either spelling of the protobuf media type (parameters ignored)."""
-    return media_type is not None and media_type.split(";", 1)[0].strip().lower() in MEDIA_TYPES
+is_protobuf = names.is_protobuf_media
 
 
 # --- varints ----------------------------------------------------------------------------------

@@ -184,13 +184,19 @@ def regex(pattern: str) -> Any:
         raise ValueError(f"error parsing regexp: {detail}") from None
 
 
+@functools.cache
+def _unanchored() -> Any:
+    """The RE2 module's "search anywhere" anchor (None where the module lacks it)."""
+    return getattr(getattr(_re2()[0], "_Anchor", None), "UNANCHORED", None)
+
+
 def regex_found(pattern: str, s: str) -> bool:
     """Whether RE2 finds ``pattern`` anywhere in ``s`` (CEL's ``matches``); ValueError as
     ``regex``. Asks the compiled pattern directly: the module's ``search`` builds a match
     object and its offsets in characters, five times the cost of the search itself."""
     compiled = regex(pattern)
     low = getattr(compiled, "_regexp", None)
-    anchor = getattr(getattr(_re2()[0], "_Anchor", None), "UNANCHORED", None)
+    anchor = _unanchored()
     if low is None or anchor is None:
         return compiled.search(s) is not None
     text = s.encode()

@@ -188,21 +188,22 @@ def templates() -> dict[str, dict]:
 
 
 def start_server(root: Path, tree: Path | None, cprofile_dir: str | None = None) -> ba.Server:
-    """A server of this checkout, or of ``tree`` (another checkout), with the namespace
-    and the two definitions created. The checkout's code goes first on the server's
-    path either way: the virtual environment's editable install may point at another
-    checkout (a worktree sharing one environment), which would be measured instead."""
+    """A server of this checkout, or of ``tree`` (another checkout: its code first on
+    the server's path; ``ba.Server`` puts this checkout's there otherwise), with the
+    namespace and the two definitions created."""
     root.mkdir(parents=True, exist_ok=True)
     server = ba.Server(root, "sqlite", cprofile_dir=cprofile_dir)
     saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tree if tree is not None else ba.REPO)
+    if tree is not None:
+        os.environ["PYTHONPATH"] = str(tree)
     try:
         server.start()
     finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+        if tree is not None:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
     server.api("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
     for plural, kind, with_rules in (("widgets", "Widget", True), ("plainwidgets", "PlainWidget", False)):
         status, body = server.api(
