@@ -46,7 +46,7 @@ from ..api import names
 from ..api.codec import splice_rv
 from ..api.kinds import KindInfo
 from ..api.selectors import FieldSelector, LabelSelector
-from .interface import Backend, CompactedError, Event, KeyValue, StorageError
+from .interface import Backend, CompactedError, Event, KeyValue, StorageError, UnavailableError
 
 log = logging.getLogger("orch-apiserver.watchcache")
 
@@ -496,7 +496,8 @@ class WatchCache:
         self.ready = asyncio.Event()
         self._advanced = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self.resyncs = 0
+        self.resyncs = 0  # relists after a failed storage watch (history lost)
+        self.rewatches = 0  # watches resumed after the store was away (history kept)
         # In-process consumers (controllers): called with (cache, event) for every change,
         # and with (None, None) after every (re)list.
         self.listeners: list[Callable[[ResourceCache | None, CacheEvent | None], None]] = []
@@ -621,26 +622,35 @@ class WatchCache:
 
     async def _run(self) -> None:
         backoff = 0.1
+        relist = False
         while True:
             try:
+                if relist:
+                    await self._initial_list()
+                    relist = False
                 # No previous values: the cache holds them (a DELETE's last state is its entry).
                 async for ev in self.backend.watch("/", self.rv, prev=False):
                     self._dispatch(ev)
                     backoff = 0.1
-                raise StorageError("the storage watch ended")
+                raise UnavailableError("the storage watch ended")
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - any failure means: resynchronise
+            except UnavailableError as exc:
+                # The store is away (restarting, unreachable) but keeps its history: once it
+                # answers, the watch resumes after the cache's revision. Nothing is missed, so
+                # the cache's history and its watchers carry on and no relist is needed.
+                self.rewatches += 1
+                log.warning("storage watch interrupted (%s); watching again after revision %d", exc, self.rv)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except Exception as exc:  # noqa: BLE001 - any other failure means: resynchronise
                 log.warning("storage watch failed (%s); relisting", exc)
                 self.resyncs += 1
                 for c in self.caches.values():
                     c.close_watchers("the watch cache is being resynchronised; watch again")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
-                try:
-                    await self._initial_list()
-                except Exception as exc2:  # noqa: BLE001 - any failure: the loop relists again after the backoff
-                    log.warning("relist failed: %s", exc2)
+                relist = True
 
     def _dispatch(self, ev: Event) -> None:
         if ev.type == "PROGRESS":

@@ -160,11 +160,13 @@ def test_a_watch_records_response_started(audited):
     kubectl = Kubectl(server, tmp)
     proc = kubectl.popen("get", "pods", "-n", ns, "--watch", "--request-timeout=0")
     try:
-        watches = wait_for(
-            lambda: [e for e in events(log) if e["verb"] == "watch" and e["objectRef"].get("namespace") == ns] or None,
-            what="the watch's ResponseStarted",
-            timeout=15,
-        )
+
+        def watch_events():
+            got = [e for e in events(log) if e["verb"] == "watch" and e["objectRef"].get("namespace") == ns]
+            # RequestReceived is written before the reply starts; wait for both stages.
+            return got if len(got) >= 2 else None
+
+        watches = wait_for(watch_events, what="the watch's ResponseStarted", timeout=15)
         assert [e["stage"] for e in watches][:2] == ["RequestReceived", "ResponseStarted"]
         assert watches[1]["responseStatus"]["code"] == 200
     finally:

@@ -157,3 +157,97 @@ async def test_watchers_pinned_to_a_node_or_name_get_only_their_objects_events()
     bind("z", "n1", 6)
     with pytest.raises(asyncio.TimeoutError):
         await n1.next_batch(0.05)
+
+
+# --- the storage watch interrupted -----------------------------------------------------------
+
+
+class _FlakyBackend:
+    """A store whose watch breaks with a given error after handing out its queued events."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+        self.log: list[Event] = []
+        self.lists = 0
+        self.watched_from: list[int] = []
+        self.breaks = 1
+
+    async def list(self, prefix: str):
+        from apiserver_min.storage.interface import ListResult
+
+        self.lists += 1
+        last = {}
+        for ev in self.log:
+            last[ev.kv.key] = ev
+        items = [ev.kv for ev in last.values() if ev.type == "PUT"]
+        return ListResult(items, self.log[-1].kv.mod_revision if self.log else 0, False, 0)
+
+    async def watch(self, prefix: str, after: int, prev: bool = True):
+        self.watched_from.append(after)
+        for ev in [e for e in self.log if e.kv.mod_revision > after]:
+            yield ev
+        if self.breaks:
+            self.breaks -= 1
+            raise self.error
+        while True:
+            await asyncio.sleep(3600)
+
+    def put(self, name: str) -> None:
+        rev = len(self.log) + 1
+        self.log.append(Event("PUT", KeyValue(f"{PREFIX}a/{name}", pod("a", name), rev, rev), None))
+
+
+async def _cache_over(backend):
+    from apiserver_min.storage.cacher import WatchCache
+
+    cache = WatchCache(backend, [PODS], lambda kind: PREFIX)
+    await cache.start()
+    return cache
+
+
+async def _until(cond, what: str):
+    for _ in range(200):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_store_away_for_a_while_is_watched_again_without_losing_history_or_watchers():
+    from apiserver_min.storage.interface import UnavailableError
+
+    backend = _FlakyBackend(UnavailableError("etcd: UNAVAILABLE: connection refused"))
+    backend.put("x")
+    cache = await _cache_over(backend)
+    try:
+        c = cache.cache(PREFIX)
+        w = Watcher(c, "a", None, None)
+        c.add_watcher(w)
+        backend.put("y")  # handed out, then the watch breaks
+        await _until(lambda: backend.watched_from == [1, 2], "the watch to be resumed after revision 2")
+        # The resumed watch starts after what the cache holds: nothing replayed, nothing missed.
+        assert backend.lists == 1 and cache.resyncs == 0 and cache.rewatches == 1
+        assert [e.rv for e in await w.next_batch(1)] == [2]
+        assert [e.rv for e in c.events_after(1)] == [2]  # history kept: a watch from rv 1 replays
+    finally:
+        await cache.stop()
+
+
+async def test_any_other_watch_failure_relists_and_closes_watchers():
+    backend = _FlakyBackend(RuntimeError("a malformed event"))
+    backend.put("x")
+    cache = await _cache_over(backend)
+    try:
+        c = cache.cache(PREFIX)
+        w = Watcher(c, "a", None, None)
+        c.add_watcher(w)
+        await _until(lambda: backend.lists == 2, "the relist")
+        assert cache.resyncs == 1 and cache.rewatches == 0
+        with pytest.raises(WatcherClosed):
+            await w.next_batch(1)
+        from apiserver_min.storage.interface import CompactedError
+
+        with pytest.raises(CompactedError):
+            c.events_after(0)  # history starts again at the relist
+    finally:
+        await cache.stop()
