@@ -22,9 +22,6 @@ from . import logging as agent_logging
 from .config import ConfigError, build_config
 from .options import FlagError, format_help, parse_args
 from .process import StartError, run_agent
-from .proxy.localnet import ROUTE_LOCALNET, SysctlError
-from .proxy.nft import NftError
-from .proxy.proxier import cleanup as proxy_cleanup
 from .validation import validate
 
 EXIT_OK = 0
@@ -106,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     if cfg.proxy_cleanup:
+        # The service proxy's code is loaded by the nodes that run it (or clean it up).
+        from .proxy.localnet import ROUTE_LOCALNET, SysctlError
+        from .proxy.nft import NftError
+        from .proxy.proxier import cleanup as proxy_cleanup
+
         try:
             existed, restored = proxy_cleanup(state_dir=cfg.root_dir)
         except (NftError, SysctlError) as exc:

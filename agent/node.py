@@ -21,7 +21,7 @@ import asyncio
 import dataclasses
 import os
 import ssl
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from apiserver_min.api import names
 from cri.api_pb2 import LinuxContainerResources
@@ -35,18 +35,14 @@ from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
 from .cm.devicemanager import DeviceManager
 from .events import EventRecorder
-from .eventsink import ApiEventSink
 from .eviction import EvictionConfig, EvictionManager, ThresholdError, evictor, parse_thresholds
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
 from .nodeshutdown import SHUTDOWN_STATE_FILE, ShutdownManager, budgets_from_config
-from .objectcache import ObjectCache
 from .podmanager import MirrorClient, PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
 from .prober import ProbeManager
 from .prober import hooks as prober_hooks
-from .proxy.nft import NftError
-from .proxy.proxier import ServiceProxy
 from .runtime.backoff import Backoff
 from .runtime.context import DEFAULT_RUNTIME_ENDPOINT, NodeContext, node_name_from
 from .runtime.credentialprovider import CredentialProviderError, CredentialProviders
@@ -60,13 +56,8 @@ from .server.auth import Authenticator, TokenWebhookAuthenticator, WebhookAuthor
 from .server.logs import LogRotator
 from .server.podresources import MemoryBlock, PodResourcesServer, ResourceProviders
 from .server.stats import StatsProvider
-from .services import ServiceCache
-from .sources.apiserver import ApiPodSource
 from .sources.file import FileSource
 from .sources.merge import PodConfig
-from .sources.url import UrlSource
-from .status.lease import LeaseManager
-from .status.manager import StatusManager
 from .status.nodestatus import (
     NodeStatusManager,
     node_addresses,
@@ -76,6 +67,9 @@ from .status.nodestatus import (
     runtime_version_from,
 )
 from .workers import PodPipeline, default_host_ip
+
+if TYPE_CHECKING:
+    from .services import ServiceCache
 
 __all__ = ["NodeAgent", "NodeStartError"]
 
@@ -184,6 +178,8 @@ class NodeAgent:
                 FileSource(cfg.pod_manifest_path, self.node_name, cfg.file_check_frequency.total_seconds(), self.config)
             )
         if cfg.manifest_url:
+            from .sources.url import UrlSource  # loaded by the nodes that use one, as the API source
+
             sources.append(SOURCE_HTTP)
             self.sources.append(
                 UrlSource(
@@ -572,6 +568,12 @@ class NodeAgent:
         """Join the API server: client certificate, Node, lease, API pods, status, mirror pods, events."""
         from .certificates.bootstrap import ensure_client_certificate  # see _use_issued_serving_certificate
         from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
+        from .eventsink import ApiEventSink
+        from .objectcache import ObjectCache
+        from .services import ServiceCache
+        from .sources.apiserver import ApiPodSource
+        from .status.lease import LeaseManager
+        from .status.manager import StatusManager
 
         cfg = self.cfg
         assert self.pipeline is not None
@@ -664,6 +666,9 @@ class NodeAgent:
         """The node service proxy, on the Services informer of the service variables (one
         watch per node); a failure to start it (no nft command) is logged, and the node
         keeps running its pods."""
+        from .proxy.nft import NftError
+        from .proxy.proxier import ServiceProxy
+
         cfg = self.cfg
         try:
             proxy = ServiceProxy(

@@ -36,7 +36,6 @@ from . import pods as podutil
 from .client.interface import ApiInterface
 from .client.rest import ApiError
 from .pods import Op, PodUpdate
-from .status.manager import pod_path
 
 __all__ = ["PodManager", "MirrorClient", "MirrorPodClient", "MIRROR_RETRY"]
 
@@ -111,7 +110,7 @@ class MirrorClient:
             "preconditions": {"uid": podutil.uid(mirror)},
         }
         try:
-            await self.client.delete(pod_path(podutil.namespace(mirror), podutil.name(mirror)), body=body)
+            await self.client.delete(podutil.pod_path(podutil.namespace(mirror), podutil.name(mirror)), body=body)
         except ApiError as exc:
             if exc.status not in (404, 409):
                 raise

@@ -35,6 +35,7 @@ __all__ = [
     "name",
     "namespace",
     "full_name",
+    "pod_path",
     "spec",
     "containers",
     "init_containers",
@@ -128,6 +129,12 @@ def namespace(pod: dict) -> str:
 def full_name(pod: dict) -> str:
     """``name_namespace``, upstream's key for a pod in logs and maps."""
     return f"{name(pod)}_{namespace(pod)}"
+
+
+def pod_path(namespace: str, name: str, sub: str = "") -> str:
+    """The API path of a pod (or of its subresource ``sub``)."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    return f"{path}/{sub}" if sub else path
 
 
 def spec(pod: dict) -> dict:

@@ -19,7 +19,7 @@ from .. import pods as podutil
 from ..client.interface import ApiInterface
 from ..client.rest import ApiError
 
-__all__ = ["StatusManager", "MirrorLookup", "pod_path"]
+__all__ = ["StatusManager", "MirrorLookup"]
 
 log = agent_logging.get_logger("status")
 
@@ -30,11 +30,6 @@ class MirrorLookup(Protocol):
     """Where a static pod's status goes: its current mirror pod (the pod manager)."""
 
     def mirror_of(self, pod: dict) -> dict | None: ...
-
-
-def pod_path(namespace: str, name: str, sub: str = "") -> str:
-    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-    return f"{path}/{sub}" if sub else path
 
 
 class StatusManager:
@@ -105,7 +100,7 @@ class StatusManager:
         ns, name = podutil.namespace(target), podutil.name(target)
         body = {"metadata": {"uid": podutil.uid(target)}, "status": status}
         try:
-            await self.client.patch(pod_path(ns, name, "status"), body, patch_type="merge")
+            await self.client.patch(podutil.pod_path(ns, name, "status"), body, patch_type="merge")
             self.sent_count += 1
             return True
         except ApiError as exc:
@@ -129,7 +124,7 @@ class StatusManager:
             "preconditions": {"uid": podutil.uid(pod)},
         }
         try:
-            await self.client.delete(pod_path(ns, name), body=body)
+            await self.client.delete(podutil.pod_path(ns, name), body=body)
             log.info("Deleted the pod object after termination", pod=f"{name}_{ns}")
             return True
         except ApiError as exc:

@@ -50,6 +50,20 @@ OPTIONAL_IMPORTS = {
     # 0.6 MB a node that is never asked for a shell, or runs static pods only, keeps.
     "agent.server.streaming",
     "apiserver_min.api.protobuf",
+    # Cluster mode's parts (the API pod source, status and lease, mirror pods' status, the
+    # event sink, the cache of referenced objects and Services, the service proxy) and the
+    # manifest URL source, loaded by the nodes that use them: about 0.4 MB a standalone
+    # node (static pods from a directory) does not load.
+    "agent.eventsink",
+    "agent.objectcache",
+    "agent.services",
+    "agent.sources.apiserver",
+    "agent.sources.url",
+    "agent.status.lease",
+    "agent.status.manager",
+    "agent.proxy.localnet",
+    "agent.proxy.nft",
+    "agent.proxy.proxier",
     # The expression engine (validating admission policies, webhooks' match conditions,
     # custom resources' validation rules), loaded by the first compiler: the C++ engine
     # about 5 MiB resident, RE2 (the regex library functions) about 1 MiB more, and the
