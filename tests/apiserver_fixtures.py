@@ -111,8 +111,10 @@ class ApiServerProcess:
         etcd_endpoint: str | None = None,
         etcd_prefix: str | None = None,
         extra_args: tuple[str, ...] | list[str] = (),
+        extra_env: dict[str, str] | None = None,
     ):
         self.data_dir = Path(data_dir)
+        self.extra_env = dict(extra_env or {})
         self.port = port or free_port()
         self.backend = backend
         self.etcd_endpoint = etcd_endpoint
@@ -180,6 +182,7 @@ class ApiServerProcess:
             stderr=subprocess.STDOUT,
             cwd=self.data_dir,
             start_new_session=True,
+            env={**os.environ, **self.extra_env} if self.extra_env else None,
         )
         self.starts += 1
         self._ssl = None

@@ -245,7 +245,11 @@ def main() -> None:
         help="ConfigMap create/update/delete cycles a second, all writers together: a steady rate keeps the "
         "5-minute watch history steady, so memory that keeps growing is a leak, not more history",
     )
-    parser.add_argument("--pod-every", type=float, default=20.0, help="seconds between pod creations")
+    parser.add_argument("--pod-every", type=float, default=20.0, help="seconds between pod creations (0: none)")
+    # To place a growth: run again with one factor changed (e.g. --server-arg=--metric-resolution=3600
+    # for no resource-metrics scrape, --server-env LD_PRELOAD=<an allocator>, --pod-every 0 for no pods).
+    parser.add_argument("--server-arg", action="append", default=[], help="an extra orch-apiserver flag")
+    parser.add_argument("--server-env", action="append", default=[], help="NAME=VALUE in orch-apiserver's environment")
     args = parser.parse_args()
     duration = args.minutes * 60
     # The watch cache's history and the store's retained history grow for their
@@ -253,6 +257,12 @@ def main() -> None:
     warmup = max(HISTORY_SECONDS + 60.0, duration * 0.2)
     if duration <= warmup + 3 * args.sample:
         parser.error(f"--minutes {args.minutes} leaves no time after the warm-up of {warmup:.0f}s")
+    server_env = {}
+    for item in args.server_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--server-env {item!r}: expected NAME=VALUE")
+        server_env[name] = value
 
     work = Path(tempfile.mkdtemp(prefix="orch-soak-"))
     containerd = Containerd(base_dir=work).start()
@@ -265,7 +275,9 @@ def main() -> None:
             "--enable-bootstrap-token-auth",
             "--node-monitor-grace-period=40s",
             f"--event-ttl={int(HISTORY_SECONDS)}s",
+            *args.server_arg,
         ],
+        extra_env=server_env,
     )
     cluster = None
     stop = threading.Event()
@@ -283,7 +295,8 @@ def main() -> None:
             threading.Thread(target=churn, args=(api, i, args.rate / WRITERS, stop, counters)) for i in range(WRITERS)
         ]
         threads += [threading.Thread(target=watch, args=(api, stop, counters)) for _ in range(2)]
-        threads.append(threading.Thread(target=pod_churn, args=(api, args.pod_every, stop, counters)))
+        if args.pod_every > 0:
+            threads.append(threading.Thread(target=pod_churn, args=(api, args.pod_every, stop, counters)))
         for thread in threads:
             thread.start()
         samples: list[tuple[float, tuple, tuple, tuple]] = []
