@@ -30,8 +30,6 @@ from cri.client import CriClient, CriError
 from . import logging as agent_logging
 from . import pods as podutil
 from . import predicates
-from .client import client_from_config
-from .client.config import OrchconfigError, load_orchconfig
 from .cm import CgroupError, ContainerManager
 from .cm.devicemanager import DeviceManager
 from .events import EventRecorder
@@ -39,7 +37,7 @@ from .eviction import EvictionConfig, EvictionManager, ThresholdError, evictor, 
 from .images import CONTAINER_GC_PERIOD, IMAGE_GC_PERIOD, ContainerGC, ContainerGCPolicy, ImageGCManager, ImageGCPolicy
 from .metrics import AgentMetrics
 from .nodeshutdown import SHUTDOWN_STATE_FILE, ShutdownManager, budgets_from_config
-from .podmanager import MirrorClient, PodManager
+from .podmanager import PodManager
 from .pods import SOURCE_API, SOURCE_FILE, SOURCE_HTTP
 from .prober import ProbeManager
 from .prober import hooks as prober_hooks
@@ -426,6 +424,8 @@ class NodeAgent:
                     "--bootstrap-orchconfig is given to obtain a client certificate"
                 )
             return
+        from .client.config import load_orchconfig  # the API client: cluster mode's
+
         try:
             load_orchconfig(cfg.orchconfig)
         except ValueError as exc:
@@ -468,6 +468,8 @@ class NodeAgent:
                 ) from None
             return data
         if self.cluster_mode:
+            from .client.config import OrchconfigError, load_orchconfig
+
             for path in (cfg.orchconfig, cfg.bootstrap_orchconfig):
                 if path and os.path.exists(path):
                     try:
@@ -568,7 +570,9 @@ class NodeAgent:
         """Join the API server: client certificate, Node, lease, API pods, status, mirror pods, events."""
         from .certificates.bootstrap import ensure_client_certificate  # see _use_issued_serving_certificate
         from .certificates.rotation import rotate_client_certificate, rotate_serving_certificate
+        from .client import client_from_config
         from .eventsink import ApiEventSink
+        from .mirrorclient import MirrorClient
         from .objectcache import ObjectCache
         from .services import ServiceCache
         from .sources.apiserver import ApiPodSource

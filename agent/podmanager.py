@@ -26,18 +26,15 @@ Only the names that changed are reconciled; a failed call is retried after
 from __future__ import annotations
 
 import asyncio
-import copy
 from typing import Callable, Protocol
 
 from apiserver_min.api import names
 
 from . import logging as agent_logging
 from . import pods as podutil
-from .client.interface import ApiInterface
-from .client.rest import ApiError
 from .pods import Op, PodUpdate
 
-__all__ = ["PodManager", "MirrorClient", "MirrorPodClient", "MIRROR_RETRY"]
+__all__ = ["PodManager", "MirrorPodClient", "MIRROR_RETRY"]
 
 log = agent_logging.get_logger("podmanager")
 
@@ -64,56 +61,14 @@ def _version(mirror: dict | None) -> tuple[str, str, bool] | None:
 
 
 class MirrorPodClient(Protocol):
-    """Writes mirror pods to the API server (:class:`MirrorClient`, or a fake in a unit test)."""
+    """Writes mirror pods to the API server (:class:`agent.mirrorclient.MirrorClient`, or a
+    fake in a unit test)."""
 
-    async def create(self, pod: dict) -> dict: ...
+    async def create(self, pod: dict) -> dict | None:
+        """The created mirror pod; None when one of that name exists already."""
+        ...
 
     async def delete(self, mirror: dict) -> None: ...
-
-
-class MirrorClient:
-    """Creates a static pod's mirror pod and deletes mirror pods (upstream's mirror client)."""
-
-    def __init__(self, client: ApiInterface, node_name: str, node_uid: Callable[[], str]) -> None:
-        self.client = client
-        self.node_name = node_name
-        self.node_uid = node_uid
-
-    def body(self, pod: dict) -> dict:
-        meta = pod.get("metadata") or {}
-        annotations = dict(meta.get("annotations") or {})
-        annotations[names.ANNOTATION_CONFIG_MIRROR] = annotations.get(names.ANNOTATION_CONFIG_HASH, "")
-        body_meta: dict = {
-            "name": meta.get("name"),
-            "namespace": podutil.namespace(pod),
-            "labels": dict(meta.get("labels") or {}),
-            "annotations": annotations,
-        }
-        uid = self.node_uid()
-        if uid:
-            body_meta["ownerReferences"] = [
-                {"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": uid, "controller": True}
-            ]
-        spec = copy.deepcopy(pod.get("spec") or {})
-        spec["nodeName"] = self.node_name
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": body_meta, "spec": spec}
-
-    async def create(self, pod: dict) -> dict:
-        return await self.client.create(f"/api/v1/namespaces/{podutil.namespace(pod)}/pods", self.body(pod))
-
-    async def delete(self, mirror: dict) -> None:
-        """Delete with grace period 0, only this very object (a UID precondition); gone already is fine."""
-        body = {
-            "kind": "DeleteOptions",
-            "apiVersion": "v1",
-            "gracePeriodSeconds": 0,
-            "preconditions": {"uid": podutil.uid(mirror)},
-        }
-        try:
-            await self.client.delete(podutil.pod_path(podutil.namespace(mirror), podutil.name(mirror)), body=body)
-        except ApiError as exc:
-            if exc.status not in (404, 409):
-                raise
 
 
 class PodManager:
@@ -227,13 +182,11 @@ class PodManager:
             return  # create once the deletion shows up in the watch (this name is looked at again then)
         if pod is None:
             return
-        try:
-            # Known at once (the watch reports it a little later): the pod's status can go to it now.
-            self._mirrors[key] = await self.mirror_client.create(pod)
-        except ApiError as exc:
-            if exc.status == 409:
-                return  # a mirror pod the watch has not shown yet: looked at again when it does
-            raise
+        created = await self.mirror_client.create(pod)
+        if created is None:
+            return  # a mirror pod the watch has not shown yet: looked at again when it does
+        # Known at once (the watch reports it a little later): the pod's status can go to it now.
+        self._mirrors[key] = created
         self.mirror_creates += 1
         log.info("Created mirror pod", pod=key)
         self.on_mirror_created(pod)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import types
 from typing import Any, Mapping, Sequence
 
@@ -36,6 +35,8 @@ def _invalid(opt: Option, text: str, reason: str) -> FlagError:
 def _unknown(name: str, shorthand: bool = False) -> FlagError:
     if shorthand:
         return FlagError(f"unknown shorthand flag: {name!r} in -{name}")
+    import difflib  # only for a mistyped flag
+
     close = difflib.get_close_matches(name, list(BY_FLAG), n=1, cutoff=0.75)
     hint = f" (did you mean --{close[0]}?)" if close else ""
     return FlagError(f"unknown flag: --{name}{hint}")

@@ -31,7 +31,6 @@ import dataclasses
 import datetime as _dt
 import functools
 import glob
-import gzip
 import os
 import re
 import shutil
@@ -690,6 +689,8 @@ def _remove(path: str) -> None:
 
 def _compress(path: str) -> str:
     """gzip ``path`` to ``path.gz`` through ``path.tmp``, then remove ``path``."""
+    import gzip  # loaded by the first rotation
+
     tmp = path + _TMP
     try:
         with (

@@ -27,9 +27,6 @@ import yaml
 
 from agent import pods as podutil
 from apiserver_min.api import names
-from apiserver_min.api.codec import DecodeError, load_yaml
-from apiserver_min.api.defaults import apply_defaults
-from apiserver_min.api.podvalidation import validate_pod
 from apiserver_min.api.validation import FieldError
 
 __all__ = ["ManifestError", "decode_manifest", "decode_document", "make_static", "static_uid", "MAX_MANIFEST_BYTES"]
@@ -112,6 +109,8 @@ def _parse(data: bytes, location: str) -> Any:
             raise ManifestError(location, f"error decoding JSON: duplicate field {exc.key!r}") from None
         except ValueError as exc:
             raise ManifestError(location, f"error decoding JSON: {exc}") from None
+    from apiserver_min.api.codec import DecodeError, load_yaml  # with the first YAML manifest, as defaulting
+
     try:
         return load_yaml(data)
     except DecodeError as exc:
@@ -261,6 +260,11 @@ def make_static(pod: dict, *, node_name: str, source: str, location: str) -> dic
         raise ManifestError(location, _invalid("spec.tolerations", spec["tolerations"], "must be a list"))
     if pod.get("status") is not None and not isinstance(pod["status"], dict):
         raise ManifestError(location, _invalid("status", pod["status"], "must be an object"))
+
+    # Defaulting and validation (every kind's schema, the pod rules: about 1.2 MB) and the
+    # YAML decoder load with the first manifest: a node without static pods never needs them.
+    from apiserver_min.api.defaults import apply_defaults
+    from apiserver_min.api.podvalidation import validate_pod
 
     apply_defaults("", "v1", "Pod", pod)
 

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from agent.client.rest import ApiError
-from agent.podmanager import MirrorClient, PodManager
+from agent.mirrorclient import MirrorClient
+from agent.podmanager import PodManager
 from agent.pods import SOURCE_API, SOURCE_FILE, Op, PodUpdate
 from agent.status.manager import StatusManager
 from apiserver_min.api import names

@@ -50,10 +50,13 @@ OPTIONAL_IMPORTS = {
     # 0.6 MB a node that is never asked for a shell, or runs static pods only, keeps.
     "agent.server.streaming",
     "apiserver_min.api.protobuf",
-    # Cluster mode's parts (the API pod source, status and lease, mirror pods' status, the
-    # event sink, the cache of referenced objects and Services, the service proxy) and the
-    # manifest URL source, loaded by the nodes that use them: about 0.4 MB a standalone
-    # node (static pods from a directory) does not load.
+    # Cluster mode's parts (the API client, the API pod source, status and lease, mirror
+    # pods and their status, the event sink, the cache of referenced objects and Services,
+    # the service proxy) and the manifest URL source, loaded by the nodes that use them:
+    # about 0.6 MB a standalone node (static pods from a directory) does not load.
+    "agent.client",
+    "agent.client.config",
+    "agent.mirrorclient",
     "agent.eventsink",
     "agent.objectcache",
     "agent.services",
@@ -64,6 +67,15 @@ OPTIONAL_IMPORTS = {
     "agent.proxy.localnet",
     "agent.proxy.nft",
     "agent.proxy.proxier",
+    # Static pods' YAML decoding, defaulting and validation (every kind's schema and the pod
+    # rules, about 1.3 MB), loaded with the first manifest; a node without static pods does
+    # not load them.
+    "apiserver_min.api.codec",
+    "apiserver_min.api.defaults",
+    "apiserver_min.api.podvalidation",
+    # The agent's flag suggestions (a mistyped flag) and its log rotation's compression.
+    "difflib",
+    "gzip",
     # The expression engine (validating admission policies, webhooks' match conditions,
     # custom resources' validation rules), loaded by the first compiler: the C++ engine
     # about 5 MiB resident, RE2 (the regex library functions) about 1 MiB more, and the
