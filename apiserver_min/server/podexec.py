@@ -41,7 +41,6 @@ from ..api.kinds import KindInfo
 from ..registry.rest import RequestContext
 from . import podexec_spdy
 from .podlogs import (
-    _CHAINED_BUT_INVALID,
     CONNECT_TIMEOUT,
     MAX_ERROR_BODY,
     _go_bool,
@@ -212,16 +211,13 @@ async def _connect_agent(
 ) -> aiohttp.ClientWebSocketResponse:
     """A WebSocket to the agent: verified when its certificate chains to a CA we trust,
     unverified otherwise (as for pods/log). A refusal becomes a Status with the agent's text."""
-    client = agent_client(server)
-    verified, insecure = client.contexts()
-    kwargs = dict(protocols=tuple(protocols), max_msg_size=MAX_MESSAGE, autoping=True)
     try:
-        try:
-            return await session.ws_connect(url, ssl=verified, **kwargs)
-        except aiohttp.ClientConnectorCertificateError as exc:
-            if getattr(exc.certificate_error, "verify_code", None) in _CHAINED_BUT_INVALID:
-                raise
-        return await session.ws_connect(url, ssl=insecure, **kwargs)
+        return await agent_client(server).call(
+            url,
+            lambda ctx: session.ws_connect(
+                url, ssl=ctx, protocols=tuple(protocols), max_msg_size=MAX_MESSAGE, autoping=True
+            ),
+        )
     except aiohttp.WSServerHandshakeError as exc:
         text = await _refusal_text(server, session, url) if exc.status >= 400 else ""
         raise _agent_refusal(exc.status, text, pod_name, sub) from None

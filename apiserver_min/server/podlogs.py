@@ -36,9 +36,11 @@ import ipaddress
 import logging
 import os
 import ssl
+import time
+import traceback
 import urllib.parse
 import weakref
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -65,6 +67,14 @@ LIVENESS_CHECK = 5.0  # seconds between checks that a following client is still 
 MAX_ERROR_BODY = 64 * 1024
 # OpenSSL verify codes that mean "issued by a CA we trust, but not valid here".
 _CHAINED_BUT_INVALID = {10, 62, 64}  # expired, hostname mismatch, IP address mismatch
+# An agent whose serving certificate is not from a CA we trust (its own self-signed one, say)
+# is reached unverified, and that finding is kept this long: each request then does not pay a
+# failed handshake first, whose exception (with its frames, the connection and its TLS
+# buffers) would live until the next full garbage collection.
+VERIFY_AGAIN = 300.0
+_UNVERIFIED_MAX = 16384  # agents remembered at once (expired ones are dropped first)
+
+T = TypeVar("T")
 
 _GENERIC_MESSAGES = {
     401: ("Unauthorized", "the server has asked for the client to provide credentials"),
@@ -278,6 +288,7 @@ class AgentClient:
         self.key_path = os.path.join(server.pki.dir, CLIENT_KEY_FILE)
         self._verified: ssl.SSLContext | None = None
         self._insecure: ssl.SSLContext | None = None
+        self._unverified: dict[str, float] = {}  # "host:port" -> when to try verifying again
 
     def ensure_client_cert(self) -> bool:
         """Create the client certificate when missing (or when its CA changed); True if made."""
@@ -328,22 +339,59 @@ class AgentClient:
             self._verified, self._insecure = verified, insecure
         return self._verified, self._insecure
 
-    async def open(self, session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
-        """GET ``url``: verified when the agent's certificate comes from a CA we trust,
-        unverified when it comes from anyone else."""
+    async def call(self, url: str, attempt: Callable[[ssl.SSLContext], Awaitable[T]], *, can_retry: bool = True) -> T:
+        """``attempt(context)`` towards the agent at ``url``: with the verifying context when
+        the agent's certificate comes from a CA we trust, the unverifying one when it comes
+        from anyone else. A certificate from our CA that is not valid (expired, another
+        name) is refused. ``can_retry`` False: a failed first try is not repeated (a request
+        body already sent), though the finding is kept for the next request."""
         verified, insecure = self.contexts()
+        where = urllib.parse.urlsplit(url).netloc
+        until = self._unverified.get(where)
+        if until is not None and until > time.monotonic():
+            return await attempt(insecure)
         try:
-            return await session.get(url, ssl=verified)
+            result = await attempt(verified)
         except aiohttp.ClientConnectorCertificateError as exc:
-            code = getattr(exc.certificate_error, "verify_code", None)
-            if code in _CHAINED_BUT_INVALID:
+            if getattr(exc.certificate_error, "verify_code", None) in _CHAINED_BUT_INVALID:
                 raise
             log.debug(
                 "agent at %s has a certificate from outside the cluster CA (%s); not verified",
                 url,
                 exc.certificate_error,
             )
-        return await session.get(url, ssl=insecure)
+            self._note_unverified(where)
+            if not can_retry:
+                raise
+            _drop_frames(exc)
+        else:
+            if until is not None:
+                del self._unverified[where]
+            return result
+        return await attempt(insecure)
+
+    def _note_unverified(self, where: str) -> None:
+        now = time.monotonic()
+        if len(self._unverified) >= _UNVERIFIED_MAX:
+            for key in [k for k, t in self._unverified.items() if t <= now] or list(self._unverified):
+                del self._unverified[key]
+        self._unverified[where] = now + VERIFY_AGAIN
+
+    async def open(self, session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+        """GET ``url`` (see :meth:`call`)."""
+        return await self.call(url, lambda ctx: session.get(url, ssl=ctx))
+
+
+def _drop_frames(exc: BaseException) -> None:
+    """Clear the local variables of the frames an exception (and its causes) went through:
+    they would keep what the failed attempt held (its connection) in a reference cycle."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if e.__traceback__ is not None:
+            traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
 
 
 _clients: "weakref.WeakKeyDictionary[ServerContext, AgentClient]" = weakref.WeakKeyDictionary()

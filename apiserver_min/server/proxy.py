@@ -370,14 +370,10 @@ class ProxyREST:
     ) -> aiohttp.ClientResponse:
         kw: dict[str, Any] = {"headers": headers, "data": body, "allow_redirects": False, "skip_auto_headers": ()}
         if target.agent:
-            verified, insecure = agent_client(self.server).contexts()
-            try:
-                return await session.request(method, url, ssl=verified, **kw)
-            except aiohttp.ClientConnectorCertificateError as exc:
-                if body is not None:
-                    raise  # the body is already consumed: no second try
-                log.debug("agent at %s: certificate from outside the cluster CA (%s); not verified", url, exc)
-            return await session.request(method, url, ssl=insecure, **kw)
+            # A body is consumed by the first try: no second one (the next request goes unverified).
+            return await agent_client(self.server).call(
+                url, lambda ctx: session.request(method, url, ssl=ctx, **kw), can_retry=body is None
+            )
         if target.scheme == "https":
             return await session.request(method, url, ssl=self._insecure_context(), **kw)
         return await session.request(method, url, **kw)
