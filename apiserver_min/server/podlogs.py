@@ -324,7 +324,9 @@ class AgentClient:
         """(verifying, insecure) client contexts, both presenting the client certificate."""
         if self._verified is None or self._insecure is None:
             self.ensure_client_cert()
-            verified = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+            # The cluster's CAs alone: not the system's public ones (hostname checked, as a
+            # client context does by default).
+            verified = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             bundle = []
             for path in self._trusted_cas():
                 with open(path) as f:

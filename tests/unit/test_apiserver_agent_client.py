@@ -146,3 +146,10 @@ async def test_a_fallback_leaves_no_connection_in_a_reference_cycle(tmp_path, cl
         # Before, each failed try kept its session's connector (and the TLS connection) in a
         # cycle through the exception's frames until a full collection: 10 here.
         assert left <= 1
+
+
+def test_only_the_cluster_ca_verifies_an_agent(pki, client):
+    verified, _insecure = client.contexts()
+    # Not the system's public CAs: a certificate one of those issued is not "verified" here.
+    assert [c["subject"] for c in verified.get_ca_certs()] == [((("commonName", "orch-ca"),),)]
+    assert verified.check_hostname and verified.verify_mode == ssl.CERT_REQUIRED
