@@ -26,6 +26,7 @@ loop, and a shorter sync-loop health threshold.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ctypes
 import dataclasses
 import fcntl
@@ -666,6 +667,12 @@ class AgentProcess:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        # asyncio's default executor (asyncio.to_thread), as it would be, with its workers
+        # named for the system (``top -H``, /proc/PID/task/*/comm): they start on demand up
+        # to its bound and stay, and so are told apart from threads that should not grow.
+        loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio", initializer=_name_thread)
+        )
         signals_seen = []
 
         def on_signal(sig: signal.Signals) -> None:
@@ -867,6 +874,15 @@ class AgentProcess:
                 self._status(f"Unhealthy: {failure}")
                 withheld = True
             await asyncio.sleep(interval)
+
+
+WORKER_THREAD_NAME = f"{names.AGENT_NAME}-pool"[:15]  # the kernel keeps 15 bytes
+
+
+def _name_thread() -> None:
+    """The calling thread's system name (prctl PR_SET_NAME), for the executor's workers."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, WORKER_THREAD_NAME.encode(), 0, 0, 0)
 
 
 def loop_future() -> asyncio.Future:
