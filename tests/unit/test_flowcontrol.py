@@ -378,3 +378,67 @@ def test_plain_inflight_limits():
     limits.leave(kind)
     assert limits.enter(UserInfo("b", groups=(AUTH,)), "list") == "readOnly"
     assert InflightLimits(0, 0).enter(None, "get") is None  # 0: no limit
+
+
+class _TimedOutAfter:
+    """``asyncio.timeout`` whose limit passes just as the awaited seats come: the body runs
+    to its end, then the block raises TimeoutError (the race the loop can produce when the
+    timeout's callback and the seats' grant fall in one iteration)."""
+
+    def __init__(self, _delay: float) -> None:
+        pass
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            raise TimeoutError
+        return False
+
+
+def test_seats_granted_as_the_wait_limit_passes_are_the_requests(monkeypatch):
+    from apiserver_min.server.flowcontrol import controller as fc
+
+    async def run():
+        lv = _queuing_level(seats=1)
+        first = lv.admit(1, "s", "a")
+        waiting = lv.admit(1, "s", "b")
+        assert waiting.future is not None and not waiting.future.done()
+        control = type("Control", (), {"metrics": fc._Metrics(), "wait_limit": 0.01})()
+        schema = fc.Schema("s", "uid", 1000, lv.name, "", ())
+        key = ("s", lv.name)
+        queued = fc.Queued(control, lv, schema, waiting, key, {})
+        monkeypatch.setattr(fc.asyncio, "timeout", _TimedOutAfter)
+        lv.finish(first, 0.01)  # the seats pass to the waiting request
+        assert waiting.future.done()
+        ticket = await queued.wait()  # not a 429: the seats are this request's
+        assert control.metrics.dispatched[key] == 1 and control.metrics.inqueue[key] == 0
+        assert not control.metrics.rejected
+        assert lv.executing_seats == 1 and lv.waiting == 0
+        assert ticket.req is waiting
+        lv.finish(waiting, 0.01)
+        assert lv.executing_seats == 0
+
+    asyncio.run(run())
+
+
+def test_a_request_still_waiting_at_the_wait_limit_gets_429_and_leaves_the_queue(monkeypatch):
+    from apiserver_min.server.flowcontrol import controller as fc
+
+    async def run():
+        lv = _queuing_level(seats=1)
+        first = lv.admit(1, "s", "a")
+        waiting = lv.admit(1, "s", "b")
+        control = type("Control", (), {"metrics": fc._Metrics(), "wait_limit": 0.01})()
+        schema = fc.Schema("s", "uid", 1000, lv.name, "", ())
+        queued = fc.Queued(control, lv, schema, waiting, ("s", lv.name), {"X-Flow": "s"})
+        with pytest.raises(st.ApiError) as exc:
+            await queued.wait()
+        assert exc.value.code == 429 and exc.value.headers.get("X-Flow") == "s"
+        assert control.metrics.rejected == {(lv.name, "s", "time-out"): 1}
+        assert lv.waiting == 0
+        lv.finish(first, 0.01)
+        assert lv.executing_seats == 0
+
+    asyncio.run(run())
