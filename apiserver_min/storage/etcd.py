@@ -427,6 +427,14 @@ class EtcdBackend:
                         raise CompactedError(after, resp.compact_revision)
                     if resp.canceled:
                         raise StorageError(f"etcd canceled the watch: {resp.cancel_reason}")
+                    if resp.created and resp.header.revision < after:
+                        # The store is behind what was seen of it (restored from a snapshot,
+                        # or its data lost): the revisions after ``after`` will be other
+                        # changes, so whoever watches must list again.
+                        raise StorageError(
+                            f"etcd's revision {resp.header.revision} is behind the {after} already seen "
+                            "(restored or lost data): list again"
+                        )
                     if not resp.events:
                         # A progress notification (asked for or periodic): every
                         # event up to the header's revision has been sent.
