@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api import status as st
 from ..api.tlsverify import ClientCertificateVerifier
@@ -20,10 +20,12 @@ from .authenticator import (
     with_authenticated_group,
 )
 from .bearer import AudienceAgnostic, BearerTokenAuthenticator
-from .oidc import OIDCAuthenticator, OIDCConfig
 from .requestheader import RequestHeaderAuthenticator, RequestHeaderConfig, published_data
 from .webhook import WebhookTokenAuthenticator, load_backend
 from .x509 import X509Authenticator
+
+if TYPE_CHECKING:
+    from .oidc import OIDCAuthenticator, OIDCConfig
 
 log = logging.getLogger("orch-apiserver.authn")
 
@@ -89,6 +91,8 @@ class Authentication:
         token_authenticators.append(self.service_accounts)
         self.oidc: OIDCAuthenticator | None = None
         if opts.oidc_issuer_url:
+            from .oidc import OIDCAuthenticator  # its JOSE library (0.6 MB) for the servers that use it
+
             self.oidc = OIDCAuthenticator(oidc_config(opts))
             token_authenticators.append(AudienceAgnostic(self.oidc, opts.api_audiences))
         self.token_webhook: WebhookTokenAuthenticator | None = None
@@ -168,6 +172,8 @@ class Authentication:
 
 
 def oidc_config(opts: Any) -> OIDCConfig:
+    from .oidc import OIDCConfig
+
     return OIDCConfig(
         issuer_url=opts.oidc_issuer_url,
         client_id=opts.oidc_client_id,
