@@ -368,7 +368,7 @@ class AgentClient:
             _drop_frames(exc)
         else:
             if until is not None:
-                del self._unverified[where]
+                self._unverified.pop(where, None)  # verified now (a concurrent call may have been first)
             return result
         return await attempt(insecure)
 
