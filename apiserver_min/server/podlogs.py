@@ -365,7 +365,7 @@ class AgentClient:
             self._note_unverified(where)
             if not can_retry:
                 raise
-            _drop_frames(exc)
+            drop_frames(exc)
         else:
             if until is not None:
                 self._unverified.pop(where, None)  # verified now (a concurrent call may have been first)
@@ -384,7 +384,7 @@ class AgentClient:
         return await self.call(url, lambda ctx: session.get(url, ssl=ctx))
 
 
-def _drop_frames(exc: BaseException) -> None:
+def drop_frames(exc: BaseException) -> None:
     """Clear the local variables of the frames an exception (and its causes) went through:
     they would keep what the failed attempt held (its connection) in a reference cycle."""
     seen: set[int] = set()

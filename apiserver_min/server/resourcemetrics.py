@@ -42,7 +42,7 @@ from ..storage.cacher import WatchCache
 from ..storage.keys import key_prefix
 from .context import ServerContext
 from .handlers import request_selectors
-from .podlogs import agent_client, agent_location
+from .podlogs import agent_client, agent_location, drop_frames
 
 log = logging.getLogger("orch-apiserver.metrics")
 
@@ -322,6 +322,9 @@ class ResourceMetrics:
             if name not in self._failing:
                 log.warning("resource metrics: cannot scrape node %s at %s: %s", name, url, exc or type(exc).__name__)
                 self._failing.add(name)
+            # A node that does not answer fails every round: its exception's frames would keep
+            # the round's session in a reference cycle until a full garbage collection.
+            drop_frames(exc)
             return ""
         if name in self._failing:
             log.info("resource metrics: node %s answers again", name)

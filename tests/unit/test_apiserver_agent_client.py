@@ -35,10 +35,17 @@ def pki(tmp_path):
     return p
 
 
+class _Server:
+    """The parts of the server context the agent client reads."""
+
+    def __init__(self, pki: Pki):
+        self.pki = pki
+        self.opts = types.SimpleNamespace()
+
+
 @pytest.fixture
 def client(pki):
-    server = types.SimpleNamespace(pki=pki, opts=types.SimpleNamespace())
-    return podlogs.AgentClient(server)  # type: ignore[arg-type]
+    return podlogs.AgentClient(_Server(pki))  # type: ignore[arg-type]
 
 
 class Agent:
@@ -153,3 +160,33 @@ def test_only_the_cluster_ca_verifies_an_agent(pki, client):
     # Not the system's public CAs: a certificate one of those issued is not "verified" here.
     assert [c["subject"] for c in verified.get_ca_certs()] == [((("commonName", "orch-ca"),),)]
     assert verified.check_hostname and verified.verify_mode == ssl.CERT_REQUIRED
+
+
+async def test_a_node_that_does_not_answer_leaves_no_session_in_a_reference_cycle(client, pki):
+    from apiserver_min.api import names
+    from apiserver_min.server import resourcemetrics
+
+    rm = object.__new__(resourcemetrics.ResourceMetrics)
+    rm.server = client.server
+    rm._failing = set()
+    rm.usage = resourcemetrics.UsageStore()
+    port = free_port()  # nothing listens there
+    node = {
+        "metadata": {"name": "gone"},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {names.NODE_DAEMON_ENDPOINT_AGENT_FIELD: {"Port": port}},
+        },
+    }
+    podlogs._clients[client.server] = client
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(10):
+            async with aiohttp.ClientSession() as session:
+                assert await rm._scrape(session, node) == ""
+        left = sum(isinstance(o, aiohttp.ClientSession) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert rm._failing == {"gone"}
+    assert left <= 2, left  # 10 before: each round's session held by the failure's frames
