@@ -56,12 +56,7 @@ class MirrorClient:
 
     async def delete(self, mirror: dict) -> None:
         """Delete with grace period 0, only this very object (a UID precondition); gone already is fine."""
-        body = {
-            "kind": "DeleteOptions",
-            "apiVersion": "v1",
-            "gracePeriodSeconds": 0,
-            "preconditions": {"uid": podutil.uid(mirror)},
-        }
+        body = podutil.delete_now_options(mirror)
         try:
             await self.client.delete(podutil.pod_path(podutil.namespace(mirror), podutil.name(mirror)), body=body)
         except ApiError as exc:

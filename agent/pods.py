@@ -36,6 +36,7 @@ __all__ = [
     "namespace",
     "full_name",
     "pod_path",
+    "delete_now_options",
     "spec",
     "containers",
     "init_containers",
@@ -129,6 +130,12 @@ def namespace(pod: dict) -> str:
 def full_name(pod: dict) -> str:
     """``name_namespace``, upstream's key for a pod in logs and maps."""
     return f"{name(pod)}_{namespace(pod)}"
+
+
+def delete_now_options(pod: dict) -> dict:
+    """DeleteOptions that remove this very pod object at once: grace period 0 and a UID
+    precondition, so that a newer pod of the same name is never the one deleted."""
+    return {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0, "preconditions": {"uid": uid(pod)}}
 
 
 def pod_path(namespace: str, name: str, sub: str = "") -> str:

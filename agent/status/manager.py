@@ -117,12 +117,7 @@ class StatusManager:
     async def _finish_delete(self, pod: dict) -> bool:
 
         ns, name = podutil.namespace(pod), podutil.name(pod)
-        body = {
-            "kind": "DeleteOptions",
-            "apiVersion": "v1",
-            "gracePeriodSeconds": 0,
-            "preconditions": {"uid": podutil.uid(pod)},
-        }
+        body = podutil.delete_now_options(pod)
         try:
             await self.client.delete(podutil.pod_path(ns, name), body=body)
             log.info("Deleted the pod object after termination", pod=f"{name}_{ns}")

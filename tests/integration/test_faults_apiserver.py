@@ -268,13 +268,20 @@ def private_etcd(tmp_path):
         yield instance
 
 
+ETCD_PREFIX = "/registry"
+
+
+def _on_etcd(etcd: Etcd, tmp_path) -> ApiServerProcess:
+    return ApiServerProcess(
+        tmp_path / "srv", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint, etcd_prefix=ETCD_PREFIX
+    )
+
+
 def test_etcd_restart_under_load(private_etcd, tmp_path):
     _require_binary()
     etcd = private_etcd
-    prefix = "/registry"
-    server = ApiServerProcess(
-        tmp_path / "srv", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint, etcd_prefix=prefix
-    )
+    prefix = ETCD_PREFIX
+    server = _on_etcd(etcd, tmp_path)
     with server:
         ns = "faults"
         create_namespace(server, ns)
@@ -321,10 +328,8 @@ def test_etcd_behind_the_cache_is_listed_again(private_etcd, tmp_path):
     revisions it has seen, and serves what etcd holds."""
     _require_binary()
     etcd = private_etcd
-    prefix = "/registry"
-    server = ApiServerProcess(
-        tmp_path / "srv", free_port(), backend="etcd", etcd_endpoint=etcd.endpoint, etcd_prefix=prefix
-    )
+    prefix = ETCD_PREFIX
+    server = _on_etcd(etcd, tmp_path)
     with server:
         ns = "behind"
         create_namespace(server, ns)

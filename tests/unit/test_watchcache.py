@@ -7,8 +7,8 @@ import pytest
 from apiserver_min.api.codec import encode_for_storage
 from apiserver_min.api.kinds import REGISTRY
 from apiserver_min.api.selectors import parse_field_selector, parse_label_selector
-from apiserver_min.storage.cacher import ResourceCache, Watcher, WatcherClosed
-from apiserver_min.storage.interface import Event, KeyValue
+from apiserver_min.storage.cacher import ResourceCache, WatchCache, Watcher, WatcherClosed
+from apiserver_min.storage.interface import CompactedError, Event, KeyValue, ListResult, UnavailableError
 
 PODS = REGISTRY.by_resource("", "v1", "pods")
 PREFIX = "/pods/"
@@ -173,8 +173,6 @@ class _FlakyBackend:
         self.breaks = 1
 
     async def list(self, prefix: str):
-        from apiserver_min.storage.interface import ListResult
-
         self.lists += 1
         last = {}
         for ev in self.log:
@@ -197,12 +195,15 @@ class _FlakyBackend:
         self.log.append(Event("PUT", KeyValue(f"{PREFIX}a/{name}", pod("a", name), rev, rev), None))
 
 
-async def _cache_over(backend):
-    from apiserver_min.storage.cacher import WatchCache
-
-    cache = WatchCache(backend, [PODS], lambda kind: PREFIX)
+async def _watched(backend: _FlakyBackend) -> tuple[WatchCache, ResourceCache, Watcher]:
+    """A watch cache over ``backend`` (holding pod "x"), and a watcher of namespace "a"."""
+    backend.put("x")
+    cache = WatchCache(backend, [PODS], lambda kind: PREFIX)  # type: ignore[arg-type]
     await cache.start()
-    return cache
+    c = cache.cache(PREFIX)
+    w = Watcher(c, "a", None, None)
+    c.add_watcher(w)
+    return cache, c, w
 
 
 async def _until(cond, what: str):
@@ -214,15 +215,9 @@ async def _until(cond, what: str):
 
 
 async def test_a_store_away_for_a_while_is_watched_again_without_losing_history_or_watchers():
-    from apiserver_min.storage.interface import UnavailableError
-
     backend = _FlakyBackend(UnavailableError("etcd: UNAVAILABLE: connection refused"))
-    backend.put("x")
-    cache = await _cache_over(backend)
+    cache, c, w = await _watched(backend)
     try:
-        c = cache.cache(PREFIX)
-        w = Watcher(c, "a", None, None)
-        c.add_watcher(w)
         backend.put("y")  # handed out, then the watch breaks
         await _until(lambda: backend.watched_from == [1, 2], "the watch to be resumed after revision 2")
         # The resumed watch starts after what the cache holds: nothing replayed, nothing missed.
@@ -235,18 +230,12 @@ async def test_a_store_away_for_a_while_is_watched_again_without_losing_history_
 
 async def test_any_other_watch_failure_relists_and_closes_watchers():
     backend = _FlakyBackend(RuntimeError("a malformed event"))
-    backend.put("x")
-    cache = await _cache_over(backend)
+    cache, c, w = await _watched(backend)
     try:
-        c = cache.cache(PREFIX)
-        w = Watcher(c, "a", None, None)
-        c.add_watcher(w)
         await _until(lambda: backend.lists == 2, "the relist")
         assert cache.resyncs == 1 and cache.rewatches == 0
         with pytest.raises(WatcherClosed):
             await w.next_batch(1)
-        from apiserver_min.storage.interface import CompactedError
-
         with pytest.raises(CompactedError):
             c.events_after(0)  # history starts again at the relist
     finally:
